@@ -1,0 +1,34 @@
+# The two entry points: `make demo` and `make test`. Both install what is missing, configure and build.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build demo test test-gpu clean format
+
+all: build
+
+deps:
+	@scripts/install_deps.sh
+
+$(BUILD_DIR)/build.ninja: | deps
+	cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+configure: $(BUILD_DIR)/build.ninja
+
+build: deps configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+demo: build
+	$(BUILD_DIR)/ferry demo --out demo-out
+
+test: build
+	cd $(BUILD_DIR) && ctest -L cpu --output-on-failure -j $(JOBS)
+
+test-gpu: build
+	cd $(BUILD_DIR) && ctest -L gpu --output-on-failure
+
+format:
+	clang-format -i $$(git ls-files 'src/*.h' 'src/*.cpp' 'src/*.cu' 'tests/*.cpp' 'bench/*.cpp')
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,15 @@
+#include "core/error.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace ferry {
+
+void assertion_failed(const char* expression, const char* file, int line, const std::string& note) {
+  std::fprintf(stderr, "ferry: internal error: assertion `%s` failed at %s:%d%s%s\n", expression, file, line,
+               note.empty() ? "" : ": ", note.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+}  // namespace ferry

@@ -1,0 +1,108 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace ferry {
+
+namespace {
+std::atomic<size_t> g_global_threads{0};
+}
+
+ThreadPool::ThreadPool(size_t threads) {
+  if (threads == 0) threads = std::max<size_t>(1, std::thread::hardware_concurrency());
+  workers_.reserve(threads - 1);
+  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::worker_loop(size_t index) {
+  size_t seen = 0;
+  for (;;) {
+    const std::function<void(size_t, size_t)>* job;
+    size_t pieces;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      job = job_;
+      pieces = pieces_;
+    }
+    if (index < pieces) {
+      try {
+        (*job)(index, pieces);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::run_on_all(const std::function<void(size_t, size_t)>& body) {
+  std::lock_guard<std::mutex> run_lock(run_mutex_);
+  const size_t pieces = size();
+  if (workers_.empty()) {
+    body(0, 1);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = &body;
+    pieces_ = pieces;
+    pending_ = workers_.size();
+    error_ = nullptr;
+    ++generation_;
+  }
+  wake_.notify_all();
+  std::exception_ptr local;
+  try {
+    body(0, pieces);
+  } catch (...) {
+    local = std::current_exception();
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_.wait(lock, [&] { return pending_ == 0; });
+  job_ = nullptr;
+  if (local) std::rethrow_exception(local);
+  if (error_) std::rethrow_exception(error_);
+}
+
+void ThreadPool::parallel_for(size_t count, const std::function<void(size_t, size_t)>& body, size_t grain) {
+  if (count == 0) return;
+  grain = std::max<size_t>(1, grain);
+  const size_t max_pieces = (count + grain - 1) / grain;
+  const size_t pieces = std::min(size(), max_pieces);
+  if (pieces <= 1) {
+    body(0, count);
+    return;
+  }
+  run_on_all([&](size_t piece, size_t) {
+    if (piece >= pieces) return;
+    const size_t begin = count * piece / pieces;
+    const size_t end = count * (piece + 1) / pieces;
+    if (begin < end) body(begin, end);
+  });
+}
+
+ThreadPool& ThreadPool::global() {
+  static ThreadPool pool(g_global_threads.load());
+  return pool;
+}
+
+void ThreadPool::set_global_threads(size_t threads) { g_global_threads = threads; }
+
+}  // namespace ferry

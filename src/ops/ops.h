@@ -1,0 +1,83 @@
+// The op interface: every computation of a training step that touches activations.
+//
+// One implementation per backend with the same semantics: ops/cpu (fp32 reference, the oracle)
+// and ops/cuda (bf16 storage, fp32 accumulation). Conventions, shared by every backend:
+//
+// * Shapes use T = tokens of the micro-chunk (sequences flattened), H = hidden size, V = vocab,
+//   Hq / Hkv = query / key-value heads, D = head_dim, F = intermediate size.
+// * Outputs for activations are assigned (`=`); gradients of parameters are accumulated (`+=`),
+//   so a unit's gradient buffer sums over micro-chunks. Optional tensors are empty views.
+// * Packed sequences: `doc_start[t]` is the index (in 0..T-1) of the first token of token t's
+//   document. Query t attends to keys j with doc_start[t] <= j <= t. A batch of separate
+//   sequences is the special case where every sequence is one document.
+// * Loss targets are already shifted: target[t] is the token that position t predicts, -100
+//   (kIgnoreIndex) where nothing is predicted.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/tensor.h"
+
+namespace ferry {
+
+constexpr int32_t kIgnoreIndex = -100;
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual const char* name() const = 0;
+
+  // out (T,H) = table[ids] with table (V,H).
+  virtual void embedding_forward(const int32_t* ids, Tensor table, Tensor out) = 0;
+  // dtable (V,H) += scatter of dout (T,H) by ids.
+  virtual void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) = 0;
+
+  // Over the last dim D of x (R,D): out = x * rsqrt(mean(x^2) + eps) * weight; rstd (R) fp32 saved.
+  virtual void rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, Tensor rstd) = 0;
+  // dx (R,D) = ..., dweight (D) += ...
+  virtual void rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dx,
+                                Tensor dweight) = 0;
+
+  // In place on x (T, heads, D), Hugging Face's rotate_half convention:
+  //   x1 = x[..., :D/2], x2 = x[..., D/2:], angle = position[t] * inv_freq[i]
+  //   x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin.
+  // inverse = true rotates by -angle, which is the backward of the forward rotation.
+  virtual void rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) = 0;
+
+  // Causal attention with grouped query heads (Hq a multiple of Hkv) and document masking.
+  // q (T,Hq,D), k v (T,Hkv,D), out (T,Hq,D), lse (Hq,T) fp32 = log-sum-exp of scaled scores.
+  virtual void attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale,
+                                 Tensor out, Tensor lse) = 0;
+  // dq dk dv assigned, same shapes as q k v.
+  virtual void attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale,
+                                  Tensor out, Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) = 0;
+
+  // out = silu(gate) * up, all (T,F).
+  virtual void swiglu_forward(Tensor gate, Tensor up, Tensor out) = 0;
+  virtual void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) = 0;
+
+  // y (T,out) = x (T,in) @ w^T with w (out,in), plus bias (out) when given.
+  virtual void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) = 0;
+  // dx (T,in) = dy @ w (assigned; skipped when empty); dw += dy^T @ x; dbias += sum_t dy (when given).
+  virtual void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) = 0;
+
+  // Cross-entropy of logits = x (T,H) @ w^T, w (V,H), against targets (T), without keeping all logits.
+  // Returns the sum over tokens with target != kIgnoreIndex of (logsumexp(logits_t) - logits_t[target]).
+  // When dx is given: dx (T,H) = grad_scale * d(sum)/dx (assigned) and dw (V,H) += grad_scale * d(sum)/dw.
+  // When logits is given, it receives the full (T,V) logits (tests and evaluation only).
+  virtual double linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
+                                      Tensor dw, Tensor logits) = 0;
+
+  // out = a + b (elementwise; out may alias a or b).
+  virtual void add(Tensor a, Tensor b, Tensor out) = 0;
+  // Sets every element to zero.
+  virtual void zero(Tensor x) = 0;
+  // Copies src to dst, converting between dtypes.
+  virtual void copy(Tensor src, Tensor dst) = 0;
+};
+
+// The fp32 reference backend. Runs on the global thread pool.
+std::unique_ptr<Ops> make_cpu_ops();
+
+}  // namespace ferry
