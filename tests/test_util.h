@@ -1,0 +1,45 @@
+// Helpers shared by the tests: fixture paths, scratch directories, random inputs, comparisons.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace ferry::test {
+
+std::filesystem::path fixtures_dir();
+// The ferry executable built beside the tests.
+std::filesystem::path ferry_binary();
+// A fresh, empty directory under the system temp dir, removed when the returned object dies.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& tag);
+  ~ScratchDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Uniform values in [lo, hi) from a fixed seed; never all zeros.
+std::vector<float> random_vector(size_t count, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
+
+// Checks |actual - expected| <= atol + rtol * |expected| elementwise; NaN never passes.
+// Reports the worst element on failure.
+::testing::AssertionResult all_close(const float* actual, const float* expected, size_t count, double rtol,
+                                     double atol, const std::string& what = "");
+inline ::testing::AssertionResult all_close(const std::vector<float>& actual, const std::vector<float>& expected,
+                                            double rtol, double atol, const std::string& what = "") {
+  if (actual.size() != expected.size())
+    return ::testing::AssertionFailure() << what << ": size " << actual.size() << " vs " << expected.size();
+  return all_close(actual.data(), expected.data(), actual.size(), rtol, atol, what);
+}
+
+// Runs a shell command; returns its exit status and captures stdout+stderr.
+int run_command(const std::string& command, std::string* output);
+
+}  // namespace ferry::test
