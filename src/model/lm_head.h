@@ -1,0 +1,32 @@
+// The head unit: final RMSNorm, LM head and cross-entropy, forward and backward in one pass
+// (the head is the last unit, so its backward follows its forward at once).
+#pragma once
+
+#include "core/arena.h"
+#include "io/model_config.h"
+#include "model/token_chunk.h"
+#include "model/unit_params.h"
+#include "ops/ops.h"
+
+namespace ferry {
+
+struct HeadScratch {
+  Tensor normed;   // (T,H)
+  Tensor rstd;     // (T)
+  Tensor d_normed; // (T,H)
+};
+
+HeadScratch carve_head_scratch(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype);
+
+// Returns the summed cross-entropy over the chunk's counted targets. With `grads` given:
+// dx (T,H) = grad_scale * d(sum)/dx and grads += grad_scale * d(sum)/d(norm, lm_head).
+// `logits` (T,V), when given, receives the logits.
+double head_forward_backward(Ops& ops, const ModelConfig& config, const HeadParams& params, const HeadParams* grads,
+                             const TokenChunk& chunk, Tensor x, float grad_scale, Tensor dx, HeadScratch& s,
+                             Tensor logits = Tensor());
+
+// Logits only (evaluation and generation): logits (T,V) = lm_head(norm(x)).
+void head_logits(Ops& ops, const ModelConfig& config, const HeadParams& params, Tensor x, Tensor logits,
+                 HeadScratch& s);
+
+}  // namespace ferry

@@ -1,0 +1,79 @@
+#include "model/model_weights.h"
+
+#include <set>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+
+namespace ferry {
+
+ModelWeights ModelWeights::zeros(const ModelConfig& config) {
+  ModelWeights w;
+  w.config = config;
+  w.layout = build_model_layout(config);
+  for (const auto& u : w.layout.units) w.units.emplace_back(static_cast<size_t>(u.numel), 0.0f);
+  return w;
+}
+
+float* ModelWeights::param(size_t unit, std::string_view short_name) {
+  return units[unit].data() + layout.units[unit].slot(short_name).offset;
+}
+
+const float* ModelWeights::param(size_t unit, std::string_view short_name) const {
+  return units[unit].data() + layout.units[unit].slot(short_name).offset;
+}
+
+void read_unit_weights(const SafetensorsModel& file, const UnitLayout& unit, float* dst) {
+  for (const auto& p : unit.params) file.read_f32(p.hf_name, p.shape, dst + p.offset);
+}
+
+namespace {
+
+bool ignorable_extra(const std::string& name, const ModelLayout& layout) {
+  if (name.size() >= 9 && name.compare(name.size() - 9, 9, ".inv_freq") == 0) return true;
+  return layout.tied && name == "lm_head.weight";
+}
+
+}  // namespace
+
+ModelWeights load_model_weights(const std::filesystem::path& model_dir) {
+  ModelConfig config = load_model_config(model_dir);
+  ModelWeights w = ModelWeights::zeros(config);
+  SafetensorsModel file = SafetensorsModel::open(model_dir);
+
+  std::set<std::string> expected;
+  for (const auto& u : w.layout.units)
+    for (const auto& p : u.params) expected.insert(p.hf_name);
+  for (const auto& name : file.names()) {
+    if (expected.count(name) || ignorable_extra(name, w.layout)) continue;
+    fail("load", "{}: the weights hold tensor '{}' that a {} with this config.json does not have; the "
+                 "config and the weights disagree (wrong config.json, or an unsupported variant)",
+         model_dir.string(), name, config.architecture_name);
+  }
+  for (const auto& name : expected)
+    FERRY_CHECK(file.has(name), "load", "{}: tensor '{}' is missing from the weights; the download may be "
+                                        "incomplete or the config.json belongs to another model",
+                model_dir.string(), name);
+  for (size_t i = 0; i < w.layout.units.size(); ++i) read_unit_weights(file, w.layout.units[i], w.units[i].data());
+  return w;
+}
+
+void save_model_weights(const std::filesystem::path& dir, const ModelLayout& layout,
+                        const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes) {
+  FERRY_ASSERT(units.size() == layout.units.size());
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<TensorToWrite> tensors;
+  size_t count = 0;
+  for (const auto& u : layout.units) count += u.params.size();
+  storage.reserve(count);
+  for (size_t i = 0; i < layout.units.size(); ++i) {
+    for (const auto& p : layout.units[i].params) {
+      storage.push_back(encode_f32(units[i] + p.offset, static_cast<size_t>(p.numel), dtype));
+      tensors.push_back(TensorToWrite{p.hf_name, dtype, p.shape, storage.back().data()});
+    }
+  }
+  write_safetensors_model(dir, tensors, max_shard_bytes);
+}
+
+}  // namespace ferry

@@ -1,0 +1,38 @@
+// fp32 copies of every unit's parameters in host memory, loaded from and saved to a Hugging Face
+// model directory.
+#pragma once
+
+#include <filesystem>
+#include <string_view>
+#include <vector>
+
+#include "io/model_config.h"
+#include "model/unit_layout.h"
+
+namespace ferry {
+
+class SafetensorsModel;
+
+struct ModelWeights {
+  ModelConfig config;
+  ModelLayout layout;
+  std::vector<std::vector<float>> units;  // units[i] holds layout.units[i].numel values
+
+  static ModelWeights zeros(const ModelConfig& config);
+  float* param(size_t unit, std::string_view short_name);
+  const float* param(size_t unit, std::string_view short_name) const;
+};
+
+// Reads DIR/config.json and the safetensors weights (any float dtype, converted to fp32).
+// Every parameter the layout expects must be present with its exact shape; a tensor the layout
+// does not know is an error (the checkpoint is for another architecture), except rotary
+// inv_freq buffers and a tied model's duplicate lm_head.weight.
+ModelWeights load_model_weights(const std::filesystem::path& model_dir);
+void read_unit_weights(const SafetensorsModel& file, const UnitLayout& unit, float* dst);
+
+// Writes the parameters of `units` (fp32, laid out by `layout`) as DIR/model*.safetensors in
+// `dtype`, sharded past max_shard_bytes, with an index when sharded.
+void save_model_weights(const std::filesystem::path& dir, const ModelLayout& layout,
+                        const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes);
+
+}  // namespace ferry

@@ -1,0 +1,17 @@
+// A micro-chunk of tokens: whole sequences (rows) of a step, flattened to T tokens.
+#pragma once
+
+#include <cstdint>
+
+namespace ferry {
+
+// All pointers address T int32 values in the memory the ops run on.
+struct TokenChunk {
+  int64_t tokens = 0;
+  const int32_t* ids = nullptr;        // input token ids
+  const int32_t* targets = nullptr;    // shifted labels; kIgnoreIndex where nothing is predicted
+  const int32_t* positions = nullptr;  // RoPE positions, restarting at each document
+  const int32_t* doc_start = nullptr;  // index of the first token of each token's document
+};
+
+}  // namespace ferry
