@@ -1,0 +1,97 @@
+// The fp32 operation order below is torch's (see adamw.h). A compiler allowed to contract a*b+c into
+// an FMA (GCC's default -ffp-contract=fast once FMA instructions are enabled, e.g. by -march=native)
+// would round differently from torch, so contraction is switched off for this file; the one FMA that
+// torch does perform (lerp) is written explicitly with std::fma.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+
+namespace ferry {
+
+namespace {
+
+// Below this many elements a tensor is updated on the calling thread: waking the pool costs more.
+constexpr size_t kGrain = size_t{1} << 15;
+
+// The per-call scalars, each rounded to fp32 exactly where torch rounds it.
+struct AdamWScalars {
+  float decay_factor;    // 1 - lr*wd
+  float lerp_weight;     // 1 - beta1
+  float beta2;           // beta2
+  float one_minus_beta2; // 1 - beta2
+  float bc2_sqrt;        // sqrt(1 - beta2^t)
+  float eps;
+  float neg_step_size;   // -lr / (1 - beta1^t)
+};
+
+AdamWScalars make_scalars(const AdamWHyper& h, int64_t step) {
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(h.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(h.beta2, t);
+  const double step_size = h.lr / bias_correction1;
+  AdamWScalars s;
+  s.decay_factor = static_cast<float>(1.0 - h.lr * h.weight_decay);
+  s.lerp_weight = static_cast<float>(1.0 - h.beta1);
+  s.beta2 = static_cast<float>(h.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
+  s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(h.eps);
+  s.neg_step_size = static_cast<float>(-step_size);
+  return s;
+}
+
+void update_range(float* param, float* m, float* v, const float* grad, size_t begin, size_t end,
+                  const AdamWScalars& s, bool decay, float grad_scale) {
+  for (size_t i = begin; i < end; ++i) {
+    const float g = grad[i] * grad_scale;
+    float p = param[i];
+    if (decay) p = p * s.decay_factor;
+    // torch's lerp: weight < 0.5 → self + weight*(end - self) as one fused multiply-add; the other
+    // branch (weight >= 0.5, i.e. beta1 <= 0.5) is end - (end - self)*(1 - weight), also fused.
+    const float mi = m[i];
+    const float m_new = s.lerp_weight < 0.5f ? std::fma(s.lerp_weight, g - mi, mi)
+                                             : std::fma(s.lerp_weight - 1.0f, g - mi, g);
+    float vi = v[i] * s.beta2;
+    vi = vi + s.one_minus_beta2 * g * g;
+    const float denom = std::sqrt(vi) / s.bc2_sqrt + s.eps;
+    p = p + s.neg_step_size * m_new / denom;
+    m[i] = m_new;
+    v[i] = vi;
+    param[i] = p;
+  }
+}
+
+}  // namespace
+
+void validate_adamw_hyper(const AdamWHyper& h) {
+  // The checks and their order are torch.optim.AdamW's constructor's; `!(x >= 0)` also rejects NaN.
+  FERRY_CHECK(h.lr >= 0.0, "optim", "invalid learning rate {}; it must be >= 0", h.lr);
+  FERRY_CHECK(h.eps >= 0.0, "optim", "invalid AdamW eps {}; it must be >= 0", h.eps);
+  FERRY_CHECK(h.beta1 >= 0.0 && h.beta1 < 1.0, "optim", "invalid AdamW beta1 {}; it must be in [0, 1)", h.beta1);
+  FERRY_CHECK(h.beta2 >= 0.0 && h.beta2 < 1.0, "optim", "invalid AdamW beta2 {}; it must be in [0, 1)", h.beta2);
+  FERRY_CHECK(h.weight_decay >= 0.0, "optim", "invalid weight_decay {}; it must be >= 0", h.weight_decay);
+}
+
+void adamw_step(float* param, float* m, float* v, const float* grad, size_t n, const AdamWHyper& hyper,
+                int64_t step, bool decay, float grad_scale) {
+  FERRY_ASSERT(step >= 1, "AdamW steps count from 1");
+  if (n == 0) return;
+  FERRY_ASSERT(param && m && v && grad);
+  const AdamWScalars s = make_scalars(hyper, step);
+  // torch skips the decay multiply when weight_decay == 0; multiplying by 1.0f would be exact anyway.
+  const bool apply_decay = decay && hyper.weight_decay != 0.0;
+  ThreadPool::global().parallel_for(
+      n, [&](size_t begin, size_t end) { update_range(param, m, v, grad, begin, end, s, apply_decay, grad_scale); },
+      kGrain);
+}
+
+}  // namespace ferry

@@ -1,0 +1,67 @@
+#include "optim/clip.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/thread_pool.h"
+
+namespace ferry {
+
+namespace {
+
+// Chunk size of the deterministic reduction. Fixed, so the order of additions is a property of the
+// data alone.
+constexpr size_t kChunk = size_t{1} << 16;
+
+struct Chunk {
+  const float* data;
+  size_t count;
+};
+
+double sum_squares(const float* x, size_t n) {
+  // Four accumulators break the add dependency chain; their combination order is fixed.
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const double x0 = x[i], x1 = x[i + 1], x2 = x[i + 2], x3 = x[i + 3];
+    a0 += x0 * x0;
+    a1 += x1 * x1;
+    a2 += x2 * x2;
+    a3 += x3 * x3;
+  }
+  for (; i < n; ++i) {
+    const double xi = x[i];
+    a0 += xi * xi;
+  }
+  return (a0 + a1) + (a2 + a3);
+}
+
+}  // namespace
+
+double global_grad_norm(const std::vector<std::pair<const float*, size_t>>& grads) {
+  std::vector<Chunk> chunks;
+  for (const auto& [data, count] : grads) {
+    for (size_t offset = 0; offset < count; offset += kChunk)
+      chunks.push_back({data + offset, std::min(kChunk, count - offset)});
+  }
+  std::vector<double> partial(chunks.size(), 0.0);
+  ThreadPool::global().parallel_for(chunks.size(), [&](size_t begin, size_t end) {
+    for (size_t c = begin; c < end; ++c) partial[c] = sum_squares(chunks[c].data, chunks[c].count);
+  });
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return std::sqrt(total);
+}
+
+float clip_coefficient(double total_norm, double max_norm) {
+  if (!(max_norm > 0.0)) return 1.0f;
+  // torch: clip_coef = max_norm / (total_norm + 1e-6), where total_norm is an fp32 tensor; Python's
+  // `float / tensor` is tensor.reciprocal() * float, so the division is a reciprocal then a multiply.
+  const float norm = static_cast<float>(total_norm);
+  const float shifted = norm + static_cast<float>(1e-6);
+  const float coef = (1.0f / shifted) * static_cast<float>(max_norm);
+  // clamp(max=1.0) propagates NaN; std::min(coef, 1) returns coef when it is NaN.
+  return std::min(coef, 1.0f);
+}
+
+}  // namespace ferry

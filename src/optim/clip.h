@@ -1,0 +1,28 @@
+// Gradient clipping by global L2 norm, as torch.nn.utils.clip_grad_norm_ (norm_type 2).
+//
+// torch computes the norm in fp32 as a norm of per-tensor norms, ||[||g1||, ||g2||, ...]||, with
+// torch.linalg.vector_norm. We compute sqrt(sum of all g^2) with the sum in double, in a fixed order,
+// so the result does not depend on the thread count or on how gradients are split into tensors; it
+// differs from torch's fp32 value by rounding only (a few fp32 ulps at most). clip_coefficient rounds
+// it to float first, since torch's total_norm is an fp32 tensor.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+namespace ferry {
+
+// The L2 norm over all elements of all gradients: sqrt(sum g^2), summed in double.
+// Deterministic: the elements are cut into fixed-size chunks (independent of the thread pool's size),
+// each chunk is summed in order, and the chunk sums are added in order.
+double global_grad_norm(const std::vector<std::pair<const float*, size_t>>& grads);
+
+// The factor every gradient is multiplied by: torch's clip_coef_clamped =
+// clamp(max_norm / (total_norm + 1e-6), max=1.0), in fp32 as torch computes it. torch multiplies the
+// gradients by it always, even when it is 1, so callers do too (pass it as adamw_step's grad_scale).
+// max_norm <= 0 means no clipping: the coefficient is 1. A non-finite total_norm gives what torch
+// gives (inf → 0, NaN → NaN); callers decide whether to skip such a step.
+float clip_coefficient(double total_norm, double max_norm);
+
+}  // namespace ferry

@@ -1,0 +1,56 @@
+// Global gradient norm and torch.nn.utils.clip_grad_norm_'s clipping coefficient.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "optim/clip.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+TEST(GradNorm, ThreeFourTwelveIsThirteen) {
+  const std::vector<float> a{3.0f}, b{4.0f, 0.0f}, c{-12.0f};
+  EXPECT_EQ(global_grad_norm({{a.data(), a.size()}, {b.data(), b.size()}, {c.data(), c.size()}}), 13.0);
+  EXPECT_EQ(global_grad_norm({}), 0.0);
+}
+
+TEST(GradNorm, MatchesANaiveSumAndIgnoresTheTensorSplit) {
+  const size_t n = 300007;  // several reduction chunks
+  const auto g = test::random_vector(n, 11);
+  long double naive = 0;
+  for (float x : g) naive += static_cast<long double>(x) * x;
+  const double whole = global_grad_norm({{g.data(), n}});
+  EXPECT_NEAR(whole, std::sqrt(static_cast<double>(naive)), 1e-12 * whole);
+  // Chunks are cut per tensor, so a different split may differ in the last bits, but not more.
+  const double split = global_grad_norm({{g.data(), 1000}, {g.data() + 1000, n - 1000}});
+  EXPECT_NEAR(split, whole, 1e-12 * whole);
+  // The same input gives the same bits every time.
+  EXPECT_EQ(global_grad_norm({{g.data(), n}}), whole);
+}
+
+TEST(ClipCoefficient, ClampsToOne) {
+  EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0f);
+  EXPECT_EQ(clip_coefficient(0.0, 1.0), 1.0f);
+  // max_norm / (norm + 1e-6): 1 / (13 + 1e-6) in fp32, as torch computes it.
+  const float expected = (1.0f / (13.0f + static_cast<float>(1e-6))) * 1.0f;
+  EXPECT_EQ(clip_coefficient(13.0, 1.0), expected);
+  EXPECT_NEAR(clip_coefficient(13.0, 1.0), 1.0 / 13.0, 1e-7);
+  EXPECT_NEAR(clip_coefficient(4.0, 2.0), 0.5, 1e-6);
+  // Just above max_norm still clips (the 1e-6 is below fp32's resolution at 1.0, so the coefficient
+  // rounds to exactly 1 or less).
+  EXPECT_LE(clip_coefficient(1.0000001, 1.0), 1.0f);
+}
+
+TEST(ClipCoefficient, NonPositiveMaxNormMeansNoClipping) {
+  EXPECT_EQ(clip_coefficient(100.0, 0.0), 1.0f);
+  EXPECT_EQ(clip_coefficient(100.0, -1.0), 1.0f);
+}
+
+TEST(ClipCoefficient, NonFiniteNormsBehaveAsInTorch) {
+  EXPECT_EQ(clip_coefficient(std::numeric_limits<double>::infinity(), 1.0), 0.0f);
+  EXPECT_TRUE(std::isnan(clip_coefficient(std::nan(""), 1.0)));
+}
+
+}  // namespace
+}  // namespace ferry
