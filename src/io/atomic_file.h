@@ -1,0 +1,45 @@
+// Writing a file so that readers see either the old content or the complete new one.
+//
+// The bytes go to PATH.tmp; commit() fsyncs it, renames it onto PATH and fsyncs the directory.
+// A crash (or an exception) before commit() leaves PATH untouched. Saves of weights and
+// checkpoints go through here (DESIGN.md §4).
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <string_view>
+
+namespace ferry {
+
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::filesystem::path path);
+  // Removes the temporary file when commit() did not run.
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void write(const void* data, size_t bytes);
+  void write(std::string_view text) { write(text.data(), text.size()); }
+  // Bytes written so far.
+  size_t size() const { return written_; }
+  // Makes the file durable and visible under its final name.
+  void commit();
+
+  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& temp_path() const { return temp_path_; }
+
+ private:
+  std::filesystem::path path_;
+  std::filesystem::path temp_path_;
+  int fd_ = -1;
+  size_t written_ = 0;
+};
+
+// The whole content at once.
+void write_file_atomic(const std::filesystem::path& path, std::string_view content);
+
+// fsyncs a directory so that a rename or unlink inside it survives a crash.
+void sync_directory(const std::filesystem::path& dir);
+
+}  // namespace ferry
