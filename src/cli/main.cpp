@@ -1,6 +1,28 @@
+// ferry's command line: `ferry train | init | demo`.
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "core/error.h"
 
 int main(int argc, char** argv) {
-  std::fprintf(stderr, "ferry: not yet\n");
-  return 1;
+  CLI::App app{"ferry: full-parameter fine-tuning of large language models on GPUs smaller than the model"};
+  app.require_subcommand(1);
+  ferry::cli::add_train_command(app);
+  ferry::cli::add_init_command(app);
+  ferry::cli::add_demo_command(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const ferry::Error& e) {
+    std::fprintf(stderr, "ferry: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferry: unexpected error: %s\n", e.what());
+    return 3;
+  }
+  return ferry::cli::exit_code();
 }

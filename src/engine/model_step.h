@@ -1,0 +1,56 @@
+// Loss and gradients of one optimizer step over host memory, layer-major (DESIGN.md §1):
+// every micro-chunk passes through layer i before any passes through layer i+1; only layer
+// inputs are kept, and the backward recomputes each layer from its input.
+//
+// This is the plain in-memory executor. Every offloading schedule must reproduce its losses and
+// gradients bit for bit on the CPU backend.
+#pragma once
+
+#include <vector>
+
+#include "engine/step_batch.h"
+#include "io/model_config.h"
+#include "model/decoder_layer.h"
+#include "model/lm_head.h"
+#include "model/unit_layout.h"
+#include "ops/ops.h"
+
+namespace ferry {
+
+struct StepLoss {
+  double loss_sum = 0.0;      // summed cross-entropy over counted tokens
+  int64_t counted_tokens = 0;
+  double mean() const { return counted_tokens > 0 ? loss_sum / static_cast<double>(counted_tokens) : 0.0; }
+};
+
+class ModelStep {
+ public:
+  // Sized for micro-chunks of up to `max_chunk_tokens` tokens and steps of up to `max_chunks`
+  // chunks. All memory is allocated here, once.
+  ModelStep(const ModelConfig& config, const ModelLayout& layout, Ops& ops, int64_t max_chunk_tokens,
+            int64_t max_chunks);
+
+  // Zeroes `grads`, then computes the step: loss and grads of (summed loss / counted tokens).
+  // params and grads hold one fp32 buffer per unit, laid out by the layout.
+  StepLoss run(const std::vector<float*>& params, const std::vector<float*>& grads, const StepBatch& batch);
+
+  // Forward only, for evaluation: logits (T,V) of one chunk (T <= max_chunk_tokens).
+  void logits(const std::vector<float*>& params, const TokenChunk& chunk, float* logits_out);
+
+ private:
+  LayerContext context() const { return LayerContext{&config_, inv_freq_.data()}; }
+
+  ModelConfig config_;
+  ModelLayout layout_;
+  Ops& ops_;
+  int64_t max_chunk_tokens_;
+  int64_t max_chunks_;
+  std::vector<float> inv_freq_;
+  std::vector<float> boundary_;   // (L+1, chunks, T, H) layer inputs (index L: the head's input)
+  std::vector<float> chunk_grads_;  // (chunks, T, H): d loss / d (current layer's output), per chunk
+  std::vector<float> scratch_;
+  LayerScratch layer_scratch_;
+  HeadScratch head_scratch_;
+};
+
+}  // namespace ferry

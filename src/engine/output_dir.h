@@ -1,0 +1,25 @@
+// Writing a Hugging Face model directory that transformers, vLLM and llama.cpp's converter load:
+// weights in the requested dtype with `__metadata__ {"format":"pt"}` (sharded past a size),
+// config.json repeated from the input with only changed keys edited, tokenizer and generation
+// files copied byte for byte.
+#pragma once
+
+#include <filesystem>
+#include <vector>
+
+#include "io/model_config.h"
+#include "model/unit_layout.h"
+
+namespace ferry {
+
+// `source_dir` is the model directory training started from (its non-weight files are copied);
+// it may be empty for a model created from scratch. `units` are fp32 buffers laid out by `layout`.
+void write_hf_model_dir(const std::filesystem::path& out_dir, const std::filesystem::path& source_dir,
+                        const ModelConfig& config, const ModelLayout& layout, const std::vector<const float*>& units,
+                        DType dtype, size_t max_shard_bytes);
+
+// The config.json text for `config` saved in `dtype`: the input's bytes when nothing changed,
+// else the input's keys with the dtype keys edited.
+std::string config_json_text(const ModelConfig& config, DType dtype, const std::filesystem::path& source_dir);
+
+}  // namespace ferry

@@ -1,0 +1,50 @@
+#include "engine/step_batch.h"
+
+#include "core/error.h"
+#include "data/packing.h"
+#include "ops/ops.h"
+
+namespace ferry {
+
+TokenChunk StepBatch::chunk(int64_t c) const {
+  FERRY_ASSERT(c >= 0 && c < chunks());
+  const size_t begin = static_cast<size_t>(c * chunk_tokens());
+  TokenChunk t;
+  t.tokens = chunk_tokens();
+  t.ids = ids.data() + begin;
+  t.targets = targets.data() + begin;
+  t.positions = positions.data() + begin;
+  t.doc_start = doc_start.data() + begin;
+  return t;
+}
+
+int64_t StepBatch::counted_tokens() const {
+  int64_t n = 0;
+  for (int32_t t : targets) n += (t != kIgnoreIndex);
+  return n;
+}
+
+StepBatch make_step_batch(const std::vector<const PackedRow*>& rows, int64_t seq_len, int64_t micro_batch) {
+  FERRY_ASSERT(!rows.empty() && static_cast<int64_t>(rows.size()) % micro_batch == 0);
+  StepBatch b;
+  b.rows = static_cast<int64_t>(rows.size());
+  b.seq_len = seq_len;
+  b.micro_batch = micro_batch;
+  const size_t total = static_cast<size_t>(b.rows * seq_len);
+  b.ids.reserve(total);
+  b.targets.reserve(total);
+  b.positions.reserve(total);
+  b.doc_start.reserve(total);
+  for (int64_t r = 0; r < b.rows; ++r) {
+    const PackedRow& row = *rows[static_cast<size_t>(r)];
+    FERRY_ASSERT(static_cast<int64_t>(row.input_ids.size()) == seq_len);
+    const int32_t row_offset = static_cast<int32_t>((r % micro_batch) * seq_len);
+    b.ids.insert(b.ids.end(), row.input_ids.begin(), row.input_ids.end());
+    b.targets.insert(b.targets.end(), row.targets.begin(), row.targets.end());
+    b.positions.insert(b.positions.end(), row.positions.begin(), row.positions.end());
+    for (int32_t s : row.doc_start) b.doc_start.push_back(row_offset + s);
+  }
+  return b;
+}
+
+}  // namespace ferry

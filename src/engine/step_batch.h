@@ -1,0 +1,30 @@
+// The rows of one optimizer step, flattened and cut into micro-chunks of `micro_batch` rows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/token_chunk.h"
+
+namespace ferry {
+
+struct PackedRow;
+
+struct StepBatch {
+  int64_t rows = 0;
+  int64_t seq_len = 0;
+  int64_t micro_batch = 1;
+  // rows * seq_len each. doc_start is relative to the start of the row's micro-chunk, so a chunk's
+  // slice can be handed to the ops as it is.
+  std::vector<int32_t> ids, targets, positions, doc_start;
+
+  int64_t chunks() const { return rows / micro_batch; }
+  int64_t chunk_tokens() const { return micro_batch * seq_len; }
+  TokenChunk chunk(int64_t c) const;
+  // Tokens whose target is counted by the loss, over the whole step.
+  int64_t counted_tokens() const;
+};
+
+StepBatch make_step_batch(const std::vector<const PackedRow*>& rows, int64_t seq_len, int64_t micro_batch);
+
+}  // namespace ferry

@@ -1,0 +1,230 @@
+#include "engine/train_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr const char* kWhere = "config";
+
+template <typename T>
+T scalar_as(const YAML::Node& node, const std::string& key, const char* kind) {
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    fail(kWhere, "'{}' must be {}, got '{}'", key, kind, node.IsScalar() ? node.Scalar() : std::string("(not a scalar)"));
+  }
+}
+
+bool parse_bool(const YAML::Node& node, const std::string& key) { return scalar_as<bool>(node, key, "true or false"); }
+int64_t parse_int(const YAML::Node& node, const std::string& key) {
+  // Accept 1e3-style integers written by people ("max_steps: 1e3").
+  if (node.IsScalar()) {
+    const std::string& s = node.Scalar();
+    if (s.find_first_of("eE.") != std::string::npos) {
+      const double d = scalar_as<double>(node, key, "an integer");
+      FERRY_CHECK(d == static_cast<double>(static_cast<int64_t>(d)), kWhere, "'{}' must be an integer, got '{}'", key, s);
+      return static_cast<int64_t>(d);
+    }
+  }
+  return scalar_as<int64_t>(node, key, "an integer");
+}
+double parse_double(const YAML::Node& node, const std::string& key) { return scalar_as<double>(node, key, "a number"); }
+std::string parse_string(const YAML::Node& node, const std::string& key) {
+  FERRY_CHECK(node.IsScalar(), kWhere, "'{}' must be a string", key);
+  return node.Scalar();
+}
+
+using Setter = std::function<void(TrainConfig&, const YAML::Node&, const std::string&)>;
+
+const std::map<std::string, Setter>& setters() {
+  static const std::map<std::string, Setter> table = {
+      {"model", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.model = parse_string(n, k); }},
+      {"data",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.data.clear();
+         if (n.IsSequence()) {
+           for (const auto& item : n) c.data.emplace_back(parse_string(item, k));
+         } else {
+           // A comma-separated list also works on the command line: data=a.jsonl,b.jsonl
+           std::stringstream ss(parse_string(n, k));
+           std::string part;
+           while (std::getline(ss, part, ','))
+             if (!part.empty()) c.data.emplace_back(part);
+         }
+       }},
+      {"data_format", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.data_format = parse_string(n, k); }},
+      {"output_dir", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.output_dir = parse_string(n, k); }},
+      {"skip_malformed", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.skip_malformed = parse_bool(n, k); }},
+      {"seq_len", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.seq_len = parse_int(n, k); }},
+      {"global_batch", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.global_batch = parse_int(n, k); }},
+      {"micro_batch", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.micro_batch = parse_int(n, k); }},
+      {"packing", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.packing = parse_bool(n, k); }},
+      {"max_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_steps = parse_int(n, k); }},
+      {"epochs", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.epochs = parse_double(n, k); }},
+      {"learning_rate", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.learning_rate = parse_double(n, k); }},
+      {"lr_scheduler_type",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.lr_scheduler_type = parse_lr_schedule(parse_string(n, k)); }},
+      {"warmup_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.warmup_steps = parse_int(n, k); }},
+      {"warmup_ratio", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.warmup_ratio = parse_double(n, k); }},
+      {"min_lr_ratio", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.min_lr_ratio = parse_double(n, k); }},
+      {"weight_decay", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.weight_decay = parse_double(n, k); }},
+      {"adam_beta1", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.adam_beta1 = parse_double(n, k); }},
+      {"adam_beta2", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.adam_beta2 = parse_double(n, k); }},
+      {"adam_epsilon", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.adam_epsilon = parse_double(n, k); }},
+      {"max_grad_norm", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_grad_norm = parse_double(n, k); }},
+      {"decay_norms_and_biases",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.decay_norms_and_biases = parse_bool(n, k); }},
+      {"seed", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.seed = static_cast<uint64_t>(parse_int(n, k)); }},
+      {"logging_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.logging_steps = parse_int(n, k); }},
+      {"save_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_steps = parse_int(n, k); }},
+      {"save_total_limit", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_total_limit = parse_int(n, k); }},
+      {"resume", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.resume = parse_bool(n, k); }},
+      {"save_dtype", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_dtype = parse_string(n, k); }},
+      {"max_shard_size",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_shard_bytes = parse_byte_size(parse_string(n, k), k); }},
+      {"device", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.device = parse_string(n, k); }},
+      {"gpu_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_memory = parse_string(n, k); }},
+      {"threads", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.threads = parse_int(n, k); }},
+  };
+  return table;
+}
+
+// Other projects' spellings of the same keys, accepted so that configs port over.
+const std::map<std::string, std::string>& aliases() {
+  static const std::map<std::string, std::string> table = {
+      {"lr", "learning_rate"},
+      {"model_name_or_path", "model"},
+      {"dataset", "data"},
+      {"cutoff_len", "seq_len"},
+      {"max_seq_len", "seq_len"},
+      {"num_train_epochs", "epochs"},
+      {"per_device_train_batch_size", "micro_batch"},
+      {"grad_clip", "max_grad_norm"},
+      {"scheduler", "lr_scheduler_type"},
+  };
+  return table;
+}
+
+std::string known_keys() {
+  std::string s;
+  for (const auto& [k, _] : setters()) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+void apply(TrainConfig& c, std::string key, const YAML::Node& value, const std::string& source) {
+  if (auto a = aliases().find(key); a != aliases().end()) key = a->second;
+  auto it = setters().find(key);
+  FERRY_CHECK(it != setters().end(), kWhere, "{}: unknown key '{}'; the keys are: {}", source, key, known_keys());
+  it->second(c, value, key);
+}
+
+}  // namespace
+
+int64_t parse_byte_size(const std::string& text, const std::string& key) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  FERRY_CHECK(i > 0, kWhere, "'{}' must be a size such as 24GiB or 512MiB, got '{}'", key, text);
+  const double number = std::stod(text.substr(0, i));
+  std::string unit = text.substr(i);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  static const std::map<std::string, double> units = {
+      {"", 1},          {"B", 1},           {"KB", 1e3},          {"MB", 1e6},         {"GB", 1e9},
+      {"TB", 1e12},     {"KiB", 1024.0},    {"MiB", 1048576.0},   {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"K", 1024.0},    {"M", 1048576.0},   {"G", 1073741824.0},
+  };
+  auto u = units.find(unit);
+  FERRY_CHECK(u != units.end(), kWhere, "'{}': unknown size unit '{}' in '{}'; use B, KiB, MiB, GiB, TiB (or KB, MB, GB)",
+              key, unit, text);
+  return static_cast<int64_t>(number * u->second);
+}
+
+TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                               const std::string& source) {
+  TrainConfig c;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    fail(kWhere, "{}: not valid YAML: {}", source, e.what());
+  }
+  if (root && !root.IsNull()) {
+    FERRY_CHECK(root.IsMap(), kWhere, "{}: the config must be a mapping of key: value lines", source);
+    for (const auto& item : root) apply(c, item.first.as<std::string>(), item.second, source);
+  }
+  for (const auto& o : overrides) {
+    const size_t eq = o.find('=');
+    FERRY_CHECK(eq != std::string::npos && eq > 0, kWhere, "override '{}' must look like key=value", o);
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      fail(kWhere, "override '{}': value is not valid YAML: {}", o, e.what());
+    }
+    if (!value || value.IsNull()) value = YAML::Node(std::string());
+    apply(c, o.substr(0, eq), value, "command line");
+  }
+  validate_train_config(c);
+  return c;
+}
+
+TrainConfig load_train_config(const std::filesystem::path& yaml_path, const std::vector<std::string>& overrides) {
+  std::ifstream in(yaml_path);
+  FERRY_CHECK(in.good(), kWhere, "cannot read '{}'; check the path", yaml_path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  TrainConfig c = parse_train_config(ss.str(), overrides, yaml_path.string());
+  // Relative paths in a config file are relative to the file, as people expect when they move
+  // a project directory around.
+  const auto base = yaml_path.parent_path();
+  auto resolve = [&](std::filesystem::path& p) {
+    if (!p.empty() && p.is_relative() && !base.empty()) p = base / p;
+  };
+  resolve(c.model);
+  resolve(c.output_dir);
+  for (auto& d : c.data) resolve(d);
+  return c;
+}
+
+void validate_train_config(const TrainConfig& c) {
+  FERRY_CHECK(c.seq_len >= 2, kWhere, "seq_len must be at least 2, got {}", c.seq_len);
+  FERRY_CHECK(c.global_batch >= 1, kWhere, "global_batch must be at least 1, got {}", c.global_batch);
+  FERRY_CHECK(c.micro_batch >= 1, kWhere, "micro_batch must be at least 1, got {}", c.micro_batch);
+  FERRY_CHECK(c.global_batch % c.micro_batch == 0, kWhere,
+              "global_batch ({}) must be a multiple of micro_batch ({})", c.global_batch, c.micro_batch);
+  FERRY_CHECK(c.max_steps >= 0, kWhere, "max_steps must be >= 0");
+  FERRY_CHECK(c.max_steps > 0 || c.epochs > 0, kWhere, "set max_steps or epochs to a positive value");
+  FERRY_CHECK(c.learning_rate >= 0, kWhere, "learning_rate must be >= 0, got {}", c.learning_rate);
+  FERRY_CHECK(c.warmup_steps >= 0, kWhere, "warmup_steps must be >= 0");
+  FERRY_CHECK(c.warmup_ratio >= 0 && c.warmup_ratio <= 1, kWhere, "warmup_ratio must be in [0, 1]");
+  FERRY_CHECK(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, kWhere, "min_lr_ratio must be in [0, 1]");
+  FERRY_CHECK(c.weight_decay >= 0, kWhere, "weight_decay must be >= 0");
+  FERRY_CHECK(c.adam_beta1 >= 0 && c.adam_beta1 < 1, kWhere, "adam_beta1 must be in [0, 1), got {}", c.adam_beta1);
+  FERRY_CHECK(c.adam_beta2 >= 0 && c.adam_beta2 < 1, kWhere, "adam_beta2 must be in [0, 1), got {}", c.adam_beta2);
+  FERRY_CHECK(c.adam_epsilon >= 0, kWhere, "adam_epsilon must be >= 0");
+  FERRY_CHECK(c.max_grad_norm >= 0, kWhere, "max_grad_norm must be >= 0 (0 disables clipping)");
+  FERRY_CHECK(c.logging_steps >= 1, kWhere, "logging_steps must be at least 1");
+  FERRY_CHECK(c.save_steps >= 0, kWhere, "save_steps must be >= 0");
+  FERRY_CHECK(c.save_total_limit >= 0, kWhere, "save_total_limit must be >= 0");
+  FERRY_CHECK(c.threads >= 0, kWhere, "threads must be >= 0");
+  FERRY_CHECK(c.data_format == "tokens", kWhere,
+              "data_format '{}' is not supported yet; use 'tokens' (JSONL with input_ids and optional labels)",
+              c.data_format);
+  FERRY_CHECK(c.device == "auto" || c.device == "cpu" || c.device == "sim" || c.device == "cuda", kWhere,
+              "device must be one of cpu, sim, cuda, auto; got '{}'", c.device);
+  FERRY_CHECK(c.save_dtype == "auto" || c.save_dtype == "float32" || c.save_dtype == "bfloat16" ||
+                  c.save_dtype == "float16",
+              kWhere, "save_dtype must be auto, float32, bfloat16 or float16; got '{}'", c.save_dtype);
+  if (!c.gpu_memory.empty()) parse_byte_size(c.gpu_memory, "gpu_memory");
+}
+
+}  // namespace ferry

@@ -1,0 +1,71 @@
+// The training configuration: one YAML file plus key=value overrides (`ferry train CONFIG.yaml
+// lr=1e-5 max_steps=100`). Names follow Hugging Face TrainingArguments / LLaMA-Factory where
+// they have one. Unknown keys are errors, so a typo never silently falls back to a default.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "optim/lr_schedule.h"
+
+namespace ferry {
+
+struct TrainConfig {
+  // what to train, on what, and where the result goes
+  std::filesystem::path model;               // Hugging Face model directory
+  std::vector<std::filesystem::path> data;   // JSONL files
+  std::string data_format = "tokens";        // pre-tokenized `input_ids` (+ optional `labels`)
+  std::filesystem::path output_dir;
+  bool skip_malformed = false;               // skip (and count) malformed records instead of failing
+
+  // batch geometry
+  int64_t seq_len = 2048;       // tokens per sequence (cutoff_len)
+  int64_t global_batch = 8;     // sequences per optimizer step
+  int64_t micro_batch = 1;      // sequences per micro-chunk inside a layer
+  bool packing = true;          // pack documents into sequences (with document masking)
+
+  // length of training
+  int64_t max_steps = 0;        // 0: derived from epochs
+  double epochs = 1.0;
+
+  // optimizer and schedule (torch.optim.AdamW + transformers schedules)
+  double learning_rate = 2e-5;
+  LrSchedule lr_scheduler_type = LrSchedule::Cosine;
+  int64_t warmup_steps = 0;
+  double warmup_ratio = 0.0;    // used when warmup_steps is 0
+  double min_lr_ratio = 0.0;
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_epsilon = 1e-8;
+  double max_grad_norm = 1.0;   // 0 disables clipping
+  bool decay_norms_and_biases = false;
+
+  // bookkeeping
+  uint64_t seed = 42;
+  int64_t logging_steps = 1;
+  int64_t save_steps = 0;       // 0: save only at the end
+  int64_t save_total_limit = 2; // checkpoints kept (0: keep all)
+  bool resume = false;          // continue from the newest complete checkpoint in output_dir
+  std::string save_dtype = "auto";  // dtype of the output weights; auto = the input's
+  int64_t max_shard_bytes = 5ll << 30;
+
+  // execution
+  std::string device = "auto";  // cpu | sim | cuda | auto
+  std::string gpu_memory;       // e.g. "24GiB"; bounds the (simulated) GPU
+  int64_t threads = 0;          // CPU threads; 0 = all cores
+};
+
+// Reads the YAML file (may be empty) and applies "key=value" overrides; validates everything.
+TrainConfig load_train_config(const std::filesystem::path& yaml_path, const std::vector<std::string>& overrides);
+// Parses YAML text (for tests and the demo). `source` names it in errors.
+TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                               const std::string& source);
+// Checks values and combinations; throws ferry::Error naming the key and what to do.
+void validate_train_config(const TrainConfig& config);
+// Parses sizes like "24GiB", "512MiB", "5GB", "1000000".
+int64_t parse_byte_size(const std::string& text, const std::string& key);
+
+}  // namespace ferry

@@ -1,0 +1,227 @@
+#include "engine/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "data/batch_sampler.h"
+#include "data/packing.h"
+#include "data/token_dataset.h"
+#include "engine/checkpoint.h"
+#include "engine/model_step.h"
+#include "engine/output_dir.h"
+#include "engine/step_batch.h"
+#include "engine/unit_optimizer.h"
+#include "model/model_weights.h"
+#include "ops/ops.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr const char* kWhere = "train";
+
+template <typename T>
+std::vector<T*> pointers(std::vector<std::vector<float>>& buffers) {
+  std::vector<T*> out;
+  for (auto& b : buffers) out.push_back(b.data());
+  return out;
+}
+
+DType resolve_save_dtype(const TrainConfig& config, const ModelConfig& model) {
+  if (config.save_dtype == "auto") return model.dtype;
+  DType d;
+  FERRY_CHECK(parse_torch_dtype(config.save_dtype, &d), kWhere, "unknown save_dtype '{}'", config.save_dtype);
+  return d;
+}
+
+nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows) {
+  nlohmann::json data = nlohmann::json::array();
+  for (const auto& p : c.data) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(p, ec);
+    data.push_back({{"name", p.filename().string()}, {"bytes", ec ? -1 : static_cast<int64_t>(size)}});
+  }
+  return {{"data", data},
+          {"rows", rows},
+          {"seq_len", c.seq_len},
+          {"global_batch", c.global_batch},
+          {"micro_batch", c.micro_batch},
+          {"packing", c.packing},
+          {"seed", c.seed}};
+}
+
+void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json& now, const std::string& where) {
+  for (const auto& [key, value] : now.items()) {
+    if (!saved.contains(key)) continue;
+    FERRY_CHECK(saved[key] == value, kWhere,
+                "cannot resume exactly from {}: '{}' was {} when it was saved and is {} now; restore the setting "
+                "or start a new output_dir",
+                where, key, saved[key].dump(), value.dump());
+  }
+}
+
+void select_device(const TrainConfig& config) {
+  if (config.device == "auto" || config.device == "cpu") return;
+  fail(kWhere, "device '{}' is not available in this build; use device: cpu (or auto)", config.device);
+}
+
+}  // namespace
+
+TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
+  validate_train_config(config);
+  select_device(config);
+  FERRY_CHECK(!config.model.empty(), kWhere, "no model given; set `model:` to a Hugging Face model directory");
+  FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more JSONL files");
+  FERRY_CHECK(!config.output_dir.empty(), kWhere, "no output_dir given; set `output_dir:`");
+  if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
+
+  // Everything is read and checked before any long work starts.
+  ModelWeights weights = load_model_weights(config.model);
+  const ModelConfig& mc = weights.config;
+  if (mc.sliding_window && *mc.sliding_window < config.seq_len) {
+    fail(kWhere, "{} uses sliding-window attention of {} tokens, shorter than seq_len {}; ferry trains full "
+                 "attention only: set seq_len <= {}",
+         mc.architecture_name, *mc.sliding_window, config.seq_len, *mc.sliding_window);
+  }
+  TokenDataOptions data_options;
+  data_options.vocab_size = mc.vocab_size;
+  data_options.skip_malformed = config.skip_malformed;
+  std::vector<Document> documents;
+  for (const auto& path : config.data) {
+    auto docs = load_token_jsonl(path, data_options);
+    documents.insert(documents.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
+  }
+  FERRY_CHECK(!documents.empty(), kWhere, "the data holds no documents; check the files in `data:`");
+  const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, config.packing);
+  FERRY_CHECK(!rows.empty(), kWhere, "packing produced no sequences");
+
+  const int64_t total_steps =
+      config.max_steps > 0
+          ? config.max_steps
+          : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(config.epochs * static_cast<double>(rows.size()) /
+                                                                static_cast<double>(config.global_batch))));
+  const int64_t warmup = config.warmup_steps > 0
+                             ? config.warmup_steps
+                             : static_cast<int64_t>(std::ceil(config.warmup_ratio * static_cast<double>(total_steps)));
+  const DType save_dtype = resolve_save_dtype(config, mc);
+
+  auto ops = make_cpu_ops();
+  ModelStep model_step(mc, weights.layout, *ops, config.micro_batch * config.seq_len,
+                       config.global_batch / config.micro_batch);
+  UnitOptimizer optimizer(weights.layout, config.decay_norms_and_biases);
+  std::vector<std::vector<float>> grads;
+  for (const auto& u : weights.layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
+
+  BatchSampler sampler(rows.size(), config.seed);
+  const nlohmann::json fingerprint = run_fingerprint(config, rows.size());
+  int64_t step = 0;
+  std::filesystem::create_directories(config.output_dir);
+  if (config.resume) {
+    auto latest = find_latest_checkpoint(config.output_dir);
+    if (!latest) {
+      log_warn("resume: no complete checkpoint in {}; starting from the beginning", config.output_dir.string());
+    } else {
+      TrainerState state = load_checkpoint(*latest, weights.layout, pointers<float>(weights.units),
+                                           pointers<float>(optimizer.m()), pointers<float>(optimizer.v()));
+      check_resume_fingerprint(state.fingerprint, fingerprint, latest->string());
+      step = state.step;
+      sampler.seek(DataPosition{state.data_epoch, state.data_index});
+      log_info("resumed from {} at step {}", latest->string(), step);
+    }
+  }
+
+  log_info("model {} ({} layers, hidden {}, {:.1f}M parameters, {})", mc.architecture_name, mc.num_layers,
+           mc.hidden_size, static_cast<double>(weights.layout.parameter_count()) / 1e6, torch_dtype_name(mc.dtype));
+  log_info("data: {} documents -> {} sequences of {} tokens; {} steps of {} sequences (micro-batch {}), warmup {}",
+           documents.size(), rows.size(), config.seq_len, total_steps, config.global_batch, config.micro_batch, warmup);
+  log_info("device cpu ({} threads, {} ops)", ThreadPool::global().size(), ops->name());
+
+  auto checkpoint_view = [&]() {
+    CheckpointView view;
+    view.config = &mc;
+    view.layout = &weights.layout;
+    view.source_dir = config.model;
+    view.save_dtype = save_dtype;
+    view.max_shard_bytes = static_cast<size_t>(config.max_shard_bytes);
+    for (auto& b : weights.units) view.masters.push_back(b.data());
+    for (auto& b : optimizer.m()) view.m.push_back(b.data());
+    for (auto& b : optimizer.v()) view.v.push_back(b.data());
+    const DataPosition pos = sampler.position();
+    view.state = TrainerState{step, pos.epoch, pos.index, fingerprint};
+    return view;
+  };
+
+  std::ofstream metrics(config.output_dir / "metrics.jsonl", std::ios::app);
+  AdamWHyper hyper;
+  hyper.beta1 = config.adam_beta1;
+  hyper.beta2 = config.adam_beta2;
+  hyper.eps = config.adam_epsilon;
+  hyper.weight_decay = config.weight_decay;
+
+  TrainSummary summary;
+  std::vector<const PackedRow*> step_rows;
+  while (step < total_steps) {
+    const auto start = std::chrono::steady_clock::now();
+    step_rows.clear();
+    for (size_t index : sampler.next_rows(static_cast<size_t>(config.global_batch))) step_rows.push_back(&rows[index]);
+    const StepBatch batch = make_step_batch(step_rows, config.seq_len, config.micro_batch);
+    const StepLoss loss = model_step.run(pointers<float>(weights.units), pointers<float>(grads), batch);
+    if (loss.counted_tokens == 0)
+      log_warn("step {}: every target is masked; the gradient is zero for this step", step + 1);
+    hyper.lr = lr_at(config.lr_scheduler_type, config.learning_rate, step, warmup, total_steps, config.min_lr_ratio);
+    const UpdateStats update =
+        optimizer.step(pointers<float>(weights.units), pointers<const float>(grads), hyper, config.max_grad_norm, step + 1);
+    ++step;
+    FERRY_CHECK(std::isfinite(loss.mean()) && std::isfinite(update.grad_norm), kWhere,
+                "step {}: loss {} / grad norm {} is not finite; lower learning_rate or check the data (the last "
+                "checkpoint is intact)",
+                step, loss.mean(), update.grad_norm);
+
+    StepRecord record;
+    record.step = step;
+    record.total_steps = total_steps;
+    record.loss = loss.mean();
+    record.lr = hyper.lr;
+    record.grad_norm = update.grad_norm;
+    record.tokens = batch.rows * batch.seq_len;
+    record.counted_tokens = loss.counted_tokens;
+    record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    summary.steps.push_back(record);
+    if (hooks.on_step) hooks.on_step(record);
+    if (step % config.logging_steps == 0 || step == total_steps) {
+      log_info("step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.0f} tok/s", step, total_steps,
+               record.loss, record.lr, record.grad_norm, static_cast<double>(record.tokens) / record.seconds);
+    }
+    metrics << nlohmann::json{{"step", step},           {"loss", record.loss},
+                              {"lr", record.lr},         {"grad_norm", record.grad_norm},
+                              {"tokens", record.tokens}, {"seconds", record.seconds}}
+                   .dump()
+            << "\n";
+    metrics.flush();
+
+    const bool stop_early = hooks.stop_after_steps > 0 && step >= hooks.stop_after_steps && step < total_steps;
+    if ((config.save_steps > 0 && (step % config.save_steps == 0 || step == total_steps)) || stop_early) {
+      const auto path = save_checkpoint(config.output_dir, checkpoint_view(), config.save_total_limit);
+      log_info("saved {}", path.string());
+    }
+    if (stop_early) {
+      summary.final_step = step;
+      return summary;
+    }
+  }
+
+  std::vector<const float*> masters;
+  for (auto& b : weights.units) masters.push_back(b.data());
+  write_hf_model_dir(config.output_dir, config.model, mc, weights.layout, masters, save_dtype,
+                     static_cast<size_t>(config.max_shard_bytes));
+  log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
+  summary.final_step = step;
+  summary.finished = true;
+  return summary;
+}
+
+}  // namespace ferry
