@@ -1,0 +1,115 @@
+// Fused lm_head + cross-entropy: logits = x @ w^T are formed a chunk of tokens at a time, so the
+// memory is (chunk, V) instead of (T, V), turned into the loss and, when asked, in place into
+// dlogits = grad_scale * (softmax - onehot), which two sgemms carry back to dx and dw.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/cpu/check.h"
+#include "ops/cpu/cpu_ops.h"
+
+namespace ferry {
+
+namespace {
+
+// Tokens per chunk: 256, fewer for a large vocabulary so a chunk stays near 32 MiB of logits.
+int64_t chunk_tokens(int64_t V) {
+  constexpr int64_t kMaxFloats = int64_t{1} << 23;
+  return std::clamp<int64_t>(kMaxFloats / std::max<int64_t>(V, 1), 16, 256);
+}
+
+}  // namespace
+
+// x (T,H), w (V,H), targets (T) -> sum over counted tokens of (logsumexp(logits_t) - logits_t[target]).
+// dx (T,H) assigned and dw (V,H) accumulated, each when given; logits (T,V) written when given.
+double CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
+                                    Tensor dw, Tensor logits) {
+  const char* op = "linear_cross_entropy";
+  cpu::expect_f32(op, "w", w);
+  cpu::expect(w.ndim == 2, op, fmt::format("w is {}, expected (V, H)", w.shape_string()));
+  const int64_t V = w.shape[0], H = w.shape[1];
+  const int64_t T = cpu::expect_matrix(op, "x", x, H);
+  if (!dx.empty()) cpu::expect_like(op, "dx", dx, "x", x);
+  if (!dw.empty()) cpu::expect_like(op, "dw", dw, "w", w);
+  if (!logits.empty()) {
+    cpu::expect(cpu::expect_matrix(op, "logits", logits, V) == T, op,
+                fmt::format("logits is {}, expected ({}, {})", logits.shape_string(), T, V));
+  }
+  constexpr int64_t kMax = 0x7fffffff;
+  cpu::expect(T <= kMax && V <= kMax && H <= kMax, op,
+              fmt::format("x {} or w {} is too large for sgemm", x.shape_string(), w.shape_string()));
+  if (T == 0) return 0.0;
+  cpu::expect(targets != nullptr, op, "targets is null");
+  cpu::expect(V > 0, op, fmt::format("w is {}: the vocabulary is empty", w.shape_string()));
+  // Targets come from the data: one outside the vocabulary means data and model disagree.
+  for (int64_t t = 0; t < T; ++t) {
+    if (targets[t] != kIgnoreIndex && (targets[t] < 0 || targets[t] >= V))
+      fail("cross_entropy", "target {} at position {} is outside the vocabulary [0, {}); tokenize the data with "
+           "the model's own tokenizer", targets[t], t, V);
+  }
+
+  const bool want_grad = !dx.empty() || !dw.empty();
+  const float* xs = x.f32();
+  const float* ws = w.f32();
+  const int iV = static_cast<int>(V), iH = static_cast<int>(H);
+  const int64_t C = std::min(T, chunk_tokens(V));
+  std::vector<float> buf(static_cast<size_t>(C * V));  // (C,V): logits, then dlogits
+  std::vector<double> row_loss(static_cast<size_t>(T), 0.0);
+
+  for (int64_t t0 = 0; t0 < T; t0 += C) {
+    const int64_t n = std::min(C, T - t0);
+    const float* xc = xs + t0 * H;
+    if (H > 0) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), iV, iH, 1.0f, xc, iH, ws, iH,
+                  0.0f, buf.data(), iV);
+    } else {
+      std::fill(buf.begin(), buf.begin() + n * V, 0.0f);
+    }
+    if (!logits.empty()) std::memcpy(logits.f32() + t0 * V, buf.data(), static_cast<size_t>(n * V) * sizeof(float));
+
+    ThreadPool::global().parallel_for(
+        n,
+        [&](size_t r0, size_t r1) {
+          for (size_t r = r0; r < r1; ++r) {
+            float* row = buf.data() + r * V;
+            const int32_t target = targets[t0 + r];
+            if (target == kIgnoreIndex) {
+              if (want_grad) std::fill(row, row + V, 0.0f);
+              continue;
+            }
+            float m = row[0];
+            for (int64_t i = 1; i < V; ++i) m = std::max(m, row[i]);
+            double sum = 0.0;
+            for (int64_t i = 0; i < V; ++i) sum += std::exp(row[i] - m);
+            row_loss[t0 + r] = (static_cast<double>(m) + std::log(sum)) - static_cast<double>(row[target]);
+            if (want_grad) {
+              const float c = static_cast<float>(static_cast<double>(grad_scale) / sum);
+              for (int64_t i = 0; i < V; ++i) row[i] = std::exp(row[i] - m) * c;
+              row[target] -= grad_scale;
+            }
+          }
+        },
+        4);
+
+    if (!want_grad || H == 0) continue;
+    // dx (n,H) = dlogits (n,V) @ w (V,H);  dw (V,H) += dlogits^T @ x (n,H).
+    if (!dx.empty()) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), iH, iV, 1.0f, buf.data(), iV, ws,
+                  iH, 0.0f, dx.f32() + t0 * H, iH);
+    }
+    if (!dw.empty()) {
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iV, iH, static_cast<int>(n), 1.0f, buf.data(), iV, xc,
+                  iH, 1.0f, dw.f32(), iH);
+    }
+  }
+
+  double total = 0.0;  // in token order, whatever the partition
+  for (double l : row_loss) total += l;
+  return total;
+}
+
+}  // namespace ferry

@@ -1,0 +1,111 @@
+// Linear layer y = x @ w^T + bias through OpenBLAS sgemm (row-major), and its backward.
+//
+// sgemm is called from the calling thread only: OpenBLAS runs its own threads, and nesting it in
+// the ferry pool would oversubscribe the cores.
+#include <cblas.h>
+
+#include <algorithm>
+
+#include "core/thread_pool.h"
+#include "ops/cpu/check.h"
+#include "ops/cpu/cpu_ops.h"
+
+namespace ferry {
+
+namespace {
+
+// Returns T after checking x (T,in) and w (out,in); sets in_features and out_features.
+int64_t check_xw(const char* op, const Tensor& x, const Tensor& w, int64_t* in_features, int64_t* out_features) {
+  cpu::expect_f32(op, "w", w);
+  cpu::expect(w.ndim == 2, op, fmt::format("w is {}, expected (out, in)", w.shape_string()));
+  *out_features = w.shape[0];
+  *in_features = w.shape[1];
+  const int64_t T = cpu::expect_matrix(op, "x", x, *in_features);
+  // sgemm takes int dims.
+  constexpr int64_t kMax = 0x7fffffff;
+  cpu::expect(T <= kMax && *in_features <= kMax && *out_features <= kMax, op,
+              fmt::format("x {} or w {} is too large for sgemm", x.shape_string(), w.shape_string()));
+  return T;
+}
+
+}  // namespace
+
+// y (T,out) = x (T,in) @ w (out,in)^T + bias (out).
+void CpuOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) {
+  const char* op = "linear_forward";
+  int64_t in, out;
+  const int64_t T = check_xw(op, x, w, &in, &out);
+  cpu::expect(cpu::expect_matrix(op, "y", y, out) == T, op,
+              fmt::format("y is {} but x is {}; they must have the same rows", y.shape_string(), x.shape_string()));
+  if (!bias.empty()) cpu::expect_shape(op, "bias", bias, {out});
+  if (T == 0 || out == 0) return;
+  float* ys = y.f32();
+  if (in == 0) {
+    std::fill(ys, ys + T * out, 0.0f);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(out),
+                static_cast<int>(in), 1.0f, x.f32(), static_cast<int>(in), w.f32(), static_cast<int>(in), 0.0f, ys,
+                static_cast<int>(out));
+  }
+  if (!bias.empty()) {
+    const float* b = bias.f32();
+    ThreadPool::global().parallel_for(
+        T,
+        [&](size_t t0, size_t t1) {
+          for (size_t t = t0; t < t1; ++t)
+            for (int64_t o = 0; o < out; ++o) ys[t * out + o] += b[o];
+        },
+        std::max<size_t>(1, (1 << 14) / std::max<int64_t>(1, out)));
+  }
+}
+
+// dx (T,in) = dy (T,out) @ w (assigned, skipped when dx is empty);
+// dw (out,in) += dy^T @ x (skipped when empty); dbias (out) += column sums of dy (when given).
+void CpuOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) {
+  const char* op = "linear_backward";
+  int64_t in, out;
+  const int64_t T = check_xw(op, x, w, &in, &out);
+  cpu::expect(cpu::expect_matrix(op, "dy", dy, out) == T, op,
+              fmt::format("dy is {} but x is {}; they must have the same rows", dy.shape_string(), x.shape_string()));
+  if (!dx.empty()) cpu::expect_like(op, "dx", dx, "x", x);
+  if (!dw.empty()) cpu::expect_like(op, "dw", dw, "w", w);
+  if (!dbias.empty()) cpu::expect_shape(op, "dbias", dbias, {out});
+  if (T == 0) return;
+  const int iT = static_cast<int>(T), iin = static_cast<int>(in), iout = static_cast<int>(out);
+
+  if (!dx.empty() && in > 0) {
+    if (out == 0) {
+      std::fill(dx.f32(), dx.f32() + T * in, 0.0f);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, iin, iout, 1.0f, dy.f32(), iout, w.f32(), iin,
+                  0.0f, dx.f32(), iin);
+    }
+  }
+  if (!dw.empty() && in > 0 && out > 0) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iout, iin, iT, 1.0f, dy.f32(), iout, x.f32(), iin, 1.0f,
+                dw.f32(), iin);
+  }
+  if (!dbias.empty() && out > 0) {
+    // Each column is summed over the rows in row order by one thread: independent of thread count.
+    const float* g = dy.f32();
+    float* db = dbias.f32();
+    ThreadPool::global().parallel_for(
+        out,
+        [&](size_t c0, size_t c1) {
+          constexpr size_t kBlock = 256;
+          float acc[kBlock];
+          for (size_t b0 = c0; b0 < c1; b0 += kBlock) {
+            const size_t n = std::min(kBlock, c1 - b0);
+            for (size_t i = 0; i < n; ++i) acc[i] = 0.0f;
+            for (int64_t t = 0; t < T; ++t) {
+              const float* gr = g + t * out + b0;
+              for (size_t i = 0; i < n; ++i) acc[i] += gr[i];
+            }
+            for (size_t i = 0; i < n; ++i) db[b0 + i] += acc[i];
+          }
+        },
+        16);
+  }
+}
+
+}  // namespace ferry
