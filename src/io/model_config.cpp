@@ -433,7 +433,6 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   const RopeScaling& s = c.rope_scaling;
   const float factor = static_cast<float>(s.factor);
   const float low = static_cast<float>(s.low_freq_factor);
-  const float high = static_cast<float>(s.high_freq_factor);
   const float old_context = static_cast<float>(s.original_max_position_embeddings);
   // These two are Python floats (double) there; they only meet fp32 tensors in comparisons,
   // where torch rounds them to fp32.
