@@ -17,11 +17,10 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/ignore_index.h"
 #include "core/tensor.h"
 
 namespace ferry {
-
-constexpr int32_t kIgnoreIndex = -100;
 
 class Ops {
  public:
