@@ -1,0 +1,115 @@
+#include "data/packing.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ferry {
+
+namespace {
+
+PackedRow empty_row(int64_t seq_len) {
+  PackedRow row;
+  row.input_ids.resize(seq_len);
+  row.targets.resize(seq_len);
+  row.positions.resize(seq_len);
+  row.doc_start.resize(seq_len);
+  return row;
+}
+
+// Writes doc[offset, offset + count) at row[at, at + count) as one document of the row.
+// Returns the number of real targets written.
+int64_t place_part(const Document& doc, size_t offset, size_t count, PackedRow& row, size_t at) {
+  int64_t targets = 0;
+  for (size_t j = 0; j < count; ++j) {
+    const size_t t = at + j;
+    row.input_ids[t] = doc.input_ids[offset + j];
+    // The part's last token has nothing after it in this row to predict.
+    row.targets[t] = j + 1 < count ? doc.labels[offset + j + 1] : kIgnoreIndex;
+    row.positions[t] = static_cast<int32_t>(j);
+    row.doc_start[t] = static_cast<int32_t>(at);
+    if (row.targets[t] != kIgnoreIndex) ++targets;
+  }
+  return targets;
+}
+
+void pad_from(PackedRow& row, size_t from) {
+  for (size_t t = from; t < row.input_ids.size(); ++t) {
+    row.input_ids[t] = kPadTokenId;
+    row.targets[t] = kIgnoreIndex;
+    row.positions[t] = 0;
+    row.doc_start[t] = static_cast<int32_t>(t);
+  }
+}
+
+}  // namespace
+
+std::vector<PackedRow> pack_documents(const std::vector<Document>& documents, int64_t seq_len, bool packing,
+                                      PackStats* stats) {
+  FERRY_CHECK(seq_len >= 1, "data", "seq_len is {}; it must be at least 1", seq_len);
+  FERRY_CHECK(seq_len <= INT32_MAX, "data", "seq_len {} is too large", seq_len);
+  const size_t len = static_cast<size_t>(seq_len);
+  PackStats s;
+  std::vector<PackedRow> rows;
+
+  if (packing) {
+    PackedRow row = empty_row(seq_len);
+    size_t fill = 0;  // tokens already in `row`
+    for (const Document& doc : documents) {
+      FERRY_ASSERT(doc.labels.size() == doc.input_ids.size(), "a document's labels and input_ids differ in length");
+      if (doc.input_ids.empty()) {
+        ++s.empty_documents;
+        continue;
+      }
+      ++s.documents;
+      size_t offset = 0;
+      while (offset < doc.input_ids.size()) {
+        if (fill == len) {
+          rows.push_back(std::move(row));
+          row = empty_row(seq_len);
+          fill = 0;
+        }
+        const size_t count = std::min(doc.input_ids.size() - offset, len - fill);
+        if (offset == 0 && count < doc.input_ids.size()) ++s.split_documents;
+        s.target_tokens += place_part(doc, offset, count, row, fill);
+        offset += count;
+        fill += count;
+      }
+    }
+    if (fill > 0) {
+      s.pad_tokens += static_cast<int64_t>(len - fill);
+      pad_from(row, fill);
+      rows.push_back(std::move(row));
+    }
+  } else {
+    for (const Document& doc : documents) {
+      FERRY_ASSERT(doc.labels.size() == doc.input_ids.size(), "a document's labels and input_ids differ in length");
+      if (doc.input_ids.empty()) {
+        ++s.empty_documents;
+        continue;
+      }
+      ++s.documents;
+      const size_t count = std::min(doc.input_ids.size(), len);
+      if (count < doc.input_ids.size()) {
+        ++s.truncated_documents;
+        s.dropped_tokens += static_cast<int64_t>(doc.input_ids.size() - count);
+      }
+      PackedRow row = empty_row(seq_len);
+      s.target_tokens += place_part(doc, 0, count, row, 0);
+      s.pad_tokens += static_cast<int64_t>(len - count);
+      pad_from(row, count);
+      rows.push_back(std::move(row));
+    }
+  }
+
+  s.rows = static_cast<int64_t>(rows.size());
+  // Truncation loses training data; say so once, with the numbers (DESIGN.md §6.9).
+  if (s.truncated_documents > 0)
+    log_info("[data] {} of {} documents are longer than seq_len {} and were truncated ({} tokens dropped)",
+             s.truncated_documents, s.documents, seq_len, s.dropped_tokens);
+  if (stats) *stats = s;
+  return rows;
+}
+
+}  // namespace ferry

@@ -1,0 +1,54 @@
+// Packing: documents → rows of exactly seq_len tokens, the unit a training step consumes.
+//
+// Every token carries its own next-token target, its position and the start of its document, so a
+// row needs no further processing: the model reads positions for RoPE, attends from token t to
+// [doc_start[t], t] (causal within the document, nothing across documents), and the loss reads
+// targets (already shifted; kIgnoreIndex where nothing is predicted).
+//
+// packing = true: documents are laid end to end, in order, filling each row completely before the
+// next. A document longer than the space left in a row is split: the rest continues at the start of
+// the next row as a new document (positions restart at 0, and it cannot attend to its first part),
+// as Hugging Face packing treats it: the continuation is a sequence of its own with position_ids from
+// 0. Each part's last token has target kIgnoreIndex, as when HF shifts labels within each row: the
+// token after a split is not predicted by the token before it. Only the final row is padded.
+//
+// packing = false: one document per row, truncated to seq_len (the cut-off tokens are dropped, the
+// kept part's last token predicts nothing), then padded.
+//
+// Padding: token id kPadTokenId, target kIgnoreIndex, position 0, and each pad token is its own
+// document (doc_start[t] = t) so it attends only to itself and nothing attends to it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "data/document.h"
+
+namespace ferry {
+
+inline constexpr int32_t kPadTokenId = 0;
+
+struct PackedRow {
+  std::vector<int32_t> input_ids;  // (seq_len)
+  std::vector<int32_t> targets;    // (seq_len) targets[t] = labels[t+1] of t's document; kIgnoreIndex at a
+                                   // document's (or part's) last token and on padding
+  std::vector<int32_t> positions;  // (seq_len) index of t within its document (part), 0 at its start
+  std::vector<int32_t> doc_start;  // (seq_len) index within the row of the first token of t's document
+};
+
+struct PackStats {
+  int64_t rows = 0;
+  int64_t documents = 0;            // non-empty documents packed
+  int64_t empty_documents = 0;      // documents without tokens, ignored
+  int64_t split_documents = 0;      // packing: documents cut across rows
+  int64_t truncated_documents = 0;  // no packing: documents longer than seq_len
+  int64_t dropped_tokens = 0;       // no packing: tokens cut off by truncation
+  int64_t pad_tokens = 0;
+  int64_t target_tokens = 0;        // targets that are not kIgnoreIndex (the loss's denominator)
+};
+
+// Throws ferry::Error when seq_len < 1. Rows are exactly seq_len long.
+std::vector<PackedRow> pack_documents(const std::vector<Document>& documents, int64_t seq_len, bool packing,
+                                      PackStats* stats = nullptr);
+
+}  // namespace ferry
