@@ -283,7 +283,7 @@ void parse_sliding_window(const Keys& keys, ModelConfig& c) {
 }
 
 // Keys that change the math when set to something other than their neutral value.
-void reject_unsupported(const Keys& keys, const ModelConfig& c) {
+void reject_unsupported(const Keys& keys) {
   const std::string act = keys.string("hidden_act", "silu");
   if (act != "silu") keys.error("hidden_act '{}' is not supported; these architectures use \"silu\"", act);
   if (keys.integer("pretraining_tp", 1) > 1)
@@ -293,7 +293,7 @@ void reject_unsupported(const Keys& keys, const ModelConfig& c) {
     if (keys.has(key)) keys.error("key '{}' is set ({}); ferry does not implement it", key, Keys::show(keys.at(key)));
   if (keys.number("attention_dropout", 0.0) != 0.0)
     keys.error("attention_dropout {} is not supported; set it to 0.0", keys.number("attention_dropout", 0.0));
-  (void)c;
+  if (keys.boolean("use_mrope", false)) keys.error("use_mrope is true; multimodal RoPE (Qwen2-VL) is not supported");
 }
 
 DType parse_dtype_key(const Keys& keys) {
@@ -324,7 +324,7 @@ ModelConfig parse_model_config(const json& config, const std::string& source) {
   parse_rope(keys, c);
   parse_biases(keys, c);
   parse_sliding_window(keys, c);
-  reject_unsupported(keys, c);
+  reject_unsupported(keys);
   c.tie_word_embeddings = keys.boolean("tie_word_embeddings", false);
   c.dtype = parse_dtype_key(keys);
   c.raw = config;
