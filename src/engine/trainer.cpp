@@ -90,11 +90,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   TokenDataOptions data_options;
   data_options.vocab_size = mc.vocab_size;
   data_options.skip_malformed = config.skip_malformed;
-  std::vector<Document> documents;
-  for (const auto& path : config.data) {
-    auto docs = load_token_jsonl(path, data_options);
-    documents.insert(documents.end(), std::make_move_iterator(docs.begin()), std::make_move_iterator(docs.end()));
-  }
+  TokenDataStats data_stats;
+  std::vector<Document> documents = load_token_jsonl_files(config.data, data_options, &data_stats);
+  if (data_stats.skipped_malformed > 0)
+    log_warn("skipped {} malformed records (skip_malformed: true)", data_stats.skipped_malformed);
   FERRY_CHECK(!documents.empty(), kWhere, "the data holds no documents; check the files in `data:`");
   const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, config.packing);
   FERRY_CHECK(!rows.empty(), kWhere, "packing produced no sequences");
@@ -116,7 +115,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   std::vector<std::vector<float>> grads;
   for (const auto& u : weights.layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
 
-  BatchSampler sampler(rows.size(), config.seed);
+  BatchSampler sampler(static_cast<int64_t>(rows.size()), config.seed);
   const nlohmann::json fingerprint = run_fingerprint(config, rows.size());
   int64_t step = 0;
   std::filesystem::create_directories(config.output_dir);
@@ -167,7 +166,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   while (step < total_steps) {
     const auto start = std::chrono::steady_clock::now();
     step_rows.clear();
-    for (size_t index : sampler.next_rows(static_cast<size_t>(config.global_batch))) step_rows.push_back(&rows[index]);
+    for (int64_t index : sampler.next_rows(config.global_batch)) step_rows.push_back(&rows[static_cast<size_t>(index)]);
     const StepBatch batch = make_step_batch(step_rows, config.seq_len, config.micro_batch);
     const StepLoss loss = model_step.run(pointers<float>(weights.units), pointers<float>(grads), batch);
     if (loss.counted_tokens == 0)
