@@ -18,7 +18,8 @@ namespace {
   return ::testing::AssertionFailure() << "\n  \"" << text << "\"\ndoes not contain\n  \"" << needle << "\"";
 }
 
-std::filesystem::path write_file(const test::ScratchDir& dir, const std::string& name, const std::string& text) {
+std::filesystem::path write_file(const test::ScratchDir& dir, const std::string& name,
+                                 const std::string& text) {
   const auto path = dir / name;
   std::ofstream(path, std::ios::binary) << text;
   return path;
@@ -40,14 +41,17 @@ class TokenDatasetTest : public ::testing::Test {
   test::ScratchDir dir{"token-dataset"};
 
   // Loads a one-file dataset whose line `bad_line_no` is `bad`, preceded by valid lines; returns the error.
-  std::string error_for_line(const std::string& bad, const TokenDataOptions& options = {}, int bad_line_no = 2) {
+  std::string error_for_line(const std::string& bad, const TokenDataOptions& options = {},
+                             int bad_line_no = 2) {
     std::string text;
     for (int i = 1; i < bad_line_no; ++i) text += "{\"input_ids\": [1, 2, 3]}\n";
     text += bad + "\n{\"input_ids\": [4]}\n";
     const auto path = write_file(dir, "train.jsonl", text);
     return error_of([&] { load_token_jsonl(path, options); });
   }
-  std::string prefix(int line = 2) const { return "[data] " + (dir / "train.jsonl").string() + ":" + std::to_string(line) + ": "; }
+  std::string prefix(int line = 2) const {
+    return "[data] " + (dir / "train.jsonl").string() + ":" + std::to_string(line) + ": ";
+  }
 };
 
 TEST_F(TokenDatasetTest, ReadsIdsAndLabels) {
@@ -102,8 +106,9 @@ TEST_F(TokenDatasetTest, NotAnObject) {
 
 TEST_F(TokenDatasetTest, MissingInputIds) {
   EXPECT_EQ(error_for_line("{\"text\": \"hello\", \"labels\": [1]}"),
-            prefix() + "no 'input_ids' (keys found: 'labels', 'text'); pre-tokenized data needs an 'input_ids' "
-                       "array of token ids on every line");
+            prefix() +
+                "no 'input_ids' (keys found: 'labels', 'text'); pre-tokenized data needs an 'input_ids' "
+                "array of token ids on every line");
   EXPECT_TRUE(has(error_for_line("{}"), "no 'input_ids' (keys found: none)"));
 }
 
@@ -115,23 +120,29 @@ TEST_F(TokenDatasetTest, InputIdsNotAnArrayOrEmpty) {
 }
 
 TEST_F(TokenDatasetTest, NonIntegerIds) {
-  EXPECT_EQ(error_for_line("{\"input_ids\": [1, 2.5, 3]}"), prefix() + "'input_ids'[1] is 2.5, not an integer token id");
+  EXPECT_EQ(error_for_line("{\"input_ids\": [1, 2.5, 3]}"),
+            prefix() + "'input_ids'[1] is 2.5, not an integer token id");
   EXPECT_EQ(error_for_line("{\"input_ids\": [1, 2, \"3\"]}"),
             prefix() + "'input_ids'[2] is \"3\", not an integer token id");
-  EXPECT_EQ(error_for_line("{\"input_ids\": [true]}"), prefix() + "'input_ids'[0] is true, not an integer token id");
-  EXPECT_EQ(error_for_line("{\"input_ids\": [null]}"), prefix() + "'input_ids'[0] is null, not an integer token id");
-  EXPECT_EQ(error_for_line("{\"input_ids\": [2.0]}"), prefix() + "'input_ids'[0] is 2.0, not an integer token id");
+  EXPECT_EQ(error_for_line("{\"input_ids\": [true]}"),
+            prefix() + "'input_ids'[0] is true, not an integer token id");
+  EXPECT_EQ(error_for_line("{\"input_ids\": [null]}"),
+            prefix() + "'input_ids'[0] is null, not an integer token id");
+  EXPECT_EQ(error_for_line("{\"input_ids\": [2.0]}"),
+            prefix() + "'input_ids'[0] is 2.0, not an integer token id");
   EXPECT_EQ(error_for_line("{\"input_ids\": [4294967296]}"),
             prefix() + "'input_ids'[0] is 4294967296, too large for a token id");
 }
 
 TEST_F(TokenDatasetTest, IdsOutOfRange) {
-  EXPECT_EQ(error_for_line("{\"input_ids\": [-1, 2]}"), prefix() + "'input_ids'[0] is -1; token ids must be >= 0");
+  EXPECT_EQ(error_for_line("{\"input_ids\": [-1, 2]}"),
+            prefix() + "'input_ids'[0] is -1; token ids must be >= 0");
   TokenDataOptions vocab;
   vocab.vocab_size = 100;
   EXPECT_EQ(error_for_line("{\"input_ids\": [0, 99, 100]}", vocab),
-            prefix() + "'input_ids'[2] is 100, outside the vocabulary [0, 100); was the data tokenized for "
-                       "another model?");
+            prefix() +
+                "'input_ids'[2] is 100, outside the vocabulary [0, 100); was the data tokenized for "
+                "another model?");
   // Without a vocabulary size, large ids are accepted.
   EXPECT_EQ(load_token_jsonl(write_file(dir, "big.jsonl", "{\"input_ids\": [150000]}\n"), {}).size(), 1u);
 }
@@ -190,18 +201,21 @@ TEST_F(TokenDatasetTest, SkipMalformedCountsAndLogsEachLine) {
 
 TEST_F(TokenDatasetTest, NoDocumentsIsAnError) {
   const auto empty = write_file(dir, "empty.jsonl", "\n\n");
-  EXPECT_TRUE(has(error_of([&] { load_token_jsonl(empty, {}); }), "empty.jsonl holds no documents (2 line(s), 0 skipped as malformed)"));
+  EXPECT_TRUE(has(error_of([&] { load_token_jsonl(empty, {}); }),
+                  "empty.jsonl holds no documents (2 line(s), 0 skipped as malformed)"));
   const auto all_bad = write_file(dir, "bad.jsonl", "x\ny\n");
   TokenDataOptions skip;
   skip.skip_malformed = true;
   const LogLevel saved = log_level();
   set_log_level(LogLevel::Off);
-  EXPECT_TRUE(has(error_of([&] { load_token_jsonl(all_bad, skip); }), "bad.jsonl holds no documents (2 line(s), 2 skipped as malformed)"));
+  EXPECT_TRUE(has(error_of([&] { load_token_jsonl(all_bad, skip); }),
+                  "bad.jsonl holds no documents (2 line(s), 2 skipped as malformed)"));
   set_log_level(saved);
 }
 
 TEST_F(TokenDatasetTest, UnreadableFiles) {
-  EXPECT_TRUE(has(error_of([&] { load_token_jsonl(dir / "missing.jsonl", {}); }), "[data] cannot open " + (dir / "missing.jsonl").string() + ": No such file"));
+  EXPECT_TRUE(has(error_of([&] { load_token_jsonl(dir / "missing.jsonl", {}); }),
+                  "[data] cannot open " + (dir / "missing.jsonl").string() + ": No such file"));
   EXPECT_TRUE(has(error_of([&] { load_token_jsonl(dir.path(), {}); }), "is a directory"));
 }
 
@@ -219,7 +233,8 @@ TEST_F(TokenDatasetTest, AppendsEosWhenMissing) {
   EXPECT_EQ(docs[0].labels, (std::vector<int32_t>{-100, 6, 2}));
   EXPECT_EQ(docs[1].input_ids, (std::vector<int32_t>{7, 2}));  // already ends with eos
   EXPECT_EQ(docs[1].labels, (std::vector<int32_t>{7, 2}));
-  EXPECT_EQ(docs[2].labels, (std::vector<int32_t>{-100, -100, 2}));  // eos is trained even after a masked tail
+  EXPECT_EQ(docs[2].labels,
+            (std::vector<int32_t>{-100, -100, 2}));  // eos is trained even after a masked tail
   EXPECT_EQ(stats.eos_appended, 2);
   EXPECT_EQ(stats.tokens, 8);
 
@@ -228,7 +243,8 @@ TEST_F(TokenDatasetTest, AppendsEosWhenMissing) {
             "[data] eos_token_id 2 is outside the vocabulary [0, 2)");
   options.vocab_size = 0;
   options.eos_token_id = -1;
-  EXPECT_EQ(error_of([&] { load_token_jsonl(path, options); }), "[data] eos_token_id is -1; token ids must be >= 0");
+  EXPECT_EQ(error_of([&] { load_token_jsonl(path, options); }),
+            "[data] eos_token_id is -1; token ids must be >= 0");
 }
 
 TEST_F(TokenDatasetTest, SeveralFilesInOrder) {
@@ -245,7 +261,9 @@ TEST_F(TokenDatasetTest, SeveralFilesInOrder) {
   EXPECT_EQ(stats.tokens, 4);
   // An error names the file it is in.
   const auto bad = write_file(dir, "c.jsonl", "{\"input_ids\": [1]}\n{\"input_ids\": [1.5]}\n");
-  EXPECT_EQ(error_of([&] { load_token_jsonl_files({a, bad}, {}); }),
+  EXPECT_EQ(error_of([&] {
+              load_token_jsonl_files({a, bad}, {});
+            }),
             "[data] " + bad.string() + ":2: 'input_ids'[0] is 1.5, not an integer token id");
   EXPECT_TRUE(has(error_of([&] { load_token_jsonl_files({}, {}); }), "no data files given"));
 }

@@ -14,7 +14,8 @@ namespace {
 // torch.optim.AdamW's documented update, in double.
 struct RefAdamW {
   std::vector<double> p, m, v;
-  explicit RefAdamW(const std::vector<float>& init) : p(init.begin(), init.end()), m(init.size()), v(init.size()) {}
+  explicit RefAdamW(const std::vector<float>& init)
+      : p(init.begin(), init.end()), m(init.size()), v(init.size()) {}
   void step(const std::vector<float>& grad, const AdamWHyper& h, int64_t t, bool decay, double scale = 1.0) {
     const double bc1 = 1.0 - std::pow(h.beta1, static_cast<double>(t));
     const double bc2 = 1.0 - std::pow(h.beta2, static_cast<double>(t));
@@ -29,7 +30,9 @@ struct RefAdamW {
   }
 };
 
-std::vector<float> to_float(const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); }
+std::vector<float> to_float(const std::vector<double>& x) {
+  return std::vector<float>(x.begin(), x.end());
+}
 
 struct State {
   std::vector<float> p, m, v;
@@ -184,7 +187,8 @@ TEST(AdamW, ResultDoesNotDependOnHowTheTensorIsSplit) {
     whole.step(g, h, t, true);
     for (size_t b = 0; b < n; b += 1000) {
       const size_t len = std::min<size_t>(1000, n - b);
-      adamw_step(pieces.p.data() + b, pieces.m.data() + b, pieces.v.data() + b, g.data() + b, len, h, t, true);
+      adamw_step(pieces.p.data() + b, pieces.m.data() + b, pieces.v.data() + b, g.data() + b, len, h, t,
+                 true);
     }
   }
   EXPECT_TRUE(bit_equal(whole.p, pieces.p));

@@ -73,8 +73,9 @@ TEST(LrSchedule, ParsesNamesAndListsChoices) {
     parse_lr_schedule("cosine_with_restarts");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "[optim] unknown lr_scheduler 'cosine_with_restarts'; choose one of: cosine, linear, constant");
+    EXPECT_STREQ(
+        e.what(),
+        "[optim] unknown lr_scheduler 'cosine_with_restarts'; choose one of: cosine, linear, constant");
   }
 }
 

@@ -28,11 +28,12 @@ void to_json(nlohmann::json& out, const DataPosition& position) {
 }
 
 void from_json(const nlohmann::json& in, DataPosition& position) {
-  FERRY_CHECK(in.is_object(), "data", "data position is {}; expected an object like {{\"epoch\": 0, \"index\": 0}}",
-              in.dump());
+  FERRY_CHECK(in.is_object(), "data",
+              "data position is {}; expected an object like {{\"epoch\": 0, \"index\": 0}}", in.dump());
   for (const char* key : {"epoch", "index"}) {
     const auto it = in.find(key);
-    FERRY_CHECK(it != in.end(), "data", "data position {} has no '{}'; the checkpoint is incomplete", in.dump(), key);
+    FERRY_CHECK(it != in.end(), "data", "data position {} has no '{}'; the checkpoint is incomplete",
+                in.dump(), key);
     FERRY_CHECK(it->is_number_integer() && it->get<int64_t>() >= 0, "data",
                 "data position's '{}' is {}; expected a non-negative integer", key, it->dump());
   }
@@ -77,10 +78,11 @@ std::vector<int64_t> BatchSampler::next_rows(int64_t count) {
 }
 
 void BatchSampler::seek(const DataPosition& position) {
-  FERRY_CHECK(position.epoch >= 0 && position.index >= 0 && position.index <= num_rows_, "data",
-              "cannot resume at epoch {}, row {}: the dataset has {} rows; was the checkpoint made with other "
-              "data or another seq_len?",
-              position.epoch, position.index, num_rows_);
+  FERRY_CHECK(
+      position.epoch >= 0 && position.index >= 0 && position.index <= num_rows_, "data",
+      "cannot resume at epoch {}, row {}: the dataset has {} rows; was the checkpoint made with other "
+      "data or another seq_len?",
+      position.epoch, position.index, num_rows_);
   if (position.index == num_rows_) {
     enter_epoch(position.epoch + 1);
     return;

@@ -46,7 +46,8 @@ class BatchSampler {
 
   int64_t num_rows() const { return num_rows_; }
   // The row order of an epoch, as this sampler visits it.
-  static std::vector<int64_t> epoch_order(int64_t num_rows, uint64_t seed, int64_t epoch, bool shuffle = true);
+  static std::vector<int64_t> epoch_order(int64_t num_rows, uint64_t seed, int64_t epoch,
+                                          bool shuffle = true);
 
  private:
   void enter_epoch(int64_t epoch);

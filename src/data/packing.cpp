@@ -57,7 +57,8 @@ std::vector<PackedRow> pack_documents(const std::vector<Document>& documents, in
     PackedRow row = empty_row(seq_len);
     size_t fill = 0;  // tokens already in `row`
     for (const Document& doc : documents) {
-      FERRY_ASSERT(doc.labels.size() == doc.input_ids.size(), "a document's labels and input_ids differ in length");
+      FERRY_ASSERT(doc.labels.size() == doc.input_ids.size(),
+                   "a document's labels and input_ids differ in length");
       if (doc.input_ids.empty()) {
         ++s.empty_documents;
         continue;
@@ -84,7 +85,8 @@ std::vector<PackedRow> pack_documents(const std::vector<Document>& documents, in
     }
   } else {
     for (const Document& doc : documents) {
-      FERRY_ASSERT(doc.labels.size() == doc.input_ids.size(), "a document's labels and input_ids differ in length");
+      FERRY_ASSERT(doc.labels.size() == doc.input_ids.size(),
+                   "a document's labels and input_ids differ in length");
       if (doc.input_ids.empty()) {
         ++s.empty_documents;
         continue;

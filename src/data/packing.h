@@ -44,7 +44,7 @@ struct PackStats {
   int64_t truncated_documents = 0;  // no packing: documents longer than seq_len
   int64_t dropped_tokens = 0;       // no packing: tokens cut off by truncation
   int64_t pad_tokens = 0;
-  int64_t target_tokens = 0;        // targets that are not kIgnoreIndex (the loss's denominator)
+  int64_t target_tokens = 0;  // targets that are not kIgnoreIndex (the loss's denominator)
 };
 
 // Throws ferry::Error when seq_len < 1. Rows are exactly seq_len long.

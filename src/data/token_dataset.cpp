@@ -61,8 +61,9 @@ std::string parse_ids(const json& array, const TokenDataOptions& options, std::v
     const int32_t id = (*ids)[i];
     if (id < 0) return fmt::format("{} is {}; token ids must be >= 0", what, id);
     if (options.vocab_size > 0 && id >= options.vocab_size)
-      return fmt::format("{} is {}, outside the vocabulary [0, {}); was the data tokenized for another model?",
-                         what, id, options.vocab_size);
+      return fmt::format(
+          "{} is {}, outside the vocabulary [0, {}); was the data tokenized for another model?", what, id,
+          options.vocab_size);
   }
   return "";
 }
@@ -116,21 +117,25 @@ std::string parse_token_record(std::string_view line, const TokenDataOptions& op
     // nlohmann's text starts with "[json.exception.parse_error.101] "; the rest is the useful part.
     std::string what = e.what();
     const size_t bracket = what.find("] ");
-    if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) what = what.substr(bracket + 2);
-    return fmt::format("not valid JSON ({}); each line must be one JSON object such as "
-                       "{{\"input_ids\": [1, 2, 3]}}",
-                       what);
+    if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos)
+      what = what.substr(bracket + 2);
+    return fmt::format(
+        "not valid JSON ({}); each line must be one JSON object such as "
+        "{{\"input_ids\": [1, 2, 3]}}",
+        what);
   }
   if (!record.is_object())
     return fmt::format("a JSON {}, not an object; each line must be an object with an 'input_ids' array",
                        record.type_name());
   const auto ids_it = record.find("input_ids");
   if (ids_it == record.end())
-    return fmt::format("no 'input_ids' (keys found: {}); pre-tokenized data needs an 'input_ids' array of "
-                       "token ids on every line",
-                       key_list(record));
+    return fmt::format(
+        "no 'input_ids' (keys found: {}); pre-tokenized data needs an 'input_ids' array of "
+        "token ids on every line",
+        key_list(record));
   if (!ids_it->is_array())
-    return fmt::format("'input_ids' is {} ({}), not an array of token ids", show(*ids_it), ids_it->type_name());
+    return fmt::format("'input_ids' is {} ({}), not an array of token ids", show(*ids_it),
+                       ids_it->type_name());
   if (ids_it->empty()) return "'input_ids' is empty; a document needs at least one token";
 
   Document doc;
@@ -166,7 +171,8 @@ std::vector<Document> load_token_jsonl(const std::filesystem::path& path, const 
   check_options(options);
   const std::string name = path.string();
   std::error_code ec;
-  FERRY_CHECK(!std::filesystem::is_directory(path, ec), "data", "{} is a directory; give a .jsonl file", name);
+  FERRY_CHECK(!std::filesystem::is_directory(path, ec), "data", "{} is a directory; give a .jsonl file",
+              name);
   std::ifstream in(path, std::ios::binary);
   FERRY_CHECK(in.is_open(), "data", "cannot open {}: {}", name, std::strerror(errno));
 
@@ -191,7 +197,8 @@ std::vector<Document> load_token_jsonl(const std::filesystem::path& path, const 
     local.tokens += static_cast<int64_t>(doc.input_ids.size());
     docs.push_back(std::move(doc));
   }
-  FERRY_CHECK(!in.bad(), "data", "reading {} failed at line {}: {}", name, local.lines + 1, std::strerror(errno));
+  FERRY_CHECK(!in.bad(), "data", "reading {} failed at line {}: {}", name, local.lines + 1,
+              std::strerror(errno));
   local.documents = static_cast<int64_t>(docs.size());
   if (local.skipped_malformed > 0)
     log_warn("[data] {}: skipped {} malformed line(s) of {}", name, local.skipped_malformed, local.lines);

@@ -20,10 +20,10 @@
 namespace ferry {
 
 struct TokenDataOptions {
-  int64_t vocab_size = 0;                // ids and labels must be < vocab_size; 0 = unchecked
-  bool skip_malformed = false;           // skip (and log) malformed lines instead of failing
-  std::optional<int32_t> eos_token_id;   // appended to each document not already ending with it;
-                                         // its label is the eos id (the model learns to stop)
+  int64_t vocab_size = 0;               // ids and labels must be < vocab_size; 0 = unchecked
+  bool skip_malformed = false;          // skip (and log) malformed lines instead of failing
+  std::optional<int32_t> eos_token_id;  // appended to each document not already ending with it;
+                                        // its label is the eos id (the model learns to stop)
 };
 
 struct TokenDataStats {
@@ -44,7 +44,8 @@ std::vector<Document> load_token_jsonl(const std::filesystem::path& path, const 
 
 // Reads several files in the given order and concatenates their documents; `stats` gets the totals.
 std::vector<Document> load_token_jsonl_files(const std::vector<std::filesystem::path>& paths,
-                                             const TokenDataOptions& options, TokenDataStats* stats = nullptr);
+                                             const TokenDataOptions& options,
+                                             TokenDataStats* stats = nullptr);
 
 // Parses one line's text into a document, checking ids and labels against options.vocab_size (eos is
 // not appended here). Returns an empty string on success, otherwise what is wrong with the line

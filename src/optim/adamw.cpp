@@ -24,13 +24,13 @@ constexpr size_t kGrain = size_t{1} << 15;
 
 // The per-call scalars, each rounded to fp32 exactly where torch rounds it.
 struct AdamWScalars {
-  float decay_factor;    // 1 - lr*wd
-  float lerp_weight;     // 1 - beta1
-  float beta2;           // beta2
-  float one_minus_beta2; // 1 - beta2
-  float bc2_sqrt;        // sqrt(1 - beta2^t)
+  float decay_factor;     // 1 - lr*wd
+  float lerp_weight;      // 1 - beta1
+  float beta2;            // beta2
+  float one_minus_beta2;  // 1 - beta2
+  float bc2_sqrt;         // sqrt(1 - beta2^t)
   float eps;
-  float neg_step_size;   // -lr / (1 - beta1^t)
+  float neg_step_size;  // -lr / (1 - beta1^t)
 };
 
 AdamWScalars make_scalars(const AdamWHyper& h, int64_t step) {
@@ -76,8 +76,10 @@ void validate_adamw_hyper(const AdamWHyper& h) {
   // The checks and their order are torch.optim.AdamW's constructor's; `!(x >= 0)` also rejects NaN.
   FERRY_CHECK(h.lr >= 0.0, "optim", "invalid learning rate {}; it must be >= 0", h.lr);
   FERRY_CHECK(h.eps >= 0.0, "optim", "invalid AdamW eps {}; it must be >= 0", h.eps);
-  FERRY_CHECK(h.beta1 >= 0.0 && h.beta1 < 1.0, "optim", "invalid AdamW beta1 {}; it must be in [0, 1)", h.beta1);
-  FERRY_CHECK(h.beta2 >= 0.0 && h.beta2 < 1.0, "optim", "invalid AdamW beta2 {}; it must be in [0, 1)", h.beta2);
+  FERRY_CHECK(h.beta1 >= 0.0 && h.beta1 < 1.0, "optim", "invalid AdamW beta1 {}; it must be in [0, 1)",
+              h.beta1);
+  FERRY_CHECK(h.beta2 >= 0.0 && h.beta2 < 1.0, "optim", "invalid AdamW beta2 {}; it must be in [0, 1)",
+              h.beta2);
   FERRY_CHECK(h.weight_decay >= 0.0, "optim", "invalid weight_decay {}; it must be >= 0", h.weight_decay);
 }
 
@@ -90,7 +92,10 @@ void adamw_step(float* param, float* m, float* v, const float* grad, size_t n, c
   // torch skips the decay multiply when weight_decay == 0; multiplying by 1.0f would be exact anyway.
   const bool apply_decay = decay && hyper.weight_decay != 0.0;
   ThreadPool::global().parallel_for(
-      n, [&](size_t begin, size_t end) { update_range(param, m, v, grad, begin, end, s, apply_decay, grad_scale); },
+      n,
+      [&](size_t begin, size_t end) {
+        update_range(param, m, v, grad, begin, end, s, apply_decay, grad_scale);
+      },
       kGrain);
 }
 

@@ -17,9 +17,12 @@ LrSchedule parse_lr_schedule(std::string_view name) {
 
 std::string_view lr_schedule_name(LrSchedule schedule) {
   switch (schedule) {
-    case LrSchedule::Cosine: return "cosine";
-    case LrSchedule::Linear: return "linear";
-    case LrSchedule::Constant: return "constant";
+    case LrSchedule::Cosine:
+      return "cosine";
+    case LrSchedule::Linear:
+      return "linear";
+    case LrSchedule::Constant:
+      return "constant";
   }
   FERRY_ASSERT(false, "unknown LrSchedule");
   return "";
@@ -31,7 +34,8 @@ double lr_at(LrSchedule schedule, double base_lr, int64_t step, int64_t warmup_s
   FERRY_CHECK(warmup_steps >= 0, "optim", "warmup_steps is {}; it must be >= 0", warmup_steps);
   FERRY_CHECK(total_steps >= 0, "optim", "the number of training steps is {}; it must be >= 0", total_steps);
   FERRY_CHECK(min_lr_ratio >= 0.0 && min_lr_ratio <= 1.0, "optim",
-              "min_lr_ratio is {}; it must be in [0, 1] (a fraction of the peak learning rate)", min_lr_ratio);
+              "min_lr_ratio is {}; it must be in [0, 1] (a fraction of the peak learning rate)",
+              min_lr_ratio);
 
   // The arithmetic mirrors transformers' lambdas term by term (Python floats are doubles), so the
   // factors agree bit for bit.

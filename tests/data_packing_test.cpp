@@ -1,0 +1,184 @@
+// Packing documents into fixed-length rows: shifted targets, positions, document starts, splits, padding.
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "data/packing.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using Ids = std::vector<int32_t>;
+constexpr int32_t X = kIgnoreIndex;
+
+Document doc(Ids ids, Ids labels = {}) {
+  Document d;
+  d.input_ids = std::move(ids);
+  d.labels = labels.empty() ? d.input_ids : std::move(labels);
+  return d;
+}
+
+TEST(Packing, TargetsShiftWithinDocumentsAndStopAtBoundaries) {
+  PackStats stats;
+  const auto rows = pack_documents({doc({1, 2, 3}), doc({4, 5}, {X, 5})}, 8, true, &stats);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].input_ids, (Ids{1, 2, 3, 4, 5, 0, 0, 0}));
+  // 3 is the last token of its document: it predicts nothing (not 4).
+  EXPECT_EQ(rows[0].targets, (Ids{2, 3, X, 5, X, X, X, X}));
+  EXPECT_EQ(rows[0].positions, (Ids{0, 1, 2, 0, 1, 0, 0, 0}));
+  // Pads are documents of one token each.
+  EXPECT_EQ(rows[0].doc_start, (Ids{0, 0, 0, 3, 3, 5, 6, 7}));
+  EXPECT_EQ(stats.rows, 1);
+  EXPECT_EQ(stats.documents, 2);
+  EXPECT_EQ(stats.pad_tokens, 3);
+  EXPECT_EQ(stats.target_tokens, 3);
+  EXPECT_EQ(stats.split_documents, 0);
+}
+
+TEST(Packing, MaskedLabelsStayMaskedAfterTheShift) {
+  // A prompt (masked) then a completion: the prompt's last token predicts the first completion token.
+  const auto rows = pack_documents({doc({7, 8, 9, 10}, {X, X, 9, 10})}, 4, true);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].targets, (Ids{X, 9, 10, X}));
+}
+
+TEST(Packing, LongDocumentsAreSplitAcrossRowsAndRestartPositions) {
+  PackStats stats;
+  const auto rows = pack_documents({doc({10, 11, 12, 13, 14}), doc({20, 21, 22, 23})}, 4, true, &stats);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].input_ids, (Ids{10, 11, 12, 13}));
+  EXPECT_EQ(rows[0].targets, (Ids{11, 12, 13, X}));  // 13 → 14 is lost at the split
+  EXPECT_EQ(rows[0].positions, (Ids{0, 1, 2, 3}));
+  EXPECT_EQ(rows[0].doc_start, (Ids{0, 0, 0, 0}));
+
+  // The continuation of the first document is a document of its own, then the second one starts.
+  EXPECT_EQ(rows[1].input_ids, (Ids{14, 20, 21, 22}));
+  EXPECT_EQ(rows[1].targets, (Ids{X, 21, 22, X}));
+  EXPECT_EQ(rows[1].positions, (Ids{0, 0, 1, 2}));
+  EXPECT_EQ(rows[1].doc_start, (Ids{0, 1, 1, 1}));
+
+  EXPECT_EQ(rows[2].input_ids, (Ids{23, 0, 0, 0}));
+  EXPECT_EQ(rows[2].targets, (Ids{X, X, X, X}));
+  EXPECT_EQ(rows[2].positions, (Ids{0, 0, 0, 0}));
+  EXPECT_EQ(rows[2].doc_start, (Ids{0, 1, 2, 3}));
+
+  EXPECT_EQ(stats.split_documents, 2);
+  EXPECT_EQ(stats.pad_tokens, 3);
+  EXPECT_EQ(stats.target_tokens, 5);
+}
+
+TEST(Packing, ADocumentSpanningSeveralRows) {
+  Ids ids(10);
+  std::iota(ids.begin(), ids.end(), 100);
+  const auto rows = pack_documents({doc(ids)}, 3, true);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[1].input_ids, (Ids{103, 104, 105}));
+  EXPECT_EQ(rows[1].targets, (Ids{104, 105, X}));
+  EXPECT_EQ(rows[1].positions, (Ids{0, 1, 2}));
+  EXPECT_EQ(rows[3].input_ids, (Ids{109, 0, 0}));
+  EXPECT_EQ(rows[3].doc_start, (Ids{0, 1, 2}));
+}
+
+TEST(Packing, ExactFitStartsTheNextDocumentInANewRow) {
+  const auto rows = pack_documents({doc({1, 2}), doc({3, 4}), doc({5})}, 2, true);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[1].input_ids, (Ids{3, 4}));
+  EXPECT_EQ(rows[1].targets, (Ids{4, X}));
+  EXPECT_EQ(rows[2].input_ids, (Ids{5, 0}));
+}
+
+TEST(Packing, WithoutPackingOneDocumentPerRowTruncatedAndPadded) {
+  PackStats stats;
+  const auto rows = pack_documents({doc({1, 2, 3, 4, 5, 6}), doc({7, 8}, {X, 8})}, 4, false, &stats);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].input_ids, (Ids{1, 2, 3, 4}));
+  EXPECT_EQ(rows[0].targets, (Ids{2, 3, 4, X}));  // truncated: 4 predicts nothing
+  EXPECT_EQ(rows[0].positions, (Ids{0, 1, 2, 3}));
+  EXPECT_EQ(rows[0].doc_start, (Ids{0, 0, 0, 0}));
+  EXPECT_EQ(rows[1].input_ids, (Ids{7, 8, 0, 0}));
+  EXPECT_EQ(rows[1].targets, (Ids{8, X, X, X}));
+  EXPECT_EQ(rows[1].positions, (Ids{0, 1, 0, 0}));
+  EXPECT_EQ(rows[1].doc_start, (Ids{0, 0, 2, 3}));
+  EXPECT_EQ(stats.truncated_documents, 1);
+  EXPECT_EQ(stats.dropped_tokens, 2);
+  EXPECT_EQ(stats.pad_tokens, 2);
+  EXPECT_EQ(stats.target_tokens, 4);
+}
+
+TEST(Packing, EmptyDocumentsAreIgnoredAndSeqLenIsChecked) {
+  PackStats stats;
+  const auto rows = pack_documents({doc({}), doc({1})}, 2, true, &stats);
+  EXPECT_EQ(rows.size(), 1u);
+  EXPECT_EQ(stats.empty_documents, 1);
+  EXPECT_TRUE(pack_documents({}, 4, true).empty());
+  try {
+    pack_documents({doc({1})}, 0, true);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "[data] seq_len is 0; it must be at least 1");
+  }
+}
+
+// Invariants over random documents, both modes: rows are seq_len long, positions count from each
+// document's start, targets are the next label of the same document, and packing keeps every token.
+TEST(Packing, InvariantsOnRandomDocuments) {
+  std::mt19937_64 rng(3);
+  std::vector<Document> docs;
+  Ids all_ids;
+  for (int d = 0; d < 200; ++d) {
+    const int len = 1 + static_cast<int>(rng() % 40);
+    Document x;
+    for (int i = 0; i < len; ++i) {
+      x.input_ids.push_back(1 + static_cast<int32_t>(rng() % 1000));
+      x.labels.push_back(rng() % 5 == 0 ? X : x.input_ids.back());
+    }
+    all_ids.insert(all_ids.end(), x.input_ids.begin(), x.input_ids.end());
+    docs.push_back(std::move(x));
+  }
+  for (bool packing : {true, false}) {
+    for (int64_t seq_len : {1, 7, 31, 64}) {
+      SCOPED_TRACE(::testing::Message() << "packing=" << packing << " seq_len=" << seq_len);
+      PackStats stats;
+      const auto rows = pack_documents(docs, seq_len, packing, &stats);
+      Ids kept;
+      int64_t targets = 0;
+      for (const auto& row : rows) {
+        ASSERT_EQ(row.input_ids.size(), size_t(seq_len));
+        ASSERT_EQ(row.targets.size(), size_t(seq_len));
+        ASSERT_EQ(row.positions.size(), size_t(seq_len));
+        ASSERT_EQ(row.doc_start.size(), size_t(seq_len));
+        for (int64_t t = 0; t < seq_len; ++t) {
+          ASSERT_LE(row.doc_start[t], t);
+          ASSERT_EQ(row.positions[t], t - row.doc_start[t]);
+          if (row.targets[t] != X) {
+            ++targets;
+            // A real target has a next token in the same document.
+            ASSERT_LT(t + 1, seq_len);
+            ASSERT_EQ(row.doc_start[t + 1], row.doc_start[t]);
+          }
+        }
+        for (int64_t t = 0; t < seq_len; ++t)
+          if (!(row.input_ids[t] == 0 && row.doc_start[t] == t && row.targets[t] == X))
+            kept.push_back(row.input_ids[t]);
+      }
+      EXPECT_EQ(targets, stats.target_tokens);
+      if (packing) {
+        EXPECT_EQ(kept, all_ids);  // nothing lost, order kept
+        EXPECT_EQ(int64_t(rows.size()), (int64_t(all_ids.size()) + seq_len - 1) / seq_len);
+      } else {
+        EXPECT_EQ(rows.size(), docs.size());
+        Ids truncated;
+        for (const auto& d : docs)
+          truncated.insert(truncated.end(), d.input_ids.begin(),
+                           d.input_ids.begin() + std::min<int64_t>(seq_len, d.input_ids.size()));
+        EXPECT_EQ(kept, truncated);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry
