@@ -1,7 +1,7 @@
 // The fp32 operation order below is torch's (see adamw.h). A compiler allowed to contract a*b+c into
 // an FMA (GCC's default -ffp-contract=fast once FMA instructions are enabled, e.g. by -march=native)
-// would round differently from torch, so contraction is switched off for this file; the one FMA that
-// torch does perform (lerp) is written explicitly with std::fma.
+// would round differently from torch, so contraction is switched off for this file; the FMAs that
+// torch's kernels do perform (lerp, addcmul) are written explicitly with std::fma.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
@@ -60,8 +60,9 @@ void update_range(float* param, float* m, float* v, const float* grad, size_t be
     const float mi = m[i];
     const float m_new = s.lerp_weight < 0.5f ? std::fma(s.lerp_weight, g - mi, mi)
                                              : std::fma(s.lerp_weight - 1.0f, g - mi, g);
-    float vi = v[i] * s.beta2;
-    vi = vi + s.one_minus_beta2 * g * g;
+    // torch's addcmul source reads self + s*t1*t2, but its released CPU kernels are compiled with FMA
+    // contraction, which makes it fma(s*t1, t2, self); this is the form that matches torch bit for bit.
+    const float vi = std::fma(s.one_minus_beta2 * g, g, v[i] * s.beta2);
     const float denom = std::sqrt(vi) / s.bc2_sqrt + s.eps;
     p = p + s.neg_step_size * m_new / denom;
     m[i] = m_new;
