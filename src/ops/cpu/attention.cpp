@@ -1,11 +1,17 @@
 // Causal self-attention with grouped query heads and document masking, computed exactly (no
 // online softmax): query t of head h sees keys j with doc_start[t] <= j <= t of kv head
-// h / (Hq / Hkv). Naive O(T^2 D) per head, which is what an oracle should be; the demo model's
-// T and D are small enough for it to train at a useful speed on two cores.
+// h / (Hq / Hkv). O(T^2 D) per head, which is what an oracle should be; the demo model's T and D
+// are small enough for it to train at a useful speed on two cores.
 //
 // Parallel split: every output row (of out, dq, dk or dv) is computed start to finish by one
 // thread, in a fixed order, so the results are bit-identical run to run and for any thread count.
 // Rows are dealt to threads cyclically because causal rows differ in length.
+//
+// Speed without giving that up: a score q.k is summed over d in plain order d = 0..D-1, but many
+// scores at once -- the inner loops run across keys (or queries) over transposed copies
+// (D, T) of k, v, q and dout, so they vectorise with no reassociation, at any vector width, with
+// the same bits. Every place that needs a score or dout.v recomputes it with the same products in
+// the same order, so the dq and the dk/dv passes agree on P and dS to the bit.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -13,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "ops/cpu/check.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/vec_math.h"
 
 namespace ferry {
 
@@ -34,27 +41,96 @@ void for_rows_cyclic(int64_t count, size_t scratch_floats, const Body& body) {
   });
 }
 
-// A dot product in a fixed order: eight interleaved partial sums (which the compiler turns into
-// vector lanes), combined pairwise, then the tail.
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int k = 0; k < 8; ++k) acc[k] += a[i + k] * b[i + k];
-  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
+// (T, heads, D) -> (heads, D, T), so that a head's d-th components of all tokens are contiguous.
+std::vector<float> transpose_heads(const float* x, int64_t T, int64_t heads, int64_t D) {
+  std::vector<float> out(static_cast<size_t>(T * heads * D));
+  ThreadPool::global().parallel_for(
+      heads * D,
+      [&](size_t r0, size_t r1) {
+        for (size_t r = r0; r < r1; ++r) {
+          const int64_t h = r / D, d = r % D;
+          float* dst = out.data() + r * T;
+          for (int64_t t = 0; t < T; ++t) dst[t] = x[(t * heads + h) * D + d];
+        }
+      },
+      4);
+  return out;
 }
 
-// y (n) += alpha * x (n)
-inline void axpy(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+// y[i] += a * x[i], i < n. Elementwise, so its result does not depend on how it is vectorised.
+inline void axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// s[i] = sum over d of a[d] * xt[d * ld + i], i < n, summed in order d = 0..D-1: D dot products of
+// a with the columns of xt at once.
+inline void dots_across(const float* a, const float* xt, int64_t ld, int64_t D, float* s, int64_t n) {
+  std::fill(s, s + n, 0.0f);
+  for (int64_t d = 0; d < D; ++d) axpy(a[d], xt + d * ld, s, n);
+}
+
+// One output row of the forward: query q (D) against n keys whose transposed components start at
+// kt (D rows of stride ld), values v (n rows of stride vstride). s: scratch (n). Writes out (D)
+// and returns lse.
+FERRY_VECTOR_CLONES float forward_row(const float* q, const float* kt, int64_t ld, const float* v, int64_t vstride,
+                                      int64_t D, int64_t n, float scale, float* s, float* out) {
+  dots_across(q, kt, ld, D, s, n);
+  for (int64_t i = 0; i < n; ++i) s[i] *= scale;
+  const float m = cpu::max_of(s, n);
+  for (int64_t i = 0; i < n; ++i) s[i] -= m;
+  cpu::exp_inplace(s, n);
+  const double l = cpu::sum_of(s, n);
+  std::fill(out, out + D, 0.0f);
+  for (int64_t i = 0; i < n; ++i) axpy(s[i], v + i * vstride, out, D);
+  const float inv = static_cast<float>(1.0 / l);
+  for (int64_t i = 0; i < D; ++i) out[i] *= inv;
+  return m + static_cast<float>(std::log(l));
+}
+
+// P and dS of one query row against n keys, in place: s (n) = P, dp (n) = dS on return.
+// q, g: the query and its dout (D); kt, vt: transposed keys and values from the first key.
+inline void probs_and_dscores(const float* q, const float* g, const float* kt, const float* vt, int64_t ld,
+                              int64_t D, int64_t n, float scale, float lse, float delta, float* s, float* dp) {
+  dots_across(q, kt, ld, D, s, n);
+  dots_across(g, vt, ld, D, dp, n);
+  for (int64_t i = 0; i < n; ++i) s[i] = scale * s[i] - lse;
+  cpu::exp_inplace(s, n);
+  for (int64_t i = 0; i < n; ++i) dp[i] = s[i] * (dp[i] - delta);
+}
+
+// The dq row of one query: dq (D) = scale * sum_i dS_i k_i over its n keys (rows of stride kstride).
+FERRY_VECTOR_CLONES void dq_row(const float* q, const float* g, const float* kt, const float* vt, int64_t ld,
+                                const float* k, int64_t kstride, int64_t D, int64_t n, float scale, float lse,
+                                float delta, float* s, float* dp, float* dq) {
+  probs_and_dscores(q, g, kt, vt, ld, D, n, scale, lse, delta, s, dp);
+  std::fill(dq, dq + D, 0.0f);
+  for (int64_t i = 0; i < n; ++i) axpy(dp[i], k + i * kstride, dq, D);
+  for (int64_t i = 0; i < D; ++i) dq[i] *= scale;
+}
+
+// One query head's share of the dk and dv rows of key (k, v): over its n queries t (q and dout
+// rows of stride qstride; transposed copies qt, gt of stride ld; lse and delta per query),
+// kacc (D) += sum_t dS_t q_t and vacc (D) += sum_t P_t dout_t. P and dS are recomputed with the
+// very products and order of dq_row, so both passes see the same bits.
+FERRY_VECTOR_CLONES void dkdv_head(const float* k, const float* v, const float* qt, const float* gt, int64_t ld,
+                                   const float* q, const float* g, int64_t qstride, const float* lse,
+                                   const float* delta, int64_t D, int64_t n, float scale, float* s, float* dp,
+                                   float* kacc, float* vacc) {
+  dots_across(k, qt, ld, D, s, n);
+  dots_across(v, gt, ld, D, dp, n);
+  for (int64_t i = 0; i < n; ++i) s[i] = scale * s[i] - lse[i];
+  cpu::exp_inplace(s, n);
+  for (int64_t i = 0; i < n; ++i) dp[i] = s[i] * (dp[i] - delta[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    axpy(s[i], g + i * qstride, vacc, D);
+    axpy(dp[i], q + i * qstride, kacc, D);
+  }
 }
 
 // doc_start must describe contiguous documents: each token starts a document (doc_start[t] == t)
 // or continues the previous token's (doc_start[t] == doc_start[t-1]).
 void check_doc_start(const char* op, const int32_t* doc_start, int64_t T) {
-  cpu::expect(doc_start != nullptr, op, "doc_start is null");
+  cpu::expect(doc_start != nullptr || T == 0, op, "doc_start is null");
   for (int64_t t = 0; t < T; ++t) {
     const bool ok = doc_start[t] == t || (t > 0 && doc_start[t] == doc_start[t - 1]);
     cpu::expect(ok, op,
@@ -91,38 +167,21 @@ void CpuOps::attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_
   const char* op = "attention_forward";
   const Dims d = check_qkv(op, q, k, v, doc_start, out, lse);
   const int64_t T = d.T, D = d.D;
+  if (T == 0 || d.Hq == 0 || D == 0) return;
   const float* qs = q.f32();
-  const float* ks = k.f32();
   const float* vs = v.f32();
   float* os = out.f32();
   float* ls = lse.f32();
-  // Strides of one token in q/out and in k/v.
-  const int64_t qstride = d.Hq * D, kstride = d.Hkv * D;
+  const int64_t qstride = d.Hq * D, kstride = d.Hkv * D;  // floats per token
+  const std::vector<float> kt = transpose_heads(k.f32(), T, d.Hkv, D);  // (Hkv, D, T)
 
-  // Item = (head h, query t); scratch = scores (T) then the output accumulator (D).
-  for_rows_cyclic(d.Hq * T, static_cast<size_t>(T + D), [&](int64_t item, float* scratch) {
+  // Item = (head h, query t); scratch = scores (T).
+  for_rows_cyclic(d.Hq * T, static_cast<size_t>(T), [&](int64_t item, float* s) {
     const int64_t h = item / T, t = item % T, kvh = h / d.group;
-    const float* qr = qs + t * qstride + h * D;
     const int64_t j0 = doc_start[t];
-    float* score = scratch;  // score[j - j0], j in [j0, t]
-    float* acc = scratch + T;
-    float m = -INFINITY;
-    for (int64_t j = j0; j <= t; ++j) {
-      const float s = scale * dot(qr, ks + j * kstride + kvh * D, D);
-      score[j - j0] = s;
-      m = std::max(m, s);
-    }
-    for (int64_t i = 0; i < D; ++i) acc[i] = 0.0f;
-    double l = 0.0;
-    for (int64_t j = j0; j <= t; ++j) {
-      const float p = std::exp(score[j - j0] - m);
-      l += p;
-      axpy(p, vs + j * kstride + kvh * D, acc, D);
-    }
-    const float inv = static_cast<float>(1.0 / l);
-    float* orow = os + t * qstride + h * D;
-    for (int64_t i = 0; i < D; ++i) orow[i] = acc[i] * inv;
-    ls[h * T + t] = m + static_cast<float>(std::log(l));
+    ls[h * T + t] = forward_row(qs + t * qstride + h * D, kt.data() + kvh * D * T + j0, T,
+                                vs + j0 * kstride + kvh * D, kstride, D, t - j0 + 1, scale, s,
+                                os + t * qstride + h * D);
   });
 }
 
@@ -141,6 +200,7 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc
   cpu::expect_like(op, "dk", dk, "k", k);
   cpu::expect_like(op, "dv", dv, "v", v);
   const int64_t T = d.T, D = d.D;
+  if (T == 0 || d.Hq == 0 || D == 0) return;
   const float* qs = q.f32();
   const float* ks = k.f32();
   const float* vs = v.f32();
@@ -156,57 +216,57 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc
       [&](size_t i0, size_t i1) {
         for (size_t i = i0; i < i1; ++i) {
           const int64_t h = i / T, t = i % T;
-          delta[i] = dot(gs + t * qstride + h * D, os + t * qstride + h * D, D);
+          const float* g = gs + t * qstride + h * D;
+          const float* o = os + t * qstride + h * D;
+          float sum = 0.0f;
+          for (int64_t c = 0; c < D; ++c) sum += g[c] * o[c];
+          delta[i] = sum;
         }
       },
       64);
 
-  // Pass 1: dq row of (h, t) over keys j in [doc_start[t], t].
-  float* dqs = dq.f32();
-  for_rows_cyclic(d.Hq * T, static_cast<size_t>(D), [&](int64_t item, float* acc) {
-    const int64_t h = item / T, t = item % T, kvh = h / d.group;
-    const float* qr = qs + t * qstride + h * D;
-    const float* gr = gs + t * qstride + h * D;
-    const float l = ls[h * T + t], dl = delta[h * T + t];
-    for (int64_t i = 0; i < D; ++i) acc[i] = 0.0f;
-    for (int64_t j = doc_start[t]; j <= t; ++j) {
-      const float* kr = ks + j * kstride + kvh * D;
-      const float p = std::exp(scale * dot(qr, kr, D) - l);
-      const float ds = p * (dot(gr, vs + j * kstride + kvh * D, D) - dl);
-      axpy(ds, kr, acc, D);
-    }
-    float* dr = dqs + t * qstride + h * D;
-    for (int64_t i = 0; i < D; ++i) dr[i] = scale * acc[i];
-  });
+  // Pass 1: the dq row of (h, t) over keys j in [doc_start[t], t].
+  {
+    const std::vector<float> kt = transpose_heads(ks, T, d.Hkv, D);  // (Hkv, D, T)
+    const std::vector<float> vt = transpose_heads(vs, T, d.Hkv, D);
+    float* dqs = dq.f32();
+    for_rows_cyclic(d.Hq * T, static_cast<size_t>(2 * T), [&](int64_t item, float* scratch) {
+      const int64_t h = item / T, t = item % T, kvh = h / d.group;
+      const int64_t j0 = doc_start[t];
+      dq_row(qs + t * qstride + h * D, gs + t * qstride + h * D, kt.data() + kvh * D * T + j0,
+             vt.data() + kvh * D * T + j0, T, ks + j0 * kstride + kvh * D, kstride, D, t - j0 + 1, scale,
+             ls[h * T + t], delta[h * T + t], scratch, scratch + T, dqs + t * qstride + h * D);
+    });
+  }
 
-  // Pass 2: dk and dv rows of (kv head g, key j) over the group's query heads, then the queries
-  // t >= j of j's document (documents are contiguous, so they end where doc_start passes j).
-  float* dks = dk.f32();
-  float* dvs = dv.f32();
-  for_rows_cyclic(d.Hkv * T, static_cast<size_t>(2 * D), [&](int64_t item, float* scratch) {
-    const int64_t g = item / T, j = item % T;
-    const float* kr = ks + j * kstride + g * D;
-    const float* vr = vs + j * kstride + g * D;
-    float* kacc = scratch;
-    float* vacc = scratch + D;
-    for (int64_t i = 0; i < 2 * D; ++i) scratch[i] = 0.0f;
-    for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
-      for (int64_t t = j; t < T && doc_start[t] <= j; ++t) {
-        const float* qr = qs + t * qstride + h * D;
-        const float* gr = gs + t * qstride + h * D;
-        const float p = std::exp(scale * dot(qr, kr, D) - ls[h * T + t]);
-        const float ds = p * (dot(gr, vr, D) - delta[h * T + t]);
-        axpy(p, gr, vacc, D);
-        axpy(ds, qr, kacc, D);
+  // Pass 2: the dk and dv rows of (kv head g, key j), over the group's query heads, then the
+  // queries t in [j, e) of j's document (contiguous, so it ends where doc_start passes j).
+  {
+    const std::vector<float> qt = transpose_heads(qs, T, d.Hq, D);  // (Hq, D, T)
+    const std::vector<float> gt = transpose_heads(gs, T, d.Hq, D);
+    // end[j] = one past the last token of j's document.
+    std::vector<int64_t> end(static_cast<size_t>(T));
+    for (int64_t t = T - 1; t >= 0; --t) end[t] = (t + 1 < T && doc_start[t + 1] == doc_start[t]) ? end[t + 1] : t + 1;
+    float* dks = dk.f32();
+    float* dvs = dv.f32();
+    for_rows_cyclic(d.Hkv * T, static_cast<size_t>(2 * T + 2 * D), [&](int64_t item, float* scratch) {
+      const int64_t g = item / T, j = item % T, n = end[j] - j;
+      float* kacc = scratch + 2 * T;
+      float* vacc = kacc + D;
+      std::fill(kacc, kacc + 2 * D, 0.0f);
+      for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
+        dkdv_head(ks + j * kstride + g * D, vs + j * kstride + g * D, qt.data() + h * D * T + j,
+                  gt.data() + h * D * T + j, T, qs + j * qstride + h * D, gs + j * qstride + h * D, qstride,
+                  ls + h * T + j, delta.data() + h * T + j, D, n, scale, scratch, scratch + T, kacc, vacc);
       }
-    }
-    float* dkr = dks + j * kstride + g * D;
-    float* dvr = dvs + j * kstride + g * D;
-    for (int64_t i = 0; i < D; ++i) {
-      dkr[i] = scale * kacc[i];
-      dvr[i] = vacc[i];
-    }
-  });
+      float* dkr = dks + j * kstride + g * D;
+      float* dvr = dvs + j * kstride + g * D;
+      for (int64_t i = 0; i < D; ++i) {
+        dkr[i] = scale * kacc[i];
+        dvr[i] = vacc[i];
+      }
+    });
+  }
 }
 
 }  // namespace ferry

@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "ops/cpu/check.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/vec_math.h"
 
 namespace ferry {
 
@@ -20,6 +21,22 @@ namespace {
 int64_t chunk_tokens(int64_t V) {
   constexpr int64_t kMaxFloats = int64_t{1} << 23;
   return std::clamp<int64_t>(kMaxFloats / std::max<int64_t>(V, 1), 16, 256);
+}
+
+// One row of logits (V), in place: returns the row's loss logsumexp - logit[target] and, when
+// grad_scale is not null, leaves dlogits = grad_scale * (softmax - onehot) in the row.
+FERRY_VECTOR_CLONES double softmax_row(float* row, int64_t V, int32_t target, const float* grad_scale) {
+  const float logit = row[target];
+  const float m = cpu::max_of(row, V);
+  for (int64_t i = 0; i < V; ++i) row[i] -= m;
+  cpu::exp_inplace(row, V);
+  const double sum = cpu::sum_of(row, V);
+  if (grad_scale) {
+    const float c = static_cast<float>(static_cast<double>(*grad_scale) / sum);
+    for (int64_t i = 0; i < V; ++i) row[i] *= c;
+    row[target] -= *grad_scale;
+  }
+  return (static_cast<double>(m) + std::log(sum)) - static_cast<double>(logit);
 }
 
 }  // namespace
@@ -81,16 +98,7 @@ double CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, 
               if (want_grad) std::fill(row, row + V, 0.0f);
               continue;
             }
-            float m = row[0];
-            for (int64_t i = 1; i < V; ++i) m = std::max(m, row[i]);
-            double sum = 0.0;
-            for (int64_t i = 0; i < V; ++i) sum += std::exp(row[i] - m);
-            row_loss[t0 + r] = (static_cast<double>(m) + std::log(sum)) - static_cast<double>(row[target]);
-            if (want_grad) {
-              const float c = static_cast<float>(static_cast<double>(grad_scale) / sum);
-              for (int64_t i = 0; i < V; ++i) row[i] = std::exp(row[i] - m) * c;
-              row[target] -= grad_scale;
-            }
+            row_loss[t0 + r] = softmax_row(row, V, target, want_grad ? &grad_scale : nullptr);
           }
         },
         4);
