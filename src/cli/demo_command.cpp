@@ -11,6 +11,7 @@ void add_demo_command(CLI::App& app) {
   cmd->add_option("--steps", options->steps, "optimizer steps")->capture_default_str();
   cmd->add_option("--threads", options->threads, "CPU threads (0: all)")->capture_default_str();
   cmd->add_option("--seed", options->seed, "random seed")->capture_default_str();
+  cmd->add_option("--lr", options->learning_rate, "peak learning rate")->capture_default_str();
   cmd->callback([options, out] {
     options->out_dir = *out;
     const DemoResult r = run_demo(*options);

@@ -149,11 +149,10 @@ DemoResult run_demo(const DemoOptions& options) {
   config.global_batch = 16;
   config.micro_batch = 8;
   config.max_steps = options.steps;
-  config.learning_rate = 3e-3;
+  config.learning_rate = options.learning_rate;
   config.warmup_steps = 20;
   config.weight_decay = 0.01;
-  config.adam_beta2 = 0.99;
-  config.max_grad_norm = 1.0;
+    config.max_grad_norm = 1.0;
   config.seed = options.seed;
   config.logging_steps = 25;
   config.threads = options.threads;

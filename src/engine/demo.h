@@ -13,6 +13,7 @@ struct DemoOptions {
   int64_t threads = 0;
   uint64_t seed = 1234;
   int64_t eval_examples = 200;
+  double learning_rate = 1e-3;
 };
 
 struct DemoResult {

@@ -1,0 +1,177 @@
+// End-to-end training on the CPU: exact resume, the output directory, and bad input.
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <cstring>
+
+#include "core/error.h"
+
+#include "engine/checkpoint.h"
+#include "engine/model_init.h"
+#include "engine/train_config.h"
+#include "engine/trainer.h"
+#include "io/safetensors.h"
+#include "model/model_weights.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Random documents of 5..40 tokens over the tiny vocabulary, some with masked prompts.
+void write_token_data(const std::filesystem::path& path, int documents, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::ofstream out(path);
+  for (int d = 0; d < documents; ++d) {
+    const int n = 5 + static_cast<int>(rng() % 36);
+    std::string ids, labels;
+    for (int i = 0; i < n; ++i) {
+      const int64_t id = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
+      ids += (i ? "," : "") + std::to_string(id);
+      labels += (i ? "," : "") + std::to_string(i < 3 && d % 2 ? -100 : id);
+    }
+    out << "{\"input_ids\": [" << ids << "], \"labels\": [" << labels << "]}\n";
+  }
+}
+
+class TrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_dir_ = scratch_ / "model";
+    write_random_model(preset_config("qwen3", "tiny"), 7, model_dir_);
+    // A tokenizer file the output must carry byte for byte.
+    std::ofstream(model_dir_ / "tokenizer.json") << "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\"}}  \n";
+    data_ = scratch_ / "train.jsonl";
+    write_token_data(data_, 120, 320, 11);
+  }
+  TrainConfig config(const std::string& out, std::vector<std::string> extra = {}) {
+    std::vector<std::string> overrides = {"model=" + model_dir_.string(), "data=" + data_.string(),
+                                          "output_dir=" + (scratch_ / out).string(),
+                                          "seq_len=48", "global_batch=4", "micro_batch=2", "max_steps=6",
+                                          "learning_rate=1e-3", "warmup_steps=2", "weight_decay=0.1",
+                                          "max_grad_norm=0.5", "save_dtype=float32", "threads=2"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return parse_train_config("", overrides, "test");
+  }
+
+  test::ScratchDir scratch_{"train"};
+  std::filesystem::path model_dir_, data_;
+};
+
+TEST_F(TrainTest, ResumeIsBitExact) {
+  std::vector<double> uninterrupted;
+  TrainHooks record_all;
+  record_all.on_step = [&](const StepRecord& r) { uninterrupted.push_back(r.loss); };
+  ASSERT_TRUE(run_training(config("full"), record_all).finished);
+  ASSERT_EQ(uninterrupted.size(), 6u);
+
+  TrainHooks stop;
+  stop.stop_after_steps = 3;
+  const TrainSummary first = run_training(config("split"), stop);
+  ASSERT_FALSE(first.finished);
+  ASSERT_EQ(first.final_step, 3);
+  ASSERT_TRUE(find_latest_checkpoint(scratch_ / "split").has_value());
+
+  std::vector<double> resumed;
+  TrainHooks record_rest;
+  record_rest.on_step = [&](const StepRecord& r) { resumed.push_back(r.loss); };
+  ASSERT_TRUE(run_training(config("split", {"resume=true"}), record_rest).finished);
+  ASSERT_EQ(resumed.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed[i], uninterrupted[3 + i]) << "step " << 4 + i;
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(first.steps[i].loss, uninterrupted[i]) << "step " << 1 + i;
+  EXPECT_EQ(read_bytes(scratch_ / "full" / "model.safetensors"), read_bytes(scratch_ / "split" / "model.safetensors"));
+  EXPECT_LT(uninterrupted.back(), uninterrupted.front());
+}
+
+TEST_F(TrainTest, ResumeRefusesAChangedBatchGeometry) {
+  TrainHooks stop;
+  stop.stop_after_steps = 2;
+  run_training(config("geom"), stop);
+  try {
+    run_training(config("geom", {"resume=true", "global_batch=8"}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("global_batch"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TrainTest, OutputDirectoryRoundTrips) {
+  TrainConfig c = config("out", {"max_steps=1", "save_steps=1", "warmup_steps=0"});
+  ASSERT_TRUE(run_training(c).finished);
+  const auto out = scratch_ / "out";
+  // Tokenizer bytes and (unchanged dtype) config.json are copied exactly.
+  EXPECT_EQ(read_bytes(out / "tokenizer.json"), read_bytes(model_dir_ / "tokenizer.json"));
+  EXPECT_EQ(read_bytes(out / "config.json"), read_bytes(model_dir_ / "config.json"));
+  SafetensorsFile weights_file = SafetensorsFile::open(out / "model.safetensors");
+  EXPECT_EQ(weights_file.metadata().at("format"), "pt");
+
+  // The output loads back with exactly the trained fp32 masters of the final checkpoint.
+  ModelWeights loaded = load_model_weights(out);
+  SafetensorsFile state = SafetensorsFile::open(out / "checkpoint-1" / "optimizer.safetensors");
+  ModelWeights initial = load_model_weights(model_dir_);
+  bool changed = false;
+  for (size_t u = 0; u < loaded.layout.units.size(); ++u) {
+    for (const auto& p : loaded.layout.units[u].params) {
+      const TensorInfo* master = state.find("master." + p.hf_name);
+      ASSERT_NE(master, nullptr) << p.hf_name;
+      const float* m = static_cast<const float*>(state.data(*master));
+      const float* l = loaded.units[u].data() + p.offset;
+      for (int64_t i = 0; i < p.numel; ++i) ASSERT_EQ(l[i], m[i]) << p.hf_name << "[" << i << "]";
+      changed |= std::memcmp(l, initial.units[u].data() + p.offset, static_cast<size_t>(p.numel) * 4) != 0;
+    }
+  }
+  EXPECT_TRUE(changed) << "one step must change the weights";
+}
+
+TEST_F(TrainTest, SavesInTheInputDtypeAndEditsOnlyThatKey) {
+  // A bf16 input model comes back as bf16 unless asked otherwise.
+  const auto bf16_model = scratch_ / "bf16";
+  nlohmann::json json = preset_config("llama", "tiny").raw;
+  json["torch_dtype"] = "bfloat16";
+  write_random_model(parse_model_config(json, "test"), 3, bf16_model);
+  TrainConfig c = config("bf16-out", {"model=" + bf16_model.string(), "max_steps=1", "save_dtype=auto"});
+  ASSERT_TRUE(run_training(c).finished);
+  SafetensorsFile f = SafetensorsFile::open(scratch_ / "bf16-out" / "model.safetensors");
+  for (const auto& t : f.tensors()) EXPECT_EQ(t.dtype, DType::BF16) << t.name;
+  EXPECT_EQ(read_bytes(scratch_ / "bf16-out" / "config.json"), read_bytes(bf16_model / "config.json"));
+
+  TrainConfig as_f32 = config("f32-out", {"model=" + bf16_model.string(), "max_steps=1", "save_dtype=float32"});
+  ASSERT_TRUE(run_training(as_f32).finished);
+  nlohmann::json in = nlohmann::json::parse(read_bytes(bf16_model / "config.json"));
+  nlohmann::json out = nlohmann::json::parse(read_bytes(scratch_ / "f32-out" / "config.json"));
+  EXPECT_EQ(out["torch_dtype"], "float32");
+  out["torch_dtype"] = in["torch_dtype"];
+  EXPECT_EQ(in, out) << "only the dtype key may change";
+}
+
+TEST_F(TrainTest, MalformedDataIsAClearErrorAndNothingIsWritten) {
+  std::ofstream(data_, std::ios::app) << "{\"input_ids\": [1, 2, \"x\"]}\n";
+  try {
+    run_training(config("bad"));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("train.jsonl:121"), std::string::npos) << what;
+  }
+  EXPECT_FALSE(std::filesystem::exists(scratch_ / "bad" / "model.safetensors"));
+  // With skip_malformed the run goes on.
+  EXPECT_TRUE(run_training(config("skip", {"skip_malformed=true", "max_steps=1"})).finished);
+}
+
+TEST_F(TrainTest, OutputMayNotOverwriteTheInputModel) {
+  try {
+    run_training(config("x", {"output_dir=" + model_dir_.string(), "max_steps=1"}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("input model directory"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ferry
