@@ -1,6 +1,7 @@
 // Learning-rate schedules against transformers' values at known points.
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "core/error.h"
 #include "optim/lr_schedule.h"
@@ -61,6 +62,58 @@ TEST(LrSchedule, CosineMinLrRatio) {
   EXPECT_NEAR(lr_at(LrSchedule::Cosine, kLr, 100, 10, 100, r), kLr * 0.1, 1e-15);
   // The ratio does not touch the other schedules.
   EXPECT_EQ(lr_at(LrSchedule::Linear, kLr, 100, 10, 100, r), 0.0);
+}
+
+TEST(LrSchedule, EqualsTransformersBitForBit) {
+  // LambdaLR's lr with base 2e-5 from transformers 5.17.0 (get_cosine_schedule_with_warmup(10, 100),
+  // get_linear_schedule_with_warmup(10, 100), get_constant_schedule_with_warmup(7),
+  // get_cosine_with_min_lr_schedule_with_warmup(10, 100, min_lr_rate=0.1), cosine(3, 33)), read after
+  // `step` scheduler steps; all 121 steps 0..120 agreed when generated, these are a sample.
+  struct Case {
+    LrSchedule schedule;
+    int64_t warmup, total;
+    double min_ratio;
+    std::vector<double> expected;  // at kSteps
+  };
+  const std::vector<int64_t> kSteps = {0, 3, 9, 10, 11, 37, 55, 77, 99, 100, 101, 120};
+  const std::vector<Case> cases = {
+      {LrSchedule::Cosine,
+       10,
+       100,
+       0.0,
+       {0.0, 6e-06, 1.8e-05, 2e-05, 1.999390827019096e-05, 1.5877852522924733e-05, 1e-05,
+        3.0534162954100264e-06, 6.091729809042379e-09, 0.0, 6.091729809042379e-09, 2.3395555688102202e-06}},
+      {LrSchedule::Linear,
+       10,
+       100,
+       0.0,
+       {0.0, 6e-06, 1.8e-05, 2e-05, 1.977777777777778e-05, 1.4e-05, 1e-05, 5.1111111111111115e-06,
+        2.2222222222222224e-07, 0.0, 0.0, 0.0}},
+      {LrSchedule::Constant,
+       7,
+       100,
+       0.0,
+       {0.0, 8.571428571428571e-06, 2e-05, 2e-05, 2e-05, 2e-05, 2e-05, 2e-05, 2e-05, 2e-05, 2e-05, 2e-05}},
+      {LrSchedule::Cosine,
+       10,
+       100,
+       0.1,
+       {0.0, 6e-06, 1.8e-05, 2e-05, 1.9994517443171863e-05, 1.629006727063226e-05, 1.1000000000000001e-05,
+        4.748074665869024e-06, 2.005482556828138e-06, 2.0000000000000003e-06, 2.005482556828138e-06,
+        4.105600011929198e-06}},
+      {LrSchedule::Cosine,
+       3,
+       33,
+       0.0,
+       {0.0, 2e-05, 1.8090169943749477e-05, 1.7431448254773943e-05, 1.6691306063588583e-05,
+        8.645454235739892e-07, 1.6691306063588587e-05, 1.1045284632676535e-05, 1.9098300562505232e-06,
+        2.5685517452260587e-06, 3.3086939364114113e-06, 1.9510565162951534e-05}},
+  };
+  for (const Case& c : cases)
+    for (size_t i = 0; i < kSteps.size(); ++i)
+      EXPECT_EQ(lr_at(c.schedule, 2e-5, kSteps[i], c.warmup, c.total, c.min_ratio), c.expected[i])
+          << lr_schedule_name(c.schedule) << " warmup " << c.warmup << " total " << c.total << " min_ratio "
+          << c.min_ratio << " step " << kSteps[i];
 }
 
 TEST(LrSchedule, ParsesNamesAndListsChoices) {
