@@ -1,4 +1,5 @@
 #include <cmath>
+#include <cstring>
 #include <fstream>
 
 #include "core/error.h"
@@ -207,6 +208,45 @@ const char* kLlama31_8B_v5 = R"({
   "vocab_size": 128256
 })";
 
+// What transformers 5.17.0's save_pretrained writes for a tiny Llama: "dtype", rope_parameters,
+// "pad_token_id": null.
+const char* kTransformers5Saved = R"({
+  "architectures": [
+    "LlamaForCausalLM"
+  ],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "dtype": "bfloat16",
+  "eos_token_id": 2,
+  "head_dim": 16,
+  "hidden_act": "silu",
+  "hidden_size": 64,
+  "initializer_range": 0.02,
+  "intermediate_size": 96,
+  "max_position_embeddings": 256,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 4,
+  "num_hidden_layers": 2,
+  "num_key_value_heads": 2,
+  "pad_token_id": null,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_parameters": {
+    "factor": 8.0,
+    "high_freq_factor": 4.0,
+    "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 64,
+    "rope_theta": 500000.0,
+    "rope_type": "llama3"
+  },
+  "tie_word_embeddings": false,
+  "transformers_version": "5.17.0",
+  "use_cache": true,
+  "vocab_size": 100
+})";
+
 ModelConfig parse(const char* text) { return parse_model_config(json::parse(text), "config.json"); }
 
 void expect_same(const ModelConfig& a, const ModelConfig& b) {
@@ -347,6 +387,18 @@ TEST(ModelConfig, RopeParametersMatchLegacyKeys) {
   EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::None);
 }
 
+TEST(ModelConfig, AsTransformers5SavesIt) {
+  const ModelConfig c = parse(kTransformers5Saved);
+  EXPECT_EQ(c.arch, Architecture::Llama);
+  EXPECT_EQ(c.dtype, DType::BF16);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.num_kv_heads, 2);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::Llama3);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 64);
+  EXPECT_EQ(model_config_to_json(c)["pad_token_id"], nullptr);
+}
+
 TEST(ModelConfig, Defaults) {
   // The minimum: transformers' defaults fill the rest.
   const ModelConfig c = parse(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 64,
@@ -379,7 +431,8 @@ TEST(ModelConfig, QwenSlidingWindow) {
 }
 
 TEST(ModelConfig, JsonRoundTrip) {
-  for (const char* text : {kLlama31_8B, kMistral7B_v01, kQwen25_7B, kQwen3_8B, kLlama32_1B, kLlama31_8B_v5}) {
+  for (const char* text :
+       {kLlama31_8B, kMistral7B_v01, kQwen25_7B, kQwen3_8B, kLlama32_1B, kLlama31_8B_v5, kTransformers5Saved}) {
     const ModelConfig c = parse(text);
     const json out = model_config_to_json(c);
     SCOPED_TRACE(out.dump());
@@ -460,6 +513,27 @@ TEST(RopeInvFreq, Llama31ScalingMatchesDoublePrecisionReference) {
   EXPECT_GT(divided, 0);
   EXPECT_GT(smoothed, 0);
   EXPECT_EQ(got[0], 1.0f);
+}
+
+// inv_freq of Llama-3.1-8B as transformers 5.17.0 / torch 2.11 compute it on the CPU
+// (LlamaRotaryEmbedding(config).inv_freq), as fp32 bit patterns: ferry must match bit for bit.
+TEST(RopeInvFreq, Llama31MatchesTransformersBitForBit) {
+  const uint32_t golden[64] = {
+      0x3f800000, 0x3f508ac1, 0x3f29e1c6, 0x3f0a6384, 0x3ee177bc, 0x3eb7ab7d, 0x3e959ee3, 0x3e73c461,
+      0x3e4693b0, 0x3e21c3a0, 0x3e03c6a0, 0x3dd6b19c, 0x3daee4ad, 0x3d8e7898, 0x3d681e67, 0x3d3d1684,
+      0x3d1a08c8, 0x3cfaf53f, 0x3ccc6f49, 0x3ca68939, 0x3c87a9c3, 0x3c5d06ec, 0x3c340d6d, 0x3c12ac7f,
+      0x3beef74f, 0x3bc2aa76, 0x3b9e9402, 0x3b812e35, 0x3b527720, 0x3b0dfd06, 0x3ab3d11d, 0x3a60979e,
+      0x3a0995d2, 0x39a3f108, 0x393b2dd2, 0x38c86886, 0x38a3418d, 0x3884fdbf, 0x3858ac81, 0x38308199,
+      0x380fc8f8, 0x37ea426f, 0x37bed4f4, 0x379b7475, 0x377d45c3, 0x374e51f5, 0x3728126b, 0x3708ea0f,
+      0x36df10c4, 0x36b5b687, 0x369406cb, 0x36712b80, 0x36447610, 0x36200a69, 0x36025f34, 0x35d46808,
+      0x35ad07a7, 0x358cf400, 0x3565a54d, 0x353b12c7, 0x351864a7, 0x34f848c2, 0x34ca41b0, 0x34a4c2ff};
+  const std::vector<float> got = rope_inv_freq(parse(kLlama31_8B));
+  ASSERT_EQ(got.size(), 64u);
+  for (size_t i = 0; i < 64; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &got[i], 4);
+    EXPECT_EQ(bits, golden[i]) << i;
+  }
 }
 
 TEST(RopeInvFreq, DefaultRope) {

@@ -164,6 +164,7 @@ TEST(Safetensors, ShardsAndIndexReadBack) {
   size_t total = 0;
   for (const auto& d : data) total += d.size() * 4;
   EXPECT_EQ(index["metadata"]["total_size"], total);
+  EXPECT_EQ(index["metadata"]["total_parameters"], total / 4);
   EXPECT_EQ(index["weight_map"]["layers.0.w"], "model-00001-of-00005.safetensors");
   EXPECT_EQ(index["weight_map"]["layers.2.w"], "model-00002-of-00005.safetensors");
   EXPECT_EQ(index["weight_map"]["layers.7.w"], "model-00005-of-00005.safetensors");
@@ -208,6 +209,52 @@ TEST(Safetensors, UnpaddedHeaderLeavesDataMisalignedButReadable) {
   std::vector<float> out(values.size());
   model.read_f32("w", {5000}, out.data());
   for (size_t i = 0; i < values.size(); ++i) ASSERT_EQ(out[i], bf16_to_f32(f32_to_bf16(values[i]))) << i;
+}
+
+// A file written by the Python safetensors library (0.8.0, from torch 2.11) with
+// save_file({...}, metadata={"format": "pt", "note": "hi"}): its header order, padding and data
+// order are the library's own.
+TEST(Safetensors, ReadsAFileWrittenByThePythonLibrary) {
+  ScratchDir dir("st-python");
+  const std::string header =
+      R"({"__metadata__":{"format":"pt","note":"hi"},"i64":{"dtype":"I64","shape":[3],"data_offsets":[0,24]},)"
+      R"("empty":{"dtype":"F32","shape":[0,4],"data_offsets":[24,24]},"f32":{"dtype":"F32","shape":[2,3],)"
+      R"("data_offsets":[24,48]},"scalar":{"dtype":"F32","shape":[],"data_offsets":[48,52]},"bf16":{"dtype":)"
+      R"("BF16","shape":[3],"data_offsets":[52,58]},"f16":{"dtype":"F16","shape":[2],"data_offsets":[58,62]}}     )";
+  const char* data_hex =
+      "0100000000000000feffffffffffffff0000000000010000000000000000803f0000004000004040000080400000a0400000e040c03f"
+      "00c050400038ff7b";
+  std::string data;
+  for (const char* p = data_hex; *p; p += 2) data.push_back(static_cast<char>(std::stoi(std::string(p, 2), nullptr, 16)));
+  ASSERT_EQ(header.size(), 400u);
+  write_bytes(dir / "plain.safetensors", u64_le(header.size()) + header + data);
+
+  const SafetensorsFile file = SafetensorsFile::open(dir / "plain.safetensors");
+  EXPECT_EQ(file.file_size(), 470u);
+  EXPECT_EQ(file.metadata(), (std::map<std::string, std::string>{{"format", "pt"}, {"note", "hi"}}));
+  std::vector<std::string> names;
+  for (const TensorInfo& t : file.tensors()) names.push_back(t.name);
+  // By offset; the zero-byte tensor sorts by name among those at its offset.
+  EXPECT_EQ(names, (std::vector<std::string>{"i64", "empty", "f32", "scalar", "bf16", "f16"}));
+  int64_t ids[3];
+  std::memcpy(ids, file.data(*file.find("i64")), sizeof ids);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], -2);
+  EXPECT_EQ(ids[2], int64_t{1} << 40);
+  EXPECT_EQ(file.find("empty")->bytes, 0u);
+  EXPECT_EQ(file.find("scalar")->numel(), 1);
+
+  const SafetensorsModel model = SafetensorsModel::open(dir / "plain.safetensors");
+  std::vector<float> out(6);
+  model.read_f32("f32", {2, 3}, out.data());
+  EXPECT_EQ(out, (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  model.read_f32("bf16", {3}, out.data());
+  EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + 3), (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  model.read_f32("f16", {2}, out.data());
+  EXPECT_EQ(std::vector<float>(out.begin(), out.begin() + 2), (std::vector<float>{0.5f, 65504.0f}));
+  model.read_f32("scalar", {}, out.data());
+  EXPECT_EQ(out[0], 7.0f);
+  model.read_f32("empty", {0, 4}, out.data());
 }
 
 // ---- bad files: each error names the file, the tensor and the problem ----

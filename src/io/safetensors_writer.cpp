@@ -128,8 +128,11 @@ void write_safetensors_model(const fs::path& dir, const std::vector<TensorToWrit
   fs::create_directories(dir, ec);
   FERRY_CHECK(!ec, "safetensors", "{}: cannot create the output directory: {}", dir.string(), ec.message());
 
-  size_t total = 0;
-  for (const TensorToWrite& t : tensors) total += tensor_bytes(dir, t);
+  size_t total = 0, parameters = 0;
+  for (const TensorToWrite& t : tensors) {
+    total += tensor_bytes(dir, t);
+    parameters += tensor_bytes(dir, t) / dtype_size(t.dtype);
+  }
 
   if (total <= max_shard_bytes) {
     write_safetensors(dir / kSingleFile, tensors);
@@ -163,9 +166,10 @@ void write_safetensors_model(const fs::path& dir, const std::vector<TensorToWrit
     write_safetensors(dir / name, part);
     written.insert(name);
   }
-  // transformers writes json.dumps(index, indent=2, sort_keys=True) + "\n"; nlohmann's object
-  // keeps keys sorted.
-  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  // transformers writes json.dumps(index, indent=2, sort_keys=True) + "\n" (5.x adds
+  // total_parameters); nlohmann's object keeps keys sorted.
+  nlohmann::json index = {{"metadata", {{"total_parameters", parameters}, {"total_size", total}}},
+                          {"weight_map", weight_map}};
   write_file_atomic(dir / kIndexFile, index.dump(2) + "\n");
   written.insert(kIndexFile);
   remove_stale(dir, written);
