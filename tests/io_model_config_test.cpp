@@ -428,6 +428,11 @@ TEST(ModelConfig, QwenSlidingWindow) {
   j.erase("max_window_layers");
   j["layer_types"] = std::vector<std::string>(28, "sliding_attention");
   EXPECT_EQ(parse_model_config(j, "config.json").sliding_window, std::optional<int64_t>(4096));
+  // transformers: an explicit null window means none, an absent one Qwen2Config's 4096.
+  j["sliding_window"] = nullptr;
+  EXPECT_FALSE(parse_model_config(j, "config.json").sliding_window.has_value());
+  j.erase("sliding_window");
+  EXPECT_EQ(parse_model_config(j, "config.json").sliding_window, std::optional<int64_t>(4096));
 }
 
 TEST(ModelConfig, JsonRoundTrip) {

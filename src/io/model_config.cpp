@@ -57,6 +57,11 @@ class Keys {
     auto it = object_.find(key);
     return it != object_.end() && !it->is_null();
   }
+  // Present and explicitly null.
+  bool has_null(const char* key) const {
+    auto it = object_.find(key);
+    return it != object_.end() && it->is_null();
+  }
   const json& at(const char* key) const { return object_.at(key); }
   std::string name(const char* key) const { return prefix_ + key; }
   const std::string& source() const { return source_; }
@@ -254,7 +259,9 @@ void parse_sliding_window(const Keys& keys, ModelConfig& c) {
   // layer_types marks as sliding (by default those at index >= max_window_layers).
   const bool use = keys.boolean("use_sliding_window", false);
   std::optional<int64_t> window;
-  if (use) window = keys.positive("sliding_window", 4096);
+  // Absent means Qwen2Config's default of 4096; an explicit null means no window at all.
+  const bool null_window = keys.has_null("sliding_window");
+  if (use && !null_window) window = keys.positive("sliding_window", 4096);
   std::vector<bool> sliding(static_cast<size_t>(c.num_layers));
   if (keys.has("layer_types")) {
     const json& types = keys.at("layer_types");
