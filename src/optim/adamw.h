@@ -47,7 +47,8 @@ void validate_adamw_hyper(const AdamWHyper& hyper);
 // `step` is the 1-based count of updates including this one (torch's state['step'] after += 1).
 // `decay` selects whether weight decay applies to this tensor (torch: the param group's weight_decay).
 // `grad_scale` multiplies the gradient first (the clipping coefficient, 1 when not clipping).
-// Elementwise, so the parallel split over ThreadPool::global() cannot change the result.
+// The four buffers must not overlap. Elementwise, so the parallel split over ThreadPool::global()
+// cannot change the result.
 void adamw_step(float* param, float* m, float* v, const float* grad, size_t n, const AdamWHyper& hyper,
                 int64_t step, bool decay, float grad_scale = 1.0f);
 
