@@ -422,7 +422,20 @@ json model_config_to_json(const ModelConfig& c) {
   return j;
 }
 
-std::vector<float> rope_inv_freq(const ModelConfig& c) {
+// torch rounds after every multiply and add; a fused multiply-add would change the last bit, so
+// contraction is off here whatever flags the build adds (-march=native, -ffp-contract=fast).
+#if defined(__clang__)
+#define FERRY_NO_FP_CONTRACT
+#elif defined(__GNUC__)
+#define FERRY_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define FERRY_NO_FP_CONTRACT
+#endif
+
+FERRY_NO_FP_CONTRACT std::vector<float> rope_inv_freq(const ModelConfig& c) {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
   // transformers: 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)),
   // every step in fp32 (a Python scalar meets a float32 tensor as float32). The steps below are
   // separate float operations in the same order. Checked against transformers 5.17 / torch 2.11 on
