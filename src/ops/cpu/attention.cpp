@@ -9,8 +9,8 @@
 //
 // Speed without giving that up: a score q.k is summed over d in plain order d = 0..D-1, but many
 // scores at once -- the inner loops run across keys (or queries) over transposed copies
-// (D, T) of k, v, q and dout, so they vectorise with no reassociation, at any vector width, with
-// the same bits. Every place that needs a score or dout.v recomputes it with the same products in
+// (D, T) of k, v, q and dout, and the weighted sums of rows across the D columns, so they
+// vectorise with no reassociation, at any vector width, with the same bits. Every place that needs a score or dout.v recomputes it with the same products in
 // the same order, so the dq and the dk/dv passes agree on P and dS to the bit.
 #include <algorithm>
 #include <cmath>
@@ -20,6 +20,7 @@
 #include "ops/cpu/check.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/vec_math.h"
+#include "ops/cpu/workspace.h"
 
 namespace ferry {
 
@@ -35,21 +36,24 @@ template <typename Body>
 void for_rows_cyclic(int64_t count, size_t scratch_floats, const Body& body) {
   if (count <= 0) return;
   ThreadPool::global().run_on_all([&](size_t piece, size_t pieces) {
-    std::vector<float> scratch(scratch_floats);
-    for (int64_t i = static_cast<int64_t>(piece); i < count; i += static_cast<int64_t>(pieces))
-      body(i, scratch.data());
+    float* scratch = cpu::scratch(cpu::Scratch::kRow, scratch_floats);
+    for (int64_t i = static_cast<int64_t>(piece); i < count; i += static_cast<int64_t>(pieces)) body(i, scratch);
   });
 }
 
-// (T, heads, D) -> (heads, D, T), so that a head's d-th components of all tokens are contiguous.
-std::vector<float> transpose_heads(const float* x, int64_t T, int64_t heads, int64_t D) {
-  std::vector<float> out(static_cast<size_t>(T * heads * D));
+// (T, heads, D) -> (heads, D, ld): a head's d-th components of all tokens contiguous. ld is T
+// padded so that rows are not a multiple of 4 KiB apart (which would map them all to the same L1
+// sets); the padding is never read.
+int64_t padded_ld(int64_t T) { return (T + 15) / 16 * 16 + 16; }
+
+const float* transpose_heads(cpu::Scratch slot, const float* x, int64_t T, int64_t heads, int64_t D, int64_t ld) {
+  float* out = cpu::scratch(slot, static_cast<size_t>(heads * D * ld));
   ThreadPool::global().parallel_for(
       heads * D,
       [&](size_t r0, size_t r1) {
         for (size_t r = r0; r < r1; ++r) {
           const int64_t h = r / D, d = r % D;
-          float* dst = out.data() + r * T;
+          float* dst = out + r * ld;
           for (int64_t t = 0; t < T; ++t) dst[t] = x[(t * heads + h) * D + d];
         }
       },
@@ -57,16 +61,64 @@ std::vector<float> transpose_heads(const float* x, int64_t T, int64_t heads, int
   return out;
 }
 
-// y[i] += a * x[i], i < n. Elementwise, so its result does not depend on how it is vectorised.
-inline void axpy(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+// (T, heads, D) -> (heads, T, D): a head's rows contiguous, read in streams by the weighted sums.
+const float* head_major(cpu::Scratch slot, const float* x, int64_t T, int64_t heads, int64_t D) {
+  float* out = cpu::scratch(slot, static_cast<size_t>(heads * T * D));
+  ThreadPool::global().parallel_for(
+      heads * T,
+      [&](size_t r0, size_t r1) {
+        for (size_t r = r0; r < r1; ++r) {
+          const int64_t h = r / T, t = r % T;
+          std::copy(x + (t * heads + h) * D, x + (t * heads + h + 1) * D, out + r * D);
+        }
+      },
+      16);
+  return out;
 }
 
-// s[i] = sum over d of a[d] * xt[d * ld + i], i < n, summed in order d = 0..D-1: D dot products of
-// a with the columns of xt at once.
+// The two products of attention, each output element summed over its reduction index in plain
+// order, W outputs at a time in registers (W = 32, then 8, then 1 for the tails): the width only
+// changes speed, never bits.
+
+// s[i] = sum over d < D, in order, of a[d] * xt[d * ld + i], for i < W.
+template <int W>
+inline void dots_block(const float* a, const float* xt, int64_t ld, int64_t D, float* s) {
+  float acc[W] = {};
+  for (int64_t d = 0; d < D; ++d) {
+    const float ad = a[d];
+    const float* x = xt + d * ld;
+    for (int k = 0; k < W; ++k) acc[k] += ad * x[k];
+  }
+  for (int k = 0; k < W; ++k) s[k] = acc[k];
+}
+
+// s (n) = dot products of a (D) with the n columns of xt (D rows of stride ld).
 inline void dots_across(const float* a, const float* xt, int64_t ld, int64_t D, float* s, int64_t n) {
-  std::fill(s, s + n, 0.0f);
-  for (int64_t d = 0; d < D; ++d) axpy(a[d], xt + d * ld, s, n);
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) dots_block<32>(a, xt + i, ld, D, s + i);
+  for (; i + 8 <= n; i += 8) dots_block<8>(a, xt + i, ld, D, s + i);
+  for (; i < n; ++i) dots_block<1>(a, xt + i, ld, D, s + i);
+}
+
+// y[c] += sum over i < n, in order, of w[i] * x[i * stride + c], for c < W.
+template <int W>
+inline void combine_block(const float* w, const float* x, int64_t stride, int64_t n, float* y) {
+  float acc[W];
+  for (int k = 0; k < W; ++k) acc[k] = y[k];
+  for (int64_t i = 0; i < n; ++i) {
+    const float wi = w[i];
+    const float* xr = x + i * stride;
+    for (int k = 0; k < W; ++k) acc[k] += wi * xr[k];
+  }
+  for (int k = 0; k < W; ++k) y[k] = acc[k];
+}
+
+// y (D) += w-weighted sum of the n rows of x (rows of stride `stride`).
+inline void combine_rows(const float* w, const float* x, int64_t stride, int64_t n, float* y, int64_t D) {
+  int64_t c = 0;
+  for (; c + 32 <= D; c += 32) combine_block<32>(w, x + c, stride, n, y + c);
+  for (; c + 8 <= D; c += 8) combine_block<8>(w, x + c, stride, n, y + c);
+  for (; c < D; ++c) combine_block<1>(w, x + c, stride, n, y + c);
 }
 
 // One output row of the forward: query q (D) against n keys whose transposed components start at
@@ -81,7 +133,7 @@ FERRY_VECTOR_CLONES float forward_row(const float* q, const float* kt, int64_t l
   cpu::exp_inplace(s, n);
   const double l = cpu::sum_of(s, n);
   std::fill(out, out + D, 0.0f);
-  for (int64_t i = 0; i < n; ++i) axpy(s[i], v + i * vstride, out, D);
+  combine_rows(s, v, vstride, n, out, D);
   const float inv = static_cast<float>(1.0 / l);
   for (int64_t i = 0; i < D; ++i) out[i] *= inv;
   return m + static_cast<float>(std::log(l));
@@ -104,7 +156,7 @@ FERRY_VECTOR_CLONES void dq_row(const float* q, const float* g, const float* kt,
                                 float delta, float* s, float* dp, float* dq) {
   probs_and_dscores(q, g, kt, vt, ld, D, n, scale, lse, delta, s, dp);
   std::fill(dq, dq + D, 0.0f);
-  for (int64_t i = 0; i < n; ++i) axpy(dp[i], k + i * kstride, dq, D);
+  combine_rows(dp, k, kstride, n, dq, D);
   for (int64_t i = 0; i < D; ++i) dq[i] *= scale;
 }
 
@@ -121,10 +173,8 @@ FERRY_VECTOR_CLONES void dkdv_head(const float* k, const float* v, const float* 
   for (int64_t i = 0; i < n; ++i) s[i] = scale * s[i] - lse[i];
   cpu::exp_inplace(s, n);
   for (int64_t i = 0; i < n; ++i) dp[i] = s[i] * (dp[i] - delta[i]);
-  for (int64_t i = 0; i < n; ++i) {
-    axpy(s[i], g + i * qstride, vacc, D);
-    axpy(dp[i], q + i * qstride, kacc, D);
-  }
+  combine_rows(s, g, qstride, n, vacc, D);
+  combine_rows(dp, q, qstride, n, kacc, D);
 }
 
 // doc_start must describe contiguous documents: each token starts a document (doc_start[t] == t)
@@ -169,18 +219,19 @@ void CpuOps::attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_
   const int64_t T = d.T, D = d.D;
   if (T == 0 || d.Hq == 0 || D == 0) return;
   const float* qs = q.f32();
-  const float* vs = v.f32();
   float* os = out.f32();
   float* ls = lse.f32();
-  const int64_t qstride = d.Hq * D, kstride = d.Hkv * D;  // floats per token
-  const std::vector<float> kt = transpose_heads(k.f32(), T, d.Hkv, D);  // (Hkv, D, T)
+  const int64_t qstride = d.Hq * D;  // floats per token
+  const int64_t ld = padded_ld(T);
+  const float* kt = transpose_heads(cpu::Scratch::kA, k.f32(), T, d.Hkv, D, ld);  // (Hkv, D, ld)
+  const float* vh = head_major(cpu::Scratch::kB, v.f32(), T, d.Hkv, D);           // (Hkv, T, D)
 
   // Item = (head h, query t); scratch = scores (T).
   for_rows_cyclic(d.Hq * T, static_cast<size_t>(T), [&](int64_t item, float* s) {
     const int64_t h = item / T, t = item % T, kvh = h / d.group;
     const int64_t j0 = doc_start[t];
-    ls[h * T + t] = forward_row(qs + t * qstride + h * D, kt.data() + kvh * D * T + j0, T,
-                                vs + j0 * kstride + kvh * D, kstride, D, t - j0 + 1, scale, s,
+    ls[h * T + t] = forward_row(qs + t * qstride + h * D, kt + kvh * D * ld + j0, ld,
+                                vh + (kvh * T + j0) * D, D, D, t - j0 + 1, scale, s,
                                 os + t * qstride + h * D);
   });
 }
@@ -208,9 +259,10 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc
   const float* ls = lse.f32();
   const float* gs = dout.f32();
   const int64_t qstride = d.Hq * D, kstride = d.Hkv * D;
+  const int64_t ld = padded_ld(T);
 
   // delta (Hq,T) = rowsum(dout * out).
-  std::vector<float> delta(static_cast<size_t>(d.Hq * T));
+  float* delta = cpu::scratch(cpu::Scratch::kE, static_cast<size_t>(d.Hq * T));
   ThreadPool::global().parallel_for(
       d.Hq * T,
       [&](size_t i0, size_t i1) {
@@ -227,14 +279,15 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc
 
   // Pass 1: the dq row of (h, t) over keys j in [doc_start[t], t].
   {
-    const std::vector<float> kt = transpose_heads(ks, T, d.Hkv, D);  // (Hkv, D, T)
-    const std::vector<float> vt = transpose_heads(vs, T, d.Hkv, D);
+    const float* kt = transpose_heads(cpu::Scratch::kA, ks, T, d.Hkv, D, ld);  // (Hkv, D, ld)
+    const float* vt = transpose_heads(cpu::Scratch::kB, vs, T, d.Hkv, D, ld);
+    const float* kh = head_major(cpu::Scratch::kC, ks, T, d.Hkv, D);  // (Hkv, T, D)
     float* dqs = dq.f32();
     for_rows_cyclic(d.Hq * T, static_cast<size_t>(2 * T), [&](int64_t item, float* scratch) {
       const int64_t h = item / T, t = item % T, kvh = h / d.group;
       const int64_t j0 = doc_start[t];
-      dq_row(qs + t * qstride + h * D, gs + t * qstride + h * D, kt.data() + kvh * D * T + j0,
-             vt.data() + kvh * D * T + j0, T, ks + j0 * kstride + kvh * D, kstride, D, t - j0 + 1, scale,
+      dq_row(qs + t * qstride + h * D, gs + t * qstride + h * D, kt + kvh * D * ld + j0,
+             vt + kvh * D * ld + j0, ld, kh + (kvh * T + j0) * D, D, D, t - j0 + 1, scale,
              ls[h * T + t], delta[h * T + t], scratch, scratch + T, dqs + t * qstride + h * D);
     });
   }
@@ -242,8 +295,10 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc
   // Pass 2: the dk and dv rows of (kv head g, key j), over the group's query heads, then the
   // queries t in [j, e) of j's document (contiguous, so it ends where doc_start passes j).
   {
-    const std::vector<float> qt = transpose_heads(qs, T, d.Hq, D);  // (Hq, D, T)
-    const std::vector<float> gt = transpose_heads(gs, T, d.Hq, D);
+    const float* qt = transpose_heads(cpu::Scratch::kA, qs, T, d.Hq, D, ld);  // (Hq, D, ld)
+    const float* gt = transpose_heads(cpu::Scratch::kB, gs, T, d.Hq, D, ld);
+    const float* qh = head_major(cpu::Scratch::kC, qs, T, d.Hq, D);  // (Hq, T, D)
+    const float* gh = head_major(cpu::Scratch::kD, gs, T, d.Hq, D);
     // end[j] = one past the last token of j's document.
     std::vector<int64_t> end(static_cast<size_t>(T));
     for (int64_t t = T - 1; t >= 0; --t) end[t] = (t + 1 < T && doc_start[t + 1] == doc_start[t]) ? end[t + 1] : t + 1;
@@ -255,9 +310,9 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc
       float* vacc = kacc + D;
       std::fill(kacc, kacc + 2 * D, 0.0f);
       for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
-        dkdv_head(ks + j * kstride + g * D, vs + j * kstride + g * D, qt.data() + h * D * T + j,
-                  gt.data() + h * D * T + j, T, qs + j * qstride + h * D, gs + j * qstride + h * D, qstride,
-                  ls + h * T + j, delta.data() + h * T + j, D, n, scale, scratch, scratch + T, kacc, vacc);
+        dkdv_head(ks + j * kstride + g * D, vs + j * kstride + g * D, qt + h * D * ld + j,
+                  gt + h * D * ld + j, ld, qh + (h * T + j) * D, gh + (h * T + j) * D, D,
+                  ls + h * T + j, delta + h * T + j, D, n, scale, scratch, scratch + T, kacc, vacc);
       }
       float* dkr = dks + j * kstride + g * D;
       float* dvr = dvs + j * kstride + g * D;

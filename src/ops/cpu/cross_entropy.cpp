@@ -12,6 +12,7 @@
 #include "ops/cpu/check.h"
 #include "ops/cpu/cpu_ops.h"
 #include "ops/cpu/vec_math.h"
+#include "ops/cpu/workspace.h"
 
 namespace ferry {
 
@@ -74,7 +75,7 @@ double CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, 
   const float* ws = w.f32();
   const int iV = static_cast<int>(V), iH = static_cast<int>(H);
   const int64_t C = std::min(T, chunk_tokens(V));
-  std::vector<float> buf(static_cast<size_t>(C * V));  // (C,V): logits, then dlogits
+  float* buf = cpu::scratch(cpu::Scratch::kA, static_cast<size_t>(C * V));  // (C,V): logits, then dlogits
   std::vector<double> row_loss(static_cast<size_t>(T), 0.0);
 
   for (int64_t t0 = 0; t0 < T; t0 += C) {
@@ -82,17 +83,17 @@ double CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, 
     const float* xc = xs + t0 * H;
     if (H > 0) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), iV, iH, 1.0f, xc, iH, ws, iH,
-                  0.0f, buf.data(), iV);
+                  0.0f, buf, iV);
     } else {
-      std::fill(buf.begin(), buf.begin() + n * V, 0.0f);
+      std::fill(buf, buf + n * V, 0.0f);
     }
-    if (!logits.empty()) std::memcpy(logits.f32() + t0 * V, buf.data(), static_cast<size_t>(n * V) * sizeof(float));
+    if (!logits.empty()) std::memcpy(logits.f32() + t0 * V, buf, static_cast<size_t>(n * V) * sizeof(float));
 
     ThreadPool::global().parallel_for(
         n,
         [&](size_t r0, size_t r1) {
           for (size_t r = r0; r < r1; ++r) {
-            float* row = buf.data() + r * V;
+            float* row = buf + r * V;
             const int32_t target = targets[t0 + r];
             if (target == kIgnoreIndex) {
               if (want_grad) std::fill(row, row + V, 0.0f);
@@ -106,11 +107,11 @@ double CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, 
     if (!want_grad || H == 0) continue;
     // dx (n,H) = dlogits (n,V) @ w (V,H);  dw (V,H) += dlogits^T @ x (n,H).
     if (!dx.empty()) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), iH, iV, 1.0f, buf.data(), iV, ws,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), iH, iV, 1.0f, buf, iV, ws,
                   iH, 0.0f, dx.f32() + t0 * H, iH);
     }
     if (!dw.empty()) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iV, iH, static_cast<int>(n), 1.0f, buf.data(), iV, xc,
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iV, iH, static_cast<int>(n), 1.0f, buf, iV, xc,
                   iH, 1.0f, dw.f32(), iH);
     }
   }

@@ -19,19 +19,30 @@
 
 namespace ferry::cpu {
 
-// x[i] = exp(x[i]) for i < n, within 2 ulp of the correctly rounded value (tested against
-// std::exp in ops_vec_math_test). exp(x) = 2^k * exp(r), k = round(x / ln2), |r| <= ln2 / 2, with
-// exp(r) from its degree-7 Taylor polynomial (truncation below 3e-9 relative). Inputs below
-// -87.3 give 0 (no subnormals), inputs above 88.3 are clamped (the result is ~2^127). NaN is not
-// propagated; callers pass finite values.
+// x[i] = exp(x[i]) for i < n, within 1 ulp of the correctly rounded value over [-87.3, 88.3]
+// (tested against double exp in ops_vec_math_test). exp(x) = 2^k * exp(r), k = round(x / ln2),
+// |r| <= ln2 / 2, with exp(r) from its degree-7 Taylor polynomial (truncation below 3e-9
+// relative). Below -87.3 the result is 0 (no subnormals), above 88.3 it is exp(88.3); NaN stays
+// NaN.
+//
+// The range tests and selects work on the float's bits with integer masks: a float compare or a
+// ?: lets GCC branch around float arithmetic that may trap (-ftrapping-math), and the loop would
+// not vectorise.
 inline void exp_inplace(float* x, int64_t n) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;  // ln2 split so k * kLn2Hi is exact for |k| <= 128
   constexpr float kLn2Lo = -2.12194440e-4f;
   constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  constexpr uint32_t kLoBits = std::bit_cast<uint32_t>(-87.3f);  // negatives: unsigned order = magnitude
+  constexpr int32_t kHiBits = std::bit_cast<int32_t>(88.3f);     // positives: signed order = value
   for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float c = v < -87.3f ? -87.3f : (v > 88.3f ? 88.3f : v);
+    const uint32_t u = std::bit_cast<uint32_t>(x[i]);
+    // All-ones masks: below the range (or a NaN with the sign bit), above it (or a NaN), NaN.
+    const uint32_t tiny = 0u - static_cast<uint32_t>(u > kLoBits);
+    const uint32_t huge = 0u - static_cast<uint32_t>(static_cast<int32_t>(u) > kHiBits);
+    const uint32_t nan = 0u - static_cast<uint32_t>((u & 0x7fffffffu) > 0x7f800000u);
+    const uint32_t clamped = (u & ~tiny & ~huge) | (kLoBits & tiny) | (static_cast<uint32_t>(kHiBits) & huge);
+    const float c = std::bit_cast<float>(clamped);
     const float k = (c * kLog2e + kRound) - kRound;
     const float r = (c - k * kLn2Hi) - k * kLn2Lo;
     float p = 1.0f / 5040.0f;
@@ -42,8 +53,8 @@ inline void exp_inplace(float* x, int64_t n) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    const float scale = std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);
-    x[i] = v < -87.3f ? 0.0f : p * scale;
+    const float y = p * std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);
+    x[i] = std::bit_cast<float>((std::bit_cast<uint32_t>(y) & ~tiny & ~nan) | (u & nan));
   }
 }
 
