@@ -1,4 +1,4 @@
-// ferry's command line: `ferry train | init | demo`.
+// ferry's command line: `ferry train | init | eval | demo`.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   ferry::cli::add_train_command(app);
   ferry::cli::add_init_command(app);
+  ferry::cli::add_eval_command(app);
   ferry::cli::add_demo_command(app);
   try {
     app.parse(argc, argv);

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/dtype.h"
-#include "core/error.h"
+#include "core/check.h"
 
 namespace ferry {
 

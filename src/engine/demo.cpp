@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/log.h"
+#include <fmt/format.h>
 #include "core/thread_pool.h"
 #include "engine/model_init.h"
 #include "engine/model_step.h"
@@ -92,7 +93,11 @@ double exact_match(const std::filesystem::path& model_dir, const std::vector<Exa
     correct += (produced == expected);
     if (show && n < 4) {
       std::string out;
-      for (int32_t t : produced) out += t < 256 ? std::string(1, static_cast<char>(t)) : (t == kEos ? "<eos>" : "?");
+      for (int32_t t : produced) {
+        if (t == kEos) out += "<eos>";
+        else if (t >= 32 && t < 127) out += static_cast<char>(t);
+        else out += fmt::format("<{}>", t);
+      }
       log_info("  {} = {}", examples[n].text, out);
     }
   }

@@ -9,7 +9,7 @@ namespace ferry {
 
 struct DemoOptions {
   std::filesystem::path out_dir = "demo-out";
-  int64_t steps = 400;
+  int64_t steps = 500;
   int64_t threads = 0;
   uint64_t seed = 1234;
   int64_t eval_examples = 200;

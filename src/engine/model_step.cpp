@@ -76,6 +76,30 @@ StepLoss ModelStep::run(const std::vector<float*>& params, const std::vector<flo
   return result;
 }
 
+StepLoss ModelStep::evaluate(const std::vector<float*>& params, const StepBatch& batch, float* logits_out) {
+  const int64_t T = batch.chunk_tokens(), H = config_.hidden_size, V = config_.vocab_size;
+  FERRY_ASSERT(T <= max_chunk_tokens_);
+  const size_t emb = layout_.embedding_unit();
+  const LayerContext ctx = context();
+  const HeadParams hp = head_params(layout_, params[layout_.head_unit()], params[emb], DType::F32);
+  StepLoss result;
+  result.counted_tokens = batch.counted_tokens();
+  for (int64_t c = 0; c < batch.chunks(); ++c) {
+    const TokenChunk chunk = batch.chunk(c);
+    Tensor x = Tensor::f32(boundary_.data(), {T, H});
+    Tensor y = Tensor::f32(boundary_.data() + static_cast<size_t>(max_chunk_tokens_ * H), {T, H});
+    ops_.embedding_forward(chunk.ids, embedding_table(layout_, params[emb], DType::F32), x);
+    for (int64_t l = 0; l < config_.num_layers; ++l) {
+      const size_t u = layout_.layer_unit(l);
+      layer_forward(ops_, ctx, layer_params(layout_.units[u], params[u], DType::F32), chunk, x, y, layer_scratch_);
+      std::swap(x, y);
+    }
+    Tensor logits = logits_out ? Tensor::f32(logits_out + static_cast<size_t>(c * T * V), {T, V}) : Tensor();
+    result.loss_sum += head_forward_backward(ops_, config_, hp, nullptr, chunk, x, 0.0f, Tensor(), head_scratch_, logits);
+  }
+  return result;
+}
+
 void ModelStep::logits(const std::vector<float*>& params, const TokenChunk& chunk, float* logits_out) {
   const int64_t T = chunk.tokens, H = config_.hidden_size;
   FERRY_ASSERT(T <= max_chunk_tokens_);

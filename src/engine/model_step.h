@@ -34,6 +34,10 @@ class ModelStep {
   // params and grads hold one fp32 buffer per unit, laid out by the layout.
   StepLoss run(const std::vector<float*>& params, const std::vector<float*>& grads, const StepBatch& batch);
 
+  // Forward only, chunk by chunk: the summed loss of the batch. When logits_out is given it
+  // receives (rows, seq_len, V) logits.
+  StepLoss evaluate(const std::vector<float*>& params, const StepBatch& batch, float* logits_out = nullptr);
+
   // Forward only, for evaluation: logits (T,V) of one chunk (T <= max_chunk_tokens).
   void logits(const std::vector<float*>& params, const TokenChunk& chunk, float* logits_out);
 

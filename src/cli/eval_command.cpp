@@ -1,0 +1,32 @@
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "engine/evaluate.h"
+
+namespace ferry::cli {
+
+void add_eval_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("eval", "Loss and perplexity of a model on pre-tokenized JSONL data");
+  auto o = std::make_shared<EvalOptions>();
+  auto data = std::make_shared<std::vector<std::string>>();
+  auto model = std::make_shared<std::string>();
+  auto dump = std::make_shared<std::string>();
+  cmd->add_option("--model", *model, "Hugging Face model directory")->required();
+  cmd->add_option("--data", *data, "JSONL files with input_ids (and optional labels)")->required();
+  cmd->add_option("--seq-len", o->seq_len, "tokens per sequence")->capture_default_str();
+  cmd->add_option("--micro-batch", o->micro_batch, "sequences per forward pass")->capture_default_str();
+  cmd->add_option("--max-rows", o->max_rows, "evaluate at most this many sequences (0: all)")->capture_default_str();
+  cmd->add_option("--dump-logits", *dump, "write input_ids, position_ids and logits of the first rows here");
+  cmd->add_option("--dump-rows", o->dump_rows, "rows to dump")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "CPU threads (0: all)")->capture_default_str();
+  cmd->callback([o, data, model, dump] {
+    o->model = *model;
+    o->dump_logits = *dump;
+    o->data.assign(data->begin(), data->end());
+    const EvalResult r = run_eval(*o);
+    std::printf("{\"loss\": %.6f, \"perplexity\": %.4f, \"rows\": %lld, \"tokens\": %lld}\n", r.loss, r.perplexity,
+                static_cast<long long>(r.rows), static_cast<long long>(r.counted_tokens));
+  });
+}
+
+}  // namespace ferry::cli
