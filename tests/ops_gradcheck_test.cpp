@@ -4,9 +4,10 @@
 // backward receives. L is summed in double in a fixed order: perturbing one input changes only the
 // outputs that depend on it, and the rounding of every other term cancels exactly between L(+h)
 // and L(-h). With fp32 outputs (relative error ~1e-7) and a step h = 1e-2 on inputs of order 1,
-// rounding contributes ~1e-5 and truncation ~h^2 = 1e-4 relative to the derivative, so a 2e-2
+// rounding contributes ~1e-5 and truncation ~h^2 = 1e-4 relative to the derivative. A 5e-3
 // relative tolerance plus a small absolute floor (a fraction of the gradient's largest element)
-// catches any wrong term while never failing on noise. The divisor is the step actually taken in
+// leaves more than 20x headroom on every check here (measured), and still catches a gradient
+// that is 1% off. The divisor is the step actually taken in
 // fp32, (x+h) - (x-h) computed in double, not 2h.
 #include <gtest/gtest.h>
 
@@ -39,8 +40,8 @@ double weighted_sum(const Vec& r, const Vec& out) {
 
 struct GradCheck {
   float step = 1e-2f;
-  double rtol = 2e-2;
-  double atol_fraction = 2e-3;  // absolute floor, as a fraction of max |analytic|
+  double rtol = 5e-3;
+  double atol_fraction = 5e-4;  // absolute floor, as a fraction of max |analytic|
   size_t samples = 80;          // random elements checked per tensor (all when fewer)
 };
 
@@ -92,7 +93,7 @@ class OpsGradcheck : public ::testing::Test {
   std::unique_ptr<Ops> ops = make_cpu_ops();
 };
 
-// The checker itself must be able to fail: a gradient that is off by 5%, or wrong in a single
+// The checker itself must be able to fail: a gradient that is off by 1%, or wrong in a single
 // element, is caught.
 TEST_F(OpsGradcheck, CheckerCatchesWrongGradients) {
   const int64_t n = 31;
@@ -107,8 +108,8 @@ TEST_F(OpsGradcheck, CheckerCatchesWrongGradients) {
   for (int64_t i = 0; i < n; ++i) g[i] = r[i] * x[i] * x[i];
   EXPECT_TRUE(check_gradient("exact", x, g, objective, 3));
   Vec scaled = g;
-  for (float& v : scaled) v *= 1.05f;
-  EXPECT_FALSE(check_gradient("5% off", x, scaled, objective, 3));
+  for (float& v : scaled) v *= 1.01f;
+  EXPECT_FALSE(check_gradient("1% off", x, scaled, objective, 3));
   Vec one_wrong = g;
   const size_t worst = std::max_element(g.begin(), g.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); }) - g.begin();
   one_wrong[worst] = -one_wrong[worst];
