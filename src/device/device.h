@@ -1,0 +1,156 @@
+// The Device seam (DESIGN.md §3): everything the engine asks of an accelerator. The engine never
+// calls CUDA; CudaDevice implements this with CUDA, SimDevice on the CPU (worker threads as
+// streams, a hard memory cap, optional PCIe-like bandwidth and latency), so every schedule the
+// engine can run is tested in CI without a GPU.
+//
+// Work is issued to streams and runs in issue order within a stream; streams are ordered with
+// events. A host thread waits only where it must (reading a loss, a checkpoint).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace ferry {
+
+class Ops;
+
+enum class StreamKind : int { Compute = 0, HostToDevice = 1, DeviceToHost = 2 };
+constexpr int kStreamCount = 3;
+
+// An event recorded on a stream: complete once all work issued to that stream before it is done.
+using EventId = int64_t;
+
+struct MemoryStats {
+  size_t capacity = 0;  // bytes the device may hold (the `gpu_memory` budget, or the card's)
+  size_t in_use = 0;
+  size_t peak = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string name() const = 0;
+  // Which accelerator of the host this is (several GPUs later).
+  virtual int index() const = 0;
+
+  // Device memory. Allocation beyond the capacity throws ferry::Error with the numbers.
+  // Planned resources are allocated once; nothing is allocated per step.
+  virtual void* allocate(size_t bytes, const char* what) = 0;
+  virtual void release(void* pointer) = 0;
+  virtual MemoryStats memory() const = 0;
+
+  // Page-locked host memory for asynchronous copies (allocated once, at exact size).
+  virtual void* allocate_pinned(size_t bytes, const char* what) = 0;
+  virtual void release_pinned(void* pointer) = 0;
+
+  // Asynchronous copies and fills on a stream. Host pointers of async copies must be pinned.
+  virtual void copy_to_device(void* device_dst, const void* host_src, size_t bytes, StreamKind stream) = 0;
+  virtual void copy_to_host(void* host_dst, const void* device_src, size_t bytes, StreamKind stream) = 0;
+  virtual void copy_on_device(void* dst, const void* src, size_t bytes, StreamKind stream) = 0;
+  virtual void fill_zero(void* device_dst, size_t bytes, StreamKind stream) = 0;
+
+  // Runs `fn` on a host thread once the stream reaches this point (cudaLaunchHostFunc). The
+  // stream does not wait for fn; fn must not call back into the device.
+  virtual void host_callback(StreamKind stream, std::function<void()> fn) = 0;
+
+  virtual EventId record(StreamKind stream) = 0;
+  // Work issued to `stream` after this call starts after `event` completes.
+  virtual void wait(StreamKind stream, EventId event) = 0;
+  // Blocks the calling host thread until `event` completes.
+  virtual void synchronize(EventId event) = 0;
+  // Blocks until every stream is idle. Rethrows an error raised by work on any stream.
+  virtual void synchronize_all() = 0;
+
+  // The ops that run on the compute stream, on device memory.
+  virtual Ops& ops() = 0;
+};
+
+// RAII ownership of a device allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Device& device, size_t bytes, const char* what)
+      : device_(&device), data_(device.allocate(bytes, what)), bytes_(bytes) {}
+  ~DeviceBuffer() { reset(); }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : device_(o.device_), data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      device_ = o.device_;
+      data_ = o.data_;
+      bytes_ = o.bytes_;
+      o.data_ = nullptr;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+  void reset() {
+    if (data_ != nullptr) device_->release(data_);
+    data_ = nullptr;
+  }
+
+ private:
+  Device* device_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// RAII ownership of pinned host memory.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(Device& device, size_t bytes, const char* what)
+      : device_(&device), data_(device.allocate_pinned(bytes, what)), bytes_(bytes) {}
+  ~PinnedBuffer() { reset(); }
+  PinnedBuffer(PinnedBuffer&& o) noexcept : device_(o.device_), data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr; }
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      device_ = o.device_;
+      data_ = o.data_;
+      bytes_ = o.bytes_;
+      o.data_ = nullptr;
+    }
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(data_); }
+  size_t bytes() const { return bytes_; }
+  void reset() {
+    if (data_ != nullptr) device_->release_pinned(data_);
+    data_ = nullptr;
+  }
+
+ private:
+  Device* device_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct SimDeviceOptions {
+  size_t memory_capacity = size_t{1} << 34;  // 16 GiB by default
+  double h2d_bytes_per_second = 0.0;         // 0: as fast as memcpy
+  double d2h_bytes_per_second = 0.0;
+  double copy_latency_seconds = 0.0;
+};
+
+// The CPU-backed device: streams are worker threads, ops are the fp32 CPU ops.
+std::unique_ptr<Device> make_sim_device(const SimDeviceOptions& options);
+// The CUDA device `index`, memory capped at `memory_capacity` bytes (0: the card's free memory).
+// Throws ferry::Error in a build without CUDA or when no GPU is present.
+std::unique_ptr<Device> make_cuda_device(int index, size_t memory_capacity);
+bool cuda_available();
+
+}  // namespace ferry
