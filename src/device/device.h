@@ -15,8 +15,6 @@
 
 namespace ferry {
 
-class Ops;
-
 enum class StreamKind : int { Compute = 0, HostToDevice = 1, DeviceToHost = 2 };
 constexpr int kStreamCount = 3;
 
@@ -52,9 +50,14 @@ class Device {
   virtual void copy_on_device(void* dst, const void* src, size_t bytes, StreamKind stream) = 0;
   virtual void fill_zero(void* device_dst, size_t bytes, StreamKind stream) = 0;
 
-  // Runs `fn` on a host thread once the stream reaches this point (cudaLaunchHostFunc). The
-  // stream does not wait for fn; fn must not call back into the device.
-  virtual void host_callback(StreamKind stream, std::function<void()> fn) = 0;
+  // Runs `fn` on a host thread once the stream reaches this point; later work on the stream waits
+  // for it (cudaLaunchHostFunc). fn must not call back into the device. An exception thrown by fn
+  // is kept and rethrown by the next synchronize*() on the host.
+  virtual void host_task(StreamKind stream, std::function<void()> fn) = 0;
+
+  // The backend's stream handle (cudaStream_t for CUDA), or nullptr where streams are host
+  // threads (SimDevice); the ops layer uses it to launch kernels on the right stream.
+  virtual void* native_stream(StreamKind stream) = 0;
 
   virtual EventId record(StreamKind stream) = 0;
   // Work issued to `stream` after this call starts after `event` completes.
@@ -63,9 +66,6 @@ class Device {
   virtual void synchronize(EventId event) = 0;
   // Blocks until every stream is idle. Rethrows an error raised by work on any stream.
   virtual void synchronize_all() = 0;
-
-  // The ops that run on the compute stream, on device memory.
-  virtual Ops& ops() = 0;
 };
 
 // RAII ownership of a device allocation.
@@ -146,7 +146,7 @@ struct SimDeviceOptions {
   double copy_latency_seconds = 0.0;
 };
 
-// The CPU-backed device: streams are worker threads, ops are the fp32 CPU ops.
+// The CPU-backed device: streams are worker threads, memory is host memory under a hard cap.
 std::unique_ptr<Device> make_sim_device(const SimDeviceOptions& options);
 // The CUDA device `index`, memory capped at `memory_capacity` bytes (0: the card's free memory).
 // Throws ferry::Error in a build without CUDA or when no GPU is present.
