@@ -8,10 +8,11 @@
 // Rows are dealt to threads cyclically because causal rows differ in length.
 //
 // Speed without giving that up: a score q.k is summed over d in plain order d = 0..D-1, but many
-// scores at once -- the inner loops run across keys (or queries) over transposed copies
-// (D, T) of k, v, q and dout, and the weighted sums of rows across the D columns, so they
-// vectorise with no reassociation, at any vector width, with the same bits. Every place that needs a score or dout.v recomputes it with the same products in
-// the same order, so the dq and the dk/dv passes agree on P and dS to the bit.
+// scores at once -- the inner loops run across keys (or queries) over transposed copies (D, T)
+// of k, v, q and dout, and the weighted sums of rows across the D columns, so they vectorise with
+// no reassociation, at any vector width, with the same bits. Every place that needs a score or
+// dout.v recomputes it with the same products in the same order, so the dq and the dk/dv passes
+// agree on P and dS to the bit.
 #include <algorithm>
 #include <cmath>
 #include <vector>
