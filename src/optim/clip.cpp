@@ -38,7 +38,7 @@ double sum_squares(const float* x, size_t n) {
 
 }  // namespace
 
-double global_grad_norm(const std::vector<std::pair<const float*, size_t>>& grads) {
+std::vector<double> grad_sumsq_partials(const std::vector<std::pair<const float*, size_t>>& grads) {
   std::vector<Chunk> chunks;
   for (const auto& [data, count] : grads) {
     for (size_t offset = 0; offset < count; offset += kChunk)
@@ -48,9 +48,17 @@ double global_grad_norm(const std::vector<std::pair<const float*, size_t>>& grad
   ThreadPool::global().parallel_for(chunks.size(), [&](size_t begin, size_t end) {
     for (size_t c = begin; c < end; ++c) partial[c] = sum_squares(chunks[c].data, chunks[c].count);
   });
+  return partial;
+}
+
+double norm_from_partials(const std::vector<double>& partials) {
   double total = 0.0;
-  for (double p : partial) total += p;
+  for (double p : partials) total += p;
   return std::sqrt(total);
+}
+
+double global_grad_norm(const std::vector<std::pair<const float*, size_t>>& grads) {
+  return norm_from_partials(grad_sumsq_partials(grads));
 }
 
 float clip_coefficient(double total_norm, double max_norm) {

@@ -26,6 +26,13 @@ double global_grad_norm(const std::vector<std::pair<const float*, size_t>>& grad
 // gradients by it always, even when it is 1, so callers do too (pass it as adamw_step's grad_scale).
 // max_norm <= 0 means no clipping: the coefficient is 1. A non-finite total_norm gives what torch
 // gives (inf → 0, NaN → NaN); callers decide whether to skip such a step.
+// The building blocks of global_grad_norm, for callers that receive gradients unit by unit: the
+// sums of squares of fixed 64Ki-element chunks of `grads`, in order. Concatenating the partials of
+// consecutive calls and summing them with norm_from_partials gives exactly global_grad_norm of all
+// the spans together.
+std::vector<double> grad_sumsq_partials(const std::vector<std::pair<const float*, size_t>>& grads);
+double norm_from_partials(const std::vector<double>& partials);
+
 float clip_coefficient(double total_norm, double max_norm);
 
 }  // namespace ferry
