@@ -43,6 +43,8 @@ class Device {
   // Page-locked host memory for asynchronous copies (allocated once, at exact size).
   virtual void* allocate_pinned(size_t bytes, const char* what) = 0;
   virtual void release_pinned(void* pointer) = 0;
+  // Pinned host memory held through this device (capacity: the sanity limit, the host's RAM).
+  virtual MemoryStats pinned_memory() const = 0;
 
   // Asynchronous copies and fills on a stream. Host pointers of async copies must be pinned.
   virtual void copy_to_device(void* device_dst, const void* host_src, size_t bytes, StreamKind stream) = 0;
@@ -144,6 +146,9 @@ struct SimDeviceOptions {
   double h2d_bytes_per_second = 0.0;         // 0: as fast as memcpy
   double d2h_bytes_per_second = 0.0;
   double copy_latency_seconds = 0.0;
+  // Copies between host and device must name pinned memory of this device on the host side, as
+  // the interface asks (CUDA would silently stage pageable memory through a synchronous copy).
+  bool require_pinned_host = true;
 };
 
 // The CPU-backed device: streams are worker threads, memory is host memory under a hard cap.
