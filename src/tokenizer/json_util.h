@@ -1,0 +1,40 @@
+// Checked access to tokenizer.json fields: a missing or mistyped field is a ferry::Error naming it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "core/error.h"
+#include "tokenizer/regex.h"
+
+namespace ferry::tok {
+
+inline const nlohmann::json& json_field(const nlohmann::json& object, const char* key, const char* what) {
+  if (!object.is_object()) fail("tokenizer", "{} in tokenizer.json is not an object", what);
+  const auto it = object.find(key);
+  if (it == object.end()) fail("tokenizer", "{} in tokenizer.json has no \"{}\"", what, key);
+  return *it;
+}
+
+inline std::string json_string(const nlohmann::json& object, const char* key, const char* what) {
+  const auto& v = json_field(object, key, what);
+  if (!v.is_string()) fail("tokenizer", "\"{}\" of {} in tokenizer.json is not a string", key, what);
+  return v.get<std::string>();
+}
+
+inline const nlohmann::json& json_array(const nlohmann::json& object, const char* key, const char* what) {
+  const auto& v = json_field(object, key, what);
+  if (!v.is_array()) fail("tokenizer", "\"{}\" of {} in tokenizer.json is not an array", key, what);
+  return v;
+}
+
+// {"pattern": {"String": "..."}} or {"pattern": {"Regex": "..."}}.
+inline Regex json_pattern(const nlohmann::json& object, const char* what) {
+  const auto& p = json_field(object, "pattern", what);
+  if (p.is_object() && p.contains("String") && p["String"].is_string()) return Regex::literal(p["String"].get<std::string>());
+  if (p.is_object() && p.contains("Regex") && p["Regex"].is_string()) return Regex::pattern(p["Regex"].get<std::string>());
+  fail("tokenizer", "\"pattern\" of {} in tokenizer.json must be {{\"String\": ...}} or {{\"Regex\": ...}}", what);
+}
+
+}  // namespace ferry::tok
