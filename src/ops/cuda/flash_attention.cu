@@ -1,0 +1,187 @@
+// Flash attention entry points: argument checks, the choice of kernels, and the two small kernels
+// of the backward's bookkeeping (delta = rowsum(dout * out), dq accumulator -> bf16).
+#include "ops/cuda/flash_attention.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <initializer_list>
+#include <string>
+
+#include "core/check.h"
+#include "ops/cuda/flash_attention_internal.h"
+
+namespace ferry {
+namespace flash {
+
+void check_cuda(int error, const char* what) {
+  if (error == cudaSuccess) return;
+  const auto e = static_cast<cudaError_t>(error);
+  raise("flash_attention", std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
+                               ")");
+}
+
+void check_launch(const char* what) { check_cuda(cudaGetLastError(), what); }
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr size_t kWorkspaceAlign = 256;
+size_t round_up(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+bool tensor_core_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+size_t delta_bytes(int64_t tokens, int q_heads) { return round_up(sizeof(float) * tokens * q_heads); }
+
+// delta (Hq, T) = rowsum over d of dout * out, one warp per row (t, h), fp32.
+__global__ void delta_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout, float* __restrict__ delta,
+                             int64_t tokens, int q_heads, int head_dim) {
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= tokens * q_heads) return;
+  const bf16* const o = out + row * head_dim;
+  const bf16* const g = dout + row * head_dim;
+  float sum = 0.0f;
+  for (int d = lane; d < head_dim; d += 32) sum += __bfloat162float(o[d]) * __bfloat162float(g[d]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0) {
+    const int64_t t = row / q_heads, h = row % q_heads;
+    delta[h * tokens + t] = sum;
+  }
+}
+
+// dq = bf16(scale * acc), four elements per thread (count is a multiple of 4: head_dim is 64 or 128).
+__global__ void convert_dq_kernel(const float4* __restrict__ acc, uint2* __restrict__ dq, float scale, int64_t quads) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < quads;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float4 a = acc[i];
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(scale * a.x, scale * a.y);
+    const __nv_bfloat162 hi = __floats2bfloat162_rn(scale * a.z, scale * a.w);
+    dq[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The checks shared by forward and backward; `op` names the caller in messages.
+void check_params(const char* op, const FlashAttentionParams& p) {
+  auto fail = [&](const std::string& what) { raise(op, what); };
+  if (p.tokens < 0 || p.tokens > INT_MAX / 2)
+    fail("tokens = " + std::to_string(p.tokens) + ": expected 0 <= T <= 2^30");
+  if (p.q_heads < 1 || p.kv_heads < 1 || p.q_heads % p.kv_heads != 0)
+    fail("q_heads = " + std::to_string(p.q_heads) + ", kv_heads = " + std::to_string(p.kv_heads) +
+         ": need both positive and q_heads a multiple of kv_heads");
+  if (p.head_dim < 1 || p.head_dim > 256)
+    fail("head_dim = " + std::to_string(p.head_dim) + ": flash attention supports 1..256");
+  if (p.tokens > 0 && (!p.q || !p.k || !p.v || !p.out || !p.lse || !p.doc_start))
+    fail("a null pointer among q, k, v, out, lse, doc_start");
+  if (p.tokens * p.q_heads > 4LL * INT_MAX)
+    fail("tokens * q_heads = " + std::to_string(p.tokens * p.q_heads) + ": too many rows for one launch");
+  // Grid limits: the tensor-core kernels put 64-key / 128-query tiles on grid y (<= 65535).
+  if (tensor_core_head_dim(p.head_dim) && p.tokens > 64LL * 65535)
+    fail("tokens = " + std::to_string(p.tokens) + ": the tensor-core kernels take at most 64 * 65535 tokens");
+}
+
+// The tensor-core kernels need sm_80+ and 16-byte aligned rows.
+void check_tensor_core(const char* op, std::initializer_list<const void*> pointers) {
+  int device = 0, major = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  if (major < 8)
+    raise(op, "head_dim 64 and 128 use bf16 tensor cores, which need compute capability 8.0 or newer (device " +
+                  std::to_string(device) + " has " + std::to_string(major) + ".x)");
+  for (const void* p : pointers)
+    if (!aligned16(p))
+      raise(op, "q, k, v, out (and dout, dq, dk, dv) must be 16-byte aligned for head_dim 64 and 128 (rows are read as 16-byte "
+                "pieces); allocate them with cudaMalloc or at aligned offsets");
+}
+
+void check_backward(const char* op, const FlashAttentionBackwardParams& p) {
+  check_params(op, p.fwd);
+  if (p.fwd.tokens > 0 && (!p.dout || !p.dq || !p.dk || !p.dv || !p.workspace))
+    raise(op, "a null pointer among dout, dq, dk, dv, workspace");
+  const size_t need = flash_attention_backward_workspace(p.fwd.tokens, p.fwd.q_heads, p.fwd.kv_heads, p.fwd.head_dim);
+  if (p.workspace_bytes < need)
+    raise(op, "workspace of " + std::to_string(p.workspace_bytes) + " bytes, need " + std::to_string(need) +
+                  " (flash_attention_backward_workspace)");
+  if (p.fwd.tokens > 0 && !aligned16(p.workspace)) raise(op, "workspace must be 16-byte aligned");
+}
+
+// delta into the workspace's first part; returns it.
+float* compute_delta(const FlashAttentionBackwardParams& p, cudaStream_t stream) {
+  float* const delta = static_cast<float*>(p.workspace);
+  const int64_t rows = p.fwd.tokens * p.fwd.q_heads;
+  constexpr int kThreads = 256;
+  const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
+  delta_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      static_cast<const bf16*>(p.fwd.out), static_cast<const bf16*>(p.dout), delta, p.fwd.tokens, p.fwd.q_heads,
+      p.fwd.head_dim);
+  check_launch("flash attention backward (delta)");
+  return delta;
+}
+
+}  // namespace
+}  // namespace flash
+
+size_t flash_attention_backward_workspace(int64_t tokens, int q_heads, int kv_heads, int head_dim) {
+  size_t bytes = flash::delta_bytes(tokens, q_heads);
+  if (flash::tensor_core_head_dim(head_dim)) bytes += sizeof(float) * tokens * q_heads * head_dim;
+  return bytes;
+}
+
+void flash_attention_forward(const FlashAttentionParams& p, void* stream) {
+  const char* op = "flash_attention_forward";
+  flash::check_params(op, p);
+  if (p.tokens == 0) return;
+  if (flash::tensor_core_head_dim(p.head_dim)) {
+    flash::check_tensor_core(op, {p.q, p.k, p.v, p.out});
+    flash::forward_tensor_core(p, stream);
+  } else {
+    flash::forward_simple(p, stream);
+  }
+}
+
+void flash_attention_forward_simple(const FlashAttentionParams& p, void* stream) {
+  flash::check_params("flash_attention_forward_simple", p);
+  if (p.tokens == 0) return;
+  flash::forward_simple(p, stream);
+}
+
+void flash_attention_backward(const FlashAttentionBackwardParams& p, void* stream) {
+  const char* op = "flash_attention_backward";
+  flash::check_backward(op, p);
+  if (p.fwd.tokens == 0) return;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (!flash::tensor_core_head_dim(p.fwd.head_dim)) {
+    flash::backward_simple(p, flash::compute_delta(p, s), stream);
+    return;
+  }
+  flash::check_tensor_core(op, {p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.dout, p.dq, p.dk, p.dv});
+  const float* const delta = flash::compute_delta(p, s);
+  float* const dq_accum =
+      reinterpret_cast<float*>(static_cast<char*>(p.workspace) + flash::delta_bytes(p.fwd.tokens, p.fwd.q_heads));
+  const int64_t count = p.fwd.tokens * p.fwd.q_heads * p.fwd.head_dim;
+  flash::check_cuda(cudaMemsetAsync(dq_accum, 0, sizeof(float) * count, s), "cudaMemsetAsync(dq accumulator)");
+  flash::backward_tensor_core(p, delta, dq_accum, stream);
+  // The accumulator is (T, Hq, D) like dq, so the conversion is elementwise.
+  constexpr int kThreads = 256;
+  const int64_t quads = count / 4;
+  const int64_t blocks = std::min<int64_t>((quads + kThreads - 1) / kThreads, 65536);
+  flash::convert_dq_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
+      reinterpret_cast<const float4*>(dq_accum), static_cast<uint2*>(p.dq), p.fwd.scale, quads);
+  flash::check_launch("flash attention backward (dq conversion)");
+}
+
+void flash_attention_backward_simple(const FlashAttentionBackwardParams& p, void* stream) {
+  const char* op = "flash_attention_backward_simple";
+  flash::check_backward(op, p);
+  if (p.fwd.tokens == 0) return;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  flash::backward_simple(p, flash::compute_delta(p, s), stream);
+}
+
+}  // namespace ferry

@@ -1,0 +1,27 @@
+// What the flash attention translation units share: the kernel launchers behind the dispatch in
+// flash_attention.cu, and launch-error checking. Included by .cu files only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/cuda/flash_attention.h"
+
+namespace ferry::flash {
+
+// Raise ferry::Error naming `what`: check_cuda when `error` (a cudaError_t) is not cudaSuccess,
+// check_launch when the last launch on this thread failed.
+void check_cuda(int error, const char* what);
+void check_launch(const char* what);
+
+// Tensor-core path; head_dim is 64 or 128, pointers 16-byte aligned, T >= 1 (checked by the caller).
+void forward_tensor_core(const FlashAttentionParams& p, void* stream);
+// delta (Hq, T) fp32 and dq_accum (T, Hq, D) fp32 (zeroed) come from the workspace.
+void backward_tensor_core(const FlashAttentionBackwardParams& p, const float* delta, float* dq_accum,
+                          void* stream);
+
+// Simple path; any head_dim in 1..256.
+void forward_simple(const FlashAttentionParams& p, void* stream);
+void backward_simple(const FlashAttentionBackwardParams& p, const float* delta, void* stream);
+
+}  // namespace ferry::flash
