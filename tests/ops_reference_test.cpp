@@ -11,11 +11,19 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "ops/cpu/cpu_ops.h"
 #include "ops/ops.h"
 #include "test_util.h"
 
 namespace ferry {
 namespace {
+
+// The CPU backend's summed loss in double: the number behind Ops::linear_cross_entropy's fp32
+// accumulator, whose rounding (1e-7 relative) would swamp the checks below.
+double ce_sum(Ops& ops, Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx, Tensor dw,
+              Tensor logits) {
+  return dynamic_cast<CpuOps&>(ops).linear_cross_entropy_sum(x, w, targets, grad_scale, dx, dw, logits);
+}
 
 using test::all_close;
 using test::random_vector;
@@ -399,7 +407,7 @@ TEST_F(OpsReference, CrossEntropyMatchesLogSoftmaxAcrossChunks) {
   CeRef ref = cross_entropy_ref(x, w, tg, T, V, H, grad_scale);
 
   Vec dx(T * H), dw0 = random_vector(V * H, 82), dw = dw0, logits(T * V);
-  const double loss = ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), grad_scale, T2(dx, T, H),
+  const double loss = ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), grad_scale, T2(dx, T, H),
                                                 T2(dw, V, H), T2(logits, T, V));
   EXPECT_NEAR(loss, ref.loss, 1e-5 * std::fabs(ref.loss));
   for (int64_t i = 0; i < V * H; ++i) ref.dw[i] += dw0[i];
@@ -409,7 +417,7 @@ TEST_F(OpsReference, CrossEntropyMatchesLogSoftmaxAcrossChunks) {
 
   // Without gradients or logits the loss is the same number.
   const double loss_only =
-      ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), grad_scale, Tensor(), Tensor(), Tensor());
+      ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), grad_scale, Tensor(), Tensor(), Tensor());
   EXPECT_EQ(loss_only, loss);
 }
 
@@ -419,7 +427,7 @@ TEST_F(OpsReference, IgnoredTargetsContributeNothing) {
   std::vector<int32_t> tg(T);
   for (int64_t t = 0; t < T; ++t) tg[t] = (t % 4 == 1) ? kIgnoreIndex : int32_t((t * 13 + 1) % V);
   auto run = [&](Vec& xs, Vec& dx, Vec& dw) {
-    return ops->linear_cross_entropy(T2(xs, T, H), T2(w, V, H), tg.data(), 1.0f, T2(dx, T, H), T2(dw, V, H),
+    return ce_sum(*ops, T2(xs, T, H), T2(w, V, H), tg.data(), 1.0f, T2(dx, T, H), T2(dw, V, H),
                                      Tensor());
   };
   Vec dx(T * H), dw(V * H, 0);
@@ -442,7 +450,7 @@ TEST_F(OpsReference, IgnoredTargetsContributeNothing) {
 
   // And the loss equals that of the counted rows alone.
   std::vector<int32_t> all_ignored(T, kIgnoreIndex);
-  EXPECT_EQ(ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), all_ignored.data(), 1.0f, Tensor(), Tensor(),
+  EXPECT_EQ(ce_sum(*ops, T2(x, T, H), T2(w, V, H), all_ignored.data(), 1.0f, Tensor(), Tensor(),
                                       Tensor()),
             0.0);
   Vec xc;
@@ -454,9 +462,30 @@ TEST_F(OpsReference, IgnoredTargetsContributeNothing) {
   }
   const int64_t n = int64_t(tc.size());
   const double counted =
-      ops->linear_cross_entropy(T2(xc, n, H), T2(w, V, H), tc.data(), 1.0f, Tensor(), Tensor(), Tensor());
+      ce_sum(*ops, T2(xc, n, H), T2(w, V, H), tc.data(), 1.0f, Tensor(), Tensor(), Tensor());
   // sgemm over fewer rows may round the logits differently in the last bit, hence not EXPECT_EQ.
   EXPECT_NEAR(counted, loss, 1e-7 * loss);
+}
+
+// Through the interface the loss is added, rounded to fp32 once, to a one-element accumulator; the
+// gradients are the same bits as the double-sum path's.
+TEST_F(OpsReference, CrossEntropyLossSumAccumulatesInFloat) {
+  const int64_t T = 33, V = 127, H = 31;
+  Vec x = random_vector(T * H, 95, -2, 2), w = random_vector(V * H, 96);
+  std::vector<int32_t> tg(T);
+  for (int64_t t = 0; t < T; ++t) tg[t] = (t % 6 == 0) ? kIgnoreIndex : int32_t((t * 17 + 2) % V);
+  Vec dx1(T * H), dw1(V * H, 0), dx2(T * H), dw2(V * H, 0);
+  const double sum = ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx1, T, H), T2(dw1, V, H), Tensor());
+  float acc = 1.25f;
+  ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx2, T, H), T2(dw2, V, H),
+                            Tensor::f32(&acc, {1}), Tensor());
+  EXPECT_EQ(acc, 1.25f + static_cast<float>(sum));
+  EXPECT_EQ(dx1, dx2);
+  EXPECT_EQ(dw1, dw2);
+  // No accumulator: gradients only.
+  Vec dx3(T * H);
+  ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx3, T, H), Tensor(), Tensor(), Tensor());
+  EXPECT_EQ(dx3, dx1);
 }
 
 TEST_F(OpsReference, CrossEntropyRejectsTargetsOutsideTheVocabulary) {
@@ -464,7 +493,7 @@ TEST_F(OpsReference, CrossEntropyRejectsTargetsOutsideTheVocabulary) {
   Vec x = random_vector(T * H, 1), w = random_vector(V * H, 2);
   for (int32_t bad : {5, -1, -99, 1000}) {
     std::vector<int32_t> tg = {0, bad, 1};
-    EXPECT_THROW(ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 1.0f, Tensor(), Tensor(), Tensor()),
+    EXPECT_THROW(ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), 1.0f, Tensor(), Tensor(), Tensor()),
                  Error)
         << bad;
   }
@@ -534,7 +563,7 @@ TEST_F(OpsReference, EveryOpIsBitIdenticalRunToRun) {
     ops->rmsnorm_backward(T2(x, T, H), T1(nw, H), T1(rs, T), T2(g, T, H), T2(dx, T, H), T1(dnw, H));
     Vec ce_dx(T * H), ce_dw(V * H, 0);
     const double loss =
-        ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(ce_dx, T, H), T2(ce_dw, V, H),
+        ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(ce_dx, T, H), T2(ce_dw, V, H),
                                   Tensor());
     Vec lin(T * V), lin_dx(T * H), lin_dw(V * H, 0), lin_db(V, 0), dlin = random_vector(T * V, 121);
     ops->linear_forward(T2(x, T, H), T2(w, V, H), T1(bias, V), T2(lin, T, V));

@@ -59,9 +59,11 @@ StepLoss ModelStep::run(const std::vector<float*>& params, const std::vector<flo
   const float grad_scale = result.counted_tokens > 0 ? 1.0f / static_cast<float>(result.counted_tokens) : 0.0f;
   const HeadParams hp = head_params(layout_, params[head], params[emb], DType::F32);
   const HeadParams hg = head_params(layout_, grads[head], grads[emb], DType::F32);
+  float loss_sum = 0.0f;
   for (int64_t c = 0; c < C; ++c)
-    result.loss_sum += head_forward_backward(ops_, config_, hp, &hg, batch.chunk(c), boundary(L, c), grad_scale,
-                                             chunk_grad(c), head_scratch_);
+    head_forward_backward(ops_, config_, hp, &hg, batch.chunk(c), boundary(L, c), grad_scale, chunk_grad(c),
+                          head_scratch_, Tensor::f32(&loss_sum, {1}));
+  result.loss_sum = loss_sum;
 
   // Backward, layer-major, last layer first; each layer recomputes its forward from its input.
   for (int64_t l = L - 1; l >= 0; --l) {
@@ -84,6 +86,7 @@ StepLoss ModelStep::evaluate(const std::vector<float*>& params, const StepBatch&
   const HeadParams hp = head_params(layout_, params[layout_.head_unit()], params[emb], DType::F32);
   StepLoss result;
   result.counted_tokens = batch.counted_tokens();
+  float loss_sum = 0.0f;
   for (int64_t c = 0; c < batch.chunks(); ++c) {
     const TokenChunk chunk = batch.chunk(c);
     Tensor x = Tensor::f32(boundary_.data(), {T, H});
@@ -95,8 +98,10 @@ StepLoss ModelStep::evaluate(const std::vector<float*>& params, const StepBatch&
       std::swap(x, y);
     }
     Tensor logits = logits_out ? Tensor::f32(logits_out + static_cast<size_t>(c * T * V), {T, V}) : Tensor();
-    result.loss_sum += head_forward_backward(ops_, config_, hp, nullptr, chunk, x, 0.0f, Tensor(), head_scratch_, logits);
+    head_forward_backward(ops_, config_, hp, nullptr, chunk, x, 0.0f, Tensor(), head_scratch_,
+                          Tensor::f32(&loss_sum, {1}), logits);
   }
+  result.loss_sum = loss_sum;
   return result;
 }
 

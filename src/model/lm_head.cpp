@@ -10,21 +10,20 @@ HeadScratch carve_head_scratch(Arena& a, const ModelConfig& c, int64_t T, DType 
   return s;
 }
 
-double head_forward_backward(Ops& ops, const ModelConfig& c, const HeadParams& p, const HeadParams* g,
-                             const TokenChunk& chunk, Tensor x, float grad_scale, Tensor dx, HeadScratch& s,
-                             Tensor logits) {
+void head_forward_backward(Ops& ops, const ModelConfig& c, const HeadParams& p, const HeadParams* g,
+                           const TokenChunk& chunk, Tensor x, float grad_scale, Tensor dx, HeadScratch& s,
+                           Tensor loss_sum, Tensor logits) {
   const int64_t T = chunk.tokens, H = c.hidden_size;
   Tensor normed(s.normed.data, s.normed.dtype, {T, H});
   Tensor rstd(s.rstd.data, DType::F32, {T});
   ops.rmsnorm_forward(x, p.norm, static_cast<float>(c.rms_norm_eps), normed, rstd);
   if (g == nullptr) {
-    return ops.linear_cross_entropy(normed, p.lm_head, chunk.targets, grad_scale, Tensor(), Tensor(), logits);
+    ops.linear_cross_entropy(normed, p.lm_head, chunk.targets, grad_scale, Tensor(), Tensor(), loss_sum, logits);
+    return;
   }
   Tensor d_normed(s.d_normed.data, s.d_normed.dtype, {T, H});
-  const double loss =
-      ops.linear_cross_entropy(normed, p.lm_head, chunk.targets, grad_scale, d_normed, g->lm_head, logits);
+  ops.linear_cross_entropy(normed, p.lm_head, chunk.targets, grad_scale, d_normed, g->lm_head, loss_sum, logits);
   ops.rmsnorm_backward(x, p.norm, rstd, d_normed, dx, g->norm);
-  return loss;
 }
 
 void head_logits(Ops& ops, const ModelConfig& c, const HeadParams& p, Tensor x, Tensor logits, HeadScratch& s) {

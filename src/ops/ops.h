@@ -12,6 +12,19 @@
 //   sequences is the special case where every sequence is one document.
 // * Loss targets are already shifted: target[t] is the token that position t predicts, -100
 //   (kIgnoreIndex) where nothing is predicted.
+//
+// The CUDA backend (ops/cuda/cuda_ops.h) adds:
+// * Dtypes: activations and weights BF16 (q, k, v, hidden states, logits, w, bias, norm weights);
+//   parameter gradients F32 (resident training) or BF16 (streamed units), and dw / dbias /
+//   dweight / dtable accumulate (+=) into whichever of the two the given tensor has, summing in
+//   fp32 and rounding once per call; statistics (rstd, lse) and the loss (loss_sum) F32. Every
+//   product and reduction accumulates in fp32. add and copy take F32, BF16 and F16 (copy also F64).
+// * Pointers: every tensor and every raw pointer (ids, targets, positions, doc_start, inv_freq) is
+//   device memory.
+// * Asynchrony: every op is issued to the ops' stream and returns at once; no op synchronizes with
+//   the host, so results (the loss included) are read after the caller's own event or sync.
+// * Determinism: same inputs, same bits, run to run (no floating-point atomics; reductions in a
+//   fixed order), except attention_backward's dq (flash_attention.h).
 #pragma once
 
 #include <cstdint>
@@ -62,11 +75,12 @@ class Ops {
   virtual void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) = 0;
 
   // Cross-entropy of logits = x (T,H) @ w^T, w (V,H), against targets (T), without keeping all logits.
-  // Returns the sum over tokens with target != kIgnoreIndex of (logsumexp(logits_t) - logits_t[target]).
+  // loss_sum (F32, 1 element) += the sum over tokens with target != kIgnoreIndex of
+  // (logsumexp(logits_t) - logits_t[target]); accumulating on the device avoids a host sync per chunk.
   // When dx is given: dx (T,H) = grad_scale * d(sum)/dx (assigned) and dw (V,H) += grad_scale * d(sum)/dw.
   // When logits is given, it receives the full (T,V) logits (tests and evaluation only).
-  virtual double linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
-                                      Tensor dw, Tensor logits) = 0;
+  virtual void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
+                                    Tensor dw, Tensor loss_sum, Tensor logits) = 0;
 
   // out = a + b (elementwise; out may alias a or b).
   virtual void add(Tensor a, Tensor b, Tensor out) = 0;
@@ -78,5 +92,9 @@ class Ops {
 
 // The fp32 reference backend. Runs on the global thread pool.
 std::unique_ptr<Ops> make_cpu_ops();
+
+// The CUDA backend, issuing every op to `stream` (a cudaStream_t; nullptr for the legacy default
+// stream) on the current device. A build without CUDA raises ferry::Error.
+std::unique_ptr<Ops> make_cuda_ops(void* stream);
 
 }  // namespace ferry

@@ -42,10 +42,18 @@ FERRY_VECTOR_CLONES double softmax_row(float* row, int64_t V, int32_t target, co
 
 }  // namespace
 
+// loss_sum (1) += the chunk's summed loss, computed in double and rounded to fp32 once.
+void CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx, Tensor dw,
+                                  Tensor loss_sum, Tensor logits) {
+  if (!loss_sum.empty()) cpu::expect_numel("linear_cross_entropy", "loss_sum", loss_sum, 1);
+  const double sum = linear_cross_entropy_sum(x, w, targets, grad_scale, dx, dw, logits);
+  if (!loss_sum.empty()) loss_sum.f32()[0] += static_cast<float>(sum);
+}
+
 // x (T,H), w (V,H), targets (T) -> sum over counted tokens of (logsumexp(logits_t) - logits_t[target]).
 // dx (T,H) assigned and dw (V,H) accumulated, each when given; logits (T,V) written when given.
-double CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
-                                    Tensor dw, Tensor logits) {
+double CpuOps::linear_cross_entropy_sum(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
+                                        Tensor dw, Tensor logits) {
   const char* op = "linear_cross_entropy";
   cpu::expect_f32(op, "w", w);
   cpu::expect(w.ndim == 2, op, fmt::format("w is {}, expected (V, H)", w.shape_string()));
