@@ -1,0 +1,69 @@
+// Attention on the GPU: CudaOps' two methods hand the views to flash attention
+// (ops/cuda/flash_attention.h), which owns the kernels.
+#include "ops/cuda/cuda_ops_state.cuh"
+#include "ops/cuda/flash_attention.h"
+
+namespace ferry {
+
+namespace {
+
+// Returns (T, Hq, Hkv, D) after checking q (T,Hq,D), k v (T,Hkv,D) in bf16 and lse (Hq,T) fp32.
+FlashAttentionParams attention_params(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
+                                      const int32_t* doc_start, float scale, const Tensor& out, const Tensor& lse) {
+  cuda::expect_dtype(op, "q", q, DType::BF16);
+  CUDA_OPS_EXPECT(q.ndim == 3, op, cuda::describe("q", q) + ": expected (T, Hq, D)");
+  const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2];
+  cuda::expect_dtype(op, "k", k, DType::BF16);
+  CUDA_OPS_EXPECT(k.ndim == 3 && k.shape[0] == T && k.shape[2] == D, op,
+                  cuda::describe("k", k) + " does not match " + cuda::describe("q", q));
+  const int64_t Hkv = k.shape[1];
+  cuda::expect_like(op, "v", v, "k", k, DType::BF16);
+  cuda::expect_like(op, "out", out, "q", q, DType::BF16);
+  cuda::expect_dtype(op, "lse", lse, DType::F32);
+  CUDA_OPS_EXPECT(lse.numel() == Hq * T, op, cuda::describe("lse", lse) + ": expected (Hq, T)");
+  CUDA_OPS_EXPECT(Hkv > 0 && Hq % Hkv == 0, op, "Hq must be a multiple of Hkv");
+  FlashAttentionParams p{};
+  p.q = q.data;
+  p.k = k.data;
+  p.v = v.data;
+  p.out = out.data;
+  p.lse = static_cast<float*>(lse.data);
+  p.doc_start = doc_start;
+  p.tokens = T;
+  p.q_heads = static_cast<int>(Hq);
+  p.kv_heads = static_cast<int>(Hkv);
+  p.head_dim = static_cast<int>(D);
+  p.scale = scale;
+  return p;
+}
+
+}  // namespace
+
+void CudaOps::attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+                                Tensor lse) {
+  const FlashAttentionParams p = attention_params("attention_forward", q, k, v, doc_start, scale, out, lse);
+  if (p.tokens == 0 || p.q_heads == 0) return;
+  flash_attention_forward(p, state_->stream);
+}
+
+void CudaOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+                                 Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) {
+  const char* op = "attention_backward";
+  FlashAttentionBackwardParams p{};
+  p.fwd = attention_params(op, q, k, v, doc_start, scale, out, lse);
+  cuda::expect_like(op, "dout", dout, "q", q, DType::BF16);
+  cuda::expect_like(op, "dq", dq, "q", q, DType::BF16);
+  cuda::expect_like(op, "dk", dk, "k", k, DType::BF16);
+  cuda::expect_like(op, "dv", dv, "v", v, DType::BF16);
+  if (p.fwd.tokens == 0 || p.fwd.q_heads == 0) return;
+  p.dout = dout.data;
+  p.dq = dq.data;
+  p.dk = dk.data;
+  p.dv = dv.data;
+  p.workspace_bytes =
+      flash_attention_backward_workspace(p.fwd.tokens, p.fwd.q_heads, p.fwd.kv_heads, p.fwd.head_dim);
+  p.workspace = state_->buffer(cuda::Scratch::kAttention, p.workspace_bytes, "the attention backward");
+  flash_attention_backward(p, state_->stream);
+}
+
+}  // namespace ferry

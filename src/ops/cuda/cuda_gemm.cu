@@ -1,0 +1,169 @@
+#include "ops/cuda/cuda_gemm.cuh"
+
+#include <functional>
+#include <string>
+
+namespace ferry::cuda {
+
+namespace {
+
+#define CHECK_CUBLAS(call)                                                                          \
+  do {                                                                                              \
+    const cublasStatus_t status_ = (call);                                                          \
+    if (status_ != CUBLAS_STATUS_SUCCESS)                                                           \
+      ::ferry::cuda::raise_cuda_error(cublasLtGetStatusString(status_), #call, __FILE__, __LINE__); \
+  } while (0)
+
+// The largest power of two (<= 256) that divides the address: what the heuristic may assume.
+int alignment_of(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  int align = 256;
+  while (align > 1 && (a % static_cast<uintptr_t>(align)) != 0) align /= 2;
+  return align;
+}
+
+const char* type_name(int t) {
+  switch (static_cast<cudaDataType_t>(t)) {
+    case CUDA_R_32F: return "F32";
+    case CUDA_R_16BF: return "BF16";
+    case CUDA_R_16F: return "F16";
+    default: return "?";
+  }
+}
+
+}  // namespace
+
+cudaDataType_t lt_type(DType dtype) {
+  switch (dtype) {
+    case DType::F32: return CUDA_R_32F;
+    case DType::BF16: return CUDA_R_16BF;
+    case DType::F16: return CUDA_R_16F;
+    default: break;
+  }
+  raise("cuda", std::string("no cuBLASLt type for dtype ") + std::string(dtype_name(dtype)));
+}
+
+bool Gemm::Key::operator==(const Key& o) const {
+  return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd && a_type == o.a_type &&
+         b_type == o.b_type && d_type == o.d_type && trans_a == o.trans_a && trans_b == o.trans_b && bias == o.bias &&
+         align_a == o.align_a && align_b == o.align_b && align_d == o.align_d;
+}
+
+size_t Gemm::KeyHash::operator()(const Key& k) const {
+  size_t h = 0;
+  auto mix = [&h](int64_t v) { h ^= std::hash<int64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  mix(k.m);
+  mix(k.n);
+  mix(k.k);
+  mix(k.lda);
+  mix(k.ldb);
+  mix(k.ldd);
+  mix(k.a_type | (k.b_type << 8) | (k.d_type << 16));
+  mix((k.trans_a ? 1 : 0) | (k.trans_b ? 2 : 0) | (k.bias ? 4 : 0));
+  mix(k.align_a | (k.align_b << 10) | (k.align_d << 20));
+  return h;
+}
+
+Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+  cublasLtHandle_t h = nullptr;
+  CHECK_CUBLAS(cublasLtCreate(&h));
+  handle_.reset(h);
+  if (workspace_bytes_ > 0) workspace_ = device_alloc(workspace_bytes_, "the cuBLASLt workspace");
+}
+
+std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
+  auto plan = std::make_unique<Plan>();
+  cublasLtMatmulDesc_t desc = nullptr;
+  CHECK_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  plan->desc.reset(desc);
+  const cublasOperation_t ta = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  const cublasLtEpilogue_t epilogue = key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  if (key.bias) {
+    // The bias has D's dtype (the default); set explicitly so the contract is visible.
+    const cudaDataType_t bias_type = static_cast<cudaDataType_t>(key.d_type);
+    CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+
+  // Stored shapes: A is (m,k) or, transposed, (k,m); B is (k,n) or (n,k); D is (m,n).
+  cublasLtMatrixLayout_t layout = nullptr;
+  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&layout, static_cast<cudaDataType_t>(key.a_type),
+                                          key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda));
+  plan->a.reset(layout);
+  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&layout, static_cast<cudaDataType_t>(key.b_type),
+                                          key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n, key.ldb));
+  plan->b.reset(layout);
+  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&layout, static_cast<cudaDataType_t>(key.d_type), key.m, key.n, key.ldd));
+  plan->d.reset(layout);
+
+  cublasLtMatmulPreference_t pref_raw = nullptr;
+  CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref_raw));
+  LtPreference pref(pref_raw);
+  const uint64_t ws = workspace_bytes_;
+  CHECK_CUBLAS(
+      cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const uint32_t align_a = static_cast<uint32_t>(key.align_a), align_b = static_cast<uint32_t>(key.align_b),
+                 align_d = static_cast<uint32_t>(key.align_d);
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                    sizeof(align_a)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                    sizeof(align_b)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
+                                                    sizeof(align_d)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
+                                                    sizeof(align_d)));
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_.get(), desc, plan->a.get(), plan->b.get(),
+                                                                plan->d.get(), plan->d.get(), pref_raw, 1, &result,
+                                                                &returned);
+  if (status != CUBLAS_STATUS_SUCCESS || returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+    raise("cuda", std::string("cuBLASLt has no algorithm for the product m=") + std::to_string(key.m) +
+                      " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k) + " (A " + type_name(key.a_type) +
+                      (key.trans_a ? "^T" : "") + " lda=" + std::to_string(key.lda) + ", B " + type_name(key.b_type) +
+                      (key.trans_b ? "^T" : "") + " ldb=" + std::to_string(key.ldb) + ", D " +
+                      type_name(key.d_type) + " ldd=" + std::to_string(key.ldd) + (key.bias ? ", bias" : "") +
+                      ", alignments " + std::to_string(key.align_a) + "/" + std::to_string(key.align_b) + "/" +
+                      std::to_string(key.align_d) + " bytes): " + cublasLtGetStatusString(status));
+  }
+  plan->algo = result.algo;
+  return plan;
+}
+
+void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
+  FERRY_ASSERT(args.m > 0 && args.n > 0 && args.k > 0, "empty products are handled by the caller");
+  FERRY_ASSERT(args.bias == nullptr || aligned16(args.bias), "the bias epilogue needs a 16-byte aligned bias");
+  Key key{args.m,
+          args.n,
+          args.k,
+          args.lda,
+          args.ldb,
+          args.ldd,
+          static_cast<int>(args.a_type),
+          static_cast<int>(args.b_type),
+          static_cast<int>(args.d_type),
+          args.trans_a,
+          args.trans_b,
+          args.bias != nullptr,
+          alignment_of(args.a),
+          alignment_of(args.b),
+          alignment_of(args.d)};
+  auto it = cache_.find(key);
+  if (it == cache_.end()) it = cache_.emplace(key, make_plan(key)).first;
+  Plan& plan = *it->second;
+  if (args.bias != nullptr) {
+    const void* bias = args.bias;
+    CHECK_CUBLAS(
+        cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  CHECK_CUBLAS(cublasLtMatmul(handle_.get(), plan.desc.get(), &args.alpha, args.a, plan.a.get(), args.b,
+                              plan.b.get(), &args.beta, args.d, plan.d.get(), args.d, plan.d.get(), &plan.algo,
+                              workspace_.get(), workspace_bytes_, stream));
+}
+
+}  // namespace ferry::cuda

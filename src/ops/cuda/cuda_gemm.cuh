@@ -1,0 +1,99 @@
+// Matrix products through cuBLASLt, with a cache of descriptors and heuristic choices.
+//
+// cuBLASLt is column-major. A row-major (r, c) matrix with row stride ld is the column-major
+// (c, r) matrix with the same ld, so every row-major product of ferry is written here as its
+// column-major transpose (see linear.cu for the mapping of each product).
+//
+// Each distinct problem (shape, transposes, leading dims, dtypes, epilogue, pointer alignment)
+// gets its descriptors and the heuristic's first algorithm once; later calls only set the bias
+// pointer and launch. The cache is keyed by the exact problem, so it grows with the number of
+// distinct shapes a run uses (a handful per layer kind), never per step.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+
+#include "ops/cuda/cuda_common.cuh"
+
+namespace ferry::cuda {
+
+// D (m, n) = alpha * op(A) op(B) + beta * D [+ bias broadcast over columns], column-major.
+// op(A) is (m, k): A is stored (m, k) with lda >= m, or (k, m) with lda >= k when trans_a.
+// op(B) is (k, n): B is stored (k, n) with ldb >= k, or (n, k) with ldb >= n when trans_b.
+// Compute and scale type fp32; the product is accumulated in fp32 and D rounded once.
+struct MatmulArgs {
+  bool trans_a = false;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  cudaDataType_t a_type = CUDA_R_16BF;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  cudaDataType_t b_type = CUDA_R_16BF;
+  int64_t ldb = 0;
+  void* d = nullptr;
+  cudaDataType_t d_type = CUDA_R_16BF;
+  int64_t ldd = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;  // beta != 0 reads D first (accumulation)
+  const void* bias = nullptr;  // (m) of d_type, 16-byte aligned; epilogue BIAS when given
+};
+
+struct LtHandleDestroy {
+  void operator()(cublasLtHandle_t h) const { cublasLtDestroy(h); }
+};
+struct LtMatmulDescDestroy {
+  void operator()(cublasLtMatmulDesc_t d) const { cublasLtMatmulDescDestroy(d); }
+};
+struct LtLayoutDestroy {
+  void operator()(cublasLtMatrixLayout_t l) const { cublasLtMatrixLayoutDestroy(l); }
+};
+struct LtPreferenceDestroy {
+  void operator()(cublasLtMatmulPreference_t p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+using LtHandle = CudaHandle<cublasLtHandle_t, LtHandleDestroy>;
+using LtMatmulDesc = CudaHandle<cublasLtMatmulDesc_t, LtMatmulDescDestroy>;
+using LtLayout = CudaHandle<cublasLtMatrixLayout_t, LtLayoutDestroy>;
+using LtPreference = CudaHandle<cublasLtMatmulPreference_t, LtPreferenceDestroy>;
+
+class Gemm {
+ public:
+  explicit Gemm(size_t workspace_bytes);
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  void matmul(const MatmulArgs& args, cudaStream_t stream);
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  struct Key {
+    int64_t m, n, k, lda, ldb, ldd;
+    int a_type, b_type, d_type;
+    bool trans_a, trans_b, bias;
+    int align_a, align_b, align_d;  // bytes, 2..256
+    bool operator==(const Key& o) const;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+  struct Plan {
+    LtMatmulDesc desc;
+    LtLayout a, b, d;
+    cublasLtMatmulAlgo_t algo;
+  };
+  std::unique_ptr<Plan> make_plan(const Key& key) const;
+
+  LtHandle handle_;
+  DeviceMemory workspace_;
+  size_t workspace_bytes_ = 0;
+  std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> cache_;
+};
+
+// ferry dtype -> cuBLASLt dtype (F32, BF16, F16).
+cudaDataType_t lt_type(DType dtype);
+
+}  // namespace ferry::cuda

@@ -1,0 +1,45 @@
+// CudaOps' construction, its working memory and the device-side error flag.
+#include "ops/cuda/cuda_ops_state.cuh"
+
+namespace ferry {
+
+CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes) : stream(s), gemm(gemm_workspace_bytes) {
+  int device = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  error_flag = cuda::device_alloc(sizeof(int), "the ops' error flag");
+  CHECK_CUDA(cudaMemsetAsync(error_flag.get(), 0, sizeof(int), stream));
+}
+
+CudaOps::CudaOps(void* stream, const CudaOpsOptions& options)
+    : options_(options), state_(std::make_unique<State>(static_cast<cudaStream_t>(stream), options.gemm_workspace_bytes)) {
+  CUDA_OPS_EXPECT(options_.flce_chunk_bytes > 0, "CudaOps", "flce_chunk_bytes must be positive");
+}
+
+CudaOps::~CudaOps() = default;
+
+void* CudaOps::stream() const { return state_->stream; }
+
+size_t CudaOps::workspace_bytes() const {
+  size_t total = state_->gemm.workspace_bytes();
+  for (const auto& s : state_->scratch) total += s.capacity();
+  return total;
+}
+
+std::string CudaOps::device_error() {
+  int flag = 0;
+  CHECK_CUDA(cudaMemcpyAsync(&flag, state_->error_flag.get(), sizeof(int), cudaMemcpyDeviceToHost, state_->stream));
+  CHECK_CUDA(cudaStreamSynchronize(state_->stream));
+  if (flag == 0) return "";
+  CHECK_CUDA(cudaMemsetAsync(state_->error_flag.get(), 0, sizeof(int), state_->stream));
+  std::string what;
+  if (flag & cuda::kBadTokenId)
+    what += "a token id outside the vocabulary reached the embedding (its rows were set to NaN); ";
+  if (flag & cuda::kBadTarget)
+    what += "a loss target outside the vocabulary (and not -100) reached the cross-entropy (the loss is NaN); ";
+  return what + "tokenize the data with the model's own tokenizer";
+}
+
+std::unique_ptr<Ops> make_cuda_ops(void* stream) { return std::make_unique<CudaOps>(stream); }
+
+}  // namespace ferry

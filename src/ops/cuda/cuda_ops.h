@@ -1,0 +1,93 @@
+// The CUDA backend of the Ops interface (conventions in ops/ops.h): bf16 activations and weights,
+// fp32 accumulation and statistics, every op asynchronous on one stream, no host sync anywhere.
+//
+// Plain C++: the kernels live in the .cu files beside it (one per op family, the stems of ops/cpu),
+// and the CUDA types stay behind an opaque State.
+//
+// Working memory. Besides the tensors it is given, a CudaOps owns
+//   * one cuBLASLt workspace (options.gemm_workspace_bytes, 32 MiB by default), made at construction;
+//   * grow-only scratch buffers, allocated in stream order (cudaMallocAsync) the first time an op
+//     needs them and kept after: the fused linear-cross-entropy's logits chunk (at most
+//     options.flce_chunk_bytes + one row, 256 MiB by default), its per-token losses (4 bytes per
+//     token), the embedding backward's sort buffers (about 16 bytes per token plus CUB's temporary
+//     storage), and the fp32 partial sums of the column reductions (rmsnorm dweight, linear dbias:
+//     at most 1024 x D floats).
+//   workspace_bytes() reports the total held now; the planner counts it once it is at its steady
+//   size (after the first step). Nothing is allocated per step once the shapes repeat.
+//
+// Invalid data (a token id outside the vocabulary, a target outside it that is not -100) cannot be
+// reported without a host sync; the op poisons its output instead (a NaN embedding row, a NaN loss)
+// and sets a flag on the device that device_error() reads later.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "ops/ops.h"
+
+namespace ferry {
+
+struct CudaOpsOptions {
+  size_t gemm_workspace_bytes = size_t{32} << 20;
+  // Logits of the fused linear-cross-entropy are made this many bytes (bf16) at a time: the token
+  // chunk is flce_chunk_bytes / (2 * V) rounded down to a multiple of 128 tokens when larger (at
+  // least 1 token).
+  size_t flce_chunk_bytes = size_t{256} << 20;
+};
+
+class CudaOps final : public Ops {
+ public:
+  // `stream` is the cudaStream_t every op is issued to (nullptr: the legacy default stream). The
+  // stream must outlive this object; the current CUDA device must be the stream's.
+  explicit CudaOps(void* stream, const CudaOpsOptions& options = {});
+  ~CudaOps() override;
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  const char* name() const override { return "cuda"; }
+
+  void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override;
+  void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override;
+
+  void rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, Tensor rstd) override;
+  void rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dx, Tensor dweight) override;
+
+  void rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) override;
+
+  void attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+                         Tensor lse) override;
+  void attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+                          Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) override;
+
+  void swiglu_forward(Tensor gate, Tensor up, Tensor out) override;
+  void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) override;
+
+  void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) override;
+  void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) override;
+
+  void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx, Tensor dw,
+                            Tensor loss_sum, Tensor logits) override;
+
+  void add(Tensor a, Tensor b, Tensor out) override;
+  void zero(Tensor x) override;
+  void copy(Tensor src, Tensor dst) override;
+
+  // The stream the ops are issued to (a cudaStream_t).
+  void* stream() const;
+  // Bytes of working memory held now (cuBLASLt workspace + scratch buffers).
+  size_t workspace_bytes() const;
+  // Tokens per chunk of the fused linear-cross-entropy for a vocabulary of V.
+  int64_t flce_chunk_tokens(int64_t V) const;
+  // Synchronizes the stream and returns a description of the invalid data seen by earlier ops
+  // ("" when none), clearing the flag. For tests and checkpoints, never called by the ops.
+  std::string device_error();
+
+  struct State;  // CUDA-side members (cuda_ops.cu)
+
+ private:
+  CudaOpsOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ferry

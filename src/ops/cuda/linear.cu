@@ -1,0 +1,160 @@
+// Linear layer on the GPU through cuBLASLt: bf16 operands, fp32 accumulation, one rounding of the
+// result. The row-major products of ferry and their column-major (cuBLASLt) forms, with
+// x (T,in), w (out,in), dy (T,out) row-major:
+//   y  (T,out)  = x @ w^T   ->  y^T  (out,T)  = op_T(w: in x out) * x^T (in x T)   m=out k=in n=T
+//   dx (T,in)   = dy @ w    ->  dx^T (in,T)   = w (in x out)      * dy^T (out x T) m=in  k=out n=T
+//   dw (out,in) += dy^T @ x ->  dw^T (in,out) = x^T (in x T)      * op_T(dy^T: out x T)
+//                                                                                   m=in  k=T   n=out
+// The bias of the forward is cuBLASLt's BIAS epilogue (added in fp32 before the rounding); dw
+// accumulates with beta = 1 into an F32 or BF16 gradient (fp32 sum, one rounding); dbias is a
+// deterministic column sum (column_sum.cuh).
+#include "ops/cuda/column_sum.cuh"
+#include "ops/cuda/cuda_ops_state.cuh"
+
+namespace ferry {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// Returns T after checking x (T,in) and w (out,in), both BF16.
+int64_t check_xw(const char* op, const Tensor& x, const Tensor& w, int64_t* in_features, int64_t* out_features) {
+  cuda::expect_dtype(op, "w", w, DType::BF16);
+  CUDA_OPS_EXPECT(w.ndim == 2, op, cuda::describe("w", w) + ": expected (out, in)");
+  *out_features = w.shape[0];
+  *in_features = w.shape[1];
+  return cuda::expect_matrix(op, "x", x, *in_features, DType::BF16);
+}
+
+// y (T,out) = bias broadcast over the rows (the product with in == 0).
+template <typename T>
+__global__ void broadcast_rows_kernel(const T* __restrict__ bias, T* __restrict__ y, int64_t rows, int64_t cols) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < rows * cols) y[i] = bias[i % cols];
+}
+
+struct ColumnLoader8 {
+  const bf16* y;
+  int64_t cols;
+  __device__ void load(int64_t r, int64_t c, float (&v)[8]) const { cuda::load_bf16<8>(y + r * cols + c, v); }
+};
+struct ColumnLoader1 {
+  const bf16* y;
+  int64_t cols;
+  __device__ void load(int64_t r, int64_t c, float (&v)[1]) const { cuda::load_bf16<1>(y + r * cols + c, v); }
+};
+
+}  // namespace
+
+void CudaOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) {
+  const char* op = "linear_forward";
+  int64_t in, out;
+  const int64_t T = check_xw(op, x, w, &in, &out);
+  CUDA_OPS_EXPECT(y.dtype == DType::BF16 || y.dtype == DType::F32, op, cuda::describe("y", y) + ": BF16 or F32");
+  CUDA_OPS_EXPECT(cuda::expect_matrix(op, "y", y, out, y.dtype) == T, op,
+                  cuda::describe("y", y) + " and " + cuda::describe("x", x) + " must have the same rows");
+  if (!bias.empty()) {
+    cuda::expect_dtype(op, "bias", bias, y.dtype);
+    CUDA_OPS_EXPECT(bias.ndim == 1 && bias.shape[0] == out, op,
+                    cuda::describe("bias", bias) + ": expected (" + std::to_string(out) + ")");
+    CUDA_OPS_EXPECT(cuda::aligned16(bias.data), op, "bias must be 16-byte aligned (unit layouts align every tensor)");
+  }
+  if (T == 0 || out == 0) return;
+  cudaStream_t stream = state_->stream;
+  if (in == 0) {
+    if (bias.empty()) {
+      CHECK_CUDA(cudaMemsetAsync(y.data, 0, y.bytes(), stream));
+    } else if (y.dtype == DType::BF16) {
+      broadcast_rows_kernel<<<cuda::blocks_for(T * out, 256), 256, 0, stream>>>(
+          static_cast<const bf16*>(bias.data), static_cast<bf16*>(y.data), T, out);
+      CHECK_CUDA_LAUNCH();
+    } else {
+      broadcast_rows_kernel<<<cuda::blocks_for(T * out, 256), 256, 0, stream>>>(
+          static_cast<const float*>(bias.data), static_cast<float*>(y.data), T, out);
+      CHECK_CUDA_LAUNCH();
+    }
+    return;
+  }
+  cuda::MatmulArgs a;
+  a.trans_a = true;
+  a.m = out;
+  a.n = T;
+  a.k = in;
+  a.a = w.data;
+  a.lda = in;
+  a.b = x.data;
+  a.ldb = in;
+  a.d = y.data;
+  a.d_type = cuda::lt_type(y.dtype);
+  a.ldd = out;
+  a.bias = bias.empty() ? nullptr : bias.data;
+  state_->gemm.matmul(a, stream);
+}
+
+void CudaOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) {
+  const char* op = "linear_backward";
+  int64_t in, out;
+  const int64_t T = check_xw(op, x, w, &in, &out);
+  CUDA_OPS_EXPECT(cuda::expect_matrix(op, "dy", dy, out, DType::BF16) == T, op,
+                  cuda::describe("dy", dy) + " and " + cuda::describe("x", x) + " must have the same rows");
+  if (!dx.empty()) cuda::expect_like(op, "dx", dx, "x", x, DType::BF16);
+  if (!dw.empty()) {
+    cuda::expect_grad_dtype(op, "dw", dw);
+    CUDA_OPS_EXPECT(cuda::same_shape(dw, w), op,
+                    cuda::describe("dw", dw) + " must have the shape of " + cuda::describe("w", w));
+  }
+  if (!dbias.empty()) {
+    cuda::expect_grad_dtype(op, "dbias", dbias);
+    CUDA_OPS_EXPECT(dbias.ndim == 1 && dbias.shape[0] == out, op,
+                    cuda::describe("dbias", dbias) + ": expected (" + std::to_string(out) + ")");
+  }
+  if (T == 0) return;
+  cudaStream_t stream = state_->stream;
+
+  if (!dx.empty() && in > 0) {
+    if (out == 0) {
+      CHECK_CUDA(cudaMemsetAsync(dx.data, 0, dx.bytes(), stream));
+    } else {
+      cuda::MatmulArgs a;
+      a.m = in;
+      a.n = T;
+      a.k = out;
+      a.a = w.data;
+      a.lda = in;
+      a.b = dy.data;
+      a.ldb = out;
+      a.d = dx.data;
+      a.ldd = in;
+      state_->gemm.matmul(a, stream);
+    }
+  }
+  if (!dw.empty() && in > 0 && out > 0) {
+    cuda::MatmulArgs a;
+    a.trans_b = true;
+    a.m = in;
+    a.n = out;
+    a.k = T;
+    a.a = x.data;
+    a.lda = in;
+    a.b = dy.data;
+    a.ldb = out;
+    a.d = dw.data;
+    a.d_type = cuda::lt_type(dw.dtype);
+    a.ldd = in;
+    a.beta = 1.0f;
+    state_->gemm.matmul(a, stream);
+  }
+  if (!dbias.empty() && out > 0) {
+    const auto* g = static_cast<const bf16*>(dy.data);
+    const bool vec = out % 8 == 0 && cuda::aligned16(g);
+    const int splits = cuda::column_splits(T, out, vec ? 8 : 1, state_->sm_count);
+    auto* partials = static_cast<float*>(
+        state_->buffer(cuda::Scratch::kPartials, sizeof(float) * splits * out, "linear's dbias partial sums"));
+    if (vec)
+      cuda::column_sum<8>(ColumnLoader8{g, out}, T, out, partials, splits, dbias.data, dbias.dtype, stream);
+    else
+      cuda::column_sum<1>(ColumnLoader1{g, out}, T, out, partials, splits, dbias.data, dbias.dtype, stream);
+  }
+}
+
+}  // namespace ferry

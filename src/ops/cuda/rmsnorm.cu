@@ -1,0 +1,236 @@
+// RMSNorm over the last dim on the GPU, as the CPU reference computes it but with fp32 statistics:
+//   rstd = 1 / sqrt(mean(x^2) + eps);  out = (x * rstd) * weight.
+//
+// One group of G lanes of a warp per row, G = the power of two (<= 32) nearest above D / VEC, so a
+// q/k-norm row of D = 8..128 takes 1..16 lanes and a hidden row (D = 4096) a whole warp; each lane
+// walks its VEC-wide chunks (16-byte loads when D % 8 == 0), the group sums with shuffles. The row
+// is read twice (statistics, then output); the second read hits L1/L2.
+// dweight is a column sum (column_sum.cuh): fp32 partials per block of rows, then one reduction.
+#include <type_traits>
+
+#include "ops/cuda/column_sum.cuh"
+#include "ops/cuda/cuda_ops_state.cuh"
+
+namespace ferry {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 256;
+
+template <int G, int VEC>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_forward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, float eps, bf16* __restrict__ out,
+                           float* __restrict__ rstd, int64_t R, int D) {
+  const int lane = threadIdx.x % G;
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / G;
+  const bool valid = row < R;  // all lanes stay for the shuffles
+  const int chunks = D / VEC;
+  const bf16* xr = x + (valid ? row : 0) * D;
+  float ss = 0.0f;
+  if (valid) {
+    for (int c = lane; c < chunks; c += G) {
+      float v[VEC];
+      cuda::load_bf16<VEC>(xr + c * VEC, v);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) ss += v[j] * v[j];
+    }
+  }
+  ss = cuda::group_sum<G>(ss);
+  if (!valid) return;
+  const float s = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  if (lane == 0) rstd[row] = s;
+  bf16* yr = out + row * D;
+  for (int c = lane; c < chunks; c += G) {
+    float v[VEC], wv[VEC];
+    cuda::load_bf16<VEC>(xr + c * VEC, v);
+    cuda::load_bf16<VEC>(w + c * VEC, wv);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = (v[j] * s) * wv[j];
+    cuda::store_bf16<VEC>(yr + c * VEC, v);
+  }
+}
+
+// dx = s * (w * g) - x * c with c = mean(x * w * g) * s^3 (the CPU reference's formula).
+template <int G, int VEC>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_backward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, const float* __restrict__ rstd,
+                            const bf16* __restrict__ dout, bf16* __restrict__ dx, int64_t R, int D) {
+  const int lane = threadIdx.x % G;
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / G;
+  const bool valid = row < R;
+  const int chunks = D / VEC;
+  const bf16* xr = x + (valid ? row : 0) * D;
+  const bf16* gr = dout + (valid ? row : 0) * D;
+  float dot = 0.0f;
+  if (valid) {
+    for (int c = lane; c < chunks; c += G) {
+      float xv[VEC], wv[VEC], gv[VEC];
+      cuda::load_bf16<VEC>(xr + c * VEC, xv);
+      cuda::load_bf16<VEC>(w + c * VEC, wv);
+      cuda::load_bf16<VEC>(gr + c * VEC, gv);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) dot += xv[j] * wv[j] * gv[j];
+    }
+  }
+  dot = cuda::group_sum<G>(dot);
+  if (!valid) return;
+  const float s = rstd[row];
+  const float k = dot / static_cast<float>(D) * s * s * s;
+  bf16* dr = dx + row * D;
+  for (int c = lane; c < chunks; c += G) {
+    float xv[VEC], wv[VEC], gv[VEC];
+    cuda::load_bf16<VEC>(xr + c * VEC, xv);
+    cuda::load_bf16<VEC>(w + c * VEC, wv);
+    cuda::load_bf16<VEC>(gr + c * VEC, gv);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) xv[j] = s * (wv[j] * gv[j]) - xv[j] * k;
+    cuda::store_bf16<VEC>(dr + c * VEC, xv);
+  }
+}
+
+// The value dweight sums: dout * (x * rstd), per row and column.
+template <int VEC>
+struct DweightLoader {
+  const bf16* x;
+  const bf16* g;
+  const float* rstd;
+  int64_t D;
+  __device__ void load(int64_t r, int64_t c, float (&v)[VEC]) const {
+    float xv[VEC], gv[VEC];
+    cuda::load_bf16<VEC>(x + r * D + c, xv);
+    cuda::load_bf16<VEC>(g + r * D + c, gv);
+    const float s = rstd[r];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = gv[j] * (xv[j] * s);
+  }
+};
+
+// The launches, as functors whose template operator() takes the group size and vector width.
+struct ForwardLaunch {
+  const bf16* x;
+  const bf16* w;
+  float eps;
+  bf16* out;
+  float* rstd;
+  int64_t R;
+  int D;
+  cudaStream_t stream;
+  template <int G, int VEC>
+  void operator()() const {
+    rmsnorm_forward_kernel<G, VEC><<<cuda::blocks_for(R * G, kThreads), kThreads, 0, stream>>>(x, w, eps, out, rstd,
+                                                                                                R, D);
+  }
+};
+
+struct BackwardLaunch {
+  const bf16* x;
+  const bf16* w;
+  const float* rstd;
+  const bf16* dout;
+  bf16* dx;
+  int64_t R;
+  int D;
+  cudaStream_t stream;
+  template <int G, int VEC>
+  void operator()() const {
+    rmsnorm_backward_kernel<G, VEC><<<cuda::blocks_for(R * G, kThreads), kThreads, 0, stream>>>(x, w, rstd, dout,
+                                                                                                 dx, R, D);
+  }
+};
+
+// Calls f.template operator()<G, VEC>() with G, VEC fixed at compile time for this D.
+template <typename F>
+void dispatch_rows(int64_t D, bool vec, const F& f) {
+  const int per_lane = vec ? 8 : 1;
+  const int lanes = cuda::next_pow2((D + per_lane - 1) / per_lane);
+  auto with_vec = [&](auto g_tag) {
+    constexpr int G = decltype(g_tag)::value;
+    if (vec)
+      f.template operator()<G, 8>();
+    else
+      f.template operator()<G, 1>();
+  };
+  if (lanes <= 1)
+    with_vec(std::integral_constant<int, 1>{});
+  else if (lanes <= 2)
+    with_vec(std::integral_constant<int, 2>{});
+  else if (lanes <= 4)
+    with_vec(std::integral_constant<int, 4>{});
+  else if (lanes <= 8)
+    with_vec(std::integral_constant<int, 8>{});
+  else if (lanes <= 16)
+    with_vec(std::integral_constant<int, 16>{});
+  else
+    with_vec(std::integral_constant<int, 32>{});
+}
+
+void check_common(const char* op, const Tensor& x, const Tensor& weight, const Tensor& rstd, int64_t* R, int64_t* D) {
+  cuda::expect_dtype(op, "weight", weight, DType::BF16);
+  CUDA_OPS_EXPECT(weight.ndim == 1, op, cuda::describe("weight", weight) + ": expected (D)");
+  *D = weight.shape[0];
+  *R = cuda::expect_matrix(op, "x", x, *D, DType::BF16);
+  cuda::expect_dtype(op, "rstd", rstd, DType::F32);
+  CUDA_OPS_EXPECT(rstd.numel() == *R, op, cuda::describe("rstd", rstd) + ": expected " + std::to_string(*R) + " rows");
+  CUDA_OPS_EXPECT(*D < (int64_t{1} << 30), op, "D is too large");
+}
+
+}  // namespace
+
+void CudaOps::rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, Tensor rstd) {
+  const char* op = "rmsnorm_forward";
+  int64_t R, D;
+  check_common(op, x, weight, rstd, &R, &D);
+  cuda::expect_like(op, "out", out, "x", x, DType::BF16);
+  if (R == 0 || D == 0) return;
+  const auto* xs = static_cast<const bf16*>(x.data);
+  const auto* ws = static_cast<const bf16*>(weight.data);
+  auto* ys = static_cast<bf16*>(out.data);
+  auto* rs = static_cast<float*>(rstd.data);
+  const bool vec = D % 8 == 0 && cuda::aligned16(xs) && cuda::aligned16(ws) && cuda::aligned16(ys);
+  cudaStream_t stream = state_->stream;
+  dispatch_rows(D, vec, ForwardLaunch{xs, ws, eps, ys, rs, R, static_cast<int>(D), stream});
+  CHECK_CUDA_LAUNCH();
+}
+
+void CudaOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dx, Tensor dweight) {
+  const char* op = "rmsnorm_backward";
+  int64_t R, D;
+  check_common(op, x, weight, rstd, &R, &D);
+  cuda::expect_like(op, "dout", dout, "x", x, DType::BF16);
+  if (!dx.empty()) cuda::expect_like(op, "dx", dx, "x", x, DType::BF16);
+  if (!dweight.empty()) {
+    cuda::expect_grad_dtype(op, "dweight", dweight);
+    CUDA_OPS_EXPECT(cuda::same_shape(dweight, weight), op,
+                    cuda::describe("dweight", dweight) + " must have the shape of " + cuda::describe("weight", weight));
+  }
+  if (R == 0 || D == 0) return;
+  const auto* xs = static_cast<const bf16*>(x.data);
+  const auto* ws = static_cast<const bf16*>(weight.data);
+  const auto* gs = static_cast<const bf16*>(dout.data);
+  const auto* rs = static_cast<const float*>(rstd.data);
+  cudaStream_t stream = state_->stream;
+  const bool vec_in = D % 8 == 0 && cuda::aligned16(xs) && cuda::aligned16(ws) && cuda::aligned16(gs);
+
+  if (!dx.empty()) {
+    auto* dxs = static_cast<bf16*>(dx.data);
+    const bool vec = vec_in && cuda::aligned16(dxs);
+    dispatch_rows(D, vec, BackwardLaunch{xs, ws, rs, gs, dxs, R, static_cast<int>(D), stream});
+    CHECK_CUDA_LAUNCH();
+  }
+
+  if (!dweight.empty()) {
+    const int vec = vec_in ? 8 : 1;
+    const int splits = cuda::column_splits(R, D, vec, state_->sm_count);
+    auto* partials = static_cast<float*>(
+        state_->buffer(cuda::Scratch::kPartials, sizeof(float) * splits * D, "rmsnorm's dweight partial sums"));
+    if (vec_in)
+      cuda::column_sum<8>(DweightLoader<8>{xs, gs, rs, D}, R, D, partials, splits, dweight.data, dweight.dtype,
+                          stream);
+    else
+      cuda::column_sum<1>(DweightLoader<1>{xs, gs, rs, D}, R, D, partials, splits, dweight.data, dweight.dtype,
+                          stream);
+  }
+}
+
+}  // namespace ferry
