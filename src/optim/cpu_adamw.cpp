@@ -1,0 +1,270 @@
+// The SIMD kernel of cpu_adamw.h, compiled once per Highway target (foreach_target re-includes this
+// file with HWY_TARGET set to each), and the dispatching, thread-splitting entry point.
+//
+// This file is compiled with -ffp-contract=off (CMakeLists.txt): Highway's Mul/Add on x86 are plain
+// vector arithmetic to GCC, which would otherwise fuse e.g. (param * decay) + update into one FMA and
+// round differently from the reference. The fused multiply-adds the reference has are explicit here.
+
+#ifndef FERRY_OPTIM_CPU_ADAMW_ONCE
+#define FERRY_OPTIM_CPU_ADAMW_ONCE
+
+#include "optim/cpu_adamw.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace ferry::cpu_adamw_detail {
+
+// The per-call scalars, each rounded to fp32 exactly as adamw.cpp rounds it (which is torch's).
+struct Scalars {
+  float decay_factor;     // 1 - lr*wd
+  float lerp_weight;      // 1 - beta1
+  float beta2;
+  float one_minus_beta2;  // 1 - beta2
+  float bc2_sqrt;         // sqrt(1 - beta2^t)
+  float eps;
+  float neg_step_size;    // -lr / (1 - beta1^t)
+  float grad_scale;
+};
+
+struct Pointers {
+  float* master;
+  float* m;
+  float* v;
+  const void* grad;
+  bool grad_bf16;
+  uint16_t* bf16_out;  // may be null
+};
+
+}  // namespace ferry::cpu_adamw_detail
+
+#endif  // FERRY_OPTIM_CPU_ADAMW_ONCE
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "optim/cpu_adamw.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace ferry {
+namespace HWY_NAMESPACE {
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+using cpu_adamw_detail::Pointers;
+using cpu_adamw_detail::Scalars;
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+
+constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
+
+// a*b + c with one rounding, as std::fma. Targets without FMA instructions get it lane by lane from
+// std::fma (exact in software) rather than hn::MulAdd, which would round twice there.
+HWY_INLINE V FusedMulAdd(V a, V b, V c) {
+#if HWY_NATIVE_FMA
+  return hn::MulAdd(a, b, c);
+#else
+  const D d;
+  HWY_ALIGN float fa[kMaxLanes];
+  HWY_ALIGN float fb[kMaxLanes];
+  HWY_ALIGN float fc[kMaxLanes];
+  hn::Store(a, d, fa);
+  hn::Store(b, d, fb);
+  hn::Store(c, d, fc);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) fa[i] = std::fma(fa[i], fb[i], fc[i]);
+  return hn::Load(d, fa);
+#endif
+}
+
+// f32_to_bf16 of core/dtype.h on every lane: round to nearest even; NaN stays NaN (quieted).
+HWY_INLINE hn::Vec<hn::Rebind<uint16_t, D>> ToBf16(V x) {
+  const D d;
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const hn::Rebind<uint16_t, D> d16;
+  (void)d;
+  const auto bits = hn::BitCast(du, x);
+  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+  const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7fffu), lsb)));
+  const auto quiet_nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
+  // |x| as a signed integer fits in 31 bits, so the signed compare is the unsigned one.
+  const auto is_nan = hn::Gt(hn::BitCast(di, hn::And(bits, hn::Set(du, 0x7fffffffu))), hn::Set(di, 0x7f800000));
+  const auto result = hn::IfThenElse(hn::RebindMask(du, is_nan), quiet_nan, rounded);
+  // Every lane is <= 0xffff, so the saturating narrowing is exact.
+  return hn::DemoteTo(d16, hn::BitCast(di, result));
+}
+
+// One vector of elements at the given addresses: adamw.cpp's update_loop, operation for operation.
+template <bool kLerpSmall, bool kBf16Grad, bool kWriteBf16>
+HWY_INLINE void UpdateVector(const Scalars& s, float decay_factor, float* HWY_RESTRICT master, float* HWY_RESTRICT m,
+                             float* HWY_RESTRICT v, const void* HWY_RESTRICT grad, uint16_t* HWY_RESTRICT out) {
+  const D d;
+  const hn::RebindToUnsigned<D> du;
+  const hn::Rebind<uint16_t, D> d16;
+  V g;
+  if constexpr (kBf16Grad) {
+    g = hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, static_cast<const uint16_t*>(grad)))));
+  } else {
+    g = hn::LoadU(d, static_cast<const float*>(grad));
+  }
+  g = hn::Mul(g, hn::Set(d, s.grad_scale));
+  V p = hn::Mul(hn::LoadU(d, master), hn::Set(d, decay_factor));
+  const V mi = hn::LoadU(d, m);
+  const float lerp_coef = kLerpSmall ? s.lerp_weight : s.lerp_weight - 1.0f;
+  const V m_new = FusedMulAdd(hn::Set(d, lerp_coef), hn::Sub(g, mi), kLerpSmall ? mi : g);
+  const V vi = FusedMulAdd(hn::Mul(hn::Set(d, s.one_minus_beta2), g), g, hn::Mul(hn::LoadU(d, v), hn::Set(d, s.beta2)));
+  const V denom = hn::Add(hn::Div(hn::Sqrt(vi), hn::Set(d, s.bc2_sqrt)), hn::Set(d, s.eps));
+  p = hn::Add(p, hn::Div(hn::Mul(hn::Set(d, s.neg_step_size), m_new), denom));
+  hn::StoreU(m_new, d, m);
+  hn::StoreU(vi, d, v);
+  hn::StoreU(p, d, master);
+  if constexpr (kWriteBf16) hn::StoreU(ToBf16(p), d16, out);
+}
+
+template <bool kLerpSmall, bool kBf16Grad, bool kWriteBf16>
+HWY_NOINLINE void UpdateRangeT(const Pointers& ptr, const Scalars& s, float decay_factor, size_t begin, size_t end) {
+  const D d;
+  const size_t n = hn::Lanes(d);
+  const size_t grad_size = kBf16Grad ? sizeof(uint16_t) : sizeof(float);
+  const char* grad = static_cast<const char*>(ptr.grad);
+  size_t i = begin;
+  for (; i + n <= end; i += n) {
+    UpdateVector<kLerpSmall, kBf16Grad, kWriteBf16>(s, decay_factor, ptr.master + i, ptr.m + i, ptr.v + i,
+                                                    grad + i * grad_size, kWriteBf16 ? ptr.bf16_out + i : nullptr);
+  }
+  if (i == end) return;
+  // The last partial vector goes through the same code on padded copies, so it rounds the same way.
+  const size_t rest = end - i;
+  HWY_ALIGN float master[kMaxLanes] = {};
+  HWY_ALIGN float m[kMaxLanes] = {};
+  HWY_ALIGN float v[kMaxLanes] = {};
+  HWY_ALIGN float g[kMaxLanes] = {};  // as bytes: room for kMaxLanes fp32 or bf16 gradients
+  HWY_ALIGN uint16_t out[kMaxLanes] = {};
+  std::memcpy(master, ptr.master + i, rest * sizeof(float));
+  std::memcpy(m, ptr.m + i, rest * sizeof(float));
+  std::memcpy(v, ptr.v + i, rest * sizeof(float));
+  std::memcpy(g, grad + i * grad_size, rest * grad_size);
+  UpdateVector<kLerpSmall, kBf16Grad, kWriteBf16>(s, decay_factor, master, m, v, g, out);
+  std::memcpy(ptr.master + i, master, rest * sizeof(float));
+  std::memcpy(ptr.m + i, m, rest * sizeof(float));
+  std::memcpy(ptr.v + i, v, rest * sizeof(float));
+  if (kWriteBf16) std::memcpy(ptr.bf16_out + i, out, rest * sizeof(uint16_t));
+}
+
+template <bool kLerpSmall, bool kBf16Grad>
+void UpdateRangeOut(const Pointers& ptr, const Scalars& s, float decay_factor, size_t begin, size_t end) {
+  if (ptr.bf16_out != nullptr) UpdateRangeT<kLerpSmall, kBf16Grad, true>(ptr, s, decay_factor, begin, end);
+  else UpdateRangeT<kLerpSmall, kBf16Grad, false>(ptr, s, decay_factor, begin, end);
+}
+
+template <bool kLerpSmall>
+void UpdateRangeGrad(const Pointers& ptr, const Scalars& s, float decay_factor, size_t begin, size_t end) {
+  if (ptr.grad_bf16) UpdateRangeOut<kLerpSmall, true>(ptr, s, decay_factor, begin, end);
+  else UpdateRangeOut<kLerpSmall, false>(ptr, s, decay_factor, begin, end);
+}
+
+}  // namespace
+
+// Elements [begin, end) of the unit, one weight-decay factor.
+void UpdateRange(const Pointers& ptr, const Scalars& s, float decay_factor, size_t begin, size_t end) {
+  // torch's lerp: weight < 0.5 -> self + weight*(end - self); else end - (end - self)*(1 - weight).
+  if (s.lerp_weight < 0.5f) UpdateRangeGrad<true>(ptr, s, decay_factor, begin, end);
+  else UpdateRangeGrad<false>(ptr, s, decay_factor, begin, end);
+}
+
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace ferry
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace ferry {
+
+HWY_EXPORT(UpdateRange);
+HWY_EXPORT(TargetName);
+
+namespace {
+
+using cpu_adamw_detail::Pointers;
+using cpu_adamw_detail::Scalars;
+
+// Below this many elements the calling thread does the whole unit: waking the pool costs more.
+constexpr size_t kGrain = size_t{1} << 15;
+// Slices start at multiples of this many elements: whole cache lines of every buffer (64 bf16 =
+// 128 bytes), so no two threads write one line.
+constexpr size_t kSliceAlign = 64;
+
+Scalars make_scalars(const AdamWHyper& h, int64_t step, float grad_scale) {
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(h.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(h.beta2, t);
+  const double step_size = h.lr / bias_correction1;
+  Scalars s;
+  s.decay_factor = static_cast<float>(1.0 - h.lr * h.weight_decay);
+  s.lerp_weight = static_cast<float>(1.0 - h.beta1);
+  s.beta2 = static_cast<float>(h.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
+  s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(h.eps);
+  s.neg_step_size = static_cast<float>(-step_size);
+  s.grad_scale = grad_scale;
+  return s;
+}
+
+}  // namespace
+
+void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments, const AdamWHyper& hyper,
+                    int64_t step, float grad_scale, ThreadPool& pool) {
+  FERRY_ASSERT(step >= 1, "AdamW steps count from 1");
+  FERRY_ASSERT(unit.grad_dtype == DType::F32 || unit.grad_dtype == DType::BF16, "gradients are F32 or BF16");
+  size_t total = 0;
+  for (size_t k = 0; k < segments.size(); ++k) {
+    FERRY_ASSERT(k == 0 || segments[k].offset >= segments[k - 1].offset + segments[k - 1].count,
+                 "AdamW segments must be sorted and disjoint");
+    total += segments[k].count;
+  }
+  if (total == 0) return;
+  FERRY_ASSERT(unit.master && unit.m && unit.v && unit.grad);
+
+  const Scalars s = make_scalars(hyper, step, grad_scale);
+  // torch skips the decay multiply when weight_decay == 0; multiplying by 1.0f is the same, exactly.
+  const float decay_on = hyper.weight_decay != 0.0 ? s.decay_factor : 1.0f;
+  const Pointers ptr{unit.master, unit.m, unit.v, unit.grad, unit.grad_dtype == DType::BF16, unit.bf16_out};
+  const auto update = HWY_DYNAMIC_DISPATCH(UpdateRange);
+
+  // Updates the parts of every segment inside [lo, hi).
+  const auto run = [&](size_t lo, size_t hi) {
+    for (const AdamWSegment& seg : segments) {
+      const size_t a = std::max(lo, seg.offset);
+      const size_t b = std::min(hi, seg.offset + seg.count);
+      if (a < b) update(ptr, s, seg.decay ? decay_on : 1.0f, a, b);
+    }
+  };
+  const size_t begin = segments.front().offset;
+  const size_t end = segments.back().offset + segments.back().count;
+  if (total < kGrain || pool.size() == 1) {
+    run(begin, end);
+    return;
+  }
+  // A static partition of [begin, end) into one slice per thread, cut at multiples of kSliceAlign.
+  pool.run_on_all([&](size_t piece, size_t pieces) {
+    const auto bound = [&](size_t k) {
+      if (k == 0) return begin;
+      if (k == pieces) return end;
+      const size_t cut = (begin + (end - begin) * k / pieces) / kSliceAlign * kSliceAlign;
+      return std::max(begin, cut);
+    };
+    const size_t lo = bound(piece);
+    const size_t hi = bound(piece + 1);
+    if (lo < hi) run(lo, hi);
+  });
+}
+
+const char* cpu_adamw_target() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+
+}  // namespace ferry
+#endif  // HWY_ONCE
