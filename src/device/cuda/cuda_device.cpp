@@ -24,7 +24,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "device/async_error.h"
-#include "device/cuda/cuda_check.h"
+#include "core/cuda_check.h"
 #include "device/device.h"
 #include "device/memory_ledger.h"
 

@@ -1,6 +1,7 @@
 // FERRY_CUDA_CHECK(call): the one check of a CUDA runtime call (DESIGN.md §6.5). On failure it throws
 // ferry::Error "[cuda] <call> failed on device <d>: <name> (<description>) at <file>:<line>".
 // fmt-free, so .cu files can include it. For kernel launches: FERRY_CUDA_CHECK(cudaGetLastError()).
+// Header-only: only code of a layer's cuda/ directory includes it (those link CUDA::cudart).
 #pragma once
 
 #include <cuda_runtime_api.h>
