@@ -2,7 +2,6 @@
 // of the backward's bookkeeping (delta = rowsum(dout * out), dq accumulator -> bf16).
 #include "ops/cuda/flash_attention.h"
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,43 +26,12 @@ void check_launch(const char* what) { check_cuda(cudaGetLastError(), what); }
 
 namespace {
 
-using bf16 = __nv_bfloat16;
-
 constexpr size_t kWorkspaceAlign = 256;
 size_t round_up(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
 bool tensor_core_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 size_t delta_bytes(int64_t tokens, int q_heads) { return round_up(sizeof(float) * tokens * q_heads); }
-
-// delta (Hq, T) = rowsum over d of dout * out, one warp per row (t, h), fp32.
-__global__ void delta_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout, float* __restrict__ delta,
-                             int64_t tokens, int q_heads, int head_dim) {
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= tokens * q_heads) return;
-  const bf16* const o = out + row * head_dim;
-  const bf16* const g = dout + row * head_dim;
-  float sum = 0.0f;
-  for (int d = lane; d < head_dim; d += 32) sum += __bfloat162float(o[d]) * __bfloat162float(g[d]);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane == 0) {
-    const int64_t t = row / q_heads, h = row % q_heads;
-    delta[h * tokens + t] = sum;
-  }
-}
-
-// dq = bf16(scale * acc), four elements per thread (count is a multiple of 4: head_dim is 64 or 128).
-__global__ void convert_dq_kernel(const float4* __restrict__ acc, uint2* __restrict__ dq, float scale, int64_t quads) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < quads;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float4 a = acc[i];
-    const __nv_bfloat162 lo = __floats2bfloat162_rn(scale * a.x, scale * a.y);
-    const __nv_bfloat162 hi = __floats2bfloat162_rn(scale * a.z, scale * a.w);
-    dq[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-  }
-}
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -111,19 +79,6 @@ void check_backward(const char* op, const FlashAttentionBackwardParams& p) {
   if (p.fwd.tokens > 0 && !aligned16(p.workspace)) raise(op, "workspace must be 16-byte aligned");
 }
 
-// delta into the workspace's first part; returns it.
-float* compute_delta(const FlashAttentionBackwardParams& p, cudaStream_t stream) {
-  float* const delta = static_cast<float*>(p.workspace);
-  const int64_t rows = p.fwd.tokens * p.fwd.q_heads;
-  constexpr int kThreads = 256;
-  const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
-  delta_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<const bf16*>(p.fwd.out), static_cast<const bf16*>(p.dout), delta, p.fwd.tokens, p.fwd.q_heads,
-      p.fwd.head_dim);
-  check_launch("flash attention backward (delta)");
-  return delta;
-}
-
 }  // namespace
 }  // namespace flash
 
@@ -156,32 +111,29 @@ void flash_attention_backward(const FlashAttentionBackwardParams& p, void* strea
   flash::check_backward(op, p);
   if (p.fwd.tokens == 0) return;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  float* const delta = static_cast<float*>(p.workspace);
   if (!flash::tensor_core_head_dim(p.fwd.head_dim)) {
-    flash::backward_simple(p, flash::compute_delta(p, s), stream);
+    flash::compute_delta(p, delta, stream);
+    flash::backward_simple(p, delta, stream);
     return;
   }
   flash::check_tensor_core(op, {p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.dout, p.dq, p.dk, p.dv});
-  const float* const delta = flash::compute_delta(p, s);
+  flash::compute_delta(p, delta, stream);
   float* const dq_accum =
       reinterpret_cast<float*>(static_cast<char*>(p.workspace) + flash::delta_bytes(p.fwd.tokens, p.fwd.q_heads));
   const int64_t count = p.fwd.tokens * p.fwd.q_heads * p.fwd.head_dim;
   flash::check_cuda(cudaMemsetAsync(dq_accum, 0, sizeof(float) * count, s), "cudaMemsetAsync(dq accumulator)");
   flash::backward_tensor_core(p, delta, dq_accum, stream);
-  // The accumulator is (T, Hq, D) like dq, so the conversion is elementwise.
-  constexpr int kThreads = 256;
-  const int64_t quads = count / 4;
-  const int64_t blocks = std::min<int64_t>((quads + kThreads - 1) / kThreads, 65536);
-  flash::convert_dq_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(
-      reinterpret_cast<const float4*>(dq_accum), static_cast<uint2*>(p.dq), p.fwd.scale, quads);
-  flash::check_launch("flash attention backward (dq conversion)");
+  flash::convert_dq(dq_accum, p.dq, p.fwd.scale, count, stream);
 }
 
 void flash_attention_backward_simple(const FlashAttentionBackwardParams& p, void* stream) {
   const char* op = "flash_attention_backward_simple";
   flash::check_backward(op, p);
   if (p.fwd.tokens == 0) return;
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  flash::backward_simple(p, flash::compute_delta(p, s), stream);
+  float* const delta = static_cast<float*>(p.workspace);
+  flash::compute_delta(p, delta, stream);
+  flash::backward_simple(p, delta, stream);
 }
 
 }  // namespace ferry

@@ -24,4 +24,9 @@ void backward_tensor_core(const FlashAttentionBackwardParams& p, const float* de
 void forward_simple(const FlashAttentionParams& p, void* stream);
 void backward_simple(const FlashAttentionBackwardParams& p, const float* delta, void* stream);
 
+// Both paths: delta (Hq, T) = rowsum(dout * out); dq (count bf16) = scale * acc (count fp32, a
+// multiple of 4, 16-byte aligned).
+void compute_delta(const FlashAttentionBackwardParams& p, float* delta, void* stream);
+void convert_dq(const float* acc, void* dq, float scale, int64_t count, void* stream);
+
 }  // namespace ferry::flash

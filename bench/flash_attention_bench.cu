@@ -1,0 +1,287 @@
+// Flash attention harness (DESIGN.md §6.8): check, then time.
+//
+// 1. Checks the tensor-core kernels against the CPU reference (make_cpu_ops(), fp32, fed the
+//    same bf16-rounded inputs) at a small packed shape for head_dim 64 and 128, and against the
+//    simple GPU kernels at a long two-document shape. Tolerances as in
+//    tests/ops_flash_attention_gpu_test.cpp. Any failure: exit status 1, before timing.
+// 2. Times forward, backward, and forward+backward at T = 16384 tokens made of sequences of 2048,
+//    4096, 8192 (batch-equivalent 8, 4, 2 documents packed), Hq 32, Hkv 8, D 128, causal, and
+//    reports TFLOP/s: forward counts 4 S^2 D Hq / 2 per sequence of S tokens (two products, half
+//    the matrix), backward 2.5 times that, against the H200's ~776 TFLOP/s dense bf16 peak as
+//    measured for a large GEMM (DESIGN.md §5).
+//
+// Usage: flash_attention_bench [--no-check] [--iters N]
+// bench/sdpa_baseline.py times PyTorch's scaled_dot_product_attention at the same shapes.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/dtype.h"
+#include "ops/cuda/flash_attention.h"
+#include "ops/ops.h"
+
+namespace {
+
+using namespace ferry;
+
+constexpr double kPeakTflops = 776.0;
+
+#define BENCH_CUDA(call)                                                                                   \
+  do {                                                                                                     \
+    const cudaError_t e_ = (call);                                                                         \
+    if (e_ != cudaSuccess) {                                                                               \
+      std::fprintf(stderr, "%s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_),      \
+                   cudaGetErrorString(e_));                                                                \
+      std::exit(2);                                                                                        \
+    }                                                                                                      \
+  } while (0)
+
+struct DeviceMem {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceMem(size_t n) : bytes(n) { BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(n, 16))); }
+  ~DeviceMem() { cudaFree(p); }
+  DeviceMem(const DeviceMem&) = delete;
+  DeviceMem& operator=(const DeviceMem&) = delete;
+};
+
+std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<uint16_t> out(n);
+  for (auto& x : out) x = f32_to_bf16(dist(rng));
+  return out;
+}
+
+std::vector<float> to_f32(const std::vector<uint16_t>& b) {
+  std::vector<float> out(b.size());
+  for (size_t i = 0; i < b.size(); ++i) out[i] = bf16_to_f32(b[i]);
+  return out;
+}
+
+// doc_start for documents beginning at `starts` (0 implied).
+std::vector<int32_t> doc_start(int64_t T, std::vector<int64_t> starts) {
+  starts.insert(starts.begin(), 0);
+  std::vector<int32_t> ds(static_cast<size_t>(T));
+  size_t d = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    while (d + 1 < starts.size() && starts[d + 1] <= t) ++d;
+    ds[static_cast<size_t>(t)] = static_cast<int32_t>(starts[d]);
+  }
+  return ds;
+}
+
+// Inputs and outputs of one shape on the device.
+struct Problem {
+  int64_t T;
+  int Hq, Hkv, D;
+  float scale;
+  std::vector<int32_t> ds;
+  std::vector<uint16_t> q, k, v, dout;
+  std::unique_ptr<DeviceMem> dq_in, dk_in, dv_in, ddout, dds, out, lse, dq, dk, dv, ws;
+
+  Problem(int64_t T_, int Hq_, int Hkv_, int D_, std::vector<int32_t> ds_)
+      : T(T_), Hq(Hq_), Hkv(Hkv_), D(D_), scale(1.0f / std::sqrt(static_cast<float>(D_))), ds(std::move(ds_)) {
+    const size_t nq = static_cast<size_t>(T * Hq * D), nk = static_cast<size_t>(T * Hkv * D);
+    q = random_bf16(nq, 11), k = random_bf16(nk, 12), v = random_bf16(nk, 13), dout = random_bf16(nq, 14);
+    auto make = [](size_t n) { return std::make_unique<DeviceMem>(n); };
+    dq_in = make(nq * 2), dk_in = make(nk * 2), dv_in = make(nk * 2), ddout = make(nq * 2), dds = make(ds.size() * 4);
+    out = make(nq * 2), lse = make(static_cast<size_t>(Hq * T) * 4), dq = make(nq * 2), dk = make(nk * 2),
+    dv = make(nk * 2), ws = make(flash_attention_backward_workspace(T, Hq, Hkv, D));
+    BENCH_CUDA(cudaMemcpy(dq_in->p, q.data(), nq * 2, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(dk_in->p, k.data(), nk * 2, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(dv_in->p, v.data(), nk * 2, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(ddout->p, dout.data(), nq * 2, cudaMemcpyHostToDevice));
+    BENCH_CUDA(cudaMemcpy(dds->p, ds.data(), ds.size() * 4, cudaMemcpyHostToDevice));
+  }
+  FlashAttentionParams params() const {
+    return {dq_in->p, dk_in->p, dv_in->p, out->p, static_cast<float*>(lse->p), static_cast<const int32_t*>(dds->p),
+            T, Hq, Hkv, D, scale};
+  }
+  FlashAttentionBackwardParams backward_params() const {
+    return {params(), ddout->p, dq->p, dk->p, dv->p, ws->p, ws->bytes};
+  }
+  std::vector<float> get_bf16(const DeviceMem& m) const {
+    std::vector<uint16_t> b(m.bytes / 2);
+    BENCH_CUDA(cudaMemcpy(b.data(), m.p, m.bytes, cudaMemcpyDeviceToHost));
+    return to_f32(b);
+  }
+  std::vector<float> get_f32(const DeviceMem& m) const {
+    std::vector<float> x(m.bytes / 4);
+    BENCH_CUDA(cudaMemcpy(x.data(), m.p, m.bytes, cudaMemcpyDeviceToHost));
+    return x;
+  }
+};
+
+struct Outputs {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+Outputs download(const Problem& p) {
+  return {p.get_bf16(*p.out), p.get_f32(*p.lse), p.get_bf16(*p.dq), p.get_bf16(*p.dk), p.get_bf16(*p.dv)};
+}
+
+// |err| <= max_rel * max|ref| (+ atol) elementwise, and rms(err) <= rms_rel * rms(ref) when rms_rel > 0.
+bool compare(const char* what, const std::vector<float>& got, const std::vector<float>& ref, double max_rel,
+             double rms_rel, double atol = 0.0) {
+  double ref_max = 0, ref2 = 0, err2 = 0, worst = 0;
+  size_t worst_i = 0, bad = 0;
+  for (float r : ref) ref_max = std::max(ref_max, std::fabs(static_cast<double>(r))), ref2 += double(r) * r;
+  const double tol = max_rel * ref_max + atol;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = std::isfinite(got[i]) ? std::fabs(double(got[i]) - ref[i]) : INFINITY;
+    if (std::isfinite(e)) err2 += e * e;
+    if (!(e <= tol)) ++bad;
+    if (!(e <= worst)) worst = e, worst_i = i;
+  }
+  const double rms = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  const bool ok = bad == 0 && (rms_rel <= 0 || rms <= rms_rel);
+  std::printf("    %-4s %-3s max|err| %.3g (tol %.3g)  rms rel %.3g%s  worst [%zu] %g vs %g\n", ok ? "ok" : "FAIL", what,
+              worst, tol, rms, rms_rel > 0 ? "" : " (not checked)", worst_i, got[worst_i], ref[worst_i]);
+  return ok;
+}
+
+// Forward tolerance: 2 * 2^-8 of max|v| (inputs in [-1, 1], so max|v| <= 1); lse 1e-3 absolute;
+// gradients 2^-5 of max|ref| elementwise and 2^-6 relative RMS.
+bool compare_all(const Outputs& got, const Outputs& ref) {
+  bool ok = compare("out", got.out, ref.out, 0.0, 0.0, 2.0 / 256);
+  ok &= compare("lse", got.lse, ref.lse, 0.0, 0.0, 1e-3);
+  ok &= compare("dq", got.dq, ref.dq, 1.0 / 32, 1.0 / 64);
+  ok &= compare("dk", got.dk, ref.dk, 1.0 / 32, 1.0 / 64);
+  ok &= compare("dv", got.dv, ref.dv, 1.0 / 32, 1.0 / 64);
+  return ok;
+}
+
+bool check_against_cpu(int D) {
+  const int64_t T = 700;
+  Problem p(T, 8, 2, D, doc_start(T, {150, 151, 333, 600}));
+  std::printf("  vs CPU reference: T %lld, Hq 8, Hkv 2, D %d, documents at 0 150 151 333 600\n",
+              static_cast<long long>(T), D);
+  flash_attention_forward(p.params(), nullptr);
+  flash_attention_backward(p.backward_params(), nullptr);
+  BENCH_CUDA(cudaDeviceSynchronize());
+  const size_t nq = p.q.size(), nk = p.k.size();
+  Outputs ref{std::vector<float>(nq), std::vector<float>(static_cast<size_t>(p.Hq * T)), std::vector<float>(nq),
+              std::vector<float>(nk), std::vector<float>(nk)};
+  std::vector<float> q = to_f32(p.q), k = to_f32(p.k), v = to_f32(p.v), g = to_f32(p.dout);
+  auto cpu = make_cpu_ops();
+  const Tensor tq = Tensor::f32(q.data(), {T, p.Hq, D}), tk = Tensor::f32(k.data(), {T, p.Hkv, D}),
+               tv = Tensor::f32(v.data(), {T, p.Hkv, D}), tout = Tensor::f32(ref.out.data(), {T, p.Hq, D}),
+               tlse = Tensor::f32(ref.lse.data(), {p.Hq, T});
+  cpu->attention_forward(tq, tk, tv, p.ds.data(), p.scale, tout, tlse);
+  cpu->attention_backward(tq, tk, tv, p.ds.data(), p.scale, tout, tlse, Tensor::f32(g.data(), {T, p.Hq, D}),
+                          Tensor::f32(ref.dq.data(), {T, p.Hq, D}), Tensor::f32(ref.dk.data(), {T, p.Hkv, D}),
+                          Tensor::f32(ref.dv.data(), {T, p.Hkv, D}));
+  return compare_all(download(p), ref);
+}
+
+bool check_against_simple(int D) {
+  const int64_t T = 8192;
+  Problem p(T, 8, 2, D, doc_start(T, {5000}));
+  std::printf("  vs simple GPU kernels: T %lld, Hq 8, Hkv 2, D %d, documents at 0 5000\n", static_cast<long long>(T), D);
+  flash_attention_forward_simple(p.params(), nullptr);
+  flash_attention_backward_simple(p.backward_params(), nullptr);
+  BENCH_CUDA(cudaDeviceSynchronize());
+  const Outputs ref = download(p);
+  flash_attention_forward(p.params(), nullptr);
+  flash_attention_backward(p.backward_params(), nullptr);
+  BENCH_CUDA(cudaDeviceSynchronize());
+  return compare_all(download(p), ref);
+}
+
+// Mean milliseconds of `body` over `iters` runs after `warmup` runs.
+template <class Body>
+double time_ms(int warmup, int iters, const Body& body) {
+  for (int i = 0; i < warmup; ++i) body();
+  cudaEvent_t start, stop;
+  BENCH_CUDA(cudaEventCreate(&start));
+  BENCH_CUDA(cudaEventCreate(&stop));
+  BENCH_CUDA(cudaEventRecord(start));
+  for (int i = 0; i < iters; ++i) body();
+  BENCH_CUDA(cudaEventRecord(stop));
+  BENCH_CUDA(cudaEventSynchronize(stop));
+  float ms = 0;
+  BENCH_CUDA(cudaEventElapsedTime(&ms, start, stop));
+  BENCH_CUDA(cudaEventDestroy(start));
+  BENCH_CUDA(cudaEventDestroy(stop));
+  return ms / iters;
+}
+
+int run(int argc, char** argv) {
+  bool check = true;
+  int iters = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--no-check") == 0)
+      check = false;
+    else if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
+      iters = std::max(1, std::atoi(argv[++i]));
+    else {
+      std::fprintf(stderr, "usage: %s [--no-check] [--iters N]\n", argv[0]);
+      return 2;
+    }
+  }
+  cudaDeviceProp prop{};
+  BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("flash attention bench on %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,
+              prop.multiProcessorCount);
+
+  if (check) {
+    std::printf("checks\n");
+    bool ok = true;
+    for (int D : {64, 128}) ok &= check_against_cpu(D);
+    ok &= check_against_simple(128);
+    if (!ok) {
+      std::printf("CHECK FAILED: not timing\n");
+      return 1;
+    }
+  }
+
+  const int64_t T = 16384;
+  const int Hq = 32, Hkv = 8, D = 128;
+  std::printf("timing: T %lld tokens, Hq %d, Hkv %d, D %d, causal within each sequence, %d iterations\n",
+              static_cast<long long>(T), Hq, Hkv, D, iters);
+  std::printf("  %6s %5s | %9s %8s %6s | %9s %8s %6s | %9s %8s %6s\n", "seq", "batch", "fwd ms", "TFLOP/s", "%peak",
+              "bwd ms", "TFLOP/s", "%peak", "f+b ms", "TFLOP/s", "%peak");
+  for (int64_t S : {2048, 4096, 8192}) {
+    std::vector<int64_t> starts;
+    for (int64_t s = S; s < T; s += S) starts.push_back(s);
+    Problem p(T, Hq, Hkv, D, doc_start(T, starts));
+    const double fwd_flops = static_cast<double>(T / S) * 4.0 * S * S * D * Hq / 2.0;
+    const double bwd_flops = 2.5 * fwd_flops;
+    const auto fp = p.params();
+    const auto bp = p.backward_params();
+    const double fwd = time_ms(3, iters, [&] { flash_attention_forward(fp, nullptr); });
+    const double bwd = time_ms(3, iters, [&] { flash_attention_backward(bp, nullptr); });
+    const double both = time_ms(3, iters, [&] {
+      flash_attention_forward(fp, nullptr);
+      flash_attention_backward(bp, nullptr);
+    });
+    auto tf = [](double flops, double ms) { return flops / (ms * 1e-3) / 1e12; };
+    std::printf("  %6lld %5lld | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%%\n",
+                static_cast<long long>(S), static_cast<long long>(T / S), fwd, tf(fwd_flops, fwd),
+                100 * tf(fwd_flops, fwd) / kPeakTflops, bwd, tf(bwd_flops, bwd), 100 * tf(bwd_flops, bwd) / kPeakTflops,
+                both, tf(fwd_flops + bwd_flops, both), 100 * tf(fwd_flops + bwd_flops, both) / kPeakTflops);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flash_attention_bench: %s\n", e.what());
+    return 1;
+  }
+}
