@@ -1,0 +1,379 @@
+#include "engine/sliding_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/log.h"
+
+namespace ferry {
+
+namespace {
+
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layout, Device& device, Ops& ops,
+                             const Plan& plan, int64_t chunk_tokens, int64_t max_chunks, bool decay_all)
+    : config_(config),
+      layout_(layout),
+      device_(device),
+      ops_(ops),
+      plan_(plan),
+      chunk_tokens_(chunk_tokens),
+      max_chunks_(max_chunks) {
+  const size_t units = layout_.units.size();
+  const int64_t L = config_.num_layers;
+  FERRY_CHECK(plan_.units.size() == units, "engine", "the plan places {} units; the model has {}", plan_.units.size(),
+              units);
+  FERRY_CHECK(static_cast<int64_t>(plan_.activations.size()) == L, "engine",
+              "the plan places {} boundary activations; the model has {} layers", plan_.activations.size(), L);
+  FERRY_CHECK(!layout_.tied || plan_.units[layout_.embedding_unit()] == UnitPlacement::ResidentParams, "engine",
+              "tied embeddings are used by the first and the last unit: the plan must keep the embedding resident");
+  const DType wd = plan_.weight_dtype, gd = plan_.grad_dtype;
+  resident_.assign(units, false);
+  size_t largest_streamed = 0;
+  for (size_t u = 0; u < units; ++u) {
+    resident_[u] = plan_.units[u] == UnitPlacement::ResidentParams;
+    if (!resident_[u]) largest_streamed = std::max(largest_streamed, static_cast<size_t>(layout_.units[u].numel));
+  }
+  uses_ = schedule_slots(step_unit_sequence(L), resident_, std::max<int64_t>(1, plan_.gpu_slots));
+
+  // Everything the device must hold, measured first so that a budget that is too small is refused
+  // with the numbers before anything is allocated.
+  const size_t T = static_cast<size_t>(chunk_tokens_), C = static_cast<size_t>(max_chunks_);
+  const size_t H = static_cast<size_t>(config_.hidden_size);
+  const size_t act_bytes = round_up(C * T * H * dtype_size(wd));
+  Arena measure = Arena::measuring();
+  carve_layer_scratch(measure, config_, chunk_tokens_, wd, true);
+  carve_head_scratch(measure, config_, chunk_tokens_, wd);
+  const size_t scratch_bytes = measure.used() + Arena::kAlignment;
+  slot_param_bytes_ = round_up(largest_streamed * dtype_size(wd));
+  slot_grad_bytes_ = round_up(largest_streamed * dtype_size(gd));
+  const bool any_streamed = largest_streamed > 0;
+  const int64_t slots = any_streamed ? plan_.gpu_slots : 0;
+  size_t needed = static_cast<size_t>(slots) * (slot_param_bytes_ + slot_grad_bytes_);
+  for (size_t u = 0; u < units; ++u)
+    if (resident_[u])
+      needed += round_up(static_cast<size_t>(layout_.units[u].numel) * (dtype_size(wd) + dtype_size(gd)));
+  bool any_offloaded = false;
+  for (auto a : plan_.activations) {
+    if (a == ActivationPlacement::KeepOnGpu) needed += act_bytes;
+    else any_offloaded = true;
+  }
+  if (any_offloaded) needed += 2 * act_bytes;
+  const size_t token_bytes = round_up(4 * C * T * sizeof(int32_t));
+  needed += 2 * act_bytes + scratch_bytes + token_bytes + round_up(static_cast<size_t>(config_.head_dim) * 2) + 256;
+  const MemoryStats mem = device_.memory();
+  if (needed > mem.capacity - std::min(mem.capacity, mem.in_use)) {
+    fail("engine", "the plan needs {:.2f} GiB of device memory ({} slots of {:.2f} GiB, activations, workspace) but "
+                   "{:.2f} GiB of the {:.2f} GiB budget are free; lower micro_batch or seq_len, keep fewer units "
+                   "resident, offload activations, or raise gpu_memory",
+         needed / 1073741824.0, slots, (slot_param_bytes_ + slot_grad_bytes_) / 1073741824.0,
+         (mem.capacity - std::min(mem.capacity, mem.in_use)) / 1073741824.0, mem.capacity / 1073741824.0);
+  }
+
+  for (int64_t s = 0; s < slots; ++s) {
+    slot_params_.emplace_back(device_, slot_param_bytes_, "slot weights");
+    slot_grads_.emplace_back(device_, slot_grad_bytes_, "slot gradients");
+  }
+  resident_params_.resize(units);
+  resident_grads_.resize(units);
+  for (size_t u = 0; u < units; ++u) {
+    if (!resident_[u]) continue;
+    const size_t n = static_cast<size_t>(layout_.units[u].numel);
+    resident_params_[u] = DeviceBuffer(device_, round_up(n * dtype_size(wd)), "resident weights");
+    resident_grads_[u] = DeviceBuffer(device_, round_up(n * dtype_size(gd)), "resident gradients");
+  }
+  kept_activations_.resize(static_cast<size_t>(L));
+  host_activations_.resize(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    if (plan_.activations[static_cast<size_t>(l)] == ActivationPlacement::KeepOnGpu)
+      kept_activations_[static_cast<size_t>(l)] = DeviceBuffer(device_, act_bytes, "boundary activation");
+    else
+      host_activations_[static_cast<size_t>(l)] = PinnedBuffer(device_, act_bytes, "offloaded activation");
+  }
+  if (any_offloaded) {
+    staging_activations_[0] = DeviceBuffer(device_, act_bytes, "activation staging");
+    staging_activations_[1] = DeviceBuffer(device_, act_bytes, "activation staging");
+  }
+  head_input_ = DeviceBuffer(device_, act_bytes, "head input");
+  chunk_grads_ = DeviceBuffer(device_, act_bytes, "activation gradients");
+  scratch_ = DeviceBuffer(device_, scratch_bytes, "layer scratch");
+  Arena arena(scratch_.data(), scratch_bytes);
+  layer_scratch_ = carve_layer_scratch(arena, config_, chunk_tokens_, wd, true);
+  head_scratch_ = carve_head_scratch(arena, config_, chunk_tokens_, wd);
+  tokens_ = DeviceBuffer(device_, token_bytes, "token ids");
+  tokens_host_ = PinnedBuffer(device_, token_bytes, "token staging");
+  loss_ = DeviceBuffer(device_, 256, "loss");
+  loss_host_ = PinnedBuffer(device_, 256, "loss readback");
+
+  const std::vector<float> inv_freq = rope_inv_freq(config_);
+  inv_freq_ = DeviceBuffer(device_, round_up(inv_freq.size() * sizeof(float)), "rope frequencies");
+  PinnedBuffer inv_host(device_, inv_freq.size() * sizeof(float), "rope staging");
+  std::memcpy(inv_host.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
+  device_.copy_to_device(inv_freq_.data(), inv_host.data(), inv_freq.size() * sizeof(float), StreamKind::HostToDevice);
+  device_.synchronize(device_.record(StreamKind::HostToDevice));
+
+  updater_ = std::make_unique<UnitUpdater>(device_, layout_, plan_, decay_all);
+}
+
+SlidingEngine::~SlidingEngine() {
+  try {
+    device_.synchronize_all();
+  } catch (...) {
+    // Destructors never throw; the error was (or will be) reported by the call that caused it.
+  }
+}
+
+void SlidingEngine::weights_changed(int64_t step) {
+  finish_updates();
+  updater_->refresh_shadows(step);
+  step_ = step;
+}
+
+void SlidingEngine::finish_updates() {
+  if (step_ > 0) updater_->wait_all_updated(step_);
+}
+
+void* SlidingEngine::unit_params_ptr(size_t unit, int64_t slot) const {
+  return resident_[unit] ? resident_params_[unit].data() : slot_params_[static_cast<size_t>(slot)].data();
+}
+
+void* SlidingEngine::unit_grads_ptr(size_t unit, int64_t slot) const {
+  return resident_[unit] ? resident_grads_[unit].data() : slot_grads_[static_cast<size_t>(slot)].data();
+}
+
+// Boundary `b` is the input of layer b (b < L); b == L is the head's input.
+Tensor SlidingEngine::activation(int64_t b, int64_t chunk, int64_t chunks) const {
+  const int64_t L = config_.num_layers, T = chunk_tokens_, H = config_.hidden_size;
+  const DType dt = plan_.weight_dtype;
+  void* base;
+  if (b == L) base = head_input_.data();
+  else if (plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::KeepOnGpu)
+    base = kept_activations_[static_cast<size_t>(b)].data();
+  else base = staging_activations_[b % 2].data();
+  (void)chunks;
+  return Tensor(static_cast<char*>(base) + static_cast<size_t>(chunk * T * H) * dtype_size(dt), dt, {T, H});
+}
+
+void SlidingEngine::issue_load(size_t j) {
+  const SlotUse& use = uses_[j];
+  if (use.previous_use >= 0) device_.wait(StreamKind::HostToDevice, released_[static_cast<size_t>(use.previous_use)]);
+  updater_->wait_updated(use.unit, step_ - 1);
+  const size_t bytes = static_cast<size_t>(layout_.units[use.unit].numel) * dtype_size(plan_.weight_dtype);
+  device_.copy_to_device(slot_params_[static_cast<size_t>(use.slot)].data(), updater_->unit(use.unit).shadow.data(),
+                         bytes, StreamKind::HostToDevice);
+  loaded_[j] = device_.record(StreamKind::HostToDevice);
+  load_issued_[j] = true;
+}
+
+void SlidingEngine::issue_loads_up_to(size_t limit) {
+  while (next_load_ < uses_.size() && next_load_ <= limit) {
+    const SlotUse& use = uses_[next_load_];
+    if (use.load) {
+      if (use.previous_use >= 0 && released_[static_cast<size_t>(use.previous_use)] < 0) return;
+      issue_load(next_load_);
+    }
+    ++next_load_;
+  }
+}
+
+void SlidingEngine::send_gradients(size_t unit, int64_t slot) {
+  const size_t bytes = static_cast<size_t>(layout_.units[unit].numel) * dtype_size(plan_.grad_dtype);
+  device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
+  device_.copy_to_host(updater_->unit(unit).grad.data(), unit_grads_ptr(unit, slot), bytes, StreamKind::DeviceToHost);
+  updater_->gradient_landed(unit, device_.record(StreamKind::DeviceToHost));
+}
+
+SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
+                                      double max_grad_norm) {
+  FERRY_ASSERT(step == step_ + 1, "steps must be consecutive");
+  FERRY_ASSERT(batch.chunk_tokens() == chunk_tokens_ && batch.chunks() <= max_chunks_);
+  FERRY_CHECK(max_grad_norm <= 0 || plan_.update == UpdateSchedule::AfterBackward, "engine",
+              "gradient clipping needs the global norm before any update: use the after-backward update schedule");
+  step_ = step;
+  const int64_t C = batch.chunks(), T = chunk_tokens_, L = config_.num_layers;
+  const DType wd = plan_.weight_dtype, gd = plan_.grad_dtype;
+  current_chunks_ = C;
+  updater_->begin_step(step, hyper, max_grad_norm);
+
+  // Token arrays of the step: ids, targets, positions, doc_start, each (max_chunks * T).
+  if (tokens_free_ >= 0) device_.synchronize(tokens_free_);
+  const size_t n = static_cast<size_t>(C * T), stride = static_cast<size_t>(max_chunks_ * T);
+  int32_t* host = tokens_host_.as<int32_t>();
+  std::memcpy(host, batch.ids.data(), n * 4);
+  std::memcpy(host + stride, batch.targets.data(), n * 4);
+  std::memcpy(host + 2 * stride, batch.positions.data(), n * 4);
+  std::memcpy(host + 3 * stride, batch.doc_start.data(), n * 4);
+  device_.copy_to_device(tokens_.data(), host, 4 * stride * 4, StreamKind::HostToDevice);
+  tokens_free_ = device_.record(StreamKind::HostToDevice);
+  device_.wait(StreamKind::Compute, tokens_free_);
+  const int32_t* dev_tokens = tokens_.as<int32_t>();
+  auto chunk = [&](int64_t c) {
+    TokenChunk t;
+    t.tokens = T;
+    const size_t o = static_cast<size_t>(c * T);
+    t.ids = dev_tokens + o;
+    t.targets = dev_tokens + stride + o;
+    t.positions = dev_tokens + 2 * stride + o;
+    t.doc_start = dev_tokens + 3 * stride + o;
+    return t;
+  };
+  device_.fill_zero(loss_.data(), sizeof(float), StreamKind::Compute);
+  for (size_t u = 0; u < resident_.size(); ++u)
+    if (resident_[u])
+      device_.fill_zero(resident_grads_[u].data(), static_cast<size_t>(layout_.units[u].numel) * dtype_size(gd),
+                        StreamKind::Compute);
+
+  const size_t uses = uses_.size();
+  loaded_.assign(uses, -1);
+  released_.assign(uses, -1);
+  load_issued_.assign(uses, false);
+  next_load_ = 0;
+  activation_back_.assign(static_cast<size_t>(L), -1);
+  std::vector<EventId> offload_done(static_cast<size_t>(L), -1);
+  std::vector<bool> resident_uploaded(resident_.size(), false);
+  const LayerContext ctx{&config_, static_cast<const float*>(inv_freq_.data())};
+  const float grad_scale = batch.counted_tokens() > 0 ? 1.0f / static_cast<float>(batch.counted_tokens()) : 0.0f;
+  const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
+  const int64_t prefetch = std::max<int64_t>(1, plan_.gpu_slots - 1);
+
+  auto ensure_resident = [&](size_t u) {
+    if (!resident_[u] || resident_uploaded[u]) return;
+    updater_->wait_updated(u, step - 1);
+    device_.wait(StreamKind::HostToDevice, device_.record(StreamKind::Compute));
+    device_.copy_to_device(resident_params_[u].data(), updater_->unit(u).shadow.data(),
+                           static_cast<size_t>(layout_.units[u].numel) * dtype_size(wd), StreamKind::HostToDevice);
+    device_.wait(StreamKind::Compute, device_.record(StreamKind::HostToDevice));
+    resident_uploaded[u] = true;
+  };
+  auto offload = [&](int64_t b) {  // boundary b was written to its staging buffer: copy it out
+    device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
+    device_.copy_to_host(host_activations_[static_cast<size_t>(b)].data(), staging_activations_[b % 2].data(),
+                         static_cast<size_t>(C * T * config_.hidden_size) * dtype_size(wd), StreamKind::DeviceToHost);
+    offload_done[static_cast<size_t>(b)] = device_.record(StreamKind::DeviceToHost);
+    staging_free_[b % 2] = offload_done[static_cast<size_t>(b)];
+  };
+  auto is_offloaded = [&](int64_t b) {
+    return b < L && plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
+  };
+  auto before_write = [&](int64_t b) {  // boundary b is about to be written on the compute stream
+    if (is_offloaded(b) && staging_free_[b % 2] >= 0) device_.wait(StreamKind::Compute, staging_free_[b % 2]);
+  };
+  auto reload = [&](int64_t b, EventId staging_readers_done) {
+    device_.wait(StreamKind::HostToDevice, staging_readers_done);
+    device_.wait(StreamKind::HostToDevice, offload_done[static_cast<size_t>(b)]);
+    device_.copy_to_device(staging_activations_[b % 2].data(), host_activations_[static_cast<size_t>(b)].data(),
+                           static_cast<size_t>(C * T * config_.hidden_size) * dtype_size(wd), StreamKind::HostToDevice);
+    activation_back_[static_cast<size_t>(b)] = device_.record(StreamKind::HostToDevice);
+    staging_free_[b % 2] = -1;
+  };
+
+  for (size_t i = 0; i < uses; ++i) {
+    issue_loads_up_to(i);
+    const SlotUse& use = uses_[i];
+    const size_t u = use.unit;
+    if (use.slot >= 0) {
+      for (int64_t j = static_cast<int64_t>(i); j >= 0; --j) {  // the load that put u in this slot
+        const SlotUse& prior = uses_[static_cast<size_t>(j)];
+        if (prior.slot == use.slot && prior.load) {
+          FERRY_ASSERT(prior.unit == u && loaded_[static_cast<size_t>(j)] >= 0);
+          device_.wait(StreamKind::Compute, loaded_[static_cast<size_t>(j)]);
+          break;
+        }
+      }
+    }
+    ensure_resident(u);
+    if (layout_.tied && u == Hd) ensure_resident(E);
+    const EventId before = device_.record(StreamKind::Compute);
+    void* params = unit_params_ptr(u, use.slot);
+    void* grads = unit_grads_ptr(u, use.slot);
+    const bool forward = i <= static_cast<size_t>(L);
+    const size_t grad_bytes = static_cast<size_t>(layout_.units[u].numel) * dtype_size(gd);
+    bool sends = false;
+
+    if (u == E && forward) {
+      before_write(0);
+      const Tensor table = embedding_table(layout_, params, wd);
+      for (int64_t c = 0; c < C; ++c) ops_.embedding_forward(chunk(c).ids, table, activation(0, c, C));
+      if (is_offloaded(0)) offload(0);
+    } else if (u == Hd) {
+      if (!resident_[u]) device_.fill_zero(grads, grad_bytes, StreamKind::Compute);
+      void* emb_params = resident_[E] ? resident_params_[E].data() : nullptr;
+      void* emb_grads = resident_[E] ? resident_grads_[E].data() : nullptr;
+      const HeadParams hp = head_params(layout_, params, emb_params, wd);
+      const HeadParams hg = head_params(layout_, grads, emb_grads, gd);
+      const Tensor loss(loss_.data(), DType::F32, {1});
+      for (int64_t c = 0; c < C; ++c) {
+        const Tensor dx(static_cast<char*>(chunk_grads_.data()) + static_cast<size_t>(c * T * config_.hidden_size) *
+                                                                   dtype_size(wd),
+                        wd, {T, config_.hidden_size});
+        head_forward_backward(ops_, config_, hp, &hg, chunk(c), activation(L, c, C), grad_scale, dx, head_scratch_,
+                              loss);
+      }
+      sends = true;
+    } else if (u != E) {
+      const int64_t l = static_cast<int64_t>(u) - 1;
+      const LayerParams p = layer_params(layout_.units[u], params, wd);
+      if (forward) {
+        before_write(l + 1);
+        for (int64_t c = 0; c < C; ++c)
+          layer_forward(ops_, ctx, p, chunk(c), activation(l, c, C), activation(l + 1, c, C), layer_scratch_);
+        if (is_offloaded(l + 1)) offload(l + 1);
+      } else {
+        if (!resident_[u]) device_.fill_zero(grads, grad_bytes, StreamKind::Compute);
+        if (is_offloaded(l)) {
+          if (activation_back_[static_cast<size_t>(l)] < 0) reload(l, before);
+          device_.wait(StreamKind::Compute, activation_back_[static_cast<size_t>(l)]);
+        }
+        const LayerParams g = layer_params(layout_.units[u], grads, gd);
+        for (int64_t c = 0; c < C; ++c) {
+          const Tensor dx(static_cast<char*>(chunk_grads_.data()) +
+                              static_cast<size_t>(c * T * config_.hidden_size) * dtype_size(wd),
+                          wd, {T, config_.hidden_size});
+          layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c, C), dx, dx, layer_scratch_);
+        }
+        sends = true;
+      }
+    } else {  // embedding backward
+      if (!resident_[u]) device_.fill_zero(grads, grad_bytes, StreamKind::Compute);
+      const Tensor dtable = embedding_table(layout_, grads, gd);
+      for (int64_t c = 0; c < C; ++c) {
+        const Tensor dx(static_cast<char*>(chunk_grads_.data()) +
+                            static_cast<size_t>(c * T * config_.hidden_size) * dtype_size(wd),
+                        wd, {T, config_.hidden_size});
+        ops_.embedding_backward(chunk(c).ids, dx, dtable);
+      }
+      sends = true;
+    }
+
+    // A tied head's lm_head gradient sits in the embedding's buffer, sent with the embedding's.
+    if (sends) {
+      send_gradients(u, use.slot);
+      released_[i] = device_.record(StreamKind::DeviceToHost);
+    } else {
+      released_[i] = device_.record(StreamKind::Compute);
+    }
+    // Prefetch the boundary activation the next backward layer reads, while this unit computes.
+    if (i + 1 < uses && i + 1 > static_cast<size_t>(L) + 1) {
+      const size_t next = uses_[i + 1].unit;
+      if (next != E) {
+        const int64_t l = static_cast<int64_t>(next) - 1;
+        if (is_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0) reload(l, before);
+      }
+    }
+    issue_loads_up_to(i + static_cast<size_t>(prefetch));
+  }
+  device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
+  device_.copy_to_host(loss_host_.data(), loss_.data(), sizeof(float), StreamKind::DeviceToHost);
+  device_.synchronize(device_.record(StreamKind::DeviceToHost));
+  SlidingStepResult result;
+  result.counted_tokens = batch.counted_tokens();
+  result.loss = result.counted_tokens > 0 ? *loss_host_.as<float>() / static_cast<double>(result.counted_tokens) : 0.0;
+  result.grad_norm = updater_->grad_norm(step);
+  return result;
+}
+
+}  // namespace ferry

@@ -1,0 +1,31 @@
+// Which GPU slot each use of a streamed unit occupies during a step, and when a slot must be
+// (re)loaded: a pure function of the order of use and the number of slots, so it can be tested
+// alone and printed in the plan.
+//
+// A step uses units in the order  E, L0 .. L(n-1), H, L(n-1) .. L0, E  (forward, head, backward).
+// Resident units never occupy a slot. Eviction is Belady's: the slot whose unit is needed again
+// furthest in the future (or never) is reused, which is optimal for a known sequence. A unit whose
+// weights change between two uses (an update between steps) is always reloaded: schedules are per
+// step, and every step starts with empty slots.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ferry {
+
+struct SlotUse {
+  size_t unit = 0;
+  int64_t slot = -1;            // -1: the unit is resident
+  bool load = false;            // upload the unit's weights into the slot before this use
+  int64_t previous_use = -1;    // for loads: the last use of this slot before this one (-1: none)
+};
+
+std::vector<SlotUse> schedule_slots(const std::vector<size_t>& sequence, const std::vector<bool>& resident,
+                                    int64_t slots);
+
+// The order of unit uses in one step of a model with `layers` decoder layers.
+std::vector<size_t> step_unit_sequence(int64_t layers);
+
+}  // namespace ferry

@@ -1,0 +1,175 @@
+#include "engine/unit_updater.h"
+
+#include <cstring>
+
+#include "core/check.h"
+#include "core/dtype.h"
+#include "optim/clip.h"
+
+namespace ferry {
+
+UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all)
+    : device_(device), layout_(layout), plan_(plan), decay_all_(decay_all) {
+  size_t largest = 0;
+  for (const auto& u : layout_.units) {
+    HostUnitState s;
+    const size_t n = static_cast<size_t>(u.numel);
+    s.master.assign(n, 0.0f);
+    s.m.assign(n, 0.0f);
+    s.v.assign(n, 0.0f);
+    s.grad = PinnedBuffer(device_, n * dtype_size(plan_.grad_dtype), "gradient staging");
+    s.shadow = PinnedBuffer(device_, n * dtype_size(plan_.weight_dtype), "weight staging");
+    units_.push_back(std::move(s));
+    largest = std::max(largest, n);
+  }
+  if (plan_.grad_dtype != DType::F32) grad_f32_.assign(largest, 0.0f);
+  updated_step_.assign(units_.size(), 0);
+  partials_.resize(units_.size());
+  worker_ = std::thread([this] { run(); });
+}
+
+UnitUpdater::~UnitUpdater() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  worker_.join();
+}
+
+void UnitUpdater::refresh_shadow(size_t u) {
+  HostUnitState& s = units_[u];
+  convert_from_f32(s.master.data(), plan_.weight_dtype, s.shadow.data(), s.master.size());
+}
+
+void UnitUpdater::refresh_shadows(int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    refresh_shadow(u);
+    updated_step_[u] = step;
+  }
+  current_step_ = step;
+  norm_step_ = step;
+}
+
+void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  FERRY_ASSERT(step == current_step_ + 1, "steps must be issued in order");
+  current_step_ = step;
+  hyper_ = hyper;
+  max_grad_norm_ = max_grad_norm;
+  landed_ = 0;
+  for (auto& p : partials_) p.clear();
+}
+
+void UnitUpdater::gradient_landed(size_t u, EventId event) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({u, current_step_, event});
+  }
+  changed_.notify_all();
+}
+
+void UnitUpdater::rethrow_if_failed() {
+  if (error_) std::rethrow_exception(error_);
+}
+
+void UnitUpdater::wait_updated(size_t u, int64_t step) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return error_ || updated_step_[u] >= step; });
+  rethrow_if_failed();
+}
+
+void UnitUpdater::wait_all_updated(int64_t step) {
+  for (size_t u = 0; u < units_.size(); ++u) wait_updated(u, step);
+}
+
+double UnitUpdater::grad_norm(int64_t step) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return error_ || norm_step_ >= step; });
+  rethrow_if_failed();
+  return norm_;
+}
+
+void UnitUpdater::update_unit(size_t u, int64_t step, float clip) {
+  HostUnitState& s = units_[u];
+  const float* grad = s.grad.as<float>();
+  if (plan_.grad_dtype != DType::F32) {
+    convert_to_f32(s.grad.data(), plan_.grad_dtype, grad_f32_.data(), s.master.size());
+    grad = grad_f32_.data();
+  }
+  for (const auto& p : layout_.units[u].params) {
+    const size_t o = static_cast<size_t>(p.offset);
+    adamw_step(s.master.data() + o, s.m.data() + o, s.v.data() + o, grad + o, static_cast<size_t>(p.numel), hyper_,
+               step, p.decay || decay_all_, clip);
+  }
+  refresh_shadow(u);
+}
+
+void UnitUpdater::run() {
+  for (;;) {
+    Landing landing;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, nothing left
+      landing = queue_.front();
+      queue_.pop_front();
+    }
+    try {
+      device_.synchronize(landing.event);
+      HostUnitState& s = units_[landing.unit];
+      const auto& unit = layout_.units[landing.unit];
+      std::vector<std::pair<const float*, size_t>> spans;
+      const float* grad = s.grad.as<float>();
+      if (plan_.grad_dtype != DType::F32) {
+        convert_to_f32(s.grad.data(), plan_.grad_dtype, grad_f32_.data(), s.master.size());
+        grad = grad_f32_.data();
+      }
+      for (const auto& p : unit.params) spans.emplace_back(grad + p.offset, static_cast<size_t>(p.numel));
+      std::vector<double> partials = grad_sumsq_partials(spans);
+
+      bool all_landed = false;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        partials_[landing.unit] = std::move(partials);
+        all_landed = ++landed_ == units_.size();
+      }
+      if (plan_.update == UpdateSchedule::DuringBackward) {
+        update_unit(landing.unit, landing.step, 1.0f);
+        std::lock_guard<std::mutex> lock(mutex_);
+        updated_step_[landing.unit] = landing.step;
+      }
+      if (all_landed) {
+        std::vector<double> ordered;
+        for (const auto& p : partials_) ordered.insert(ordered.end(), p.begin(), p.end());
+        const double norm = norm_from_partials(ordered);
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          norm_ = norm;
+          norm_step_ = landing.step;
+        }
+        changed_.notify_all();
+        if (plan_.update == UpdateSchedule::AfterBackward) {
+          const float clip = max_grad_norm_ > 0 ? clip_coefficient(norm, max_grad_norm_) : 1.0f;
+          for (size_t u = 0; u < units_.size(); ++u) {
+            update_unit(u, landing.step, clip);
+            {
+              std::lock_guard<std::mutex> lock(mutex_);
+              updated_step_[u] = landing.step;
+            }
+            changed_.notify_all();
+          }
+        }
+      }
+      changed_.notify_all();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error_ = std::current_exception();
+      changed_.notify_all();
+      return;
+    }
+  }
+}
+
+}  // namespace ferry
