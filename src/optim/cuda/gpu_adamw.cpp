@@ -1,0 +1,96 @@
+// GpuAdamW's host side: checks, the scalars of a step, and the partial-sum buffer; the kernels are
+// in gpu_adamw_kernels.cu.
+#include <cmath>
+
+#include "core/error.h"
+#include "optim/cuda/gpu_adamw_kernels.h"
+#include "optim/gpu_adamw.h"
+
+namespace ferry {
+
+struct GpuAdamW::State {
+  void* stream = nullptr;
+  void* partials = nullptr;  // grow-only, stream-ordered
+  size_t partials_count = 0;
+
+  ~State() { gpu_adamw::stream_free(partials, stream); }
+
+  double* partials_for(size_t count) {
+    if (count > partials_count) {
+      gpu_adamw::stream_free(partials, stream);
+      partials = nullptr;
+      partials_count = 0;
+      partials = gpu_adamw::stream_alloc(count * sizeof(double), stream);
+      partials_count = count;
+    }
+    return static_cast<double*>(partials);
+  }
+};
+
+GpuAdamW::GpuAdamW(void* stream) : state_(std::make_unique<State>()) { state_->stream = stream; }
+
+GpuAdamW::~GpuAdamW() = default;
+
+void GpuAdamW::step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments, const AdamWHyper& hyper,
+                    int64_t step, const float* grad_scale) {
+  FERRY_ASSERT(step >= 1, "AdamW steps count from 1");
+  FERRY_ASSERT(unit.grad_dtype == DType::F32 || unit.grad_dtype == DType::BF16, "gradients are F32 or BF16");
+  size_t total = 0;
+  for (size_t k = 0; k < segments.size(); ++k) {
+    FERRY_ASSERT(k == 0 || segments[k].offset >= segments[k - 1].offset + segments[k - 1].count,
+                 "AdamW segments must be sorted and disjoint");
+    total += segments[k].count;
+  }
+  if (total == 0) return;
+  FERRY_ASSERT(unit.master && unit.m && unit.v && unit.grad);
+
+  // adamw.cpp's make_scalars: double arithmetic as torch's Python floats, each rounded to fp32.
+  const double t = static_cast<double>(step);
+  const double bias_correction1 = 1.0 - std::pow(hyper.beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(hyper.beta2, t);
+  const double step_size = hyper.lr / bias_correction1;
+  gpu_adamw::Scalars s;
+  s.lerp_weight = static_cast<float>(1.0 - hyper.beta1);
+  s.beta2 = static_cast<float>(hyper.beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - hyper.beta2);
+  s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(hyper.eps);
+  s.neg_step_size = static_cast<float>(-step_size);
+  // torch skips the decay multiply when weight_decay == 0; multiplying by 1.0f is the same, exactly.
+  const float decay_on = hyper.weight_decay != 0.0 ? static_cast<float>(1.0 - hyper.lr * hyper.weight_decay) : 1.0f;
+
+  const bool bf16 = unit.grad_dtype == DType::BF16;
+  const size_t grad_size = bf16 ? 2 : 4;
+  for (const AdamWSegment& seg : segments) {
+    if (seg.count == 0) continue;
+    gpu_adamw::UpdateArgs a;
+    a.master = unit.master + seg.offset;
+    a.m = unit.m + seg.offset;
+    a.v = unit.v + seg.offset;
+    a.grad = static_cast<const unsigned char*>(unit.grad) + seg.offset * grad_size;
+    a.grad_bf16 = bf16;
+    a.bf16_out = unit.bf16_out == nullptr ? nullptr : unit.bf16_out + seg.offset;
+    a.count = seg.count;
+    a.decay_factor = seg.decay ? decay_on : 1.0f;
+    a.grad_scale = grad_scale;
+    gpu_adamw::launch_update(a, s, state_->stream);
+  }
+}
+
+void GpuAdamW::add_grad_sumsq(const void* grad, DType grad_dtype, size_t n, double* sum_of_squares) {
+  FERRY_ASSERT(grad_dtype == DType::F32 || grad_dtype == DType::BF16, "gradients are F32 or BF16");
+  if (n == 0) return;
+  FERRY_ASSERT(grad != nullptr && sum_of_squares != nullptr);
+  const size_t chunks = (n + gpu_adamw::kSumsqChunk - 1) / gpu_adamw::kSumsqChunk;
+  double* partials = state_->partials_for(chunks);
+  gpu_adamw::launch_sumsq_partials(grad, grad_dtype == DType::BF16, n, partials, state_->stream);
+  gpu_adamw::launch_accumulate(partials, chunks, sum_of_squares, state_->stream);
+}
+
+void GpuAdamW::clip_coefficient(const double* sum_of_squares, double max_norm, float* coefficient) {
+  FERRY_ASSERT(sum_of_squares != nullptr && coefficient != nullptr);
+  gpu_adamw::launch_clip_coefficient(sum_of_squares, max_norm > 0.0, static_cast<float>(max_norm),
+                                     static_cast<float>(1e-6), coefficient, state_->stream);
+}
+
+}  // namespace ferry

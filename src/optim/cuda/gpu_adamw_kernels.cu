@@ -1,0 +1,217 @@
+// The GPU AdamW's kernels. Every fp32 operation is an explicitly rounded intrinsic (__fmul_rn,
+// __fadd_rn, __fsub_rn, __fdiv_rn, __fsqrt_rn), which nvcc never contracts into an FMA, and the
+// reference's two std::fma are fmaf: the same operations, in the same order, as adamw_step.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "core/check.h"
+#include "optim/cuda/gpu_adamw_kernels.h"
+
+namespace ferry::gpu_adamw {
+
+namespace {
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) raise("cuda", std::string(what) + " failed: " + cudaGetErrorString(status));
+}
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float load_grad(const void* grad, bool bf16, size_t i) {
+  if (bf16) return __uint_as_float(static_cast<unsigned int>(static_cast<const unsigned short*>(grad)[i]) << 16);
+  return static_cast<const float*>(grad)[i];
+}
+
+// adamw.cpp's update_loop body for one element.
+template <bool kLerpSmall>
+__device__ __forceinline__ void update_one(const Scalars& s, float decay_factor, float scale, float& param, float& m,
+                                           float& v, float grad) {
+  const float lerp_coef = kLerpSmall ? s.lerp_weight : __fsub_rn(s.lerp_weight, 1.0f);
+  const float g = __fmul_rn(grad, scale);
+  float p = __fmul_rn(param, decay_factor);
+  const float mi = m;
+  const float m_new = fmaf(lerp_coef, __fsub_rn(g, mi), kLerpSmall ? mi : g);
+  const float vi = fmaf(__fmul_rn(s.one_minus_beta2, g), g, __fmul_rn(v, s.beta2));
+  const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.bc2_sqrt), s.eps);
+  p = __fadd_rn(p, __fdiv_rn(__fmul_rn(s.neg_step_size, m_new), denom));
+  m = m_new;
+  v = vi;
+  param = p;
+}
+
+// Four elements per thread (16-byte accesses when `vec`), a grid-stride loop.
+template <bool kLerpSmall>
+__global__ void __launch_bounds__(kThreads) update_kernel(UpdateArgs a, Scalars s, bool vec) {
+  const float scale = a.grad_scale != nullptr ? *a.grad_scale : 1.0f;
+  const size_t stride = static_cast<size_t>(gridDim.x) * kThreads * 4;
+  for (size_t i = (static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x) * 4; i < a.count; i += stride) {
+    if (vec && i + 4 <= a.count) {
+      float4 p = *reinterpret_cast<const float4*>(a.master + i);
+      float4 m = *reinterpret_cast<const float4*>(a.m + i);
+      float4 v = *reinterpret_cast<const float4*>(a.v + i);
+      float g[4];
+      if (a.grad_bf16) {
+        const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(a.grad) + i);
+        g[0] = __uint_as_float(raw.x << 16);
+        g[1] = __uint_as_float(raw.x & 0xffff0000u);
+        g[2] = __uint_as_float(raw.y << 16);
+        g[3] = __uint_as_float(raw.y & 0xffff0000u);
+      } else {
+        const float4 gv = *reinterpret_cast<const float4*>(static_cast<const float*>(a.grad) + i);
+        g[0] = gv.x;
+        g[1] = gv.y;
+        g[2] = gv.z;
+        g[3] = gv.w;
+      }
+      update_one<kLerpSmall>(s, a.decay_factor, scale, p.x, m.x, v.x, g[0]);
+      update_one<kLerpSmall>(s, a.decay_factor, scale, p.y, m.y, v.y, g[1]);
+      update_one<kLerpSmall>(s, a.decay_factor, scale, p.z, m.z, v.z, g[2]);
+      update_one<kLerpSmall>(s, a.decay_factor, scale, p.w, m.w, v.w, g[3]);
+      *reinterpret_cast<float4*>(a.master + i) = p;
+      *reinterpret_cast<float4*>(a.m + i) = m;
+      *reinterpret_cast<float4*>(a.v + i) = v;
+      if (a.bf16_out != nullptr) {
+        const unsigned int lo = __bfloat16_as_ushort(__float2bfloat16_rn(p.x)) |
+                                (static_cast<unsigned int>(__bfloat16_as_ushort(__float2bfloat16_rn(p.y))) << 16);
+        const unsigned int hi = __bfloat16_as_ushort(__float2bfloat16_rn(p.z)) |
+                                (static_cast<unsigned int>(__bfloat16_as_ushort(__float2bfloat16_rn(p.w))) << 16);
+        *reinterpret_cast<uint2*>(a.bf16_out + i) = make_uint2(lo, hi);
+      }
+    } else {
+      const size_t end = i + 4 < a.count ? i + 4 : a.count;
+      for (size_t k = i; k < end; ++k) {
+        float p = a.master[k], m = a.m[k], v = a.v[k];
+        update_one<kLerpSmall>(s, a.decay_factor, scale, p, m, v, load_grad(a.grad, a.grad_bf16, k));
+        a.master[k] = p;
+        a.m[k] = m;
+        a.v[k] = v;
+        if (a.bf16_out != nullptr) a.bf16_out[k] = __bfloat16_as_ushort(__float2bfloat16_rn(p));
+      }
+    }
+  }
+}
+
+// One thread per 64Ki-element chunk: clip.cpp's sum_squares, four double accumulators over
+// x[i..i+3], the tail into a0, combined as (a0 + a1) + (a2 + a3). Squares of floats are exact in
+// double, and every add is an explicitly rounded __dadd_rn.
+__global__ void __launch_bounds__(kThreads)
+    sumsq_partials_kernel(const void* grad, bool bf16, size_t n, double* partials) {
+  const size_t c = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const size_t begin = c * kSumsqChunk;
+  if (begin >= n) return;
+  const size_t count = n - begin < kSumsqChunk ? n - begin : kSumsqChunk;
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  size_t i = 0;
+  const bool vec = bf16 ? (reinterpret_cast<uintptr_t>(grad) % 8 == 0) : (reinterpret_cast<uintptr_t>(grad) % 16 == 0);
+  if (vec) {
+#pragma unroll 8
+    for (; i + 4 <= count; i += 4) {
+      float x0, x1, x2, x3;
+      if (bf16) {
+        const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(grad) + begin + i);
+        x0 = __uint_as_float(raw.x << 16);
+        x1 = __uint_as_float(raw.x & 0xffff0000u);
+        x2 = __uint_as_float(raw.y << 16);
+        x3 = __uint_as_float(raw.y & 0xffff0000u);
+      } else {
+        const float4 v = *reinterpret_cast<const float4*>(static_cast<const float*>(grad) + begin + i);
+        x0 = v.x;
+        x1 = v.y;
+        x2 = v.z;
+        x3 = v.w;
+      }
+      a0 = __dadd_rn(a0, __dmul_rn(x0, x0));
+      a1 = __dadd_rn(a1, __dmul_rn(x1, x1));
+      a2 = __dadd_rn(a2, __dmul_rn(x2, x2));
+      a3 = __dadd_rn(a3, __dmul_rn(x3, x3));
+    }
+  } else {
+    for (; i + 4 <= count; i += 4) {
+      const double x0 = load_grad(grad, bf16, begin + i), x1 = load_grad(grad, bf16, begin + i + 1),
+                   x2 = load_grad(grad, bf16, begin + i + 2), x3 = load_grad(grad, bf16, begin + i + 3);
+      a0 = __dadd_rn(a0, __dmul_rn(x0, x0));
+      a1 = __dadd_rn(a1, __dmul_rn(x1, x1));
+      a2 = __dadd_rn(a2, __dmul_rn(x2, x2));
+      a3 = __dadd_rn(a3, __dmul_rn(x3, x3));
+    }
+  }
+  for (; i < count; ++i) {
+    const double x = load_grad(grad, bf16, begin + i);
+    a0 = __dadd_rn(a0, __dmul_rn(x, x));
+  }
+  partials[c] = __dadd_rn(__dadd_rn(a0, a1), __dadd_rn(a2, a3));
+}
+
+__global__ void accumulate_kernel(const double* partials, size_t count, double* sum) {
+  double total = *sum;
+#pragma unroll 8
+  for (size_t k = 0; k < count; ++k) total = __dadd_rn(total, partials[k]);
+  *sum = total;
+}
+
+// clip.cpp's clip_coefficient: norm rounded to float, (1 / (norm + 1e-6f)) * max_norm, clamped to
+// 1 as std::min(coef, 1.0f) does (NaN stays NaN).
+__global__ void clip_coefficient_kernel(const double* sum, bool clip, float max_norm_f, float shift,
+                                        float* coefficient) {
+  if (!clip) {
+    *coefficient = 1.0f;
+    return;
+  }
+  const float norm = __double2float_rn(__dsqrt_rn(*sum));
+  const float coef = __fmul_rn(__fdiv_rn(1.0f, __fadd_rn(norm, shift)), max_norm_f);
+  *coefficient = 1.0f < coef ? 1.0f : coef;
+}
+
+}  // namespace
+
+void launch_update(const UpdateArgs& a, const Scalars& s, void* stream) {
+  if (a.count == 0) return;
+  const bool vec = reinterpret_cast<uintptr_t>(a.master) % 16 == 0 && reinterpret_cast<uintptr_t>(a.m) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.v) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.grad) % (a.grad_bf16 ? 8 : 16) == 0 &&
+                   (a.bf16_out == nullptr || reinterpret_cast<uintptr_t>(a.bf16_out) % 8 == 0);
+  const size_t per_block = size_t{kThreads} * 4;
+  size_t blocks = (a.count + per_block - 1) / per_block;
+  if (blocks > 65536) blocks = 65536;
+  auto st = static_cast<cudaStream_t>(stream);
+  if (s.lerp_weight < 0.5f)
+    update_kernel<true><<<static_cast<unsigned int>(blocks), kThreads, 0, st>>>(a, s, vec);
+  else
+    update_kernel<false><<<static_cast<unsigned int>(blocks), kThreads, 0, st>>>(a, s, vec);
+  check(cudaGetLastError(), "the AdamW kernel launch");
+}
+
+void launch_sumsq_partials(const void* grad, bool grad_bf16, size_t n, double* partials, void* stream) {
+  if (n == 0) return;
+  const size_t chunks = (n + kSumsqChunk - 1) / kSumsqChunk;
+  const size_t blocks = (chunks + kThreads - 1) / kThreads;
+  sumsq_partials_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      grad, grad_bf16, n, partials);
+  check(cudaGetLastError(), "the gradient sum-of-squares kernel launch");
+}
+
+void launch_accumulate(const double* partials, size_t count, double* sum, void* stream) {
+  if (count == 0) return;
+  accumulate_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(partials, count, sum);
+  check(cudaGetLastError(), "the gradient norm accumulation launch");
+}
+
+void launch_clip_coefficient(const double* sum, bool clip, float max_norm_f, float shift, float* coefficient,
+                             void* stream) {
+  clip_coefficient_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(sum, clip, max_norm_f, shift, coefficient);
+  check(cudaGetLastError(), "the clip coefficient launch");
+}
+
+void* stream_alloc(size_t bytes, void* stream) {
+  void* p = nullptr;
+  check(cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream)), "cudaMallocAsync (GPU AdamW partial sums)");
+  return p;
+}
+
+void stream_free(void* p, void* stream) noexcept {
+  if (p != nullptr) cudaFreeAsync(p, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace ferry::gpu_adamw

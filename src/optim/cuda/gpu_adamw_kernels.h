@@ -1,0 +1,51 @@
+// The launch functions of the GPU AdamW (gpu_adamw_kernels.cu), behind GpuAdamW (gpu_adamw.cpp).
+// Plain C++17 (no CUDA types), so the .cu includes it; void* streams are cudaStream_t.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ferry::gpu_adamw {
+
+// The per-call scalars, each rounded to fp32 where torch rounds it (adamw.cpp's make_scalars).
+struct Scalars {
+  float lerp_weight;      // 1 - beta1
+  float beta2;            // beta2
+  float one_minus_beta2;  // 1 - beta2
+  float bc2_sqrt;         // sqrt(1 - beta2^t)
+  float eps;
+  float neg_step_size;  // -lr / (1 - beta1^t)
+};
+
+// Elements [0, count) of the given pointers (already offset to the segment).
+struct UpdateArgs {
+  float* master;
+  float* m;
+  float* v;
+  const void* grad;
+  bool grad_bf16;
+  uint16_t* bf16_out;       // may be null
+  size_t count;
+  float decay_factor;       // 1 for tensors without decay
+  const float* grad_scale;  // may be null (1)
+};
+
+void launch_update(const UpdateArgs& args, const Scalars& s, void* stream);
+
+// Elements per partial sum: clip.cpp's kChunk.
+constexpr size_t kSumsqChunk = size_t{1} << 16;
+
+// partials[c] = clip.cpp's sum_squares of elements [c * kSumsqChunk, ...) of grad, for every chunk.
+void launch_sumsq_partials(const void* grad, bool grad_bf16, size_t n, double* partials, void* stream);
+// *sum = ((*sum + partials[0]) + partials[1]) + ... (one thread, in order).
+void launch_accumulate(const double* partials, size_t count, double* sum, void* stream);
+// *coefficient = clip_coefficient(sqrt(*sum), max_norm) with max_norm_f = float(max_norm) and
+// shift = float(1e-6); clip = max_norm > 0.
+void launch_clip_coefficient(const double* sum, bool clip, float max_norm_f, float shift, float* coefficient,
+                             void* stream);
+
+// Stream-ordered device memory for the partial sums (cudaMallocAsync / cudaFreeAsync).
+void* stream_alloc(size_t bytes, void* stream);
+void stream_free(void* p, void* stream) noexcept;
+
+}  // namespace ferry::gpu_adamw
