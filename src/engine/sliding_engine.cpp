@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "planner/memory_model.h"
 
 namespace ferry {
 
@@ -53,18 +54,10 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   slot_grad_bytes_ = round_up(largest_streamed * dtype_size(gd));
   const bool any_streamed = largest_streamed > 0;
   const int64_t slots = any_streamed ? plan_.gpu_slots : 0;
-  size_t needed = static_cast<size_t>(slots) * (slot_param_bytes_ + slot_grad_bytes_);
-  for (size_t u = 0; u < units; ++u)
-    if (resident_[u])
-      needed += round_up(static_cast<size_t>(layout_.units[u].numel) * (dtype_size(wd) + dtype_size(gd)));
   bool any_offloaded = false;
-  for (auto a : plan_.activations) {
-    if (a == ActivationPlacement::KeepOnGpu) needed += act_bytes;
-    else any_offloaded = true;
-  }
-  if (any_offloaded) needed += 2 * act_bytes;
+  for (auto a : plan_.activations) any_offloaded |= a == ActivationPlacement::OffloadToHost;
   const size_t token_bytes = round_up(4 * C * T * sizeof(int32_t));
-  needed += 2 * act_bytes + scratch_bytes + token_bytes + round_up(static_cast<size_t>(config_.head_dim) * 2) + 256;
+  const size_t needed = device_bytes(config_, layout_, plan_, chunk_tokens_, max_chunks_).total();
   const MemoryStats mem = device_.memory();
   if (needed > mem.capacity - std::min(mem.capacity, mem.in_use)) {
     fail("engine", "the plan needs {:.2f} GiB of device memory ({} slots of {:.2f} GiB, activations, workspace) but "

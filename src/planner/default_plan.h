@@ -1,0 +1,39 @@
+// A plan from simple rules, until the cost-model search chooses (DESIGN.md §3, planner/):
+//   1. every unit streamed through `slots` GPU slots (a tied embedding stays resident: the head
+//      uses it too);
+//   2. boundary activations stay on the GPU, the last layers first (the backward needs them
+//      first), while they fit; the rest go to pinned host memory;
+//   3. with room left, units become resident, layers from the last one down (each saves two
+//      uploads per step), keeping `headroom` of the budget free;
+//   4. updates after the backward when clipping is on (exact global norm), else during it.
+// The user may force the slots, the activation placement and the resident count.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "io/model_config.h"
+#include "model/unit_layout.h"
+#include "planner/plan.h"
+
+namespace ferry {
+
+struct PlanRequest {
+  int64_t micro_batch = 1;
+  int64_t seq_len = 2048;
+  int64_t chunks = 1;                 // micro-chunks per step
+  size_t device_budget = 0;           // bytes the engine may allocate
+  double headroom = 0.05;             // fraction of the budget left free
+  DType weight_dtype = DType::BF16;
+  DType grad_dtype = DType::BF16;
+  bool clipping = true;
+  std::optional<int64_t> slots;                 // forced number of slots
+  std::optional<bool> offload_activations;      // forced: all on the host (true) or all on the GPU (false)
+  std::optional<int64_t> resident_layers;       // forced number of resident layers (from the last)
+};
+
+// Throws ferry::Error, with the smallest budget that would work, when nothing fits.
+Plan default_plan(const ModelConfig& config, const ModelLayout& layout, const PlanRequest& request);
+
+}  // namespace ferry
