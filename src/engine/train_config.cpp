@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "data/record_formats.h"
 
 namespace ferry {
 
@@ -65,6 +66,10 @@ const std::map<std::string, Setter>& setters() {
       {"data_format", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.data_format = parse_string(n, k); }},
       {"output_dir", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.output_dir = parse_string(n, k); }},
       {"skip_malformed", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.skip_malformed = parse_bool(n, k); }},
+      {"train_on_prompt", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.train_on_prompt = parse_bool(n, k); }},
+      {"tokenizer", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.tokenizer = parse_string(n, k); }},
+      {"chat_template", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.chat_template = parse_string(n, k); }},
+      {"cache_dir", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.cache_dir = parse_string(n, k); }},
       {"seq_len", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.seq_len = parse_int(n, k); }},
       {"global_batch", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.global_batch = parse_int(n, k); }},
       {"micro_batch", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.micro_batch = parse_int(n, k); }},
@@ -105,6 +110,7 @@ const std::map<std::string, std::string>& aliases() {
       {"lr", "learning_rate"},
       {"model_name_or_path", "model"},
       {"dataset", "data"},
+      {"train_on_input", "train_on_prompt"},
       {"cutoff_len", "seq_len"},
       {"max_seq_len", "seq_len"},
       {"num_train_epochs", "epochs"},
@@ -191,6 +197,9 @@ TrainConfig load_train_config(const std::filesystem::path& yaml_path, const std:
   };
   resolve(c.model);
   resolve(c.output_dir);
+  resolve(c.tokenizer);
+  resolve(c.chat_template);
+  resolve(c.cache_dir);
   for (auto& d : c.data) resolve(d);
   return c;
 }
@@ -216,9 +225,8 @@ void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.save_steps >= 0, kWhere, "save_steps must be >= 0");
   FERRY_CHECK(c.save_total_limit >= 0, kWhere, "save_total_limit must be >= 0");
   FERRY_CHECK(c.threads >= 0, kWhere, "threads must be >= 0");
-  FERRY_CHECK(c.data_format == "tokens", kWhere,
-              "data_format '{}' is not supported yet; use 'tokens' (JSONL with input_ids and optional labels)",
-              c.data_format);
+  FERRY_CHECK(parse_data_format(c.data_format).has_value(), kWhere, "data_format must be one of {}; got '{}'",
+              data_format_names(), c.data_format);
   FERRY_CHECK(c.device == "auto" || c.device == "cpu" || c.device == "sim" || c.device == "cuda", kWhere,
               "device must be one of cpu, sim, cuda, auto; got '{}'", c.device);
   FERRY_CHECK(c.save_dtype == "auto" || c.save_dtype == "float32" || c.save_dtype == "bfloat16" ||

@@ -15,10 +15,16 @@ namespace ferry {
 struct TrainConfig {
   // what to train, on what, and where the result goes
   std::filesystem::path model;               // Hugging Face model directory
-  std::vector<std::filesystem::path> data;   // JSONL files
-  std::string data_format = "tokens";        // pre-tokenized `input_ids` (+ optional `labels`)
+  std::vector<std::filesystem::path> data;   // .jsonl / .json / .txt files (data/text_dataset.h)
+  // auto | tokens | text | alpaca | sharegpt | messages | prompt_completion (data/record_formats.h);
+  // auto detects each file's format from its first record (.txt files are text).
+  std::string data_format = "auto";
   std::filesystem::path output_dir;
   bool skip_malformed = false;               // skip (and count) malformed records instead of failing
+  bool train_on_prompt = false;              // train on every token, not only what the assistant produces
+  std::filesystem::path tokenizer;           // tokenizer directory or tokenizer.json; empty: the model's
+  std::filesystem::path chat_template;       // a .jinja file (or tokenizer_config.json) replacing the model's
+  std::filesystem::path cache_dir;           // tokenized data cache; empty: <output_dir>/.cache
 
   // batch geometry
   int64_t seq_len = 2048;       // tokens per sequence (cutoff_len)

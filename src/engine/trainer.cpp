@@ -9,11 +9,11 @@
 #include "core/thread_pool.h"
 #include "data/batch_sampler.h"
 #include "data/packing.h"
-#include "data/token_dataset.h"
 #include "engine/checkpoint.h"
 #include "engine/model_step.h"
 #include "engine/output_dir.h"
 #include "engine/step_batch.h"
+#include "engine/training_data.h"
 #include "engine/unit_optimizer.h"
 #include "model/model_weights.h"
 #include "ops/ops.h"
@@ -87,13 +87,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
                  "attention only: set seq_len <= {}",
          mc.architecture_name, *mc.sliding_window, config.seq_len, *mc.sliding_window);
   }
-  TokenDataOptions data_options;
-  data_options.vocab_size = mc.vocab_size;
-  data_options.skip_malformed = config.skip_malformed;
-  TokenDataStats data_stats;
-  std::vector<Document> documents = load_token_jsonl_files(config.data, data_options, &data_stats);
-  if (data_stats.skipped_malformed > 0)
-    log_warn("skipped {} malformed records (skip_malformed: true)", data_stats.skipped_malformed);
+  TrainingDataSummary data_summary;
+  std::vector<Document> documents = load_training_documents(config, mc, &data_summary);
+  if (data_summary.skipped_malformed > 0)
+    log_warn("skipped {} malformed records (skip_malformed: true)", data_summary.skipped_malformed);
   FERRY_CHECK(!documents.empty(), kWhere, "the data holds no documents; check the files in `data:`");
   const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, config.packing);
   FERRY_CHECK(!rows.empty(), kWhere, "packing produced no sequences");
