@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   ferry::cli::add_init_command(app);
   ferry::cli::add_eval_command(app);
   ferry::cli::add_demo_command(app);
+  ferry::cli::add_tokenize_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,87 @@
+// `ferry tokenize`: encode a text to token ids or decode ids to text with a model's tokenizer.json.
+//
+//   ferry tokenize --tokenizer MODEL_DIR --text "Hello world"       → [9906, 1917]
+//   ferry tokenize --tokenizer MODEL_DIR --text "Hi" --no-special   → ids without <s> etc.
+//   ferry tokenize --tokenizer MODEL_DIR --decode "[9906, 1917]"    → Hello world
+//
+// One function per mode; the mode is chosen by which input option is given.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ferry::cli {
+
+namespace {
+
+struct TokenizeOptions {
+  std::string tokenizer;   // model directory or tokenizer.json
+  std::string text;        // --text: encode this
+  std::string decode;      // --decode: a JSON array of ids
+  bool no_special = false;    // encode without the post-processor's special tokens
+  bool skip_special = false;  // decode without special tokens
+};
+
+// --text: prints the ids as a JSON array.
+void run_encode_text(const Tokenizer& tokenizer, const TokenizeOptions& o) {
+  const std::vector<int32_t> ids = tokenizer.encode(o.text, !o.no_special);
+  std::string out = "[";
+  for (size_t k = 0; k < ids.size(); ++k) {
+    if (k > 0) out += ", ";
+    out += std::to_string(ids[k]);
+  }
+  out += "]\n";
+  std::fputs(out.c_str(), stdout);
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    fail("tokenize", "--decode takes a JSON array of token ids, like \"[1, 2, 3]\"; got {}", text);
+  }
+  if (!j.is_array()) fail("tokenize", "--decode takes a JSON array of token ids, like \"[1, 2, 3]\"; got {}", text);
+  std::vector<int32_t> ids;
+  for (const auto& v : j) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
+      fail("tokenize", "--decode: {} is not a token id (a non-negative integer)", v.dump());
+    ids.push_back(v.get<int32_t>());
+  }
+  return ids;
+}
+
+// --decode: prints the text of the ids.
+void run_decode_ids(const Tokenizer& tokenizer, const TokenizeOptions& o) {
+  const std::string text = tokenizer.decode(parse_ids(o.decode), o.skip_special);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+}
+
+}  // namespace
+
+void add_tokenize_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("tokenize", "Encode text to token ids, or decode ids to text, with a tokenizer.json");
+  auto o = std::make_shared<TokenizeOptions>();
+  cmd->add_option("--tokenizer", o->tokenizer, "model directory with tokenizer.json, or a tokenizer.json path")
+      ->required();
+  auto* text = cmd->add_option("--text", o->text, "text to encode; prints the ids as a JSON array");
+  auto* decode = cmd->add_option("--decode", o->decode, "JSON array of ids to decode, like \"[1, 2, 3]\"");
+  text->excludes(decode);
+  cmd->add_flag("--no-special", o->no_special, "encode without the special tokens the tokenizer adds (e.g. <s>)");
+  cmd->add_flag("--skip-special", o->skip_special, "decode without special tokens");
+  cmd->callback([o, text, decode] {
+    if (text->count() == 0 && decode->count() == 0) fail("tokenize", "give --text TEXT or --decode \"[ids]\"");
+    const Tokenizer tokenizer = Tokenizer::load(o->tokenizer);
+    if (text->count() > 0)
+      run_encode_text(tokenizer, *o);
+    else
+      run_decode_ids(tokenizer, *o);
+  });
+}
+
+}  // namespace ferry::cli
