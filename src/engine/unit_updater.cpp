@@ -65,7 +65,7 @@ void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_g
 void UnitUpdater::gradient_landed(size_t u, EventId event) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({u, current_step_, event});
+    queue_.push_back({u, current_step_, event, hyper_, max_grad_norm_});
   }
   changed_.notify_all();
 }
@@ -91,7 +91,7 @@ double UnitUpdater::grad_norm(int64_t step) {
   return norm_;
 }
 
-void UnitUpdater::update_unit(size_t u, int64_t step, float clip) {
+void UnitUpdater::update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip) {
   HostUnitState& s = units_[u];
   const float* grad = s.grad.as<float>();
   if (plan_.grad_dtype != DType::F32) {
@@ -100,7 +100,7 @@ void UnitUpdater::update_unit(size_t u, int64_t step, float clip) {
   }
   for (const auto& p : layout_.units[u].params) {
     const size_t o = static_cast<size_t>(p.offset);
-    adamw_step(s.master.data() + o, s.m.data() + o, s.v.data() + o, grad + o, static_cast<size_t>(p.numel), hyper_,
+    adamw_step(s.master.data() + o, s.m.data() + o, s.v.data() + o, grad + o, static_cast<size_t>(p.numel), hyper,
                step, p.decay || decay_all_, clip);
   }
   refresh_shadow(u);
@@ -136,7 +136,7 @@ void UnitUpdater::run() {
         all_landed = ++landed_ == units_.size();
       }
       if (plan_.update == UpdateSchedule::DuringBackward) {
-        update_unit(landing.unit, landing.step, 1.0f);
+        update_unit(landing.unit, landing.step, landing.hyper, 1.0f);
         std::lock_guard<std::mutex> lock(mutex_);
         updated_step_[landing.unit] = landing.step;
       }
@@ -151,9 +151,9 @@ void UnitUpdater::run() {
         }
         changed_.notify_all();
         if (plan_.update == UpdateSchedule::AfterBackward) {
-          const float clip = max_grad_norm_ > 0 ? clip_coefficient(norm, max_grad_norm_) : 1.0f;
+          const float clip = landing.max_grad_norm > 0 ? clip_coefficient(norm, landing.max_grad_norm) : 1.0f;
           for (size_t u = 0; u < units_.size(); ++u) {
-            update_unit(u, landing.step, clip);
+            update_unit(u, landing.step, landing.hyper, clip);
             {
               std::lock_guard<std::mutex> lock(mutex_);
               updated_step_[u] = landing.step;

@@ -61,13 +61,17 @@ class UnitUpdater {
   double grad_norm(int64_t step);
 
  private:
+  // Everything the worker needs travels with the landing: begin_step() of the next step may run
+  // while this step's updates are still going.
   struct Landing {
     size_t unit;
     int64_t step;
     EventId event;
+    AdamWHyper hyper;
+    double max_grad_norm;
   };
   void run();
-  void update_unit(size_t u, int64_t step, float clip);
+  void update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip);
   void refresh_shadow(size_t u);
   void rethrow_if_failed();
 

@@ -54,11 +54,5 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   return h;
 }
 
-std::string format_bytes(size_t bytes) {
-  const double b = static_cast<double>(bytes);
-  if (b >= 1073741824.0) return fmt::format("{:.2f} GiB", b / 1073741824.0);
-  if (b >= 1048576.0) return fmt::format("{:.1f} MiB", b / 1048576.0);
-  return fmt::format("{:.0f} KiB", b / 1024.0);
-}
 
 }  // namespace ferry

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "device/memory_ledger.h"
 #include "io/model_config.h"
 #include "model/unit_layout.h"
 #include "planner/plan.h"
@@ -33,6 +34,5 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
                          int64_t chunks);
 HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, int64_t chunk_tokens,
                      int64_t chunks);
-std::string format_bytes(size_t bytes);
 
 }  // namespace ferry

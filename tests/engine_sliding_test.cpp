@@ -1,0 +1,238 @@
+// The sliding engine on the simulated device against the plain in-memory trainer: for every plan
+// (slots, resident units, activation placement, update schedule, clipping) the losses, gradient
+// norms and final fp32 masters must be bit-identical over several steps.
+#include <cstring>
+#include <random>
+
+#include "core/error.h"
+#include "data/packing.h"
+#include "device/device.h"
+#include "engine/model_init.h"
+#include "engine/model_step.h"
+#include "engine/sliding_engine.h"
+#include "engine/unit_optimizer.h"
+#include "ops/device_ops.h"
+#include "optim/lr_schedule.h"
+#include "planner/default_plan.h"
+#include "planner/memory_model.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+constexpr int64_t kSeq = 32, kMicro = 2, kGlobal = 6, kSteps = 4;
+
+struct RunResult {
+  std::vector<double> losses, norms;
+  std::vector<std::vector<float>> masters;
+};
+
+std::vector<PackedRow> make_rows(int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Document> docs;
+  for (int d = 0; d < 40; ++d) {
+    Document doc;
+    const int n = 3 + static_cast<int>(rng() % 30);
+    for (int i = 0; i < n; ++i) {
+      const int32_t id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+      doc.input_ids.push_back(id);
+      doc.labels.push_back(i < 2 ? kIgnoreIndex : id);
+    }
+    docs.push_back(doc);
+  }
+  return pack_documents(docs, kSeq, true);
+}
+
+StepBatch batch_for(const std::vector<PackedRow>& rows, int64_t step) {
+  std::vector<const PackedRow*> picked;
+  for (int64_t r = 0; r < kGlobal; ++r) picked.push_back(&rows[static_cast<size_t>((step * kGlobal + r) % rows.size())]);
+  return make_step_batch(picked, kSeq, kMicro);
+}
+
+AdamWHyper hyper_at(int64_t step) {
+  AdamWHyper h;
+  h.lr = lr_at(LrSchedule::Cosine, 3e-3, step, 1, kSteps);
+  h.beta2 = 0.95;
+  h.weight_decay = 0.1;
+  return h;
+}
+
+RunResult plain_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows, double max_norm) {
+  std::vector<std::vector<float>> units;
+  init_random_weights(config, seed, units);
+  const ModelLayout layout = build_model_layout(config);
+  auto ops = make_cpu_ops();
+  ModelStep step(config, layout, *ops, kMicro * kSeq, kGlobal / kMicro);
+  UnitOptimizer opt(layout, false);
+  std::vector<std::vector<float>> grads;
+  for (const auto& u : layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
+  std::vector<float*> p, g;
+  for (auto& u : units) p.push_back(u.data());
+  for (auto& u : grads) g.push_back(u.data());
+  std::vector<const float*> cg(g.begin(), g.end());
+  RunResult run;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const StepLoss loss = step.run(p, g, batch_for(rows, s));
+    const UpdateStats stats = opt.step(p, cg, hyper_at(s), max_norm, s + 1);
+    run.losses.push_back(loss.mean());
+    run.norms.push_back(stats.grad_norm);
+  }
+  run.masters = units;
+  return run;
+}
+
+RunResult sliding_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows, double max_norm,
+                const Plan& plan, const SimDeviceOptions& sim = {}) {
+  std::vector<std::vector<float>> units;
+  init_random_weights(config, seed, units);
+  const ModelLayout layout = build_model_layout(config);
+  auto device = make_sim_device(sim);
+  auto ops = make_device_ops(*device);
+  SlidingEngine engine(config, layout, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+  for (size_t u = 0; u < units.size(); ++u) engine.host().unit(u).master = units[u];
+  engine.weights_changed(0);
+  RunResult run;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const SlidingStepResult r = engine.step(s + 1, batch_for(rows, s), hyper_at(s), max_norm);
+    run.losses.push_back(r.loss);
+    run.norms.push_back(r.grad_norm);
+  }
+  engine.finish_updates();
+  for (size_t u = 0; u < units.size(); ++u) run.masters.push_back(engine.host().unit(u).master);
+  EXPECT_LE(device->memory().peak, device->memory().capacity);
+  return run;
+}
+
+void expect_identical(const RunResult& a, const RunResult& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) {
+    EXPECT_EQ(a.losses[i], b.losses[i]) << "loss of step " << i + 1;
+    EXPECT_EQ(a.norms[i], b.norms[i]) << "grad norm of step " << i + 1;
+  }
+  ASSERT_EQ(a.masters.size(), b.masters.size());
+  for (size_t u = 0; u < a.masters.size(); ++u)
+    EXPECT_EQ(0, std::memcmp(a.masters[u].data(), b.masters[u].data(), a.masters[u].size() * 4)) << "unit " << u;
+}
+
+Plan make_plan(const ModelLayout& layout, int64_t layers, int64_t slots, std::vector<size_t> resident,
+               std::vector<int64_t> offloaded, UpdateSchedule update) {
+  Plan p;
+  p.micro_batch = kMicro;
+  p.gpu_slots = slots;
+  p.weight_dtype = DType::F32;
+  p.grad_dtype = DType::F32;
+  p.update = update;
+  p.units.assign(layout.units.size(), UnitPlacement::Streamed);
+  for (size_t u : resident) p.units[u] = UnitPlacement::ResidentParams;
+  p.activations.assign(static_cast<size_t>(layers), ActivationPlacement::KeepOnGpu);
+  for (int64_t l : offloaded) p.activations[static_cast<size_t>(l)] = ActivationPlacement::OffloadToHost;
+  return p;
+}
+
+class SlidingEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    nlohmann::json json = preset_config("qwen3", "tiny").raw;
+    json["num_hidden_layers"] = 4;
+    config_ = parse_model_config(json, "test");
+    layout_ = build_model_layout(config_);
+    rows_ = make_rows(config_.vocab_size, 5);
+    reference_ = plain_run(config_, 9, rows_, 0.5);
+  }
+  ModelConfig config_;
+  ModelLayout layout_;
+  std::vector<PackedRow> rows_;
+  RunResult reference_;
+};
+
+TEST_F(SlidingEngineTest, TwoSlotsEverythingStreamed) {
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward)));
+}
+
+TEST_F(SlidingEngineTest, ThreeSlotsAllActivationsOffloaded) {
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 3, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward)));
+}
+
+TEST_F(SlidingEngineTest, OneSlotMixedActivations) {
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 1, {}, {0, 2}, UpdateSchedule::AfterBackward)));
+}
+
+TEST_F(SlidingEngineTest, ResidentUnitsAndSlowPcie) {
+  SimDeviceOptions slow;
+  slow.h2d_bytes_per_second = 2e9;
+  slow.d2h_bytes_per_second = 2e9;
+  slow.copy_latency_seconds = 20e-6;
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           make_plan(layout_, 4, 2, {0, 3, 4, 5}, {1}, UpdateSchedule::AfterBackward),
+                                           slow));
+}
+
+TEST_F(SlidingEngineTest, EverythingResident) {
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           make_plan(layout_, 4, 2, {0, 1, 2, 3, 4, 5}, {}, UpdateSchedule::AfterBackward)));
+}
+
+TEST_F(SlidingEngineTest, UpdatesDuringBackwardWithoutClipping) {
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0, make_plan(layout_, 4, 2, {}, {3}, UpdateSchedule::DuringBackward)));
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0, make_plan(layout_, 4, 3, {2}, {}, UpdateSchedule::AfterBackward)));
+}
+
+TEST_F(SlidingEngineTest, ClippingNeedsTheAfterBackwardSchedule) {
+  EXPECT_THROW(sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::DuringBackward)),
+               Error);
+}
+
+TEST(SlidingEngineTied, TiedEmbeddingsStayResident) {
+  ModelConfig config = preset_config("llama", "tiny");
+  nlohmann::json json = config.raw;
+  json["tie_word_embeddings"] = true;
+  config = parse_model_config(json, "test");
+  const ModelLayout layout = build_model_layout(config);
+  const auto rows = make_rows(config.vocab_size, 6);
+  const RunResult plain = plain_run(config, 4, rows, 1.0);
+  expect_identical(plain, sliding_run(config, 4, rows, 1.0, make_plan(layout, 2, 2, {0}, {1}, UpdateSchedule::AfterBackward)));
+  EXPECT_THROW(sliding_run(config, 4, rows, 1.0, make_plan(layout, 2, 2, {}, {}, UpdateSchedule::AfterBackward)), Error);
+}
+
+TEST_F(SlidingEngineTest, ABudgetTooSmallIsRefusedWithTheNumbers) {
+  SimDeviceOptions tiny;
+  tiny.memory_capacity = 64 << 10;
+  try {
+    sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), tiny);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GiB of device memory"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(SlidingEngineTest, DefaultPlanFitsItsBudgetAndMatches) {
+  PlanRequest request;
+  request.micro_batch = kMicro;
+  request.seq_len = kSeq;
+  request.chunks = kGlobal / kMicro;
+  request.weight_dtype = DType::F32;
+  request.grad_dtype = DType::F32;
+  // A budget that holds the slots and some activations but not the whole model.
+  Plan all_streamed = make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward);
+  const size_t minimum = device_bytes(config_, layout_, all_streamed, kMicro * kSeq, kGlobal / kMicro).total();
+  request.device_budget = minimum * 3 / 2;
+  const Plan plan = default_plan(config_, layout_, request);
+  EXPECT_LE(device_bytes(config_, layout_, plan, kMicro * kSeq, kGlobal / kMicro).total(), request.device_budget);
+  SimDeviceOptions sim;
+  sim.memory_capacity = request.device_budget;
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, plan, sim));
+
+  request.device_budget = minimum / 2;
+  try {
+    default_plan(config_, layout_, request);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("give at least"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ferry
