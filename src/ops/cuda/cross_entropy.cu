@@ -212,7 +212,7 @@ void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, f
       a.ldd = Vp;
       state_->gemm.matmul(a, stream);
     } else {
-      CHECK_CUDA(cudaMemsetAsync(buf, 0, sizeof(bf16) * static_cast<size_t>(n * Vp), stream));
+      FERRY_CUDA_CHECK(cudaMemsetAsync(buf, 0, sizeof(bf16) * static_cast<size_t>(n * Vp), stream));
     }
     if (!logits.empty()) {
       const int64_t blocks = std::min<int64_t>((n * V + 255) / 256, 65536);

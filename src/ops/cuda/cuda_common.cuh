@@ -11,12 +11,14 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/cuda_check.h"
 #include "core/tensor.h"
 
 namespace ferry::cuda {
 
 // ---------------------------------------------------------------------------------------------
-// Errors. A failing CUDA call throws ferry::Error naming the call, the file and the line.
+// Errors. A failing CUDA runtime call throws through FERRY_CUDA_CHECK (core/cuda_check.h); this
+// one reports the other libraries' failures (cuBLASLt) the same way.
 
 [[noreturn]] inline void raise_cuda_error(const char* what, const char* call, const char* file, int line) {
   raise("cuda", std::string(call) + " failed: " + what + " (" + file + ":" + std::to_string(line) + ")");
@@ -24,15 +26,8 @@ namespace ferry::cuda {
 
 }  // namespace ferry::cuda
 
-#define CHECK_CUDA(call)                                                                          \
-  do {                                                                                            \
-    const cudaError_t status_ = (call);                                                           \
-    if (status_ != cudaSuccess)                                                                   \
-      ::ferry::cuda::raise_cuda_error(cudaGetErrorString(status_), #call, __FILE__, __LINE__);    \
-  } while (0)
-
 // After every kernel launch: a bad configuration is reported here, at the launch, not later.
-#define CHECK_CUDA_LAUNCH() CHECK_CUDA(cudaGetLastError())
+#define CHECK_CUDA_LAUNCH() FERRY_CUDA_CHECK(cudaGetLastError())
 
 // Shape and dtype invariants: a failure is a bug in ferry's model code (wrong views), so it aborts
 // like FERRY_ASSERT, with a message naming the op and the shapes.
@@ -106,7 +101,7 @@ class StreamBuffer {
   // At least `bytes` bytes (256-byte aligned), valid for work issued to `stream` from now on.
   void* get(size_t bytes, cudaStream_t stream, const char* what) {
     if (bytes <= capacity_ && data_ != nullptr) return data_;
-    if (data_ != nullptr) CHECK_CUDA(cudaFreeAsync(data_, stream_));
+    if (data_ != nullptr) FERRY_CUDA_CHECK(cudaFreeAsync(data_, stream_));
     data_ = nullptr;
     capacity_ = 0;
     stream_ = stream;

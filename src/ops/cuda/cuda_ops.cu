@@ -5,10 +5,10 @@ namespace ferry {
 
 CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes) : stream(s), gemm(gemm_workspace_bytes) {
   int device = 0;
-  CHECK_CUDA(cudaGetDevice(&device));
-  CHECK_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  FERRY_CUDA_CHECK(cudaGetDevice(&device));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
   error_flag = cuda::device_alloc(sizeof(int), "the ops' error flag");
-  CHECK_CUDA(cudaMemsetAsync(error_flag.get(), 0, sizeof(int), stream));
+  FERRY_CUDA_CHECK(cudaMemsetAsync(error_flag.get(), 0, sizeof(int), stream));
 }
 
 CudaOps::CudaOps(void* stream, const CudaOpsOptions& options)
@@ -28,10 +28,10 @@ size_t CudaOps::workspace_bytes() const {
 
 std::string CudaOps::device_error() {
   int flag = 0;
-  CHECK_CUDA(cudaMemcpyAsync(&flag, state_->error_flag.get(), sizeof(int), cudaMemcpyDeviceToHost, state_->stream));
-  CHECK_CUDA(cudaStreamSynchronize(state_->stream));
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(&flag, state_->error_flag.get(), sizeof(int), cudaMemcpyDeviceToHost, state_->stream));
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(state_->stream));
   if (flag == 0) return "";
-  CHECK_CUDA(cudaMemsetAsync(state_->error_flag.get(), 0, sizeof(int), state_->stream));
+  FERRY_CUDA_CHECK(cudaMemsetAsync(state_->error_flag.get(), 0, sizeof(int), state_->stream));
   std::string what;
   if (flag & cuda::kBadTokenId)
     what += "a token id outside the vocabulary reached the embedding (its rows were set to NaN); ";

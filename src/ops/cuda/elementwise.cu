@@ -115,7 +115,7 @@ void CudaOps::add(Tensor a, Tensor b, Tensor out) {
 void CudaOps::zero(Tensor x) {
   if (x.numel() == 0) return;
   CUDA_OPS_EXPECT(!x.empty(), "zero", cuda::describe("x", x) + " is missing");
-  CHECK_CUDA(cudaMemsetAsync(x.data, 0, x.bytes(), state_->stream));
+  FERRY_CUDA_CHECK(cudaMemsetAsync(x.data, 0, x.bytes(), state_->stream));
 }
 
 // Same dtype: a byte copy (any dtype). Otherwise F32, BF16, F16 and F64 convert through fp32 with
@@ -129,7 +129,7 @@ void CudaOps::copy(Tensor src, Tensor dst) {
   CUDA_OPS_EXPECT(!src.empty() && !dst.empty(), op, "src or dst is missing");
   cudaStream_t stream = state_->stream;
   if (src.dtype == dst.dtype) {
-    CHECK_CUDA(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, stream));
+    FERRY_CUDA_CHECK(cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDefault, stream));
     return;
   }
   CUDA_OPS_EXPECT(is_float_dtype(src.dtype) && is_float_dtype(dst.dtype), op,

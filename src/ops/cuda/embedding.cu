@@ -127,10 +127,10 @@ void CudaOps::embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable)
   int end_bit = 1;  // bits that hold every key in [0, V]
   while (end_bit < 32 && (int64_t{1} << end_bit) <= V) ++end_bit;
   size_t temp_bytes = 0;
-  CHECK_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, keys + T, vals, vals + T, n, 0, end_bit,
+  FERRY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, keys + T, vals, vals + T, n, 0, end_bit,
                                              stream));
   void* temp = state_->buffer(cuda::Scratch::kSortTemp, temp_bytes, "the embedding backward's sort");
-  CHECK_CUDA(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys + T, vals, vals + T, n, 0, end_bit, stream));
+  FERRY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys + T, vals, vals + T, n, 0, end_bit, stream));
 
   const unsigned int* sorted_keys = keys + T;
   const unsigned int* sorted_tokens = vals + T;

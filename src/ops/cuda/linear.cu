@@ -63,7 +63,7 @@ void CudaOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) {
   cudaStream_t stream = state_->stream;
   if (in == 0) {
     if (bias.empty()) {
-      CHECK_CUDA(cudaMemsetAsync(y.data, 0, y.bytes(), stream));
+      FERRY_CUDA_CHECK(cudaMemsetAsync(y.data, 0, y.bytes(), stream));
     } else if (y.dtype == DType::BF16) {
       broadcast_rows_kernel<<<cuda::blocks_for(T * out, 256), 256, 0, stream>>>(
           static_cast<const bf16*>(bias.data), static_cast<bf16*>(y.data), T, out);
@@ -113,7 +113,7 @@ void CudaOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor d
 
   if (!dx.empty() && in > 0) {
     if (out == 0) {
-      CHECK_CUDA(cudaMemsetAsync(dx.data, 0, dx.bytes(), stream));
+      FERRY_CUDA_CHECK(cudaMemsetAsync(dx.data, 0, dx.bytes(), stream));
     } else {
       cuda::MatmulArgs a;
       a.m = in;

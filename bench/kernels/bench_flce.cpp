@@ -1,0 +1,85 @@
+// The fused linear + cross-entropy (CudaOps::linear_cross_entropy) against the unfused logits path
+// (the same op with a chunk budget large enough for all T x V logits at once, which is what a
+// plain logits = x w^T; loss = CE(logits); backward would hold): time, FLOP rate (three GEMMs,
+// 6 T H V) and the working memory each needs, at Llama-3 8B's head (H 4096, V 128256).
+#include <cstdio>
+
+#include "bench_common.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/ops.h"
+
+namespace ferry::bench {
+
+namespace {
+
+void check(Bench& b, int64_t T, int64_t H, int64_t V, size_t chunk_bytes) {
+  auto cpu = make_cpu_ops();
+  Vec x = random_vec(T * H, 1), w = random_vec(V * H, 2, -0.3f, 0.3f);
+  std::vector<int32_t> targets(T);
+  for (int64_t t = 0; t < T; ++t) targets[t] = t % 7 == 3 ? kIgnoreIndex : static_cast<int32_t>((t * 7919) % V);
+  const float gs = 1.0f / static_cast<float>(T);
+  Vec dx_ref(T * H), dw_ref(V * H, 0.0f);
+  const double loss_ref = dynamic_cast<CpuOps&>(*cpu).linear_cross_entropy_sum(
+      Tensor::f32(x.data(), {T, H}), Tensor::f32(w.data(), {V, H}), targets.data(), gs,
+      Tensor::f32(dx_ref.data(), {T, H}), Tensor::f32(dw_ref.data(), {V, H}), Tensor());
+  CudaOpsOptions options;
+  options.flce_chunk_bytes = chunk_bytes;
+  CudaOps ops(b.stream(), options);
+  DeviceTensor gx(DType::BF16, {T, H}), gw(DType::BF16, {V, H}), gdx(DType::BF16, {T, H}), gdw(DType::F32, {V, H});
+  DeviceTensor gloss(DType::F32, {1});
+  DeviceBuf gt(T * 4);
+  upload(gx, x), upload(gw, w), upload(gdw, Vec(V * H, 0.0f)), upload(gloss, Vec{0.0f}), upload_ints(gt, targets);
+  ops.linear_cross_entropy(gx.t, gw.t, gt.as<int32_t>(), gs, gdx.t, gdw.t, gloss.t, Tensor());
+  const double loss = download(gloss)[0];
+  const double el = std::abs(loss - loss_ref) / std::abs(loss_ref);
+  const double edx = rel_rms(download(gdx), dx_ref), edw = rel_rms(download(gdw), dw_ref);
+  char what[96], detail[160];
+  std::snprintf(what, sizeof what, "flce T=%lld H=%lld V=%lld chunk=%lld", (long long)T, (long long)H, (long long)V,
+                (long long)ops.flce_chunk_tokens(V));
+  // bf16 logits and dlogits: a few u relative on the gradients, well under 1e-3 on the loss.
+  std::snprintf(detail, sizeof detail, "loss %.6f vs %.6f (rel %.1e, limit 1e-3), dx %.2e dw %.2e (limit 2e-2)", loss,
+                loss_ref, el, edx, edw);
+  b.check(what, el <= 1e-3 && edx <= 2e-2 && edw <= 2e-2, detail);
+}
+
+}  // namespace
+
+void bench_flce(Bench& b) {
+  check(b, 257, 96, 32003, size_t{256} << 20);
+  check(b, 257, 96, 32003, 50 * 32008 * 2);
+  check(b, 127, 4096, 1000, size_t{256} << 20);
+
+  const int64_t T = 8192, H = 4096, V = 128256;
+  DeviceTensor x(DType::BF16, {T, H}), w(DType::BF16, {V, H}), dx(DType::BF16, {T, H}), dw(DType::F32, {V, H});
+  DeviceTensor loss(DType::F32, {1});
+  DeviceBuf targets(T * 4);
+  fill_random(x, 1), fill_random(w, 2, -0.02f, 0.02f), fill_random(dw, 3);
+  std::vector<int32_t> tg(T);
+  for (int64_t t = 0; t < T; ++t) tg[t] = static_cast<int32_t>((t * 7919) % V);
+  upload_ints(targets, tg);
+  const double flops = 6.0 * T * H * V;
+  struct Variant {
+    const char* name;
+    size_t chunk_bytes;
+  };
+  for (const Variant& v : {Variant{"fused (256 MiB chunks)", size_t{256} << 20},
+                           Variant{"fused (64 MiB chunks)", size_t{64} << 20},
+                           Variant{"unfused (all logits)", static_cast<size_t>(T) * ((V + 7) / 8 * 8) * 2}}) {
+    CudaOpsOptions options;
+    options.flce_chunk_bytes = v.chunk_bytes;
+    CudaOps ops(b.stream(), options);
+    size_t free0 = 0, total = 0;
+    check_cuda(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
+    const double us = b.time_us(
+        [&] { ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f / T, dx.t, dw.t, loss.t, Tensor()); });
+    char note[160];
+    std::snprintf(note, sizeof note, "%s: %lld-token chunks, working memory %.0f MiB", v.name,
+                  (long long)ops.flce_chunk_tokens(V), ops.workspace_bytes() / 1048576.0);
+    b.add({"flce fwd+bwd", "T=8192 H=4096 V=128256", us, 0, flops, note});
+    const double us_fwd = b.time_us(
+        [&] { ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f, Tensor(), Tensor(), loss.t, Tensor()); });
+    b.add({"flce loss only", "T=8192 H=4096 V=128256", us_fwd, 0, 2.0 * T * H * V, v.name});
+  }
+}
+
+}  // namespace ferry::bench

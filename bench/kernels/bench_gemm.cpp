@@ -1,0 +1,71 @@
+// Linear layer GEMMs through cuBLASLt (CudaOps::linear_forward / linear_backward) at the shapes of
+// an 8B Llama layer, 16k tokens: q/o (4096 x 4096), k/v with GQA (1024 x 4096), MLP up/gate
+// (14336 x 4096) and down (4096 x 14336). Compute-bound: reported in TFLOP/s (2 T in out per product).
+#include <cstdio>
+
+#include "bench_common.h"
+#include "ops/ops.h"
+
+namespace ferry::bench {
+
+namespace {
+
+constexpr double kU = 1.0 / 256;
+
+void check_shape(Bench& b, CudaOps& ops, Ops& cpu, int64_t T, int64_t in, int64_t out, uint32_t seed) {
+  Vec x = random_vec(T * in, seed), w = random_vec(out * in, seed + 1, -0.05f, 0.05f), bias = random_vec(out, seed + 2);
+  Vec dy = random_vec(T * out, seed + 3);
+  Vec y_ref(T * out), dx_ref(T * in), dw_ref(out * in, 0.0f), db_ref(out, 0.0f);
+  cpu.linear_forward(Tensor::f32(x.data(), {T, in}), Tensor::f32(w.data(), {out, in}), Tensor::f32(bias.data(), {out}),
+                     Tensor::f32(y_ref.data(), {T, out}));
+  cpu.linear_backward(Tensor::f32(x.data(), {T, in}), Tensor::f32(w.data(), {out, in}),
+                      Tensor::f32(dy.data(), {T, out}), Tensor::f32(dx_ref.data(), {T, in}),
+                      Tensor::f32(dw_ref.data(), {out, in}), Tensor::f32(db_ref.data(), {out}));
+  DeviceTensor gx(DType::BF16, {T, in}), gw(DType::BF16, {out, in}), gb(DType::BF16, {out}), gy(DType::BF16, {T, out});
+  DeviceTensor gdy(DType::BF16, {T, out}), gdx(DType::BF16, {T, in}), gdw(DType::F32, {out, in}), gdb(DType::F32, {out});
+  upload(gx, x), upload(gw, w), upload(gb, bias), upload(gdy, dy);
+  upload(gdw, Vec(out * in, 0.0f)), upload(gdb, Vec(out, 0.0f));
+  ops.linear_forward(gx.t, gw.t, gb.t, gy.t);
+  ops.linear_backward(gx.t, gw.t, gdy.t, gdx.t, gdw.t, gdb.t);
+  char shape[96];
+  std::snprintf(shape, sizeof shape, "T=%lld in=%lld out=%lld", (long long)T, (long long)in, (long long)out);
+  // bf16 outputs: rounding alone gives ~0.4 u relative rms; F32 gradients only differ in order.
+  const double ey = rel_rms(download(gy), y_ref), edx = rel_rms(download(gdx), dx_ref);
+  const double edw = rel_rms(download(gdw), dw_ref), edb = rel_rms(download(gdb), db_ref);
+  char detail[160];
+  std::snprintf(detail, sizeof detail, "rel rms: y %.2e dx %.2e (limit %.1e), dw %.2e db %.2e (limit 1e-4)", ey, edx, kU,
+                edw, edb);
+  b.check(std::string("linear ") + shape, ey <= kU && edx <= kU && edw <= 1e-4 && edb <= 1e-4, detail);
+}
+
+}  // namespace
+
+void bench_gemm(Bench& b) {
+  CudaOps ops(b.stream());
+  auto cpu = make_cpu_ops();
+  check_shape(b, ops, *cpu, 257, 4096, 4104, 1);
+  check_shape(b, ops, *cpu, 33, 96, 1000, 2);
+  check_shape(b, ops, *cpu, 127, 4095, 96, 3);
+
+  const int64_t T = 16384;
+  struct Shape {
+    const char* name;
+    int64_t in, out;
+  };
+  for (const Shape& s : {Shape{"q/o proj", 4096, 4096}, Shape{"k/v proj", 4096, 1024}, Shape{"gate/up", 4096, 14336},
+                         Shape{"down", 14336, 4096}}) {
+    DeviceTensor x(DType::BF16, {T, s.in}), w(DType::BF16, {s.out, s.in}), y(DType::BF16, {T, s.out});
+    DeviceTensor dy(DType::BF16, {T, s.out}), dx(DType::BF16, {T, s.in}), dw(DType::F32, {s.out, s.in});
+    fill_random(x, 1), fill_random(w, 2, -0.02f, 0.02f), fill_random(dy, 3), fill_random(dw, 4);
+    const double flops = 2.0 * T * s.in * s.out;
+    char shape[96];
+    std::snprintf(shape, sizeof shape, "%s T=%lld %lldx%lld", s.name, (long long)T, (long long)s.out, (long long)s.in);
+    b.add({"linear fwd", shape, b.time_us([&] { ops.linear_forward(x.t, w.t, Tensor(), y.t); }), 0, flops, "bf16 out"});
+    b.add({"linear bwd dx", shape, b.time_us([&] { ops.linear_backward(x.t, w.t, dy.t, dx.t, Tensor(), Tensor()); }),
+           0, flops, "bf16 out"});
+    b.add({"linear bwd dw", shape, b.time_us([&] { ops.linear_backward(x.t, w.t, dy.t, Tensor(), dw.t, Tensor()); }),
+           0, flops, "F32 dw, beta=1"});
+  }
+}
+
+}  // namespace ferry::bench
