@@ -119,7 +119,8 @@ TEST_F(OpsGradcheck, CheckerCatchesWrongGradients) {
   for (float& v : scaled) v *= 1.01f;
   EXPECT_FALSE(check_gradient("1% off", x, scaled, objective, 3));
   Vec one_wrong = g;
-  const size_t worst = std::max_element(g.begin(), g.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); }) - g.begin();
+  auto by_magnitude = [](float a, float b) { return std::fabs(a) < std::fabs(b); };
+  const size_t worst = std::max_element(g.begin(), g.end(), by_magnitude) - g.begin();
   one_wrong[worst] = -one_wrong[worst];
   EXPECT_FALSE(check_gradient("one element", x, one_wrong, objective, 3));
 }

@@ -577,7 +577,8 @@ TEST_F(OpsReference, EveryOpIsBitIdenticalRunToRun) {
     ops->swiglu_backward(T2(gate, T, F), T2(up, T, F), T2(dmlp, T, F), T2(dg, T, F), T2(du, T, F));
     Vec rq = q;
     ops->rope(T3(rq, T, Hq, D), pos.data(), inv.data(), false);
-    for (Vec* p : {&y, &rs, &dx, &dnw, &ce_dx, &ce_dw, &lin, &lin_dx, &lin_dw, &lin_db, &emb, &demb, &sw, &dg, &du, &rq})
+    for (Vec* p : {&y, &rs, &dx, &dnw, &ce_dx, &ce_dw, &lin, &lin_dx, &lin_dw, &lin_db, &emb, &demb, &sw, &dg, &du,
+                   &rq})
       r.push_back(*p);
     r.push_back(Vec{float(loss), float(loss - double(float(loss)))});
     return r;
