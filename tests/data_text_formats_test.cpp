@@ -397,3 +397,71 @@ TEST_F(DataFiles, ExplicitFormatAndVocabularyCheck) {
 
 }  // namespace
 }  // namespace ferry
+
+// ---- the real tokenizers (npm fixtures): tokens align with the text and masks are exact ----
+
+namespace ferry {
+namespace {
+
+struct RealCase {
+  const char* tokenizer;
+  const char* template_file;
+  std::vector<std::string> stops;
+  std::vector<std::string> expected;  // the trained stretches, decoded
+};
+
+TEST(RealTokenizers, ChatMasksAlignExactly) {
+  const char* conversation = R"([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there, what's 2+2?"},
+    {"role": "assistant", "content": "It's 4. Ünïcødé 😀 too."}, {"role": "user", "content": "\n  And  3+3?"},
+    {"role": "assistant", "content": "  6, with spaces.\n"}])";
+  const char* no_system = R"([{"role": "user", "content": "Hi there, what's 2+2?"},
+    {"role": "assistant", "content": "It's 4. Ünïcødé 😀 too."}, {"role": "user", "content": "\n  And  3+3?"},
+    {"role": "assistant", "content": "  6, with spaces.\n"}])";
+  const std::vector<RealCase> cases = {
+      {"qwen3", "qwen3.jinja", {"<|im_end|>", "<|endoftext|>"},
+       {"It's 4. Ünïcødé 😀 too.<|im_end|>", "<think>\n\n</think>\n\n  6, with spaces.\n<|im_end|>"}},
+      {"qwen3", "qwen2.5-instruct.jinja", {"<|im_end|>"},
+       {"It's 4. Ünïcødé 😀 too.<|im_end|>", "  6, with spaces.\n<|im_end|>"}},
+      {"llama3", "llama-3.1-instruct.jinja", {"<|eot_id|>"}, {"It's 4. Ünïcødé 😀 too.<|eot_id|>", "6, with spaces.<|eot_id|>"}},
+      {"llama2", "mistral-instruct-system.jinja", {"</s>"}, {" It's 4. Ünïcødé 😀 too.</s>", "   6, with spaces.\n</s>"}},
+      {"llama2", "mistral-7b-instruct-v0.2.jinja", {"</s>"}, {"It's 4. Ünïcødé 😀 too.</s>", "  6, with spaces.\n</s>"}},
+  };
+  for (const RealCase& c : cases) {
+    SCOPED_TRACE(std::string(c.tokenizer) + " / " + c.template_file);
+    const auto dir = test::fixtures_dir() / "tokenizers" / c.tokenizer;
+    if (!std::filesystem::exists(dir / "tokenizer.json")) {
+      ADD_FAILURE() << "tokenizer fixture missing: " << dir << "; run scripts/fetch_tokenizer_fixtures.sh";
+      continue;
+    }
+    const Tokenizer tokenizer = Tokenizer::load(dir);
+    const auto config = nlohmann::json::parse(read_file(dir / "tokenizer_config.json"));
+    const ChatTemplate tpl(fixture_template(c.template_file), c.template_file, ChatTemplate::special_tokens_from_config(config));
+    ChatTextOptions o;
+    o.stop_strings = c.stops;
+    const bool mistral_v02 = std::string(c.template_file) == "mistral-7b-instruct-v0.2.jinja";
+    const TrainingText text = chat_training_text(tpl, jinja::from_json(ordered_json::parse(mistral_v02 ? no_system : conversation)), o);
+    const TokenizerTextEncoder encoder(tokenizer);
+    TokenizeStats stats;
+    const Document doc = tokenize_training_text(text, encoder, &stats);
+    EXPECT_EQ(stats.encoded_by_range, 0);
+    // The ids are exactly the tokenizer's for the whole text (apply_chat_template(tokenize=True)).
+    EXPECT_EQ(doc.input_ids, tokenizer.encode(text.text, false));
+    std::vector<std::string> trained;
+    std::vector<int32_t> run;
+    for (size_t i = 0; i <= doc.labels.size(); ++i) {
+      if (i < doc.labels.size() && doc.labels[i] != kIgnoreIndex) {
+        run.push_back(doc.labels[i]);
+      } else if (!run.empty()) {
+        trained.push_back(tokenizer.decode(run));
+        run.clear();
+      }
+    }
+    // SentencePiece decoding drops the first space of a piece; compare the text the ranges cover.
+    EXPECT_EQ(range_texts(text), c.expected);
+    ASSERT_EQ(trained.size(), c.expected.size());
+    if (std::string(c.tokenizer) != "llama2") EXPECT_EQ(trained, c.expected);
+  }
+}
+
+}  // namespace
+}  // namespace ferry
