@@ -199,6 +199,28 @@ TEST(Normalizers, UnicodeFormsAndOthers) {
   EXPECT_EQ(unicode_normalize("\u00e9", UnicodeForm::NFD), "e\u0301");
   EXPECT_EQ(unicode_normalize("\ufb01", UnicodeForm::NFKC), "fi");
   EXPECT_EQ(unicode_normalize("\ufb01", UnicodeForm::NFC), "\ufb01");
+  // The NFC normalizer's fast path (inert ranges, cut before ASCII) equals plain utf8proc NFC for
+  // every code point of the planes in use, alone, before combining marks, and after Hangul/ASCII.
+  auto nfc = make_normalizer(json::parse(R"({"type":"NFC"})"));
+  for (char32_t cp = 0x80; cp < 0x20000; ++cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+    std::string text = "a";
+    append_utf8(text, cp);
+    text += "\u0301x\u1100\u1161";
+    append_utf8(text, cp);
+    text += "\u11a8\u0308e";
+    const std::string expected = unicode_normalize(text, UnicodeForm::NFC);
+    nfc->normalize(text);
+    ASSERT_EQ(text, expected) << "U+" << std::hex << static_cast<uint32_t>(cp);
+    // After composition firsts of several scripts (a text the fast path may skip entirely).
+    for (const char* first : {"e", "\u00c2", "\uac00", "\u1100", "\u0b92", "\u09c7", "\u0dd9", "\u30ab"}) {
+      std::string pair = first;
+      append_utf8(pair, cp);
+      const std::string want = unicode_normalize(pair, UnicodeForm::NFC);
+      nfc->normalize(pair);
+      ASSERT_EQ(pair, want) << "U+" << std::hex << static_cast<uint32_t>(cp) << " after " << first;
+    }
+  }
   auto norm = [](const char* config, std::string text) {
     make_normalizer(json::parse(config))->normalize(text);
     return text;

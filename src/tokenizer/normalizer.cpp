@@ -21,12 +21,56 @@ bool is_ascii(const std::string& s) {
   return true;
 }
 
+// Characters that NFC leaves alone whatever surrounds them, except for marks that follow them
+// (which are not inert themselves): no canonical decomposition, combining class 0, never the second
+// of a composition. A conservative list of the common ranges; everything else takes utf8proc.
+bool nfc_inert(char32_t cp) {
+  return cp < 0x300 || (cp >= 0x2010 && cp <= 0x205E) || (cp >= 0x3000 && cp <= 0x3029) ||
+         (cp >= 0x3041 && cp <= 0x3096) || (cp >= 0x309B && cp <= 0x30FF) || (cp >= 0x3400 && cp <= 0x4DBF) ||
+         (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xFF01 && cp <= 0xFF5E) ||
+         (cp >= 0x1F000 && cp <= 0x1FAFF);
+}
+
+// NFC of text, normalizing only where it can change anything. NFC(a + b) = NFC(a) + NFC(b) when b
+// starts with an ASCII character (a starter that composes with nothing before it), so the text is
+// cut before each ASCII character and only the pieces holding a non-inert character go to utf8proc.
+void nfc_in_place(std::string& text) {
+  size_t i = 0;
+  bool inert = true;
+  while (i < text.size() && inert) inert = nfc_inert(next_code_point(text, i));
+  if (inert) return;
+  std::string out;
+  out.reserve(text.size() + 8);
+  size_t start = 0;
+  i = 0;
+  bool clean = true;
+  auto flush = [&](size_t end) {
+    if (clean)
+      out.append(text, start, end - start);
+    else
+      out += unicode_normalize(text.substr(start, end - start), UnicodeForm::NFC);
+    start = end;
+    clean = true;
+  };
+  while (i < text.size()) {
+    const size_t at = i;
+    const char32_t cp = next_code_point(text, i);
+    if (cp < 0x80 && at > start) flush(at);
+    if (!nfc_inert(cp)) clean = false;
+  }
+  flush(text.size());
+  text = std::move(out);
+}
+
 class UnicodeNormalizer final : public Normalizer {
  public:
   explicit UnicodeNormalizer(UnicodeForm form) : form_(form) {}
   void normalize(std::string& text) const override {
     if (is_ascii(text)) return;  // ASCII is invariant under all four forms
-    text = unicode_normalize(text, form_);
+    if (form_ == UnicodeForm::NFC)
+      nfc_in_place(text);
+    else
+      text = unicode_normalize(text, form_);
   }
 
  private:
