@@ -21,14 +21,28 @@ void launch_backward(const FlashAttentionBackwardParams& p, const float* delta, 
 
 }  // namespace
 
-// Tile configurations (Bc keys x Bq queries per step, warps): D = 128: 64 x 32, 4 warps -- dK and
-// dV take 128 registers per thread, so the query step stays small; 75.5 KB of shared memory, two
-// blocks per SM on sm_90. D = 64: 64 x 64, 4 warps, 66 KB.
+// Tile configurations (Bc keys x Bq queries per step, warps, dQ piece width). dK and dV take
+// 4 D / 8 registers per thread (128 for D = 128), so the query step stays small.
+// * D = 128, where a block may have 116 KB of shared memory (sm_80, sm_90): 128 x 32, 8 warps,
+//   dQ in 16 x 32 pieces (one per warp). One block per SM; each Q/dO tile loaded and each dq
+//   atomic serves 128 keys.
+// * D = 128 otherwise (sm_86, sm_89: 99 KB): 64 x 32, 4 warps, 16 x 64 pieces, 75.5 KB.
+// * D = 64: 64 x 64, 4 warps, 16 x 64 pieces, 66 KB.
 void backward_tensor_core(const FlashAttentionBackwardParams& p, const float* delta, float* dq_accum, void* stream) {
-  if (p.fwd.head_dim == 64)
-    launch_backward<BackwardTile<64, 4, 64, 2>>(p, delta, dq_accum, stream);
+  using Wide128 = BackwardTile<128, 8, 32, 32, 1>;
+  using Narrow128 = BackwardTile<128, 4, 32, 64, 2>;
+  if (p.fwd.head_dim == 64) {
+    launch_backward<BackwardTile<64, 4, 64, 64, 2>>(p, delta, dq_accum, stream);
+    return;
+  }
+  int device = 0, optin = 0;
+  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
+             "cudaDeviceGetAttribute(max shared memory per block)");
+  if (static_cast<size_t>(optin) >= Wide128::kSmemBytes)
+    launch_backward<Wide128>(p, delta, dq_accum, stream);
   else
-    launch_backward<BackwardTile<128, 4, 32, 2>>(p, delta, dq_accum, stream);
+    launch_backward<Narrow128>(p, delta, dq_accum, stream);
 }
 
 }  // namespace ferry::flash

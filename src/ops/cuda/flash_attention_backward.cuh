@@ -29,7 +29,7 @@
 namespace ferry::flash {
 
 
-template <int D_, int Warps_, int Bq_, int MinBlocks_>
+template <int D_, int Warps_, int Bq_, int DqCols_, int MinBlocks_>
 struct BackwardTile {
   static constexpr int D = D_, Warps = Warps_, Bc = 16 * Warps_, Bq = Bq_, MinBlocks = MinBlocks_;
   static constexpr int Threads = 32 * Warps;
@@ -40,9 +40,10 @@ struct BackwardTile {
   static constexpr int kBf16Elems = kDs + Bc * LDS;
   static constexpr size_t kVecOffset = sizeof(bf16) * kBf16Elems;  // 16-byte aligned: all counts are multiples of 8
   static constexpr size_t kSmemBytes = kVecOffset + 3 * 2 * Bq * 4;
-  static constexpr int kDqCols = 64;  // dQ is computed in pieces of 16 queries x 64 columns
+  // dQ is computed in pieces of 16 queries x kDqCols columns, ideally one per warp.
+  static constexpr int kDqCols = DqCols_;
   static constexpr int kDqPieces = (Bq / 16) * (D / kDqCols);
-  static_assert(D % kDqCols == 0 && Bq % 16 == 0 && Bq <= Threads, "tile shape");
+  static_assert(D % kDqCols == 0 && kDqCols % 16 == 0 && Bq % 16 == 0 && Bq <= Threads, "tile shape");
   static_assert(kBf16Elems % 8 == 0, "vector area alignment");
 };
 
@@ -221,6 +222,21 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
           mma_16816(acc[2 * dp + 1], a, b[2], b[3]);
         }
       }
+#if FERRY_FLASH_FLOAT4_ATOMICS
+      // Lanes 2i and 2i+1 of a quad swap halves so that each holds four consecutive columns of one
+      // row: the even lane row g, columns 2tq..2tq+3; the odd lane row g+8, columns 2tq-2..2tq+1.
+      const bool odd = tq & 1;
+      const int t = t0 + mq * 16 + g + (odd ? 8 : 0);
+      float* const dst =
+          dq_accum + (static_cast<int64_t>(t) * p.q_heads + h) * D + dc * Tile::kDqCols + 2 * (tq & ~1);
+#pragma unroll
+      for (int nt = 0; nt < Tile::kDqCols / 8; ++nt) {
+        const float s0 = odd ? acc[nt][0] : acc[nt][2], s1 = odd ? acc[nt][1] : acc[nt][3];
+        const float r0 = __shfl_xor_sync(kFullMask, s0, 1), r1 = __shfl_xor_sync(kFullMask, s1, 1);
+        const float4 four = odd ? make_float4(r0, r1, acc[nt][2], acc[nt][3]) : make_float4(acc[nt][0], acc[nt][1], r0, r1);
+        if (t < T) atomicAdd(reinterpret_cast<float4*>(dst + nt * 8), four);
+      }
+#else
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int t = t0 + mq * 16 + g + 8 * r;
@@ -228,14 +244,11 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
         float* const dst = dq_accum + (static_cast<int64_t>(t) * p.q_heads + h) * D + dc * Tile::kDqCols + 2 * tq;
 #pragma unroll
         for (int nt = 0; nt < Tile::kDqCols / 8; ++nt) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-          atomicAdd(reinterpret_cast<float2*>(dst + nt * 8), make_float2(acc[nt][2 * r], acc[nt][2 * r + 1]));
-#else
           atomicAdd(dst + nt * 8, acc[nt][2 * r]);
           atomicAdd(dst + nt * 8 + 1, acc[nt][2 * r + 1]);
-#endif
         }
       }
+#endif
     }
     cp_async_wait_all();
     __syncthreads();  // step+1's tiles are in; s_ds and this stage are free

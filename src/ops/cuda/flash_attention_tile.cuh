@@ -7,6 +7,16 @@
 
 #include "ops/cuda/flash_attention_ptx.cuh"
 
+// sm_90 adds float4 atomicAdd to global memory: the backward's dq accumulation uses it (a
+// quarter of the scalar atomics) where compiled for sm_90 and newer.
+#ifndef FERRY_FLASH_FLOAT4_ATOMICS
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FERRY_FLASH_FLOAT4_ATOMICS 1
+#else
+#define FERRY_FLASH_FLOAT4_ATOMICS 0
+#endif
+#endif
+
 namespace ferry::flash {
 
 using bf16 = __nv_bfloat16;
