@@ -242,10 +242,29 @@ Value str_method(const std::string& s, const std::string& name) {
       return Value(name == "isupper" ? any_upper && !any_lower : any_lower && !any_upper);
     });
   }
+  if (name == "ljust" || name == "rjust" || name == "center" || name == "zfill") {
+    return make([s, full, name](CallArgs& a) {
+      auto v = name == "zfill" ? bind(full, a, {{"width", {}}}) : bind(full, a, {{"width", {}}, {"fillchar", Value(" ")}});
+      const int64_t width = require_int(v[0], "width"), len = py_len(s);
+      const std::string fill = name == "zfill" ? "0" : require_string(v[1], "fillchar");
+      if (py_len(fill) != 1) throw TemplateError("The fill character must be exactly one character long");
+      if (len >= width) return Value(s);
+      const int64_t pad = width - len;
+      int64_t left = name == "rjust" || name == "zfill" ? pad : name == "ljust" ? 0 : pad / 2 + (pad & width & 1);
+      auto repeat = [&](int64_t k) {
+        std::string out;
+        for (int64_t i = 0; i < k; ++i) out += fill;
+        return out;
+      };
+      if (name == "zfill" && !s.empty() && (s[0] == '+' || s[0] == '-'))
+        return Value(s.substr(0, 1) + repeat(left) + s.substr(1));
+      return Value(repeat(left) + s + repeat(pad - left));
+    });
+  }
   static const std::set<std::string> others = {
-      "casefold",  "center",    "encode",     "expandtabs",   "format",     "format_map", "isascii",
-      "isdecimal", "isidentifier", "isnumeric", "isprintable", "istitle",   "ljust",      "maketrans",
-      "partition", "rjust",     "rpartition", "swapcase",     "translate",  "zfill"};
+      "casefold",  "encode",     "expandtabs",   "format",     "format_map", "isascii",
+      "isdecimal", "isidentifier", "isnumeric", "isprintable", "istitle",   "maketrans",
+      "partition", "rpartition", "swapcase",     "translate"};
   if (others.count(name)) {
     return make([full](CallArgs&) -> Value {
       throw TemplateError(full + "() is not supported by ferry's Jinja interpreter");
@@ -345,6 +364,16 @@ Value get_attribute(const Value& object, const std::string& name) {
     case Kind::Object:
       if (const Value* hit = object.dict_data().find_name(name)) return *hit;
       return Value::undefined(fmt::format("{} has no attribute '{}'", object_name(object), name));
+    case Kind::Int:
+    case Kind::Float:
+    case Kind::Bool: {
+      static const std::set<std::string> number_attributes = {
+          "real", "imag", "numerator", "denominator", "conjugate", "bit_length", "bit_count", "to_bytes",
+          "from_bytes", "as_integer_ratio", "is_integer", "hex", "fromhex"};
+      if (number_attributes.count(name))
+        throw TemplateError(fmt::format("{}.{} is not supported by ferry's Jinja interpreter", object.type_name(), name));
+      return Value::undefined(fmt::format("{} has no attribute '{}'", object_name(object), name));
+    }
     default:
       return Value::undefined(fmt::format("{} has no attribute '{}'", object_name(object), name));
   }
@@ -923,6 +952,21 @@ Value apply_filter(const std::string& name, const Value& subject, CallArgs& args
       return x < 0 ? negate(subject) : Value(x);
     }
     throw TemplateError(fmt::format("bad operand type for abs(): '{}'", subject.type_name()));
+  }
+  if (f == "dictsort") {
+    auto v = bind(f, args, {{"case_sensitive", Value(false)}, {"by", Value("key")}, {"reverse", Value(false)}});
+    if (!subject.is_dict()) throw TemplateError("You can only sort by either \"key\" or \"value\" of a dict");
+    const std::string by = require_string(v[1], "by");
+    if (by != "key" && by != "value") throw TemplateError("You can only sort by either \"key\" or \"value\"");
+    std::vector<Value> pairs;
+    for (const auto& [k, val] : subject.dict_data().items) pairs.push_back(Value::list({k, val}, true));
+    const size_t pos = by == "key" ? 0 : 1;
+    const bool cs = v[0].truthy(), reverse = v[2].truthy();
+    std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& a, const Value& b) {
+      const Value x = sort_key(a.list_data().items[pos], cs, ""), y = sort_key(b.list_data().items[pos], cs, "");
+      return reverse ? py_less(y, x) : py_less(x, y);
+    });
+    return Value::list(std::move(pairs));
   }
   if (f == "int") return int_filter(subject, args);
   if (f == "float") return float_filter(subject, args);

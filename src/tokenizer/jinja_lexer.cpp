@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "tokenizer/jinja_error.h"
@@ -330,7 +331,8 @@ class Lexer {
     t.value = text;
     if (is_float) {
       t.type = TokenType::Float;
-      t.float_value = std::stod(clean);
+      // strtod, unlike stod, accepts subnormals (5e-324) and gives inf for overflow, as Python does.
+      t.float_value = std::strtod(clean.c_str(), nullptr);
     } else {
       t.type = TokenType::Integer;
       if (clean.size() > 1 && clean[0] == '0' && clean.find_first_not_of('0') != std::string::npos)
