@@ -175,3 +175,44 @@ TEST_F(TrainTest, OutputMayNotOverwriteTheInputModel) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// `device: sim` trains through the sliding engine on the simulated device, planned by the default
+// planner within gpu_memory; its losses and output are bit-identical to the CPU backend's.
+TEST_F(TrainTest, SimulatedDeviceMatchesTheCpuBackendBitForBit) {
+  std::vector<double> cpu_losses, sim_losses;
+  TrainHooks on_cpu, on_sim;
+  on_cpu.on_step = [&](const StepRecord& r) { cpu_losses.push_back(r.loss); };
+  on_sim.on_step = [&](const StepRecord& r) { sim_losses.push_back(r.loss); };
+  ASSERT_TRUE(run_training(config("cpu", {"device=cpu"}), on_cpu).finished);
+  ASSERT_TRUE(run_training(config("sim", {"device=sim", "gpu_memory=3MiB", "gpu_slots=2"}), on_sim).finished);
+  ASSERT_EQ(cpu_losses, sim_losses);
+  EXPECT_EQ(read_bytes(scratch_ / "cpu" / "model.safetensors"), read_bytes(scratch_ / "sim" / "model.safetensors"));
+}
+
+TEST_F(TrainTest, SimulatedResumeIsBitExact) {
+  std::vector<double> full, rest;
+  TrainHooks all, stop, tail;
+  all.on_step = [&](const StepRecord& r) { full.push_back(r.loss); };
+  ASSERT_TRUE(run_training(config("sfull", {"device=sim", "offload_activations=all"}), all).finished);
+  stop.stop_after_steps = 3;
+  run_training(config("ssplit", {"device=sim", "offload_activations=all"}), stop);
+  tail.on_step = [&](const StepRecord& r) { rest.push_back(r.loss); };
+  ASSERT_TRUE(run_training(config("ssplit", {"device=sim", "offload_activations=all", "resume=true"}), tail).finished);
+  ASSERT_EQ(rest.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest[i], full[3 + i]);
+}
+
+TEST_F(TrainTest, AnImpossibleBudgetIsRefusedUpFront) {
+  try {
+    run_training(config("small", {"device=sim", "gpu_memory=64KiB"}));
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("give at least"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ferry

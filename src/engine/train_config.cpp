@@ -100,6 +100,11 @@ const std::map<std::string, Setter>& setters() {
       {"device", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.device = parse_string(n, k); }},
       {"gpu_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_memory = parse_string(n, k); }},
       {"threads", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.threads = parse_int(n, k); }},
+      {"gpu_slots", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_slots = parse_int(n, k); }},
+      {"offload_activations",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.offload_activations = parse_string(n, k); }},
+      {"resident_layers",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.resident_layers = parse_int(n, k); }},
   };
   return table;
 }
@@ -233,6 +238,10 @@ void validate_train_config(const TrainConfig& c) {
                   c.save_dtype == "float16",
               kWhere, "save_dtype must be auto, float32, bfloat16 or float16; got '{}'", c.save_dtype);
   if (!c.gpu_memory.empty()) parse_byte_size(c.gpu_memory, "gpu_memory");
+  FERRY_CHECK(c.gpu_slots >= 0, kWhere, "gpu_slots must be >= 0 (0: the planner chooses)");
+  FERRY_CHECK(c.offload_activations == "auto" || c.offload_activations == "all" || c.offload_activations == "none",
+              kWhere, "offload_activations must be auto, all or none; got '{}'", c.offload_activations);
+  FERRY_CHECK(c.resident_layers >= -1, kWhere, "resident_layers must be >= 0, or -1 for the planner's choice");
 }
 
 }  // namespace ferry

@@ -61,6 +61,9 @@ struct TrainConfig {
   // execution
   std::string device = "auto";  // cpu | sim | cuda | auto
   std::string gpu_memory;       // e.g. "24GiB"; bounds the (simulated) GPU
+  int64_t gpu_slots = 0;        // GPU slots for streamed units; 0: the planner chooses
+  std::string offload_activations = "auto";  // auto | all | none
+  int64_t resident_layers = -1; // layers kept on the GPU; -1: the planner chooses
   int64_t threads = 0;          // CPU threads; 0 = all cores
 };
 

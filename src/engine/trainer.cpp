@@ -13,6 +13,7 @@
 #include "engine/model_step.h"
 #include "engine/output_dir.h"
 #include "engine/step_batch.h"
+#include "engine/step_executor.h"
 #include "engine/training_data.h"
 #include "engine/unit_optimizer.h"
 #include "model/model_weights.h"
@@ -23,13 +24,6 @@ namespace ferry {
 namespace {
 
 constexpr const char* kWhere = "train";
-
-template <typename T>
-std::vector<T*> pointers(std::vector<std::vector<float>>& buffers) {
-  std::vector<T*> out;
-  for (auto& b : buffers) out.push_back(b.data());
-  return out;
-}
 
 DType resolve_save_dtype(const TrainConfig& config, const ModelConfig& model) {
   if (config.save_dtype == "auto") return model.dtype;
@@ -64,16 +58,10 @@ void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json&
   }
 }
 
-void select_device(const TrainConfig& config) {
-  if (config.device == "auto" || config.device == "cpu") return;
-  fail(kWhere, "device '{}' is not available in this build; use device: cpu (or auto)", config.device);
-}
-
 }  // namespace
 
 TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   validate_train_config(config);
-  select_device(config);
   FERRY_CHECK(!config.model.empty(), kWhere, "no model given; set `model:` to a Hugging Face model directory");
   FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more JSONL files");
   FERRY_CHECK(!config.output_dir.empty(), kWhere, "no output_dir given; set `output_dir:`");
@@ -105,12 +93,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
                              : static_cast<int64_t>(std::ceil(config.warmup_ratio * static_cast<double>(total_steps)));
   const DType save_dtype = resolve_save_dtype(config, mc);
 
-  auto ops = make_cpu_ops();
-  ModelStep model_step(mc, weights.layout, *ops, config.micro_batch * config.seq_len,
-                       config.global_batch / config.micro_batch);
-  UnitOptimizer optimizer(weights.layout, config.decay_norms_and_biases);
-  std::vector<std::vector<float>> grads;
-  for (const auto& u : weights.layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
+  const ModelConfig model_config = mc;
+  const ModelLayout layout = weights.layout;
+  const int64_t parameter_count = layout.parameter_count();
+  std::unique_ptr<StepExecutor> executor = make_step_executor(config, std::move(weights));
 
   BatchSampler sampler(static_cast<int64_t>(rows.size()), config.seed);
   const nlohmann::json fingerprint = run_fingerprint(config, rows.size());
@@ -121,31 +107,34 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     if (!latest) {
       log_warn("resume: no complete checkpoint in {}; starting from the beginning", config.output_dir.string());
     } else {
-      TrainerState state = load_checkpoint(*latest, weights.layout, pointers<float>(weights.units),
-                                           pointers<float>(optimizer.m()), pointers<float>(optimizer.v()));
+      TrainerState state =
+          load_checkpoint(*latest, layout, executor->masters(), executor->exp_avg(), executor->exp_avg_sq());
       check_resume_fingerprint(state.fingerprint, fingerprint, latest->string());
       step = state.step;
+      executor->state_loaded(step);
       sampler.seek(DataPosition{state.data_epoch, state.data_index});
       log_info("resumed from {} at step {}", latest->string(), step);
     }
   }
 
-  log_info("model {} ({} layers, hidden {}, {:.1f}M parameters, {})", mc.architecture_name, mc.num_layers,
-           mc.hidden_size, static_cast<double>(weights.layout.parameter_count()) / 1e6, torch_dtype_name(mc.dtype));
+  log_info("model {} ({} layers, hidden {}, {:.1f}M parameters, {})", model_config.architecture_name,
+           model_config.num_layers, model_config.hidden_size, static_cast<double>(parameter_count) / 1e6,
+           torch_dtype_name(model_config.dtype));
   log_info("data: {} documents -> {} sequences of {} tokens; {} steps of {} sequences (micro-batch {}), warmup {}",
            documents.size(), rows.size(), config.seq_len, total_steps, config.global_batch, config.micro_batch, warmup);
-  log_info("device cpu ({} threads, {} ops)", ThreadPool::global().size(), ops->name());
+  log_info("device {}", executor->describe());
 
   auto checkpoint_view = [&]() {
+    executor->finish_updates();
     CheckpointView view;
-    view.config = &mc;
-    view.layout = &weights.layout;
+    view.config = &model_config;
+    view.layout = &layout;
     view.source_dir = config.model;
     view.save_dtype = save_dtype;
     view.max_shard_bytes = static_cast<size_t>(config.max_shard_bytes);
-    for (auto& b : weights.units) view.masters.push_back(b.data());
-    for (auto& b : optimizer.m()) view.m.push_back(b.data());
-    for (auto& b : optimizer.v()) view.v.push_back(b.data());
+    for (float* b : executor->masters()) view.masters.push_back(b);
+    for (float* b : executor->exp_avg()) view.m.push_back(b);
+    for (float* b : executor->exp_avg_sq()) view.v.push_back(b);
     const DataPosition pos = sampler.position();
     view.state = TrainerState{step, pos.epoch, pos.index, fingerprint};
     return view;
@@ -165,26 +154,24 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     step_rows.clear();
     for (int64_t index : sampler.next_rows(config.global_batch)) step_rows.push_back(&rows[static_cast<size_t>(index)]);
     const StepBatch batch = make_step_batch(step_rows, config.seq_len, config.micro_batch);
-    const StepLoss loss = model_step.run(pointers<float>(weights.units), pointers<float>(grads), batch);
-    if (loss.counted_tokens == 0)
+    if (batch.counted_tokens() == 0)
       log_warn("step {}: every target is masked; the gradient is zero for this step", step + 1);
     hyper.lr = lr_at(config.lr_scheduler_type, config.learning_rate, step, warmup, total_steps, config.min_lr_ratio);
-    const UpdateStats update =
-        optimizer.step(pointers<float>(weights.units), pointers<const float>(grads), hyper, config.max_grad_norm, step + 1);
+    const ExecutedStep done = executor->step(step + 1, batch, hyper, config.max_grad_norm);
     ++step;
-    FERRY_CHECK(std::isfinite(loss.mean()) && std::isfinite(update.grad_norm), kWhere,
+    FERRY_CHECK(std::isfinite(done.loss) && std::isfinite(done.grad_norm), kWhere,
                 "step {}: loss {} / grad norm {} is not finite; lower learning_rate or check the data (the last "
                 "checkpoint is intact)",
-                step, loss.mean(), update.grad_norm);
+                step, done.loss, done.grad_norm);
 
     StepRecord record;
     record.step = step;
     record.total_steps = total_steps;
-    record.loss = loss.mean();
+    record.loss = done.loss;
     record.lr = hyper.lr;
-    record.grad_norm = update.grad_norm;
+    record.grad_norm = done.grad_norm;
     record.tokens = batch.rows * batch.seq_len;
-    record.counted_tokens = loss.counted_tokens;
+    record.counted_tokens = done.counted_tokens;
     record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     summary.steps.push_back(record);
     if (hooks.on_step) hooks.on_step(record);
@@ -210,9 +197,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     }
   }
 
+  executor->finish_updates();
   std::vector<const float*> masters;
-  for (auto& b : weights.units) masters.push_back(b.data());
-  write_hf_model_dir(config.output_dir, config.model, mc, weights.layout, masters, save_dtype,
+  for (float* b : executor->masters()) masters.push_back(b);
+  write_hf_model_dir(config.output_dir, config.model, model_config, layout, masters, save_dtype,
                      static_cast<size_t>(config.max_shard_bytes));
   log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
   summary.final_step = step;

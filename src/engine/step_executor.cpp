@@ -1,0 +1,138 @@
+#include "engine/step_executor.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "device/device.h"
+#include "engine/model_step.h"
+#include "engine/sliding_engine.h"
+#include "engine/unit_optimizer.h"
+#include "ops/device_ops.h"
+#include "planner/default_plan.h"
+#include "planner/memory_model.h"
+
+namespace ferry {
+
+namespace {
+
+// The CPU backend in host memory: ModelStep + UnitOptimizer, the reference every schedule matches.
+class PlainExecutor final : public StepExecutor {
+ public:
+  PlainExecutor(const TrainConfig& config, ModelWeights weights)
+      : weights_(std::move(weights)),
+        ops_(make_cpu_ops()),
+        step_(weights_.config, weights_.layout, *ops_, config.micro_batch * config.seq_len,
+              config.global_batch / config.micro_batch),
+        optimizer_(weights_.layout, config.decay_norms_and_biases) {
+    for (const auto& u : weights_.layout.units) grads_.emplace_back(static_cast<size_t>(u.numel), 0.0f);
+  }
+  std::string describe() const override {
+    return fmt::format("cpu ({} threads, fp32 reference ops)", ThreadPool::global().size());
+  }
+  ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) override {
+    std::vector<float*> g;
+    for (auto& b : grads_) g.push_back(b.data());
+    const StepLoss loss = step_.run(masters(), g, batch);
+    const UpdateStats stats =
+        optimizer_.step(masters(), std::vector<const float*>(g.begin(), g.end()), hyper, max_grad_norm, step);
+    return {loss.mean(), loss.counted_tokens, stats.grad_norm};
+  }
+  void finish_updates() override {}
+  std::vector<float*> masters() override { return pointers(weights_.units); }
+  std::vector<float*> exp_avg() override { return pointers(optimizer_.m()); }
+  std::vector<float*> exp_avg_sq() override { return pointers(optimizer_.v()); }
+  void state_loaded(int64_t) override {}
+
+ private:
+  static std::vector<float*> pointers(std::vector<std::vector<float>>& buffers) {
+    std::vector<float*> out;
+    for (auto& b : buffers) out.push_back(b.data());
+    return out;
+  }
+  ModelWeights weights_;
+  std::unique_ptr<Ops> ops_;
+  ModelStep step_;
+  UnitOptimizer optimizer_;
+  std::vector<std::vector<float>> grads_;
+};
+
+// The sliding engine on a device.
+class SlidingExecutor final : public StepExecutor {
+ public:
+  SlidingExecutor(std::unique_ptr<Device> device, const TrainConfig& config, ModelWeights weights, const Plan& plan)
+      : device_(std::move(device)), ops_(make_device_ops(*device_)), plan_(plan) {
+    engine_ = std::make_unique<SlidingEngine>(weights.config, weights.layout, *device_, *ops_, plan_,
+                                              config.micro_batch * config.seq_len,
+                                              config.global_batch / config.micro_batch, config.decay_norms_and_biases);
+    for (size_t u = 0; u < weights.units.size(); ++u) engine_->host().unit(u).master = std::move(weights.units[u]);
+    engine_->weights_changed(0);
+  }
+  ~SlidingExecutor() override { engine_.reset(); }
+  std::string describe() const override { return fmt::format("{}: {}", device_->name(), plan_.describe()); }
+  ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) override {
+    const SlidingStepResult r = engine_->step(step, batch, hyper, max_grad_norm);
+    return {r.loss, r.counted_tokens, r.grad_norm};
+  }
+  void finish_updates() override { engine_->finish_updates(); }
+  std::vector<float*> masters() override { return collect(&HostUnitState::master); }
+  std::vector<float*> exp_avg() override { return collect(&HostUnitState::m); }
+  std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v); }
+  void state_loaded(int64_t step) override { engine_->weights_changed(step); }
+
+ private:
+  std::vector<float*> collect(std::vector<float> HostUnitState::*member) {
+    std::vector<float*> out;
+    for (size_t u = 0; u < engine_->host().unit_count(); ++u) out.push_back((engine_->host().unit(u).*member).data());
+    return out;
+  }
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Ops> ops_;
+  Plan plan_;
+  std::unique_ptr<SlidingEngine> engine_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, ModelWeights weights) {
+  std::string device = config.device;
+  if (device == "auto") device = cuda_available() ? "cuda" : "cpu";
+  if (device == "cpu") return std::make_unique<PlainExecutor>(config, std::move(weights));
+
+  const size_t budget = config.gpu_memory.empty() ? 0 : static_cast<size_t>(parse_byte_size(config.gpu_memory, "gpu_memory"));
+  std::unique_ptr<Device> dev;
+  PlanRequest request;
+  request.micro_batch = config.micro_batch;
+  request.seq_len = config.seq_len;
+  request.chunks = config.global_batch / config.micro_batch;
+  request.clipping = config.max_grad_norm > 0;
+  request.slots = config.gpu_slots > 0 ? std::optional<int64_t>(config.gpu_slots) : std::nullopt;
+  if (config.offload_activations != "auto") request.offload_activations = config.offload_activations == "all";
+  if (config.resident_layers >= 0) request.resident_layers = config.resident_layers;
+  if (device == "sim") {
+    SimDeviceOptions options;
+    if (budget > 0) options.memory_capacity = budget;
+    dev = make_sim_device(options);
+    request.weight_dtype = DType::F32;  // the simulated device runs the fp32 reference ops
+    request.grad_dtype = DType::F32;
+  } else {
+    dev = make_cuda_device(0, budget);
+    request.weight_dtype = DType::BF16;
+    request.grad_dtype = DType::BF16;
+  }
+  request.device_budget = dev->memory().capacity - std::min(dev->memory().capacity, dev->memory().in_use);
+  const Plan plan = default_plan(weights.config, weights.layout, request);
+  const DeviceBytes d = device_bytes(weights.config, weights.layout, plan, config.micro_batch * config.seq_len,
+                                     request.chunks);
+  const HostBytes h = host_bytes(weights.config, weights.layout, plan, config.micro_batch * config.seq_len,
+                                 request.chunks);
+  log_info("memory plan: device {} of {} (slots {}, resident {}, activations {}, scratch {}); host {} "
+           "(optimizer state {}, pinned {})",
+           format_bytes(d.total()), format_bytes(request.device_budget), format_bytes(d.slots),
+           format_bytes(d.resident), format_bytes(d.activations), format_bytes(d.scratch), format_bytes(h.total()),
+           format_bytes(h.optimizer), format_bytes(h.pinned));
+  return std::make_unique<SlidingExecutor>(std::move(dev), config, std::move(weights), plan);
+}
+
+}  // namespace ferry
