@@ -205,14 +205,12 @@ void SimDevice::check_host_range(const void* pointer, size_t bytes, const char* 
 }
 
 void SimDevice::timed_copy(void* dst, const void* src, size_t bytes, double bytes_per_second) const {
-  const auto start = std::chrono::steady_clock::now();
-  std::memcpy(dst, src, bytes);
+  // The bytes land when the modelled transfer ends, so that work which reads them without waiting for
+  // the copy's event reads what was there before (poison, for fresh memory) and the test fails.
   double seconds = options_.copy_latency_seconds;
   if (bytes_per_second > 0.0) seconds += static_cast<double>(bytes) / bytes_per_second;
-  if (seconds > 0.0) {
-    std::this_thread::sleep_until(start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                              std::chrono::duration<double>(seconds)));
-  }
+  if (seconds > 0.0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  std::memcpy(dst, src, bytes);
 }
 
 void SimDevice::enqueue(StreamKind stream, std::function<void()> work) {

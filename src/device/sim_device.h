@@ -8,8 +8,9 @@
 // * Device memory is host memory (64-byte aligned) under a hard cap, with in-use and peak counters.
 //   New blocks are filled with 0xFF bytes (NaN as f32 and bf16), as a GPU leaves fresh memory
 //   undefined, so reading memory nobody wrote shows up instead of reading as zero.
-// * Copies are memcpy on the stream's thread, slowed to the configured bandwidth and latency (the
-//   thread sleeps for the rest of the copy's modelled time), so the engine's overlap can be seen.
+// * Copies are memcpy on the stream's thread, slowed to the configured bandwidth and latency: the
+//   thread sleeps for the copy's modelled time, then the bytes land, so the engine's overlap can be
+//   seen and a reader that does not wait for the copy's event reads stale bytes.
 //   Each copy and fill is checked to lie inside one device allocation, and (by default) its host
 //   side inside pinned memory of this device.
 // * An exception thrown by a host task is kept and rethrown by the next synchronize*() on the host;
@@ -66,7 +67,7 @@ class SimDevice final : public Device {
   void enqueue(StreamKind stream, std::function<void()> work);
   void check_device_range(const void* pointer, size_t bytes, const char* op, const char* role) const;
   void check_host_range(const void* pointer, size_t bytes, const char* op, const char* role) const;
-  // memcpy, then sleep until latency + bytes / rate has passed since the start.
+  // Sleeps for latency + bytes / rate, then memcpy.
   void timed_copy(void* dst, const void* src, size_t bytes, double bytes_per_second) const;
   bool event_complete(int stream, uint64_t sequence);
   void wait_for_event(int stream, uint64_t sequence);
