@@ -90,6 +90,34 @@ TEST(ChatTemplateGolden, MatchesJinja2ByteForByte) {
   EXPECT_GT(raised, 5u);
 }
 
+// Small templates that pin the interpreter's semantics to jinja2's: scoping, filters, tests, Python
+// printing, whitespace control; jinja2's errors are errors here too, and what ferry does not
+// implement is refused with an error saying so.
+TEST(JinjaSnippets, MatchJinja2) {
+  const ordered_json g = goldens();
+  ASSERT_GT(g["snippets"].size(), 80u);
+  jinja::RenderInput input;
+  for (const auto& [k, v] : g["snippet_variables"].items()) input.variables.emplace_back(k, jinja::from_json(v));
+  for (const auto& snippet : g["snippets"]) {
+    const std::string source = snippet["template"];
+    SCOPED_TRACE(source);
+    std::string text, error;
+    try {
+      text = jinja::Template::parse(source, "snippet").render(input).text;
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    if (snippet["ferry_unsupported"].get<bool>()) {
+      EXPECT_NE(error.find("not supported"), std::string::npos) << error;
+    } else if (snippet.contains("error")) {
+      EXPECT_FALSE(error.empty()) << "jinja2 raised " << snippet["error"] << " but ferry rendered: " << text;
+    } else {
+      EXPECT_EQ(error, "");
+      EXPECT_EQ(text, snippet["text"].get<std::string>());
+    }
+  }
+}
+
 // The npm fixtures' tokenizer_config.json files carry the same templates as our copies.
 TEST(ChatTemplateGolden, FixtureCopiesMatchNpmPackages) {
   for (const auto& [copy, package] : {std::pair<std::string, std::string>{"qwen3.jinja", "qwen3"}, {"llama3-npm.jinja", "llama3"}}) {
