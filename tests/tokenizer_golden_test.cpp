@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tokenizer/bpe_model.h"
 #include "tokenizer_fixtures.h"
 
 namespace ferry {
@@ -127,6 +128,30 @@ TEST_P(GoldenTest, VocabularyAndLookups) {
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, GoldenTest, ::testing::Values("llama3", "qwen3", "llama2"),
                          [](const auto& info) { return info.param; });
+
+// The fast paths of the BPE model (per-thread cache; long words cut at "▁") against the plain
+// algorithm on the whole word, with the Mistral vocabulary on SentencePiece-normalized goldens.
+TEST(BpeFastPaths, EqualThePlainAlgorithm) {
+  ASSERT_NE(fixture_tokenizer("llama2"), nullptr);
+  const json root = test::read_json_file(test::tokenizer_fixture_dir("llama2") / "tokenizer.json");
+  const tok::BpeModel model(root["model"]);
+  ASSERT_TRUE(model.splits_long_words());
+  const json golden = test::read_json_file(test::fixtures_dir() / "tokenizer_goldens" / "llama2.json");
+  int checked = 0;
+  for (int round = 0; round < 2; ++round) {  // the second round hits the cache
+    for (const auto& c : golden["cases"]) {
+      if (c.contains("bytes_hex")) continue;
+      std::string word = "\xE2\x96\x81";  // what the normalizer makes of the text: ▁ prefix, spaces → ▁
+      for (const char ch : c["text"].get<std::string>()) word += ch == ' ' ? std::string("\xE2\x96\x81") : std::string(1, ch);
+      std::vector<int32_t> fast, plain;
+      model.tokenize(word, fast);
+      model.tokenize_uncached(word, plain);
+      EXPECT_TRUE(same_ids(fast, plain)) << "case '" << c["name"].get<std::string>() << "'";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 80);
+}
 
 // bos/eos/pad from tokenizer_config.json, and what each post-processor adds.
 TEST(TokenizerSpecialTokens, FromConfigAndPostProcessor) {

@@ -135,6 +135,23 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
     byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
   }
 
+  if (continuing_subword_prefix_.empty() && end_of_word_suffix_.empty()) {
+    for (const std::string marker : {"\xE2\x96\x81", " "}) {
+      if (!vocab_.count(marker)) continue;
+      bool safe = true;
+      for (const auto& [token, id] : vocab_) {
+        for (size_t at = token.find(marker, 1); safe && at != std::string::npos; at = token.find(marker, at + 1)) {
+          safe = at >= marker.size() && token.compare(at - marker.size(), marker.size(), marker) == 0;
+        }
+        if (!safe) break;
+      }
+      if (safe) {
+        split_marker_ = marker;
+        break;
+      }
+    }
+  }
+
   const auto& merges = json_array(config, "merges", "BPE model");
   merges_ = new MergeMap(merges.size());
   const size_t prefix_len = continuing_subword_prefix_.size();
@@ -184,6 +201,23 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
       return;
     }
   }
+  constexpr size_t kSplitAbove = 64;  // shorter words go to the cache whole
+  if (split_marker_.empty() || word.size() <= kSplitAbove) {
+    tokenize_cached(word, ids);
+    return;
+  }
+  // Cut before each run of markers (see split_marker_).
+  const std::string_view marker = split_marker_;
+  size_t start = 0;
+  for (size_t at = word.find(marker, 1); at != std::string_view::npos; at = word.find(marker, at + marker.size())) {
+    if (at >= marker.size() && word.compare(at - marker.size(), marker.size(), marker) == 0) continue;
+    tokenize_cached(word.substr(start, at - start), ids);
+    start = at;
+  }
+  tokenize_cached(word.substr(start), ids);
+}
+
+void BpeModel::tokenize_cached(std::string_view word, std::vector<int32_t>& ids) const {
   if (word.size() > WordCache::kMaxWordBytes) {
     merge_word(word, ids);
     return;

@@ -43,12 +43,15 @@ class BpeModel {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The token of an id, or null when the model has none.
   const std::string* id_to_token(int32_t id) const;
+  // Whether long words are cut at a marker no merge crosses (see split_marker_).
+  bool splits_long_words() const { return !split_marker_.empty(); }
   // Number of distinct tokens in the vocabulary.
   size_t vocab_size() const { return vocab_.size(); }
 
  private:
   struct MergeMap;
   void merge_word(std::string_view word, std::vector<int32_t>& ids) const;
+  void tokenize_cached(std::string_view word, std::vector<int32_t>& ids) const;
 
   Vocab vocab_;
   std::vector<std::string> id_to_token_;  // by id; ids without a token hold an empty string
@@ -62,6 +65,11 @@ class BpeModel {
   std::string end_of_word_suffix_;
   int32_t byte_ids_[256];  // <0xNN> tokens for byte_fallback; -1 where missing
   uint64_t cache_key_;     // identifies this model in the per-thread caches
+  // A word boundary no merge can cross ("▁" in SentencePiece vocabularies), or empty: when no token
+  // holds the marker after anything but the marker itself, a merge never joins the symbol before a
+  // run of markers with the run, so a long word (a whole text, without pre-tokenizer) is tokenized
+  // piece by piece, each piece cached, with the same result.
+  std::string split_marker_;
 };
 
 }  // namespace ferry::tok
