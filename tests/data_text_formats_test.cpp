@@ -465,3 +465,23 @@ TEST(RealTokenizers, ChatMasksAlignExactly) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST(ChatText, AssistantFirstNeedsARenderablePrompt) {
+  // Llama 3.1's template reads messages[0], so it cannot render the empty prompt before a first
+  // assistant message: a clear error, not a guessed mask.
+  const ChatTemplate tpl(fixture_template("llama-3.1-instruct.jinja"), "llama-3.1", {{"bos_token", "<|begin_of_text|>"}});
+  ChatTextOptions o;
+  o.stop_strings = {"<|eot_id|>"};
+  try {
+    chat_training_text(tpl, jinja::from_json(ordered_json::parse(R"([{"role": "assistant", "content": "Hi"}])")), o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot render the prompt of assistant message 0"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ferry

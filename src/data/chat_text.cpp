@@ -96,7 +96,15 @@ TrainingText chat_training_text(const ChatTemplate& tpl, const jinja::Value& mes
              "messages, or one with {{% generation %}} tags",
              i, tpl.name());
       const size_t region_begin = ranges.front().first, region_end = ranges.back().second;
-      const std::string prompt = generation_prompt(tpl, items, i, render);
+      std::string prompt;
+      try {
+        prompt = generation_prompt(tpl, items, i, render);
+      } catch (const Error& e) {
+        fail(kWhere,
+             "the chat template cannot render the prompt of assistant message {} (messages[:{}] with "
+             "add_generation_prompt), which the loss mask needs: {}",
+             i, i, e.what());
+      }
       size_t start = region_begin;
       while (start < region_end && start - region_begin < prompt.size() && text[start] == prompt[start - region_begin])
         ++start;
