@@ -485,3 +485,39 @@ TEST(ChatText, AssistantFirstNeedsARenderablePrompt) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST(RealTokenizers, PlainTextIsTheTokenizersEncodingPlusEos) {
+  for (const char* name : {"qwen3", "llama3", "llama2"}) {
+    SCOPED_TRACE(name);
+    const auto dir = test::fixtures_dir() / "tokenizers" / name;
+    if (!std::filesystem::exists(dir / "tokenizer.json")) {
+      ADD_FAILURE() << "tokenizer fixture missing: " << dir << "; run scripts/fetch_tokenizer_fixtures.sh";
+      continue;
+    }
+    const Tokenizer tokenizer = Tokenizer::load(dir);
+    const TokenizerTextEncoder encoder(tokenizer);
+    const std::string prompt = "Below is a prompt:  with  spaces,\n\ttabs and ünïcode 😀.\n\n### Response:\n";
+    const std::string completion = " The answer is 42.";
+    TrainingText t{prompt + completion, {{prompt.size(), prompt.size() + completion.size()}}, {true}, true};
+    TokenizeStats stats;
+    const Document doc = tokenize_training_text(t, encoder, &stats);
+    std::vector<int32_t> expected = tokenizer.encode(t.text, true);
+    ASSERT_TRUE(tokenizer.eos_token_id().has_value());
+    if (!tokenizer.adds_eos()) expected.push_back(*tokenizer.eos_token_id());
+    EXPECT_EQ(doc.input_ids, expected);
+    EXPECT_EQ(stats.encoded_by_range, 0);
+    EXPECT_EQ(doc.labels.back(), *tokenizer.eos_token_id());
+    // The trained tokens spell the completion (the prompt's tokens end where it ends here).
+    std::vector<int32_t> trained;
+    for (int32_t l : doc.labels)
+      if (l != kIgnoreIndex) trained.push_back(l);
+    trained.pop_back();
+    EXPECT_EQ(tokenizer.decode(trained), std::string(name) == "llama2" ? completion.substr(1) : completion);
+  }
+}
+
+}  // namespace
+}  // namespace ferry

@@ -15,6 +15,13 @@
 //   workspace_bytes() reports the total held now; the planner counts it once it is at its steady
 //   size (after the first step). Nothing is allocated per step once the shapes repeat.
 //
+// Determinism: every op gives the same bits run to run (cuBLASLt for a given GPU and library
+// version; reductions in a fixed order; the embedding backward sorts the ids with a stable radix
+// sort and sums each table row's tokens in token order -- with an F32 table, the CPU reference's
+// additions exactly), except attention_backward's dq (flash_attention.h).
+//
+// One host thread issues the ops of a CudaOps (its plan cache and scratch are not locked).
+//
 // Invalid data (a token id outside the vocabulary, a target outside it that is not -100) cannot be
 // reported without a host sync; the op poisons its output instead (a NaN embedding row, a NaN loss)
 // and sets a flag on the device that device_error() reads later.

@@ -106,7 +106,9 @@ __global__ void __launch_bounds__(kThreads)
   size_t i = 0;
   const bool vec = bf16 ? (reinterpret_cast<uintptr_t>(grad) % 8 == 0) : (reinterpret_cast<uintptr_t>(grad) % 16 == 0);
   if (vec) {
-#pragma unroll 8
+    // Unrolled so that many loads are in flight per thread: there is one thread per 64Ki chunk
+    // (the order of clip.cpp allows no more), so memory parallelism has to come from here.
+#pragma unroll 16
     for (; i + 4 <= count; i += 4) {
       float x0, x1, x2, x3;
       if (bf16) {
