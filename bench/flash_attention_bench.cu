@@ -28,6 +28,7 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "ops/cuda/flash_attention.h"
+#include "ops/cuda/flash_attention_internal.h"
 #include "ops/ops.h"
 
 namespace {
@@ -271,6 +272,20 @@ int run(int argc, char** argv) {
                 static_cast<long long>(S), static_cast<long long>(T / S), fwd, tf(fwd_flops, fwd),
                 100 * tf(fwd_flops, fwd) / kPeakTflops, bwd, tf(bwd_flops, bwd), 100 * tf(bwd_flops, bwd) / kPeakTflops,
                 both, tf(fwd_flops + bwd_flops, both), 100 * tf(fwd_flops + bwd_flops, both) / kPeakTflops);
+    // The backward's main kernel alone (no delta, zeroing or dq conversion), in its two D = 128
+    // configurations; the workspace already holds delta from the runs above, and dq_accum only
+    // collects garbage here.
+    const float* delta = static_cast<const float*>(p.ws->p);
+    float* dq_accum = reinterpret_cast<float*>(static_cast<char*>(p.ws->p) + flash::delta_bytes(T, Hq));
+    for (int keys : {128, 64}) {
+      try {
+        const double ms = time_ms(3, iters, [&] { flash::backward_tensor_core(bp, delta, dq_accum, nullptr, keys); });
+        std::printf("  %6s %5s   backward kernel only, %3d keys per block: %9.3f ms %8.1f TFLOP/s %5.1f%%\n", "", "",
+                    keys, ms, tf(bwd_flops, ms), 100 * tf(bwd_flops, ms) / kPeakTflops);
+      } catch (const std::exception& e) {
+        std::printf("  %6s %5s   backward kernel only, %3d keys per block: %s\n", "", "", keys, e.what());
+      }
+    }
   }
   return 0;
 }

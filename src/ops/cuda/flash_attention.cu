@@ -24,14 +24,16 @@ void check_cuda(int error, const char* what) {
 
 void check_launch(const char* what) { check_cuda(cudaGetLastError(), what); }
 
+size_t delta_bytes(int64_t tokens, int q_heads) {
+  constexpr size_t kAlign = 256;
+  return (sizeof(float) * tokens * q_heads + kAlign - 1) / kAlign * kAlign;
+}
+
 namespace {
 
-constexpr size_t kWorkspaceAlign = 256;
-size_t round_up(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
 bool tensor_core_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
-size_t delta_bytes(int64_t tokens, int q_heads) { return round_up(sizeof(float) * tokens * q_heads); }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 

@@ -52,10 +52,10 @@ struct FlashAttentionBackwardParams {
 // tensor-core path, the fp32 dq accumulator (T, Hq, D).
 size_t flash_attention_backward_workspace(int64_t tokens, int q_heads, int kv_heads, int head_dim);
 
-// FlashAttention-2's backward. One block per (kv head, 64-key tile) recomputes P and dS over the
-// query tiles that see its keys, for every query head of the GQA group, and keeps dK, dV in
-// registers; dq is accumulated with fp32 atomics into the workspace and converted to bf16 at the
-// end. dk and dv are deterministic; dq is not (the atomics' order varies run to run, so its fp32
+// FlashAttention-2's backward. One block per (kv head, tile of 128 keys, or 64 where shared memory
+// is short) recomputes P and dS over the query tiles that see its keys, for every query head of
+// the GQA group, and keeps dK, dV in registers; dq is accumulated with fp32 atomics into the
+// workspace and converted to bf16 at the end. dk and dv are deterministic; dq is not (the atomics' order varies run to run, so its fp32
 // sums may differ in the last bits before rounding to bf16). The simple path (other head_dim) is
 // deterministic throughout.
 void flash_attention_backward(const FlashAttentionBackwardParams& params, void* stream);

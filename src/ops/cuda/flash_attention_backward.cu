@@ -1,6 +1,9 @@
 // Launches the tensor-core backward (flash_attention_backward.cuh) with its tile configurations.
 #include <cuda_runtime.h>
 
+#include <string>
+
+#include "core/check.h"
 #include "ops/cuda/flash_attention_backward.cuh"
 #include "ops/cuda/flash_attention_internal.h"
 
@@ -28,7 +31,8 @@ void launch_backward(const FlashAttentionBackwardParams& p, const float* delta, 
 //   atomic serves 128 keys.
 // * D = 128 otherwise (sm_86, sm_89: 99 KB): 64 x 32, 4 warps, 16 x 64 pieces, 75.5 KB.
 // * D = 64: 64 x 64, 4 warps, 16 x 64 pieces, 66 KB.
-void backward_tensor_core(const FlashAttentionBackwardParams& p, const float* delta, float* dq_accum, void* stream) {
+void backward_tensor_core(const FlashAttentionBackwardParams& p, const float* delta, float* dq_accum, void* stream,
+                          int keys_per_block) {
   using Wide128 = BackwardTile<128, 8, 32, 32, 1>;
   using Narrow128 = BackwardTile<128, 4, 32, 64, 2>;
   if (p.fwd.head_dim == 64) {
@@ -39,7 +43,11 @@ void backward_tensor_core(const FlashAttentionBackwardParams& p, const float* de
   check_cuda(cudaGetDevice(&device), "cudaGetDevice");
   check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
              "cudaDeviceGetAttribute(max shared memory per block)");
-  if (static_cast<size_t>(optin) >= Wide128::kSmemBytes)
+  const bool wide_fits = static_cast<size_t>(optin) >= Wide128::kSmemBytes;
+  if (keys_per_block == 128 && !wide_fits)
+    raise("flash_attention_backward", "128-key blocks need " + std::to_string(Wide128::kSmemBytes) +
+                                          " bytes of shared memory; this device allows " + std::to_string(optin));
+  if (keys_per_block == 128 || (keys_per_block == 0 && wide_fits))
     launch_backward<Wide128>(p, delta, dq_accum, stream);
   else
     launch_backward<Narrow128>(p, delta, dq_accum, stream);
