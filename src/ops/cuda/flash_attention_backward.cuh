@@ -9,10 +9,11 @@
 //   S^T = K Q^T, dP^T = V dO^T                      (mma, this warp's 16 keys x Bq queries)
 //   P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta)   (masked entries are 0)
 //   dV += P^T dO, dK += dS^T Q                      (P^T, dS^T re-used from registers as A fragments)
-//   dQ[tile] += dS K                                (dS^T through shared memory; warps split dQ's
-//                                                    16 x 64 pieces; fp32 atomics into the workspace)
+//   dQ[tile] += dS K                                (dS^T through shared memory; warps split dQ into
+//                                                    16 x DqCols pieces; fp32 atomics into the
+//                                                    workspace, float4 ones on sm_90)
 // and at the end dK = scale dK, dV written as bf16. delta = rowsum(dO * O) comes precomputed; dq
-// is scaled and converted by flash_attention.cu.
+// is scaled and converted to bf16 afterwards (convert_dq_kernel).
 //
 // Shared memory (bf16 rows padded by 8 elements, as in the forward): K, V (Bc x (D+8)) for the
 // whole block; Q, dO (Bq x (D+8)) twice (double buffer); dS^T (Bc x (Bq+8)); lse, delta and
@@ -28,7 +29,8 @@
 
 namespace ferry::flash {
 
-
+// head_dim D, Warps warps (Bc = 16 Warps keys), Bq queries per step, dQ pieces DqCols wide,
+// MinBlocks for __launch_bounds__.
 template <int D_, int Warps_, int Bq_, int DqCols_, int MinBlocks_>
 struct BackwardTile {
   static constexpr int D = D_, Warps = Warps_, Bc = 16 * Warps_, Bq = Bq_, MinBlocks = MinBlocks_;

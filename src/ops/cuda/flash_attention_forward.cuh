@@ -30,7 +30,7 @@
 
 namespace ferry::flash {
 
-
+// head_dim D, Warps warps (Br = 16 Warps query rows), Bc keys per step, MinBlocks for __launch_bounds__.
 template <int D_, int Warps_, int Bc_, int MinBlocks_>
 struct ForwardTile {
   static constexpr int D = D_, Warps = Warps_, Br = 16 * Warps_, Bc = Bc_, MinBlocks = MinBlocks_;
