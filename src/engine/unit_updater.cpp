@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "optim/clip.h"
+#include "optim/cpu_adamw.h"
 
 namespace ferry {
 
@@ -92,18 +93,22 @@ double UnitUpdater::grad_norm(int64_t step) {
 }
 
 void UnitUpdater::update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip) {
+  // One fused pass per unit (SIMD, all cores): gradient in, master/m/v updated, and the bf16 copy
+  // for the next upload written in the same pass when the device holds bf16 weights.
   HostUnitState& s = units_[u];
-  const float* grad = s.grad.as<float>();
-  if (plan_.grad_dtype != DType::F32) {
-    convert_to_f32(s.grad.data(), plan_.grad_dtype, grad_f32_.data(), s.master.size());
-    grad = grad_f32_.data();
-  }
-  for (const auto& p : layout_.units[u].params) {
-    const size_t o = static_cast<size_t>(p.offset);
-    adamw_step(s.master.data() + o, s.m.data() + o, s.v.data() + o, grad + o, static_cast<size_t>(p.numel), hyper,
-               step, p.decay || decay_all_, clip);
-  }
-  refresh_shadow(u);
+  std::vector<AdamWSegment> segments;
+  for (const auto& p : layout_.units[u].params)
+    segments.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay || decay_all_});
+  AdamWUnitBuffers buffers;
+  buffers.master = s.master.data();
+  buffers.m = s.m.data();
+  buffers.v = s.v.data();
+  buffers.grad = s.grad.data();
+  buffers.grad_dtype = plan_.grad_dtype;
+  const bool bf16_weights = plan_.weight_dtype == DType::BF16;
+  if (bf16_weights) buffers.bf16_out = s.shadow.as<uint16_t>();
+  cpu_adamw_step(buffers, segments, hyper, step, clip);
+  if (!bf16_weights) refresh_shadow(u);
 }
 
 void UnitUpdater::run() {
