@@ -14,10 +14,15 @@
 namespace ferry::test {
 
 inline const std::vector<std::pair<std::string, int>>& tiny_special_tokens() {
-  static const std::vector<std::pair<std::string, int>> tokens = {
-      {"<|begin_of_text|>", 300}, {"<|end_of_text|>", 301}, {"<|im_start|>", 302},
-      {"<|im_end|>", 303},        {"<|start_header_id|>", 304}, {"<|end_header_id|>", 305},
-      {"<|eot_id|>", 306},        {"<s>", 307},               {"</s>", 308}};
+  static const std::vector<std::pair<std::string, int>> tokens = {{"<|begin_of_text|>", 300},
+                                                                  {"<|end_of_text|>", 301},
+                                                                  {"<|im_start|>", 302},
+                                                                  {"<|im_end|>", 303},
+                                                                  {"<|start_header_id|>", 304},
+                                                                  {"<|end_header_id|>", 305},
+                                                                  {"<|eot_id|>", 306},
+                                                                  {"<s>", 307},
+                                                                  {"</s>", 308}};
   return tokens;
 }
 
@@ -28,9 +33,9 @@ inline std::string tiny_tokenizer_json(bool add_bos = true) {
   for (int b = 0; b < 256; ++b) vocab[tok::byte_to_char(static_cast<uint8_t>(b))] = b;
   // Merges, in rank order; each makes the next id.
   const std::vector<std::pair<std::string, std::string>> merges = {
-      {"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}, {"i", "n"}, {"Ċ", "Ċ"}, {"a", "s"}, {"Ġ", "a"}, {"e", "r"},
-      {"o", "u"}, {"Ġ", "c"}, {"a", "t"}, {"Ġc", "at"}, {"l", "l"}, {"e", "ll"}, {"h", "ell"}, {"o", "n"},
-      {"s", "s"}, {"i", "s"}, {"Ġ", "is"}, {"a", "n"}, {"Ġ", "an"}, {"t", "an"}, {"Ġ", "w"}, {"o", "r"},
+      {"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}, {"i", "n"},   {"Ċ", "Ċ"},  {"a", "s"},  {"Ġ", "a"},   {"e", "r"},
+      {"o", "u"}, {"Ġ", "c"}, {"a", "t"},   {"Ġc", "at"}, {"l", "l"},  {"e", "ll"}, {"h", "ell"}, {"o", "n"},
+      {"s", "s"}, {"i", "s"}, {"Ġ", "is"},  {"a", "n"},   {"Ġ", "an"}, {"t", "an"}, {"Ġ", "w"},   {"o", "r"},
   };
   json merge_list = json::array();
   int next = 256;
@@ -40,8 +45,13 @@ inline std::string tiny_tokenizer_json(bool add_bos = true) {
   }
   json added = json::array();
   for (const auto& [content, id] : tiny_special_tokens())
-    added.push_back({{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                     {"normalized", false}, {"special", true}});
+    added.push_back({{"id", id},
+                     {"content", content},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   json post = nullptr;
   if (add_bos) {
     post = {{"type", "TemplateProcessing"},
@@ -49,17 +59,26 @@ inline std::string tiny_tokenizer_json(bool add_bos = true) {
                                     {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
             {"pair", json::array()},
             {"special_tokens",
-             {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {300}}, {"tokens", {"<|begin_of_text|>"}}}}}}};
+             {{"<|begin_of_text|>",
+               {{"id", "<|begin_of_text|>"}, {"ids", {300}}, {"tokens", {"<|begin_of_text|>"}}}}}}};
   }
   json t = {
       {"version", "1.0"},
       {"added_tokens", added},
       {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
       {"post_processor", post},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"fuse_unk", false},
-                 {"byte_fallback", false}, {"vocab", vocab}, {"merges", merge_list}}},
+      {"decoder",
+       {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"vocab", vocab},
+        {"merges", merge_list}}},
   };
   return t.dump();
 }
@@ -70,7 +89,8 @@ inline void write_tiny_tokenizer(const std::filesystem::path& dir, const std::st
                                  const std::string& chat_template = "", bool add_bos = true) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "tokenizer.json") << tiny_tokenizer_json(add_bos);
-  nlohmann::json config = {{"bos_token", "<|begin_of_text|>"}, {"eos_token", eos_token},
+  nlohmann::json config = {{"bos_token", "<|begin_of_text|>"},
+                           {"eos_token", eos_token},
                            {"tokenizer_class", "PreTrainedTokenizerFast"}};
   if (!chat_template.empty()) config["chat_template"] = chat_template;
   std::ofstream(dir / "tokenizer_config.json") << config.dump(2);

@@ -30,7 +30,8 @@ std::string fixture_template(const std::string& name) {
 }
 
 const Tokenizer& tiny() {
-  static const Tokenizer t = Tokenizer::from_json(test::tiny_tokenizer_json(), R"({"eos_token": "<|end_of_text|>", "bos_token": "<|begin_of_text|>"})");
+  static const Tokenizer t = Tokenizer::from_json(
+      test::tiny_tokenizer_json(), R"({"eos_token": "<|end_of_text|>", "bos_token": "<|begin_of_text|>"})");
   return t;
 }
 
@@ -63,7 +64,8 @@ class FakeEncoder : public TextEncoder {
   std::vector<ByteRange> ranges;
   bool aligned = true;
   mutable std::vector<std::string> pieces;  // texts encoded piece by piece
-  bool encode(std::string_view text, bool, std::vector<int32_t>* out_ids, std::vector<ByteRange>* out_ranges) const override {
+  bool encode(std::string_view text, bool, std::vector<int32_t>* out_ids,
+              std::vector<ByteRange>* out_ranges) const override {
     if (!out_ranges) {
       pieces.emplace_back(text);
       out_ids->assign(1, static_cast<int32_t>(text.size()));  // one token per piece, id = its length
@@ -180,7 +182,8 @@ const char* kTwoTurns = R"([{"role": "system", "content": "Be brief."}, {"role":
   {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Bye now."}])";
 
 TEST(ChatText, Qwen25TrainsContentAndImEnd) {
-  const ChatCase qwen{"qwen2.5-instruct.jinja", {{"eos_token", "<|im_end|>"}}, {"<|im_end|>", "<|endoftext|>"}};
+  const ChatCase qwen{
+      "qwen2.5-instruct.jinja", {{"eos_token", "<|im_end|>"}}, {"<|im_end|>", "<|endoftext|>"}};
   const TrainingText t = chat(qwen, kTwoTurns);
   EXPECT_EQ(range_texts(t), (std::vector<std::string>{"Hello!<|im_end|>", "Bye now.<|im_end|>"}));
   EXPECT_EQ(t.eos_after, (std::vector<bool>{false, false}));
@@ -191,18 +194,21 @@ TEST(ChatText, Qwen25TrainsContentAndImEnd) {
 }
 
 TEST(ChatText, Llama31TrainsContentAndEotId) {
-  const ChatCase llama{"llama-3.1-instruct.jinja", {{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|eot_id|>"}},
+  const ChatCase llama{"llama-3.1-instruct.jinja",
+                       {{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|eot_id|>"}},
                        {"<|eot_id|>", "<|end_of_text|>", "<|eom_id|>"}};
   const TrainingText t = chat(llama, kTwoTurns);
   EXPECT_EQ(range_texts(t), (std::vector<std::string>{"Hello!<|eot_id|>", "Bye now.<|eot_id|>"}));
   // The template trims content: what is trained is what it wrote.
-  const TrainingText padded = chat(llama, R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "  A  \n"}])");
+  const TrainingText padded =
+      chat(llama, R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "  A  \n"}])");
   EXPECT_EQ(range_texts(padded), (std::vector<std::string>{"A<|eot_id|>"}));
 }
 
 TEST(ChatText, Llama3NpmTemplateWithoutStopStringGetsEos) {
   // The base Llama-3 tokenizer's eos is <|end_of_text|>, which its template never writes.
-  const ChatCase llama{"llama3-npm.jinja", {{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|end_of_text|>"}},
+  const ChatCase llama{"llama3-npm.jinja",
+                       {{"bos_token", "<|begin_of_text|>"}, {"eos_token", "<|end_of_text|>"}},
                        {"<|end_of_text|>"}};
   const TrainingText t = chat(llama, kTwoTurns);
   EXPECT_EQ(range_texts(t), (std::vector<std::string>{"Hello!<|eot_id|>", "Bye now.<|eot_id|>"}));
@@ -210,13 +216,16 @@ TEST(ChatText, Llama3NpmTemplateWithoutStopStringGetsEos) {
 }
 
 TEST(ChatText, Qwen3ThinkBlocks) {
-  const ChatCase qwen3{"qwen3.jinja", {{"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"}}, {"<|im_end|>", "<|endoftext|>"}};
+  const ChatCase qwen3{"qwen3.jinja",
+                       {{"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"}},
+                       {"<|im_end|>", "<|endoftext|>"}};
   const char* reasoning = R"([{"role": "user", "content": "Q1"},
     {"role": "assistant", "content": "<think>\nR1\n</think>\n\nA1"}, {"role": "user", "content": "Q2"},
     {"role": "assistant", "content": "A2", "reasoning_content": "R2"}])";
   TrainingText t = chat(qwen3, reasoning);
   // Earlier turns lose their reasoning; the last one keeps it.
-  EXPECT_EQ(range_texts(t), (std::vector<std::string>{"A1<|im_end|>", "<think>\nR2\n</think>\n\nA2<|im_end|>"}));
+  EXPECT_EQ(range_texts(t),
+            (std::vector<std::string>{"A1<|im_end|>", "<think>\nR2\n</think>\n\nA2<|im_end|>"}));
   // enable_thinking=False: the empty think block belongs to the generation prompt.
   t = chat(qwen3, R"([{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A"}])", false,
            {{"enable_thinking", jinja::Value(false)}});
@@ -227,7 +236,8 @@ TEST(ChatText, Qwen3ThinkBlocks) {
 }
 
 TEST(ChatText, MistralTemplates) {
-  const std::vector<std::pair<std::string, std::string>> tokens = {{"bos_token", "<s>"}, {"eos_token", "</s>"}};
+  const std::vector<std::pair<std::string, std::string>> tokens = {{"bos_token", "<s>"},
+                                                                   {"eos_token", "</s>"}};
   const ChatCase v02{"mistral-7b-instruct-v0.2.jinja", tokens, {"</s>"}};
   const char* turns = R"([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
     {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Bye now."}])";
@@ -245,7 +255,8 @@ TEST(ChatText, MistralTemplates) {
 
 TEST(ChatText, GenerationTagsDecide) {
   const ChatCase tags{"generation-tags.jinja", {{"eos_token", "<|im_end|>"}}, {"<|im_end|>"}};
-  EXPECT_EQ(range_texts(chat(tags, kTwoTurns)), (std::vector<std::string>{"Hello!<|im_end|>", "Bye now.<|im_end|>"}));
+  EXPECT_EQ(range_texts(chat(tags, kTwoTurns)),
+            (std::vector<std::string>{"Hello!<|im_end|>", "Bye now.<|im_end|>"}));
 }
 
 // ---- files ----
@@ -286,7 +297,9 @@ TEST_F(DataFiles, EveryFormatAutoDetected) {
   {"system": "Be brief.", "conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"},
                                             {"from": "human", "value": "Q2"}, {"from": "gpt", "value": "A2"}]}
 ])");
-  const auto messages = write("messages.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})");
+  const auto messages =
+      write("messages.jsonl",
+            R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})");
   const auto pc = write("pc.jsonl", R"({"prompt": "The sky is", "completion": " blue."}
 {"prompt": [{"role": "user", "content": "Sky?"}], "completion": [{"role": "assistant", "content": "Blue."}]}
 )");
@@ -295,10 +308,15 @@ TEST_F(DataFiles, EveryFormatAutoDetected) {
   const auto tokens = write("tokens.jsonl", R"({"input_ids": [1, 2, 3], "labels": [-100, 2, 3]})");
 
   TextDataStats stats;
-  const auto docs = load_text_documents({alpaca, sharegpt, messages, pc, text, txt, tokens}, options(), &stats);
+  const auto docs =
+      load_text_documents({alpaca, sharegpt, messages, pc, text, txt, tokens}, options(), &stats);
   ASSERT_EQ(docs.size(), 10u);
-  EXPECT_EQ(stats.records_by_format, (std::map<std::string, int64_t>{{"alpaca", 2}, {"sharegpt", 2}, {"messages", 1},
-                                                                    {"prompt_completion", 2}, {"text", 2}, {"tokens", 1}}));
+  EXPECT_EQ(stats.records_by_format, (std::map<std::string, int64_t>{{"alpaca", 2},
+                                                                     {"sharegpt", 2},
+                                                                     {"messages", 1},
+                                                                     {"prompt_completion", 2},
+                                                                     {"text", 2},
+                                                                     {"tokens", 1}}));
   const Tokenizer& t = tiny();
   EXPECT_EQ(trained_texts(docs[0], t), (std::vector<std::string>{"4<|im_end|>"}));
   EXPECT_NE(t.decode(docs[0].input_ids).find("<|im_start|>user\nAdd\n2 and 2<|im_end|>"), std::string::npos);
@@ -315,7 +333,8 @@ TEST_F(DataFiles, EveryFormatAutoDetected) {
   EXPECT_EQ(trained_texts(docs[6], t), (std::vector<std::string>{"Blue.<|im_end|>"}));
   // Text: everything, bos and eos.
   EXPECT_EQ(trained_texts(docs[7], t), (std::vector<std::string>{"<|begin_of_text|>the cat<|end_of_text|>"}));
-  EXPECT_EQ(trained_texts(docs[8], t), (std::vector<std::string>{"<|begin_of_text|>A plain\n\ntext file.\n<|end_of_text|>"}));
+  EXPECT_EQ(trained_texts(docs[8], t),
+            (std::vector<std::string>{"<|begin_of_text|>A plain\n\ntext file.\n<|end_of_text|>"}));
   EXPECT_EQ(docs[9].input_ids, (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(docs[9].labels, (std::vector<int32_t>{-100, 2, 3}));
   EXPECT_EQ(stats.documents, 10);
@@ -331,19 +350,27 @@ TEST_F(DataFiles, AlpacaWithoutTemplateUsesThePlainPrompt) {
   ASSERT_EQ(docs.size(), 2u);
   const Tokenizer& t = tiny();
   EXPECT_EQ(t.decode(docs[0].input_ids),
-            "<|begin_of_text|>Below is an instruction that describes a task, paired with an input that provides further "
-            "context. Write a response that appropriately completes the request.\n\n### Instruction:\nAdd\n\n### Input:\n2 "
+            "<|begin_of_text|>Below is an instruction that describes a task, paired with an input that "
+            "provides further "
+            "context. Write a response that appropriately completes the request.\n\n### "
+            "Instruction:\nAdd\n\n### Input:\n2 "
             "and 2\n\n### Response:\n4<|end_of_text|>");
   EXPECT_EQ(trained_texts(docs[0], t), (std::vector<std::string>{"4<|end_of_text|>"}));
-  EXPECT_NE(t.decode(docs[1].input_ids).find("request.\n\n### Instruction:\nSay hi\n\n### Response:\nhi"), std::string::npos);
+  EXPECT_NE(t.decode(docs[1].input_ids).find("request.\n\n### Instruction:\nSay hi\n\n### Response:\nhi"),
+            std::string::npos);
   // Chat formats need a template.
-  const auto m = write("m.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})");
-  EXPECT_NE(error_of({m}, o).find("m.jsonl:1: messages records are rendered with the model's chat template"), std::string::npos)
+  const auto m =
+      write("m.jsonl",
+            R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})");
+  EXPECT_NE(error_of({m}, o).find("m.jsonl:1: messages records are rendered with the model's chat template"),
+            std::string::npos)
       << error_of({m}, o);
 }
 
 TEST_F(DataFiles, TrainOnPromptTrainsEverything) {
-  const auto m = write("m.jsonl", R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})");
+  const auto m =
+      write("m.jsonl",
+            R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})");
   TextDataOptions o = options();
   o.train_on_prompt = true;
   const auto docs = load_text_documents({m}, o);
@@ -351,7 +378,8 @@ TEST_F(DataFiles, TrainOnPromptTrainsEverything) {
 }
 
 TEST_F(DataFiles, MalformedRecordsNameFileAndLine) {
-  const auto bad = write("bad.jsonl", "{\"text\": \"ok\"}\n\n{\"text\": 3}\n{not json\n{\"text\": \"fine\"}\n");
+  const auto bad =
+      write("bad.jsonl", "{\"text\": \"ok\"}\n\n{\"text\": 3}\n{not json\n{\"text\": \"fine\"}\n");
   const std::string e = error_of({bad}, options());
   EXPECT_NE(e.find("bad.jsonl:3: 'text' is 3 (number), not a string"), std::string::npos) << e;
   TextDataOptions o = options();
@@ -362,23 +390,31 @@ TEST_F(DataFiles, MalformedRecordsNameFileAndLine) {
   EXPECT_EQ(stats.skipped_malformed, 2);
   EXPECT_EQ(stats.records, 4);
 
-  const auto arr = write("arr.json", "[\n {\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]},\n {\"messages\": []}\n]");
-  EXPECT_NE(error_of({arr}, options()).find("arr.json:2: no assistant message"), std::string::npos) << error_of({arr}, options());
+  const auto arr = write(
+      "arr.json", "[\n {\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]},\n {\"messages\": []}\n]");
+  EXPECT_NE(error_of({arr}, options()).find("arr.json:2: no assistant message"), std::string::npos)
+      << error_of({arr}, options());
   const auto sg = write("sg.jsonl", R"({"conversations": [{"from": "bot", "value": "x"}]})");
-  EXPECT_NE(error_of({sg}, options()).find("sg.jsonl:1: 'conversations'[0] is from 'bot'"), std::string::npos);
+  EXPECT_NE(error_of({sg}, options()).find("sg.jsonl:1: 'conversations'[0] is from 'bot'"),
+            std::string::npos);
   // A template that refuses the conversation: malformed, with the template's message.
-  ChatTemplate mistral(fixture_template("mistral-7b-instruct-v0.2.jinja"), "mistral", {{"bos_token", "<s>"}, {"eos_token", "</s>"}});
+  ChatTemplate mistral(fixture_template("mistral-7b-instruct-v0.2.jinja"), "mistral",
+                       {{"bos_token", "<s>"}, {"eos_token", "</s>"}});
   o = options();
   o.chat_template = &mistral;
   o.chat.stop_strings = {"</s>"};
-  const auto sys = write("sys.jsonl", R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]})");
-  EXPECT_NE(error_of({sys}, o).find("sys.jsonl:1: [jinja] mistral:1: the template raised an exception: Conversation roles must alternate"),
+  const auto sys = write(
+      "sys.jsonl",
+      R"({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}, {"role": "assistant", "content": "A"}]})");
+  EXPECT_NE(error_of({sys}, o).find("sys.jsonl:1: [jinja] mistral:1: the template raised an exception: "
+                                    "Conversation roles must alternate"),
             std::string::npos)
       << error_of({sys}, o);
   const auto unknown = write("u.jsonl", R"({"question": "?"})");
   EXPECT_NE(error_of({unknown}, options()).find("u.jsonl:1: cannot tell the data format"), std::string::npos);
   const auto txt = write("bad.txt", "line one\nline \xff two\n");
-  EXPECT_NE(error_of({txt}, options()).find("bad.txt:2: not valid UTF-8"), std::string::npos) << error_of({txt}, options());
+  EXPECT_NE(error_of({txt}, options()).find("bad.txt:2: not valid UTF-8"), std::string::npos)
+      << error_of({txt}, options());
   const auto truncated = write("t.json", "[{\"text\": \"a\"},\n");
   EXPECT_NE(error_of({truncated}, options()).find("not closed"), std::string::npos);
 }
@@ -387,7 +423,8 @@ TEST_F(DataFiles, ExplicitFormatAndVocabularyCheck) {
   const auto text = write("t.jsonl", R"({"text": "hello"})");
   TextDataOptions o = options();
   o.format = DataFormat::Alpaca;
-  EXPECT_NE(error_of({text}, o).find("t.jsonl:1: no 'instruction'"), std::string::npos) << error_of({text}, o);
+  EXPECT_NE(error_of({text}, o).find("t.jsonl:1: no 'instruction'"), std::string::npos)
+      << error_of({text}, o);
   o = options();
   o.vocab_size = 200;  // the tokenizer's bos is 300
   EXPECT_NE(error_of({text}, o).find("outside the model's vocabulary"), std::string::npos);
@@ -411,20 +448,34 @@ struct RealCase {
 };
 
 TEST(RealTokenizers, ChatMasksAlignExactly) {
-  const char* conversation = R"([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there, what's 2+2?"},
+  const char* conversation =
+      R"([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there, what's 2+2?"},
     {"role": "assistant", "content": "It's 4. Ünïcødé 😀 too."}, {"role": "user", "content": "\n  And  3+3?"},
     {"role": "assistant", "content": "  6, with spaces.\n"}])";
   const char* no_system = R"([{"role": "user", "content": "Hi there, what's 2+2?"},
     {"role": "assistant", "content": "It's 4. Ünïcødé 😀 too."}, {"role": "user", "content": "\n  And  3+3?"},
     {"role": "assistant", "content": "  6, with spaces.\n"}])";
   const std::vector<RealCase> cases = {
-      {"qwen3", "qwen3.jinja", {"<|im_end|>", "<|endoftext|>"},
+      {"qwen3",
+       "qwen3.jinja",
+       {"<|im_end|>", "<|endoftext|>"},
        {"It's 4. Ünïcødé 😀 too.<|im_end|>", "<think>\n\n</think>\n\n  6, with spaces.\n<|im_end|>"}},
-      {"qwen3", "qwen2.5-instruct.jinja", {"<|im_end|>"},
+      {"qwen3",
+       "qwen2.5-instruct.jinja",
+       {"<|im_end|>"},
        {"It's 4. Ünïcødé 😀 too.<|im_end|>", "  6, with spaces.\n<|im_end|>"}},
-      {"llama3", "llama-3.1-instruct.jinja", {"<|eot_id|>"}, {"It's 4. Ünïcødé 😀 too.<|eot_id|>", "6, with spaces.<|eot_id|>"}},
-      {"llama2", "mistral-instruct-system.jinja", {"</s>"}, {" It's 4. Ünïcødé 😀 too.</s>", "   6, with spaces.\n</s>"}},
-      {"llama2", "mistral-7b-instruct-v0.2.jinja", {"</s>"}, {"It's 4. Ünïcødé 😀 too.</s>", "  6, with spaces.\n</s>"}},
+      {"llama3",
+       "llama-3.1-instruct.jinja",
+       {"<|eot_id|>"},
+       {"It's 4. Ünïcødé 😀 too.<|eot_id|>", "6, with spaces.<|eot_id|>"}},
+      {"llama2",
+       "mistral-instruct-system.jinja",
+       {"</s>"},
+       {" It's 4. Ünïcødé 😀 too.</s>", "   6, with spaces.\n</s>"}},
+      {"llama2",
+       "mistral-7b-instruct-v0.2.jinja",
+       {"</s>"},
+       {"It's 4. Ünïcødé 😀 too.</s>", "  6, with spaces.\n</s>"}},
   };
   for (const RealCase& c : cases) {
     SCOPED_TRACE(std::string(c.tokenizer) + " / " + c.template_file);
@@ -435,11 +486,13 @@ TEST(RealTokenizers, ChatMasksAlignExactly) {
     }
     const Tokenizer tokenizer = Tokenizer::load(dir);
     const auto config = nlohmann::json::parse(read_file(dir / "tokenizer_config.json"));
-    const ChatTemplate tpl(fixture_template(c.template_file), c.template_file, ChatTemplate::special_tokens_from_config(config));
+    const ChatTemplate tpl(fixture_template(c.template_file), c.template_file,
+                           ChatTemplate::special_tokens_from_config(config));
     ChatTextOptions o;
     o.stop_strings = c.stops;
     const bool mistral_v02 = std::string(c.template_file) == "mistral-7b-instruct-v0.2.jinja";
-    const TrainingText text = chat_training_text(tpl, jinja::from_json(ordered_json::parse(mistral_v02 ? no_system : conversation)), o);
+    const TrainingText text = chat_training_text(
+        tpl, jinja::from_json(ordered_json::parse(mistral_v02 ? no_system : conversation)), o);
     const TokenizerTextEncoder encoder(tokenizer);
     TokenizeStats stats;
     const Document doc = tokenize_training_text(text, encoder, &stats);
@@ -459,7 +512,9 @@ TEST(RealTokenizers, ChatMasksAlignExactly) {
     // SentencePiece decoding drops the first space of a piece; compare the text the ranges cover.
     EXPECT_EQ(range_texts(text), c.expected);
     ASSERT_EQ(trained.size(), c.expected.size());
-    if (std::string(c.tokenizer) != "llama2") EXPECT_EQ(trained, c.expected);
+    if (std::string(c.tokenizer) != "llama2") {
+      EXPECT_EQ(trained, c.expected);
+    }
   }
 }
 
@@ -472,14 +527,18 @@ namespace {
 TEST(ChatText, AssistantFirstNeedsARenderablePrompt) {
   // Llama 3.1's template reads messages[0], so it cannot render the empty prompt before a first
   // assistant message: a clear error, not a guessed mask.
-  const ChatTemplate tpl(fixture_template("llama-3.1-instruct.jinja"), "llama-3.1", {{"bos_token", "<|begin_of_text|>"}});
+  const ChatTemplate tpl(fixture_template("llama-3.1-instruct.jinja"), "llama-3.1",
+                         {{"bos_token", "<|begin_of_text|>"}});
   ChatTextOptions o;
   o.stop_strings = {"<|eot_id|>"};
   try {
-    chat_training_text(tpl, jinja::from_json(ordered_json::parse(R"([{"role": "assistant", "content": "Hi"}])")), o);
+    chat_training_text(
+        tpl, jinja::from_json(ordered_json::parse(R"([{"role": "assistant", "content": "Hi"}])")), o);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot render the prompt of assistant message 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot render the prompt of assistant message 0"),
+              std::string::npos)
+        << e.what();
   }
 }
 

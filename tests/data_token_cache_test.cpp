@@ -48,7 +48,8 @@ TEST(TokenCache, RoundTripOverShards) {
   EXPECT_EQ(index["info"]["note"], "test");
   // Nothing but the cache is left behind (no staging directory, no .tmp files).
   size_t entries = 0;
-  for (const auto& e : std::filesystem::directory_iterator(scratch.path())) entries += e.path().filename() != "abc";
+  for (const auto& e : std::filesystem::directory_iterator(scratch.path()))
+    entries += e.path().filename() != "abc";
   EXPECT_EQ(entries, 0u);
   for (const auto& e : std::filesystem::directory_iterator(dir)) EXPECT_NE(e.path().extension(), ".tmp");
   // Writing again keeps the existing cache.
@@ -81,7 +82,8 @@ TEST(TokenCache, DamageAndMismatchAreErrors) {
   const auto dir = scratch / "fp";
   write_token_cache(dir, "fp", sample_documents(), {});
   EXPECT_NE(error_of(dir, "other").find("made for fingerprint"), std::string::npos);
-  std::filesystem::resize_file(dir / "shard-00000.bin", std::filesystem::file_size(dir / "shard-00000.bin") - 4);
+  std::filesystem::resize_file(dir / "shard-00000.bin",
+                               std::filesystem::file_size(dir / "shard-00000.bin") - 4);
   EXPECT_NE(error_of(dir, "fp").find("wrong size"), std::string::npos) << error_of(dir, "fp");
   std::filesystem::remove(dir / "shard-00000.bin");
   EXPECT_NE(error_of(dir, "fp").find("missing"), std::string::npos);
@@ -96,7 +98,8 @@ TEST(Sha256, FipsVectors) {
             "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
   Sha256 h;
   const std::string chunk(1000, 'a');
-  for (int i = 0; i < 1000; ++i) h.update(chunk.substr(0, 1 + i % 999)), h.update(chunk.substr(0, 999 - i % 999));
+  for (int i = 0; i < 1000; ++i)
+    h.update(chunk.substr(0, 1 + i % 999)), h.update(chunk.substr(0, 999 - i % 999));
   // 1000 * 1000 'a' in uneven pieces
   EXPECT_EQ(h.hex_digest(), "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
   test::ScratchDir scratch("sha");

@@ -34,7 +34,8 @@ class TrainingDataTest : public ::testing::Test {
     test::write_tiny_tokenizer(model_, "<|im_end|>",
                                read_file(test::fixtures_dir() / "chat_templates" / "qwen2.5-instruct.jinja"));
     chat_ = scratch_ / "chat.jsonl";
-    std::ofstream(chat_) << R"({"messages": [{"role": "user", "content": "Is the cat in?"}, {"role": "assistant", "content": "The cat is in."}]}
+    std::ofstream(chat_)
+        << R"({"messages": [{"role": "user", "content": "Is the cat in?"}, {"role": "assistant", "content": "The cat is in."}]}
 {"messages": [{"role": "system", "content": "Answer well."}, {"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hello there!"}, {"role": "user", "content": "And then?"}, {"role": "assistant", "content": "Then we eat."}]}
 )";
     alpaca_ = scratch_ / "alpaca.json";
@@ -45,11 +46,17 @@ class TrainingDataTest : public ::testing::Test {
   }
 
   TrainConfig config(std::vector<std::string> extra = {}) {
-    std::vector<std::string> overrides = {"model=" + model_.string(),
-                                          "data=" + chat_.string() + "," + alpaca_.string() + "," + text_.string(),
-                                          "output_dir=" + (scratch_ / "out").string(),
-                                          "seq_len=64", "global_batch=2", "micro_batch=1", "max_steps=2",
-                                          "learning_rate=1e-3", "threads=2", "save_dtype=float32"};
+    std::vector<std::string> overrides = {
+        "model=" + model_.string(),
+        "data=" + chat_.string() + "," + alpaca_.string() + "," + text_.string(),
+        "output_dir=" + (scratch_ / "out").string(),
+        "seq_len=64",
+        "global_batch=2",
+        "micro_batch=1",
+        "max_steps=2",
+        "learning_rate=1e-3",
+        "threads=2",
+        "save_dtype=float32"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     return parse_train_config("", overrides, "test");
   }
@@ -114,7 +121,8 @@ TEST_F(TrainingDataTest, CacheIsReusedAndKeyedByEverythingThatShapesTokens) {
   };
   const std::string with_prompt = fingerprint(config({"train_on_prompt=true"}));
   EXPECT_NE(with_prompt, first.fingerprint);
-  std::ofstream(scratch_ / "other.jinja") << read_file(test::fixtures_dir() / "chat_templates" / "generation-tags.jinja");
+  std::ofstream(scratch_ / "other.jinja")
+      << read_file(test::fixtures_dir() / "chat_templates" / "generation-tags.jinja");
   EXPECT_NE(fingerprint(config({"chat_template=" + (scratch_ / "other.jinja").string()})), first.fingerprint);
   std::ofstream(text_, std::ios::app) << "More text.\n";
   const std::string edited = fingerprint(config());
@@ -154,7 +162,8 @@ TEST_F(TrainingDataTest, MasksFollowTheTemplateAndStopStrings) {
       }
     }
   }
-  EXPECT_EQ(trained, (std::vector<std::string>{"The cat is in.<|im_end|>", "Hello there!<|im_end|>", "Then we eat.<|im_end|>"}));
+  EXPECT_EQ(trained, (std::vector<std::string>{"The cat is in.<|im_end|>", "Hello there!<|im_end|>",
+                                               "Then we eat.<|im_end|>"}));
 }
 
 TEST_F(TrainingDataTest, ConfigErrors) {

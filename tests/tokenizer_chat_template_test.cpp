@@ -21,7 +21,9 @@ namespace {
 
 using nlohmann::ordered_json;
 
-std::filesystem::path templates_dir() { return test::fixtures_dir() / "chat_templates"; }
+std::filesystem::path templates_dir() {
+  return test::fixtures_dir() / "chat_templates";
+}
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -50,8 +52,8 @@ ChatTemplate load_fixture(const std::string& file, const ordered_json& special) 
 
 std::string show(const ordered_json& c) {
   return c["template"].get<std::string>() + " / " + c["conversation"].get<std::string>() +
-         " / add_generation_prompt=" + (c["add_generation_prompt"].get<bool>() ? "true" : "false") + " / extra " +
-         c["extra"].dump();
+         " / add_generation_prompt=" + (c["add_generation_prompt"].get<bool>() ? "true" : "false") +
+         " / extra " + c["extra"].dump();
 }
 
 TEST(ChatTemplateGolden, MatchesJinja2ByteForByte) {
@@ -66,7 +68,8 @@ TEST(ChatTemplateGolden, MatchesJinja2ByteForByte) {
     ChatRenderOptions options;
     options.add_generation_prompt = c["add_generation_prompt"];
     options.now = g["now"].get<int64_t>();
-    for (const auto& [k, v] : c["extra"].items()) options.extra_variables.emplace_back(k, jinja::from_json(v));
+    for (const auto& [k, v] : c["extra"].items())
+      options.extra_variables.emplace_back(k, jinja::from_json(v));
     if (c.contains("error")) {
       try {
         t.render(messages, options);
@@ -82,7 +85,8 @@ TEST(ChatTemplateGolden, MatchesJinja2ByteForByte) {
     // jinja2 reports character offsets; ferry byte offsets.
     std::vector<std::vector<int64_t>> spans;
     for (const auto& [b, e] : r.generation_spans)
-      spans.push_back({jinja::py_len(std::string_view(r.text).substr(0, b)), jinja::py_len(std::string_view(r.text).substr(0, e))});
+      spans.push_back({jinja::py_len(std::string_view(r.text).substr(0, b)),
+                       jinja::py_len(std::string_view(r.text).substr(0, e))});
     EXPECT_EQ(spans, c["generation_spans"].get<std::vector<std::vector<int64_t>>>());
     ++rendered;
   }
@@ -97,7 +101,8 @@ TEST(JinjaSnippets, MatchJinja2) {
   const ordered_json g = goldens();
   ASSERT_GT(g["snippets"].size(), 80u);
   jinja::RenderInput input;
-  for (const auto& [k, v] : g["snippet_variables"].items()) input.variables.emplace_back(k, jinja::from_json(v));
+  for (const auto& [k, v] : g["snippet_variables"].items())
+    input.variables.emplace_back(k, jinja::from_json(v));
   for (const auto& snippet : g["snippets"]) {
     const std::string source = snippet["template"];
     SCOPED_TRACE(source);
@@ -120,7 +125,8 @@ TEST(JinjaSnippets, MatchJinja2) {
 
 // The npm fixtures' tokenizer_config.json files carry the same templates as our copies.
 TEST(ChatTemplateGolden, FixtureCopiesMatchNpmPackages) {
-  for (const auto& [copy, package] : {std::pair<std::string, std::string>{"qwen3.jinja", "qwen3"}, {"llama3-npm.jinja", "llama3"}}) {
+  for (const auto& [copy, package] :
+       {std::pair<std::string, std::string>{"qwen3.jinja", "qwen3"}, {"llama3-npm.jinja", "llama3"}}) {
     const auto dir = test::fixtures_dir() / "tokenizers" / package;
     if (!std::filesystem::exists(dir / "tokenizer_config.json")) {
       ADD_FAILURE() << "tokenizer fixture missing: " << dir << "; run scripts/fetch_tokenizer_fixtures.sh";
@@ -140,8 +146,9 @@ TEST(ChatTemplateGolden, FixtureCopiesMatchNpmPackages) {
 }
 
 TEST(ChatTemplateLoad, NamedTemplatesUseDefault) {
-  nlohmann::json config = {{"chat_template", nlohmann::json::array({{{"name", "tool_use"}, {"template", "T"}},
-                                                                    {{"name", "default"}, {"template", "D"}}})}};
+  nlohmann::json config = {
+      {"chat_template", nlohmann::json::array({{{"name", "tool_use"}, {"template", "T"}},
+                                               {{"name", "default"}, {"template", "D"}}})}};
   EXPECT_EQ(ChatTemplate::template_from_config(config, "cfg").value(), "D");
   config["chat_template"].erase(1);
   try {
@@ -162,10 +169,13 @@ TEST(ChatTemplateLoad, JinjaFileTakesPrecedenceAndSpecialTokensComeFromConfig) {
   auto t = ChatTemplate::load(dir.path());
   ASSERT_TRUE(t.has_value());
   EXPECT_EQ(t->source(), "from config");
-  const std::vector<std::pair<std::string, std::string>> expected = {
-      {"bos_token", "<s>"}, {"eos_token", "</s>"}, {"additional_special_tokens", "<a>"}, {"additional_special_tokens", "<b>"}};
+  const std::vector<std::pair<std::string, std::string>> expected = {{"bos_token", "<s>"},
+                                                                     {"eos_token", "</s>"},
+                                                                     {"additional_special_tokens", "<a>"},
+                                                                     {"additional_special_tokens", "<b>"}};
   EXPECT_EQ(t->special_tokens(), expected);
-  std::ofstream(dir / "chat_template.jinja") << "{{ bos_token }}{{ additional_special_tokens|join(',') }}{{ pad_token is defined }}\n";
+  std::ofstream(dir / "chat_template.jinja")
+      << "{{ bos_token }}{{ additional_special_tokens|join(',') }}{{ pad_token is defined }}\n";
   t = ChatTemplate::load(dir.path());
   ASSERT_TRUE(t.has_value());
   EXPECT_EQ(t->apply(jinja::Value::list(), false), "<s><a>,<b>False");
@@ -182,18 +192,26 @@ std::string error_of(const std::string& source, const std::string& messages_json
 }
 
 TEST(ChatTemplateErrors, NameTheLineAndTheConstruct) {
-  EXPECT_NE(error_of("a\n{% include 'x.jinja' %}").find("t.jinja:2: the {% include %} tag is not supported"), std::string::npos)
+  EXPECT_NE(error_of("a\n{% include 'x.jinja' %}").find("t.jinja:2: the {% include %} tag is not supported"),
+            std::string::npos)
       << error_of("a\n{% include 'x.jinja' %}");
-  EXPECT_NE(error_of("{{ x | nosuchfilter }}").find("t.jinja:1: no filter named 'nosuchfilter'"), std::string::npos);
-  EXPECT_NE(error_of("\n\n{{ 'a' | safe }}").find("t.jinja:3: the 'safe' filter is not supported"), std::string::npos);
-  EXPECT_NE(error_of("{% for m in messages %}\n{{ m.content.format(1) }}{% endfor %}", R"([{"content": "{}"}])")
-                .find("t.jinja:2: str.format() is not supported"),
+  EXPECT_NE(error_of("{{ x | nosuchfilter }}").find("t.jinja:1: no filter named 'nosuchfilter'"),
             std::string::npos);
-  EXPECT_NE(error_of("{{ messages[0].role.upper() }}", "[]").find("'list object' has no element 0"), std::string::npos)
+  EXPECT_NE(error_of("\n\n{{ 'a' | safe }}").find("t.jinja:3: the 'safe' filter is not supported"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of("{% for m in messages %}\n{{ m.content.format(1) }}{% endfor %}", R"([{"content": "{}"}])")
+          .find("t.jinja:2: str.format() is not supported"),
+      std::string::npos);
+  EXPECT_NE(error_of("{{ messages[0].role.upper() }}", "[]").find("'list object' has no element 0"),
+            std::string::npos)
       << error_of("{{ messages[0].role.upper() }}", "[]");
-  EXPECT_NE(error_of("{{ 'a' + 1 }}").find("can only concatenate str (not \"int\") to str"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'a' + 1 }}").find("can only concatenate str (not \"int\") to str"),
+            std::string::npos);
   EXPECT_NE(error_of("{% if x %}").find("unexpected end of template"), std::string::npos);
-  EXPECT_NE(error_of("{{ raise_exception('bad roles') }}").find("the template raised an exception: bad roles"), std::string::npos);
+  EXPECT_NE(
+      error_of("{{ raise_exception('bad roles') }}").find("the template raised an exception: bad roles"),
+      std::string::npos);
   EXPECT_NE(error_of("{% set x = [] %}{{ x.append(1) }}").find("unsafe"), std::string::npos);
   EXPECT_NE(error_of("{% raw %}{{ x }}{% endraw %}").find("raw"), std::string::npos);
   EXPECT_NE(error_of("{{ 'é'.upper() }}").find("non-ASCII"), std::string::npos);
@@ -202,7 +220,8 @@ TEST(ChatTemplateErrors, NameTheLineAndTheConstruct) {
 }
 
 TEST(ChatTemplateAttribution, OutputIsAttributedToTheMessageBeingVisited) {
-  const ChatTemplate t(read_file(templates_dir() / "qwen2.5-instruct.jinja"), "qwen2.5", {{"eos_token", "<|im_end|>"}});
+  const ChatTemplate t(read_file(templates_dir() / "qwen2.5-instruct.jinja"), "qwen2.5",
+                       {{"eos_token", "<|im_end|>"}});
   const auto messages = jinja::from_json(ordered_json::parse(R"([
     {"role": "system", "content": "S"}, {"role": "user", "content": "U1"}, {"role": "assistant", "content": "A1"},
     {"role": "user", "content": "U2"}, {"role": "assistant", "content": "A2"}])"));

@@ -18,7 +18,8 @@ bool is_assistant(const jinja::Value& message) {
 }
 
 // The end of the last stop string inside text[begin, end), or npos.
-size_t last_stop_end(const std::string& text, size_t begin, size_t end, const std::vector<std::string>& stops) {
+size_t last_stop_end(const std::string& text, size_t begin, size_t end,
+                     const std::vector<std::string>& stops) {
   size_t best = std::string::npos;
   for (const std::string& stop : stops) {
     if (stop.empty() || end - begin < stop.size()) continue;
@@ -32,7 +33,8 @@ size_t last_stop_end(const std::string& text, size_t begin, size_t end, const st
 // What the template writes after messages[:i] when asked for a generation prompt.
 std::string generation_prompt(const ChatTemplate& tpl, const std::vector<jinja::Value>& items, size_t i,
                               const ChatRenderOptions& base) {
-  const jinja::Value prefix = jinja::Value::list(std::vector<jinja::Value>(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(i)));
+  const jinja::Value prefix = jinja::Value::list(
+      std::vector<jinja::Value>(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(i)));
   ChatRenderOptions with = base;
   with.add_generation_prompt = true;
   const ChatRendering p = tpl.render(prefix, with);
@@ -62,7 +64,8 @@ struct Turn {
 
 }  // namespace
 
-TrainingText chat_training_text(const ChatTemplate& tpl, const jinja::Value& messages, const ChatTextOptions& options) {
+TrainingText chat_training_text(const ChatTemplate& tpl, const jinja::Value& messages,
+                                const ChatTextOptions& options) {
   FERRY_ASSERT(!options.stop_strings.empty(), "chat_training_text needs the model's stop strings");
   ChatRenderOptions render = options.render;
   render.add_generation_prompt = false;
@@ -84,17 +87,19 @@ TrainingText chat_training_text(const ChatTemplate& tpl, const jinja::Value& mes
       if (owner && *owner < options.first_trained_message) continue;
       turns.push_back({{b, e}, last_stop_end(text, b, e, options.stop_strings) == std::string::npos});
     }
-    std::sort(turns.begin(), turns.end(), [](const Turn& a, const Turn& b) { return a.range.begin < b.range.begin; });
+    std::sort(turns.begin(), turns.end(),
+              [](const Turn& a, const Turn& b) { return a.range.begin < b.range.begin; });
   } else {
     for (size_t i = options.first_trained_message; i < items.size(); ++i) {
       if (!is_assistant(items[i])) continue;
       const auto& ranges = full.message_ranges[i];
       if (ranges.empty())
-        fail(kWhere,
-             "assistant message {} does not appear in the output of chat template {} (no loop of the template "
-             "visited it), so its tokens cannot be told apart from the prompt; use a template that loops over "
-             "messages, or one with {{% generation %}} tags",
-             i, tpl.name());
+        fail(
+            kWhere,
+            "assistant message {} does not appear in the output of chat template {} (no loop of the template "
+            "visited it), so its tokens cannot be told apart from the prompt; use a template that loops over "
+            "messages, or one with {{% generation %}} tags",
+            i, tpl.name());
       const size_t region_begin = ranges.front().first, region_end = ranges.back().second;
       std::string prompt;
       try {
@@ -106,7 +111,8 @@ TrainingText chat_training_text(const ChatTemplate& tpl, const jinja::Value& mes
              i, i, e.what());
       }
       size_t start = region_begin;
-      while (start < region_end && start - region_begin < prompt.size() && text[start] == prompt[start - region_begin])
+      while (start < region_end && start - region_begin < prompt.size() &&
+             text[start] == prompt[start - region_begin])
         ++start;
       const size_t stop_end = last_stop_end(text, start, region_end, options.stop_strings);
       const size_t end = stop_end == std::string::npos ? region_end : stop_end;

@@ -52,7 +52,8 @@ inline constexpr const char* kAlpacaPromptWithInput =
     "Write a response that appropriately completes the request.\n\n"
     "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n";
 inline constexpr const char* kAlpacaPromptNoInput =
-    "Below is an instruction that describes a task. Write a response that appropriately completes the request.\n\n"
+    "Below is an instruction that describes a task. Write a response that appropriately completes the "
+    "request.\n\n"
     "### Instruction:\n{instruction}\n\n### Response:\n";
 
 struct RecordOptions {
@@ -64,7 +65,7 @@ struct RecordOptions {
 // Converts one record of a text format (not Tokens, not Auto). Returns "" on success, otherwise
 // what is wrong with the record (a template's raise_exception included), for a "file:line: ..."
 // message.
-std::string record_training_text(DataFormat format, const nlohmann::ordered_json& record, const RecordOptions& options,
-                                 TrainingText* out);
+std::string record_training_text(DataFormat format, const nlohmann::ordered_json& record,
+                                 const RecordOptions& options, TrainingText* out);
 
 }  // namespace ferry

@@ -27,7 +27,8 @@ struct Record {
 
 std::string read_whole_file(const std::filesystem::path& path) {
   std::error_code ec;
-  FERRY_CHECK(!std::filesystem::is_directory(path, ec), kWhere, "{} is a directory; give data files", path.string());
+  FERRY_CHECK(!std::filesystem::is_directory(path, ec), kWhere, "{} is a directory; give data files",
+              path.string());
   std::ifstream in(path, std::ios::binary);
   FERRY_CHECK(in.is_open(), kWhere, "cannot open {}: {}", path.string(), std::strerror(errno));
   std::ostringstream s;
@@ -36,7 +37,9 @@ std::string read_whole_file(const std::filesystem::path& path) {
   return s.str();
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v';
+}
 
 std::string_view strip_bom(std::string_view text) {
   return text.substr(0, 3) == "\xEF\xBB\xBF" ? text.substr(3) : text;
@@ -56,7 +59,8 @@ std::vector<Record> jsonl_records(std::string_view content) {
     ++line;
     std::string_view text = content.substr(pos, end - pos);
     if (line == 1) text = strip_bom(text);
-    if (std::any_of(text.begin(), text.end(), [](char c) { return !is_space(c); })) records.push_back({line, text});
+    if (std::any_of(text.begin(), text.end(), [](char c) { return !is_space(c); }))
+      records.push_back({line, text});
     pos = end + 1;
   }
   return records;
@@ -105,8 +109,8 @@ std::vector<Record> json_array_records(std::string_view content, const std::stri
         break;
       }
     }
-    FERRY_CHECK(pos < content.size(), kWhere, "{}:{}: the JSON array is not closed with ']'; is the file truncated?",
-                name, start_line);
+    FERRY_CHECK(pos < content.size(), kWhere,
+                "{}:{}: the JSON array is not closed with ']'; is the file truncated?", name, start_line);
     size_t end = pos;
     while (end > start && is_space(content[end - 1])) --end;
     records.push_back({start_line, content.substr(start, end - start)});
@@ -189,7 +193,8 @@ void check_vocabulary(const Document& doc, int64_t vocab_size, Outcome* out) {
   for (int32_t id : doc.input_ids) {
     if (id >= vocab_size) {
       out->fatal = fmt::format(
-          "the tokenizer produced token id {}, outside the model's vocabulary [0, {}); the tokenizer does not "
+          "the tokenizer produced token id {}, outside the model's vocabulary [0, {}); the tokenizer does "
+          "not "
           "belong to this model (check `tokenizer:`)",
           id, vocab_size);
       out->document.reset();
@@ -244,11 +249,12 @@ DataFormat detect_file_format(const std::vector<Record>& records, const std::str
       continue;  // reported as malformed when the records are read
     }
     const auto format = detect_data_format(json);
-    FERRY_CHECK(format.has_value(), kWhere,
-                "{}:{}: cannot tell the data format from this record (keys found: {}); records need 'text', "
-                "'instruction'/'output' (alpaca), 'conversations' (sharegpt), 'messages', 'prompt'/'completion' or "
-                "'input_ids'; or set data_format: to one of {}",
-                name, r.line, json.is_object() ? key_list(json) : std::string("not an object"), data_format_names());
+    FERRY_CHECK(
+        format.has_value(), kWhere,
+        "{}:{}: cannot tell the data format from this record (keys found: {}); records need 'text', "
+        "'instruction'/'output' (alpaca), 'conversations' (sharegpt), 'messages', 'prompt'/'completion' or "
+        "'input_ids'; or set data_format: to one of {}",
+        name, r.line, json.is_object() ? key_list(json) : std::string("not an object"), data_format_names());
     return *format;
   }
   fail(kWhere, "{}: no record is valid JSON, so its format cannot be detected", name);
@@ -264,7 +270,8 @@ void add_document(Outcome& o, std::vector<Document>* docs, TextDataStats* s) {
   docs->push_back(std::move(*o.document));
 }
 
-std::vector<Document> load_file(const std::filesystem::path& path, const TextDataOptions& options, TextDataStats* s) {
+std::vector<Document> load_file(const std::filesystem::path& path, const TextDataOptions& options,
+                                TextDataStats* s) {
   const std::string name = path.string();
   const std::string content = read_whole_file(path);
   ++s->files;
@@ -279,9 +286,9 @@ std::vector<Document> load_file(const std::filesystem::path& path, const TextDat
     const std::string_view text = strip_bom(content);
     const size_t bad = invalid_utf8_at(text);
     if (bad != std::string_view::npos) {
-      const std::string what = fmt::format("{}:{}: not valid UTF-8 (byte 0x{:02x}); convert the file to UTF-8", name,
-                                           line_at(text, bad),
-                                           static_cast<unsigned char>(text[bad]));
+      const std::string what =
+          fmt::format("{}:{}: not valid UTF-8 (byte 0x{:02x}); convert the file to UTF-8", name,
+                      line_at(text, bad), static_cast<unsigned char>(text[bad]));
       if (!options.skip_malformed) fail(kWhere, "{}", what);
       log_warn("[data] {}; file skipped (skip_malformed)", what);
       ++s->skipped_malformed;
@@ -303,7 +310,8 @@ std::vector<Document> load_file(const std::filesystem::path& path, const TextDat
     return docs;
   }
 
-  const std::vector<Record> records = starts_json_array(content) ? json_array_records(content, name) : jsonl_records(content);
+  const std::vector<Record> records =
+      starts_json_array(content) ? json_array_records(content, name) : jsonl_records(content);
   if (records.empty()) {
     log_warn("[data] {} holds no records", name);
     return docs;
@@ -371,12 +379,15 @@ std::vector<Document> load_text_documents(const std::vector<std::filesystem::pat
   }
   total.documents = static_cast<int64_t>(docs.size());
   if (total.skipped_malformed > 0)
-    log_warn("[data] skipped {} malformed record(s) of {} (skip_malformed)", total.skipped_malformed, total.records);
+    log_warn("[data] skipped {} malformed record(s) of {} (skip_malformed)", total.skipped_malformed,
+             total.records);
   if (total.encoded_by_range > 0)
-    log_warn("[data] {} record(s) were encoded range by range because the tokenizer's normalizer changed their "
-             "text, so their tokens could not be aligned with the characters for the loss mask",
-             total.encoded_by_range);
-  FERRY_CHECK(!docs.empty(), kWhere, "the data holds no documents ({} record(s) in {} file(s), {} skipped as malformed)",
+    log_warn(
+        "[data] {} record(s) were encoded range by range because the tokenizer's normalizer changed their "
+        "text, so their tokens could not be aligned with the characters for the loss mask",
+        total.encoded_by_range);
+  FERRY_CHECK(!docs.empty(), kWhere,
+              "the data holds no documents ({} record(s) in {} file(s), {} skipped as malformed)",
               total.records, total.files, total.skipped_malformed);
   if (stats) *stats = total;
   return docs;

@@ -36,22 +36,22 @@ struct TextDataOptions {
   DataFormat format = DataFormat::Auto;
   bool skip_malformed = false;
   bool train_on_prompt = false;
-  int64_t vocab_size = 0;                 // token ids must be < vocab_size; 0 = unchecked
-  const TextEncoder* encoder = nullptr;   // needed unless every file is pre-tokenized
+  int64_t vocab_size = 0;                // token ids must be < vocab_size; 0 = unchecked
+  const TextEncoder* encoder = nullptr;  // needed unless every file is pre-tokenized
   const ChatTemplate* chat_template = nullptr;
-  ChatTextOptions chat;                   // stop strings and template variables for chat records
+  ChatTextOptions chat;  // stop strings and template variables for chat records
 };
 
 struct TextDataStats {
   int64_t files = 0;
-  int64_t records = 0;             // records read (JSON records, or .txt files)
+  int64_t records = 0;  // records read (JSON records, or .txt files)
   int64_t documents = 0;
   int64_t tokens = 0;
-  int64_t trained_tokens = 0;      // labels that are not -100
+  int64_t trained_tokens = 0;  // labels that are not -100
   int64_t skipped_malformed = 0;
-  int64_t empty_texts = 0;         // .txt files without text
+  int64_t empty_texts = 0;  // .txt files without text
   int64_t eos_inserted = 0;
-  int64_t encoded_by_range = 0;    // see training_text.h
+  int64_t encoded_by_range = 0;  // see training_text.h
   std::map<std::string, int64_t> records_by_format;
 
   TextDataStats& operator+=(const TextDataStats& other);

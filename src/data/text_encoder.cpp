@@ -39,7 +39,8 @@ std::string sentencepiece_bytes(const std::string& token) {
 }  // namespace
 
 bool align_tokens(std::string_view text, const std::vector<int32_t>& ids,
-                  const std::vector<std::optional<std::string>>& token_strings, std::vector<ByteRange>* ranges) {
+                  const std::vector<std::optional<std::string>>& token_strings,
+                  std::vector<ByteRange>* ranges) {
   ranges->clear();
   ranges->reserve(ids.size());
   size_t pos = 0;
@@ -85,10 +86,12 @@ bool TokenizerTextEncoder::encode(std::string_view text, bool add_special_tokens
   ++calls_;
   const std::vector<int32_t> body = tokenizer_.encode(text, false);
   ids->clear();
-  if (add_special_tokens) ids->insert(ids->end(), tokenizer_.special_prefix().begin(), tokenizer_.special_prefix().end());
+  if (add_special_tokens)
+    ids->insert(ids->end(), tokenizer_.special_prefix().begin(), tokenizer_.special_prefix().end());
   const size_t prefix = ids->size();
   ids->insert(ids->end(), body.begin(), body.end());
-  if (add_special_tokens) ids->insert(ids->end(), tokenizer_.special_suffix().begin(), tokenizer_.special_suffix().end());
+  if (add_special_tokens)
+    ids->insert(ids->end(), tokenizer_.special_suffix().begin(), tokenizer_.special_suffix().end());
   if (!ranges) return true;
   std::vector<std::optional<std::string>> strings;
   strings.reserve(body.size());

@@ -65,6 +65,7 @@ class TokenizerTextEncoder : public TextEncoder {
 // Aligns `ids` (no post-processor additions) with `text` given each id's token string; fills
 // `ranges` and returns true when the tokens spell the text, as described above.
 bool align_tokens(std::string_view text, const std::vector<int32_t>& ids,
-                  const std::vector<std::optional<std::string>>& token_strings, std::vector<ByteRange>* ranges);
+                  const std::vector<std::optional<std::string>>& token_strings,
+                  std::vector<ByteRange>* ranges);
 
 }  // namespace ferry

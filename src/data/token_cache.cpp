@@ -37,12 +37,16 @@ size_t shard_bytes(uint64_t documents, uint64_t tokens) {
   return kHeaderBytes + 8 * (documents + 1) + 8 * tokens;
 }
 
-std::string shard_name(size_t index) { return fmt::format("shard-{:05d}.bin", index); }
+std::string shard_name(size_t index) {
+  return fmt::format("shard-{:05d}.bin", index);
+}
 
 // Writes documents [begin, end) as one shard; returns its entry for index.json.
-nlohmann::json write_shard(const std::filesystem::path& path, const std::vector<Document>& docs, size_t begin, size_t end) {
+nlohmann::json write_shard(const std::filesystem::path& path, const std::vector<Document>& docs, size_t begin,
+                           size_t end) {
   std::vector<int64_t> offsets = {0};
-  for (size_t d = begin; d < end; ++d) offsets.push_back(offsets.back() + static_cast<int64_t>(docs[d].input_ids.size()));
+  for (size_t d = begin; d < end; ++d)
+    offsets.push_back(offsets.back() + static_cast<int64_t>(docs[d].input_ids.size()));
   ShardHeader header{};
   std::memcpy(header.magic, kMagic, sizeof(kMagic));
   header.version = kVersion;
@@ -51,12 +55,17 @@ nlohmann::json write_shard(const std::filesystem::path& path, const std::vector<
   AtomicFile file(path);
   file.write(&header, sizeof(header));
   file.write(offsets.data(), offsets.size() * sizeof(int64_t));
-  for (size_t d = begin; d < end; ++d) file.write(docs[d].input_ids.data(), docs[d].input_ids.size() * sizeof(int32_t));
-  for (size_t d = begin; d < end; ++d) file.write(docs[d].labels.data(), docs[d].labels.size() * sizeof(int32_t));
+  for (size_t d = begin; d < end; ++d)
+    file.write(docs[d].input_ids.data(), docs[d].input_ids.size() * sizeof(int32_t));
+  for (size_t d = begin; d < end; ++d)
+    file.write(docs[d].labels.data(), docs[d].labels.size() * sizeof(int32_t));
   FERRY_ASSERT(file.size() == shard_bytes(header.documents, header.tokens), "shard size");
   const size_t bytes = file.size();
   file.commit();
-  return {{"file", path.filename().string()}, {"documents", header.documents}, {"tokens", header.tokens}, {"bytes", bytes}};
+  return {{"file", path.filename().string()},
+          {"documents", header.documents},
+          {"tokens", header.tokens},
+          {"bytes", bytes}};
 }
 
 std::string read_text(const std::filesystem::path& path) {
@@ -68,13 +77,14 @@ std::string read_text(const std::filesystem::path& path) {
 }
 
 [[noreturn]] void damaged(const std::filesystem::path& dir, const std::string& what) {
-  fail(kWhere, "{} is damaged: {}; delete that directory and it is rebuilt on the next run", dir.string(), what);
+  fail(kWhere, "{} is damaged: {}; delete that directory and it is rebuilt on the next run", dir.string(),
+       what);
 }
 
 }  // namespace
 
-void write_token_cache(const std::filesystem::path& dir, const std::string& fingerprint, const std::vector<Document>& docs,
-                       const nlohmann::json& info, int64_t shard_tokens) {
+void write_token_cache(const std::filesystem::path& dir, const std::string& fingerprint,
+                       const std::vector<Document>& docs, const nlohmann::json& info, int64_t shard_tokens) {
   FERRY_CHECK(shard_tokens > 0, kWhere, "shard_tokens must be positive");
   std::error_code ec;
   if (std::filesystem::exists(dir / "index.json", ec)) return;
@@ -94,8 +104,10 @@ void write_token_cache(const std::filesystem::path& dir, const std::string& fing
     while (begin < docs.size() || (docs.empty() && shards.empty())) {
       size_t end = begin;
       int64_t tokens = 0;
-      while (end < docs.size() && (end == begin || tokens + static_cast<int64_t>(docs[end].input_ids.size()) <= shard_tokens)) {
-        FERRY_ASSERT(docs[end].labels.size() == docs[end].input_ids.size(), "labels and ids differ in length");
+      while (end < docs.size() &&
+             (end == begin || tokens + static_cast<int64_t>(docs[end].input_ids.size()) <= shard_tokens)) {
+        FERRY_ASSERT(docs[end].labels.size() == docs[end].input_ids.size(),
+                     "labels and ids differ in length");
         tokens += static_cast<int64_t>(docs[end].input_ids.size());
         ++end;
       }
@@ -104,9 +116,12 @@ void write_token_cache(const std::filesystem::path& dir, const std::string& fing
       begin = end;
       if (docs.empty()) break;
     }
-    const nlohmann::json index = {{"format", "ferry-token-cache"}, {"version", kVersion},
-                                  {"fingerprint", fingerprint},   {"documents", docs.size()},
-                                  {"tokens", total_tokens},       {"shards", shards},
+    const nlohmann::json index = {{"format", "ferry-token-cache"},
+                                  {"version", kVersion},
+                                  {"fingerprint", fingerprint},
+                                  {"documents", docs.size()},
+                                  {"tokens", total_tokens},
+                                  {"shards", shards},
                                   {"info", info}};
     write_file_atomic(staging / "index.json", index.dump(1) + "\n");
     sync_directory(staging);
@@ -115,8 +130,8 @@ void write_token_cache(const std::filesystem::path& dir, const std::string& fing
       std::filesystem::remove_all(dir, ec);
     std::filesystem::rename(staging, dir, ec);
     if (ec) {
-      FERRY_CHECK(std::filesystem::exists(dir / "index.json"), kWhere, "cannot move {} to {}: {}", staging.string(),
-                  dir.string(), ec.message());
+      FERRY_CHECK(std::filesystem::exists(dir / "index.json"), kWhere, "cannot move {} to {}: {}",
+                  staging.string(), dir.string(), ec.message());
       log_info("[data] {} was built by another process meanwhile; using it", dir.string());
       std::filesystem::remove_all(staging, ec);
       return;
@@ -128,7 +143,8 @@ void write_token_cache(const std::filesystem::path& dir, const std::string& fing
   }
 }
 
-std::optional<std::vector<Document>> read_token_cache(const std::filesystem::path& dir, const std::string& fingerprint,
+std::optional<std::vector<Document>> read_token_cache(const std::filesystem::path& dir,
+                                                      const std::string& fingerprint,
                                                       nlohmann::json* index_out) {
   std::error_code ec;
   const auto index_path = dir / "index.json";
@@ -143,12 +159,14 @@ std::optional<std::vector<Document>> read_token_cache(const std::filesystem::pat
     if (index.at("format") != "ferry-token-cache" || index.at("version") != kVersion)
       damaged(dir, "index.json is not a version-1 ferry token cache");
     if (index.at("fingerprint") != fingerprint)
-      damaged(dir, fmt::format("it was made for fingerprint {}, not {}", index.at("fingerprint").dump(), fingerprint));
+      damaged(dir, fmt::format("it was made for fingerprint {}, not {}", index.at("fingerprint").dump(),
+                               fingerprint));
     std::vector<Document> docs;
     docs.reserve(index.at("documents").get<size_t>());
     for (const auto& entry : index.at("shards")) {
       const auto path = dir / entry.at("file").get<std::string>();
-      if (!std::filesystem::exists(path, ec)) damaged(dir, fmt::format("{} is missing", path.filename().string()));
+      if (!std::filesystem::exists(path, ec))
+        damaged(dir, fmt::format("{} is missing", path.filename().string()));
       const MappedFile map = MappedFile::open(path);
       if (map.size() < kHeaderBytes) damaged(dir, fmt::format("{} is truncated", path.filename().string()));
       ShardHeader header;
@@ -157,7 +175,8 @@ std::optional<std::vector<Document>> read_token_cache(const std::filesystem::pat
         damaged(dir, fmt::format("{} is not a ferry token shard", path.filename().string()));
       if (header.documents > map.size() || header.tokens > map.size() ||
           map.size() != shard_bytes(header.documents, header.tokens) ||
-          header.documents != entry.at("documents").get<uint64_t>() || header.tokens != entry.at("tokens").get<uint64_t>())
+          header.documents != entry.at("documents").get<uint64_t>() ||
+          header.tokens != entry.at("tokens").get<uint64_t>())
         damaged(dir, fmt::format("{} has the wrong size for its header", path.filename().string()));
       std::vector<int64_t> offsets(header.documents + 1);
       std::memcpy(offsets.data(), map.data() + kHeaderBytes, offsets.size() * sizeof(int64_t));
@@ -177,7 +196,8 @@ std::optional<std::vector<Document>> read_token_cache(const std::filesystem::pat
         docs.push_back(std::move(doc));
       }
     }
-    if (docs.size() != index.at("documents").get<size_t>()) damaged(dir, "the shards hold another number of documents");
+    if (docs.size() != index.at("documents").get<size_t>())
+      damaged(dir, "the shards hold another number of documents");
     if (index_out) *index_out = std::move(index);
     return docs;
   } catch (const nlohmann::json::exception& e) {

@@ -37,7 +37,8 @@ void write_token_cache(const std::filesystem::path& dir, const std::string& fing
 // Reads the cache in `dir`: nullopt when there is none (no index.json). Throws ferry::Error when it
 // exists but is damaged or was made for another fingerprint (delete the directory to rebuild it).
 // `index` (when given) receives index.json.
-std::optional<std::vector<Document>> read_token_cache(const std::filesystem::path& dir, const std::string& fingerprint,
+std::optional<std::vector<Document>> read_token_cache(const std::filesystem::path& dir,
+                                                      const std::string& fingerprint,
                                                       nlohmann::json* index = nullptr);
 
 }  // namespace ferry

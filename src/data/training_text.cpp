@@ -16,7 +16,8 @@ void check_training_text(const TrainingText& t) {
   size_t previous_end = 0;
   for (size_t i = 0; i < t.trained.size(); ++i) {
     const ByteRange& r = t.trained[i];
-    FERRY_ASSERT(r.begin < r.end && r.end <= t.text.size(), "trained ranges are non-empty and inside the text");
+    FERRY_ASSERT(r.begin < r.end && r.end <= t.text.size(),
+                 "trained ranges are non-empty and inside the text");
     FERRY_ASSERT(i == 0 || r.begin >= previous_end, "trained ranges are sorted and disjoint");
     previous_end = r.end;
   }
@@ -46,7 +47,8 @@ void encode_by_range(const TrainingText& t, const TextEncoder& encoder, std::vec
   for (size_t i = 0; i + 1 < cuts.size(); ++i) {
     const ByteRange piece{cuts[i], cuts[i + 1]};
     if (piece.begin == piece.end) continue;
-    encoder.encode(std::string_view(t.text).substr(piece.begin, piece.end - piece.begin), false, &piece_ids, nullptr);
+    encoder.encode(std::string_view(t.text).substr(piece.begin, piece.end - piece.begin), false, &piece_ids,
+                   nullptr);
     for (int32_t id : piece_ids) {
       ids->push_back(id);
       ranges->push_back(piece);
@@ -74,16 +76,18 @@ Document tokenize_training_text(const TrainingText& t, const TextEncoder& encode
   for (bool e : t.eos_after) any_eos = any_eos || e;
   std::optional<int32_t> eos = encoder.eos_token_id();
   if (any_eos)
-    FERRY_CHECK(eos.has_value(), "data",
-                "the tokenizer has no eos token, so the end of a completion cannot be marked; set eos_token in "
-                "tokenizer_config.json");
+    FERRY_CHECK(
+        eos.has_value(), "data",
+        "the tokenizer has no eos token, so the end of a completion cannot be marked; set eos_token in "
+        "tokenizer_config.json");
   // The tokenizer's own eos (add_special_tokens) ends a text whose last range reaches the end.
   const bool tokenizer_eos_ends_range = t.add_special_tokens && encoder.adds_eos() && !t.trained.empty() &&
                                         t.trained.back().end == t.text.size() && t.eos_after.back();
 
   std::vector<int32_t> ids;
   std::vector<ByteRange> ranges;
-  const bool everything = t.trained.size() == 1 && t.trained[0].begin == 0 && t.trained[0].end == t.text.size();
+  const bool everything =
+      t.trained.size() == 1 && t.trained[0].begin == 0 && t.trained[0].end == t.text.size();
   if (t.trained.empty() || everything) {
     encoder.encode(t.text, t.add_special_tokens, &ids, nullptr);
     ranges.assign(ids.size(), ByteRange{0, 0});  // unused below

@@ -75,11 +75,13 @@ TextSetup load_text_setup(const TrainConfig& config) {
   const auto json_path = s.dir / "tokenizer.json";
   std::error_code ec;
   FERRY_CHECK(std::filesystem::exists(json_path, ec), kWhere,
-              "text data needs a tokenizer, and {} has no tokenizer.json; set `tokenizer:` to a tokenizer directory, or "
+              "text data needs a tokenizer, and {} has no tokenizer.json; set `tokenizer:` to a tokenizer "
+              "directory, or "
               "give pre-tokenized data (data_format: tokens)",
               s.dir.string());
   s.tokenizer_json = read_text(json_path);
-  if (std::filesystem::exists(s.dir / "tokenizer_config.json", ec)) s.tokenizer_config = read_text(s.dir / "tokenizer_config.json");
+  if (std::filesystem::exists(s.dir / "tokenizer_config.json", ec))
+    s.tokenizer_config = read_text(s.dir / "tokenizer_config.json");
   s.tokenizer = Tokenizer::from_json(s.tokenizer_json, s.tokenizer_config);
   nlohmann::json tokenizer_config = nlohmann::json::object();
   if (!s.tokenizer_config.empty()) tokenizer_config = nlohmann::json::parse(s.tokenizer_config);
@@ -90,7 +92,8 @@ TextSetup load_text_setup(const TrainConfig& config) {
   }
   auto add_stop = [&](std::optional<std::string> text) {
     if (!text || text->empty()) return;
-    if (std::find(s.stop_strings.begin(), s.stop_strings.end(), *text) == s.stop_strings.end()) s.stop_strings.push_back(*text);
+    if (std::find(s.stop_strings.begin(), s.stop_strings.end(), *text) == s.stop_strings.end())
+      s.stop_strings.push_back(*text);
   };
   if (auto eos = s.tokenizer->eos_token_id()) add_stop(s.tokenizer->id_to_token(*eos));
   for (int64_t id : generation_eos_ids(config.model))
@@ -128,8 +131,8 @@ void check_data_files(const TrainConfig& config) {
   FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more files");
   for (const auto& p : config.data) {
     std::error_code ec;
-    FERRY_CHECK(std::filesystem::is_regular_file(p, ec), kWhere, "data file {} does not exist (or is not a file)",
-                p.string());
+    FERRY_CHECK(std::filesystem::is_regular_file(p, ec), kWhere,
+                "data file {} does not exist (or is not a file)", p.string());
   }
 }
 
@@ -165,7 +168,8 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
                                               TrainingDataSummary* summary_out) {
   check_data_files(config);
   const auto format = parse_data_format(config.data_format);
-  FERRY_CHECK(format.has_value(), kWhere, "data_format must be one of {}; got '{}'", data_format_names(), config.data_format);
+  FERRY_CHECK(format.has_value(), kWhere, "data_format must be one of {}; got '{}'", data_format_names(),
+              config.data_format);
   TrainingDataSummary summary;
 
   if (pre_tokenized(config, *format)) {
@@ -190,8 +194,8 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
     summary.from_cache = true;
     summary.documents = static_cast<int64_t>(cached->size());
     summary.trained_tokens = count_trained(*cached, &summary.tokens);
-    log_info("data: {} documents, {} tokens ({} trained) from the cache {}", summary.documents, summary.tokens,
-             summary.trained_tokens, summary.cache.string());
+    log_info("data: {} documents, {} tokens ({} trained) from the cache {}", summary.documents,
+             summary.tokens, summary.trained_tokens, summary.cache.string());
     if (summary_out) *summary_out = summary;
     return std::move(*cached);
   }
@@ -206,11 +210,13 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
   options.chat_template = setup.chat_template ? &*setup.chat_template : nullptr;
   options.chat.stop_strings = setup.stop_strings;
   if (options.chat_template)
-    FERRY_CHECK(!setup.stop_strings.empty(), kWhere,
-                "the tokenizer has no eos token (and generation_config.json no eos_token_id), so the end of an "
-                "assistant turn cannot be marked; set eos_token in tokenizer_config.json");
+    FERRY_CHECK(
+        !setup.stop_strings.empty(), kWhere,
+        "the tokenizer has no eos token (and generation_config.json no eos_token_id), so the end of an "
+        "assistant turn cannot be marked; set eos_token in tokenizer_config.json");
   log_info("data: tokenizing {} file(s) with {} ({}); cache {}", config.data.size(), setup.dir.string(),
-           options.chat_template ? "chat template " + options.chat_template->name() : std::string("no chat template"),
+           options.chat_template ? "chat template " + options.chat_template->name()
+                                 : std::string("no chat template"),
            summary.cache.string());
   TextDataStats stats;
   std::vector<Document> docs = load_text_documents(config.data, options, &stats);
@@ -232,14 +238,15 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
   summary.tokens = stats.tokens;
   summary.trained_tokens = stats.trained_tokens;
   summary.skipped_malformed = stats.skipped_malformed;
-  log_info("data: {} records -> {} documents, {} tokens ({} trained); cached in {}", stats.records, stats.documents,
-           stats.tokens, stats.trained_tokens, summary.cache.string());
+  log_info("data: {} records -> {} documents, {} tokens ({} trained); cached in {}", stats.records,
+           stats.documents, stats.tokens, stats.trained_tokens, summary.cache.string());
   if (summary_out) *summary_out = summary;
   return docs;
 }
 
 TrainingDataSummary prepare_training_data(const TrainConfig& config) {
-  FERRY_CHECK(!config.model.empty(), kWhere, "no model given; set `model:` to a Hugging Face model directory");
+  FERRY_CHECK(!config.model.empty(), kWhere,
+              "no model given; set `model:` to a Hugging Face model directory");
   const ModelConfig model = load_model_config(config.model);
   TrainingDataSummary summary;
   load_training_documents(config, model, &summary);

@@ -29,14 +29,14 @@
 namespace ferry {
 
 struct TrainingDataSummary {
-  bool tokenized = false;            // text formats (false: pre-tokenized files read directly)
-  bool from_cache = false;           // the documents came from an existing cache
-  std::string fingerprint;           // of the cache (tokenized only)
-  std::filesystem::path cache;       // the cache directory (tokenized only)
+  bool tokenized = false;       // text formats (false: pre-tokenized files read directly)
+  bool from_cache = false;      // the documents came from an existing cache
+  std::string fingerprint;      // of the cache (tokenized only)
+  std::filesystem::path cache;  // the cache directory (tokenized only)
   int64_t documents = 0;
   int64_t tokens = 0;
-  int64_t trained_tokens = 0;        // labels that are not -100
-  int64_t skipped_malformed = 0;     // when the cache was built by this call, or pre-tokenized data
+  int64_t trained_tokens = 0;     // labels that are not -100
+  int64_t skipped_malformed = 0;  // when the cache was built by this call, or pre-tokenized data
 };
 
 // The documents to train on (see above). Throws ferry::Error for missing files, a tokenizer that does

@@ -45,7 +45,8 @@ ChatTemplate::ChatTemplate(std::string source, std::string name,
       template_(jinja::Template::parse(source_, std::move(name))),
       special_tokens_(std::move(special_tokens)) {}
 
-std::optional<std::string> ChatTemplate::template_from_config(const nlohmann::json& config, const std::string& source) {
+std::optional<std::string> ChatTemplate::template_from_config(const nlohmann::json& config,
+                                                              const std::string& source) {
   if (!config.is_object()) return std::nullopt;
   const auto it = config.find("chat_template");
   if (it == config.end() || it->is_null()) return std::nullopt;
@@ -56,20 +57,26 @@ std::optional<std::string> ChatTemplate::template_from_config(const nlohmann::js
     for (const auto& entry : *it) {
       FERRY_CHECK(entry.is_object() && entry.contains("name") && entry.contains("template") &&
                       entry["name"].is_string() && entry["template"].is_string(),
-                  kWhere, "{}: chat_template list entries must be {{\"name\": ..., \"template\": ...}}", source);
+                  kWhere, "{}: chat_template list entries must be {{\"name\": ..., \"template\": ...}}",
+                  source);
       if (entry["name"] == "default") return entry["template"].get<std::string>();
       names += (names.empty() ? "" : ", ") + entry["name"].get<std::string>();
     }
-    fail(kWhere, "{}: chat_template is a list of named templates ({}) without one named 'default'; set "
-         "chat_template: to a file with the template to use", source, names);
+    fail(kWhere,
+         "{}: chat_template is a list of named templates ({}) without one named 'default'; set "
+         "chat_template: to a file with the template to use",
+         source, names);
   }
-  fail(kWhere, "{}: chat_template must be a string or a list of named templates, got {}", source, it->type_name());
+  fail(kWhere, "{}: chat_template must be a string or a list of named templates, got {}", source,
+       it->type_name());
 }
 
-std::vector<std::pair<std::string, std::string>> ChatTemplate::special_tokens_from_config(const nlohmann::json& config) {
+std::vector<std::pair<std::string, std::string>> ChatTemplate::special_tokens_from_config(
+    const nlohmann::json& config) {
   std::vector<std::pair<std::string, std::string>> out;
   if (!config.is_object()) return out;
-  for (const char* key : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+  for (const char* key :
+       {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
     const auto it = config.find(key);
     if (it == config.end()) continue;
     if (auto text = token_text(*it)) out.emplace_back(key, *text);
@@ -94,10 +101,12 @@ std::optional<ChatTemplate> ChatTemplate::load(const std::filesystem::path& dir)
   return std::nullopt;
 }
 
-ChatTemplate ChatTemplate::from_file(const std::filesystem::path& path, const nlohmann::json& tokenizer_config) {
+ChatTemplate ChatTemplate::from_file(const std::filesystem::path& path,
+                                     const nlohmann::json& tokenizer_config) {
   std::error_code ec;
   FERRY_CHECK(std::filesystem::is_regular_file(path, ec), kWhere,
-              "chat_template file {} does not exist; give a .jinja file or a tokenizer_config.json", path.string());
+              "chat_template file {} does not exist; give a .jinja file or a tokenizer_config.json",
+              path.string());
   if (path.extension() == ".json") {
     const nlohmann::json config = read_json(path);
     auto text = template_from_config(config, path.string());
@@ -123,7 +132,8 @@ ChatRendering ChatTemplate::render(const jinja::Value& messages, const ChatRende
     else
       input.variables.emplace_back(k, jinja::Value(v));
   }
-  if (!additional.empty()) input.variables.emplace_back("additional_special_tokens", jinja::Value::list(additional));
+  if (!additional.empty())
+    input.variables.emplace_back("additional_special_tokens", jinja::Value::list(additional));
   for (const auto& [k, v] : options.extra_variables) {
     bool replaced = false;
     for (auto& [name, value] : input.variables) {
@@ -134,23 +144,25 @@ ChatRendering ChatTemplate::render(const jinja::Value& messages, const ChatRende
     }
     if (!replaced) input.variables.emplace_back(k, v);
   }
-  input.variables.emplace_back("raise_exception", jinja::Value::function("raise_exception", [](jinja::CallArgs& args) -> jinja::Value {
-    const std::string message = args.positional.empty() ? std::string() : args.positional[0].to_str();
-    throw jinja::TemplateError("the template raised an exception: " + message);
-  }));
+  input.variables.emplace_back(
+      "raise_exception", jinja::Value::function("raise_exception", [](jinja::CallArgs& args) -> jinja::Value {
+        const std::string message = args.positional.empty() ? std::string() : args.positional[0].to_str();
+        throw jinja::TemplateError("the template raised an exception: " + message);
+      }));
   const std::optional<int64_t> now = options.now;
-  input.variables.emplace_back("strftime_now", jinja::Value::function("strftime_now", [now](jinja::CallArgs& args) {
-    if (args.positional.size() != 1 || !args.positional[0].is_string() || !args.keyword.empty())
-      throw jinja::TemplateError("strftime_now(format) takes one string");
-    const std::time_t t = now ? static_cast<std::time_t>(*now) : std::time(nullptr);
-    std::tm tm{};
-    localtime_r(&t, &tm);
-    char buffer[512];
-    const size_t n = std::strftime(buffer, sizeof(buffer), args.positional[0].as_string().c_str(), &tm);
-    if (n == 0 && !args.positional[0].as_string().empty())
-      throw jinja::TemplateError("strftime_now: the formatted date is empty or too long");
-    return jinja::Value(std::string(buffer, n));
-  }));
+  input.variables.emplace_back(
+      "strftime_now", jinja::Value::function("strftime_now", [now](jinja::CallArgs& args) {
+        if (args.positional.size() != 1 || !args.positional[0].is_string() || !args.keyword.empty())
+          throw jinja::TemplateError("strftime_now(format) takes one string");
+        const std::time_t t = now ? static_cast<std::time_t>(*now) : std::time(nullptr);
+        std::tm tm{};
+        localtime_r(&t, &tm);
+        char buffer[512];
+        const size_t n = std::strftime(buffer, sizeof(buffer), args.positional[0].as_string().c_str(), &tm);
+        if (n == 0 && !args.positional[0].as_string().empty())
+          throw jinja::TemplateError("strftime_now: the formatted date is empty or too long");
+        return jinja::Value(std::string(buffer, n));
+      }));
   const auto& items = messages.list_data().items;
   for (const auto& m : items) input.tracked.push_back(m.identity());
 

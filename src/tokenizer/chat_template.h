@@ -49,7 +49,8 @@ class ChatTemplate {
  public:
   // `source` is the template text; `name` names it in errors (e.g. "model/tokenizer_config.json").
   // special_tokens: the variables transformers adds from the tokenizer (see special_tokens_from_config).
-  ChatTemplate(std::string source, std::string name, std::vector<std::pair<std::string, std::string>> special_tokens);
+  ChatTemplate(std::string source, std::string name,
+               std::vector<std::pair<std::string, std::string>> special_tokens);
 
   // The template of a tokenizer directory (chat_template.jinja, else tokenizer_config.json's
   // chat_template), with special tokens from its tokenizer_config.json; nullopt when it has none.
@@ -58,10 +59,12 @@ class ChatTemplate {
   // (tokenizer_config.json). Special tokens come from `tokenizer_config` (may be null).
   static ChatTemplate from_file(const std::filesystem::path& path, const nlohmann::json& tokenizer_config);
   // The template text in tokenizer_config.json content, or nullopt. `source` names the file in errors.
-  static std::optional<std::string> template_from_config(const nlohmann::json& config, const std::string& source);
+  static std::optional<std::string> template_from_config(const nlohmann::json& config,
+                                                         const std::string& source);
   // bos_token, eos_token, unk_token, sep_token, pad_token, cls_token, mask_token (strings or
   // {"content": ...}) and additional_special_tokens, as transformers' special_tokens_map has them.
-  static std::vector<std::pair<std::string, std::string>> special_tokens_from_config(const nlohmann::json& config);
+  static std::vector<std::pair<std::string, std::string>> special_tokens_from_config(
+      const nlohmann::json& config);
 
   // Renders `messages` (a list of dicts, e.g. jinja::from_json of [{"role":..., "content":...}]).
   // Throws ferry::Error for a template error, including raise_exception() from the template.

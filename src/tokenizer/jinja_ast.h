@@ -41,23 +41,23 @@ enum class ExprKind {
 struct Expr {
   ExprKind kind;
   int line = 0;
-  Value value;                  // Const
-  std::string name;             // Name, Getattr, Filter, Test; Binary: the operator
-  ExprPtr a, b, c;              // operands (see ExprKind)
-  std::vector<ExprPtr> items;   // List, Tuple, Dict, Concat; Call/Filter/Test: positional args
-  std::vector<std::pair<std::string, ExprPtr>> kwargs;         // Call, Filter, Test
-  std::vector<std::pair<std::string, ExprPtr>> compare_ops;    // Compare
+  Value value;                 // Const
+  std::string name;            // Name, Getattr, Filter, Test; Binary: the operator
+  ExprPtr a, b, c;             // operands (see ExprKind)
+  std::vector<ExprPtr> items;  // List, Tuple, Dict, Concat; Call/Filter/Test: positional args
+  std::vector<std::pair<std::string, ExprPtr>> kwargs;       // Call, Filter, Test
+  std::vector<std::pair<std::string, ExprPtr>> compare_ops;  // Compare
 
   Expr(ExprKind k, int l) : kind(k), line(l) {}
 };
 
 enum class StmtKind {
-  Output,      // items: data (Const) and {{ }} expressions
-  If,          // branches: (test, body)...; else_body
-  For,         // targets, iter, filter, body, else_body
-  Set,         // targets (names) or a namespace attribute (ns_name, attr), expr
-  SetBlock,    // targets[0], filters (applied to the captured text), body
-  Macro,       // name, params (name, default or null), body
+  Output,    // items: data (Const) and {{ }} expressions
+  If,        // branches: (test, body)...; else_body
+  For,       // targets, iter, filter, body, else_body
+  Set,       // targets (names) or a namespace attribute (ns_name, attr), expr
+  SetBlock,  // targets[0], filters (applied to the captured text), body
+  Macro,     // name, params (name, default or null), body
   Break,
   Continue,
   Generation,  // transformers' {% generation %}: body; records the span of what it renders
@@ -66,15 +66,15 @@ enum class StmtKind {
 struct Stmt {
   StmtKind kind;
   int line = 0;
-  std::vector<ExprPtr> output;                              // Output
-  std::vector<std::pair<ExprPtr, Body>> branches;           // If
-  Body body, else_body;                                     // For, If (else), SetBlock, Macro, Generation
-  std::vector<std::string> targets;                         // For, Set, SetBlock
-  std::string ns_name, ns_attr;                             // Set of a namespace attribute
-  ExprPtr expr;                                             // For: iterable; Set: value
-  ExprPtr filter;                                           // For: the `if` condition; SetBlock: filter chain
-  std::string name;                                         // Macro
-  std::vector<std::pair<std::string, ExprPtr>> params;      // Macro
+  std::vector<ExprPtr> output;                          // Output
+  std::vector<std::pair<ExprPtr, Body>> branches;       // If
+  Body body, else_body;                                 // For, If (else), SetBlock, Macro, Generation
+  std::vector<std::string> targets;                     // For, Set, SetBlock
+  std::string ns_name, ns_attr;                         // Set of a namespace attribute
+  ExprPtr expr;                                         // For: iterable; Set: value
+  ExprPtr filter;                                       // For: the `if` condition; SetBlock: filter chain
+  std::string name;                                     // Macro
+  std::vector<std::pair<std::string, ExprPtr>> params;  // Macro
 
   Stmt(StmtKind k, int l) : kind(k), line(l) {}
 };

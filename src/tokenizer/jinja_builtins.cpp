@@ -42,7 +42,8 @@ std::vector<Value> bind(const std::string& function, CallArgs& args, std::initia
     }
     if (index == params.size())
       throw TemplateError(fmt::format("{}() got an unexpected keyword argument '{}'", function, key));
-    if (bound[index]) throw TemplateError(fmt::format("{}() got multiple values for argument '{}'", function, key));
+    if (bound[index])
+      throw TemplateError(fmt::format("{}() got multiple values for argument '{}'", function, key));
     bound[index] = value;
   }
   std::vector<Value> out;
@@ -60,7 +61,9 @@ std::vector<Value> bind(const std::string& function, CallArgs& args, std::initia
   return out;
 }
 
-void no_args(const std::string& function, CallArgs& args) { bind(function, args, {}); }
+void no_args(const std::string& function, CallArgs& args) {
+  bind(function, args, {});
+}
 
 const std::string& require_string(const Value& v, const std::string& what) {
   if (v.is_undefined()) undefined_error(v);
@@ -86,7 +89,9 @@ std::optional<std::string> optional_chars(const Value& v, const std::string& wha
 }
 
 // jinja's soft_str: str() of anything, "" for Undefined.
-std::string soft_str(const Value& v) { return v.to_str(); }
+std::string soft_str(const Value& v) {
+  return v.to_str();
+}
 
 Value string_list(const std::vector<std::string>& parts) {
   std::vector<Value> items;
@@ -100,10 +105,12 @@ std::vector<std::string> affixes(const Value& v, const std::string& method) {
   if (v.is_string()) return {v.as_string()};
   if (v.is_list() && v.list_data().tuple) {
     std::vector<std::string> out;
-    for (const auto& item : v.list_data().items) out.push_back(require_string(item, method + "() tuple item"));
+    for (const auto& item : v.list_data().items)
+      out.push_back(require_string(item, method + "() tuple item"));
     return out;
   }
-  throw TemplateError(fmt::format("{} first arg must be str or a tuple of str, not {}", method, v.type_name()));
+  throw TemplateError(
+      fmt::format("{} first arg must be str or a tuple of str, not {}", method, v.type_name()));
 }
 
 // text[start:end] in code points, for startswith/endswith/find/count's optional bounds.
@@ -145,7 +152,8 @@ Value str_method(const std::string& s, const std::string& name) {
     const bool from_right = name == "rsplit";
     return make([s, full, from_right](CallArgs& a) {
       auto v = bind(full, a, {{"sep", Value::none()}, {"maxsplit", Value(-1)}});
-      return string_list(py_split(s, optional_chars(v[0], full + "() sep"), require_int(v[1], "maxsplit"), from_right));
+      return string_list(
+          py_split(s, optional_chars(v[0], full + "() sep"), require_int(v[1], "maxsplit"), from_right));
     });
   }
   if (name == "splitlines") {
@@ -167,7 +175,8 @@ Value str_method(const std::string& s, const std::string& name) {
   if (name == "replace") {
     return make([s, full](CallArgs& a) {
       auto v = bind(full, a, {{"old", {}}, {"new", {}}, {"count", Value(-1)}});
-      return Value(py_replace(s, require_string(v[0], "old"), require_string(v[1], "new"), require_int(v[2], "count")));
+      return Value(py_replace(s, require_string(v[0], "old"), require_string(v[1], "new"),
+                              require_int(v[2], "count")));
     });
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
@@ -202,7 +211,8 @@ Value str_method(const std::string& s, const std::string& name) {
       bool first = true;
       for (const Value& item : iterate(v[0])) {
         if (!item.is_string())
-          throw TemplateError(fmt::format("sequence item: expected str instance, {} found", item.type_name()));
+          throw TemplateError(
+              fmt::format("sequence item: expected str instance, {} found", item.type_name()));
         if (!first) out += s;
         out += item.as_string();
         first = false;
@@ -244,13 +254,16 @@ Value str_method(const std::string& s, const std::string& name) {
   }
   if (name == "ljust" || name == "rjust" || name == "center" || name == "zfill") {
     return make([s, full, name](CallArgs& a) {
-      auto v = name == "zfill" ? bind(full, a, {{"width", {}}}) : bind(full, a, {{"width", {}}, {"fillchar", Value(" ")}});
+      auto v = name == "zfill" ? bind(full, a, {{"width", {}}})
+                               : bind(full, a, {{"width", {}}, {"fillchar", Value(" ")}});
       const int64_t width = require_int(v[0], "width"), len = py_len(s);
       const std::string fill = name == "zfill" ? "0" : require_string(v[1], "fillchar");
       if (py_len(fill) != 1) throw TemplateError("The fill character must be exactly one character long");
       if (len >= width) return Value(s);
       const int64_t pad = width - len;
-      int64_t left = name == "rjust" || name == "zfill" ? pad : name == "ljust" ? 0 : pad / 2 + (pad & width & 1);
+      int64_t left = name == "rjust" || name == "zfill" ? pad
+                     : name == "ljust"                  ? 0
+                                                        : pad / 2 + (pad & width & 1);
       auto repeat = [&](int64_t k) {
         std::string out;
         for (int64_t i = 0; i < k; ++i) out += fill;
@@ -261,10 +274,10 @@ Value str_method(const std::string& s, const std::string& name) {
       return Value(repeat(left) + s + repeat(pad - left));
     });
   }
-  static const std::set<std::string> others = {
-      "casefold",  "encode",     "expandtabs",   "format",     "format_map", "isascii",
-      "isdecimal", "isidentifier", "isnumeric", "isprintable", "istitle",   "maketrans",
-      "partition", "rpartition", "swapcase",     "translate"};
+  static const std::set<std::string> others = {"casefold",   "encode",      "expandtabs", "format",
+                                               "format_map", "isascii",     "isdecimal",  "isidentifier",
+                                               "isnumeric",  "isprintable", "istitle",    "maketrans",
+                                               "partition",  "rpartition",  "swapcase",   "translate"};
   if (others.count(name)) {
     return make([full](CallArgs&) -> Value {
       throw TemplateError(full + "() is not supported by ferry's Jinja interpreter");
@@ -332,7 +345,8 @@ Value list_method(const Value& l, const std::string& name) {
       return Value::list(l.list_data().items);
     });
   }
-  static const std::set<std::string> mutating = {"append", "clear", "extend", "insert", "pop", "remove", "reverse", "sort"};
+  static const std::set<std::string> mutating = {"append", "clear",  "extend",  "insert",
+                                                 "pop",    "remove", "reverse", "sort"};
   if (mutating.count(name) && !l.list_data().tuple) {
     return Value::function(full, [name](CallArgs&) -> Value {
       throw TemplateError(fmt::format("access to attribute '{}' of 'list' object is unsafe.", name));
@@ -341,14 +355,18 @@ Value list_method(const Value& l, const std::string& name) {
   return Value();
 }
 
-std::string object_name(const Value& v) { return fmt::format("'{} object'", v.type_name()); }
+std::string object_name(const Value& v) {
+  return fmt::format("'{} object'", v.type_name());
+}
 
 }  // namespace
 
 Value get_attribute(const Value& object, const std::string& name) {
   switch (object.kind()) {
-    case Kind::Undefined: undefined_error(object);
-    case Kind::String: return str_method(object.as_string(), name);
+    case Kind::Undefined:
+      undefined_error(object);
+    case Kind::String:
+      return str_method(object.as_string(), name);
     case Kind::Dict: {
       Value method = dict_method(object, name);
       if (!method.is_undefined()) return method;
@@ -368,10 +386,11 @@ Value get_attribute(const Value& object, const std::string& name) {
     case Kind::Float:
     case Kind::Bool: {
       static const std::set<std::string> number_attributes = {
-          "real", "imag", "numerator", "denominator", "conjugate", "bit_length", "bit_count", "to_bytes",
-          "from_bytes", "as_integer_ratio", "is_integer", "hex", "fromhex"};
+          "real",     "imag",       "numerator",        "denominator", "conjugate", "bit_length", "bit_count",
+          "to_bytes", "from_bytes", "as_integer_ratio", "is_integer",  "hex",       "fromhex"};
       if (number_attributes.count(name))
-        throw TemplateError(fmt::format("{}.{} is not supported by ferry's Jinja interpreter", object.type_name(), name));
+        throw TemplateError(
+            fmt::format("{}.{} is not supported by ferry's Jinja interpreter", object.type_name(), name));
       return Value::undefined(fmt::format("{} has no attribute '{}'", object_name(object), name));
     }
     default:
@@ -381,7 +400,8 @@ Value get_attribute(const Value& object, const std::string& name) {
 
 Value get_item(const Value& object, const Value& key) {
   switch (object.kind()) {
-    case Kind::Undefined: undefined_error(object);
+    case Kind::Undefined:
+      undefined_error(object);
     case Kind::List:
     case Kind::String: {
       if (key.kind() == Kind::Int || key.kind() == Kind::Bool) {
@@ -398,7 +418,8 @@ Value get_item(const Value& object, const Value& key) {
     case Kind::Dict:
       if (const Value* hit = object.dict_data().find(key)) return *hit;
       break;
-    default: break;
+    default:
+      break;
   }
   // jinja: when item lookup fails and the key is a string, try it as an attribute.
   if (key.is_string()) return get_attribute(object, key.as_string());
@@ -428,11 +449,13 @@ namespace {
     throw TemplateError(fmt::format("can only concatenate str (not \"{}\") to str", b.type_name()));
   if (op == "+" && a.is_list() && !a.list_data().tuple)
     throw TemplateError(fmt::format("can only concatenate list (not \"{}\") to list", b.type_name()));
-  throw TemplateError(fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(),
-                                  b.type_name()));
+  throw TemplateError(
+      fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name()));
 }
 
-[[noreturn]] void overflow() { throw TemplateError("integer overflow (values beyond 64 bits are not supported)"); }
+[[noreturn]] void overflow() {
+  throw TemplateError("integer overflow (values beyond 64 bits are not supported)");
+}
 
 Value repeat(const Value& seq, int64_t times) {
   if (seq.is_string()) {
@@ -484,8 +507,10 @@ Value binary_operation(const std::string& op, const Value& a, const Value& b) {
       return Value(r);
     }
     if (numbers) return Value(a.as_double() * b.as_double());
-    if ((a.is_string() || a.is_list()) && (b.kind() == Kind::Int || b.is_bool())) return repeat(a, b.as_int());
-    if ((b.is_string() || b.is_list()) && (a.kind() == Kind::Int || a.is_bool())) return repeat(b, a.as_int());
+    if ((a.is_string() || a.is_list()) && (b.kind() == Kind::Int || b.is_bool()))
+      return repeat(a, b.as_int());
+    if ((b.is_string() || b.is_list()) && (a.kind() == Kind::Int || a.is_bool()))
+      return repeat(b, a.as_int());
   } else if (op == "/") {
     if (numbers) {
       if (b.as_double() == 0) throw TemplateError("division by zero");
@@ -542,7 +567,8 @@ namespace {
 
 bool contains(const Value& container, const Value& item) {
   switch (container.kind()) {
-    case Kind::Undefined: return false;  // jinja's Undefined iterates as empty
+    case Kind::Undefined:
+      return false;  // jinja's Undefined iterates as empty
     case Kind::String:
       if (!item.is_string())
         throw TemplateError(
@@ -552,7 +578,8 @@ bool contains(const Value& container, const Value& item) {
       for (const auto& x : container.list_data().items)
         if (py_equal(x, item)) return true;
       return false;
-    case Kind::Dict: return container.dict_data().find(item) != nullptr;
+    case Kind::Dict:
+      return container.dict_data().find(item) != nullptr;
     default:
       throw TemplateError(fmt::format("argument of type '{}' is not iterable", container.type_name()));
   }
@@ -576,8 +603,10 @@ bool compare(const std::string& op, const Value& a, const Value& b) {
 
 std::vector<Value> iterate(const Value& value) {
   switch (value.kind()) {
-    case Kind::Undefined: return {};
-    case Kind::List: return value.list_data().items;
+    case Kind::Undefined:
+      return {};
+    case Kind::List:
+      return value.list_data().items;
     case Kind::Dict: {
       std::vector<Value> keys;
       for (const auto& [k, v] : value.dict_data().items) keys.push_back(k);
@@ -592,17 +621,23 @@ std::vector<Value> iterate(const Value& value) {
       }
       return chars;
     }
-    default: throw TemplateError(fmt::format("'{}' object is not iterable", value.type_name()));
+    default:
+      throw TemplateError(fmt::format("'{}' object is not iterable", value.type_name()));
   }
 }
 
 int64_t length_of(const Value& value) {
   switch (value.kind()) {
-    case Kind::Undefined: return 0;
-    case Kind::String: return py_len(value.as_string());
-    case Kind::List: return static_cast<int64_t>(value.list_data().items.size());
-    case Kind::Dict: return static_cast<int64_t>(value.dict_data().items.size());
-    default: throw TemplateError(fmt::format("object of type '{}' has no len()", value.type_name()));
+    case Kind::Undefined:
+      return 0;
+    case Kind::String:
+      return py_len(value.as_string());
+    case Kind::List:
+      return static_cast<int64_t>(value.list_data().items.size());
+    case Kind::Dict:
+      return static_cast<int64_t>(value.dict_data().items.size());
+    default:
+      throw TemplateError(fmt::format("object of type '{}' has no len()", value.type_name()));
   }
 }
 
@@ -622,7 +657,8 @@ Value attribute_path(const Value& item, const std::string& path) {
   while (true) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     v = get_item(v, digits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
     if (dot == std::string::npos) return v;
     start = dot + 1;
@@ -631,8 +667,9 @@ Value attribute_path(const Value& item, const std::string& path) {
 
 CallArgs rest_args(const CallArgs& args, size_t skip) {
   CallArgs rest;
-  rest.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(std::min(skip, args.positional.size())),
-                         args.positional.end());
+  rest.positional.assign(
+      args.positional.begin() + static_cast<std::ptrdiff_t>(std::min(skip, args.positional.size())),
+      args.positional.end());
   rest.keyword = args.keyword;
   return rest;
 }
@@ -670,7 +707,8 @@ std::string jinja_title(const std::string& s) {
   std::string out;
   bool word_start = true;
   for (char c : s) {
-    const bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py_isspace(static_cast<char32_t>(c));
+    const bool sep =
+        c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || py_isspace(static_cast<char32_t>(c));
     if (sep) {
       out.push_back(c);
       word_start = true;
@@ -692,7 +730,9 @@ Value sort_key(const Value& v, bool case_sensitive, const std::string& attribute
 Value tojson_filter(const Value& subject, CallArgs& args) {
   // transformers: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)
   auto v = bind("tojson", args,
-                {{"ensure_ascii", Value(false)}, {"indent", Value::none()}, {"separators", Value::none()},
+                {{"ensure_ascii", Value(false)},
+                 {"indent", Value::none()},
+                 {"separators", Value::none()},
                  {"sort_keys", Value(false)}});
   JsonDumpOptions o;
   o.ensure_ascii = v[0].truthy();
@@ -715,7 +755,9 @@ Value tojson_filter(const Value& subject, CallArgs& args) {
 Value indent_filter(const Value& subject, CallArgs& args) {
   auto v = bind("indent", args, {{"width", Value(4)}, {"first", Value(false)}, {"blank", Value(false)}});
   const std::string indention =
-      v[0].is_string() ? v[0].as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, require_int(v[0], "width"))), ' ');
+      v[0].is_string()
+          ? v[0].as_string()
+          : std::string(static_cast<size_t>(std::max<int64_t>(0, require_int(v[0], "width"))), ' ');
   const std::string s = soft_str(subject) + "\n";
   std::vector<std::string> lines = py_splitlines(s);
   std::string rv;
@@ -835,7 +877,8 @@ Value apply_filter(const std::string& name, const Value& subject, CallArgs& args
     std::vector<Value> items = iterate(subject);
     if (f == "last" && subject.is_dict()) throw TemplateError("'dict' object is not reversible");
     if (items.empty())
-      return Value::undefined(f == "first" ? "No first item, sequence was empty." : "No last item, sequence was empty.");
+      return Value::undefined(f == "first" ? "No first item, sequence was empty."
+                                           : "No last item, sequence was empty.");
     return f == "first" ? items.front() : items.back();
   }
   if (f == "join") {
@@ -896,7 +939,8 @@ Value apply_filter(const std::string& name, const Value& subject, CallArgs& args
     return Value::list(std::move(items));
   }
   if (f == "sort") {
-    auto v = bind(f, args, {{"reverse", Value(false)}, {"case_sensitive", Value(false)}, {"attribute", Value::none()}});
+    auto v = bind(
+        f, args, {{"reverse", Value(false)}, {"case_sensitive", Value(false)}, {"attribute", Value::none()}});
     std::vector<Value> items = iterate(subject);
     const bool cs = v[1].truthy();
     const std::string attr = v[2].is_none() ? "" : soft_str(v[2]);
@@ -954,7 +998,8 @@ Value apply_filter(const std::string& name, const Value& subject, CallArgs& args
     throw TemplateError(fmt::format("bad operand type for abs(): '{}'", subject.type_name()));
   }
   if (f == "dictsort") {
-    auto v = bind(f, args, {{"case_sensitive", Value(false)}, {"by", Value("key")}, {"reverse", Value(false)}});
+    auto v =
+        bind(f, args, {{"case_sensitive", Value(false)}, {"by", Value("key")}, {"reverse", Value(false)}});
     if (!subject.is_dict()) throw TemplateError("You can only sort by either \"key\" or \"value\" of a dict");
     const std::string by = require_string(v[1], "by");
     if (by != "key" && by != "value") throw TemplateError("You can only sort by either \"key\" or \"value\"");
@@ -963,7 +1008,8 @@ Value apply_filter(const std::string& name, const Value& subject, CallArgs& args
     const size_t pos = by == "key" ? 0 : 1;
     const bool cs = v[0].truthy(), reverse = v[2].truthy();
     std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& a, const Value& b) {
-      const Value x = sort_key(a.list_data().items[pos], cs, ""), y = sort_key(b.list_data().items[pos], cs, "");
+      const Value x = sort_key(a.list_data().items[pos], cs, ""),
+                  y = sort_key(b.list_data().items[pos], cs, "");
       return reverse ? py_less(y, x) : py_less(x, y);
     });
     return Value::list(std::move(pairs));
@@ -978,7 +1024,9 @@ Value apply_filter(const std::string& name, const Value& subject, CallArgs& args
     // do_attr uses getattr only: dict keys are not attributes.
     if (subject.is_dict()) {
       Value method = dict_method(subject, attr);
-      return method.is_undefined() ? Value::undefined(fmt::format("'dict object' has no attribute '{}'", attr)) : method;
+      return method.is_undefined()
+                 ? Value::undefined(fmt::format("'dict object' has no attribute '{}'", attr))
+                 : method;
     }
     return get_attribute(subject, attr);
   }
@@ -1005,7 +1053,8 @@ Value apply_filter(const std::string& name, const Value& subject, CallArgs& args
     // string length is odd too.
     const int64_t pad = width - len;
     const int64_t left = pad / 2 + (pad & width & 1);
-    return Value(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(pad - left), ' '));
+    return Value(std::string(static_cast<size_t>(left), ' ') + s +
+                 std::string(static_cast<size_t>(pad - left), ' '));
   }
   throw TemplateError(fmt::format("the '{}' filter is not supported by ferry's Jinja interpreter", f));
 }
@@ -1070,42 +1119,47 @@ bool apply_test(const std::string& name, const Value& v, CallArgs& args) {
 
 std::vector<std::pair<std::string, Value>> jinja_globals() {
   std::vector<std::pair<std::string, Value>> g;
-  g.emplace_back("range", Value::function("range", [](CallArgs& a) {
-    if (!a.keyword.empty()) throw TemplateError("range() takes no keyword arguments");
-    if (a.positional.empty() || a.positional.size() > 3)
-      throw TemplateError("range expected 1 to 3 arguments");
-    int64_t start = 0, stop, step = 1;
-    if (a.positional.size() == 1) {
-      stop = require_int(a.positional[0], "range argument");
-    } else {
-      start = require_int(a.positional[0], "range argument");
-      stop = require_int(a.positional[1], "range argument");
-      if (a.positional.size() == 3) step = require_int(a.positional[2], "range argument");
-    }
-    if (step == 0) throw TemplateError("range() arg 3 must not be zero");
-    std::vector<Value> out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      out.emplace_back(i);
-      if (out.size() > 100000) throw TemplateError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-    }
-    return Value::list(std::move(out));
-  }));
+  g.emplace_back(
+      "range", Value::function("range", [](CallArgs& a) {
+        if (!a.keyword.empty()) throw TemplateError("range() takes no keyword arguments");
+        if (a.positional.empty() || a.positional.size() > 3)
+          throw TemplateError("range expected 1 to 3 arguments");
+        int64_t start = 0, stop, step = 1;
+        if (a.positional.size() == 1) {
+          stop = require_int(a.positional[0], "range argument");
+        } else {
+          start = require_int(a.positional[0], "range argument");
+          stop = require_int(a.positional[1], "range argument");
+          if (a.positional.size() == 3) step = require_int(a.positional[2], "range argument");
+        }
+        if (step == 0) throw TemplateError("range() arg 3 must not be zero");
+        std::vector<Value> out;
+        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+          out.emplace_back(i);
+          if (out.size() > 100000)
+            throw TemplateError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+        }
+        return Value::list(std::move(out));
+      }));
   g.emplace_back("dict", Value::function("dict", [](CallArgs& a) {
-    if (!a.positional.empty()) throw TemplateError("dict() with positional arguments is not supported");
-    std::vector<std::pair<Value, Value>> items;
-    for (auto& [k, v] : a.keyword) items.emplace_back(Value(k), v);
-    return Value::dict(std::move(items));
-  }));
+                   if (!a.positional.empty())
+                     throw TemplateError("dict() with positional arguments is not supported");
+                   std::vector<std::pair<Value, Value>> items;
+                   for (auto& [k, v] : a.keyword) items.emplace_back(Value(k), v);
+                   return Value::dict(std::move(items));
+                 }));
   g.emplace_back("namespace", Value::function("namespace", [](CallArgs& a) {
-    std::vector<std::pair<Value, Value>> items;
-    if (a.positional.size() > 1) throw TemplateError("namespace() takes at most one positional argument");
-    if (a.positional.size() == 1) {
-      if (!a.positional[0].is_dict()) throw TemplateError("namespace() positional argument must be a dict");
-      items = a.positional[0].dict_data().items;
-    }
-    for (auto& [k, v] : a.keyword) items.emplace_back(Value(k), v);
-    return Value::namespace_object(std::move(items));
-  }));
+                   std::vector<std::pair<Value, Value>> items;
+                   if (a.positional.size() > 1)
+                     throw TemplateError("namespace() takes at most one positional argument");
+                   if (a.positional.size() == 1) {
+                     if (!a.positional[0].is_dict())
+                       throw TemplateError("namespace() positional argument must be a dict");
+                     items = a.positional[0].dict_data().items;
+                   }
+                   for (auto& [k, v] : a.keyword) items.emplace_back(Value(k), v);
+                   return Value::namespace_object(std::move(items));
+                 }));
   return g;
 }
 

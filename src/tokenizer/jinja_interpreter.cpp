@@ -115,7 +115,8 @@ class Interpreter {
     if (value.is_undefined()) undefined_error(value);
     const std::vector<Value> items = iterate(value);
     if (items.size() < targets.size())
-      throw TemplateError(fmt::format("not enough values to unpack (expected {}, got {})", targets.size(), items.size()));
+      throw TemplateError(
+          fmt::format("not enough values to unpack (expected {}, got {})", targets.size(), items.size()));
     if (items.size() > targets.size())
       throw TemplateError(fmt::format("too many values to unpack (expected {})", targets.size()));
     for (size_t i = 0; i < targets.size(); ++i) scope.set(targets[i], items[i]);
@@ -135,13 +136,15 @@ class Interpreter {
         for (const auto& [test, body] : s.branches)
           if (eval(*test, *scope).truthy()) return exec_body(body, scope);
         return exec_body(s.else_body, scope);
-      case StmtKind::For: return exec_for(s, scope);
+      case StmtKind::For:
+        return exec_for(s, scope);
       case StmtKind::Set: {
         Value value = eval(*s.expr, *scope);
         if (!s.ns_name.empty()) {
           Value* ns = scope->find(s.ns_name);
           if (!ns || ns->kind() != Kind::Namespace)
-            throw TemplateError(fmt::format("cannot assign attribute on non-namespace object '{}'", s.ns_name));
+            throw TemplateError(
+                fmt::format("cannot assign attribute on non-namespace object '{}'", s.ns_name));
           ns->dict_data().set(Value(s.ns_attr), std::move(value));
         } else {
           assign(*scope, s.targets, value);
@@ -165,12 +168,14 @@ class Interpreter {
         const Stmt* macro = &s;
         std::shared_ptr<Scope> closure = scope;
         scope->set(s.name, Value::function("macro " + s.name, [this, macro, closure](CallArgs& args) {
-          return call_macro(*macro, closure, args);
-        }));
+                     return call_macro(*macro, closure, args);
+                   }));
         return Flow::Normal;
       }
-      case StmtKind::Break: return Flow::Break;
-      case StmtKind::Continue: return Flow::Continue;
+      case StmtKind::Break:
+        return Flow::Break;
+      case StmtKind::Continue:
+        return Flow::Continue;
       case StmtKind::Generation: {
         if (!captures_.empty())
           throw TemplateError("{% generation %} inside a {% set %} block or macro is not supported");
@@ -216,14 +221,17 @@ class Interpreter {
               {Value("length"), Value(n)},
               {Value("depth"), Value(1)},
               {Value("depth0"), Value(0)},
-              {Value("previtem"), i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item")},
-              {Value("nextitem"), i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item")},
-              {Value("cycle"), Value::function("loop.cycle",
-                                               [i](CallArgs& args) {
-                                                 if (args.positional.empty())
-                                                   throw TemplateError("no items for cycling given");
-                                                 return args.positional[static_cast<size_t>(i) % args.positional.size()];
-                                               })},
+              {Value("previtem"),
+               i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item")},
+              {Value("nextitem"),
+               i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item")},
+              {Value("cycle"),
+               Value::function("loop.cycle",
+                               [i](CallArgs& args) {
+                                 if (args.positional.empty())
+                                   throw TemplateError("no items for cycling given");
+                                 return args.positional[static_cast<size_t>(i) % args.positional.size()];
+                               })},
               {Value("changed"), Value::function("loop.changed",
                                                  [](CallArgs&) -> Value {
                                                    throw TemplateError("loop.changed() is not supported");
@@ -251,11 +259,13 @@ class Interpreter {
   Value call_macro(const Stmt& macro, const std::shared_ptr<Scope>& closure, CallArgs& args) {
     auto scope = std::make_shared<Scope>(closure);
     if (args.positional.size() > macro.params.size())
-      throw TemplateError(fmt::format("macro '{}' takes not more than {} argument(s)", macro.name, macro.params.size()));
+      throw TemplateError(
+          fmt::format("macro '{}' takes not more than {} argument(s)", macro.name, macro.params.size()));
     for (const auto& [key, value] : args.keyword) {
       bool known = false;
       for (const auto& p : macro.params) known = known || p.first == key;
-      if (!known) throw TemplateError(fmt::format("macro '{}' takes no keyword argument '{}'", macro.name, key));
+      if (!known)
+        throw TemplateError(fmt::format("macro '{}' takes no keyword argument '{}'", macro.name, key));
     }
     for (size_t i = 0; i < macro.params.size(); ++i) {
       const auto& [param, fallback] = macro.params[i];
@@ -263,7 +273,9 @@ class Interpreter {
       if (i < args.positional.size()) value = args.positional[i];
       for (const auto& [key, v] : args.keyword) {
         if (key != param) continue;
-        if (value) throw TemplateError(fmt::format("macro '{}' got multiple values for argument '{}'", macro.name, param));
+        if (value)
+          throw TemplateError(
+              fmt::format("macro '{}' got multiple values for argument '{}'", macro.name, param));
         value = v;
       }
       if (!value) {
@@ -304,8 +316,7 @@ class Interpreter {
     if (!e) return std::nullopt;
     const Value v = eval(*e, scope);
     if (v.is_none()) return std::nullopt;
-    if (v.kind() != Kind::Int && !v.is_bool())
-      throw TemplateError("slice indices must be integers or None");
+    if (v.kind() != Kind::Int && !v.is_bool()) throw TemplateError("slice indices must be integers or None");
     return v.as_int();
   }
 
@@ -318,7 +329,8 @@ class Interpreter {
 
   Value eval_inner(const Expr& e, Scope& scope) {
     switch (e.kind) {
-      case ExprKind::Const: return e.value;
+      case ExprKind::Const:
+        return e.value;
       case ExprKind::Name: {
         if (Value* v = scope.find(e.name)) return *v;
         return Value::undefined(fmt::format("'{}' is undefined", e.name));
@@ -337,7 +349,8 @@ class Interpreter {
           if (k.is_list() && !k.list_data().tuple) throw TemplateError("unhashable type: 'list'");
         return Value::dict(std::move(items));
       }
-      case ExprKind::Getattr: return get_attribute(eval(*e.a, scope), e.name);
+      case ExprKind::Getattr:
+        return get_attribute(eval(*e.a, scope), e.name);
       case ExprKind::Getitem: {
         const Value object = eval(*e.a, scope);
         if (e.b->kind == ExprKind::Slice) {
@@ -348,7 +361,8 @@ class Interpreter {
         }
         return get_item(object, eval(*e.b, scope));
       }
-      case ExprKind::Slice: throw TemplateError("a slice outside of a subscript");
+      case ExprKind::Slice:
+        throw TemplateError("a slice outside of a subscript");
       case ExprKind::Call: {
         const Value callee = eval(*e.a, scope);
         CallArgs args = eval_args(e, scope);
@@ -364,12 +378,15 @@ class Interpreter {
         CallArgs args = eval_args(e, scope);
         return Value(apply_test(e.name, subject, args));
       }
-      case ExprKind::Not: return Value(!eval(*e.a, scope).truthy());
-      case ExprKind::Neg: return negate(eval(*e.a, scope));
+      case ExprKind::Not:
+        return Value(!eval(*e.a, scope).truthy());
+      case ExprKind::Neg:
+        return negate(eval(*e.a, scope));
       case ExprKind::Pos: {
         Value v = eval(*e.a, scope);
         if (v.is_undefined()) undefined_error(v);
-        if (!v.is_number()) throw TemplateError(fmt::format("bad operand type for unary +: '{}'", v.type_name()));
+        if (!v.is_number())
+          throw TemplateError(fmt::format("bad operand type for unary +: '{}'", v.type_name()));
         return v.is_bool() ? Value(v.as_int()) : v;
       }
       case ExprKind::Binary: {
@@ -400,7 +417,8 @@ class Interpreter {
         if (eval(*e.a, scope).truthy()) return eval(*e.b, scope);
         if (e.c) return eval(*e.c, scope);
         return Value::undefined(fmt::format(
-            "the inline if-expression on line {} evaluated to false and no else section was defined.", e.line));
+            "the inline if-expression on line {} evaluated to false and no else section was defined.",
+            e.line));
       }
     }
     throw TemplateError("internal error: unknown expression");

@@ -55,9 +55,15 @@ size_t skip_whitespace(std::string_view text, size_t pos) {
   return pos;
 }
 
-bool is_name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-bool is_name_char(char c) { return is_name_start(c) || (c >= '0' && c <= '9'); }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_name_start(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool is_name_char(char c) {
+  return is_name_start(c) || (c >= '0' && c <= '9');
+}
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -194,7 +200,8 @@ class Lexer {
     std::vector<char> balancing;
     while (true) {
       if (pos_ >= src_.size())
-        error(end_type == TokenType::BlockEnd ? "missing end of block tag %}" : "missing end of variable tag }}",
+        error(end_type == TokenType::BlockEnd ? "missing end of block tag %}"
+                                              : "missing end of variable tag }}",
               start_line);
       // The tag's end, unless brackets are open.
       if (balancing.empty()) {
@@ -213,7 +220,8 @@ class Lexer {
         if (rest.substr(0, 2) == close) {
           push(end_type, close);
           size_t end = pos_ + 2;
-          if (end_type == TokenType::BlockEnd && end < src_.size() && src_[end] == '\n') ++end;  // trim_blocks
+          if (end_type == TokenType::BlockEnd && end < src_.size() && src_[end] == '\n')
+            ++end;  // trim_blocks
           advance_to(end);
           return src_[pos_ - 1] == '\n';
         }
@@ -274,14 +282,15 @@ class Lexer {
     auto digits = [&](size_t q, auto accept) {
       // (\d+_)*\d+ style: digits with single underscores between them.
       size_t start = q;
-      while (q < src_.size() && (accept(src_[q]) || (src_[q] == '_' && q > start && q + 1 < src_.size() &&
-                                                     accept(src_[q + 1]))))
+      while (q < src_.size() &&
+             (accept(src_[q]) || (src_[q] == '_' && q > start && q + 1 < src_.size() && accept(src_[q + 1]))))
         ++q;
       return q;
     };
     auto dec = [](char ch) { return is_digit(ch); };
     // 0x / 0o / 0b integers.
-    if (src_[p] == '0' && p + 1 < src_.size() && std::string("xXoObB").find(src_[p + 1]) != std::string::npos) {
+    if (src_[p] == '0' && p + 1 < src_.size() &&
+        std::string("xXoObB").find(src_[p + 1]) != std::string::npos) {
       const char base_char = static_cast<char>(src_[p + 1] | 0x20);
       const int base = base_char == 'x' ? 16 : base_char == 'o' ? 8 : 2;
       size_t q = p + 2;
@@ -366,17 +375,38 @@ class Lexer {
       const char e = src_[p + 1];
       p += 2;
       switch (e) {
-        case '\n': break;  // line continuation
-        case '\\': value.push_back('\\'); break;
-        case '\'': value.push_back('\''); break;
-        case '"': value.push_back('"'); break;
-        case 'a': value.push_back('\a'); break;
-        case 'b': value.push_back('\b'); break;
-        case 'f': value.push_back('\f'); break;
-        case 'n': value.push_back('\n'); break;
-        case 'r': value.push_back('\r'); break;
-        case 't': value.push_back('\t'); break;
-        case 'v': value.push_back('\v'); break;
+        case '\n':
+          break;  // line continuation
+        case '\\':
+          value.push_back('\\');
+          break;
+        case '\'':
+          value.push_back('\'');
+          break;
+        case '"':
+          value.push_back('"');
+          break;
+        case 'a':
+          value.push_back('\a');
+          break;
+        case 'b':
+          value.push_back('\b');
+          break;
+        case 'f':
+          value.push_back('\f');
+          break;
+        case 'n':
+          value.push_back('\n');
+          break;
+        case 'r':
+          value.push_back('\r');
+          break;
+        case 't':
+          value.push_back('\t');
+          break;
+        case 'v':
+          value.push_back('\v');
+          break;
         case 'x':
         case 'u':
         case 'U': {
@@ -393,7 +423,8 @@ class Lexer {
           p += count;
           break;
         }
-        case 'N': error("\\N{...} escapes are not supported", line);
+        case 'N':
+          error("\\N{...} escapes are not supported", line);
         default:
           if (e >= '0' && e <= '7') {
             char32_t cp = static_cast<char32_t>(e - '0');

@@ -17,16 +17,16 @@
 namespace ferry::jinja {
 
 enum class TokenType : uint8_t {
-  Data,          // literal template text
-  VariableBegin, // {{
-  VariableEnd,   // }}
-  BlockBegin,    // {%
-  BlockEnd,      // %}
+  Data,           // literal template text
+  VariableBegin,  // {{
+  VariableEnd,    // }}
+  BlockBegin,     // {%
+  BlockEnd,       // %}
   Name,
-  String,        // value: the unescaped string
+  String,  // value: the unescaped string
   Integer,
   Float,
-  Operator,      // value: the operator text, e.g. "==", "(", "|"
+  Operator,  // value: the operator text, e.g. "==", "(", "|"
   End,
 };
 

@@ -10,23 +10,25 @@ namespace ferry::jinja {
 
 bool is_jinja_filter(const std::string& name) {
   static const std::set<std::string> names = {
-      "abs",       "attr",      "batch",    "capitalize", "center",     "count",    "d",        "default",
-      "dictsort",  "e",         "escape",   "filesizeformat", "first",  "float",    "forceescape", "format",
-      "groupby",   "indent",    "int",      "join",       "last",       "length",   "list",     "lower",
-      "items",     "map",       "min",      "max",        "pprint",     "random",   "reject",   "rejectattr",
-      "replace",   "reverse",   "round",    "safe",       "select",     "selectattr", "slice",  "sort",
-      "string",    "striptags", "sum",      "title",      "trim",       "truncate", "unique",   "upper",
-      "urlencode", "urlize",    "wordcount", "wordwrap",  "xmlattr",    "tojson"};
+      "abs",       "attr",       "batch",       "capitalize", "center",  "count",
+      "d",         "default",    "dictsort",    "e",          "escape",  "filesizeformat",
+      "first",     "float",      "forceescape", "format",     "groupby", "indent",
+      "int",       "join",       "last",        "length",     "list",    "lower",
+      "items",     "map",        "min",         "max",        "pprint",  "random",
+      "reject",    "rejectattr", "replace",     "reverse",    "round",   "safe",
+      "select",    "selectattr", "slice",       "sort",       "string",  "striptags",
+      "sum",       "title",      "trim",        "truncate",   "unique",  "upper",
+      "urlencode", "urlize",     "wordcount",   "wordwrap",   "xmlattr", "tojson"};
   return names.count(name) > 0;
 }
 
 bool is_jinja_test(const std::string& name) {
   static const std::set<std::string> names = {
-      "odd",     "even",     "divisibleby", "defined",  "undefined", "filter",  "test",        "none",
-      "boolean", "false",    "true",        "integer",  "float",     "lower",   "upper",       "string",
-      "mapping", "number",   "sequence",    "iterable", "callable",  "sameas",  "escaped",     "in",
-      "==",      "eq",       "equalto",     "!=",       "ne",        ">",       "gt",          "greaterthan",
-      "ge",      ">=",       "<",           "lt",       "lessthan",  "<=",      "le"};
+      "odd",     "even",   "divisibleby", "defined",  "undefined", "filter", "test",    "none",
+      "boolean", "false",  "true",        "integer",  "float",     "lower",  "upper",   "string",
+      "mapping", "number", "sequence",    "iterable", "callable",  "sameas", "escaped", "in",
+      "==",      "eq",     "equalto",     "!=",       "ne",        ">",      "gt",      "greaterthan",
+      "ge",      ">=",     "<",           "lt",       "lessthan",  "<=",     "le"};
   return names.count(name) > 0;
 }
 
@@ -52,7 +54,9 @@ class Parser {
     return t;
   }
   bool is_op(const Token& t, const char* op) const { return t.type == TokenType::Operator && t.value == op; }
-  bool is_name(const Token& t, const char* name) const { return t.type == TokenType::Name && t.value == name; }
+  bool is_name(const Token& t, const char* name) const {
+    return t.type == TokenType::Name && t.value == name;
+  }
   bool skip_op(const char* op) {
     if (!is_op(current(), op)) return false;
     next();
@@ -66,20 +70,32 @@ class Parser {
 
   static std::string describe(const Token& t) {
     switch (t.type) {
-      case TokenType::Data: return "template data";
-      case TokenType::VariableBegin: return "'{{'";
-      case TokenType::VariableEnd: return "end of print statement '}}'";
-      case TokenType::BlockBegin: return "'{%'";
-      case TokenType::BlockEnd: return "end of statement block '%}'";
-      case TokenType::End: return "end of template";
-      case TokenType::String: return "string";
-      case TokenType::Integer: return "integer";
-      case TokenType::Float: return "float";
-      default: return "'" + t.value + "'";
+      case TokenType::Data:
+        return "template data";
+      case TokenType::VariableBegin:
+        return "'{{'";
+      case TokenType::VariableEnd:
+        return "end of print statement '}}'";
+      case TokenType::BlockBegin:
+        return "'{%'";
+      case TokenType::BlockEnd:
+        return "end of statement block '%}'";
+      case TokenType::End:
+        return "end of template";
+      case TokenType::String:
+        return "string";
+      case TokenType::Integer:
+        return "integer";
+      case TokenType::Float:
+        return "float";
+      default:
+        return "'" + t.value + "'";
     }
   }
 
-  [[noreturn]] void fail_at(int line, const std::string& what) const { fail("jinja", "{}:{}: {}", name_, line, what); }
+  [[noreturn]] void fail_at(int line, const std::string& what) const {
+    fail("jinja", "{}:{}: {}", name_, line, what);
+  }
   [[noreturn]] void fail_here(const std::string& what) const {
     fail_at(current().line, what + ", got " + describe(current()));
   }
@@ -176,13 +192,13 @@ class Parser {
       s->body = parse_statements({"endgeneration"}, true);
       return s;
     }
-    static const std::set<std::string> unsupported = {"include", "import", "from",     "extends", "block",
+    static const std::set<std::string> unsupported = {"include", "import", "from",     "extends",    "block",
                                                       "call",    "filter", "with",     "autoescape", "do",
                                                       "trans",   "raw",    "pluralize"};
     if (unsupported.count(tag))
       fail_at(line, "the {% " + tag + " %} tag is not supported by ferry's Jinja interpreter");
-    static const std::set<std::string> enders = {"endif", "endfor", "endset", "endmacro", "else", "elif",
-                                                 "endgeneration"};
+    static const std::set<std::string> enders = {"endif", "endfor", "endset",       "endmacro",
+                                                 "else",  "elif",   "endgeneration"};
     if (enders.count(tag)) fail_at(line, "unexpected '" + tag + "' (no block is open that it could close)");
     fail_at(line, "unknown tag '" + tag + "'");
   }
@@ -207,7 +223,8 @@ class Parser {
     if (!skip_name("in")) fail_here("expected 'in'");
     s->expr = parse_tuple(false, false, {"recursive"}, false);
     if (skip_name("if")) s->filter = parse_expression(true);
-    if (is_name(current(), "recursive")) fail_here("recursive loops are not supported by ferry's Jinja interpreter");
+    if (is_name(current(), "recursive"))
+      fail_here("recursive loops are not supported by ferry's Jinja interpreter");
     ++loop_depth_;
     s->body = parse_statements({"endfor", "else"}, false);
     --loop_depth_;
@@ -249,7 +266,8 @@ class Parser {
       return s;
     }
     if (names.size() != 1) fail_at(line, "a block {% set %} assigns to one name");
-    if (is_op(current(), "|")) fail_at(line, "filters on a block {% set %} are not supported by ferry's Jinja interpreter");
+    if (is_op(current(), "|"))
+      fail_at(line, "filters on a block {% set %} are not supported by ferry's Jinja interpreter");
     auto s = std::make_unique<Stmt>(StmtKind::SetBlock, line);
     s->targets = std::move(names);
     s->body = parse_statements({"endset"}, true);
@@ -591,7 +609,8 @@ class Parser {
     }
     auto slice = std::make_unique<Expr>(ExprKind::Slice, line);
     slice->a = std::move(start);
-    if (!is_op(current(), ":") && !is_op(current(), "]") && !is_op(current(), ",")) slice->b = parse_expression(true);
+    if (!is_op(current(), ":") && !is_op(current(), "]") && !is_op(current(), ","))
+      slice->b = parse_expression(true);
     if (skip_op(":")) {
       if (!is_op(current(), "]") && !is_op(current(), ",")) slice->c = parse_expression(true);
     }

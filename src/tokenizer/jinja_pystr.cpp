@@ -33,7 +33,8 @@ std::u32string utf8_decode(std::string_view text) {
     } else {
       throw TemplateError(fmt::format("text is not valid UTF-8 (byte 0x{:02x} at offset {})", c0, i));
     }
-    if (i + n > text.size()) throw TemplateError(fmt::format("text is not valid UTF-8 (truncated at offset {})", i));
+    if (i + n > text.size())
+      throw TemplateError(fmt::format("text is not valid UTF-8 (truncated at offset {})", i));
     for (size_t k = 1; k < n; ++k) {
       const auto c = static_cast<unsigned char>(text[i + k]);
       if ((c & 0xC0) != 0x80)
@@ -85,10 +86,24 @@ int64_t py_len(std::string_view text) {
 
 bool py_isspace(char32_t c) {
   switch (c) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D:
-    case 0x1C: case 0x1D: case 0x1E: case 0x1F: case 0x20:
-    case 0x85: case 0xA0: case 0x1680:
-    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x1C:
+    case 0x1D:
+    case 0x1E:
+    case 0x1F:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return c >= 0x2000 && c <= 0x200A;
@@ -108,8 +123,8 @@ std::string py_strip(std::string_view text, const std::optional<std::string>& ch
   return utf8_encode(std::u32string_view(s).substr(begin, end - begin));
 }
 
-std::vector<std::string> py_split(std::string_view text, const std::optional<std::string>& sep, int64_t maxsplit,
-                                  bool from_right) {
+std::vector<std::string> py_split(std::string_view text, const std::optional<std::string>& sep,
+                                  int64_t maxsplit, bool from_right) {
   std::vector<std::string> parts;
   if (sep) {
     if (sep->empty()) throw TemplateError("empty separator");
@@ -193,7 +208,8 @@ std::vector<std::string> py_splitlines(std::string_view text) {
   return lines;
 }
 
-std::string py_replace(std::string_view text, std::string_view old_text, std::string_view new_text, int64_t count) {
+std::string py_replace(std::string_view text, std::string_view old_text, std::string_view new_text,
+                       int64_t count) {
   std::string out;
   if (old_text.empty()) {
     // Python inserts `new` before every code point and at the end.
@@ -231,10 +247,18 @@ void require_ascii_letters(std::string_view text, const char* method) {
         "str.{}() of non-ASCII text is not supported (Unicode case mapping is not implemented)", method));
 }
 
-bool is_lower(char c) { return c >= 'a' && c <= 'z'; }
-bool is_upper(char c) { return c >= 'A' && c <= 'Z'; }
-char to_upper(char c) { return is_lower(c) ? static_cast<char>(c - 'a' + 'A') : c; }
-char to_lower(char c) { return is_upper(c) ? static_cast<char>(c - 'A' + 'a') : c; }
+bool is_lower(char c) {
+  return c >= 'a' && c <= 'z';
+}
+bool is_upper(char c) {
+  return c >= 'A' && c <= 'Z';
+}
+char to_upper(char c) {
+  return is_lower(c) ? static_cast<char>(c - 'a' + 'A') : c;
+}
+char to_lower(char c) {
+  return is_upper(c) ? static_cast<char>(c - 'A' + 'a') : c;
+}
 
 }  // namespace
 

@@ -29,12 +29,13 @@ bool py_isspace(char32_t c);
 std::string py_strip(std::string_view text, const std::optional<std::string>& chars, bool left, bool right);
 // str.split / str.rsplit; sep = nullopt splits on runs of whitespace (and drops empty pieces).
 // maxsplit < 0: no limit. Throws TemplateError for an empty separator, as Python raises ValueError.
-std::vector<std::string> py_split(std::string_view text, const std::optional<std::string>& sep, int64_t maxsplit,
-                                  bool from_right);
+std::vector<std::string> py_split(std::string_view text, const std::optional<std::string>& sep,
+                                  int64_t maxsplit, bool from_right);
 // str.splitlines() without keepends.
 std::vector<std::string> py_splitlines(std::string_view text);
 // str.replace(old, new, count); count < 0 replaces all.
-std::string py_replace(std::string_view text, std::string_view old_text, std::string_view new_text, int64_t count);
+std::string py_replace(std::string_view text, std::string_view old_text, std::string_view new_text,
+                       int64_t count);
 
 // Case mapping of ASCII text (upper, lower, title, capitalize, swapcase as Python does it).
 // Throws TemplateError for text with non-ASCII letters: Unicode case tables are not implemented,

@@ -38,7 +38,7 @@ struct AttributedRun {
 
 struct RenderResult {
   std::string text;
-  std::vector<AttributedRun> runs;                        // in output order, maximal
+  std::vector<AttributedRun> runs;                          // in output order, maximal
   std::vector<std::pair<size_t, size_t>> generation_spans;  // byte ranges of {% generation %} output
 };
 

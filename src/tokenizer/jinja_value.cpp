@@ -69,71 +69,107 @@ Value Value::function(std::string name, std::function<Value(CallArgs&)> call) {
 
 double Value::as_double() const {
   switch (kind_) {
-    case Kind::Bool: return bool_ ? 1.0 : 0.0;
-    case Kind::Int: return static_cast<double>(int_);
-    case Kind::Float: return float_;
-    default: throw TemplateError(fmt::format("expected a number, got {}", type_name()));
+    case Kind::Bool:
+      return bool_ ? 1.0 : 0.0;
+    case Kind::Int:
+      return static_cast<double>(int_);
+    case Kind::Float:
+      return float_;
+    default:
+      throw TemplateError(fmt::format("expected a number, got {}", type_name()));
   }
 }
 
 const void* Value::identity() const {
   switch (kind_) {
-    case Kind::List: return list_.get();
+    case Kind::List:
+      return list_.get();
     case Kind::Dict:
     case Kind::Namespace:
-    case Kind::Object: return dict_.get();
-    case Kind::Function: return function_.get();
-    default: return nullptr;
+    case Kind::Object:
+      return dict_.get();
+    case Kind::Function:
+      return function_.get();
+    default:
+      return nullptr;
   }
 }
 
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::Undefined:
-    case Kind::None: return false;
-    case Kind::Bool: return bool_;
-    case Kind::Int: return int_ != 0;
-    case Kind::Float: return float_ != 0.0;
-    case Kind::String: return !str_.empty();
-    case Kind::List: return !list_->items.empty();
-    case Kind::Dict: return !dict_->items.empty();
-    default: return true;
+    case Kind::None:
+      return false;
+    case Kind::Bool:
+      return bool_;
+    case Kind::Int:
+      return int_ != 0;
+    case Kind::Float:
+      return float_ != 0.0;
+    case Kind::String:
+      return !str_.empty();
+    case Kind::List:
+      return !list_->items.empty();
+    case Kind::Dict:
+      return !dict_->items.empty();
+    default:
+      return true;
   }
 }
 
 std::string Value::type_name() const {
   switch (kind_) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "NoneType";
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "int";
-    case Kind::Float: return "float";
-    case Kind::String: return "str";
-    case Kind::List: return list_->tuple ? "tuple" : "list";
-    case Kind::Dict: return "dict";
-    case Kind::Namespace: return "Namespace";
-    case Kind::Object: return "LoopContext";
-    case Kind::Function: return "function";
+    case Kind::Undefined:
+      return "Undefined";
+    case Kind::None:
+      return "NoneType";
+    case Kind::Bool:
+      return "bool";
+    case Kind::Int:
+      return "int";
+    case Kind::Float:
+      return "float";
+    case Kind::String:
+      return "str";
+    case Kind::List:
+      return list_->tuple ? "tuple" : "list";
+    case Kind::Dict:
+      return "dict";
+    case Kind::Namespace:
+      return "Namespace";
+    case Kind::Object:
+      return "LoopContext";
+    case Kind::Function:
+      return "function";
   }
   return "object";
 }
 
 std::string Value::to_str() const {
   switch (kind_) {
-    case Kind::Undefined: return "";
-    case Kind::String: return str_;
-    default: return repr();
+    case Kind::Undefined:
+      return "";
+    case Kind::String:
+      return str_;
+    default:
+      return repr();
   }
 }
 
 std::string Value::repr() const {
   switch (kind_) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::None: return "None";
-    case Kind::Bool: return bool_ ? "True" : "False";
-    case Kind::Int: return std::to_string(int_);
-    case Kind::Float: return py_float_repr(float_);
-    case Kind::String: return py_repr(str_);
+    case Kind::Undefined:
+      return "Undefined";
+    case Kind::None:
+      return "None";
+    case Kind::Bool:
+      return bool_ ? "True" : "False";
+    case Kind::Int:
+      return std::to_string(int_);
+    case Kind::Float:
+      return py_float_repr(float_);
+    case Kind::String:
+      return py_repr(str_);
     case Kind::List: {
       std::string out = list_->tuple ? "(" : "[";
       for (size_t i = 0; i < list_->items.size(); ++i) {
@@ -156,8 +192,8 @@ std::string Value::repr() const {
     }
     case Kind::Object:
     case Kind::Function:
-      throw TemplateError(fmt::format("printing a {} object is not supported (Python would print its address)",
-                                      type_name()));
+      throw TemplateError(
+          fmt::format("printing a {} object is not supported (Python would print its address)", type_name()));
   }
   return "";
 }
@@ -170,8 +206,10 @@ bool py_equal(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Kind::Undefined:
-    case Kind::None: return true;
-    case Kind::String: return a.as_string() == b.as_string();
+    case Kind::None:
+      return true;
+    case Kind::String:
+      return a.as_string() == b.as_string();
     case Kind::List: {
       const auto& x = a.list_data();
       const auto& y = b.list_data();
@@ -190,7 +228,8 @@ bool py_equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    default: return a.identity() == b.identity();
+    default:
+      return a.identity() == b.identity();
   }
 }
 
@@ -218,16 +257,21 @@ bool py_less(const Value& a, const Value& b) {
 
 Value from_json(const nlohmann::ordered_json& json) {
   switch (json.type()) {
-    case nlohmann::ordered_json::value_t::null: return Value::none();
-    case nlohmann::ordered_json::value_t::boolean: return Value(json.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer: return Value(json.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(json.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return Value(json.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const uint64_t u = json.get<uint64_t>();
       if (u > static_cast<uint64_t>(INT64_MAX)) throw TemplateError("integer too large");
       return Value(static_cast<int64_t>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float: return Value(json.get<double>());
-    case nlohmann::ordered_json::value_t::string: return Value(json.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(json.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(json.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(json.size());
@@ -240,7 +284,8 @@ Value from_json(const nlohmann::ordered_json& json) {
       for (const auto& [k, v] : json.items()) items.emplace_back(Value(k), from_json(v));
       return Value::dict(std::move(items));
     }
-    default: throw TemplateError("unsupported JSON value");
+    default:
+      throw TemplateError("unsupported JSON value");
   }
 }
 
@@ -252,13 +297,27 @@ void json_string(std::string& out, std::string_view text, bool ensure_ascii) {
     for (char ch : text) {
       const auto c = static_cast<unsigned char>(ch);
       switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
         default:
           if (c < 0x20)
             out += fmt::format("\\u{:04x}", c);
@@ -269,13 +328,27 @@ void json_string(std::string& out, std::string_view text, bool ensure_ascii) {
   } else {
     for (char32_t c : utf8_decode(text)) {
       switch (c) {
-        case U'"': out += "\\\""; break;
-        case U'\\': out += "\\\\"; break;
-        case U'\n': out += "\\n"; break;
-        case U'\r': out += "\\r"; break;
-        case U'\t': out += "\\t"; break;
-        case U'\b': out += "\\b"; break;
-        case U'\f': out += "\\f"; break;
+        case U'"':
+          out += "\\\"";
+          break;
+        case U'\\':
+          out += "\\\\";
+          break;
+        case U'\n':
+          out += "\\n";
+          break;
+        case U'\r':
+          out += "\\r";
+          break;
+        case U'\t':
+          out += "\\t";
+          break;
+        case U'\b':
+          out += "\\b";
+          break;
+        case U'\f':
+          out += "\\f";
+          break;
         default:
           if (c < 0x20 || (c >= 0x7F && c <= 0xFFFF && c != 0x7F)) {
             out += fmt::format("\\u{:04x}", static_cast<uint32_t>(c));
@@ -302,11 +375,16 @@ std::string json_float(double v) {
 // A dict key as json.dumps turns it into a string.
 std::string json_key(const Value& key) {
   switch (key.kind()) {
-    case Kind::String: return key.as_string();
-    case Kind::Bool: return key.as_bool() ? "true" : "false";
-    case Kind::Int: return std::to_string(key.as_int());
-    case Kind::Float: return json_float(key.as_double());
-    case Kind::None: return "null";
+    case Kind::String:
+      return key.as_string();
+    case Kind::Bool:
+      return key.as_bool() ? "true" : "false";
+    case Kind::Int:
+      return std::to_string(key.as_int());
+    case Kind::Float:
+      return json_float(key.as_double());
+    case Kind::None:
+      return "null";
     default:
       throw TemplateError(fmt::format("keys must be str, int, float, bool or None, not {}", key.type_name()));
   }
@@ -320,11 +398,21 @@ void dump(std::string& out, const Value& value, const JsonDumpOptions& o, int de
     for (int i = 0; i < level; ++i) out += *o.indent;
   };
   switch (value.kind()) {
-    case Kind::None: out += "null"; return;
-    case Kind::Bool: out += value.as_bool() ? "true" : "false"; return;
-    case Kind::Int: out += std::to_string(value.as_int()); return;
-    case Kind::Float: out += json_float(value.as_double()); return;
-    case Kind::String: json_string(out, value.as_string(), o.ensure_ascii); return;
+    case Kind::None:
+      out += "null";
+      return;
+    case Kind::Bool:
+      out += value.as_bool() ? "true" : "false";
+      return;
+    case Kind::Int:
+      out += std::to_string(value.as_int());
+      return;
+    case Kind::Float:
+      out += json_float(value.as_double());
+      return;
+    case Kind::String:
+      json_string(out, value.as_string(), o.ensure_ascii);
+      return;
     case Kind::List: {
       const auto& items = value.list_data().items;
       if (items.empty()) {

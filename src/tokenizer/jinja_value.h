@@ -50,7 +50,7 @@ enum class Kind : uint8_t {
   Int,
   Float,
   String,
-  List,       // list or tuple
+  List,  // list or tuple
   Dict,
   Namespace,  // jinja's namespace(): attributes, assignable with {% set ns.x = ... %}
   Object,     // read-only attributes (the `loop` variable)
