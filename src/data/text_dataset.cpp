@@ -361,11 +361,29 @@ TextDataStats& TextDataStats::operator+=(const TextDataStats& o) {
 DataFormat file_data_format(const std::filesystem::path& path, DataFormat configured) {
   if (path.extension() == ".txt") return DataFormat::Text;
   if (configured != DataFormat::Auto) return configured;
-  const std::string content = read_whole_file(path);
-  const std::vector<Record> records =
-      starts_json_array(content) ? json_array_records(content, path.string()) : jsonl_records(content);
-  FERRY_CHECK(!records.empty(), kWhere, "{} holds no records", path.string());
-  return detect_file_format(records, path.string());
+  std::ifstream in(path, std::ios::binary);
+  FERRY_CHECK(in.is_open(), kWhere, "cannot open {}: {}", path.string(), std::strerror(errno));
+  const char first = static_cast<char>(in.peek());
+  if (first == '[' || first == ' ' || first == '\n' || first == '\t' || first == '\r' || first == '\xEF') {
+    // A JSON array (or leading space / BOM): read it whole.
+    in.close();
+    const std::string content = read_whole_file(path);
+    const std::vector<Record> records =
+        starts_json_array(content) ? json_array_records(content, path.string()) : jsonl_records(content);
+    FERRY_CHECK(!records.empty(), kWhere, "{} holds no records", path.string());
+    return detect_file_format(records, path.string());
+  }
+  // JSON Lines: the first record that parses decides, without reading the rest of the file.
+  std::string line;
+  int64_t number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    const std::vector<Record> records = jsonl_records(line);
+    if (records.empty()) continue;
+    if (!ordered_json::accept(records[0].text)) continue;
+    return detect_file_format({Record{number, records[0].text}}, path.string());
+  }
+  fail(kWhere, "{} holds no valid JSON record, so its format cannot be detected", path.string());
 }
 
 std::vector<Document> load_text_documents(const std::vector<std::filesystem::path>& paths,
