@@ -339,6 +339,9 @@ TEST_F(DataFiles, EveryFormatAutoDetected) {
   EXPECT_EQ(docs[9].labels, (std::vector<int32_t>{-100, 2, 3}));
   EXPECT_EQ(stats.documents, 10);
   EXPECT_EQ(stats.skipped_malformed, 0);
+  // One encode per text record (the tokens are aligned, never re-encoded range by range).
+  EXPECT_EQ(encoder.calls(), 9);
+  EXPECT_EQ(stats.encoded_by_range, 0);
 }
 
 TEST_F(DataFiles, AlpacaWithoutTemplateUsesThePlainPrompt) {
