@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 #include <sys/wait.h>
@@ -9,7 +10,11 @@
 
 namespace ferry::test {
 
-std::filesystem::path fixtures_dir() { return FERRY_FIXTURES_DIR; }
+std::filesystem::path fixtures_dir() {
+  // The tests may run from a copy of the tree elsewhere (the GPU machine): FERRY_FIXTURES_DIR wins.
+  if (const char* dir = std::getenv("FERRY_FIXTURES_DIR")) return dir;
+  return FERRY_FIXTURES_DIR;
+}
 std::filesystem::path ferry_binary() { return FERRY_BINARY; }
 
 ScratchDir::ScratchDir(const std::string& tag) {

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# One batched run on the GPU machine (the `device` tool): GPU tests, the transformers round trip,
+# kernel benchmarks with their PyTorch counterparts, and end-to-end training beside the peers.
+# Expects the binaries and the Debian libraries they need unpacked in .device/bundle (see
+# tools/make_gpu_bundle.sh) and writes logs to $OUT/logs.
+set -u
+root="$(pwd)"
+B="$root/.device/bundle"
+export LD_LIBRARY_PATH="$B/lib:${LD_LIBRARY_PATH:-}"
+export FERRY_FIXTURES_DIR="$root/tests/fixtures"
+export PYTHONUNBUFFERED=1
+L="$OUT/logs"
+mkdir -p "$L"
+stage() { echo "== $1 $(date +%T)" | tee -a "$L/summary.log"; }
+run() {  # NAME TIMEOUT COMMAND...
+  local name="$1" limit="$2"; shift 2
+  stage "$name"
+  timeout "$limit" "$@" > "$L/$name.log" 2>&1
+  echo "   rc=$? $(tail -1 "$L/$name.log")" | tee -a "$L/summary.log"
+}
+nvidia-smi > "$L/nvidia-smi.log" 2>&1
+for part in ${PARTS:-tests roundtrip bench train}; do
+  case "$part" in
+    tests)
+      run device_test 120 "$B/device_cuda_gpu_test"
+      run parity 240 "$B/ops_cuda_parity_gpu_test"
+      run flash_attention_test 300 "$B/ops_flash_attention_gpu_test"
+      run golden_gpu 180 "$B/engine_hf_golden_gpu_test" ;;
+    roundtrip)
+      stage roundtrip
+      for d in .device/roundtrip/*/; do
+        [ -d "$d/model" ] || continue
+        echo "# $d" >> "$L/roundtrip.log"
+        timeout 120 python3 tools/check_hf_output.py "$d/model" "$d/logits.safetensors" >> "$L/roundtrip.log" 2>&1
+        echo "   $d rc=$?" | tee -a "$L/summary.log"
+      done ;;
+    bench)
+      run flash_attention_bench 180 "$B/flash_attention_bench"
+      run sdpa_baseline 180 python3 bench/sdpa_baseline.py
+      run kernel_bench 180 "$B/ferry_kernel_bench" --kernel all
+      run cpu_adamw_bench 120 "$B/cpu_adamw_bench"
+      run torch_cpu_adamw 120 python3 bench/torch_cpu_adamw.py ;;
+    train)
+      stage train
+      python3 - <<'PY'
+import json, random
+rng = random.Random(0)
+with open("/tmp/tokens.jsonl", "w") as f:
+    for _ in range(256):
+        f.write(json.dumps({"input_ids": [rng.randrange(128000) for _ in range(2048)]}) + "\n")
+PY
+      timeout 120 "$B/ferry" init --arch llama --preset llama-3.2-1b --out /tmp/llama1b > "$L/init.log" 2>&1
+      for budget in ${BUDGETS:-24GiB 130GiB}; do
+        cat > /tmp/train.yaml <<YAML
+model: /tmp/llama1b
+data: /tmp/tokens.jsonl
+output_dir: /tmp/out-$budget
+seq_len: 2048
+global_batch: ${GLOBAL_BATCH:-16}
+micro_batch: ${MICRO_BATCH:-4}
+max_steps: ${STEPS:-4}
+learning_rate: 1.0e-5
+warmup_steps: 0
+device: cuda
+gpu_memory: $budget
+YAML
+        run "train-$budget" 300 "$B/ferry" train /tmp/train.yaml
+      done
+      run peer_gpu 300 python3 .device/peer_baselines.py ${PEERS:-llama3.2-1b:gpu:8:2048:2:4} ;;
+  esac
+done
