@@ -217,6 +217,9 @@ TEST(ChatTemplateErrors, NameTheLineAndTheConstruct) {
   EXPECT_NE(error_of("{{ 'é'.upper() }}").find("non-ASCII"), std::string::npos);
   EXPECT_NE(error_of("{% break %}").find("outside of a loop"), std::string::npos);
   EXPECT_NE(error_of("{% set ns = 1 %}{% set ns.x = 2 %}").find("non-namespace"), std::string::npos);
+  EXPECT_NE(
+      error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("maximum recursion depth"),
+      std::string::npos);
 }
 
 TEST(ChatTemplateAttribution, OutputIsAttributedToTheMessageBeingVisited) {

@@ -257,6 +257,14 @@ class Interpreter {
   }
 
   Value call_macro(const Stmt& macro, const std::shared_ptr<Scope>& closure, CallArgs& args) {
+    // Python stops runaway recursion at ~1000 frames; so does this, before the C++ stack would.
+    if (macro_depth_ >= 500)
+      throw TemplateError(fmt::format("maximum recursion depth exceeded in macro '{}'", macro.name));
+    ++macro_depth_;
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{macro_depth_};
     auto scope = std::make_shared<Scope>(closure);
     if (args.positional.size() > macro.params.size())
       throw TemplateError(
@@ -431,6 +439,7 @@ class Interpreter {
   std::vector<std::string*> captures_;
   std::vector<int> loop_tags_;
   int current_tag_ = -1;
+  int macro_depth_ = 0;
 };
 
 }  // namespace
