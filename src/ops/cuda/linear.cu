@@ -26,6 +26,13 @@ int64_t check_xw(const char* op, const Tensor& x, const Tensor& w, int64_t* in_f
   return cuda::expect_matrix(op, "x", x, *in_features, DType::BF16);
 }
 
+// grad (bf16) += product (fp32), rounded once: cuBLASLt's beta = 1 into a bf16 output was seen
+// to round worse than once on the H200 (errors of several bf16 ulps in the parity test).
+__global__ void accumulate_into_bf16_kernel(const float* __restrict__ product, bf16* __restrict__ grad, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) grad[i] = __float2bfloat16_rn(__bfloat162float(grad[i]) + product[i]);
+}
+
 // y (T,out) = bias broadcast over the rows (the product with in == 0).
 template <typename T>
 __global__ void broadcast_rows_kernel(const T* __restrict__ bias, T* __restrict__ y, int64_t rows, int64_t cols) {
@@ -138,11 +145,25 @@ void CudaOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor d
     a.lda = in;
     a.b = dy.data;
     a.ldb = out;
-    a.d = dw.data;
-    a.d_type = cuda::lt_type(dw.dtype);
     a.ldd = in;
-    a.beta = 1.0f;
-    state_->gemm.matmul(a, stream);
+    if (dw.dtype == DType::BF16) {
+      const int64_t n = in * out;
+      auto* product = static_cast<float*>(state_->buffer(cuda::Scratch::kWeightGrad, sizeof(float) * n,
+                                                         "linear's fp32 weight-gradient product"));
+      a.d = product;
+      a.d_type = CUDA_R_32F;
+      a.beta = 0.0f;
+      state_->gemm.matmul(a, stream);
+      const int threads = 256;
+      accumulate_into_bf16_kernel<<<static_cast<unsigned>((n + threads - 1) / threads), threads, 0, stream>>>(
+          product, static_cast<bf16*>(dw.data), n);
+      FERRY_CUDA_CHECK(cudaGetLastError());
+    } else {
+      a.d = dw.data;
+      a.d_type = cuda::lt_type(dw.dtype);
+      a.beta = 1.0f;
+      state_->gemm.matmul(a, stream);
+    }
   }
   if (!dbias.empty() && out > 0) {
     const auto* g = static_cast<const bf16*>(dy.data);
