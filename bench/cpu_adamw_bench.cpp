@@ -46,21 +46,25 @@ double best_seconds(int steps, const std::function<void()>& fn) {
 // First-touch every buffer from the pool's threads, in the partition the kernels use, so pages sit
 // near the threads that update them.
 void parallel_fill(ThreadPool& pool, float* p, size_t n, float value) {
-  pool.parallel_for(n, [&](size_t b, size_t e) { std::fill(p + b, p + e, value); }, size_t{1} << 16);
+  pool.parallel_for(
+      n, [&](size_t b, size_t e) { std::fill(p + b, p + e, value); }, size_t{1} << 16);
 }
 
-void report(const char* what, size_t n, double seconds, double bytes_per_param, double roof_gbs, double triad_gbs) {
+void report(const char* what, size_t n, double seconds, double bytes_per_param, double roof_gbs,
+            double triad_gbs) {
   const double params_per_s = static_cast<double>(n) / seconds;
   const double gbs = params_per_s * bytes_per_param / 1e9;
-  std::printf("%-36s %8.2f ms  %6.2f G params/s  %6.1f GB/s (%2.0f B/param)  roofline %5.1f%%  triad %5.1f%%\n", what,
-              seconds * 1e3, params_per_s / 1e9, gbs, bytes_per_param, 100.0 * gbs / roof_gbs,
-              100.0 * gbs / triad_gbs);
+  std::printf(
+      "%-36s %8.2f ms  %6.2f G params/s  %6.1f GB/s (%2.0f B/param)  roofline %5.1f%%  triad %5.1f%%\n", what,
+      seconds * 1e3, params_per_s / 1e9, gbs, bytes_per_param, 100.0 * gbs / roof_gbs,
+      100.0 * gbs / triad_gbs);
 }
 
 size_t arg_value(int argc, char** argv, const char* name, size_t fallback) {
   const std::string prefix = std::string("--") + name + "=";
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return std::strtoull(argv[i] + prefix.size(), nullptr, 10);
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0)
+      return std::strtoull(argv[i] + prefix.size(), nullptr, 10);
   }
   return fallback;
 }
@@ -71,7 +75,8 @@ int run(int argc, char** argv) {
   const int steps = static_cast<int>(arg_value(argc, argv, "steps", 5));
   ThreadPool::set_global_threads(threads);
   ThreadPool& pool = ThreadPool::global();  // the reference runs on the global pool; use the same
-  std::printf("cpu_adamw_bench: %zu params, %zu threads, SIMD target %s\n", n, pool.size(), cpu_adamw_target());
+  std::printf("cpu_adamw_bench: %zu params, %zu threads, SIMD target %s\n", n, pool.size(),
+              cpu_adamw_target());
 
   // Correctness first: the kernel against the reference on a slice, bit for bit.
   {
@@ -88,10 +93,11 @@ int run(int argc, char** argv) {
     h.lr = 1e-3;
     h.weight_decay = 0.1;
     const AdamWSegment all{0, k, true};
-    cpu_adamw_step({p1.data(), m1.data(), v1.data(), g16.data(), DType::BF16, out.data()}, {&all, 1}, h, 3, 0.5f,
-                   pool);
+    cpu_adamw_step({p1.data(), m1.data(), v1.data(), g16.data(), DType::BF16, out.data()}, {&all, 1}, h, 3,
+                   0.5f, pool);
     adamw_step(p2.data(), m2.data(), v2.data(), g.data(), k, h, 3, true, 0.5f);
-    bool same = std::memcmp(p1.data(), p2.data(), k * 4) == 0 && std::memcmp(m1.data(), m2.data(), k * 4) == 0 &&
+    bool same = std::memcmp(p1.data(), p2.data(), k * 4) == 0 &&
+                std::memcmp(m1.data(), m2.data(), k * 4) == 0 &&
                 std::memcmp(v1.data(), v2.data(), k * 4) == 0;
     for (size_t i = 0; i < k && same; ++i) same = out[i] == f32_to_bf16(p2[i]);
     std::printf("check against adamw_step: %s\n", same ? "bit-identical" : "MISMATCH");
@@ -105,42 +111,52 @@ int run(int argc, char** argv) {
   parallel_fill(pool, v.data(), n, 0.02f);
   parallel_fill(pool, grad.data(), n, 0.25f);
   parallel_fill(pool, c.data(), n, 1.0f);
-  pool.parallel_for(n, [&](size_t b, size_t e) {
-    std::fill(grad16.data() + b, grad16.data() + e, f32_to_bf16(0.25f));
-    std::fill(out.data() + b, out.data() + e, uint16_t{0});
-  }, size_t{1} << 16);
+  pool.parallel_for(
+      n,
+      [&](size_t b, size_t e) {
+        std::fill(grad16.data() + b, grad16.data() + e, f32_to_bf16(0.25f));
+        std::fill(out.data() + b, out.data() + e, uint16_t{0});
+      },
+      size_t{1} << 16);
 
   // Attainable bandwidth: a = b + s*c over three n-float arrays (reusing master, grad, c).
   const double triad_s = best_seconds(steps, [&] {
-    pool.parallel_for(n, [&](size_t b, size_t e) {
-      float* a = master.data();
-      const float* x = grad.data();
-      const float* y = c.data();
-      for (size_t i = b; i < e; ++i) a[i] = x[i] + 0.5f * y[i];
-    }, size_t{1} << 16);
+    pool.parallel_for(
+        n,
+        [&](size_t b, size_t e) {
+          float* a = master.data();
+          const float* x = grad.data();
+          const float* y = c.data();
+          for (size_t i = b; i < e; ++i) a[i] = x[i] + 0.5f * y[i];
+        },
+        size_t{1} << 16);
   });
   const double triad_gbs = 12.0 * n / triad_s / 1e9;
-  std::printf("%-36s %8.2f ms  %6.1f GB/s (12 B/element)\n", "triad (STREAM convention)", triad_s * 1e3, triad_gbs);
+  std::printf("%-36s %8.2f ms  %6.1f GB/s (12 B/element)\n", "triad (STREAM convention)", triad_s * 1e3,
+              triad_gbs);
   // The simd bf16 case's traffic with no AdamW arithmetic: read bf16 g, master, m, v; write master,
   // m, v and a bf16 value.
   const double traffic_s = best_seconds(steps, [&] {
-    pool.parallel_for(n, [&](size_t b, size_t e) {
-      float* pm = master.data();
-      float* mm = m.data();
-      float* vm = v.data();
-      const uint16_t* g = grad16.data();
-      uint16_t* o = out.data();
-      for (size_t i = b; i < e; ++i) {
-        const float gi = bf16_to_f32(g[i]);
-        const float p = pm[i] + gi * 0.0f;
-        pm[i] = p;
-        mm[i] = mm[i] + gi * 0.0f;
-        vm[i] = vm[i] + gi * 0.0f;
-        uint32_t bits;
-        std::memcpy(&bits, &p, 4);
-        o[i] = static_cast<uint16_t>(bits >> 16);
-      }
-    }, size_t{1} << 16);
+    pool.parallel_for(
+        n,
+        [&](size_t b, size_t e) {
+          float* pm = master.data();
+          float* mm = m.data();
+          float* vm = v.data();
+          const uint16_t* g = grad16.data();
+          uint16_t* o = out.data();
+          for (size_t i = b; i < e; ++i) {
+            const float gi = bf16_to_f32(g[i]);
+            const float p = pm[i] + gi * 0.0f;
+            pm[i] = p;
+            mm[i] = mm[i] + gi * 0.0f;
+            vm[i] = vm[i] + gi * 0.0f;
+            uint32_t bits;
+            std::memcpy(&bits, &p, 4);
+            o[i] = static_cast<uint16_t>(bits >> 16);
+          }
+        },
+        size_t{1} << 16);
   });
   const double roof_gbs = 26.0 * n / traffic_s / 1e9;
   std::printf("%-36s %8.2f ms  %6.1f GB/s (26 B/param): the roofline\n", "same-traffic pass, no arithmetic",
@@ -153,25 +169,27 @@ int run(int argc, char** argv) {
   const AdamWSegment all{0, n, true};
   int64_t step = 1;
   const double simd_bf16 = best_seconds(steps, [&] {
-    cpu_adamw_step({master.data(), m.data(), v.data(), grad16.data(), DType::BF16, out.data()}, {&all, 1}, h, step++,
-                   1.0f, pool);
+    cpu_adamw_step({master.data(), m.data(), v.data(), grad16.data(), DType::BF16, out.data()}, {&all, 1}, h,
+                   step++, 1.0f, pool);
   });
   report("simd, bf16 grads, bf16 copy", n, simd_bf16, 26.0, roof_gbs, triad_gbs);
   const double simd_f32 = best_seconds(steps, [&] {
-    cpu_adamw_step({master.data(), m.data(), v.data(), grad.data(), DType::F32, out.data()}, {&all, 1}, h, step++,
-                   1.0f, pool);
+    cpu_adamw_step({master.data(), m.data(), v.data(), grad.data(), DType::F32, out.data()}, {&all, 1}, h,
+                   step++, 1.0f, pool);
   });
   report("simd, fp32 grads, bf16 copy", n, simd_f32, 30.0, roof_gbs, triad_gbs);
-  const double reference = best_seconds(steps, [&] {
-    adamw_step(master.data(), m.data(), v.data(), grad.data(), n, h, step++, true, 1.0f);
-  });
+  const double reference = best_seconds(
+      steps, [&] { adamw_step(master.data(), m.data(), v.data(), grad.data(), n, h, step++, true, 1.0f); });
   report("reference adamw_step, fp32 grads", n, reference, 28.0, roof_gbs, triad_gbs);
-  std::printf("roofline = GB/s / same-traffic GB/s; triad = GB/s / triad GB/s; simd bf16 is %.2fx the reference\n",
-              reference / simd_bf16);
+  std::printf(
+      "roofline = GB/s / same-traffic GB/s; triad = GB/s / triad GB/s; simd bf16 is %.2fx the reference\n",
+      reference / simd_bf16);
   return 0;
 }
 
 }  // namespace
 }  // namespace ferry
 
-int main(int argc, char** argv) { return ferry::run(argc, argv); }
+int main(int argc, char** argv) {
+  return ferry::run(argc, argv);
+}

@@ -35,9 +35,11 @@ TEST(CudaDevice, EnforcesTheMemoryBudgetWithTheNumbers) {
   EXPECT_EQ(device->memory().capacity, 24 * kGiB);
   DeviceBuffer a(*device, 20 * kGiB, "layer slots");
   const std::string text = error_text([&] { DeviceBuffer b(*device, 8 * kGiB, "workspace"); });
-  EXPECT_NE(text.find("[cuda device 0] out of GPU memory: asked for 8.00 GiB while 20.00 GiB of 24.00 GiB are in use "
-                      "(what=workspace)"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find(
+          "[cuda device 0] out of GPU memory: asked for 8.00 GiB while 20.00 GiB of 24.00 GiB are in use "
+          "(what=workspace)"),
+      std::string::npos)
       << text;
   {
     DeviceBuffer c(*device, 4 * kGiB, "fits");
@@ -82,8 +84,9 @@ TEST(CudaDevice, CopiesAndFillsThroughTheStreamsInEventOrder) {
     ASSERT_EQ(out.as<float>()[i], expected) << i;
   }
   // Copies must stay inside device allocations.
-  EXPECT_NE(error_text([&] { device->copy_to_device(a.data(), in.data(), n * 4 + 1, StreamKind::HostToDevice); })
-                .find("not inside one allocation"),
+  EXPECT_NE(error_text([&] {
+              device->copy_to_device(a.data(), in.data(), n * 4 + 1, StreamKind::HostToDevice);
+            }).find("not inside one allocation"),
             std::string::npos);
 }
 
@@ -142,8 +145,8 @@ TEST(CudaDevice, CopyStreamsOverlap) {
   };
   time(true, true);  // warm up
   const double t_up = time(true, false), t_down = time(false, true), t_both = time(true, true);
-  std::printf("1 GiB pinned copies: h2d %.1f GB/s, d2h %.1f GB/s, both at once %.1f GB/s\n", bytes / t_up / 1e9,
-              bytes / t_down / 1e9, 2 * bytes / t_both / 1e9);
+  std::printf("1 GiB pinned copies: h2d %.1f GB/s, d2h %.1f GB/s, both at once %.1f GB/s\n",
+              bytes / t_up / 1e9, bytes / t_down / 1e9, 2 * bytes / t_both / 1e9);
   EXPECT_LT(t_both, 0.85 * (t_up + t_down)) << "h2d and d2h did not overlap";
 }
 

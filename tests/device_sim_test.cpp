@@ -86,9 +86,10 @@ TEST(SimDevice, RefusesAllocationsPastTheCapacityWithTheNumbers) {
   auto device = sim(1000);
   DeviceBuffer a(*device, 600, "first slot");
   const std::string text = error_text([&] { DeviceBuffer b(*device, 500, "second slot"); });
-  EXPECT_NE(text.find("[sim device] out of memory: asked for 500 bytes while 600 bytes of 1000 bytes are in use "
-                      "(what=second slot)"),
-            std::string::npos)
+  EXPECT_NE(
+      text.find("[sim device] out of memory: asked for 500 bytes while 600 bytes of 1000 bytes are in use "
+                "(what=second slot)"),
+      std::string::npos)
       << text;
   // A refused allocation leaves the accounting as it was, and what fits still fits.
   EXPECT_EQ(device->memory().in_use, 600u);
@@ -102,7 +103,8 @@ TEST(SimDevice, ErrorTextUsesReadableUnits) {
   auto device = make_sim_device(options);
   DeviceBuffer a(*device, size_t{2} << 20, "layers");
   const std::string text = error_text([&] { DeviceBuffer b(*device, size_t{3} << 19, "workspace"); });
-  EXPECT_NE(text.find("asked for 1.50 MiB while 2.00 MiB of 3.00 MiB are in use (what=workspace)"), std::string::npos)
+  EXPECT_NE(text.find("asked for 1.50 MiB while 2.00 MiB of 3.00 MiB are in use (what=workspace)"),
+            std::string::npos)
       << text;
 }
 
@@ -161,17 +163,21 @@ TEST(SimDevice, ChecksThatCopiesStayInsideAllocations) {
   DeviceBuffer d(*device, 256, "slot");
   PinnedBuffer p(*device, 256, "staging");
   std::vector<char> pageable(256);
-  EXPECT_NE(error_text([&] { device->copy_to_device(d.data(), p.data(), 257, StreamKind::HostToDevice); })
-                .find("copy_to_device: the destination (257 bytes"),
+  EXPECT_NE(error_text([&] {
+              device->copy_to_device(d.data(), p.data(), 257, StreamKind::HostToDevice);
+            }).find("copy_to_device: the destination (257 bytes"),
             std::string::npos);
-  EXPECT_NE(error_text([&] { device->copy_to_device(d.as<char>() + 128, p.data(), 129, StreamKind::HostToDevice); })
-                .find("not inside one allocation"),
+  EXPECT_NE(error_text([&] {
+              device->copy_to_device(d.as<char>() + 128, p.data(), 129, StreamKind::HostToDevice);
+            }).find("not inside one allocation"),
             std::string::npos);
-  EXPECT_NE(error_text([&] { device->copy_to_host(pageable.data(), d.data(), 16, StreamKind::DeviceToHost); })
-                .find("not inside pinned memory"),
+  EXPECT_NE(error_text([&] {
+              device->copy_to_host(pageable.data(), d.data(), 16, StreamKind::DeviceToHost);
+            }).find("not inside pinned memory"),
             std::string::npos);
-  EXPECT_NE(error_text([&] { device->fill_zero(pageable.data(), 16, StreamKind::Compute); })
-                .find("fill_zero: the destination"),
+  EXPECT_NE(error_text([&] {
+              device->fill_zero(pageable.data(), 16, StreamKind::Compute);
+            }).find("fill_zero: the destination"),
             std::string::npos);
   // Interior ranges are fine, and pageable host memory is accepted when the option allows it.
   device->copy_to_device(d.as<char>() + 128, p.as<char>() + 100, 128, StreamKind::HostToDevice);

@@ -25,7 +25,8 @@ constexpr int64_t T = 13, H = 16, Hq = 4, Hkv = 2, D = 4, F = 24, V = 37;
 class Layout {
  public:
   Layout() {
-    for (const char* name : {"table", "wq", "wk", "wv", "wo", "norm1", "norm2", "wgate", "wup", "wdown", "head"})
+    for (const char* name :
+         {"table", "wq", "wk", "wv", "wo", "norm1", "norm2", "wgate", "wup", "wdown", "head"})
       inputs_.push_back(name);
     add("table", {V, H});
     add("wq", {Hq * D, H});
@@ -38,8 +39,8 @@ class Layout {
     add("wup", {F, H});
     add("wdown", {H, F});
     add("head", {V, H});
-    for (const char* name : {"x", "h1", "o", "x2", "h2", "down", "x3", "dx3", "dh1", "dh1q", "dh1k", "dh1v", "dxn",
-                             "dx2", "dh2", "dh2a", "dh2b", "dx2n", "dx", "xcopy"})
+    for (const char* name : {"x",    "h1",   "o",   "x2",  "h2",  "down", "x3",   "dx3",  "dh1", "dh1q",
+                             "dh1k", "dh1v", "dxn", "dx2", "dh2", "dh2a", "dh2b", "dx2n", "dx",  "xcopy"})
       add(name, {T, H});
     add("q", {T, Hq, D});
     add("att", {T, Hq, D});
@@ -51,8 +52,8 @@ class Layout {
     add("rstd2", {T});
     add("lse", {Hq, T});
     add("loss", {1});
-    for (const char* name : {"dtable", "dwq", "dwk", "dwv", "dwo", "dnorm1", "dnorm2", "dwgate", "dwup", "dwdown",
-                             "dhead"})
+    for (const char* name :
+         {"dtable", "dwq", "dwk", "dwv", "dwo", "dnorm1", "dnorm2", "dwgate", "dwup", "dwdown", "dhead"})
       add(std::string(name), dims_of(std::string(name).substr(1)));
     add("inv_freq", {D / 2});
     for (const char* name : {"ids", "positions", "doc_start", "targets"}) add(name, {T});
@@ -118,8 +119,8 @@ void run_layer(Ops& ops, const Layout& L, float* base) {
   const Tensor none;
   auto flat = [](Tensor x) { return x.view({x.shape[0], x.numel() / x.shape[0]}); };
 
-  for (const char* g : {"dtable", "dwq", "dwk", "dwv", "dwo", "dnorm1", "dnorm2", "dwgate", "dwup", "dwdown", "dhead",
-                        "loss"})
+  for (const char* g : {"dtable", "dwq", "dwk", "dwv", "dwo", "dnorm1", "dnorm2", "dwgate", "dwup", "dwdown",
+                        "dhead", "loss"})
     ops.zero(t(g));
 
   ops.embedding_forward(ids, t("table"), t("x"));
@@ -150,8 +151,8 @@ void run_layer(Ops& ops, const Layout& L, float* base) {
   ops.rmsnorm_backward(t("x2"), t("norm2"), t("rstd2"), t("dh2"), t("dx2n"), t("dnorm2"));
   ops.add(t("dx3"), t("dx2n"), t("dx2"));
   ops.linear_backward(flat(t("att")), t("wo"), t("dx2"), flat(t("datt")), t("dwo"), none);
-  ops.attention_backward(t("q"), t("k"), t("v"), doc_start, scale, t("att"), t("lse"), t("datt"), t("dq"), t("dk"),
-                         t("dv"));
+  ops.attention_backward(t("q"), t("k"), t("v"), doc_start, scale, t("att"), t("lse"), t("datt"), t("dq"),
+                         t("dk"), t("dv"));
   ops.rope(t("dq"), positions, inv_freq, true);
   ops.rope(t("dk"), positions, inv_freq, true);
   ops.linear_backward(t("h1"), t("wq"), flat(t("dq")), t("dh1q"), t("dwq"), none);

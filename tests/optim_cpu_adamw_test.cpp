@@ -51,8 +51,9 @@ std::vector<uint16_t> bf16_grads(size_t n, uint64_t seed, float scale) {
                                       const char* what) {
   for (size_t i = 0; i < actual.size(); ++i) {
     if (std::memcmp(&actual[i], &expected[i], 4) != 0) {
-      return ::testing::AssertionFailure() << what << "[" << i << "] = " << actual[i] << " but the reference has "
-                                           << expected[i] << " (of " << actual.size() << ")";
+      return ::testing::AssertionFailure()
+             << what << "[" << i << "] = " << actual[i] << " but the reference has " << expected[i] << " (of "
+             << actual.size() << ")";
     }
   }
   return ::testing::AssertionSuccess();
@@ -67,9 +68,10 @@ struct Case {
 
 // Three steps of both implementations from the same state; every buffer compared bit for bit.
 void check_case(const Case& c, ThreadPool& pool) {
-  SCOPED_TRACE(::testing::Message() << "n=" << c.n << " bf16_grad=" << c.bf16_grad << " beta1=" << c.hyper.beta1
-                                    << " wd=" << c.hyper.weight_decay << " scale=" << c.grad_scale
-                                    << " threads=" << pool.size() << " target=" << cpu_adamw_target());
+  SCOPED_TRACE(::testing::Message() << "n=" << c.n << " bf16_grad=" << c.bf16_grad
+                                    << " beta1=" << c.hyper.beta1 << " wd=" << c.hyper.weight_decay
+                                    << " scale=" << c.grad_scale << " threads=" << pool.size()
+                                    << " target=" << cpu_adamw_target());
   const auto segments = segments_for(c.n);
   UnitState ours = initial_state(c.n, 11 + c.n);
   UnitState ref = ours;
@@ -179,9 +181,10 @@ TEST(CpuAdamW, BitIdenticalWithTheGlobalPool) {
 // With lr = 0 the masters pass through unchanged, so the bf16 copy can be checked on chosen bit
 // patterns: rounding ties, values that round up to infinity, NaNs with payloads, subnormals, zeros.
 TEST(CpuAdamW, Bf16CopyRoundsAsF32ToBf16) {
-  std::vector<uint32_t> patterns = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7fffffu, 0xff7fffffu,
-                                    0x7f800000u, 0xff800000u, 0x7f800001u, 0x7fc00000u, 0xffbfffffu, 0x00000001u,
-                                    0x00008000u, 0x80018000u, 0x00000000u, 0x80000000u, 0x7f7f8000u, 0x3f7fffffu};
+  std::vector<uint32_t> patterns = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x3f808001u, 0x7f7fffffu,
+                                    0xff7fffffu, 0x7f800000u, 0xff800000u, 0x7f800001u, 0x7fc00000u,
+                                    0xffbfffffu, 0x00000001u, 0x00008000u, 0x80018000u, 0x00000000u,
+                                    0x80000000u, 0x7f7f8000u, 0x3f7fffffu};
   std::mt19937 rng(5);
   while (patterns.size() < 4099) patterns.push_back(static_cast<uint32_t>(rng()));
   const size_t n = patterns.size();

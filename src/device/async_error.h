@@ -14,8 +14,10 @@ class AsyncError {
   // Called on the worker thread, inside the catch block.
   void store(std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!error_) error_ = std::move(error);
-    else ++dropped_;
+    if (!error_)
+      error_ = std::move(error);
+    else
+      ++dropped_;
   }
   // Hands the kept exception over (null when there is none) and clears it; `dropped` receives the
   // number of later errors that were not kept.

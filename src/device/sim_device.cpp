@@ -191,7 +191,8 @@ void SimDevice::release_pinned(void* pointer) {
   std::free(pointer);
 }
 
-void SimDevice::check_device_range(const void* pointer, size_t bytes, const char* op, const char* role) const {
+void SimDevice::check_device_range(const void* pointer, size_t bytes, const char* op,
+                                   const char* role) const {
   FERRY_CHECK(memory_.contains(pointer, bytes), kWhere,
               "{}: the {} ({} at {}) is not inside one allocation of this device", op, role,
               format_bytes(bytes), pointer);
@@ -229,7 +230,8 @@ void SimDevice::copy_to_device(void* device_dst, const void* host_src, size_t by
   check_device_range(device_dst, bytes, "copy_to_device", "destination");
   check_host_range(host_src, bytes, "copy_to_device", "source");
   const double rate = options_.h2d_bytes_per_second;
-  enqueue(stream, [this, device_dst, host_src, bytes, rate] { timed_copy(device_dst, host_src, bytes, rate); });
+  enqueue(stream,
+          [this, device_dst, host_src, bytes, rate] { timed_copy(device_dst, host_src, bytes, rate); });
 }
 
 void SimDevice::copy_to_host(void* host_dst, const void* device_src, size_t bytes, StreamKind stream) {
@@ -237,7 +239,8 @@ void SimDevice::copy_to_host(void* host_dst, const void* device_src, size_t byte
   check_device_range(device_src, bytes, "copy_to_host", "source");
   check_host_range(host_dst, bytes, "copy_to_host", "destination");
   const double rate = options_.d2h_bytes_per_second;
-  enqueue(stream, [this, host_dst, device_src, bytes, rate] { timed_copy(host_dst, device_src, bytes, rate); });
+  enqueue(stream,
+          [this, host_dst, device_src, bytes, rate] { timed_copy(host_dst, device_src, bytes, rate); });
 }
 
 void SimDevice::copy_on_device(void* dst, const void* src, size_t bytes, StreamKind stream) {
@@ -298,7 +301,8 @@ void SimDevice::synchronize(EventId event) {
   int source;
   uint64_t sequence;
   decode_event(event, &source, &sequence);
-  FERRY_ASSERT(sequence <= streams_[source]->records_issued(), "synchronize on an event that was never recorded");
+  FERRY_ASSERT(sequence <= streams_[source]->records_issued(),
+               "synchronize on an event that was never recorded");
   wait_for_event(source, sequence);
   rethrow_stream_error();
 }

@@ -3,7 +3,8 @@
 // Per element it reads the gradient (bf16 or fp32) and the fp32 master, m and v once, and writes the
 // master, m, v and (optionally) the bf16 copy of the new weight, rounded to nearest even as
 // f32_to_bf16, into a separate buffer (the pinned staging buffer that the next h2d reads).
-// 26 bytes move per parameter with bf16 gradients and the bf16 copy (read 2 + 3*4, write 3*4 + 2).
+// 26 bytes move per parameter with bf16 gradients and the bf16 copy (read 2 + 3*4, write 3*4 + 2);
+// on AVX2/AVX-512 the bf16 copy is written with streaming stores, so its lines are not read first.
 //
 // Exactness: the result is bit-identical to adamw_step (optim/adamw.h) on the same inputs -- the same
 // fp32 operations in the same order, fused multiply-adds exactly where the reference has std::fma
@@ -36,20 +37,21 @@ struct AdamWSegment {
 
 // The buffers of one unit, all indexed by the same element offsets. They must not overlap.
 struct AdamWUnitBuffers {
-  float* master = nullptr;      // fp32 master weights, updated in place
-  float* m = nullptr;           // exp_avg, updated in place
-  float* v = nullptr;           // exp_avg_sq, updated in place
-  const void* grad = nullptr;   // read only
+  float* master = nullptr;        // fp32 master weights, updated in place
+  float* m = nullptr;             // exp_avg, updated in place
+  float* v = nullptr;             // exp_avg_sq, updated in place
+  const void* grad = nullptr;     // read only
   DType grad_dtype = DType::F32;  // F32 or BF16
-  uint16_t* bf16_out = nullptr;  // optional: receives bf16(new master)
+  uint16_t* bf16_out = nullptr;   // optional: receives bf16(new master)
 };
 
 // One AdamW step (t = `step`, 1-based, as in adamw_step) over the elements the segments name;
 // elements outside every segment are not touched. Segments are sorted by offset and disjoint.
 // `grad_scale` multiplies the gradient first (the clipping coefficient). Work is split statically
 // over `pool` in slices aligned to 64 elements; a small unit runs on the calling thread.
-void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments, const AdamWHyper& hyper,
-                    int64_t step, float grad_scale, ThreadPool& pool = ThreadPool::global());
+void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments,
+                    const AdamWHyper& hyper, int64_t step, float grad_scale,
+                    ThreadPool& pool = ThreadPool::global());
 
 // The SIMD target the dispatcher runs on this CPU: "AVX3", "AVX2", "SSE4", "NEON", "EMU128", ...
 const char* cpu_adamw_target();

@@ -21,10 +21,10 @@
 #include <mutex>
 #include <vector>
 
+#include "core/cuda_check.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "device/async_error.h"
-#include "core/cuda_check.h"
 #include "device/device.h"
 #include "device/memory_ledger.h"
 
@@ -156,8 +156,10 @@ class CudaDevice final : public Device {
     if (status != cudaSuccess) {
       pinned_.cancel(bytes);
       (void)cudaGetLastError();
-      fail(where_.c_str(), "cudaHostAlloc of {} for {} failed: {} ({} pinned already); plan for less pinned memory",
-           format_bytes(bytes), what ? what : "?", cudaGetErrorString(status), format_bytes(pinned_.stats().in_use));
+      fail(where_.c_str(),
+           "cudaHostAlloc of {} for {} failed: {} ({} pinned already); plan for less pinned memory",
+           format_bytes(bytes), what ? what : "?", cudaGetErrorString(status),
+           format_bytes(pinned_.stats().in_use));
     }
     pinned_.record(p, bytes, what);
     return p;
@@ -174,13 +176,15 @@ class CudaDevice final : public Device {
   void copy_to_device(void* device_dst, const void* host_src, size_t bytes, StreamKind stream) override {
     if (bytes == 0) return;
     check_device_range(device_dst, bytes, "copy_to_device");
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, cuda_stream(stream)));
+    FERRY_CUDA_CHECK(
+        cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, cuda_stream(stream)));
   }
 
   void copy_to_host(void* host_dst, const void* device_src, size_t bytes, StreamKind stream) override {
     if (bytes == 0) return;
     check_device_range(device_src, bytes, "copy_to_host");
-    FERRY_CUDA_CHECK(cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, cuda_stream(stream)));
+    FERRY_CUDA_CHECK(
+        cudaMemcpyAsync(host_dst, device_src, bytes, cudaMemcpyDeviceToHost, cuda_stream(stream)));
   }
 
   void copy_on_device(void* dst, const void* src, size_t bytes, StreamKind stream) override {
@@ -294,7 +298,8 @@ class CudaDevice final : public Device {
     size_t dropped = 0;
     std::exception_ptr error = errors_.take(&dropped);
     if (!error) return;
-    if (dropped > 0) log_warn("[{}] {} more error(s) in host tasks after the one rethrown now", where_, dropped);
+    if (dropped > 0)
+      log_warn("[{}] {} more error(s) in host tasks after the one rethrown now", where_, dropped);
     std::rethrow_exception(error);
   }
 
@@ -338,8 +343,9 @@ std::unique_ptr<Device> make_cuda_device(int index, size_t memory_capacity) {
   if (memory_capacity == 0) {
     memory_capacity = free_bytes;
   } else if (memory_capacity > free_bytes) {
-    log_warn("[cuda device {}] the memory budget {} exceeds the {} free on the card; allocations past that fail",
-             index, format_bytes(memory_capacity), format_bytes(free_bytes));
+    log_warn(
+        "[cuda device {}] the memory budget {} exceeds the {} free on the card; allocations past that fail",
+        index, format_bytes(memory_capacity), format_bytes(free_bytes));
   }
   return std::make_unique<CudaDevice>(index, memory_capacity);
 }

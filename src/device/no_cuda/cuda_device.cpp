@@ -4,11 +4,14 @@
 
 namespace ferry {
 
-bool cuda_available() { return false; }
+bool cuda_available() {
+  return false;
+}
 
 std::unique_ptr<Device> make_cuda_device(int, size_t) {
-  raise("cuda", "this ferry was built without CUDA; rebuild on a machine with the CUDA toolkit, or train "
-                "on the CPU backend");
+  raise("cuda",
+        "this ferry was built without CUDA; rebuild on a machine with the CUDA toolkit, or train "
+        "on the CPU backend");
 }
 
 }  // namespace ferry
