@@ -49,12 +49,13 @@ with open("/tmp/tokens.jsonl", "w") as f:
     for _ in range(256):
         f.write(json.dumps({"input_ids": [rng.randrange(128000) for _ in range(2048)]}) + "\n")
 PY
-      timeout 120 "$B/ferry" init --arch llama --preset llama-3.2-1b --out /tmp/llama1b > "$L/init.log" 2>&1
+      for model in ${MODELS:-llama-3.2-1b}; do
+      [ -d "/tmp/$model" ] || timeout 180 "$B/ferry" init --arch llama --preset "$model" --out "/tmp/$model" >> "$L/init.log" 2>&1
       for budget in ${BUDGETS:-24GiB 130GiB}; do
         cat > /tmp/train.yaml <<YAML
-model: /tmp/llama1b
+model: /tmp/$model
 data: /tmp/tokens.jsonl
-output_dir: /tmp/out-$budget
+output_dir: /tmp/out-$model-$budget
 seq_len: 2048
 global_batch: ${GLOBAL_BATCH:-16}
 micro_batch: ${MICRO_BATCH:-4}
@@ -64,8 +65,11 @@ warmup_steps: 0
 device: cuda
 gpu_memory: $budget
 YAML
-        run "train-$budget" 300 "$B/ferry" train /tmp/train.yaml
+        run "train-$model-$budget" 300 "$B/ferry" train /tmp/train.yaml
+        rm -rf "/tmp/out-$model-$budget"
+      done
       done
       run peer_gpu 300 python3 .device/peer_baselines.py ${PEERS:-llama3.2-1b:gpu:8:2048:2:4} ;;
   esac
 done
+tar -czf "$OUT/logs.tgz" -C "$OUT" logs && cp "$L/summary.log" "$OUT/summary.log" && rm -rf "$L"
