@@ -1,6 +1,7 @@
 // The Hugging Face goldens on the GPU: the sliding engine on the CUDA device (bf16 weights,
 // activations and gradients; fp32 masters and AdamW on the host), with offloading on, must track
-// transformers' float64 losses and gradient norms over 3 clipped AdamW steps.
+// transformers' float64 losses and gradient norms over 3 clipped AdamW steps; so must the
+// everything-on-the-GPU mode (fp32 masters and AdamW state on the device, GPU AdamW).
 //
 // Tolerance: every GEMM input is rounded to bf16 (unit roundoff 2^-8 = 3.9e-3) and each layer adds
 // its share; for these 2-layer models the loss, a mean of log-softmax terms, stays within 2% and
@@ -61,6 +62,8 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
       batch.doc_start.push_back(static_cast<int32_t>(t - positions[i]));
     }
 
+  for (bool optimizer_on_gpu : {false, true}) {
+  SCOPED_TRACE(optimizer_on_gpu ? "everything on the GPU" : "streamed, activations offloaded");
   auto device = make_cuda_device(0, size_t{1} << 30);
   auto ops = make_device_ops(*device);
   Plan plan;
@@ -70,6 +73,12 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
   if (w.layout.tied) plan.units[0] = UnitPlacement::ResidentParams;
   plan.activations.assign(static_cast<size_t>(w.config.num_layers), ActivationPlacement::OffloadToHost);
   plan.update = UpdateSchedule::AfterBackward;
+  if (optimizer_on_gpu) {
+    plan.optimizer_on_gpu = true;
+    plan.grad_dtype = DType::F32;
+    plan.units.assign(w.layout.units.size(), UnitPlacement::ResidentParams);
+    plan.activations.assign(static_cast<size_t>(w.config.num_layers), ActivationPlacement::KeepOnGpu);
+  }
   SlidingEngine engine(w.config, w.layout, *device, *ops, plan, S, B, false);
   for (size_t u = 0; u < w.units.size(); ++u) engine.host().unit(u).master = w.units[u];
   engine.weights_changed(0);
@@ -87,6 +96,7 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
     EXPECT_NEAR(r.grad_norm, norms[static_cast<size_t>(k)], 0.05 * norms[static_cast<size_t>(k)]) << "step " << k + 1;
   }
   engine.finish_updates();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, HfGoldenGpu, ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "tied", "packed"));

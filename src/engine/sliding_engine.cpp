@@ -1,6 +1,7 @@
 #include "engine/sliding_engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -110,6 +111,86 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   device_.synchronize(device_.record(StreamKind::HostToDevice));
 
   updater_ = std::make_unique<UnitUpdater>(device_, layout_, plan_, decay_all);
+
+  if (plan_.optimizer_on_gpu) {
+    FERRY_CHECK(device_.native_stream(StreamKind::Compute) != nullptr && wd == DType::BF16, "engine",
+                "keeping the optimizer on the device needs a CUDA device with bf16 weights");
+    size_t largest = 0;
+    for (size_t u = 0; u < units; ++u) {
+      FERRY_CHECK(resident_[u], "engine", "with the optimizer on the GPU every unit must be resident");
+      const size_t n = static_cast<size_t>(layout_.units[u].numel);
+      largest = std::max(largest, n);
+      device_master_.emplace_back(device_, round_up(n * 4), "fp32 masters");
+      device_m_.emplace_back(device_, round_up(n * 4), "AdamW m");
+      device_v_.emplace_back(device_, round_up(n * 4), "AdamW v");
+      std::vector<AdamWSegment> seg;
+      for (const auto& p : layout_.units[u].params)
+        seg.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay || decay_all});
+      segments_.push_back(std::move(seg));
+    }
+    gpu_adamw_ = std::make_unique<GpuAdamW>(device_.native_stream(StreamKind::Compute));
+    norm_sumsq_ = DeviceBuffer(device_, 256, "gradient sum of squares");
+    clip_ = DeviceBuffer(device_, 256, "clip coefficient");
+    state_staging_ = PinnedBuffer(device_, largest * 4, "optimizer state staging");
+    norm_host_ = PinnedBuffer(device_, 256, "norm readback");
+  }
+}
+
+void SlidingEngine::upload_optimizer_state() {
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    HostUnitState& h = updater_->unit(u);
+    const size_t n = h.master.size();
+    const std::pair<std::vector<float>*, DeviceBuffer*> parts[] = {
+        {&h.master, &device_master_[u]}, {&h.m, &device_m_[u]}, {&h.v, &device_v_[u]}};
+    for (const auto& [host, dev] : parts) {
+      std::memcpy(state_staging_.data(), host->data(), n * 4);
+      device_.copy_to_device(dev->data(), state_staging_.data(), n * 4, StreamKind::HostToDevice);
+      device_.synchronize(device_.record(StreamKind::HostToDevice));
+    }
+    device_.copy_to_device(resident_params_[u].data(), h.shadow.data(), n * dtype_size(plan_.weight_dtype),
+                           StreamKind::HostToDevice);
+    device_.synchronize(device_.record(StreamKind::HostToDevice));
+  }
+  state_on_host_current_ = true;
+}
+
+void SlidingEngine::download_optimizer_state() {
+  device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    HostUnitState& h = updater_->unit(u);
+    const size_t n = h.master.size();
+    const std::pair<std::vector<float>*, DeviceBuffer*> parts[] = {
+        {&h.master, &device_master_[u]}, {&h.m, &device_m_[u]}, {&h.v, &device_v_[u]}};
+    for (const auto& [host, dev] : parts) {
+      device_.copy_to_host(state_staging_.data(), dev->data(), n * 4, StreamKind::DeviceToHost);
+      device_.synchronize(device_.record(StreamKind::DeviceToHost));
+      std::memcpy(host->data(), state_staging_.data(), n * 4);
+    }
+  }
+  state_on_host_current_ = true;
+}
+
+void SlidingEngine::update_on_gpu(int64_t step, const AdamWHyper& hyper, double max_grad_norm) {
+  // The global norm in unit and parameter order (as the CPU computes it), the clip coefficient,
+  // then one fused AdamW pass per unit that also writes the bf16 weights in place.
+  const DType gd = plan_.grad_dtype;
+  device_.fill_zero(norm_sumsq_.data(), sizeof(double), StreamKind::Compute);
+  for (size_t u = 0; u < layout_.units.size(); ++u)
+    for (const auto& p : layout_.units[u].params)
+      gpu_adamw_->add_grad_sumsq(static_cast<const char*>(resident_grads_[u].data()) + static_cast<size_t>(p.offset) * dtype_size(gd),
+                                 gd, static_cast<size_t>(p.numel), norm_sumsq_.as<double>());
+  gpu_adamw_->clip_coefficient(norm_sumsq_.as<double>(), max_grad_norm, clip_.as<float>());
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    AdamWUnitBuffers b;
+    b.master = device_master_[u].as<float>();
+    b.m = device_m_[u].as<float>();
+    b.v = device_v_[u].as<float>();
+    b.grad = resident_grads_[u].data();
+    b.grad_dtype = gd;
+    b.bf16_out = resident_params_[u].as<uint16_t>();
+    gpu_adamw_->step(b, segments_[u], hyper, step, clip_.as<float>());
+  }
+  state_on_host_current_ = false;
 }
 
 SlidingEngine::~SlidingEngine() {
@@ -121,12 +202,18 @@ SlidingEngine::~SlidingEngine() {
 }
 
 void SlidingEngine::weights_changed(int64_t step) {
-  finish_updates();
+  if (plan_.optimizer_on_gpu) device_.synchronize_all();
+  else finish_updates();
   updater_->refresh_shadows(step);
   step_ = step;
+  if (plan_.optimizer_on_gpu) upload_optimizer_state();
 }
 
 void SlidingEngine::finish_updates() {
+  if (plan_.optimizer_on_gpu) {
+    if (!state_on_host_current_) download_optimizer_state();
+    return;
+  }
   if (step_ > 0) updater_->wait_all_updated(step_);
 }
 
@@ -234,7 +321,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   const int64_t prefetch = std::max<int64_t>(1, plan_.gpu_slots - 1);
 
   auto ensure_resident = [&](size_t u) {
-    if (!resident_[u] || resident_uploaded[u]) return;
+    if (!resident_[u] || resident_uploaded[u] || plan_.optimizer_on_gpu) return;
     updater_->wait_updated(u, step - 1);
     device_.wait(StreamKind::HostToDevice, device_.record(StreamKind::Compute));
     device_.copy_to_device(resident_params_[u].data(), updater_->unit(u).shadow.data(),
@@ -343,7 +430,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     }
 
     // A tied head's lm_head gradient sits in the embedding's buffer, sent with the embedding's.
-    if (sends) {
+    if (sends && !plan_.optimizer_on_gpu) {
       send_gradients(u, use.slot);
       released_[i] = device_.record(StreamKind::DeviceToHost);
     } else {
@@ -359,13 +446,16 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     }
     issue_loads_up_to(i + static_cast<size_t>(prefetch));
   }
+  if (plan_.optimizer_on_gpu) update_on_gpu(step, hyper, max_grad_norm);
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
   device_.copy_to_host(loss_host_.data(), loss_.data(), sizeof(float), StreamKind::DeviceToHost);
+  if (plan_.optimizer_on_gpu)
+    device_.copy_to_host(norm_host_.data(), norm_sumsq_.data(), sizeof(double), StreamKind::DeviceToHost);
   device_.synchronize(device_.record(StreamKind::DeviceToHost));
   SlidingStepResult result;
   result.counted_tokens = batch.counted_tokens();
   result.loss = result.counted_tokens > 0 ? *loss_host_.as<float>() / static_cast<double>(result.counted_tokens) : 0.0;
-  result.grad_norm = updater_->grad_norm(step);
+  result.grad_norm = plan_.optimizer_on_gpu ? std::sqrt(*norm_host_.as<double>()) : updater_->grad_norm(step);
   return result;
 }
 

@@ -23,6 +23,7 @@
 #include "model/lm_head.h"
 #include "model/unit_layout.h"
 #include "ops/ops.h"
+#include "optim/gpu_adamw.h"
 #include "planner/plan.h"
 
 namespace ferry {
@@ -63,6 +64,10 @@ class SlidingEngine {
   void issue_load(size_t use_index);
   void compute_use(size_t use_index, const StepBatch& batch);
   void send_gradients(size_t unit, int64_t slot);
+  // Plan::optimizer_on_gpu: state transfers between the host's UnitUpdater and device memory.
+  void upload_optimizer_state();
+  void download_optimizer_state();
+  void update_on_gpu(int64_t step, const AdamWHyper& hyper, double max_grad_norm);
 
   ModelConfig config_;
   ModelLayout layout_;
@@ -86,6 +91,14 @@ class SlidingEngine {
   PinnedBuffer tokens_host_, loss_host_;
   LayerScratch layer_scratch_;
   HeadScratch head_scratch_;
+
+  // Plan::optimizer_on_gpu
+  std::vector<DeviceBuffer> device_master_, device_m_, device_v_;
+  std::vector<std::vector<AdamWSegment>> segments_;
+  std::unique_ptr<GpuAdamW> gpu_adamw_;
+  DeviceBuffer norm_sumsq_, clip_;  // double sum of squares, float clip coefficient
+  PinnedBuffer state_staging_, norm_host_;
+  bool state_on_host_current_ = true;
 
   // per-step bookkeeping
   int64_t step_ = 0;

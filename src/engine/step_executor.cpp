@@ -118,6 +118,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     request.grad_dtype = DType::F32;
   } else {
     dev = make_cuda_device(0, budget);
+    request.allow_optimizer_on_gpu = true;
     request.weight_dtype = DType::BF16;
     request.grad_dtype = DType::BF16;
   }

@@ -21,6 +21,15 @@ Plan default_plan(const ModelConfig& config, const ModelLayout& layout, const Pl
   const size_t budget = static_cast<size_t>(static_cast<double>(r.device_budget) * (1.0 - r.headroom));
   auto fits = [&](const Plan& p) { return device_bytes(config, layout, p, T, r.chunks).total() <= budget; };
 
+  if (r.allow_optimizer_on_gpu && r.resident_layers.value_or(L) == L && !r.offload_activations.value_or(false)) {
+    Plan all = plan;
+    all.optimizer_on_gpu = true;
+    all.grad_dtype = DType::F32;  // resident gradients accumulate over micro-chunks in fp32
+    all.update = UpdateSchedule::AfterBackward;
+    all.units.assign(layout.units.size(), UnitPlacement::ResidentParams);
+    all.activations.assign(static_cast<size_t>(L), ActivationPlacement::KeepOnGpu);
+    if (fits(all)) return all;
+  }
   if (!fits(plan)) {
     const size_t minimum = device_bytes(config, layout, plan, T, r.chunks).total();
     fail("plan", "the smallest plan (every unit streamed through {} slots, every activation on the host) needs {} of "

@@ -5,7 +5,9 @@
 //      first), while they fit; the rest go to pinned host memory;
 //   3. with room left, units become resident, layers from the last one down (each saves two
 //      uploads per step), keeping `headroom` of the budget free;
-//   4. updates after the backward when clipping is on (exact global norm), else during it.
+//   4. updates after the backward when clipping is on (exact global norm), else during it;
+//   0. before all that: when the whole model, its fp32 optimizer state and all activations fit,
+//      everything stays on the GPU and AdamW runs there (no PCIe traffic at all).
 // The user may force the slots, the activation placement and the resident count.
 #pragma once
 
@@ -31,6 +33,7 @@ struct PlanRequest {
   std::optional<int64_t> slots;                 // forced number of slots
   std::optional<bool> offload_activations;      // forced: all on the host (true) or all on the GPU (false)
   std::optional<int64_t> resident_layers;       // forced number of resident layers (from the last)
+  bool allow_optimizer_on_gpu = false;          // the device can run AdamW (CUDA)
 };
 
 // Throws ferry::Error, with the smallest budget that would work, when nothing fits.

@@ -20,6 +20,7 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   for (size_t u = 0; u < layout.units.size(); ++u) {
     const size_t n = static_cast<size_t>(layout.units[u].numel);
     if (plan.units[u] == UnitPlacement::ResidentParams) b.resident += round_to_256(n * wd) + round_to_256(n * gd);
+    if (plan.optimizer_on_gpu) b.resident += 3 * round_to_256(n * sizeof(float));
     else largest_streamed = std::max(largest_streamed, n);
   }
   if (largest_streamed > 0)

@@ -21,6 +21,10 @@ const char* update_name(UpdateSchedule s) {
 }
 
 std::string Plan::describe() const {
+  if (optimizer_on_gpu)
+    return fmt::format("everything on the GPU (weights {}, gradients {}, fp32 masters and AdamW state; GPU AdamW), "
+                       "micro-batch {}",
+                       dtype_name(weight_dtype), dtype_name(grad_dtype), micro_batch);
   int64_t resident = 0, offloaded = 0;
   for (auto u : units) resident += (u == UnitPlacement::ResidentParams);
   for (auto a : activations) offloaded += (a == ActivationPlacement::OffloadToHost);

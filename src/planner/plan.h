@@ -38,6 +38,10 @@ struct Plan {
   UpdateSchedule update = UpdateSchedule::AfterBackward;
   DType weight_dtype = DType::BF16;          // weights on the GPU (F32 on the simulated device)
   DType grad_dtype = DType::BF16;            // gradients on the GPU and across PCIe
+  // The whole model and its optimizer on the GPU: every unit resident, fp32 masters, m and v in
+  // device memory, clipping and AdamW on the GPU; the host only reads the loss. Needs a native
+  // (CUDA) device.
+  bool optimizer_on_gpu = false;
 
   std::string describe() const;
 };
