@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "engine/train_config.h"
+#include "engine/training_data.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
 
@@ -62,20 +64,44 @@ void run_decode_ids(const Tokenizer& tokenizer, const TokenizeOptions& o) {
   std::fputc('\n', stdout);
 }
 
+// --data CONFIG.yaml [key=value ...]: tokenizes the training data of a config into its cache, so
+// that `ferry train` with the same config starts at once; prints what was built.
+void run_tokenize_data(const std::string& config_path, const std::vector<std::string>& overrides) {
+  const TrainConfig config = load_train_config(config_path, overrides);
+  const TrainingDataSummary s = prepare_training_data(config);
+  const nlohmann::json out = {{"tokenized", s.tokenized},       {"from_cache", s.from_cache},
+                              {"cache", s.cache.string()},      {"fingerprint", s.fingerprint},
+                              {"documents", s.documents},       {"tokens", s.tokens},
+                              {"trained_tokens", s.trained_tokens}, {"skipped_malformed", s.skipped_malformed}};
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
 }  // namespace
 
 void add_tokenize_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("tokenize", "Encode text to token ids, or decode ids to text, with a tokenizer.json");
   auto o = std::make_shared<TokenizeOptions>();
-  cmd->add_option("--tokenizer", o->tokenizer, "model directory with tokenizer.json, or a tokenizer.json path")
-      ->required();
+  cmd->add_option("--tokenizer", o->tokenizer, "model directory with tokenizer.json, or a tokenizer.json path");
+  auto data = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  auto* data_opt = cmd->add_option("--data", *data,
+                                   "training config (YAML): tokenize its data into the cache ahead of `ferry train`");
+  cmd->add_option("overrides", *overrides, "key=value settings for --data's config");
   auto* text = cmd->add_option("--text", o->text, "text to encode; prints the ids as a JSON array");
   auto* decode = cmd->add_option("--decode", o->decode, "JSON array of ids to decode, like \"[1, 2, 3]\"");
   text->excludes(decode);
   cmd->add_flag("--no-special", o->no_special, "encode without the special tokens the tokenizer adds (e.g. <s>)");
   cmd->add_flag("--skip-special", o->skip_special, "decode without special tokens");
-  cmd->callback([o, text, decode] {
-    if (text->count() == 0 && decode->count() == 0) fail("tokenize", "give --text TEXT or --decode \"[ids]\"");
+  data_opt->excludes(text);
+  data_opt->excludes(decode);
+  cmd->callback([o, text, decode, data_opt, data, overrides] {
+    if (data_opt->count() > 0) {
+      run_tokenize_data(*data, *overrides);
+      return;
+    }
+    if (text->count() == 0 && decode->count() == 0)
+      fail("tokenize", "give --text TEXT, --decode \"[ids]\" or --data CONFIG.yaml");
+    if (o->tokenizer.empty()) fail("tokenize", "give --tokenizer DIR (a model directory with tokenizer.json)");
     const Tokenizer tokenizer = Tokenizer::load(o->tokenizer);
     if (text->count() > 0)
       run_encode_text(tokenizer, *o);
