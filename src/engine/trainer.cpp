@@ -32,7 +32,7 @@ DType resolve_save_dtype(const TrainConfig& config, const ModelConfig& model) {
   return d;
 }
 
-nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows) {
+nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::string& tokenized_data) {
   nlohmann::json data = nlohmann::json::array();
   for (const auto& p : c.data) {
     std::error_code ec;
@@ -40,6 +40,7 @@ nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows) {
     data.push_back({{"name", p.filename().string()}, {"bytes", ec ? -1 : static_cast<int64_t>(size)}});
   }
   return {{"data", data},
+          {"tokenized_data", tokenized_data},  // fingerprint of tokenizer + data + options (text formats)
           {"rows", rows},
           {"seq_len", c.seq_len},
           {"global_batch", c.global_batch},
@@ -99,7 +100,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   std::unique_ptr<StepExecutor> executor = make_step_executor(config, std::move(weights));
 
   BatchSampler sampler(static_cast<int64_t>(rows.size()), config.seed);
-  const nlohmann::json fingerprint = run_fingerprint(config, rows.size());
+  const nlohmann::json fingerprint = run_fingerprint(config, rows.size(), data_summary.fingerprint);
   int64_t step = 0;
   std::filesystem::create_directories(config.output_dir);
   if (config.resume) {
