@@ -111,6 +111,7 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   device_.synchronize(device_.record(StreamKind::HostToDevice));
 
   updater_ = std::make_unique<UnitUpdater>(device_, layout_, plan_, decay_all);
+  last_read_.assign(units, -1);
 
   if (plan_.optimizer_on_gpu) {
     FERRY_CHECK(device_.native_stream(StreamKind::Compute) != nullptr && wd == DType::BF16, "engine",
@@ -323,7 +324,9 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   auto ensure_resident = [&](size_t u) {
     if (!resident_[u] || resident_uploaded[u] || plan_.optimizer_on_gpu) return;
     updater_->wait_updated(u, step - 1);
-    device_.wait(StreamKind::HostToDevice, device_.record(StreamKind::Compute));
+    // Overwrite the weights once the previous step's last reader is done, not after everything
+    // issued so far: the upload then overlaps the compute of the units before this one.
+    if (last_read_[u] >= 0) device_.wait(StreamKind::HostToDevice, last_read_[u]);
     device_.copy_to_device(resident_params_[u].data(), updater_->unit(u).shadow.data(),
                            static_cast<size_t>(layout_.units[u].numel) * dtype_size(wd), StreamKind::HostToDevice);
     device_.wait(StreamKind::Compute, device_.record(StreamKind::HostToDevice));
@@ -429,6 +432,8 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
       sends = true;
     }
 
+    if (resident_[u]) last_read_[u] = device_.record(StreamKind::Compute);
+    if (layout_.tied && u == Hd) last_read_[E] = device_.record(StreamKind::Compute);
     // A tied head's lm_head gradient sits in the embedding's buffer, sent with the embedding's.
     if (sends && !plan_.optimizer_on_gpu) {
       send_gradients(u, use.slot);

@@ -109,6 +109,7 @@ class SlidingEngine {
   EventId staging_free_[2] = {-1, -1};   // an offloaded boundary left the staging buffer
   std::vector<EventId> activation_back_;  // per boundary: reloaded for the backward
   EventId tokens_free_ = -1;
+  std::vector<EventId> last_read_;  // per unit: compute that last read its resident weights
   int64_t current_chunks_ = 0;
 };
 
