@@ -70,15 +70,18 @@ class Device {
   virtual void synchronize_all() = 0;
 };
 
-// RAII ownership of a device allocation.
-class DeviceBuffer {
+// RAII ownership of device memory (kPinned = false) or pinned host memory (kPinned = true).
+template <bool kPinned>
+class OwnedBuffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(Device& device, size_t bytes, const char* what)
-      : device_(&device), data_(device.allocate(bytes, what)), bytes_(bytes) {}
-  ~DeviceBuffer() { reset(); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : device_(o.device_), data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr; }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  OwnedBuffer() = default;
+  OwnedBuffer(Device& device, size_t bytes, const char* what)
+      : device_(&device),
+        data_(kPinned ? device.allocate_pinned(bytes, what) : device.allocate(bytes, what)),
+        bytes_(bytes) {}
+  ~OwnedBuffer() { reset(); }
+  OwnedBuffer(OwnedBuffer&& o) noexcept : device_(o.device_), data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr; }
+  OwnedBuffer& operator=(OwnedBuffer&& o) noexcept {
     if (this != &o) {
       reset();
       device_ = o.device_;
@@ -88,50 +91,18 @@ class DeviceBuffer {
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  OwnedBuffer(const OwnedBuffer&) = delete;
+  OwnedBuffer& operator=(const OwnedBuffer&) = delete;
 
   void* data() const { return data_; }
   template <typename T>
   T* as() const { return static_cast<T*>(data_); }
   size_t bytes() const { return bytes_; }
   void reset() {
-    if (data_ != nullptr) device_->release(data_);
-    data_ = nullptr;
-  }
-
- private:
-  Device* device_ = nullptr;
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// RAII ownership of pinned host memory.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(Device& device, size_t bytes, const char* what)
-      : device_(&device), data_(device.allocate_pinned(bytes, what)), bytes_(bytes) {}
-  ~PinnedBuffer() { reset(); }
-  PinnedBuffer(PinnedBuffer&& o) noexcept : device_(o.device_), data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr; }
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      reset();
-      device_ = o.device_;
-      data_ = o.data_;
-      bytes_ = o.bytes_;
-      o.data_ = nullptr;
+    if (data_ != nullptr) {
+      if (kPinned) device_->release_pinned(data_);
+      else device_->release(data_);
     }
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  void* data() const { return data_; }
-  template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
-  size_t bytes() const { return bytes_; }
-  void reset() {
-    if (data_ != nullptr) device_->release_pinned(data_);
     data_ = nullptr;
   }
 
@@ -140,6 +111,9 @@ class PinnedBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+using DeviceBuffer = OwnedBuffer<false>;
+using PinnedBuffer = OwnedBuffer<true>;
 
 struct SimDeviceOptions {
   size_t memory_capacity = size_t{1} << 34;  // 16 GiB by default
