@@ -227,7 +227,7 @@ void* SlidingEngine::unit_grads_ptr(size_t unit, int64_t slot) const {
 }
 
 // Boundary `b` is the input of layer b (b < L); b == L is the head's input.
-Tensor SlidingEngine::activation(int64_t b, int64_t chunk, int64_t chunks) const {
+Tensor SlidingEngine::activation(int64_t b, int64_t chunk) const {
   const int64_t L = config_.num_layers, T = chunk_tokens_, H = config_.hidden_size;
   const DType dt = plan_.weight_dtype;
   void* base;
@@ -235,8 +235,14 @@ Tensor SlidingEngine::activation(int64_t b, int64_t chunk, int64_t chunks) const
   else if (plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::KeepOnGpu)
     base = kept_activations_[static_cast<size_t>(b)].data();
   else base = staging_activations_[b % 2].data();
-  (void)chunks;
   return Tensor(static_cast<char*>(base) + static_cast<size_t>(chunk * T * H) * dtype_size(dt), dt, {T, H});
+}
+
+Tensor SlidingEngine::activation_grad(int64_t chunk) const {
+  const int64_t T = chunk_tokens_, H = config_.hidden_size;
+  const DType dt = plan_.weight_dtype;
+  return Tensor(static_cast<char*>(chunk_grads_.data()) + static_cast<size_t>(chunk * T * H) * dtype_size(dt), dt,
+                {T, H});
 }
 
 void SlidingEngine::issue_load(size_t j) {
@@ -247,7 +253,6 @@ void SlidingEngine::issue_load(size_t j) {
   device_.copy_to_device(slot_params_[static_cast<size_t>(use.slot)].data(), updater_->unit(use.unit).shadow.data(),
                          bytes, StreamKind::HostToDevice);
   loaded_[j] = device_.record(StreamKind::HostToDevice);
-  load_issued_[j] = true;
 }
 
 void SlidingEngine::issue_loads_up_to(size_t limit) {
@@ -277,7 +282,6 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   step_ = step;
   const int64_t C = batch.chunks(), T = chunk_tokens_, L = config_.num_layers;
   const DType wd = plan_.weight_dtype, gd = plan_.grad_dtype;
-  current_chunks_ = C;
   updater_->begin_step(step, hyper, max_grad_norm);
 
   // Token arrays of the step: ids, targets, positions, doc_start, each (max_chunks * T).
@@ -311,7 +315,6 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   const size_t uses = uses_.size();
   loaded_.assign(uses, -1);
   released_.assign(uses, -1);
-  load_issued_.assign(uses, false);
   next_load_ = 0;
   activation_back_.assign(static_cast<size_t>(L), -1);
   std::vector<EventId> offload_done(static_cast<size_t>(L), -1);
@@ -380,7 +383,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     if (u == E && forward) {
       before_write(0);
       const Tensor table = embedding_table(layout_, params, wd);
-      for (int64_t c = 0; c < C; ++c) ops_.embedding_forward(chunk(c).ids, table, activation(0, c, C));
+      for (int64_t c = 0; c < C; ++c) ops_.embedding_forward(chunk(c).ids, table, activation(0, c));
       if (is_offloaded(0)) offload(0);
     } else if (u == Hd) {
       if (!resident_[u]) device_.fill_zero(grads, grad_bytes, StreamKind::Compute);
@@ -389,13 +392,9 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
       const HeadParams hp = head_params(layout_, params, emb_params, wd);
       const HeadParams hg = head_params(layout_, grads, emb_grads, gd);
       const Tensor loss(loss_.data(), DType::F32, {1});
-      for (int64_t c = 0; c < C; ++c) {
-        const Tensor dx(static_cast<char*>(chunk_grads_.data()) + static_cast<size_t>(c * T * config_.hidden_size) *
-                                                                   dtype_size(wd),
-                        wd, {T, config_.hidden_size});
-        head_forward_backward(ops_, config_, hp, &hg, chunk(c), activation(L, c, C), grad_scale, dx, head_scratch_,
-                              loss);
-      }
+      for (int64_t c = 0; c < C; ++c)
+        head_forward_backward(ops_, config_, hp, &hg, chunk(c), activation(L, c), grad_scale, activation_grad(c),
+                              head_scratch_, loss);
       sends = true;
     } else if (u != E) {
       const int64_t l = static_cast<int64_t>(u) - 1;
@@ -403,7 +402,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
       if (forward) {
         before_write(l + 1);
         for (int64_t c = 0; c < C; ++c)
-          layer_forward(ops_, ctx, p, chunk(c), activation(l, c, C), activation(l + 1, c, C), layer_scratch_);
+          layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), layer_scratch_);
         if (is_offloaded(l + 1)) offload(l + 1);
       } else {
         if (!resident_[u]) device_.fill_zero(grads, grad_bytes, StreamKind::Compute);
@@ -412,23 +411,15 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
           device_.wait(StreamKind::Compute, activation_back_[static_cast<size_t>(l)]);
         }
         const LayerParams g = layer_params(layout_.units[u], grads, gd);
-        for (int64_t c = 0; c < C; ++c) {
-          const Tensor dx(static_cast<char*>(chunk_grads_.data()) +
-                              static_cast<size_t>(c * T * config_.hidden_size) * dtype_size(wd),
-                          wd, {T, config_.hidden_size});
-          layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c, C), dx, dx, layer_scratch_);
-        }
+        for (int64_t c = 0; c < C; ++c)
+          layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c), activation_grad(c), activation_grad(c),
+                         layer_scratch_);
         sends = true;
       }
     } else {  // embedding backward
       if (!resident_[u]) device_.fill_zero(grads, grad_bytes, StreamKind::Compute);
       const Tensor dtable = embedding_table(layout_, grads, gd);
-      for (int64_t c = 0; c < C; ++c) {
-        const Tensor dx(static_cast<char*>(chunk_grads_.data()) +
-                            static_cast<size_t>(c * T * config_.hidden_size) * dtype_size(wd),
-                        wd, {T, config_.hidden_size});
-        ops_.embedding_backward(chunk(c).ids, dx, dtable);
-      }
+      for (int64_t c = 0; c < C; ++c) ops_.embedding_backward(chunk(c).ids, activation_grad(c), dtable);
       sends = true;
     }
 

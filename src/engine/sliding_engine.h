@@ -55,11 +55,11 @@ class SlidingEngine {
   void finish_updates();
 
  private:
-  struct Location;
-  Tensor unit_params_view(size_t unit, int64_t slot) const;
   void* unit_params_ptr(size_t unit, int64_t slot) const;
   void* unit_grads_ptr(size_t unit, int64_t slot) const;
-  Tensor activation(int64_t boundary, int64_t chunk, int64_t chunks) const;
+  Tensor activation(int64_t boundary, int64_t chunk) const;
+  // The gradient flowing back into chunk `chunk`'s current boundary, (T,H).
+  Tensor activation_grad(int64_t chunk) const;
   void issue_loads_up_to(size_t limit);
   void issue_load(size_t use_index);
   void compute_use(size_t use_index, const StepBatch& batch);
@@ -104,13 +104,11 @@ class SlidingEngine {
   int64_t step_ = 0;
   std::vector<EventId> loaded_;      // per use: its slot holds the unit (h2d)
   std::vector<EventId> released_;    // per use: the slot may be overwritten
-  std::vector<bool> load_issued_;
   size_t next_load_ = 0;
   EventId staging_free_[2] = {-1, -1};   // an offloaded boundary left the staging buffer
   std::vector<EventId> activation_back_;  // per boundary: reloaded for the backward
   EventId tokens_free_ = -1;
   std::vector<EventId> last_read_;  // per unit: compute that last read its resident weights
-  int64_t current_chunks_ = 0;
 };
 
 }  // namespace ferry
