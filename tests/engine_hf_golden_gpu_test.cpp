@@ -18,6 +18,7 @@
 #include "model/model_weights.h"
 #include "ops/device_ops.h"
 #include "optim/lr_schedule.h"
+#include "hf_golden.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -29,38 +30,10 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU";
   const auto dir = test::fixtures_dir() / "hf" / GetParam();
   ModelWeights w = load_model_weights(dir);
-  SafetensorsFile golden = SafetensorsFile::open(dir / "golden.safetensors");
-  nlohmann::json meta;
-  std::ifstream(dir / "golden.json") >> meta;
-  const TensorInfo* ids_info = golden.find("input_ids");
-  const int64_t B = ids_info->shape[0], S = ids_info->shape[1];
-  auto i64 = [&](const char* name) {
-    const TensorInfo* t = golden.find(name);
-    std::vector<int32_t> out(static_cast<size_t>(t->numel()));
-    const auto* src = static_cast<const int64_t*>(golden.data(*t));
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>(src[i]);
-    return out;
-  };
-  auto f32 = [&](const char* name) {
-    const TensorInfo* t = golden.find(name);
-    std::vector<float> out(static_cast<size_t>(t->numel()));
-    std::memcpy(out.data(), golden.data(*t), t->bytes);
-    return out;
-  };
-  const auto ids = i64("input_ids"), labels = i64("labels"), positions = i64("position_ids");
-  StepBatch batch;
-  batch.rows = B;
-  batch.seq_len = S;
-  batch.micro_batch = 1;
-  for (int64_t r = 0; r < B; ++r)
-    for (int64_t t = 0; t < S; ++t) {
-      const size_t i = static_cast<size_t>(r * S + t);
-      const bool next_in_doc = t + 1 < S && positions[i + 1] != 0;
-      batch.ids.push_back(ids[i]);
-      batch.targets.push_back(next_in_doc ? labels[i + 1] : kIgnoreIndex);
-      batch.positions.push_back(positions[i]);
-      batch.doc_start.push_back(static_cast<int32_t>(t - positions[i]));
-    }
+  const test::Golden golden(dir);
+  const nlohmann::json& meta = golden.meta;
+  const int64_t B = golden.batch, S = golden.seq;
+  const StepBatch batch = test::golden_batch(golden, 1);
 
   for (bool optimizer_on_gpu : {false, true}) {
   SCOPED_TRACE(optimizer_on_gpu ? "everything on the GPU" : "streamed, activations offloaded");
@@ -83,7 +56,7 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
   for (size_t u = 0; u < w.units.size(); ++u) engine.host().unit(u).master = w.units[u];
   engine.weights_changed(0);
 
-  const auto step_loss = f32("step_loss"), norms = f32("grad_norm");
+  const auto step_loss = golden.f32("step_loss"), norms = golden.f32("grad_norm");
   for (int64_t k = 0; k < 3; ++k) {
     AdamWHyper h;
     h.lr = lr_at(LrSchedule::Cosine, meta["lr"], k, meta["warmup_steps"], meta["total_steps"]);
