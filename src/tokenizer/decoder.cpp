@@ -180,13 +180,6 @@ class SequenceDecoder final : public Decoder {
   std::vector<std::unique_ptr<Decoder>> steps_;
 };
 
-char32_t one_char(const std::string& s, const char* what) {
-  size_t i = 0;
-  if (s.empty()) fail("tokenizer", "{} is empty; expected one character", what);
-  const char32_t cp = next_code_point(s, i);
-  if (i != s.size()) fail("tokenizer", "{} is \"{}\"; expected one character", what, s);
-  return cp;
-}
 
 }  // namespace
 
@@ -197,8 +190,8 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& config) {
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (type == "Fuse") return std::make_unique<FuseDecoder>();
   if (type == "Strip") {
-    return std::make_unique<StripDecoder>(one_char(json_string(config, "content", "Strip decoder"),
-                                                   "\"content\" of the Strip decoder"),
+    return std::make_unique<StripDecoder>(json_char(config, "content", "Strip decoder",
+                                                    "\"content\" of the Strip decoder"),
                                           config.value("start", size_t{0}), config.value("stop", size_t{0}));
   }
   if (type == "Replace") {
@@ -207,7 +200,7 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& config) {
   }
   if (type == "Metaspace") {
     const char32_t replacement =
-        one_char(json_string(config, "replacement", "Metaspace decoder"), "\"replacement\" of the Metaspace decoder");
+        json_char(config, "replacement", "Metaspace decoder", "\"replacement\" of the Metaspace decoder");
     bool drop_first = config.value("add_prefix_space", true);
     if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string())
       drop_first = config["prepend_scheme"].get<std::string>() != "never";

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "tokenizer/regex.h"
+#include "tokenizer/utf8.h"
 
 namespace ferry::tok {
 
@@ -27,6 +28,16 @@ inline const nlohmann::json& json_array(const nlohmann::json& object, const char
   const auto& v = json_field(object, key, what);
   if (!v.is_array()) fail("tokenizer", "\"{}\" of {} in tokenizer.json is not an array", key, what);
   return v;
+}
+
+// A field that must hold exactly one character (Metaspace's replacement, Strip's content).
+inline char32_t json_char(const nlohmann::json& object, const char* key, const char* what, const char* describe) {
+  const std::string s = json_string(object, key, what);
+  size_t i = 0;
+  if (s.empty()) fail("tokenizer", "{} is empty; expected one character", describe);
+  const char32_t cp = next_code_point(s, i);
+  if (i != s.size()) fail("tokenizer", "{} is \"{}\"; expected one character", describe, s);
+  return cp;
 }
 
 // {"pattern": {"String": "..."}} or {"pattern": {"Regex": "..."}}.

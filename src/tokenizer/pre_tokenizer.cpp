@@ -198,13 +198,6 @@ class SequencePre final : public PreTokenizer {
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
 };
 
-char32_t single_char(const std::string& s, const char* what) {
-  size_t i = 0;
-  if (s.empty()) fail("tokenizer", "{} is empty; expected one character", what);
-  const char32_t cp = next_code_point(s, i);
-  if (i != s.size()) fail("tokenizer", "{} is \"{}\"; expected one character", what, s);
-  return cp;
-}
 
 }  // namespace
 
@@ -299,8 +292,8 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& config) {
   }
   if (type == "Digits") return std::make_unique<DigitsPre>(config.value("individual_digits", false));
   if (type == "Metaspace") {
-    const char32_t replacement = single_char(json_string(config, "replacement", "Metaspace pre_tokenizer"),
-                                             "\"replacement\" of the Metaspace pre_tokenizer");
+    const char32_t replacement = json_char(config, "replacement", "Metaspace pre_tokenizer",
+                                           "\"replacement\" of the Metaspace pre_tokenizer");
     PrependScheme scheme = config.value("add_prefix_space", true) ? PrependScheme::Always : PrependScheme::Never;
     if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string()) {
       const std::string s = config["prepend_scheme"].get<std::string>();
