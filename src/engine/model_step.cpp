@@ -79,24 +79,15 @@ StepLoss ModelStep::run(const std::vector<float*>& params, const std::vector<flo
 }
 
 StepLoss ModelStep::evaluate(const std::vector<float*>& params, const StepBatch& batch, float* logits_out) {
-  const int64_t T = batch.chunk_tokens(), H = config_.hidden_size, V = config_.vocab_size;
-  FERRY_ASSERT(T <= max_chunk_tokens_);
+  const int64_t T = batch.chunk_tokens(), V = config_.vocab_size;
   const size_t emb = layout_.embedding_unit();
-  const LayerContext ctx = context();
   const HeadParams hp = head_params(layout_, params[layout_.head_unit()], params[emb], DType::F32);
   StepLoss result;
   result.counted_tokens = batch.counted_tokens();
   float loss_sum = 0.0f;
   for (int64_t c = 0; c < batch.chunks(); ++c) {
     const TokenChunk chunk = batch.chunk(c);
-    Tensor x = Tensor::f32(boundary_.data(), {T, H});
-    Tensor y = Tensor::f32(boundary_.data() + static_cast<size_t>(max_chunk_tokens_ * H), {T, H});
-    ops_.embedding_forward(chunk.ids, embedding_table(layout_, params[emb], DType::F32), x);
-    for (int64_t l = 0; l < config_.num_layers; ++l) {
-      const size_t u = layout_.layer_unit(l);
-      layer_forward(ops_, ctx, layer_params(layout_.units[u], params[u], DType::F32), chunk, x, y, layer_scratch_);
-      std::swap(x, y);
-    }
+    const Tensor x = forward_to_head(params, chunk);
     Tensor logits = logits_out ? Tensor::f32(logits_out + static_cast<size_t>(c * T * V), {T, V}) : Tensor();
     head_forward_backward(ops_, config_, hp, nullptr, chunk, x, 0.0f, Tensor(), head_scratch_,
                           Tensor::f32(&loss_sum, {1}), logits);
@@ -105,21 +96,26 @@ StepLoss ModelStep::evaluate(const std::vector<float*>& params, const StepBatch&
   return result;
 }
 
-void ModelStep::logits(const std::vector<float*>& params, const TokenChunk& chunk, float* logits_out) {
+Tensor ModelStep::forward_to_head(const std::vector<float*>& params, const TokenChunk& chunk) {
   const int64_t T = chunk.tokens, H = config_.hidden_size;
   FERRY_ASSERT(T <= max_chunk_tokens_);
   Tensor x = Tensor::f32(boundary_.data(), {T, H});
   Tensor y = Tensor::f32(boundary_.data() + static_cast<size_t>(max_chunk_tokens_ * H), {T, H});
-  const size_t emb = layout_.embedding_unit();
-  ops_.embedding_forward(chunk.ids, embedding_table(layout_, params[emb], DType::F32), x);
+  ops_.embedding_forward(chunk.ids, embedding_table(layout_, params[layout_.embedding_unit()], DType::F32), x);
   const LayerContext ctx = context();
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     const size_t u = layout_.layer_unit(l);
     layer_forward(ops_, ctx, layer_params(layout_.units[u], params[u], DType::F32), chunk, x, y, layer_scratch_);
     std::swap(x, y);
   }
+  return x;
+}
+
+void ModelStep::logits(const std::vector<float*>& params, const TokenChunk& chunk, float* logits_out) {
+  const Tensor x = forward_to_head(params, chunk);
+  const size_t emb = layout_.embedding_unit();
   const HeadParams hp = head_params(layout_, params[layout_.head_unit()], params[emb], DType::F32);
-  head_logits(ops_, config_, hp, x, Tensor::f32(logits_out, {T, config_.vocab_size}), head_scratch_);
+  head_logits(ops_, config_, hp, x, Tensor::f32(logits_out, {chunk.tokens, config_.vocab_size}), head_scratch_);
 }
 
 }  // namespace ferry

@@ -43,6 +43,9 @@ class ModelStep {
 
  private:
   LayerContext context() const { return LayerContext{&config_, inv_freq_.data()}; }
+  // Forward of one chunk through the embedding and every layer, chunk-major (evaluation);
+  // returns the head's input, (T,H), in the first two boundary buffers.
+  Tensor forward_to_head(const std::vector<float*>& params, const TokenChunk& chunk);
 
   ModelConfig config_;
   ModelLayout layout_;
