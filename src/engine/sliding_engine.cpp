@@ -124,10 +124,6 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
       device_master_.emplace_back(device_, round_up(n * 4), "fp32 masters");
       device_m_.emplace_back(device_, round_up(n * 4), "AdamW m");
       device_v_.emplace_back(device_, round_up(n * 4), "AdamW v");
-      std::vector<AdamWSegment> seg;
-      for (const auto& p : layout_.units[u].params)
-        seg.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay || decay_all});
-      segments_.push_back(std::move(seg));
     }
     gpu_adamw_ = std::make_unique<GpuAdamW>(device_.native_stream(StreamKind::Compute));
     norm_sumsq_ = DeviceBuffer(device_, 256, "gradient sum of squares");
@@ -189,7 +185,7 @@ void SlidingEngine::update_on_gpu(int64_t step, const AdamWHyper& hyper, double 
     b.grad = resident_grads_[u].data();
     b.grad_dtype = gd;
     b.bf16_out = resident_params_[u].as<uint16_t>();
-    gpu_adamw_->step(b, segments_[u], hyper, step, clip_.as<float>());
+    gpu_adamw_->step(b, updater_->segments(u), hyper, step, clip_.as<float>());
   }
   state_on_host_current_ = false;
 }
@@ -266,11 +262,13 @@ void SlidingEngine::issue_loads_up_to(size_t limit) {
   }
 }
 
-void SlidingEngine::send_gradients(size_t unit, int64_t slot) {
+EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
   const size_t bytes = static_cast<size_t>(layout_.units[unit].numel) * dtype_size(plan_.grad_dtype);
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
   device_.copy_to_host(updater_->unit(unit).grad.data(), unit_grads_ptr(unit, slot), bytes, StreamKind::DeviceToHost);
-  updater_->gradient_landed(unit, device_.record(StreamKind::DeviceToHost));
+  const EventId landed = device_.record(StreamKind::DeviceToHost);
+  updater_->gradient_landed(unit, landed);
+  return landed;
 }
 
 SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
@@ -427,8 +425,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     if (layout_.tied && u == Hd) last_read_[E] = device_.record(StreamKind::Compute);
     // A tied head's lm_head gradient sits in the embedding's buffer, sent with the embedding's.
     if (sends && !plan_.optimizer_on_gpu) {
-      send_gradients(u, use.slot);
-      released_[i] = device_.record(StreamKind::DeviceToHost);
+      released_[i] = send_gradients(u, use.slot);
     } else {
       released_[i] = device_.record(StreamKind::Compute);
     }

@@ -63,7 +63,9 @@ class SlidingEngine {
   void issue_loads_up_to(size_t limit);
   void issue_load(size_t use_index);
   void compute_use(size_t use_index, const StepBatch& batch);
-  void send_gradients(size_t unit, int64_t slot);
+  // Copies the unit's gradient to the host and hands it to the updater; returns the event after
+  // which the slot's gradient buffer may be reused.
+  EventId send_gradients(size_t unit, int64_t slot);
   // Plan::optimizer_on_gpu: state transfers between the host's UnitUpdater and device memory.
   void upload_optimizer_state();
   void download_optimizer_state();
@@ -94,7 +96,6 @@ class SlidingEngine {
 
   // Plan::optimizer_on_gpu
   std::vector<DeviceBuffer> device_master_, device_m_, device_v_;
-  std::vector<std::vector<AdamWSegment>> segments_;
   std::unique_ptr<GpuAdamW> gpu_adamw_;
   DeviceBuffer norm_sumsq_, clip_;  // double sum of squares, float clip coefficient
   PinnedBuffer state_staging_, norm_host_;

@@ -10,7 +10,7 @@
 namespace ferry {
 
 UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all)
-    : device_(device), layout_(layout), plan_(plan), decay_all_(decay_all) {
+    : device_(device), layout_(layout), plan_(plan) {
   size_t largest = 0;
   for (const auto& u : layout_.units) {
     HostUnitState s;
@@ -22,6 +22,10 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
     s.shadow = PinnedBuffer(device_, n * dtype_size(plan_.weight_dtype), "weight staging");
     units_.push_back(std::move(s));
     largest = std::max(largest, n);
+    std::vector<AdamWSegment> segments;
+    for (const auto& p : u.params)
+      segments.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay || decay_all});
+    segments_.push_back(std::move(segments));
   }
   if (plan_.grad_dtype != DType::F32) grad_f32_.assign(largest, 0.0f);
   updated_step_.assign(units_.size(), 0);
@@ -96,9 +100,6 @@ void UnitUpdater::update_unit(size_t u, int64_t step, const AdamWHyper& hyper, f
   // One fused pass per unit (SIMD, all cores): gradient in, master/m/v updated, and the bf16 copy
   // for the next upload written in the same pass when the device holds bf16 weights.
   HostUnitState& s = units_[u];
-  std::vector<AdamWSegment> segments;
-  for (const auto& p : layout_.units[u].params)
-    segments.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay || decay_all_});
   AdamWUnitBuffers buffers;
   buffers.master = s.master.data();
   buffers.m = s.m.data();
@@ -107,7 +108,7 @@ void UnitUpdater::update_unit(size_t u, int64_t step, const AdamWHyper& hyper, f
   buffers.grad_dtype = plan_.grad_dtype;
   const bool bf16_weights = plan_.weight_dtype == DType::BF16;
   if (bf16_weights) buffers.bf16_out = s.shadow.as<uint16_t>();
-  cpu_adamw_step(buffers, segments, hyper, step, clip);
+  cpu_adamw_step(buffers, segments_[u], hyper, step, clip);
   if (!bf16_weights) refresh_shadow(u);
 }
 

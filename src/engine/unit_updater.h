@@ -24,6 +24,7 @@
 #include "device/device.h"
 #include "model/unit_layout.h"
 #include "optim/adamw.h"
+#include "optim/cpu_adamw.h"
 #include "planner/plan.h"
 
 namespace ferry {
@@ -42,6 +43,8 @@ class UnitUpdater {
   UnitUpdater& operator=(const UnitUpdater&) = delete;
 
   HostUnitState& unit(size_t u) { return units_[u]; }
+  // The unit's parameters as AdamW segments (offset, count, weight decay or not).
+  const std::vector<AdamWSegment>& segments(size_t u) const { return segments_[u]; }
   size_t unit_count() const { return units_.size(); }
 
   // Writes every unit's shadow from its master (after loading or resuming) and marks the state
@@ -78,8 +81,8 @@ class UnitUpdater {
   Device& device_;
   ModelLayout layout_;
   Plan plan_;
-  bool decay_all_;
   std::vector<HostUnitState> units_;
+  std::vector<std::vector<AdamWSegment>> segments_;  // per unit: its parameters and their decay
   std::vector<float> grad_f32_;  // conversion scratch when gradients arrive in bf16
 
   std::mutex mutex_;
