@@ -8,12 +8,17 @@ const char* placement_name(UnitPlacement p) {
   switch (p) {
     case UnitPlacement::Streamed: return "streamed";
     case UnitPlacement::ResidentParams: return "resident";
+    case UnitPlacement::ResidentWithOptimizer: return "resident+optimizer";
   }
   return "?";
 }
 
 const char* activation_name(ActivationPlacement p) {
   return p == ActivationPlacement::KeepOnGpu ? "gpu" : "host";
+}
+
+const char* weight_upload_name(WeightUpload w) {
+  return w == WeightUpload::HostShadow ? "bf16-host-shadow" : "convert-on-upload";
 }
 
 const char* update_name(UpdateSchedule s) {

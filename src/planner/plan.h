@@ -14,6 +14,19 @@ namespace ferry {
 enum class UnitPlacement {
   Streamed,        // fp32 state on the host; weights uploaded into a GPU slot when needed
   ResidentParams,  // weights stay on the GPU (uploaded after each update); state on the host
+  // Weights, gradients, fp32 master, m and v stay on the GPU and GPU AdamW updates them: no PCIe
+  // traffic and no CPU work for this unit. (Every unit so placed = Plan::optimizer_on_gpu.)
+  ResidentWithOptimizer,
+};
+
+// How a streamed or resident unit's new weights reach the GPU after a CPU update.
+enum class WeightUpload {
+  // The CPU AdamW also writes the bf16 weights into a pinned host shadow (2 bytes/param of host
+  // memory); the upload moves 2 bytes/param.
+  HostShadow,
+  // The fp32 masters themselves are pinned and uploaded; the GPU converts them into the slot
+  // (no shadow: 2 bytes/param less host memory, 2 bytes/param more PCIe traffic per upload).
+  ConvertOnUpload,
 };
 
 // Where a layer's boundary activation (its input) waits between forward and backward.
@@ -38,6 +51,7 @@ struct Plan {
   UpdateSchedule update = UpdateSchedule::AfterBackward;
   DType weight_dtype = DType::BF16;          // weights on the GPU (F32 on the simulated device)
   DType grad_dtype = DType::BF16;            // gradients on the GPU and across PCIe
+  WeightUpload weight_upload = WeightUpload::HostShadow;
   // The whole model and its optimizer on the GPU: every unit resident, fp32 masters, m and v in
   // device memory, clipping and AdamW on the GPU; the host only reads the loss. Needs a native
   // (CUDA) device.
@@ -49,5 +63,6 @@ struct Plan {
 const char* placement_name(UnitPlacement placement);
 const char* activation_name(ActivationPlacement placement);
 const char* update_name(UpdateSchedule schedule);
+const char* weight_upload_name(WeightUpload upload);
 
 }  // namespace ferry

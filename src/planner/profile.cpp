@@ -1,0 +1,146 @@
+#include "planner/profile.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+
+namespace ferry {
+
+namespace {
+
+nlohmann::json linear_json(const LinearTime& t) { return {{"fixed_s", t.fixed_s}, {"per_token_s", t.per_token_s}}; }
+
+class Reader {
+ public:
+  explicit Reader(std::string source) : source_(std::move(source)) {}
+
+  const nlohmann::json& object(const nlohmann::json& j, const char* key) const {
+    FERRY_CHECK(j.is_object() && j.contains(key) && j.at(key).is_object(), "profile",
+                "{}: \"{}\" is missing or not an object; measure the profile again (ferry profile)", source_, key);
+    return j.at(key);
+  }
+  // A finite number >= 0 (rates may be 0 where something was not measured).
+  double number(const nlohmann::json& j, const char* key) const {
+    FERRY_CHECK(j.contains(key) && j.at(key).is_number(), "profile",
+                "{}: \"{}\" is missing or not a number; measure the profile again (ferry profile)", source_, key);
+    const double v = j.at(key).get<double>();
+    FERRY_CHECK(v >= 0.0 && v < 1e300, "profile", "{}: \"{}\" = {} is not a finite non-negative number", source_,
+                key, v);
+    return v;
+  }
+  double positive(const nlohmann::json& j, const char* key) const {
+    const double v = number(j, key);
+    FERRY_CHECK(v > 0.0, "profile", "{}: \"{}\" must be positive", source_, key);
+    return v;
+  }
+  std::string string(const nlohmann::json& j, const char* key) const {
+    FERRY_CHECK(j.contains(key) && j.at(key).is_string(), "profile", "{}: \"{}\" is missing or not a string",
+                source_, key);
+    return j.at(key).get<std::string>();
+  }
+  LinearTime linear(const nlohmann::json& j, const char* key) const {
+    const auto& o = object(j, key);
+    return {number(o, "fixed_s"), number(o, "per_token_s")};
+  }
+
+ private:
+  std::string source_;
+};
+
+}  // namespace
+
+std::string model_shape_key(const ModelConfig& c, int64_t seq_len, DType weight_dtype) {
+  return fmt::format("{}-h{}-i{}-L{}-q{}x{}-kv{}-v{}{}{}{}-s{}-{}", c.model_type, c.hidden_size, c.intermediate_size,
+                     c.num_layers, c.num_heads, c.head_dim, c.num_kv_heads, c.vocab_size, c.qkv_bias ? "-qkvb" : "",
+                     c.qk_norm ? "-qkn" : "", c.tie_word_embeddings ? "-tied" : "", seq_len, dtype_name(weight_dtype));
+}
+
+nlohmann::json profile_to_json(const MachineProfile& p) {
+  return {
+      {"version", MachineProfile::kVersion},
+      {"device_name", p.device_name},
+      {"device_memory_bytes", p.device_memory_bytes},
+      {"shape_key", p.shape_key},
+      {"seq_len", p.seq_len},
+      {"weight_dtype", std::string(dtype_name(p.weight_dtype))},
+      {"compute",
+       {{"embedding_forward", linear_json(p.compute.embedding_forward)},
+        {"embedding_backward", linear_json(p.compute.embedding_backward)},
+        {"layer_forward", linear_json(p.compute.layer_forward)},
+        {"layer_backward", linear_json(p.compute.layer_backward)},
+        {"head", linear_json(p.compute.head)},
+        {"gpu_adamw_params_per_s", p.compute.gpu_adamw_params_per_s}}},
+      {"transfer",
+       {{"h2d_bytes_per_s", p.transfer.h2d_bytes_per_s},
+        {"d2h_bytes_per_s", p.transfer.d2h_bytes_per_s},
+        {"duplex_h2d_bytes_per_s", p.transfer.duplex_h2d_bytes_per_s},
+        {"duplex_d2h_bytes_per_s", p.transfer.duplex_d2h_bytes_per_s},
+        {"latency_s", p.transfer.latency_s}}},
+      {"host",
+       {{"threads", p.host.threads},
+        {"cpu_adamw_params_per_s", p.host.cpu_adamw_params_per_s},
+        {"memory_bytes", p.host.memory_bytes},
+        {"disk_read_bytes_per_s", p.host.disk_read_bytes_per_s},
+        {"disk_write_bytes_per_s", p.host.disk_write_bytes_per_s}}},
+  };
+}
+
+MachineProfile profile_from_json(const nlohmann::json& j, const std::string& source) {
+  const Reader r(source);
+  FERRY_CHECK(j.is_object(), "profile", "{}: not a JSON object", source);
+  FERRY_CHECK(j.contains("version") && j.at("version").is_number_integer() &&
+                  j.at("version").get<int>() == MachineProfile::kVersion,
+              "profile", "{}: profile format version {} expected; measure the profile again (ferry profile)", source,
+              MachineProfile::kVersion);
+  MachineProfile p;
+  p.device_name = r.string(j, "device_name");
+  p.device_memory_bytes = r.positive(j, "device_memory_bytes");
+  p.shape_key = r.string(j, "shape_key");
+  p.seq_len = static_cast<int64_t>(r.positive(j, "seq_len"));
+  FERRY_CHECK(parse_dtype(r.string(j, "weight_dtype"), &p.weight_dtype), "profile", "{}: unknown weight_dtype",
+              source);
+  const auto& c = r.object(j, "compute");
+  p.compute.embedding_forward = r.linear(c, "embedding_forward");
+  p.compute.embedding_backward = r.linear(c, "embedding_backward");
+  p.compute.layer_forward = r.linear(c, "layer_forward");
+  p.compute.layer_backward = r.linear(c, "layer_backward");
+  p.compute.head = r.linear(c, "head");
+  p.compute.gpu_adamw_params_per_s = r.number(c, "gpu_adamw_params_per_s");
+  FERRY_CHECK(p.compute.layer_forward.per_token_s > 0 && p.compute.layer_backward.per_token_s > 0, "profile",
+              "{}: the layer times must grow with the tokens (per_token_s > 0)", source);
+  const auto& t = r.object(j, "transfer");
+  p.transfer.h2d_bytes_per_s = r.positive(t, "h2d_bytes_per_s");
+  p.transfer.d2h_bytes_per_s = r.positive(t, "d2h_bytes_per_s");
+  p.transfer.duplex_h2d_bytes_per_s = r.positive(t, "duplex_h2d_bytes_per_s");
+  p.transfer.duplex_d2h_bytes_per_s = r.positive(t, "duplex_d2h_bytes_per_s");
+  p.transfer.latency_s = r.number(t, "latency_s");
+  const auto& h = r.object(j, "host");
+  p.host.threads = static_cast<int>(r.positive(h, "threads"));
+  p.host.cpu_adamw_params_per_s = r.positive(h, "cpu_adamw_params_per_s");
+  p.host.memory_bytes = r.positive(h, "memory_bytes");
+  p.host.disk_read_bytes_per_s = r.number(h, "disk_read_bytes_per_s");
+  p.host.disk_write_bytes_per_s = r.number(h, "disk_write_bytes_per_s");
+  return p;
+}
+
+void save_profile(const std::filesystem::path& path, const MachineProfile& profile) {
+  write_file_atomic(path, profile_to_json(profile).dump(2) + "\n");
+}
+
+MachineProfile load_profile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  FERRY_CHECK(in.good(), "profile", "cannot read {}; give an existing profile file, or leave `profile` unset to "
+                                    "measure this machine", path.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
+  FERRY_CHECK(!j.is_discarded(), "profile", "{} is not valid JSON; measure the profile again (ferry profile)",
+              path.string());
+  return profile_from_json(j, path.string());
+}
+
+}  // namespace ferry

@@ -1,0 +1,76 @@
+// A machine profile: the measured rates from which the cost model predicts a plan's step time
+// (DESIGN.md §3, planner/: profile → cost model → search). Measured once per machine and model
+// shape (engine/machine_profiler), cached as JSON; `profile: FILE` plans for another machine from
+// its saved profile (bench/profiles/ holds the lent H200's). Pure data: no device, no clock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "core/dtype.h"
+#include "io/model_config.h"
+
+namespace ferry {
+
+// Seconds for one micro-chunk of `tokens` tokens: a fixed part (launches, small kernels) and a
+// part proportional to the tokens. Attention's cost per token grows with the sequence length, so a
+// LinearTime belongs to one seq_len (MachineProfile::seq_len).
+struct LinearTime {
+  double fixed_s = 0.0;
+  double per_token_s = 0.0;
+  double at(int64_t tokens) const { return fixed_s + per_token_s * static_cast<double>(tokens); }
+};
+
+// The compute stream, for the model shape named by MachineProfile::shape_key.
+struct ComputeProfile {
+  LinearTime embedding_forward;
+  LinearTime embedding_backward;
+  LinearTime layer_forward;   // one decoder layer
+  LinearTime layer_backward;  // one decoder layer's backward, including the recompute of its forward
+  LinearTime head;            // final norm + LM head + loss, forward and backward in one fused pass
+  double gpu_adamw_params_per_s = 0.0;  // GPU AdamW (with its share of the gradient-norm pass)
+};
+
+// Copies between pinned host memory and the device.
+struct TransferProfile {
+  double h2d_bytes_per_s = 0.0;         // alone
+  double d2h_bytes_per_s = 0.0;         // alone
+  double duplex_h2d_bytes_per_s = 0.0;  // each direction while the other runs too
+  double duplex_d2h_bytes_per_s = 0.0;
+  double latency_s = 0.0;               // per copy, on top of bytes / rate
+};
+
+struct HostProfile {
+  int threads = 0;                       // the CPU AdamW's worker threads
+  double cpu_adamw_params_per_s = 0.0;   // fused pass: bf16 gradient + fp32 master/m/v → master/m/v + bf16 weights
+  double memory_bytes = 0.0;             // physical RAM
+  double disk_read_bytes_per_s = 0.0;    // 0: not measured (no disk tier in this profile)
+  double disk_write_bytes_per_s = 0.0;
+};
+
+struct MachineProfile {
+  static constexpr int kVersion = 1;
+  std::string device_name;    // "NVIDIA H200", "sim"
+  double device_memory_bytes = 0.0;
+  std::string shape_key;      // model_shape_key() of the shape the compute times were measured for
+  int64_t seq_len = 0;
+  DType weight_dtype = DType::BF16;
+  ComputeProfile compute;
+  TransferProfile transfer;
+  HostProfile host;
+};
+
+// Names what the compute times depend on: layer and vocabulary shape, sequence length and the
+// dtype of the weights on the device. Equal keys ⇒ a cached profile can be reused.
+std::string model_shape_key(const ModelConfig& config, int64_t seq_len, DType weight_dtype);
+
+// JSON (a versioned object with the fields above). load_profile validates every field and throws
+// ferry::Error naming the file and the field.
+void save_profile(const std::filesystem::path& path, const MachineProfile& profile);
+MachineProfile load_profile(const std::filesystem::path& path);
+nlohmann::json profile_to_json(const MachineProfile& profile);
+MachineProfile profile_from_json(const nlohmann::json& json, const std::string& source);
+
+}  // namespace ferry
