@@ -101,6 +101,28 @@ TEST_F(TrainTest, ResumeRefusesAChangedBatchGeometry) {
   }
 }
 
+// The seed only orders the data: without shuffling, two seeds train on the same batches.
+TEST_F(TrainTest, WithoutShuffleTheDataOrderIgnoresTheSeed) {
+  auto losses = [&](const std::string& out, std::vector<std::string> extra) {
+    std::vector<double> out_losses;
+    TrainHooks hooks;
+    hooks.on_step = [&](const StepRecord& r) { out_losses.push_back(r.loss); };
+    run_training(config(out, extra), hooks);
+    return out_losses;
+  };
+  EXPECT_EQ(losses("a", {"shuffle=false", "seed=1"}), losses("b", {"shuffle=false", "seed=2"}));
+  EXPECT_NE(losses("c", {"seed=1"}), losses("d", {"seed=2"}));
+  TrainHooks stop;
+  stop.stop_after_steps = 2;
+  run_training(config("e", {"shuffle=false"}), stop);
+  try {
+    run_training(config("e", {"resume=true"}));
+    FAIL() << "expected a refusal: the checkpoint was written without shuffling";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shuffle"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(TrainTest, OutputDirectoryRoundTrips) {
   TrainConfig c = config("out", {"max_steps=1", "save_steps=1", "warmup_steps=0"});
   ASSERT_TRUE(run_training(c).finished);

@@ -74,6 +74,7 @@ const std::map<std::string, Setter>& setters() {
       {"global_batch", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.global_batch = parse_int(n, k); }},
       {"micro_batch", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.micro_batch = parse_int(n, k); }},
       {"packing", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.packing = parse_bool(n, k); }},
+      {"shuffle", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.shuffle = parse_bool(n, k); }},
       {"max_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_steps = parse_int(n, k); }},
       {"epochs", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.epochs = parse_double(n, k); }},
       {"learning_rate", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.learning_rate = parse_double(n, k); }},

@@ -31,6 +31,7 @@ struct TrainConfig {
   int64_t global_batch = 8;     // sequences per optimizer step
   int64_t micro_batch = 1;      // sequences per micro-chunk inside a layer
   bool packing = true;          // pack documents into sequences (with document masking)
+  bool shuffle = true;          // a fresh order every epoch; false: the data's order
 
   // length of training
   int64_t max_steps = 0;        // 0: derived from epochs

@@ -39,6 +39,7 @@ nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::str
     const auto size = std::filesystem::file_size(p, ec);
     data.push_back({{"name", p.filename().string()}, {"bytes", ec ? -1 : static_cast<int64_t>(size)}});
   }
+  // A key missing from an older checkpoint is not compared (check_resume_fingerprint).
   return {{"data", data},
           {"tokenized_data", tokenized_data},  // fingerprint of tokenizer + data + options (text formats)
           {"rows", rows},
@@ -46,6 +47,7 @@ nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::str
           {"global_batch", c.global_batch},
           {"micro_batch", c.micro_batch},
           {"packing", c.packing},
+          {"shuffle", c.shuffle},
           {"seed", c.seed}};
 }
 
@@ -99,7 +101,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   const int64_t parameter_count = layout.parameter_count();
   std::unique_ptr<StepExecutor> executor = make_step_executor(config, std::move(weights));
 
-  BatchSampler sampler(static_cast<int64_t>(rows.size()), config.seed);
+  BatchSampler sampler(static_cast<int64_t>(rows.size()), config.seed, config.shuffle);
   const nlohmann::json fingerprint = run_fingerprint(config, rows.size(), data_summary.fingerprint);
   int64_t step = 0;
   std::filesystem::create_directories(config.output_dir);
