@@ -40,6 +40,33 @@ for part in ${PARTS:-tests roundtrip bench train}; do
       run kernel_bench 180 "$B/ferry_kernel_bench" --kernel all
       run cpu_adamw_bench 120 "$B/cpu_adamw_bench"
       run torch_cpu_adamw 120 python3 bench/torch_cpu_adamw.py ;;
+    losscurve)
+      # 200 steps of a small model on Markov-chain data, resident and offloaded, against transformers.
+      stage losscurve
+      python3 - <<'PY'
+import json, random
+rng = random.Random(1)
+vocab, seq = 2048, 512
+succ = [[rng.randrange(vocab) for _ in range(4)] for _ in range(vocab)]
+with open("/tmp/markov.jsonl", "w") as f:
+    for _ in range(1024):
+        t = [rng.randrange(vocab)]
+        while len(t) < seq:
+            t.append(succ[t[-1]][min(3, int(rng.expovariate(1.5)))])
+        f.write(json.dumps({"input_ids": t}) + "\n")
+PY
+      [ -d /tmp/small ] || "$B/ferry" init --arch llama --preset small --dtype float32 --out /tmp/small >> "$L/init.log" 2>&1
+      for mode in resident offloaded; do
+        extra=""
+        [ "$mode" = offloaded ] && extra="gpu_slots=2 offload_activations=all resident_layers=0"
+        rm -rf "/tmp/curve-$mode"
+        run "losscurve-ferry-$mode" 300 "$B/ferry" train /dev/null model=/tmp/small data=/tmp/markov.jsonl \
+          output_dir=/tmp/curve-$mode seq_len=512 global_batch=16 micro_batch=4 max_steps=200 learning_rate=1e-3 \
+          warmup_steps=20 weight_decay=0.1 max_grad_norm=1.0 shuffle=false packing=false device=cuda logging_steps=20 $extra
+      done
+      run losscurve-check 600 python3 tools/loss_curve_check.py --model /tmp/small --data /tmp/markov.jsonl --steps 200 \
+        --ferry resident=/tmp/curve-resident/metrics.jsonl --ferry offloaded=/tmp/curve-offloaded/metrics.jsonl \
+        --report "$L/losscurve.json" ;;
     train)
       stage train
       python3 - <<'PY'
