@@ -1,4 +1,4 @@
-#include "engine/slot_schedule.h"
+#include "planner/slot_schedule.h"
 #include "test_util.h"
 
 namespace ferry {

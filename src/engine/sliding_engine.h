@@ -15,7 +15,7 @@
 
 #include "device/device.h"
 #include "engine/model_step.h"
-#include "engine/slot_schedule.h"
+#include "planner/slot_schedule.h"
 #include "engine/step_batch.h"
 #include "engine/unit_updater.h"
 #include "io/model_config.h"

@@ -1,6 +1,7 @@
 // Which GPU slot each use of a streamed unit occupies during a step, and when a slot must be
 // (re)loaded: a pure function of the order of use and the number of slots, so it can be tested
-// alone and printed in the plan.
+// alone and printed in the plan. It lives in the planner because the cost model replays the
+// engine's schedule with the same function (planner/cost_model.h).
 //
 // A step uses units in the order  E, L0 .. L(n-1), H, L(n-1) .. L0, E  (forward, head, backward).
 // Resident units never occupy a slot. Eviction is Belady's: the slot whose unit is needed again
