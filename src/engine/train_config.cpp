@@ -45,6 +45,22 @@ std::string parse_string(const YAML::Node& node, const std::string& key) {
   return node.Scalar();
 }
 
+// A list of integers: a YAML sequence, one integer, or "3,10" (which also works on the command line).
+std::vector<int64_t> parse_int_list(const YAML::Node& node, const std::string& key) {
+  std::vector<int64_t> values;
+  if (node.IsSequence()) {
+    for (const auto& item : node) values.push_back(parse_int(item, key));
+    return values;
+  }
+  std::stringstream ss(parse_string(node, key));
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    std::erase(part, ' ');
+    if (!part.empty()) values.push_back(parse_int(YAML::Node(part), key));
+  }
+  return values;
+}
+
 using Setter = std::function<void(TrainConfig&, const YAML::Node&, const std::string&)>;
 
 const std::map<std::string, Setter>& setters() {
@@ -106,6 +122,9 @@ const std::map<std::string, Setter>& setters() {
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.offload_activations = parse_string(n, k); }},
       {"resident_layers",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.resident_layers = parse_int(n, k); }},
+      {"trace", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.trace = parse_string(n, k); }},
+      {"trace_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.trace_steps = parse_int_list(n, k); }},
+      {"profile", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.profile = parse_string(n, k); }},
   };
   return table;
 }
@@ -206,6 +225,8 @@ TrainConfig load_train_config(const std::filesystem::path& yaml_path, const std:
   resolve(c.tokenizer);
   resolve(c.chat_template);
   resolve(c.cache_dir);
+  resolve(c.trace);
+  resolve(c.profile);
   for (auto& d : c.data) resolve(d);
   return c;
 }
@@ -243,6 +264,9 @@ void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.offload_activations == "auto" || c.offload_activations == "all" || c.offload_activations == "none",
               kWhere, "offload_activations must be auto, all or none; got '{}'", c.offload_activations);
   FERRY_CHECK(c.resident_layers >= -1, kWhere, "resident_layers must be >= 0, or -1 for the planner's choice");
+  FERRY_CHECK(c.trace.empty() || !c.trace_steps.empty(), kWhere, "trace_steps must name at least one step to trace");
+  for (int64_t s : c.trace_steps)
+    FERRY_CHECK(s >= 1, kWhere, "trace_steps are optimizer steps, counted from 1; got {}", s);
 }
 
 }  // namespace ferry

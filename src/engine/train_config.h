@@ -66,6 +66,14 @@ struct TrainConfig {
   std::string offload_activations = "auto";  // auto | all | none
   int64_t resident_layers = -1; // layers kept on the GPU; -1: the planner chooses
   int64_t threads = 0;          // CPU threads; 0 = all cores
+
+  // A timeline trace (Chrome trace JSON) of these optimizer steps; empty: none, at no cost. The
+  // default step 3 comes after the first steps' one-time work (first touches, GEMM heuristics).
+  std::filesystem::path trace;
+  std::vector<int64_t> trace_steps = {3};
+  // A machine profile saved by `ferry profile` (planner/profile.h), to plan for the machine it was
+  // measured on; empty: this machine's, measured once per model shape and cached.
+  std::filesystem::path profile;
 };
 
 // Reads the YAML file (may be empty) and applies "key=value" overrides; validates everything.
