@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include <fmt/format.h>
-
 #include "core/arena.h"
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
@@ -12,6 +10,29 @@ namespace ferry {
 
 size_t round_to_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DType grad_dtype) {
+  const size_t T = static_cast<size_t>(chunk_tokens);
+  const size_t H = static_cast<size_t>(c.hidden_size), F = static_cast<size_t>(c.intermediate_size);
+  const size_t q_heads = static_cast<size_t>(c.num_heads), q_dim = static_cast<size_t>(c.q_dim());
+  const size_t kv_dim = static_cast<size_t>(c.kv_dim());
+  size_t bytes = size_t{32} << 20;  // cuBLASLt workspace (CudaOpsOptions::gemm_workspace_bytes)
+  // Cross-entropy: logits in chunks of floor(256 MiB / (2 Vp)) tokens, a multiple of 128 past 128.
+  const size_t Vp = (static_cast<size_t>(c.vocab_size) + 7) / 8 * 8;
+  size_t flce_tokens = (size_t{256} << 20) / (2 * std::max<size_t>(Vp, 8));
+  if (flce_tokens >= 128) flce_tokens = flce_tokens / 128 * 128;
+  flce_tokens = std::max<size_t>(1, std::min(flce_tokens, T));
+  bytes += round_to_256(2 * flce_tokens * Vp) + round_to_256(4 * T);
+  // Flash attention backward: delta (fp32, tokens x heads), and dq accumulated in fp32 on the
+  // tensor-core path (head_dim 64 or 128).
+  size_t attention = round_to_256(4 * T * q_heads);
+  if (c.head_dim == 64 || c.head_dim == 128) attention += 4 * T * q_heads * static_cast<size_t>(c.head_dim);
+  bytes += attention;
+  bytes += round_to_256(32 * T);                                   // embedding backward: keys, values, CUB storage
+  bytes += round_to_256(4 * 1024 * std::max({H, q_dim, kv_dim}));  // rmsnorm dweight / linear dbias partials
+  if (grad_dtype != DType::F32) bytes += round_to_256(4 * std::max({H * F, H * q_dim, H * kv_dim}));
+  return bytes;
+}
+
 DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, int64_t chunk_tokens,
                          int64_t chunks) {
   const size_t wd = dtype_size(plan.weight_dtype), gd = dtype_size(plan.grad_dtype);
@@ -19,10 +40,17 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   size_t largest_streamed = 0;
   for (size_t u = 0; u < layout.units.size(); ++u) {
     const size_t n = static_cast<size_t>(layout.units[u].numel);
-    if (plan.units[u] == UnitPlacement::ResidentParams) b.resident += round_to_256(n * wd) + round_to_256(n * gd);
-    if (plan.optimizer_on_gpu) b.resident += 3 * round_to_256(n * sizeof(float));
-    else largest_streamed = std::max(largest_streamed, n);
+    switch (plan.units[u]) {
+      case UnitPlacement::Streamed: largest_streamed = std::max(largest_streamed, n); break;
+      case UnitPlacement::ResidentParams: b.resident += round_to_256(n * wd) + round_to_256(n * gd); break;
+      case UnitPlacement::ResidentWithOptimizer:
+        b.resident += round_to_256(n * wd) + round_to_256(n * gd) + 3 * round_to_256(n * sizeof(float));
+        break;
+    }
+    if (plan.optimizer_on_gpu && plan.units[u] == UnitPlacement::ResidentParams)
+      b.resident += 3 * round_to_256(n * sizeof(float));
   }
+  // Slots are sized to the largest unit that passes through them (sliding_engine.cpp).
   if (largest_streamed > 0)
     b.slots = static_cast<size_t>(plan.gpu_slots) * (round_to_256(largest_streamed * wd) + round_to_256(largest_streamed * gd));
   const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
@@ -39,21 +67,37 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   b.scratch = measure.used() + Arena::kAlignment;
   b.other = round_to_256(4 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) +
             round_to_256(static_cast<size_t>(config.head_dim) * 2) + 256;
+  if (plan.optimizer_on_gpu) b.other += 2 * 256;  // gradient sum of squares, clip coefficient
+  // bf16 weights run on the CUDA ops (the only bf16 backend); fp32 weights on the CPU reference
+  // ops of the simulated device, which keep no working memory of their own.
+  if (plan.weight_dtype == DType::BF16) b.ops_workspace = cuda_ops_workspace_bytes(config, chunk_tokens, plan.grad_dtype);
   return b;
 }
 
 HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, int64_t chunk_tokens,
                      int64_t chunks) {
+  const size_t wd = dtype_size(plan.weight_dtype), gd = dtype_size(plan.grad_dtype);
+  const bool pinned_masters = plan.weight_upload == WeightUpload::ConvertOnUpload;
   HostBytes h;
-  size_t params = 0;
-  for (const auto& u : layout.units) params += static_cast<size_t>(u.numel);
-  h.optimizer = params * 12;
-  h.pinned = params * (dtype_size(plan.weight_dtype) + dtype_size(plan.grad_dtype));
-  const size_t act = static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * dtype_size(plan.weight_dtype);
+  size_t largest = 0;
+  for (const auto& unit : layout.units) {
+    const size_t n = static_cast<size_t>(unit.numel);
+    largest = std::max(largest, n);
+    h.pageable += n * 2 * sizeof(float);  // m, v
+    if (pinned_masters) {
+      h.pinned += n * sizeof(float) + n * gd;  // masters (uploaded as they are), gradient staging
+    } else {
+      h.pageable += n * sizeof(float);         // masters
+      h.pinned += n * wd + n * gd;             // weight shadow, gradient staging
+    }
+  }
+  if (plan.grad_dtype != DType::F32) h.pageable += largest * sizeof(float);
+  const size_t act = static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd;
   for (auto a : plan.activations)
     if (a == ActivationPlacement::OffloadToHost) h.pinned += act;
+  h.pinned += round_to_256(4 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256;  // tokens, loss
+  if (plan.optimizer_on_gpu) h.pinned += largest * sizeof(float) + 256;  // state staging, norm readback
   return h;
 }
-
 
 }  // namespace ferry

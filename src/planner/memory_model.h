@@ -1,5 +1,7 @@
 // Bytes a plan needs on the device and on the host: the one arithmetic shared by the planner (to
 // choose) and the engine (to refuse a plan that does not fit, with the numbers, before starting).
+// Every buffer the sliding engine and its UnitUpdater allocate is counted here, by the same rule
+// (round_to_256 on the device), so a prediction of peak memory is this sum and nothing else.
 #pragma once
 
 #include <cstddef>
@@ -15,20 +17,40 @@ namespace ferry {
 
 struct DeviceBytes {
   size_t slots = 0;        // weight + gradient slots for streamed units
-  size_t resident = 0;     // weights + gradients of resident units
+  size_t resident = 0;     // weights + gradients of resident units (+ fp32 master, m, v with the GPU optimizer)
   size_t activations = 0;  // kept boundary activations, offload staging, head input, activation gradients
   size_t scratch = 0;      // one layer's working memory for a micro-chunk, and the head's
-  size_t other = 0;        // token ids, rope tables, loss
-  size_t total() const { return slots + resident + activations + scratch + other; }
+  size_t other = 0;        // token ids, rope tables, loss, norm and clip scalars
+  // The CUDA ops' own working memory (cuBLASLt workspace, cross-entropy logits chunk, attention
+  // and weight-gradient scratch), allocated by the ops on first use and kept: see
+  // cuda_ops_workspace_bytes(). 0 with fp32 weights, which run on the CPU reference ops.
+  size_t ops_workspace = 0;
+  size_t total() const { return slots + resident + activations + scratch + other + ops_workspace; }
 };
 
 struct HostBytes {
-  size_t optimizer = 0;    // fp32 masters, m, v (12 bytes per parameter)
-  size_t pinned = 0;       // gradient and weight staging per unit, offloaded activations
-  size_t total() const { return optimizer + pinned; }
+  // fp32 m and v, fp32 masters (unless pinned for ConvertOnUpload), and the fp32 copy of one
+  // unit's gradient that bf16 gradients are widened into before the update.
+  size_t pageable = 0;
+  // Page-locked (DMA) memory: each unit's gradient and bf16 weight staging (or its fp32 masters
+  // with ConvertOnUpload), offloaded boundary activations, token staging, and the optimizer-state
+  // staging of the everything-on-the-GPU mode.
+  size_t pinned = 0;
+  size_t total() const { return pageable + pinned; }
 };
 
 size_t round_to_256(size_t bytes);
+
+// The CUDA ops' working memory for micro-chunks of `chunk_tokens` tokens (ops/cuda/cuda_ops.h):
+// the 32 MiB cuBLASLt workspace; the fused linear-cross-entropy's bf16 logits chunk (at most
+// 256 MiB) and per-token losses; flash attention's backward workspace (fp32 delta, and fp32 dq for
+// head_dim 64/128); the embedding backward's sort (~32 bytes per token); column-reduction partials
+// (1024 rows); and, with bf16 gradients, the fp32 product of the largest layer weight gradient.
+// Llama-3.1-8B at 8192 tokens per chunk: 32 MiB (cuBLASLt) + 250.5 MiB (1024 tokens x 128256 x 2
+// bytes of logits) + 129 MiB (attention: 8192 x 32 heads x (1 + 128) x 4 bytes) + 16 MiB
+// (partials: 1024 x 4096 x 4) + 224 MiB (14336 x 4096 x 4 bytes) + <1 MiB ≈ 652 MiB.
+size_t cuda_ops_workspace_bytes(const ModelConfig& config, int64_t chunk_tokens, DType grad_dtype);
+
 // The device bytes of `plan` for micro-chunks of `chunk_tokens` tokens, `chunks` per step.
 DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, int64_t chunk_tokens,
                          int64_t chunks);
