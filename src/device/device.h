@@ -7,6 +7,7 @@
 // events. A host thread waits only where it must (reading a loss, a checkpoint).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -20,6 +21,10 @@ constexpr int kStreamCount = 3;
 
 // An event recorded on a stream: complete once all work issued to that stream before it is done.
 using EventId = int64_t;
+// A timeline stamp (see record_stamp): like an event, but it keeps the time it completed.
+using StampId = int64_t;
+
+class Tracer;  // device/tracer.h
 
 struct MemoryStats {
   size_t capacity = 0;  // bytes the device may hold (the `gpu_memory` budget, or the card's)
@@ -68,7 +73,24 @@ class Device {
   virtual void synchronize(EventId event) = 0;
   // Blocks until every stream is idle. Rethrows an error raised by work on any stream.
   virtual void synchronize_all() = 0;
+
+  // Timeline stamps, for the trace (device/tracer.h): a stamp completes where an event recorded
+  // at the same point would, and remembers when. They are separate from events so that the
+  // events the schedule waits on stay as cheap as the backend allows (CUDA: timing disabled);
+  // nothing records a stamp unless a trace is being taken.
+  virtual StampId record_stamp(StreamKind stream) = 0;
+  // Seconds on std::chrono::steady_clock's time line (the host clock every trace span uses) at
+  // which the stream passed the stamp; blocks until it has. Each stamp is taken once.
+  virtual double take_stamp(StampId stamp) = 0;
+  // The trace recorder that sees this device's work (a TracingDevice), or nullptr: engine code
+  // names its work through it (TraceScope) without knowing whether a trace is taken.
+  virtual Tracer* tracer() { return nullptr; }
 };
+
+// Seconds on std::chrono::steady_clock's time line: the clock of take_stamp() and of host spans.
+inline double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 // RAII ownership of device memory (kPinned = false) or pinned host memory (kPinned = true).
 template <bool kPinned>

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -318,6 +320,38 @@ void SimDevice::synchronize_all() {
     wait_for_event(source, sequence);
   }
   rethrow_stream_error();
+}
+
+StampId SimDevice::record_stamp(StreamKind stream) {
+  FERRY_ASSERT(!t_on_stream_thread, "device work issued from a host task");
+  const int s = stream_index(stream);
+  StampId id;
+  {
+    std::lock_guard<std::mutex> lock(event_mutex_);
+    id = next_stamp_++;
+    stamps_.emplace(id, std::numeric_limits<double>::quiet_NaN());
+  }
+  streams_[s]->push([this, id] {
+    const double now = steady_seconds();
+    {
+      std::lock_guard<std::mutex> lock(event_mutex_);
+      stamps_[id] = now;
+    }
+    event_done_.notify_all();
+  });
+  return id;
+}
+
+double SimDevice::take_stamp(StampId stamp) {
+  FERRY_ASSERT(!t_on_stream_thread, "device work issued from a host task");
+  std::unique_lock<std::mutex> lock(event_mutex_);
+  auto it = stamps_.find(stamp);
+  FERRY_ASSERT(it != stamps_.end(), "a stamp that was never recorded, or was taken already");
+  const double& seconds = it->second;  // references survive rehashing (iterators may not)
+  event_done_.wait(lock, [&] { return !std::isnan(seconds); });
+  const double result = seconds;
+  stamps_.erase(stamp);
+  return result;
 }
 
 void SimDevice::rethrow_stream_error() {

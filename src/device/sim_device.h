@@ -16,6 +16,8 @@
 // * An exception thrown by a host task is kept and rethrown by the next synchronize*() on the host;
 //   the stream goes on with its next task, as a GPU stream would. Host tasks must not call back
 //   into the device (checked).
+// * A timeline stamp reads the host's steady clock on its stream's thread when the stream reaches
+//   it, so SimDevice spans share the host clock exactly.
 // * native_stream() is nullptr: ops reach the compute stream through host tasks (ops/queued_ops.h).
 #pragma once
 
@@ -23,6 +25,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 
 #include "device/async_error.h"
 #include "device/device.h"
@@ -60,6 +63,10 @@ class SimDevice final : public Device {
   void synchronize(EventId event) override;
   void synchronize_all() override;
 
+  // A stamp is a task on its stream that reads the host clock when the stream reaches it.
+  StampId record_stamp(StreamKind stream) override;
+  double take_stamp(StampId stamp) override;
+
  private:
   class Stream;
 
@@ -81,6 +88,8 @@ class SimDevice final : public Device {
   std::mutex event_mutex_;
   std::condition_variable event_done_;
   std::array<uint64_t, kStreamCount> completed_{};  // last record each stream has run
+  std::unordered_map<StampId, double> stamps_;       // recorded, not yet taken; NaN until passed
+  StampId next_stamp_ = 1;
 
   std::array<std::unique_ptr<Stream>, kStreamCount> streams_;
 };

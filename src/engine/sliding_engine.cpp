@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "device/trace_scope.h"
 #include "planner/memory_model.h"
 
 namespace ferry {
@@ -172,6 +173,7 @@ void SlidingEngine::update_on_gpu(int64_t step, const AdamWHyper& hyper, double 
   // then one fused AdamW pass per unit that also writes the bf16 weights in place.
   const DType gd = plan_.grad_dtype;
   device_.fill_zero(norm_sumsq_.data(), sizeof(double), StreamKind::Compute);
+  const DeviceSpan traced(device_, StreamKind::Compute, "gpu adamw");  // kernels outside the Ops seam
   for (size_t u = 0; u < layout_.units.size(); ++u)
     for (const auto& p : layout_.units[u].params)
       gpu_adamw_->add_grad_sumsq(static_cast<const char*>(resident_grads_[u].data()) + static_cast<size_t>(p.offset) * dtype_size(gd),
@@ -243,6 +245,7 @@ Tensor SlidingEngine::activation_grad(int64_t chunk) const {
 
 void SlidingEngine::issue_load(size_t j) {
   const SlotUse& use = uses_[j];
+  const TraceScope scope(device_, "load", layout_.units[use.unit].name);
   if (use.previous_use >= 0) device_.wait(StreamKind::HostToDevice, released_[static_cast<size_t>(use.previous_use)]);
   updater_->wait_updated(use.unit, step_ - 1);
   const size_t bytes = static_cast<size_t>(layout_.units[use.unit].numel) * dtype_size(plan_.weight_dtype);
@@ -263,6 +266,7 @@ void SlidingEngine::issue_loads_up_to(size_t limit) {
 }
 
 EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
+  const TraceScope scope(device_, "gradients", layout_.units[unit].name);
   const size_t bytes = static_cast<size_t>(layout_.units[unit].numel) * dtype_size(plan_.grad_dtype);
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
   device_.copy_to_host(updater_->unit(unit).grad.data(), unit_grads_ptr(unit, slot), bytes, StreamKind::DeviceToHost);
@@ -334,6 +338,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     resident_uploaded[u] = true;
   };
   auto offload = [&](int64_t b) {  // boundary b was written to its staging buffer: copy it out
+    const TraceScope scope(device_, "offload activation");
     device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
     device_.copy_to_host(host_activations_[static_cast<size_t>(b)].data(), staging_activations_[b % 2].data(),
                          static_cast<size_t>(C * T * config_.hidden_size) * dtype_size(wd), StreamKind::DeviceToHost);
@@ -347,6 +352,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     if (is_offloaded(b) && staging_free_[b % 2] >= 0) device_.wait(StreamKind::Compute, staging_free_[b % 2]);
   };
   auto reload = [&](int64_t b, EventId staging_readers_done) {
+    const TraceScope scope(device_, "reload activation");
     device_.wait(StreamKind::HostToDevice, staging_readers_done);
     device_.wait(StreamKind::HostToDevice, offload_done[static_cast<size_t>(b)]);
     device_.copy_to_device(staging_activations_[b % 2].data(), host_activations_[static_cast<size_t>(b)].data(),
@@ -359,6 +365,8 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     issue_loads_up_to(i);
     const SlotUse& use = uses_[i];
     const size_t u = use.unit;
+    const TraceScope scope(device_, layout_.units[u].name,
+                           u == Hd ? "loss" : i <= static_cast<size_t>(L) ? "forward" : "backward");
     if (use.slot >= 0) {
       for (int64_t j = static_cast<int64_t>(i); j >= 0; --j) {  // the load that put u in this slot
         const SlotUse& prior = uses_[static_cast<size_t>(j)];

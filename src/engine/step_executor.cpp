@@ -8,6 +8,7 @@
 #include "device/device.h"
 #include "engine/model_step.h"
 #include "engine/sliding_engine.h"
+#include "engine/step_trace.h"
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
 #include "planner/default_plan.h"
@@ -62,8 +63,12 @@ class PlainExecutor final : public StepExecutor {
 class SlidingExecutor final : public StepExecutor {
  public:
   SlidingExecutor(std::unique_ptr<Device> device, const TrainConfig& config, ModelWeights weights, const Plan& plan)
-      : device_(std::move(device)), ops_(make_device_ops(*device_)), plan_(plan) {
-    engine_ = std::make_unique<SlidingEngine>(weights.config, weights.layout, *device_, *ops_, plan_,
+      : device_(std::move(device)),
+        trace_(config.trace.empty() ? nullptr : std::make_unique<StepTrace>(*device_, config.trace, config.trace_steps)),
+        ops_(trace_ ? trace_->make_ops() : make_device_ops(*device_)),
+        plan_(plan) {
+    engine_ = std::make_unique<SlidingEngine>(weights.config, weights.layout, trace_ ? trace_->device() : *device_,
+                                              *ops_, plan_,
                                               config.micro_batch * config.seq_len,
                                               config.global_batch / config.micro_batch, config.decay_norms_and_biases);
     for (size_t u = 0; u < weights.units.size(); ++u) engine_->host().unit(u).master = std::move(weights.units[u]);
@@ -72,7 +77,9 @@ class SlidingExecutor final : public StepExecutor {
   ~SlidingExecutor() override { engine_.reset(); }
   std::string describe() const override { return fmt::format("{}: {}", device_->name(), plan_.describe()); }
   ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) override {
+    if (trace_) trace_->begin(step);
     const SlidingStepResult r = engine_->step(step, batch, hyper, max_grad_norm);
+    if (trace_) trace_->end();
     return {r.loss, r.counted_tokens, r.grad_norm};
   }
   void finish_updates() override { engine_->finish_updates(); }
@@ -88,6 +95,7 @@ class SlidingExecutor final : public StepExecutor {
     return out;
   }
   std::unique_ptr<Device> device_;
+  std::unique_ptr<StepTrace> trace_;  // config `trace:`; nullptr without
   std::unique_ptr<Ops> ops_;
   Plan plan_;
   std::unique_ptr<SlidingEngine> engine_;
@@ -98,7 +106,10 @@ class SlidingExecutor final : public StepExecutor {
 std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, ModelWeights weights) {
   std::string device = config.device;
   if (device == "auto") device = cuda_available() ? "cuda" : "cpu";
-  if (device == "cpu") return std::make_unique<PlainExecutor>(config, std::move(weights));
+  if (device == "cpu") {
+    FERRY_CHECK(config.trace.empty(), "trace", "the cpu backend has no streams to trace; trace with device: sim or cuda");
+    return std::make_unique<PlainExecutor>(config, std::move(weights));
+  }
 
   const size_t budget = config.gpu_memory.empty() ? 0 : static_cast<size_t>(parse_byte_size(config.gpu_memory, "gpu_memory"));
   std::unique_ptr<Device> dev;

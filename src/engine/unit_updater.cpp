@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "device/trace_scope.h"
 #include "optim/clip.h"
 #include "optim/cpu_adamw.h"
 
@@ -97,6 +98,7 @@ double UnitUpdater::grad_norm(int64_t step) {
 }
 
 void UnitUpdater::update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip) {
+  const HostSpan traced(device_, TraceTrack::CpuUpdate, "adamw", layout_.units[u].name);
   // One fused pass per unit (SIMD, all cores): gradient in, master/m/v updated, and the bf16 copy
   // for the next upload written in the same pass when the device holds bf16 weights.
   HostUnitState& s = units_[u];
@@ -133,7 +135,11 @@ void UnitUpdater::run() {
         grad = grad_f32_.data();
       }
       for (const auto& p : unit.params) spans.emplace_back(grad + p.offset, static_cast<size_t>(p.numel));
-      std::vector<double> partials = grad_sumsq_partials(spans);
+      std::vector<double> partials;
+      {
+        const HostSpan traced(device_, TraceTrack::CpuUpdate, "gradient norm", layout_.units[landing.unit].name);
+        partials = grad_sumsq_partials(spans);
+      }
 
       bool all_landed = false;
       {

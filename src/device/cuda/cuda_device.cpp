@@ -3,6 +3,9 @@
 //
 // * Three non-blocking streams (compute, h2d, d2h); nothing here synchronizes the whole device
 //   except release() (cudaFree does) and the destructor.
+// * Timeline stamps (for traces) are timing-enabled events of a separate pool, read with
+//   cudaEventElapsedTime against an anchor event whose host time is known; the schedule's events
+//   keep timing disabled, so a run without a trace pays nothing for them.
 // * Events come from a pool of cudaEvent_t (timing disabled). EventIds grow by one per record; the
 //   oldest recorded events are retired to the free list once complete, so an id older than every
 //   live one is known complete and its handle can be reused without changing what it meant.
@@ -19,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -251,6 +255,41 @@ class CudaDevice final : public Device {
     rethrow_host_task_error();
   }
 
+  StampId record_stamp(StreamKind stream) override {
+    std::lock_guard<std::mutex> lock(stamp_mutex_);
+    if (stamps_.empty()) anchor_clock();
+    CudaEvent event;
+    if (!free_stamps_.empty()) {
+      event = std::move(free_stamps_.back());
+      free_stamps_.pop_back();
+    } else {
+      event = make_timing_event();
+    }
+    FERRY_CUDA_CHECK(cudaEventRecord(event.get(), cuda_stream(stream)));
+    const StampId id = next_stamp_++;
+    stamps_.emplace(id, std::move(event));
+    return id;
+  }
+
+  double take_stamp(StampId stamp) override {
+    cudaEvent_t e;
+    {
+      std::lock_guard<std::mutex> lock(stamp_mutex_);
+      auto it = stamps_.find(stamp);
+      FERRY_ASSERT(it != stamps_.end(), "a stamp that was never recorded, or was taken already");
+      e = it->second.get();
+    }
+    // Outside the lock; the handle stays ours (and the anchor unchanged) while the stamp is listed.
+    FERRY_CUDA_CHECK(cudaEventSynchronize(e));
+    std::lock_guard<std::mutex> lock(stamp_mutex_);
+    float ms = 0.0f;
+    FERRY_CUDA_CHECK(cudaEventElapsedTime(&ms, anchor_event_.get(), e));
+    auto it = stamps_.find(stamp);
+    free_stamps_.push_back(std::move(it->second));
+    stamps_.erase(it);
+    return anchor_seconds_ + 1e-3 * static_cast<double>(ms);
+  }
+
  private:
   static size_t pinned_limit() {
     // A sanity limit only; the planner sizes pinned memory against the host's RAM.
@@ -294,6 +333,34 @@ class CudaDevice final : public Device {
     return live_events_[static_cast<size_t>(event - first_live_)].get();
   }
 
+  CudaEvent make_timing_event() const {
+    activate();
+    cudaEvent_t e = nullptr;
+    FERRY_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));  // timing enabled
+    return CudaEvent(e);
+  }
+
+  // Ties the GPU's event clock to the host's steady clock. An event on the private, otherwise idle
+  // clock stream completes at once, so its GPU time lies between the host clock read before the
+  // record and the one after the synchronize; the midpoint is off by at most half that interval
+  // (microseconds). Redone whenever no stamp is outstanding (so once per traced step), because
+  // cudaEventElapsedTime gives float milliseconds (~1 us resolution 10 s after the anchor, ~60 us
+  // after 1000 s) and the two clocks drift apart. Caller holds stamp_mutex_.
+  void anchor_clock() {
+    if (clock_stream_.get() == nullptr) {
+      activate();
+      cudaStream_t s = nullptr;
+      FERRY_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      clock_stream_ = CudaStream(s);
+      anchor_event_ = make_timing_event();
+    }
+    const double before = steady_seconds();
+    FERRY_CUDA_CHECK(cudaEventRecord(anchor_event_.get(), clock_stream_.get()));
+    FERRY_CUDA_CHECK(cudaEventSynchronize(anchor_event_.get()));
+    const double after = steady_seconds();
+    anchor_seconds_ = 0.5 * (before + after);
+  }
+
   void rethrow_host_task_error() {
     size_t dropped = 0;
     std::exception_ptr error = errors_.take(&dropped);
@@ -315,6 +382,15 @@ class CudaDevice final : public Device {
   std::deque<CudaEvent> live_events_;  // live_events_[i] is EventId first_live_ + i
   EventId first_live_ = 1;
   std::vector<CudaEvent> free_events_;
+
+  // Timeline stamps: timing-enabled events of their own, kept until taken.
+  std::mutex stamp_mutex_;
+  std::unordered_map<StampId, CudaEvent> stamps_;
+  std::vector<CudaEvent> free_stamps_;
+  StampId next_stamp_ = 1;
+  CudaStream clock_stream_;
+  CudaEvent anchor_event_;
+  double anchor_seconds_ = 0.0;  // steady_seconds() at which anchor_event_ completed
 };
 
 }  // namespace

@@ -1,0 +1,58 @@
+// Ops that issue another Ops' work and, while a step is traced (device/tracer.h), bracket each op
+// with timeline stamps on the ops' stream, named by the op, so the trace sees the compute stream
+// op by op without the model code changing.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "device/tracer.h"
+#include "ops/ops.h"
+
+namespace ferry {
+
+class TracingOps final : public Ops {
+ public:
+  // `inner` issues its work to `stream` of the device `tracer` records; the tracer must outlive this.
+  TracingOps(std::unique_ptr<Ops> inner, Tracer& tracer, StreamKind stream = StreamKind::Compute);
+
+  const char* name() const override { return inner_->name(); }
+
+  void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override;
+  void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override;
+
+  void rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, Tensor rstd) override;
+  void rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dx, Tensor dweight) override;
+
+  void rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) override;
+
+  void attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+                         Tensor lse) override;
+  void attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+                          Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) override;
+
+  void swiglu_forward(Tensor gate, Tensor up, Tensor out) override;
+  void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) override;
+
+  void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) override;
+  void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) override;
+
+  void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx, Tensor dw,
+                            Tensor loss_sum, Tensor logits) override;
+
+  void add(Tensor a, Tensor b, Tensor out) override;
+  void zero(Tensor x) override;
+  void copy(Tensor src, Tensor dst) override;
+
+ private:
+  template <typename Issue>
+  void traced(const char* op, Issue&& issue) {
+    tracer_.device_work(stream_, op, -1, [&] { issue(*inner_); });
+  }
+
+  std::unique_ptr<Ops> inner_;
+  Tracer& tracer_;
+  StreamKind stream_;
+};
+
+}  // namespace ferry
