@@ -3,6 +3,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/dtype.h"
 #include "optim/clip.h"
 #include "test_util.h"
 
@@ -27,6 +28,22 @@ TEST(GradNorm, MatchesANaiveSumAndIgnoresTheTensorSplit) {
   EXPECT_NEAR(split, whole, 1e-12 * whole);
   // The same input gives the same bits every time.
   EXPECT_EQ(global_grad_norm({{g.data(), n}}), whole);
+}
+
+TEST(GradNorm, Bf16PartialsEqualThoseOfTheWidenedGradients) {
+  const size_t n = 200003;
+  const auto g = test::random_vector(n, 12);
+  std::vector<uint16_t> bf16(n);
+  std::vector<float> widened(n);
+  for (size_t i = 0; i < n; ++i) {
+    bf16[i] = f32_to_bf16(g[i]);
+    widened[i] = bf16_to_f32(bf16[i]);
+  }
+  const std::vector<GradSpan> spans{{bf16.data(), 1000, DType::BF16}, {bf16.data() + 1000, n - 1000, DType::BF16}};
+  const std::vector<double> ours = grad_sumsq_partials(std::span<const GradSpan>(spans));
+  const std::vector<double> want = grad_sumsq_partials({{widened.data(), 1000}, {widened.data() + 1000, n - 1000}});
+  ASSERT_EQ(ours.size(), want.size());
+  for (size_t k = 0; k < ours.size(); ++k) EXPECT_EQ(ours[k], want[k]) << "chunk " << k;
 }
 
 TEST(ClipCoefficient, ClampsToOne) {

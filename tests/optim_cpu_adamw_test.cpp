@@ -210,6 +210,46 @@ TEST(CpuAdamW, Bf16CopyRoundsAsF32ToBf16) {
   });
 }
 
+// The sliding engine's layout: the bf16 gradient sits in the buffer that receives the bf16 copy.
+// Every element must see its own gradient, on every target, at offsets that make the streaming
+// stores peel, over one and several threads.
+TEST(CpuAdamW, GradientInTheBf16CopyBufferIsReadBeforeItIsOverwritten) {
+  AdamWHyper hyper;
+  hyper.lr = 3e-2;
+  hyper.weight_decay = 0.1;
+  for_each_target([&] {
+    for (size_t threads : {1, 4}) {
+      ThreadPool pool(threads);
+      for (size_t n : {1, 31, 33, 1000, 200003}) {
+        for (size_t shift : {0, 1, 5}) {  // the buffer's start, in elements past an aligned address
+          SCOPED_TRACE(::testing::Message() << "n=" << n << " shift=" << shift << " threads=" << threads);
+          const auto segments = segments_for(n);
+          UnitState ours = initial_state(n, 7 + n), ref = ours;
+          const std::vector<uint16_t> grad = bf16_grads(n, 3 + n, 0.4f);
+          std::vector<uint16_t> shared(n + shift);
+          std::memcpy(shared.data() + shift, grad.data(), n * 2);
+          std::vector<float> grad_f32(n);
+          for (size_t i = 0; i < n; ++i) grad_f32[i] = bf16_to_f32(grad[i]);
+          AdamWUnitBuffers unit{ours.master.data(), ours.m.data(), ours.v.data(), shared.data() + shift,
+                                DType::BF16, shared.data() + shift};
+          cpu_adamw_step(unit, segments, hyper, 2, 0.6f, pool);
+          std::vector<bool> covered(n, false);
+          for (const AdamWSegment& seg : segments) {
+            adamw_step(ref.master.data() + seg.offset, ref.m.data() + seg.offset, ref.v.data() + seg.offset,
+                       grad_f32.data() + seg.offset, seg.count, hyper, 2, seg.decay, 0.6f);
+            for (size_t i = seg.offset; i < seg.offset + seg.count; ++i) covered[i] = true;
+          }
+          ASSERT_TRUE(bits_equal(ours.master, ref.master, "master"));
+          ASSERT_TRUE(bits_equal(ours.m, ref.m, "m"));
+          ASSERT_TRUE(bits_equal(ours.v, ref.v, "v"));
+          for (size_t i = 0; i < n; ++i)  // outside every segment the gradient stays
+            ASSERT_EQ(shared[shift + i], covered[i] ? f32_to_bf16(ref.master[i]) : grad[i]) << "element " << i;
+        }
+      }
+    }
+  });
+}
+
 TEST(CpuAdamW, EmptyUnitsAndSegmentsAreNoOps) {
   AdamWHyper hyper;
   hyper.lr = 1e-3;

@@ -145,7 +145,7 @@ void SlidingEngine::upload_optimizer_state() {
       device_.copy_to_device(dev->data(), state_staging_.data(), n * 4, StreamKind::HostToDevice);
       device_.synchronize(device_.record(StreamKind::HostToDevice));
     }
-    device_.copy_to_device(resident_params_[u].data(), h.shadow.data(), n * dtype_size(plan_.weight_dtype),
+    device_.copy_to_device(resident_params_[u].data(), h.staging.data(), n * dtype_size(plan_.weight_dtype),
                            StreamKind::HostToDevice);
     device_.synchronize(device_.record(StreamKind::HostToDevice));
   }
@@ -203,7 +203,7 @@ SlidingEngine::~SlidingEngine() {
 void SlidingEngine::weights_changed(int64_t step) {
   if (plan_.optimizer_on_gpu) device_.synchronize_all();
   else finish_updates();
-  updater_->refresh_shadows(step);
+  updater_->refresh_staging(step);
   step_ = step;
   if (plan_.optimizer_on_gpu) upload_optimizer_state();
 }
@@ -249,7 +249,7 @@ void SlidingEngine::issue_load(size_t j) {
   if (use.previous_use >= 0) device_.wait(StreamKind::HostToDevice, released_[static_cast<size_t>(use.previous_use)]);
   updater_->wait_updated(use.unit, step_ - 1);
   const size_t bytes = static_cast<size_t>(layout_.units[use.unit].numel) * dtype_size(plan_.weight_dtype);
-  device_.copy_to_device(slot_params_[static_cast<size_t>(use.slot)].data(), updater_->unit(use.unit).shadow.data(),
+  device_.copy_to_device(slot_params_[static_cast<size_t>(use.slot)].data(), updater_->unit(use.unit).staging.data(),
                          bytes, StreamKind::HostToDevice);
   loaded_[j] = device_.record(StreamKind::HostToDevice);
 }
@@ -269,7 +269,10 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
   const TraceScope scope(device_, "gradients", layout_.units[unit].name);
   const size_t bytes = static_cast<size_t>(layout_.units[unit].numel) * dtype_size(plan_.grad_dtype);
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-  device_.copy_to_host(updater_->unit(unit).grad.data(), unit_grads_ptr(unit, slot), bytes, StreamKind::DeviceToHost);
+  // Into the unit's weight staging: the backward's upload of these weights completed before the
+  // compute that produced the gradient (unit_updater.h).
+  device_.copy_to_host(updater_->unit(unit).staging.data(), unit_grads_ptr(unit, slot), bytes,
+                       StreamKind::DeviceToHost);
   const EventId landed = device_.record(StreamKind::DeviceToHost);
   updater_->gradient_landed(unit, landed);
   return landed;
@@ -332,7 +335,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     // Overwrite the weights once the previous step's last reader is done, not after everything
     // issued so far: the upload then overlaps the compute of the units before this one.
     if (last_read_[u] >= 0) device_.wait(StreamKind::HostToDevice, last_read_[u]);
-    device_.copy_to_device(resident_params_[u].data(), updater_->unit(u).shadow.data(),
+    device_.copy_to_device(resident_params_[u].data(), updater_->unit(u).staging.data(),
                            static_cast<size_t>(layout_.units[u].numel) * dtype_size(wd), StreamKind::HostToDevice);
     device_.wait(StreamKind::Compute, device_.record(StreamKind::HostToDevice));
     resident_uploaded[u] = true;

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/error.h"
 #include "core/dtype.h"
 #include "device/trace_scope.h"
 #include "optim/clip.h"
@@ -12,23 +13,23 @@ namespace ferry {
 
 UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all)
     : device_(device), layout_(layout), plan_(plan) {
-  size_t largest = 0;
+  FERRY_CHECK(plan_.optimizer_on_gpu || dtype_size(plan_.grad_dtype) == dtype_size(plan_.weight_dtype), "engine",
+              "gradients land in the pinned buffer of the unit's weights, so the gradient dtype ({}) must have the "
+              "size of the weight dtype ({}); plan bf16 gradients with bf16 weights",
+              dtype_name(plan_.grad_dtype), dtype_name(plan_.weight_dtype));
   for (const auto& u : layout_.units) {
     HostUnitState s;
     const size_t n = static_cast<size_t>(u.numel);
     s.master.assign(n, 0.0f);
     s.m.assign(n, 0.0f);
     s.v.assign(n, 0.0f);
-    s.grad = PinnedBuffer(device_, n * dtype_size(plan_.grad_dtype), "gradient staging");
-    s.shadow = PinnedBuffer(device_, n * dtype_size(plan_.weight_dtype), "weight staging");
+    s.staging = PinnedBuffer(device_, n * dtype_size(plan_.weight_dtype), "weight and gradient staging");
     units_.push_back(std::move(s));
-    largest = std::max(largest, n);
     std::vector<AdamWSegment> segments;
     for (const auto& p : u.params)
       segments.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay || decay_all});
     segments_.push_back(std::move(segments));
   }
-  if (plan_.grad_dtype != DType::F32) grad_f32_.assign(largest, 0.0f);
   updated_step_.assign(units_.size(), 0);
   partials_.resize(units_.size());
   worker_ = std::thread([this] { run(); });
@@ -43,15 +44,15 @@ UnitUpdater::~UnitUpdater() {
   worker_.join();
 }
 
-void UnitUpdater::refresh_shadow(size_t u) {
+void UnitUpdater::refresh_staging(size_t u) {
   HostUnitState& s = units_[u];
-  convert_from_f32(s.master.data(), plan_.weight_dtype, s.shadow.data(), s.master.size());
+  convert_from_f32(s.master.data(), plan_.weight_dtype, s.staging.data(), s.master.size());
 }
 
-void UnitUpdater::refresh_shadows(int64_t step) {
+void UnitUpdater::refresh_staging(int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t u = 0; u < units_.size(); ++u) {
-    refresh_shadow(u);
+    refresh_staging(u);
     updated_step_[u] = step;
   }
   current_step_ = step;
@@ -99,19 +100,20 @@ double UnitUpdater::grad_norm(int64_t step) {
 
 void UnitUpdater::update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip) {
   const HostSpan traced(device_, TraceTrack::CpuUpdate, "adamw", layout_.units[u].name);
-  // One fused pass per unit (SIMD, all cores): gradient in, master/m/v updated, and the bf16 copy
-  // for the next upload written in the same pass when the device holds bf16 weights.
+  // One fused pass per unit (SIMD, all cores): gradient in, master/m/v updated, and, when the
+  // device holds bf16 weights, the bf16 copy for the next upload written over the gradient in the
+  // same pass. Other weight dtypes are converted from the masters after the pass.
   HostUnitState& s = units_[u];
   AdamWUnitBuffers buffers;
   buffers.master = s.master.data();
   buffers.m = s.m.data();
   buffers.v = s.v.data();
-  buffers.grad = s.grad.data();
+  buffers.grad = s.staging.data();
   buffers.grad_dtype = plan_.grad_dtype;
   const bool bf16_weights = plan_.weight_dtype == DType::BF16;
-  if (bf16_weights) buffers.bf16_out = s.shadow.as<uint16_t>();
+  if (bf16_weights) buffers.bf16_out = s.staging.as<uint16_t>();
   cpu_adamw_step(buffers, segments_[u], hyper, step, clip);
-  if (!bf16_weights) refresh_shadow(u);
+  if (!bf16_weights) refresh_staging(u);
 }
 
 void UnitUpdater::run() {
@@ -126,19 +128,16 @@ void UnitUpdater::run() {
     }
     try {
       device_.synchronize(landing.event);
-      HostUnitState& s = units_[landing.unit];
-      const auto& unit = layout_.units[landing.unit];
-      std::vector<std::pair<const float*, size_t>> spans;
-      const float* grad = s.grad.as<float>();
-      if (plan_.grad_dtype != DType::F32) {
-        convert_to_f32(s.grad.data(), plan_.grad_dtype, grad_f32_.data(), s.master.size());
-        grad = grad_f32_.data();
-      }
-      for (const auto& p : unit.params) spans.emplace_back(grad + p.offset, static_cast<size_t>(p.numel));
+      const HostUnitState& s = units_[landing.unit];
+      const size_t grad_size = dtype_size(plan_.grad_dtype);
+      std::vector<GradSpan> spans;
+      for (const auto& p : layout_.units[landing.unit].params)
+        spans.push_back({static_cast<const char*>(s.staging.data()) + static_cast<size_t>(p.offset) * grad_size,
+                         static_cast<size_t>(p.numel), plan_.grad_dtype});
       std::vector<double> partials;
       {
         const HostSpan traced(device_, TraceTrack::CpuUpdate, "gradient norm", layout_.units[landing.unit].name);
-        partials = grad_sumsq_partials(spans);
+        partials = grad_sumsq_partials(std::span<const GradSpan>(spans));
       }
 
       bool all_landed = false;

@@ -8,7 +8,16 @@
 //    clip coefficient, then updates the units embedding first, layer 0 next, ... so the next
 //    step's forward can start on the first units while the last ones are still being updated.
 // Each update writes the fp32 master, m and v, and the weights in the device's dtype into the
-// pinned `shadow` the next upload reads. The engine waits for a unit's update before uploading it.
+// pinned `staging` buffer the next upload reads. The engine waits for a unit's update before
+// uploading it.
+//
+// One pinned buffer per unit carries both directions. The gradient of step s is copied into the
+// unit's staging buffer, over the weights of step s-1: the backward's upload of the unit (the
+// last reader of those weights in step s) completed before the backward that produced the
+// gradient ran, and nothing reads the buffer again until the unit's update has written the new
+// weights over the gradient, element by element (cpu_adamw.h). So the host holds 2 bytes/param of
+// pinned memory (bf16) instead of 4 (a weight shadow and a gradient buffer); the gradient dtype
+// must therefore have the size of the weight dtype.
 //
 // The math is exactly UnitOptimizer's (the plain trainer's): the same AdamW per parameter, the same
 // global norm (gradient partials are concatenated in unit order), the same clip coefficient.
@@ -31,8 +40,9 @@ namespace ferry {
 
 struct HostUnitState {
   std::vector<float> master, m, v;  // fp32, laid out as the unit
-  PinnedBuffer grad;                // gradient from the device, in the plan's grad dtype
-  PinnedBuffer shadow;              // weights to upload, in the plan's weight dtype
+  // The weights to upload (plan's weight dtype), or, from the gradient's d2h until the update,
+  // the gradient (plan's grad dtype, same size).
+  PinnedBuffer staging;
 };
 
 class UnitUpdater {
@@ -47,13 +57,13 @@ class UnitUpdater {
   const std::vector<AdamWSegment>& segments(size_t u) const { return segments_[u]; }
   size_t unit_count() const { return units_.size(); }
 
-  // Writes every unit's shadow from its master (after loading or resuming) and marks the state
-  // as updated through step `step`.
-  void refresh_shadows(int64_t step);
+  // Writes every unit's staging weights from its master (after loading or resuming) and marks
+  // the state as updated through step `step`.
+  void refresh_staging(int64_t step);
 
   // Step `step` (1-based) is about to be issued with these hyperparameters.
   void begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm);
-  // The gradient of unit u for the current step lands in unit(u).grad when `event` completes.
+  // The gradient of unit u for the current step lands in unit(u).staging when `event` completes.
   void gradient_landed(size_t u, EventId event);
 
   // Blocks until unit u holds the update of step `step` (step 0: the initial weights).
@@ -75,7 +85,7 @@ class UnitUpdater {
   };
   void run();
   void update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip);
-  void refresh_shadow(size_t u);
+  void refresh_staging(size_t u);
   void rethrow_if_failed();
 
   Device& device_;
@@ -83,7 +93,6 @@ class UnitUpdater {
   Plan plan_;
   std::vector<HostUnitState> units_;
   std::vector<std::vector<AdamWSegment>> segments_;  // per unit: its parameters and their decay
-  std::vector<float> grad_f32_;  // conversion scratch when gradients arrive in bf16
 
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/check.h"
 #include "core/thread_pool.h"
 
 namespace ferry {
@@ -14,23 +15,28 @@ namespace {
 constexpr size_t kChunk = size_t{1} << 16;
 
 struct Chunk {
-  const float* data;
+  const void* data;
   size_t count;
+  bool bf16;
 };
 
-double sum_squares(const float* x, size_t n) {
+inline double widen(float x) { return x; }
+inline double widen(uint16_t x) { return bf16_to_f32(x); }
+
+template <typename T>
+double sum_squares(const T* x, size_t n) {
   // Four accumulators break the add dependency chain; their combination order is fixed.
   double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    const double x0 = x[i], x1 = x[i + 1], x2 = x[i + 2], x3 = x[i + 3];
+    const double x0 = widen(x[i]), x1 = widen(x[i + 1]), x2 = widen(x[i + 2]), x3 = widen(x[i + 3]);
     a0 += x0 * x0;
     a1 += x1 * x1;
     a2 += x2 * x2;
     a3 += x3 * x3;
   }
   for (; i < n; ++i) {
-    const double xi = x[i];
+    const double xi = widen(x[i]);
     a0 += xi * xi;
   }
   return (a0 + a1) + (a2 + a3);
@@ -38,17 +44,30 @@ double sum_squares(const float* x, size_t n) {
 
 }  // namespace
 
-std::vector<double> grad_sumsq_partials(const std::vector<std::pair<const float*, size_t>>& grads) {
+std::vector<double> grad_sumsq_partials(std::span<const GradSpan> grads) {
   std::vector<Chunk> chunks;
-  for (const auto& [data, count] : grads) {
-    for (size_t offset = 0; offset < count; offset += kChunk)
-      chunks.push_back({data + offset, std::min(kChunk, count - offset)});
+  for (const GradSpan& g : grads) {
+    FERRY_ASSERT(g.dtype == DType::F32 || g.dtype == DType::BF16, "gradients are F32 or BF16");
+    const size_t size = dtype_size(g.dtype);
+    for (size_t offset = 0; offset < g.count; offset += kChunk)
+      chunks.push_back({static_cast<const char*>(g.data) + offset * size, std::min(kChunk, g.count - offset),
+                        g.dtype == DType::BF16});
   }
   std::vector<double> partial(chunks.size(), 0.0);
   ThreadPool::global().parallel_for(chunks.size(), [&](size_t begin, size_t end) {
-    for (size_t c = begin; c < end; ++c) partial[c] = sum_squares(chunks[c].data, chunks[c].count);
+    for (size_t c = begin; c < end; ++c) {
+      const Chunk& k = chunks[c];
+      partial[c] = k.bf16 ? sum_squares(static_cast<const uint16_t*>(k.data), k.count)
+                          : sum_squares(static_cast<const float*>(k.data), k.count);
+    }
   });
   return partial;
+}
+
+std::vector<double> grad_sumsq_partials(const std::vector<std::pair<const float*, size_t>>& grads) {
+  std::vector<GradSpan> spans;
+  for (const auto& [data, count] : grads) spans.push_back({data, count, DType::F32});
+  return grad_sumsq_partials(std::span<const GradSpan>(spans));
 }
 
 double norm_from_partials(const std::vector<double>& partials) {

@@ -11,8 +11,11 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <utility>
 #include <vector>
+
+#include "core/dtype.h"
 
 namespace ferry {
 
@@ -31,6 +34,14 @@ double global_grad_norm(const std::vector<std::pair<const float*, size_t>>& grad
 // consecutive calls and summing them with norm_from_partials gives exactly global_grad_norm of all
 // the spans together.
 std::vector<double> grad_sumsq_partials(const std::vector<std::pair<const float*, size_t>>& grads);
+// The same for gradients kept in F32 or BF16: a bf16 value widens to fp32 exactly, so the partials
+// of bf16 gradients equal those of the same gradients converted to fp32 first (no fp32 copy needed).
+struct GradSpan {
+  const void* data = nullptr;
+  size_t count = 0;
+  DType dtype = DType::F32;
+};
+std::vector<double> grad_sumsq_partials(std::span<const GradSpan> grads);
 double norm_from_partials(const std::vector<double>& partials);
 
 float clip_coefficient(double total_norm, double max_norm);

@@ -109,10 +109,11 @@ constexpr bool kCanStream = false;
 
 // One vector of elements at the given addresses: adamw.cpp's update_loop, operation for operation.
 // kStream: `out` is aligned to a whole vector of bf16 and is written with a streaming store.
+// `grad` and `out` may be the same address (cpu_adamw.h), so neither is restrict-qualified: the
+// gradient is loaded first and `out` stored last.
 template <bool kLerpSmall, bool kBf16Grad, bool kWriteBf16, bool kStream>
 HWY_INLINE void UpdateVector(const Scalars& s, float decay_factor, float* HWY_RESTRICT master,
-                             float* HWY_RESTRICT m, float* HWY_RESTRICT v, const void* HWY_RESTRICT grad,
-                             uint16_t* HWY_RESTRICT out) {
+                             float* HWY_RESTRICT m, float* HWY_RESTRICT v, const void* grad, uint16_t* out) {
   const D d;
   const hn::RebindToUnsigned<D> du;
   const hn::Rebind<uint16_t, D> d16;
@@ -274,6 +275,8 @@ void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> 
   }
   if (total == 0) return;
   FERRY_ASSERT(unit.master && unit.m && unit.v && unit.grad);
+  FERRY_ASSERT(unit.grad != static_cast<const void*>(unit.bf16_out) || unit.grad_dtype == DType::BF16,
+               "only bf16 gradients may share the buffer of the bf16 copy");
 
   const Scalars s = make_scalars(hyper, step, grad_scale);
   // torch skips the decay multiply when weight_decay == 0; multiplying by 1.0f is the same, exactly.

@@ -35,14 +35,18 @@ struct AdamWSegment {
   bool decay = true;
 };
 
-// The buffers of one unit, all indexed by the same element offsets. They must not overlap.
+// The buffers of one unit, all indexed by the same element offsets. They must not overlap, with one
+// exception: bf16 gradients may sit in `bf16_out` itself (grad == bf16_out, grad_dtype BF16). The
+// sliding engine lets a unit's gradient land in the pinned buffer that later carries its new
+// weights; each element's gradient is read before its new weight is written over it (per vector,
+// and every thread owns its own slice), so the update reads the gradient the device sent.
 struct AdamWUnitBuffers {
   float* master = nullptr;        // fp32 master weights, updated in place
   float* m = nullptr;             // exp_avg, updated in place
   float* v = nullptr;             // exp_avg_sq, updated in place
-  const void* grad = nullptr;     // read only
+  const void* grad = nullptr;     // read only (unless it is bf16_out)
   DType grad_dtype = DType::F32;  // F32 or BF16
-  uint16_t* bf16_out = nullptr;   // optional: receives bf16(new master)
+  uint16_t* bf16_out = nullptr;   // optional: receives bf16(new master); may be `grad` (see above)
 };
 
 // One AdamW step (t = `step`, 1-based, as in adamw_step) over the elements the segments name;
