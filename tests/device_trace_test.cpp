@@ -1,0 +1,233 @@
+// The timeline trace below the engine: the idle and busy numbers over synthetic spans, SimDevice's
+// stamps against the host clock, the recorder's windows (work outside a traced step is not
+// recorded; host spans straddling a window are clipped to it), and the Chrome trace JSON.
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "core/log.h"
+#include "device/device.h"
+#include "device/step_activity.h"
+#include "device/trace_json.h"
+#include "device/trace_scope.h"
+#include "device/tracer.h"
+#include "device/tracing_device.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+TraceSpan span(TraceTrack track, double begin, double end, std::string scope = {}) {
+  return {track, "work", std::move(scope), begin, end, -1};
+}
+
+TEST(StepActivity, IdleIsTheShareOfTheWindowWithNothingOnTheComputeStream) {
+  const std::vector<TraceSpan> spans = {
+      span(TraceTrack::Compute, 1, 3), span(TraceTrack::Compute, 2, 4),  // overlapping: counted once
+      span(TraceTrack::Compute, 6, 9),
+      span(TraceTrack::HostToDevice, 0, 5),
+      span(TraceTrack::DeviceToHost, 8, 12),                                // clipped to the window
+      span(TraceTrack::CpuUpdate, -3, 1), span(TraceTrack::CpuUpdate, 4, 5),
+      span(TraceTrack::Host, 0, 10),                                        // the host track counts for nothing
+  };
+  const StepActivity a = measure_step(spans, 3, 0.0, 10.0);
+  EXPECT_EQ(a.step, 3);
+  EXPECT_DOUBLE_EQ(a.wall(), 10.0);
+  EXPECT_DOUBLE_EQ(a.compute_idle, 0.4);        // covered [1,4] and [6,9]: 6 of 10
+  EXPECT_DOUBLE_EQ(a.compute_idle_inner, 0.25);  // between 1 and 9: 2 of 8 idle
+  EXPECT_DOUBLE_EQ(a.h2d_busy, 0.5);
+  EXPECT_DOUBLE_EQ(a.d2h_busy, 0.2);
+  EXPECT_DOUBLE_EQ(a.cpu_update_busy, 0.2);
+  EXPECT_EQ(describe(a),
+            "step 3: GPU idle 40.0% of 10000.0 ms (25.0% between its first and last kernel); h2d busy 50%, "
+            "d2h 20%, cpu update 20%");
+}
+
+TEST(StepActivity, EdgesNestingAndEmptyTracks) {
+  EXPECT_DOUBLE_EQ(covered_seconds({span(TraceTrack::Compute, 0, 10), span(TraceTrack::Compute, 2, 3)},
+                                   TraceTrack::Compute, 0, 10),
+                   10.0);  // a span inside another adds nothing
+  EXPECT_DOUBLE_EQ(covered_seconds({span(TraceTrack::Compute, 0, 1), span(TraceTrack::Compute, 1, 2)},
+                                   TraceTrack::Compute, 0, 2),
+                   2.0);  // spans that touch
+  const StepActivity idle = measure_step({span(TraceTrack::HostToDevice, 0, 1)}, 1, 0.0, 2.0);
+  EXPECT_DOUBLE_EQ(idle.compute_idle, 1.0);
+  EXPECT_DOUBLE_EQ(idle.compute_idle_inner, 0.0);
+  const StepActivity outside = measure_step({span(TraceTrack::Compute, 5, 6)}, 1, 0.0, 2.0);
+  EXPECT_DOUBLE_EQ(outside.compute_idle, 1.0);
+  const StepActivity full = measure_step({span(TraceTrack::Compute, -1, 3)}, 1, 0.0, 2.0);
+  EXPECT_DOUBLE_EQ(full.compute_idle, 0.0);
+  EXPECT_DOUBLE_EQ(full.compute_idle_inner, 0.0);
+}
+
+TEST(ChromeTrace, TracksStepsAndScopeParents) {
+  const double t0 = 100.0;
+  std::vector<TraceSpan> spans = {
+      {TraceTrack::Compute, "linear_forward", "layer.0 forward", t0 + 0.001, t0 + 0.002, -1},
+      {TraceTrack::Compute, "swiglu_forward", "layer.0 forward", t0 + 0.002, t0 + 0.003, -1},
+      {TraceTrack::Compute, "linear_forward", "layer.1 forward", t0 + 0.004, t0 + 0.005, -1},
+      {TraceTrack::HostToDevice, "copy_to_device", "", t0 + 0.0, t0 + 0.004, 4096},
+  };
+  StepActivity a = measure_step(spans, 7, t0, t0 + 0.006);
+  const nlohmann::json trace = chrome_trace(spans, {a}, "sim");
+  int metadata = 0, parents = 0, leaves = 0, steps = 0;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M") {
+      ++metadata;
+      continue;
+    }
+    ASSERT_EQ(e["ph"], "X");
+    EXPECT_GE(e["ts"].get<double>(), -1e-9);
+    if (e["cat"] == "scope") {
+      ++parents;
+      EXPECT_EQ(e["tid"], static_cast<int>(TraceTrack::Compute) + 1);
+    } else if (e["cat"] == "step") {
+      ++steps;
+      EXPECT_EQ(e["name"], "step 7");
+      EXPECT_NEAR(e["dur"].get<double>(), 6000.0, 1e-6);
+    } else {
+      ++leaves;
+    }
+  }
+  EXPECT_EQ(metadata, 1 + 2 * kTraceTrackCount);
+  EXPECT_EQ(parents, 2);  // layer.0 forward (two ops), layer.1 forward; the copy has no scope
+  EXPECT_EQ(leaves, 4);
+  EXPECT_EQ(steps, 1);
+  // The first parent is written before the ops it holds and spans them exactly.
+  const auto& events = trace["traceEvents"];
+  for (size_t i = 0; i < events.size(); ++i) {
+    if (events[i]["cat"] != "scope" || events[i]["name"] != "layer.0 forward") continue;
+    EXPECT_NEAR(events[i]["ts"].get<double>(), 1000.0, 1e-6);
+    EXPECT_NEAR(events[i]["dur"].get<double>(), 2000.0, 1e-6);
+    EXPECT_EQ(events[i + 1]["name"], "linear_forward");
+    EXPECT_EQ(events[i + 1]["args"]["scope"], "layer.0 forward");
+  }
+  EXPECT_EQ(trace["otherData"]["steps"][0]["step"], 7);
+  EXPECT_NEAR(trace["otherData"]["steps"][0]["gpu_idle_percent"].get<double>(), 50.0, 1e-9);
+}
+
+TEST(SimDeviceStamps, FollowStreamOrderOnTheHostClock) {
+  auto device = make_sim_device({});
+  const double before = steady_seconds();
+  const StampId a = device->record_stamp(StreamKind::Compute);
+  double inside = 0.0;
+  device->host_task(StreamKind::Compute, [&inside] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    inside = steady_seconds();
+  });
+  const StampId b = device->record_stamp(StreamKind::Compute);
+  const StampId other = device->record_stamp(StreamKind::DeviceToHost);  // another stream runs meanwhile
+  const double tb = device->take_stamp(b);
+  const double ta = device->take_stamp(a);  // any order
+  const double after = steady_seconds();
+  EXPECT_LE(before, ta);
+  EXPECT_LE(ta + 0.02, inside + 1e-9);
+  EXPECT_LE(inside, tb);
+  EXPECT_LE(tb, after);
+  EXPECT_LT(device->take_stamp(other), tb);
+}
+
+// Traces one step of a small schedule on the simulated device: a slow upload, a fill and a host
+// task on the compute stream that waits for it, a read-back, and CPU work that began before the
+// step and ends after it.
+TEST(Tracer, RecordsTheTracedStepOnly) {
+  test::ScratchDir dir("trace");
+  SimDeviceOptions options;
+  options.h2d_bytes_per_second = 1e8;  // 1 MiB: ~10 ms
+  auto sim = make_sim_device(options);
+  const LogLevel saved = log_level();
+  set_log_level(LogLevel::Warn);
+  Tracer tracer(*sim, dir / "out" / "trace.json", {2});
+  TracingDevice device(*sim, tracer);
+  ASSERT_EQ(device.tracer(), &tracer);
+  const size_t bytes = size_t{1} << 20;
+  PinnedBuffer host(device, bytes, "host");
+  DeviceBuffer buffer(device, bytes, "buffer");
+
+  auto run_step = [&](int64_t step) {
+    if (tracer.wants(step)) tracer.begin_step(step);
+    {
+      const TraceScope scope(device, "load", "layer.0");
+      device.copy_to_device(buffer.data(), host.data(), bytes, StreamKind::HostToDevice);
+    }
+    device.wait(StreamKind::Compute, device.record(StreamKind::HostToDevice));
+    {
+      const TraceScope scope(device, "layer.0", "forward");
+      device.fill_zero(buffer.data(), 64, StreamKind::Compute);
+      const DeviceSpan kernel(device, StreamKind::Compute, "kernel");
+      device.host_task(StreamKind::Compute, [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+    }
+    device.wait(StreamKind::DeviceToHost, device.record(StreamKind::Compute));
+    device.copy_to_host(host.data(), buffer.data(), 4096, StreamKind::DeviceToHost);
+    device.synchronize(device.record(StreamKind::DeviceToHost));
+    if (tracer.recording()) tracer.end_step();
+  };
+
+  run_step(1);
+  EXPECT_TRUE(tracer.spans().empty());
+  EXPECT_FALSE(std::filesystem::exists(dir / "out" / "trace.json"));
+
+  // CPU work that starts before step 2 and ends after it, on another thread.
+  std::atomic<bool> started{false}, release{false};
+  std::thread cpu([&] {
+    const HostSpan work(device, TraceTrack::CpuUpdate, "adamw", "layer.0");
+    started = true;
+    while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  });
+  while (!started) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  run_step(2);
+  release = true;
+  cpu.join();
+  run_step(3);
+  set_log_level(saved);
+
+  const std::vector<StepActivity> steps = tracer.steps();
+  ASSERT_EQ(steps.size(), 1u);
+  const StepActivity& a = steps[0];
+  EXPECT_EQ(a.step, 2);
+  const std::vector<TraceSpan> spans = tracer.spans();
+  std::map<std::string, TraceSpan> by_name;
+  for (const TraceSpan& s : spans) {
+    EXPECT_LE(a.begin, s.begin) << s.name;
+    EXPECT_LE(s.begin, s.end) << s.name;
+    EXPECT_LE(s.end, a.end) << s.name;
+    by_name[s.name] = s;
+  }
+  ASSERT_EQ(by_name.count("copy_to_device"), 1u);
+  EXPECT_EQ(by_name["copy_to_device"].track, TraceTrack::HostToDevice);
+  EXPECT_EQ(by_name["copy_to_device"].scope, "load layer.0");
+  EXPECT_EQ(by_name["copy_to_device"].bytes, static_cast<int64_t>(bytes));
+  EXPECT_GE(by_name["copy_to_device"].end - by_name["copy_to_device"].begin, 0.009);
+  EXPECT_EQ(by_name["fill_zero"].track, TraceTrack::Compute);
+  EXPECT_EQ(by_name["fill_zero"].scope, "layer.0 forward");
+  EXPECT_EQ(by_name["kernel"].track, TraceTrack::Compute);
+  EXPECT_GE(by_name["kernel"].end - by_name["kernel"].begin, 0.005);
+  EXPECT_GE(by_name["kernel"].begin, by_name["copy_to_device"].end);  // the compute stream waited
+  EXPECT_EQ(by_name["copy_to_host"].track, TraceTrack::DeviceToHost);
+  EXPECT_EQ(by_name["copy_to_host"].scope, "");
+  EXPECT_EQ(by_name["layer.0 forward"].track, TraceTrack::Host);
+  EXPECT_EQ(by_name["synchronize"].track, TraceTrack::Host);
+  // The CPU work covers the whole window, clipped to it.
+  EXPECT_EQ(by_name["adamw layer.0"].track, TraceTrack::CpuUpdate);
+  EXPECT_DOUBLE_EQ(by_name["adamw layer.0"].begin, a.begin);
+  EXPECT_DOUBLE_EQ(by_name["adamw layer.0"].end, a.end);
+  EXPECT_DOUBLE_EQ(a.cpu_update_busy, 1.0);
+  EXPECT_GT(a.h2d_busy, 0.3);
+  // Before the upload landed the compute stream had nothing to do.
+  EXPECT_GT(a.compute_idle, 0.3);
+  EXPECT_LT(a.compute_idle, 1.0);
+
+  std::ifstream in(dir / "out" / "trace.json");
+  const nlohmann::json trace = nlohmann::json::parse(in);
+  EXPECT_EQ(trace["otherData"]["steps"].size(), 1u);
+  EXPECT_EQ(trace["otherData"]["steps"][0]["step"], 2);
+  EXPECT_EQ(trace["otherData"]["device"], "sim");
+}
+
+}  // namespace
+}  // namespace ferry
