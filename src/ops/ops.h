@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "core/ignore_index.h"
@@ -93,8 +94,16 @@ class Ops {
 // The fp32 reference backend. Runs on the global thread pool.
 std::unique_ptr<Ops> make_cpu_ops();
 
+// Where a backend's working memory comes from. Given a device's allocator, the device's budget and
+// peak count the ops' working memory too; left empty, the backend allocates for itself.
+struct WorkspaceAllocator {
+  std::function<void*(size_t bytes, const char* what)> allocate;
+  std::function<void(void* pointer)> release;
+  explicit operator bool() const { return static_cast<bool>(allocate) && static_cast<bool>(release); }
+};
+
 // The CUDA backend, issuing every op to `stream` (a cudaStream_t; nullptr for the legacy default
 // stream) on the current device. A build without CUDA raises ferry::Error.
-std::unique_ptr<Ops> make_cuda_ops(void* stream);
+std::unique_ptr<Ops> make_cuda_ops(void* stream, WorkspaceAllocator allocator = {});
 
 }  // namespace ferry

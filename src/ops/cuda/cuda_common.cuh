@@ -13,6 +13,7 @@
 #include "core/check.h"
 #include "core/cuda_check.h"
 #include "core/tensor.h"
+#include "ops/ops.h"
 
 namespace ferry::cuda {
 
@@ -86,38 +87,55 @@ inline DeviceMemory device_alloc(size_t bytes, const char* what) {
   return DeviceMemory(p);
 }
 
-// A grow-only device buffer whose memory is allocated and freed in stream order
-// (cudaMallocAsync / cudaFreeAsync), so growing it never blocks the host: the old buffer is
-// released once the work already queued on the stream is done with it.
+// A grow-only device buffer. Without an allocator its memory is allocated and freed in stream
+// order (cudaMallocAsync / cudaFreeAsync), so growing it never blocks the host: the old buffer is
+// released once the work already queued on the stream is done with it. With a device's allocator
+// (WorkspaceAllocator) the device's budget counts it; growing then waits for the stream before it
+// gives the old buffer back -- it happens in the first step only, as the shapes repeat after.
 class StreamBuffer {
  public:
   StreamBuffer() = default;
-  ~StreamBuffer() {
-    if (data_ != nullptr) cudaFreeAsync(data_, stream_);
-  }
+  ~StreamBuffer() { free(); }
   StreamBuffer(const StreamBuffer&) = delete;
   StreamBuffer& operator=(const StreamBuffer&) = delete;
+
+  void use_allocator(const WorkspaceAllocator* allocator) { allocator_ = allocator; }
 
   // At least `bytes` bytes (256-byte aligned), valid for work issued to `stream` from now on.
   void* get(size_t bytes, cudaStream_t stream, const char* what) {
     if (bytes <= capacity_ && data_ != nullptr) return data_;
-    if (data_ != nullptr) FERRY_CUDA_CHECK(cudaFreeAsync(data_, stream_));
-    data_ = nullptr;
-    capacity_ = 0;
+    free();
     stream_ = stream;
-    const size_t rounded = (bytes + 255) / 256 * 256;
-    void* p = nullptr;
-    const cudaError_t status = cudaMallocAsync(&p, rounded == 0 ? 256 : rounded, stream);
-    if (status != cudaSuccess)
-      raise("cuda", std::string("cannot allocate ") + std::to_string(rounded) + " bytes of working memory for " +
-                        what + ": " + cudaGetErrorString(status));
-    data_ = p;
-    capacity_ = rounded == 0 ? 256 : rounded;
+    const size_t rounded = bytes == 0 ? 256 : (bytes + 255) / 256 * 256;
+    if (allocator_ != nullptr && *allocator_) {
+      data_ = allocator_->allocate(rounded, what);
+    } else {
+      void* p = nullptr;
+      const cudaError_t status = cudaMallocAsync(&p, rounded, stream);
+      if (status != cudaSuccess)
+        raise("cuda", std::string("cannot allocate ") + std::to_string(rounded) + " bytes of working memory for " +
+                          what + ": " + cudaGetErrorString(status));
+      data_ = p;
+    }
+    capacity_ = rounded;
     return data_;
   }
   size_t capacity() const { return capacity_; }
 
  private:
+  void free() {
+    if (data_ == nullptr) return;
+    if (allocator_ != nullptr && *allocator_) {
+      cudaStreamSynchronize(stream_);  // work queued on the stream may still read it
+      allocator_->release(data_);
+    } else {
+      cudaFreeAsync(data_, stream_);
+    }
+    data_ = nullptr;
+    capacity_ = 0;
+  }
+
+  const WorkspaceAllocator* allocator_ = nullptr;
   void* data_ = nullptr;
   size_t capacity_ = 0;
   cudaStream_t stream_ = nullptr;

@@ -64,11 +64,13 @@ size_t Gemm::KeyHash::operator()(const Key& k) const {
   return h;
 }
 
-Gemm::Gemm(size_t workspace_bytes) : workspace_bytes_(workspace_bytes) {
+Gemm::Gemm(size_t workspace_bytes, cudaStream_t stream, const WorkspaceAllocator* allocator)
+    : workspace_bytes_(workspace_bytes) {
   cublasLtHandle_t h = nullptr;
   CHECK_CUBLAS(cublasLtCreate(&h));
   handle_.reset(h);
-  if (workspace_bytes_ > 0) workspace_ = device_alloc(workspace_bytes_, "the cuBLASLt workspace");
+  workspace_.use_allocator(allocator);
+  if (workspace_bytes_ > 0) workspace_.get(workspace_bytes_, stream, "the cuBLASLt workspace");
 }
 
 std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
@@ -163,7 +165,8 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   }
   CHECK_CUBLAS(cublasLtMatmul(handle_.get(), plan.desc.get(), &args.alpha, args.a, plan.a.get(), args.b,
                               plan.b.get(), &args.beta, args.d, plan.d.get(), args.d, plan.d.get(), &plan.algo,
-                              workspace_.get(), workspace_bytes_, stream));
+                              workspace_bytes_ > 0 ? workspace_.get(workspace_bytes_, stream, "the cuBLASLt workspace") : nullptr,
+                              workspace_bytes_, stream));
 }
 
 }  // namespace ferry::cuda

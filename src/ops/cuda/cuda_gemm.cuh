@@ -62,7 +62,7 @@ using LtPreference = CudaHandle<cublasLtMatmulPreference_t, LtPreferenceDestroy>
 
 class Gemm {
  public:
-  explicit Gemm(size_t workspace_bytes);
+  Gemm(size_t workspace_bytes, cudaStream_t stream, const WorkspaceAllocator* allocator);
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
 
@@ -88,7 +88,7 @@ class Gemm {
   std::unique_ptr<Plan> make_plan(const Key& key) const;
 
   LtHandle handle_;
-  DeviceMemory workspace_;
+  StreamBuffer workspace_;
   size_t workspace_bytes_ = 0;
   std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> cache_;
 };

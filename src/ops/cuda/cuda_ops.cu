@@ -3,7 +3,9 @@
 
 namespace ferry {
 
-CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes) : stream(s), gemm(gemm_workspace_bytes) {
+CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator)
+    : stream(s), allocator(std::move(workspace_allocator)), gemm(gemm_workspace_bytes, s, &allocator) {
+  for (auto& buffer : scratch) buffer.use_allocator(&allocator);
   int device = 0;
   FERRY_CUDA_CHECK(cudaGetDevice(&device));
   FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
@@ -12,7 +14,9 @@ CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes) : stream(s), 
 }
 
 CudaOps::CudaOps(void* stream, const CudaOpsOptions& options)
-    : options_(options), state_(std::make_unique<State>(static_cast<cudaStream_t>(stream), options.gemm_workspace_bytes)) {
+    : options_(options),
+      state_(std::make_unique<State>(static_cast<cudaStream_t>(stream), options.gemm_workspace_bytes,
+                                     options.allocator)) {
   CUDA_OPS_EXPECT(options_.flce_chunk_bytes > 0, "CudaOps", "flce_chunk_bytes must be positive");
 }
 
@@ -40,6 +44,10 @@ std::string CudaOps::device_error() {
   return what + "tokenize the data with the model's own tokenizer";
 }
 
-std::unique_ptr<Ops> make_cuda_ops(void* stream) { return std::make_unique<CudaOps>(stream); }
+std::unique_ptr<Ops> make_cuda_ops(void* stream, WorkspaceAllocator allocator) {
+  CudaOpsOptions options;
+  options.allocator = std::move(allocator);
+  return std::make_unique<CudaOps>(stream, options);
+}
 
 }  // namespace ferry

@@ -6,14 +6,17 @@
 //
 // Working memory. Besides the tensors it is given, a CudaOps owns
 //   * one cuBLASLt workspace (options.gemm_workspace_bytes, 32 MiB by default), made at construction;
-//   * grow-only scratch buffers, allocated in stream order (cudaMallocAsync) the first time an op
-//     needs them and kept after: the fused linear-cross-entropy's logits chunk (at most
-//     options.flce_chunk_bytes + one row, 256 MiB by default), its per-token losses (4 bytes per
-//     token), the embedding backward's sort buffers (about 16 bytes per token plus CUB's temporary
-//     storage), and the fp32 partial sums of the column reductions (rmsnorm dweight, linear dbias:
-//     at most 1024 x D floats).
-//   workspace_bytes() reports the total held now; the planner counts it once it is at its steady
-//   size (after the first step). Nothing is allocated per step once the shapes repeat.
+//   * grow-only scratch buffers, allocated the first time an op needs them and kept after: the
+//     fused linear-cross-entropy's logits chunk (at most options.flce_chunk_bytes + one row, 256 MiB
+//     by default), its per-token losses (4 bytes per token), the embedding backward's sort buffers
+//     (about 16 bytes per token plus CUB's temporary storage), the fp32 partial sums of the column
+//     reductions (rmsnorm dweight, linear dbias: at most 1024 x D floats), flash attention's
+//     backward workspace (fp32 delta and dq accumulator), and the fp32 product of a weight gradient
+//     before it is added to a bf16 gradient (the largest weight).
+//   Both come from options.allocator when given (a Device's: its budget and peak count them), else
+//   from cudaMallocAsync on the stream. workspace_bytes() reports the total held now;
+//   cuda_ops_workspace_bytes (planner/memory_model.h) predicts its steady size for the planner.
+//   Nothing is allocated per step once the shapes repeat.
 //
 // Determinism: every op gives the same bits run to run (cuBLASLt for a given GPU and library
 // version; reductions in a fixed order; the embedding backward sorts the ids with a stable radix
@@ -41,6 +44,8 @@ struct CudaOpsOptions {
   // chunk is flce_chunk_bytes / (2 * V) rounded down to a multiple of 128 tokens when larger (at
   // least 1 token).
   size_t flce_chunk_bytes = size_t{256} << 20;
+  // Where the workspace and the scratch buffers come from (empty: cudaMallocAsync on the stream).
+  WorkspaceAllocator allocator;
 };
 
 class CudaOps final : public Ops {

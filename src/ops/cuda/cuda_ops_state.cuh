@@ -34,12 +34,13 @@ enum class Scratch : int {
 
 struct CudaOps::State {
   cudaStream_t stream = nullptr;
+  WorkspaceAllocator allocator;  // before gemm and scratch: they keep a pointer to it
   int sm_count = 1;
   cuda::Gemm gemm;
   cuda::StreamBuffer scratch[static_cast<int>(cuda::Scratch::kCount)];
   cuda::DeviceMemory error_flag;  // one int, bits of DeviceErrorBits
 
-  State(cudaStream_t s, size_t gemm_workspace_bytes);
+  State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator);
 
   void* buffer(cuda::Scratch slot, size_t bytes, const char* what) {
     return scratch[static_cast<int>(slot)].get(bytes, stream, what);
