@@ -47,13 +47,12 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
   plan.activations.assign(static_cast<size_t>(w.config.num_layers), ActivationPlacement::OffloadToHost);
   plan.update = UpdateSchedule::AfterBackward;
   if (optimizer_on_gpu) {
-    plan.optimizer_on_gpu = true;
     plan.grad_dtype = DType::F32;
-    plan.units.assign(w.layout.units.size(), UnitPlacement::ResidentParams);
+    plan.units.assign(w.layout.units.size(), UnitPlacement::ResidentWithOptimizer);
     plan.activations.assign(static_cast<size_t>(w.config.num_layers), ActivationPlacement::KeepOnGpu);
   }
   SlidingEngine engine(w.config, w.layout, *device, *ops, plan, S, B, false);
-  for (size_t u = 0; u < w.units.size(); ++u) engine.host().unit(u).master = w.units[u];
+  for (size_t u = 0; u < w.units.size(); ++u) engine.host().unit(u).master.assign(w.units[u]);
   engine.weights_changed(0);
 
   const auto step_loss = golden.f32("step_loss"), norms = golden.f32("grad_norm");

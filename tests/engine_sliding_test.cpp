@@ -89,7 +89,7 @@ RunResult sliding_run(const ModelConfig& config, uint64_t seed, const std::vecto
   auto device = make_sim_device(sim);
   auto ops = make_device_ops(*device);
   SlidingEngine engine(config, layout, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
-  for (size_t u = 0; u < units.size(); ++u) engine.host().unit(u).master = units[u];
+  for (size_t u = 0; u < units.size(); ++u) engine.host().unit(u).master.assign(units[u]);
   engine.weights_changed(0);
   RunResult run;
   for (int64_t s = 0; s < kSteps; ++s) {
@@ -98,7 +98,10 @@ RunResult sliding_run(const ModelConfig& config, uint64_t seed, const std::vecto
     run.norms.push_back(r.grad_norm);
   }
   engine.finish_updates();
-  for (size_t u = 0; u < units.size(); ++u) run.masters.push_back(engine.host().unit(u).master);
+  for (size_t u = 0; u < units.size(); ++u) {
+    const HostArray& master = engine.host().unit(u).master;
+    run.masters.emplace_back(master.data(), master.data() + master.size());
+  }
   EXPECT_LE(device->memory().peak, device->memory().capacity);
   return run;
 }
@@ -115,7 +118,7 @@ void expect_identical(const RunResult& a, const RunResult& b) {
 }
 
 Plan make_plan(const ModelLayout& layout, int64_t layers, int64_t slots, std::vector<size_t> resident,
-               std::vector<int64_t> offloaded, UpdateSchedule update) {
+               std::vector<int64_t> offloaded, UpdateSchedule update, std::vector<size_t> with_optimizer = {}) {
   Plan p;
   p.micro_batch = kMicro;
   p.gpu_slots = slots;
@@ -124,9 +127,50 @@ Plan make_plan(const ModelLayout& layout, int64_t layers, int64_t slots, std::ve
   p.update = update;
   p.units.assign(layout.units.size(), UnitPlacement::Streamed);
   for (size_t u : resident) p.units[u] = UnitPlacement::ResidentParams;
+  for (size_t u : with_optimizer) p.units[u] = UnitPlacement::ResidentWithOptimizer;
   p.activations.assign(static_cast<size_t>(layers), ActivationPlacement::KeepOnGpu);
   for (int64_t l : offloaded) p.activations[static_cast<size_t>(l)] = ActivationPlacement::OffloadToHost;
   return p;
+}
+
+std::vector<size_t> all_units(const ModelLayout& layout) {
+  std::vector<size_t> units(layout.units.size());
+  for (size_t u = 0; u < units.size(); ++u) units[u] = u;
+  return units;
+}
+
+// The plain trainer's whole optimizer state after `steps` steps.
+struct PlainState {
+  std::vector<std::vector<float>> masters, m, v;
+};
+
+PlainState plain_state(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows, double max_norm,
+                       int64_t steps) {
+  PlainState state;
+  init_random_weights(config, seed, state.masters);
+  const ModelLayout layout = build_model_layout(config);
+  auto ops = make_cpu_ops();
+  ModelStep step(config, layout, *ops, kMicro * kSeq, kGlobal / kMicro);
+  UnitOptimizer opt(layout, false);
+  std::vector<std::vector<float>> grads;
+  for (const auto& u : layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
+  std::vector<float*> p, g;
+  for (auto& u : state.masters) p.push_back(u.data());
+  for (auto& u : grads) g.push_back(u.data());
+  for (int64_t s = 0; s < steps; ++s) {
+    step.run(p, g, batch_for(rows, s));
+    opt.step(p, std::vector<const float*>(g.begin(), g.end()), hyper_at(s), max_norm, s + 1);
+  }
+  state.m = opt.m();
+  state.v = opt.v();
+  return state;
+}
+
+::testing::AssertionResult same_bits(const HostArray& actual, const std::vector<float>& expected) {
+  if (actual.size() != expected.size()) return ::testing::AssertionFailure() << "sizes differ";
+  if (std::memcmp(actual.data(), expected.data(), expected.size() * 4) != 0)
+    return ::testing::AssertionFailure() << "contents differ";
+  return ::testing::AssertionSuccess();
 }
 
 class SlidingEngineTest : public ::testing::Test {
@@ -185,6 +229,105 @@ TEST_F(SlidingEngineTest, ClippingNeedsTheAfterBackwardSchedule) {
                Error);
 }
 
+// Units placed ResidentWithOptimizer keep fp32 gradients, master, m and v on the device and are
+// updated there (the reference AdamW as stream-ordered tasks on the simulated device); their norm
+// partials join the host units' in unit order, so every split is the plain trainer's step.
+TEST_F(SlidingEngineTest, SomeUnitsWithTheirOptimizerOnTheDevice) {
+  // A layer in the middle and the head beside streamed and resident units, offloaded activations.
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward, {2, 5})));
+  // The embedding (the first unit of the norm's order) and the last layer.
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           make_plan(layout_, 4, 1, {}, {1}, UpdateSchedule::AfterBackward, {0, 4})));
+}
+
+TEST_F(SlidingEngineTest, SomeUnitsWithTheirOptimizerOnTheDeviceWithoutClipping) {
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      make_plan(layout_, 4, 2, {1}, {3}, UpdateSchedule::DuringBackward, {0, 3})));
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, {4, 5})));
+}
+
+// Plan::optimizer_on_gpu(): the norm and the clip coefficient are computed on the device too.
+TEST_F(SlidingEngineTest, EverythingOnTheDevice) {
+  Plan all = make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, all_units(layout_));
+  ASSERT_TRUE(all.optimizer_on_gpu());
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, all));
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0, all));
+  all.update = UpdateSchedule::DuringBackward;
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0, all));
+}
+
+// What a checkpoint reads (finish_updates) and what a resume writes (weights_changed) for host and
+// device units alike: the plain trainer's masters, m and v after 2 steps; then 2 more steps from
+// them match the plain trainer's 4.
+TEST_F(SlidingEngineTest, CheckpointStateAndResumeWithDeviceUnits) {
+  const PlainState at2 = plain_state(config_, 9, rows_, 0.5, 2);
+  for (const std::vector<size_t>& on_device : {std::vector<size_t>{1, 4}, all_units(layout_)}) {
+    SCOPED_TRACE(::testing::Message() << on_device.size() << " units with their optimizer on the device");
+    const Plan plan = make_plan(layout_, 4, 2, {2}, {0}, UpdateSchedule::AfterBackward, on_device);
+    auto device = make_sim_device({});
+    auto ops = make_device_ops(*device);
+    {
+      SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+      std::vector<std::vector<float>> init;
+      init_random_weights(config_, 9, init);
+      for (size_t u = 0; u < init.size(); ++u) engine.host().unit(u).master.assign(init[u]);
+      engine.weights_changed(0);
+      for (int64_t s = 0; s < 2; ++s) engine.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5);
+      engine.finish_updates();
+      for (size_t u = 0; u < layout_.units.size(); ++u) {
+        EXPECT_TRUE(same_bits(engine.host().unit(u).master, at2.masters[u])) << "master of unit " << u;
+        EXPECT_TRUE(same_bits(engine.host().unit(u).m, at2.m[u])) << "m of unit " << u;
+        EXPECT_TRUE(same_bits(engine.host().unit(u).v, at2.v[u])) << "v of unit " << u;
+      }
+    }
+    SlidingEngine resumed(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+    for (size_t u = 0; u < layout_.units.size(); ++u) {
+      resumed.host().unit(u).master.assign(at2.masters[u]);
+      resumed.host().unit(u).m.assign(at2.m[u]);
+      resumed.host().unit(u).v.assign(at2.v[u]);
+    }
+    resumed.weights_changed(2);
+    RunResult run;
+    for (int64_t s = 2; s < kSteps; ++s) {
+      const SlidingStepResult r = resumed.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5);
+      EXPECT_EQ(r.loss, reference_.losses[static_cast<size_t>(s)]) << "loss of step " << s + 1;
+      EXPECT_EQ(r.grad_norm, reference_.norms[static_cast<size_t>(s)]) << "grad norm of step " << s + 1;
+    }
+    resumed.finish_updates();
+    for (size_t u = 0; u < layout_.units.size(); ++u)
+      EXPECT_TRUE(same_bits(resumed.host().unit(u).master, reference_.masters[u])) << "unit " << u;
+  }
+}
+
+// The memory model is the truth: after construction the device holds exactly device_bytes() and
+// the pinned host memory is exactly host_bytes().pinned, for every kind of plan.
+TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
+  const std::vector<Plan> plans = {
+      make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward),
+      make_plan(layout_, 4, 3, {0, 5}, {0, 1, 3}, UpdateSchedule::AfterBackward),
+      make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward, {2, 5}),
+      make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, all_units(layout_)),
+  };
+  for (size_t k = 0; k < plans.size(); ++k) {
+    SCOPED_TRACE(::testing::Message() << "plan " << k << ": " << plans[k].describe());
+    auto device = make_sim_device({});
+    auto ops = make_device_ops(*device);
+    SlidingEngine engine(config_, layout_, *device, *ops, plans[k], kMicro * kSeq, kGlobal / kMicro, false);
+    const DeviceBytes d = device_bytes(config_, layout_, plans[k], kMicro * kSeq, kGlobal / kMicro);
+    const HostBytes h = host_bytes(config_, layout_, plans[k], kMicro * kSeq, kGlobal / kMicro);
+    EXPECT_EQ(device->memory().in_use, d.total());
+    EXPECT_EQ(device->pinned_memory().in_use, h.pinned);
+    size_t pageable = 0;
+    for (size_t u = 0; u < layout_.units.size(); ++u)
+      pageable += 3 * HostArray::mapped_bytes(engine.host().unit(u).master.size());
+    EXPECT_EQ(pageable, h.pageable);
+  }
+}
+
 TEST(SlidingEngineTied, TiedEmbeddingsStayResident) {
   ModelConfig config = preset_config("llama", "tiny");
   nlohmann::json json = config.raw;
@@ -194,6 +337,11 @@ TEST(SlidingEngineTied, TiedEmbeddingsStayResident) {
   const auto rows = make_rows(config.vocab_size, 6);
   const RunResult plain = plain_run(config, 4, rows, 1.0);
   expect_identical(plain, sliding_run(config, 4, rows, 1.0, make_plan(layout, 2, 2, {0}, {1}, UpdateSchedule::AfterBackward)));
+  // The shared table with its optimizer on the device, the head (final norm) streamed; then both.
+  expect_identical(plain, sliding_run(config, 4, rows, 1.0,
+                                      make_plan(layout, 2, 2, {}, {1}, UpdateSchedule::AfterBackward, {0})));
+  expect_identical(plain, sliding_run(config, 4, rows, 1.0,
+                                      make_plan(layout, 2, 2, {}, {}, UpdateSchedule::AfterBackward, {0, 3})));
   EXPECT_THROW(sliding_run(config, 4, rows, 1.0, make_plan(layout, 2, 2, {}, {}, UpdateSchedule::AfterBackward)), Error);
 }
 

@@ -32,15 +32,26 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
               units);
   FERRY_CHECK(static_cast<int64_t>(plan_.activations.size()) == L, "engine",
               "the plan places {} boundary activations; the model has {} layers", plan_.activations.size(), L);
-  FERRY_CHECK(!layout_.tied || plan_.units[layout_.embedding_unit()] == UnitPlacement::ResidentParams, "engine",
+  const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
+  FERRY_CHECK(!layout_.tied || plan_.units[E] != UnitPlacement::Streamed, "engine",
               "tied embeddings are used by the first and the last unit: the plan must keep the embedding resident");
+  FERRY_CHECK(plan_.weight_upload == WeightUpload::HostShadow, "engine",
+              "weight upload '{}' is not implemented by this engine; plan '{}'", weight_upload_name(plan_.weight_upload),
+              weight_upload_name(WeightUpload::HostShadow));
   const DType wd = plan_.weight_dtype, gd = plan_.grad_dtype;
   resident_.assign(units, false);
+  device_updated_.assign(units, false);
   size_t largest_streamed = 0;
   for (size_t u = 0; u < units; ++u) {
-    resident_[u] = plan_.units[u] == UnitPlacement::ResidentParams;
+    resident_[u] = plan_.units[u] != UnitPlacement::Streamed;
+    device_updated_[u] = plan_.units[u] == UnitPlacement::ResidentWithOptimizer;
     if (!resident_[u]) largest_streamed = std::max(largest_streamed, static_cast<size_t>(layout_.units[u].numel));
   }
+  // The head writes the lm_head gradient of a tied model into the embedding's buffer, through one
+  // view of one dtype.
+  FERRY_CHECK(!layout_.tied || unit_grad_dtype(E) == unit_grad_dtype(Hd), "engine",
+              "with tied embeddings the head and the embedding need one gradient dtype: place both "
+              "ResidentWithOptimizer (fp32 gradients), or neither, or plan fp32 gradients");
   uses_ = schedule_slots(step_unit_sequence(L), resident_, std::max<int64_t>(1, plan_.gpu_slots));
 
   // Everything the device must hold, measured first so that a budget that is too small is refused
@@ -79,7 +90,7 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
     if (!resident_[u]) continue;
     const size_t n = static_cast<size_t>(layout_.units[u].numel);
     resident_params_[u] = DeviceBuffer(device_, round_up(n * dtype_size(wd)), "resident weights");
-    resident_grads_[u] = DeviceBuffer(device_, round_up(n * dtype_size(gd)), "resident gradients");
+    resident_grads_[u] = DeviceBuffer(device_, round_up(n * dtype_size(unit_grad_dtype(u))), "resident gradients");
   }
   kept_activations_.resize(static_cast<size_t>(L));
   host_activations_.resize(static_cast<size_t>(L));
@@ -114,82 +125,13 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   updater_ = std::make_unique<UnitUpdater>(device_, layout_, plan_, decay_all);
   last_read_.assign(units, -1);
 
-  if (plan_.optimizer_on_gpu) {
-    FERRY_CHECK(device_.native_stream(StreamKind::Compute) != nullptr && wd == DType::BF16, "engine",
-                "keeping the optimizer on the device needs a CUDA device with bf16 weights");
-    size_t largest = 0;
-    for (size_t u = 0; u < units; ++u) {
-      FERRY_CHECK(resident_[u], "engine", "with the optimizer on the GPU every unit must be resident");
-      const size_t n = static_cast<size_t>(layout_.units[u].numel);
-      largest = std::max(largest, n);
-      device_master_.emplace_back(device_, round_up(n * 4), "fp32 masters");
-      device_m_.emplace_back(device_, round_up(n * 4), "AdamW m");
-      device_v_.emplace_back(device_, round_up(n * 4), "AdamW v");
-    }
-    gpu_adamw_ = std::make_unique<GpuAdamW>(device_.native_stream(StreamKind::Compute));
-    norm_sumsq_ = DeviceBuffer(device_, 256, "gradient sum of squares");
-    clip_ = DeviceBuffer(device_, 256, "clip coefficient");
-    state_staging_ = PinnedBuffer(device_, largest * 4, "optimizer state staging");
-    norm_host_ = PinnedBuffer(device_, 256, "norm readback");
-  }
+  if (std::find(device_updated_.begin(), device_updated_.end(), true) != device_updated_.end())
+    device_optimizer_ = std::make_unique<DeviceOptimizer>(device_, ops_, layout_, plan_, *updater_, resident_params_,
+                                                          resident_grads_);
 }
 
-void SlidingEngine::upload_optimizer_state() {
-  for (size_t u = 0; u < layout_.units.size(); ++u) {
-    HostUnitState& h = updater_->unit(u);
-    const size_t n = h.master.size();
-    const std::pair<std::vector<float>*, DeviceBuffer*> parts[] = {
-        {&h.master, &device_master_[u]}, {&h.m, &device_m_[u]}, {&h.v, &device_v_[u]}};
-    for (const auto& [host, dev] : parts) {
-      std::memcpy(state_staging_.data(), host->data(), n * 4);
-      device_.copy_to_device(dev->data(), state_staging_.data(), n * 4, StreamKind::HostToDevice);
-      device_.synchronize(device_.record(StreamKind::HostToDevice));
-    }
-    device_.copy_to_device(resident_params_[u].data(), h.staging.data(), n * dtype_size(plan_.weight_dtype),
-                           StreamKind::HostToDevice);
-    device_.synchronize(device_.record(StreamKind::HostToDevice));
-  }
-  state_on_host_current_ = true;
-}
-
-void SlidingEngine::download_optimizer_state() {
-  device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-  for (size_t u = 0; u < layout_.units.size(); ++u) {
-    HostUnitState& h = updater_->unit(u);
-    const size_t n = h.master.size();
-    const std::pair<std::vector<float>*, DeviceBuffer*> parts[] = {
-        {&h.master, &device_master_[u]}, {&h.m, &device_m_[u]}, {&h.v, &device_v_[u]}};
-    for (const auto& [host, dev] : parts) {
-      device_.copy_to_host(state_staging_.data(), dev->data(), n * 4, StreamKind::DeviceToHost);
-      device_.synchronize(device_.record(StreamKind::DeviceToHost));
-      std::memcpy(host->data(), state_staging_.data(), n * 4);
-    }
-  }
-  state_on_host_current_ = true;
-}
-
-void SlidingEngine::update_on_gpu(int64_t step, const AdamWHyper& hyper, double max_grad_norm) {
-  // The global norm in unit and parameter order (as the CPU computes it), the clip coefficient,
-  // then one fused AdamW pass per unit that also writes the bf16 weights in place.
-  const DType gd = plan_.grad_dtype;
-  device_.fill_zero(norm_sumsq_.data(), sizeof(double), StreamKind::Compute);
-  const DeviceSpan traced(device_, StreamKind::Compute, "gpu adamw");  // kernels outside the Ops seam
-  for (size_t u = 0; u < layout_.units.size(); ++u)
-    for (const auto& p : layout_.units[u].params)
-      gpu_adamw_->add_grad_sumsq(static_cast<const char*>(resident_grads_[u].data()) + static_cast<size_t>(p.offset) * dtype_size(gd),
-                                 gd, static_cast<size_t>(p.numel), norm_sumsq_.as<double>());
-  gpu_adamw_->clip_coefficient(norm_sumsq_.as<double>(), max_grad_norm, clip_.as<float>());
-  for (size_t u = 0; u < layout_.units.size(); ++u) {
-    AdamWUnitBuffers b;
-    b.master = device_master_[u].as<float>();
-    b.m = device_m_[u].as<float>();
-    b.v = device_v_[u].as<float>();
-    b.grad = resident_grads_[u].data();
-    b.grad_dtype = gd;
-    b.bf16_out = resident_params_[u].as<uint16_t>();
-    gpu_adamw_->step(b, updater_->segments(u), hyper, step, clip_.as<float>());
-  }
-  state_on_host_current_ = false;
+DType SlidingEngine::unit_grad_dtype(size_t u) const {
+  return device_updated_[u] ? DType::F32 : plan_.grad_dtype;
 }
 
 SlidingEngine::~SlidingEngine() {
@@ -201,19 +143,18 @@ SlidingEngine::~SlidingEngine() {
 }
 
 void SlidingEngine::weights_changed(int64_t step) {
-  if (plan_.optimizer_on_gpu) device_.synchronize_all();
-  else finish_updates();
+  // The caller replaced the host's masters (and m, v): nothing in flight may write them now, and
+  // the device units' state is replaced, not downloaded.
+  if (step_ > 0) updater_->wait_all_updated(step_);
+  device_.synchronize_all();
   updater_->refresh_staging(step);
   step_ = step;
-  if (plan_.optimizer_on_gpu) upload_optimizer_state();
+  if (device_optimizer_) device_optimizer_->upload_state();
 }
 
 void SlidingEngine::finish_updates() {
-  if (plan_.optimizer_on_gpu) {
-    if (!state_on_host_current_) download_optimizer_state();
-    return;
-  }
   if (step_ > 0) updater_->wait_all_updated(step_);
+  if (device_optimizer_) device_optimizer_->download_state();
 }
 
 void* SlidingEngine::unit_params_ptr(size_t unit, int64_t slot) const {
@@ -286,7 +227,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
               "gradient clipping needs the global norm before any update: use the after-backward update schedule");
   step_ = step;
   const int64_t C = batch.chunks(), T = chunk_tokens_, L = config_.num_layers;
-  const DType wd = plan_.weight_dtype, gd = plan_.grad_dtype;
+  const DType wd = plan_.weight_dtype;
   updater_->begin_step(step, hyper, max_grad_norm);
 
   // Token arrays of the step: ids, targets, positions, doc_start, each (max_chunks * T).
@@ -314,7 +255,8 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   device_.fill_zero(loss_.data(), sizeof(float), StreamKind::Compute);
   for (size_t u = 0; u < resident_.size(); ++u)
     if (resident_[u])
-      device_.fill_zero(resident_grads_[u].data(), static_cast<size_t>(layout_.units[u].numel) * dtype_size(gd),
+      device_.fill_zero(resident_grads_[u].data(),
+                        static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
                         StreamKind::Compute);
 
   const size_t uses = uses_.size();
@@ -330,7 +272,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   const int64_t prefetch = std::max<int64_t>(1, plan_.gpu_slots - 1);
 
   auto ensure_resident = [&](size_t u) {
-    if (!resident_[u] || resident_uploaded[u] || plan_.optimizer_on_gpu) return;
+    if (!resident_[u] || resident_uploaded[u] || device_updated_[u]) return;
     updater_->wait_updated(u, step - 1);
     // Overwrite the weights once the previous step's last reader is done, not after everything
     // issued so far: the upload then overlaps the compute of the units before this one.
@@ -386,6 +328,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     void* params = unit_params_ptr(u, use.slot);
     void* grads = unit_grads_ptr(u, use.slot);
     const bool forward = i <= static_cast<size_t>(L);
+    const DType gd = unit_grad_dtype(u);
     const size_t grad_bytes = static_cast<size_t>(layout_.units[u].numel) * dtype_size(gd);
     bool sends = false;
 
@@ -399,7 +342,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
       void* emb_params = resident_[E] ? resident_params_[E].data() : nullptr;
       void* emb_grads = resident_[E] ? resident_grads_[E].data() : nullptr;
       const HeadParams hp = head_params(layout_, params, emb_params, wd);
-      const HeadParams hg = head_params(layout_, grads, emb_grads, gd);
+      const HeadParams hg = head_params(layout_, grads, emb_grads, gd);  // E's dtype too (constructor)
       const Tensor loss(loss_.data(), DType::F32, {1});
       for (int64_t c = 0; c < C; ++c)
         head_forward_backward(ops_, config_, hp, &hg, chunk(c), activation(L, c), grad_scale, activation_grad(c),
@@ -435,7 +378,10 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     if (resident_[u]) last_read_[u] = device_.record(StreamKind::Compute);
     if (layout_.tied && u == Hd) last_read_[E] = device_.record(StreamKind::Compute);
     // A tied head's lm_head gradient sits in the embedding's buffer, sent with the embedding's.
-    if (sends && !plan_.optimizer_on_gpu) {
+    if (sends && device_updated_[u]) {
+      device_optimizer_->gradient_done(u, step, hyper);
+      released_[i] = device_.record(StreamKind::Compute);
+    } else if (sends) {
       released_[i] = send_gradients(u, use.slot);
     } else {
       released_[i] = device_.record(StreamKind::Compute);
@@ -450,16 +396,18 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     }
     issue_loads_up_to(i + static_cast<size_t>(prefetch));
   }
-  if (plan_.optimizer_on_gpu) update_on_gpu(step, hyper, max_grad_norm);
+  const bool all_on_device = plan_.optimizer_on_gpu();
+  if (all_on_device) device_optimizer_->update_all(step, hyper, max_grad_norm);
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
   device_.copy_to_host(loss_host_.data(), loss_.data(), sizeof(float), StreamKind::DeviceToHost);
-  if (plan_.optimizer_on_gpu)
-    device_.copy_to_host(norm_host_.data(), norm_sumsq_.data(), sizeof(double), StreamKind::DeviceToHost);
   device_.synchronize(device_.record(StreamKind::DeviceToHost));
   SlidingStepResult result;
   result.counted_tokens = batch.counted_tokens();
   result.loss = result.counted_tokens > 0 ? *loss_host_.as<float>() / static_cast<double>(result.counted_tokens) : 0.0;
-  result.grad_norm = plan_.optimizer_on_gpu ? std::sqrt(*norm_host_.as<double>()) : updater_->grad_norm(step);
+  result.grad_norm = all_on_device ? device_optimizer_->read_norm() : updater_->grad_norm(step);
+  // Device units beside host units: updated from the host's norm, ahead of the next forward.
+  if (device_optimizer_ && !all_on_device && plan_.update == UpdateSchedule::AfterBackward)
+    device_optimizer_->update_with_norm(step, hyper, result.grad_norm, max_grad_norm);
   return result;
 }
 

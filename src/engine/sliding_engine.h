@@ -3,17 +3,48 @@
 // stream); boundary activations kept on the GPU or offloaded to pinned host memory and prefetched
 // back for the backward; each layer recomputed from its input in the backward; gradients copied
 // to the host (d2h stream) where the UnitUpdater's CPU AdamW turns them into the next weights,
-// overlapped with the device's work. Streams are joined by events; the host waits only to read
-// the loss and for an update it is about to upload.
+// overlapped with the device's work; units placed ResidentWithOptimizer are updated on the device
+// instead (DeviceOptimizer). Streams are joined by events; the host waits only to read the loss
+// and the gradient norm, and for an update it is about to upload.
 //
 // On the simulated device with fp32 weights and gradients it computes exactly what ModelStep +
 // UnitOptimizer compute (bit for bit), whatever the plan: that is how every schedule is tested.
+//
+// What each plan option costs and saves, per parameter of a unit (bf16 weights and gradients on
+// the GPU; N parameters in all; the arithmetic is planner/memory_model.cpp's):
+//
+//   placement              GPU memory            host memory                  PCIe per step        CPU per step
+//   Streamed               a share of the slots  12 B fp32 master, m, v       h2d 2 B × 2 uploads  AdamW: ~28 B of
+//                          (slots × largest      (huge pages) + 2 B pinned    (forward, backward)  DRAM traffic
+//                          streamed unit × 4 B)  staging                      + d2h 2 B gradient
+//   ResidentParams         4 B (weights, grads)  the same 14 B                h2d 2 B once + d2h 2 B  the same
+//   ResidentWithOptimizer  18 B (weights 2,      12 B (a copy of master, m,   none (8 B of norm    none (GPU AdamW,
+//                          fp32 grads 4,         v for checkpoints), no       partials per 64Ki    ~30 B of HBM
+//                          master, m, v 12)      pinned staging               params)              traffic)
+//
+//  * The pinned staging buffer of a host-updated unit carries its weights up and its gradient down
+//    (unit_updater.h), so the host holds 14 bytes/param, not 16: 8B parameters (Llama-3.1-8B) need
+//    (12 + 2) × 8.03e9 = 112.4 GB, plus the offloaded boundary activations (chunks × tokens ×
+//    hidden × 2 bytes per offloaded layer), token staging, and 256 B of scalars.
+//  * ActivationPlacement: KeepOnGpu holds a layer's boundary activation on the GPU; OffloadToHost
+//    moves it to pinned host memory (the same bytes) and back (2 × its bytes over PCIe per step),
+//    with a 2-buffer staging ring on the GPU.
+//  * UpdateSchedule: AfterBackward (clipping needs the global norm) updates the host units after
+//    the backward, embedding first, overlapped with the next step's forward, and the device units
+//    at the step's end; DuringBackward (no clipping) updates each unit as its gradient lands.
+//  * All units ResidentWithOptimizer (Plan::optimizer_on_gpu()): the norm and the clip coefficient
+//    are computed on the GPU too; nothing crosses PCIe but the tokens and the loss.
+//  * WeightUpload::ConvertOnUpload (pinned fp32 masters uploaded and converted on the GPU) is
+//    refused: since the gradient lands in the weight staging it would save no host memory (pinned
+//    masters 4 B + a gradient buffer 2 B + m, v 8 B = 14 B, as now) while doubling the upload
+//    bytes; it would save only the CPU AdamW's 2-byte bf16 write.
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "device/device.h"
+#include "engine/device_optimizer.h"
 #include "engine/model_step.h"
 #include "planner/slot_schedule.h"
 #include "engine/step_batch.h"
@@ -23,7 +54,6 @@
 #include "model/lm_head.h"
 #include "model/unit_layout.h"
 #include "ops/ops.h"
-#include "optim/gpu_adamw.h"
 #include "planner/plan.h"
 
 namespace ferry {
@@ -42,16 +72,19 @@ class SlidingEngine {
                 int64_t chunk_tokens, int64_t max_chunks, bool decay_all);
   ~SlidingEngine();
 
-  // Host state of the optimizer (fp32 masters, m, v per unit). After changing masters, call
-  // weights_changed(step) so the device copies follow.
+  // Host state of the optimizer (fp32 masters, m, v per unit; for units updated on the device,
+  // current after finish_updates()). After changing masters, m or v, call weights_changed(step)
+  // so the device copies follow.
   UnitUpdater& host() { return *updater_; }
   void weights_changed(int64_t step);
 
-  // Runs optimizer step `step` (1-based, consecutive). Returns once the step's loss is known; the
-  // CPU update of this step may still be running (overlapping the next step's forward).
+  // Runs optimizer step `step` (1-based, consecutive). Returns once the step's loss and gradient
+  // norm are known; the CPU update of this step may still be running (overlapping the next step's
+  // forward), and the device units' update is issued to the compute stream.
   SlidingStepResult step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm);
 
-  // Waits until the masters hold every update issued so far (before a checkpoint or the end).
+  // Waits until the host's masters, m and v hold every update issued so far (before a checkpoint
+  // or the end); copies the device units' state back.
   void finish_updates();
 
  private:
@@ -62,14 +95,11 @@ class SlidingEngine {
   Tensor activation_grad(int64_t chunk) const;
   void issue_loads_up_to(size_t limit);
   void issue_load(size_t use_index);
-  void compute_use(size_t use_index, const StepBatch& batch);
+  // ResidentWithOptimizer units accumulate fp32 gradients; the others the plan's grad dtype.
+  DType unit_grad_dtype(size_t unit) const;
   // Copies the unit's gradient to the host and hands it to the updater; returns the event after
   // which the slot's gradient buffer may be reused.
   EventId send_gradients(size_t unit, int64_t slot);
-  // Plan::optimizer_on_gpu: state transfers between the host's UnitUpdater and device memory.
-  void upload_optimizer_state();
-  void download_optimizer_state();
-  void update_on_gpu(int64_t step, const AdamWHyper& hyper, double max_grad_norm);
 
   ModelConfig config_;
   ModelLayout layout_;
@@ -80,7 +110,8 @@ class SlidingEngine {
   int64_t max_chunks_;
   std::unique_ptr<UnitUpdater> updater_;
   std::vector<SlotUse> uses_;
-  std::vector<bool> resident_;
+  std::vector<bool> resident_;        // per unit: not Streamed
+  std::vector<bool> device_updated_;  // per unit: ResidentWithOptimizer
 
   // device memory
   size_t slot_param_bytes_ = 0, slot_grad_bytes_ = 0;
@@ -94,12 +125,8 @@ class SlidingEngine {
   LayerScratch layer_scratch_;
   HeadScratch head_scratch_;
 
-  // Plan::optimizer_on_gpu
-  std::vector<DeviceBuffer> device_master_, device_m_, device_v_;
-  std::unique_ptr<GpuAdamW> gpu_adamw_;
-  DeviceBuffer norm_sumsq_, clip_;  // double sum of squares, float clip coefficient
-  PinnedBuffer state_staging_, norm_host_;
-  bool state_on_host_current_ = true;
+  // The units updated on the device, if any (after the buffers it refers to: destroyed first).
+  std::unique_ptr<DeviceOptimizer> device_optimizer_;
 
   // per-step bookkeeping
   int64_t step_ = 0;

@@ -71,7 +71,10 @@ class SlidingExecutor final : public StepExecutor {
                                               *ops_, plan_,
                                               config.micro_batch * config.seq_len,
                                               config.global_batch / config.micro_batch, config.decay_norms_and_biases);
-    for (size_t u = 0; u < weights.units.size(); ++u) engine_->host().unit(u).master = std::move(weights.units[u]);
+    for (size_t u = 0; u < weights.units.size(); ++u) {  // into the huge-page masters, freeing each copy as it goes
+      engine_->host().unit(u).master.assign(weights.units[u]);
+      std::vector<float>().swap(weights.units[u]);
+    }
     engine_->weights_changed(0);
   }
   ~SlidingExecutor() override { engine_.reset(); }
@@ -89,7 +92,7 @@ class SlidingExecutor final : public StepExecutor {
   void state_loaded(int64_t step) override { engine_->weights_changed(step); }
 
  private:
-  std::vector<float*> collect(std::vector<float> HostUnitState::*member) {
+  std::vector<float*> collect(HostArray HostUnitState::*member) {
     std::vector<float*> out;
     for (size_t u = 0; u < engine_->host().unit_count(); ++u) out.push_back((engine_->host().unit(u).*member).data());
     return out;

@@ -3,8 +3,10 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "core/error.h"
 #include "core/dtype.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "device/memory_ledger.h"
 #include "device/trace_scope.h"
 #include "optim/clip.h"
 #include "optim/cpu_adamw.h"
@@ -13,23 +15,42 @@ namespace ferry {
 
 UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all)
     : device_(device), layout_(layout), plan_(plan) {
-  FERRY_CHECK(plan_.optimizer_on_gpu || dtype_size(plan_.grad_dtype) == dtype_size(plan_.weight_dtype), "engine",
+  FERRY_CHECK(plan_.optimizer_on_gpu() || dtype_size(plan_.grad_dtype) == dtype_size(plan_.weight_dtype), "engine",
               "gradients land in the pinned buffer of the unit's weights, so the gradient dtype ({}) must have the "
               "size of the weight dtype ({}); plan bf16 gradients with bf16 weights",
               dtype_name(plan_.grad_dtype), dtype_name(plan_.weight_dtype));
-  for (const auto& u : layout_.units) {
+  size_t arrays = 0, advised = 0, bytes = 0;
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    const auto& unit = layout_.units[u];
     HostUnitState s;
-    const size_t n = static_cast<size_t>(u.numel);
-    s.master.assign(n, 0.0f);
-    s.m.assign(n, 0.0f);
-    s.v.assign(n, 0.0f);
-    s.staging = PinnedBuffer(device_, n * dtype_size(plan_.weight_dtype), "weight and gradient staging");
+    const size_t n = static_cast<size_t>(unit.numel);
+    s.master = HostArray(n, "fp32 masters");
+    s.m = HostArray(n, "AdamW m");
+    s.v = HostArray(n, "AdamW v");
+    for (const HostArray* a : {&s.master, &s.m, &s.v}) {
+      if (a->size() * sizeof(float) < HostArray::kHugePage) continue;
+      ++arrays;
+      advised += a->huge_pages();
+      bytes += a->size() * sizeof(float);
+    }
+    on_host_.push_back(plan_.units[u] != UnitPlacement::ResidentWithOptimizer);
+    if (on_host_.back())
+      s.staging = PinnedBuffer(device_, n * dtype_size(plan_.weight_dtype), "weight and gradient staging");
     units_.push_back(std::move(s));
     std::vector<AdamWSegment> segments;
-    for (const auto& p : u.params)
+    for (const auto& p : unit.params)
       segments.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay || decay_all});
     segments_.push_back(std::move(segments));
   }
+  // A fallback to small pages is slower, not wrong: said once, with the count.
+  const std::string mode = transparent_huge_page_mode();
+  if (advised < arrays || mode == "never")
+    log_warn("optimizer state: {} of {} arrays ({} in all) could be advised into huge pages (transparent huge "
+             "pages: {}); the rest use 4 KiB pages, and the CPU AdamW may run slower",
+             advised, arrays, format_bytes(bytes), mode);
+  else if (arrays > 0)
+    log_debug("optimizer state: {} arrays, {}, in 2 MiB-aligned huge-page mappings (transparent huge pages: {})",
+              arrays, format_bytes(bytes), mode);
   updated_step_.assign(units_.size(), 0);
   partials_.resize(units_.size());
   worker_ = std::thread([this] { run(); });
@@ -52,7 +73,7 @@ void UnitUpdater::refresh_staging(size_t u) {
 void UnitUpdater::refresh_staging(int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t u = 0; u < units_.size(); ++u) {
-    refresh_staging(u);
+    if (on_host_[u]) refresh_staging(u);
     updated_step_[u] = step;
   }
   current_step_ = step;
@@ -70,9 +91,19 @@ void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_g
 }
 
 void UnitUpdater::gradient_landed(size_t u, EventId event) {
+  FERRY_ASSERT(on_host_[u], "a unit updated on the device sends its norm partials, not its gradient");
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back({u, current_step_, event, hyper_, max_grad_norm_});
+  }
+  changed_.notify_all();
+}
+
+void UnitUpdater::partials_landed(size_t u, EventId event, const double* partials, size_t count) {
+  FERRY_ASSERT(!on_host_[u], "a host-updated unit sends its gradient");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({u, current_step_, event, hyper_, max_grad_norm_, partials, count});
   }
   changed_.notify_all();
 }
@@ -83,6 +114,10 @@ void UnitUpdater::rethrow_if_failed() {
 
 void UnitUpdater::wait_updated(size_t u, int64_t step) {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (!on_host_[u]) {
+    rethrow_if_failed();
+    return;
+  }
   changed_.wait(lock, [&] { return error_ || updated_step_[u] >= step; });
   rethrow_if_failed();
 }
@@ -128,16 +163,19 @@ void UnitUpdater::run() {
     }
     try {
       device_.synchronize(landing.event);
-      const HostUnitState& s = units_[landing.unit];
-      const size_t grad_size = dtype_size(plan_.grad_dtype);
-      std::vector<GradSpan> spans;
-      for (const auto& p : layout_.units[landing.unit].params)
-        spans.push_back({static_cast<const char*>(s.staging.data()) + static_cast<size_t>(p.offset) * grad_size,
-                         static_cast<size_t>(p.numel), plan_.grad_dtype});
+      const bool host_unit = on_host_[landing.unit];
       std::vector<double> partials;
-      {
+      if (host_unit) {
+        const HostUnitState& s = units_[landing.unit];
+        const size_t grad_size = dtype_size(plan_.grad_dtype);
+        std::vector<GradSpan> spans;
+        for (const auto& p : layout_.units[landing.unit].params)
+          spans.push_back({static_cast<const char*>(s.staging.data()) + static_cast<size_t>(p.offset) * grad_size,
+                           static_cast<size_t>(p.numel), plan_.grad_dtype});
         const HostSpan traced(device_, TraceTrack::CpuUpdate, "gradient norm", layout_.units[landing.unit].name);
         partials = grad_sumsq_partials(std::span<const GradSpan>(spans));
+      } else {
+        partials.assign(landing.partials, landing.partials + landing.partial_count);
       }
 
       bool all_landed = false;
@@ -146,7 +184,7 @@ void UnitUpdater::run() {
         partials_[landing.unit] = std::move(partials);
         all_landed = ++landed_ == units_.size();
       }
-      if (plan_.update == UpdateSchedule::DuringBackward) {
+      if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
         update_unit(landing.unit, landing.step, landing.hyper, 1.0f);
         std::lock_guard<std::mutex> lock(mutex_);
         updated_step_[landing.unit] = landing.step;
@@ -164,6 +202,7 @@ void UnitUpdater::run() {
         if (plan_.update == UpdateSchedule::AfterBackward) {
           const float clip = landing.max_grad_norm > 0 ? clip_coefficient(norm, landing.max_grad_norm) : 1.0f;
           for (size_t u = 0; u < units_.size(); ++u) {
+            if (!on_host_[u]) continue;
             update_unit(u, landing.step, landing.hyper, clip);
             {
               std::lock_guard<std::mutex> lock(mutex_);

@@ -19,8 +19,16 @@
 // pinned memory (bf16) instead of 4 (a weight shadow and a gradient buffer); the gradient dtype
 // must therefore have the size of the weight dtype.
 //
+// Units placed ResidentWithOptimizer are updated on the device (DeviceOptimizer); here they keep
+// only the fp32 master, m and v that checkpoints read and loads write, and, when host-updated
+// units share the step, their norm partials arrive (computed on the device) through
+// partials_landed() so that the global norm covers every unit.
+//
 // The math is exactly UnitOptimizer's (the plain trainer's): the same AdamW per parameter, the same
 // global norm (gradient partials are concatenated in unit order), the same clip coefficient.
+//
+// The fp32 arrays are HostArrays: 2 MiB-aligned, advised into transparent huge pages (the
+// constructor logs where the kernel refuses), allocated once.
 #pragma once
 
 #include <condition_variable>
@@ -34,14 +42,15 @@
 #include "model/unit_layout.h"
 #include "optim/adamw.h"
 #include "optim/cpu_adamw.h"
+#include "optim/host_array.h"
 #include "planner/plan.h"
 
 namespace ferry {
 
 struct HostUnitState {
-  std::vector<float> master, m, v;  // fp32, laid out as the unit
+  HostArray master, m, v;  // fp32, laid out as the unit
   // The weights to upload (plan's weight dtype), or, from the gradient's d2h until the update,
-  // the gradient (plan's grad dtype, same size).
+  // the gradient (plan's grad dtype, same size). None for a unit updated on the device.
   PinnedBuffer staging;
 };
 
@@ -57,18 +66,26 @@ class UnitUpdater {
   const std::vector<AdamWSegment>& segments(size_t u) const { return segments_[u]; }
   size_t unit_count() const { return units_.size(); }
 
-  // Writes every unit's staging weights from its master (after loading or resuming) and marks
-  // the state as updated through step `step`.
+  // Whether unit u is updated here (not ResidentWithOptimizer).
+  bool on_host(size_t u) const { return on_host_[u]; }
+
+  // Writes every host-updated unit's staging weights from its master (after loading or resuming)
+  // and marks the state as updated through step `step`.
   void refresh_staging(int64_t step);
 
   // Step `step` (1-based) is about to be issued with these hyperparameters.
   void begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm);
-  // The gradient of unit u for the current step lands in unit(u).staging when `event` completes.
+  // The gradient of host-updated unit u for the current step lands in unit(u).staging when
+  // `event` completes.
   void gradient_landed(size_t u, EventId event);
+  // For a unit updated on the device: its norm partials for the current step (`count` doubles,
+  // grad_norm_partials of the unit, pinned) are in `partials` when `event` completes.
+  void partials_landed(size_t u, EventId event, const double* partials, size_t count);
 
-  // Blocks until unit u holds the update of step `step` (step 0: the initial weights).
+  // Blocks until host-updated unit u holds the update of step `step` (step 0: the initial
+  // weights). Returns at once for a unit updated on the device.
   void wait_updated(size_t u, int64_t step);
-  // Blocks until every unit holds the update of step `step`.
+  // Blocks until every host-updated unit holds the update of step `step`.
   void wait_all_updated(int64_t step);
   // The global gradient norm of step `step` (before clipping); blocks until known.
   double grad_norm(int64_t step);
@@ -82,6 +99,8 @@ class UnitUpdater {
     EventId event;
     AdamWHyper hyper;
     double max_grad_norm;
+    const double* partials = nullptr;  // a device-updated unit's norm partials, else null
+    size_t partial_count = 0;
   };
   void run();
   void update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip);
@@ -92,6 +111,7 @@ class UnitUpdater {
   ModelLayout layout_;
   Plan plan_;
   std::vector<HostUnitState> units_;
+  std::vector<bool> on_host_;
   std::vector<std::vector<AdamWSegment>> segments_;  // per unit: its parameters and their decay
 
   std::mutex mutex_;

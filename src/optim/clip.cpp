@@ -12,7 +12,7 @@ namespace {
 
 // Chunk size of the deterministic reduction. Fixed, so the order of additions is a property of the
 // data alone.
-constexpr size_t kChunk = size_t{1} << 16;
+constexpr size_t kChunk = kGradNormChunk;
 
 struct Chunk {
   const void* data;

@@ -26,10 +26,11 @@
 #include "core/dtype.h"
 #include "optim/adamw.h"
 #include "optim/cpu_adamw.h"
+#include "optim/device_adamw.h"
 
 namespace ferry {
 
-class GpuAdamW {
+class GpuAdamW final : public DeviceAdamW {
  public:
   // `stream` is a cudaStream_t (nullptr: the legacy default stream). Throws in a build without CUDA.
   explicit GpuAdamW(void* stream);
@@ -41,14 +42,20 @@ class GpuAdamW {
   // disjoint; other elements untouched). `grad_scale` points to the factor the gradient is
   // multiplied by first (the clip coefficient, on the device); nullptr means 1.
   void step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments, const AdamWHyper& hyper,
-            int64_t step, const float* grad_scale);
+            int64_t step, const float* grad_scale) override;
 
   // *sum_of_squares += the sum of grad^2 over n elements (F32 or BF16), in double, in clip.cpp's
-  // order. Zero the accumulator (cudaMemsetAsync) before the first unit of a step.
+  // order. Zero the accumulator (cudaMemsetAsync) before the first unit of a step. (Partials kept
+  // in a buffer of its own; grad_sumsq_partials + accumulate do the same into the caller's.)
   void add_grad_sumsq(const void* grad, DType grad_dtype, size_t n, double* sum_of_squares);
 
+  // One thread per 64Ki chunk, clip.cpp's sum_squares (device_adamw.h).
+  void grad_sumsq_partials(const void* grad, DType grad_dtype, size_t n, double* partials) override;
+  // One thread adds them in order (device_adamw.h).
+  void accumulate(const double* partials, size_t count, double* sum) override;
+
   // *coefficient = clip_coefficient(sqrt(*sum_of_squares), max_norm) (optim/clip.h), bit for bit.
-  void clip_coefficient(const double* sum_of_squares, double max_norm, float* coefficient);
+  void clip_coefficient(const double* sum_of_squares, double max_norm, float* coefficient) override;
 
   struct State;
 

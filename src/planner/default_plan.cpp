@@ -15,18 +15,19 @@ Plan default_plan(const ModelConfig& config, const ModelLayout& layout, const Pl
   plan.weight_dtype = r.weight_dtype;
   plan.grad_dtype = r.grad_dtype;
   plan.update = r.clipping ? UpdateSchedule::AfterBackward : UpdateSchedule::DuringBackward;
+  plan.weight_upload = r.weight_upload;
   plan.units.assign(layout.units.size(), UnitPlacement::Streamed);
   if (layout.tied) plan.units[layout.embedding_unit()] = UnitPlacement::ResidentParams;
   plan.activations.assign(static_cast<size_t>(L), ActivationPlacement::OffloadToHost);
   const size_t budget = static_cast<size_t>(static_cast<double>(r.device_budget) * (1.0 - r.headroom));
   auto fits = [&](const Plan& p) { return device_bytes(config, layout, p, T, r.chunks).total() <= budget; };
 
-  if (r.allow_optimizer_on_gpu && r.resident_layers.value_or(L) == L && !r.offload_activations.value_or(false)) {
+  if (r.allow_optimizer_on_gpu && r.resident_layers.value_or(L) == L && r.gpu_optimizer_layers.value_or(L) == L &&
+      !r.offload_activations.value_or(false)) {
     Plan all = plan;
-    all.optimizer_on_gpu = true;
     all.grad_dtype = DType::F32;  // resident gradients accumulate over micro-chunks in fp32
     all.update = UpdateSchedule::AfterBackward;
-    all.units.assign(layout.units.size(), UnitPlacement::ResidentParams);
+    all.units.assign(layout.units.size(), UnitPlacement::ResidentWithOptimizer);
     all.activations.assign(static_cast<size_t>(L), ActivationPlacement::KeepOnGpu);
     if (fits(all)) return all;
   }
@@ -60,6 +61,16 @@ Plan default_plan(const ModelConfig& config, const ModelLayout& layout, const Pl
       break;
     }
     ++resident;
+  }
+  if (r.gpu_optimizer_layers.has_value()) {
+    FERRY_CHECK(*r.gpu_optimizer_layers <= resident, "plan",
+                "{} layers with their optimizer on the GPU were asked for, but only {} layers are resident; raise "
+                "resident_layers or the budget",
+                *r.gpu_optimizer_layers, resident);
+    for (int64_t l = L - 1; l >= L - *r.gpu_optimizer_layers; --l)
+      plan.units[layout.layer_unit(l)] = UnitPlacement::ResidentWithOptimizer;
+    FERRY_CHECK(fits(plan), "plan", "{} layers with their optimizer on the GPU do not fit the budget",
+                *r.gpu_optimizer_layers);
   }
   if (!r.resident_layers.has_value() && resident == L) {
     for (size_t u : {layout.embedding_unit(), layout.head_unit()}) {

@@ -8,7 +8,8 @@
 //   4. updates after the backward when clipping is on (exact global norm), else during it;
 //   0. before all that: when the whole model, its fp32 optimizer state and all activations fit,
 //      everything stays on the GPU and AdamW runs there (no PCIe traffic at all).
-// The user may force the slots, the activation placement and the resident count.
+// The user may force the slots, the activation placement, the resident count, how many of the
+// resident layers also keep their optimizer on the GPU, and how weights are uploaded.
 #pragma once
 
 #include <cstddef>
@@ -33,7 +34,10 @@ struct PlanRequest {
   std::optional<int64_t> slots;                 // forced number of slots
   std::optional<bool> offload_activations;      // forced: all on the host (true) or all on the GPU (false)
   std::optional<int64_t> resident_layers;       // forced number of resident layers (from the last)
-  bool allow_optimizer_on_gpu = false;          // the device can run AdamW (CUDA)
+  // Forced: of the resident layers, this many (from the last) are ResidentWithOptimizer.
+  std::optional<int64_t> gpu_optimizer_layers;
+  WeightUpload weight_upload = WeightUpload::HostShadow;
+  bool allow_optimizer_on_gpu = false;          // may choose the everything-on-the-GPU plan (CUDA)
 };
 
 // Throws ferry::Error, with the smallest budget that would work, when nothing fits.

@@ -5,6 +5,8 @@
 #include "core/arena.h"
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
+#include "optim/clip.h"
+#include "optim/host_array.h"
 
 namespace ferry {
 
@@ -33,6 +35,24 @@ size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DTyp
   return bytes;
 }
 
+size_t grad_norm_partials(const UnitLayout& unit) {
+  size_t count = 0;
+  for (const auto& p : unit.params) count += grad_sumsq_chunks(static_cast<size_t>(p.numel));
+  return count;
+}
+
+GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& plan) {
+  GpuOptimizerBytes g;
+  size_t largest = 0;
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    if (plan.units[u] != UnitPlacement::ResidentWithOptimizer) continue;
+    g.partials += grad_norm_partials(layout.units[u]);
+    largest = std::max(largest, static_cast<size_t>(layout.units[u].numel));
+  }
+  g.staging_elements = std::min(largest, kStateStagingElements);
+  return g;
+}
+
 DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, int64_t chunk_tokens,
                          int64_t chunks) {
   const size_t wd = dtype_size(plan.weight_dtype), gd = dtype_size(plan.grad_dtype);
@@ -43,12 +63,10 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
     switch (plan.units[u]) {
       case UnitPlacement::Streamed: largest_streamed = std::max(largest_streamed, n); break;
       case UnitPlacement::ResidentParams: b.resident += round_to_256(n * wd) + round_to_256(n * gd); break;
-      case UnitPlacement::ResidentWithOptimizer:
-        b.resident += round_to_256(n * wd) + round_to_256(n * gd) + 3 * round_to_256(n * sizeof(float));
+      case UnitPlacement::ResidentWithOptimizer:  // weights, fp32 gradients, fp32 master, m, v
+        b.resident += round_to_256(n * wd) + 4 * round_to_256(n * sizeof(float));
         break;
     }
-    if (plan.optimizer_on_gpu && plan.units[u] == UnitPlacement::ResidentParams)
-      b.resident += 3 * round_to_256(n * sizeof(float));
   }
   // Slots are sized to the largest unit that passes through them (sliding_engine.cpp).
   if (largest_streamed > 0)
@@ -67,7 +85,8 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   b.scratch = measure.used() + Arena::kAlignment;
   b.other = round_to_256(4 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) +
             round_to_256(static_cast<size_t>(config.head_dim) * 2) + 256;
-  if (plan.optimizer_on_gpu) b.other += 2 * 256;  // gradient sum of squares, clip coefficient
+  const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
+  if (g.staging_elements > 0) b.other += round_to_256(g.partials * sizeof(double)) + 256;  // partials; norm, clip
   // bf16 weights run on the CUDA ops (the only bf16 backend); fp32 weights on the CPU reference
   // ops of the simulated device, which keep no working memory of their own.
   if (plan.weight_dtype == DType::BF16) b.ops_workspace = cuda_ops_workspace_bytes(config, chunk_tokens, plan.grad_dtype);
@@ -77,26 +96,33 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
 HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, int64_t chunk_tokens,
                      int64_t chunks) {
   const size_t wd = dtype_size(plan.weight_dtype), gd = dtype_size(plan.grad_dtype);
-  const bool pinned_masters = plan.weight_upload == WeightUpload::ConvertOnUpload;
   HostBytes h;
-  size_t largest = 0;
-  for (const auto& unit : layout.units) {
-    const size_t n = static_cast<size_t>(unit.numel);
-    largest = std::max(largest, n);
-    h.pageable += n * 2 * sizeof(float);  // m, v
-    if (pinned_masters) {
-      h.pinned += n * sizeof(float) + n * gd;  // masters (uploaded as they are), gradient staging
-    } else {
-      h.pageable += n * sizeof(float);         // masters
-      h.pinned += n * wd + n * gd;             // weight shadow, gradient staging
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    const size_t n = static_cast<size_t>(layout.units[u].numel);
+    const bool on_host = plan.units[u] != UnitPlacement::ResidentWithOptimizer;
+    if (on_host && plan.weight_upload == WeightUpload::ConvertOnUpload) {
+      // (Not implemented by the engine, which refuses it.) The fp32 masters pinned and uploaded
+      // as they are, and a gradient buffer of its own: still 14 bytes/param with bf16 gradients.
+      h.pageable += 2 * HostArray::mapped_bytes(n);
+      h.pinned += n * sizeof(float) + n * gd;
+      continue;
     }
+    // fp32 master, m and v of every unit (for a ResidentWithOptimizer unit: the copy checkpoints
+    // read), each in its own huge-page mapping.
+    h.pageable += 3 * HostArray::mapped_bytes(n);
+    // One staging buffer per host-updated unit holds the weights to upload, or the gradient from
+    // its d2h until the update writes the new weights over it (unit_updater.h).
+    if (on_host) h.pinned += n * wd;
   }
-  if (plan.grad_dtype != DType::F32) h.pageable += largest * sizeof(float);
-  const size_t act = static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd;
+  const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
   for (auto a : plan.activations)
     if (a == ActivationPlacement::OffloadToHost) h.pinned += act;
   h.pinned += round_to_256(4 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256;  // tokens, loss
-  if (plan.optimizer_on_gpu) h.pinned += largest * sizeof(float) + 256;  // state staging, norm readback
+  const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
+  if (g.staging_elements > 0) {
+    h.pinned += g.staging_elements * sizeof(float) + 256;  // state transfers; clip and norm
+    if (!plan.optimizer_on_gpu()) h.pinned += g.partials * sizeof(double);  // norm partials for the host
+  }
   return h;
 }
 

@@ -17,10 +17,10 @@ namespace ferry {
 
 struct DeviceBytes {
   size_t slots = 0;        // weight + gradient slots for streamed units
-  size_t resident = 0;     // weights + gradients of resident units (+ fp32 master, m, v with the GPU optimizer)
+  size_t resident = 0;     // weights + gradients of resident units (fp32 gradients + master, m, v with the GPU optimizer)
   size_t activations = 0;  // kept boundary activations, offload staging, head input, activation gradients
   size_t scratch = 0;      // one layer's working memory for a micro-chunk, and the head's
-  size_t other = 0;        // token ids, rope tables, loss, norm and clip scalars
+  size_t other = 0;        // token ids, rope tables, loss; the GPU optimizer's norm partials and scalars
   // The CUDA ops' own working memory (cuBLASLt workspace, cross-entropy logits chunk, attention
   // and weight-gradient scratch), allocated by the ops on first use and kept: see
   // cuda_ops_workspace_bytes(). 0 with fp32 weights, which run on the CPU reference ops.
@@ -29,15 +29,28 @@ struct DeviceBytes {
 };
 
 struct HostBytes {
-  // fp32 m and v, fp32 masters (unless pinned for ConvertOnUpload), and the fp32 copy of one
-  // unit's gradient that bf16 gradients are widened into before the update.
+  // fp32 masters, m and v of every unit (12 bytes/param), in huge-page mappings (optim/host_array.h).
   size_t pageable = 0;
-  // Page-locked (DMA) memory: each unit's gradient and bf16 weight staging (or its fp32 masters
-  // with ConvertOnUpload), offloaded boundary activations, token staging, and the optimizer-state
-  // staging of the everything-on-the-GPU mode.
+  // Page-locked (DMA) memory: each host-updated unit's staging buffer (its weights to upload, or
+  // its gradient until the update: 2 bytes/param in bf16), offloaded boundary activations, token
+  // staging, and the GPU optimizer's transfers (state staging, norm partials, scalars).
   size_t pinned = 0;
   size_t total() const { return pageable + pinned; }
 };
+
+// The GPU optimizer's (ResidentWithOptimizer units') buffers beside their weights and state.
+// Gradient-norm partials: one double per 64Ki-element chunk of each parameter (clip.h), on the
+// device, and copied to the host when host-updated units share the norm. State staging: the
+// pinned buffer checkpoints and loads move master, m and v through, at most
+// kStateStagingElements floats (16 MiB) at a time.
+constexpr size_t kStateStagingElements = size_t{4} << 20;
+struct GpuOptimizerBytes {
+  size_t partials = 0;          // norm partials of all such units
+  size_t staging_elements = 0;  // floats of state staging; 0 when no unit has its optimizer on the GPU
+};
+GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& plan);
+// Norm partials of one unit: grad_sumsq_chunks of each of its parameters.
+size_t grad_norm_partials(const UnitLayout& unit);
 
 size_t round_to_256(size_t bytes);
 

@@ -25,18 +25,27 @@ const char* update_name(UpdateSchedule s) {
   return s == UpdateSchedule::AfterBackward ? "after-backward" : "during-backward";
 }
 
+bool Plan::optimizer_on_gpu() const {
+  if (units.empty()) return false;
+  for (auto u : units)
+    if (u != UnitPlacement::ResidentWithOptimizer) return false;
+  return true;
+}
+
 std::string Plan::describe() const {
-  if (optimizer_on_gpu)
-    return fmt::format("everything on the GPU (weights {}, gradients {}, fp32 masters and AdamW state; GPU AdamW), "
+  if (optimizer_on_gpu())
+    return fmt::format("everything on the GPU (weights {}, fp32 gradients, fp32 masters and AdamW state; GPU AdamW), "
                        "micro-batch {}",
-                       dtype_name(weight_dtype), dtype_name(grad_dtype), micro_batch);
-  int64_t resident = 0, offloaded = 0;
-  for (auto u : units) resident += (u == UnitPlacement::ResidentParams);
+                       dtype_name(weight_dtype), micro_batch);
+  int64_t resident = 0, with_optimizer = 0, offloaded = 0;
+  for (auto u : units) resident += (u != UnitPlacement::Streamed);
+  for (auto u : units) with_optimizer += (u == UnitPlacement::ResidentWithOptimizer);
   for (auto a : activations) offloaded += (a == ActivationPlacement::OffloadToHost);
-  return fmt::format("{} slots, {} of {} units resident, {} of {} boundary activations on the host, micro-batch {}, "
-                     "updates {}, weights {} / gradients {} on the GPU",
-                     gpu_slots, resident, units.size(), offloaded, activations.size(), micro_batch,
-                     update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype));
+  return fmt::format("{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
+                     "the host, micro-batch {}, updates {}, weights {} / gradients {} on the GPU, weights uploaded {}",
+                     gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), micro_batch,
+                     update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
+                     weight_upload_name(weight_upload));
 }
 
 }  // namespace ferry

@@ -14,18 +14,20 @@ namespace ferry {
 enum class UnitPlacement {
   Streamed,        // fp32 state on the host; weights uploaded into a GPU slot when needed
   ResidentParams,  // weights stay on the GPU (uploaded after each update); state on the host
-  // Weights, gradients, fp32 master, m and v stay on the GPU and GPU AdamW updates them: no PCIe
-  // traffic and no CPU work for this unit. (Every unit so placed = Plan::optimizer_on_gpu.)
+  // Weights, fp32 gradients, fp32 master, m and v stay on the GPU and the GPU AdamW updates them:
+  // no PCIe traffic and no CPU work for this unit; the host keeps a copy of its master, m and v
+  // only for checkpoints. (Every unit so placed = Plan::optimizer_on_gpu().)
   ResidentWithOptimizer,
 };
 
 // How a streamed or resident unit's new weights reach the GPU after a CPU update.
 enum class WeightUpload {
-  // The CPU AdamW also writes the bf16 weights into a pinned host shadow (2 bytes/param of host
-  // memory); the upload moves 2 bytes/param.
+  // The CPU AdamW also writes the bf16 weights into the unit's pinned staging buffer, the one its
+  // gradient arrived in (2 bytes/param of host memory for both); the upload moves 2 bytes/param.
   HostShadow,
-  // The fp32 masters themselves are pinned and uploaded; the GPU converts them into the slot
-  // (no shadow: 2 bytes/param less host memory, 2 bytes/param more PCIe traffic per upload).
+  // The fp32 masters themselves pinned and uploaded, converted on the GPU; the gradient then needs
+  // a pinned buffer of its own, so host memory stays 14 bytes/param while each upload moves 4
+  // bytes/param; it saves only the CPU AdamW's bf16 write. Not implemented: the engine refuses it.
   ConvertOnUpload,
 };
 
@@ -50,13 +52,14 @@ struct Plan {
   std::vector<ActivationPlacement> activations;  // one per decoder layer (+1: the head's input)
   UpdateSchedule update = UpdateSchedule::AfterBackward;
   DType weight_dtype = DType::BF16;          // weights on the GPU (F32 on the simulated device)
-  DType grad_dtype = DType::BF16;            // gradients on the GPU and across PCIe
+  // Gradients of the units updated on the host (slots, ResidentParams), on the GPU and across PCIe.
+  // ResidentWithOptimizer units always accumulate fp32 gradients.
+  DType grad_dtype = DType::BF16;
   WeightUpload weight_upload = WeightUpload::HostShadow;
-  // The whole model and its optimizer on the GPU: every unit resident, fp32 masters, m and v in
-  // device memory, clipping and AdamW on the GPU; the host only reads the loss. Needs a native
-  // (CUDA) device.
-  bool optimizer_on_gpu = false;
 
+  // Every unit ResidentWithOptimizer: the whole model and its optimizer on the GPU, the norm and
+  // the clip coefficient computed there too; the host only reads the loss.
+  bool optimizer_on_gpu() const;
   std::string describe() const;
 };
 

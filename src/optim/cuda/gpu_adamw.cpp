@@ -3,10 +3,13 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "optim/clip.h"
 #include "optim/cuda/gpu_adamw_kernels.h"
 #include "optim/gpu_adamw.h"
 
 namespace ferry {
+
+static_assert(gpu_adamw::kSumsqChunk == kGradNormChunk, "the GPU's norm partials must cut the chunks clip.cpp cuts");
 
 struct GpuAdamW::State {
   void* stream = nullptr;
@@ -85,6 +88,18 @@ void GpuAdamW::add_grad_sumsq(const void* grad, DType grad_dtype, size_t n, doub
   double* partials = state_->partials_for(chunks);
   gpu_adamw::launch_sumsq_partials(grad, grad_dtype == DType::BF16, n, partials, state_->stream);
   gpu_adamw::launch_accumulate(partials, chunks, sum_of_squares, state_->stream);
+}
+
+void GpuAdamW::grad_sumsq_partials(const void* grad, DType grad_dtype, size_t n, double* partials) {
+  FERRY_ASSERT(grad_dtype == DType::F32 || grad_dtype == DType::BF16, "gradients are F32 or BF16");
+  if (n == 0) return;
+  FERRY_ASSERT(grad != nullptr && partials != nullptr);
+  gpu_adamw::launch_sumsq_partials(grad, grad_dtype == DType::BF16, n, partials, state_->stream);
+}
+
+void GpuAdamW::accumulate(const double* partials, size_t count, double* sum) {
+  FERRY_ASSERT(sum != nullptr && (count == 0 || partials != nullptr));
+  gpu_adamw::launch_accumulate(partials, count, sum, state_->stream);
 }
 
 void GpuAdamW::clip_coefficient(const double* sum_of_squares, double max_norm, float* coefficient) {

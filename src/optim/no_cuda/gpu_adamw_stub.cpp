@@ -19,6 +19,12 @@ void GpuAdamW::step(const AdamWUnitBuffers&, std::span<const AdamWSegment>, cons
 
 void GpuAdamW::add_grad_sumsq(const void*, DType, size_t, double*) { fail("optim", "this ferry was built without CUDA"); }
 
+void GpuAdamW::grad_sumsq_partials(const void*, DType, size_t, double*) {
+  fail("optim", "this ferry was built without CUDA");
+}
+
+void GpuAdamW::accumulate(const double*, size_t, double*) { fail("optim", "this ferry was built without CUDA"); }
+
 void GpuAdamW::clip_coefficient(const double*, double, float*) { fail("optim", "this ferry was built without CUDA"); }
 
 }  // namespace ferry

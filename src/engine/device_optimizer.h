@@ -1,0 +1,87 @@
+// The sliding engine's units whose optimizer runs on the device (UnitPlacement::ResidentWithOptimizer):
+// their fp32 master, m and v in device memory beside the weights and fp32 gradients the engine
+// keeps resident for them, updated by a DeviceAdamW on the compute stream (GPU kernels on CUDA,
+// the reference AdamW as stream-ordered host tasks on the simulated device).
+//
+// The global gradient norm covers every unit, in unit order, exactly as the plain trainer sums it
+// (clip.h: one double per 64Ki-element chunk of each parameter, added in order). After a unit's
+// backward its partials are computed on the device, then:
+//  * every unit on the device (Plan::optimizer_on_gpu()): at the end of the backward the partials
+//    are added on the device in unit order, the clip coefficient is computed there, and every unit
+//    is updated; the host never waits (it reads the norm with the loss);
+//  * some units on the host: the partials are copied to the host and join the host units' partials
+//    in the UnitUpdater, which computes the norm. With clipping, the engine hands that norm back
+//    (update_with_norm) at the end of the step, the clip coefficient is uploaded (4 bytes) and the
+//    device units are updated, ahead of the next step's forward on the same stream. Without
+//    clipping each unit is updated right after its backward (update_unscaled).
+// Either way the device units' update reads the clip coefficient computed from the same norm as the
+// host units', so a step is the plain trainer's step whatever the split.
+//
+// The host's copies of master, m and v (UnitUpdater) are what checkpoints read and loads write:
+// upload_state() after a load, download_state() before a checkpoint.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "device/device.h"
+#include "engine/unit_updater.h"
+#include "model/unit_layout.h"
+#include "ops/ops.h"
+#include "optim/device_adamw.h"
+#include "planner/plan.h"
+
+namespace ferry {
+
+class DeviceOptimizer {
+ public:
+  // `weights` and `grads`: the engine's resident buffers, indexed by unit; those of the
+  // ResidentWithOptimizer units (fp32 gradients) are used. Allocates the state now.
+  DeviceOptimizer(Device& device, Ops& ops, const ModelLayout& layout, const Plan& plan, UnitUpdater& host,
+                  const std::vector<DeviceBuffer>& weights, const std::vector<DeviceBuffer>& grads);
+  DeviceOptimizer(const DeviceOptimizer&) = delete;
+  DeviceOptimizer& operator=(const DeviceOptimizer&) = delete;
+
+  // The host's master, m and v of every device unit to the device, and its weights converted from
+  // the masters. Blocks; the device must be idle.
+  void upload_state();
+  // The device's master, m and v back to the host's copies, if an update changed them. Blocks.
+  void download_state();
+
+  // Unit u's gradient of step `step` is complete on the compute stream (its backward is issued).
+  void gradient_done(size_t u, int64_t step, const AdamWHyper& hyper);
+  // Every unit on the device: the norm, the clip coefficient and every unit's update, on the
+  // device, after the step's last backward; then the norm's readback to the host (d2h stream).
+  void update_all(int64_t step, const AdamWHyper& hyper, double max_grad_norm);
+  // The norm update_all computed; valid once the d2h stream has passed the readback.
+  double read_norm() const;
+  // Some units on the host, with the after-backward schedule: the device units' update with the
+  // clip coefficient of the global norm the UnitUpdater computed.
+  void update_with_norm(int64_t step, const AdamWHyper& hyper, double norm, double max_grad_norm);
+
+ private:
+  void update(size_t u, int64_t step, const AdamWHyper& hyper, const float* grad_scale);
+  // Moves n floats between a host array and device memory through the pinned staging buffer.
+  void copy_in(void* device_dst, const float* host_src, size_t n);
+  void copy_out(float* host_dst, const void* device_src, size_t n);
+
+  Device& device_;
+  Ops& ops_;
+  const ModelLayout& layout_;
+  const Plan& plan_;
+  UnitUpdater& host_;
+  const std::vector<DeviceBuffer>& weights_;
+  const std::vector<DeviceBuffer>& grads_;
+  std::unique_ptr<DeviceAdamW> adamw_;
+  std::vector<size_t> units_;                       // the device units, in unit order
+  std::vector<DeviceBuffer> master_, m_, v_;        // indexed by unit (empty for host units)
+  std::vector<size_t> partial_offset_, partial_count_;  // per unit: its slice of the partials
+  DeviceBuffer partials_;                           // (all partials) doubles
+  DeviceBuffer scalars_;                            // [0, 8): sum of squares (double); [8, 12): clip (float)
+  PinnedBuffer partials_host_;                      // the partials' copy for the UnitUpdater
+  PinnedBuffer scalars_host_;                       // [0, 8): norm readback; [8, 12): clip to upload
+  PinnedBuffer staging_;                            // state transfers, in pieces
+  bool host_behind_ = false;                        // an update since the last download or upload
+};
+
+}  // namespace ferry

@@ -1,0 +1,62 @@
+// An fp32 array of optimizer state in host memory (fp32 masters, AdamW m and v of one unit),
+// allocated once, at its size, in transparent huge pages where the kernel offers them.
+//
+// Why huge pages: the CPU AdamW streams 12+ bytes/param through these arrays every step (~100 GB
+// for an 8B model). With 4 KiB pages that is 25 million TLB entries' worth of memory, and page
+// walks cost a noticeable share of a bandwidth-bound pass; a 2 MiB page covers 512 times more.
+// Arrays of 2 MiB or more are therefore mapped at a 2 MiB-aligned address and their whole huge
+// pages advised MADV_HUGEPAGE before anything touches them, so their first-touch faults (the
+// masters' copy, the first update's writes of m and v) can take whole huge pages; the tail past
+// the last whole huge page keeps 4 KiB pages (no up-to-2-MiB round-up per array). Where the advice is refused (a
+// kernel without transparent huge pages), the array keeps 4 KiB pages: huge_pages() says so and
+// the owner logs and counts it. Smaller arrays use ordinary pages (a huge page would mostly be
+// waste).
+//
+// The memory comes zero-filled and is committed page by page as it is first written.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+namespace ferry {
+
+class HostArray {
+ public:
+  HostArray() = default;
+  // `count` zeros. Throws ferry::Error, naming `what`, when the host cannot map the memory.
+  HostArray(size_t count, const char* what);
+  ~HostArray();
+  HostArray(HostArray&& other) noexcept;
+  HostArray& operator=(HostArray&& other) noexcept;
+  HostArray(const HostArray&) = delete;
+  HostArray& operator=(const HostArray&) = delete;
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return count_; }
+  std::span<float> span() { return {data_, count_}; }
+  std::span<const float> span() const { return {data_, count_}; }
+  // Copies `values` in; their count must be size().
+  void assign(std::span<const float> values);
+  // The mapping is 2 MiB-aligned and advised MADV_HUGEPAGE.
+  bool huge_pages() const { return huge_pages_; }
+
+  static constexpr size_t kHugePage = size_t{2} << 20;
+  // The bytes an array of `count` floats maps, whole 4 KiB pages (what the memory model counts).
+  static size_t mapped_bytes(size_t count);
+
+ private:
+  void release() noexcept;
+
+  float* data_ = nullptr;
+  size_t count_ = 0;
+  size_t mapped_bytes_ = 0;
+  bool huge_pages_ = false;
+};
+
+// The system's transparent-huge-page mode ("always", "madvise" or "never"), from
+// /sys/kernel/mm/transparent_hugepage/enabled; "unavailable" where the file is missing.
+std::string transparent_huge_page_mode();
+
+}  // namespace ferry

@@ -1,0 +1,75 @@
+// HostArray: the fp32 optimizer-state arrays in 2 MiB-aligned mappings advised into transparent
+// huge pages (the kernel marks such a mapping "hg" in /proc/self/smaps), zero-filled, movable.
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "optim/host_array.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+// The VmFlags line of the mapping that contains `p`.
+std::string vm_flags(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= addr && addr < hi;
+      continue;
+    }
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST(HostArray, LargeArraysAreHugePageAlignedAndAdvised) {
+  const size_t n = 3 * (HostArray::kHugePage / 4) + 5;  // 3 huge pages and a bit
+  HostArray a(n, "test array");
+  ASSERT_EQ(a.size(), n);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % HostArray::kHugePage, 0u);
+  EXPECT_EQ(HostArray::mapped_bytes(n), 3 * HostArray::kHugePage + 4096);
+  for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(a.data()[i], 0.0f);
+  a.data()[n - 1] = 1.5f;
+  const std::string mode = transparent_huge_page_mode();
+  std::printf("transparent huge pages: %s; %s\n", mode.c_str(), vm_flags(a.data()).c_str());
+  if (mode == "unavailable") GTEST_SKIP() << "no transparent huge pages in this kernel";
+  EXPECT_TRUE(a.huge_pages());
+  EXPECT_NE(vm_flags(a.data()).find(" hg"), std::string::npos) << vm_flags(a.data());
+}
+
+TEST(HostArray, SmallArraysUseOrdinaryPages) {
+  HostArray a(1000, "test array");
+  EXPECT_FALSE(a.huge_pages());
+  EXPECT_EQ(HostArray::mapped_bytes(1000), 4096u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % 4096, 0u);
+  HostArray empty(0, "empty");
+  EXPECT_EQ(empty.data(), nullptr);
+  EXPECT_EQ(empty.size(), 0u);
+}
+
+TEST(HostArray, AssignsMovesAndChecksTheCount) {
+  const auto values = test::random_vector(100003, 4);
+  HostArray a(values.size(), "test array");
+  a.assign(values);
+  const float* data = a.data();
+  HostArray b(std::move(a));
+  EXPECT_EQ(a.data(), nullptr);
+  EXPECT_EQ(b.data(), data);
+  EXPECT_EQ(std::vector<float>(b.data(), b.data() + b.size()), values);
+  HostArray c;
+  c = std::move(b);
+  EXPECT_EQ(c.data(), data);
+  EXPECT_THROW(c.assign(std::vector<float>(7)), Error);
+}
+
+}  // namespace
+}  // namespace ferry
