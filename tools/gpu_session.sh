@@ -22,10 +22,8 @@ nvidia-smi > "$L/nvidia-smi.log" 2>&1
 for part in ${PARTS:-tests roundtrip bench train}; do
   case "$part" in
     tests)
-      run device_test 120 "$B/device_cuda_gpu_test"
-      run parity 240 "$B/ops_cuda_parity_gpu_test"
-      run flash_attention_test 300 "$B/ops_flash_attention_gpu_test"
-      run golden_gpu 180 "$B/engine_hf_golden_gpu_test" ;;
+      # Every GPU test binary of the bundle, or those named in GPU_TESTS.
+      for t in ${GPU_TESTS:-$(cd "$B" && ls *_gpu_test)}; do run "$t" 300 "$B/$t"; done ;;
     roundtrip)
       stage roundtrip
       for d in .device/roundtrip/*/; do

@@ -7,8 +7,8 @@ build="$1"
 out=.device/bundle
 rm -rf "$out"
 mkdir -p "$out/lib"
-for f in ferry tests/device_cuda_gpu_test tests/ops_cuda_parity_gpu_test tests/ops_flash_attention_gpu_test \
-         tests/engine_hf_golden_gpu_test bench/ferry_kernel_bench bench/flash_attention_bench bench/cpu_adamw_bench; do
+for f in ferry "$build"/tests/*_gpu_test bench/ferry_kernel_bench bench/flash_attention_bench bench/cpu_adamw_bench; do
+  f="${f#"$build"/}"
   [ -f "$build/$f" ] && cp "$build/$f" "$out/" && strip "$out/$(basename "$f")"
 done
 for lib in $(ldd "$out"/* 2>/dev/null | awk '/=> \/(usr\/)?lib\/x86_64-linux-gnu/ {print $3}' | sort -u); do
