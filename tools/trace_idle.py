@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Reads a ferry timeline trace (config `trace:`) and says where the GPU waited.
+
+    tools/trace_idle.py TRACE.json [--gaps N]
+
+For each traced step: the numbers ferry logged (GPU idle over the step's wall time, and between its
+first and last kernel; h2d, d2h and CPU-update busy), recomputed from the spans as a check, then the
+N longest gaps of the compute stream: when, how long, the compute scope before and after, and what
+the other tracks ran meanwhile (their scopes, with the share of the gap each covers). Python's
+standard library only, so it runs wherever the trace is.
+"""
+import argparse
+import json
+import sys
+
+
+def union(intervals, lo, hi):
+    """Seconds of [lo, hi] covered by the (begin, end) intervals, overlaps counted once."""
+    covered, reach = 0.0, lo
+    for b, e in sorted((max(b, lo), min(e, hi)) for b, e in intervals):
+        if e <= reach:
+            continue
+        covered += e - max(b, reach)
+        reach = e
+    return covered
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("trace")
+    parser.add_argument("--gaps", type=int, default=10, help="longest compute gaps to list per step")
+    args = parser.parse_args()
+    with open(args.trace) as f:
+        trace = json.load(f)
+
+    tracks, spans, steps = {}, [], []
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            tracks[e["tid"]] = e["args"]["name"]
+        elif e.get("ph") == "X":
+            (steps if e.get("cat") == "step" else spans).append(e)
+    by_track = {}
+    for e in spans:
+        by_track.setdefault((tracks[e["tid"]], e["cat"]), []).append(e)
+    compute = sorted(by_track.get(("compute", "device"), []), key=lambda e: e["ts"])
+    if not steps:
+        sys.exit(f"{args.trace}: no traced step in this file")
+
+    for step in steps:
+        lo, hi = step["ts"], step["ts"] + step["dur"]
+        logged = step["args"]
+        busy = union([(e["ts"], e["ts"] + e["dur"]) for e in compute], lo, hi)
+        print(f"{step['name']}: {step['dur'] / 1e3:.1f} ms; GPU idle {logged['gpu_idle_percent']:.2f}% "
+              f"(recomputed {100 * (1 - busy / step['dur']):.2f}%), "
+              f"{logged['gpu_idle_between_first_and_last_kernel_percent']:.2f}% between the first and last kernel; "
+              f"h2d busy {logged['h2d_busy_percent']:.0f}%, d2h {logged['d2h_busy_percent']:.0f}%, "
+              f"cpu update {logged['cpu_update_busy_percent']:.0f}%")
+
+        inside = [e for e in compute if e["ts"] + e["dur"] > lo and e["ts"] < hi]
+        gaps, reach, before = [], lo, None
+        for e in inside:
+            if e["ts"] > reach:
+                gaps.append((e["ts"] - reach, reach, e["ts"], before, e))
+            if e["ts"] + e["dur"] > reach:
+                reach, before = e["ts"] + e["dur"], e
+        if reach < hi:
+            gaps.append((hi - reach, reach, hi, before, None))
+        gaps.sort(key=lambda g: -g[0])
+        print(f"  {len(gaps)} gaps on the compute stream; the longest:")
+        for length, b, e, prev, nxt in gaps[: args.gaps]:
+            name = lambda s: "(step edge)" if s is None else s.get("args", {}).get("scope", s["name"])
+            print(f"  {length / 1e3:8.3f} ms at +{(b - lo) / 1e3:.3f} ms: after {name(prev)}, before {name(nxt)}")
+            for track in ("host", "h2d", "d2h", "cpu update"):
+                cat = "device" if track in ("h2d", "d2h") else "host"
+                work = {}
+                for s in by_track.get((track, cat), []):
+                    share = union([(s["ts"], s["ts"] + s["dur"])], b, e)
+                    if share > 0:
+                        key = s.get("args", {}).get("scope", s["name"])
+                        work[key] = work.get(key, 0.0) + share
+                if work:
+                    top = sorted(work.items(), key=lambda kv: -kv[1])[:4]
+                    print(f"      {track:10s} " + ", ".join(f"{k} {100 * v / length:.0f}%" for k, v in top))
+
+
+if __name__ == "__main__":
+    main()
