@@ -1,7 +1,8 @@
 // The Hugging Face goldens on the GPU: the sliding engine on the CUDA device (bf16 weights,
 // activations and gradients; fp32 masters and AdamW on the host), with offloading on, must track
 // transformers' float64 losses and gradient norms over 3 clipped AdamW steps; so must the
-// everything-on-the-GPU mode (fp32 masters and AdamW state on the device, GPU AdamW).
+// everything-on-the-GPU mode (fp32 masters and AdamW state on the device, GPU AdamW), and a mix of
+// the two (some units with their optimizer on the GPU, the rest streamed through the host).
 //
 // Tolerance: every GEMM input is rounded to bf16 (unit roundoff 2^-8 = 3.9e-3) and each layer adds
 // its share; for these 2-layer models the loss, a mean of log-softmax terms, stays within 2% and
@@ -35,8 +36,13 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
   const int64_t B = golden.batch, S = golden.seq;
   const StepBatch batch = test::golden_batch(golden, 1);
 
-  for (bool optimizer_on_gpu : {false, true}) {
-  SCOPED_TRACE(optimizer_on_gpu ? "everything on the GPU" : "streamed, activations offloaded");
+  enum class Mode { Streamed, SomeUnitsWithOptimizer, EverythingOnGpu };
+  for (Mode mode : {Mode::Streamed, Mode::SomeUnitsWithOptimizer, Mode::EverythingOnGpu}) {
+  SCOPED_TRACE(mode == Mode::EverythingOnGpu          ? "everything on the GPU"
+               : mode == Mode::SomeUnitsWithOptimizer ? "the last layer (and an untied head) with GPU AdamW, the rest "
+                                                        "streamed"
+                                                      : "streamed, activations offloaded");
+  const bool optimizer_on_gpu = mode == Mode::EverythingOnGpu;
   auto device = make_cuda_device(0, size_t{1} << 30);
   auto ops = make_device_ops(*device);
   Plan plan;
@@ -46,6 +52,12 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
   if (w.layout.tied) plan.units[0] = UnitPlacement::ResidentParams;
   plan.activations.assign(static_cast<size_t>(w.config.num_layers), ActivationPlacement::OffloadToHost);
   plan.update = UpdateSchedule::AfterBackward;
+  if (mode == Mode::SomeUnitsWithOptimizer) {
+    // Beside bf16 gradients that land in the host's weight staging: the GPU units' fp32 norm
+    // partials join the host's, and their update waits for the host's norm.
+    plan.units[w.layout.layer_unit(w.config.num_layers - 1)] = UnitPlacement::ResidentWithOptimizer;
+    if (!w.layout.tied) plan.units[w.layout.head_unit()] = UnitPlacement::ResidentWithOptimizer;
+  }
   if (optimizer_on_gpu) {
     plan.grad_dtype = DType::F32;
     plan.units.assign(w.layout.units.size(), UnitPlacement::ResidentWithOptimizer);

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "device/trace_scope.h"
 #include "optim/clip.h"
 #include "planner/memory_model.h"
 
@@ -110,7 +109,6 @@ void DeviceOptimizer::download_state() {
 }
 
 void DeviceOptimizer::update(size_t u, int64_t step, const AdamWHyper& hyper, const float* grad_scale) {
-  const DeviceSpan traced(device_, StreamKind::Compute, "gpu adamw");  // kernels outside the Ops seam
   AdamWUnitBuffers b;
   b.master = master_[u].as<float>();
   b.m = m_[u].as<float>();

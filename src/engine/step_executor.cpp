@@ -65,7 +65,7 @@ class SlidingExecutor final : public StepExecutor {
   SlidingExecutor(std::unique_ptr<Device> device, const TrainConfig& config, ModelWeights weights, const Plan& plan)
       : device_(std::move(device)),
         trace_(config.trace.empty() ? nullptr : std::make_unique<StepTrace>(*device_, config.trace, config.trace_steps)),
-        ops_(trace_ ? trace_->make_ops() : make_device_ops(*device_)),
+        ops_(make_device_ops(trace_ ? trace_->device() : *device_)),
         plan_(plan) {
     engine_ = std::make_unique<SlidingEngine>(weights.config, weights.layout, trace_ ? trace_->device() : *device_,
                                               *ops_, plan_,
