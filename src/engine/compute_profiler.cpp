@@ -1,0 +1,300 @@
+// measure_compute (engine/machine_profiler.h): the compute stream's times for one model shape.
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "device/memory_ledger.h"
+#include "engine/machine_profiler.h"
+#include "engine/random_device_fill.h"
+#include "model/decoder_layer.h"
+#include "model/lm_head.h"
+#include "model/unit_params.h"
+#include "optim/gpu_adamw.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr const char* kWhere = "profile";
+
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+size_t free_device_bytes(Device& device) {
+  const MemoryStats m = device.memory();
+  return m.capacity - std::min(m.capacity, m.in_use);
+}
+
+// The sizes of one measurement: the model's units and micro-chunks of whole sequences.
+struct Shape {
+  const ModelConfig& config;
+  ModelLayout layout;
+  int64_t seq_len;
+  DType wd, gd;  // weights/activations, gradients
+
+  size_t unit_bytes(size_t unit, DType dtype) const {
+    return round_up(static_cast<size_t>(layout.units[unit].numel) * dtype_size(dtype));
+  }
+  size_t activation_bytes(int64_t tokens) const {
+    return round_up(static_cast<size_t>(tokens * config.hidden_size) * dtype_size(wd));
+  }
+  static size_t token_bytes(int64_t tokens) { return round_up(4 * static_cast<size_t>(tokens) * sizeof(int32_t)); }
+  // One layer's weights, gradients, scratch, four activations (x_in, x_out, dx_out, dx_in), tokens.
+  size_t layer_phase_bytes(int64_t tokens) const {
+    Arena measure = Arena::measuring();
+    carve_layer_scratch(measure, config, tokens, wd, true);
+    const size_t u = layout.layer_unit(0);
+    return unit_bytes(u, wd) + unit_bytes(u, gd) + measure.used() + Arena::kAlignment + 4 * activation_bytes(tokens) +
+           token_bytes(tokens) + 1024;
+  }
+  // The embedding and the head (weights, gradients), the head's scratch, three activations, tokens.
+  size_t ends_phase_bytes(int64_t tokens) const {
+    Arena measure = Arena::measuring();
+    carve_head_scratch(measure, config, tokens, wd);
+    const size_t e = layout.embedding_unit(), h = layout.head_unit();
+    return unit_bytes(e, wd) + unit_bytes(e, gd) + unit_bytes(h, wd) + unit_bytes(h, gd) + measure.used() +
+           Arena::kAlignment + 3 * activation_bytes(tokens) + token_bytes(tokens) + 256;
+  }
+};
+
+// The token arrays of micro-chunks of up to `capacity` tokens: sequences of seq_len tokens, each one
+// document (full causal attention, the most a sequence costs), random ids and targets.
+class ChunkTokens {
+ public:
+  ChunkTokens(Device& device, RandomDeviceFill& fill, const Shape& shape, int64_t capacity)
+      : capacity_(capacity), buffer_(device, Shape::token_bytes(capacity), "profile tokens") {
+    const size_t n = static_cast<size_t>(capacity);
+    const int32_t vocab = static_cast<int32_t>(shape.config.vocab_size);
+    fill.indices(ids(), n, vocab);
+    fill.indices(ids() + n, n, vocab);
+    PinnedBuffer host(device, 2 * n * sizeof(int32_t), "profile token staging");
+    int32_t* positions = host.as<int32_t>();
+    int32_t* doc_start = positions + n;
+    for (size_t t = 0; t < n; ++t) {
+      positions[t] = static_cast<int32_t>(static_cast<int64_t>(t) % shape.seq_len);
+      doc_start[t] = static_cast<int32_t>(static_cast<int64_t>(t) - positions[t]);
+    }
+    device.copy_to_device(ids() + 2 * n, host.data(), 2 * n * sizeof(int32_t), StreamKind::HostToDevice);
+    device.synchronize(device.record(StreamKind::HostToDevice));
+  }
+
+  TokenChunk chunk(int64_t tokens) const {
+    FERRY_ASSERT(tokens <= capacity_);
+    const size_t n = static_cast<size_t>(capacity_);
+    TokenChunk c;
+    c.tokens = tokens;
+    c.ids = ids();
+    c.targets = ids() + n;
+    c.positions = ids() + 2 * n;
+    c.doc_start = ids() + 3 * n;
+    return c;
+  }
+
+ private:
+  int32_t* ids() const { return buffer_.as<int32_t>(); }
+  int64_t capacity_;
+  DeviceBuffer buffer_;
+};
+
+Tensor rows(const DeviceBuffer& buffer, DType dtype, int64_t tokens, int64_t hidden) {
+  return Tensor(buffer.data(), dtype, {tokens, hidden});
+}
+
+struct LayerTimes {
+  LinearTime forward, backward;
+};
+
+LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vector<int64_t>& tokens,
+                      RandomDeviceFill& fill, const TimingOptions& timing) {
+  const int64_t most = tokens.back(), H = s.config.hidden_size;
+  const UnitLayout& unit = s.layout.units[s.layout.layer_unit(0)];
+  DeviceBuffer params(device, s.unit_bytes(s.layout.layer_unit(0), s.wd), "profile layer weights");
+  DeviceBuffer grads(device, s.unit_bytes(s.layout.layer_unit(0), s.gd), "profile layer gradients");
+  fill.unit(params.data(), s.wd, unit, static_cast<float>(s.config.initializer_range));
+  device.fill_zero(grads.data(), grads.bytes(), StreamKind::Compute);
+  Arena measure = Arena::measuring();
+  carve_layer_scratch(measure, s.config, most, s.wd, true);
+  DeviceBuffer scratch(device, measure.used() + Arena::kAlignment, "profile layer scratch");
+  DeviceBuffer x_in(device, s.activation_bytes(most), "profile layer input");
+  DeviceBuffer x_out(device, s.activation_bytes(most), "profile layer output");
+  DeviceBuffer dx_out(device, s.activation_bytes(most), "profile output gradient");
+  // The engine passes one buffer as both dx_out and dx_in (in place); a separate dx_in keeps every
+  // repeat's input the same, at the same cost.
+  DeviceBuffer dx_in(device, s.activation_bytes(most), "profile input gradient");
+  fill.values(x_in.data(), s.wd, static_cast<size_t>(most * H), 1.0f);
+  fill.values(dx_out.data(), s.wd, static_cast<size_t>(most * H), 1.0f);
+  ChunkTokens chunk_tokens(device, fill, s, most);
+
+  const std::vector<float> inv_freq = rope_inv_freq(s.config);
+  DeviceBuffer inv_freq_device(device, round_up(inv_freq.size() * sizeof(float)), "profile rope frequencies");
+  {
+    PinnedBuffer host(device, inv_freq.size() * sizeof(float), "profile rope staging");
+    std::memcpy(host.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
+    device.copy_to_device(inv_freq_device.data(), host.data(), host.bytes(), StreamKind::HostToDevice);
+    device.synchronize(device.record(StreamKind::HostToDevice));
+  }
+  const LayerContext ctx{&s.config, inv_freq_device.as<float>()};
+  const LayerParams p = layer_params(unit, params.data(), s.wd);
+  const LayerParams g = layer_params(unit, grads.data(), s.gd);
+
+  std::vector<TimedTokens> forward, backward;
+  for (const int64_t T : tokens) {
+    Arena arena(scratch.data(), scratch.bytes());
+    LayerScratch ls = carve_layer_scratch(arena, s.config, T, s.wd, true);
+    const TokenChunk chunk = chunk_tokens.chunk(T);
+    const Tensor in = rows(x_in, s.wd, T, H), out = rows(x_out, s.wd, T, H);
+    const Tensor d_out = rows(dx_out, s.wd, T, H), d_in = rows(dx_in, s.wd, T, H);
+    forward.push_back({T, time_on_device(device, [&] { layer_forward(ops, ctx, p, chunk, in, out, ls); }, timing)});
+    backward.push_back(
+        {T, time_on_device(device, [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls); }, timing)});
+  }
+  return {fit_linear_time(forward, "layer forward"), fit_linear_time(backward, "layer backward")};
+}
+
+struct EndTimes {
+  LinearTime embedding_forward, embedding_backward, head;
+};
+
+EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<int64_t>& tokens,
+                   RandomDeviceFill& fill, const TimingOptions& timing) {
+  const int64_t most = tokens.back(), H = s.config.hidden_size;
+  const size_t E = s.layout.embedding_unit(), Hd = s.layout.head_unit();
+  DeviceBuffer emb(device, s.unit_bytes(E, s.wd), "profile embedding weights");
+  DeviceBuffer emb_grads(device, s.unit_bytes(E, s.gd), "profile embedding gradients");
+  DeviceBuffer head(device, s.unit_bytes(Hd, s.wd), "profile head weights");
+  DeviceBuffer head_grads(device, s.unit_bytes(Hd, s.gd), "profile head gradients");
+  const float init = static_cast<float>(s.config.initializer_range);
+  fill.unit(emb.data(), s.wd, s.layout.units[E], init);
+  fill.unit(head.data(), s.wd, s.layout.units[Hd], init);
+  device.fill_zero(emb_grads.data(), emb_grads.bytes(), StreamKind::Compute);
+  device.fill_zero(head_grads.data(), head_grads.bytes(), StreamKind::Compute);
+  Arena measure = Arena::measuring();
+  carve_head_scratch(measure, s.config, most, s.wd);
+  DeviceBuffer scratch(device, measure.used() + Arena::kAlignment, "profile head scratch");
+  DeviceBuffer x(device, s.activation_bytes(most), "profile head input");
+  DeviceBuffer dx(device, s.activation_bytes(most), "profile head input gradient");
+  DeviceBuffer embedded(device, s.activation_bytes(most), "profile embedding output");
+  DeviceBuffer loss(device, 256, "profile loss");
+  fill.values(x.data(), s.wd, static_cast<size_t>(most * H), 1.0f);
+  fill.values(dx.data(), s.wd, static_cast<size_t>(most * H), 1.0f);
+  device.fill_zero(loss.data(), sizeof(float), StreamKind::Compute);
+  ChunkTokens chunk_tokens(device, fill, s, most);
+
+  const Tensor table = embedding_table(s.layout, emb.data(), s.wd);
+  const Tensor dtable = embedding_table(s.layout, emb_grads.data(), s.gd);
+  const HeadParams hp = head_params(s.layout, head.data(), emb.data(), s.wd);
+  const HeadParams hg = head_params(s.layout, head_grads.data(), emb_grads.data(), s.gd);
+  const Tensor loss_sum(loss.data(), DType::F32, {1});
+
+  std::vector<TimedTokens> emb_forward, emb_backward, head_times;
+  for (const int64_t T : tokens) {
+    Arena arena(scratch.data(), scratch.bytes());
+    HeadScratch hs = carve_head_scratch(arena, s.config, T, s.wd);
+    const TokenChunk chunk = chunk_tokens.chunk(T);
+    const Tensor in = rows(x, s.wd, T, H), d_in = rows(dx, s.wd, T, H), out = rows(embedded, s.wd, T, H);
+    const float grad_scale = 1.0f / static_cast<float>(T);
+    emb_forward.push_back(
+        {T, time_on_device(device, [&] { ops.embedding_forward(chunk.ids, table, out); }, timing)});
+    // The gradient flowing into the embedding is the layers' dx: `dx` holds random values of that shape.
+    emb_backward.push_back(
+        {T, time_on_device(device, [&] { ops.embedding_backward(chunk.ids, d_in, dtable); }, timing)});
+    head_times.push_back({T, time_on_device(device,
+                                            [&] {
+                                              head_forward_backward(ops, s.config, hp, &hg, chunk, in, grad_scale,
+                                                                    d_in, hs, loss_sum);
+                                            },
+                                            timing)});
+  }
+  return {fit_linear_time(emb_forward, "embedding forward"), fit_linear_time(emb_backward, "embedding backward"),
+          fit_linear_time(head_times, "head")};
+}
+
+// Parameters per second of the GPU AdamW with its share of the clipping pass (sum of squares, clip
+// coefficient), as the engine runs it per unit; 0 on a device without native streams.
+double gpu_adamw_rate(Device& device, DType grad_dtype, RandomDeviceFill& fill, const ProfileOptions& options) {
+  void* stream = device.native_stream(StreamKind::Compute);
+  if (stream == nullptr) return 0.0;
+  const size_t per_param = 3 * sizeof(float) + dtype_size(grad_dtype) + sizeof(uint16_t);
+  const size_t fits = free_device_bytes(device) / 2 / per_param;
+  const size_t n = std::min(static_cast<size_t>(options.gpu_adamw_params), fits) / 64 * 64;
+  FERRY_CHECK(n >= 64, kWhere, "no device memory left to measure the GPU AdamW; raise gpu_memory");
+  DeviceBuffer master(device, n * 4, "profile adamw master"), m(device, n * 4, "profile adamw m"),
+      v(device, n * 4, "profile adamw v"), grad(device, round_up(n * dtype_size(grad_dtype)), "profile adamw grad"),
+      out(device, round_up(n * 2), "profile adamw bf16"), sumsq(device, 256, "profile sum of squares"),
+      clip(device, 256, "profile clip coefficient");
+  fill.values(master.data(), DType::F32, n, 0.02f);
+  fill.values(grad.data(), grad_dtype, n, 1e-3f);
+  device.fill_zero(m.data(), n * 4, StreamKind::Compute);
+  device.fill_zero(v.data(), n * 4, StreamKind::Compute);
+  GpuAdamW adamw(stream);
+  AdamWUnitBuffers b;
+  b.master = master.as<float>();
+  b.m = m.as<float>();
+  b.v = v.as<float>();
+  b.grad = grad.data();
+  b.grad_dtype = grad_dtype;
+  b.bf16_out = out.as<uint16_t>();
+  const AdamWSegment all{0, n, true};
+  AdamWHyper hyper;
+  hyper.lr = 1e-5;
+  hyper.weight_decay = 0.01;
+  int64_t step = 0;
+  const double seconds = time_on_device(
+      device,
+      [&] {
+        device.fill_zero(sumsq.data(), sizeof(double), StreamKind::Compute);
+        adamw.add_grad_sumsq(grad.data(), grad_dtype, n, sumsq.as<double>());
+        adamw.clip_coefficient(sumsq.as<double>(), 1.0, clip.as<float>());
+        adamw.step(b, std::span<const AdamWSegment>(&all, 1), hyper, ++step, clip.as<float>());
+      },
+      options.timing);
+  return static_cast<double>(n) / seconds;
+}
+
+}  // namespace
+
+ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& config, int64_t seq_len,
+                               const ProfileOptions& options) {
+  FERRY_CHECK(seq_len >= 2, kWhere, "seq_len must be at least 2, got {}", seq_len);
+  const DType wd = engine_weight_dtype(device);
+  const Shape shape{config, build_model_layout(config), seq_len, wd, wd};
+
+  std::vector<int64_t> micro = options.micro_batches;
+  std::sort(micro.begin(), micro.end());
+  micro.erase(std::unique(micro.begin(), micro.end()), micro.end());
+  FERRY_CHECK(micro.size() >= 2 && micro.front() >= 1, kWhere,
+              "the compute times need two or more micro-batch sizes >= 1 to fit fixed + per-token seconds");
+  // An eighth stays free for the ops' own working memory (the CUDA ops allocate their GEMM
+  // workspace and the fused cross-entropy's logits from the device on first use).
+  const size_t usable = free_device_bytes(device) / 8 * 7;
+  std::vector<int64_t> tokens;
+  for (const int64_t m : micro) {
+    const int64_t T = m * seq_len;
+    const size_t need = std::max(shape.layer_phase_bytes(T), shape.ends_phase_bytes(T));
+    if (need <= usable) tokens.push_back(T);
+    else log_info("profile: micro-chunks of {} sequences need {} of device memory, {} can be used; measured without",
+                  m, format_bytes(need), format_bytes(usable));
+  }
+  if (tokens.size() < 2) {
+    const int64_t T = micro[1] * seq_len;
+    fail(kWhere,
+         "measuring the compute times needs micro-chunks of {} and {} sequences of {} tokens, which take {} of device "
+         "memory; {} can be used (7/8 of the free memory): lower seq_len or raise gpu_memory",
+         micro[0], micro[1], seq_len, format_bytes(std::max(shape.layer_phase_bytes(T), shape.ends_phase_bytes(T))),
+         format_bytes(usable));
+  }
+
+  RandomDeviceFill fill(device, options.seed);
+  ComputeProfile c;
+  const LayerTimes layer = time_layer(device, ops, shape, tokens, fill, options.timing);
+  c.layer_forward = layer.forward;
+  c.layer_backward = layer.backward;
+  const EndTimes ends = time_ends(device, ops, shape, tokens, fill, options.timing);
+  c.embedding_forward = ends.embedding_forward;
+  c.embedding_backward = ends.embedding_backward;
+  c.head = ends.head;
+  c.gpu_adamw_params_per_s = gpu_adamw_rate(device, shape.gd, fill, options);
+  return c;
+}
+
+}  // namespace ferry

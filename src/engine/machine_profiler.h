@@ -1,0 +1,65 @@
+// Measuring a machine profile (planner/profile.h) on a device, for one model shape and sequence
+// length: what the cost model needs to predict a plan's step time.
+//
+//   compute   one decoder layer's forward, its backward as the engine runs it (recompute +
+//             backward), the head (final norm + fused linear-cross-entropy, forward and backward),
+//             the embedding's forward and backward -- each at several micro-chunk sizes (whole
+//             sequences of seq_len tokens, one document each: full causal attention), fitted to
+//             fixed + per-token seconds; the GPU AdamW's rate (CUDA only; 0 elsewhere).
+//   transfer  pinned h2d and d2h bandwidth alone and both at once, and the latency of one copy.
+//   host      the CPU AdamW's rate on the global thread pool (bf16 gradients in), physical RAM, and
+//             optionally a directory's disk read and write rates.
+//
+// Weights are random (no model files needed) in the dtype the engine uses on this device: BF16 on
+// a CUDA device, F32 on the simulated one (it runs the fp32 CPU reference ops). Every buffer is
+// bounded by the device's free memory, so the simulated device's hard cap is respected.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include "core/dtype.h"
+#include "device/device.h"
+#include "engine/profile_timing.h"
+#include "io/model_config.h"
+#include "ops/ops.h"
+#include "planner/profile.h"
+
+namespace ferry {
+
+struct ProfileOptions {
+  // Micro-chunk sizes in sequences of seq_len tokens; the largest ones that do not fit the device
+  // are dropped (two at least must fit).
+  std::vector<int64_t> micro_batches = {1, 2, 4};
+  TimingOptions timing;
+  // One bandwidth copy, lowered to a quarter of free device memory. PCIe reaches its rate within a
+  // few MiB (64 MiB at 55 GB/s is 1.2 ms against ~10 us of per-copy latency, which the fit removes).
+  size_t copy_bytes = size_t{64} << 20;
+  size_t small_copy_bytes = size_t{4} << 10;  // the latency copy
+  int64_t gpu_adamw_params = int64_t{64} << 20;  // lowered to what free device memory holds
+  // Large enough that the CPU AdamW streams from DRAM, not from the caches; lowered to 1/16 of RAM.
+  int64_t cpu_adamw_params = int64_t{64} << 20;
+  bool measure_disk = false;
+  std::filesystem::path disk_dir;             // where the disk probe file is written and removed
+  size_t disk_bytes = size_t{256} << 20;
+  uint64_t seed = 20261129;
+};
+
+// The dtype of weights and activations on the device: BF16 with native (CUDA) streams, F32 on the
+// simulated device. Gradients cross PCIe in the same dtype.
+DType engine_weight_dtype(Device& device);
+
+// Measures everything above on `device` with `ops` (make_device_ops(device)). Throws ferry::Error
+// when two micro-chunks of seq_len tokens do not fit the device's free memory.
+MachineProfile measure_profile(Device& device, Ops& ops, const ModelConfig& config, int64_t seq_len,
+                               const ProfileOptions& options);
+
+// The parts, for callers that need only one (and for the tests).
+ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& config, int64_t seq_len,
+                               const ProfileOptions& options);
+TransferProfile measure_transfers(Device& device, const ProfileOptions& options);
+HostProfile measure_host(const ProfileOptions& options);
+
+}  // namespace ferry

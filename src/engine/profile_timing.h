@@ -1,0 +1,53 @@
+// Timing for the machine profile (engine/machine_profiler.h).
+//
+// The Device interface has no event timestamps, so work is timed from the host: a batch of runs is
+// issued, the device drained with synchronize_all(), and a steady clock read around both. A batch
+// long enough (TimingOptions::min_sample_seconds) makes the issue and drain overheads small beside
+// the work; the median of several such samples discards a sample disturbed by something else.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "device/device.h"
+#include "planner/profile.h"
+
+namespace ferry {
+
+struct TimingOptions {
+  int repeats = 5;                   // samples per measurement; the median is kept
+  double min_sample_seconds = 0.02;  // each sample runs the work enough times to last at least this
+  // A measurement stops taking samples (keeping at least 3) once it has run this long, so that a
+  // slow backend (the CPU reference on the simulated device) is measured in seconds.
+  double max_seconds = 2.0;
+};
+
+// Seconds of one run of `issue`, which queues work on the device and returns: one untimed warm-up
+// run (first-use allocations, plan caches), one run to size the batch, then the median over
+// samples of (batch of runs + synchronize_all) / batch.
+double time_on_device(Device& device, const std::function<void()>& issue, const TimingOptions& options);
+
+// The same for work that runs on the calling thread (the CPU AdamW).
+double time_on_host(const std::function<void()>& run, const TimingOptions& options);
+
+// How many runs make one sample last min_sample_seconds, given one run's seconds.
+int64_t runs_per_sample(double seconds_per_run, const TimingOptions& options);
+
+double median(std::vector<double> values);
+
+struct TimedTokens {
+  int64_t tokens = 0;
+  double seconds = 0.0;
+};
+
+// Least-squares fit of seconds = fixed_s + per_token_s * tokens over points at two or more
+// distinct token counts. Noise can push the fit out of the physical range; then, with a log line
+// naming `what`: a negative fixed part is refitted as a line through the origin, and a time that
+// does not grow with the tokens at all (work dominated by launch overhead) is modelled as
+// proportional to the tokens at the measured mean rate, so that per_token_s is always > 0.
+LinearTime fit_linear_time(std::span<const TimedTokens> points, const std::string& what);
+
+}  // namespace ferry

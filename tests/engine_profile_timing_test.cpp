@@ -1,0 +1,68 @@
+// The machine profile's timing arithmetic: the median, the batch size of a sample, and the fit of
+// fixed + per-token seconds with its fallbacks for noisy points.
+#include "core/log.h"
+#include "engine/profile_timing.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+class QuietLog : public ::testing::Test {
+ protected:
+  QuietLog() : saved_(log_level()) { set_log_level(LogLevel::Off); }
+  ~QuietLog() override { set_log_level(saved_); }
+  LogLevel saved_;
+};
+
+using ProfileTiming = QuietLog;
+
+TEST_F(ProfileTiming, MedianOfOddAndEvenCounts) {
+  EXPECT_EQ(median({3.0, 1.0, 2.0}), 2.0);
+  EXPECT_EQ(median({4.0, 1.0, 3.0, 2.0}), 2.5);
+  EXPECT_EQ(median({7.0}), 7.0);
+}
+
+TEST_F(ProfileTiming, SampleLastsAtLeastTheMinimum) {
+  TimingOptions o;
+  o.min_sample_seconds = 0.02;
+  EXPECT_EQ(runs_per_sample(0.05, o), 1);
+  EXPECT_EQ(runs_per_sample(0.001, o), 20);
+  EXPECT_EQ(runs_per_sample(0.0, o), 4096) << "capped";
+}
+
+TEST_F(ProfileTiming, FitRecoversALine) {
+  const TimedTokens points[] = {{512, 1e-4 + 512 * 3e-7}, {1024, 1e-4 + 1024 * 3e-7}, {2048, 1e-4 + 2048 * 3e-7}};
+  const LinearTime t = fit_linear_time(points, "test");
+  EXPECT_NEAR(t.fixed_s, 1e-4, 1e-12);
+  EXPECT_NEAR(t.per_token_s, 3e-7, 1e-15);
+}
+
+TEST_F(ProfileTiming, NegativeFixedPartIsRefittedThroughTheOrigin) {
+  const TimedTokens points[] = {{100, 0.9e-3}, {200, 2.1e-3}};
+  const LinearTime t = fit_linear_time(points, "test");
+  EXPECT_EQ(t.fixed_s, 0.0);
+  // Least squares through the origin: sum(t*y) / sum(t^2).
+  EXPECT_NEAR(t.per_token_s, (100 * 0.9e-3 + 200 * 2.1e-3) / (100.0 * 100 + 200.0 * 200), 1e-15);
+}
+
+TEST_F(ProfileTiming, TimeThatDoesNotGrowIsModelledAsProportional) {
+  const TimedTokens points[] = {{100, 2e-5}, {200, 1.8e-5}, {400, 1.9e-5}};
+  const LinearTime t = fit_linear_time(points, "test");
+  EXPECT_EQ(t.fixed_s, 0.0);
+  EXPECT_NEAR(t.per_token_s, (2e-5 / 100 + 1.8e-5 / 200 + 1.9e-5 / 400) / 3, 1e-15);
+  EXPECT_GT(t.per_token_s, 0.0);
+}
+
+TEST_F(ProfileTiming, HostTimingIsTheMedianRunTime) {
+  TimingOptions o;
+  o.repeats = 3;
+  o.min_sample_seconds = 0.0;
+  int runs = 0;
+  const double seconds = time_on_host([&] { ++runs; }, o);
+  EXPECT_GE(seconds, 0.0);
+  EXPECT_LT(seconds, 0.1);
+  EXPECT_EQ(runs, 2 + 3) << "a warm-up, a sizing run, then one run per sample";
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,117 @@
+// The machine profile's JSON: a saved profile loads back equal, and a bad one is refused with a
+// message that names the file and the field.
+#include <fstream>
+
+#include "core/error.h"
+#include "planner/profile.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+MachineProfile sample_profile() {
+  MachineProfile p;
+  p.device_name = "cuda:0 NVIDIA H200";
+  p.device_memory_bytes = 150e9;
+  p.shape_key = "llama-h4096-i14336-L32-q32x128-kv8-v128256-s2048-BF16";
+  p.seq_len = 2048;
+  p.weight_dtype = DType::BF16;
+  p.compute.embedding_forward = {1e-5, 1e-9};
+  p.compute.embedding_backward = {2e-5, 3e-9};
+  p.compute.layer_forward = {5e-5, 3.1e-7};
+  p.compute.layer_backward = {1.2e-4, 9.3e-7};
+  p.compute.head = {1e-4, 1.1e-6};
+  p.compute.gpu_adamw_params_per_s = 1.5e11;
+  p.transfer.h2d_bytes_per_s = 55e9;
+  p.transfer.d2h_bytes_per_s = 54e9;
+  p.transfer.duplex_h2d_bytes_per_s = 50e9;
+  p.transfer.duplex_d2h_bytes_per_s = 50.5e9;
+  p.transfer.latency_s = 8e-6;
+  p.host.threads = 16;
+  p.host.cpu_adamw_params_per_s = 4.1e9;
+  p.host.memory_bytes = 135e9;
+  p.host.disk_read_bytes_per_s = 1.9e9;
+  p.host.disk_write_bytes_per_s = 2.3e9;
+  return p;
+}
+
+// The error message of loading `json`, or "" when it loads.
+std::string load_error(const nlohmann::json& json) {
+  try {
+    profile_from_json(json, "h200.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ProfileJson, RoundTripsThroughAFile) {
+  test::ScratchDir dir("profile_json");
+  const MachineProfile p = sample_profile();
+  save_profile(dir / "p.json", p);
+  const MachineProfile back = load_profile(dir / "p.json");
+  EXPECT_EQ(profile_to_json(back), profile_to_json(p));
+  EXPECT_EQ(back.weight_dtype, DType::BF16);
+  EXPECT_EQ(back.seq_len, 2048);
+  EXPECT_EQ(back.compute.layer_backward.per_token_s, 9.3e-7);
+  EXPECT_EQ(back.host.threads, 16);
+}
+
+TEST(ProfileJson, MissingFieldIsNamed) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j["compute"].erase("layer_forward");
+  const std::string message = load_error(j);
+  EXPECT_NE(message.find("h200.json"), std::string::npos) << message;
+  EXPECT_NE(message.find("\"layer_forward\" is missing"), std::string::npos) << message;
+
+  j = profile_to_json(sample_profile());
+  j["transfer"].erase("latency_s");
+  EXPECT_NE(load_error(j).find("\"latency_s\" is missing"), std::string::npos) << load_error(j);
+}
+
+TEST(ProfileJson, NegativeOrZeroRateIsNamed) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j["transfer"]["h2d_bytes_per_s"] = -55e9;
+  EXPECT_NE(load_error(j).find("\"h2d_bytes_per_s\" = -55000000000 is not a finite non-negative number"),
+            std::string::npos)
+      << load_error(j);
+
+  j = profile_to_json(sample_profile());
+  j["host"]["cpu_adamw_params_per_s"] = 0.0;
+  EXPECT_NE(load_error(j).find("\"cpu_adamw_params_per_s\" must be positive"), std::string::npos) << load_error(j);
+
+  j = profile_to_json(sample_profile());
+  j["compute"]["layer_forward"]["per_token_s"] = 0.0;
+  EXPECT_NE(load_error(j).find("per_token_s > 0"), std::string::npos) << load_error(j);
+}
+
+TEST(ProfileJson, WrongVersionOrTypeIsRefused) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j["version"] = MachineProfile::kVersion + 1;
+  EXPECT_NE(load_error(j).find("version"), std::string::npos) << load_error(j);
+
+  j = profile_to_json(sample_profile());
+  j["seq_len"] = "2048";
+  EXPECT_NE(load_error(j).find("\"seq_len\" is missing or not a number"), std::string::npos) << load_error(j);
+
+  j = profile_to_json(sample_profile());
+  j["weight_dtype"] = "BF17";
+  EXPECT_NE(load_error(j).find("weight_dtype"), std::string::npos) << load_error(j);
+}
+
+TEST(ProfileJson, FileThatIsNotJsonIsRefused) {
+  test::ScratchDir dir("profile_json");
+  {
+    std::ofstream(dir / "bad.json") << "{\"version\": 1,";
+  }
+  try {
+    load_profile(dir / "bad.json");
+    FAIL() << "expected ferry::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not valid JSON"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_profile(dir / "missing.json"), Error);
+}
+
+}  // namespace
+}  // namespace ferry
