@@ -1,4 +1,4 @@
-// ferry's command line: `ferry train | init | eval | demo`.
+// ferry's command line: `ferry train | init | eval | demo | tokenize | profile`.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   ferry::cli::add_eval_command(app);
   ferry::cli::add_demo_command(app);
   ferry::cli::add_tokenize_command(app);
+  ferry::cli::add_profile_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,152 @@
+// `ferry profile CONFIG.yaml [key=value ...]`: measures this machine's profile for the config's model
+// shape and seq_len (ignoring the cache), prints it, and saves it to the cache and to --out.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "device/memory_ledger.h"
+#include "engine/machine_profiler.h"
+#include "engine/model_init.h"
+#include "engine/profile_cache.h"
+#include "engine/train_config.h"
+#include "model/unit_layout.h"
+#include "ops/device_ops.h"
+
+namespace ferry::cli {
+
+namespace {
+
+constexpr const char* kWhere = "profile";
+
+ModelConfig profiled_model(const TrainConfig& config, const std::string& preset) {
+  if (!preset.empty()) {
+    const size_t slash = preset.find('/');
+    FERRY_CHECK(slash != std::string::npos, kWhere, "--preset must be ARCH/NAME, e.g. llama/llama-3.1-8b; got '{}'",
+                preset);
+    return preset_config(preset.substr(0, slash), preset.substr(slash + 1));
+  }
+  FERRY_CHECK(!config.model.empty(), kWhere,
+              "no model given; set `model:` to a Hugging Face model directory (only its config.json is read), or give "
+              "--preset ARCH/NAME");
+  return load_model_config(config.model);
+}
+
+// "cuda" or "sim": the device a training run with this config would slide over.
+std::string profiled_device_kind(const TrainConfig& config) {
+  std::string kind = config.device;
+  if (kind == "auto") kind = cuda_available() ? "cuda" : "sim";
+  FERRY_CHECK(kind != "cpu", kWhere,
+              "device: cpu trains without a device, so there is nothing to profile; use device=cuda or device=sim");
+  return kind;
+}
+
+std::unique_ptr<Device> profiled_device(const TrainConfig& config, const std::string& kind) {
+  const size_t budget =
+      config.gpu_memory.empty() ? 0 : static_cast<size_t>(parse_byte_size(config.gpu_memory, "gpu_memory"));
+  if (kind == "cuda") return make_cuda_device(0, budget);
+  SimDeviceOptions options;
+  if (budget > 0) options.memory_capacity = budget;
+  return make_sim_device(options);
+}
+
+std::string rate(double bytes_per_s) { return fmt::format("{:.1f} GB/s", bytes_per_s / 1e9); }
+std::string params_rate(double per_s) { return per_s > 0 ? fmt::format("{:.2f} G params/s", per_s / 1e9) : "-"; }
+
+// "0.120 ms + 1.234 us/token  (at 2048 tokens: 2.647 ms)", and the model FLOP rate when given.
+std::string linear(const LinearTime& t, int64_t tokens, double flops_per_token = 0.0) {
+  std::string s = fmt::format("{:8.3f} ms + {:8.4f} us/token   at {} tokens: {:8.3f} ms", t.fixed_s * 1e3,
+                              t.per_token_s * 1e6, tokens, t.at(tokens) * 1e3);
+  if (flops_per_token > 0)
+    s += fmt::format("  ({:.3g} TFLOP/s)", flops_per_token * static_cast<double>(tokens) / t.at(tokens) / 1e12);
+  return s;
+}
+
+void print_profile(const MachineProfile& p, const ModelConfig& model) {
+  // FLOPs per token of one layer's forward: 2 per weight, plus causal attention's QK^T and PV
+  // (2 * 2 * seq_len * q_dim, halved by the causal mask). The backward with its recompute: 3x.
+  const ModelLayout layout = build_model_layout(model);
+  const double layer_flops = 2.0 * static_cast<double>(layout.units[layout.layer_unit(0)].numel) +
+                             2.0 * static_cast<double>(p.seq_len * model.q_dim());
+  const double head_flops = 6.0 * static_cast<double>(model.vocab_size * model.hidden_size);
+  const int64_t T = p.seq_len;
+  std::printf("machine profile: %s, %s of device memory\n", p.device_name.c_str(),
+              format_bytes(static_cast<size_t>(p.device_memory_bytes)).c_str());
+  std::printf("model shape:     %s\n\n", p.shape_key.c_str());
+  std::printf("compute (one micro-chunk: fixed + per token)\n");
+  std::printf("  layer forward       %s\n", linear(p.compute.layer_forward, T, layer_flops).c_str());
+  std::printf("  layer backward      %s\n", linear(p.compute.layer_backward, T, 3 * layer_flops).c_str());
+  std::printf("  head fwd+bwd        %s\n", linear(p.compute.head, T, head_flops).c_str());
+  std::printf("  embedding forward   %s\n", linear(p.compute.embedding_forward, T).c_str());
+  std::printf("  embedding backward  %s\n", linear(p.compute.embedding_backward, T).c_str());
+  std::printf("  GPU AdamW           %s\n\n", params_rate(p.compute.gpu_adamw_params_per_s).c_str());
+  std::printf("transfer (pinned)\n");
+  std::printf("  h2d alone           %s\n", rate(p.transfer.h2d_bytes_per_s).c_str());
+  std::printf("  d2h alone           %s\n", rate(p.transfer.d2h_bytes_per_s).c_str());
+  std::printf("  both at once        h2d %s, d2h %s\n", rate(p.transfer.duplex_h2d_bytes_per_s).c_str(),
+              rate(p.transfer.duplex_d2h_bytes_per_s).c_str());
+  std::printf("  latency per copy    %.1f us\n\n", p.transfer.latency_s * 1e6);
+  std::printf("host\n");
+  std::printf("  CPU AdamW           %s on %d threads\n", params_rate(p.host.cpu_adamw_params_per_s).c_str(),
+              p.host.threads);
+  std::printf("  RAM                 %s\n", format_bytes(static_cast<size_t>(p.host.memory_bytes)).c_str());
+  if (p.host.disk_write_bytes_per_s > 0)
+    std::printf("  disk                write %s, read %s\n", rate(p.host.disk_write_bytes_per_s).c_str(),
+                rate(p.host.disk_read_bytes_per_s).c_str());
+  else
+    std::printf("  disk                not measured\n");
+}
+
+}  // namespace
+
+void add_profile_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "profile", "Measure this machine for a model shape (compute, copies, CPU AdamW, disk); print and save it");
+  struct Args {
+    std::string config;
+    std::vector<std::string> overrides;
+    std::string out, preset, disk_dir;
+    bool no_disk = false;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("config", a->config, "YAML config: model, seq_len, device, gpu_memory, threads are read")->required();
+  cmd->add_option("overrides", a->overrides, "key=value settings that override the file");
+  cmd->add_option("--out", a->out, "also save the profile here (e.g. bench/profiles/h200-SHAPE.json)");
+  cmd->add_option("--preset", a->preset, "profile a preset's shape instead of `model:` (ARCH/NAME, see ferry init --list)");
+  cmd->add_option("--disk-dir", a->disk_dir, "directory whose disk is measured (default: the profile cache)");
+  cmd->add_flag("--no-disk", a->no_disk, "skip the disk measurement");
+  cmd->callback([a] {
+    const TrainConfig config = load_train_config(a->config, a->overrides);
+    if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
+    const std::string kind = profiled_device_kind(config);
+    const ModelConfig model = profiled_model(config, a->preset);
+    std::unique_ptr<Device> device = profiled_device(config, kind);
+    std::unique_ptr<Ops> ops = make_device_ops(*device);
+
+    const std::filesystem::path cache_dir = default_profile_cache_dir();
+    ProfileOptions options;
+    options.measure_disk = !a->no_disk;
+    options.disk_dir = a->disk_dir.empty() ? cache_dir : std::filesystem::path(a->disk_dir);
+    if (options.measure_disk && options.disk_dir.empty()) {
+      log_warn("profile: no directory for the disk measurement (set FERRY_CACHE_DIR or give --disk-dir); skipped");
+      options.measure_disk = false;
+    }
+    const MachineProfile profile = measure_profile(*device, *ops, model, config.seq_len, options);
+    print_profile(profile, model);
+    if (!cache_dir.empty()) {
+      const auto path = profile_cache_path(cache_dir, profile.device_name, profile.shape_key);
+      std::filesystem::create_directories(path.parent_path());
+      save_profile(path, profile);
+      log_info("saved {}", path.string());
+    }
+    if (!a->out.empty()) {
+      const std::filesystem::path out(a->out);
+      if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+      save_profile(out, profile);
+      log_info("saved {}", out.string());
+    }
+  });
+}
+
+}  // namespace ferry::cli
