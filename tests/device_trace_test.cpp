@@ -159,8 +159,9 @@ TEST(Tracer, RecordsTheTracedStepOnly) {
     {
       const TraceScope scope(device, "layer.0", "forward");
       device.fill_zero(buffer.data(), 64, StreamKind::Compute);
-      const DeviceSpan kernel(device, StreamKind::Compute, "kernel");
-      device.host_task(StreamKind::Compute, [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+      tracer.device_work(StreamKind::Compute, "kernel", -1, [&] {
+        device.host_task(StreamKind::Compute, [] { std::this_thread::sleep_for(std::chrono::milliseconds(5)); });
+      });
     }
     device.wait(StreamKind::DeviceToHost, device.record(StreamKind::Compute));
     device.copy_to_host(host.data(), buffer.data(), 4096, StreamKind::DeviceToHost);

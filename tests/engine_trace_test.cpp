@@ -12,9 +12,14 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "data/packing.h"
 #include "engine/model_init.h"
+#include "engine/sliding_engine.h"
+#include "engine/step_batch.h"
+#include "engine/step_trace.h"
 #include "engine/train_config.h"
 #include "engine/trainer.h"
+#include "ops/device_ops.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -25,6 +30,43 @@ std::string read_text(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Reads a trace file: for every stream track, its device spans (and separately its scope parents)
+// in begin order must not overlap, and every span lies inside a traced step. Returns, per track
+// name, how often each span name occurs.
+std::map<std::string, std::map<std::string, int>> check_trace(const nlohmann::json& trace) {
+  std::map<int, std::string> tracks;  // tid -> name
+  std::vector<std::pair<double, double>> windows;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int>()] = e["args"]["name"];
+    if (e["ph"] == "X" && e["cat"] == "step")
+      windows.emplace_back(e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>());
+  }
+  EXPECT_EQ(tracks.size(), 5u);
+  EXPECT_FALSE(windows.empty());
+  const double slack = 1e-3;  // microseconds: rounding of the conversion
+  std::map<std::pair<std::string, std::string>, std::vector<std::pair<double, double>>> by_track;
+  std::map<std::string, std::map<std::string, int>> names;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] != "X" || e["cat"] == "step") continue;
+    const std::string track = tracks.at(e["tid"].get<int>());
+    const double b = e["ts"].get<double>(), d = e["dur"].get<double>();
+    EXPECT_GE(d, 0.0);
+    const bool inside = std::any_of(windows.begin(), windows.end(), [&](const auto& w) {
+      return b >= w.first - slack && b + d <= w.second + slack;
+    });
+    EXPECT_TRUE(inside) << e.dump();
+    by_track[{track, e["cat"].get<std::string>()}].emplace_back(b, b + d);
+    ++names[track][e["name"].get<std::string>()];
+  }
+  for (auto& [key, spans] : by_track) {
+    if (key.first == "host" || key.first == "cpu update") continue;  // host scopes nest
+    std::sort(spans.begin(), spans.end());
+    for (size_t i = 1; i < spans.size(); ++i)
+      EXPECT_LE(spans[i - 1].second, spans[i].first + slack) << key.first << " " << key.second << " span " << i;
+  }
+  return names;
 }
 
 class TraceTest : public ::testing::Test {
@@ -72,39 +114,7 @@ TEST_F(TraceTest, TracedStepIsAValidTimelineOfEveryTrack) {
   ASSERT_TRUE(std::filesystem::exists(path));
   const nlohmann::json trace = nlohmann::json::parse(read_text(path));
 
-  std::map<int, std::string> tracks;  // tid -> name
-  double step_begin = 0, step_end = -1;
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] == "M" && e["name"] == "thread_name") tracks[e["tid"].get<int>()] = e["args"]["name"];
-    if (e["ph"] == "X" && e["cat"] == "step") {
-      EXPECT_EQ(e["name"], "step 3");
-      step_begin = e["ts"].get<double>();
-      step_end = step_begin + e["dur"].get<double>();
-    }
-  }
-  ASSERT_GT(step_end, step_begin);
-  EXPECT_EQ(tracks.size(), 5u);
-
-  // Per track and category, the spans in begin order; a stream runs one thing at a time.
-  std::map<std::pair<std::string, std::string>, std::vector<std::pair<double, double>>> by_track;
-  std::map<std::string, std::map<std::string, int>> names;  // track -> span name -> count
-  const double slack = 1e-3;                                 // microseconds: rounding of the conversion
-  for (const auto& e : trace["traceEvents"]) {
-    if (e["ph"] != "X" || e["cat"] == "step") continue;
-    const std::string track = tracks.at(e["tid"].get<int>());
-    const double b = e["ts"].get<double>(), d = e["dur"].get<double>();
-    EXPECT_GE(d, 0.0);
-    EXPECT_GE(b, step_begin - slack) << e.dump();
-    EXPECT_LE(b + d, step_end + slack) << e.dump();
-    by_track[{track, e["cat"].get<std::string>()}].emplace_back(b, b + d);
-    ++names[track][e["name"].get<std::string>()];
-  }
-  for (auto& [key, spans] : by_track) {
-    if (key.first == "host" || key.first == "cpu update") continue;  // host scopes nest
-    std::sort(spans.begin(), spans.end());
-    for (size_t i = 1; i < spans.size(); ++i)
-      EXPECT_LE(spans[i - 1].second, spans[i].first + slack) << key.first << " " << key.second << " span " << i;
-  }
+  auto names = check_trace(trace);
   EXPECT_GT(names["compute"]["linear_forward"], 0);
   EXPECT_GT(names["compute"]["attention_backward"], 0);
   EXPECT_GT(names["compute"]["linear_cross_entropy"], 0);
@@ -136,6 +146,62 @@ TEST_F(TraceTest, TracingChangesNoBit) {
   const nlohmann::json trace = nlohmann::json::parse(read_text(scratch_ / "t.json"));
   ASSERT_EQ(trace["otherData"]["steps"].size(), 3u);
   EXPECT_EQ(trace["otherData"]["steps"][2]["step"], 4);
+  check_trace(trace);
+}
+
+// The engine with part of the optimizer on the device: the device AdamW's work shows on the compute
+// track between the ops, one thing at a time.
+TEST_F(TraceTest, DeviceOptimizerWorkIsOnTheComputeTrack) {
+  const ModelConfig model = preset_config("llama", "tiny");
+  const ModelLayout layout = build_model_layout(model);
+  std::vector<std::vector<float>> units;
+  init_random_weights(model, 3, units);
+  Plan plan;
+  plan.micro_batch = 2;
+  plan.gpu_slots = 2;
+  plan.weight_dtype = DType::F32;
+  plan.grad_dtype = DType::F32;
+  plan.units.assign(layout.units.size(), UnitPlacement::Streamed);
+  plan.units[layout.embedding_unit()] = UnitPlacement::ResidentWithOptimizer;  // tied: must be resident
+  plan.units[layout.head_unit()] = UnitPlacement::ResidentWithOptimizer;
+  plan.activations.assign(static_cast<size_t>(model.num_layers), ActivationPlacement::OffloadToHost);
+
+  std::mt19937_64 rng(9);
+  std::vector<Document> documents(8);
+  for (Document& d : documents)
+    for (int i = 0; i < 30; ++i) {
+      d.input_ids.push_back(static_cast<int32_t>(rng() % 300));
+      d.labels.push_back(d.input_ids.back());
+    }
+  const std::vector<PackedRow> rows = pack_documents(documents, 32, true);
+  std::vector<const PackedRow*> picked;
+  for (int r = 0; r < 4; ++r) picked.push_back(&rows[static_cast<size_t>(r) % rows.size()]);
+  const StepBatch batch = make_step_batch(picked, 32, 2);
+
+  auto sim = make_sim_device({});
+  const auto path = scratch_ / "engine.json";
+  StepTrace trace(*sim, path, {2});
+  auto ops = make_device_ops(trace.device());
+  SlidingEngine engine(model, layout, trace.device(), *ops, plan, 64, 2, false);
+  for (size_t u = 0; u < units.size(); ++u) engine.host().unit(u).master.assign(units[u]);
+  engine.weights_changed(0);
+  const LogLevel saved = log_level();
+  set_log_level(LogLevel::Warn);
+  AdamWHyper hyper;
+  hyper.lr = 1e-3;
+  for (int64_t step = 1; step <= 3; ++step) {
+    trace.begin(step);
+    engine.step(step, batch, hyper, 1.0);
+    trace.end();
+  }
+  set_log_level(saved);
+  engine.finish_updates();
+
+  auto names = check_trace(nlohmann::json::parse(read_text(path)));
+  EXPECT_GT(names["compute"]["adamw"], 0);
+  EXPECT_GT(names["compute"]["grad_sumsq_partials"], 0);
+  EXPECT_GT(names["compute"]["linear_forward"], 0);
+  EXPECT_GT(names["cpu update"]["adamw layer.0"], 0);
 }
 
 TEST_F(TraceTest, ConfigKeysAndRefusals) {

@@ -1,8 +1,5 @@
 #include "device/trace_scope.h"
 
-#include <exception>
-
-#include "core/log.h"
 #include "device/tracer.h"
 
 namespace ferry {
@@ -42,25 +39,6 @@ HostSpan::HostSpan(Device& device, TraceTrack track, std::string_view what, std:
 
 HostSpan::~HostSpan() {
   if (tracer_ != nullptr) tracer_->close_host_span(span_);
-}
-
-DeviceSpan::DeviceSpan(Device& device, StreamKind stream, std::string_view what)
-    : device_(device), stream_(stream) {
-  Tracer* tracer = device.tracer();
-  if (tracer == nullptr || !tracer->recording()) return;
-  name_ = what;
-  begin_ = device_.record_stamp(stream_);
-  tracer_ = tracer;
-}
-
-DeviceSpan::~DeviceSpan() {
-  if (tracer_ == nullptr) return;
-  try {
-    tracer_->add_device_span(stream_, name_, -1, begin_, device_.record_stamp(stream_));
-  } catch (const std::exception& e) {
-    // A destructor must not throw; the device error surfaces again at the next synchronize.
-    log_warn("[trace] could not close the span '{}': {}", name_, e.what());
-  }
 }
 
 }  // namespace ferry

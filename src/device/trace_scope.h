@@ -1,6 +1,7 @@
 // What engine code says to the timeline trace (device/tracer.h), through the Device it already
-// holds. Each is a no-op costing a null test when the device carries no tracer (no `trace:`), and
-// a boolean test more when it does but the step is not traced.
+// holds: names for the device work it issues, and its own host work. (The device work itself is
+// timed by the decorators: TracingDevice, TracingOps, TracingAdamW.) Each is a no-op costing a null
+// test when the device carries no tracer (no `trace:`).
 #pragma once
 
 #include <string>
@@ -37,23 +38,6 @@ class HostSpan {
  private:
   Tracer* tracer_ = nullptr;
   uint64_t span_ = 0;
-};
-
-// Device work issued to a stream by other means than the traced Device and Ops calls (the GPU
-// AdamW kernels), bracketed by two stamps while a step is traced.
-class DeviceSpan {
- public:
-  DeviceSpan(Device& device, StreamKind stream, std::string_view what);
-  ~DeviceSpan();
-  DeviceSpan(const DeviceSpan&) = delete;
-  DeviceSpan& operator=(const DeviceSpan&) = delete;
-
- private:
-  Device& device_;
-  Tracer* tracer_ = nullptr;
-  StreamKind stream_;
-  std::string name_;
-  StampId begin_ = 0;
 };
 
 }  // namespace ferry

@@ -4,7 +4,7 @@
 //
 // * A traced step has a window, opened by begin_step() when the host enters the step and closed by
 //   end_step() once it holds the step's loss. Only while it is open do the decorators that issue
-//   work (TracingDevice, TracingOps) bracket each copy, fill and op with two timeline stamps
+//   work (TracingDevice, TracingOps, TracingAdamW) bracket each copy, fill and op with two stamps
 //   (Device::record_stamp), named by the op and by the innermost TraceScope the engine opened.
 //   Outside the windows they issue work exactly as without a trace; without `trace:` they are not
 //   there at all, so an untraced run pays nothing.
@@ -60,8 +60,6 @@ class Tracer {
     issue();
     add_device_span(stream, name, bytes, begin, device_.record_stamp(stream));
   }
-  // The span of device work bracketed by stamps the caller recorded on `stream` (DeviceSpan).
-  void add_device_span(StreamKind stream, std::string name, int64_t bytes, StampId begin, StampId end);
 
   // Host work on `track` from now until close_host_span(id); any thread.
   uint64_t open_host_span(TraceTrack track, std::string name);
@@ -77,6 +75,8 @@ class Tracer {
   std::vector<StepActivity> steps() const;
 
  private:
+  void add_device_span(StreamKind stream, std::string name, int64_t bytes, StampId begin, StampId end);
+
   static constexpr double kOpen = std::numeric_limits<double>::infinity();
   struct Window {
     int64_t step;

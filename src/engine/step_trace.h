@@ -1,15 +1,14 @@
 // The timeline trace of a training run (config `trace:` and `trace_steps:`, device/tracer.h): the
-// recorder, and the decorated device and ops the sliding engine runs on while a trace is asked
-// for, so that the executor only picks what to run on and brackets its steps.
+// recorder and the decorated device the sliding engine runs on while a trace is asked for (the
+// ops and device AdamW made for that device come wrapped in their tracing decorators), so that the
+// executor only picks what to run on and brackets its steps.
 #pragma once
 
 #include <filesystem>
-#include <memory>
 #include <vector>
 
 #include "device/tracer.h"
 #include "device/tracing_device.h"
-#include "ops/ops.h"
 
 namespace ferry {
 
@@ -18,9 +17,8 @@ class StepTrace {
   // Traces `device` (which must outlive this) during the optimizer steps `steps` into `path`.
   StepTrace(Device& device, const std::filesystem::path& path, std::vector<int64_t> steps);
 
-  // The device and ops for the engine: the real ones, timed while a traced step runs.
+  // The device for the engine: the real one, timed while a traced step runs.
   Device& device() { return device_; }
-  std::unique_ptr<Ops> make_ops();
 
   // Around one optimizer step: opens its window when it is to be traced; closes it (writing the
   // file and logging the step's idle numbers) once the step's loss has been read.
