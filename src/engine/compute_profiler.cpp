@@ -10,7 +10,8 @@
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
 #include "model/unit_params.h"
-#include "optim/gpu_adamw.h"
+#include "optim/clip.h"
+#include "optim/device_adamw.h"
 
 namespace ferry {
 
@@ -209,31 +210,41 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
           fit_linear_time(head_times, "head")};
 }
 
-// Parameters per second of the GPU AdamW with its share of the clipping pass (sum of squares, clip
-// coefficient), as the engine runs it per unit; 0 on a device without native streams.
-double gpu_adamw_rate(Device& device, DType grad_dtype, RandomDeviceFill& fill, const ProfileOptions& options) {
-  void* stream = device.native_stream(StreamKind::Compute);
-  if (stream == nullptr) return 0.0;
-  const size_t per_param = 3 * sizeof(float) + dtype_size(grad_dtype) + sizeof(uint16_t);
-  const size_t fits = free_device_bytes(device) / 2 / per_param;
-  const size_t n = std::min(static_cast<size_t>(options.gpu_adamw_params), fits) / 64 * 64;
-  FERRY_CHECK(n >= 64, kWhere, "no device memory left to measure the GPU AdamW; raise gpu_memory");
+// Parameters per second of the device AdamW as the engine runs it for a unit whose optimizer
+// lives on the device (device_optimizer.cpp): the fp32 gradient's partial sums of squares, their
+// sum and the clip coefficient, then the fused update writing the new weights (bf16 in the same
+// pass; other dtypes through a copy afterwards). GPU kernels on CUDA; on the simulated device the
+// queued reference AdamW, which the engine runs there for the same placement.
+double device_adamw_rate(Device& device, Ops& ops, DType weight_dtype, RandomDeviceFill& fill,
+                         const ProfileOptions& options) {
+  const size_t per_param = 3 * sizeof(float) + sizeof(float) + dtype_size(weight_dtype);
+  size_t n = std::min(static_cast<size_t>(options.gpu_adamw_params), free_device_bytes(device) / 2 / per_param);
+  // The simulated device's rate is the scalar reference's, of use to planning tests only: a smaller
+  // array keeps a simulated profile within seconds.
+  if (device.native_stream(StreamKind::Compute) == nullptr) n = std::min(n, size_t{4} << 20);
+  n = n / 64 * 64;
+  FERRY_CHECK(n >= 64, kWhere, "no device memory left to measure the device AdamW; raise gpu_memory");
+  const size_t chunks = grad_sumsq_chunks(n);
   DeviceBuffer master(device, n * 4, "profile adamw master"), m(device, n * 4, "profile adamw m"),
-      v(device, n * 4, "profile adamw v"), grad(device, round_up(n * dtype_size(grad_dtype)), "profile adamw grad"),
-      out(device, round_up(n * 2), "profile adamw bf16"), sumsq(device, 256, "profile sum of squares"),
-      clip(device, 256, "profile clip coefficient");
+      v(device, n * 4, "profile adamw v"), grad(device, n * 4, "profile adamw gradient"),
+      weights(device, round_up(n * dtype_size(weight_dtype)), "profile adamw weights"),
+      partials(device, round_up(chunks * sizeof(double)), "profile adamw partials"),
+      scalars(device, 256, "profile adamw sum and clip");
   fill.values(master.data(), DType::F32, n, 0.02f);
-  fill.values(grad.data(), grad_dtype, n, 1e-3f);
+  fill.values(grad.data(), DType::F32, n, 1e-3f);
   device.fill_zero(m.data(), n * 4, StreamKind::Compute);
   device.fill_zero(v.data(), n * 4, StreamKind::Compute);
-  GpuAdamW adamw(stream);
+  double* sum = scalars.as<double>();
+  float* clip = reinterpret_cast<float*>(scalars.as<char>() + 128);
+  const std::unique_ptr<DeviceAdamW> adamw = make_device_adamw(device);
+  const bool bf16 = weight_dtype == DType::BF16;
   AdamWUnitBuffers b;
   b.master = master.as<float>();
   b.m = m.as<float>();
   b.v = v.as<float>();
   b.grad = grad.data();
-  b.grad_dtype = grad_dtype;
-  b.bf16_out = out.as<uint16_t>();
+  b.grad_dtype = DType::F32;
+  if (bf16) b.bf16_out = weights.as<uint16_t>();
   const AdamWSegment all{0, n, true};
   AdamWHyper hyper;
   hyper.lr = 1e-5;
@@ -242,10 +253,13 @@ double gpu_adamw_rate(Device& device, DType grad_dtype, RandomDeviceFill& fill, 
   const double seconds = time_on_device(
       device,
       [&] {
-        device.fill_zero(sumsq.data(), sizeof(double), StreamKind::Compute);
-        adamw.add_grad_sumsq(grad.data(), grad_dtype, n, sumsq.as<double>());
-        adamw.clip_coefficient(sumsq.as<double>(), 1.0, clip.as<float>());
-        adamw.step(b, std::span<const AdamWSegment>(&all, 1), hyper, ++step, clip.as<float>());
+        device.fill_zero(sum, sizeof(double), StreamKind::Compute);
+        adamw->grad_sumsq_partials(grad.data(), DType::F32, n, partials.as<double>());
+        adamw->accumulate(partials.as<double>(), chunks, sum);
+        adamw->clip_coefficient(sum, 1.0, clip);
+        adamw->step(b, std::span<const AdamWSegment>(&all, 1), hyper, ++step, clip);
+        const int64_t count = static_cast<int64_t>(n);
+        if (!bf16) ops.copy(Tensor(master.data(), DType::F32, {count}), Tensor(weights.data(), weight_dtype, {count}));
       },
       options.timing);
   return static_cast<double>(n) / seconds;
@@ -293,7 +307,7 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   c.embedding_forward = ends.embedding_forward;
   c.embedding_backward = ends.embedding_backward;
   c.head = ends.head;
-  c.gpu_adamw_params_per_s = gpu_adamw_rate(device, shape.gd, fill, options);
+  c.gpu_adamw_params_per_s = device_adamw_rate(device, ops, shape.wd, fill, options);
   return c;
 }
 

@@ -5,7 +5,8 @@
 //             backward), the head (final norm + fused linear-cross-entropy, forward and backward),
 //             the embedding's forward and backward -- each at several micro-chunk sizes (whole
 //             sequences of seq_len tokens, one document each: full causal attention), fitted to
-//             fixed + per-token seconds; the GPU AdamW's rate (CUDA only; 0 elsewhere).
+//             fixed + per-token seconds; the device AdamW's rate (a unit whose optimizer lives on
+//             the device: GPU kernels on CUDA, the queued reference AdamW on the simulated device).
 //   transfer  pinned h2d and d2h bandwidth alone and both at once, and the latency of one copy.
 //   host      the CPU AdamW's rate on the global thread pool (bf16 gradients in), physical RAM, and
 //             optionally a directory's disk read and write rates.
@@ -38,7 +39,9 @@ struct ProfileOptions {
   // few MiB (64 MiB at 55 GB/s is 1.2 ms against ~10 us of per-copy latency, which the fit removes).
   size_t copy_bytes = size_t{64} << 20;
   size_t small_copy_bytes = size_t{4} << 10;  // the latency copy
-  int64_t gpu_adamw_params = int64_t{64} << 20;  // lowered to what free device memory holds
+  // The device AdamW's array, lowered to what free device memory holds (and to 4M parameters on
+  // the simulated device, whose scalar reference AdamW would take seconds).
+  int64_t gpu_adamw_params = int64_t{64} << 20;
   // Large enough that the CPU AdamW streams from DRAM, not from the caches; lowered to 1/16 of RAM.
   int64_t cpu_adamw_params = int64_t{64} << 20;
   bool measure_disk = false;
