@@ -89,8 +89,13 @@ learning_rate: 1.0e-5
 warmup_steps: 0
 device: cuda
 gpu_memory: $budget
+trace: $L/trace-$model-$budget.json
+trace_steps: ${TRACE_STEPS:-3}
 YAML
         run "train-$model-$budget" 300 "$B/ferry" train /tmp/train.yaml
+        # The traced step's GPU idle is in the train log; where the GPU waited, from the trace:
+        [ -f "$L/trace-$model-$budget.json" ] &&
+          python3 tools/trace_idle.py "$L/trace-$model-$budget.json" > "$L/idle-$model-$budget.log" 2>&1
         rm -rf "/tmp/out-$model-$budget"
       done
       done
