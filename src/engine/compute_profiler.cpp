@@ -1,6 +1,7 @@
 // measure_compute (engine/machine_profiler.h): the compute stream's times for one model shape.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -145,9 +146,11 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
     const TokenChunk chunk = chunk_tokens.chunk(T);
     const Tensor in = rows(x_in, s.wd, T, H), out = rows(x_out, s.wd, T, H);
     const Tensor d_out = rows(dx_out, s.wd, T, H), d_in = rows(dx_in, s.wd, T, H);
-    forward.push_back({T, time_on_device(device, [&] { layer_forward(ops, ctx, p, chunk, in, out, ls); }, timing)});
-    backward.push_back(
-        {T, time_on_device(device, [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls); }, timing)});
+    const std::function<void()> runs[] = {[&] { layer_forward(ops, ctx, p, chunk, in, out, ls); },
+                                          [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls); }};
+    const std::vector<double> seconds = time_each_on_device(device, runs, timing);
+    forward.push_back({T, seconds[0]});
+    backward.push_back({T, seconds[1]});
   }
   return {fit_linear_time(forward, "layer forward"), fit_linear_time(backward, "layer backward")};
 }
@@ -194,17 +197,15 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
     const TokenChunk chunk = chunk_tokens.chunk(T);
     const Tensor in = rows(x, s.wd, T, H), d_in = rows(dx, s.wd, T, H), out = rows(embedded, s.wd, T, H);
     const float grad_scale = 1.0f / static_cast<float>(T);
-    emb_forward.push_back(
-        {T, time_on_device(device, [&] { ops.embedding_forward(chunk.ids, table, out); }, timing)});
     // The gradient flowing into the embedding is the layers' dx: `dx` holds random values of that shape.
-    emb_backward.push_back(
-        {T, time_on_device(device, [&] { ops.embedding_backward(chunk.ids, d_in, dtable); }, timing)});
-    head_times.push_back({T, time_on_device(device,
-                                            [&] {
-                                              head_forward_backward(ops, s.config, hp, &hg, chunk, in, grad_scale,
-                                                                    d_in, hs, loss_sum);
-                                            },
-                                            timing)});
+    const std::function<void()> runs[] = {
+        [&] { ops.embedding_forward(chunk.ids, table, out); },
+        [&] { ops.embedding_backward(chunk.ids, d_in, dtable); },
+        [&] { head_forward_backward(ops, s.config, hp, &hg, chunk, in, grad_scale, d_in, hs, loss_sum); }};
+    const std::vector<double> seconds = time_each_on_device(device, runs, timing);
+    emb_forward.push_back({T, seconds[0]});
+    emb_backward.push_back({T, seconds[1]});
+    head_times.push_back({T, seconds[2]});
   }
   return {fit_linear_time(emb_forward, "embedding forward"), fit_linear_time(emb_backward, "embedding backward"),
           fit_linear_time(head_times, "head")};

@@ -17,16 +17,20 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Runs `sample` (which returns the seconds of one run) repeatedly and keeps the median.
-double median_of_samples(const std::function<double()>& sample, const TimingOptions& options) {
+// Takes samples of every item in turn (a, b, c, a, b, c, ...) and keeps each item's median.
+// `sample(i)` returns the seconds of one run of item i.
+std::vector<double> medians_of_samples(size_t items, const std::function<double(size_t)>& sample,
+                                       const TimingOptions& options) {
   FERRY_ASSERT(options.repeats >= 1);
   const Clock::time_point start = Clock::now();
-  std::vector<double> samples;
+  std::vector<std::vector<double>> samples(items);
   for (int r = 0; r < options.repeats; ++r) {
-    samples.push_back(sample());
-    if (samples.size() >= 3 && seconds_since(start) > options.max_seconds) break;
+    for (size_t i = 0; i < items; ++i) samples[i].push_back(sample(i));
+    if (r + 1 >= 3 && seconds_since(start) > options.max_seconds) break;
   }
-  return median(std::move(samples));
+  std::vector<double> out;
+  for (auto& s : samples) out.push_back(median(std::move(s)));
+  return out;
 }
 
 }  // namespace
@@ -40,21 +44,30 @@ int64_t runs_per_sample(double seconds_per_run, const TimingOptions& options) {
   return std::clamp<int64_t>(static_cast<int64_t>(runs), 1, kMaxRuns);
 }
 
-double time_on_device(Device& device, const std::function<void()>& issue, const TimingOptions& options) {
-  issue();
-  device.synchronize_all();
-  Clock::time_point start = Clock::now();
-  issue();
-  device.synchronize_all();
-  const int64_t runs = runs_per_sample(seconds_since(start), options);
-  return median_of_samples(
-      [&] {
+std::vector<double> time_each_on_device(Device& device, std::span<const std::function<void()>> issues,
+                                        const TimingOptions& options) {
+  std::vector<int64_t> runs;
+  for (const auto& issue : issues) {
+    issue();
+    device.synchronize_all();
+    const Clock::time_point start = Clock::now();
+    issue();
+    device.synchronize_all();
+    runs.push_back(runs_per_sample(seconds_since(start), options));
+  }
+  return medians_of_samples(
+      issues.size(),
+      [&](size_t i) {
         const Clock::time_point t0 = Clock::now();
-        for (int64_t i = 0; i < runs; ++i) issue();
+        for (int64_t r = 0; r < runs[i]; ++r) issues[i]();
         device.synchronize_all();
-        return seconds_since(t0) / static_cast<double>(runs);
+        return seconds_since(t0) / static_cast<double>(runs[i]);
       },
       options);
+}
+
+double time_on_device(Device& device, const std::function<void()>& issue, const TimingOptions& options) {
+  return time_each_on_device(device, std::span<const std::function<void()>>(&issue, 1), options)[0];
 }
 
 double time_on_host(const std::function<void()>& run, const TimingOptions& options) {
@@ -62,13 +75,14 @@ double time_on_host(const std::function<void()>& run, const TimingOptions& optio
   const Clock::time_point start = Clock::now();
   run();
   const int64_t runs = runs_per_sample(seconds_since(start), options);
-  return median_of_samples(
-      [&] {
+  return medians_of_samples(
+      1,
+      [&](size_t) {
         const Clock::time_point t0 = Clock::now();
         for (int64_t i = 0; i < runs; ++i) run();
         return seconds_since(t0) / static_cast<double>(runs);
       },
-      options);
+      options)[0];
 }
 
 double median(std::vector<double> values) {

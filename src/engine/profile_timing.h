@@ -30,6 +30,12 @@ struct TimingOptions {
 // samples of (batch of runs + synchronize_all) / batch.
 double time_on_device(Device& device, const std::function<void()>& issue, const TimingOptions& options);
 
+// The same for several pieces of work compared with each other (a layer's forward and backward):
+// their samples are taken in turn, so that a slow phase of the machine (another process, a clock
+// change) falls on all of them alike and their ratios hold. Returns one time per item.
+std::vector<double> time_each_on_device(Device& device, std::span<const std::function<void()>> issues,
+                                        const TimingOptions& options);
+
 // The same for work that runs on the calling thread (the CPU AdamW).
 double time_on_host(const std::function<void()>& run, const TimingOptions& options);
 

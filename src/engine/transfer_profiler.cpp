@@ -22,14 +22,15 @@ void fit_copy(size_t small, double small_s, size_t large, double large_s, double
   *latency = std::max(0.0, small_s - static_cast<double>(small) / *rate);
 }
 
-struct DuplexRates {
+// Seconds of one copy in each direction while the other direction copies too.
+struct DuplexSeconds {
   double h2d = 0.0, d2h = 0.0;
 };
 
 // Both directions at once, each timed to its own end: a host task queued behind each stream's last
 // copy reads the clock when that stream gets there (the device has no event timestamps).
-DuplexRates time_duplex(Device& device, void* dev_dst, const void* host_src, void* host_dst, const void* dev_src,
-                        size_t bytes, double slower_alone_s, const TimingOptions& timing) {
+DuplexSeconds time_duplex(Device& device, void* dev_dst, const void* host_src, void* host_dst, const void* dev_src,
+                          size_t bytes, double slower_alone_s, const TimingOptions& timing) {
   const int64_t runs = runs_per_sample(slower_alone_s, timing);
   auto sample = [&](std::vector<double>* h2d, std::vector<double>* d2h) {
     Clock::time_point h2d_done, d2h_done;
@@ -41,9 +42,9 @@ DuplexRates time_duplex(Device& device, void* dev_dst, const void* host_src, voi
     device.host_task(StreamKind::HostToDevice, [&h2d_done] { h2d_done = Clock::now(); });
     device.host_task(StreamKind::DeviceToHost, [&d2h_done] { d2h_done = Clock::now(); });
     device.synchronize_all();
-    const double moved = static_cast<double>(bytes) * static_cast<double>(runs);
-    if (h2d != nullptr) h2d->push_back(moved / std::chrono::duration<double>(h2d_done - start).count());
-    if (d2h != nullptr) d2h->push_back(moved / std::chrono::duration<double>(d2h_done - start).count());
+    const double n = static_cast<double>(runs);
+    if (h2d != nullptr) h2d->push_back(std::chrono::duration<double>(h2d_done - start).count() / n);
+    if (d2h != nullptr) d2h->push_back(std::chrono::duration<double>(d2h_done - start).count() / n);
   };
   sample(nullptr, nullptr);  // warm-up
   std::vector<double> h2d, d2h;
@@ -53,6 +54,12 @@ DuplexRates time_duplex(Device& device, void* dev_dst, const void* host_src, voi
     if (h2d.size() >= 3 && std::chrono::duration<double>(Clock::now() - start).count() > timing.max_seconds) break;
   }
   return {median(h2d), median(d2h)};
+}
+
+// The rate of a copy of `bytes` that took `seconds`, the per-copy latency taken off as in fit_copy.
+double rate_after_latency(size_t bytes, double seconds, double latency) {
+  const double moving = seconds - latency;
+  return static_cast<double>(bytes) / (moving > 0.0 ? moving : seconds);
 }
 
 }  // namespace
@@ -93,10 +100,10 @@ TransferProfile measure_transfers(Device& device, const ProfileOptions& options)
   fit_copy(small, h2d_small, large, h2d_large, &p.h2d_bytes_per_s, &h2d_latency);
   fit_copy(small, d2h_small, large, d2h_large, &p.d2h_bytes_per_s, &d2h_latency);
   p.latency_s = 0.5 * (h2d_latency + d2h_latency);
-  const DuplexRates both = time_duplex(device, dev_a.data(), host_a.data(), host_b.data(), dev_b.data(), large,
-                                       std::max(h2d_large, d2h_large), t);
-  p.duplex_h2d_bytes_per_s = both.h2d;
-  p.duplex_d2h_bytes_per_s = both.d2h;
+  const DuplexSeconds both = time_duplex(device, dev_a.data(), host_a.data(), host_b.data(), dev_b.data(), large,
+                                         std::max(h2d_large, d2h_large), t);
+  p.duplex_h2d_bytes_per_s = rate_after_latency(large, both.h2d, h2d_latency);
+  p.duplex_d2h_bytes_per_s = rate_after_latency(large, both.d2h, d2h_latency);
   return p;
 }
 
