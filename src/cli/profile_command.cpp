@@ -125,7 +125,7 @@ void add_profile_command(CLI::App& app) {
     std::unique_ptr<Ops> ops = make_device_ops(*device);
 
     const std::filesystem::path cache_dir = default_profile_cache_dir();
-    ProfileOptions options;
+    ProfileOptions options = default_profile_options(*device);
     options.measure_disk = !a->no_disk;
     options.disk_dir = a->disk_dir.empty() ? cache_dir : std::filesystem::path(a->disk_dir);
     if (options.measure_disk && options.disk_dir.empty()) {

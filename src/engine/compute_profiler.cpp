@@ -219,11 +219,8 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
 double device_adamw_rate(Device& device, Ops& ops, DType weight_dtype, RandomDeviceFill& fill,
                          const ProfileOptions& options) {
   const size_t per_param = 3 * sizeof(float) + sizeof(float) + dtype_size(weight_dtype);
-  size_t n = std::min(static_cast<size_t>(options.gpu_adamw_params), free_device_bytes(device) / 2 / per_param);
-  // The simulated device's rate is the scalar reference's, of use to planning tests only: a smaller
-  // array keeps a simulated profile within seconds.
-  if (device.native_stream(StreamKind::Compute) == nullptr) n = std::min(n, size_t{4} << 20);
-  n = n / 64 * 64;
+  const size_t n =
+      std::min(static_cast<size_t>(options.gpu_adamw_params), free_device_bytes(device) / 2 / per_param) / 64 * 64;
   FERRY_CHECK(n >= 64, kWhere, "no device memory left to measure the device AdamW; raise gpu_memory");
   const size_t chunks = grad_sumsq_chunks(n);
   DeviceBuffer master(device, n * 4, "profile adamw master"), m(device, n * 4, "profile adamw m"),

@@ -11,6 +11,17 @@ DType engine_weight_dtype(Device& device) {
   return device.native_stream(StreamKind::Compute) != nullptr ? DType::BF16 : DType::F32;
 }
 
+ProfileOptions default_profile_options(Device& device) {
+  ProfileOptions o;
+  if (device.native_stream(StreamKind::Compute) != nullptr) return o;
+  o.timing.min_sample_seconds = 0.005;
+  o.timing.max_seconds = 0.5;
+  o.copy_bytes = size_t{16} << 20;
+  o.cpu_adamw_params = int64_t{8} << 20;
+  o.gpu_adamw_params = int64_t{4} << 20;
+  return o;
+}
+
 MachineProfile measure_profile(Device& device, Ops& ops, const ModelConfig& config, int64_t seq_len,
                                const ProfileOptions& options) {
   const auto start = std::chrono::steady_clock::now();

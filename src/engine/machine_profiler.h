@@ -39,9 +39,7 @@ struct ProfileOptions {
   // few MiB (64 MiB at 55 GB/s is 1.2 ms against ~10 us of per-copy latency, which the fit removes).
   size_t copy_bytes = size_t{64} << 20;
   size_t small_copy_bytes = size_t{4} << 10;  // the latency copy
-  // The device AdamW's array, lowered to what free device memory holds (and to 4M parameters on
-  // the simulated device, whose scalar reference AdamW would take seconds).
-  int64_t gpu_adamw_params = int64_t{64} << 20;
+  int64_t gpu_adamw_params = int64_t{64} << 20;  // the device AdamW's array; lowered to what free memory holds
   // Large enough that the CPU AdamW streams from DRAM, not from the caches; lowered to 1/16 of RAM.
   int64_t cpu_adamw_params = int64_t{64} << 20;
   bool measure_disk = false;
@@ -49,6 +47,11 @@ struct ProfileOptions {
   size_t disk_bytes = size_t{256} << 20;
   uint64_t seed = 20261129;
 };
+
+// ProfileOptions' defaults on a device with native (CUDA) streams. On the simulated device, smaller
+// arrays and shorter samples: its profile plans test runs on this host, and measuring it must take
+// seconds (a 64M-parameter CPU AdamW alone takes seconds to set up on a small machine).
+ProfileOptions default_profile_options(Device& device);
 
 // The dtype of weights and activations on the device: BF16 with native (CUDA) streams, F32 on the
 // simulated device. Gradients cross PCIe in the same dtype.

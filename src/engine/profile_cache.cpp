@@ -126,7 +126,7 @@ MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& mode
     log_warn("profile: no cache directory (set FERRY_CACHE_DIR or HOME); measuring for this run only");
   }
 
-  ProfileOptions measure = options.measure;
+  ProfileOptions measure = options.measure ? *options.measure : default_profile_options(device);
   if (measure.measure_disk && measure.disk_dir.empty()) measure.disk_dir = options.cache_dir;
   if (measure.disk_dir.empty()) measure.measure_disk = false;
   MachineProfile p = measure_profile(device, ops, model, config.seq_len, measure);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "device/device.h"
@@ -41,7 +42,8 @@ void check_profile_matches_model(const MachineProfile& profile, const ModelConfi
                                  const std::string& source);
 
 struct ObtainProfileOptions {
-  ProfileOptions measure;  // how to measure when nothing usable is cached
+  // How to measure when nothing usable is cached; unset: default_profile_options(device).
+  std::optional<ProfileOptions> measure;
   std::filesystem::path cache_dir = default_profile_cache_dir();  // empty: no cache
 };
 
