@@ -134,17 +134,22 @@ void add_profile_command(CLI::App& app) {
     }
     const MachineProfile profile = measure_profile(*device, *ops, model, config.seq_len, options);
     print_profile(profile, model);
-    if (!cache_dir.empty()) {
-      const auto path = profile_cache_path(cache_dir, profile.device_name, profile.shape_key);
-      std::filesystem::create_directories(path.parent_path());
-      save_profile(path, profile);
-      log_info("saved {}", path.string());
-    }
+    // --out first: it is what was asked for; a cache that cannot be written only costs a later measurement.
     if (!a->out.empty()) {
       const std::filesystem::path out(a->out);
       if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
       save_profile(out, profile);
       log_info("saved {}", out.string());
+    }
+    if (!cache_dir.empty()) {
+      const auto path = profile_cache_path(cache_dir, profile.device_name, profile.shape_key);
+      try {
+        std::filesystem::create_directories(path.parent_path());
+        save_profile(path, profile);
+        log_info("saved {}", path.string());
+      } catch (const std::exception& e) {
+        log_warn("profile: not cached ({}); a training run on this machine will measure again", e.what());
+      }
     }
   });
 }

@@ -6,6 +6,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/disk_rate.h"
 #include "engine/machine_profiler.h"
@@ -73,9 +74,15 @@ HostProfile measure_host(const ProfileOptions& options) {
   h.cpu_adamw_params_per_s = cpu_adamw_rate(options, h.memory_bytes, pool);
   if (options.measure_disk) {
     FERRY_CHECK(!options.disk_dir.empty(), "profile", "measuring the disk needs a directory to write a probe file in");
-    const DiskRates disk = measure_disk_rates(options.disk_dir, options.disk_bytes);
-    h.disk_read_bytes_per_s = disk.read_bytes_per_s;
-    h.disk_write_bytes_per_s = disk.write_bytes_per_s;
+    // A disk that cannot be probed leaves the rates 0 ("not measured", no disk tier), said in the
+    // log, rather than losing the measurements above.
+    try {
+      const DiskRates disk = measure_disk_rates(options.disk_dir, options.disk_bytes);
+      h.disk_read_bytes_per_s = disk.read_bytes_per_s;
+      h.disk_write_bytes_per_s = disk.write_bytes_per_s;
+    } catch (const Error& e) {
+      log_warn("profile: disk not measured: {}", e.what());
+    }
   }
   return h;
 }
