@@ -11,6 +11,7 @@
 #include "engine/disk_rate.h"
 #include "engine/machine_profiler.h"
 #include "optim/cpu_adamw.h"
+#include "optim/host_array.h"
 
 namespace ferry {
 
@@ -29,28 +30,26 @@ double cpu_adamw_rate(const ProfileOptions& options, double memory_bytes, Thread
   constexpr size_t kBytesPerParam = 3 * sizeof(float) + sizeof(uint16_t);
   const size_t at_most = static_cast<size_t>(memory_bytes / 16.0) / kBytesPerParam;
   const size_t n = std::max<size_t>(64, std::min(static_cast<size_t>(options.cpu_adamw_params), at_most) / 64 * 64);
-  // Uninitialised, then written by the pool's threads: each thread first touches the pages it will
-  // update, as the engine's host state is touched by the threads that update it. The values are
-  // ordinary numbers (no denormals); the pass has no data-dependent branch, so equal values time
-  // the same as varied ones.
-  auto master = std::make_unique_for_overwrite<float[]>(n);
-  auto m = std::make_unique_for_overwrite<float[]>(n);
-  auto v = std::make_unique_for_overwrite<float[]>(n);
+  // The state in HostArrays (huge pages where the kernel offers them) as the engine keeps it, first
+  // written by the pool's threads, as the engine's state is by the threads that update it. The
+  // values are ordinary numbers (no denormals); the pass has no data-dependent branch, so equal
+  // values time the same as varied ones.
+  HostArray master(n, "profile adamw master"), m(n, "profile adamw m"), v(n, "profile adamw v");
   auto staging = std::make_unique_for_overwrite<uint16_t[]>(n);
   pool.parallel_for(
       n,
       [&](size_t begin, size_t end) {
-        std::fill(master.get() + begin, master.get() + end, 0.02f);
-        std::fill(m.get() + begin, m.get() + end, 1e-4f);
-        std::fill(v.get() + begin, v.get() + end, 1e-8f);
+        std::fill(master.data() + begin, master.data() + end, 0.02f);
+        std::fill(m.data() + begin, m.data() + end, 1e-4f);
+        std::fill(v.data() + begin, v.data() + end, 1e-8f);
         std::fill(staging.get() + begin, staging.get() + end, f32_to_bf16(1e-3f));
       },
       size_t{1} << 16);
 
   AdamWUnitBuffers b;
-  b.master = master.get();
-  b.m = m.get();
-  b.v = v.get();
+  b.master = master.data();
+  b.m = m.data();
+  b.v = v.data();
   b.grad = staging.get();
   b.grad_dtype = DType::BF16;
   b.bf16_out = staging.get();
