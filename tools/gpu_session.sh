@@ -38,6 +38,15 @@ for part in ${PARTS:-tests roundtrip bench train}; do
       run kernel_bench 180 "$B/ferry_kernel_bench" --kernel all
       run cpu_adamw_bench 120 "$B/cpu_adamw_bench"
       run torch_cpu_adamw 120 python3 bench/torch_cpu_adamw.py ;;
+    profiles)
+      # The machine profile of each shape (bench/profiles/ keeps the lent H200's).
+      mkdir -p "$OUT/profiles"
+      for model in ${PROFILE_MODELS:-llama-3.2-1b llama-3.2-3b llama-3.1-8b}; do
+        run "profile-$model" 300 "$B/ferry" profile /dev/null device=cuda seq_len=2048 \
+          --preset "llama/$model" --disk-dir "$root/.device/disk-probe" \
+          --out "$OUT/profiles/h200-$model-s2048.json"
+        cp "$OUT/profiles/h200-$model-s2048.json" "${FERRY_CACHE_DIR:-$HOME/.cache/ferry}/" 2>/dev/null
+      done ;;
     losscurve)
       # 200 steps of a small model on Markov-chain data, resident and offloaded, against transformers.
       stage losscurve
