@@ -45,7 +45,6 @@ for part in ${PARTS:-tests roundtrip bench train}; do
         run "profile-$model" 300 "$B/ferry" profile /dev/null device=cuda seq_len=2048 \
           --preset "llama/$model" --disk-dir "$root/.device/disk-probe" \
           --out "$OUT/profiles/h200-$model-s2048.json"
-        cp "$OUT/profiles/h200-$model-s2048.json" "${FERRY_CACHE_DIR:-$HOME/.cache/ferry}/" 2>/dev/null
       done ;;
     losscurve)
       # 200 steps of a small model on Markov-chain data, resident and offloaded, against transformers.
