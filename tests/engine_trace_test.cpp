@@ -33,9 +33,10 @@ std::string read_text(const std::filesystem::path& p) {
 }
 
 // Reads a trace file: for every stream track, its device spans (and separately its scope parents)
-// in begin order must not overlap, and every span lies inside a traced step. Returns, per track
-// name, how often each span name occurs.
-std::map<std::string, std::map<std::string, int>> check_trace(const nlohmann::json& trace) {
+// in begin order must not overlap, and every span lies inside a traced step — except, with
+// `outlast`, device work a step issues last (the device-side AdamW after the loss is read), which
+// may run past the step's end. Returns, per track name, how often each span name occurs.
+std::map<std::string, std::map<std::string, int>> check_trace(const nlohmann::json& trace, bool outlast = false) {
   std::map<int, std::string> tracks;  // tid -> name
   std::vector<std::pair<double, double>> windows;
   for (const auto& e : trace["traceEvents"]) {
@@ -53,8 +54,9 @@ std::map<std::string, std::map<std::string, int>> check_trace(const nlohmann::js
     const std::string track = tracks.at(e["tid"].get<int>());
     const double b = e["ts"].get<double>(), d = e["dur"].get<double>();
     EXPECT_GE(d, 0.0);
+    const bool device = e["cat"] != "host";
     const bool inside = std::any_of(windows.begin(), windows.end(), [&](const auto& w) {
-      return b >= w.first - slack && b + d <= w.second + slack;
+      return b >= w.first - slack && (b + d <= w.second + slack || (outlast && device));
     });
     EXPECT_TRUE(inside) << e.dump();
     by_track[{track, e["cat"].get<std::string>()}].emplace_back(b, b + d);
@@ -126,7 +128,9 @@ TEST_F(TraceTest, TracedStepIsAValidTimelineOfEveryTrack) {
   EXPECT_GT(names["d2h"]["offload activation"], 0);
   EXPECT_GT(names["host"]["layer.1 backward"], 0);
   EXPECT_GT(names["host"]["synchronize"], 0);
-  EXPECT_GT(names["cpu update"]["adamw layer.0"] + names["cpu update"]["gradient norm layer.0"], 0);
+  // The head's gradient lands first in the backward: the updater's norm work is under way well
+  // before the step ends (which spans besides depends on the threads' timing).
+  EXPECT_FALSE(names["cpu update"].empty());
 
   const auto& steps = trace["otherData"]["steps"];
   ASSERT_EQ(steps.size(), 1u);
@@ -197,11 +201,10 @@ TEST_F(TraceTest, DeviceOptimizerWorkIsOnTheComputeTrack) {
   set_log_level(saved);
   engine.finish_updates();
 
-  auto names = check_trace(nlohmann::json::parse(read_text(path)));
+  auto names = check_trace(nlohmann::json::parse(read_text(path)), true);
   EXPECT_GT(names["compute"]["adamw"], 0);
   EXPECT_GT(names["compute"]["grad_sumsq_partials"], 0);
   EXPECT_GT(names["compute"]["linear_forward"], 0);
-  EXPECT_GT(names["cpu update"]["adamw layer.0"], 0);
 }
 
 TEST_F(TraceTest, ConfigKeysAndRefusals) {

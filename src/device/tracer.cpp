@@ -45,16 +45,25 @@ void Tracer::begin_step(int64_t step) {
 
 StepActivity Tracer::end_step() {
   FERRY_ASSERT(recording() && on_host_thread(), "end_step without begin_step on this thread");
-  const double end = steady_seconds();
-  recording_.store(false, std::memory_order_release);
   FERRY_ASSERT(scopes_.empty(), "a trace scope is still open at the end of the step");
-
-  // Taking a stamp may wait for its stream, so the stamps are taken outside the lock.
+  recording_.store(false, std::memory_order_release);
+  // The window closes at one instant for every thread: host spans still open are cut there, and
+  // spans that close or open later see the window closed.
   std::vector<PendingSpan> pending;
+  const size_t index = windows_.size() - 1;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    Window& w = windows_[index];
+    w.end = steady_seconds();
+    for (auto& [id, open] : open_) {
+      if (open.next_window > index) continue;
+      emit_clipped(open.track, open.name, open.begin, w.end, w);
+      open.next_window = index + 1;
+    }
     pending.swap(pending_);
   }
+
+  // Taking a stamp may wait for its stream, so the stamps are taken outside the lock.
   std::vector<TraceSpan> taken;
   taken.reserve(pending.size());
   for (PendingSpan& p : pending) {
@@ -67,15 +76,8 @@ StepActivity Tracer::end_step() {
   nlohmann::json trace;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const size_t index = windows_.size() - 1;
-    Window& w = windows_[index];
-    w.end = end;
+    const Window& w = windows_[index];
     spans_.insert(spans_.end(), std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
-    for (auto& [id, open] : open_) {
-      if (open.next_window > index) continue;
-      emit_clipped(open.track, open.name, open.begin, end, w);
-      open.next_window = index + 1;
-    }
     activity = measure_step(spans_, w.step, w.begin, w.end);
     activities_.push_back(activity);
     trace = chrome_trace(spans_, activities_, device_.name());
@@ -97,8 +99,8 @@ void Tracer::add_device_span(StreamKind stream, std::string name, int64_t bytes,
 uint64_t Tracer::open_host_span(TraceTrack track, std::string name) {
   const double begin = steady_seconds();
   std::lock_guard<std::mutex> lock(mutex_);
-  const bool open_window = !windows_.empty() && windows_.back().end == kOpen;
-  const size_t next = windows_.size() - (open_window ? 1 : 0);
+  size_t next = windows_.size();  // the first window that ends after the span begins
+  while (next > 0 && windows_[next - 1].end > begin) --next;
   const uint64_t id = next_open_++;
   open_.emplace(id, OpenSpan{track, std::move(name), begin, next});
   return id;

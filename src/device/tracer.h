@@ -11,8 +11,11 @@
 // * Host work is timed with the steady clock (HostSpan, TraceScope). A host span may straddle a
 //   window's edge (the CPU AdamW of step s runs under the forward of step s+1): it is kept clipped
 //   to each window it overlaps; one still running when a window closes is cut at its end then.
-// * end_step() takes the window's stamps (complete by then, or waited for), measures the step, logs
-//   the numbers, and rewrites the trace file atomically with every window so far.
+// * Device work issued in a window may run past its end (the device-side AdamW a step issues after
+//   reading its loss): its spans are kept whole, and count toward any traced window they overlap.
+// * end_step() takes the window's stamps (waiting for work still running: only the traced step
+//   pays that), measures the step, logs the numbers, and rewrites the trace file atomically with
+//   every window so far.
 //
 // Threads: begin_step, end_step, device work and scopes belong to the host thread that issues the
 // device's work (checked); host spans may come from any thread.
