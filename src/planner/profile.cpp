@@ -83,6 +83,7 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
       {"host",
        {{"threads", p.host.threads},
         {"cpu_adamw_params_per_s", p.host.cpu_adamw_params_per_s},
+        {"gradient_intake_params_per_s", p.host.gradient_intake_params_per_s},
         {"memory_bytes", p.host.memory_bytes},
         {"disk_read_bytes_per_s", p.host.disk_read_bytes_per_s},
         {"disk_write_bytes_per_s", p.host.disk_write_bytes_per_s}}},
@@ -121,6 +122,8 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   const auto& h = r.object(j, "host");
   p.host.threads = static_cast<int>(r.positive(h, "threads"));
   p.host.cpu_adamw_params_per_s = r.positive(h, "cpu_adamw_params_per_s");
+  if (h.contains("gradient_intake_params_per_s"))
+    p.host.gradient_intake_params_per_s = r.number(h, "gradient_intake_params_per_s");
   p.host.memory_bytes = r.positive(h, "memory_bytes");
   p.host.disk_read_bytes_per_s = r.number(h, "disk_read_bytes_per_s");
   p.host.disk_write_bytes_per_s = r.number(h, "disk_write_bytes_per_s");

@@ -45,6 +45,10 @@ struct TransferProfile {
 struct HostProfile {
   int threads = 0;                       // the CPU AdamW's worker threads
   double cpu_adamw_params_per_s = 0.0;   // fused pass: bf16 gradient + fp32 master/m/v → master/m/v + bf16 weights
+  // The updater's intake of one landed gradient: its squared-norm partials, read from the pinned
+  // staging (unit_updater.cpp). Optional; 0: not measured, and the cost model estimates it from
+  // cpu_adamw_params_per_s (planner/step_program.h, gradient_intake_rate).
+  double gradient_intake_params_per_s = 0.0;
   double memory_bytes = 0.0;             // physical RAM
   double disk_read_bytes_per_s = 0.0;    // 0: not measured (no disk tier in this profile)
   double disk_write_bytes_per_s = 0.0;

@@ -1,0 +1,292 @@
+#include "planner/step_program.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "planner/slot_schedule.h"
+
+namespace ferry {
+
+double gradient_intake_rate(const HostProfile& host, DType grad_dtype, DType weight_dtype) {
+  if (host.gradient_intake_params_per_s > 0) return host.gradient_intake_params_per_s;
+  const double gd = static_cast<double>(dtype_size(grad_dtype)), wd = static_cast<double>(dtype_size(weight_dtype));
+  return host.cpu_adamw_params_per_s * (gd + 24.0 + wd) / gd;
+}
+
+namespace {
+
+// Mirrors SlidingEngine::step for several steps. Member names follow the engine's.
+class ProgramBuilder {
+ public:
+  ProgramBuilder(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, const MachineProfile& profile,
+                 const StepShape& shape)
+      : layout_(layout), plan_(plan), profile_(profile), shape_(shape), L_(config.num_layers) {
+    const size_t units = layout_.units.size();
+    resident_.assign(units, false);
+    gpu_optimizer_.assign(units, false);
+    for (size_t u = 0; u < units; ++u) {
+      resident_[u] = plan_.units[u] != UnitPlacement::Streamed;
+      gpu_optimizer_[u] = plan_.units[u] == UnitPlacement::ResidentWithOptimizer;
+    }
+    all_on_gpu_ = plan_.optimizer_on_gpu();
+    uses_ = schedule_slots(step_unit_sequence(L_), resident_, std::max<int64_t>(1, plan_.gpu_slots));
+    activation_bytes_ = static_cast<double>(shape_.tokens() * config.hidden_size) *
+                        static_cast<double>(dtype_size(plan_.weight_dtype));
+    upload_bytes_per_param_ = plan_.weight_upload == WeightUpload::ConvertOnUpload
+                                  ? static_cast<double>(sizeof(float))
+                                  : static_cast<double>(dtype_size(plan_.weight_dtype));
+    intake_rate_ = gradient_intake_rate(profile_.host, plan_.grad_dtype, plan_.weight_dtype);
+    bool any_gpu_optimizer = false;
+    for (bool g : gpu_optimizer_) any_gpu_optimizer |= g;
+    FERRY_CHECK(!any_gpu_optimizer || profile_.compute.gpu_adamw_params_per_s > 0, "cost model",
+                "the plan runs AdamW on the GPU but the profile of {} has no GPU AdamW rate (a device without one); "
+                "plan with the optimizer on the CPU",
+                profile_.device_name);
+    update_done_.assign(units, -1);
+    last_read_.assign(units, -1);
+  }
+
+  StepProgram build(int steps) {
+    program_.graph.reserve(static_cast<size_t>(steps) * 12 * uses_.size());
+    for (int s = 0; s < steps; ++s) step();
+    return std::move(program_);
+  }
+
+ private:
+  TaskGraph& graph() { return program_.graph; }
+  double numel(size_t u) const { return static_cast<double>(layout_.units[u].numel); }
+  double chunks_of(const LinearTime& t) const {
+    return static_cast<double>(shape_.chunks) * t.at(shape_.chunk_tokens);
+  }
+
+  // Adds a task on `lane` after the stream waits issued on it and after the host's last block.
+  int32_t add(Lane lane, TaskKind kind, double seconds, double bytes, int32_t dep = -1) {
+    auto& waits = pending_[static_cast<int>(lane)];
+    waits.push_back(dep);
+    waits.push_back(host_last_);
+    const int32_t id = graph().add(lane, kind, seconds, bytes, waits);
+    waits.clear();
+    if (lane == Lane::Compute) last_compute_ = id;
+    return id;
+  }
+  void wait(Lane lane, int32_t event) {
+    if (event >= 0) pending_[static_cast<int>(lane)].push_back(event);
+  }
+  void host_wait(int32_t event) {
+    if (event < 0) return;
+    const int32_t deps[] = {event, host_last_};
+    host_last_ = graph().add(Lane::Host, TaskKind::HostWait, 0.0, 0.0, deps);
+  }
+
+  bool is_offloaded(int64_t b) const {
+    return b < L_ && plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
+  }
+
+  void issue_load(size_t j) {
+    const SlotUse& use = uses_[j];
+    if (use.previous_use >= 0) wait(Lane::HostToDevice, released_[static_cast<size_t>(use.previous_use)]);
+    host_wait(update_done_[use.unit]);
+    loaded_[j] = add(Lane::HostToDevice, TaskKind::WeightUpload, 0.0, numel(use.unit) * upload_bytes_per_param_);
+  }
+  void issue_loads_up_to(size_t limit) {
+    while (next_load_ < uses_.size() && next_load_ <= limit) {
+      const SlotUse& use = uses_[next_load_];
+      if (use.load) {
+        if (use.previous_use >= 0 && released_[static_cast<size_t>(use.previous_use)] < 0) return;
+        issue_load(next_load_);
+      }
+      ++next_load_;
+    }
+  }
+  void ensure_resident(size_t u) {
+    if (!resident_[u] || resident_uploaded_[u] || gpu_optimizer_[u]) return;
+    host_wait(update_done_[u]);
+    wait(Lane::HostToDevice, last_read_[u]);
+    wait(Lane::Compute, add(Lane::HostToDevice, TaskKind::ResidentUpload, 0.0, numel(u) * upload_bytes_per_param_));
+    resident_uploaded_[u] = true;
+  }
+  void offload(int64_t b) {
+    wait(Lane::DeviceToHost, last_compute_);
+    const int32_t done = add(Lane::DeviceToHost, TaskKind::ActivationOffload, 0.0, activation_bytes_);
+    offload_done_[static_cast<size_t>(b)] = done;
+    staging_free_[b % 2] = done;
+  }
+  void before_write(int64_t b) {
+    if (is_offloaded(b)) wait(Lane::Compute, staging_free_[b % 2]);
+  }
+  void reload(int64_t b, int32_t staging_readers_done) {
+    wait(Lane::HostToDevice, staging_readers_done);
+    wait(Lane::HostToDevice, offload_done_[static_cast<size_t>(b)]);
+    activation_back_[static_cast<size_t>(b)] = add(Lane::HostToDevice, TaskKind::ActivationReload, 0.0, activation_bytes_);
+    staging_free_[b % 2] = -1;
+  }
+
+  // The updater's worker: one FIFO of landings (a host unit's gradient, or a device unit's norm
+  // partials). It computes the global norm after the step's last landing (and, during the
+  // backward, that landing's update); after the backward, the host units' updates follow in unit
+  // order.
+  void landing(size_t u, int32_t landed) {
+    const bool host_unit = !gpu_optimizer_[u];
+    int32_t last = add(Lane::Cpu, TaskKind::GradientIntake, host_unit ? numel(u) / intake_rate_ : 0.0, 0.0, landed);
+    if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
+      last = add(Lane::Cpu, TaskKind::CpuAdamW, numel(u) / profile_.host.cpu_adamw_params_per_s, 0.0);
+      next_update_done_[u] = last;
+    }
+    norm_known_ = last;
+    if (++landed_ < layout_.units.size() || plan_.update != UpdateSchedule::AfterBackward) return;
+    for (size_t v = 0; v < layout_.units.size(); ++v)
+      if (!gpu_optimizer_[v])
+        next_update_done_[v] = add(Lane::Cpu, TaskKind::CpuAdamW, numel(v) / profile_.host.cpu_adamw_params_per_s, 0.0);
+  }
+  void gpu_adamw(size_t u) {
+    next_update_done_[u] =
+        add(Lane::Compute, TaskKind::GpuAdamW, numel(u) / profile_.compute.gpu_adamw_params_per_s, 0.0);
+  }
+
+  void step() {
+    const size_t units = layout_.units.size(), uses = uses_.size();
+    const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
+    const auto& compute = profile_.compute;
+    host_wait(tokens_free_);
+    tokens_free_ = add(Lane::HostToDevice, TaskKind::TokenUpload, 0.0,
+                       static_cast<double>(4 * shape_.tokens()) * sizeof(int32_t));
+    wait(Lane::Compute, tokens_free_);
+
+    loaded_.assign(uses, -1);
+    released_.assign(uses, -1);
+    next_load_ = 0;
+    activation_back_.assign(static_cast<size_t>(L_), -1);
+    offload_done_.assign(static_cast<size_t>(L_), -1);
+    resident_uploaded_.assign(units, false);
+    next_update_done_ = update_done_;
+    landed_ = 0;
+    norm_known_ = -1;
+    const size_t prefetch = static_cast<size_t>(std::max<int64_t>(1, plan_.gpu_slots - 1));
+
+    for (size_t i = 0; i < uses; ++i) {
+      issue_loads_up_to(i);
+      const SlotUse& use = uses_[i];
+      const size_t u = use.unit;
+      if (use.slot >= 0) {
+        for (size_t j = i + 1; j-- > 0;) {  // the load that put u in this slot
+          if (uses_[j].slot == use.slot && uses_[j].load) {
+            wait(Lane::Compute, loaded_[j]);
+            break;
+          }
+        }
+      }
+      ensure_resident(u);
+      if (layout_.tied && u == Hd) ensure_resident(E);
+      const int32_t before = last_compute_;
+      const bool forward = i <= static_cast<size_t>(L_);
+      bool sends = false;
+      if (u == E && forward) {
+        before_write(0);
+        add(Lane::Compute, TaskKind::EmbeddingForward, chunks_of(compute.embedding_forward), 0.0);
+        if (is_offloaded(0)) offload(0);
+      } else if (u == Hd) {
+        add(Lane::Compute, TaskKind::Head, chunks_of(compute.head), 0.0);
+        sends = true;
+      } else if (u != E) {
+        const int64_t l = static_cast<int64_t>(u) - 1;
+        if (forward) {
+          before_write(l + 1);
+          add(Lane::Compute, TaskKind::LayerForward, chunks_of(compute.layer_forward), 0.0);
+          if (is_offloaded(l + 1)) offload(l + 1);
+        } else {
+          if (is_offloaded(l)) {
+            if (activation_back_[static_cast<size_t>(l)] < 0) reload(l, before);
+            wait(Lane::Compute, activation_back_[static_cast<size_t>(l)]);
+          }
+          add(Lane::Compute, TaskKind::LayerBackward, chunks_of(compute.layer_backward), 0.0);
+          sends = true;
+        }
+      } else {
+        add(Lane::Compute, TaskKind::EmbeddingBackward, chunks_of(compute.embedding_backward), 0.0);
+        sends = true;
+      }
+      if (resident_[u]) last_read_[u] = last_compute_;
+      if (layout_.tied && u == Hd) last_read_[E] = last_compute_;
+      // A tied head's lm_head gradient sits in the embedding's buffer, sent with the embedding's.
+      if (sends && gpu_optimizer_[u]) {
+        // DeviceOptimizer::gradient_done: norm partials on the device (one double per 64Ki
+        // elements); beside host units they go to the updater, and without clipping the unit is
+        // updated at once.
+        if (!all_on_gpu_) {
+          wait(Lane::DeviceToHost, last_compute_);
+          landing(u, add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0, numel(u) / 65536.0 * sizeof(double)));
+          if (plan_.update == UpdateSchedule::DuringBackward) gpu_adamw(u);
+        }
+        released_[i] = last_compute_;
+      } else if (sends) {
+        wait(Lane::DeviceToHost, last_compute_);
+        released_[i] = add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0,
+                           numel(u) * static_cast<double>(dtype_size(plan_.grad_dtype)));
+        landing(u, released_[i]);
+      } else {
+        released_[i] = last_compute_;
+      }
+      // Prefetch the boundary activation the next backward layer reads, while this unit computes.
+      if (i + 1 < uses && i + 1 > static_cast<size_t>(L_) + 1) {
+        const size_t next = uses_[i + 1].unit;
+        if (next != E) {
+          const int64_t l = static_cast<int64_t>(next) - 1;
+          if (is_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0) reload(l, before);
+        }
+      }
+      issue_loads_up_to(i + prefetch);
+    }
+
+    if (all_on_gpu_) {  // DeviceOptimizer::update_all: norm, clip and every unit, on the device
+      for (size_t u = 0; u < units; ++u) gpu_adamw(u);
+    }
+    wait(Lane::DeviceToHost, last_compute_);
+    const int32_t loss = add(Lane::DeviceToHost, TaskKind::LossReadback, 0.0, sizeof(float) + sizeof(double));
+    host_wait(loss);
+    if (!all_on_gpu_) host_wait(norm_known_);  // the step returns the global norm (UnitUpdater::grad_norm)
+    program_.step_end.push_back(host_last_);
+    // Device units beside host units, after the backward: updated with the norm's clip
+    // coefficient, issued once the host has the norm, ahead of the next step's forward.
+    if (!all_on_gpu_ && plan_.update == UpdateSchedule::AfterBackward)
+      for (size_t u = 0; u < units; ++u)
+        if (gpu_optimizer_[u]) gpu_adamw(u);
+    update_done_ = next_update_done_;
+  }
+
+  const ModelLayout& layout_;
+  const Plan& plan_;
+  const MachineProfile& profile_;
+  const StepShape shape_;
+  const int64_t L_;
+  std::vector<bool> resident_, gpu_optimizer_;
+  bool all_on_gpu_ = false;
+  std::vector<SlotUse> uses_;
+  double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0, intake_rate_ = 0.0;
+
+  StepProgram program_;
+  std::vector<int32_t> pending_[kLaneCount];  // stream waits not yet attached to a task
+  int32_t host_last_ = -1, last_compute_ = -1;
+  // across steps
+  std::vector<int32_t> update_done_;  // per unit: the task that finished its update of the previous step
+  std::vector<int32_t> last_read_;    // per resident unit: the last compute that read its weights
+  int32_t staging_free_[2] = {-1, -1};
+  int32_t tokens_free_ = -1;
+  // per step
+  std::vector<int32_t> loaded_, released_, activation_back_, offload_done_, next_update_done_;
+  std::vector<bool> resident_uploaded_;
+  size_t next_load_ = 0, landed_ = 0;
+  int32_t norm_known_ = -1;
+};
+
+}  // namespace
+
+StepProgram build_step_program(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
+                               const MachineProfile& profile, const StepShape& shape, int steps) {
+  FERRY_CHECK(plan.units.size() == layout.units.size() &&
+                  static_cast<int64_t>(plan.activations.size()) == config.num_layers,
+              "cost model", "the plan does not match the model ({} units, {} layers)", layout.units.size(),
+              config.num_layers);
+  return ProgramBuilder(config, layout, plan, profile, shape).build(steps);
+}
+
+}  // namespace ferry

@@ -1,0 +1,73 @@
+// The sliding engine's steps as a task graph for the stream simulator: the same issue order, the
+// same waits, the same copies as SlidingEngine::step and the UnitUpdater's worker, with durations
+// from a machine profile. Kept next to the engine's code by its structure: one function per thing
+// the engine does (issue_load, ensure_resident, offload, reload, send_gradients, the updater's
+// landing), each adding what the engine adds to its streams.
+//
+// What the engine does and the graph therefore holds, per step:
+//   * the host thread issues everything in use order (E, L0..L(n-1), H, L(n-1)..L0, E) and blocks
+//     only where the engine blocks: before uploading a unit whose CPU update of the previous step
+//     is not done, and at the end of the step on the loss and on the global norm the updater
+//     computes after the step's last landing (it then starts the next step);
+//   * a streamed unit's upload waits for the slot's previous use to release it (its gradient
+//     download, or its compute), and is issued up to gpu_slots - 1 uses ahead (Belady schedule,
+//     planner/slot_schedule.h); a resident unit is re-uploaded once per step, just before its
+//     first use, after its update;
+//   * offloaded boundaries go through a ring of two staging buffers: the forward that writes
+//     boundary b waits until boundary b-2 has left the staging buffer; the backward's reload of
+//     boundary l is issued one use ahead, after the compute that last read its staging buffer;
+//   * each backward's gradient is copied to the host after the compute and handed to the CPU
+//     worker: intake (fp32 widening, norm partials) per gradient in landing order; then either
+//     the update at once (DuringBackward), or, once every gradient of the step has been taken in
+//     (the global norm), the updates in unit order E, L0, L1, ..., H (AfterBackward) -- which the
+//     next step's forward follows unit by unit;
+//   * units with the optimizer on the GPU (engine/device_optimizer.h) get no uploads and no CPU
+//     work; beside host units, their norm partials (8 bytes per 64Ki parameters) go to the
+//     updater like a gradient. Their GPU AdamW runs on the compute stream: right after their
+//     backward without clipping; with it, once the host has the step's norm, ahead of the next
+//     forward; every unit on the GPU: all of them at the end of the backward.
+// Not modelled, because they are below the profile's resolution: the memsets of gradient
+// buffers, the host's batch assembly between steps, event bookkeeping.
+//
+// The engine recomputes each layer's forward in its backward (the profile's layer_backward
+// includes it): there is no plan that keeps a layer's intermediate activations, so the graph has
+// no such choice either.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "io/model_config.h"
+#include "model/unit_layout.h"
+#include "planner/plan.h"
+#include "planner/profile.h"
+#include "planner/stream_simulator.h"
+
+namespace ferry {
+
+// The batch geometry of a step.
+struct StepShape {
+  int64_t chunk_tokens = 0;  // tokens per micro-chunk: micro_batch x seq_len
+  int64_t chunks = 0;        // micro-chunks per step: global_batch / micro_batch
+  int64_t tokens() const { return chunk_tokens * chunks; }
+};
+
+struct StepProgram {
+  TaskGraph graph;
+  std::vector<int32_t> step_end;  // per step: the host's last wait (loss, norm): the step returns after it
+};
+
+// Parameters per second of the updater's gradient intake: measured, or estimated from the CPU
+// AdamW's rate by the bytes each pass moves per parameter, both being memory-bound passes on the
+// same thread pool: the fused AdamW reads the gradient and fp32 master, m, v and writes them back
+// with the new weights (bf16: 2 + 12 + 12 + 2 = 28 bytes); the intake reads the gradient once for
+// its norm partials (2 bytes): 14x the AdamW rate.
+double gradient_intake_rate(const HostProfile& host, DType grad_dtype, DType weight_dtype);
+
+// `steps` consecutive steps from a state where every update is done (the first step after
+// loading). Throws ferry::Error when the plan needs a rate the profile does not have (GPU AdamW on
+// a device without one).
+StepProgram build_step_program(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
+                               const MachineProfile& profile, const StepShape& shape, int steps);
+
+}  // namespace ferry

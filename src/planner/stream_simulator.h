@@ -1,0 +1,98 @@
+// A discrete-event simulation of the engine's timelines, the core of the cost model
+// (planner/cost_model.h). Pure arithmetic: no clock, no threads.
+//
+// Five lanes, each a FIFO that runs one task at a time in the order the tasks were added:
+//   Host      the thread that issues the step; its tasks take no time, they are the points where
+//             it blocks (waiting for a CPU update before an upload, reading the loss);
+//   Compute   the GPU's compute stream;
+//   H2D, D2H  the copy streams (pinned host memory <-> device);
+//   Cpu       the UnitUpdater's worker thread (gradient intake and AdamW on the thread pool).
+// A task starts when its lane's previous task has finished and every task it depends on has.
+// A task may depend only on tasks added before it, so the graph has no cycles by construction.
+//
+// Copies share the PCIe link: while an h2d and a d2h copy both move bytes, each runs at its duplex
+// rate, otherwise at its rate alone (fluid model: rates are re-evaluated whenever a copy starts or
+// ends). A copy first spends the link's latency, then moves its bytes.
+//
+// For every task the simulation keeps the predecessor that released it last (its "binding"
+// predecessor); walking those back from the end of a step gives the step's critical path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+namespace ferry {
+
+enum class Lane : int { Host, Compute, HostToDevice, DeviceToHost, Cpu };
+constexpr int kLaneCount = 5;
+const char* lane_name(Lane lane);
+
+// What a task is, for the explanation of a prediction (the critical path by kind).
+enum class TaskKind : int {
+  HostWait,
+  TokenUpload,
+  WeightUpload,      // a streamed unit's weights into its slot
+  ResidentUpload,    // a resident unit's new weights, once per step
+  ActivationReload,  // an offloaded boundary activation back for the backward
+  ActivationOffload,
+  GradientDownload,
+  LossReadback,
+  EmbeddingForward,
+  LayerForward,
+  Head,              // final norm + LM head + loss, forward and backward
+  LayerBackward,     // recompute + backward
+  EmbeddingBackward,
+  GpuAdamW,
+  GradientIntake,    // CPU: a landed gradient's squared-norm partials (or a device unit's partials)
+  CpuAdamW,
+};
+constexpr int kTaskKindCount = 16;
+const char* task_kind_name(TaskKind kind);
+// The lane a kind of task runs on.
+Lane task_lane(TaskKind kind);
+
+struct CopyRates {
+  double h2d_bytes_per_s = 0.0;
+  double d2h_bytes_per_s = 0.0;
+  double duplex_h2d_bytes_per_s = 0.0;  // each direction while the other moves bytes too
+  double duplex_d2h_bytes_per_s = 0.0;
+  double latency_s = 0.0;               // per copy
+};
+
+struct SimTask {
+  Lane lane = Lane::Host;
+  TaskKind kind = TaskKind::HostWait;
+  double seconds = 0.0;  // compute and CPU tasks; copies add CopyRates::latency_s themselves
+  double bytes = 0.0;    // copies only
+  int32_t first_dep = 0, dep_count = 0;
+};
+
+struct TaskTiming {
+  double start = 0.0, end = 0.0;
+  int32_t binding = -1;  // the predecessor (dependency or lane predecessor) that finished last; -1: none
+};
+
+class TaskGraph {
+ public:
+  // Adds a task after every task added so far on its lane; `deps` are earlier task ids (negative
+  // ids are ignored: "no such event yet").
+  int32_t add(Lane lane, TaskKind kind, double seconds, double bytes, std::span<const int32_t> deps);
+  void reserve(size_t tasks);
+  size_t size() const { return tasks_.size(); }
+  const SimTask& task(int32_t id) const { return tasks_[static_cast<size_t>(id)]; }
+  const int32_t* deps(int32_t id) const { return deps_.data() + tasks_[static_cast<size_t>(id)].first_dep; }
+  const std::vector<int32_t>& lane_tasks(Lane lane) const { return lanes_[static_cast<int>(lane)]; }
+
+ private:
+  std::vector<SimTask> tasks_;
+  std::vector<int32_t> deps_;
+  std::vector<int32_t> lanes_[kLaneCount];
+};
+
+// Runs the graph to completion; timings are indexed by task id.
+std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates);
+
+}  // namespace ferry

@@ -1,0 +1,156 @@
+// The cost model against predictions computed by hand for plans simple enough to time on paper:
+// everything on the GPU (the sum of the compute), streamed weights over a slow link (bytes over
+// bandwidth), a slow CPU (the updates), and what offloading activations adds to the link.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "planner/cost_model.h"
+#include "planner/memory_model.h"
+#include "planner/slot_schedule.h"
+#include "planner_shapes.h"
+
+namespace ferry {
+namespace {
+
+class CostModelTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kSeq = 1024, kChunks = 8;
+  const ModelConfig config_ = test::toy_shape();
+  const ModelLayout layout_ = build_model_layout(config_);
+  const StepShape shape_{kSeq, kChunks};
+  const int64_t L_ = config_.num_layers;
+
+  Plan plan(UnitPlacement units, ActivationPlacement activations, int64_t slots = 2) const {
+    Plan p;
+    p.gpu_slots = slots;
+    p.units.assign(layout_.units.size(), units);
+    p.activations.assign(static_cast<size_t>(L_), activations);
+    return p;
+  }
+  double params() const {
+    double n = 0;
+    for (const auto& u : layout_.units) n += static_cast<double>(u.numel);
+    return n;
+  }
+  double token_bytes() const { return 4.0 * static_cast<double>(shape_.tokens()) * sizeof(int32_t); }
+};
+
+// Nothing crosses PCIe but the tokens and the loss; the step is the compute stream's work in order:
+// embedding, 4 layer forwards (0.1 s each), the head (0.2 s), 4 layer backwards (0.2 s each), the
+// embedding backward, and the GPU AdamW over every parameter.
+TEST_F(CostModelTest, EverythingOnTheGpuIsTheSumOfTheCompute) {
+  const double pcie = 1e12, gpu_adamw = 1e9;
+  const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 0.1, pcie, 1e9, gpu_adamw);
+  const Prediction p = predict(config_, layout_, plan(UnitPlacement::ResidentWithOptimizer,
+                                                      ActivationPlacement::KeepOnGpu), profile, shape_);
+  const double embedding = 0.1 / 100;
+  const double compute = embedding + 4 * 0.1 + 0.2 + 4 * 0.2 + embedding + params() / gpu_adamw;
+  const double copies = token_bytes() / pcie + (sizeof(float) + sizeof(double)) / pcie;
+  EXPECT_NEAR(p.step_seconds, compute + copies, 1e-9);
+  EXPECT_EQ(p.bottleneck, Lane::Compute);
+  EXPECT_NEAR(p.busy[static_cast<int>(Lane::Compute)], compute, 1e-9);
+  EXPECT_DOUBLE_EQ(p.busy[static_cast<int>(Lane::Cpu)], 0.0);
+  EXPECT_LT(p.gpu_idle_fraction, 1e-6);
+  EXPECT_NEAR(p.tokens_per_second, static_cast<double>(shape_.tokens()) / p.step_seconds, 1e-6);
+}
+
+// Compute and the CPU are (nearly) free, the link moves 1 GB/s each way (also both at once). The
+// forward is the uploads of E, L0..L3 and H one after the other (nothing is on the GPU at the
+// start of a step); the backward downloads every gradient (6 units) but uploads only what the slot
+// schedule evicted, so it is bound by the downloads. Step = forward upload bytes / h2d rate +
+// gradient bytes / d2h rate, whatever the number of slots.
+TEST_F(CostModelTest, StreamedWeightsOverASlowLinkTakeBytesOverBandwidth) {
+  const double pcie = 1e9;
+  const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 1e-9, pcie, 1e15);
+  for (int64_t slots : {2, 3, 4}) {
+    const Plan streamed = plan(UnitPlacement::Streamed, ActivationPlacement::KeepOnGpu, slots);
+    const Prediction p = predict(config_, layout_, streamed, profile, shape_);
+    std::vector<bool> resident(layout_.units.size(), false);
+    const std::vector<SlotUse> uses = schedule_slots(step_unit_sequence(L_), resident, slots);
+    double forward_uploads = token_bytes(), backward_uploads = 0;
+    for (size_t i = 0; i < uses.size(); ++i)
+      if (uses[i].load)
+        (i <= static_cast<size_t>(L_) + 1 ? forward_uploads : backward_uploads) +=
+            2.0 * static_cast<double>(layout_.units[uses[i].unit].numel);
+    const double gradients = 2.0 * params();
+    ASSERT_LT(backward_uploads, gradients);
+    EXPECT_NEAR(p.busy[static_cast<int>(Lane::HostToDevice)], (forward_uploads + backward_uploads) / pcie, 1e-9);
+    EXPECT_NEAR(p.busy[static_cast<int>(Lane::DeviceToHost)], (gradients + 12) / pcie, 1e-9);
+    EXPECT_NEAR(p.step_seconds, (forward_uploads + gradients) / pcie, 0.02 * p.step_seconds)
+        << slots << " slots: " << p.explain();
+  }
+}
+
+// A CPU that updates 1e8 params/s (gradient intake 1e9/s) and everything else nearly free: the
+// next step's forward follows each unit's update, and the updates start once every gradient of the
+// step has been taken in, so a step is all the intake plus all the updates, back to back.
+TEST_F(CostModelTest, ASlowCpuMakesTheStepTheUpdates) {
+  const double cpu = 1e8;
+  const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 1e-9, 1e13, cpu);
+  const Prediction p =
+      predict(config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::KeepOnGpu), profile, shape_);
+  const double work = params() / cpu + params() / (10 * cpu);
+  EXPECT_NEAR(p.step_seconds, work, work * 1e-3) << p.explain();
+  EXPECT_EQ(p.bottleneck, Lane::Cpu);
+  EXPECT_NEAR(p.critical[static_cast<int>(Lane::Cpu)], work, work * 1e-3);
+  EXPECT_GT(p.gpu_idle_fraction, 0.99);
+  EXPECT_NE(p.explain().find("bound by CPU optimizer"), std::string::npos) << p.explain();
+  EXPECT_NE(p.explain().find("CPU AdamW"), std::string::npos) << p.explain();
+}
+
+// Offloading every boundary activation adds, per step, one d2h of each boundary in the forward
+// and one h2d of each in the backward: L x tokens x hidden x 2 bytes each way.
+TEST_F(CostModelTest, OffloadedActivationsCrossTheLinkTwice) {
+  const double pcie = 1e9;
+  const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 0.05, pcie, 1e10);
+  const Prediction kept =
+      predict(config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::KeepOnGpu), profile, shape_);
+  const Prediction offloaded =
+      predict(config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::OffloadToHost), profile, shape_);
+  const double moved = static_cast<double>(L_ * shape_.tokens() * config_.hidden_size) * 2.0 / pcie;
+  EXPECT_NEAR(offloaded.busy[static_cast<int>(Lane::HostToDevice)] - kept.busy[static_cast<int>(Lane::HostToDevice)],
+              moved, 1e-9);
+  EXPECT_NEAR(offloaded.busy[static_cast<int>(Lane::DeviceToHost)] - kept.busy[static_cast<int>(Lane::DeviceToHost)],
+              moved, 1e-9);
+  EXPECT_GE(offloaded.step_seconds, kept.step_seconds);
+}
+
+// Resident layers skip their uploads into slots; each is uploaded once per step instead of twice.
+TEST_F(CostModelTest, ResidentLayersUploadOncePerStep) {
+  const double pcie = 1e9;
+  const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 1e-9, pcie, 1e15);
+  Plan resident = plan(UnitPlacement::ResidentParams, ActivationPlacement::KeepOnGpu);
+  const Prediction p = predict(config_, layout_, resident, profile, shape_);
+  EXPECT_NEAR(p.busy[static_cast<int>(Lane::HostToDevice)], (2.0 * params() + token_bytes()) / pcie, 1e-9);
+}
+
+TEST_F(CostModelTest, PeakMemoryIsTheMemoryModels) {
+  const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 0.1, 1e9, 1e9);
+  const Plan p = plan(UnitPlacement::Streamed, ActivationPlacement::OffloadToHost, 3);
+  const Prediction prediction = predict(config_, layout_, p, profile, shape_);
+  EXPECT_EQ(prediction.device.total(), device_bytes(config_, layout_, p, kSeq, kChunks).total());
+  EXPECT_EQ(prediction.host.pinned, host_bytes(config_, layout_, p, kSeq, kChunks).pinned);
+  EXPECT_EQ(prediction.host.pageable, host_bytes(config_, layout_, p, kSeq, kChunks).pageable);
+  EXPECT_EQ(prediction.disk_bytes, 0u);
+}
+
+// After the first step the pattern repeats: the steady state is reached at the second step.
+TEST_F(CostModelTest, StepsAfterTheFirstTakeTheSameTime) {
+  const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 0.01, 2e9, 2e8);
+  const Prediction p =
+      predict(config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::OffloadToHost), profile, shape_);
+  ASSERT_EQ(p.simulated_steps.size(), static_cast<size_t>(kSimulatedSteps));
+  for (size_t s = 2; s < p.simulated_steps.size(); ++s)
+    EXPECT_NEAR(p.simulated_steps[s], p.simulated_steps[1], 1e-9 * p.simulated_steps[1]);
+  EXPECT_DOUBLE_EQ(p.step_seconds, p.simulated_steps.back());
+}
+
+TEST_F(CostModelTest, AGpuOptimizerNeedsAGpuAdamWRate) {
+  const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 0.1, 1e9, 1e9, 0.0);
+  EXPECT_THROW(predict(config_, layout_, plan(UnitPlacement::ResidentWithOptimizer, ActivationPlacement::KeepOnGpu),
+                       profile, shape_),
+               Error);
+}
+
+}  // namespace
+}  // namespace ferry
