@@ -5,8 +5,9 @@
 #include "engine/model_init.h"
 #include "model/unit_layout.h"
 #include "optim/host_array.h"
-#include "planner/default_plan.h"
 #include "planner/memory_model.h"
+#include "planner/nominal_profile.h"
+#include "planner/search.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -33,9 +34,9 @@ TEST(HostBytes, Llama8BAt24GiBIsFourteenBytesPerParamPlusActivations) {
   PlanRequest request;
   request.micro_batch = 1;
   request.seq_len = kSeq;
-  request.chunks = kChunks;
+  request.global_batch = kChunks;
   request.device_budget = size_t{24} << 30;
-  const Plan plan = default_plan(config, layout, request);
+  const Plan plan = search_plans(config, layout, nominal_profile(config, kSeq, DType::BF16), request).best.plan;
   const HostBytes h = host_bytes(config, layout, plan, kSeq, kChunks);
   const size_t n = parameters(layout);
   const size_t activations = offloaded_activation_bytes(config, plan);

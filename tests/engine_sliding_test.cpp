@@ -13,8 +13,9 @@
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
 #include "optim/lr_schedule.h"
-#include "planner/default_plan.h"
 #include "planner/memory_model.h"
+#include "planner/nominal_profile.h"
+#include "planner/search.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -356,18 +357,19 @@ TEST_F(SlidingEngineTest, ABudgetTooSmallIsRefusedWithTheNumbers) {
   }
 }
 
-TEST_F(SlidingEngineTest, DefaultPlanFitsItsBudgetAndMatches) {
+TEST_F(SlidingEngineTest, SearchedPlanFitsItsBudgetAndMatches) {
   PlanRequest request;
   request.micro_batch = kMicro;
   request.seq_len = kSeq;
-  request.chunks = kGlobal / kMicro;
+  request.global_batch = kGlobal;
   request.weight_dtype = DType::F32;
   request.grad_dtype = DType::F32;
   // A budget that holds the slots and some activations but not the whole model.
   Plan all_streamed = make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward);
   const size_t minimum = device_bytes(config_, layout_, all_streamed, kMicro * kSeq, kGlobal / kMicro).total();
   request.device_budget = minimum * 3 / 2;
-  const Plan plan = default_plan(config_, layout_, request);
+  const MachineProfile profile = nominal_profile(config_, kSeq, DType::F32);
+  const Plan plan = search_plans(config_, layout_, profile, request).best.plan;
   EXPECT_LE(device_bytes(config_, layout_, plan, kMicro * kSeq, kGlobal / kMicro).total(), request.device_budget);
   SimDeviceOptions sim;
   sim.memory_capacity = request.device_budget;
@@ -375,10 +377,10 @@ TEST_F(SlidingEngineTest, DefaultPlanFitsItsBudgetAndMatches) {
 
   request.device_budget = minimum / 2;
   try {
-    default_plan(config_, layout_, request);
+    search_plans(config_, layout_, profile, request);
     FAIL() << "expected a refusal";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("give at least"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("give gpu_memory of at least"), std::string::npos) << e.what();
   }
 }
 

@@ -232,7 +232,7 @@ TEST_F(TrainTest, AnImpossibleBudgetIsRefusedUpFront) {
     run_training(config("small", {"device=sim", "gpu_memory=64KiB"}));
     FAIL() << "expected a refusal";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("give at least"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("give gpu_memory of at least"), std::string::npos) << e.what();
   }
 }
 

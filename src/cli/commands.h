@@ -11,6 +11,7 @@ void add_init_command(CLI::App& app);
 void add_demo_command(CLI::App& app);
 void add_eval_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
 
 // The process exit code chosen by the command that ran (0 unless it set one).

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   ferry::cli::add_eval_command(app);
   ferry::cli::add_demo_command(app);
   ferry::cli::add_tokenize_command(app);
+  ferry::cli::add_plan_command(app);
   ferry::cli::add_profile_command(app);
   try {
     app.parse(argc, argv);

@@ -7,11 +7,12 @@
 #include "core/thread_pool.h"
 #include "device/device.h"
 #include "engine/model_step.h"
+#include "engine/plan_selection.h"
+#include "engine/profile_cache.h"
 #include "engine/sliding_engine.h"
 #include "engine/step_trace.h"
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
-#include "planner/default_plan.h"
 #include "planner/memory_model.h"
 
 namespace ferry {
@@ -24,8 +25,9 @@ class PlainExecutor final : public StepExecutor {
   PlainExecutor(const TrainConfig& config, ModelWeights weights)
       : weights_(std::move(weights)),
         ops_(make_cpu_ops()),
-        step_(weights_.config, weights_.layout, *ops_, config.micro_batch * config.seq_len,
-              config.global_batch / config.micro_batch),
+        micro_batch_(config.micro_batch > 0 ? config.micro_batch : 1),  // auto: the CPU has no memory to plan
+        step_(weights_.config, weights_.layout, *ops_, micro_batch_ * config.seq_len,
+              config.global_batch / micro_batch_),
         optimizer_(weights_.layout, config.decay_norms_and_biases) {
     for (const auto& u : weights_.layout.units) grads_.emplace_back(static_cast<size_t>(u.numel), 0.0f);
   }
@@ -45,6 +47,7 @@ class PlainExecutor final : public StepExecutor {
   std::vector<float*> exp_avg() override { return pointers(optimizer_.m()); }
   std::vector<float*> exp_avg_sq() override { return pointers(optimizer_.v()); }
   void state_loaded(int64_t) override {}
+  int64_t micro_batch() const override { return micro_batch_; }
 
  private:
   static std::vector<float*> pointers(std::vector<std::vector<float>>& buffers) {
@@ -54,6 +57,7 @@ class PlainExecutor final : public StepExecutor {
   }
   ModelWeights weights_;
   std::unique_ptr<Ops> ops_;
+  int64_t micro_batch_;
   ModelStep step_;
   UnitOptimizer optimizer_;
   std::vector<std::vector<float>> grads_;
@@ -62,15 +66,17 @@ class PlainExecutor final : public StepExecutor {
 // The sliding engine on a device.
 class SlidingExecutor final : public StepExecutor {
  public:
-  SlidingExecutor(std::unique_ptr<Device> device, const TrainConfig& config, ModelWeights weights, const Plan& plan)
+  SlidingExecutor(std::unique_ptr<Device> device, const TrainConfig& config, ModelWeights weights, const Plan& plan,
+                  const Prediction& predicted)
       : device_(std::move(device)),
         trace_(config.trace.empty() ? nullptr : std::make_unique<StepTrace>(*device_, config.trace, config.trace_steps)),
         ops_(make_device_ops(trace_ ? trace_->device() : *device_)),
-        plan_(plan) {
+        plan_(plan),
+        predicted_(predicted) {
     engine_ = std::make_unique<SlidingEngine>(weights.config, weights.layout, trace_ ? trace_->device() : *device_,
                                               *ops_, plan_,
-                                              config.micro_batch * config.seq_len,
-                                              config.global_batch / config.micro_batch, config.decay_norms_and_biases);
+                                              plan_.micro_batch * config.seq_len,
+                                              config.global_batch / plan_.micro_batch, config.decay_norms_and_biases);
     for (size_t u = 0; u < weights.units.size(); ++u) {  // into the huge-page masters, freeing each copy as it goes
       engine_->host().unit(u).master.assign(weights.units[u]);
       std::vector<float>().swap(weights.units[u]);
@@ -83,6 +89,7 @@ class SlidingExecutor final : public StepExecutor {
     if (trace_) trace_->begin(step);
     const SlidingStepResult r = engine_->step(step, batch, hyper, max_grad_norm);
     if (trace_) trace_->end();
+    if (step == kMemoryReportStep) log_memory();
     return {r.loss, r.counted_tokens, r.grad_norm};
   }
   void finish_updates() override { engine_->finish_updates(); }
@@ -90,8 +97,20 @@ class SlidingExecutor final : public StepExecutor {
   std::vector<float*> exp_avg() override { return collect(&HostUnitState::m); }
   std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v); }
   void state_loaded(int64_t step) override { engine_->weights_changed(step); }
+  int64_t micro_batch() const override { return plan_.micro_batch; }
 
  private:
+  // By step 3 every buffer exists (the ops' scratch grows during step 1, nothing is allocated per
+  // step after), so the memory in use then is the run's peak, to set beside the planner's
+  // prediction. The devices' own peak counters also include a profile measurement, when one ran.
+  static constexpr int64_t kMemoryReportStep = 3;
+  void log_memory() const {
+    const MemoryStats device = device_->memory(), pinned = device_->pinned_memory();
+    log_info("memory in use after step {}: device {} (predicted {}), pinned {} (predicted {})", kMemoryReportStep,
+             format_bytes(device.in_use), format_bytes(predicted_.device.total()), format_bytes(pinned.in_use),
+             format_bytes(predicted_.host.pinned));
+  }
+
   std::vector<float*> collect(HostArray HostUnitState::*member) {
     std::vector<float*> out;
     for (size_t u = 0; u < engine_->host().unit_count(); ++u) out.push_back((engine_->host().unit(u).*member).data());
@@ -101,6 +120,7 @@ class SlidingExecutor final : public StepExecutor {
   std::unique_ptr<StepTrace> trace_;  // config `trace:`; nullptr without
   std::unique_ptr<Ops> ops_;
   Plan plan_;
+  Prediction predicted_;
   std::unique_ptr<SlidingEngine> engine_;
 };
 
@@ -116,38 +136,48 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
 
   const size_t budget = config.gpu_memory.empty() ? 0 : static_cast<size_t>(parse_byte_size(config.gpu_memory, "gpu_memory"));
   std::unique_ptr<Device> dev;
-  PlanRequest request;
-  request.micro_batch = config.micro_batch;
-  request.seq_len = config.seq_len;
-  request.chunks = config.global_batch / config.micro_batch;
-  request.clipping = config.max_grad_norm > 0;
-  request.slots = config.gpu_slots > 0 ? std::optional<int64_t>(config.gpu_slots) : std::nullopt;
-  if (config.offload_activations != "auto") request.offload_activations = config.offload_activations == "all";
-  if (config.resident_layers >= 0) request.resident_layers = config.resident_layers;
+  PlanTarget target;
+  target.device = device;
   if (device == "sim") {
     SimDeviceOptions options;
     if (budget > 0) options.memory_capacity = budget;
     dev = make_sim_device(options);
-    request.weight_dtype = DType::F32;  // the simulated device runs the fp32 reference ops
-    request.grad_dtype = DType::F32;
+    target.weight_dtype = DType::F32;  // the simulated device runs the fp32 reference ops
   } else {
     dev = make_cuda_device(0, budget);
-    request.allow_optimizer_on_gpu = true;
-    request.weight_dtype = DType::BF16;
-    request.grad_dtype = DType::BF16;
+    target.weight_dtype = DType::BF16;
+    target.gpu_adamw = true;
   }
-  request.device_budget = dev->memory().capacity - std::min(dev->memory().capacity, dev->memory().in_use);
-  const Plan plan = default_plan(weights.config, weights.layout, request);
-  const DeviceBytes d = device_bytes(weights.config, weights.layout, plan, config.micro_batch * config.seq_len,
-                                     request.chunks);
-  const HostBytes h = host_bytes(weights.config, weights.layout, plan, config.micro_batch * config.seq_len,
-                                 request.chunks);
-  log_info("memory plan: device {} of {} (slots {}, resident {}, activations {}, scratch {}); host {} "
-           "(pageable {}, pinned {})",
-           format_bytes(d.total()), format_bytes(request.device_budget), format_bytes(d.slots),
-           format_bytes(d.resident), format_bytes(d.activations), format_bytes(d.scratch), format_bytes(h.total()),
+  target.device_budget = dev->memory().capacity - std::min(dev->memory().capacity, dev->memory().in_use);
+  // A budget no plan fits is refused before measuring a profile, which needs device memory too.
+  check_device_budget(weights.config, weights.layout, plan_request(config, target, 0.0));
+  MachineProfile profile;
+  std::string source;
+  {
+    // Ops for measuring only, released (with their working memory) before the engine's.
+    const std::unique_ptr<Ops> measuring = make_device_ops(*dev);
+    ProfileOrigin origin = ProfileOrigin::Measured;
+    profile = obtain_profile(config, weights.config, *dev, *measuring, {}, &origin);
+    source = origin == ProfileOrigin::File    ? config.profile.string()
+             : origin == ProfileOrigin::Cache ? fmt::format("{}, cached", profile.device_name)
+                                              : fmt::format("{}, measured now", profile.device_name);
+  }
+  const PlanSelection selection =
+      select_plan(config, weights.config, weights.layout, target, std::move(profile), std::move(source));
+  const Candidate& chosen = selection.result.best;
+  log_info("{}", describe_selection(selection));
+  log_info("predicted step time {:.4f} s ({:.0f} tokens/s): {}", chosen.prediction.step_seconds,
+           chosen.prediction.tokens_per_second, chosen.explanation);
+  const DeviceBytes& d = chosen.prediction.device;
+  const HostBytes& h = chosen.prediction.host;
+  log_info("memory plan: device {} of {} (slots {}, resident {}, activations {}, scratch {}, ops workspace {}); "
+           "host {} of {} (pageable {}, pinned {})",
+           format_bytes(d.total()), format_bytes(target.device_budget), format_bytes(d.slots),
+           format_bytes(d.resident), format_bytes(d.activations), format_bytes(d.scratch),
+           format_bytes(d.ops_workspace), format_bytes(h.total()), format_bytes(selection.request.host_budget),
            format_bytes(h.pageable), format_bytes(h.pinned));
-  return std::make_unique<SlidingExecutor>(std::move(dev), config, std::move(weights), plan);
+  return std::make_unique<SlidingExecutor>(std::move(dev), config, std::move(weights), chosen.plan,
+                                           chosen.prediction);
 }
 
 }  // namespace ferry

@@ -34,10 +34,14 @@ class StepExecutor {
   virtual std::vector<float*> exp_avg_sq() = 0;
   // Masters/m/v were replaced (resume) as of optimizer step `step`.
   virtual void state_loaded(int64_t step) = 0;
+  // Sequences per micro-chunk the steps' batches must be cut into: the config's micro_batch, or
+  // the planner's choice when the config leaves it (`micro_batch: auto`).
+  virtual int64_t micro_batch() const = 0;
 };
 
-// Chooses the executor from `device` (cpu | sim | cuda | auto) and `gpu_memory`, planning the
-// sliding engine's resources for the config's batch geometry. Takes ownership of the weights.
+// Chooses the executor from `device` (cpu | sim | cuda | auto); on a device, the plan comes from
+// the planner's search (engine/plan_selection.h), whose choice and predicted step time are logged.
+// Takes ownership of the weights.
 std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, ModelWeights weights);
 
 }  // namespace ferry

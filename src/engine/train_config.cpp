@@ -88,7 +88,10 @@ const std::map<std::string, Setter>& setters() {
       {"cache_dir", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.cache_dir = parse_string(n, k); }},
       {"seq_len", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.seq_len = parse_int(n, k); }},
       {"global_batch", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.global_batch = parse_int(n, k); }},
-      {"micro_batch", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.micro_batch = parse_int(n, k); }},
+      {"micro_batch",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.micro_batch = n.IsScalar() && n.Scalar() == "auto" ? 0 : parse_int(n, k);
+       }},
       {"packing", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.packing = parse_bool(n, k); }},
       {"shuffle", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.shuffle = parse_bool(n, k); }},
       {"max_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_steps = parse_int(n, k); }},
@@ -116,6 +119,7 @@ const std::map<std::string, Setter>& setters() {
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_shard_bytes = parse_byte_size(parse_string(n, k), k); }},
       {"device", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.device = parse_string(n, k); }},
       {"gpu_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_memory = parse_string(n, k); }},
+      {"host_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.host_memory = parse_string(n, k); }},
       {"threads", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.threads = parse_int(n, k); }},
       {"gpu_slots", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_slots = parse_int(n, k); }},
       {"offload_activations",
@@ -234,8 +238,9 @@ TrainConfig load_train_config(const std::filesystem::path& yaml_path, const std:
 void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.seq_len >= 2, kWhere, "seq_len must be at least 2, got {}", c.seq_len);
   FERRY_CHECK(c.global_batch >= 1, kWhere, "global_batch must be at least 1, got {}", c.global_batch);
-  FERRY_CHECK(c.micro_batch >= 1, kWhere, "micro_batch must be at least 1, got {}", c.micro_batch);
-  FERRY_CHECK(c.global_batch % c.micro_batch == 0, kWhere,
+  FERRY_CHECK(c.micro_batch >= 0, kWhere, "micro_batch must be at least 1, or auto (the planner picks), got {}",
+              c.micro_batch);
+  FERRY_CHECK(c.micro_batch == 0 || c.global_batch % c.micro_batch == 0, kWhere,
               "global_batch ({}) must be a multiple of micro_batch ({})", c.global_batch, c.micro_batch);
   FERRY_CHECK(c.max_steps >= 0, kWhere, "max_steps must be >= 0");
   FERRY_CHECK(c.max_steps > 0 || c.epochs > 0, kWhere, "set max_steps or epochs to a positive value");
@@ -260,6 +265,7 @@ void validate_train_config(const TrainConfig& c) {
                   c.save_dtype == "float16",
               kWhere, "save_dtype must be auto, float32, bfloat16 or float16; got '{}'", c.save_dtype);
   if (!c.gpu_memory.empty()) parse_byte_size(c.gpu_memory, "gpu_memory");
+  if (!c.host_memory.empty()) parse_byte_size(c.host_memory, "host_memory");
   FERRY_CHECK(c.gpu_slots >= 0, kWhere, "gpu_slots must be >= 0 (0: the planner chooses)");
   FERRY_CHECK(c.offload_activations == "auto" || c.offload_activations == "all" || c.offload_activations == "none",
               kWhere, "offload_activations must be auto, all or none; got '{}'", c.offload_activations);

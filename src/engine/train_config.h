@@ -29,7 +29,7 @@ struct TrainConfig {
   // batch geometry
   int64_t seq_len = 2048;       // tokens per sequence (cutoff_len)
   int64_t global_batch = 8;     // sequences per optimizer step
-  int64_t micro_batch = 1;      // sequences per micro-chunk inside a layer
+  int64_t micro_batch = 1;      // sequences per micro-chunk inside a layer; 0 (`auto`): the planner picks
   bool packing = true;          // pack documents into sequences (with document masking)
   bool shuffle = true;          // a fresh order every epoch; false: the data's order
 
@@ -62,6 +62,7 @@ struct TrainConfig {
   // execution
   std::string device = "auto";  // cpu | sim | cuda | auto
   std::string gpu_memory;       // e.g. "24GiB"; bounds the (simulated) GPU
+  std::string host_memory;      // e.g. "200GiB"; bounds pageable + pinned host memory (empty: RAM less a margin)
   int64_t gpu_slots = 0;        // GPU slots for streamed units; 0: the planner chooses
   std::string offload_activations = "auto";  // auto | all | none
   int64_t resident_layers = -1; // layers kept on the GPU; -1: the planner chooses

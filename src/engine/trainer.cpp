@@ -124,7 +124,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
            model_config.num_layers, model_config.hidden_size, static_cast<double>(parameter_count) / 1e6,
            torch_dtype_name(model_config.dtype));
   log_info("data: {} documents -> {} sequences of {} tokens; {} steps of {} sequences (micro-batch {}), warmup {}",
-           documents.size(), rows.size(), config.seq_len, total_steps, config.global_batch, config.micro_batch, warmup);
+           documents.size(), rows.size(), config.seq_len, total_steps, config.global_batch, executor->micro_batch(),
+           warmup);
   log_info("device {}", executor->describe());
 
   auto checkpoint_view = [&]() {
@@ -156,7 +157,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     const auto start = std::chrono::steady_clock::now();
     step_rows.clear();
     for (int64_t index : sampler.next_rows(config.global_batch)) step_rows.push_back(&rows[static_cast<size_t>(index)]);
-    const StepBatch batch = make_step_batch(step_rows, config.seq_len, config.micro_batch);
+    const StepBatch batch = make_step_batch(step_rows, config.seq_len, executor->micro_batch());
     if (batch.counted_tokens() == 0)
       log_warn("step {}: every target is masked; the gradient is zero for this step", step + 1);
     hyper.lr = lr_at(config.lr_scheduler_type, config.learning_rate, step, warmup, total_steps, config.min_lr_ratio);

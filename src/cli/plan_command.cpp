@@ -1,0 +1,204 @@
+// `ferry plan CONFIG.yaml [key=value ...]`: the plan `ferry train` would run with this config, its
+// predicted step time and memory against the budgets, what bounds it, and the next best
+// alternatives -- from the model's config.json and a machine profile alone (no weights, no GPU).
+// With a budget no plan fits, the error names the smallest budgets that work.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "device/device.h"
+#include "device/memory_ledger.h"
+#include "engine/plan_selection.h"
+#include "engine/profile_cache.h"
+#include "engine/train_config.h"
+#include "model/unit_layout.h"
+#include "ops/device_ops.h"
+#include "planner/nominal_profile.h"
+
+namespace ferry::cli {
+
+namespace {
+
+constexpr const char* kWhere = "plan";
+
+// The device the config trains on: cuda (bf16 weights, GPU AdamW) or sim (fp32 reference ops).
+// `auto` plans for the machine a given profile describes, else for this one.
+PlanTarget plan_target(const TrainConfig& config) {
+  std::string device = config.device;
+  if (device == "auto") {
+    if (!config.profile.empty()) device = load_profile(config.profile).weight_dtype == DType::F32 ? "sim" : "cuda";
+    else device = cuda_available() ? "cuda" : "sim";
+  }
+  FERRY_CHECK(device != "cpu", kWhere,
+              "device: cpu trains the fp32 reference in host memory, without a plan; plan for device=cuda or "
+              "device=sim");
+  PlanTarget t;
+  t.device = device;
+  t.weight_dtype = device == "cuda" ? DType::BF16 : DType::F32;
+  t.gpu_adamw = device == "cuda";
+  return t;
+}
+
+// "0-7 offloaded to the host, 8-31 kept on the GPU": runs of equal values, by layer.
+template <typename T, typename Name>
+std::string runs(const std::vector<T>& values, Name name) {
+  std::string out;
+  for (size_t begin = 0; begin < values.size();) {
+    size_t end = begin;
+    while (end + 1 < values.size() && values[end + 1] == values[begin]) ++end;
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", begin == end ? fmt::format("{}", begin)
+                                                                       : fmt::format("{}-{}", begin, end),
+                       name(values[begin]));
+    begin = end + 1;
+  }
+  return out;
+}
+
+const char* unit_words(UnitPlacement p) {
+  switch (p) {
+    case UnitPlacement::Streamed: return "streamed through the slots";
+    case UnitPlacement::ResidentParams: return "resident";
+    case UnitPlacement::ResidentWithOptimizer: return "resident with GPU AdamW";
+  }
+  return "?";
+}
+
+std::string share(size_t bytes, size_t budget) {
+  return budget > 0 ? fmt::format("{:>10} of {:>10} ({:.0f}%)", format_bytes(bytes), format_bytes(budget),
+                                  100.0 * static_cast<double>(bytes) / static_cast<double>(budget))
+                    : fmt::format("{:>10}", format_bytes(bytes));
+}
+
+void print_candidate_summary(const ModelLayout& layout, const Candidate& c) {
+  const Plan& p = c.plan;
+  std::printf("  %s\n", p.describe().c_str());
+  if (p.optimizer_on_gpu()) return;
+  std::vector<UnitPlacement> layers(p.units.begin() + 1, p.units.end() - 1);
+  std::printf("  embedding %s; head %s\n", unit_words(p.units[layout.embedding_unit()]),
+              unit_words(p.units[layout.head_unit()]));
+  std::printf("  layers %s\n", runs(layers, unit_words).c_str());
+  std::printf("  boundary activations of layers %s\n",
+              runs(p.activations, [](ActivationPlacement a) {
+                return a == ActivationPlacement::KeepOnGpu ? "kept on the GPU" : "offloaded to the host";
+              }).c_str());
+  std::printf("  micro-chunks of %lld tokens (micro-batch %lld), %lld per step\n",
+              static_cast<long long>(c.shape.chunk_tokens), static_cast<long long>(p.micro_batch),
+              static_cast<long long>(c.shape.chunks));
+}
+
+void print_selection(const TrainConfig& config, const ModelConfig& model, const ModelLayout& layout,
+                     const PlanTarget& target, const PlanSelection& s) {
+  const Candidate& best = s.result.best;
+  const Prediction& p = best.prediction;
+  std::printf("model:     %s (%s, %lld layers, hidden %lld, %.2fB parameters)\n", config.model.string().c_str(),
+              model.architecture_name.c_str(), static_cast<long long>(model.num_layers),
+              static_cast<long long>(model.hidden_size), static_cast<double>(layout.parameter_count()) / 1e9);
+  std::printf("batch:     %lld sequences of %lld tokens per step (%lld tokens)\n",
+              static_cast<long long>(config.global_batch), static_cast<long long>(config.seq_len),
+              static_cast<long long>(config.global_batch * config.seq_len));
+  std::printf("device:    %s; profile: %s\n", target.device.c_str(), s.profile_source.c_str());
+  std::printf("budgets:   device %s (gpu_memory, %.0f%% kept free), host %s (host_memory)\n\n",
+              format_bytes(s.request.device_budget).c_str(), 100.0 * s.request.headroom,
+              s.request.host_budget > 0 ? format_bytes(s.request.host_budget).c_str() : "unlimited");
+
+  std::printf("plan\n");
+  print_candidate_summary(layout, best);
+  std::printf("\npredicted step time %.3f s, %.0f tokens/s, GPU idle %.0f%%\n", p.step_seconds, p.tokens_per_second,
+              100.0 * p.gpu_idle_fraction);
+  std::printf("bottleneck: %s\n  %s\n", lane_name(p.bottleneck), best.explanation.c_str());
+  std::printf("\nmemory (peak)\n");
+  std::printf("  GPU       %s  slots %s, resident %s, activations %s, scratch %s, ops workspace %s, other %s\n",
+              share(p.device.total(), s.request.device_budget).c_str(), format_bytes(p.device.slots).c_str(),
+              format_bytes(p.device.resident).c_str(), format_bytes(p.device.activations).c_str(),
+              format_bytes(p.device.scratch).c_str(), format_bytes(p.device.ops_workspace).c_str(),
+              format_bytes(p.device.other).c_str());
+  std::printf("  pinned    %s\n", share(p.host.pinned, 0).c_str());
+  std::printf("  pageable  %s\n", share(p.host.pageable, 0).c_str());
+  std::printf("  host      %s  (pinned + pageable)\n", share(p.host.total(), s.request.host_budget).c_str());
+  std::printf("  disk      %s  (no disk tier yet)\n", share(p.disk_bytes, 0).c_str());
+
+  if (!s.result.alternatives.empty()) std::printf("\nnext best alternatives\n");
+  for (size_t i = 0; i < s.result.alternatives.size(); ++i) {
+    const Candidate& c = s.result.alternatives[i];
+    std::printf("%zu. step %.3f s, %.0f tokens/s, GPU %s, host %s\n", i + 1, c.prediction.step_seconds,
+                c.prediction.tokens_per_second, format_bytes(c.prediction.device.total()).c_str(),
+                format_bytes(c.prediction.host.total()).c_str());
+    std::printf("   %s\n", c.explanation.c_str());
+  }
+  std::printf("\n%zu plans simulated\n", s.result.simulated);
+}
+
+// The profile to plan with: --nominal's rates, `profile: FILE`, else this machine's (cached, or
+// measured now on the config's device).
+MachineProfile plan_profile(const TrainConfig& config, const ModelConfig& model, const PlanTarget& target,
+                            bool nominal, std::string* source) {
+  if (nominal) {
+    MachineProfile p = nominal_profile(model, config.seq_len, target.weight_dtype);
+    *source = p.device_name;
+    return p;
+  }
+  if (!config.profile.empty()) {
+    MachineProfile p = load_profile(config.profile);
+    check_profile_matches_model(p, model, config.seq_len, config.profile.string());
+    *source = config.profile.string();
+    return p;
+  }
+  const size_t budget =
+      config.gpu_memory.empty() ? 0 : static_cast<size_t>(parse_byte_size(config.gpu_memory, "gpu_memory"));
+  if (budget > 0) {  // refused before measuring, which needs device memory too
+    PlanTarget sized = target;
+    sized.device_budget = budget;
+    check_device_budget(model, build_model_layout(model), plan_request(config, sized, 0.0));
+  }
+  std::unique_ptr<Device> device;
+  if (target.device == "cuda") {
+    device = make_cuda_device(0, budget);
+  } else {
+    SimDeviceOptions options;
+    if (budget > 0) options.memory_capacity = budget;
+    device = make_sim_device(options);
+  }
+  const std::unique_ptr<Ops> ops = make_device_ops(*device);
+  ProfileOrigin origin = ProfileOrigin::Measured;
+  MachineProfile p = obtain_profile(config, model, *device, *ops, {}, &origin);
+  *source = fmt::format("{}, {}", p.device_name, origin == ProfileOrigin::Cache ? "cached" : "measured now");
+  return p;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "plan", "Show the plan `ferry train` would run, its predicted step time and memory: ferry plan CONFIG.yaml "
+              "[key=value ...]");
+  auto config_path = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  auto alternatives = std::make_shared<size_t>(4);
+  auto nominal = std::make_shared<bool>(false);
+  cmd->add_option("config", *config_path, "YAML training configuration (see README: configuration)")->required();
+  cmd->add_option("overrides", *overrides, "key=value settings that override the file");
+  cmd->add_option("--alternatives", *alternatives, "how many next best plans to show")->capture_default_str();
+  cmd->add_flag("--nominal", *nominal,
+                "plan with the nominal rates of the lent H200 machine (DESIGN.md §5) instead of a measured profile");
+  cmd->callback([config_path, overrides, alternatives, nominal] {
+    const TrainConfig config = load_train_config(*config_path, *overrides);
+    FERRY_CHECK(!config.model.empty(), kWhere,
+                "no model given; set `model:` to a Hugging Face model directory (only its config.json is read)");
+    const ModelConfig model = load_model_config(config.model);
+    const ModelLayout layout = build_model_layout(model);
+    PlanTarget target = plan_target(config);
+    std::string source;
+    MachineProfile profile = plan_profile(config, model, target, *nominal, &source);
+    // Without gpu_memory: the memory of the device the profile describes.
+    target.device_budget = config.gpu_memory.empty()
+                               ? static_cast<size_t>(profile.device_memory_bytes)
+                               : static_cast<size_t>(parse_byte_size(config.gpu_memory, "gpu_memory"));
+    const PlanSelection s =
+        select_plan(config, model, layout, target, std::move(profile), std::move(source), *alternatives);
+    print_selection(config, model, layout, target, s);
+  });
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,46 @@
+#include "engine/plan_selection.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace ferry {
+
+PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, double ram_bytes) {
+  PlanRequest r;
+  r.seq_len = config.seq_len;
+  r.global_batch = config.global_batch;
+  if (config.micro_batch > 0) r.micro_batch = config.micro_batch;
+  r.device_budget = target.device_budget;
+  r.host_budget = config.host_memory.empty()
+                      ? default_host_budget(ram_bytes)
+                      : static_cast<size_t>(parse_byte_size(config.host_memory, "host_memory"));
+  r.weight_dtype = target.weight_dtype;
+  r.grad_dtype = target.weight_dtype;  // gradients land in the weights' pinned staging (unit_updater.h)
+  r.clipping = config.max_grad_norm > 0;
+  if (config.gpu_slots > 0) r.slots = config.gpu_slots;
+  if (config.offload_activations != "auto") r.offload_activations = config.offload_activations == "all";
+  if (config.resident_layers >= 0) r.resident_layers = config.resident_layers;
+  r.allow_optimizer_on_gpu = target.gpu_adamw;
+  return r;
+}
+
+PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, const ModelLayout& layout,
+                          const PlanTarget& target, MachineProfile profile, std::string source,
+                          size_t alternatives) {
+  PlanSelection s;
+  s.profile = std::move(profile);
+  s.profile_source = std::move(source);
+  s.request = plan_request(config, target, s.profile.host.memory_bytes);
+  s.result = search_plans(model, layout, s.profile, s.request, alternatives);
+  return s;
+}
+
+std::string describe_selection(const PlanSelection& s) {
+  const Prediction& p = s.result.best.prediction;
+  return fmt::format("plan: {}; predicted step {:.3f} s ({:.0f} tokens/s), {} (profile: {})",
+                     s.result.best.plan.describe(), p.step_seconds, p.tokens_per_second, lane_name(p.bottleneck),
+                     s.profile_source);
+}
+
+}  // namespace ferry

@@ -1,0 +1,52 @@
+// From a training config to the plan the engine runs: the one path `ferry train` and `ferry plan`
+// share, so that what `ferry plan` prints is what `ferry train` does with the same config.
+//
+//   1. the machine profile: `profile: FILE`, else this device's cached or freshly measured one
+//      (engine/profile_cache.h obtain_profile); `ferry plan --nominal` plans with the nominal
+//      rates of the lent H200 machine instead (planner/nominal_profile.h);
+//   2. the budgets: the device's memory or gpu_memory, and host_memory, else the physical RAM the
+//      profile records less a margin (planner/search.h default_host_budget);
+//   3. the forced options of the config (micro_batch, gpu_slots, offload_activations,
+//      resident_layers) as constraints of the search (planner/search.h);
+//   4. the search: the fastest plan that fits, its prediction and the next best alternatives.
+#pragma once
+
+#include <string>
+
+#include "engine/train_config.h"
+#include "io/model_config.h"
+#include "model/unit_layout.h"
+#include "planner/profile.h"
+#include "planner/search.h"
+
+namespace ferry {
+
+// The device a config trains on, for planning: cuda or sim (cpu has no plan).
+struct PlanTarget {
+  std::string device;          // "cuda" | "sim"
+  DType weight_dtype = DType::BF16;  // what the engine holds on that device (bf16 on CUDA, fp32 on sim)
+  size_t device_budget = 0;    // bytes the engine may allocate
+  bool gpu_adamw = false;      // the device runs AdamW (CUDA)
+};
+
+struct PlanSelection {
+  MachineProfile profile;
+  std::string profile_source;  // the file, or "nominal rates (...)"
+  PlanRequest request;
+  SearchResult result;
+};
+
+// The search's request for `config` on `target`: its forced options and budgets (`ram_bytes`:
+// the physical memory the default host budget leaves a margin of; 0: no host budget).
+PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, double ram_bytes);
+
+// 2–4 above, with the profile of 1 (`source` says where it came from, for the log). Throws
+// ferry::Error when no plan fits (with the budgets that would).
+PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, const ModelLayout& layout,
+                          const PlanTarget& target, MachineProfile profile, std::string source,
+                          size_t alternatives = 4);
+
+// One line for the log: the plan, its predicted step time and tokens/s, the bottleneck.
+std::string describe_selection(const PlanSelection& selection);
+
+}  // namespace ferry

@@ -1,0 +1,343 @@
+#include "planner/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "planner/memory_model.h"
+
+namespace ferry {
+
+size_t default_host_budget(double physical_bytes) {
+  const double reserve = std::max(0.1 * physical_bytes, 4.0 * 1073741824.0);
+  return static_cast<size_t>(std::max(0.0, physical_bytes - reserve));
+}
+
+namespace {
+
+// Everything of a plan but the resident-layer count and the kept activations, which the search
+// sizes to the budget inside a family.
+struct Family {
+  bool everything_on_gpu = false;
+  int64_t micro_batch = 1;
+  int64_t slots = 2;
+  UpdateSchedule update = UpdateSchedule::AfterBackward;
+  WeightUpload upload = WeightUpload::HostShadow;
+  UnitPlacement embedding = UnitPlacement::Streamed;
+  UnitPlacement head = UnitPlacement::Streamed;
+  UnitPlacement layers = UnitPlacement::ResidentParams;  // the kind of the resident layers
+};
+
+int64_t kept_activations(const Plan& plan) {
+  int64_t kept = 0;
+  for (auto a : plan.activations) kept += a == ActivationPlacement::KeepOnGpu;
+  return kept;
+}
+
+int64_t resident_layer_count(const Plan& plan, UnitPlacement* kind) {
+  int64_t count = 0;
+  for (size_t u = 1; u + 1 < plan.units.size(); ++u) {
+    if (plan.units[u] == UnitPlacement::Streamed) continue;
+    ++count;
+    if (kind) *kind = plan.units[u];
+  }
+  return count;
+}
+
+bool same_plan(const Plan& a, const Plan& b) {
+  return a.micro_batch == b.micro_batch && a.gpu_slots == b.gpu_slots && a.units == b.units &&
+         a.activations == b.activations && a.update == b.update && a.weight_upload == b.weight_upload &&
+         a.weight_dtype == b.weight_dtype && a.grad_dtype == b.grad_dtype;
+}
+
+bool better(const Candidate& a, const Candidate& b) {
+  if (a.prediction.step_seconds != b.prediction.step_seconds)
+    return a.prediction.step_seconds < b.prediction.step_seconds;
+  return a.prediction.device.total() < b.prediction.device.total();
+}
+
+class Searcher {
+ public:
+  // Without a profile the searcher only sizes plans (check_device_budget).
+  Searcher(const ModelConfig& config, const ModelLayout& layout, const MachineProfile* profile, const PlanRequest& r)
+      : config_(config), layout_(layout), profile_(profile), r_(r), L_(config.num_layers) {
+    device_limit_ = static_cast<size_t>(static_cast<double>(r.device_budget) * (1.0 - r.headroom));
+  }
+
+  void check_device() {
+    for (const Family& f : families()) search_family(f);
+    if (min_device_ > device_limit_) refuse();
+  }
+
+  SearchResult run(size_t alternatives) {
+    for (const Family& f : families()) search_family(f);
+    if (bests_.empty()) refuse();
+    std::sort(bests_.begin(), bests_.end(), better);
+    SearchResult result;
+    result.simulated = simulated_;
+    result.best = bests_.front();
+    result.best.explanation = result.best.prediction.explain();
+    for (size_t i = 1; i < bests_.size() && result.alternatives.size() < alternatives; ++i) {
+      Candidate c = bests_[i];
+      const auto listed = [&](const Candidate& other) { return same_plan(other.plan, c.plan); };
+      if (listed(result.best) || std::any_of(result.alternatives.begin(), result.alternatives.end(), listed)) continue;
+      const double slower = c.prediction.step_seconds - result.best.prediction.step_seconds;
+      c.explanation = fmt::format("{:+.3f} s ({:+.1f}%): {}; {}", slower,
+                                  100.0 * slower / result.best.prediction.step_seconds,
+                                  plan_difference(c.plan, result.best.plan), c.prediction.explain());
+      result.alternatives.push_back(std::move(c));
+    }
+    return result;
+  }
+
+ private:
+  std::vector<int64_t> micro_batches() const {
+    if (r_.micro_batch) return {*r_.micro_batch};
+    std::vector<int64_t> out;
+    for (int64_t m = 1; m <= r_.global_batch; ++m)
+      if (r_.global_batch % m == 0) out.push_back(m);
+    return out;
+  }
+
+  std::vector<Family> families() const {
+    std::vector<Family> out;
+    const bool gpu_adamw = profile_ && profile_->compute.gpu_adamw_params_per_s > 0;
+    const bool per_unit = (r_.space.per_unit_gpu_optimizer || r_.gpu_optimizer_layers.value_or(0) > 0) && gpu_adamw;
+    std::vector<UnitPlacement> end_units = {UnitPlacement::Streamed, UnitPlacement::ResidentParams};
+    if (per_unit) end_units.push_back(UnitPlacement::ResidentWithOptimizer);
+    // The resident layers' kind; a forced count of GPU-optimizer layers fixes it per layer.
+    std::vector<UnitPlacement> resident_kinds = {UnitPlacement::ResidentParams};
+    if (per_unit && !r_.gpu_optimizer_layers) resident_kinds.push_back(UnitPlacement::ResidentWithOptimizer);
+    std::vector<UpdateSchedule> updates = {UpdateSchedule::AfterBackward};
+    if (!r_.clipping) updates.push_back(UpdateSchedule::DuringBackward);
+    std::vector<WeightUpload> uploads = {WeightUpload::HostShadow};
+    if (r_.space.convert_on_upload) uploads.push_back(WeightUpload::ConvertOnUpload);
+    if (r_.weight_upload) uploads = {*r_.weight_upload};
+    const std::vector<int64_t> slots = r_.slots ? std::vector<int64_t>{*r_.slots} : r_.space.slot_counts;
+
+    for (int64_t mb : micro_batches()) {
+      if (r_.allow_optimizer_on_gpu && gpu_adamw && r_.resident_layers.value_or(L_) == L_ &&
+          r_.gpu_optimizer_layers.value_or(L_) == L_ && !r_.offload_activations.value_or(false)) {
+        Family f;
+        f.everything_on_gpu = true;
+        f.micro_batch = mb;
+        out.push_back(f);
+      }
+      for (int64_t s : slots)
+        for (UpdateSchedule update : updates)
+          for (WeightUpload upload : uploads)
+            for (UnitPlacement e : end_units) {
+              // Tied embeddings are read by the first and the last unit: the embedding stays resident.
+              if (layout_.tied && e == UnitPlacement::Streamed) continue;
+              for (UnitPlacement h : end_units) {
+                // A tied head writes its lm_head gradient into the embedding's buffer: one dtype for
+                // both (the GPU optimizer's units have fp32 gradients).
+                const bool e_fp32 = e == UnitPlacement::ResidentWithOptimizer || r_.grad_dtype == DType::F32;
+                const bool h_fp32 = h == UnitPlacement::ResidentWithOptimizer || r_.grad_dtype == DType::F32;
+                if (layout_.tied && e_fp32 != h_fp32) continue;
+                for (UnitPlacement kind : resident_kinds) out.push_back({false, mb, s, update, upload, e, h, kind});
+              }
+            }
+    }
+    return out;
+  }
+
+  Plan make_plan(const Family& f, int64_t resident_layers) const {
+    Plan plan;
+    plan.micro_batch = f.micro_batch;
+    plan.weight_dtype = r_.weight_dtype;
+    plan.grad_dtype = r_.grad_dtype;
+    plan.activations.assign(static_cast<size_t>(L_), ActivationPlacement::OffloadToHost);
+    if (f.everything_on_gpu) {
+      plan.units.assign(layout_.units.size(), UnitPlacement::ResidentWithOptimizer);
+      plan.activations.assign(static_cast<size_t>(L_), ActivationPlacement::KeepOnGpu);
+      return plan;
+    }
+    plan.gpu_slots = f.slots;
+    plan.update = f.update;
+    plan.weight_upload = f.upload;
+    plan.units.assign(layout_.units.size(), UnitPlacement::Streamed);
+    plan.units[layout_.embedding_unit()] = f.embedding;
+    plan.units[layout_.head_unit()] = f.head;
+    const int64_t on_gpu = r_.gpu_optimizer_layers.value_or(0);
+    for (int64_t l = L_ - 1; l >= L_ - resident_layers; --l)
+      plan.units[layout_.layer_unit(l)] = r_.gpu_optimizer_layers
+                                              ? (l >= L_ - on_gpu ? UnitPlacement::ResidentWithOptimizer
+                                                                  : UnitPlacement::ResidentParams)
+                                              : f.layers;
+    if (r_.offload_activations == false)
+      plan.activations.assign(static_cast<size_t>(L_), ActivationPlacement::KeepOnGpu);
+    return plan;
+  }
+
+  size_t device_total(const Plan& plan, const StepShape& shape) const {
+    return device_bytes(config_, layout_, plan, shape.chunk_tokens, shape.chunks).total();
+  }
+  size_t host_total(const Plan& plan, const StepShape& shape) const {
+    return host_bytes(config_, layout_, plan, shape.chunk_tokens, shape.chunks).total();
+  }
+
+  // Keeps the last layers' boundary activations on the GPU while they fit (the backward reads the
+  // last ones first). Keeping all of them also frees the two staging buffers.
+  void keep_activations(Plan& plan, const StepShape& shape) const {
+    if (r_.offload_activations.has_value()) return;
+    Plan all = plan;
+    all.activations.assign(static_cast<size_t>(L_), ActivationPlacement::KeepOnGpu);
+    if (device_total(all, shape) <= device_limit_) {
+      plan = all;
+      return;
+    }
+    const size_t act = round_to_256(static_cast<size_t>(shape.tokens() * config_.hidden_size) *
+                                    dtype_size(plan.weight_dtype));
+    const size_t base = device_total(plan, shape);
+    const int64_t room = base <= device_limit_ ? static_cast<int64_t>((device_limit_ - base) / act) : 0;
+    for (int64_t l = L_ - 1; l >= std::max<int64_t>(0, L_ - room); --l)
+      plan.activations[static_cast<size_t>(l)] = ActivationPlacement::KeepOnGpu;
+  }
+
+  void search_family(const Family& f) {
+    const StepShape shape{f.micro_batch * r_.seq_len, r_.global_batch / f.micro_batch};
+    std::vector<int64_t> counts;
+    if (f.everything_on_gpu) counts = {L_};
+    else if (r_.resident_layers) counts = {std::min(*r_.resident_layers, L_)};
+    else for (int64_t n = r_.gpu_optimizer_layers.value_or(0); n <= L_; ++n) counts.push_back(n);
+    for (int64_t n : counts) {
+      // No resident layer: the layers' kind means nothing, the params family stands for both.
+      if (n == 0 && f.layers == UnitPlacement::ResidentWithOptimizer && !f.everything_on_gpu) continue;
+      Plan plan = make_plan(f, n);
+      const bool streams = std::any_of(plan.units.begin(), plan.units.end(),
+                                       [](UnitPlacement u) { return u == UnitPlacement::Streamed; });
+      // Without streamed units the slot count means nothing: one family stands for all.
+      if (!f.everything_on_gpu && !streams && f.slots != families_slots_front()) continue;
+      const size_t lean_device = device_total(plan, shape);
+      if (lean_device < min_device_) {
+        min_device_ = lean_device;
+        host_at_min_device_ = host_total(plan, shape);
+      }
+      if (lean_device > device_limit_) continue;
+      keep_activations(plan, shape);
+      const size_t host = host_total(plan, shape);
+      min_host_fitting_ = std::min(min_host_fitting_, host);
+      if (r_.host_budget > 0 && host > r_.host_budget) continue;
+      Candidate c;
+      c.plan = std::move(plan);
+      c.shape = shape;
+      if (!profile_) continue;
+      c.prediction = predict(config_, layout_, c.plan, *profile_, shape);
+      ++simulated_;
+      if (!family_best_ || better(c, *family_best_)) family_best_ = std::move(c);
+    }
+    if (family_best_) bests_.push_back(std::move(*family_best_));
+    family_best_.reset();
+  }
+
+  int64_t families_slots_front() const { return r_.slots ? *r_.slots : r_.space.slot_counts.front(); }
+
+  [[noreturn]] void refuse() const {
+    const auto gib = [](size_t b) { return format_bytes(b); };
+    std::string what;
+    if (min_device_ > device_limit_) {
+      const size_t need = static_cast<size_t>(std::ceil(static_cast<double>(min_device_) / (1.0 - r_.headroom)));
+      what = fmt::format("the smallest plan needs {} of device memory, more than the {} budget allows with {:.0f}% "
+                         "kept free; give gpu_memory of at least {}",
+                         gib(min_device_), gib(r_.device_budget), 100.0 * r_.headroom, gib(need));
+      if (r_.host_budget > 0 && host_at_min_device_ > r_.host_budget)
+        what += fmt::format(", and host_memory of at least {} (that plan needs {} of host memory; the budget is {})",
+                            gib(host_at_min_device_), gib(host_at_min_device_), gib(r_.host_budget));
+    } else {
+      what = fmt::format("every plan that fits the device needs at least {} of host memory (pageable + pinned), more "
+                         "than the {} host_memory budget; give host_memory of at least {}",
+                         gib(min_host_fitting_), gib(r_.host_budget), gib(min_host_fitting_));
+    }
+    fail("plan", "no plan fits: {} -- or lower micro_batch or seq_len{}", what,
+         r_.slots || r_.resident_layers || r_.offload_activations ? ", or drop the forced gpu_slots / resident_layers / "
+                                                                    "offload_activations"
+                                                                  : "");
+  }
+
+  const ModelConfig& config_;
+  const ModelLayout& layout_;
+  const MachineProfile* profile_;
+  const PlanRequest& r_;
+  const int64_t L_;
+  size_t device_limit_ = 0;
+  std::vector<Candidate> bests_;
+  std::optional<Candidate> family_best_;
+  size_t simulated_ = 0;
+  size_t min_device_ = std::numeric_limits<size_t>::max(), host_at_min_device_ = 0;
+  size_t min_host_fitting_ = std::numeric_limits<size_t>::max();
+};
+
+const char* unit_choice(UnitPlacement p) {
+  switch (p) {
+    case UnitPlacement::Streamed: return "streamed";
+    case UnitPlacement::ResidentParams: return "resident";
+    case UnitPlacement::ResidentWithOptimizer: return "resident with GPU AdamW";
+  }
+  return "?";
+}
+
+}  // namespace
+
+SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, const MachineProfile& profile,
+                          const PlanRequest& request, size_t alternatives) {
+  FERRY_CHECK(request.global_batch >= 1 && request.seq_len >= 1, "plan", "global_batch and seq_len must be positive");
+  FERRY_CHECK(!request.micro_batch || (*request.micro_batch >= 1 && request.global_batch % *request.micro_batch == 0),
+              "plan", "micro_batch must divide global_batch ({})", request.global_batch);
+  FERRY_CHECK(!request.slots || *request.slots >= 1, "plan", "gpu_slots must be at least 1");
+  FERRY_CHECK(!request.resident_layers || (*request.resident_layers >= 0 && *request.resident_layers <= config.num_layers),
+              "plan", "resident_layers must be between 0 and the model's {} layers", config.num_layers);
+  FERRY_CHECK(!request.space.slot_counts.empty(), "plan", "the search needs at least one slot count");
+  FERRY_CHECK(!request.gpu_optimizer_layers ||
+                  (*request.gpu_optimizer_layers >= 0 &&
+                   *request.gpu_optimizer_layers <= request.resident_layers.value_or(config.num_layers)),
+              "plan", "gpu_optimizer_layers ({}) must be between 0 and the resident layers ({})",
+              request.gpu_optimizer_layers.value_or(0), request.resident_layers.value_or(config.num_layers));
+  FERRY_CHECK(request.gpu_optimizer_layers.value_or(0) == 0 || profile.compute.gpu_adamw_params_per_s > 0, "plan",
+              "gpu_optimizer_layers needs a device with a GPU AdamW; the profile of {} has none", profile.device_name);
+  return Searcher(config, layout, &profile, request).run(alternatives);
+}
+
+void check_device_budget(const ModelConfig& config, const ModelLayout& layout, const PlanRequest& request) {
+  Searcher(config, layout, nullptr, request).check_device();
+}
+
+std::string plan_difference(const Plan& plan, const Plan& reference) {
+  std::vector<std::string> parts;
+  if (plan.optimizer_on_gpu() != reference.optimizer_on_gpu()) {
+    parts.push_back(plan.optimizer_on_gpu() ? "everything on the GPU" : "the sliding window instead of everything on "
+                                                                      "the GPU");
+    if (plan.micro_batch != reference.micro_batch)
+      parts.push_back(fmt::format("micro-batch {} instead of {}", plan.micro_batch, reference.micro_batch));
+    return fmt::format("{}", fmt::join(parts, ", "));
+  }
+  if (plan.micro_batch != reference.micro_batch)
+    parts.push_back(fmt::format("micro-batch {} instead of {}", plan.micro_batch, reference.micro_batch));
+  if (plan.gpu_slots != reference.gpu_slots)
+    parts.push_back(fmt::format("{} slots instead of {}", plan.gpu_slots, reference.gpu_slots));
+  if (plan.update != reference.update)
+    parts.push_back(fmt::format("updates {} instead of {}", update_name(plan.update), update_name(reference.update)));
+  if (plan.weight_upload != reference.weight_upload)
+    parts.push_back(fmt::format("weights {} instead of {}", weight_upload_name(plan.weight_upload),
+                                weight_upload_name(reference.weight_upload)));
+  const size_t e = 0, h = plan.units.size() - 1;
+  if (plan.units[e] != reference.units[e])
+    parts.push_back(fmt::format("embedding {} instead of {}", unit_choice(plan.units[e]), unit_choice(reference.units[e])));
+  if (plan.units[h] != reference.units[h])
+    parts.push_back(fmt::format("head {} instead of {}", unit_choice(plan.units[h]), unit_choice(reference.units[h])));
+  UnitPlacement kind = UnitPlacement::ResidentParams, reference_kind = UnitPlacement::ResidentParams;
+  const int64_t layers = resident_layer_count(plan, &kind), reference_layers = resident_layer_count(reference, &reference_kind);
+  if (layers != reference_layers || (layers > 0 && kind != reference_kind))
+    parts.push_back(fmt::format("{} layers {} instead of {} {}", layers, unit_choice(kind), reference_layers,
+                                unit_choice(reference_kind)));
+  const int64_t kept = kept_activations(plan), reference_kept = kept_activations(reference);
+  if (kept != reference_kept)
+    parts.push_back(fmt::format("{} boundary activations kept on the GPU instead of {}", kept, reference_kept));
+  if (parts.empty()) return "the same plan";
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+}  // namespace ferry

@@ -1,0 +1,111 @@
+// The plan search (DESIGN.md §3, planner/: profile → cost model → search → Plan): every plan the
+// engine can run, within the device and host budgets and the options the user forced, ranked by
+// the cost model's predicted step time. Pure function of numbers: the model's shape (config.json),
+// the batch geometry, the budgets and a machine profile.
+//
+// The space, and why each axis is searched the way it is:
+//   * micro-batch: the divisors of global_batch (or the one the config gives). Larger chunks cut
+//     the fixed cost per chunk and grow the working memory (scratch, attention and logits).
+//   * GPU slots for streamed units: 2..4 (SearchSpace::slot_counts). Slots are sized to the
+//     largest streamed unit; more slots prefetch further ahead.
+//   * embedding and head: streamed, resident, or resident with their optimizer on the GPU. They
+//     are searched separately from the layers because they are the largest units (a 128k
+//     vocabulary makes them 2.4x a Llama-8B layer): streaming either sizes every slot to it.
+//   * resident layers, from the last one down: the last layers are used twice in a row around the
+//     head (forward, then backward at once), so residency there removes uploads that nothing could
+//     hide. All resident layers have one kind (params, or params + GPU AdamW), unless the config
+//     forces how many of them keep their optimizer on the GPU (the last ones).
+//   * boundary activations: kept on the GPU for the last k layers, offloaded for the others. For
+//     each choice above, k is the largest that fits: keeping one more never costs time (it only
+//     removes a d2h and an h2d copy), so the search spends memory on residency or activations by
+//     enumerating the resident count, and lets k take what is left.
+//   * update schedule: after the backward (overlapped with the next forward) always; during the
+//     backward only without clipping (the global norm must be known before any update: exactness
+//     first).
+//   * weight upload: bf16 host shadow, or fp32 masters converted on upload (SearchSpace flag).
+//   * everything on the GPU (fp32 masters, AdamW state, GPU AdamW) when the device can and it fits.
+// What the engine does not do, the search does not offer: each layer's backward recomputes its
+// forward (there is no "keep the layer's intermediate activations" plan), and the per-unit GPU
+// optimizer and convert-on-upload stay out of the space until SearchSpace turns them on.
+//
+// Ranking: predicted step time, then less device memory. Since the candidates do not depend on the
+// budgets (only which of them fit does), more budget never gives a slower plan.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "model/unit_layout.h"
+#include "planner/cost_model.h"
+#include "planner/plan.h"
+#include "planner/profile.h"
+
+namespace ferry {
+
+struct SearchSpace {
+  std::vector<int64_t> slot_counts = {2, 3, 4};
+  // Units whose fp32 state and AdamW live on the GPU while the others stream (ResidentWithOptimizer).
+  bool per_unit_gpu_optimizer = false;
+  // WeightUpload::ConvertOnUpload: fp32 masters pinned and uploaded, no bf16 shadow.
+  bool convert_on_upload = false;
+};
+
+struct PlanRequest {
+  int64_t seq_len = 2048;
+  int64_t global_batch = 8;                // sequences per step
+  std::optional<int64_t> micro_batch;      // forced; unset: the search picks a divisor of global_batch
+  size_t device_budget = 0;                // bytes the engine may allocate on the device
+  double headroom = 0.05;                  // fraction of the device budget left free
+  size_t host_budget = 0;                  // bytes of host memory (pageable + pinned); 0: no limit
+  DType weight_dtype = DType::BF16;
+  DType grad_dtype = DType::BF16;
+  bool clipping = true;
+  std::optional<int64_t> slots;                 // forced number of slots
+  std::optional<bool> offload_activations;      // forced: all on the host (true) or all on the GPU (false)
+  std::optional<int64_t> resident_layers;       // forced number of resident layers (from the last)
+  // Forced: of the resident layers, this many (from the last) keep their optimizer on the GPU
+  // (ResidentWithOptimizer), the others only their weights.
+  std::optional<int64_t> gpu_optimizer_layers;
+  std::optional<WeightUpload> weight_upload;    // forced weight upload
+  bool allow_optimizer_on_gpu = false;          // the device can run AdamW (CUDA)
+  SearchSpace space;
+};
+
+struct Candidate {
+  Plan plan;
+  StepShape shape;
+  Prediction prediction;
+  std::string explanation;  // what bounds it (Prediction::explain), and for an alternative how it differs
+};
+
+struct SearchResult {
+  Candidate best;
+  // The best plan of each other family (slots, micro-batch, update schedule, upload, where the
+  // embedding, head and resident layers keep their optimizer, everything on the GPU), fastest first.
+  std::vector<Candidate> alternatives;
+  size_t simulated = 0;  // candidates that fit and were simulated
+};
+
+// Throws ferry::Error when no plan fits, naming the smallest device budget (gpu_memory) and host
+// budget (host_memory) with which one does. The profile must describe this model shape (the caller
+// checks: engine/profile_cache.h).
+SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, const MachineProfile& profile,
+                          const PlanRequest& request, size_t alternatives = 4);
+
+// Throws search_plans' refusal when not even the leanest plan fits the device budget. Needs no
+// profile: a caller checks this before measuring one (which needs device memory of its own).
+void check_device_budget(const ModelConfig& config, const ModelLayout& layout, const PlanRequest& request);
+
+// The host memory a plan may use by default: physical RAM less what the system, the data and the
+// process itself need -- 10% of it, at least 4 GiB. 512 GiB → 460.8 GiB; 64 GiB → 57.6 GiB;
+// 16 GiB → 12 GiB.
+size_t default_host_budget(double physical_bytes);
+
+// "3 slots instead of 2, 20 resident layers instead of 24" (what `plan` changes from `reference`).
+std::string plan_difference(const Plan& plan, const Plan& reference);
+
+}  // namespace ferry

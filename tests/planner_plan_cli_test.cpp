@@ -1,0 +1,89 @@
+// `ferry plan` end to end: a tiny model made by `ferry init`, a synthetic machine profile saved as
+// a file, and a config; the printed plan, prediction, memory and alternatives; the refusals that
+// name the smallest budgets.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "io/model_config.h"
+#include "planner/profile.h"
+#include "planner_shapes.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+class PlanCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(test::ferry_binary())) << "build the ferry target first";
+    std::string out;
+    ASSERT_EQ(test::run_command(test::ferry_binary().string() + " init --arch llama --preset tiny --out " +
+                                    (dir_ / "model").string(),
+                                &out),
+              0)
+        << out;
+    // The simulated device holds fp32 weights: the profile describes that shape.
+    const ModelConfig model = load_model_config(dir_ / "model");
+    MachineProfile profile = test::round_profile(model, 64, 4 * 64, 0.01, 1e9, 1e9);
+    profile.weight_dtype = DType::F32;
+    profile.shape_key = model_shape_key(model, 64, DType::F32);
+    profile.device_memory_bytes = 1e9;
+    save_profile(dir_ / "profile.json", profile);
+    std::ofstream(dir_ / "train.yaml") << "model: model\n"
+                                          "output_dir: out\n"
+                                          "device: sim\n"
+                                          "seq_len: 64\n"
+                                          "global_batch: 4\n"
+                                          "micro_batch: auto\n"
+                                          "profile: profile.json\n"
+                                          "gpu_memory: 64MiB\n"
+                                          "host_memory: 1GiB\n"
+                                          "max_steps: 1\n";
+  }
+  std::string plan(const std::string& overrides, int* status) {
+    std::string out;
+    *status = test::run_command(
+        test::ferry_binary().string() + " plan " + (dir_ / "train.yaml").string() + " " + overrides, &out);
+    return out;
+  }
+  test::ScratchDir dir_{"plan_cli"};
+};
+
+TEST_F(PlanCommandTest, PrintsThePlanItsPredictionAndTheAlternatives) {
+  int status = -1;
+  const std::string out = plan("", &status);
+  ASSERT_EQ(status, 0) << out;
+  for (const char* expected : {"profile: ", "profile.json", "budgets:   device 64.00 MiB", "plan\n", "slots",
+                               "layers 0-1", "boundary activations of layers", "predicted step time",
+                               "tokens/s", "bottleneck: ", "bound by", "memory (peak)", "GPU ", "pinned ",
+                               "pageable ", "disk ", "no disk tier", "next best alternatives", "instead of",
+                               "plans simulated"})
+    EXPECT_NE(out.find(expected), std::string::npos) << "missing '" << expected << "' in\n" << out;
+}
+
+TEST_F(PlanCommandTest, ForcedOptionsShowInThePlan) {
+  int status = -1;
+  const std::string out = plan("gpu_slots=3 offload_activations=all micro_batch=2", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("3 slots"), std::string::npos) << out;
+  EXPECT_NE(out.find("micro-batch 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("0-1 offloaded to the host"), std::string::npos) << out;
+}
+
+TEST_F(PlanCommandTest, ImpossibleBudgetsNameTheSmallestThatWork) {
+  int status = -1;
+  std::string out = plan("gpu_memory=64KiB", &status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("give gpu_memory of at least"), std::string::npos) << out;
+  out = plan("host_memory=4KiB", &status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("give host_memory of at least"), std::string::npos) << out;
+  EXPECT_EQ(out.find("gpu_memory of at least"), std::string::npos) << out;
+  out = plan("device=cpu", &status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("without a plan"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,239 @@
+// The plan search on synthetic machines whose numbers make the right choice explainable: a machine
+// with a fast CPU and a slow link, and one with a slow CPU and a fast link, must choose differently,
+// each for the reason its numbers give. Also: more budget is never slower, forced options hold,
+// and an impossible budget names the smallest one that works.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "planner/memory_model.h"
+#include "planner/search.h"
+#include "planner_shapes.h"
+
+namespace ferry {
+namespace {
+
+constexpr size_t kGiB = size_t{1} << 30;
+
+class SearchTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kSeq = 8192, kGlobal = 8;
+  const ModelConfig config_ = test::llama_8b();
+  const ModelLayout layout_ = build_model_layout(config_);
+
+  // Both machines compute the same (60 ms per layer forward for the step's 64k tokens, the
+  // backward twice that: 5.9 s of compute per step), and have a 100 G params/s GPU AdamW.
+  // Fast CPU, slow link: AdamW at 20 G params/s (0.4 s for the 8 G params), PCIe 4 GB/s (a layer's
+  // 436 MB of bf16 weights takes 0.11 s, longer than its 60 ms forward).
+  MachineProfile fast_cpu_slow_link() const {
+    return test::round_profile(config_, kSeq, kSeq * kGlobal, 0.06, 4e9, 20e9, 100e9);
+  }
+  // Slow CPU, fast link: AdamW at 0.5 G params/s (16 s for the 8 G params), PCIe 55 GB/s.
+  MachineProfile slow_cpu_fast_link() const {
+    return test::round_profile(config_, kSeq, kSeq * kGlobal, 0.06, 55e9, 0.5e9, 100e9);
+  }
+  PlanRequest request(size_t device_gib) const {
+    PlanRequest r;
+    r.seq_len = kSeq;
+    r.global_batch = kGlobal;
+    r.micro_batch = 1;
+    r.device_budget = device_gib * kGiB;
+    r.host_budget = 400 * kGiB;
+    r.space.per_unit_gpu_optimizer = true;
+    return r;
+  }
+  double params_with_gpu_optimizer(const Plan& plan) const {
+    double n = 0;
+    for (size_t u = 0; u < plan.units.size(); ++u)
+      if (plan.units[u] == UnitPlacement::ResidentWithOptimizer) n += static_cast<double>(layout_.units[u].numel);
+    return n;
+  }
+  double all_params() const {
+    double n = 0;
+    for (const auto& u : layout_.units) n += static_cast<double>(u.numel);
+    return n;
+  }
+  Prediction predict_on(const Candidate& c, const MachineProfile& machine) const {
+    return predict(config_, layout_, c.plan, machine, c.shape);
+  }
+};
+
+TEST_F(SearchTest, FastCpuSlowLinkAndSlowCpuFastLinkChooseDifferently) {
+  const MachineProfile link_bound = fast_cpu_slow_link(), cpu_bound = slow_cpu_fast_link();
+  const SearchResult a = search_plans(config_, layout_, link_bound, request(24));
+  const SearchResult b = search_plans(config_, layout_, cpu_bound, request(24));
+
+  // The slow-CPU machine spends GPU memory on GPU AdamW state (18 bytes per parameter: bf16
+  // weight, fp32 gradient, master, m, v), because every parameter updated there takes
+  // 1/0.5e9 + 1/5e9 s of CPU work off its bottleneck.
+  EXPECT_EQ(b.best.prediction.bottleneck, Lane::Cpu) << b.best.explanation;
+  const double moved = params_with_gpu_optimizer(b.best.plan);
+  EXPECT_GT(moved, 0.0) << b.best.plan.describe();
+  const double cpu_s_per_param = 1 / 0.5e9 + 1 / 5e9;
+  EXPECT_NEAR(b.best.prediction.busy[static_cast<int>(Lane::Cpu)], (all_params() - moved) * cpu_s_per_param,
+              1e-6 * all_params() * cpu_s_per_param);
+  EXPECT_NE(b.best.explanation.find("bound by CPU optimizer"), std::string::npos) << b.best.explanation;
+
+  // The fast-CPU machine's CPU work (0.44 s) hides under its compute: the GPU optimizer would buy
+  // nothing. Its link is the bottleneck, so it spends the memory on what saves PCIe bytes.
+  EXPECT_EQ(params_with_gpu_optimizer(a.best.plan), 0.0) << a.best.plan.describe();
+  EXPECT_EQ(a.best.prediction.bottleneck, Lane::HostToDevice) << a.best.explanation;
+  EXPECT_NE(a.best.explanation.find("bound by h2d copies"), std::string::npos) << a.best.explanation;
+
+  // Each choice is the faster one on its own machine, and by the numbers that bound it there.
+  const Prediction b_on_link = predict_on(b.best, link_bound), a_on_cpu = predict_on(a.best, cpu_bound);
+  EXPECT_LT(a.best.prediction.step_seconds, b_on_link.step_seconds);
+  EXPECT_LT(a.best.prediction.busy[static_cast<int>(Lane::HostToDevice)],
+            b_on_link.busy[static_cast<int>(Lane::HostToDevice)]);  // fewer bytes over the slow link
+  EXPECT_LT(b.best.prediction.step_seconds, a_on_cpu.step_seconds);
+  // On the CPU-bound machine the difference is the CPU work the GPU optimizer took over.
+  EXPECT_NEAR(a_on_cpu.step_seconds - b.best.prediction.step_seconds, moved * cpu_s_per_param,
+              0.05 * moved * cpu_s_per_param);
+}
+
+// Keeping a boundary activation on the GPU saves 2 x 512 MiB of PCIe traffic (offload and reload)
+// for 512 MiB of device memory; a resident layer saves one 436 MB upload for 872 MB (weights and
+// gradient). On the slow link, activations come first.
+TEST_F(SearchTest, OnASlowLinkKeptActivationsBeatResidentLayers) {
+  const SearchResult a = search_plans(config_, layout_, fast_cpu_slow_link(), request(24));
+  int64_t kept = 0, resident_layers = 0;
+  for (auto p : a.best.plan.activations) kept += p == ActivationPlacement::KeepOnGpu;
+  for (int64_t l = 0; l < config_.num_layers; ++l)
+    resident_layers += a.best.plan.units[layout_.layer_unit(l)] != UnitPlacement::Streamed;
+  EXPECT_GT(kept, resident_layers) << a.best.plan.describe();
+}
+
+TEST_F(SearchTest, MoreBudgetIsNeverSlower) {
+  for (const MachineProfile& machine : {fast_cpu_slow_link(), slow_cpu_fast_link()}) {
+    double previous = INFINITY;
+    for (size_t gib : {10, 12, 16, 20, 24, 32, 48, 64, 96, 140}) {
+      const SearchResult r = search_plans(config_, layout_, machine, request(gib));
+      EXPECT_LE(r.best.prediction.step_seconds, previous) << gib << " GiB: " << r.best.plan.describe();
+      EXPECT_LE(r.best.prediction.device.total(), static_cast<size_t>(0.95 * static_cast<double>(gib * kGiB)));
+      previous = r.best.prediction.step_seconds;
+    }
+  }
+}
+
+TEST_F(SearchTest, ForcedOptionsAreConstraints) {
+  PlanRequest r = request(48);
+  r.slots = 3;
+  r.resident_layers = 2;
+  r.offload_activations = true;
+  r.micro_batch = 2;
+  r.space.per_unit_gpu_optimizer = false;
+  const SearchResult result = search_plans(config_, layout_, fast_cpu_slow_link(), r);
+  const Plan& p = result.best.plan;
+  EXPECT_EQ(p.gpu_slots, 3);
+  EXPECT_EQ(p.micro_batch, 2);
+  EXPECT_EQ(result.best.shape.chunk_tokens, 2 * kSeq);
+  EXPECT_EQ(result.best.shape.chunks, kGlobal / 2);
+  for (auto a : p.activations) EXPECT_EQ(a, ActivationPlacement::OffloadToHost);
+  for (int64_t l = 0; l < config_.num_layers; ++l)
+    EXPECT_EQ(p.units[layout_.layer_unit(l)] != UnitPlacement::Streamed, l >= config_.num_layers - 2) << l;
+  for (const Candidate& c : result.alternatives) {
+    EXPECT_EQ(c.plan.gpu_slots, 3);
+    EXPECT_EQ(c.plan.micro_batch, 2);
+  }
+
+  r = request(24);
+  r.offload_activations = false;  // 32 x 512 MiB of activations cannot stay on a 24 GiB GPU
+  EXPECT_THROW(search_plans(config_, layout_, fast_cpu_slow_link(), r), Error);
+}
+
+TEST_F(SearchTest, ClippingKeepsTheUpdatesAfterTheBackward) {
+  PlanRequest r = request(24);
+  const SearchResult clipped = search_plans(config_, layout_, slow_cpu_fast_link(), r);
+  EXPECT_EQ(clipped.best.plan.update, UpdateSchedule::AfterBackward);
+  for (const Candidate& c : clipped.alternatives) EXPECT_EQ(c.plan.update, UpdateSchedule::AfterBackward);
+  // Without clipping, the slow CPU starts updating as the gradients land, during the backward.
+  r.clipping = false;
+  const SearchResult unclipped = search_plans(config_, layout_, slow_cpu_fast_link(), r);
+  EXPECT_EQ(unclipped.best.plan.update, UpdateSchedule::DuringBackward) << unclipped.best.explanation;
+  EXPECT_LT(unclipped.best.prediction.step_seconds, clipped.best.prediction.step_seconds);
+}
+
+TEST_F(SearchTest, EverythingOnTheGpuWhenItFitsAndTheDeviceCan) {
+  const ModelConfig toy = test::toy_shape();
+  const ModelLayout layout = build_model_layout(toy);
+  const MachineProfile machine = test::round_profile(toy, 1024, 8192, 0.01, 20e9, 2e9, 100e9);
+  PlanRequest r;
+  r.seq_len = 1024;
+  r.global_batch = 8;
+  r.device_budget = 8 * kGiB;
+  r.allow_optimizer_on_gpu = true;
+  EXPECT_TRUE(search_plans(toy, layout, machine, r).best.plan.optimizer_on_gpu());
+  r.allow_optimizer_on_gpu = false;
+  EXPECT_FALSE(search_plans(toy, layout, machine, r).best.plan.optimizer_on_gpu());
+}
+
+// The smallest plan of the 8B shape streams everything through 2 slots sized to the 525 M-param
+// embedding/head (2 x 525 M x (2 + 2) bytes = 3.9 GiB) and offloads every activation. The error
+// names the budget that holds it with the 5% kept free, and that budget works.
+TEST_F(SearchTest, AnImpossibleDeviceBudgetNamesTheSmallestThatWorks) {
+  Plan lean;
+  lean.gpu_slots = 2;
+  lean.units.assign(layout_.units.size(), UnitPlacement::Streamed);
+  lean.activations.assign(static_cast<size_t>(config_.num_layers), ActivationPlacement::OffloadToHost);
+  const size_t minimum = device_bytes(config_, layout_, lean, kSeq, kGlobal).total();
+  const size_t needed = static_cast<size_t>(std::ceil(static_cast<double>(minimum) / 0.95));
+  PlanRequest r = request(1);
+  try {
+    search_plans(config_, layout_, fast_cpu_slow_link(), r);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    const std::string text = e.what();
+    EXPECT_NE(text.find("give gpu_memory of at least " + format_bytes(needed)), std::string::npos) << text;
+  }
+  EXPECT_THROW(check_device_budget(config_, layout_, r), Error);  // the same answer before any profile
+  r.device_budget = needed;
+  EXPECT_NO_THROW(search_plans(config_, layout_, fast_cpu_slow_link(), r));
+  EXPECT_NO_THROW(check_device_budget(config_, layout_, r));
+  r.device_budget = needed - 1;
+  EXPECT_THROW(search_plans(config_, layout_, fast_cpu_slow_link(), r), Error);
+}
+
+// 8 G params of fp32 master, m and v are 96 GB of host memory before any pinned buffer.
+TEST_F(SearchTest, AnImpossibleHostBudgetNamesTheSmallestThatWorks) {
+  PlanRequest r = request(24);
+  r.host_budget = 64 * kGiB;
+  std::string text;
+  try {
+    search_plans(config_, layout_, fast_cpu_slow_link(), r);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    text = e.what();
+  }
+  const std::string key = "give host_memory of at least ";
+  ASSERT_NE(text.find(key), std::string::npos) << text;
+  EXPECT_EQ(text.find("gpu_memory of at least"), std::string::npos) << text;  // the device budget is fine
+  // The named budget is the least any plan that fits the device needs: every fitting plan needs at
+  // least the optimizer state, and the search succeeds with the named amount.
+  EXPECT_GT(static_cast<double>(host_bytes(config_, layout_, search_plans(config_, layout_, fast_cpu_slow_link(),
+                                                                          request(24)).best.plan,
+                                           kSeq, kGlobal)
+                                    .pageable),
+            64.0 * static_cast<double>(kGiB));
+}
+
+TEST_F(SearchTest, AlternativesAreOtherPlansAndExplainTheDifference) {
+  const SearchResult r = search_plans(config_, layout_, fast_cpu_slow_link(), request(24), 4);
+  ASSERT_EQ(r.alternatives.size(), 4u);
+  for (const Candidate& c : r.alternatives) {
+    EXPECT_GE(c.prediction.step_seconds, r.best.prediction.step_seconds);
+    EXPECT_NE(plan_difference(c.plan, r.best.plan), "the same plan");
+    EXPECT_NE(c.explanation.find("instead of"), std::string::npos) << c.explanation;
+    EXPECT_NE(c.explanation.find("bound by"), std::string::npos) << c.explanation;
+  }
+  EXPECT_GT(r.simulated, 100u);
+}
+
+TEST(DefaultHostBudget, LeavesTenPercentAtLeastFourGiB) {
+  EXPECT_EQ(default_host_budget(512.0 * kGiB), static_cast<size_t>(0.9 * 512.0 * kGiB));
+  EXPECT_EQ(default_host_budget(16.0 * kGiB), 12 * kGiB);
+  EXPECT_EQ(default_host_budget(2.0 * kGiB), 0u);
+}
+
+}  // namespace
+}  // namespace ferry
