@@ -22,7 +22,9 @@
 //   * update schedule: after the backward (overlapped with the next forward) always; during the
 //     backward only without clipping (the global norm must be known before any update: exactness
 //     first).
-//   * weight upload: bf16 host shadow, or fp32 masters converted on upload (SearchSpace flag).
+//   * weight upload: bf16 host shadow, or fp32 masters converted on upload (SearchSpace flag),
+//     tried only where the shadow does not fit the host budget: for the same device memory it
+//     moves 4 bytes per parameter instead of 2, so it is never faster.
 //   * everything on the GPU (fp32 masters, AdamW state, GPU AdamW) when the device can and it fits.
 // What the engine does not do, the search does not offer: each layer's backward recomputes its
 // forward (there is no "keep the layer's intermediate activations" plan), and the per-unit GPU
