@@ -1,4 +1,5 @@
 // End-to-end training on the CPU: exact resume, the output directory, and bad input.
+#include <cmath>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -225,6 +226,19 @@ TEST_F(TrainTest, SimulatedResumeIsBitExact) {
   ASSERT_TRUE(run_training(config("ssplit", {"device=sim", "offload_activations=all", "resume=true"}), tail).finished);
   ASSERT_EQ(rest.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest[i], full[3 + i]);
+}
+
+// micro_batch: auto leaves the micro-chunk size to the planner (a divisor of global_batch); the
+// steps' batches are cut as it chose, or the engine would refuse them. On the cpu backend: 1.
+TEST_F(TrainTest, MicroBatchAutoIsThePlannersChoice) {
+  for (const char* device : {"device=sim", "device=cpu"}) {
+    std::vector<double> losses;
+    TrainHooks hooks;
+    hooks.on_step = [&](const StepRecord& r) { losses.push_back(r.loss); };
+    ASSERT_TRUE(run_training(config(std::string("auto-") + (device + 7), {device, "micro_batch=auto"}), hooks).finished);
+    ASSERT_FALSE(losses.empty());
+    for (double loss : losses) EXPECT_TRUE(std::isfinite(loss)) << device;
+  }
 }
 
 TEST_F(TrainTest, AnImpossibleBudgetIsRefusedUpFront) {
