@@ -105,7 +105,7 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
 
   std::printf("plan\n");
   print_candidate_summary(layout, best);
-  std::printf("\npredicted step time %.3f s, %.0f tokens/s, GPU idle %.0f%%\n", p.step_seconds, p.tokens_per_second,
+  std::printf("\npredicted step time %.4g s, %.0f tokens/s, GPU idle %.0f%%\n", p.step_seconds, p.tokens_per_second,
               100.0 * p.gpu_idle_fraction);
   std::printf("bottleneck: %s\n  %s\n", lane_name(p.bottleneck), best.explanation.c_str());
   std::printf("\nmemory (peak)\n");
@@ -122,7 +122,7 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
   if (!s.result.alternatives.empty()) std::printf("\nnext best alternatives\n");
   for (size_t i = 0; i < s.result.alternatives.size(); ++i) {
     const Candidate& c = s.result.alternatives[i];
-    std::printf("%zu. step %.3f s, %.0f tokens/s, GPU %s, host %s\n", i + 1, c.prediction.step_seconds,
+    std::printf("%zu. step %.4g s, %.0f tokens/s, GPU %s, host %s\n", i + 1, c.prediction.step_seconds,
                 c.prediction.tokens_per_second, format_bytes(c.prediction.device.total()).c_str(),
                 format_bytes(c.prediction.host.total()).c_str());
     std::printf("   %s\n", c.explanation.c_str());

@@ -38,7 +38,7 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
 
 std::string describe_selection(const PlanSelection& s) {
   const Prediction& p = s.result.best.prediction;
-  return fmt::format("plan: {}; predicted step {:.3f} s ({:.0f} tokens/s), {} (profile: {})",
+  return fmt::format("plan: {}; predicted step {:.4g} s ({:.0f} tokens/s), {} (profile: {})",
                      s.result.best.plan.describe(), p.step_seconds, p.tokens_per_second, lane_name(p.bottleneck),
                      s.profile_source);
 }

@@ -15,7 +15,7 @@ double overlap(double start, double end, double from, double to) {
 }  // namespace
 
 std::string Prediction::explain() const {
-  std::string text = fmt::format("bound by {}: the critical path of the {:.3f} s step is", lane_name(bottleneck),
+  std::string text = fmt::format("bound by {}: the critical path of the {:.4g} s step is", lane_name(bottleneck),
                                  step_seconds);
   std::array<int, kLaneCount> lanes = {0, 1, 2, 3, 4};
   std::sort(lanes.begin(), lanes.end(), [&](int a, int b) { return critical[a] > critical[b]; });
@@ -30,12 +30,12 @@ std::string Prediction::explain() const {
     std::sort(kinds.rbegin(), kinds.rend());
     std::string detail;
     for (const auto& [s, k] : kinds)
-      detail += fmt::format("{}{} {:.3f} s", detail.empty() ? "" : ", ", task_kind_name(static_cast<TaskKind>(k)), s);
-    text += fmt::format("{} {:.3f} s {}{}", first ? "" : ";", critical[l], lane_name(static_cast<Lane>(l)),
+      detail += fmt::format("{}{} {:.4g} s", detail.empty() ? "" : ", ", task_kind_name(static_cast<TaskKind>(k)), s);
+    text += fmt::format("{} {:.4g} s {}{}", first ? "" : ";", critical[l], lane_name(static_cast<Lane>(l)),
                         detail.empty() ? "" : " (" + detail + ")");
     first = false;
   }
-  text += fmt::format("; busy: compute {:.3f} s, h2d {:.3f} s, d2h {:.3f} s, CPU {:.3f} s; GPU idle {:.0f}%",
+  text += fmt::format("; busy: compute {:.4g} s, h2d {:.4g} s, d2h {:.4g} s, CPU {:.4g} s; GPU idle {:.0f}%",
                       busy[static_cast<int>(Lane::Compute)], busy[static_cast<int>(Lane::HostToDevice)],
                       busy[static_cast<int>(Lane::DeviceToHost)], busy[static_cast<int>(Lane::Cpu)],
                       100.0 * gpu_idle_fraction);

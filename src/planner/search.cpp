@@ -85,7 +85,7 @@ class Searcher {
       const auto listed = [&](const Candidate& other) { return same_plan(other.plan, c.plan); };
       if (listed(result.best) || std::any_of(result.alternatives.begin(), result.alternatives.end(), listed)) continue;
       const double slower = c.prediction.step_seconds - result.best.prediction.step_seconds;
-      c.explanation = fmt::format("{:+.3f} s ({:+.1f}%): {}; {}", slower,
+      c.explanation = fmt::format("{:+.4g} s ({:+.1f}%): {}; {}", slower,
                                   100.0 * slower / result.best.prediction.step_seconds,
                                   plan_difference(c.plan, result.best.plan), c.prediction.explain());
       result.alternatives.push_back(std::move(c));
