@@ -89,7 +89,14 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   if (g.staging_elements > 0) b.other += round_to_256(g.partials * sizeof(double)) + 256;  // partials; norm, clip
   // bf16 weights run on the CUDA ops (the only bf16 backend); fp32 weights on the CPU reference
   // ops of the simulated device, which keep no working memory of their own.
-  if (plan.weight_dtype == DType::BF16) b.ops_workspace = cuda_ops_workspace_bytes(config, chunk_tokens, plan.grad_dtype);
+  // The fp32 weight-gradient product serves layers whose gradients are bf16; units with their
+  // optimizer on the GPU accumulate fp32 gradients directly.
+  bool bf16_layer_grads = false;
+  for (int64_t l = 0; l < config.num_layers; ++l)
+    bf16_layer_grads |= plan.grad_dtype != DType::F32 &&
+                        plan.units[layout.layer_unit(l)] != UnitPlacement::ResidentWithOptimizer;
+  if (plan.weight_dtype == DType::BF16)
+    b.ops_workspace = cuda_ops_workspace_bytes(config, chunk_tokens, bf16_layer_grads ? plan.grad_dtype : DType::F32);
   return b;
 }
 
