@@ -107,7 +107,7 @@ YAML
         rm -rf "/tmp/out-$model-$budget"
       done
       done
-      run peer_gpu 300 python3 .device/peer_baselines.py ${PEERS:-llama3.2-1b:gpu:8:2048:2:4} ;;
+      [ "${PEERS:-}" = none ] || run peer_gpu 600 python3 .device/peer_baselines.py ${PEERS:-llama3.2-1b:gpu:8:2048:2:4} ;;
   esac
 done
 tar -czf "$OUT/logs.tgz" -C "$OUT" logs && cp "$L/summary.log" "$OUT/summary.log" && rm -rf "$L"
