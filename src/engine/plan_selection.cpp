@@ -22,6 +22,8 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   if (config.offload_activations != "auto") r.offload_activations = config.offload_activations == "all";
   if (config.resident_layers >= 0) r.resident_layers = config.resident_layers;
   r.allow_optimizer_on_gpu = target.gpu_adamw;
+  // The engine runs AdamW on the device for any subset of units (engine/device_optimizer.h).
+  r.space.per_unit_gpu_optimizer = target.gpu_adamw;
   return r;
 }
 

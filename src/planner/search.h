@@ -27,8 +27,9 @@
 //     moves 4 bytes per parameter instead of 2, so it is never faster.
 //   * everything on the GPU (fp32 masters, AdamW state, GPU AdamW) when the device can and it fits.
 // What the engine does not do, the search does not offer: each layer's backward recomputes its
-// forward (there is no "keep the layer's intermediate activations" plan), and the per-unit GPU
-// optimizer and convert-on-upload stay out of the space until SearchSpace turns them on.
+// forward (there is no "keep the layer's intermediate activations" plan), and convert-on-upload
+// stays out of the space until SearchSpace turns it on (the engine refuses it). The per-unit GPU
+// optimizer is searched where the device has a GPU AdamW (engine/plan_selection.cpp).
 //
 // Ranking: predicted step time, then less device memory. Since the candidates do not depend on the
 // budgets (only which of them fit does), more budget never gives a slower plan.
