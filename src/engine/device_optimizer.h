@@ -4,7 +4,7 @@
 // the reference AdamW as stream-ordered host tasks on the simulated device).
 //
 // The global gradient norm covers every unit, in unit order, exactly as the plain trainer sums it
-// (clip.h: one double per 64Ki-element chunk of each parameter, added in order). After a unit's
+// (clip.h: one double per 8Ki-element chunk of each parameter, added in order). After a unit's
 // backward its partials are computed on the device, then:
 //  * every unit on the device (Plan::optimizer_on_gpu()): at the end of the backward the partials
 //    are added on the device in unit order, the clip coefficient is computed there, and every unit

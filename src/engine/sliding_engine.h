@@ -19,7 +19,7 @@
 //                          streamed unit × 4 B)  staging                      + d2h 2 B gradient
 //   ResidentParams         4 B (weights, grads)  the same 14 B                h2d 2 B once + d2h 2 B  the same
 //   ResidentWithOptimizer  18 B (weights 2,      12 B (a copy of master, m,   none (8 B of norm    none (GPU AdamW,
-//                          fp32 grads 4,         v for checkpoints), no       partials per 64Ki    ~30 B of HBM
+//                          fp32 grads 4,         v for checkpoints), no       partials per 8Ki     ~30 B of HBM
 //                          master, m, v 12)      pinned staging               params)              traffic)
 //
 //  * The pinned staging buffer of a host-updated unit carries its weights up and its gradient down

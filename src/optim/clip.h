@@ -30,12 +30,12 @@ double global_grad_norm(const std::vector<std::pair<const float*, size_t>>& grad
 // max_norm <= 0 means no clipping: the coefficient is 1. A non-finite total_norm gives what torch
 // gives (inf → 0, NaN → NaN); callers decide whether to skip such a step.
 // The building blocks of global_grad_norm, for callers that receive gradients unit by unit: the
-// sums of squares of fixed 64Ki-element chunks of `grads`, in order. Concatenating the partials of
+// sums of squares of fixed 8Ki-element chunks of `grads`, in order. Concatenating the partials of
 // consecutive calls and summing them with norm_from_partials gives exactly global_grad_norm of all
 // the spans together.
 std::vector<double> grad_sumsq_partials(const std::vector<std::pair<const float*, size_t>>& grads);
 // Elements per partial sum, and the number of partials of one span of n elements.
-constexpr size_t kGradNormChunk = size_t{1} << 16;
+constexpr size_t kGradNormChunk = size_t{1} << 13;
 constexpr size_t grad_sumsq_chunks(size_t n) { return (n + kGradNormChunk - 1) / kGradNormChunk; }
 // The same for gradients kept in F32 or BF16: a bf16 value widens to fp32 exactly, so the partials
 // of bf16 gradients equal those of the same gradients converted to fp32 first (no fp32 copy needed).

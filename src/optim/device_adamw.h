@@ -8,7 +8,7 @@
 //    schedule with GPU-side AdamW is tested on the CPU, bit for bit against the plain trainer.
 // A device that carries a trace recorder gets either wrapped in TracingAdamW (tracing_adamw.h).
 // Both compute exactly what the host optimizer computes from the same gradients: AdamW as
-// adamw_step, partial sums of squares as clip.h's grad_sumsq_partials (same 64Ki chunks, same
+// adamw_step, partial sums of squares as clip.h's grad_sumsq_partials (same 8Ki chunks, same
 // order), clip coefficients as clip_coefficient. So any split of the units between host and device
 // gives the same step.
 //

@@ -8,7 +8,7 @@
 // result is bit-identical to it and to cpu_adamw_step on the same inputs.
 //
 // Clipping without a host sync: add_grad_sumsq adds a unit's sum of squares to a device double,
-// computed exactly as optim/clip.cpp's grad_sumsq_partials + norm_from_partials (the same 64Ki
+// computed exactly as optim/clip.cpp's grad_sumsq_partials + norm_from_partials (the same 8Ki
 // chunks, each summed in the same order with the same four double accumulators, the chunk sums
 // added one by one in order), so feeding the units in the CPU's order gives the CPU's norm bit for
 // bit; clip_coefficient then turns it into torch's clip_coef_clamped on the device (clip.h), and
@@ -49,7 +49,7 @@ class GpuAdamW final : public DeviceAdamW {
   // in a buffer of its own; grad_sumsq_partials + accumulate do the same into the caller's.)
   void add_grad_sumsq(const void* grad, DType grad_dtype, size_t n, double* sum_of_squares);
 
-  // One thread per 64Ki chunk, clip.cpp's sum_squares (device_adamw.h).
+  // One thread per 8Ki chunk, clip.cpp's sum_squares (device_adamw.h).
   void grad_sumsq_partials(const void* grad, DType grad_dtype, size_t n, double* partials) override;
   // One thread adds them in order (device_adamw.h).
   void accumulate(const double* partials, size_t count, double* sum) override;

@@ -39,7 +39,7 @@ struct HostBytes {
 };
 
 // The GPU optimizer's (ResidentWithOptimizer units') buffers beside their weights and state.
-// Gradient-norm partials: one double per 64Ki-element chunk of each parameter (clip.h), on the
+// Gradient-norm partials: one double per 8Ki-element chunk of each parameter (clip.h), on the
 // device, and copied to the host when host-updated units share the norm. State staging: the
 // pinned buffer checkpoints and loads move master, m and v through, at most
 // kStateStagingElements floats (16 MiB) at a time.

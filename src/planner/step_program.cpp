@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "optim/clip.h"
 #include "planner/slot_schedule.h"
 
 namespace ferry {
@@ -209,12 +210,12 @@ class ProgramBuilder {
       if (layout_.tied && u == Hd) last_read_[E] = last_compute_;
       // A tied head's lm_head gradient sits in the embedding's buffer, sent with the embedding's.
       if (sends && gpu_optimizer_[u]) {
-        // DeviceOptimizer::gradient_done: norm partials on the device (one double per 64Ki
+        // DeviceOptimizer::gradient_done: norm partials on the device (one double per 8Ki
         // elements); beside host units they go to the updater, and without clipping the unit is
         // updated at once.
         if (!all_on_gpu_) {
           wait(Lane::DeviceToHost, last_compute_);
-          landing(u, add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0, numel(u) / 65536.0 * sizeof(double)));
+          landing(u, add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0, numel(u) / static_cast<double>(kGradNormChunk) * sizeof(double)));
           if (plan_.update == UpdateSchedule::DuringBackward) gpu_adamw(u);
         }
         released_[i] = last_compute_;

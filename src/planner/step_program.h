@@ -22,7 +22,7 @@
 //     (the global norm), the updates in unit order E, L0, L1, ..., H (AfterBackward) -- which the
 //     next step's forward follows unit by unit;
 //   * units with the optimizer on the GPU (engine/device_optimizer.h) get no uploads and no CPU
-//     work; beside host units, their norm partials (8 bytes per 64Ki parameters) go to the
+//     work; beside host units, their norm partials (8 bytes per 8Ki parameters) go to the
 //     updater like a gradient. Their GPU AdamW runs on the compute stream: right after their
 //     backward without clipping; with it, once the host has the step's norm, ahead of the next
 //     forward; every unit on the GPU: all of them at the end of the backward.

@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kThreads) update_kernel(UpdateArgs a, Scalars 
   }
 }
 
-// One thread per 64Ki-element chunk: clip.cpp's sum_squares, four double accumulators over
+// One thread per 8Ki-element chunk: clip.cpp's sum_squares, four double accumulators over
 // x[i..i+3], the tail into a0, combined as (a0 + a1) + (a2 + a3). Squares of floats are exact in
 // double, and every add is an explicitly rounded __dadd_rn.
 __global__ void __launch_bounds__(kThreads)
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
   size_t i = 0;
   const bool vec = bf16 ? (reinterpret_cast<uintptr_t>(grad) % 8 == 0) : (reinterpret_cast<uintptr_t>(grad) % 16 == 0);
   if (vec) {
-    // Unrolled so that many loads are in flight per thread: there is one thread per 64Ki chunk
+    // Unrolled so that many loads are in flight per thread: there is one thread per 8Ki chunk
     // (the order of clip.cpp allows no more), so memory parallelism has to come from here.
 #pragma unroll 16
     for (; i + 4 <= count; i += 4) {
