@@ -101,6 +101,15 @@ trace: $L/trace-$model-$budget.json
 trace_steps: ${TRACE_STEPS:-3}
 YAML
         run "train-$model-$budget" 300 "$B/ferry" train /tmp/train.yaml
+        # Hand-written plans beside the planner's, for one model and budget (HAND_TARGET=MODEL@BUDGET):
+        # HAND_PLANS lists override sets separated by '|', e.g. "gpu_slots=3|resident_layers=0".
+        if [ "${HAND_TARGET:-}" = "$model@$budget" ]; then
+          IFS='|' read -ra hand_plans <<< "${HAND_PLANS:-}"
+          for k in "${!hand_plans[@]}"; do
+            rm -rf "/tmp/out-$model-$budget"
+            run "hand$k-$model-$budget" 300 "$B/ferry" train /tmp/train.yaml trace= ${hand_plans[$k]}
+          done
+        fi
         # The traced step's GPU idle is in the train log; where the GPU waited, from the trace:
         [ -f "$L/trace-$model-$budget.json" ] &&
           python3 tools/trace_idle.py "$L/trace-$model-$budget.json" > "$L/idle-$model-$budget.log" 2>&1
