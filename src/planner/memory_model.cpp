@@ -5,6 +5,7 @@
 #include "core/arena.h"
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
+#include "ops/cuda_ops_sizes.h"
 #include "optim/clip.h"
 #include "optim/host_array.h"
 
@@ -17,12 +18,11 @@ size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DTyp
   const size_t H = static_cast<size_t>(c.hidden_size), F = static_cast<size_t>(c.intermediate_size);
   const size_t q_heads = static_cast<size_t>(c.num_heads), q_dim = static_cast<size_t>(c.q_dim());
   const size_t kv_dim = static_cast<size_t>(c.kv_dim());
-  size_t bytes = size_t{32} << 20;  // cuBLASLt workspace (CudaOpsOptions::gemm_workspace_bytes)
-  // Cross-entropy: logits in chunks of floor(256 MiB / (2 Vp)) tokens, a multiple of 128 past 128.
+  size_t bytes = kCudaGemmWorkspaceBytes;  // cuBLASLt workspace
+  // Cross-entropy: bf16 logits of one chunk of tokens, rows padded to Vp.
   const size_t Vp = (static_cast<size_t>(c.vocab_size) + 7) / 8 * 8;
-  size_t flce_tokens = (size_t{256} << 20) / (2 * std::max<size_t>(Vp, 8));
-  if (flce_tokens >= 128) flce_tokens = flce_tokens / 128 * 128;
-  flce_tokens = std::max<size_t>(1, std::min(flce_tokens, T));
+  const size_t flce_tokens = std::min(
+      static_cast<size_t>(fused_cross_entropy_chunk_tokens(kCudaFlceChunkBytes, c.vocab_size)), T);
   bytes += round_to_256(2 * flce_tokens * Vp) + round_to_256(4 * T);
   // Flash attention backward: delta (fp32, tokens x heads), and dq accumulated in fp32 on the
   // tensor-core path (head_dim 64 or 128).

@@ -148,10 +148,7 @@ __global__ void __launch_bounds__(kSumThreads) sum_losses_kernel(const float* __
 }  // namespace
 
 int64_t CudaOps::flce_chunk_tokens(int64_t V) const {
-  const int64_t Vp = (V + 7) / 8 * 8;
-  int64_t C = static_cast<int64_t>(options_.flce_chunk_bytes / (2 * static_cast<size_t>(Vp < 8 ? 8 : Vp)));
-  if (C >= 128) C = C / 128 * 128;
-  return C < 1 ? 1 : C;
+  return fused_cross_entropy_chunk_tokens(options_.flce_chunk_bytes, V);
 }
 
 void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx, Tensor dw,

@@ -34,16 +34,17 @@
 #include <memory>
 #include <string>
 
+#include "ops/cuda_ops_sizes.h"
 #include "ops/ops.h"
 
 namespace ferry {
 
 struct CudaOpsOptions {
-  size_t gemm_workspace_bytes = size_t{32} << 20;
+  size_t gemm_workspace_bytes = kCudaGemmWorkspaceBytes;
   // Logits of the fused linear-cross-entropy are made this many bytes (bf16) at a time: the token
   // chunk is flce_chunk_bytes / (2 * V) rounded down to a multiple of 128 tokens when larger (at
   // least 1 token).
-  size_t flce_chunk_bytes = size_t{256} << 20;
+  size_t flce_chunk_bytes = kCudaFlceChunkBytes;
   // Where the workspace and the scratch buffers come from (empty: cudaMallocAsync on the stream).
   WorkspaceAllocator allocator;
 };
