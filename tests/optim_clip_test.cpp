@@ -46,6 +46,37 @@ TEST(GradNorm, Bf16PartialsEqualThoseOfTheWidenedGradients) {
   for (size_t k = 0; k < ours.size(); ++k) EXPECT_EQ(ours[k], want[k]) << "chunk " << k;
 }
 
+// The order inside a chunk is part of the contract (the GPU's partials reproduce it bit for bit):
+// column i % 128 accumulates element i, rows in order; columns 4j..4j+3 pair as (a0 + a1) + (a2 + a3);
+// the 32 results fold in halves. Written out here from that description, and checked on a full
+// chunk and on a ragged last chunk.
+TEST(GradNorm, ChunkPartialsFollowTheDocumentedColumnOrder) {
+  const size_t n = kGradNormChunk + 1000 + 37;  // a full chunk, then one that ends mid-row
+  auto g = test::random_vector(n, 13);
+  for (size_t i = 0; i < n; i += 97) g[i] *= 1e4f;  // magnitudes far apart, so order shows in the bits
+  auto documented = [&](size_t begin, size_t count) {
+    double col[kGradNormColumns] = {};
+    for (size_t i = 0; i < count; ++i) {
+      const double x = g[begin + i];
+      col[i % kGradNormColumns] += x * x;
+    }
+    double lane[kGradNormColumns / 4];
+    for (size_t j = 0; j < kGradNormColumns / 4; ++j)
+      lane[j] = (col[4 * j] + col[4 * j + 1]) + (col[4 * j + 2] + col[4 * j + 3]);
+    for (size_t half = 16; half > 0; half /= 2)
+      for (size_t j = 0; j < half; ++j) lane[j] += lane[j + half];
+    return lane[0];
+  };
+  const std::vector<double> partials = grad_sumsq_partials({{g.data(), n}});
+  ASSERT_EQ(partials.size(), 2u);
+  EXPECT_EQ(partials[0], documented(0, kGradNormChunk));
+  EXPECT_EQ(partials[1], documented(kGradNormChunk, n - kGradNormChunk));
+  // And a sequential sum gives different bits on this data, so the check above can fail.
+  double sequential = 0;
+  for (size_t i = 0; i < kGradNormChunk; ++i) sequential += static_cast<double>(g[i]) * g[i];
+  EXPECT_NE(partials[0], sequential);
+}
+
 TEST(ClipCoefficient, ClampsToOne) {
   EXPECT_EQ(clip_coefficient(0.5, 1.0), 1.0f);
   EXPECT_EQ(clip_coefficient(0.0, 1.0), 1.0f);

@@ -25,21 +25,27 @@ inline double widen(uint16_t x) { return bf16_to_f32(x); }
 
 template <typename T>
 double sum_squares(const T* x, size_t n) {
-  // Four accumulators break the add dependency chain; their combination order is fixed.
-  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  // The order of kChunkLanes: element i of the chunk goes to accumulator i % 128, rows of 128 in
+  // order; then each 4 neighbouring accumulators pair up, and the 32 results fold in halves (16,
+  // 8, 4, 2, 1 apart). A warp computes exactly this with one 4-wide load per lane per row and a
+  // shuffle butterfly, so the GPU reads the chunk coalesced; here the 128 columns vectorise.
+  constexpr size_t kColumns = kGradNormColumns;
+  double acc[kColumns] = {};
   size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const double x0 = widen(x[i]), x1 = widen(x[i + 1]), x2 = widen(x[i + 2]), x3 = widen(x[i + 3]);
-    a0 += x0 * x0;
-    a1 += x1 * x1;
-    a2 += x2 * x2;
-    a3 += x3 * x3;
+  for (; i + kColumns <= n; i += kColumns)
+    for (size_t k = 0; k < kColumns; ++k) {
+      const double v = widen(x[i + k]);
+      acc[k] += v * v;
+    }
+  for (size_t k = 0; i + k < n; ++k) {
+    const double v = widen(x[i + k]);
+    acc[k] += v * v;
   }
-  for (; i < n; ++i) {
-    const double xi = widen(x[i]);
-    a0 += xi * xi;
-  }
-  return (a0 + a1) + (a2 + a3);
+  double lane[kColumns / 4];
+  for (size_t j = 0; j < kColumns / 4; ++j) lane[j] = (acc[4 * j] + acc[4 * j + 1]) + (acc[4 * j + 2] + acc[4 * j + 3]);
+  for (size_t half = kColumns / 8; half > 0; half /= 2)
+    for (size_t j = 0; j < half; ++j) lane[j] += lane[j + half];
+  return lane[0];
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ namespace ferry {
 
 // The L2 norm over all elements of all gradients: sqrt(sum g^2), summed in double.
 // Deterministic: the elements are cut into fixed-size chunks (independent of the thread pool's size),
-// each chunk is summed in order, and the chunk sums are added in order.
+// each chunk is summed in a fixed order (sum_squares in clip.cpp), and the chunk sums are added in order.
 double global_grad_norm(const std::vector<std::pair<const float*, size_t>>& grads);
 
 // The factor every gradient is multiplied by: torch's clip_coef_clamped =
@@ -36,6 +36,9 @@ double global_grad_norm(const std::vector<std::pair<const float*, size_t>>& grad
 std::vector<double> grad_sumsq_partials(const std::vector<std::pair<const float*, size_t>>& grads);
 // Elements per partial sum, and the number of partials of one span of n elements.
 constexpr size_t kGradNormChunk = size_t{1} << 13;
+// Inside a chunk, element i is summed into column i % kGradNormColumns, the columns then combined by
+// a fixed tree (clip.cpp's sum_squares): an order a GPU warp reproduces while reading coalesced.
+constexpr size_t kGradNormColumns = 128;
 constexpr size_t grad_sumsq_chunks(size_t n) { return (n + kGradNormChunk - 1) / kGradNormChunk; }
 // The same for gradients kept in F32 or BF16: a bf16 value widens to fp32 exactly, so the partials
 // of bf16 gradients equal those of the same gradients converted to fp32 first (no fp32 copy needed).

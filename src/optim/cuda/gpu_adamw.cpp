@@ -10,6 +10,7 @@
 namespace ferry {
 
 static_assert(gpu_adamw::kSumsqChunk == kGradNormChunk, "the GPU's norm partials must cut the chunks clip.cpp cuts");
+static_assert(gpu_adamw::kSumsqColumns == kGradNormColumns, "the GPU's norm partials must sum in clip.cpp's order");
 
 struct GpuAdamW::State {
   void* stream = nullptr;

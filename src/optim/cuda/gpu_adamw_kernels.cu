@@ -93,57 +93,63 @@ __global__ void __launch_bounds__(kThreads) update_kernel(UpdateArgs a, Scalars 
   }
 }
 
-// One thread per 8Ki-element chunk: clip.cpp's sum_squares, four double accumulators over
-// x[i..i+3], the tail into a0, combined as (a0 + a1) + (a2 + a3). Squares of floats are exact in
-// double, and every add is an explicitly rounded __dadd_rn.
-__global__ void __launch_bounds__(kThreads)
-    sumsq_partials_kernel(const void* grad, bool bf16, size_t n, double* partials) {
-  const size_t c = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x;
-  const size_t begin = c * kSumsqChunk;
-  if (begin >= n) return;
-  const size_t count = n - begin < kSumsqChunk ? n - begin : kSumsqChunk;
-  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  size_t i = 0;
-  const bool vec = bf16 ? (reinterpret_cast<uintptr_t>(grad) % 8 == 0) : (reinterpret_cast<uintptr_t>(grad) % 16 == 0);
+// One warp per chunk, in clip.cpp's sum_squares order: element i of the chunk goes to column
+// i % kSumsqColumns (128) and lane j owns columns 4j..4j+3, so a row of 128 elements is one coalesced 4-wide load
+// per lane; then (a0 + a1) + (a2 + a3) per lane and a butterfly that folds 16, 8, 4, 2, 1 lanes
+// apart, which is the CPU's halving tree. Squares of floats are exact in double, and every add is
+// an explicitly rounded __dadd_rn.
+constexpr int kSumsqWarps = kThreads / 32;
+
+__device__ __forceinline__ void load4(const void* grad, bool bf16, size_t i, bool vec, float x[4]) {
   if (vec) {
-    // Unrolled so that many loads are in flight per thread: there is one thread per 8Ki chunk
-    // (the order of clip.cpp allows no more), so memory parallelism has to come from here.
-#pragma unroll 16
-    for (; i + 4 <= count; i += 4) {
-      float x0, x1, x2, x3;
-      if (bf16) {
-        const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(grad) + begin + i);
-        x0 = __uint_as_float(raw.x << 16);
-        x1 = __uint_as_float(raw.x & 0xffff0000u);
-        x2 = __uint_as_float(raw.y << 16);
-        x3 = __uint_as_float(raw.y & 0xffff0000u);
-      } else {
-        const float4 v = *reinterpret_cast<const float4*>(static_cast<const float*>(grad) + begin + i);
-        x0 = v.x;
-        x1 = v.y;
-        x2 = v.z;
-        x3 = v.w;
-      }
-      a0 = __dadd_rn(a0, __dmul_rn(x0, x0));
-      a1 = __dadd_rn(a1, __dmul_rn(x1, x1));
-      a2 = __dadd_rn(a2, __dmul_rn(x2, x2));
-      a3 = __dadd_rn(a3, __dmul_rn(x3, x3));
+    if (bf16) {
+      const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const unsigned short*>(grad) + i);
+      x[0] = __uint_as_float(raw.x << 16);
+      x[1] = __uint_as_float(raw.x & 0xffff0000u);
+      x[2] = __uint_as_float(raw.y << 16);
+      x[3] = __uint_as_float(raw.y & 0xffff0000u);
+    } else {
+      const float4 v = *reinterpret_cast<const float4*>(static_cast<const float*>(grad) + i);
+      x[0] = v.x;
+      x[1] = v.y;
+      x[2] = v.z;
+      x[3] = v.w;
     }
   } else {
-    for (; i + 4 <= count; i += 4) {
-      const double x0 = load_grad(grad, bf16, begin + i), x1 = load_grad(grad, bf16, begin + i + 1),
-                   x2 = load_grad(grad, bf16, begin + i + 2), x3 = load_grad(grad, bf16, begin + i + 3);
-      a0 = __dadd_rn(a0, __dmul_rn(x0, x0));
-      a1 = __dadd_rn(a1, __dmul_rn(x1, x1));
-      a2 = __dadd_rn(a2, __dmul_rn(x2, x2));
-      a3 = __dadd_rn(a3, __dmul_rn(x3, x3));
+    for (int e = 0; e < 4; ++e) x[e] = load_grad(grad, bf16, i + e);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    sumsq_partials_kernel(const void* grad, bool bf16, size_t n, double* partials) {
+  const size_t c = static_cast<size_t>(blockIdx.x) * kSumsqWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const size_t begin = c * kSumsqChunk;
+  if (begin >= n) return;  // the whole warp leaves together
+  const size_t count = n - begin < kSumsqChunk ? n - begin : kSumsqChunk;
+  const size_t full_rows = count / kSumsqColumns;
+  const bool vec = bf16 ? (reinterpret_cast<uintptr_t>(grad) % 8 == 0) : (reinterpret_cast<uintptr_t>(grad) % 16 == 0);
+  double a[4] = {0, 0, 0, 0};
+  const size_t first = begin + 4 * lane;
+#pragma unroll 8
+  for (size_t r = 0; r < full_rows; ++r) {
+    float x[4];
+    load4(grad, bf16, first + r * kSumsqColumns, vec, x);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) a[e] = __dadd_rn(a[e], __dmul_rn(x[e], x[e]));
+  }
+  const size_t tail = full_rows * kSumsqColumns;
+  for (int e = 0; e < 4; ++e) {
+    const size_t k = tail + 4 * lane + e;
+    if (k < count) {
+      const double x = load_grad(grad, bf16, begin + k);
+      a[e] = __dadd_rn(a[e], __dmul_rn(x, x));
     }
   }
-  for (; i < count; ++i) {
-    const double x = load_grad(grad, bf16, begin + i);
-    a0 = __dadd_rn(a0, __dmul_rn(x, x));
-  }
-  partials[c] = __dadd_rn(__dadd_rn(a0, a1), __dadd_rn(a2, a3));
+  double s = __dadd_rn(__dadd_rn(a[0], a[1]), __dadd_rn(a[2], a[3]));
+#pragma unroll
+  for (int half = 16; half > 0; half /= 2) s = __dadd_rn(s, __shfl_down_sync(0xffffffffu, s, half));
+  if (lane == 0) partials[c] = s;
 }
 
 __global__ void accumulate_kernel(const double* partials, size_t count, double* sum) {
@@ -188,7 +194,7 @@ void launch_update(const UpdateArgs& a, const Scalars& s, void* stream) {
 void launch_sumsq_partials(const void* grad, bool grad_bf16, size_t n, double* partials, void* stream) {
   if (n == 0) return;
   const size_t chunks = (n + kSumsqChunk - 1) / kSumsqChunk;
-  const size_t blocks = (chunks + kThreads - 1) / kThreads;
+  const size_t blocks = (chunks + kSumsqWarps - 1) / kSumsqWarps;
   sumsq_partials_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       grad, grad_bf16, n, partials);
   check(cudaGetLastError(), "the gradient sum-of-squares kernel launch");

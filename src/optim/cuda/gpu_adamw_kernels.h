@@ -34,6 +34,8 @@ void launch_update(const UpdateArgs& args, const Scalars& s, void* stream);
 
 // Elements per partial sum: clip.cpp's kChunk.
 constexpr size_t kSumsqChunk = size_t{1} << 13;
+// Columns of a chunk's sum (clip.cpp's kGradNormColumns): a warp's 32 lanes read 4 each.
+constexpr int kSumsqColumns = 128;
 
 // partials[c] = clip.cpp's sum_squares of elements [c * kSumsqChunk, ...) of grad, for every chunk.
 void launch_sumsq_partials(const void* grad, bool grad_bf16, size_t n, double* partials, void* stream);
