@@ -22,6 +22,7 @@ MachineProfile sample_profile() {
   p.compute.layer_backward = {1.2e-4, 9.3e-7};
   p.compute.head = {1e-4, 1.1e-6};
   p.compute.gpu_adamw_params_per_s = 1.5e11;
+  p.compute.grad_norm_params_per_s = 1.6e12;
   p.transfer.h2d_bytes_per_s = 55e9;
   p.transfer.d2h_bytes_per_s = 54e9;
   p.transfer.duplex_h2d_bytes_per_s = 50e9;

@@ -65,12 +65,12 @@ TEST_F(SearchTest, FastCpuSlowLinkAndSlowCpuFastLinkChooseDifferently) {
   const SearchResult b = search_plans(config_, layout_, cpu_bound, request(24));
 
   // The slow-CPU machine spends GPU memory on GPU AdamW state (18 bytes per parameter: bf16
-  // weight, fp32 gradient, master, m, v), because every parameter updated there takes
-  // 1/0.5e9 + 1/5e9 s of CPU work off its bottleneck.
+  // weight, fp32 gradient, master, m, v), because every parameter updated there takes 1/0.5e9 s
+  // of CPU work off its bottleneck (the gradient norms are on the GPU either way).
   EXPECT_EQ(b.best.prediction.bottleneck, Lane::Cpu) << b.best.explanation;
   const double moved = params_with_gpu_optimizer(b.best.plan);
   EXPECT_GT(moved, 0.0) << b.best.plan.describe();
-  const double cpu_s_per_param = 1 / 0.5e9 + 1 / 5e9;
+  const double cpu_s_per_param = 1 / 0.5e9;
   EXPECT_NEAR(b.best.prediction.busy[static_cast<int>(Lane::Cpu)], (all_params() - moved) * cpu_s_per_param,
               1e-6 * all_params() * cpu_s_per_param);
   EXPECT_NE(b.best.explanation.find("bound by CPU optimizer"), std::string::npos) << b.best.explanation;

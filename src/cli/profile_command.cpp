@@ -80,7 +80,8 @@ void print_profile(const MachineProfile& p, const ModelConfig& model) {
   std::printf("  head fwd+bwd        %s\n", linear(p.compute.head, T, head_flops).c_str());
   std::printf("  embedding forward   %s\n", linear(p.compute.embedding_forward, T).c_str());
   std::printf("  embedding backward  %s\n", linear(p.compute.embedding_backward, T).c_str());
-  std::printf("  device AdamW        %s\n\n", params_rate(p.compute.gpu_adamw_params_per_s).c_str());
+  std::printf("  device AdamW        %s\n", params_rate(p.compute.gpu_adamw_params_per_s).c_str());
+  std::printf("  gradient norm       %s\n\n", params_rate(p.compute.grad_norm_params_per_s).c_str());
   std::printf("transfer (pinned)\n");
   std::printf("  h2d alone           %s\n", rate(p.transfer.h2d_bytes_per_s).c_str());
   std::printf("  d2h alone           %s\n", rate(p.transfer.d2h_bytes_per_s).c_str());

@@ -263,6 +263,23 @@ double device_adamw_rate(Device& device, Ops& ops, DType weight_dtype, RandomDev
   return static_cast<double>(n) / seconds;
 }
 
+// Parameters per second of the norm partials the engine computes on the device for a host-updated
+// unit before its gradient leaves (sliding_engine.cpp, send_gradients): gradients in the weight
+// dtype (the streamed units' gradient dtype), one call per parameter-sized span.
+double grad_norm_rate(Device& device, DType grad_dtype, RandomDeviceFill& fill, const ProfileOptions& options) {
+  const size_t per_param = dtype_size(grad_dtype);
+  const size_t n =
+      std::min(static_cast<size_t>(options.gpu_adamw_params), free_device_bytes(device) / 2 / per_param) / 64 * 64;
+  FERRY_CHECK(n >= 64, kWhere, "no device memory left to measure the gradient norm; raise gpu_memory");
+  DeviceBuffer grad(device, round_up(n * per_param), "profile norm gradient"),
+      partials(device, round_up(grad_sumsq_chunks(n) * sizeof(double)), "profile norm partials");
+  fill.values(grad.data(), grad_dtype, n, 1e-3f);
+  const std::unique_ptr<DeviceAdamW> kernels = make_device_adamw(device);
+  const double seconds = time_on_device(
+      device, [&] { kernels->grad_sumsq_partials(grad.data(), grad_dtype, n, partials.as<double>()); }, options.timing);
+  return static_cast<double>(n) / seconds;
+}
+
 }  // namespace
 
 ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& config, int64_t seq_len,
@@ -306,6 +323,7 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   c.embedding_backward = ends.embedding_backward;
   c.head = ends.head;
   c.gpu_adamw_params_per_s = device_adamw_rate(device, ops, shape.wd, fill, options);
+  c.grad_norm_params_per_s = grad_norm_rate(device, shape.wd, fill, options);
   return c;
 }
 

@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "device/trace_scope.h"
+#include "optim/clip.h"
+#include "optim/device_adamw.h"
 #include "planner/memory_model.h"
 
 namespace ferry {
@@ -122,6 +124,19 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   device_.copy_to_device(inv_freq_.data(), inv_host.data(), inv_freq.size() * sizeof(float), StreamKind::HostToDevice);
   device_.synchronize(device_.record(StreamKind::HostToDevice));
 
+  host_partial_offset_.assign(units, 0);
+  size_t host_partials = 0;
+  for (size_t u = 0; u < units; ++u) {
+    if (device_updated_[u]) continue;
+    host_partial_offset_[u] = host_partials;
+    host_partials += grad_norm_partials(layout_.units[u]);
+  }
+  if (host_partials > 0) {
+    norm_partials_ = make_device_adamw(device_);
+    host_unit_partials_ = DeviceBuffer(device_, round_up(host_partials * sizeof(double)), "gradient norm partials");
+    host_unit_partials_host_ = PinnedBuffer(device_, host_partials * sizeof(double), "gradient norm partials readback");
+  }
+
   updater_ = std::make_unique<UnitUpdater>(device_, layout_, plan_, decay_all);
   last_read_.assign(units, -1);
 
@@ -208,14 +223,27 @@ void SlidingEngine::issue_loads_up_to(size_t limit) {
 
 EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
   const TraceScope scope(device_, "gradients", layout_.units[unit].name);
-  const size_t bytes = static_cast<size_t>(layout_.units[unit].numel) * dtype_size(plan_.grad_dtype);
+  const size_t grad_size = dtype_size(plan_.grad_dtype);
+  const size_t bytes = static_cast<size_t>(layout_.units[unit].numel) * grad_size;
+  const char* grads = static_cast<const char*>(unit_grads_ptr(unit, slot));
+  // Per parameter, as clip.h cuts them. The previous step's copy of this slice left the device
+  // before that step returned (the d2h stream is synchronized at every step's end), and the updater
+  // read the pinned slice before this step's forward could pass the unit's update.
+  double* partials = host_unit_partials_.as<double>() + host_partial_offset_[unit];
+  size_t count = 0;
+  for (const auto& p : layout_.units[unit].params) {
+    norm_partials_->grad_sumsq_partials(grads + static_cast<size_t>(p.offset) * grad_size, plan_.grad_dtype,
+                                        static_cast<size_t>(p.numel), partials + count);
+    count += grad_sumsq_chunks(static_cast<size_t>(p.numel));
+  }
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
   // Into the unit's weight staging: the backward's upload of these weights completed before the
   // compute that produced the gradient (unit_updater.h).
-  device_.copy_to_host(updater_->unit(unit).staging.data(), unit_grads_ptr(unit, slot), bytes,
-                       StreamKind::DeviceToHost);
+  device_.copy_to_host(updater_->unit(unit).staging.data(), grads, bytes, StreamKind::DeviceToHost);
+  double* host_partials = host_unit_partials_host_.as<double>() + host_partial_offset_[unit];
+  device_.copy_to_host(host_partials, partials, count * sizeof(double), StreamKind::DeviceToHost);
   const EventId landed = device_.record(StreamKind::DeviceToHost);
-  updater_->gradient_landed(unit, landed);
+  updater_->gradient_landed(unit, landed, host_partials, count);
   return landed;
 }
 

@@ -128,6 +128,14 @@ class SlidingEngine {
   // The units updated on the device, if any (after the buffers it refers to: destroyed first).
   std::unique_ptr<DeviceOptimizer> device_optimizer_;
 
+  // Gradient-norm partials of the host-updated units (clip.h's order), computed on the device from
+  // each gradient just before it leaves and copied down beside it: the CPU updater then spends its
+  // memory bandwidth on AdamW alone instead of also reading every gradient to sum its squares.
+  std::unique_ptr<DeviceAdamW> norm_partials_;  // only its grad_sumsq_partials is used
+  DeviceBuffer host_unit_partials_;
+  PinnedBuffer host_unit_partials_host_;
+  std::vector<size_t> host_partial_offset_;  // per unit: its slice of the two buffers
+
   // per-step bookkeeping
   int64_t step_ = 0;
   std::vector<EventId> loaded_;      // per use: its slot holds the unit (h2d)

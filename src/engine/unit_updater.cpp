@@ -90,11 +90,11 @@ void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_g
   for (auto& p : partials_) p.clear();
 }
 
-void UnitUpdater::gradient_landed(size_t u, EventId event) {
+void UnitUpdater::gradient_landed(size_t u, EventId event, const double* partials, size_t count) {
   FERRY_ASSERT(on_host_[u], "a unit updated on the device sends its norm partials, not its gradient");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({u, current_step_, event, hyper_, max_grad_norm_});
+    queue_.push_back({u, current_step_, event, hyper_, max_grad_norm_, partials, count});
   }
   changed_.notify_all();
 }
@@ -164,19 +164,7 @@ void UnitUpdater::run() {
     try {
       device_.synchronize(landing.event);
       const bool host_unit = on_host_[landing.unit];
-      std::vector<double> partials;
-      if (host_unit) {
-        const HostUnitState& s = units_[landing.unit];
-        const size_t grad_size = dtype_size(plan_.grad_dtype);
-        std::vector<GradSpan> spans;
-        for (const auto& p : layout_.units[landing.unit].params)
-          spans.push_back({static_cast<const char*>(s.staging.data()) + static_cast<size_t>(p.offset) * grad_size,
-                           static_cast<size_t>(p.numel), plan_.grad_dtype});
-        const HostSpan traced(device_, TraceTrack::CpuUpdate, "gradient norm", layout_.units[landing.unit].name);
-        partials = grad_sumsq_partials(std::span<const GradSpan>(spans));
-      } else {
-        partials.assign(landing.partials, landing.partials + landing.partial_count);
-      }
+      std::vector<double> partials(landing.partials, landing.partials + landing.partial_count);
 
       bool all_landed = false;
       {

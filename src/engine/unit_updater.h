@@ -2,7 +2,8 @@
 // thread that turns gradients arriving from the device into updated weights (DESIGN.md §2).
 //
 // For each unit the engine announces "its gradient for step s lands in grad_host when event e
-// completes". The worker waits for the event, adds the unit's squared-norm partials, and then
+// completes, with its squared-norm partials (computed on the device)". The worker waits for the
+// event, files the partials, and then
 //  * UpdateSchedule::DuringBackward: updates the unit at once (no clipping);
 //  * UpdateSchedule::AfterBackward: once every unit has landed, computes the global norm and the
 //    clip coefficient, then updates the units embedding first, layer 0 next, ... so the next
@@ -76,10 +77,11 @@ class UnitUpdater {
   // Step `step` (1-based) is about to be issued with these hyperparameters.
   void begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm);
   // The gradient of host-updated unit u for the current step lands in unit(u).staging when
-  // `event` completes.
-  void gradient_landed(size_t u, EventId event);
-  // For a unit updated on the device: its norm partials for the current step (`count` doubles,
-  // grad_norm_partials of the unit, pinned) are in `partials` when `event` completes.
+  // `event` completes, and its norm partials (`count` doubles, grad_norm_partials of the unit,
+  // computed on the device; pinned) in `partials`.
+  void gradient_landed(size_t u, EventId event, const double* partials, size_t count);
+  // For a unit updated on the device: its norm partials for the current step are in `partials`
+  // when `event` completes.
   void partials_landed(size_t u, EventId event, const double* partials, size_t count);
 
   // Blocks until host-updated unit u holds the update of step `step` (step 0: the initial
@@ -99,7 +101,7 @@ class UnitUpdater {
     EventId event;
     AdamWHyper hyper;
     double max_grad_norm;
-    const double* partials = nullptr;  // a device-updated unit's norm partials, else null
+    const double* partials = nullptr;  // the unit's norm partials (pinned)
     size_t partial_count = 0;
   };
   void run();

@@ -41,6 +41,13 @@ size_t grad_norm_partials(const UnitLayout& unit) {
   return count;
 }
 
+size_t host_unit_norm_partials(const ModelLayout& layout, const Plan& plan) {
+  size_t count = 0;
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    if (plan.units[u] != UnitPlacement::ResidentWithOptimizer) count += grad_norm_partials(layout.units[u]);
+  return count;
+}
+
 GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& plan) {
   GpuOptimizerBytes g;
   size_t largest = 0;
@@ -87,6 +94,8 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
             round_to_256(static_cast<size_t>(config.head_dim) * 2) + 256;
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
   if (g.staging_elements > 0) b.other += round_to_256(g.partials * sizeof(double)) + 256;  // partials; norm, clip
+  const size_t host_partials = host_unit_norm_partials(layout, plan);
+  if (host_partials > 0) b.other += round_to_256(host_partials * sizeof(double));  // computed before each d2h
   // bf16 weights run on the CUDA ops (the only bf16 backend); fp32 weights on the CPU reference
   // ops of the simulated device, which keep no working memory of their own.
   // The fp32 weight-gradient product serves layers whose gradients are bf16; units with their
@@ -125,6 +134,7 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   for (auto a : plan.activations)
     if (a == ActivationPlacement::OffloadToHost) h.pinned += act;
   h.pinned += round_to_256(4 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256;  // tokens, loss
+  h.pinned += host_unit_norm_partials(layout, plan) * sizeof(double);  // their readback
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
   if (g.staging_elements > 0) {
     h.pinned += g.staging_elements * sizeof(float) + 256;  // state transfers; clip and norm

@@ -51,6 +51,9 @@ struct GpuOptimizerBytes {
 GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& plan);
 // Norm partials of one unit: grad_sumsq_chunks of each of its parameters.
 size_t grad_norm_partials(const UnitLayout& unit);
+// Norm partials of the host-updated units together: the engine computes them on the device before
+// each gradient's d2h (one device buffer, one pinned readback).
+size_t host_unit_norm_partials(const ModelLayout& layout, const Plan& plan);
 
 size_t round_to_256(size_t bytes);
 

@@ -26,6 +26,7 @@ MachineProfile nominal_profile(const ModelConfig& c, int64_t seq_len, DType weig
   p.compute.embedding_forward = {r.launch_s, 2 * H * wd / r.hbm_bytes_per_s};
   p.compute.embedding_backward = {4 * r.launch_s, 4 * H * wd / r.hbm_bytes_per_s};
   p.compute.gpu_adamw_params_per_s = r.gpu_adamw_params_per_s;
+  p.compute.grad_norm_params_per_s = r.hbm_bytes_per_s / wd;  // reads the gradient once
   p.transfer = {r.h2d_bytes_per_s, r.d2h_bytes_per_s, r.duplex_h2d_bytes_per_s, r.duplex_d2h_bytes_per_s,
                 r.copy_latency_s};
   p.host.threads = r.threads;

@@ -73,7 +73,8 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
         {"layer_forward", linear_json(p.compute.layer_forward)},
         {"layer_backward", linear_json(p.compute.layer_backward)},
         {"head", linear_json(p.compute.head)},
-        {"gpu_adamw_params_per_s", p.compute.gpu_adamw_params_per_s}}},
+        {"gpu_adamw_params_per_s", p.compute.gpu_adamw_params_per_s},
+        {"grad_norm_params_per_s", p.compute.grad_norm_params_per_s}}},
       {"transfer",
        {{"h2d_bytes_per_s", p.transfer.h2d_bytes_per_s},
         {"d2h_bytes_per_s", p.transfer.d2h_bytes_per_s},
@@ -83,7 +84,6 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
       {"host",
        {{"threads", p.host.threads},
         {"cpu_adamw_params_per_s", p.host.cpu_adamw_params_per_s},
-        {"gradient_intake_params_per_s", p.host.gradient_intake_params_per_s},
         {"memory_bytes", p.host.memory_bytes},
         {"disk_read_bytes_per_s", p.host.disk_read_bytes_per_s},
         {"disk_write_bytes_per_s", p.host.disk_write_bytes_per_s}}},
@@ -111,6 +111,7 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   p.compute.layer_backward = r.linear(c, "layer_backward");
   p.compute.head = r.linear(c, "head");
   p.compute.gpu_adamw_params_per_s = r.number(c, "gpu_adamw_params_per_s");
+  p.compute.grad_norm_params_per_s = r.positive(c, "grad_norm_params_per_s");
   FERRY_CHECK(p.compute.layer_forward.per_token_s > 0 && p.compute.layer_backward.per_token_s > 0, "profile",
               "{}: the layer times must grow with the tokens (per_token_s > 0)", source);
   const auto& t = r.object(j, "transfer");
@@ -122,8 +123,6 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   const auto& h = r.object(j, "host");
   p.host.threads = static_cast<int>(r.positive(h, "threads"));
   p.host.cpu_adamw_params_per_s = r.positive(h, "cpu_adamw_params_per_s");
-  if (h.contains("gradient_intake_params_per_s"))
-    p.host.gradient_intake_params_per_s = r.number(h, "gradient_intake_params_per_s");
   p.host.memory_bytes = r.positive(h, "memory_bytes");
   p.host.disk_read_bytes_per_s = r.number(h, "disk_read_bytes_per_s");
   p.host.disk_write_bytes_per_s = r.number(h, "disk_write_bytes_per_s");

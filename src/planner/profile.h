@@ -31,6 +31,9 @@ struct ComputeProfile {
   LinearTime layer_backward;  // one decoder layer's backward, including the recompute of its forward
   LinearTime head;            // final norm + LM head + loss, forward and backward in one fused pass
   double gpu_adamw_params_per_s = 0.0;  // GPU AdamW (with its share of the gradient-norm pass)
+  // The squared-norm partials of a bf16 gradient on the device (clip.h's chunks), which the engine
+  // computes for every host-updated unit before its gradient leaves.
+  double grad_norm_params_per_s = 0.0;
 };
 
 // Copies between pinned host memory and the device.
@@ -45,17 +48,13 @@ struct TransferProfile {
 struct HostProfile {
   int threads = 0;                       // the CPU AdamW's worker threads
   double cpu_adamw_params_per_s = 0.0;   // fused pass: bf16 gradient + fp32 master/m/v → master/m/v + bf16 weights
-  // The updater's intake of one landed gradient: its squared-norm partials, read from the pinned
-  // staging (unit_updater.cpp). Optional; 0: not measured, and the cost model estimates it from
-  // cpu_adamw_params_per_s (planner/step_program.h, gradient_intake_rate).
-  double gradient_intake_params_per_s = 0.0;
   double memory_bytes = 0.0;             // physical RAM
   double disk_read_bytes_per_s = 0.0;    // 0: not measured (no disk tier in this profile)
   double disk_write_bytes_per_s = 0.0;
 };
 
 struct MachineProfile {
-  static constexpr int kVersion = 1;
+  static constexpr int kVersion = 2;  // 2: grad_norm_params_per_s; the host no longer sums norms
   std::string device_name;    // "NVIDIA H200", "sim"
   double device_memory_bytes = 0.0;
   std::string shape_key;      // model_shape_key() of the shape the compute times were measured for

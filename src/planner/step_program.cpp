@@ -8,12 +8,6 @@
 
 namespace ferry {
 
-double gradient_intake_rate(const HostProfile& host, DType grad_dtype, DType weight_dtype) {
-  if (host.gradient_intake_params_per_s > 0) return host.gradient_intake_params_per_s;
-  const double gd = static_cast<double>(dtype_size(grad_dtype)), wd = static_cast<double>(dtype_size(weight_dtype));
-  return host.cpu_adamw_params_per_s * (gd + 24.0 + wd) / gd;
-}
-
 namespace {
 
 // Mirrors SlidingEngine::step for several steps. Member names follow the engine's.
@@ -36,7 +30,6 @@ class ProgramBuilder {
     upload_bytes_per_param_ = plan_.weight_upload == WeightUpload::ConvertOnUpload
                                   ? static_cast<double>(sizeof(float))
                                   : static_cast<double>(dtype_size(plan_.weight_dtype));
-    intake_rate_ = gradient_intake_rate(profile_.host, plan_.grad_dtype, plan_.weight_dtype);
     bool any_gpu_optimizer = false;
     for (bool g : gpu_optimizer_) any_gpu_optimizer |= g;
     FERRY_CHECK(!any_gpu_optimizer || profile_.compute.gpu_adamw_params_per_s > 0, "cost model",
@@ -128,7 +121,7 @@ class ProgramBuilder {
   // order.
   void landing(size_t u, int32_t landed) {
     const bool host_unit = !gpu_optimizer_[u];
-    int32_t last = add(Lane::Cpu, TaskKind::GradientIntake, host_unit ? numel(u) / intake_rate_ : 0.0, 0.0, landed);
+    int32_t last = add(Lane::Cpu, TaskKind::GradientLanded, 0.0, 0.0, landed);
     if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
       last = add(Lane::Cpu, TaskKind::CpuAdamW, numel(u) / profile_.host.cpu_adamw_params_per_s, 0.0);
       next_update_done_[u] = last;
@@ -220,9 +213,13 @@ class ProgramBuilder {
         }
         released_[i] = last_compute_;
       } else if (sends) {
+        // SlidingEngine::send_gradients: the norm partials on the device, then the gradient and
+        // the partials down.
+        add(Lane::Compute, TaskKind::GpuGradNorm, numel(u) / profile_.compute.grad_norm_params_per_s, 0.0);
         wait(Lane::DeviceToHost, last_compute_);
         released_[i] = add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0,
-                           numel(u) * static_cast<double>(dtype_size(plan_.grad_dtype)));
+                           numel(u) * (static_cast<double>(dtype_size(plan_.grad_dtype)) +
+                                       sizeof(double) / static_cast<double>(kGradNormChunk)));
         landing(u, released_[i]);
       } else {
         released_[i] = last_compute_;
@@ -262,7 +259,7 @@ class ProgramBuilder {
   std::vector<bool> resident_, gpu_optimizer_;
   bool all_on_gpu_ = false;
   std::vector<SlotUse> uses_;
-  double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0, intake_rate_ = 0.0;
+  double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
 
   StepProgram program_;
   std::vector<int32_t> pending_[kLaneCount];  // stream waits not yet attached to a task

@@ -16,8 +16,8 @@
 //   * offloaded boundaries go through a ring of two staging buffers: the forward that writes
 //     boundary b waits until boundary b-2 has left the staging buffer; the backward's reload of
 //     boundary l is issued one use ahead, after the compute that last read its staging buffer;
-//   * each backward's gradient is copied to the host after the compute and handed to the CPU
-//     worker: intake (fp32 widening, norm partials) per gradient in landing order; then either
+//   * each backward's gradient gets its norm partials on the compute stream, then both are copied
+//     to the host and handed to the CPU worker, which files the partials in landing order; then either
 //     the update at once (DuringBackward), or, once every gradient of the step has been taken in
 //     (the global norm), the updates in unit order E, L0, L1, ..., H (AfterBackward) -- which the
 //     next step's forward follows unit by unit;
@@ -56,13 +56,6 @@ struct StepProgram {
   TaskGraph graph;
   std::vector<int32_t> step_end;  // per step: the host's last wait (loss, norm): the step returns after it
 };
-
-// Parameters per second of the updater's gradient intake: measured, or estimated from the CPU
-// AdamW's rate by the bytes each pass moves per parameter, both being memory-bound passes on the
-// same thread pool: the fused AdamW reads the gradient and fp32 master, m, v and writes them back
-// with the new weights (bf16: 2 + 12 + 12 + 2 = 28 bytes); the intake reads the gradient once for
-// its norm partials (2 bytes): 14x the AdamW rate.
-double gradient_intake_rate(const HostProfile& host, DType grad_dtype, DType weight_dtype);
 
 // `steps` consecutive steps from a state where every update is done (the first step after
 // loading). Throws ferry::Error when the plan needs a rate the profile does not have (GPU AdamW on

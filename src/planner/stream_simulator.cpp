@@ -34,7 +34,8 @@ const char* task_kind_name(TaskKind kind) {
     case TaskKind::LayerBackward: return "layer backwards (with recompute)";
     case TaskKind::EmbeddingBackward: return "embedding backward";
     case TaskKind::GpuAdamW: return "GPU AdamW";
-    case TaskKind::GradientIntake: return "CPU gradient norm partials";
+    case TaskKind::GpuGradNorm: return "GPU gradient norm partials";
+    case TaskKind::GradientLanded: return "CPU gradient landings";
     case TaskKind::CpuAdamW: return "CPU AdamW";
   }
   return "?";
@@ -50,7 +51,7 @@ Lane task_lane(TaskKind kind) {
     case TaskKind::ActivationOffload:
     case TaskKind::GradientDownload:
     case TaskKind::LossReadback: return Lane::DeviceToHost;
-    case TaskKind::GradientIntake:
+    case TaskKind::GradientLanded:
     case TaskKind::CpuAdamW: return Lane::Cpu;
     default: return Lane::Compute;
   }

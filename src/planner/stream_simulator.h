@@ -46,10 +46,11 @@ enum class TaskKind : int {
   LayerBackward,     // recompute + backward
   EmbeddingBackward,
   GpuAdamW,
-  GradientIntake,    // CPU: a landed gradient's squared-norm partials (or a device unit's partials)
+  GpuGradNorm,       // a host unit's gradient-norm partials, before its gradient leaves
+  GradientLanded,    // CPU: the updater files a landing's norm partials
   CpuAdamW,
 };
-constexpr int kTaskKindCount = 16;
+constexpr int kTaskKindCount = 17;
 const char* task_kind_name(TaskKind kind);
 // The lane a kind of task runs on.
 Lane task_lane(TaskKind kind);
