@@ -11,6 +11,7 @@
 #include "optim/cpu_adamw.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -240,9 +241,10 @@ using cpu_adamw_detail::Scalars;
 
 // Below this many elements the calling thread does the whole unit: waking the pool costs more.
 constexpr size_t kGrain = size_t{1} << 15;
-// Slices start at multiples of this many elements: whole cache lines of every buffer (64 bf16 =
-// 128 bytes), so no two threads write one line.
-constexpr size_t kSliceAlign = 64;
+// The pool's threads take blocks of this many elements (about 5 MB of state and gradient each);
+// a multiple of 64, so a block covers whole cache lines of every buffer (64 bf16 = 128 bytes) when
+// the range starts on one, and no two threads write one line.
+constexpr size_t kBlock = size_t{1} << 18;
 
 Scalars make_scalars(const AdamWHyper& h, int64_t step, float grad_scale) {
   const double t = static_cast<double>(step);
@@ -298,17 +300,21 @@ void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> 
     run(begin, end);
     return;
   }
-  // A static partition of [begin, end) into one slice per thread, cut at multiples of kSliceAlign.
-  pool.run_on_all([&](size_t piece, size_t pieces) {
-    const auto bound = [&](size_t k) {
-      if (k == 0) return begin;
-      if (k == pieces) return end;
-      const size_t cut = (begin + (end - begin) * k / pieces) / kSliceAlign * kSliceAlign;
-      return std::max(begin, cut);
-    };
-    const size_t lo = bound(piece);
-    const size_t hi = bound(piece + 1);
-    if (lo < hi) run(lo, hi);
+  // Threads take blocks of kBlock elements from a shared counter until none is left. A static
+  // slice per thread would make the pass as slow as its slowest thread, and in a training step
+  // some core is always busy with something else (the engine's host thread issuing kernels, the
+  // CUDA driver): measured, the static partition ran at 4.0 G params/s inside an 8B step against
+  // 6.2 alone. Each element's update is independent, so who updates it changes no bit.
+  // Blocks are cut at multiples of kBlock, so every cut falls on a cache line of every buffer.
+  const size_t first = begin / kBlock * kBlock;
+  const size_t blocks = (end - first + kBlock - 1) / kBlock;
+  std::atomic<size_t> next{0};
+  pool.run_on_all([&](size_t, size_t) {
+    for (size_t k = next.fetch_add(1, std::memory_order_relaxed); k < blocks;
+         k = next.fetch_add(1, std::memory_order_relaxed)) {
+      const size_t lo = first + k * kBlock;
+      run(std::max(begin, lo), std::min(end, lo + kBlock));
+    }
   });
 }
 
