@@ -3,6 +3,9 @@
 # kernel benchmarks with their PyTorch counterparts, and end-to-end training beside the peers.
 # Expects the binaries and the Debian libraries they need unpacked in .device/bundle (see
 # tools/make_gpu_bundle.sh) and writes logs to $OUT/logs.
+# Knobs (environment): PARTS, GPU_TESTS, PROFILE_MODELS, MODELS, BUDGETS, GLOBAL_BATCH, MICRO_BATCH,
+# STEPS, TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY, TAG (suffix
+# of the train logs, for several settings in one call), HAND_TARGET + HAND_PLANS, PEERS, KEEP_LOGS.
 set -u
 root="$(pwd)"
 B="$root/.device/bundle"
@@ -85,6 +88,7 @@ PY
       for model in ${MODELS:-llama-3.2-1b}; do
       [ -d "/tmp/$model" ] || timeout 180 "$B/ferry" init --arch llama --preset "$model" --out "/tmp/$model" >> "$L/init.log" 2>&1
       for budget in ${BUDGETS:-24GiB 130GiB}; do
+        name="$model-$budget${TAG:+-$TAG}"
         cat > /tmp/train.yaml <<YAML
 model: /tmp/$model
 data: /tmp/tokens.jsonl
@@ -97,26 +101,29 @@ learning_rate: 1.0e-5
 warmup_steps: 0
 device: cuda
 gpu_memory: $budget
-trace: $L/trace-$model-$budget.json
+max_grad_norm: ${MAX_GRAD_NORM:-1.0}
+${HOST_MEMORY:+host_memory: $HOST_MEMORY}
+trace: $L/trace-$name.json
 trace_steps: ${TRACE_STEPS:-3}
 YAML
-        run "train-$model-$budget" 300 "$B/ferry" train /tmp/train.yaml
+        run "train-$name" 300 "$B/ferry" train /tmp/train.yaml
         # Hand-written plans beside the planner's, for one model and budget (HAND_TARGET=MODEL@BUDGET):
         # HAND_PLANS lists override sets separated by '|', e.g. "gpu_slots=3|resident_layers=0".
         if [ "${HAND_TARGET:-}" = "$model@$budget" ]; then
           IFS='|' read -ra hand_plans <<< "${HAND_PLANS:-}"
           for k in "${!hand_plans[@]}"; do
             rm -rf "/tmp/out-$model-$budget"
-            run "hand$k-$model-$budget" 300 "$B/ferry" train /tmp/train.yaml trace= ${hand_plans[$k]}
+            run "hand$k-$name" 300 "$B/ferry" train /tmp/train.yaml trace= ${hand_plans[$k]}
           done
         fi
         # The traced step's GPU idle is in the train log; where the GPU waited, from the trace:
-        [ -f "$L/trace-$model-$budget.json" ] &&
-          python3 tools/trace_idle.py "$L/trace-$model-$budget.json" > "$L/idle-$model-$budget.log" 2>&1
+        [ -f "$L/trace-$name.json" ] &&
+          python3 tools/trace_idle.py "$L/trace-$name.json" > "$L/idle-$name.log" 2>&1
         rm -rf "/tmp/out-$model-$budget"
       done
       done
       [ "${PEERS:-}" = none ] || run peer_gpu 600 python3 .device/peer_baselines.py ${PEERS:-llama3.2-1b:gpu:8:2048:2:4} ;;
   esac
 done
-tar -czf "$OUT/logs.tgz" -C "$OUT" logs && cp "$L/summary.log" "$OUT/summary.log" && rm -rf "$L"
+# Several sessions in one device call: all but the last set KEEP_LOGS=1, the last packs them all.
+[ "${KEEP_LOGS:-0}" = 1 ] || { tar -czf "$OUT/logs.tgz" -C "$OUT" logs && cp "$L/summary.log" "$OUT/summary.log" && rm -rf "$L"; }
