@@ -156,13 +156,13 @@ TEST_F(CudaParity, LinearForward) {
     round_bf16(x), round_bf16(w), cudatest::round_to(b, c.y_dtype);
     Vec ref(T * out), mag(T * out);
     Vec ax = abs_of(x), aw = abs_of(w), ab = abs_of(b);
-    cpu_->linear_forward(H2(x, T, in), H2(w, out, in), c.bias ? H1(b, out) : Tensor(), H2(ref, T, out));
-    cpu_->linear_forward(H2(ax, T, in), H2(aw, out, in), c.bias ? H1(ab, out) : Tensor(), H2(mag, T, out));
+    cpu_->linear_forward(H2(x, T, in), H2(w, out, in), c.bias ? H1(b, out) : Tensor(), Tensor(), H2(ref, T, out));
+    cpu_->linear_forward(H2(ax, T, in), H2(aw, out, in), c.bias ? H1(ab, out) : Tensor(), Tensor(), H2(mag, T, out));
 
     DeviceTensor dx = upload(DType::BF16, {T, in}, x), dw = upload(DType::BF16, {out, in}, w);
     DeviceTensor db = upload(c.y_dtype, {out}, b);
     DeviceTensor dy(c.y_dtype, {T, out});
-    gpu_->linear_forward(dx.view(), dw.view(), c.bias ? db.view() : Tensor(), dy.view());
+    gpu_->linear_forward(dx.view(), dw.view(), c.bias ? db.view() : Tensor(), Tensor(), dy.view());
     sync();
     // F32 output: no rounding, only the summation orders differ (relative rms far below 4e-5).
     const double rms = c.y_dtype == DType::BF16 ? u : 4e-5;
@@ -185,17 +185,18 @@ TEST_F(CudaParity, LinearBackward) {
 
     Vec dx_ref(T * in), dw_ref = dw0, db_ref = db0;
     cpu_->linear_backward(H2(x, T, in), H2(w, out, in), H2(dy, T, out), H2(dx_ref, T, in), H2(dw_ref, out, in),
-                          c.bias ? H1(db_ref, out) : Tensor());
+                          c.bias ? H1(db_ref, out) : Tensor(), false);
     Vec ax = abs_of(x), aw = abs_of(w), ady = abs_of(dy);
     Vec dx_mag(T * in), dw_mag = abs_of(dw0), db_mag = abs_of(db0);
     cpu_->linear_backward(H2(ax, T, in), H2(aw, out, in), H2(ady, T, out), H2(dx_mag, T, in), H2(dw_mag, out, in),
-                          c.bias ? H1(db_mag, out) : Tensor());
+                          c.bias ? H1(db_mag, out) : Tensor(), false);
 
     DeviceTensor gx = upload(DType::BF16, {T, in}, x), gw = upload(DType::BF16, {out, in}, w);
     DeviceTensor gdy = upload(DType::BF16, {T, out}, dy);
     DeviceTensor gdx(DType::BF16, {T, in});
     DeviceTensor gdw = upload(c.grad_dtype, {out, in}, dw0), gdb = upload(c.grad_dtype, {out}, db0);
-    gpu_->linear_backward(gx.view(), gw.view(), gdy.view(), gdx.view(), gdw.view(), c.bias ? gdb.view() : Tensor());
+    gpu_->linear_backward(gx.view(), gw.view(), gdy.view(), gdx.view(), gdw.view(), c.bias ? gdb.view() : Tensor(),
+                          false);
     sync();
     const double gu = out_u(c.grad_dtype);
     const double rms_grad = c.grad_dtype == DType::BF16 ? u : 1e-4;
@@ -205,6 +206,68 @@ TEST_F(CudaParity, LinearBackward) {
       EXPECT_TRUE(within("dbias", gdb.download(), db_ref, bounds(db_ref, 2 * gu, db_mag, 2 * (T + 3) * F), rms_grad));
     }
     EXPECT_TRUE(gdx.guards() && gdw.guards() && gdb.guards());
+  }
+}
+
+// y = residual + (x w^T + b), the residual as cuBLASLt's C (beta = 1), given apart from y and as y
+// itself (in place). The GPU rounds residual + product + bias once, so the bound is the forward's
+// with one more term in the sum: 2 u |ref| + 2 (K + 4) F mag, K = in, mag counting |residual|. This
+// is tighter than the unfused product-then-add(), which rounds the product to bf16 first (an error
+// of u |product| where residual and product cancel): a path that rounded twice fails here.
+TEST_F(CudaParity, LinearForwardResidual) {
+  uint32_t seed = 150;
+  for (const LinearCase& c : kLinearCases) {
+    SCOPED_TRACE(describe(c));
+    const int64_t T = c.T, in = c.in, out = c.out;
+    const float ws = 1.0f / std::sqrt(static_cast<float>(in));
+    Vec x = uniform(T * in, ++seed), w = uniform(out * in, ++seed, -ws, ws), b = uniform(out, ++seed);
+    Vec r = uniform(T * out, ++seed);
+    round_bf16(x), round_bf16(w), cudatest::round_to(b, c.y_dtype), cudatest::round_to(r, c.y_dtype);
+    Vec ref(T * out), mag(T * out);
+    Vec ax = abs_of(x), aw = abs_of(w), ab = abs_of(b), ar = abs_of(r);
+    const Tensor bias = c.bias ? H1(b, out) : Tensor(), abias = c.bias ? H1(ab, out) : Tensor();
+    cpu_->linear_forward(H2(x, T, in), H2(w, out, in), bias, H2(r, T, out), H2(ref, T, out));
+    cpu_->linear_forward(H2(ax, T, in), H2(aw, out, in), abias, H2(ar, T, out), H2(mag, T, out));
+
+    DeviceTensor gx = upload(DType::BF16, {T, in}, x), gw = upload(DType::BF16, {out, in}, w);
+    DeviceTensor gb = upload(c.y_dtype, {out}, b), gr = upload(c.y_dtype, {T, out}, r);
+    DeviceTensor gy(c.y_dtype, {T, out}), gy_in_place = upload(c.y_dtype, {T, out}, r);
+    const Tensor gbias = c.bias ? gb.view() : Tensor();
+    gpu_->linear_forward(gx.view(), gw.view(), gbias, gr.view(), gy.view());
+    gpu_->linear_forward(gx.view(), gw.view(), gbias, gy_in_place.view(), gy_in_place.view());
+    sync();
+    const Vec bound = bounds(ref, 2 * out_u(c.y_dtype), mag, 2 * (in + 4) * F);
+    const double rms = c.y_dtype == DType::BF16 ? u : 4e-5;
+    EXPECT_TRUE(within("y = residual + product", gy.download(), ref, bound, rms));
+    EXPECT_TRUE(within("y += product", gy_in_place.download(), ref, bound, rms));
+    EXPECT_TRUE(gy.guards() && gy_in_place.guards() && gr.guards());
+  }
+}
+
+// dx += dy w (accumulate_dx: C = D = dx, beta = 1): dx0 + K = out products, rounded once to bf16,
+// so the bound is the backward's dx bound with |dx0| in the magnitude and one more term.
+TEST_F(CudaParity, LinearBackwardAccumulateDx) {
+  uint32_t seed = 250;
+  for (const LinearCase& c : kLinearCases) {
+    SCOPED_TRACE(describe(c));
+    const int64_t T = c.T, in = c.in, out = c.out;
+    const float ws = 1.0f / std::sqrt(static_cast<float>(in));
+    Vec x = uniform(T * in, ++seed), w = uniform(out * in, ++seed, -ws, ws), dy = uniform(T * out, ++seed);
+    Vec dx0 = uniform(T * in, ++seed);
+    round_bf16(x), round_bf16(w), round_bf16(dy), round_bf16(dx0);
+
+    Vec dx_ref = dx0, dx_mag = abs_of(dx0);
+    cpu_->linear_backward(H2(x, T, in), H2(w, out, in), H2(dy, T, out), H2(dx_ref, T, in), Tensor(), Tensor(), true);
+    Vec ax = abs_of(x), aw = abs_of(w), ady = abs_of(dy);
+    cpu_->linear_backward(H2(ax, T, in), H2(aw, out, in), H2(ady, T, out), H2(dx_mag, T, in), Tensor(), Tensor(),
+                          true);
+
+    DeviceTensor gx = upload(DType::BF16, {T, in}, x), gw = upload(DType::BF16, {out, in}, w);
+    DeviceTensor gdy = upload(DType::BF16, {T, out}, dy), gdx = upload(DType::BF16, {T, in}, dx0);
+    gpu_->linear_backward(gx.view(), gw.view(), gdy.view(), gdx.view(), Tensor(), Tensor(), true);
+    sync();
+    EXPECT_TRUE(within("dx += dy w", gdx.download(), dx_ref, bounds(dx_ref, 2 * u, dx_mag, 2 * (out + 4) * F), u));
+    EXPECT_TRUE(gdx.guards());
   }
 }
 
@@ -305,7 +368,8 @@ TEST_F(CudaParity, RmsNorm) {
     round_bf16(x), round_bf16(w), round_bf16(g), cudatest::round_to(dw0, c.grad_dtype);
     Vec out_ref(R * D), rstd_ref(R), dx_ref(R * D), dw_ref = dw0;
     cpu_->rmsnorm_forward(H2(x, R, D), H1(w, D), eps, H2(out_ref, R, D), H1(rstd_ref, R));
-    cpu_->rmsnorm_backward(H2(x, R, D), H1(w, D), H1(rstd_ref, R), H2(g, R, D), H2(dx_ref, R, D), H1(dw_ref, D));
+    cpu_->rmsnorm_backward(H2(x, R, D), H1(w, D), H1(rstd_ref, R), H2(g, R, D), Tensor(), H2(dx_ref, R, D),
+                           H1(dw_ref, D));
 
     // Magnitudes: dx = s (w g) - x c sums |s w g| + |x| |c| with c from sum |x w g|; dweight sums
     // |g x s| over rows on top of |dweight0|.
@@ -327,7 +391,7 @@ TEST_F(CudaParity, RmsNorm) {
     // The backward gets the CPU's rstd, so it is checked on its own.
     DeviceTensor grstd_ref = upload(DType::F32, {R}, rstd_ref), gg = upload(DType::BF16, {R, D}, g);
     DeviceTensor gdx(DType::BF16, {R, D}), gdw = upload(c.grad_dtype, {D}, dw0);
-    gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd_ref.view(), gg.view(), gdx.view(), gdw.view());
+    gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd_ref.view(), gg.view(), Tensor(), gdx.view(), gdw.view());
     sync();
     // rstd: a sum of D positive squares in fp32 (relative error <= (D + 2) F), a division and a
     // square root; out = (x rstd) w rounded once to bf16.
@@ -340,6 +404,48 @@ TEST_F(CudaParity, RmsNorm) {
                        bounds(dw_ref, 2 * out_u(c.grad_dtype), dw_mag, 4 * (R + 8) * F),
                        c.grad_dtype == DType::BF16 ? u : 1e-4));
     EXPECT_TRUE(gout.guards() && grstd.guards() && gdx.guards() && gdw.guards());
+  }
+}
+
+// dx = dresidual + the norm's gradient, in one rounding, with dresidual apart from dx and as dx
+// itself. The bound is RmsNorm's dx bound with |dresidual| added to the magnitude: the fp32 sum
+// gains one term, inside its 8 (D + 4) F margin.
+TEST_F(CudaParity, RmsNormBackwardResidual) {
+  const float eps = 1e-6f;
+  uint32_t seed = 450;
+  for (auto [R, D] : {std::pair<int64_t, int64_t>{31, 8}, {257, 16}, {33, 64}, {31, 12}, {257, 96}, {33, 4096},
+                      {31, 4100}}) {
+    SCOPED_TRACE("R=" + std::to_string(R) + " D=" + std::to_string(D));
+    Vec x = uniform(R * D, ++seed, -2, 2), w = uniform(D, ++seed, 0.5f, 1.5f), g = uniform(R * D, ++seed);
+    Vec res = uniform(R * D, ++seed);
+    round_bf16(x), round_bf16(w), round_bf16(g), round_bf16(res);
+    Vec out_ref(R * D), rstd_ref(R), dx_ref(R * D);
+    cpu_->rmsnorm_forward(H2(x, R, D), H1(w, D), eps, H2(out_ref, R, D), H1(rstd_ref, R));
+    cpu_->rmsnorm_backward(H2(x, R, D), H1(w, D), H1(rstd_ref, R), H2(g, R, D), H2(res, R, D), H2(dx_ref, R, D),
+                           Tensor());
+    Vec dx_mag(R * D);
+    for (int64_t r = 0; r < R; ++r) {
+      const float s = rstd_ref[r];
+      double dot = 0;
+      for (int64_t i = 0; i < D; ++i) dot += std::fabs(x[r * D + i] * w[i] * g[r * D + i]);
+      const double cabs = dot / D * s * s * s;
+      for (int64_t i = 0; i < D; ++i)
+        dx_mag[r * D + i] = static_cast<float>(std::fabs(res[r * D + i]) + std::fabs(s * w[i] * g[r * D + i]) +
+                                               std::fabs(x[r * D + i]) * cabs);
+    }
+
+    DeviceTensor gx = upload(DType::BF16, {R, D}, x), gw = upload(DType::BF16, {D}, w);
+    DeviceTensor grstd = upload(DType::F32, {R}, rstd_ref), gg = upload(DType::BF16, {R, D}, g);
+    DeviceTensor gres = upload(DType::BF16, {R, D}, res), gdx(DType::BF16, {R, D});
+    DeviceTensor gdx_in_place = upload(DType::BF16, {R, D}, res);
+    gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd.view(), gg.view(), gres.view(), gdx.view(), Tensor());
+    gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd.view(), gg.view(), gdx_in_place.view(), gdx_in_place.view(),
+                           Tensor());
+    sync();
+    const Vec bound = bounds(dx_ref, 2 * u, dx_mag, 8 * (D + 4) * F);
+    EXPECT_TRUE(within("dx = dresidual + grad", gdx.download(), dx_ref, bound, u));
+    EXPECT_TRUE(within("dx += grad", gdx_in_place.download(), dx_ref, bound, u));
+    EXPECT_TRUE(gdx.guards() && gdx_in_place.guards() && gres.guards());
   }
 }
 
@@ -560,7 +666,7 @@ TEST_F(CudaParity, LinearCrossEntropy) {
     // of the row), so its softmax is off by <= 2 u L p relative and dlogits by <= u (1 + 2 L) a,
     // a = grad_scale (p + onehot); then dx sums a |w| and dw sums a^T |x|.
     Vec ax = abs_of(x), aw = abs_of(w), logits_mag(T * V);
-    cpu_->linear_forward(H2(ax, T, Hd), H2(aw, V, Hd), Tensor(), H2(logits_mag, T, V));
+    cpu_->linear_forward(H2(ax, T, Hd), H2(aw, V, Hd), Tensor(), Tensor(), H2(logits_mag, T, V));
     Vec a(T * V, 0.0f);
     double L = 0.0, loss_bound = 0.0;
     for (int64_t t = 0; t < T; ++t) {
@@ -578,8 +684,8 @@ TEST_F(CudaParity, LinearCrossEntropy) {
     Vec dx_mag(T * Hd), dw_mag(V * Hd);
     {
       Vec awT = transpose(aw, V, Hd), aT = transpose(a, T, V), axT = transpose(ax, T, Hd);
-      cpu_->linear_forward(H2(a, T, V), H2(awT, Hd, V), Tensor(), H2(dx_mag, T, Hd));
-      cpu_->linear_forward(H2(aT, V, T), H2(axT, Hd, T), Tensor(), H2(dw_mag, V, Hd));
+      cpu_->linear_forward(H2(a, T, V), H2(awT, Hd, V), Tensor(), Tensor(), H2(dx_mag, T, Hd));
+      cpu_->linear_forward(H2(aT, V, T), H2(axT, Hd, T), Tensor(), Tensor(), H2(dw_mag, V, Hd));
     }
     const double dl = u * (1 + 2 * L);  // relative error of a dlogit
 

@@ -136,7 +136,7 @@ TEST_F(OpsGradcheck, RmsNorm) {
   };
   objective();
   Vec dx(R * D), dw(D, 0.0f);
-  ops->rmsnorm_backward(T2(x, R, D), T1(w, D), T1(rstd, R), T2(r, R, D), T2(dx, R, D), T1(dw, D));
+  ops->rmsnorm_backward(T2(x, R, D), T1(w, D), T1(rstd, R), T2(r, R, D), Tensor(), T2(dx, R, D), T1(dw, D));
   EXPECT_TRUE(check_gradient("dx", x, dx, objective, 13));
   EXPECT_TRUE(check_gradient("dweight", w, dw, objective, 14));
 }
@@ -206,11 +206,12 @@ TEST_F(OpsGradcheck, LinearWithBias) {
       r = random_vector(T * Out, 43);
   Vec y(T * Out);
   auto objective = [&] {
-    ops->linear_forward(T2(x, T, In), T2(w, Out, In), T1(b, Out), T2(y, T, Out));
+    ops->linear_forward(T2(x, T, In), T2(w, Out, In), T1(b, Out), Tensor(), T2(y, T, Out));
     return weighted_sum(r, y);
   };
   Vec dx(T * In), dw(Out * In, 0.0f), db(Out, 0.0f);
-  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(r, T, Out), T2(dx, T, In), T2(dw, Out, In), T1(db, Out));
+  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(r, T, Out), T2(dx, T, In), T2(dw, Out, In), T1(db, Out),
+                       false);
   EXPECT_TRUE(check_gradient("dx", x, dx, objective, 44));
   EXPECT_TRUE(check_gradient("dw", w, dw, objective, 45));
   EXPECT_TRUE(check_gradient("dbias", b, db, objective, 46));

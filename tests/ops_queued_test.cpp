@@ -125,42 +125,42 @@ void run_layer(Ops& ops, const Layout& L, float* base) {
 
   ops.embedding_forward(ids, t("table"), t("x"));
   ops.rmsnorm_forward(t("x"), t("norm1"), 1e-6f, t("h1"), t("rstd1"));
-  ops.linear_forward(t("h1"), t("wq"), none, flat(t("q")));
-  ops.linear_forward(t("h1"), t("wk"), none, flat(t("k")));
-  ops.linear_forward(t("h1"), t("wv"), none, flat(t("v")));
+  ops.linear_forward(t("h1"), t("wq"), none, none, flat(t("q")));
+  ops.linear_forward(t("h1"), t("wk"), none, none, flat(t("k")));
+  ops.linear_forward(t("h1"), t("wv"), none, none, flat(t("v")));
   ops.rope(t("q"), positions, inv_freq, false);
   ops.rope(t("k"), positions, inv_freq, false);
   ops.attention_forward(t("q"), t("k"), t("v"), doc_start, scale, t("att"), t("lse"));
-  ops.linear_forward(flat(t("att")), t("wo"), none, t("o"));
+  ops.linear_forward(flat(t("att")), t("wo"), none, none, t("o"));
   ops.add(t("x"), t("o"), t("x2"));
   ops.rmsnorm_forward(t("x2"), t("norm2"), 1e-6f, t("h2"), t("rstd2"));
-  ops.linear_forward(t("h2"), t("wgate"), none, t("gate"));
-  ops.linear_forward(t("h2"), t("wup"), none, t("up"));
+  ops.linear_forward(t("h2"), t("wgate"), none, none, t("gate"));
+  ops.linear_forward(t("h2"), t("wup"), none, none, t("up"));
   ops.swiglu_forward(t("gate"), t("up"), t("act"));
-  ops.linear_forward(t("act"), t("wdown"), none, t("down"));
+  ops.linear_forward(t("act"), t("wdown"), none, none, t("down"));
   ops.add(t("x2"), t("down"), t("x3"));
   ops.copy(t("x3"), t("xcopy"));
 
   ops.linear_cross_entropy(t("x3"), t("head"), targets, 1.0f / 11.0f, t("dx3"), t("dhead"), t("loss"), none);
 
-  ops.linear_backward(t("act"), t("wdown"), t("dx3"), t("dact"), t("dwdown"), none);
+  ops.linear_backward(t("act"), t("wdown"), t("dx3"), t("dact"), t("dwdown"), none, false);
   ops.swiglu_backward(t("gate"), t("up"), t("dact"), t("dgate"), t("dup"));
-  ops.linear_backward(t("h2"), t("wgate"), t("dgate"), t("dh2a"), t("dwgate"), none);
-  ops.linear_backward(t("h2"), t("wup"), t("dup"), t("dh2b"), t("dwup"), none);
+  ops.linear_backward(t("h2"), t("wgate"), t("dgate"), t("dh2a"), t("dwgate"), none, false);
+  ops.linear_backward(t("h2"), t("wup"), t("dup"), t("dh2b"), t("dwup"), none, false);
   ops.add(t("dh2a"), t("dh2b"), t("dh2"));
-  ops.rmsnorm_backward(t("x2"), t("norm2"), t("rstd2"), t("dh2"), t("dx2n"), t("dnorm2"));
+  ops.rmsnorm_backward(t("x2"), t("norm2"), t("rstd2"), t("dh2"), none, t("dx2n"), t("dnorm2"));
   ops.add(t("dx3"), t("dx2n"), t("dx2"));
-  ops.linear_backward(flat(t("att")), t("wo"), t("dx2"), flat(t("datt")), t("dwo"), none);
+  ops.linear_backward(flat(t("att")), t("wo"), t("dx2"), flat(t("datt")), t("dwo"), none, false);
   ops.attention_backward(t("q"), t("k"), t("v"), doc_start, scale, t("att"), t("lse"), t("datt"), t("dq"),
                          t("dk"), t("dv"));
   ops.rope(t("dq"), positions, inv_freq, true);
   ops.rope(t("dk"), positions, inv_freq, true);
-  ops.linear_backward(t("h1"), t("wq"), flat(t("dq")), t("dh1q"), t("dwq"), none);
-  ops.linear_backward(t("h1"), t("wk"), flat(t("dk")), t("dh1k"), t("dwk"), none);
-  ops.linear_backward(t("h1"), t("wv"), flat(t("dv")), t("dh1v"), t("dwv"), none);
+  ops.linear_backward(t("h1"), t("wq"), flat(t("dq")), t("dh1q"), t("dwq"), none, false);
+  ops.linear_backward(t("h1"), t("wk"), flat(t("dk")), t("dh1k"), t("dwk"), none, false);
+  ops.linear_backward(t("h1"), t("wv"), flat(t("dv")), t("dh1v"), t("dwv"), none, false);
   ops.add(t("dh1q"), t("dh1k"), t("dh1"));
   ops.add(t("dh1"), t("dh1v"), t("dh1"));
-  ops.rmsnorm_backward(t("x"), t("norm1"), t("rstd1"), t("dh1"), t("dxn"), t("dnorm1"));
+  ops.rmsnorm_backward(t("x"), t("norm1"), t("rstd1"), t("dh1"), none, t("dxn"), t("dnorm1"));
   ops.add(t("dx2"), t("dxn"), t("dx"));
   ops.embedding_backward(ids, t("dx"), t("dtable"));
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "core/dtype.h"
@@ -39,6 +40,10 @@ Vec to_float(const DVec& d) { return Vec(d.begin(), d.end()); }
 Tensor T1(Vec& v, int64_t a) { return Tensor::f32(v.data(), {a}); }
 Tensor T2(Vec& v, int64_t a, int64_t b) { return Tensor::f32(v.data(), {a, b}); }
 Tensor T3(Vec& v, int64_t a, int64_t b, int64_t c) { return Tensor::f32(v.data(), {a, b, c}); }
+// Equal bits, where == would take -0 for +0.
+bool same_bits(const Vec& a, const Vec& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 class OpsReference : public ::testing::Test {
  protected:
@@ -111,11 +116,35 @@ TEST_F(OpsReference, RmsNormMatchesDoubleReference) {
     EXPECT_TRUE(all_close(rstd, to_float(ref.rstd), kRtol, 0, "rstd"));
 
     Vec dx(R * D), dw0 = random_vector(D, 13), dw = dw0;
-    ops->rmsnorm_backward(T2(x, R, D), T1(w, D), T1(rstd, R), T2(g, R, D), T2(dx, R, D), T1(dw, D));
+    ops->rmsnorm_backward(T2(x, R, D), T1(w, D), T1(rstd, R), T2(g, R, D), Tensor(), T2(dx, R, D), T1(dw, D));
     Vec dw_expected(D);
     for (int64_t j = 0; j < D; ++j) dw_expected[j] = float(dw0[j] + ref.dw[j]);  // accumulated
     EXPECT_TRUE(all_close(dx, to_float(ref.dx), kRtol, 1e-5, "dx"));
     EXPECT_TRUE(all_close(dw, dw_expected, kRtol, 1e-5, "dweight"));
+  }
+}
+
+// rmsnorm_backward's dresidual (ops.h): dx = dresidual + the norm's gradient equals the gradient
+// into a temporary followed by add(dresidual, temporary), bit for bit, into a separate dx or in
+// place; dweight is unaffected.
+TEST_F(OpsReference, RmsNormBackwardResidualEqualsGradientThenAddBitForBit) {
+  for (auto [R, D] : {std::pair<int64_t, int64_t>{33, 31}, {300, 256}}) {
+    SCOPED_TRACE(testing::Message() << "R=" << R << " D=" << D);
+    Vec x = random_vector(R * D, 20, -2, 2), w = random_vector(D, 21, 0.5, 1.5), g = random_vector(R * D, 22),
+        res = random_vector(R * D, 23, -3, 3);
+    Vec out(R * D), rstd(R);
+    ops->rmsnorm_forward(T2(x, R, D), T1(w, D), 1e-5f, T2(out, R, D), T1(rstd, R));
+    Vec tmp(R * D), unfused(R * D), fused(R * D), in_place = res, dw_a(D, 0), dw_b(D, 0), dw_c(D, 0);
+    ops->rmsnorm_backward(T2(x, R, D), T1(w, D), T1(rstd, R), T2(g, R, D), Tensor(), T2(tmp, R, D), T1(dw_a, D));
+    ops->add(T2(res, R, D), T2(tmp, R, D), T2(unfused, R, D));
+    ops->rmsnorm_backward(T2(x, R, D), T1(w, D), T1(rstd, R), T2(g, R, D), T2(res, R, D), T2(fused, R, D),
+                          T1(dw_b, D));
+    ops->rmsnorm_backward(T2(x, R, D), T1(w, D), T1(rstd, R), T2(g, R, D), T2(in_place, R, D),
+                          T2(in_place, R, D), T1(dw_c, D));
+    EXPECT_TRUE(same_bits(fused, unfused)) << "dx = dresidual + gradient";
+    EXPECT_TRUE(same_bits(in_place, unfused)) << "dx += gradient";
+    EXPECT_EQ(dw_a, dw_b);
+    EXPECT_EQ(dw_a, dw_c);
   }
 }
 
@@ -329,7 +358,7 @@ TEST_F(OpsReference, LinearMatchesTripleLoop) {
   Vec x = random_vector(T * In, 70), w = random_vector(Out * In, 71), b = random_vector(Out, 72),
       dy = random_vector(T * Out, 73);
   Vec y(T * Out);
-  ops->linear_forward(T2(x, T, In), T2(w, Out, In), T1(b, Out), T2(y, T, Out));
+  ops->linear_forward(T2(x, T, In), T2(w, Out, In), T1(b, Out), Tensor(), T2(y, T, Out));
   DVec ey(T * Out), edx(T * In, 0), edw(Out * In, 0), edb(Out, 0);
   for (int64_t t = 0; t < T; ++t)
     for (int64_t o = 0; o < Out; ++o) {
@@ -345,13 +374,14 @@ TEST_F(OpsReference, LinearMatchesTripleLoop) {
   EXPECT_TRUE(all_close(y, to_float(ey), kRtol, 2e-6, "y"));
 
   Vec y_nobias(T * Out);
-  ops->linear_forward(T2(x, T, In), T2(w, Out, In), Tensor(), T2(y_nobias, T, Out));
+  ops->linear_forward(T2(x, T, In), T2(w, Out, In), Tensor(), Tensor(), T2(y_nobias, T, Out));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t o = 0; o < Out; ++o) ey[t * Out + o] -= b[o];
   EXPECT_TRUE(all_close(y_nobias, to_float(ey), kRtol, 2e-6, "y without bias"));
 
   Vec dx(T * In), dw0 = random_vector(Out * In, 74), dw = dw0, db0 = random_vector(Out, 75), db = db0;
-  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(dy, T, Out), T2(dx, T, In), T2(dw, Out, In), T1(db, Out));
+  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(dy, T, Out), T2(dx, T, In), T2(dw, Out, In), T1(db, Out),
+                       false);
   for (int64_t i = 0; i < Out * In; ++i) edw[i] += dw0[i];
   for (int64_t o = 0; o < Out; ++o) edb[o] += db0[o];
   EXPECT_TRUE(all_close(dx, to_float(edx), kRtol, 5e-6, "dx"));
@@ -360,8 +390,43 @@ TEST_F(OpsReference, LinearMatchesTripleLoop) {
 
   // dx empty: skipped; dw still accumulates.
   Vec dw2 = dw0;
-  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(dy, T, Out), Tensor(), T2(dw2, Out, In), Tensor());
+  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(dy, T, Out), Tensor(), T2(dw2, Out, In), Tensor(), false);
   EXPECT_TRUE(all_close(dw2, to_float(edw), kRtol, 5e-6, "dw without dx"));
+}
+
+// The fused adds of ops.h (linear_forward's residual, linear_backward's accumulate_dx) must equal
+// the op into a temporary followed by add() bit for bit: the decoder layer switched to them, and
+// every engine and trainer test compares against numbers the unfused layer produced.
+TEST_F(OpsReference, LinearResidualAndAccumulateEqualProductThenAddBitForBit) {
+  // Odd sizes, and one large enough for OpenBLAS's blocking and the pool's split of add().
+  for (auto [T, In, Out] : {std::tuple<int64_t, int64_t, int64_t>{31, 33, 127}, {300, 257, 129}}) {
+    SCOPED_TRACE(testing::Message() << "T=" << T << " In=" << In << " Out=" << Out);
+    Vec x = random_vector(T * In, 80), w = random_vector(Out * In, 81), b = random_vector(Out, 82),
+        r = random_vector(T * Out, 83, -3, 3), dy = random_vector(T * Out, 84), dx0 = random_vector(T * In, 85);
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(with_bias ? "bias" : "no bias");
+      const Tensor bias = with_bias ? T1(b, Out) : Tensor();
+      Vec tmp(T * Out), unfused(T * Out), fused(T * Out), in_place = r;
+      ops->linear_forward(T2(x, T, In), T2(w, Out, In), bias, Tensor(), T2(tmp, T, Out));
+      ops->add(T2(r, T, Out), T2(tmp, T, Out), T2(unfused, T, Out));
+      ops->linear_forward(T2(x, T, In), T2(w, Out, In), bias, T2(r, T, Out), T2(fused, T, Out));
+      ops->linear_forward(T2(x, T, In), T2(w, Out, In), bias, T2(in_place, T, Out), T2(in_place, T, Out));
+      EXPECT_TRUE(same_bits(fused, unfused)) << "y = residual + product";
+      EXPECT_TRUE(same_bits(in_place, unfused)) << "y += product";
+    }
+
+    // dx += dy @ w; dw and dbias accumulate as before, whichever way dx goes.
+    Vec tmp(T * In), dx_unfused = dx0, dx_fused = dx0, dw_a(Out * In, 0), dw_b(Out * In, 0), db_a(Out, 0),
+        db_b(Out, 0);
+    ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(dy, T, Out), T2(tmp, T, In), T2(dw_a, Out, In),
+                         T1(db_a, Out), false);
+    ops->add(T2(dx_unfused, T, In), T2(tmp, T, In), T2(dx_unfused, T, In));
+    ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(dy, T, Out), T2(dx_fused, T, In), T2(dw_b, Out, In),
+                         T1(db_b, Out), true);
+    EXPECT_TRUE(same_bits(dx_fused, dx_unfused)) << "dx += dy @ w";
+    EXPECT_TRUE(same_bits(dw_a, dw_b)) << "dw";
+    EXPECT_TRUE(same_bits(db_a, db_b)) << "dbias";
+  }
 }
 
 // ---------------------------------------------------------------- cross-entropy
@@ -560,15 +625,15 @@ TEST_F(OpsReference, EveryOpIsBitIdenticalRunToRun) {
     for (Vec* p : {&a.out, &a.lse, &a.dq, &a.dk, &a.dv}) r.push_back(*p);
     Vec y(T * H), rs(T), dx(T * H), dnw(H, 0);
     ops->rmsnorm_forward(T2(x, T, H), T1(nw, H), 1e-5f, T2(y, T, H), T1(rs, T));
-    ops->rmsnorm_backward(T2(x, T, H), T1(nw, H), T1(rs, T), T2(g, T, H), T2(dx, T, H), T1(dnw, H));
+    ops->rmsnorm_backward(T2(x, T, H), T1(nw, H), T1(rs, T), T2(g, T, H), Tensor(), T2(dx, T, H), T1(dnw, H));
     Vec ce_dx(T * H), ce_dw(V * H, 0);
     const double loss =
         ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(ce_dx, T, H), T2(ce_dw, V, H),
                                   Tensor());
     Vec lin(T * V), lin_dx(T * H), lin_dw(V * H, 0), lin_db(V, 0), dlin = random_vector(T * V, 121);
-    ops->linear_forward(T2(x, T, H), T2(w, V, H), T1(bias, V), T2(lin, T, V));
+    ops->linear_forward(T2(x, T, H), T2(w, V, H), T1(bias, V), Tensor(), T2(lin, T, V));
     ops->linear_backward(T2(x, T, H), T2(w, V, H), T2(dlin, T, V), T2(lin_dx, T, H), T2(lin_dw, V, H),
-                         T1(lin_db, V));
+                         T1(lin_db, V), false);
     Vec emb(T * H), demb(50 * H, 0);
     ops->embedding_forward(ids.data(), T2(w, V, H), T2(emb, T, H));
     ops->embedding_backward(ids.data(), T2(g, T, H), T2(demb, 50, H));

@@ -35,13 +35,13 @@ void bench_rmsnorm(Bench& b) {
     cpu->rmsnorm_forward(Tensor::f32(x.data(), {R, D}), Tensor::f32(w.data(), {D}), 1e-6f,
                          Tensor::f32(out_ref.data(), {R, D}), Tensor::f32(rstd_ref.data(), {R}));
     cpu->rmsnorm_backward(Tensor::f32(x.data(), {R, D}), Tensor::f32(w.data(), {D}), Tensor::f32(rstd_ref.data(), {R}),
-                          Tensor::f32(g.data(), {R, D}), Tensor::f32(dx_ref.data(), {R, D}),
+                          Tensor::f32(g.data(), {R, D}), Tensor(), Tensor::f32(dx_ref.data(), {R, D}),
                           Tensor::f32(dw_ref.data(), {D}));
     DeviceTensor gx(DType::BF16, {R, D}), gw(DType::BF16, {D}), gg(DType::BF16, {R, D}), gout(DType::BF16, {R, D});
     DeviceTensor grstd(DType::F32, {R}), gdx(DType::BF16, {R, D}), gdw(DType::F32, {D});
     upload(gx, x), upload(gw, w), upload(gg, g), upload(gdw, Vec(D, 0.0f));
     ops.rmsnorm_forward(gx.t, gw.t, 1e-6f, gout.t, grstd.t);
-    ops.rmsnorm_backward(gx.t, gw.t, grstd.t, gg.t, gdx.t, gdw.t);
+    ops.rmsnorm_backward(gx.t, gw.t, grstd.t, gg.t, Tensor(), gdx.t, gdw.t);
     const double eo = rel_rms(download(gout), out_ref), er = rel_rms(download(grstd), rstd_ref);
     const double edx = rel_rms(download(gdx), dx_ref), edw = rel_rms(download(gdw), dw_ref);
     char what[64];
@@ -62,10 +62,10 @@ void bench_rmsnorm(Bench& b) {
            0, "x in, out out (bf16)"});
     ops.rmsnorm_forward(x.t, w.t, 1e-6f, out.t, rstd.t);
     b.add({"rmsnorm bwd dx", shape,
-           b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, dx.t, Tensor()); }), 6 * n + 4.0 * R, 0,
-           "x, dout in, dx out"});
+           b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, Tensor(), dx.t, Tensor()); }),
+           6 * n + 4.0 * R, 0, "x, dout in, dx out"});
     b.add({"rmsnorm bwd dx+dw", shape,
-           b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, dx.t, dw.t); }), 6 * n + 4.0 * R, 0,
+           b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, Tensor(), dx.t, dw.t); }), 6 * n + 4.0 * R, 0,
            "dweight re-reads x and dout"});
   }
 }

@@ -17,16 +17,16 @@ void check_shape(Bench& b, CudaOps& ops, Ops& cpu, int64_t T, int64_t in, int64_
   Vec dy = random_vec(T * out, seed + 3);
   Vec y_ref(T * out), dx_ref(T * in), dw_ref(out * in, 0.0f), db_ref(out, 0.0f);
   cpu.linear_forward(Tensor::f32(x.data(), {T, in}), Tensor::f32(w.data(), {out, in}), Tensor::f32(bias.data(), {out}),
-                     Tensor::f32(y_ref.data(), {T, out}));
+                     Tensor(), Tensor::f32(y_ref.data(), {T, out}));
   cpu.linear_backward(Tensor::f32(x.data(), {T, in}), Tensor::f32(w.data(), {out, in}),
                       Tensor::f32(dy.data(), {T, out}), Tensor::f32(dx_ref.data(), {T, in}),
-                      Tensor::f32(dw_ref.data(), {out, in}), Tensor::f32(db_ref.data(), {out}));
+                      Tensor::f32(dw_ref.data(), {out, in}), Tensor::f32(db_ref.data(), {out}), false);
   DeviceTensor gx(DType::BF16, {T, in}), gw(DType::BF16, {out, in}), gb(DType::BF16, {out}), gy(DType::BF16, {T, out});
   DeviceTensor gdy(DType::BF16, {T, out}), gdx(DType::BF16, {T, in}), gdw(DType::F32, {out, in}), gdb(DType::F32, {out});
   upload(gx, x), upload(gw, w), upload(gb, bias), upload(gdy, dy);
   upload(gdw, Vec(out * in, 0.0f)), upload(gdb, Vec(out, 0.0f));
-  ops.linear_forward(gx.t, gw.t, gb.t, gy.t);
-  ops.linear_backward(gx.t, gw.t, gdy.t, gdx.t, gdw.t, gdb.t);
+  ops.linear_forward(gx.t, gw.t, gb.t, Tensor(), gy.t);
+  ops.linear_backward(gx.t, gw.t, gdy.t, gdx.t, gdw.t, gdb.t, false);
   char shape[96];
   std::snprintf(shape, sizeof shape, "T=%lld in=%lld out=%lld", (long long)T, (long long)in, (long long)out);
   // bf16 outputs: rounding alone gives ~0.4 u relative rms; F32 gradients only differ in order.
@@ -60,10 +60,17 @@ void bench_gemm(Bench& b) {
     const double flops = 2.0 * T * s.in * s.out;
     char shape[96];
     std::snprintf(shape, sizeof shape, "%s T=%lld %lldx%lld", s.name, (long long)T, (long long)s.out, (long long)s.in);
-    b.add({"linear fwd", shape, b.time_us([&] { ops.linear_forward(x.t, w.t, Tensor(), y.t); }), 0, flops, "bf16 out"});
-    b.add({"linear bwd dx", shape, b.time_us([&] { ops.linear_backward(x.t, w.t, dy.t, dx.t, Tensor(), Tensor()); }),
+    const Tensor none;
+    b.add({"linear fwd", shape, b.time_us([&] { ops.linear_forward(x.t, w.t, none, none, y.t); }), 0, flops,
+           "bf16 out"});
+    b.add({"linear fwd +residual", shape, b.time_us([&] { ops.linear_forward(x.t, w.t, none, y.t, y.t); }), 0,
+           flops, "y += product, beta=1"});
+    b.add({"linear bwd dx", shape, b.time_us([&] { ops.linear_backward(x.t, w.t, dy.t, dx.t, none, none, false); }),
            0, flops, "bf16 out"});
-    b.add({"linear bwd dw", shape, b.time_us([&] { ops.linear_backward(x.t, w.t, dy.t, Tensor(), dw.t, Tensor()); }),
+    b.add({"linear bwd dx +=", shape,
+           b.time_us([&] { ops.linear_backward(x.t, w.t, dy.t, dx.t, none, none, true); }), 0, flops,
+           "dx += product, beta=1"});
+    b.add({"linear bwd dw", shape, b.time_us([&] { ops.linear_backward(x.t, w.t, dy.t, none, dw.t, none, false); }),
            0, flops, "F32 dw, beta=1"});
   }
 }

@@ -26,7 +26,6 @@ LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DTyp
   s.gate = a.take(dt, {T, F});
   s.up = a.take(dt, {T, F});
   s.act = a.take(dt, {T, F});
-  s.tmp = a.take(dt, {T, H});
   if (with_backward) {
     s.d_act = a.take(dt, {T, F});
     s.d_gate = a.take(dt, {T, F});
@@ -76,17 +75,17 @@ void forward_into_scratch(Ops& ops, const LayerContext& ctx, const LayerParams& 
   if (c.qk_norm) {
     Tensor q_pre = shaped(s.q_pre, {d.T, d.Hq * d.D});
     Tensor k_pre = shaped(s.k_pre, {d.T, d.Hkv * d.D});
-    ops.linear_forward(h, p.q_proj, p.q_bias, q_pre);
-    ops.linear_forward(h, p.k_proj, p.k_bias, k_pre);
+    ops.linear_forward(h, p.q_proj, p.q_bias, Tensor(), q_pre);
+    ops.linear_forward(h, p.k_proj, p.k_bias, Tensor(), k_pre);
     ops.rmsnorm_forward(q_pre.view({d.T * d.Hq, d.D}), p.q_norm, eps, q.view({d.T * d.Hq, d.D}),
                         shaped(s.rstd_q, {d.T * d.Hq}));
     ops.rmsnorm_forward(k_pre.view({d.T * d.Hkv, d.D}), p.k_norm, eps, k.view({d.T * d.Hkv, d.D}),
                         shaped(s.rstd_k, {d.T * d.Hkv}));
   } else {
-    ops.linear_forward(h, p.q_proj, p.q_bias, q);
-    ops.linear_forward(h, p.k_proj, p.k_bias, k);
+    ops.linear_forward(h, p.q_proj, p.q_bias, Tensor(), q);
+    ops.linear_forward(h, p.k_proj, p.k_bias, Tensor(), k);
   }
-  ops.linear_forward(h, p.v_proj, p.v_bias, v);
+  ops.linear_forward(h, p.v_proj, p.v_bias, Tensor(), v);
   ops.rope(q.view({d.T, d.Hq, d.D}), chunk.positions, ctx.inv_freq, false);
   ops.rope(k.view({d.T, d.Hkv, d.D}), chunk.positions, ctx.inv_freq, false);
 
@@ -95,16 +94,14 @@ void forward_into_scratch(Ops& ops, const LayerContext& ctx, const LayerParams& 
   ops.attention_forward(q.view({d.T, d.Hq, d.D}), k.view({d.T, d.Hkv, d.D}), v.view({d.T, d.Hkv, d.D}),
                         chunk.doc_start, scale, attn, shaped(s.lse, {d.Hq, d.T}));
   Tensor x1 = shaped(s.x1, {d.T, d.H});
-  Tensor tmp = shaped(s.tmp, {d.T, d.H});
-  ops.linear_forward(attn.view({d.T, d.Hq * d.D}), p.o_proj, p.o_bias, tmp);
-  ops.add(x_in, tmp, x1);
+  ops.linear_forward(attn.view({d.T, d.Hq * d.D}), p.o_proj, p.o_bias, x_in, x1);
 
   Tensor h2 = shaped(s.h2, {d.T, d.H});
   ops.rmsnorm_forward(x1, p.post_norm, eps, h2, shaped(s.rstd2, {d.T}));
   Tensor gate = shaped(s.gate, {d.T, d.F});
   Tensor up = shaped(s.up, {d.T, d.F});
-  ops.linear_forward(h2, p.gate_proj, p.gate_bias, gate);
-  ops.linear_forward(h2, p.up_proj, p.up_bias, up);
+  ops.linear_forward(h2, p.gate_proj, p.gate_bias, Tensor(), gate);
+  ops.linear_forward(h2, p.up_proj, p.up_bias, Tensor(), up);
   ops.swiglu_forward(gate, up, shaped(s.act, {d.T, d.F}));
 }
 
@@ -114,9 +111,7 @@ void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& p, cons
                    Tensor x_out, LayerScratch& s) {
   const Dims d = dims_of(*ctx.config, chunk.tokens);
   forward_into_scratch(ops, ctx, p, chunk, x_in, s);
-  Tensor tmp = shaped(s.tmp, {d.T, d.H});
-  ops.linear_forward(shaped(s.act, {d.T, d.F}), p.down_proj, p.down_bias, tmp);
-  ops.add(shaped(s.x1, {d.T, d.H}), tmp, x_out);
+  ops.linear_forward(shaped(s.act, {d.T, d.F}), p.down_proj, p.down_bias, shaped(s.x1, {d.T, d.H}), x_out);
 }
 
 void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, const LayerParams& g,
@@ -126,20 +121,20 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   forward_into_scratch(ops, ctx, p, chunk, x_in, s);
 
   // MLP: x' = x1 + down(act), act = silu(gate) * up, gate/up = proj(h2), h2 = rmsnorm(x1).
-  Tensor tmp = shaped(s.tmp, {d.T, d.H});
+  // Where two gradients meet (gate and up into h2; the residual and the norm into x1) the second
+  // op adds its part in its epilogue (ops.h), so no temporary and no add pass.
   Tensor d_act = shaped(s.d_act, {d.T, d.F});
   Tensor d_gate = shaped(s.d_gate, {d.T, d.F});
   Tensor d_up = shaped(s.d_up, {d.T, d.F});
   Tensor d_h2 = shaped(s.d_h2, {d.T, d.H});
   Tensor d_x1 = shaped(s.d_x1, {d.T, d.H});
   Tensor h2 = shaped(s.h2, {d.T, d.H});
-  ops.linear_backward(shaped(s.act, {d.T, d.F}), p.down_proj, dx_out, d_act, g.down_proj, g.down_bias);
+  ops.linear_backward(shaped(s.act, {d.T, d.F}), p.down_proj, dx_out, d_act, g.down_proj, g.down_bias, false);
   ops.swiglu_backward(shaped(s.gate, {d.T, d.F}), shaped(s.up, {d.T, d.F}), d_act, d_gate, d_up);
-  ops.linear_backward(h2, p.gate_proj, d_gate, d_h2, g.gate_proj, g.gate_bias);
-  ops.linear_backward(h2, p.up_proj, d_up, tmp, g.up_proj, g.up_bias);
-  ops.add(d_h2, tmp, d_h2);
-  ops.rmsnorm_backward(shaped(s.x1, {d.T, d.H}), p.post_norm, shaped(s.rstd2, {d.T}), d_h2, tmp, g.post_norm);
-  ops.add(dx_out, tmp, d_x1);
+  ops.linear_backward(h2, p.gate_proj, d_gate, d_h2, g.gate_proj, g.gate_bias, false);
+  ops.linear_backward(h2, p.up_proj, d_up, d_h2, g.up_proj, g.up_bias, true);
+  ops.rmsnorm_backward(shaped(s.x1, {d.T, d.H}), p.post_norm, shaped(s.rstd2, {d.T}), d_h2, dx_out, d_x1,
+                       g.post_norm);
 
   // Attention: x1 = x + o_proj(attn).
   const int64_t QD = d.Hq * d.D, KD = d.Hkv * d.D;
@@ -147,7 +142,7 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   Tensor dq = shaped(s.dq, {d.T, QD});
   Tensor dk = shaped(s.dk, {d.T, KD});
   Tensor dv = shaped(s.dv, {d.T, KD});
-  ops.linear_backward(shaped(s.attn, {d.T, QD}), p.o_proj, d_x1, d_attn, g.o_proj, g.o_bias);
+  ops.linear_backward(shaped(s.attn, {d.T, QD}), p.o_proj, d_x1, d_attn, g.o_proj, g.o_bias, false);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   ops.attention_backward(shaped(s.q, {d.T, d.Hq, d.D}), shaped(s.k, {d.T, d.Hkv, d.D}),
                          shaped(s.v, {d.T, d.Hkv, d.D}), chunk.doc_start, scale, shaped(s.attn, {d.T, d.Hq, d.D}),
@@ -159,21 +154,18 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
     Tensor dq_pre = shaped(s.dq_pre, {d.T, QD});
     Tensor dk_pre = shaped(s.dk_pre, {d.T, KD});
     ops.rmsnorm_backward(shaped(s.q_pre, {d.T * d.Hq, d.D}), p.q_norm, shaped(s.rstd_q, {d.T * d.Hq}),
-                         dq.view({d.T * d.Hq, d.D}), dq_pre.view({d.T * d.Hq, d.D}), g.q_norm);
+                         dq.view({d.T * d.Hq, d.D}), Tensor(), dq_pre.view({d.T * d.Hq, d.D}), g.q_norm);
     ops.rmsnorm_backward(shaped(s.k_pre, {d.T * d.Hkv, d.D}), p.k_norm, shaped(s.rstd_k, {d.T * d.Hkv}),
-                         dk.view({d.T * d.Hkv, d.D}), dk_pre.view({d.T * d.Hkv, d.D}), g.k_norm);
+                         dk.view({d.T * d.Hkv, d.D}), Tensor(), dk_pre.view({d.T * d.Hkv, d.D}), g.k_norm);
     dq = dq_pre;
     dk = dk_pre;
   }
   Tensor h = shaped(s.h, {d.T, d.H});
   Tensor d_h = shaped(s.d_h, {d.T, d.H});
-  ops.linear_backward(h, p.q_proj, dq, d_h, g.q_proj, g.q_bias);
-  ops.linear_backward(h, p.k_proj, dk, tmp, g.k_proj, g.k_bias);
-  ops.add(d_h, tmp, d_h);
-  ops.linear_backward(h, p.v_proj, dv, tmp, g.v_proj, g.v_bias);
-  ops.add(d_h, tmp, d_h);
-  ops.rmsnorm_backward(x_in, p.input_norm, shaped(s.rstd1, {d.T}), d_h, tmp, g.input_norm);
-  ops.add(d_x1, tmp, dx_in);
+  ops.linear_backward(h, p.q_proj, dq, d_h, g.q_proj, g.q_bias, false);
+  ops.linear_backward(h, p.k_proj, dk, d_h, g.k_proj, g.k_bias, true);
+  ops.linear_backward(h, p.v_proj, dv, d_h, g.v_proj, g.v_bias, true);
+  ops.rmsnorm_backward(x_in, p.input_norm, shaped(s.rstd1, {d.T}), d_h, d_x1, dx_in, g.input_norm);
 }
 
 }  // namespace ferry

@@ -27,7 +27,6 @@ struct LayerScratch {
   Tensor attn, lse;            // (T,Hq*D), (Hq,T)
   Tensor x1, h2, rstd2;        // (T,H), (T,H), (T)
   Tensor gate, up, act;        // (T,F) each
-  Tensor tmp;                  // (T,H)
   // backward only
   Tensor d_act, d_gate, d_up;  // (T,F)
   Tensor d_h2, d_x1, d_h;      // (T,H)

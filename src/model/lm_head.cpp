@@ -23,7 +23,7 @@ void head_forward_backward(Ops& ops, const ModelConfig& c, const HeadParams& p, 
   }
   Tensor d_normed(s.d_normed.data, s.d_normed.dtype, {T, H});
   ops.linear_cross_entropy(normed, p.lm_head, chunk.targets, grad_scale, d_normed, g->lm_head, loss_sum, logits);
-  ops.rmsnorm_backward(x, p.norm, rstd, d_normed, dx, g->norm);
+  ops.rmsnorm_backward(x, p.norm, rstd, d_normed, Tensor(), dx, g->norm);
 }
 
 void head_logits(Ops& ops, const ModelConfig& c, const HeadParams& p, Tensor x, Tensor logits, HeadScratch& s) {
@@ -31,7 +31,7 @@ void head_logits(Ops& ops, const ModelConfig& c, const HeadParams& p, Tensor x, 
   Tensor normed(s.normed.data, s.normed.dtype, {T, H});
   Tensor rstd(s.rstd.data, DType::F32, {T});
   ops.rmsnorm_forward(x, p.norm, static_cast<float>(c.rms_norm_eps), normed, rstd);
-  ops.linear_forward(normed, p.lm_head, Tensor(), logits);
+  ops.linear_forward(normed, p.lm_head, Tensor(), Tensor(), logits);
 }
 
 }  // namespace ferry

@@ -7,6 +7,11 @@
 //   Hq / Hkv = query / key-value heads, D = head_dim, F = intermediate size.
 // * Outputs for activations are assigned (`=`); gradients of parameters are accumulated (`+=`),
 //   so a unit's gradient buffer sums over micro-chunks. Optional tensors are empty views.
+// * Where a layer adds an op's output to another tensor (a residual connection, or the gradient
+//   of an input that feeds several ops), the op takes the addend and adds it in its own epilogue:
+//   linear_forward's residual, linear_backward's accumulate_dx, rmsnorm_backward's dresidual. The
+//   result equals the op's output followed by add(addend, output) -- on the CPU bit for bit, on
+//   the GPU with one rounding instead of two -- without a separate pass over memory.
 // * Packed sequences: `doc_start[t]` is the index (in 0..T-1) of the first token of token t's
 //   document. Query t attends to keys j with doc_start[t] <= j <= t. A batch of separate
 //   sequences is the special case where every sequence is one document.
@@ -48,8 +53,8 @@ class Ops {
 
   // Over the last dim D of x (R,D): out = x * rsqrt(mean(x^2) + eps) * weight; rstd (R) fp32 saved.
   virtual void rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, Tensor rstd) = 0;
-  // dx (R,D) = ..., dweight (D) += ...
-  virtual void rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dx,
+  // dx (R,D) = dresidual + ... (dresidual optional; it may be dx itself), dweight (D) += ...
+  virtual void rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual, Tensor dx,
                                 Tensor dweight) = 0;
 
   // In place on x (T, heads, D), Hugging Face's rotate_half convention:
@@ -70,10 +75,13 @@ class Ops {
   virtual void swiglu_forward(Tensor gate, Tensor up, Tensor out) = 0;
   virtual void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) = 0;
 
-  // y (T,out) = x (T,in) @ w^T with w (out,in), plus bias (out) when given.
-  virtual void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) = 0;
-  // dx (T,in) = dy @ w (assigned; skipped when empty); dw += dy^T @ x; dbias += sum_t dy (when given).
-  virtual void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) = 0;
+  // y (T,out) = residual + (x (T,in) @ w^T + bias) with w (out,in); bias (out) and residual (T,out)
+  // optional. residual may be y itself; otherwise it must not overlap y.
+  virtual void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) = 0;
+  // dx (T,in) = dy @ w, assigned, or added to dx (dx = dx + dy @ w) when accumulate_dx; skipped when
+  // dx is empty. dw += dy^T @ x; dbias += sum_t dy (when given).
+  virtual void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
+                               bool accumulate_dx) = 0;
 
   // Cross-entropy of logits = x (T,H) @ w^T, w (V,H), against targets (T), without keeping all logits.
   // loss_sum (F32, 1 element) += the sum over tokens with target != kIgnoreIndex of

@@ -20,9 +20,9 @@ void QueuedOps::rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, 
   enqueue([=](Ops& ops) { ops.rmsnorm_forward(x, weight, eps, out, rstd); });
 }
 
-void QueuedOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dx,
+void QueuedOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual, Tensor dx,
                                  Tensor dweight) {
-  enqueue([=](Ops& ops) { ops.rmsnorm_backward(x, weight, rstd, dout, dx, dweight); });
+  enqueue([=](Ops& ops) { ops.rmsnorm_backward(x, weight, rstd, dout, dresidual, dx, dweight); });
 }
 
 void QueuedOps::rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) {
@@ -47,12 +47,13 @@ void QueuedOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgat
   enqueue([=](Ops& ops) { ops.swiglu_backward(gate, up, dout, dgate, dup); });
 }
 
-void QueuedOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) {
-  enqueue([=](Ops& ops) { ops.linear_forward(x, w, bias, y); });
+void QueuedOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) {
+  enqueue([=](Ops& ops) { ops.linear_forward(x, w, bias, residual, y); });
 }
 
-void QueuedOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) {
-  enqueue([=](Ops& ops) { ops.linear_backward(x, w, dy, dx, dw, dbias); });
+void QueuedOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
+                                bool accumulate_dx) {
+  enqueue([=](Ops& ops) { ops.linear_backward(x, w, dy, dx, dw, dbias, accumulate_dx); });
 }
 
 void QueuedOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,

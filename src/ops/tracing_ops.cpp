@@ -17,8 +17,10 @@ void TracingOps::rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out,
   traced("rmsnorm_forward", [&](Ops& ops) { ops.rmsnorm_forward(x, weight, eps, out, rstd); });
 }
 
-void TracingOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dx, Tensor dweight) {
-  traced("rmsnorm_backward", [&](Ops& ops) { ops.rmsnorm_backward(x, weight, rstd, dout, dx, dweight); });
+void TracingOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual, Tensor dx,
+                                  Tensor dweight) {
+  traced("rmsnorm_backward",
+         [&](Ops& ops) { ops.rmsnorm_backward(x, weight, rstd, dout, dresidual, dx, dweight); });
 }
 
 void TracingOps::rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) {
@@ -44,12 +46,13 @@ void TracingOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dga
   traced("swiglu_backward", [&](Ops& ops) { ops.swiglu_backward(gate, up, dout, dgate, dup); });
 }
 
-void TracingOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) {
-  traced("linear_forward", [&](Ops& ops) { ops.linear_forward(x, w, bias, y); });
+void TracingOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) {
+  traced("linear_forward", [&](Ops& ops) { ops.linear_forward(x, w, bias, residual, y); });
 }
 
-void TracingOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) {
-  traced("linear_backward", [&](Ops& ops) { ops.linear_backward(x, w, dy, dx, dw, dbias); });
+void TracingOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
+                                 bool accumulate_dx) {
+  traced("linear_backward", [&](Ops& ops) { ops.linear_backward(x, w, dy, dx, dw, dbias, accumulate_dx); });
 }
 
 void TracingOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,

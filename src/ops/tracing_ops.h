@@ -22,7 +22,8 @@ class TracingOps final : public Ops {
   void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override;
 
   void rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, Tensor rstd) override;
-  void rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dx, Tensor dweight) override;
+  void rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual, Tensor dx,
+                        Tensor dweight) override;
 
   void rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) override;
 
@@ -34,8 +35,9 @@ class TracingOps final : public Ops {
   void swiglu_forward(Tensor gate, Tensor up, Tensor out) override;
   void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) override;
 
-  void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) override;
-  void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) override;
+  void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) override;
+  void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
+                       bool accumulate_dx) override;
 
   void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx, Tensor dw,
                             Tensor loss_sum, Tensor logits) override;

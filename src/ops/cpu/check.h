@@ -71,4 +71,17 @@ inline void expect_like(const char* op, const char* name, const Tensor& t, const
          where);
 }
 
+// The addend of a fused add (ops.h) is either the output itself, each element read before it is
+// written, or disjoint from it: a partial overlap would be read after it was written.
+inline void expect_same_or_disjoint(const char* op, const char* name, const Tensor& addend, const char* out_name,
+                                    const Tensor& out,
+                                    std::source_location where = std::source_location::current()) {
+  const auto* a = static_cast<const unsigned char*>(addend.data);
+  const auto* o = static_cast<const unsigned char*>(out.data);
+  expect(a == o || a + addend.bytes() <= o || o + out.bytes() <= a, op,
+         fmt::format("{} {} overlaps {} {} without being it", name, addend.shape_string(), out_name,
+                     out.shape_string()),
+         where);
+}
+
 }  // namespace ferry::cpu

@@ -2,6 +2,11 @@
 //
 // sgemm is called from the calling thread only: OpenBLAS runs its own threads, and nesting it in
 // the ferry pool would oversubscribe the cores.
+//
+// The residual of the forward and the accumulated dx of the backward are added after the product
+// with CpuOps::add, never through sgemm's beta: beta = 1 would fold the addend into OpenBLAS's
+// blocked accumulation and change the bits, while the reference must equal the product followed
+// by add() exactly (ops.h).
 #include <cblas.h>
 
 #include <algorithm>
@@ -9,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "ops/cpu/check.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/workspace.h"
 
 namespace ferry {
 
@@ -30,16 +36,22 @@ int64_t check_xw(const char* op, const Tensor& x, const Tensor& w, int64_t* in_f
 
 }  // namespace
 
-// y (T,out) = x (T,in) @ w (out,in)^T + bias (out).
-void CpuOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) {
+// y (T,out) = residual (T,out) + (x (T,in) @ w (out,in)^T + bias (out)). The product goes to y,
+// or to scratch when the residual is y itself, and is then added to the residual.
+void CpuOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) {
   const char* op = "linear_forward";
   int64_t in, out;
   const int64_t T = check_xw(op, x, w, &in, &out);
   cpu::expect(cpu::expect_matrix(op, "y", y, out) == T, op,
               fmt::format("y is {} but x is {}; they must have the same rows", y.shape_string(), x.shape_string()));
   if (!bias.empty()) cpu::expect_shape(op, "bias", bias, {out});
+  if (!residual.empty()) {
+    cpu::expect_numel(op, "residual", residual, y.numel());
+    cpu::expect_same_or_disjoint(op, "residual", residual, "y", y);
+  }
   if (T == 0 || out == 0) return;
-  float* ys = y.f32();
+  const bool in_place = !residual.empty() && residual.data == y.data;
+  float* ys = in_place ? cpu::scratch(cpu::Scratch::kA, static_cast<size_t>(T * out)) : y.f32();
   if (in == 0) {
     std::fill(ys, ys + T * out, 0.0f);
   } else {
@@ -57,11 +69,14 @@ void CpuOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) {
         },
         std::max<size_t>(1, (1 << 14) / std::max<int64_t>(1, out)));
   }
+  if (!residual.empty()) add(residual, Tensor::f32(ys, {T, out}), y);
 }
 
-// dx (T,in) = dy (T,out) @ w (assigned, skipped when dx is empty);
-// dw (out,in) += dy^T @ x (skipped when empty); dbias (out) += column sums of dy (when given).
-void CpuOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) {
+// dx (T,in) = dy (T,out) @ w (assigned, or added to dx through scratch when accumulate_dx; skipped
+// when dx is empty); dw (out,in) += dy^T @ x (skipped when empty); dbias (out) += column sums of dy
+// (when given).
+void CpuOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
+                             bool accumulate_dx) {
   const char* op = "linear_backward";
   int64_t in, out;
   const int64_t T = check_xw(op, x, w, &in, &out);
@@ -74,12 +89,14 @@ void CpuOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw
   const int iT = static_cast<int>(T), iin = static_cast<int>(in), iout = static_cast<int>(out);
 
   if (!dx.empty() && in > 0) {
+    float* product = accumulate_dx ? cpu::scratch(cpu::Scratch::kA, static_cast<size_t>(T * in)) : dx.f32();
     if (out == 0) {
-      std::fill(dx.f32(), dx.f32() + T * in, 0.0f);
+      std::fill(product, product + T * in, 0.0f);
     } else {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, iin, iout, 1.0f, dy.f32(), iout, w.f32(), iin,
-                  0.0f, dx.f32(), iin);
+                  0.0f, product, iin);
     }
+    if (accumulate_dx) add(dx, Tensor::f32(product, {T, in}), dx);
   }
   if (!dw.empty() && in > 0 && out > 0) {
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iout, iin, iT, 1.0f, dy.f32(), iout, x.f32(), iin, 1.0f,

@@ -56,16 +56,23 @@ void CpuOps::rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, Ten
 }
 
 // With g = dout, w = weight, s = rstd of the row:
-//   dx = s * (w * g) - x * s^3 * mean(x * w * g)     (R,D), assigned
-//   dweight += sum over rows of g * x * s            (D), accumulated
+//   dx = dresidual + (s * (w * g) - x * s^3 * mean(x * w * g))    (R,D), assigned
+//   dweight += sum over rows of g * x * s                         (D), accumulated
+// dresidual (optional, may be dx) is added to each element once it is rounded, as add() would.
 // dx is split over rows; dweight over columns, each column summed over the rows in row order by
 // one thread, so dweight does not depend on the thread count.
-void CpuOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dx, Tensor dweight) {
+void CpuOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual, Tensor dx,
+                              Tensor dweight) {
   const char* op = "rmsnorm_backward";
   int64_t R, D;
   check_common(op, x, weight, rstd, &R, &D);
   cpu::expect_like(op, "dout", dout, "x", x);
   if (!dx.empty()) cpu::expect_like(op, "dx", dx, "x", x);
+  if (!dresidual.empty()) {
+    cpu::expect(!dx.empty(), op, "dresidual is given without dx");
+    cpu::expect_numel(op, "dresidual", dresidual, dx.numel());
+    cpu::expect_same_or_disjoint(op, "dresidual", dresidual, "dx", dx);
+  }
   if (!dweight.empty()) cpu::expect_like(op, "dweight", dweight, "weight", weight);
   if (R == 0 || D == 0) return;
   const float* xs = x.f32();
@@ -76,6 +83,7 @@ void CpuOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout,
 
   if (!dx.empty()) {
     float* dxs = dx.f32();
+    const float* res = dresidual.empty() ? nullptr : dresidual.f32();
     pool.parallel_for(
         R,
         [&](size_t r0, size_t r1) {
@@ -87,7 +95,12 @@ void CpuOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout,
             for (int64_t i = 0; i < D; ++i) dot += static_cast<double>(xr[i] * w[i] * gr[i]);
             const float s = rs[r];
             const float c = static_cast<float>(dot / static_cast<double>(D)) * s * s * s;
-            for (int64_t i = 0; i < D; ++i) dr[i] = s * (w[i] * gr[i]) - xr[i] * c;
+            if (res == nullptr) {
+              for (int64_t i = 0; i < D; ++i) dr[i] = s * (w[i] * gr[i]) - xr[i] * c;
+            } else {
+              const float* rr = res + r * D;
+              for (int64_t i = 0; i < D; ++i) dr[i] = rr[i] + (s * (w[i] * gr[i]) - xr[i] * c);
+            }
           }
         },
         kRowGrain);

@@ -176,6 +176,19 @@ inline void expect_like(const char* op, const char* name, const Tensor& t, const
                   describe(name, t) + " and " + describe(ref_name, ref) + " must have the same shape");
 }
 
+// The addend of a fused add (ops.h): `dtype`, as many elements as `out`, and either `out` itself
+// (read in place) or disjoint from it.
+inline void expect_addend(const char* op, const char* name, const Tensor& addend, const char* out_name,
+                          const Tensor& out, DType dtype) {
+  expect_dtype(op, name, addend, dtype);
+  CUDA_OPS_EXPECT(addend.numel() == out.numel(), op,
+                  describe(name, addend) + " and " + describe(out_name, out) + " must have as many elements");
+  const auto* a = static_cast<const unsigned char*>(addend.data);
+  const auto* o = static_cast<const unsigned char*>(out.data);
+  CUDA_OPS_EXPECT(a == o || a + addend.bytes() <= o || o + out.bytes() <= a, op,
+                  describe(name, addend) + " overlaps " + describe(out_name, out) + " without being it");
+}
+
 // Parameter gradients are F32 (resident training) or BF16 (streamed units).
 inline void expect_grad_dtype(const char* op, const char* name, const Tensor& t) {
   CUDA_OPS_EXPECT(t.dtype == DType::F32 || t.dtype == DType::BF16, op,

@@ -46,7 +46,8 @@ cudaDataType_t lt_type(DType dtype) {
 bool Gemm::Key::operator==(const Key& o) const {
   return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd && a_type == o.a_type &&
          b_type == o.b_type && d_type == o.d_type && trans_a == o.trans_a && trans_b == o.trans_b && bias == o.bias &&
-         align_a == o.align_a && align_b == o.align_b && align_d == o.align_d;
+         accumulate == o.accumulate && align_a == o.align_a && align_b == o.align_b && align_c == o.align_c &&
+         align_d == o.align_d;
 }
 
 size_t Gemm::KeyHash::operator()(const Key& k) const {
@@ -59,8 +60,8 @@ size_t Gemm::KeyHash::operator()(const Key& k) const {
   mix(k.ldb);
   mix(k.ldd);
   mix(k.a_type | (k.b_type << 8) | (k.d_type << 16));
-  mix((k.trans_a ? 1 : 0) | (k.trans_b ? 2 : 0) | (k.bias ? 4 : 0));
-  mix(k.align_a | (k.align_b << 10) | (k.align_d << 20));
+  mix((k.trans_a ? 1 : 0) | (k.trans_b ? 2 : 0) | (k.bias ? 4 : 0) | (k.accumulate ? 8 : 0));
+  mix(k.align_a | (k.align_b << 10) | (k.align_c << 20) | (static_cast<int64_t>(k.align_d) << 30));
   return h;
 }
 
@@ -114,10 +115,20 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
                                                     sizeof(align_a)));
   CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
                                                     sizeof(align_b)));
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d,
-                                                    sizeof(align_d)));
+  const uint32_t align_c = static_cast<uint32_t>(key.align_c);
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                    sizeof(align_c)));
   CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
                                                     sizeof(align_d)));
+  if (key.accumulate && key.d_type != CUDA_R_32F) {
+    // A split-K "in place" reduction sums the partial products in D's buffer and dtype, and an
+    // "output type" one in a workspace of that dtype: in bf16 either rounds the sum several times
+    // (seen as errors of several ulps when dw accumulated with beta = 1). Partials in fp32 keep
+    // C + product rounded once.
+    const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                      sizeof(schemes)));
+  }
 
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
@@ -130,7 +141,8 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
                       (key.trans_a ? "^T" : "") + " lda=" + std::to_string(key.lda) + ", B " + type_name(key.b_type) +
                       (key.trans_b ? "^T" : "") + " ldb=" + std::to_string(key.ldb) + ", D " +
                       type_name(key.d_type) + " ldd=" + std::to_string(key.ldd) + (key.bias ? ", bias" : "") +
-                      ", alignments " + std::to_string(key.align_a) + "/" + std::to_string(key.align_b) + "/" +
+                      (key.accumulate ? ", beta != 0" : "") + ", alignments " + std::to_string(key.align_a) + "/" +
+                      std::to_string(key.align_b) + "/" + std::to_string(key.align_c) + "/" +
                       std::to_string(key.align_d) + " bytes): " + cublasLtGetStatusString(status));
   }
   plan->algo = result.algo;
@@ -140,6 +152,7 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
 void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   FERRY_ASSERT(args.m > 0 && args.n > 0 && args.k > 0, "empty products are handled by the caller");
   FERRY_ASSERT(args.bias == nullptr || aligned16(args.bias), "the bias epilogue needs a 16-byte aligned bias");
+  const void* c = args.c != nullptr ? args.c : args.d;
   Key key{args.m,
           args.n,
           args.k,
@@ -152,8 +165,10 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
           args.trans_a,
           args.trans_b,
           args.bias != nullptr,
+          args.beta != 0.0f,
           alignment_of(args.a),
           alignment_of(args.b),
+          alignment_of(c),
           alignment_of(args.d)};
   auto it = cache_.find(key);
   if (it == cache_.end()) it = cache_.emplace(key, make_plan(key)).first;
@@ -164,7 +179,7 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
         cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   CHECK_CUBLAS(cublasLtMatmul(handle_.get(), plan.desc.get(), &args.alpha, args.a, plan.a.get(), args.b,
-                              plan.b.get(), &args.beta, args.d, plan.d.get(), args.d, plan.d.get(), &plan.algo,
+                              plan.b.get(), &args.beta, c, plan.d.get(), args.d, plan.d.get(), &plan.algo,
                               workspace_bytes_ > 0 ? workspace_.get(workspace_bytes_, stream, "the cuBLASLt workspace") : nullptr,
                               workspace_bytes_, stream));
 }

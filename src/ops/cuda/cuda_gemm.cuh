@@ -21,10 +21,13 @@
 
 namespace ferry::cuda {
 
-// D (m, n) = alpha * op(A) op(B) + beta * D [+ bias broadcast over columns], column-major.
+// D (m, n) = alpha * op(A) op(B) + beta * C [+ bias broadcast over columns], column-major.
 // op(A) is (m, k): A is stored (m, k) with lda >= m, or (k, m) with lda >= k when trans_a.
 // op(B) is (k, n): B is stored (k, n) with ldb >= k, or (n, k) with ldb >= n when trans_b.
-// Compute and scale type fp32; the product is accumulated in fp32 and D rounded once.
+// C has D's dtype and layout and is D itself unless given (cuBLASLt reads C = D in place when the
+// two layouts are identical, as here). Compute and scale type fp32; the product is accumulated in
+// fp32 and D rounded once: with beta != 0 the plan excludes split-K reductions that sum partial
+// products in D's dtype (see make_plan).
 struct MatmulArgs {
   bool trans_a = false;
   bool trans_b = false;
@@ -39,7 +42,8 @@ struct MatmulArgs {
   cudaDataType_t d_type = CUDA_R_16BF;
   int64_t ldd = 0;
   float alpha = 1.0f;
-  float beta = 0.0f;  // beta != 0 reads D first (accumulation)
+  float beta = 0.0f;  // beta != 0 reads C (D unless c is given) first: accumulation or a residual
+  const void* c = nullptr;  // (m, n) of d_type with ld ldd; nullptr: D
   const void* bias = nullptr;  // (m) of d_type, 16-byte aligned; epilogue BIAS when given
 };
 
@@ -73,8 +77,8 @@ class Gemm {
   struct Key {
     int64_t m, n, k, lda, ldb, ldd;
     int a_type, b_type, d_type;
-    bool trans_a, trans_b, bias;
-    int align_a, align_b, align_d;  // bytes, 2..256
+    bool trans_a, trans_b, bias, accumulate;  // accumulate: beta != 0
+    int align_a, align_b, align_c, align_d;  // bytes, 2..256
     bool operator==(const Key& o) const;
   };
   struct KeyHash {

@@ -5,9 +5,12 @@
 //   dx (T,in)   = dy @ w    ->  dx^T (in,T)   = w (in x out)      * dy^T (out x T) m=in  k=out n=T
 //   dw (out,in) += dy^T @ x ->  dw^T (in,out) = x^T (in x T)      * op_T(dy^T: out x T)
 //                                                                                   m=in  k=T   n=out
-// The bias of the forward is cuBLASLt's BIAS epilogue (added in fp32 before the rounding); dw
-// accumulates with beta = 1 into an F32 or BF16 gradient (fp32 sum, one rounding); dbias is a
-// deterministic column sum (column_sum.cuh).
+// The bias of the forward is cuBLASLt's BIAS epilogue (added in fp32 before the rounding). A
+// residual of the forward is cuBLASLt's C with beta = 1, and an accumulated dx is C = D with beta = 1:
+// D = round(product + bias + C), one rounding where a product then add() rounds twice, and no
+// extra pass over the activations. dw accumulates with beta = 1 into an F32 gradient, and through
+// an fp32 product and accumulate_into_bf16_kernel into a BF16 one (fp32 sum, one rounding); dbias
+// is a deterministic column sum (column_sum.cuh).
 #include "ops/cuda/column_sum.cuh"
 #include "ops/cuda/cuda_ops_state.cuh"
 
@@ -33,11 +36,23 @@ __global__ void accumulate_into_bf16_kernel(const float* __restrict__ product, b
   if (i < n) grad[i] = __float2bfloat16_rn(__bfloat162float(grad[i]) + product[i]);
 }
 
-// y (T,out) = bias broadcast over the rows (the product with in == 0).
+// y (T,out) = residual + bias broadcast over the rows, either optional (the product with in == 0).
+// residual may be y: each element is read before it is written, by the same thread.
 template <typename T>
-__global__ void broadcast_rows_kernel(const T* __restrict__ bias, T* __restrict__ y, int64_t rows, int64_t cols) {
+__global__ void broadcast_rows_kernel(const T* __restrict__ bias, const T* residual, T* y, int64_t rows,
+                                      int64_t cols) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < rows * cols) y[i] = bias[i % cols];
+  if (i >= rows * cols) return;
+  const float b = bias != nullptr ? cuda::to_float(bias[i % cols]) : 0.0f;
+  y[i] = cuda::from_float<T>(residual != nullptr ? cuda::to_float(residual[i]) + b : b);
+}
+
+template <typename T>
+void broadcast_rows(const Tensor& bias, const Tensor& residual, const Tensor& y, int64_t rows, int64_t cols,
+                    cudaStream_t stream) {
+  broadcast_rows_kernel<<<cuda::blocks_for(rows * cols, 256), 256, 0, stream>>>(
+      static_cast<const T*>(bias.data), static_cast<const T*>(residual.data), static_cast<T*>(y.data), rows, cols);
+  CHECK_CUDA_LAUNCH();
 }
 
 struct ColumnLoader8 {
@@ -53,7 +68,7 @@ struct ColumnLoader1 {
 
 }  // namespace
 
-void CudaOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) {
+void CudaOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) {
   const char* op = "linear_forward";
   int64_t in, out;
   const int64_t T = check_xw(op, x, w, &in, &out);
@@ -66,20 +81,16 @@ void CudaOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) {
                     cuda::describe("bias", bias) + ": expected (" + std::to_string(out) + ")");
     CUDA_OPS_EXPECT(cuda::aligned16(bias.data), op, "bias must be 16-byte aligned (unit layouts align every tensor)");
   }
+  if (!residual.empty()) cuda::expect_addend(op, "residual", residual, "y", y, y.dtype);
   if (T == 0 || out == 0) return;
   cudaStream_t stream = state_->stream;
   if (in == 0) {
-    if (bias.empty()) {
+    if (bias.empty() && residual.empty())
       FERRY_CUDA_CHECK(cudaMemsetAsync(y.data, 0, y.bytes(), stream));
-    } else if (y.dtype == DType::BF16) {
-      broadcast_rows_kernel<<<cuda::blocks_for(T * out, 256), 256, 0, stream>>>(
-          static_cast<const bf16*>(bias.data), static_cast<bf16*>(y.data), T, out);
-      CHECK_CUDA_LAUNCH();
-    } else {
-      broadcast_rows_kernel<<<cuda::blocks_for(T * out, 256), 256, 0, stream>>>(
-          static_cast<const float*>(bias.data), static_cast<float*>(y.data), T, out);
-      CHECK_CUDA_LAUNCH();
-    }
+    else if (y.dtype == DType::BF16)
+      broadcast_rows<bf16>(bias, residual, y, T, out, stream);
+    else
+      broadcast_rows<float>(bias, residual, y, T, out, stream);
     return;
   }
   cuda::MatmulArgs a;
@@ -95,10 +106,15 @@ void CudaOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor y) {
   a.d_type = cuda::lt_type(y.dtype);
   a.ldd = out;
   a.bias = bias.empty() ? nullptr : bias.data;
+  if (!residual.empty()) {
+    a.c = residual.data;
+    a.beta = 1.0f;
+  }
   state_->gemm.matmul(a, stream);
 }
 
-void CudaOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias) {
+void CudaOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
+                              bool accumulate_dx) {
   const char* op = "linear_backward";
   int64_t in, out;
   const int64_t T = check_xw(op, x, w, &in, &out);
@@ -120,7 +136,7 @@ void CudaOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor d
 
   if (!dx.empty() && in > 0) {
     if (out == 0) {
-      FERRY_CUDA_CHECK(cudaMemsetAsync(dx.data, 0, dx.bytes(), stream));
+      if (!accumulate_dx) FERRY_CUDA_CHECK(cudaMemsetAsync(dx.data, 0, dx.bytes(), stream));
     } else {
       cuda::MatmulArgs a;
       a.m = in;
@@ -132,6 +148,7 @@ void CudaOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor d
       a.ldb = out;
       a.d = dx.data;
       a.ldd = in;
+      a.beta = accumulate_dx ? 1.0f : 0.0f;
       state_->gemm.matmul(a, stream);
     }
   }

@@ -51,11 +51,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// dx = s * (w * g) - x * c with c = mean(x * w * g) * s^3 (the CPU reference's formula).
+// dx = dres + (s * (w * g) - x * c) with c = mean(x * w * g) * s^3 (the CPU reference's formula),
+// in fp32 and rounded once. dres is optional and may be dx: each element is read before it is
+// written, by the same thread (hence neither is __restrict__).
 template <int G, int VEC>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_backward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, const float* __restrict__ rstd,
-                            const bf16* __restrict__ dout, bf16* __restrict__ dx, int64_t R, int D) {
+                            const bf16* __restrict__ dout, const bf16* dres, bf16* dx, int64_t R, int D) {
   const int lane = threadIdx.x % G;
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / G;
   const bool valid = row < R;
@@ -78,6 +80,7 @@ __global__ void __launch_bounds__(kThreads)
   const float s = rstd[row];
   const float k = dot / static_cast<float>(D) * s * s * s;
   bf16* dr = dx + row * D;
+  const bf16* rr = dres != nullptr ? dres + row * D : nullptr;
   for (int c = lane; c < chunks; c += G) {
     float xv[VEC], wv[VEC], gv[VEC];
     cuda::load_bf16<VEC>(xr + c * VEC, xv);
@@ -85,6 +88,12 @@ __global__ void __launch_bounds__(kThreads)
     cuda::load_bf16<VEC>(gr + c * VEC, gv);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) xv[j] = s * (wv[j] * gv[j]) - xv[j] * k;
+    if (rr != nullptr) {
+      float rv[VEC];
+      cuda::load_bf16<VEC>(rr + c * VEC, rv);
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) xv[j] = rv[j] + xv[j];
+    }
     cuda::store_bf16<VEC>(dr + c * VEC, xv);
   }
 }
@@ -128,6 +137,7 @@ struct BackwardLaunch {
   const bf16* w;
   const float* rstd;
   const bf16* dout;
+  const bf16* dres;
   bf16* dx;
   int64_t R;
   int D;
@@ -135,7 +145,7 @@ struct BackwardLaunch {
   template <int G, int VEC>
   void operator()() const {
     rmsnorm_backward_kernel<G, VEC><<<cuda::blocks_for(R * G, kThreads), kThreads, 0, stream>>>(x, w, rstd, dout,
-                                                                                                 dx, R, D);
+                                                                                                 dres, dx, R, D);
   }
 };
 
@@ -193,12 +203,17 @@ void CudaOps::rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, Te
   CHECK_CUDA_LAUNCH();
 }
 
-void CudaOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dx, Tensor dweight) {
+void CudaOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual, Tensor dx,
+                               Tensor dweight) {
   const char* op = "rmsnorm_backward";
   int64_t R, D;
   check_common(op, x, weight, rstd, &R, &D);
   cuda::expect_like(op, "dout", dout, "x", x, DType::BF16);
   if (!dx.empty()) cuda::expect_like(op, "dx", dx, "x", x, DType::BF16);
+  if (!dresidual.empty()) {
+    CUDA_OPS_EXPECT(!dx.empty(), op, "dresidual is given without dx");
+    cuda::expect_addend(op, "dresidual", dresidual, "dx", dx, DType::BF16);
+  }
   if (!dweight.empty()) {
     cuda::expect_grad_dtype(op, "dweight", dweight);
     CUDA_OPS_EXPECT(cuda::same_shape(dweight, weight), op,
@@ -214,8 +229,9 @@ void CudaOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout
 
   if (!dx.empty()) {
     auto* dxs = static_cast<bf16*>(dx.data);
-    const bool vec = vec_in && cuda::aligned16(dxs);
-    dispatch_rows(D, vec, BackwardLaunch{xs, ws, rs, gs, dxs, R, static_cast<int>(D), stream});
+    const auto* dres = static_cast<const bf16*>(dresidual.data);
+    const bool vec = vec_in && cuda::aligned16(dxs) && cuda::aligned16(dres);
+    dispatch_rows(D, vec, BackwardLaunch{xs, ws, rs, gs, dres, dxs, R, static_cast<int>(D), stream});
     CHECK_CUDA_LAUNCH();
   }
 
