@@ -71,6 +71,19 @@ TEST_F(PlanCommandTest, ForcedOptionsShowInThePlan) {
   EXPECT_NE(out.find("0-1 offloaded to the host"), std::string::npos) << out;
 }
 
+TEST_F(PlanCommandTest, AForcedUpdateScheduleIsHonouredAndDuringBackwardRefusesClipping) {
+  int status = -1;
+  std::string out = plan("max_grad_norm=0 update_schedule=during-backward", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("updates during-backward"), std::string::npos) << out;
+  out = plan("max_grad_norm=1 update_schedule=during-backward", &status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("max_grad_norm: 0"), std::string::npos) << out;
+  out = plan("update_schedule=sometimes", &status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("update_schedule must be"), std::string::npos) << out;
+}
+
 TEST_F(PlanCommandTest, ImpossibleBudgetsNameTheSmallestThatWork) {
   int status = -1;
   std::string out = plan("gpu_memory=64KiB", &status);

@@ -152,6 +152,16 @@ TEST_F(SearchTest, ClippingKeepsTheUpdatesAfterTheBackward) {
   const SearchResult unclipped = search_plans(config_, layout_, slow_cpu_fast_link(), r);
   EXPECT_EQ(unclipped.best.plan.update, UpdateSchedule::DuringBackward) << unclipped.best.explanation;
   EXPECT_LT(unclipped.best.prediction.step_seconds, clipped.best.prediction.step_seconds);
+  // Forced schedules are constraints: after the backward even where during would be faster; during
+  // the backward refused with clipping, since no update may run before the global norm is known.
+  r.update = UpdateSchedule::AfterBackward;
+  const SearchResult forced = search_plans(config_, layout_, slow_cpu_fast_link(), r);
+  EXPECT_EQ(forced.best.plan.update, UpdateSchedule::AfterBackward);
+  EXPECT_NEAR(forced.best.prediction.step_seconds, clipped.best.prediction.step_seconds,
+              1e-9 * clipped.best.prediction.step_seconds);
+  r.update = UpdateSchedule::DuringBackward;
+  r.clipping = true;
+  EXPECT_THROW(search_plans(config_, layout_, slow_cpu_fast_link(), r), Error);
 }
 
 TEST_F(SearchTest, EverythingOnTheGpuWhenItFitsAndTheDeviceCan) {

@@ -21,6 +21,8 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   if (config.gpu_slots > 0) r.slots = config.gpu_slots;
   if (config.offload_activations != "auto") r.offload_activations = config.offload_activations == "all";
   if (config.resident_layers >= 0) r.resident_layers = config.resident_layers;
+  if (config.update_schedule != "auto")
+    r.update = config.update_schedule == "during-backward" ? UpdateSchedule::DuringBackward : UpdateSchedule::AfterBackward;
   r.allow_optimizer_on_gpu = target.gpu_adamw;
   // The engine runs AdamW on the device for any subset of units (engine/device_optimizer.h).
   r.space.per_unit_gpu_optimizer = target.gpu_adamw;

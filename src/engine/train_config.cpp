@@ -124,6 +124,8 @@ const std::map<std::string, Setter>& setters() {
       {"gpu_slots", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_slots = parse_int(n, k); }},
       {"offload_activations",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.offload_activations = parse_string(n, k); }},
+      {"update_schedule",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.update_schedule = parse_string(n, k); }},
       {"resident_layers",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.resident_layers = parse_int(n, k); }},
       {"trace", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.trace = parse_string(n, k); }},
@@ -270,6 +272,12 @@ void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.offload_activations == "auto" || c.offload_activations == "all" || c.offload_activations == "none",
               kWhere, "offload_activations must be auto, all or none; got '{}'", c.offload_activations);
   FERRY_CHECK(c.resident_layers >= -1, kWhere, "resident_layers must be >= 0, or -1 for the planner's choice");
+  FERRY_CHECK(c.update_schedule == "auto" || c.update_schedule == "after-backward" ||
+                  c.update_schedule == "during-backward",
+              kWhere, "update_schedule must be auto, after-backward or during-backward; got '{}'", c.update_schedule);
+  FERRY_CHECK(c.update_schedule != "during-backward" || c.max_grad_norm == 0, kWhere,
+              "update_schedule: during-backward updates each unit before the global gradient norm is known, so it "
+              "cannot clip; set max_grad_norm: 0, or use after-backward");
   FERRY_CHECK(c.trace.empty() || !c.trace_steps.empty(), kWhere, "trace_steps must name at least one step to trace");
   for (int64_t s : c.trace_steps)
     FERRY_CHECK(s >= 1, kWhere, "trace_steps are optimizer steps, counted from 1; got {}", s);

@@ -66,6 +66,9 @@ struct TrainConfig {
   int64_t gpu_slots = 0;        // GPU slots for streamed units; 0: the planner chooses
   std::string offload_activations = "auto";  // auto | all | none
   int64_t resident_layers = -1; // layers kept on the GPU; -1: the planner chooses
+  // When the CPU updates a unit: auto (the planner), after-backward, or during-backward (each unit
+  // as its gradient lands; exact only without clipping, so refused with max_grad_norm > 0).
+  std::string update_schedule = "auto";
   int64_t threads = 0;          // CPU threads; 0 = all cores
 
   // A timeline trace (Chrome trace JSON) of these optimizer steps; empty: none, at no cost. The

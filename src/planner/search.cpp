@@ -113,6 +113,7 @@ class Searcher {
     if (per_unit && !r_.gpu_optimizer_layers) resident_kinds.push_back(UnitPlacement::ResidentWithOptimizer);
     std::vector<UpdateSchedule> updates = {UpdateSchedule::AfterBackward};
     if (!r_.clipping) updates.push_back(UpdateSchedule::DuringBackward);
+    if (r_.update) updates = {*r_.update};
     std::vector<WeightUpload> uploads = {WeightUpload::HostShadow};
     if (r_.space.convert_on_upload) uploads.push_back(WeightUpload::ConvertOnUpload);
     if (r_.weight_upload) uploads = {*r_.weight_upload};
@@ -300,6 +301,8 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
   FERRY_CHECK(!request.resident_layers || (*request.resident_layers >= 0 && *request.resident_layers <= config.num_layers),
               "plan", "resident_layers must be between 0 and the model's {} layers", config.num_layers);
   FERRY_CHECK(!request.space.slot_counts.empty(), "plan", "the search needs at least one slot count");
+  FERRY_CHECK(request.update != UpdateSchedule::DuringBackward || !request.clipping, "plan",
+              "updates during the backward cannot clip: the global gradient norm is known only after it");
   FERRY_CHECK(!request.gpu_optimizer_layers ||
                   (*request.gpu_optimizer_layers >= 0 &&
                    *request.gpu_optimizer_layers <= request.resident_layers.value_or(config.num_layers)),

@@ -74,6 +74,7 @@ struct PlanRequest {
   // (ResidentWithOptimizer), the others only their weights.
   std::optional<int64_t> gpu_optimizer_layers;
   std::optional<WeightUpload> weight_upload;    // forced weight upload
+  std::optional<UpdateSchedule> update;         // forced update schedule (DuringBackward needs !clipping)
   bool allow_optimizer_on_gpu = false;          // the device can run AdamW (CUDA)
   SearchSpace space;
 };
