@@ -1,5 +1,6 @@
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -130,6 +131,31 @@ TEST(Safetensors, ReadF32ConvertsEachFloatingType) {
   model.read_f32("a.f16", {33, 5}, out.data());
   for (size_t i = 0; i < values.size(); ++i) expected[i] = f16_to_f32(f32_to_f16(values[i]));
   EXPECT_EQ(out, expected);
+}
+
+// A tensor given as fp32 to convert while writing (how a model is saved without a second copy in
+// memory) gives the same file as the same values converted up front; more than one 4Mi-element
+// conversion piece, and an odd tail.
+TEST(Safetensors, F32SourcesAreConvertedAsWrittenToTheSameBytes) {
+  ScratchDir dir("st-f32-source");
+  const size_t n = (size_t{4} << 20) + 4099;
+  const auto values = test::random_vector(n, 7);
+  const auto small = test::random_vector(33, 8);
+  const auto bf16 = encode_f32(values.data(), n, DType::BF16);
+  const auto f16 = encode_f32(small.data(), small.size(), DType::F16);
+  write_safetensors(dir / "up_front.safetensors", {{"big", DType::BF16, {static_cast<int64_t>(n)}, bf16.data()},
+                                                   {"small", DType::F16, {3, 11}, f16.data()}});
+  TensorToWrite big{"big", DType::BF16, {static_cast<int64_t>(n)}, nullptr}, tiny{"small", DType::F16, {3, 11}, nullptr};
+  big.f32_source = values.data();
+  tiny.f32_source = small.data();
+  write_safetensors(dir / "as_written.safetensors", {big, tiny});
+  auto bytes = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string a = bytes(dir / "up_front.safetensors"), b = bytes(dir / "as_written.safetensors");
+  EXPECT_GT(a.size(), 2 * n);
+  EXPECT_TRUE(a == b) << "the files differ";
 }
 
 TEST(Safetensors, WeightsDtypeIsTheMostCommonFloatingType) {

@@ -32,7 +32,7 @@ size_t tensor_bytes(const fs::path& path, const TensorToWrite& t) {
   uint64_t bytes;
   FERRY_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &bytes), "safetensors",
               "{}: tensor '{}' is larger than 2^64 bytes", path.string(), t.name);
-  FERRY_ASSERT(bytes == 0 || t.data != nullptr, "tensor to write has no data");
+  FERRY_ASSERT(bytes == 0 || (t.data != nullptr) != (t.f32_source != nullptr), "a tensor to write has one source");
   return static_cast<size_t>(bytes);
 }
 
@@ -117,7 +117,21 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
   const uint64_t header_len = text.size();
   out.write(&header_len, 8);
   out.write(text);
-  for (size_t i : order) out.write(tensors[i].data, bytes[i]);
+  for (size_t i : order) {
+    const TensorToWrite& t = tensors[i];
+    if (t.f32_source == nullptr) {
+      out.write(t.data, bytes[i]);
+      continue;
+    }
+    constexpr size_t kPiece = size_t{4} << 20;  // elements converted at a time
+    const size_t count = bytes[i] / dtype_size(t.dtype);
+    std::vector<uint8_t> piece(std::min(count, kPiece) * dtype_size(t.dtype));
+    for (size_t at = 0; at < count; at += kPiece) {
+      const size_t n = std::min(kPiece, count - at);
+      convert_from_f32(t.f32_source + at, t.dtype, piece.data(), n);
+      out.write(piece.data(), n * dtype_size(t.dtype));
+    }
+  }
   out.commit();
 }
 

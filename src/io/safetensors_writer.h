@@ -23,6 +23,9 @@ struct TensorToWrite {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   const void* data = nullptr;  // numel * dtype_size(dtype) bytes
+  // Instead of `data`: fp32 values converted to `dtype` as they are written, a few MiB at a time,
+  // so that saving a model needs no second copy of it in memory.
+  const float* f32_source = nullptr;
 };
 
 // Writes one file. Header keys follow the given order, after "__metadata__" (omitted when empty).

@@ -62,15 +62,14 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir) {
 void save_model_weights(const std::filesystem::path& dir, const ModelLayout& layout,
                         const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes) {
   FERRY_ASSERT(units.size() == layout.units.size());
-  std::vector<std::vector<uint8_t>> storage;
+  // Converted as written (TensorToWrite::f32_source): an 8B model saved in bf16 would otherwise
+  // need 16 GB more host memory at the very end of a run whose plan used nearly all of it.
   std::vector<TensorToWrite> tensors;
-  size_t count = 0;
-  for (const auto& u : layout.units) count += u.params.size();
-  storage.reserve(count);
   for (size_t i = 0; i < layout.units.size(); ++i) {
     for (const auto& p : layout.units[i].params) {
-      storage.push_back(encode_f32(units[i] + p.offset, static_cast<size_t>(p.numel), dtype));
-      tensors.push_back(TensorToWrite{p.hf_name, dtype, p.shape, storage.back().data()});
+      TensorToWrite t{p.hf_name, dtype, p.shape, nullptr};
+      t.f32_source = units[i] + p.offset;
+      tensors.push_back(std::move(t));
     }
   }
   write_safetensors_model(dir, tensors, max_shard_bytes);
