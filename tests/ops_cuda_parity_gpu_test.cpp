@@ -213,7 +213,10 @@ TEST_F(CudaParity, LinearBackward) {
 // itself (in place). The GPU rounds residual + product + bias once, so the bound is the forward's
 // with one more term in the sum: 2 u |ref| + 2 (K + 4) F mag, K = in, mag counting |residual|. This
 // is tighter than the unfused product-then-add(), which rounds the product to bf16 first (an error
-// of u |product| where residual and product cancel): a path that rounded twice fails here.
+// of u |product| where residual and product cancel): a path that rounded twice fails here. In place
+// (C = D), cuBLASLt on the H200 does round the product to the output type first (measured: 3-8% of
+// the elements past the one-rounding bound, by up to 44x), so that case is held to the unfused
+// path's bound: one more u |product| <= u mag.
 TEST_F(CudaParity, LinearForwardResidual) {
   uint32_t seed = 150;
   for (const LinearCase& c : kLinearCases) {
@@ -239,13 +242,16 @@ TEST_F(CudaParity, LinearForwardResidual) {
     const Vec bound = bounds(ref, 2 * out_u(c.y_dtype), mag, 2 * (in + 4) * F);
     const double rms = c.y_dtype == DType::BF16 ? u : 4e-5;
     EXPECT_TRUE(within("y = residual + product", gy.download(), ref, bound, rms));
-    EXPECT_TRUE(within("y += product", gy_in_place.download(), ref, bound, rms));
+    const Vec bound_in_place = bounds(ref, 2 * out_u(c.y_dtype), mag, 2 * (in + 4) * F + out_u(c.y_dtype));
+    EXPECT_TRUE(within("y += product", gy_in_place.download(), ref, bound_in_place, rms));
     EXPECT_TRUE(gy.guards() && gy_in_place.guards() && gr.guards());
   }
 }
 
-// dx += dy w (accumulate_dx: C = D = dx, beta = 1): dx0 + K = out products, rounded once to bf16,
-// so the bound is the backward's dx bound with |dx0| in the magnitude and one more term.
+// dx += dy w (accumulate_dx: C = D = dx, beta = 1): dx0 + K = out products. In place, cuBLASLt
+// rounds the product to bf16 before adding dx0 (as LinearForwardResidual's in-place case), which
+// is the unfused path's error: the backward's dx bound with |dx0| in the magnitude, one more term,
+// and u |product| <= u mag.
 TEST_F(CudaParity, LinearBackwardAccumulateDx) {
   uint32_t seed = 250;
   for (const LinearCase& c : kLinearCases) {
@@ -266,7 +272,7 @@ TEST_F(CudaParity, LinearBackwardAccumulateDx) {
     DeviceTensor gdy = upload(DType::BF16, {T, out}, dy), gdx = upload(DType::BF16, {T, in}, dx0);
     gpu_->linear_backward(gx.view(), gw.view(), gdy.view(), gdx.view(), Tensor(), Tensor(), true);
     sync();
-    EXPECT_TRUE(within("dx += dy w", gdx.download(), dx_ref, bounds(dx_ref, 2 * u, dx_mag, 2 * (out + 4) * F), u));
+    EXPECT_TRUE(within("dx += dy w", gdx.download(), dx_ref, bounds(dx_ref, 2 * u, dx_mag, 2 * (out + 4) * F + u), u));
     EXPECT_TRUE(gdx.guards());
   }
 }
