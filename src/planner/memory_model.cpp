@@ -16,7 +16,7 @@ size_t round_to_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DType grad_dtype) {
   const size_t T = static_cast<size_t>(chunk_tokens);
   const size_t H = static_cast<size_t>(c.hidden_size), F = static_cast<size_t>(c.intermediate_size);
-  const size_t q_heads = static_cast<size_t>(c.num_heads), q_dim = static_cast<size_t>(c.q_dim());
+  const size_t q_dim = static_cast<size_t>(c.q_dim());
   const size_t kv_dim = static_cast<size_t>(c.kv_dim());
   size_t bytes = kCudaGemmWorkspaceBytes;  // cuBLASLt workspace
   // Cross-entropy: bf16 logits of one chunk of tokens, rows padded to Vp.
@@ -24,11 +24,8 @@ size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DTyp
   const size_t flce_tokens = std::min(
       static_cast<size_t>(fused_cross_entropy_chunk_tokens(kCudaFlceChunkBytes, c.vocab_size)), T);
   bytes += round_to_256(2 * flce_tokens * Vp) + round_to_256(4 * T);
-  // Flash attention backward: delta (fp32, tokens x heads), and dq accumulated in fp32 on the
-  // tensor-core path (head_dim 64 or 128).
-  size_t attention = round_to_256(4 * T * q_heads);
-  if (c.head_dim == 64 || c.head_dim == 128) attention += 4 * T * q_heads * static_cast<size_t>(c.head_dim);
-  bytes += attention;
+  // Flash attention backward: delta, and dq accumulated in fp32 on the tensor-core path.
+  bytes += flash_attention_backward_workspace_bytes(chunk_tokens, c.num_heads, c.head_dim);
   bytes += round_to_256(32 * T);                                   // embedding backward: keys, values, CUB storage
   bytes += round_to_256(4 * 1024 * std::max({H, q_dim, kv_dim}));  // rmsnorm dweight / linear dbias partials
   if (grad_dtype != DType::F32) bytes += round_to_256(4 * std::max({H * F, H * q_dim, H * kv_dim}));

@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "ops/cuda/flash_attention_internal.h"
+#include "ops/cuda_ops_sizes.h"
 
 namespace ferry {
 namespace flash {
@@ -24,15 +25,12 @@ void check_cuda(int error, const char* what) {
 
 void check_launch(const char* what) { check_cuda(cudaGetLastError(), what); }
 
-size_t delta_bytes(int64_t tokens, int q_heads) {
-  constexpr size_t kAlign = 256;
-  return (sizeof(float) * tokens * q_heads + kAlign - 1) / kAlign * kAlign;
-}
+size_t delta_bytes(int64_t tokens, int q_heads) { return flash_attention_delta_bytes(tokens, q_heads); }
 
 namespace {
 
 
-bool tensor_core_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+bool tensor_core_head_dim(int head_dim) { return flash_attention_tensor_core_head_dim(head_dim); }
 
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -84,10 +82,8 @@ void check_backward(const char* op, const FlashAttentionBackwardParams& p) {
 }  // namespace
 }  // namespace flash
 
-size_t flash_attention_backward_workspace(int64_t tokens, int q_heads, int kv_heads, int head_dim) {
-  size_t bytes = flash::delta_bytes(tokens, q_heads);
-  if (flash::tensor_core_head_dim(head_dim)) bytes += sizeof(float) * tokens * q_heads * head_dim;
-  return bytes;
+size_t flash_attention_backward_workspace(int64_t tokens, int q_heads, int /*kv_heads*/, int head_dim) {
+  return flash_attention_backward_workspace_bytes(tokens, q_heads, head_dim);
 }
 
 void flash_attention_forward(const FlashAttentionParams& p, void* stream) {
