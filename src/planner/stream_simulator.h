@@ -6,7 +6,7 @@
 //             it blocks (waiting for a CPU update before an upload, reading the loss);
 //   Compute   the GPU's compute stream;
 //   H2D, D2H  the copy streams (pinned host memory <-> device);
-//   Cpu       the UnitUpdater's worker thread (gradient intake and AdamW on the thread pool).
+//   Cpu       the UnitUpdater's worker thread (filing landed norm partials, AdamW on the thread pool).
 // A task starts when its lane's previous task has finished and every task it depends on has.
 // A task may depend only on tasks added before it, so the graph has no cycles by construction.
 //
