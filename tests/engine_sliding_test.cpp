@@ -134,6 +134,12 @@ Plan make_plan(const ModelLayout& layout, int64_t layers, int64_t slots, std::ve
   return p;
 }
 
+// The plan with these layers keeping their forward intermediates (no recompute in the backward).
+Plan keeping_internals(Plan p, std::vector<int64_t> layers) {
+  for (int64_t l : layers) p.activations[static_cast<size_t>(l)] = ActivationPlacement::KeepWithInternals;
+  return p;
+}
+
 std::vector<size_t> all_units(const ModelLayout& layout) {
   std::vector<size_t> units(layout.units.size());
   for (size_t u = 0; u < units.size(); ++u) units[u] = u;
@@ -225,6 +231,27 @@ TEST_F(SlidingEngineTest, UpdatesDuringBackwardWithoutClipping) {
   expect_identical(plain, sliding_run(config_, 9, rows_, 0.0, make_plan(layout_, 4, 3, {2}, {}, UpdateSchedule::AfterBackward)));
 }
 
+// A backward that skips the recompute reads the intermediates its own forward kept: the same
+// values the recompute would produce, so the same bits. Mixed with offloaded boundaries, resident
+// units, device-updated units, both update schedules, and for every layer.
+TEST_F(SlidingEngineTest, LayersThatKeepTheirInternalsSkipTheRecomputeExactly) {
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           keeping_internals(make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward),
+                                                             {2, 3})));
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           keeping_internals(make_plan(layout_, 4, 2, {3}, {1}, UpdateSchedule::AfterBackward,
+                                                                       {2, 5}),
+                                                             {0, 3})));
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      keeping_internals(make_plan(layout_, 4, 3, {}, {}, UpdateSchedule::DuringBackward),
+                                                        {0, 1, 2, 3})));
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           keeping_internals(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward,
+                                                                       all_units(layout_)),
+                                                             {0, 1, 2, 3})));
+}
+
 TEST_F(SlidingEngineTest, ClippingNeedsTheAfterBackwardSchedule) {
   EXPECT_THROW(sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::DuringBackward)),
                Error);
@@ -312,6 +339,7 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
       make_plan(layout_, 4, 3, {0, 5}, {0, 1, 3}, UpdateSchedule::AfterBackward),
       make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward, {2, 5}),
       make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, all_units(layout_)),
+      keeping_internals(make_plan(layout_, 4, 2, {3}, {0}, UpdateSchedule::AfterBackward, {5}), {1, 3}),
   };
   for (size_t k = 0; k < plans.size(); ++k) {
     SCOPED_TRACE(::testing::Message() << "plan " << k << ": " << plans[k].describe());

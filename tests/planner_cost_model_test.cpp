@@ -84,6 +84,25 @@ TEST_F(CostModelTest, StreamedWeightsOverASlowLinkTakeBytesOverBandwidth) {
   }
 }
 
+// Layers that keep their internals skip the backward's recompute: the forward (0.1 s) less its
+// down_proj, whose share of the layer's weight-matrix FLOPs is H F / (H (2 QD + 2 KD) + 3 H F).
+// Two such layers shorten an all-on-the-GPU step by exactly twice that.
+TEST_F(CostModelTest, KeptInternalsTakeTheRecomputeOffTheBackward) {
+  const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 0.1, 1e12, 1e9, 1e9);
+  Plan recompute = plan(UnitPlacement::ResidentWithOptimizer, ActivationPlacement::KeepOnGpu);
+  Plan kept = recompute;
+  kept.activations[0] = kept.activations[2] = ActivationPlacement::KeepWithInternals;
+  const Prediction a = predict(config_, layout_, recompute, profile, shape_);
+  const Prediction b = predict(config_, layout_, kept, profile, shape_);
+  const double H = static_cast<double>(config_.hidden_size), F = static_cast<double>(config_.intermediate_size);
+  const double QD = static_cast<double>(config_.q_dim()), KD = static_cast<double>(config_.kv_dim());
+  const double down_share = H * F / (H * (2 * QD + 2 * KD) + 3 * H * F);
+  ASSERT_GT(down_share, 0.1);
+  EXPECT_NEAR(a.step_seconds - b.step_seconds, 2 * 0.1 * (1 - down_share), 1e-9);
+  EXPECT_NEAR(a.busy[static_cast<int>(Lane::Compute)] - b.busy[static_cast<int>(Lane::Compute)],
+              2 * 0.1 * (1 - down_share), 1e-9);
+}
+
 // A CPU that updates 1e8 params/s and everything else nearly free (the gradient norms are computed
 // on the device): the next step's forward follows each unit's update, and the updates start once
 // every gradient of the step has landed, so a step is all the updates, back to back.

@@ -164,6 +164,32 @@ TEST_F(SearchTest, ClippingKeepsTheUpdatesAfterTheBackward) {
   EXPECT_THROW(search_plans(config_, layout_, slow_cpu_fast_link(), r), Error);
 }
 
+// Memory left once every boundary is on the GPU goes to layers' internals, from the last layer
+// down, as many as fit; each is a recompute the step no longer does. Turned off, the same budget
+// gives a plan that recomputes every layer, and a slower one.
+TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
+  PlanRequest r = request(400);
+  const SearchResult with = search_plans(config_, layout_, slow_cpu_fast_link(), r);
+  int64_t kept = 0;
+  for (auto a : with.best.plan.activations) kept += a == ActivationPlacement::KeepWithInternals;
+  EXPECT_GT(kept, 0) << with.best.plan.describe();
+  for (int64_t l = 0; l < config_.num_layers; ++l)
+    EXPECT_EQ(with.best.plan.activations[static_cast<size_t>(l)] == ActivationPlacement::KeepWithInternals,
+              l >= config_.num_layers - kept)
+        << l;
+  r.space.keep_internals = false;
+  const SearchResult without = search_plans(config_, layout_, slow_cpu_fast_link(), r);
+  for (auto a : without.best.plan.activations) EXPECT_NE(a, ActivationPlacement::KeepWithInternals);
+  EXPECT_LT(with.best.prediction.step_seconds, without.best.prediction.step_seconds);
+  // One more kept layer would not fit the budget.
+  Plan more = with.best.plan;
+  if (kept < config_.num_layers) {
+    more.activations[static_cast<size_t>(config_.num_layers - kept - 1)] = ActivationPlacement::KeepWithInternals;
+    const DeviceBytes d = device_bytes(config_, layout_, more, with.best.shape.chunk_tokens, with.best.shape.chunks);
+    EXPECT_GT(d.total(), static_cast<size_t>((1.0 - r.headroom) * static_cast<double>(r.device_budget)));
+  }
+}
+
 TEST_F(SearchTest, EverythingOnTheGpuWhenItFitsAndTheDeviceCan) {
   const ModelConfig toy = test::toy_shape();
   const ModelLayout layout = build_model_layout(toy);

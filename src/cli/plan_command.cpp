@@ -81,7 +81,12 @@ void print_candidate_summary(const ModelLayout& layout, const Candidate& c) {
   std::printf("  layers %s\n", runs(layers, unit_words).c_str());
   std::printf("  boundary activations of layers %s\n",
               runs(p.activations, [](ActivationPlacement a) {
-                return a == ActivationPlacement::KeepOnGpu ? "kept on the GPU" : "offloaded to the host";
+                switch (a) {
+                  case ActivationPlacement::KeepOnGpu: return "kept on the GPU";
+                  case ActivationPlacement::OffloadToHost: return "offloaded to the host";
+                  case ActivationPlacement::KeepWithInternals: return "kept on the GPU with their internals (no recompute)";
+                }
+                return "?";
               }).c_str());
   std::printf("  micro-chunks of %lld tokens (micro-batch %lld), %lld per step\n",
               static_cast<long long>(c.shape.chunk_tokens), static_cast<long long>(p.micro_batch),

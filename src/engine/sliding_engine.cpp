@@ -97,7 +97,7 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   kept_activations_.resize(static_cast<size_t>(L));
   host_activations_.resize(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {
-    if (plan_.activations[static_cast<size_t>(l)] == ActivationPlacement::KeepOnGpu)
+    if (boundary_on_gpu(plan_.activations[static_cast<size_t>(l)]))
       kept_activations_[static_cast<size_t>(l)] = DeviceBuffer(device_, act_bytes, "boundary activation");
     else
       host_activations_[static_cast<size_t>(l)] = PinnedBuffer(device_, act_bytes, "offloaded activation");
@@ -105,6 +105,20 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   if (any_offloaded) {
     staging_activations_[0] = DeviceBuffer(device_, act_bytes, "activation staging");
     staging_activations_[1] = DeviceBuffer(device_, act_bytes, "activation staging");
+  }
+  // KeepWithInternals: each micro-chunk's forward intermediates in a slice of their own, sized as
+  // the memory model sizes them (layer_internals_bytes).
+  const size_t internals_bytes = layer_internals_bytes(config_, chunk_tokens_, wd);
+  internals_buffers_.resize(static_cast<size_t>(L));
+  kept_internals_.resize(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    if (!keeps_internals(l)) continue;
+    DeviceBuffer& buffer = internals_buffers_[static_cast<size_t>(l)];
+    buffer = DeviceBuffer(device_, static_cast<size_t>(C) * internals_bytes, "layer internals");
+    for (size_t c = 0; c < C; ++c) {
+      Arena slice(buffer.as<char>() + c * internals_bytes, internals_bytes);
+      kept_internals_[static_cast<size_t>(l)].push_back(carve_layer_scratch(slice, config_, chunk_tokens_, wd, false));
+    }
   }
   head_input_ = DeviceBuffer(device_, act_bytes, "head input");
   chunk_grads_ = DeviceBuffer(device_, act_bytes, "activation gradients");
@@ -143,6 +157,15 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   if (std::find(device_updated_.begin(), device_updated_.end(), true) != device_updated_.end())
     device_optimizer_ = std::make_unique<DeviceOptimizer>(device_, ops_, layout_, plan_, *updater_, resident_params_,
                                                           resident_grads_);
+}
+
+bool SlidingEngine::keeps_internals(int64_t layer) const {
+  return plan_.activations[static_cast<size_t>(layer)] == ActivationPlacement::KeepWithInternals;
+}
+
+LayerScratch& SlidingEngine::forward_scratch(int64_t layer, int64_t chunk) {
+  if (!keeps_internals(layer)) return layer_scratch_;
+  return kept_internals_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)];
 }
 
 DType SlidingEngine::unit_grad_dtype(size_t u) const {
@@ -186,7 +209,7 @@ Tensor SlidingEngine::activation(int64_t b, int64_t chunk) const {
   const DType dt = plan_.weight_dtype;
   void* base;
   if (b == L) base = head_input_.data();
-  else if (plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::KeepOnGpu)
+  else if (boundary_on_gpu(plan_.activations[static_cast<size_t>(b)]))
     base = kept_activations_[static_cast<size_t>(b)].data();
   else base = staging_activations_[b % 2].data();
   return Tensor(static_cast<char*>(base) + static_cast<size_t>(chunk * T * H) * dtype_size(dt), dt, {T, H});
@@ -382,7 +405,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
       if (forward) {
         before_write(l + 1);
         for (int64_t c = 0; c < C; ++c)
-          layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), layer_scratch_);
+          layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), forward_scratch(l, c));
         if (is_offloaded(l + 1)) offload(l + 1);
       } else {
         if (!resident_[u]) device_.fill_zero(grads, grad_bytes, StreamKind::Compute);
@@ -391,9 +414,12 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
           device_.wait(StreamKind::Compute, activation_back_[static_cast<size_t>(l)]);
         }
         const LayerParams g = layer_params(layout_.units[u], grads, gd);
-        for (int64_t c = 0; c < C; ++c)
-          layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c), activation_grad(c), activation_grad(c),
-                         layer_scratch_);
+        const bool kept = keeps_internals(l);
+        for (int64_t c = 0; c < C; ++c) {
+          LayerScratch s = kept ? with_forward_of(forward_scratch(l, c), layer_scratch_) : layer_scratch_;
+          layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c), activation_grad(c), activation_grad(c), s,
+                         !kept);
+        }
         sends = true;
       }
     } else {  // embedding backward

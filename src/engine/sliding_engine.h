@@ -95,6 +95,11 @@ class SlidingEngine {
   Tensor activation_grad(int64_t chunk) const;
   void issue_loads_up_to(size_t limit);
   void issue_load(size_t use_index);
+  // Whether the plan keeps the layer's forward intermediates (ActivationPlacement::KeepWithInternals).
+  bool keeps_internals(int64_t layer) const;
+  // Where the forward of (layer, micro-chunk) writes its intermediates: the layer's own kept
+  // scratch, or the shared one the backward recomputes into.
+  LayerScratch& forward_scratch(int64_t layer, int64_t chunk);
   // ResidentWithOptimizer units accumulate fp32 gradients; the others the plan's grad dtype.
   DType unit_grad_dtype(size_t unit) const;
   // Copies the unit's gradient to the host and hands it to the updater; returns the event after
@@ -123,6 +128,8 @@ class SlidingEngine {
   DeviceBuffer head_input_, chunk_grads_, scratch_, tokens_, inv_freq_, loss_;
   PinnedBuffer tokens_host_, loss_host_;
   LayerScratch layer_scratch_;
+  std::vector<DeviceBuffer> internals_buffers_;           // per layer that keeps its internals
+  std::vector<std::vector<LayerScratch>> kept_internals_;  // per such layer, per micro-chunk
   HeadScratch head_scratch_;
 
   // The units updated on the device, if any (after the buffers it refers to: destroyed first).

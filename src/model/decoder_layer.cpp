@@ -114,11 +114,29 @@ void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& p, cons
   ops.linear_forward(shaped(s.act, {d.T, d.F}), p.down_proj, p.down_bias, shaped(s.x1, {d.T, d.H}), x_out);
 }
 
+LayerScratch with_forward_of(const LayerScratch& forward, const LayerScratch& backward) {
+  LayerScratch s = forward;
+  s.d_act = backward.d_act;
+  s.d_gate = backward.d_gate;
+  s.d_up = backward.d_up;
+  s.d_h2 = backward.d_h2;
+  s.d_x1 = backward.d_x1;
+  s.d_h = backward.d_h;
+  s.d_attn = backward.d_attn;
+  s.dq = backward.dq;
+  s.dk = backward.dk;
+  s.dv = backward.dv;
+  s.dq_pre = backward.dq_pre;
+  s.dk_pre = backward.dk_pre;
+  return s;
+}
+
 void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, const LayerParams& g,
-                    const TokenChunk& chunk, Tensor x_in, Tensor dx_out, Tensor dx_in, LayerScratch& s) {
+                    const TokenChunk& chunk, Tensor x_in, Tensor dx_out, Tensor dx_in, LayerScratch& s,
+                    bool recompute) {
   const ModelConfig& c = *ctx.config;
   const Dims d = dims_of(c, chunk.tokens);
-  forward_into_scratch(ops, ctx, p, chunk, x_in, s);
+  if (recompute) forward_into_scratch(ops, ctx, p, chunk, x_in, s);
 
   // MLP: x' = x1 + down(act), act = silu(gate) * up, gate/up = proj(h2), h2 = rmsnorm(x1).
   // Where two gradients meet (gate and up into h2; the residual and the norm into x1) the second

@@ -3,9 +3,10 @@
 //   h  = rmsnorm(x)                    x1 = x + o_proj(attention(rope(q), rope(k), v))
 //   q, k, v = proj(h) [+ q/k norm]     x' = x1 + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x1)
 //
-// Training keeps only each layer's input (the boundary activation). The backward pass recomputes
-// the layer's forward from it into the scratch, then runs the backward; parameter gradients are
-// accumulated (+=) into the layer's gradient views.
+// Training keeps each layer's input (the boundary activation). The backward pass recomputes the
+// layer's forward from it into the scratch, then runs the backward -- or, where the forward's
+// intermediates were kept (the forward ran into a scratch of their own), skips the recompute.
+// Parameter gradients are accumulated (+=) into the layer's gradient views.
 #pragma once
 
 #include <vector>
@@ -37,6 +38,9 @@ struct LayerScratch {
 // Carves the scratch for `tokens` tokens from `arena` (a measuring arena gives its size).
 LayerScratch carve_layer_scratch(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype,
                                  bool with_backward);
+// The forward intermediates of `forward` with the backward temporaries of `backward`: the scratch
+// a backward without recompute runs in.
+LayerScratch with_forward_of(const LayerScratch& forward, const LayerScratch& backward);
 
 struct LayerContext {
   const ModelConfig* config = nullptr;
@@ -47,9 +51,11 @@ struct LayerContext {
 void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& params, const TokenChunk& chunk,
                    Tensor x_in, Tensor x_out, LayerScratch& s);
 
-// Recomputes the forward from x_in, then: dx_in (T,H) = d layer / d x_in applied to dx_out, and
-// grads += d/d params. dx_in may alias dx_out.
+// Recomputes the forward from x_in into s (unless `recompute` is false: s then holds what
+// layer_forward of x_in wrote), then: dx_in (T,H) = d layer / d x_in applied to dx_out, and
+// grads += d/d params. dx_in may alias dx_out. The backward writes only s's backward temporaries.
 void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& params, const LayerParams& grads,
-                    const TokenChunk& chunk, Tensor x_in, Tensor dx_out, Tensor dx_in, LayerScratch& s);
+                    const TokenChunk& chunk, Tensor x_in, Tensor dx_out, Tensor dx_in, LayerScratch& s,
+                    bool recompute = true);
 
 }  // namespace ferry

@@ -38,6 +38,12 @@ size_t grad_norm_partials(const UnitLayout& unit) {
   return count;
 }
 
+size_t layer_internals_bytes(const ModelConfig& config, int64_t chunk_tokens, DType weight_dtype) {
+  Arena measure = Arena::measuring();
+  carve_layer_scratch(measure, config, chunk_tokens, weight_dtype, false);
+  return round_to_256(measure.used() + Arena::kAlignment);
+}
+
 size_t host_unit_norm_partials(const ModelLayout& layout, const Plan& plan) {
   size_t count = 0;
   for (size_t u = 0; u < layout.units.size(); ++u)
@@ -76,10 +82,12 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   if (largest_streamed > 0)
     b.slots = static_cast<size_t>(plan.gpu_slots) * (round_to_256(largest_streamed * wd) + round_to_256(largest_streamed * gd));
   const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
+  const size_t layer_internals = layer_internals_bytes(config, chunk_tokens, plan.weight_dtype);
   bool offloaded = false;
   for (auto a : plan.activations) {
-    if (a == ActivationPlacement::KeepOnGpu) b.activations += act;
+    if (boundary_on_gpu(a)) b.activations += act;
     else offloaded = true;
+    if (a == ActivationPlacement::KeepWithInternals) b.activations += static_cast<size_t>(chunks) * layer_internals;
   }
   if (offloaded) b.activations += 2 * act;  // staging ring
   b.activations += 2 * act;                 // head input, activation gradients

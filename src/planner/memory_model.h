@@ -18,7 +18,7 @@ namespace ferry {
 struct DeviceBytes {
   size_t slots = 0;        // weight + gradient slots for streamed units
   size_t resident = 0;     // weights + gradients of resident units (fp32 gradients + master, m, v with the GPU optimizer)
-  size_t activations = 0;  // kept boundary activations, offload staging, head input, activation gradients
+  size_t activations = 0;  // kept boundary activations (and kept layer internals), offload staging, head input, activation gradients
   size_t scratch = 0;      // one layer's working memory for a micro-chunk, and the head's
   size_t other = 0;        // token ids, rope tables, loss; the GPU optimizer's norm partials and scalars
   // The CUDA ops' own working memory (cuBLASLt workspace, cross-entropy logits chunk, attention
@@ -49,6 +49,9 @@ struct GpuOptimizerBytes {
   size_t staging_elements = 0;  // floats of state staging; 0 when no unit has its optimizer on the GPU
 };
 GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& plan);
+// A layer's forward intermediates for one micro-chunk (carve_layer_scratch without the backward's
+// temporaries), as the engine allocates them for ActivationPlacement::KeepWithInternals.
+size_t layer_internals_bytes(const ModelConfig& config, int64_t chunk_tokens, DType weight_dtype);
 // Norm partials of one unit: grad_sumsq_chunks of each of its parameters.
 size_t grad_norm_partials(const UnitLayout& unit);
 // Norm partials of the host-updated units together: the engine computes them on the device before

@@ -14,7 +14,12 @@ const char* placement_name(UnitPlacement p) {
 }
 
 const char* activation_name(ActivationPlacement p) {
-  return p == ActivationPlacement::KeepOnGpu ? "gpu" : "host";
+  switch (p) {
+    case ActivationPlacement::KeepOnGpu: return "gpu";
+    case ActivationPlacement::OffloadToHost: return "host";
+    case ActivationPlacement::KeepWithInternals: return "gpu+internals";
+  }
+  return "?";
 }
 
 const char* weight_upload_name(WeightUpload w) {
@@ -33,18 +38,23 @@ bool Plan::optimizer_on_gpu() const {
 }
 
 std::string Plan::describe() const {
+  int64_t internals = 0;
+  for (auto a : activations) internals += (a == ActivationPlacement::KeepWithInternals);
+  const std::string no_recompute =
+      internals > 0 ? fmt::format(", {} of {} layers not recomputed (internals kept)", internals, activations.size())
+                    : std::string();
   if (optimizer_on_gpu())
-    return fmt::format("everything on the GPU (weights {}, fp32 gradients, fp32 masters and AdamW state; GPU AdamW), "
-                       "micro-batch {}",
-                       dtype_name(weight_dtype), micro_batch);
+    return fmt::format("everything on the GPU (weights {}, fp32 gradients, fp32 masters and AdamW state; GPU AdamW)"
+                       "{}, micro-batch {}",
+                       dtype_name(weight_dtype), no_recompute, micro_batch);
   int64_t resident = 0, with_optimizer = 0, offloaded = 0;
   for (auto u : units) resident += (u != UnitPlacement::Streamed);
   for (auto u : units) with_optimizer += (u == UnitPlacement::ResidentWithOptimizer);
   for (auto a : activations) offloaded += (a == ActivationPlacement::OffloadToHost);
   return fmt::format("{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
-                     "the host, micro-batch {}, updates {}, weights {} / gradients {} on the GPU, weights uploaded {}",
-                     gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), micro_batch,
-                     update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
+                     "the host{}, micro-batch {}, updates {}, weights {} / gradients {} on the GPU, weights uploaded {}",
+                     gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute,
+                     micro_batch, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
                      weight_upload_name(weight_upload));
 }
 

@@ -31,11 +31,18 @@ enum class WeightUpload {
   ConvertOnUpload,
 };
 
-// Where a layer's boundary activation (its input) waits between forward and backward.
+// Where a layer's activations wait between forward and backward: its boundary activation (its
+// input) always, and with KeepWithInternals its forward intermediates too.
 enum class ActivationPlacement {
-  KeepOnGpu,
-  OffloadToHost,  // d2h after the forward, h2d prefetch before the backward
+  KeepOnGpu,      // the boundary on the GPU; the backward recomputes the layer's forward from it
+  OffloadToHost,  // d2h after the forward, h2d prefetch before the backward; recomputed as above
+  // The boundary and every forward intermediate the backward reads (norms, q/k/v, attention
+  // output and statistics, gate/up/activation), for each micro-chunk, on the GPU: the backward
+  // skips the recompute (a layer forward's compute) for that many bytes of device memory.
+  KeepWithInternals,
 };
+// Whether the boundary activation stays in device memory.
+inline bool boundary_on_gpu(ActivationPlacement a) { return a != ActivationPlacement::OffloadToHost; }
 
 enum class UpdateSchedule {
   // Gradients land on the host during backward; once the step's global norm is known (clipping),

@@ -182,13 +182,19 @@ class Searcher {
   }
 
   // Keeps the last layers' boundary activations on the GPU while they fit (the backward reads the
-  // last ones first). Keeping all of them also frees the two staging buffers.
+  // last ones first). Keeping all of them also frees the two staging buffers; memory left after
+  // that keeps layers' internals too (keep_internals).
   void keep_activations(Plan& plan, const StepShape& shape) const {
-    if (r_.offload_activations.has_value()) return;
+    if (r_.offload_activations == true) return;
+    if (r_.offload_activations == false) {
+      keep_internals(plan, shape);
+      return;
+    }
     Plan all = plan;
     all.activations.assign(static_cast<size_t>(L_), ActivationPlacement::KeepOnGpu);
     if (device_total(all, shape) <= device_limit_) {
       plan = all;
+      keep_internals(plan, shape);
       return;
     }
     const size_t act = round_to_256(static_cast<size_t>(shape.tokens() * config_.hidden_size) *
@@ -197,6 +203,21 @@ class Searcher {
     const int64_t room = base <= device_limit_ ? static_cast<int64_t>((device_limit_ - base) / act) : 0;
     for (int64_t l = L_ - 1; l >= std::max<int64_t>(0, L_ - room); --l)
       plan.activations[static_cast<size_t>(l)] = ActivationPlacement::KeepOnGpu;
+  }
+
+  // Every boundary on the GPU and memory to spare: the last layers keep their forward
+  // intermediates as well, which saves each of them the backward's recompute (the cost model
+  // credits it). Every layer saves the same, so the count is what fits.
+  void keep_internals(Plan& plan, const StepShape& shape) const {
+    if (!r_.space.keep_internals) return;
+    const size_t per_layer = static_cast<size_t>(shape.chunks) *
+                             layer_internals_bytes(config_, shape.chunk_tokens, plan.weight_dtype);
+    const size_t base = device_total(plan, shape);
+    if (base > device_limit_) return;
+    const int64_t room = static_cast<int64_t>((device_limit_ - base) / per_layer);
+    for (int64_t l = L_ - 1; l >= std::max<int64_t>(0, L_ - room); --l)
+      if (plan.activations[static_cast<size_t>(l)] == ActivationPlacement::KeepOnGpu)
+        plan.activations[static_cast<size_t>(l)] = ActivationPlacement::KeepWithInternals;
   }
 
   void search_family(const Family& f) {

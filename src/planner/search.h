@@ -19,6 +19,10 @@
 //     each choice above, k is the largest that fits: keeping one more never costs time (it only
 //     removes a d2h and an h2d copy), so the search spends memory on residency or activations by
 //     enumerating the resident count, and lets k take what is left.
+//   * recompute or keep: once every boundary is on the GPU, memory still left keeps the last
+//     layers' forward intermediates too (ActivationPlacement::KeepWithInternals), and their
+//     backward skips the recompute. Like k, the count is the largest that fits: each such layer
+//     saves the same compute, and resident layers and activations were enumerated first.
 //   * update schedule: after the backward (overlapped with the next forward) always; during the
 //     backward only without clipping (the global norm must be known before any update: exactness
 //     first).
@@ -26,10 +30,9 @@
 //     tried only where the shadow does not fit the host budget: for the same device memory it
 //     moves 4 bytes per parameter instead of 2, so it is never faster.
 //   * everything on the GPU (fp32 masters, AdamW state, GPU AdamW) when the device can and it fits.
-// What the engine does not do, the search does not offer: each layer's backward recomputes its
-// forward (there is no "keep the layer's intermediate activations" plan), and convert-on-upload
-// stays out of the space until SearchSpace turns it on (the engine refuses it). The per-unit GPU
-// optimizer is searched where the device has a GPU AdamW (engine/plan_selection.cpp).
+// What the engine does not do, the search does not offer: convert-on-upload stays out of the space
+// until SearchSpace turns it on (the engine refuses it). The per-unit GPU optimizer is searched
+// where the device has a GPU AdamW (engine/plan_selection.cpp).
 //
 // Ranking: predicted step time, then less device memory. Since the candidates do not depend on the
 // budgets (only which of them fit does), more budget never gives a slower plan.
@@ -55,6 +58,8 @@ struct SearchSpace {
   bool per_unit_gpu_optimizer = false;
   // WeightUpload::ConvertOnUpload: fp32 masters pinned and uploaded, no bf16 shadow.
   bool convert_on_upload = false;
+  // ActivationPlacement::KeepWithInternals for the last layers where memory is left.
+  bool keep_internals = true;
 };
 
 struct PlanRequest {

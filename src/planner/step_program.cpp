@@ -24,6 +24,10 @@ class ProgramBuilder {
       gpu_optimizer_[u] = plan_.units[u] == UnitPlacement::ResidentWithOptimizer;
     }
     all_on_gpu_ = plan_.optimizer_on_gpu();
+    const double H = static_cast<double>(config.hidden_size), F = static_cast<double>(config.intermediate_size);
+    const double matrices = H * (2.0 * static_cast<double>(config.q_dim()) + 2.0 * static_cast<double>(config.kv_dim())) +
+                            3.0 * H * F;
+    recompute_share_ = 1.0 - H * F / matrices;
     uses_ = schedule_slots(step_unit_sequence(L_), resident_, std::max<int64_t>(1, plan_.gpu_slots));
     activation_bytes_ = static_cast<double>(shape_.tokens() * config.hidden_size) *
                         static_cast<double>(dtype_size(plan_.weight_dtype));
@@ -49,6 +53,15 @@ class ProgramBuilder {
  private:
   TaskGraph& graph() { return program_.graph; }
   double numel(size_t u) const { return static_cast<double>(layout_.units[u].numel); }
+  // The profile's layer backward includes the recompute of the forward; a layer that kept its
+  // internals skips it: the forward less its last GEMM (down_proj, which the recompute does not
+  // run), that GEMM's share taken as its share of the layer's weight-matrix FLOPs.
+  double layer_backward_seconds(int64_t layer) const {
+    const ComputeProfile& compute = profile_.compute;
+    const double backward = chunks_of(compute.layer_backward);
+    if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals) return backward;
+    return std::max(0.0, backward - recompute_share_ * chunks_of(compute.layer_forward));
+  }
   double chunks_of(const LinearTime& t) const {
     return static_cast<double>(shape_.chunks) * t.at(shape_.chunk_tokens);
   }
@@ -192,7 +205,7 @@ class ProgramBuilder {
             if (activation_back_[static_cast<size_t>(l)] < 0) reload(l, before);
             wait(Lane::Compute, activation_back_[static_cast<size_t>(l)]);
           }
-          add(Lane::Compute, TaskKind::LayerBackward, chunks_of(compute.layer_backward), 0.0);
+          add(Lane::Compute, TaskKind::LayerBackward, layer_backward_seconds(l), 0.0);
           sends = true;
         }
       } else {
@@ -260,6 +273,7 @@ class ProgramBuilder {
   bool all_on_gpu_ = false;
   std::vector<SlotUse> uses_;
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
+  double recompute_share_ = 1.0;  // of a layer forward's time, what the backward's recompute takes
 
   StepProgram program_;
   std::vector<int32_t> pending_[kLaneCount];  // stream waits not yet attached to a task
