@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "model/model_weights.h"
+#include "tokenizer/chat_template.h"
 
 namespace ferry {
 
@@ -65,6 +66,46 @@ void write_hf_model_dir(const std::filesystem::path& out_dir, const std::filesys
     for (const auto& entry : std::filesystem::directory_iterator(source_dir)) {
       if (!entry.is_regular_file() || is_written_or_stale(entry.path())) continue;
       write_file_atomic(out_dir / entry.path().filename(), read_text(entry.path()));
+    }
+  }
+  sync_directory(out_dir);
+}
+
+void write_tokenizer_overrides(const std::filesystem::path& out_dir, const std::filesystem::path& tokenizer,
+                               const std::filesystem::path& chat_template) {
+  std::error_code ec;
+  if (!tokenizer.empty()) {
+    const std::filesystem::path dir =
+        std::filesystem::is_regular_file(tokenizer, ec) ? tokenizer.parent_path() : tokenizer;
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
+      if (std::filesystem::exists(out_dir / name, ec) && std::filesystem::exists(dir / name, ec) &&
+          std::filesystem::equivalent(dir / name, out_dir / name, ec))
+        continue;
+      if (std::filesystem::exists(dir / name, ec)) {
+        write_file_atomic(out_dir / name, read_text(dir / name));
+      } else if (std::string(name) == "chat_template.jinja") {
+        // Training read the tokenizer directory's template (its tokenizer_config.json), not the
+        // model's file, which a reader would otherwise prefer.
+        std::filesystem::remove(out_dir / name, ec);
+      }
+    }
+  }
+  if (!chat_template.empty()) {
+    const std::filesystem::path config_path = out_dir / "tokenizer_config.json";
+    nlohmann::json config = nlohmann::json::object();
+    const bool has_config = std::filesystem::exists(config_path, ec);
+    if (has_config) {
+      try {
+        config = nlohmann::json::parse(read_text(config_path));
+      } catch (const nlohmann::json::exception& e) {
+        fail("output", "{} is not valid JSON: {}", config_path.string(), e.what());
+      }
+    }
+    const std::string text = ChatTemplate::from_file(chat_template, config).source();
+    write_file_atomic(out_dir / "chat_template.jinja", text);
+    if (has_config && config.is_object()) {
+      config["chat_template"] = text;
+      write_file_atomic(config_path, config.dump(2) + "\n");
     }
   }
   sync_directory(out_dir);

@@ -18,6 +18,14 @@ void write_hf_model_dir(const std::filesystem::path& out_dir, const std::filesys
                         const ModelConfig& config, const ModelLayout& layout, const std::vector<const float*>& units,
                         DType dtype, size_t max_shard_bytes);
 
+// Where the run overrode the model's tokenizer or chat template (`tokenizer:`, `chat_template:`;
+// either may be empty), the output directory serves what was trained with: tokenizer.json,
+// tokenizer_config.json and special_tokens_map.json from the tokenizer directory (or the directory
+// of a tokenizer.json given), and the template as chat_template.jinja and as tokenizer_config.json's
+// "chat_template". Call after write_hf_model_dir, which copied the model's own files.
+void write_tokenizer_overrides(const std::filesystem::path& out_dir, const std::filesystem::path& tokenizer,
+                               const std::filesystem::path& chat_template);
+
 // The config.json text for `config` saved in `dtype`: the input's bytes when nothing changed,
 // else the input's keys with the dtype keys edited.
 std::string config_json_text(const ModelConfig& config, DType dtype, const std::filesystem::path& source_dir);

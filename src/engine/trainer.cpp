@@ -206,6 +206,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   for (float* b : executor->masters()) masters.push_back(b);
   write_hf_model_dir(config.output_dir, config.model, model_config, layout, masters, save_dtype,
                      static_cast<size_t>(config.max_shard_bytes));
+  write_tokenizer_overrides(config.output_dir, config.tokenizer, config.chat_template);
   log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
   summary.final_step = step;
   summary.finished = true;
