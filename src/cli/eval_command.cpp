@@ -6,13 +6,19 @@
 namespace ferry::cli {
 
 void add_eval_command(CLI::App& app) {
-  auto* cmd = app.add_subcommand("eval", "Loss and perplexity of a model on pre-tokenized JSONL data");
+  auto* cmd = app.add_subcommand("eval", "Loss and perplexity of a model on data as `ferry train` reads it");
   auto o = std::make_shared<EvalOptions>();
   auto data = std::make_shared<std::vector<std::string>>();
   auto model = std::make_shared<std::string>();
   auto dump = std::make_shared<std::string>();
   cmd->add_option("--model", *model, "Hugging Face model directory")->required();
-  cmd->add_option("--data", *data, "JSONL files with input_ids (and optional labels)")->required();
+  cmd->add_option("--data", *data, "data files: pre-tokenized JSONL (input_ids, optional labels) or text formats")
+      ->required();
+  cmd->add_option("--data-format", o->data_format, "as train's data_format")->capture_default_str();
+  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer directory or tokenizer.json (default: the model's)");
+  cmd->add_option("--chat-template", o->chat_template, "a .jinja file replacing the tokenizer's template");
+  cmd->add_flag("--train-on-prompt", o->train_on_prompt, "count every token, not only the assistant's");
+  cmd->add_option("--cache-dir", o->cache_dir, "cache of tokenized text (default: $FERRY_CACHE_DIR/data or ~/.cache/ferry/data)");
   cmd->add_option("--seq-len", o->seq_len, "tokens per sequence")->capture_default_str();
   cmd->add_option("--micro-batch", o->micro_batch, "sequences per forward pass")->capture_default_str();
   cmd->add_option("--max-rows", o->max_rows, "evaluate at most this many sequences (0: all)")->capture_default_str();

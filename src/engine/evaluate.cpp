@@ -8,7 +8,9 @@
 #include "data/packing.h"
 #include "data/token_dataset.h"
 #include "engine/model_step.h"
+#include "engine/profile_cache.h"
 #include "engine/step_batch.h"
+#include "engine/training_data.h"
 #include "io/safetensors_writer.h"
 #include "model/model_weights.h"
 
@@ -19,9 +21,17 @@ EvalResult run_eval(const EvalOptions& o) {
   FERRY_CHECK(o.seq_len >= 2 && o.micro_batch >= 1, "eval", "seq_len must be >= 2 and micro_batch >= 1");
   if (o.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(o.threads));
   ModelWeights w = load_model_weights(o.model);
-  TokenDataOptions data_options;
-  data_options.vocab_size = w.config.vocab_size;
-  std::vector<PackedRow> rows = pack_documents(load_token_jsonl_files(o.data, data_options), o.seq_len, o.packing);
+  // The documents exactly as training would see them, through the same loader and cache.
+  TrainConfig data;
+  data.model = o.model;
+  data.data = o.data;
+  data.data_format = o.data_format;
+  data.tokenizer = o.tokenizer;
+  data.chat_template = o.chat_template;
+  data.train_on_prompt = o.train_on_prompt;
+  data.cache_dir = o.cache_dir.empty() ? default_cache_dir("data") : o.cache_dir;
+  if (data.cache_dir.empty()) data.output_dir = ".";  // no cache root known: the working directory's .cache
+  std::vector<PackedRow> rows = pack_documents(load_training_documents(data, w.config), o.seq_len, o.packing);
   if (o.max_rows > 0 && static_cast<int64_t>(rows.size()) > o.max_rows) rows.resize(static_cast<size_t>(o.max_rows));
   FERRY_CHECK(!rows.empty(), "eval", "the data holds no tokens");
 

@@ -1,8 +1,11 @@
-// `ferry eval`: loss and perplexity of a model on pre-tokenized data, optionally writing the
-// logits of the first rows (for comparing with transformers: tools/check_hf_output.py).
+// `ferry eval`: loss and perplexity of a model on data as `ferry train` reads it (pre-tokenized, or
+// text formats tokenized with the model's tokenizer and chat template, loss on the targets
+// training would use), optionally writing the logits of the first rows (for comparing with
+// transformers: tools/check_hf_output.py).
 #pragma once
 
 #include <filesystem>
+#include <string>
 #include <vector>
 
 namespace ferry {
@@ -10,6 +13,12 @@ namespace ferry {
 struct EvalOptions {
   std::filesystem::path model;
   std::vector<std::filesystem::path> data;
+  // As TrainConfig's keys of the same names (engine/training_data.h).
+  std::string data_format = "auto";
+  std::filesystem::path tokenizer, chat_template;
+  bool train_on_prompt = false;
+  // Tokenized text data is cached here; empty: default_cache_dir("data") (engine/profile_cache.h).
+  std::filesystem::path cache_dir;
   int64_t seq_len = 2048;
   int64_t micro_batch = 1;
   bool packing = true;

@@ -70,12 +70,14 @@ void save_to_cache(const std::filesystem::path& path, const MachineProfile& prof
 
 }  // namespace
 
-std::filesystem::path default_profile_cache_dir() {
-  if (const char* dir = env("FERRY_CACHE_DIR")) return std::filesystem::path(dir) / "profiles";
-  if (const char* dir = env("XDG_CACHE_HOME")) return std::filesystem::path(dir) / "ferry" / "profiles";
-  if (const char* home = env("HOME")) return std::filesystem::path(home) / ".cache" / "ferry" / "profiles";
+std::filesystem::path default_cache_dir(const std::string& what) {
+  if (const char* dir = env("FERRY_CACHE_DIR")) return std::filesystem::path(dir) / what;
+  if (const char* dir = env("XDG_CACHE_HOME")) return std::filesystem::path(dir) / "ferry" / what;
+  if (const char* home = env("HOME")) return std::filesystem::path(home) / ".cache" / "ferry" / what;
   return {};
 }
+
+std::filesystem::path default_profile_cache_dir() { return default_cache_dir("profiles"); }
 
 std::filesystem::path profile_cache_path(const std::filesystem::path& dir, const std::string& device_name,
                                          const std::string& shape_key) {

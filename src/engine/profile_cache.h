@@ -27,8 +27,10 @@ namespace ferry {
 
 enum class ProfileOrigin { File, Cache, Measured };
 
-// $FERRY_CACHE_DIR/profiles, else ${XDG_CACHE_HOME:-$HOME/.cache}/ferry/profiles; empty when
-// none of these variables is set (nothing is cached then).
+// $FERRY_CACHE_DIR/<what>, else ${XDG_CACHE_HOME:-$HOME/.cache}/ferry/<what>; empty when none of
+// these variables is set (nothing is cached then).
+std::filesystem::path default_cache_dir(const std::string& what);
+// default_cache_dir("profiles").
 std::filesystem::path default_profile_cache_dir();
 
 // <dir>/<device name in lower case, [a-z0-9.] kept, other runs as '-'>-<shape key>.json
