@@ -164,6 +164,30 @@ TEST_F(SearchTest, ClippingKeepsTheUpdatesAfterTheBackward) {
   EXPECT_THROW(search_plans(config_, layout_, slow_cpu_fast_link(), r), Error);
 }
 
+// With clipping the next forward follows the CPU updates layer by layer, and on a slow CPU it
+// waits for them. Layers whose optimizer is on the GPU need no CPU update, so placed first they
+// let the forward run while the CPU works ahead: the search puts them there, and the same plan
+// with them last is predicted slower.
+TEST_F(SearchTest, WithClippingTheGpuOptimizerLayersComeFirst) {
+  const MachineProfile cpu_bound = slow_cpu_fast_link();
+  const SearchResult r = search_plans(config_, layout_, cpu_bound, request(24));
+  const Plan& best = r.best.plan;
+  ASSERT_EQ(best.update, UpdateSchedule::AfterBackward);
+  const int64_t L = config_.num_layers;
+  int64_t on_gpu = 0;
+  for (int64_t l = 0; l < L; ++l) on_gpu += best.units[layout_.layer_unit(l)] == UnitPlacement::ResidentWithOptimizer;
+  ASSERT_GT(on_gpu, 0) << best.describe();
+  ASSERT_LT(on_gpu, L) << best.describe();
+  for (int64_t l = 0; l < L; ++l)
+    EXPECT_EQ(best.units[layout_.layer_unit(l)] == UnitPlacement::ResidentWithOptimizer, l < on_gpu) << l;
+  Plan last = best;
+  for (int64_t l = 0; l < L; ++l)
+    last.units[layout_.layer_unit(l)] = l >= L - on_gpu ? UnitPlacement::ResidentWithOptimizer : UnitPlacement::Streamed;
+  const Prediction mirrored = predict(config_, layout_, last, cpu_bound, r.best.shape);
+  EXPECT_LT(r.best.prediction.step_seconds, mirrored.step_seconds);
+  EXPECT_LT(r.best.prediction.gpu_idle_fraction, mirrored.gpu_idle_fraction);
+}
+
 // Memory left once every boundary is on the GPU goes to layers' internals, from the last layer
 // down, as many as fit; each is a recompute the step no longer does. Turned off, the same budget
 // gives a plan that recomputes every layer, and a slower one.

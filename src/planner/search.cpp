@@ -29,12 +29,28 @@ struct Family {
   UnitPlacement embedding = UnitPlacement::Streamed;
   UnitPlacement head = UnitPlacement::Streamed;
   UnitPlacement layers = UnitPlacement::ResidentParams;  // the kind of the resident layers
+  // The resident layers are the first ones instead of the last: with the optimizer on the GPU and
+  // updates after the backward, their next forward needs no CPU update, which gives the CPU a head
+  // start on the layers after them.
+  bool first_layers = false;
 };
 
 int64_t kept_activations(const Plan& plan) {
   int64_t kept = 0;
-  for (auto a : plan.activations) kept += a == ActivationPlacement::KeepOnGpu;
+  for (auto a : plan.activations) kept += boundary_on_gpu(a);
   return kept;
+}
+
+int64_t kept_internals(const Plan& plan) {
+  int64_t kept = 0;
+  for (auto a : plan.activations) kept += a == ActivationPlacement::KeepWithInternals;
+  return kept;
+}
+
+// Whether the plan's resident layers include layer 0 but not the last layer.
+bool resident_from_the_first(const Plan& plan) {
+  const size_t first = 1, last = plan.units.size() - 2;
+  return plan.units[first] != UnitPlacement::Streamed && plan.units[last] == UnitPlacement::Streamed;
 }
 
 int64_t resident_layer_count(const Plan& plan, UnitPlacement* kind) {
@@ -139,7 +155,12 @@ class Searcher {
                 const bool e_fp32 = e == UnitPlacement::ResidentWithOptimizer || r_.grad_dtype == DType::F32;
                 const bool h_fp32 = h == UnitPlacement::ResidentWithOptimizer || r_.grad_dtype == DType::F32;
                 if (layout_.tied && e_fp32 != h_fp32) continue;
-                for (UnitPlacement kind : resident_kinds) out.push_back({false, mb, s, update, upload, e, h, kind});
+                for (UnitPlacement kind : resident_kinds) {
+                  out.push_back({false, mb, s, update, upload, e, h, kind});
+                  if (kind == UnitPlacement::ResidentWithOptimizer && update == UpdateSchedule::AfterBackward &&
+                      !r_.resident_layers)
+                    out.push_back({false, mb, s, update, upload, e, h, kind, true});
+                }
               }
             }
     }
@@ -164,11 +185,15 @@ class Searcher {
     plan.units[layout_.embedding_unit()] = f.embedding;
     plan.units[layout_.head_unit()] = f.head;
     const int64_t on_gpu = r_.gpu_optimizer_layers.value_or(0);
-    for (int64_t l = L_ - 1; l >= L_ - resident_layers; --l)
-      plan.units[layout_.layer_unit(l)] = r_.gpu_optimizer_layers
-                                              ? (l >= L_ - on_gpu ? UnitPlacement::ResidentWithOptimizer
-                                                                  : UnitPlacement::ResidentParams)
-                                              : f.layers;
+    if (f.first_layers) {
+      for (int64_t l = 0; l < resident_layers; ++l) plan.units[layout_.layer_unit(l)] = f.layers;
+    } else {
+      for (int64_t l = L_ - 1; l >= L_ - resident_layers; --l)
+        plan.units[layout_.layer_unit(l)] = r_.gpu_optimizer_layers
+                                                ? (l >= L_ - on_gpu ? UnitPlacement::ResidentWithOptimizer
+                                                                    : UnitPlacement::ResidentParams)
+                                                : f.layers;
+    }
     if (r_.offload_activations == false)
       plan.activations.assign(static_cast<size_t>(L_), ActivationPlacement::KeepOnGpu);
     return plan;
@@ -366,9 +391,15 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
   if (layers != reference_layers || (layers > 0 && kind != reference_kind))
     parts.push_back(fmt::format("{} layers {} instead of {} {}", layers, unit_choice(kind), reference_layers,
                                 unit_choice(reference_kind)));
+  if (layers > 0 && layers == reference_layers && resident_from_the_first(plan) != resident_from_the_first(reference))
+    parts.push_back(resident_from_the_first(plan) ? "the first layers resident instead of the last"
+                                                  : "the last layers resident instead of the first");
   const int64_t kept = kept_activations(plan), reference_kept = kept_activations(reference);
   if (kept != reference_kept)
     parts.push_back(fmt::format("{} boundary activations kept on the GPU instead of {}", kept, reference_kept));
+  const int64_t internals = kept_internals(plan), reference_internals = kept_internals(reference);
+  if (internals != reference_internals)
+    parts.push_back(fmt::format("{} layers not recomputed instead of {}", internals, reference_internals));
   if (parts.empty()) return "the same plan";
   return fmt::format("{}", fmt::join(parts, ", "));
 }

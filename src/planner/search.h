@@ -13,8 +13,11 @@
 //     vocabulary makes them 2.4x a Llama-8B layer): streaming either sizes every slot to it.
 //   * resident layers, from the last one down: the last layers are used twice in a row around the
 //     head (forward, then backward at once), so residency there removes uploads that nothing could
-//     hide. All resident layers have one kind (params, or params + GPU AdamW), unless the config
-//     forces how many of them keep their optimizer on the GPU (the last ones).
+//     hide. Layers with their optimizer on the GPU are also tried from the first one up, with
+//     updates after the backward: the next forward then starts on layers that wait for no CPU
+//     update, while the CPU works ahead on the rest (the cost model weighs that against the
+//     uploads). All resident layers have one kind (params, or params + GPU AdamW), unless the
+//     config forces how many of them keep their optimizer on the GPU (the last ones).
 //   * boundary activations: kept on the GPU for the last k layers, offloaded for the others. For
 //     each choice above, k is the largest that fits: keeping one more never costs time (it only
 //     removes a d2h and an h2d copy), so the search spends memory on residency or activations by
