@@ -71,6 +71,20 @@ TEST_F(PlanCommandTest, ForcedOptionsShowInThePlan) {
   EXPECT_NE(out.find("0-1 offloaded to the host"), std::string::npos) << out;
 }
 
+TEST_F(PlanCommandTest, RecomputeAllKeepsNoLayersInternals) {
+  int status = -1;
+  const std::string kept = plan("gpu_memory=1GiB", &status);
+  ASSERT_EQ(status, 0) << kept;
+  EXPECT_NE(kept.find("not recomputed"), std::string::npos) << kept;  // memory to spare: the planner keeps them
+  const std::string out = plan("gpu_memory=1GiB recompute=all", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(out.find("not recomputed"), std::string::npos) << out;
+  EXPECT_EQ(out.find("with their internals"), std::string::npos) << out;
+  const std::string bad = plan("recompute=never", &status);
+  EXPECT_EQ(status, 2) << bad;
+  EXPECT_NE(bad.find("recompute must be"), std::string::npos) << bad;
+}
+
 TEST_F(PlanCommandTest, AForcedUpdateScheduleIsHonouredAndDuringBackwardRefusesClipping) {
   int status = -1;
   std::string out = plan("max_grad_norm=0 update_schedule=during-backward", &status);

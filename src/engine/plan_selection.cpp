@@ -26,6 +26,7 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   r.allow_optimizer_on_gpu = target.gpu_adamw;
   // The engine runs AdamW on the device for any subset of units (engine/device_optimizer.h).
   r.space.per_unit_gpu_optimizer = target.gpu_adamw;
+  r.space.keep_internals = config.recompute == "auto";
   return r;
 }
 

@@ -124,6 +124,7 @@ const std::map<std::string, Setter>& setters() {
       {"gpu_slots", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_slots = parse_int(n, k); }},
       {"offload_activations",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.offload_activations = parse_string(n, k); }},
+      {"recompute", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.recompute = parse_string(n, k); }},
       {"update_schedule",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.update_schedule = parse_string(n, k); }},
       {"resident_layers",
@@ -272,6 +273,9 @@ void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.offload_activations == "auto" || c.offload_activations == "all" || c.offload_activations == "none",
               kWhere, "offload_activations must be auto, all or none; got '{}'", c.offload_activations);
   FERRY_CHECK(c.resident_layers >= -1, kWhere, "resident_layers must be >= 0, or -1 for the planner's choice");
+  FERRY_CHECK(c.recompute == "auto" || c.recompute == "all", kWhere,
+              "recompute must be auto (the planner keeps layers' intermediates where memory is left) or all; got '{}'",
+              c.recompute);
   FERRY_CHECK(c.update_schedule == "auto" || c.update_schedule == "after-backward" ||
                   c.update_schedule == "during-backward",
               kWhere, "update_schedule must be auto, after-backward or during-backward; got '{}'", c.update_schedule);

@@ -65,6 +65,9 @@ struct TrainConfig {
   std::string host_memory;      // e.g. "200GiB"; bounds pageable + pinned host memory (empty: RAM less a margin)
   int64_t gpu_slots = 0;        // GPU slots for streamed units; 0: the planner chooses
   std::string offload_activations = "auto";  // auto | all | none
+  // auto: the planner keeps layers' forward intermediates where memory is left (no recompute in
+  // their backward); all: every layer recomputes its forward in the backward.
+  std::string recompute = "auto";
   int64_t resident_layers = -1; // layers kept on the GPU; -1: the planner chooses
   // When the CPU updates a unit: auto (the planner), after-backward, or during-backward (each unit
   // as its gradient lands; exact only without clipping, so refused with max_grad_norm > 0).
