@@ -28,7 +28,9 @@
 //    hidden × 2 bytes per offloaded layer), token staging, and 256 B of scalars.
 //  * ActivationPlacement: KeepOnGpu holds a layer's boundary activation on the GPU; OffloadToHost
 //    moves it to pinned host memory (the same bytes) and back (2 × its bytes over PCIe per step),
-//    with a 2-buffer staging ring on the GPU.
+//    with a 2-buffer staging ring on the GPU. KeepWithInternals also keeps the layer's forward
+//    intermediates, one scratch per micro-chunk (layer_internals_bytes each): its backward skips
+//    the recompute and reads them, which gives the same bits.
 //  * UpdateSchedule: AfterBackward (clipping needs the global norm) updates the host units after
 //    the backward, embedding first, overlapped with the next step's forward, and the device units
 //    at the step's end; DuringBackward (no clipping) updates each unit as its gradient lands.
