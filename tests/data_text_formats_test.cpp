@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "data/chat_text.h"
@@ -18,15 +17,8 @@ namespace {
 
 using nlohmann::ordered_json;
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::string fixture_template(const std::string& name) {
-  return read_file(test::fixtures_dir() / "chat_templates" / name);
+  return test::read_file(test::fixtures_dir() / "chat_templates" / name);
 }
 
 const Tokenizer& tiny() {
@@ -488,7 +480,7 @@ TEST(RealTokenizers, ChatMasksAlignExactly) {
       continue;
     }
     const Tokenizer tokenizer = Tokenizer::load(dir);
-    const auto config = nlohmann::json::parse(read_file(dir / "tokenizer_config.json"));
+    const auto config = nlohmann::json::parse(test::read_file(dir / "tokenizer_config.json"));
     const ChatTemplate tpl(fixture_template(c.template_file), c.template_file,
                            ChatTemplate::special_tokens_from_config(config));
     ChatTextOptions o;

@@ -5,7 +5,6 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "data_test_tokenizer.h"
 #include "engine/evaluate.h"
@@ -18,20 +17,13 @@
 namespace ferry {
 namespace {
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 class EvalTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = scratch_ / "model";
     write_random_model(preset_config("llama", "tiny"), 5, model_);
     test::write_tiny_tokenizer(model_, "<|im_end|>",
-                               read_file(test::fixtures_dir() / "chat_templates" / "qwen2.5-instruct.jinja"));
+                               test::read_file(test::fixtures_dir() / "chat_templates" / "qwen2.5-instruct.jinja"));
     chat_ = scratch_ / "chat.jsonl";
     std::ofstream(chat_)
         << R"({"messages": [{"role": "user", "content": "Is the cat in?"}, {"role": "assistant", "content": "The cat is in."}]}

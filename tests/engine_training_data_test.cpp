@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "data_test_tokenizer.h"
@@ -19,20 +18,13 @@
 namespace ferry {
 namespace {
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 class TrainingDataTest : public ::testing::Test {
  protected:
   void SetUp() override {
     model_ = scratch_ / "model";
     write_random_model(preset_config("llama", "tiny"), 3, model_);
     test::write_tiny_tokenizer(model_, "<|im_end|>",
-                               read_file(test::fixtures_dir() / "chat_templates" / "qwen2.5-instruct.jinja"));
+                               test::read_file(test::fixtures_dir() / "chat_templates" / "qwen2.5-instruct.jinja"));
     chat_ = scratch_ / "chat.jsonl";
     std::ofstream(chat_)
         << R"({"messages": [{"role": "user", "content": "Is the cat in?"}, {"role": "assistant", "content": "The cat is in."}]}
@@ -93,7 +85,7 @@ TEST_F(TrainingDataTest, CacheIsReusedAndKeyedByEverythingThatShapesTokens) {
   EXPECT_EQ(first.cache, scratch_ / "out" / ".cache" / first.fingerprint);
   const auto index_time = std::filesystem::last_write_time(first.cache / "index.json");
   const auto shard_time = std::filesystem::last_write_time(first.cache / "shard-00000.bin");
-  const nlohmann::json index = nlohmann::json::parse(read_file(first.cache / "index.json"));
+  const nlohmann::json index = nlohmann::json::parse(test::read_file(first.cache / "index.json"));
   EXPECT_EQ(index["info"]["records_by_format"]["messages"], 2);
   EXPECT_EQ(index["info"]["records_by_format"]["alpaca"], 2);
   EXPECT_EQ(index["info"]["stop_strings"], nlohmann::json::array({"<|im_end|>"}));
@@ -122,7 +114,7 @@ TEST_F(TrainingDataTest, CacheIsReusedAndKeyedByEverythingThatShapesTokens) {
   const std::string with_prompt = fingerprint(config({"train_on_prompt=true"}));
   EXPECT_NE(with_prompt, first.fingerprint);
   std::ofstream(scratch_ / "other.jinja")
-      << read_file(test::fixtures_dir() / "chat_templates" / "generation-tags.jinja");
+      << test::read_file(test::fixtures_dir() / "chat_templates" / "generation-tags.jinja");
   EXPECT_NE(fingerprint(config({"chat_template=" + (scratch_ / "other.jinja").string()})), first.fingerprint);
   std::ofstream(text_, std::ios::app) << "More text.\n";
   const std::string edited = fingerprint(config());

@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +18,14 @@ std::filesystem::path fixtures_dir() {
   return FERRY_FIXTURES_DIR;
 }
 std::filesystem::path ferry_binary() { return FERRY_BINARY; }
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << "cannot read " << path;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 ScratchDir::ScratchDir(const std::string& tag) {
   static int counter = 0;

@@ -25,6 +25,9 @@ class ScratchDir {
   std::filesystem::path path_;
 };
 
+// The bytes of a file (a failed expectation when it cannot be read).
+std::string read_file(const std::filesystem::path& path);
+
 // Uniform values in [lo, hi) from a fixed seed; never all zeros.
 std::vector<float> random_vector(size_t count, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 

@@ -9,7 +9,6 @@
 #include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
 #include "test_util.h"
@@ -25,16 +24,8 @@ std::filesystem::path templates_dir() {
   return test::fixtures_dir() / "chat_templates";
 }
 
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 ordered_json goldens() {
-  static const ordered_json g = ordered_json::parse(read_file(templates_dir() / "goldens.json"));
+  static const ordered_json g = ordered_json::parse(test::read_file(templates_dir() / "goldens.json"));
   return g;
 }
 
@@ -47,7 +38,7 @@ void use_utc() {
 ChatTemplate load_fixture(const std::string& file, const ordered_json& special) {
   std::vector<std::pair<std::string, std::string>> tokens;
   for (const auto& [k, v] : special.items()) tokens.emplace_back(k, v.get<std::string>());
-  return ChatTemplate(read_file(templates_dir() / file), file, tokens);
+  return ChatTemplate(test::read_file(templates_dir() / file), file, tokens);
 }
 
 std::string show(const ordered_json& c) {
@@ -134,8 +125,8 @@ TEST(ChatTemplateGolden, FixtureCopiesMatchNpmPackages) {
     }
     const auto loaded = ChatTemplate::load(dir);
     ASSERT_TRUE(loaded.has_value()) << package;
-    EXPECT_EQ(loaded->source(), read_file(templates_dir() / copy)) << package;
-    const auto config = nlohmann::json::parse(read_file(dir / "tokenizer_config.json"));
+    EXPECT_EQ(loaded->source(), test::read_file(templates_dir() / copy)) << package;
+    const auto config = nlohmann::json::parse(test::read_file(dir / "tokenizer_config.json"));
     const auto tokens = ChatTemplate::special_tokens_from_config(config);
     EXPECT_EQ(loaded->special_tokens(), tokens);
   }
@@ -223,7 +214,7 @@ TEST(ChatTemplateErrors, NameTheLineAndTheConstruct) {
 }
 
 TEST(ChatTemplateAttribution, OutputIsAttributedToTheMessageBeingVisited) {
-  const ChatTemplate t(read_file(templates_dir() / "qwen2.5-instruct.jinja"), "qwen2.5",
+  const ChatTemplate t(test::read_file(templates_dir() / "qwen2.5-instruct.jinja"), "qwen2.5",
                        {{"eos_token", "<|im_end|>"}});
   const auto messages = jinja::from_json(ordered_json::parse(R"([
     {"role": "system", "content": "S"}, {"role": "user", "content": "U1"}, {"role": "assistant", "content": "A1"},
