@@ -58,9 +58,17 @@ AdamWHyper hyper_at(int64_t step) {
   return h;
 }
 
-RunResult plain_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows, double max_norm) {
-  std::vector<std::vector<float>> units;
-  init_random_weights(config, seed, units);
+// The plain trainer (ModelStep + UnitOptimizer) for `steps` steps: its losses, norms and whole
+// optimizer state.
+struct PlainState {
+  std::vector<std::vector<float>> masters, m, v;
+  std::vector<double> losses, norms;
+};
+
+PlainState plain_state(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows, double max_norm,
+                       int64_t steps) {
+  PlainState state;
+  init_random_weights(config, seed, state.masters);
   const ModelLayout layout = build_model_layout(config);
   auto ops = make_cpu_ops();
   ModelStep step(config, layout, *ops, kMicro * kSeq, kGlobal / kMicro);
@@ -68,17 +76,25 @@ RunResult plain_run(const ModelConfig& config, uint64_t seed, const std::vector<
   std::vector<std::vector<float>> grads;
   for (const auto& u : layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
   std::vector<float*> p, g;
-  for (auto& u : units) p.push_back(u.data());
+  for (auto& u : state.masters) p.push_back(u.data());
   for (auto& u : grads) g.push_back(u.data());
-  std::vector<const float*> cg(g.begin(), g.end());
-  RunResult run;
-  for (int64_t s = 0; s < kSteps; ++s) {
+  for (int64_t s = 0; s < steps; ++s) {
     const StepLoss loss = step.run(p, g, batch_for(rows, s));
-    const UpdateStats stats = opt.step(p, cg, hyper_at(s), max_norm, s + 1);
-    run.losses.push_back(loss.mean());
-    run.norms.push_back(stats.grad_norm);
+    const UpdateStats stats = opt.step(p, std::vector<const float*>(g.begin(), g.end()), hyper_at(s), max_norm, s + 1);
+    state.losses.push_back(loss.mean());
+    state.norms.push_back(stats.grad_norm);
   }
-  run.masters = units;
+  state.m = opt.m();
+  state.v = opt.v();
+  return state;
+}
+
+RunResult plain_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows, double max_norm) {
+  PlainState state = plain_state(config, seed, rows, max_norm, kSteps);
+  RunResult run;
+  run.losses = std::move(state.losses);
+  run.norms = std::move(state.norms);
+  run.masters = std::move(state.masters);
   return run;
 }
 
@@ -147,32 +163,6 @@ std::vector<size_t> all_units(const ModelLayout& layout) {
 }
 
 // The plain trainer's whole optimizer state after `steps` steps.
-struct PlainState {
-  std::vector<std::vector<float>> masters, m, v;
-};
-
-PlainState plain_state(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows, double max_norm,
-                       int64_t steps) {
-  PlainState state;
-  init_random_weights(config, seed, state.masters);
-  const ModelLayout layout = build_model_layout(config);
-  auto ops = make_cpu_ops();
-  ModelStep step(config, layout, *ops, kMicro * kSeq, kGlobal / kMicro);
-  UnitOptimizer opt(layout, false);
-  std::vector<std::vector<float>> grads;
-  for (const auto& u : layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
-  std::vector<float*> p, g;
-  for (auto& u : state.masters) p.push_back(u.data());
-  for (auto& u : grads) g.push_back(u.data());
-  for (int64_t s = 0; s < steps; ++s) {
-    step.run(p, g, batch_for(rows, s));
-    opt.step(p, std::vector<const float*>(g.begin(), g.end()), hyper_at(s), max_norm, s + 1);
-  }
-  state.m = opt.m();
-  state.v = opt.v();
-  return state;
-}
-
 ::testing::AssertionResult same_bits(const HostArray& actual, const std::vector<float>& expected) {
   if (actual.size() != expected.size()) return ::testing::AssertionFailure() << "sizes differ";
   if (std::memcmp(actual.data(), expected.data(), expected.size() * 4) != 0)
