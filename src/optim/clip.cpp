@@ -25,7 +25,7 @@ inline double widen(uint16_t x) { return bf16_to_f32(x); }
 
 template <typename T>
 double sum_squares(const T* x, size_t n) {
-  // The order of kChunkLanes: element i of the chunk goes to accumulator i % 128, rows of 128 in
+  // The order inside a chunk: element i goes to accumulator i % 128, rows of 128 in
   // order; then each 4 neighbouring accumulators pair up, and the 32 results fold in halves (16,
   // 8, 4, 2, 1 apart). A warp computes exactly this with one 4-wide load per lane per row and a
   // shuffle butterfly, so the GPU reads the chunk coalesced; here the 128 columns vectorise.
