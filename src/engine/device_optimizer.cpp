@@ -125,16 +125,23 @@ void DeviceOptimizer::update(size_t u, int64_t step, const AdamWHyper& hyper, co
   host_behind_ = true;
 }
 
-void DeviceOptimizer::gradient_done(size_t u, int64_t step, const AdamWHyper& hyper) {
-  // Per parameter, as the host cuts its partials. The previous step's copy of this slice left the
-  // device before that step returned (the engine synchronizes the d2h stream at every step's end).
-  double* partials = partials_.as<double>() + partial_offset_[u];
-  size_t k = 0;
-  for (const auto& p : layout_.units[u].params) {
-    adamw_->grad_sumsq_partials(static_cast<const float*>(grads_[u].data()) + p.offset, DType::F32,
-                                static_cast<size_t>(p.numel), partials + k);
-    k += grad_sumsq_chunks(static_cast<size_t>(p.numel));
+size_t issue_unit_norm_partials(DeviceAdamW& kernels, const UnitLayout& unit, const void* grads, DType grad_dtype,
+                                double* partials) {
+  const size_t size = dtype_size(grad_dtype);
+  size_t count = 0;
+  for (const auto& p : unit.params) {
+    kernels.grad_sumsq_partials(static_cast<const char*>(grads) + static_cast<size_t>(p.offset) * size, grad_dtype,
+                                static_cast<size_t>(p.numel), partials + count);
+    count += grad_sumsq_chunks(static_cast<size_t>(p.numel));
   }
+  return count;
+}
+
+void DeviceOptimizer::gradient_done(size_t u, int64_t step, const AdamWHyper& hyper) {
+  // The previous step's copy of this slice left the device before that step returned (the engine
+  // synchronizes the d2h stream at every step's end).
+  double* partials = partials_.as<double>() + partial_offset_[u];
+  issue_unit_norm_partials(*adamw_, layout_.units[u], grads_[u].data(), DType::F32, partials);
   if (plan_.optimizer_on_gpu()) return;  // summed on the device by update_all
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
   double* host = partials_host_.as<double>() + partial_offset_[u];

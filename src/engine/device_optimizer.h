@@ -33,6 +33,13 @@
 
 namespace ferry {
 
+// Issues the squared-norm partials of one unit's gradient (`grads`, laid out as `unit`, in
+// `grad_dtype`) on the device, per parameter as clip.h cuts them, into `partials`; returns how
+// many (grad_norm_partials of the unit). For device-updated units here and for the host-updated
+// ones before their gradient leaves (SlidingEngine::send_gradients).
+size_t issue_unit_norm_partials(DeviceAdamW& kernels, const UnitLayout& unit, const void* grads, DType grad_dtype,
+                                double* partials);
+
 class DeviceOptimizer {
  public:
   // `weights` and `grads`: the engine's resident buffers, indexed by unit; those of the

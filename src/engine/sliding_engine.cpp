@@ -7,7 +7,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "device/trace_scope.h"
-#include "optim/clip.h"
 #include "optim/device_adamw.h"
 #include "planner/memory_model.h"
 
@@ -246,19 +245,13 @@ void SlidingEngine::issue_loads_up_to(size_t limit) {
 
 EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
   const TraceScope scope(device_, "gradients", layout_.units[unit].name);
-  const size_t grad_size = dtype_size(plan_.grad_dtype);
-  const size_t bytes = static_cast<size_t>(layout_.units[unit].numel) * grad_size;
+  const size_t bytes = static_cast<size_t>(layout_.units[unit].numel) * dtype_size(plan_.grad_dtype);
   const char* grads = static_cast<const char*>(unit_grads_ptr(unit, slot));
-  // Per parameter, as clip.h cuts them. The previous step's copy of this slice left the device
-  // before that step returned (the d2h stream is synchronized at every step's end), and the updater
-  // read the pinned slice before this step's forward could pass the unit's update.
+  // The previous step's copy of this slice left the device before that step returned (the d2h
+  // stream is synchronized at every step's end), and the updater read the pinned slice before this
+  // step's forward could pass the unit's update.
   double* partials = host_unit_partials_.as<double>() + host_partial_offset_[unit];
-  size_t count = 0;
-  for (const auto& p : layout_.units[unit].params) {
-    norm_partials_->grad_sumsq_partials(grads + static_cast<size_t>(p.offset) * grad_size, plan_.grad_dtype,
-                                        static_cast<size_t>(p.numel), partials + count);
-    count += grad_sumsq_chunks(static_cast<size_t>(p.numel));
-  }
+  const size_t count = issue_unit_norm_partials(*norm_partials_, layout_.units[unit], grads, plan_.grad_dtype, partials);
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
   // Into the unit's weight staging: the backward's upload of these weights completed before the
   // compute that produced the gradient (unit_updater.h).
