@@ -6,7 +6,6 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "data/packing.h"
-#include "data/token_dataset.h"
 #include "engine/model_step.h"
 #include "engine/profile_cache.h"
 #include "engine/step_batch.h"
