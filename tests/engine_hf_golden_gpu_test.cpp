@@ -2,7 +2,8 @@
 // activations and gradients; fp32 masters and AdamW on the host), with offloading on, must track
 // transformers' float64 losses and gradient norms over 3 clipped AdamW steps; so must the
 // everything-on-the-GPU mode (fp32 masters and AdamW state on the device, GPU AdamW), and a mix of
-// the two (some units with their optimizer on the GPU, the rest streamed through the host).
+// the two (some units with their optimizer on the GPU, the rest streamed through the host). Layers
+// that keep their forward intermediates (backward without recompute) appear in the last two.
 //
 // Tolerance: every GEMM input is rounded to bf16 (unit roundoff 2^-8 = 3.9e-3) and each layer adds
 // its share; for these 2-layer models the loss, a mean of log-softmax terms, stays within 2% and
@@ -57,11 +58,15 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
     // partials join the host's, and their update waits for the host's norm.
     plan.units[w.layout.layer_unit(w.config.num_layers - 1)] = UnitPlacement::ResidentWithOptimizer;
     if (!w.layout.tied) plan.units[w.layout.head_unit()] = UnitPlacement::ResidentWithOptimizer;
+    // The last layer keeps its forward intermediates: its backward runs without the recompute.
+    plan.activations.back() = ActivationPlacement::KeepWithInternals;
   }
   if (optimizer_on_gpu) {
     plan.grad_dtype = DType::F32;
     plan.units.assign(w.layout.units.size(), UnitPlacement::ResidentWithOptimizer);
-    plan.activations.assign(static_cast<size_t>(w.config.num_layers), ActivationPlacement::KeepOnGpu);
+    // The first layer recomputes from its kept boundary, the others keep their intermediates.
+    plan.activations.assign(static_cast<size_t>(w.config.num_layers), ActivationPlacement::KeepWithInternals);
+    plan.activations.front() = ActivationPlacement::KeepOnGpu;
   }
   SlidingEngine engine(w.config, w.layout, *device, *ops, plan, S, B, false);
   for (size_t u = 0; u < w.units.size(); ++u) engine.host().unit(u).master.assign(w.units[u]);
