@@ -3,6 +3,8 @@
 // bandwidth), a slow CPU (the updates), and what offloading activations adds to the link.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/error.h"
 #include "planner/cost_model.h"
 #include "planner/memory_model.h"
@@ -32,7 +34,8 @@ class CostModelTest : public ::testing::Test {
     for (const auto& u : layout_.units) n += static_cast<double>(u.numel);
     return n;
   }
-  double token_bytes() const { return 4.0 * static_cast<double>(shape_.tokens()) * sizeof(int32_t); }
+  // ids, targets, positions, doc_start and the distinct ids
+  double token_bytes() const { return 5.0 * static_cast<double>(shape_.tokens()) * sizeof(int32_t); }
 };
 
 // Nothing crosses PCIe but the tokens and the loss; the step is the compute stream's work in order:
@@ -57,9 +60,11 @@ TEST_F(CostModelTest, EverythingOnTheGpuIsTheSumOfTheCompute) {
 // Compute and the CPU are (nearly) free, the link moves 1 GB/s each way (also both at once). The
 // forward is the uploads of E, L0..L3 and H one after the other (nothing is on the GPU at the
 // start of a step); the backward downloads every gradient (6 units) but uploads only what the slot
-// schedule evicted, so it is bound by the downloads. Step = forward upload bytes / h2d rate +
-// gradient bytes / d2h rate, whatever the number of slots. With each gradient go its norm partials:
-// 8 bytes per 8Ki-element chunk of each parameter.
+// schedule evicted (never the embedding, whose backward reads no weights), so it is bound by the
+// downloads. Step = forward upload bytes / h2d rate + gradient bytes / d2h rate, whatever the
+// number of slots. With each gradient go its norm partials: 8 bytes per 8Ki-element chunk of each
+// parameter. Of the (untied) embedding's gradient only the step's token rows go down: for ids
+// drawn uniformly from V, V (1 - (1 - 1/V)^tokens) rows are expected.
 TEST_F(CostModelTest, StreamedWeightsOverASlowLinkTakeBytesOverBandwidth) {
   const double pcie = 1e9;
   const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 1e-9, pcie, 1e15);
@@ -69,13 +74,18 @@ TEST_F(CostModelTest, StreamedWeightsOverASlowLinkTakeBytesOverBandwidth) {
     std::vector<bool> resident(layout_.units.size(), false);
     const std::vector<SlotUse> uses = schedule_slots(step_unit_sequence(L_), resident, slots);
     double forward_uploads = token_bytes(), backward_uploads = 0;
-    for (size_t i = 0; i < uses.size(); ++i)
+    for (size_t i = 0; i + 1 < uses.size(); ++i)
       if (uses[i].load)
         (i <= static_cast<size_t>(L_) + 1 ? forward_uploads : backward_uploads) +=
             2.0 * static_cast<double>(layout_.units[uses[i].unit].numel);
     double partials = 0;
     for (const auto& unit : layout_.units) partials += 8.0 * static_cast<double>(grad_norm_partials(unit));
-    const double gradients = 2.0 * params();
+    ASSERT_FALSE(layout_.tied);
+    const double V = static_cast<double>(config_.vocab_size);
+    const double rows = V * (1.0 - std::pow(1.0 - 1.0 / V, static_cast<double>(shape_.tokens())));
+    ASSERT_LT(rows, 0.9 * V);
+    const double embedding = static_cast<double>(layout_.units[layout_.embedding_unit()].numel);
+    const double gradients = 2.0 * (params() - embedding + rows * static_cast<double>(config_.hidden_size));
     ASSERT_LT(backward_uploads, gradients);
     EXPECT_NEAR(p.busy[static_cast<int>(Lane::HostToDevice)], (forward_uploads + backward_uploads) / pcie, 1e-9);
     EXPECT_NEAR(p.busy[static_cast<int>(Lane::DeviceToHost)], (gradients + partials + 12) / pcie, 2e-6);

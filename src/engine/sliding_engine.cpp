@@ -70,7 +70,8 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   const int64_t slots = any_streamed ? plan_.gpu_slots : 0;
   bool any_offloaded = false;
   for (auto a : plan_.activations) any_offloaded |= a == ActivationPlacement::OffloadToHost;
-  const size_t token_bytes = round_up(4 * C * T * sizeof(int32_t));
+  // ids, targets, positions, doc_start, and the step's distinct ids (the embedding rows it touches)
+  const size_t token_bytes = round_up(5 * C * T * sizeof(int32_t));
   const size_t needed = device_bytes(config_, layout_, plan_, chunk_tokens_, max_chunks_).total();
   const MemoryStats mem = device_.memory();
   if (needed > mem.capacity - std::min(mem.capacity, mem.in_use)) {
@@ -150,7 +151,8 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
     host_unit_partials_host_ = PinnedBuffer(device_, host_partials * sizeof(double), "gradient norm partials readback");
   }
 
-  updater_ = std::make_unique<UnitUpdater>(device_, layout_, plan_, decay_all);
+  updater_ = std::make_unique<UnitUpdater>(device_, layout_, plan_, decay_all,
+                                           max_embedding_rows(config_, chunk_tokens_, max_chunks_));
   last_read_.assign(units, -1);
 
   if (std::find(device_updated_.begin(), device_updated_.end(), true) != device_updated_.end())
@@ -225,11 +227,17 @@ void SlidingEngine::issue_load(size_t j) {
   const SlotUse& use = uses_[j];
   const TraceScope scope(device_, "load", layout_.units[use.unit].name);
   if (use.previous_use >= 0) device_.wait(StreamKind::HostToDevice, released_[static_cast<size_t>(use.previous_use)]);
-  updater_->wait_updated(use.unit, step_ - 1);
-  const size_t bytes = static_cast<size_t>(layout_.units[use.unit].numel) * dtype_size(plan_.weight_dtype);
-  device_.copy_to_device(slot_params_[static_cast<size_t>(use.slot)].data(), updater_->unit(use.unit).staging.data(),
-                         bytes, StreamKind::HostToDevice);
+  // The embedding's backward (the step's last use) scatters into its gradient and reads no
+  // weights: its slot is claimed (after the previous occupant's release), not filled.
+  const bool weights_read = !(use.unit == layout_.embedding_unit() && j + 1 == uses_.size());
+  if (weights_read) {
+    updater_->wait_updated(use.unit, step_ - 1);
+    const size_t bytes = static_cast<size_t>(layout_.units[use.unit].numel) * dtype_size(plan_.weight_dtype);
+    device_.copy_to_device(slot_params_[static_cast<size_t>(use.slot)].data(),
+                           updater_->unit(use.unit).staging.data(), bytes, StreamKind::HostToDevice);
+  }
   loaded_[j] = device_.record(StreamKind::HostToDevice);
+  if (weights_read) updater_->weights_uploaded(use.unit, loaded_[j]);
 }
 
 void SlidingEngine::issue_loads_up_to(size_t limit) {
@@ -252,10 +260,23 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
   // step's forward could pass the unit's update.
   double* partials = host_unit_partials_.as<double>() + host_partial_offset_[unit];
   const size_t count = issue_unit_norm_partials(*norm_partials_, layout_.units[unit], grads, plan_.grad_dtype, partials);
-  device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-  // Into the unit's weight staging: the backward's upload of these weights completed before the
-  // compute that produced the gradient (unit_updater.h).
-  device_.copy_to_host(updater_->unit(unit).staging.data(), grads, bytes, StreamKind::DeviceToHost);
+  if (updater_->row_sparse(unit)) {
+    // Only the rows of the step's tokens carry a gradient: gathered (in the order of the step's
+    // distinct ids) into the activation-gradient buffer, which the embedding's backward was the
+    // last to read this step, and only they go down (unit_updater.h).
+    const int64_t H = config_.hidden_size;
+    const Tensor table = embedding_table(layout_, const_cast<char*>(grads), plan_.grad_dtype);
+    const Tensor rows(chunk_grads_.data(), plan_.grad_dtype, {step_rows_, H});
+    ops_.embedding_forward(step_row_ids_, table, rows);
+    device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
+    device_.copy_to_host(updater_->row_gradients().data(), rows.data,
+                         static_cast<size_t>(step_rows_ * H) * dtype_size(plan_.grad_dtype), StreamKind::DeviceToHost);
+  } else {
+    device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
+    // Into the unit's weight staging: the backward's upload of these weights completed before the
+    // compute that produced the gradient (unit_updater.h).
+    device_.copy_to_host(updater_->unit(unit).staging.data(), grads, bytes, StreamKind::DeviceToHost);
+  }
   double* host_partials = host_unit_partials_host_.as<double>() + host_partial_offset_[unit];
   device_.copy_to_host(host_partials, partials, count * sizeof(double), StreamKind::DeviceToHost);
   const EventId landed = device_.record(StreamKind::DeviceToHost);
@@ -272,20 +293,25 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   step_ = step;
   const int64_t C = batch.chunks(), T = chunk_tokens_, L = config_.num_layers;
   const DType wd = plan_.weight_dtype;
-  updater_->begin_step(step, hyper, max_grad_norm);
-
-  // Token arrays of the step: ids, targets, positions, doc_start, each (max_chunks * T).
-  if (tokens_free_ >= 0) device_.synchronize(tokens_free_);
   const size_t n = static_cast<size_t>(C * T), stride = static_cast<size_t>(max_chunks_ * T);
+  std::vector<int32_t> rows = distinct_ids(std::span<const int32_t>(batch.ids.data(), n), config_.vocab_size);
+  step_rows_ = static_cast<int64_t>(rows.size());
+
+  // Token arrays of the step: ids, targets, positions, doc_start, each (max_chunks * T), and the
+  // distinct ids.
+  if (tokens_free_ >= 0) device_.synchronize(tokens_free_);
   int32_t* host = tokens_host_.as<int32_t>();
   std::memcpy(host, batch.ids.data(), n * 4);
   std::memcpy(host + stride, batch.targets.data(), n * 4);
   std::memcpy(host + 2 * stride, batch.positions.data(), n * 4);
   std::memcpy(host + 3 * stride, batch.doc_start.data(), n * 4);
-  device_.copy_to_device(tokens_.data(), host, 4 * stride * 4, StreamKind::HostToDevice);
+  std::memcpy(host + 4 * stride, rows.data(), rows.size() * 4);
+  updater_->begin_step(step, hyper, max_grad_norm, std::move(rows));
+  device_.copy_to_device(tokens_.data(), host, 5 * stride * 4, StreamKind::HostToDevice);
   tokens_free_ = device_.record(StreamKind::HostToDevice);
   device_.wait(StreamKind::Compute, tokens_free_);
   const int32_t* dev_tokens = tokens_.as<int32_t>();
+  step_row_ids_ = dev_tokens + 4 * stride;
   auto chunk = [&](int64_t c) {
     TokenChunk t;
     t.tokens = T;
@@ -323,7 +349,9 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     if (last_read_[u] >= 0) device_.wait(StreamKind::HostToDevice, last_read_[u]);
     device_.copy_to_device(resident_params_[u].data(), updater_->unit(u).staging.data(),
                            static_cast<size_t>(layout_.units[u].numel) * dtype_size(wd), StreamKind::HostToDevice);
-    device_.wait(StreamKind::Compute, device_.record(StreamKind::HostToDevice));
+    const EventId uploaded = device_.record(StreamKind::HostToDevice);
+    device_.wait(StreamKind::Compute, uploaded);
+    updater_->weights_uploaded(u, uploaded);
     resident_uploaded[u] = true;
   };
   auto offload = [&](int64_t b) {  // boundary b was written to its staging buffer: copy it out

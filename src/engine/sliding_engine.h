@@ -26,6 +26,11 @@
 //    (unit_updater.h), so the host holds 14 bytes/param, not 16: 8B parameters (Llama-3.1-8B) need
 //    (12 + 2) × 8.03e9 = 112.4 GB, plus the offloaded boundary activations (chunks × tokens ×
 //    hidden × 2 bytes per offloaded layer), token staging, and 256 B of scalars.
+//  * The untied embedding, updated on the host, is row-sparse (unit_updater.h): its rows without a
+//    gradient are updated while the step computes, and at the step's end only its token rows'
+//    gradients go down (gathered on the device into a pinned buffer of at most one row per token:
+//    tokens × hidden × 2 bytes, 0.5 GiB for 64Ki tokens of Llama-3.1-8B) and are updated. Its
+//    backward claims a slot but uploads no weights (the scatter reads none).
 //  * ActivationPlacement: KeepOnGpu holds a layer's boundary activation on the GPU; OffloadToHost
 //    moves it to pinned host memory (the same bytes) and back (2 × its bytes over PCIe per step),
 //    with a 2-buffer staging ring on the GPU. KeepWithInternals also keeps the layer's forward
@@ -153,6 +158,8 @@ class SlidingEngine {
   EventId staging_free_[2] = {-1, -1};   // an offloaded boundary left the staging buffer
   std::vector<EventId> activation_back_;  // per boundary: reloaded for the backward
   EventId tokens_free_ = -1;
+  int64_t step_rows_ = 0;                    // the step's distinct token ids (embedding rows touched)
+  const int32_t* step_row_ids_ = nullptr;    // on the device, sorted
   std::vector<EventId> last_read_;  // per unit: compute that last read its resident weights
 };
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/token_chunk.h"
@@ -26,5 +27,9 @@ struct StepBatch {
 };
 
 StepBatch make_step_batch(const std::vector<const PackedRow*>& rows, int64_t seq_len, int64_t micro_batch);
+
+// The distinct token ids among `ids`, sorted: the embedding rows a step's gradient touches.
+// Throws ferry::Error for an id outside [0, vocab).
+std::vector<int32_t> distinct_ids(std::span<const int32_t> ids, int64_t vocab);
 
 }  // namespace ferry

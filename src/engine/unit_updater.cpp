@@ -10,10 +10,12 @@
 #include "device/trace_scope.h"
 #include "optim/clip.h"
 #include "optim/cpu_adamw.h"
+#include "planner/memory_model.h"
 
 namespace ferry {
 
-UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all)
+UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all,
+                         int64_t max_rows)
     : device_(device), layout_(layout), plan_(plan) {
   FERRY_CHECK(plan_.optimizer_on_gpu() || dtype_size(plan_.grad_dtype) == dtype_size(plan_.weight_dtype), "engine",
               "gradients land in the pinned buffer of the unit's weights, so the gradient dtype ({}) must have the "
@@ -51,6 +53,16 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
   else if (arrays > 0)
     log_debug("optimizer state: {} arrays, {}, in 2 MiB-aligned huge-page mappings (transparent huge pages: {})",
               arrays, format_bytes(bytes), mode);
+  if (row_sparse_embedding(layout_, plan_)) {
+    sparse_unit_ = layout_.embedding_unit();
+    const auto& params = layout_.units[sparse_unit_].params;
+    FERRY_ASSERT(params.size() == 1 && params[0].offset == 0 && params[0].shape.size() == 2,
+                 "the embedding unit holds the embedding table alone");
+    row_len_ = static_cast<size_t>(params[0].shape[1]);
+    row_gradients_ = PinnedBuffer(device_, static_cast<size_t>(max_rows) * row_len_ * dtype_size(plan_.grad_dtype),
+                                  "embedding row gradients");
+  }
+  step_rows_ = std::make_shared<const std::vector<int32_t>>();
   updated_step_.assign(units_.size(), 0);
   partials_.resize(units_.size());
   worker_ = std::thread([this] { run(); });
@@ -80,9 +92,15 @@ void UnitUpdater::refresh_staging(int64_t step) {
   norm_step_ = step;
 }
 
-void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm) {
+void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm,
+                             std::vector<int32_t> rows) {
+  FERRY_ASSERT(sparse_unit_ == SIZE_MAX || rows.size() * row_len_ * dtype_size(plan_.grad_dtype) <=
+                                               row_gradients_.bytes(),
+               "more embedding rows than the row gradient buffer holds");
+  auto shared_rows = std::make_shared<const std::vector<int32_t>>(std::move(rows));
   std::lock_guard<std::mutex> lock(mutex_);
   FERRY_ASSERT(step == current_step_ + 1, "steps must be issued in order");
+  step_rows_ = std::move(shared_rows);
   current_step_ = step;
   hyper_ = hyper;
   max_grad_norm_ = max_grad_norm;
@@ -94,7 +112,16 @@ void UnitUpdater::gradient_landed(size_t u, EventId event, const double* partial
   FERRY_ASSERT(on_host_[u], "a unit updated on the device sends its norm partials, not its gradient");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({u, current_step_, event, hyper_, max_grad_norm_, partials, count});
+    queue_.push_back({false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_});
+  }
+  changed_.notify_all();
+}
+
+void UnitUpdater::weights_uploaded(size_t u, EventId event) {
+  if (u != sparse_unit_) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({true, u, current_step_, event, hyper_, max_grad_norm_, nullptr, 0, step_rows_});
   }
   changed_.notify_all();
 }
@@ -103,7 +130,7 @@ void UnitUpdater::partials_landed(size_t u, EventId event, const double* partial
   FERRY_ASSERT(!on_host_[u], "a host-updated unit sends its gradient");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({u, current_step_, event, hyper_, max_grad_norm_, partials, count});
+    queue_.push_back({false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_});
   }
   changed_.notify_all();
 }
@@ -133,7 +160,50 @@ double UnitUpdater::grad_norm(int64_t step) {
   return norm_;
 }
 
-void UnitUpdater::update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip) {
+void UnitUpdater::update_rows(const std::vector<int32_t>& rows, bool zero_gradient, int64_t step,
+                              const AdamWHyper& hyper, float clip) {
+  const size_t u = sparse_unit_;
+  const HostSpan traced(device_, TraceTrack::CpuUpdate, "adamw",
+                        layout_.units[u].name + (zero_gradient ? " (rows without gradient)" : " (token rows)"));
+  std::vector<int32_t> complement;
+  if (zero_gradient) {
+    const size_t table_rows = static_cast<size_t>(layout_.units[u].params[0].shape[0]);
+    complement.reserve(table_rows - rows.size());
+    size_t k = 0;
+    for (size_t r = 0; r < table_rows; ++r) {
+      if (k < rows.size() && static_cast<size_t>(rows[k]) == r) ++k;
+      else complement.push_back(static_cast<int32_t>(r));
+    }
+  }
+  const std::vector<int32_t>& updated = zero_gradient ? complement : rows;
+  HostUnitState& s = units_[u];
+  AdamWUnitBuffers buffers;
+  buffers.master = s.master.data();
+  buffers.m = s.m.data();
+  buffers.v = s.v.data();
+  buffers.grad = zero_gradient ? nullptr : row_gradients_.data();
+  buffers.grad_dtype = plan_.grad_dtype;
+  const bool bf16_weights = plan_.weight_dtype == DType::BF16;
+  if (bf16_weights) buffers.bf16_out = s.staging.as<uint16_t>();
+  cpu_adamw_rows(buffers, row_len_, updated, segments_[u][0].decay, hyper, step, clip);
+  if (!bf16_weights) {
+    const size_t row_bytes = row_len_ * dtype_size(plan_.weight_dtype);
+    for (int32_t r : updated)
+      convert_from_f32(s.master.data() + static_cast<size_t>(r) * row_len_, plan_.weight_dtype,
+                       static_cast<char*>(s.staging.data()) + static_cast<size_t>(r) * row_bytes, row_len_);
+  }
+}
+
+void UnitUpdater::update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip,
+                              const std::vector<int32_t>* rows) {
+  if (u == sparse_unit_) {
+    FERRY_ASSERT(rows != nullptr);
+    // A step whose forward did not announce the upload still gets its rows without a gradient.
+    if (zero_rows_step_ != step) update_rows(*rows, true, step, hyper, 1.0f);
+    zero_rows_step_ = step;
+    update_rows(*rows, false, step, hyper, clip);
+    return;
+  }
   const HostSpan traced(device_, TraceTrack::CpuUpdate, "adamw", layout_.units[u].name);
   // One fused pass per unit (SIMD, all cores): gradient in, master/m/v updated, and, when the
   // device holds bf16 weights, the bf16 copy for the next upload written over the gradient in the
@@ -163,6 +233,11 @@ void UnitUpdater::run() {
     }
     try {
       device_.synchronize(landing.event);
+      if (landing.zero_rows) {
+        if (zero_rows_step_ != landing.step) update_rows(*landing.rows, true, landing.step, landing.hyper, 1.0f);
+        zero_rows_step_ = landing.step;
+        continue;
+      }
       const bool host_unit = on_host_[landing.unit];
       std::vector<double> partials(landing.partials, landing.partials + landing.partial_count);
 
@@ -173,7 +248,7 @@ void UnitUpdater::run() {
         all_landed = ++landed_ == units_.size();
       }
       if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
-        update_unit(landing.unit, landing.step, landing.hyper, 1.0f);
+        update_unit(landing.unit, landing.step, landing.hyper, 1.0f, landing.rows.get());
         std::lock_guard<std::mutex> lock(mutex_);
         updated_step_[landing.unit] = landing.step;
       }
@@ -191,7 +266,7 @@ void UnitUpdater::run() {
           const float clip = landing.max_grad_norm > 0 ? clip_coefficient(norm, landing.max_grad_norm) : 1.0f;
           for (size_t u = 0; u < units_.size(); ++u) {
             if (!on_host_[u]) continue;
-            update_unit(u, landing.step, landing.hyper, clip);
+            update_unit(u, landing.step, landing.hyper, clip, landing.rows.get());
             {
               std::lock_guard<std::mutex> lock(mutex_);
               updated_step_[u] = landing.step;

@@ -25,6 +25,14 @@
 // units share the step, their norm partials arrive (computed on the device) through
 // partials_landed() so that the global norm covers every unit.
 //
+// The embedding of an untied model updated here (row_sparse_embedding()) has a gradient only on
+// the rows of the step's token ids. Its update is split in two passes of the same per-element
+// AdamW: once the step's forward has uploaded the embedding (weights_uploaded), every other row is
+// updated with a zero gradient while the device computes; at the step's end the device gathers the
+// token rows' gradients into row_gradients() and only those rows are left to update. The staging
+// buffer then keeps its weights (the gradient arrives elsewhere), and what waits on the step's end
+// is the token rows' share of the pass, not the whole table.
+//
 // The math is exactly UnitOptimizer's (the plain trainer's): the same AdamW per parameter, the same
 // global norm (gradient partials are concatenated in unit order), the same clip coefficient.
 //
@@ -34,7 +42,9 @@
 
 #include <condition_variable>
 #include <deque>
+#include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -57,7 +67,8 @@ struct HostUnitState {
 
 class UnitUpdater {
  public:
-  UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all);
+  // `max_rows`: the most distinct token ids a step can have (max_embedding_rows()).
+  UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all, int64_t max_rows);
   ~UnitUpdater();
   UnitUpdater(const UnitUpdater&) = delete;
   UnitUpdater& operator=(const UnitUpdater&) = delete;
@@ -74,8 +85,17 @@ class UnitUpdater {
   // and marks the state as updated through step `step`.
   void refresh_staging(int64_t step);
 
-  // Step `step` (1-based) is about to be issued with these hyperparameters.
-  void begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm);
+  // Step `step` (1-based) is about to be issued with these hyperparameters. `rows`: the step's
+  // distinct token ids, sorted (the embedding rows whose gradient may be nonzero).
+  void begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm, std::vector<int32_t> rows);
+
+  // Whether unit u is the row-sparse embedding (see above).
+  bool row_sparse(size_t u) const { return u == sparse_unit_; }
+  // Where the row-sparse embedding's gradient lands: the step's rows, in the order of `rows`.
+  PinnedBuffer& row_gradients() { return row_gradients_; }
+  // Unit u's weights for the current step have been read from its staging buffer once `event`
+  // completes: for the row-sparse embedding, the rows without a gradient are then updated.
+  void weights_uploaded(size_t u, EventId event);
   // The gradient of host-updated unit u for the current step lands in unit(u).staging when
   // `event` completes, and its norm partials (`count` doubles, grad_norm_partials of the unit,
   // computed on the device; pinned) in `partials`.
@@ -96,6 +116,7 @@ class UnitUpdater {
   // Everything the worker needs travels with the landing: begin_step() of the next step may run
   // while this step's updates are still going.
   struct Landing {
+    bool zero_rows = false;  // the row-sparse embedding's rows without a gradient, after `event` (an upload)
     size_t unit;
     int64_t step;
     EventId event;
@@ -103,9 +124,14 @@ class UnitUpdater {
     double max_grad_norm;
     const double* partials = nullptr;  // the unit's norm partials (pinned)
     size_t partial_count = 0;
+    std::shared_ptr<const std::vector<int32_t>> rows;  // the step's rows (row-sparse embedding)
   };
   void run();
-  void update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip);
+  void update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip, const std::vector<int32_t>* rows);
+  // The row-sparse embedding's rows: those in `rows` from row_gradients(), or (rows without a
+  // gradient) the complement of `rows` with a zero gradient.
+  void update_rows(const std::vector<int32_t>& rows, bool zero_gradient, int64_t step, const AdamWHyper& hyper,
+                   float clip);
   void refresh_staging(size_t u);
   void rethrow_if_failed();
 
@@ -115,6 +141,11 @@ class UnitUpdater {
   std::vector<HostUnitState> units_;
   std::vector<bool> on_host_;
   std::vector<std::vector<AdamWSegment>> segments_;  // per unit: its parameters and their decay
+  size_t sparse_unit_ = SIZE_MAX;                     // the row-sparse embedding, if any
+  size_t row_len_ = 0;                                // its row length (hidden size)
+  PinnedBuffer row_gradients_;
+  std::shared_ptr<const std::vector<int32_t>> step_rows_;  // the current step's rows
+  int64_t zero_rows_step_ = 0;  // the last step whose rows without a gradient are updated (worker only)
 
   std::mutex mutex_;
   std::condition_variable changed_;

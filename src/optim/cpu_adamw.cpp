@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 
@@ -315,6 +316,47 @@ void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> 
       const size_t lo = first + k * kBlock;
       run(std::max(begin, lo), std::min(end, lo + kBlock));
     }
+  });
+}
+
+void cpu_adamw_rows(const AdamWUnitBuffers& unit, size_t row_len, std::span<const int32_t> rows, bool decay,
+                    const AdamWHyper& hyper, int64_t step, float grad_scale, ThreadPool& pool) {
+  FERRY_ASSERT(step >= 1, "AdamW steps count from 1");
+  FERRY_ASSERT(unit.grad_dtype == DType::F32 || unit.grad_dtype == DType::BF16, "gradients are F32 or BF16");
+  if (rows.empty() || row_len == 0) return;
+  FERRY_ASSERT(unit.master && unit.m && unit.v);
+  FERRY_ASSERT(unit.grad == nullptr || unit.grad != static_cast<const void*>(unit.bf16_out),
+               "gathered row gradients must not share the buffer of the bf16 copy");
+  const Scalars s = make_scalars(hyper, step, grad_scale);
+  const float decay_factor = decay && hyper.weight_decay != 0.0 ? s.decay_factor : 1.0f;
+  const size_t grad_size = dtype_size(unit.grad_dtype);
+  // A zero gradient is one row of zero bytes every row reads (fp32 zeros are bf16 zeros twice).
+  const std::vector<float> zeros(unit.grad == nullptr ? row_len : 0, 0.0f);
+  const char* const grad = unit.grad != nullptr ? static_cast<const char*>(unit.grad)
+                                                : reinterpret_cast<const char*>(zeros.data());
+  const size_t grad_stride = unit.grad != nullptr ? row_len * grad_size : 0;
+  const bool grad_bf16 = unit.grad_dtype == DType::BF16;
+  const auto update = HWY_DYNAMIC_DISPATCH(UpdateRange);
+  const auto run = [&](size_t lo, size_t hi) {
+    for (size_t k = lo; k < hi; ++k) {
+      const size_t o = static_cast<size_t>(rows[k]) * row_len;
+      const Pointers ptr{unit.master + o, unit.m + o, unit.v + o, grad + k * grad_stride, grad_bf16,
+                         unit.bf16_out != nullptr ? unit.bf16_out + o : nullptr};
+      update(ptr, s, decay_factor, 0, row_len);
+    }
+  };
+  if (rows.size() * row_len < kGrain || pool.size() == 1) {
+    run(0, rows.size());
+    return;
+  }
+  // Blocks of whole rows, about kBlock elements each, from a shared counter (as cpu_adamw_step).
+  const size_t block_rows = std::max<size_t>(1, kBlock / row_len);
+  const size_t blocks = (rows.size() + block_rows - 1) / block_rows;
+  std::atomic<size_t> next{0};
+  pool.run_on_all([&](size_t, size_t) {
+    for (size_t k = next.fetch_add(1, std::memory_order_relaxed); k < blocks;
+         k = next.fetch_add(1, std::memory_order_relaxed))
+      run(k * block_rows, std::min(rows.size(), (k + 1) * block_rows));
   });
 }
 

@@ -57,6 +57,16 @@ void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> 
                     const AdamWHyper& hyper, int64_t step, float grad_scale,
                     ThreadPool& pool = ThreadPool::global());
 
+// AdamW over whole rows of a unit laid out as rows of `row_len` elements (an embedding table), one
+// weight-decay setting for all: row rows[k] of master, m, v (and bf16_out) takes its gradient from
+// row k of `unit.grad` (the rows' gradients gathered, in the order of `rows`), or, with unit.grad
+// null, a gradient of zero. Per element the same operations as cpu_adamw_step, so a row updated
+// here holds the bits the whole unit's pass would give it (for a zero gradient: 0 x grad_scale = 0
+// for any finite grad_scale). Rows are distinct; the gradient must not overlap bf16_out. Threads
+// take blocks of rows.
+void cpu_adamw_rows(const AdamWUnitBuffers& unit, size_t row_len, std::span<const int32_t> rows, bool decay,
+                    const AdamWHyper& hyper, int64_t step, float grad_scale, ThreadPool& pool = ThreadPool::global());
+
 // The SIMD target the dispatcher runs on this CPU: "AVX3", "AVX2", "SSE4", "NEON", "EMU128", ...
 const char* cpu_adamw_target();
 

@@ -44,6 +44,14 @@ size_t layer_internals_bytes(const ModelConfig& config, int64_t chunk_tokens, DT
   return round_to_256(measure.used() + Arena::kAlignment);
 }
 
+bool row_sparse_embedding(const ModelLayout& layout, const Plan& plan) {
+  return !layout.tied && plan.units[layout.embedding_unit()] != UnitPlacement::ResidentWithOptimizer;
+}
+
+int64_t max_embedding_rows(const ModelConfig& config, int64_t chunk_tokens, int64_t chunks) {
+  return std::min(config.vocab_size, chunk_tokens * chunks);
+}
+
 size_t host_unit_norm_partials(const ModelLayout& layout, const Plan& plan) {
   size_t count = 0;
   for (size_t u = 0; u < layout.units.size(); ++u)
@@ -95,7 +103,8 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   carve_layer_scratch(measure, config, chunk_tokens, plan.weight_dtype, true);
   carve_head_scratch(measure, config, chunk_tokens, plan.weight_dtype);
   b.scratch = measure.used() + Arena::kAlignment;
-  b.other = round_to_256(4 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) +
+  // ids, targets, positions, doc_start, and the step's distinct ids (the embedding rows it touches)
+  b.other = round_to_256(5 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) +
             round_to_256(static_cast<size_t>(config.head_dim) * 2) + 256;
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
   if (g.staging_elements > 0) b.other += round_to_256(g.partials * sizeof(double)) + 256;  // partials; norm, clip
@@ -138,7 +147,10 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
   for (auto a : plan.activations)
     if (a == ActivationPlacement::OffloadToHost) h.pinned += act;
-  h.pinned += round_to_256(4 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256;  // tokens, loss
+  h.pinned += round_to_256(5 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256;  // tokens, loss
+  // The gradients of the embedding rows the step's tokens touch, gathered on the device.
+  if (row_sparse_embedding(layout, plan))
+    h.pinned += static_cast<size_t>(max_embedding_rows(config, chunk_tokens, chunks) * config.hidden_size) * gd;
   h.pinned += host_unit_norm_partials(layout, plan) * sizeof(double);  // their readback
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
   if (g.staging_elements > 0) {

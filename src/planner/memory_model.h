@@ -60,6 +60,14 @@ size_t host_unit_norm_partials(const ModelLayout& layout, const Plan& plan);
 
 size_t round_to_256(size_t bytes);
 
+// Whether the embedding's gradient reaches the host as the step's token rows alone: an untied
+// embedding updated on the host. Its gradient is zero on every row no token of the step names, so
+// the updater updates those rows ahead, with a zero gradient, while the step computes, and at the
+// step's end only the token rows, from their gathered gradients (unit_updater.h).
+bool row_sparse_embedding(const ModelLayout& layout, const Plan& plan);
+// The most rows a step's embedding gradient has: distinct token ids, at most one per token.
+int64_t max_embedding_rows(const ModelConfig& config, int64_t chunk_tokens, int64_t chunks);
+
 // The CUDA ops' working memory for micro-chunks of `chunk_tokens` tokens (ops/cuda/cuda_ops.h):
 // the 32 MiB cuBLASLt workspace; the fused linear-cross-entropy's bf16 logits chunk (at most
 // 256 MiB) and per-token losses; flash attention's backward workspace (fp32 delta, and fp32 dq for

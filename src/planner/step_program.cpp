@@ -1,9 +1,11 @@
 #include "planner/step_program.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "optim/clip.h"
+#include "planner/memory_model.h"
 #include "planner/slot_schedule.h"
 
 namespace ferry {
@@ -42,6 +44,14 @@ class ProgramBuilder {
                 profile_.device_name);
     update_done_.assign(units, -1);
     last_read_.assign(units, -1);
+    // The row-sparse embedding (unit_updater.h): the step's distinct token ids, expected for ids
+    // drawn uniformly (real text repeats more, so this errs on the side of more rows).
+    sparse_embedding_ = row_sparse_embedding(layout_, plan_);
+    if (sparse_embedding_) {
+      const double V = static_cast<double>(config.vocab_size);
+      const double rows = V * -std::expm1(static_cast<double>(shape_.tokens()) * std::log1p(-1.0 / V));
+      embedding_row_params_ = rows * static_cast<double>(config.hidden_size);
+    }
   }
 
   StepProgram build(int steps) {
@@ -89,11 +99,27 @@ class ProgramBuilder {
     return b < L_ && plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
   }
 
+  // The parameters a host unit's update at the step's end covers: the token rows alone for the
+  // row-sparse embedding.
+  double landed_update_params(size_t u) const {
+    return sparse_embedding_ && u == layout_.embedding_unit() ? embedding_row_params_ : numel(u);
+  }
+  // After the step's upload of the row-sparse embedding, its rows without a gradient are updated.
+  void weights_uploaded(size_t u, int32_t uploaded) {
+    if (!sparse_embedding_ || u != layout_.embedding_unit()) return;
+    add(Lane::Cpu, TaskKind::CpuAdamW, (numel(u) - embedding_row_params_) / profile_.host.cpu_adamw_params_per_s, 0.0,
+        uploaded);
+  }
+
   void issue_load(size_t j) {
     const SlotUse& use = uses_[j];
     if (use.previous_use >= 0) wait(Lane::HostToDevice, released_[static_cast<size_t>(use.previous_use)]);
-    host_wait(update_done_[use.unit]);
-    loaded_[j] = add(Lane::HostToDevice, TaskKind::WeightUpload, 0.0, numel(use.unit) * upload_bytes_per_param_);
+    // The embedding's backward (the last use) reads no weights: the slot is claimed, not filled.
+    const bool weights_read = !(use.unit == layout_.embedding_unit() && j + 1 == uses_.size());
+    if (weights_read) host_wait(update_done_[use.unit]);
+    loaded_[j] = add(Lane::HostToDevice, TaskKind::WeightUpload, 0.0,
+                     weights_read ? numel(use.unit) * upload_bytes_per_param_ : 0.0);
+    if (weights_read) weights_uploaded(use.unit, loaded_[j]);
   }
   void issue_loads_up_to(size_t limit) {
     while (next_load_ < uses_.size() && next_load_ <= limit) {
@@ -109,7 +135,9 @@ class ProgramBuilder {
     if (!resident_[u] || resident_uploaded_[u] || gpu_optimizer_[u]) return;
     host_wait(update_done_[u]);
     wait(Lane::HostToDevice, last_read_[u]);
-    wait(Lane::Compute, add(Lane::HostToDevice, TaskKind::ResidentUpload, 0.0, numel(u) * upload_bytes_per_param_));
+    const int32_t uploaded = add(Lane::HostToDevice, TaskKind::ResidentUpload, 0.0, numel(u) * upload_bytes_per_param_);
+    wait(Lane::Compute, uploaded);
+    weights_uploaded(u, uploaded);
     resident_uploaded_[u] = true;
   }
   void offload(int64_t b) {
@@ -136,14 +164,15 @@ class ProgramBuilder {
     const bool host_unit = !gpu_optimizer_[u];
     int32_t last = add(Lane::Cpu, TaskKind::GradientLanded, 0.0, 0.0, landed);
     if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
-      last = add(Lane::Cpu, TaskKind::CpuAdamW, numel(u) / profile_.host.cpu_adamw_params_per_s, 0.0);
+      last = add(Lane::Cpu, TaskKind::CpuAdamW, landed_update_params(u) / profile_.host.cpu_adamw_params_per_s, 0.0);
       next_update_done_[u] = last;
     }
     norm_known_ = last;
     if (++landed_ < layout_.units.size() || plan_.update != UpdateSchedule::AfterBackward) return;
     for (size_t v = 0; v < layout_.units.size(); ++v)
       if (!gpu_optimizer_[v])
-        next_update_done_[v] = add(Lane::Cpu, TaskKind::CpuAdamW, numel(v) / profile_.host.cpu_adamw_params_per_s, 0.0);
+        next_update_done_[v] =
+            add(Lane::Cpu, TaskKind::CpuAdamW, landed_update_params(v) / profile_.host.cpu_adamw_params_per_s, 0.0);
   }
   void gpu_adamw(size_t u) {
     next_update_done_[u] =
@@ -156,7 +185,7 @@ class ProgramBuilder {
     const auto& compute = profile_.compute;
     host_wait(tokens_free_);
     tokens_free_ = add(Lane::HostToDevice, TaskKind::TokenUpload, 0.0,
-                       static_cast<double>(4 * shape_.tokens()) * sizeof(int32_t));
+                       static_cast<double>(5 * shape_.tokens()) * sizeof(int32_t));
     wait(Lane::Compute, tokens_free_);
 
     loaded_.assign(uses, -1);
@@ -226,13 +255,13 @@ class ProgramBuilder {
         }
         released_[i] = last_compute_;
       } else if (sends) {
-        // SlidingEngine::send_gradients: the norm partials on the device, then the gradient and
-        // the partials down.
+        // SlidingEngine::send_gradients: the norm partials on the device, then the gradient (of
+        // the row-sparse embedding: its token rows, gathered) and the partials down.
         add(Lane::Compute, TaskKind::GpuGradNorm, numel(u) / profile_.compute.grad_norm_params_per_s, 0.0);
         wait(Lane::DeviceToHost, last_compute_);
         released_[i] = add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0,
-                           numel(u) * (static_cast<double>(dtype_size(plan_.grad_dtype)) +
-                                       sizeof(double) / static_cast<double>(kGradNormChunk)));
+                           landed_update_params(u) * static_cast<double>(dtype_size(plan_.grad_dtype)) +
+                               numel(u) * sizeof(double) / static_cast<double>(kGradNormChunk));
         landing(u, released_[i]);
       } else {
         released_[i] = last_compute_;
@@ -274,6 +303,8 @@ class ProgramBuilder {
   std::vector<SlotUse> uses_;
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
   double recompute_share_ = 1.0;  // of a layer forward's time, what the backward's recompute takes
+  bool sparse_embedding_ = false;    // row_sparse_embedding()
+  double embedding_row_params_ = 0;  // its expected token rows' parameters per step
 
   StepProgram program_;
   std::vector<int32_t> pending_[kLaneCount];  // stream waits not yet attached to a task

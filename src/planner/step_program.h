@@ -28,10 +28,13 @@
 //     forward; every unit on the GPU: all of them at the end of the backward.
 // Not modelled, because they are below the profile's resolution: the memsets of gradient
 // buffers, the host's batch assembly between steps, event bookkeeping.
+//   * the untied embedding updated on the host is row-sparse (unit_updater.h): its rows without a
+//     gradient are updated on the CPU after the step's upload of it, and at the step's end only
+//     the token rows go down and are updated (their expected count for uniformly drawn ids);
+//     its backward claims a slot without uploading weights.
 //
-// The engine recomputes each layer's forward in its backward (the profile's layer_backward
-// includes it): there is no plan that keeps a layer's intermediate activations, so the graph has
-// no such choice either.
+// A layer's backward includes the recompute of its forward (the profile's layer_backward), except
+// for a layer that keeps its internals (ActivationPlacement::KeepWithInternals).
 #pragma once
 
 #include <cstdint>
