@@ -28,7 +28,7 @@ size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DTyp
   bytes += flash_attention_backward_workspace_bytes(chunk_tokens, c.num_heads, c.head_dim);
   bytes += round_to_256(32 * T);                                   // embedding backward: keys, values, CUB storage
   bytes += round_to_256(4 * 1024 * std::max({H, q_dim, kv_dim}));  // rmsnorm dweight / linear dbias partials
-  if (grad_dtype != DType::F32) bytes += round_to_256(4 * std::max({H * F, H * q_dim, H * kv_dim}));
+  if (grad_dtype != DType::F32) bytes += round_to_256(2 * std::max({H * F, H * q_dim, H * kv_dim}));
   return bytes;
 }
 
@@ -112,7 +112,7 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   if (host_partials > 0) b.other += round_to_256(host_partials * sizeof(double));  // computed before each d2h
   // bf16 weights run on the CUDA ops (the only bf16 backend); fp32 weights on the CPU reference
   // ops of the simulated device, which keep no working memory of their own.
-  // The fp32 weight-gradient product serves layers whose gradients are bf16; units with their
+  // The bf16 weight-gradient sum serves layers whose gradients are bf16; units with their
   // optimizer on the GPU accumulate fp32 gradients directly.
   bool bf16_layer_grads = false;
   for (int64_t l = 0; l < config.num_layers; ++l)

@@ -11,8 +11,8 @@
 //     by default), its per-token losses (4 bytes per token), the embedding backward's sort buffers
 //     (about 16 bytes per token plus CUB's temporary storage), the fp32 partial sums of the column
 //     reductions (rmsnorm dweight, linear dbias: at most 1024 x D floats), flash attention's
-//     backward workspace (fp32 delta and dq accumulator), and the fp32 product of a weight gradient
-//     before it is added to a bf16 gradient (the largest weight).
+//     backward workspace (fp32 delta and dq accumulator), and the bf16 sum of a weight gradient and
+//     its product before it is copied back into a bf16 gradient (the largest weight).
 //   Both come from options.allocator when given (a Device's: its budget and peak count them), else
 //   from cudaMallocAsync on the stream. workspace_bytes() reports the total held now;
 //   cuda_ops_workspace_bytes (planner/memory_model.h) predicts its steady size for the planner.

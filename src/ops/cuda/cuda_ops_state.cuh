@@ -26,7 +26,7 @@ enum class Scratch : int {
   kSortVals,  // embedding backward: 2 x T values
   kSortTemp,  // embedding backward: CUB's temporary storage
   kAttention, // attention backward: flash attention's workspace
-  kWeightGrad, // linear backward: (out, in) fp32 product before it is added to a bf16 gradient
+  kWeightGrad, // linear backward: (out, in) bf16 sum of a bf16 gradient and its product, copied back
   kCount
 };
 
