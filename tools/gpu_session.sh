@@ -38,6 +38,7 @@ for part in ${PARTS:-tests roundtrip bench train}; do
     bench)
       run flash_attention_bench 180 "$B/flash_attention_bench"
       run sdpa_baseline 180 python3 bench/sdpa_baseline.py
+      run torch_head_baseline 180 python3 bench/torch_head_baseline.py
       run kernel_bench 180 "$B/ferry_kernel_bench" --kernel all
       run cpu_adamw_bench 120 "$B/cpu_adamw_bench"
       run torch_cpu_adamw 120 python3 bench/torch_cpu_adamw.py ;;

@@ -65,7 +65,8 @@ void bench_flce(Bench& b) {
     const char* name;
     size_t chunk_bytes;
   };
-  for (const Variant& v : {Variant{"fused (256 MiB chunks)", size_t{256} << 20},
+  for (const Variant& v : {Variant{"fused (512 MiB chunks)", size_t{512} << 20},
+                           Variant{"fused (256 MiB chunks)", size_t{256} << 20},
                            Variant{"fused (64 MiB chunks)", size_t{64} << 20},
                            Variant{"unfused (all logits)", static_cast<size_t>(T) * ((V + 7) / 8 * 8) * 2}}) {
     CudaOpsOptions options;
