@@ -1,5 +1,6 @@
 #include "ops/cuda/cuda_gemm.cuh"
 
+#include <algorithm>
 #include <functional>
 #include <string>
 
@@ -65,13 +66,21 @@ size_t Gemm::KeyHash::operator()(const Key& k) const {
   return h;
 }
 
-Gemm::Gemm(size_t workspace_bytes, cudaStream_t stream, const WorkspaceAllocator* allocator)
-    : workspace_bytes_(workspace_bytes) {
+Gemm::Gemm(size_t workspace_bytes, cudaStream_t stream, const WorkspaceAllocator* allocator, bool tune)
+    : workspace_bytes_(workspace_bytes), tune_(tune) {
   cublasLtHandle_t h = nullptr;
   CHECK_CUBLAS(cublasLtCreate(&h));
   handle_.reset(h);
   workspace_.use_allocator(allocator);
   if (workspace_bytes_ > 0) workspace_.get(workspace_bytes_, stream, "the cuBLASLt workspace");
+}
+
+Gemm::~Gemm() {
+  for (auto& entry : cache_)
+    for (const Trial& t : entry.second->pending) {
+      cudaEventDestroy(t.start);
+      cudaEventDestroy(t.stop);
+    }
 }
 
 std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
@@ -130,12 +139,14 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
                                                       sizeof(schemes)));
   }
 
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kTuneAlgos] = {};
   int returned = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle_.get(), desc, plan->a.get(), plan->b.get(),
-                                                                plan->d.get(), plan->d.get(), pref_raw, 1, &result,
-                                                                &returned);
-  if (status != CUBLAS_STATUS_SUCCESS || returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) {
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_.get(), desc, plan->a.get(), plan->b.get(), plan->d.get(), plan->d.get(),
+                                     pref_raw, tune_ ? kTuneAlgos : 1, results, &returned);
+  for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < returned; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->algos.push_back(results[i].algo);
+  if (plan->algos.empty()) {
     raise("cuda", std::string("cuBLASLt has no algorithm for the product m=") + std::to_string(key.m) +
                       " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k) + " (A " + type_name(key.a_type) +
                       (key.trans_a ? "^T" : "") + " lda=" + std::to_string(key.lda) + ", B " + type_name(key.b_type) +
@@ -145,8 +156,41 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
                       std::to_string(key.align_b) + "/" + std::to_string(key.align_c) + "/" +
                       std::to_string(key.align_d) + " bytes): " + cublasLtGetStatusString(status));
   }
-  plan->algo = result.algo;
+  plan->tuned = plan->algos.size() == 1;
+  plan->milliseconds.resize(plan->algos.size());
   return plan;
+}
+
+void Gemm::collect_trials(Plan& plan) {
+  auto done = plan.pending.begin();
+  for (; done != plan.pending.end(); ++done) {
+    // Calls on one stream complete in order: the first trial still running ends the scan.
+    const cudaError_t state = cudaEventQuery(done->stop);
+    if (state == cudaErrorNotReady) break;
+    FERRY_CUDA_CHECK(state);
+    float ms = 0.0f;
+    FERRY_CUDA_CHECK(cudaEventElapsedTime(&ms, done->start, done->stop));
+    plan.milliseconds[done->algo].push_back(ms);
+    FERRY_CUDA_CHECK(cudaEventDestroy(done->start));
+    FERRY_CUDA_CHECK(cudaEventDestroy(done->stop));
+  }
+  plan.pending.erase(plan.pending.begin(), done);
+  if (!plan.pending.empty() || plan.trials_issued < plan.algos.size() * kTuneSamples) return;
+  std::vector<float> medians;
+  for (auto& samples : plan.milliseconds) {
+    std::sort(samples.begin(), samples.end());
+    medians.push_back(samples[samples.size() / 2]);
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < medians.size(); ++i)
+    if (medians[i] < medians[best]) best = i;
+  plan.chosen = medians[best] < (1.0f - kTuneMargin) * medians[0] ? best : 0;
+  plan.tuned = true;
+}
+
+size_t Gemm::algo_for_call(Plan& plan) const {
+  if (plan.tuned || plan.trials_issued >= plan.algos.size() * kTuneSamples) return plan.chosen;
+  return plan.trials_issued % plan.algos.size();
 }
 
 void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
@@ -173,15 +217,29 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   auto it = cache_.find(key);
   if (it == cache_.end()) it = cache_.emplace(key, make_plan(key)).first;
   Plan& plan = *it->second;
+  if (!plan.tuned) collect_trials(plan);
+  const bool trial = !plan.tuned && plan.trials_issued < plan.algos.size() * kTuneSamples;
+  const size_t algo = algo_for_call(plan);
+  Trial timed{algo, nullptr, nullptr};
+  if (trial) {
+    FERRY_CUDA_CHECK(cudaEventCreate(&timed.start));
+    FERRY_CUDA_CHECK(cudaEventCreate(&timed.stop));
+    FERRY_CUDA_CHECK(cudaEventRecord(timed.start, stream));
+  }
   if (args.bias != nullptr) {
     const void* bias = args.bias;
     CHECK_CUBLAS(
         cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
   CHECK_CUBLAS(cublasLtMatmul(handle_.get(), plan.desc.get(), &args.alpha, args.a, plan.a.get(), args.b,
-                              plan.b.get(), &args.beta, c, plan.d.get(), args.d, plan.d.get(), &plan.algo,
+                              plan.b.get(), &args.beta, c, plan.d.get(), args.d, plan.d.get(), &plan.algos[algo],
                               workspace_bytes_ > 0 ? workspace_.get(workspace_bytes_, stream, "the cuBLASLt workspace") : nullptr,
                               workspace_bytes_, stream));
+  if (trial) {
+    FERRY_CUDA_CHECK(cudaEventRecord(timed.stop, stream));
+    plan.pending.push_back(timed);
+    ++plan.trials_issued;
+  }
 }
 
 }  // namespace ferry::cuda

@@ -3,8 +3,9 @@
 
 namespace ferry {
 
-CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator)
-    : stream(s), allocator(std::move(workspace_allocator)), gemm(gemm_workspace_bytes, s, &allocator) {
+CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator,
+                      bool gemm_tuning)
+    : stream(s), allocator(std::move(workspace_allocator)), gemm(gemm_workspace_bytes, s, &allocator, gemm_tuning) {
   for (auto& buffer : scratch) buffer.use_allocator(&allocator);
   int device = 0;
   FERRY_CUDA_CHECK(cudaGetDevice(&device));
@@ -16,7 +17,7 @@ CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllo
 CudaOps::CudaOps(void* stream, const CudaOpsOptions& options)
     : options_(options),
       state_(std::make_unique<State>(static_cast<cudaStream_t>(stream), options.gemm_workspace_bytes,
-                                     options.allocator)) {
+                                     options.allocator, options.gemm_tuning)) {
   CUDA_OPS_EXPECT(options_.flce_chunk_bytes > 0, "CudaOps", "flce_chunk_bytes must be positive");
 }
 

@@ -41,6 +41,9 @@ namespace ferry {
 
 struct CudaOpsOptions {
   size_t gemm_workspace_bytes = kCudaGemmWorkspaceBytes;
+  // Times the first calls of each GEMM problem on cuBLASLt's candidate algorithms and keeps the
+  // fastest (cuda_gemm.cuh); off: the heuristic's first choice, always.
+  bool gemm_tuning = true;
   // Logits of the fused linear-cross-entropy are made this many bytes (bf16) at a time: the token
   // chunk is flce_chunk_bytes / (2 * V) rounded down to a multiple of 128 tokens when larger (at
   // least 1 token).

@@ -40,7 +40,7 @@ struct CudaOps::State {
   cuda::StreamBuffer scratch[static_cast<int>(cuda::Scratch::kCount)];
   cuda::DeviceMemory error_flag;  // one int, bits of DeviceErrorBits
 
-  State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator);
+  State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator, bool gemm_tuning);
 
   void* buffer(cuda::Scratch slot, size_t bytes, const char* what) {
     return scratch[static_cast<int>(slot)].get(bytes, stream, what);
