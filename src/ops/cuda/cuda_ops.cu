@@ -1,7 +1,15 @@
 // CudaOps' construction, its working memory and the device-side error flag.
+#include <cstdlib>
+#include <string>
+
 #include "ops/cuda/cuda_ops_state.cuh"
 
 namespace ferry {
+
+bool gemm_tuning_default() {
+  const char* value = std::getenv("FERRY_GEMM_TUNING");
+  return value == nullptr || std::string(value) != "0";
+}
 
 CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator,
                       bool gemm_tuning)

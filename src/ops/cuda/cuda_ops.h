@@ -39,11 +39,15 @@
 
 namespace ferry {
 
+// false when the environment sets FERRY_GEMM_TUNING=0.
+bool gemm_tuning_default();
+
 struct CudaOpsOptions {
   size_t gemm_workspace_bytes = kCudaGemmWorkspaceBytes;
   // Times the first calls of each GEMM problem on cuBLASLt's candidate algorithms and keeps the
-  // fastest (cuda_gemm.cuh); off: the heuristic's first choice, always.
-  bool gemm_tuning = true;
+  // fastest (cuda_gemm.cuh); off: the heuristic's first choice, always. The environment variable
+  // FERRY_GEMM_TUNING=0 turns it off for every CudaOps made with the default.
+  bool gemm_tuning = gemm_tuning_default();
   // Logits of the fused linear-cross-entropy are made this many bytes (bf16) at a time: the token
   // chunk is flce_chunk_bytes / (2 * V) rounded down to a multiple of 128 tokens when larger (at
   // least 1 token).
