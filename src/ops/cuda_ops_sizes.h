@@ -13,8 +13,8 @@ inline constexpr size_t kCudaFlceChunkBytes = size_t{256} << 20;
 // GEMM tuning (CudaOpsOptions::gemm_tuning, ops/cuda/cuda_gemm.cuh): candidates per problem, timed
 // calls of each, and how much faster than the heuristic's first a candidate must be to be kept.
 inline constexpr int kGemmTuneAlgos = 6;
-inline constexpr int kGemmTuneSamples = 3;
-inline constexpr float kGemmTuneMargin = 0.03f;
+inline constexpr int kGemmTuneSamples = 5;
+inline constexpr float kGemmTuneMargin = 0.05f;
 
 // Tokens per chunk of the fused linear-cross-entropy for a vocabulary of V: as many bf16 logits
 // rows (padded to a multiple of 8) as fit in chunk_bytes, rounded down to a multiple of 128 tokens
