@@ -1,6 +1,11 @@
 // The machine profile's timing arithmetic: the median, the batch size of a sample, and the fit of
 // fixed + per-token seconds with its fallbacks for noisy points.
+#include <chrono>
+#include <functional>
+#include <thread>
+
 #include "core/log.h"
+#include "device/device.h"
 #include "engine/profile_timing.h"
 #include "test_util.h"
 
@@ -62,6 +67,28 @@ TEST_F(ProfileTiming, HostTimingIsTheMedianRunTime) {
   EXPECT_GE(seconds, 0.0);
   EXPECT_LT(seconds, 0.1);
   EXPECT_EQ(runs, 2 + 3) << "a warm-up, a sizing run, then one run per sample";
+}
+
+// Work that is slow for its first calls (the CUDA ops tune their GEMMs there) is timed at its
+// steady speed once the warm-up covers those calls: 30 ms for the first 6 runs, then ~1 ms.
+TEST_F(ProfileTiming, DeviceTimingWarmsUpFirst) {
+  auto device = make_sim_device({});
+  TimingOptions o;
+  o.repeats = 3;
+  o.min_sample_seconds = 0.0;
+  int calls = 0;
+  const std::function<void()> slow_start = [&] {
+    const int call = ++calls;
+    device->host_task(StreamKind::Compute, [call] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(call <= 6 ? 30 : 1));
+    });
+  };
+  o.warmup_runs = 6;
+  EXPECT_LT(time_on_device(*device, slow_start, o), 0.015);
+  EXPECT_EQ(calls, 6 + 1 + 3) << "the warm-up, a sizing run, then one run per sample";
+  calls = 0;
+  o.warmup_runs = 1;
+  EXPECT_GT(time_on_device(*device, slow_start, o), 0.025) << "a short warm-up times the slow calls";
 }
 
 }  // namespace

@@ -315,10 +315,14 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
 
   RandomDeviceFill fill(device, options.seed);
   ComputeProfile c;
-  const LayerTimes layer = time_layer(device, ops, shape, tokens, fill, options.timing);
+  // The layer and the head are timed at the speed training reaches, after the ops' warm-up (GEMM
+  // tuning: timed in the middle of it, a 1B layer's backward measured 60% slow).
+  TimingOptions steady = options.timing;
+  steady.warmup_runs = std::max(steady.warmup_runs, ops.calls_to_steady_speed());
+  const LayerTimes layer = time_layer(device, ops, shape, tokens, fill, steady);
   c.layer_forward = layer.forward;
   c.layer_backward = layer.backward;
-  const EndTimes ends = time_ends(device, ops, shape, tokens, fill, options.timing);
+  const EndTimes ends = time_ends(device, ops, shape, tokens, fill, steady);
   c.embedding_forward = ends.embedding_forward;
   c.embedding_backward = ends.embedding_backward;
   c.head = ends.head;

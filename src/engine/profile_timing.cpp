@@ -48,7 +48,7 @@ std::vector<double> time_each_on_device(Device& device, std::span<const std::fun
                                         const TimingOptions& options) {
   std::vector<int64_t> runs;
   for (const auto& issue : issues) {
-    issue();
+    for (int w = 0; w < std::max(1, options.warmup_runs); ++w) issue();
     device.synchronize_all();
     const Clock::time_point start = Clock::now();
     issue();

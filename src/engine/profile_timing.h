@@ -19,15 +19,16 @@ namespace ferry {
 
 struct TimingOptions {
   int repeats = 5;                   // samples per measurement; the median is kept
+  int warmup_runs = 1;               // untimed runs first (Ops::calls_to_steady_speed)
   double min_sample_seconds = 0.02;  // each sample runs the work enough times to last at least this
   // A measurement stops taking samples (keeping at least 3) once it has run this long, so that a
   // slow backend (the CPU reference on the simulated device) is measured in seconds.
   double max_seconds = 2.0;
 };
 
-// Seconds of one run of `issue`, which queues work on the device and returns: one untimed warm-up
-// run (first-use allocations, plan caches), one run to size the batch, then the median over
-// samples of (batch of runs + synchronize_all) / batch.
+// Seconds of one run of `issue`, which queues work on the device and returns: untimed warm-up runs
+// (first-use allocations, plan caches, GEMM tuning), one run to size the batch, then the median
+// over samples of (batch of runs + synchronize_all) / batch.
 double time_on_device(Device& device, const std::function<void()>& issue, const TimingOptions& options);
 
 // The same for several pieces of work compared with each other (a layer's forward and backward):

@@ -45,6 +45,10 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual const char* name() const = 0;
+  // How many calls of one problem the backend takes to reach its steady speed: the CUDA ops time
+  // GEMM candidates on their first calls (ops/cuda/cuda_gemm.cuh). A measurement of speed (the
+  // machine profile) warms up this many times first.
+  virtual int calls_to_steady_speed() const { return 1; }
 
   // out (T,H) = table[ids] with table (V,H).
   virtual void embedding_forward(const int32_t* ids, Tensor table, Tensor out) = 0;
