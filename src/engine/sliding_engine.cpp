@@ -151,8 +151,14 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
     host_unit_partials_host_ = PinnedBuffer(device_, host_partials * sizeof(double), "gradient norm partials readback");
   }
 
+  // The embedding's token-row gradients land at the step's end in an offloaded boundary's pinned
+  // buffer when there is one (memory_model.h, row_gradients_share_an_offloaded_boundary).
+  void* row_gradients = nullptr;
+  for (int64_t l = 0; l < L && row_gradients == nullptr; ++l)
+    if (plan_.activations[static_cast<size_t>(l)] == ActivationPlacement::OffloadToHost)
+      row_gradients = host_activations_[static_cast<size_t>(l)].data();
   updater_ = std::make_unique<UnitUpdater>(device_, layout_, plan_, decay_all,
-                                           max_embedding_rows(config_, chunk_tokens_, max_chunks_));
+                                           max_embedding_rows(config_, chunk_tokens_, max_chunks_), row_gradients);
   last_read_.assign(units, -1);
 
   if (std::find(device_updated_.begin(), device_updated_.end(), true) != device_updated_.end())
@@ -269,7 +275,7 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
     const Tensor rows(chunk_grads_.data(), plan_.grad_dtype, {step_rows_, H});
     ops_.embedding_forward(step_row_ids_, table, rows);
     device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-    device_.copy_to_host(updater_->row_gradients().data(), rows.data,
+    device_.copy_to_host(updater_->row_gradients(), rows.data,
                          static_cast<size_t>(step_rows_ * H) * dtype_size(plan_.grad_dtype), StreamKind::DeviceToHost);
   } else {
     device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));

@@ -28,9 +28,10 @@
 //    hidden × 2 bytes per offloaded layer), token staging, and 256 B of scalars.
 //  * The untied embedding, updated on the host, is row-sparse (unit_updater.h): its rows without a
 //    gradient are updated while the step computes, and at the step's end only its token rows'
-//    gradients go down (gathered on the device into a pinned buffer of at most one row per token:
-//    tokens × hidden × 2 bytes, 0.5 GiB for 64Ki tokens of Llama-3.1-8B) and are updated. Its
-//    backward claims a slot but uploads no weights (the scatter reads none).
+//    gradients go down (gathered on the device; at most one row per token, so they fit in an
+//    offloaded boundary's pinned buffer, which is free then; a plan that offloads none gets a
+//    buffer of their own, tokens × hidden × 2 bytes) and are updated. Its backward claims a slot
+//    but uploads no weights (the scatter reads none).
 //  * ActivationPlacement: KeepOnGpu holds a layer's boundary activation on the GPU; OffloadToHost
 //    moves it to pinned host memory (the same bytes) and back (2 × its bytes over PCIe per step),
 //    with a 2-buffer staging ring on the GPU. KeepWithInternals also keeps the layer's forward

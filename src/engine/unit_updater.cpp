@@ -15,7 +15,7 @@
 namespace ferry {
 
 UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all,
-                         int64_t max_rows)
+                         int64_t max_rows, void* row_gradients)
     : device_(device), layout_(layout), plan_(plan) {
   FERRY_CHECK(plan_.optimizer_on_gpu() || dtype_size(plan_.grad_dtype) == dtype_size(plan_.weight_dtype), "engine",
               "gradients land in the pinned buffer of the unit's weights, so the gradient dtype ({}) must have the "
@@ -59,8 +59,12 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
     FERRY_ASSERT(params.size() == 1 && params[0].offset == 0 && params[0].shape.size() == 2,
                  "the embedding unit holds the embedding table alone");
     row_len_ = static_cast<size_t>(params[0].shape[1]);
-    row_gradients_ = PinnedBuffer(device_, static_cast<size_t>(max_rows) * row_len_ * dtype_size(plan_.grad_dtype),
-                                  "embedding row gradients");
+    row_gradient_bytes_ = static_cast<size_t>(max_rows) * row_len_ * dtype_size(plan_.grad_dtype);
+    if (row_gradients == nullptr) {
+      own_row_gradients_ = PinnedBuffer(device_, row_gradient_bytes_, "embedding row gradients");
+      row_gradients = own_row_gradients_.data();
+    }
+    row_gradients_ = row_gradients;
   }
   step_rows_ = std::make_shared<const std::vector<int32_t>>();
   updated_step_.assign(units_.size(), 0);
@@ -95,7 +99,7 @@ void UnitUpdater::refresh_staging(int64_t step) {
 void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm,
                              std::vector<int32_t> rows) {
   FERRY_ASSERT(sparse_unit_ == SIZE_MAX || rows.size() * row_len_ * dtype_size(plan_.grad_dtype) <=
-                                               row_gradients_.bytes(),
+                                               row_gradient_bytes_,
                "more embedding rows than the row gradient buffer holds");
   auto shared_rows = std::make_shared<const std::vector<int32_t>>(std::move(rows));
   std::lock_guard<std::mutex> lock(mutex_);
@@ -181,7 +185,7 @@ void UnitUpdater::update_rows(const std::vector<int32_t>& rows, bool zero_gradie
   buffers.master = s.master.data();
   buffers.m = s.m.data();
   buffers.v = s.v.data();
-  buffers.grad = zero_gradient ? nullptr : row_gradients_.data();
+  buffers.grad = zero_gradient ? nullptr : row_gradients_;
   buffers.grad_dtype = plan_.grad_dtype;
   const bool bf16_weights = plan_.weight_dtype == DType::BF16;
   if (bf16_weights) buffers.bf16_out = s.staging.as<uint16_t>();

@@ -67,8 +67,11 @@ struct HostUnitState {
 
 class UnitUpdater {
  public:
-  // `max_rows`: the most distinct token ids a step can have (max_embedding_rows()).
-  UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all, int64_t max_rows);
+  // `max_rows`: the most distinct token ids a step can have (max_embedding_rows()). The row-sparse
+  // embedding's gradients land in `row_gradients` (pinned, at least max_rows rows) when given,
+  // else in a buffer of the updater's own.
+  UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all, int64_t max_rows,
+              void* row_gradients = nullptr);
   ~UnitUpdater();
   UnitUpdater(const UnitUpdater&) = delete;
   UnitUpdater& operator=(const UnitUpdater&) = delete;
@@ -92,7 +95,7 @@ class UnitUpdater {
   // Whether unit u is the row-sparse embedding (see above).
   bool row_sparse(size_t u) const { return u == sparse_unit_; }
   // Where the row-sparse embedding's gradient lands: the step's rows, in the order of `rows`.
-  PinnedBuffer& row_gradients() { return row_gradients_; }
+  void* row_gradients() { return row_gradients_; }
   // Unit u's weights for the current step have been read from its staging buffer once `event`
   // completes: for the row-sparse embedding, the rows without a gradient are then updated.
   void weights_uploaded(size_t u, EventId event);
@@ -143,7 +146,9 @@ class UnitUpdater {
   std::vector<std::vector<AdamWSegment>> segments_;  // per unit: its parameters and their decay
   size_t sparse_unit_ = SIZE_MAX;                     // the row-sparse embedding, if any
   size_t row_len_ = 0;                                // its row length (hidden size)
-  PinnedBuffer row_gradients_;
+  PinnedBuffer own_row_gradients_;
+  void* row_gradients_ = nullptr;
+  size_t row_gradient_bytes_ = 0;
   std::shared_ptr<const std::vector<int32_t>> step_rows_;  // the current step's rows
   int64_t zero_rows_step_ = 0;  // the last step whose rows without a gradient are updated (worker only)
 

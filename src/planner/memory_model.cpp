@@ -52,6 +52,11 @@ int64_t max_embedding_rows(const ModelConfig& config, int64_t chunk_tokens, int6
   return std::min(config.vocab_size, chunk_tokens * chunks);
 }
 
+bool row_gradients_share_an_offloaded_boundary(const Plan& plan) {
+  return std::find(plan.activations.begin(), plan.activations.end(), ActivationPlacement::OffloadToHost) !=
+         plan.activations.end();
+}
+
 size_t host_unit_norm_partials(const ModelLayout& layout, const Plan& plan) {
   size_t count = 0;
   for (size_t u = 0; u < layout.units.size(); ++u)
@@ -149,7 +154,7 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
     if (a == ActivationPlacement::OffloadToHost) h.pinned += act;
   h.pinned += round_to_256(5 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256;  // tokens, loss
   // The gradients of the embedding rows the step's tokens touch, gathered on the device.
-  if (row_sparse_embedding(layout, plan))
+  if (row_sparse_embedding(layout, plan) && !row_gradients_share_an_offloaded_boundary(plan))
     h.pinned += static_cast<size_t>(max_embedding_rows(config, chunk_tokens, chunks) * config.hidden_size) * gd;
   h.pinned += host_unit_norm_partials(layout, plan) * sizeof(double);  // their readback
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);

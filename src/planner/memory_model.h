@@ -67,6 +67,11 @@ size_t round_to_256(size_t bytes);
 bool row_sparse_embedding(const ModelLayout& layout, const Plan& plan);
 // The most rows a step's embedding gradient has: distinct token ids, at most one per token.
 int64_t max_embedding_rows(const ModelConfig& config, int64_t chunk_tokens, int64_t chunks);
+// Where they land: in the pinned buffer of an offloaded boundary activation when the plan has
+// one (it holds one row per token, and is free from that boundary's reload in the backward until
+// its offload in the next forward, which follows the embedding's update), else in a buffer of
+// their own.
+bool row_gradients_share_an_offloaded_boundary(const Plan& plan);
 
 // The CUDA ops' working memory for micro-chunks of `chunk_tokens` tokens (ops/cuda/cuda_ops.h):
 // the 32 MiB cuBLASLt workspace; the fused linear-cross-entropy's bf16 logits chunk (at most
