@@ -146,6 +146,24 @@ void for_each_target(Body body) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// Runs `body` with a pool of one and of four threads on every SIMD target.
+template <typename Body>
+void for_each_target_and_pool(Body body) {
+  for_each_target([&] {
+    for (size_t threads : {1, 4}) {
+      ThreadPool pool(threads);
+      body(pool);
+    }
+  });
+}
+
+AdamWHyper decayed_hyper() {
+  AdamWHyper h;
+  h.lr = 3e-2;
+  h.weight_decay = 0.1;
+  return h;
+}
+
 TEST(CpuAdamW, ListsItsTargets) {
   std::string names;
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) names += std::string(hwy::TargetName(t)) + " ";
@@ -214,37 +232,33 @@ TEST(CpuAdamW, Bf16CopyRoundsAsF32ToBf16) {
 // Every element must see its own gradient, on every target, at offsets that make the streaming
 // stores peel, over one and several threads.
 TEST(CpuAdamW, GradientInTheBf16CopyBufferIsReadBeforeItIsOverwritten) {
-  AdamWHyper hyper;
-  hyper.lr = 3e-2;
-  hyper.weight_decay = 0.1;
-  for_each_target([&] {
-    for (size_t threads : {1, 4}) {
-      ThreadPool pool(threads);
-      for (size_t n : {1, 31, 33, 1000, 200003}) {
-        for (size_t shift : {0, 1, 5}) {  // the buffer's start, in elements past an aligned address
-          SCOPED_TRACE(::testing::Message() << "n=" << n << " shift=" << shift << " threads=" << threads);
-          const auto segments = segments_for(n);
-          UnitState ours = initial_state(n, 7 + n), ref = ours;
-          const std::vector<uint16_t> grad = bf16_grads(n, 3 + n, 0.4f);
-          std::vector<uint16_t> shared(n + shift);
-          std::memcpy(shared.data() + shift, grad.data(), n * 2);
-          std::vector<float> grad_f32(n);
-          for (size_t i = 0; i < n; ++i) grad_f32[i] = bf16_to_f32(grad[i]);
-          AdamWUnitBuffers unit{ours.master.data(), ours.m.data(), ours.v.data(), shared.data() + shift,
-                                DType::BF16, shared.data() + shift};
-          cpu_adamw_step(unit, segments, hyper, 2, 0.6f, pool);
-          std::vector<bool> covered(n, false);
-          for (const AdamWSegment& seg : segments) {
-            adamw_step(ref.master.data() + seg.offset, ref.m.data() + seg.offset, ref.v.data() + seg.offset,
-                       grad_f32.data() + seg.offset, seg.count, hyper, 2, seg.decay, 0.6f);
-            for (size_t i = seg.offset; i < seg.offset + seg.count; ++i) covered[i] = true;
-          }
-          ASSERT_TRUE(bits_equal(ours.master, ref.master, "master"));
-          ASSERT_TRUE(bits_equal(ours.m, ref.m, "m"));
-          ASSERT_TRUE(bits_equal(ours.v, ref.v, "v"));
-          for (size_t i = 0; i < n; ++i)  // outside every segment the gradient stays
-            ASSERT_EQ(shared[shift + i], covered[i] ? f32_to_bf16(ref.master[i]) : grad[i]) << "element " << i;
+  const AdamWHyper hyper = decayed_hyper();
+  for_each_target_and_pool([&](ThreadPool& pool) {
+    const size_t threads = pool.size();
+    for (size_t n : {1, 31, 33, 1000, 200003}) {
+      for (size_t shift : {0, 1, 5}) {  // the buffer's start, in elements past an aligned address
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " shift=" << shift << " threads=" << threads);
+        const auto segments = segments_for(n);
+        UnitState ours = initial_state(n, 7 + n), ref = ours;
+        const std::vector<uint16_t> grad = bf16_grads(n, 3 + n, 0.4f);
+        std::vector<uint16_t> shared(n + shift);
+        std::memcpy(shared.data() + shift, grad.data(), n * 2);
+        std::vector<float> grad_f32(n);
+        for (size_t i = 0; i < n; ++i) grad_f32[i] = bf16_to_f32(grad[i]);
+        AdamWUnitBuffers unit{ours.master.data(),    ours.m.data(), ours.v.data(),
+                              shared.data() + shift, DType::BF16,   shared.data() + shift};
+        cpu_adamw_step(unit, segments, hyper, 2, 0.6f, pool);
+        std::vector<bool> covered(n, false);
+        for (const AdamWSegment& seg : segments) {
+          adamw_step(ref.master.data() + seg.offset, ref.m.data() + seg.offset, ref.v.data() + seg.offset,
+                     grad_f32.data() + seg.offset, seg.count, hyper, 2, seg.decay, 0.6f);
+          for (size_t i = seg.offset; i < seg.offset + seg.count; ++i) covered[i] = true;
         }
+        ASSERT_TRUE(bits_equal(ours.master, ref.master, "master"));
+        ASSERT_TRUE(bits_equal(ours.m, ref.m, "m"));
+        ASSERT_TRUE(bits_equal(ours.v, ref.v, "v"));
+        for (size_t i = 0; i < n; ++i)  // outside every segment the gradient stays
+          ASSERT_EQ(shared[shift + i], covered[i] ? f32_to_bf16(ref.master[i]) : grad[i]) << "element " << i;
       }
     }
   });
@@ -255,53 +269,50 @@ TEST(CpuAdamW, GradientInTheBf16CopyBufferIsReadBeforeItIsOverwritten) {
 // whole table whose gradient is zero outside those rows, on every target, over one and several
 // threads, with and without decay and clipping. Rows neither pass names stay untouched.
 TEST(CpuAdamW, RowPassesGiveTheBitsOfTheWholeTablePass) {
-  AdamWHyper hyper;
-  hyper.lr = 3e-2;
-  hyper.weight_decay = 0.1;
-  for_each_target([&] {
-    for (size_t threads : {1, 4}) {
-      ThreadPool pool(threads);
-      for (size_t row_len : {1, 33, 4096}) {
-        for (bool decay : {true, false}) {
-          const size_t rows = row_len == 4096 ? 70 : 500, n = rows * row_len;
-          SCOPED_TRACE(::testing::Message() << "row_len=" << row_len << " threads=" << threads << " decay=" << decay);
-          std::mt19937 rng(static_cast<unsigned>(row_len + rows));
-          std::vector<int32_t> with_grad, without_grad;
-          for (size_t r = 0; r < rows; ++r) {
-            const unsigned pick = rng() % 3;  // 0: a gradient, 1: none (zero), 2: in no pass
-            if (pick == 0) with_grad.push_back(static_cast<int32_t>(r));
-            if (pick == 1) without_grad.push_back(static_cast<int32_t>(r));
-          }
-          UnitState ours = initial_state(n, 5 + n), ref = ours;
-          const std::vector<uint16_t> table_grad = bf16_grads(n, 9 + n, 0.4f);
-          std::vector<uint16_t> gathered;
-          std::vector<float> ref_grad(n, 0.0f);
-          for (int32_t r : with_grad) {
-            const size_t o = static_cast<size_t>(r) * row_len;
-            gathered.insert(gathered.end(), table_grad.begin() + static_cast<ptrdiff_t>(o),
-                            table_grad.begin() + static_cast<ptrdiff_t>(o + row_len));
-            for (size_t i = o; i < o + row_len; ++i) ref_grad[i] = bf16_to_f32(table_grad[i]);
-          }
-          AdamWUnitBuffers unit{ours.master.data(), ours.m.data(), ours.v.data(), nullptr, DType::BF16,
-                                ours.out.data()};
-          cpu_adamw_rows(unit, row_len, without_grad, decay, hyper, 3, 0.6f, pool);
-          unit.grad = gathered.data();
-          cpu_adamw_rows(unit, row_len, with_grad, decay, hyper, 3, 0.6f, pool);
-          std::vector<bool> covered(rows, false);
-          for (const auto* list : {&with_grad, &without_grad}) {
-            for (int32_t r : *list) {
-              const size_t o = static_cast<size_t>(r) * row_len;
-              adamw_step(ref.master.data() + o, ref.m.data() + o, ref.v.data() + o, ref_grad.data() + o, row_len,
-                         hyper, 3, decay, 0.6f);
-              covered[static_cast<size_t>(r)] = true;
-            }
-          }
-          ASSERT_TRUE(bits_equal(ours.master, ref.master, "master"));
-          ASSERT_TRUE(bits_equal(ours.m, ref.m, "m"));
-          ASSERT_TRUE(bits_equal(ours.v, ref.v, "v"));
-          for (size_t i = 0; i < n; ++i)
-            ASSERT_EQ(ours.out[i], covered[i / row_len] ? f32_to_bf16(ref.master[i]) : uint16_t{0xBEEF}) << i;
+  const AdamWHyper hyper = decayed_hyper();
+  for_each_target_and_pool([&](ThreadPool& pool) {
+    const size_t threads = pool.size();
+    for (size_t row_len : {1, 33, 4096}) {
+      for (bool decay : {true, false}) {
+        const size_t rows = row_len == 4096 ? 70 : 500, n = rows * row_len;
+        SCOPED_TRACE(::testing::Message()
+                     << "row_len=" << row_len << " threads=" << threads << " decay=" << decay);
+        std::mt19937 rng(static_cast<unsigned>(row_len + rows));
+        std::vector<int32_t> with_grad, without_grad;
+        for (size_t r = 0; r < rows; ++r) {
+          const unsigned pick = rng() % 3;  // 0: a gradient, 1: none (zero), 2: in no pass
+          if (pick == 0) with_grad.push_back(static_cast<int32_t>(r));
+          if (pick == 1) without_grad.push_back(static_cast<int32_t>(r));
         }
+        UnitState ours = initial_state(n, 5 + n), ref = ours;
+        const std::vector<uint16_t> table_grad = bf16_grads(n, 9 + n, 0.4f);
+        std::vector<uint16_t> gathered;
+        std::vector<float> ref_grad(n, 0.0f);
+        for (int32_t r : with_grad) {
+          const size_t o = static_cast<size_t>(r) * row_len;
+          gathered.insert(gathered.end(), table_grad.begin() + static_cast<ptrdiff_t>(o),
+                          table_grad.begin() + static_cast<ptrdiff_t>(o + row_len));
+          for (size_t i = o; i < o + row_len; ++i) ref_grad[i] = bf16_to_f32(table_grad[i]);
+        }
+        AdamWUnitBuffers unit{ours.master.data(), ours.m.data(),  ours.v.data(), nullptr,
+                              DType::BF16,        ours.out.data()};
+        cpu_adamw_rows(unit, row_len, without_grad, decay, hyper, 3, 0.6f, pool);
+        unit.grad = gathered.data();
+        cpu_adamw_rows(unit, row_len, with_grad, decay, hyper, 3, 0.6f, pool);
+        std::vector<bool> covered(rows, false);
+        for (const auto* list : {&with_grad, &without_grad}) {
+          for (int32_t r : *list) {
+            const size_t o = static_cast<size_t>(r) * row_len;
+            adamw_step(ref.master.data() + o, ref.m.data() + o, ref.v.data() + o, ref_grad.data() + o,
+                       row_len, hyper, 3, decay, 0.6f);
+            covered[static_cast<size_t>(r)] = true;
+          }
+        }
+        ASSERT_TRUE(bits_equal(ours.master, ref.master, "master"));
+        ASSERT_TRUE(bits_equal(ours.m, ref.m, "m"));
+        ASSERT_TRUE(bits_equal(ours.v, ref.v, "v"));
+        for (size_t i = 0; i < n; ++i)
+          ASSERT_EQ(ours.out[i], covered[i / row_len] ? f32_to_bf16(ref.master[i]) : uint16_t{0xBEEF}) << i;
       }
     }
   });
