@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <string>
 
 namespace ferry::cuda {
@@ -158,6 +159,7 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
   }
   plan->tuned = plan->algos.size() == 1;
   plan->milliseconds.resize(plan->algos.size());
+  plan->failed.assign(plan->algos.size(), false);
   return plan;
 }
 
@@ -176,10 +178,11 @@ void Gemm::collect_trials(Plan& plan) {
   }
   plan.pending.erase(plan.pending.begin(), done);
   if (!plan.pending.empty() || plan.trials_issued < plan.algos.size() * kTuneSamples) return;
+  // A candidate without samples (refused by cuBLASLt) never wins; the first always ran.
   std::vector<float> medians;
   for (auto& samples : plan.milliseconds) {
     std::sort(samples.begin(), samples.end());
-    medians.push_back(samples[samples.size() / 2]);
+    medians.push_back(samples.empty() ? std::numeric_limits<float>::infinity() : samples[samples.size() / 2]);
   }
   size_t best = 0;
   for (size_t i = 1; i < medians.size(); ++i)
@@ -190,7 +193,8 @@ void Gemm::collect_trials(Plan& plan) {
 
 size_t Gemm::algo_for_call(Plan& plan) const {
   if (plan.tuned || plan.trials_issued >= plan.algos.size() * kTuneSamples) return plan.chosen;
-  return plan.trials_issued % plan.algos.size();
+  const size_t candidate = plan.trials_issued % plan.algos.size();
+  return plan.failed[candidate] ? 0 : candidate;
 }
 
 void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
@@ -218,8 +222,9 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   if (it == cache_.end()) it = cache_.emplace(key, make_plan(key)).first;
   Plan& plan = *it->second;
   if (!plan.tuned) collect_trials(plan);
-  const bool trial = !plan.tuned && plan.trials_issued < plan.algos.size() * kTuneSamples;
-  const size_t algo = algo_for_call(plan);
+  const bool tuning = !plan.tuned && plan.trials_issued < plan.algos.size() * kTuneSamples;
+  size_t algo = algo_for_call(plan);
+  const bool trial = tuning && !plan.failed[plan.trials_issued % plan.algos.size()];
   Trial timed{algo, nullptr, nullptr};
   if (trial) {
     FERRY_CUDA_CHECK(cudaEventCreate(&timed.start));
@@ -231,10 +236,25 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
     CHECK_CUBLAS(
         cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
-  CHECK_CUBLAS(cublasLtMatmul(handle_.get(), plan.desc.get(), &args.alpha, args.a, plan.a.get(), args.b,
-                              plan.b.get(), &args.beta, c, plan.d.get(), args.d, plan.d.get(), &plan.algos[algo],
-                              workspace_bytes_ > 0 ? workspace_.get(workspace_bytes_, stream, "the cuBLASLt workspace") : nullptr,
-                              workspace_bytes_, stream));
+  void* const workspace =
+      workspace_bytes_ > 0 ? workspace_.get(workspace_bytes_, stream, "the cuBLASLt workspace") : nullptr;
+  const auto launch = [&](size_t i) {
+    return cublasLtMatmul(handle_.get(), plan.desc.get(), &args.alpha, args.a, plan.a.get(), args.b, plan.b.get(),
+                          &args.beta, c, plan.d.get(), args.d, plan.d.get(), &plan.algos[i], workspace,
+                          workspace_bytes_, stream);
+  };
+  cublasStatus_t status = launch(algo);
+  if (status != CUBLAS_STATUS_SUCCESS && algo != 0) {
+    // A candidate the heuristic offered that cuBLASLt then refuses to run: it leaves the tuning,
+    // and this call runs on the heuristic's first choice (the one ferry ran before tuning).
+    plan.failed[algo] = true;
+    if (plan.chosen == algo) plan.chosen = 0;
+    algo = 0;
+    timed.algo = 0;
+    status = launch(0);
+  }
+  CHECK_CUBLAS(status);
+  if (tuning && !trial) ++plan.trials_issued;
   if (trial) {
     FERRY_CUDA_CHECK(cudaEventRecord(timed.stop, stream));
     plan.pending.push_back(timed);

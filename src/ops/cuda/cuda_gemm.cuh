@@ -117,6 +117,7 @@ class Gemm {
     size_t trials_issued = 0;
     std::vector<Trial> pending;
     std::vector<std::vector<float>> milliseconds;  // per candidate
+    std::vector<bool> failed;                      // per candidate: cuBLASLt refused to run it
   };
   std::unique_ptr<Plan> make_plan(const Key& key) const;
   // Files the trials that have completed; once every sample is in, chooses. Never blocks.
