@@ -246,7 +246,7 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   cublasStatus_t status = launch(algo);
   if (status != CUBLAS_STATUS_SUCCESS && algo != 0) {
     // A candidate the heuristic offered that cuBLASLt then refuses to run: it leaves the tuning,
-    // and this call runs on the heuristic's first choice (the one ferry ran before tuning).
+    // and this call runs on the heuristic's first choice (the one used without tuning).
     plan.failed[algo] = true;
     if (plan.chosen == algo) plan.chosen = 0;
     algo = 0;
