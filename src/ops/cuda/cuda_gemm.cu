@@ -1,9 +1,9 @@
 #include "ops/cuda/cuda_gemm.cuh"
 
-#include <algorithm>
 #include <functional>
-#include <limits>
 #include <string>
+
+#include "ops/gemm_tuning.h"
 
 namespace ferry::cuda {
 
@@ -178,16 +178,7 @@ void Gemm::collect_trials(Plan& plan) {
   }
   plan.pending.erase(plan.pending.begin(), done);
   if (!plan.pending.empty() || plan.trials_issued < plan.algos.size() * kTuneSamples) return;
-  // A candidate without samples (refused by cuBLASLt) never wins; the first always ran.
-  std::vector<float> medians;
-  for (auto& samples : plan.milliseconds) {
-    std::sort(samples.begin(), samples.end());
-    medians.push_back(samples.empty() ? std::numeric_limits<float>::infinity() : samples[samples.size() / 2]);
-  }
-  size_t best = 0;
-  for (size_t i = 1; i < medians.size(); ++i)
-    if (medians[i] < medians[best]) best = i;
-  plan.chosen = medians[best] < (1.0f - kTuneMargin) * medians[0] ? best : 0;
+  plan.chosen = choose_gemm_candidate(plan.milliseconds, kTuneMargin);
   plan.tuned = true;
 }
 
