@@ -31,7 +31,7 @@ const char* task_kind_name(TaskKind kind) {
     case TaskKind::EmbeddingForward: return "embedding forward";
     case TaskKind::LayerForward: return "layer forwards";
     case TaskKind::Head: return "head forward+backward";
-    case TaskKind::LayerBackward: return "layer backwards (with recompute)";
+    case TaskKind::LayerBackward: return "layer backwards (and recomputes)";
     case TaskKind::EmbeddingBackward: return "embedding backward";
     case TaskKind::GpuAdamW: return "GPU AdamW";
     case TaskKind::GpuGradNorm: return "GPU gradient norm partials";
