@@ -198,13 +198,19 @@ void UnitUpdater::update_rows(const std::vector<int32_t>& rows, bool zero_gradie
   }
 }
 
+void UnitUpdater::update_rows_without_gradient(const std::vector<int32_t>& rows, int64_t step,
+                                               const AdamWHyper& hyper) {
+  if (zero_rows_step_ == step) return;
+  update_rows(rows, true, step, hyper, 1.0f);
+  zero_rows_step_ = step;
+}
+
 void UnitUpdater::update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip,
                               const std::vector<int32_t>* rows) {
   if (u == sparse_unit_) {
     FERRY_ASSERT(rows != nullptr);
     // A step whose forward did not announce the upload still gets its rows without a gradient.
-    if (zero_rows_step_ != step) update_rows(*rows, true, step, hyper, 1.0f);
-    zero_rows_step_ = step;
+    update_rows_without_gradient(*rows, step, hyper);
     update_rows(*rows, false, step, hyper, clip);
     return;
   }
@@ -238,8 +244,7 @@ void UnitUpdater::run() {
     try {
       device_.synchronize(landing.event);
       if (landing.zero_rows) {
-        if (zero_rows_step_ != landing.step) update_rows(*landing.rows, true, landing.step, landing.hyper, 1.0f);
-        zero_rows_step_ = landing.step;
+        update_rows_without_gradient(*landing.rows, landing.step, landing.hyper);
         continue;
       }
       const bool host_unit = on_host_[landing.unit];

@@ -135,6 +135,8 @@ class UnitUpdater {
   // gradient) the complement of `rows` with a zero gradient.
   void update_rows(const std::vector<int32_t>& rows, bool zero_gradient, int64_t step, const AdamWHyper& hyper,
                    float clip);
+  // The pass of step `step` over the rows without a gradient, once per step (worker only).
+  void update_rows_without_gradient(const std::vector<int32_t>& rows, int64_t step, const AdamWHyper& hyper);
   void refresh_staging(size_t u);
   void rethrow_if_failed();
 
