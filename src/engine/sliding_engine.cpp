@@ -70,8 +70,7 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   const int64_t slots = any_streamed ? plan_.gpu_slots : 0;
   bool any_offloaded = false;
   for (auto a : plan_.activations) any_offloaded |= a == ActivationPlacement::OffloadToHost;
-  // ids, targets, positions, doc_start, and the step's distinct ids (the embedding rows it touches)
-  const size_t token_bytes = round_up(5 * C * T * sizeof(int32_t));
+  const size_t token_bytes = round_up(kStepTokenArrays * C * T * sizeof(int32_t));
   const size_t needed = device_bytes(config_, layout_, plan_, chunk_tokens_, max_chunks_).total();
   const MemoryStats mem = device_.memory();
   if (needed > mem.capacity - std::min(mem.capacity, mem.in_use)) {
@@ -313,7 +312,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   std::memcpy(host + 3 * stride, batch.doc_start.data(), n * 4);
   std::memcpy(host + 4 * stride, rows.data(), rows.size() * 4);
   updater_->begin_step(step, hyper, max_grad_norm, std::move(rows));
-  device_.copy_to_device(tokens_.data(), host, 5 * stride * 4, StreamKind::HostToDevice);
+  device_.copy_to_device(tokens_.data(), host, kStepTokenArrays * stride * sizeof(int32_t), StreamKind::HostToDevice);
   tokens_free_ = device_.record(StreamKind::HostToDevice);
   device_.wait(StreamKind::Compute, tokens_free_);
   const int32_t* dev_tokens = tokens_.as<int32_t>();

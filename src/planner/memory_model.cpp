@@ -108,8 +108,7 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   carve_layer_scratch(measure, config, chunk_tokens, plan.weight_dtype, true);
   carve_head_scratch(measure, config, chunk_tokens, plan.weight_dtype);
   b.scratch = measure.used() + Arena::kAlignment;
-  // ids, targets, positions, doc_start, and the step's distinct ids (the embedding rows it touches)
-  b.other = round_to_256(5 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) +
+  b.other = round_to_256(kStepTokenArrays * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) +
             round_to_256(static_cast<size_t>(config.head_dim) * 2) + 256;
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
   if (g.staging_elements > 0) b.other += round_to_256(g.partials * sizeof(double)) + 256;  // partials; norm, clip
@@ -152,7 +151,8 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
   for (auto a : plan.activations)
     if (a == ActivationPlacement::OffloadToHost) h.pinned += act;
-  h.pinned += round_to_256(5 * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256;  // tokens, loss
+  // tokens, loss
+  h.pinned += round_to_256(kStepTokenArrays * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256;
   // The gradients of the embedding rows the step's tokens touch, gathered on the device.
   if (row_sparse_embedding(layout, plan) && !row_gradients_share_an_offloaded_boundary(plan))
     h.pinned += static_cast<size_t>(max_embedding_rows(config, chunk_tokens, chunks) * config.hidden_size) * gd;

@@ -65,6 +65,9 @@ size_t round_to_256(size_t bytes);
 // the updater updates those rows ahead, with a zero gradient, while the step computes, and at the
 // step's end only the token rows, from their gathered gradients (unit_updater.h).
 bool row_sparse_embedding(const ModelLayout& layout, const Plan& plan);
+// The int32 arrays of a step's tokens the device holds: ids, targets, positions, doc_start, and
+// the step's distinct ids (the embedding rows it touches), each one entry per token.
+inline constexpr size_t kStepTokenArrays = 5;
 // The most rows a step's embedding gradient has: distinct token ids, at most one per token.
 int64_t max_embedding_rows(const ModelConfig& config, int64_t chunk_tokens, int64_t chunks);
 // Where they land: in the pinned buffer of an offloaded boundary activation when the plan has

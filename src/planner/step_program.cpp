@@ -185,7 +185,7 @@ class ProgramBuilder {
     const auto& compute = profile_.compute;
     host_wait(tokens_free_);
     tokens_free_ = add(Lane::HostToDevice, TaskKind::TokenUpload, 0.0,
-                       static_cast<double>(5 * shape_.tokens()) * sizeof(int32_t));
+                       static_cast<double>(kStepTokenArrays * shape_.tokens()) * sizeof(int32_t));
     wait(Lane::Compute, tokens_free_);
 
     loaded_.assign(uses, -1);
