@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "test_util.h"
 #include "tokenizer/byte_level.h"
 
 namespace ferry::test {
@@ -94,6 +95,12 @@ inline void write_tiny_tokenizer(const std::filesystem::path& dir, const std::st
                            {"tokenizer_class", "PreTrainedTokenizerFast"}};
   if (!chat_template.empty()) config["chat_template"] = chat_template;
   std::ofstream(dir / "tokenizer_config.json") << config.dump(2);
+}
+
+// The tiny tokenizer with Qwen2.5-Instruct's chat template (fixtures/chat_templates) and its
+// <|im_end|> end of turn: a model directory that chat data can train on.
+inline void write_tiny_chat_tokenizer(const std::filesystem::path& dir) {
+  write_tiny_tokenizer(dir, "<|im_end|>", read_file(fixtures_dir() / "chat_templates" / "qwen2.5-instruct.jinja"));
 }
 
 }  // namespace ferry::test

@@ -22,8 +22,7 @@ class EvalTest : public ::testing::Test {
   void SetUp() override {
     model_ = scratch_ / "model";
     write_random_model(preset_config("llama", "tiny"), 5, model_);
-    test::write_tiny_tokenizer(model_, "<|im_end|>",
-                               test::read_file(test::fixtures_dir() / "chat_templates" / "qwen2.5-instruct.jinja"));
+    test::write_tiny_chat_tokenizer(model_);
     chat_ = scratch_ / "chat.jsonl";
     std::ofstream(chat_)
         << R"({"messages": [{"role": "user", "content": "Is the cat in?"}, {"role": "assistant", "content": "The cat is in."}]}
