@@ -232,9 +232,8 @@ void SlidingEngine::issue_load(size_t j) {
   const SlotUse& use = uses_[j];
   const TraceScope scope(device_, "load", layout_.units[use.unit].name);
   if (use.previous_use >= 0) device_.wait(StreamKind::HostToDevice, released_[static_cast<size_t>(use.previous_use)]);
-  // The embedding's backward (the step's last use) scatters into its gradient and reads no
-  // weights: its slot is claimed (after the previous occupant's release), not filled.
-  const bool weights_read = !(use.unit == layout_.embedding_unit() && j + 1 == uses_.size());
+  // The embedding's backward claims its slot (after the previous occupant's release) unfilled.
+  const bool weights_read = use_reads_weights(uses_, j);
   if (weights_read) {
     updater_->wait_updated(use.unit, step_ - 1);
     const size_t bytes = static_cast<size_t>(layout_.units[use.unit].numel) * dtype_size(plan_.weight_dtype);

@@ -15,6 +15,10 @@ std::vector<size_t> step_unit_sequence(int64_t layers) {
   return seq;
 }
 
+bool use_reads_weights(const std::vector<SlotUse>& uses, size_t j) {
+  return !(uses[j].unit == 0 && j + 1 == uses.size());
+}
+
 std::vector<SlotUse> schedule_slots(const std::vector<size_t>& sequence, const std::vector<bool>& resident,
                                     int64_t slots) {
   FERRY_ASSERT(slots >= 1);

@@ -29,4 +29,9 @@ std::vector<SlotUse> schedule_slots(const std::vector<size_t>& sequence, const s
 // The order of unit uses in one step of a model with `layers` decoder layers.
 std::vector<size_t> step_unit_sequence(int64_t layers);
 
+// Whether use j of a step's schedule (step_unit_sequence order) reads its unit's weights: all but
+// the embedding's backward (the last use), whose scatter into the gradient reads none; its slot
+// is claimed, not filled.
+bool use_reads_weights(const std::vector<SlotUse>& uses, size_t j);
+
 }  // namespace ferry

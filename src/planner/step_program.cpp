@@ -114,8 +114,7 @@ class ProgramBuilder {
   void issue_load(size_t j) {
     const SlotUse& use = uses_[j];
     if (use.previous_use >= 0) wait(Lane::HostToDevice, released_[static_cast<size_t>(use.previous_use)]);
-    // The embedding's backward (the last use) reads no weights: the slot is claimed, not filled.
-    const bool weights_read = !(use.unit == layout_.embedding_unit() && j + 1 == uses_.size());
+    const bool weights_read = use_reads_weights(uses_, j);
     if (weights_read) host_wait(update_done_[use.unit]);
     loaded_[j] = add(Lane::HostToDevice, TaskKind::WeightUpload, 0.0,
                      weights_read ? numel(use.unit) * upload_bytes_per_param_ : 0.0);
