@@ -10,6 +10,9 @@
 //    the matrix), backward 2.5 times that, against the H200's ~776 TFLOP/s dense bf16 peak as
 //    measured for a large GEMM (DESIGN.md §5).
 //
+// 3. Times cuDNN's fused attention (ops/cuda/cudnn_attention.h) at the same shapes when cuDNN is
+//    installed: the path CudaOps takes for rows that are causal sequences.
+//
 // Usage: flash_attention_bench [--no-check] [--iters N]
 // bench/sdpa_baseline.py times PyTorch's scaled_dot_product_attention at the same shapes.
 #include <cuda_runtime.h>
@@ -27,8 +30,11 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "ops/cuda/cudnn_attention.h"
+#include "ops/cuda/cudnn_library.h"
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_attention_internal.h"
+#include "ops/cuda_ops_sizes.h"
 #include "ops/ops.h"
 
 namespace {
@@ -249,6 +255,9 @@ int run(int argc, char** argv) {
 
   const int64_t T = 16384;
   const int Hq = 32, Hkv = 8, D = 128;
+  std::unique_ptr<CudnnAttention> cudnn = CudnnAttention::make(nullptr);
+  if (cudnn == nullptr) std::printf("cuDNN: not timed (%s)\n", cudnn::unavailable_reason().c_str());
+  else std::printf("cuDNN %zu: timed after ferry's kernels\n", cudnn::library()->version);
   std::printf("timing: T %lld tokens, Hq %d, Hkv %d, D %d, causal within each sequence, %d iterations\n",
               static_cast<long long>(T), Hq, Hkv, D, iters);
   std::printf("  %6s %5s | %9s %8s %6s | %9s %8s %6s | %9s %8s %6s\n", "seq", "batch", "fwd ms", "TFLOP/s", "%peak",
@@ -272,6 +281,26 @@ int run(int argc, char** argv) {
                 static_cast<long long>(S), static_cast<long long>(T / S), fwd, tf(fwd_flops, fwd),
                 100 * tf(fwd_flops, fwd) / kPeakTflops, bwd, tf(bwd_flops, bwd), 100 * tf(bwd_flops, bwd) / kPeakTflops,
                 both, tf(fwd_flops + bwd_flops, both), 100 * tf(fwd_flops + bwd_flops, both) / kPeakTflops);
+    if (cudnn != nullptr) {
+      DeviceMem ws(attention_workspace_bytes(T, Hq, D));
+      auto cbp = bp;
+      cbp.workspace = ws.p;
+      cbp.workspace_bytes = ws.bytes;
+      if (!cudnn->forward(fp, S, ws.p, ws.bytes) || !cudnn->backward(cbp, S)) {
+        std::printf("  %6s %5s   cuDNN refused: %s\n", "", "", cudnn->last_refusal().c_str());
+      } else {
+        const double cf = time_ms(3, iters, [&] { cudnn->forward(fp, S, ws.p, ws.bytes); });
+        const double cb = time_ms(3, iters, [&] { cudnn->backward(cbp, S); });
+        const double cboth = time_ms(3, iters, [&] {
+          cudnn->forward(fp, S, ws.p, ws.bytes);
+          cudnn->backward(cbp, S);
+        });
+        std::printf("  %6s %5s | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%%  cuDNN\n", "", "", cf,
+                    tf(fwd_flops, cf), 100 * tf(fwd_flops, cf) / kPeakTflops, cb, tf(bwd_flops, cb),
+                    100 * tf(bwd_flops, cb) / kPeakTflops, cboth, tf(fwd_flops + bwd_flops, cboth),
+                    100 * tf(fwd_flops + bwd_flops, cboth) / kPeakTflops);
+      }
+    }
     // The backward's main kernel alone (no delta, zeroing or dq conversion), in its two D = 128
     // configurations; the workspace already holds delta from the runs above, and dq_accum only
     // collects garbage here.

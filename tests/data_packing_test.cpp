@@ -124,6 +124,32 @@ TEST(Packing, EmptyDocumentsAreIgnoredAndSeqLenIsChecked) {
 
 // Invariants over random documents, both modes: rows are seq_len long, positions count from each
 // document's start, targets are the next label of the same document, and packing keeps every token.
+// A row attends as one causal sequence when every token after its first document reaches
+// nothing: one-token documents without a target (padding, a last one-token document).
+TEST(Packing, RowsThatAttendAsOneSequence) {
+  // One document, then padding.
+  auto rows = pack_documents({doc({1, 2, 3}), doc({4, 5, 6, 7, 8, 9})}, 5, false);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(attends_as_one_sequence(rows[0]));
+  // Truncated: one document filling the row.
+  EXPECT_TRUE(attends_as_one_sequence(rows[1]));
+  // Two documents in a row: the second attends only to itself.
+  rows = pack_documents({doc({1, 2, 3}), doc({4, 5})}, 8, true);
+  EXPECT_FALSE(attends_as_one_sequence(rows[0]));
+  // A last document of one token predicts nothing and is seen by nothing else.
+  rows = pack_documents({doc({1, 2, 3}), doc({4})}, 6, true);
+  ASSERT_EQ(rows[0].doc_start, (Ids{0, 0, 0, 3, 4, 5}));
+  EXPECT_TRUE(attends_as_one_sequence(rows[0]));
+  // ... but a one-token document with a target (made by hand) reaches the loss.
+  PackedRow r = rows[0];
+  r.targets[3] = 7;
+  EXPECT_FALSE(attends_as_one_sequence(r));
+  // A split document's continuation starts its row: one sequence too.
+  rows = pack_documents({doc({1, 2, 3, 4, 5, 6, 7})}, 4, true);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_TRUE(attends_as_one_sequence(rows[1]));
+}
+
 TEST(Packing, InvariantsOnRandomDocuments) {
   std::mt19937_64 rng(3);
   std::vector<Document> docs;

@@ -38,7 +38,10 @@
 #if FERRY_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "ops/cuda/cudnn_attention.h"
+#include "ops/cuda/cudnn_library.h"
 #include "ops/cuda/flash_attention.h"
+#include "ops/cuda_ops_sizes.h"
 #endif
 
 namespace ferry {
@@ -113,13 +116,14 @@ class DeviceBuffer {
   size_t bytes_;
 };
 
-enum class Docs { kOne, kPacked, kBoundaries };
+enum class Docs { kOne, kPacked, kBoundaries, kRows };
 
 const char* docs_name(Docs d) {
   switch (d) {
     case Docs::kOne: return "one";
     case Docs::kPacked: return "packed";
     case Docs::kBoundaries: return "boundaries";
+    case Docs::kRows: return "rows";
   }
   return "?";
 }
@@ -128,7 +132,7 @@ const char* docs_name(Docs d) {
 // kPacked: uneven lengths 1..~150 from a fixed generator, with some documents of one token.
 // kBoundaries: documents starting at 100 (inside the first 128-query and the second 64-key tile),
 // 130 and 131 (a one-token document), 300, 700 -- those below T.
-std::vector<int32_t> make_doc_start(Docs docs, int64_t T) {
+std::vector<int32_t> make_doc_start(Docs docs, int64_t T, int64_t row) {
   std::vector<int32_t> starts = {0};
   if (docs == Docs::kPacked) {
     uint64_t state = 0x9e3779b97f4a7c15ull;
@@ -141,6 +145,8 @@ std::vector<int32_t> make_doc_start(Docs docs, int64_t T) {
       if (t >= T) break;
       starts.push_back(static_cast<int32_t>(t));
     }
+  } else if (docs == Docs::kRows) {
+    for (int64_t s = row; s < T; s += row) starts.push_back(static_cast<int32_t>(s));
   } else if (docs == Docs::kBoundaries) {
     for (int32_t s : {100, 130, 131, 300, 700})
       if (s < T) starts.push_back(s);
@@ -160,11 +166,13 @@ struct Case {
   int Hq, Hkv;
   Docs docs;
   float sharpness;  // scale = sharpness / sqrt(D); 1 gives flat softmaxes on these inputs, 8 peaked ones
+  int64_t row = 0;  // kRows: tokens per row (each row one document)
 };
 
 std::string case_name(const Case& c) {
   std::ostringstream s;
   s << "D" << c.D << "_T" << c.T << "_H" << c.Hq << "x" << c.Hkv << "_" << docs_name(c.docs);
+  if (c.docs == Docs::kRows) s << c.row;
   if (c.sharpness != 1.0f) s << "_sharp";
   return s.str();
 }
@@ -294,7 +302,7 @@ struct Problem {
   explicit Problem(const Case& cs, uint64_t seed = 1) : c(cs) {
     const size_t nq = static_cast<size_t>(c.T * c.Hq * c.D), nk = static_cast<size_t>(c.T * c.Hkv * c.D);
     scale = c.sharpness / std::sqrt(static_cast<float>(c.D));
-    ds = make_doc_start(c.docs, c.T);
+    ds = make_doc_start(c.docs, c.T, c.row);
     q = random_bf16(nq, seed * 10 + 1, -1.0f, 1.0f);
     k = random_bf16(nk, seed * 10 + 2, -1.0f, 1.0f);
     v = random_bf16(nk, seed * 10 + 3, -1.0f, 1.0f);
@@ -429,6 +437,60 @@ INSTANTIATE_TEST_SUITE_P(Large, FlashAttentionTensorCoreVsSimple,
                          ::testing::Values(Case{64, 4099, 16, 4, Docs::kPacked, 1.0f},
                                            Case{128, 4099, 16, 4, Docs::kBoundaries, 1.0f},
                                            Case{128, 3000, 8, 1, Docs::kOne, 8.0f}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// cuDNN's fused attention (ops/cuda/cudnn_attention.h) on rows that are causal sequences, against
+// the same reference and tolerances: GQA and MHA, head_dim 64 and 128, one row and several (whose
+// statistics cuDNN keeps in its own layout), flat and peaked softmaxes. Skipped where cuDNN is not
+// installed; where it is, a refusal fails the test.
+class CudnnAttentionGpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudnnAttentionGpu, ForwardAndBackwardMatchCpuReference) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<CudnnAttention> cudnn = CudnnAttention::make(nullptr);
+  if (cudnn == nullptr) GTEST_SKIP() << "cuDNN is not available: " << cudnn::unavailable_reason();
+  const Case c = GetParam();
+  Problem p(c);
+  ASSERT_TRUE(p.allocated()) << "cudaMalloc failed";
+  const Reference ref = cpu_reference(p);
+  DeviceBuffer ws(attention_workspace_bytes(c.T, c.Hq, c.D));
+  ASSERT_TRUE(ws.ok());
+  FlashAttentionBackwardParams bp = p.backward_params();
+  bp.workspace = ws.get();
+  bp.workspace_bytes = ws.bytes();
+  // Rows that do not divide the tokens are refused, and nothing runs.
+  EXPECT_FALSE(cudnn->forward(p.params(), c.row + 1, ws.get(), ws.bytes()));
+  ASSERT_TRUE(cudnn->forward(p.params(), c.row, ws.get(), ws.bytes())) << cudnn->last_refusal();
+  ASSERT_TRUE(cudnn->backward(bp, c.row)) << cudnn->last_refusal();
+  CUDA_OK(cudaDeviceSynchronize());
+
+  for (const DeviceBuffer* b : {p.d_out.get(), p.d_lse.get(), p.d_dq.get(), p.d_dk.get(), p.d_dv.get(), &ws})
+    EXPECT_TRUE(b->guards_intact()) << case_name(c) << ": cuDNN wrote outside a buffer";
+  EXPECT_TRUE(out_close(p.download_bf16(*p.d_out), ref.out, p.v.f32, p.ds, c));
+  EXPECT_TRUE(lse_close(p.download_f32(*p.d_lse), ref.lse, c));
+  EXPECT_TRUE(grad_close("dq", p.download_bf16(*p.d_dq), ref.dq, c.Hq, c));
+  EXPECT_TRUE(grad_close("dk", p.download_bf16(*p.d_dk), ref.dk, c.Hkv, c));
+  EXPECT_TRUE(grad_close("dv", p.download_bf16(*p.d_dv), ref.dv, c.Hkv, c));
+
+  // The forward's statistics serve ferry's own backward too (and the other way round).
+  Problem own(c);
+  ASSERT_TRUE(own.allocated());
+  flash_attention_forward(own.params(), nullptr);
+  FlashAttentionBackwardParams obp = own.backward_params();
+  obp.workspace = ws.get();
+  obp.workspace_bytes = ws.bytes();
+  ASSERT_TRUE(cudnn->backward(obp, c.row)) << cudnn->last_refusal();
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(grad_close("dq (own forward)", own.download_bf16(*own.d_dq), ref.dq, c.Hq, c));
+  EXPECT_TRUE(grad_close("dk (own forward)", own.download_bf16(*own.d_dk), ref.dk, c.Hkv, c));
+}
+
+INSTANTIATE_TEST_SUITE_P(Rows, CudnnAttentionGpu,
+                         ::testing::Values(Case{128, 2048, 32, 8, Docs::kRows, 1.0f, 1024},
+                                           Case{128, 2048, 8, 8, Docs::kRows, 1.0f, 2048},
+                                           Case{64, 768, 4, 2, Docs::kRows, 1.0f, 256},
+                                           Case{128, 1024, 8, 2, Docs::kRows, 8.0f, 256},
+                                           Case{128, 384, 4, 1, Docs::kRows, 1.0f, 128}),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // Forward, dk and dv are deterministic; dq of the tensor-core path is summed with atomics and may

@@ -45,6 +45,15 @@ void pad_from(PackedRow& row, size_t from) {
 
 }  // namespace
 
+bool attends_as_one_sequence(const PackedRow& row) {
+  const size_t n = row.doc_start.size();
+  size_t t = 0;
+  while (t < n && row.doc_start[t] == 0) ++t;
+  for (; t < n; ++t)
+    if (row.doc_start[t] != static_cast<int32_t>(t) || row.targets[t] != kIgnoreIndex) return false;
+  return true;
+}
+
 std::vector<PackedRow> pack_documents(const std::vector<Document>& documents, int64_t seq_len, bool packing,
                                       PackStats* stats) {
   FERRY_CHECK(seq_len >= 1, "data", "seq_len is {}; it must be at least 1", seq_len);

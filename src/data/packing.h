@@ -47,6 +47,12 @@ struct PackStats {
   int64_t target_tokens = 0;  // targets that are not kIgnoreIndex (the loss's denominator)
 };
 
+// True when every token of the row belongs to the document that starts the row, except trailing
+// tokens that reach nothing: documents of one token each without a target (padding, or a last
+// document of one token). Attention may then treat the row as one causal sequence
+// (AttentionMask::row_tokens in ops/ops.h): no token that reaches the loss sees a difference.
+bool attends_as_one_sequence(const PackedRow& row);
+
 // Throws ferry::Error when seq_len < 1. Rows are exactly seq_len long.
 std::vector<PackedRow> pack_documents(const std::vector<Document>& documents, int64_t seq_len, bool packing,
                                       PackStats* stats = nullptr);

@@ -64,7 +64,7 @@ struct Shape {
 class ChunkTokens {
  public:
   ChunkTokens(Device& device, RandomDeviceFill& fill, const Shape& shape, int64_t capacity)
-      : capacity_(capacity), buffer_(device, Shape::token_bytes(capacity), "profile tokens") {
+      : capacity_(capacity), seq_len_(shape.seq_len), buffer_(device, Shape::token_bytes(capacity), "profile tokens") {
     const size_t n = static_cast<size_t>(capacity);
     const int32_t vocab = static_cast<int32_t>(shape.config.vocab_size);
     fill.indices(ids(), n, vocab);
@@ -89,12 +89,15 @@ class ChunkTokens {
     c.targets = ids() + n;
     c.positions = ids() + 2 * n;
     c.doc_start = ids() + 3 * n;
+    // Whole sequences of one document each: the attention the training step runs on such rows.
+    c.row_tokens = tokens % seq_len_ == 0 ? seq_len_ : 0;
     return c;
   }
 
  private:
   int32_t* ids() const { return buffer_.as<int32_t>(); }
   int64_t capacity_;
+  int64_t seq_len_;
   DeviceBuffer buffer_;
 };
 

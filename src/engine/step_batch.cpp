@@ -15,6 +15,7 @@ TokenChunk StepBatch::chunk(int64_t c) const {
   t.targets = targets.data() + begin;
   t.positions = positions.data() + begin;
   t.doc_start = doc_start.data() + begin;
+  t.row_tokens = rows_attend_as_sequences ? seq_len : 0;
   return t;
 }
 
@@ -35,8 +36,10 @@ StepBatch make_step_batch(const std::vector<const PackedRow*>& rows, int64_t seq
   b.targets.reserve(total);
   b.positions.reserve(total);
   b.doc_start.reserve(total);
+  b.rows_attend_as_sequences = true;
   for (int64_t r = 0; r < b.rows; ++r) {
     const PackedRow& row = *rows[static_cast<size_t>(r)];
+    b.rows_attend_as_sequences = b.rows_attend_as_sequences && attends_as_one_sequence(row);
     FERRY_ASSERT(static_cast<int64_t>(row.input_ids.size()) == seq_len);
     const int32_t row_offset = static_cast<int32_t>((r % micro_batch) * seq_len);
     b.ids.insert(b.ids.end(), row.input_ids.begin(), row.input_ids.end());

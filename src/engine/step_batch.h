@@ -18,6 +18,8 @@ struct StepBatch {
   // rows * seq_len each. doc_start is relative to the start of the row's micro-chunk, so a chunk's
   // slice can be handed to the ops as it is.
   std::vector<int32_t> ids, targets, positions, doc_start;
+  // Every row attends as one causal sequence (attends_as_one_sequence): the chunks' row_tokens.
+  bool rows_attend_as_sequences = false;
 
   int64_t chunks() const { return rows / micro_batch; }
   int64_t chunk_tokens() const { return micro_batch * seq_len; }

@@ -92,7 +92,7 @@ void forward_into_scratch(Ops& ops, const LayerContext& ctx, const LayerParams& 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   Tensor attn = shaped(s.attn, {d.T, d.Hq, d.D});
   ops.attention_forward(q.view({d.T, d.Hq, d.D}), k.view({d.T, d.Hkv, d.D}), v.view({d.T, d.Hkv, d.D}),
-                        chunk.doc_start, scale, attn, shaped(s.lse, {d.Hq, d.T}));
+                        AttentionMask(chunk.doc_start, chunk.row_tokens), scale, attn, shaped(s.lse, {d.Hq, d.T}));
   Tensor x1 = shaped(s.x1, {d.T, d.H});
   ops.linear_forward(attn.view({d.T, d.Hq * d.D}), p.o_proj, p.o_bias, x_in, x1);
 
@@ -163,7 +163,7 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   ops.linear_backward(shaped(s.attn, {d.T, QD}), p.o_proj, d_x1, d_attn, g.o_proj, g.o_bias, false);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   ops.attention_backward(shaped(s.q, {d.T, d.Hq, d.D}), shaped(s.k, {d.T, d.Hkv, d.D}),
-                         shaped(s.v, {d.T, d.Hkv, d.D}), chunk.doc_start, scale, shaped(s.attn, {d.T, d.Hq, d.D}),
+                         shaped(s.v, {d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens), scale, shaped(s.attn, {d.T, d.Hq, d.D}),
                          shaped(s.lse, {d.Hq, d.T}), d_attn.view({d.T, d.Hq, d.D}), dq.view({d.T, d.Hq, d.D}),
                          dk.view({d.T, d.Hkv, d.D}), dv.view({d.T, d.Hkv, d.D}));
   ops.rope(dq.view({d.T, d.Hq, d.D}), chunk.positions, ctx.inv_freq, true);

@@ -12,6 +12,9 @@ struct TokenChunk {
   const int32_t* targets = nullptr;    // shifted labels; kIgnoreIndex where nothing is predicted
   const int32_t* positions = nullptr;  // RoPE positions, restarting at each document
   const int32_t* doc_start = nullptr;  // index of the first token of each token's document
+  // R > 0 when the chunk is rows of R tokens that attention may treat as plain causal sequences
+  // (AttentionMask::row_tokens in ops/ops.h; data/packing.h's attends_as_one_sequence), else 0.
+  int64_t row_tokens = 0;
 };
 
 }  // namespace ferry

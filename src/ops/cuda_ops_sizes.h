@@ -39,4 +39,14 @@ constexpr size_t flash_attention_backward_workspace_bytes(int64_t tokens, int q_
   return bytes;
 }
 
+// Attention's working memory, the forward's and the backward's in turn: the flash backward's, and
+// beyond it what cuDNN's fused attention (ops/cuda/cudnn_attention.h) needs on top when it runs
+// instead: its statistics in its own layout (fp32, tokens x query heads) and its plan's workspace,
+// for which kCudnnAttentionPlanBytes is kept (a plan that needs more is not used).
+inline constexpr size_t kCudnnAttentionPlanBytes = size_t{32} << 20;
+constexpr size_t attention_workspace_bytes(int64_t tokens, int q_heads, int head_dim) {
+  return flash_attention_backward_workspace_bytes(tokens, q_heads, head_dim) +
+         flash_attention_delta_bytes(tokens, q_heads) + kCudnnAttentionPlanBytes;
+}
+
 }  // namespace ferry

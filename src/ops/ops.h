@@ -41,6 +41,21 @@
 
 namespace ferry {
 
+// Which keys each query attends, for attention_forward / attention_backward.
+struct AttentionMask {
+  // The document of each token (the "Packed sequences" convention above): the exact mask.
+  const int32_t* doc_start = nullptr;
+  // 0, or R > 0 when the caller knows on the host that the T tokens are rows of R tokens in which
+  // every token belongs to the document that starts at its row's first token, except a row's
+  // trailing tokens that reach nothing: documents of one token each (doc_start[t] == t) without a
+  // loss target, such as padding. A backend may then attend causally within each row and ignore
+  // doc_start. Outputs at those trailing tokens are then unspecified; every other output, and
+  // every gradient when their dout is zero (as the loss makes it), is the exact mask's.
+  int64_t row_tokens = 0;
+
+  AttentionMask(const int32_t* starts, int64_t rows = 0) : doc_start(starts), row_tokens(rows) {}  // NOLINT: implicit
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -69,10 +84,10 @@ class Ops {
 
   // Causal attention with grouped query heads (Hq a multiple of Hkv) and document masking.
   // q (T,Hq,D), k v (T,Hkv,D), out (T,Hq,D), lse (Hq,T) fp32 = log-sum-exp of scaled scores.
-  virtual void attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale,
+  virtual void attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale,
                                  Tensor out, Tensor lse) = 0;
   // dq dk dv assigned, same shapes as q k v.
-  virtual void attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale,
+  virtual void attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale,
                                   Tensor out, Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) = 0;
 
   // out = silu(gate) * up, all (T,F).

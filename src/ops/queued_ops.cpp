@@ -29,14 +29,14 @@ void QueuedOps::rope(Tensor x, const int32_t* positions, const float* inv_freq, 
   enqueue([=](Ops& ops) { ops.rope(x, positions, inv_freq, inverse); });
 }
 
-void QueuedOps::attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale,
+void QueuedOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale,
                                   Tensor out, Tensor lse) {
-  enqueue([=](Ops& ops) { ops.attention_forward(q, k, v, doc_start, scale, out, lse); });
+  enqueue([=](Ops& ops) { ops.attention_forward(q, k, v, mask, scale, out, lse); });
 }
 
-void QueuedOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale,
+void QueuedOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale,
                                    Tensor out, Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) {
-  enqueue([=](Ops& ops) { ops.attention_backward(q, k, v, doc_start, scale, out, lse, dout, dq, dk, dv); });
+  enqueue([=](Ops& ops) { ops.attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv); });
 }
 
 void QueuedOps::swiglu_forward(Tensor gate, Tensor up, Tensor out) {

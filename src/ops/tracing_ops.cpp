@@ -27,15 +27,15 @@ void TracingOps::rope(Tensor x, const int32_t* positions, const float* inv_freq,
   traced(inverse ? "rope_inverse" : "rope", [&](Ops& ops) { ops.rope(x, positions, inv_freq, inverse); });
 }
 
-void TracingOps::attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+void TracingOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                    Tensor lse) {
-  traced("attention_forward", [&](Ops& ops) { ops.attention_forward(q, k, v, doc_start, scale, out, lse); });
+  traced("attention_forward", [&](Ops& ops) { ops.attention_forward(q, k, v, mask, scale, out, lse); });
 }
 
-void TracingOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+void TracingOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                     Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) {
   traced("attention_backward",
-         [&](Ops& ops) { ops.attention_backward(q, k, v, doc_start, scale, out, lse, dout, dq, dk, dv); });
+         [&](Ops& ops) { ops.attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv); });
 }
 
 void TracingOps::swiglu_forward(Tensor gate, Tensor up, Tensor out) {

@@ -28,9 +28,9 @@ class TracingOps final : public Ops {
 
   void rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) override;
 
-  void attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+  void attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                          Tensor lse) override;
-  void attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+  void attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                           Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) override;
 
   void swiglu_forward(Tensor gate, Tensor up, Tensor out) override;

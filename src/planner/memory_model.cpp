@@ -24,8 +24,8 @@ size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DTyp
   const size_t flce_tokens = std::min(
       static_cast<size_t>(fused_cross_entropy_chunk_tokens(kCudaFlceChunkBytes, c.vocab_size)), T);
   bytes += round_to_256(2 * flce_tokens * Vp) + round_to_256(4 * T);
-  // Flash attention backward: delta, and dq accumulated in fp32 on the tensor-core path.
-  bytes += flash_attention_backward_workspace_bytes(chunk_tokens, c.num_heads, c.head_dim);
+  // Attention: the flash backward's delta and fp32 dq, or cuDNN's fused attention's.
+  bytes += attention_workspace_bytes(chunk_tokens, c.num_heads, c.head_dim);
   bytes += round_to_256(32 * T);                                   // embedding backward: keys, values, CUB storage
   bytes += round_to_256(4 * 1024 * std::max({H, q_dim, kv_dim}));  // rmsnorm dweight / linear dbias partials
   if (grad_dtype != DType::F32) bytes += round_to_256(2 * std::max({H * F, H * q_dim, H * kv_dim}));

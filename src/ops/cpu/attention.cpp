@@ -213,9 +213,10 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
 }  // namespace
 
 // q (T,Hq,D), k v (T,Hkv,D) -> out (T,Hq,D), lse (Hq,T).
-void CpuOps::attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+void CpuOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                Tensor lse) {
   const char* op = "attention_forward";
+  const int32_t* doc_start = mask.doc_start;  // the exact mask; row_tokens is only a hint
   const Dims d = check_qkv(op, q, k, v, doc_start, out, lse);
   const int64_t T = d.T, D = d.D;
   if (T == 0 || d.Hq == 0 || D == 0) return;
@@ -243,9 +244,10 @@ void CpuOps::attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_
 // dk and dv summed over the query heads of their group. Two passes keep every row owned by one
 // thread: pass 1 walks (query head, query row) for dq, pass 2 walks (kv head, key row) for dk and
 // dv, recomputing P and dS rather than sharing them across threads.
-void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                 Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) {
   const char* op = "attention_backward";
+  const int32_t* doc_start = mask.doc_start;
   const Dims d = check_qkv(op, q, k, v, doc_start, out, lse);
   cpu::expect_like(op, "dout", dout, "q", q);
   cpu::expect_like(op, "dq", dq, "q", q);

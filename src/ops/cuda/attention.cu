@@ -1,6 +1,9 @@
-// Attention on the GPU: CudaOps' two methods hand the views to flash attention
-// (ops/cuda/flash_attention.h), which owns the kernels.
+// Attention on the GPU: CudaOps' two methods hand the views to cuDNN's fused attention where the
+// mask allows it and cuDNN is there (ops/cuda/cudnn_attention.h), else to ferry's own flash
+// attention (ops/cuda/flash_attention.h). cuDNN gets the same working memory as the own kernels
+// (the planner's number); a plan that needs more is not used.
 #include "ops/cuda/cuda_ops_state.cuh"
+#include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/flash_attention.h"
 
 namespace ferry {
@@ -39,18 +42,27 @@ FlashAttentionParams attention_params(const char* op, const Tensor& q, const Ten
 
 }  // namespace
 
-void CudaOps::attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+void CudaOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                 Tensor lse) {
-  const FlashAttentionParams p = attention_params("attention_forward", q, k, v, doc_start, scale, out, lse);
+  const FlashAttentionParams p = attention_params("attention_forward", q, k, v, mask.doc_start, scale, out, lse);
   if (p.tokens == 0 || p.q_heads == 0) return;
+  if (CudnnAttention* cudnn = state_->cudnn_attention.get(); cudnn != nullptr && mask.row_tokens > 0) {
+    const size_t budget = attention_workspace_bytes(p.tokens, p.q_heads, p.head_dim);
+    const int64_t need = cudnn->forward_workspace(p, mask.row_tokens);
+    if (need >= 0 && static_cast<size_t>(need) <= budget) {
+      void* workspace = need > 0 ? state_->buffer(cuda::Scratch::kAttention, static_cast<size_t>(need),
+                                                  "the attention forward") : nullptr;
+      if (cudnn->forward(p, mask.row_tokens, workspace, static_cast<size_t>(need))) return;
+    }
+  }
   flash_attention_forward(p, state_->stream);
 }
 
-void CudaOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+void CudaOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                  Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) {
   const char* op = "attention_backward";
   FlashAttentionBackwardParams p{};
-  p.fwd = attention_params(op, q, k, v, doc_start, scale, out, lse);
+  p.fwd = attention_params(op, q, k, v, mask.doc_start, scale, out, lse);
   cuda::expect_like(op, "dout", dout, "q", q, DType::BF16);
   cuda::expect_like(op, "dq", dq, "q", q, DType::BF16);
   cuda::expect_like(op, "dk", dk, "k", k, DType::BF16);
@@ -60,9 +72,10 @@ void CudaOps::attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* do
   p.dq = dq.data;
   p.dk = dk.data;
   p.dv = dv.data;
-  p.workspace_bytes =
-      flash_attention_backward_workspace(p.fwd.tokens, p.fwd.q_heads, p.fwd.kv_heads, p.fwd.head_dim);
+  p.workspace_bytes = attention_workspace_bytes(p.fwd.tokens, p.fwd.q_heads, p.fwd.head_dim);
   p.workspace = state_->buffer(cuda::Scratch::kAttention, p.workspace_bytes, "the attention backward");
+  if (CudnnAttention* cudnn = state_->cudnn_attention.get(); cudnn != nullptr && mask.row_tokens > 0)
+    if (cudnn->backward(p, mask.row_tokens)) return;
   flash_attention_backward(p, state_->stream);
 }
 

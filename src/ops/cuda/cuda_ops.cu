@@ -27,6 +27,7 @@ CudaOps::CudaOps(void* stream, const CudaOpsOptions& options)
       state_(std::make_unique<State>(static_cast<cudaStream_t>(stream), options.gemm_workspace_bytes,
                                      options.allocator, options.gemm_tuning)) {
   CUDA_OPS_EXPECT(options_.flce_chunk_bytes > 0, "CudaOps", "flce_chunk_bytes must be positive");
+  if (options_.cudnn_attention) state_->cudnn_attention = CudnnAttention::make(stream);
 }
 
 CudaOps::~CudaOps() = default;

@@ -48,6 +48,10 @@ struct CudaOpsOptions {
   // fastest (cuda_gemm.cuh); off: the heuristic's first choice, always. The environment variable
   // FERRY_GEMM_TUNING=0 turns it off for every CudaOps made with the default.
   bool gemm_tuning = gemm_tuning_default();
+  // Attention of rows that are plain causal sequences (AttentionMask::row_tokens) runs on cuDNN's
+  // fused attention where cuDNN is installed (ops/cuda/cudnn_attention.h); off, or without cuDNN
+  // (or with FERRY_CUDNN=0 in the environment): ferry's own flash attention, always.
+  bool cudnn_attention = true;
   // Logits of the fused linear-cross-entropy are made this many bytes (bf16) at a time: the token
   // chunk is flce_chunk_bytes / (2 * V) rounded down to a multiple of 128 tokens when larger (at
   // least 1 token).
@@ -79,9 +83,9 @@ class CudaOps final : public Ops {
 
   void rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) override;
 
-  void attention_forward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+  void attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                          Tensor lse) override;
-  void attention_backward(Tensor q, Tensor k, Tensor v, const int32_t* doc_start, float scale, Tensor out,
+  void attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                           Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) override;
 
   void swiglu_forward(Tensor gate, Tensor up, Tensor out) override;

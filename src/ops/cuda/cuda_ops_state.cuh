@@ -6,6 +6,7 @@
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda/cuda_gemm.cuh"
 #include "ops/cuda/cuda_ops.h"
+#include "ops/cuda/cudnn_attention.h"
 
 namespace ferry {
 
@@ -39,6 +40,7 @@ struct CudaOps::State {
   cuda::Gemm gemm;
   cuda::StreamBuffer scratch[static_cast<int>(cuda::Scratch::kCount)];
   cuda::DeviceMemory error_flag;  // one int, bits of DeviceErrorBits
+  std::unique_ptr<CudnnAttention> cudnn_attention;  // null: cuDNN off or not installed
 
   State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator, bool gemm_tuning);
 

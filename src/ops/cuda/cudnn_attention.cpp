@@ -1,0 +1,180 @@
+#include "ops/cuda/cudnn_attention.h"
+
+#include <cuda_runtime.h>
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "ops/cuda/cudnn_attention_graphs.h"
+#include "ops/cuda/cudnn_backend.h"
+#include "ops/cuda/cudnn_library.h"
+
+namespace ferry {
+
+struct CudnnAttention::Graphs {
+  cudnn::AttentionShape shape;
+  cudnn::AttentionGraph forward;
+  cudnn::AttentionGraph backward;
+  // The statistics in cuDNN's layout, at the start of the workspace, when they are not ferry's
+  // (a batch of more than one row).
+  int64_t statistics_bytes = 0;
+  int64_t forward_bytes() const { return statistics_bytes + forward.workspace_bytes(); }
+  int64_t backward_bytes() const { return statistics_bytes + backward.workspace_bytes(); }
+};
+
+std::unique_ptr<CudnnAttention> CudnnAttention::make(void* stream) {
+  const cudnn::Library* lib = cudnn::library();
+  if (lib == nullptr) return nullptr;
+  try {
+    return std::unique_ptr<CudnnAttention>(new CudnnAttention(stream));
+  } catch (const cudnn::Failure& e) {
+    log_warn("cuDNN is installed but unusable, attention runs on ferry's own kernels: {}", e.what());
+    return nullptr;
+  }
+}
+
+CudnnAttention::CudnnAttention(void* stream) : stream_(stream) {
+  const cudnn::Library& lib = *cudnn::library();
+  cudnnHandle_t handle = nullptr;
+  cudnn::check(lib, lib.create(&handle), "create handle");
+  handle_ = handle;
+  const cudnnStatus_t status = lib.set_stream(handle, static_cast<cudaStream_t>(stream));
+  if (status != CUDNN_STATUS_SUCCESS) {
+    lib.destroy(handle);
+    cudnn::check(lib, status, "set stream");
+  }
+}
+
+CudnnAttention::~CudnnAttention() {
+  built_.clear();  // plans before the handle they were made with
+  if (handle_ != nullptr) cudnn::library()->destroy(static_cast<cudnnHandle_t>(handle_));
+}
+
+namespace {
+
+// Statistics between ferry's lse (Hq, batch * seq) and cuDNN's packed [batch, Hq, seq]: one
+// strided copy per row of the batch, on the stream.
+void copy_statistics(const float* from, float* to, const cudnn::AttentionShape& s, bool to_cudnn,
+                     cudaStream_t stream) {
+  const size_t row = sizeof(float) * static_cast<size_t>(s.seq);
+  const size_t lse_pitch = row * static_cast<size_t>(s.batch);
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const size_t lse_offset = static_cast<size_t>(b * s.seq), packed_offset = static_cast<size_t>(b * s.q_heads * s.seq);
+    cudaError_t e = to_cudnn ? cudaMemcpy2DAsync(to + packed_offset, row, from + lse_offset, lse_pitch, row,
+                                                 static_cast<size_t>(s.q_heads), cudaMemcpyDeviceToDevice, stream)
+                             : cudaMemcpy2DAsync(to + lse_offset, lse_pitch, from + packed_offset, row, row,
+                                                 static_cast<size_t>(s.q_heads), cudaMemcpyDeviceToDevice, stream);
+    if (e != cudaSuccess)
+      throw Error(fmt::format("attention: copying the statistics failed: {}", cudaGetErrorString(e)));
+  }
+}
+
+}  // namespace
+
+CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p, int64_t row_tokens) {
+  if (row_tokens <= 0 || p.tokens % row_tokens != 0) {
+    refusal_ = fmt::format("{} tokens are not whole rows of {}", p.tokens, row_tokens);
+    return nullptr;
+  }
+  // cuDNN before 9.16 masks sequences of other lengths only with a padding mask ferry does not build.
+  if (cudnn::library()->version < 91600 && row_tokens % 128 != 0) {
+    refusal_ = fmt::format("rows of {} tokens: cuDNN {} needs a multiple of 128", row_tokens, cudnn::library()->version);
+    return nullptr;
+  }
+  const cudnn::AttentionShape shape{p.tokens / row_tokens, row_tokens, p.q_heads, p.kv_heads, p.head_dim};
+  const Key key{shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim};
+  auto it = built_.find(key);
+  if (it == built_.end()) {
+    std::unique_ptr<Graphs> g;
+    try {
+      const cudnn::Library& lib = *cudnn::library();
+      auto handle = static_cast<cudnnHandle_t>(handle_);
+      g = std::make_unique<Graphs>();
+      g->shape = shape;
+      g->statistics_bytes = shape.batch > 1 ? cudnn::attention_statistics_bytes(shape) : 0;
+      g->forward = cudnn::build_attention_forward(lib, handle, shape);
+      g->backward = cudnn::build_attention_backward(lib, handle, shape);
+      log_info("attention of {} x {} tokens, {}/{} heads of {}: cuDNN {} (forward: {}, {} B workspace; backward: "
+               "{}, {} B)", shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim, lib.version,
+               g->forward.plan.engine, g->forward_bytes(), g->backward.plan.engine, g->backward_bytes());
+    } catch (const cudnn::Failure& e) {
+      log_warn("attention of {} x {} tokens, {}/{} heads of {}: cuDNN refused it, ferry's own kernels run it: {}",
+               shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim, e.what());
+      g.reset();
+      refusal_ = e.what();
+    }
+    it = built_.emplace(key, std::move(g)).first;
+  }
+  if (it->second == nullptr && refusal_.empty()) refusal_ = "cuDNN refused this shape (logged when first seen)";
+  return it->second.get();
+}
+
+int64_t CudnnAttention::forward_workspace(const FlashAttentionParams& p, int64_t row_tokens) {
+  Graphs* g = graphs(p, row_tokens);
+  return g != nullptr ? g->forward_bytes() : -1;
+}
+
+int64_t CudnnAttention::backward_workspace(const FlashAttentionParams& p, int64_t row_tokens) {
+  Graphs* g = graphs(p, row_tokens);
+  return g != nullptr ? g->backward_bytes() : -1;
+}
+
+bool CudnnAttention::forward(const FlashAttentionParams& p, int64_t row_tokens, void* workspace,
+                             size_t workspace_bytes) {
+  refusal_.clear();
+  Graphs* g = graphs(p, row_tokens);
+  if (g == nullptr) return false;
+  if (static_cast<size_t>(g->forward_bytes()) > workspace_bytes) {
+    refusal_ = fmt::format("the forward needs {} bytes of workspace, {} given", g->forward_bytes(), workspace_bytes);
+    return false;
+  }
+  auto stream = static_cast<cudaStream_t>(stream_);
+  char* base = static_cast<char*>(workspace);
+  cudnn::AttentionTensors t;
+  t.q = const_cast<void*>(p.q);
+  t.k = const_cast<void*>(p.k);
+  t.v = const_cast<void*>(p.v);
+  t.out = p.out;
+  t.stats = g->statistics_bytes > 0 ? reinterpret_cast<float*>(base) : p.lse;
+  t.scale = p.scale;
+  cudnn::run_attention(*cudnn::library(), static_cast<cudnnHandle_t>(handle_), g->forward, t,
+                       base + g->statistics_bytes);
+  if (g->statistics_bytes > 0) copy_statistics(t.stats, p.lse, g->shape, false, stream);
+  return true;
+}
+
+bool CudnnAttention::backward(const FlashAttentionBackwardParams& p, int64_t row_tokens) {
+  refusal_.clear();
+  Graphs* g = graphs(p.fwd, row_tokens);
+  if (g == nullptr) return false;
+  if (static_cast<size_t>(g->backward_bytes()) > p.workspace_bytes) {
+    refusal_ = fmt::format("the backward needs {} bytes of workspace, {} given", g->backward_bytes(),
+                           p.workspace_bytes);
+    return false;
+  }
+  auto stream = static_cast<cudaStream_t>(stream_);
+  char* base = static_cast<char*>(p.workspace);
+  cudnn::AttentionTensors t;
+  t.q = const_cast<void*>(p.fwd.q);
+  t.k = const_cast<void*>(p.fwd.k);
+  t.v = const_cast<void*>(p.fwd.v);
+  t.out = p.fwd.out;
+  t.stats = p.fwd.lse;
+  if (g->statistics_bytes > 0) {
+    t.stats = reinterpret_cast<float*>(base);
+    copy_statistics(p.fwd.lse, t.stats, g->shape, true, stream);
+  }
+  t.scale = p.fwd.scale;
+  t.dout = const_cast<void*>(p.dout);
+  t.dq = p.dq;
+  t.dk = p.dk;
+  t.dv = p.dv;
+  cudnn::run_attention(*cudnn::library(), static_cast<cudnnHandle_t>(handle_), g->backward, t,
+                       base + g->statistics_bytes);
+  return true;
+}
+
+}  // namespace ferry

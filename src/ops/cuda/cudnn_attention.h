@@ -1,0 +1,66 @@
+// Causal attention of whole sequences through cuDNN's fused flash attention, where cuDNN is
+// installed (cudnn_library.h): the same semantics and tensors as flash_attention.h, restricted to
+// the case AttentionMask::row_tokens vouches for (ops/ops.h): the T tokens are rows of R tokens,
+// each row one causal sequence. q k v out are then the BSHD tensors (T / R, R, heads, D) cuDNN
+// takes as they are, and lse (Hq, T) is its statistics tensor (natural log-sum-exp of the scaled,
+// masked scores of each query), read through strides.
+//
+// The graphs are built once per shape (batch, R, heads, head_dim) with cuDNN's heuristics and
+// kept. A shape cuDNN refuses, or whose plan needs more workspace than the caller has, is
+// remembered and answered `false` at once from then on; the caller runs its own kernels, so the
+// results never depend on cuDNN being there, only the speed. The first refusal of each shape is
+// logged with cuDNN's reason.
+//
+// Numerics: fp32 softmax and accumulation like the own kernels, but cuDNN's order of summation;
+// dq accumulates in fp32 with atomics (not bitwise repeatable, as the own kernel's dq). Forward
+// and backward may come from different implementations (lse means the same in both).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "ops/cuda/flash_attention.h"
+
+namespace ferry {
+
+class CudnnAttention {
+ public:
+  // nullptr when cuDNN is not available (cudnn::unavailable_reason() says why). `stream` is the
+  // cudaStream_t the graphs run on.
+  static std::unique_ptr<CudnnAttention> make(void* stream);
+  ~CudnnAttention();
+  CudnnAttention(const CudnnAttention&) = delete;
+  CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+  // Workspace each direction needs for this shape (building the plan if not built yet); -1 when
+  // cuDNN refuses the shape.
+  int64_t forward_workspace(const FlashAttentionParams& p, int64_t row_tokens);
+  int64_t backward_workspace(const FlashAttentionParams& p, int64_t row_tokens);
+
+  // Enqueue on the stream and return true, or return false having done nothing (row_tokens 0 or
+  // not dividing T, a shape cuDNN refuses, workspace_bytes too small).
+  bool forward(const FlashAttentionParams& p, int64_t row_tokens, void* workspace, size_t workspace_bytes);
+  bool backward(const FlashAttentionBackwardParams& p, int64_t row_tokens);
+
+  // Why the last call returned false ("" after a success).
+  const std::string& last_refusal() const { return refusal_; }
+
+  struct Graphs;
+
+ private:
+  explicit CudnnAttention(void* stream);
+  // The plans of a shape, built on first use; nullptr when cuDNN refused it.
+  Graphs* graphs(const FlashAttentionParams& p, int64_t row_tokens);
+
+  void* stream_;
+  void* handle_ = nullptr;  // cudnnHandle_t
+  using Key = std::tuple<int64_t, int64_t, int, int, int>;  // batch, row_tokens, Hq, Hkv, D
+  std::map<Key, std::unique_ptr<Graphs>> built_;
+  std::string refusal_;
+};
+
+}  // namespace ferry

@@ -1,0 +1,260 @@
+// The operation patterns are those cuDNN's own frontend builds for causal SDPA with statistics on
+// cuDNN 9.x before its single-op attention took masks (9.21): the fused engines recognise the
+// graph by its exact ops, so the ops that look redundant (the backward's x1.0, the FLOAT-typed K
+// view) stay.
+#include "ops/cuda/cudnn_attention_graphs.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+
+namespace ferry::cudnn {
+
+namespace {
+
+// Unique ids of the tensors that cross the graph's boundary (the variant pack's).
+enum Uid : int64_t {
+  kQ = 1,
+  kK,
+  kV,
+  kO,
+  kStats,
+  kDO,
+  kDQ,
+  kDK,
+  kDV,
+  kScale,      // by value
+  kNegInf,     // by value
+  kOne,        // by value
+  kDQAccum,    // fp32 dq, in the graph's own workspace
+  kSoftmaxSum, // rowsum(dout * out), in the graph's own workspace
+  kFirstVirtual = 100,
+};
+
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Builds tensors with fresh virtual ids and keeps every descriptor alive until the plan is made.
+class GraphBuilder {
+ public:
+  GraphBuilder(const Library& lib, const AttentionShape& s) : lib_(lib), s_(s) {}
+
+  const Descriptor& tensor(int64_t uid, std::vector<int64_t> dims, std::vector<int64_t> strides,
+                           cudnnDataType_t type, bool by_value = false) {
+    return keep(make_tensor(lib_, TensorSpec{uid, std::move(dims), std::move(strides), type, false, by_value}));
+  }
+  const Descriptor& scalar(int64_t uid) { return tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, true); }
+  const Descriptor& virt(std::vector<int64_t> dims, std::vector<int64_t> strides = {},
+                         cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+    if (strides.empty()) strides = packed_strides(dims);
+    return keep(make_tensor(lib_, TensorSpec{next_virtual_++, std::move(dims), std::move(strides), type, true, false}));
+  }
+  // Ferry's (batch, seq, heads, D) tensors as cuDNN's [b, h, s, d], and transposed [b, h, d, s].
+  const Descriptor& bshd(int64_t uid, int64_t heads) {
+    return tensor(uid, {s_.batch, heads, s_.seq, s_.head_dim}, bshd_strides(heads), CUDNN_DATA_BFLOAT16);
+  }
+  const Descriptor& bshd_transposed(int64_t uid, int64_t heads) {
+    const std::vector<int64_t> st = bshd_strides(heads);
+    return tensor(uid, {s_.batch, heads, s_.head_dim, s_.seq}, {st[0], st[1], st[3], st[2]}, CUDNN_DATA_BFLOAT16);
+  }
+  std::vector<int64_t> bshd_strides(int64_t heads) const {
+    return {s_.seq * heads * s_.head_dim, s_.head_dim, heads * s_.head_dim, 1};
+  }
+  // [b, Hq, s, s] scores, [b, Hq, s, 1] row statistics.
+  std::vector<int64_t> scores() const { return {s_.batch, s_.q_heads, s_.seq, s_.seq}; }
+  std::vector<int64_t> rows() const { return {s_.batch, s_.q_heads, s_.seq, 1}; }
+
+  void op(Descriptor d) { ops_.push_back(std::make_unique<Descriptor>(std::move(d))); }
+  void pointwise(cudnnPointwiseMode_t mode, const Descriptor& x, const Descriptor* b, const Descriptor& y,
+                 cudnnDataType_t precision = CUDNN_DATA_FLOAT, const Descriptor* t = nullptr, int64_t axis = -1) {
+    op(make_pointwise(lib_, mode, precision, x, b, t, y, axis));
+  }
+  // y = where(row >= col, x, -inf) over the last two dims of x: the top-left causal mask.
+  void causal_mask(const Descriptor& x, const Descriptor& neg_inf, const Descriptor& y) {
+    const Descriptor& row = virt(scores(), {}, CUDNN_DATA_INT32);
+    const Descriptor& col = virt(scores(), {}, CUDNN_DATA_INT32);
+    const Descriptor& keep_mask = virt(scores(), {}, CUDNN_DATA_BOOLEAN);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, row, CUDNN_DATA_FLOAT, nullptr, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, col, CUDNN_DATA_FLOAT, nullptr, 3);
+    pointwise(CUDNN_POINTWISE_CMP_GE, row, &col, keep_mask, CUDNN_DATA_BOOLEAN);
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, &neg_inf, y, CUDNN_DATA_FLOAT, &keep_mask);
+  }
+
+  Plan plan(cudnnHandle_t handle) {
+    std::vector<const Descriptor*> raw;
+    for (const auto& o : ops_) raw.push_back(o.get());
+    return make_plan(lib_, handle, raw);
+  }
+
+  const Library& lib() const { return lib_; }
+
+ private:
+  const Descriptor& keep(Descriptor d) {
+    tensors_.push_back(std::make_unique<Descriptor>(std::move(d)));
+    return *tensors_.back();
+  }
+  const Library& lib_;
+  AttentionShape s_;
+  int64_t next_virtual_ = kFirstVirtual;
+  std::vector<std::unique_ptr<Descriptor>> tensors_, ops_;
+};
+
+}  // namespace
+
+int64_t attention_statistics_bytes(const AttentionShape& s) {
+  return static_cast<int64_t>(round_up(sizeof(float) * static_cast<size_t>(s.batch * s.seq * s.q_heads)));
+}
+
+AttentionGraph build_attention_forward(const Library& lib, cudnnHandle_t handle, const AttentionShape& s) {
+  GraphBuilder g(lib, s);
+  const int64_t Hq = s.q_heads, Hkv = s.kv_heads;
+  const Descriptor& q = g.bshd(kQ, Hq);
+  const Descriptor& kt = g.bshd_transposed(kK, Hkv);
+  const Descriptor& v = g.bshd(kV, Hkv);
+  const Descriptor& o = g.bshd(kO, Hq);
+  const Descriptor& stats = g.tensor(kStats, g.rows(), {}, CUDNN_DATA_FLOAT);
+  const Descriptor& scale = g.scalar(kScale);
+  const Descriptor& neg_inf = g.scalar(kNegInf);
+
+  const Descriptor& s0 = g.virt(g.scores());
+  g.op(make_matmul(lib, q, kt, s0));
+  const Descriptor& s1 = g.virt(g.scores());
+  g.pointwise(CUDNN_POINTWISE_MUL, s0, &scale, s1);
+  const Descriptor& s2 = g.virt(g.scores());
+  g.causal_mask(s1, neg_inf, s2);
+  const Descriptor& mx = g.virt(g.rows());
+  g.op(make_reduction(lib, CUDNN_REDUCE_TENSOR_MAX, s2, mx));
+  const Descriptor& s3 = g.virt(g.scores());
+  g.pointwise(CUDNN_POINTWISE_SUB, s2, &mx, s3);
+  const Descriptor& e = g.virt(g.scores());
+  g.pointwise(CUDNN_POINTWISE_EXP, s3, nullptr, e);
+  const Descriptor& z = g.virt(g.rows());
+  g.op(make_reduction(lib, CUDNN_REDUCE_TENSOR_ADD, e, z));
+  const Descriptor& lz = g.virt(g.rows());
+  g.pointwise(CUDNN_POINTWISE_LOG, z, nullptr, lz);
+  g.pointwise(CUDNN_POINTWISE_ADD, mx, &lz, stats);
+  const Descriptor& p = g.virt(g.scores(), {}, CUDNN_DATA_BFLOAT16);
+  g.pointwise(CUDNN_POINTWISE_DIV, e, &z, p);
+  g.op(make_matmul(lib, p, v, o));
+
+  AttentionGraph graph;
+  graph.plan = g.plan(handle);
+  graph.uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
+  return graph;
+}
+
+AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle, const AttentionShape& s) {
+  GraphBuilder g(lib, s);
+  const int64_t B = s.batch, S = s.seq, D = s.head_dim, Hq = s.q_heads, Hkv = s.kv_heads;
+  const bool grouped = Hq != Hkv;
+  const Descriptor& q = g.bshd(kQ, Hq);
+  const Descriptor& kt = g.bshd_transposed(kK, Hkv);
+  const Descriptor& vt = g.bshd_transposed(kV, Hkv);
+  const Descriptor& o = g.bshd(kO, Hq);
+  const Descriptor& dout = g.bshd(kDO, Hq);
+  const Descriptor& stats = g.tensor(kStats, g.rows(), {}, CUDNN_DATA_FLOAT);
+  const Descriptor& dq = g.bshd(kDQ, Hq);
+  const Descriptor& dk = g.bshd(kDK, Hkv);
+  const Descriptor& dv = g.bshd(kDV, Hkv);
+  const Descriptor& scale = g.scalar(kScale);
+  const Descriptor& one = g.scalar(kOne);
+  const Descriptor& neg_inf = g.scalar(kNegInf);
+  const Descriptor& softmax_sum = g.tensor(kSoftmaxSum, g.rows(), {}, CUDNN_DATA_FLOAT);
+  const Descriptor& dq_accum = g.tensor(kDQAccum, {B, Hq, S, D}, {}, CUDNN_DATA_FLOAT);
+  // The transposes of [b, Hq, s, s] scores: [b, Hq, s_kv, s_q] over the same memory.
+  const std::vector<int64_t> transposed_dims = {B, Hq, S, S}, transposed_strides = {Hq * S * S, S * S, 1, S};
+
+  // softmax_sum = rowsum(dout * out) * 1.
+  const Descriptor& t0 = g.virt({B, Hq, S, D}, {Hq * S * D, S * D, Hq * D, 1});
+  g.pointwise(CUDNN_POINTWISE_MUL, dout, &o, t0);
+  const Descriptor& t1 = g.virt(g.rows());
+  g.op(make_reduction(lib, CUDNN_REDUCE_TENSOR_ADD, t0, t1));
+  g.pointwise(CUDNN_POINTWISE_MUL, t1, &one, softmax_sum);
+
+  // P = exp(mask(scale q k^T - stats)).
+  const Descriptor& s0 = g.virt(g.scores());
+  g.op(make_matmul(lib, q, kt, s0));
+  const Descriptor& s1 = g.virt(g.scores());
+  g.pointwise(CUDNN_POINTWISE_MUL, s0, &scale, s1);
+  const Descriptor& s2 = g.virt(g.scores());
+  g.pointwise(CUDNN_POINTWISE_SUB, s1, &stats, s2);
+  const Descriptor& s3 = g.virt(g.scores());
+  g.causal_mask(s2, neg_inf, s3);
+  const Descriptor& p = g.virt(g.scores());
+  g.pointwise(CUDNN_POINTWISE_EXP, s3, nullptr, p);
+
+  // dv = P^T dout (summed over each kv head's query heads).
+  const Descriptor& pt = g.virt(transposed_dims, transposed_strides, CUDNN_DATA_BFLOAT16);
+  g.op(make_reshape(lib, p, pt));
+  if (grouped) {
+    const Descriptor& dv_full = g.virt({B, Hq, S, D}, {}, CUDNN_DATA_BFLOAT16);
+    g.op(make_matmul(lib, pt, dout, dv_full));
+    g.op(make_reduction(lib, CUDNN_REDUCE_TENSOR_ADD, dv_full, dv));
+  } else {
+    g.op(make_matmul(lib, pt, dout, dv));
+  }
+
+  // dS = P * (dout v^T - softmax_sum) * scale.
+  const Descriptor& dp = g.virt(g.scores());
+  g.op(make_matmul(lib, dout, vt, dp));
+  const Descriptor& u0 = g.virt(g.scores());
+  g.pointwise(CUDNN_POINTWISE_SUB, dp, &softmax_sum, u0);
+  const Descriptor& u1 = g.virt(g.scores());
+  g.pointwise(CUDNN_POINTWISE_MUL, u0, &p, u1);
+  const Descriptor& ds = g.virt(g.scores());
+  g.pointwise(CUDNN_POINTWISE_MUL, u1, &scale, ds);
+
+  // dk = dS^T q (summed over the group).
+  const Descriptor& dst = g.virt(transposed_dims, transposed_strides, CUDNN_DATA_BFLOAT16);
+  g.op(make_reshape(lib, ds, dst));
+  if (grouped) {
+    const Descriptor& dk_full = g.virt({B, Hq, S, D}, {}, CUDNN_DATA_BFLOAT16);
+    g.op(make_matmul(lib, dst, q, dk_full));
+    g.op(make_reduction(lib, CUDNN_REDUCE_TENSOR_ADD, dk_full, dk));
+  } else {
+    g.op(make_matmul(lib, dst, q, dk));
+  }
+
+  // dq = dS k, accumulated in fp32, then rounded.
+  const Descriptor& k_view = g.virt({B, Hkv, S, D}, g.bshd_strides(Hkv));
+  g.op(make_reshape(lib, kt, k_view));
+  g.op(make_matmul(lib, ds, k_view, dq_accum));
+  g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, dq);
+
+  AttentionGraph graph;
+  graph.plan = g.plan(handle);
+  graph.uids = {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum};
+  const size_t accum = sizeof(float) * static_cast<size_t>(B * Hq * S * D);
+  graph.softmax_sum_offset = static_cast<int64_t>(round_up(accum));
+  graph.own_bytes = graph.softmax_sum_offset + attention_statistics_bytes(s);
+  return graph;
+}
+
+void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGraph& graph, const AttentionTensors& t,
+                   void* workspace) {
+  const float neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f, scale = t.scale;
+  char* own = static_cast<char*>(workspace);
+  std::vector<void*> pointers;
+  pointers.reserve(graph.uids.size());
+  for (const int64_t uid : graph.uids) {
+    switch (uid) {
+      case kQ: pointers.push_back(t.q); break;
+      case kK: pointers.push_back(t.k); break;
+      case kV: pointers.push_back(t.v); break;
+      case kO: pointers.push_back(t.out); break;
+      case kStats: pointers.push_back(t.stats); break;
+      case kDO: pointers.push_back(t.dout); break;
+      case kDQ: pointers.push_back(t.dq); break;
+      case kDK: pointers.push_back(t.dk); break;
+      case kDV: pointers.push_back(t.dv); break;
+      case kScale: pointers.push_back(const_cast<float*>(&scale)); break;
+      case kNegInf: pointers.push_back(const_cast<float*>(&neg_inf)); break;
+      case kOne: pointers.push_back(const_cast<float*>(&one)); break;
+      case kDQAccum: pointers.push_back(own); break;
+      case kSoftmaxSum: pointers.push_back(own + graph.softmax_sum_offset); break;
+      default: throw Failure("attention graph: a tensor id without an address");
+    }
+  }
+  execute(lib, handle, graph.plan, graph.uids, pointers, own + graph.own_bytes);
+}
+
+}  // namespace ferry::cudnn

@@ -1,0 +1,52 @@
+// The cuDNN graphs of causal attention over a batch of whole sequences (cudnn_attention.h): the
+// forward (out and its statistics) and the backward (dq, dk, dv), as the fused flash attention
+// engines recognise them, on ferry's own layouts:
+//   q, out, dout, dq  bf16 (batch, seq, Hq, D)   -> cuDNN [b, h, s, d] with strides {s Hq D, D, Hq D, 1}
+//   k, v, dk, dv      bf16 (batch, seq, Hkv, D)  -> likewise with Hkv
+//   stats             fp32 [b, Hq, s, 1] packed: the only layout cuDNN 9.x takes, so a batch of
+//                     more than one row goes through a copy to and from ferry's lse (Hq, b * s)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/cuda/cudnn_backend.h"
+
+namespace ferry::cudnn {
+
+struct AttentionShape {
+  int64_t batch = 0, seq = 0;
+  int q_heads = 0, kv_heads = 0, head_dim = 0;
+};
+
+// Device addresses of the tensors of one call (the backward's own fields null in the forward).
+struct AttentionTensors {
+  void *q = nullptr, *k = nullptr, *v = nullptr, *out = nullptr;
+  float* stats = nullptr;
+  float scale = 1.0f;
+  void *dout = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+};
+
+// A plan and the unique ids of the tensors its variant pack needs. The workspace of a call holds
+// the graph's own tensors first (the backward's fp32 dq and rowsum(dout * out): own_bytes), then
+// the plan's (plan.workspace_bytes).
+struct AttentionGraph {
+  Plan plan;
+  std::vector<int64_t> uids;
+  int64_t own_bytes = 0;
+  int64_t softmax_sum_offset = 0;
+  int64_t workspace_bytes() const { return own_bytes + plan.workspace_bytes; }
+};
+
+// Bytes of the statistics in cuDNN's layout (fp32 [b, Hq, s]), rounded up to 256.
+int64_t attention_statistics_bytes(const AttentionShape& shape);
+
+// Throw Failure when cuDNN has no engine for the graph.
+AttentionGraph build_attention_forward(const Library& lib, cudnnHandle_t handle, const AttentionShape& shape);
+AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle, const AttentionShape& shape);
+
+// Enqueues `graph` on the handle's stream with the tensors of `t`.
+void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGraph& graph, const AttentionTensors& t,
+                   void* workspace);
+
+}  // namespace ferry::cudnn

@@ -1,0 +1,89 @@
+// AttentionMask::row_tokens (ops/ops.h): rows that data/packing.h's attends_as_one_sequence accepts
+// may be attended as plain causal sequences. On the reference attention, the row-causal mask gives
+// the exact mask's outputs at every token that reaches the loss, and the exact gradients when dout
+// is zero at the tokens that do not (as the loss makes it) -- bit for bit, since the extra keys
+// only add exact zeros.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "data/packing.h"
+#include "ops/ops.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+Document doc(int n, int first_id) {
+  Document d;
+  for (int i = 0; i < n; ++i) d.input_ids.push_back(first_id + i);
+  d.labels = d.input_ids;
+  return d;
+}
+
+TEST(AttentionRowMask, RowCausalMatchesTheExactMaskWhereItMatters) {
+  constexpr int64_t R = 24, Hq = 4, Hkv = 2, D = 8;
+  // Row 0: a document of 15 tokens, then padding; row 1: a document filling the row; row 2: a
+  // document of 20 tokens and a last document of one token, then padding.
+  std::vector<PackedRow> rows = pack_documents({doc(15, 1)}, R, false);
+  const std::vector<PackedRow> full = pack_documents({doc(30, 1)}, R, false);
+  rows.push_back(full[0]);
+  rows.push_back(pack_documents({doc(20, 1), doc(1, 50)}, R, true)[0]);
+  std::vector<int32_t> exact, row_causal;
+  std::vector<bool> reaches;  // the token's output matters: it belongs to its row's first document
+  for (size_t r = 0; r < rows.size(); ++r) {
+    ASSERT_TRUE(attends_as_one_sequence(rows[r])) << "row " << r;
+    for (int64_t t = 0; t < R; ++t) {
+      exact.push_back(static_cast<int32_t>(r * R) + rows[r].doc_start[t]);
+      row_causal.push_back(static_cast<int32_t>(r * R));
+      reaches.push_back(rows[r].doc_start[t] == 0);
+    }
+  }
+  const int64_t T = static_cast<int64_t>(exact.size());
+  const size_t nq = static_cast<size_t>(T * Hq * D), nk = static_cast<size_t>(T * Hkv * D);
+  std::vector<float> q = test::random_vector(nq, 1), k = test::random_vector(nk, 2), v = test::random_vector(nk, 3);
+  std::vector<float> dout = test::random_vector(nq, 4);
+  for (int64_t t = 0; t < T; ++t)
+    if (!reaches[static_cast<size_t>(t)])
+      for (int64_t i = 0; i < Hq * D; ++i) dout[static_cast<size_t>(t * Hq * D + i)] = 0.0f;
+
+  auto ops = make_cpu_ops();
+  struct Result {
+    std::vector<float> out, lse, dq, dk, dv;
+  };
+  auto run = [&](const std::vector<int32_t>& doc_start) {
+    Result r{std::vector<float>(nq), std::vector<float>(static_cast<size_t>(Hq * T)), std::vector<float>(nq),
+             std::vector<float>(nk), std::vector<float>(nk)};
+    const Tensor tq = Tensor::f32(q.data(), {T, Hq, D}), tk = Tensor::f32(k.data(), {T, Hkv, D}),
+                 tv = Tensor::f32(v.data(), {T, Hkv, D}), tout = Tensor::f32(r.out.data(), {T, Hq, D}),
+                 tlse = Tensor::f32(r.lse.data(), {Hq, T});
+    ops->attention_forward(tq, tk, tv, doc_start.data(), 0.35f, tout, tlse);
+    ops->attention_backward(tq, tk, tv, doc_start.data(), 0.35f, tout, tlse, Tensor::f32(dout.data(), {T, Hq, D}),
+                            Tensor::f32(r.dq.data(), {T, Hq, D}), Tensor::f32(r.dk.data(), {T, Hkv, D}),
+                            Tensor::f32(r.dv.data(), {T, Hkv, D}));
+    return r;
+  };
+  const Result a = run(exact), b = run(row_causal);
+  int64_t differing_unread = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < Hq * D; ++i) {
+      const size_t e = static_cast<size_t>(t * Hq * D + i);
+      if (reaches[static_cast<size_t>(t)]) {
+        ASSERT_EQ(a.out[e], b.out[e]) << "out at token " << t;
+      } else {
+        differing_unread += a.out[e] != b.out[e];
+      }
+      ASSERT_EQ(a.dq[e], b.dq[e]) << "dq at token " << t;
+    }
+  }
+  // The masks do differ: the padding's own outputs are not the same (and read by nothing).
+  EXPECT_GT(differing_unread, 0);
+  for (size_t e = 0; e < nk; ++e) {
+    ASSERT_EQ(a.dk[e], b.dk[e]) << "dk element " << e;
+    ASSERT_EQ(a.dv[e], b.dv[e]) << "dv element " << e;
+  }
+}
+
+}  // namespace
+}  // namespace ferry
