@@ -39,14 +39,20 @@ constexpr size_t flash_attention_backward_workspace_bytes(int64_t tokens, int q_
   return bytes;
 }
 
-// Attention's working memory, the forward's and the backward's in turn: the flash backward's, and
-// beyond it what cuDNN's fused attention (ops/cuda/cudnn_attention.h) needs on top when it runs
-// instead: its statistics in its own layout (fp32, tokens x query heads) and its plan's workspace,
-// for which kCudnnAttentionPlanBytes is kept (a plan that needs more is not used).
+// Attention's working memory, the forward's and the backward's in turn: the larger of the flash
+// backward's and what cuDNN's fused attention (ops/cuda/cudnn_attention.h) needs when it runs
+// instead. cuDNN's backward (9.14, H200) takes its fp32 dq accumulator and rowsum(dout * out) as
+// the graph's own tensors, and its plan asks for as much again as the accumulator (measured:
+// T x Hq x D x 4 + 256 bytes); with its statistics in its own layout (fp32, T x Hq) that is two
+// fp32 dq, two deltas, and kCudnnAttentionPlanBytes kept for the plan's own needs beyond the
+// accumulator's size. A plan that needs more than this is not used.
 inline constexpr size_t kCudnnAttentionPlanBytes = size_t{32} << 20;
 constexpr size_t attention_workspace_bytes(int64_t tokens, int q_heads, int head_dim) {
-  return flash_attention_backward_workspace_bytes(tokens, q_heads, head_dim) +
-         flash_attention_delta_bytes(tokens, q_heads) + kCudnnAttentionPlanBytes;
+  const size_t dq = sizeof(float) * static_cast<size_t>(tokens) * static_cast<size_t>(q_heads) *
+                    static_cast<size_t>(head_dim);
+  const size_t cudnn = 2 * dq + 2 * flash_attention_delta_bytes(tokens, q_heads) + kCudnnAttentionPlanBytes;
+  const size_t flash = flash_attention_backward_workspace_bytes(tokens, q_heads, head_dim);
+  return cudnn > flash ? cudnn : flash;
 }
 
 }  // namespace ferry

@@ -23,6 +23,7 @@ struct CudnnAttention::Graphs {
   int64_t statistics_bytes = 0;
   int64_t forward_bytes() const { return statistics_bytes + forward.workspace_bytes(); }
   int64_t backward_bytes() const { return statistics_bytes + backward.workspace_bytes(); }
+  bool told_short_workspace = false;  // logged once that a call's workspace was too small
 };
 
 std::unique_ptr<CudnnAttention> CudnnAttention::make(void* stream) {
@@ -112,6 +113,13 @@ CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p, in
   return it->second.get();
 }
 
+void CudnnAttention::warn_short_workspace(Graphs& g) {
+  if (g.told_short_workspace) return;
+  g.told_short_workspace = true;
+  log_warn("attention of {} x {} tokens: ferry's own kernels run it, cuDNN's plan needs more working memory ({})",
+           g.shape.batch, g.shape.seq, refusal_);
+}
+
 int64_t CudnnAttention::forward_workspace(const FlashAttentionParams& p, int64_t row_tokens) {
   Graphs* g = graphs(p, row_tokens);
   return g != nullptr ? g->forward_bytes() : -1;
@@ -129,6 +137,7 @@ bool CudnnAttention::forward(const FlashAttentionParams& p, int64_t row_tokens, 
   if (g == nullptr) return false;
   if (static_cast<size_t>(g->forward_bytes()) > workspace_bytes) {
     refusal_ = fmt::format("the forward needs {} bytes of workspace, {} given", g->forward_bytes(), workspace_bytes);
+    warn_short_workspace(*g);
     return false;
   }
   auto stream = static_cast<cudaStream_t>(stream_);
@@ -153,6 +162,7 @@ bool CudnnAttention::backward(const FlashAttentionBackwardParams& p, int64_t row
   if (static_cast<size_t>(g->backward_bytes()) > p.workspace_bytes) {
     refusal_ = fmt::format("the backward needs {} bytes of workspace, {} given", g->backward_bytes(),
                            p.workspace_bytes);
+    warn_short_workspace(*g);
     return false;
   }
   auto stream = static_cast<cudaStream_t>(stream_);

@@ -55,6 +55,7 @@ class CudnnAttention {
   explicit CudnnAttention(void* stream);
   // The plans of a shape, built on first use; nullptr when cuDNN refused it.
   Graphs* graphs(const FlashAttentionParams& p, int64_t row_tokens);
+  void warn_short_workspace(Graphs& g);
 
   void* stream_;
   void* handle_ = nullptr;  // cudnnHandle_t
