@@ -31,7 +31,6 @@
 #include "core/check.h"
 #include "core/dtype.h"
 #include "ops/cuda/cudnn_attention.h"
-#include "ops/cuda/cudnn_library.h"
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_attention_internal.h"
 #include "ops/cuda_ops_sizes.h"
@@ -256,8 +255,8 @@ int run(int argc, char** argv) {
   const int64_t T = 16384;
   const int Hq = 32, Hkv = 8, D = 128;
   std::unique_ptr<CudnnAttention> cudnn = CudnnAttention::make(nullptr);
-  if (cudnn == nullptr) std::printf("cuDNN: not timed (%s)\n", cudnn::unavailable_reason().c_str());
-  else std::printf("cuDNN %zu: timed after ferry's kernels\n", cudnn::library()->version);
+  if (cudnn == nullptr) std::printf("cuDNN: not timed (%s)\n", CudnnAttention::unavailable_reason().c_str());
+  else std::printf("cuDNN %zu: timed after ferry's kernels\n", CudnnAttention::library_version());
   std::printf("timing: T %lld tokens, Hq %d, Hkv %d, D %d, causal within each sequence, %d iterations\n",
               static_cast<long long>(T), Hq, Hkv, D, iters);
   std::printf("  %6s %5s | %9s %8s %6s | %9s %8s %6s | %9s %8s %6s\n", "seq", "batch", "fwd ms", "TFLOP/s", "%peak",

@@ -39,7 +39,6 @@
 #include <cuda_runtime.h>
 
 #include "ops/cuda/cudnn_attention.h"
-#include "ops/cuda/cudnn_library.h"
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda_ops_sizes.h"
 #endif
@@ -448,7 +447,7 @@ class CudnnAttentionGpu : public ::testing::TestWithParam<Case> {};
 TEST_P(CudnnAttentionGpu, ForwardAndBackwardMatchCpuReference) {
   SKIP_WITHOUT_GPU();
   std::unique_ptr<CudnnAttention> cudnn = CudnnAttention::make(nullptr);
-  if (cudnn == nullptr) GTEST_SKIP() << "cuDNN is not available: " << cudnn::unavailable_reason();
+  if (cudnn == nullptr) GTEST_SKIP() << "cuDNN is not available: " << CudnnAttention::unavailable_reason();
   const Case c = GetParam();
   Problem p(c);
   ASSERT_TRUE(p.allocated()) << "cudaMalloc failed";

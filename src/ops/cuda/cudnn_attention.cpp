@@ -37,6 +37,13 @@ std::unique_ptr<CudnnAttention> CudnnAttention::make(void* stream) {
   }
 }
 
+std::string CudnnAttention::unavailable_reason() { return cudnn::unavailable_reason(); }
+
+size_t CudnnAttention::library_version() {
+  const cudnn::Library* lib = cudnn::library();
+  return lib != nullptr ? lib->version : 0;
+}
+
 CudnnAttention::CudnnAttention(void* stream) : stream_(stream) {
   const cudnn::Library& lib = *cudnn::library();
   cudnnHandle_t handle = nullptr;

@@ -1,5 +1,6 @@
 // Causal attention of whole sequences through cuDNN's fused flash attention, where cuDNN is
-// installed (cudnn_library.h): the same semantics and tensors as flash_attention.h, restricted to
+// installed (cudnn_library.h; a build without cuDNN's headers compiles no_cudnn/ instead, whose
+// make() gives nullptr): the same semantics and tensors as flash_attention.h, restricted to
 // the case AttentionMask::row_tokens vouches for (ops/ops.h): the T tokens are rows of R tokens,
 // each row one causal sequence. q k v out are then the BSHD tensors (T / R, R, heads, D) cuDNN
 // takes as they are, and lse (Hq, T) is its statistics tensor (natural log-sum-exp of the scaled,
@@ -29,9 +30,14 @@ namespace ferry {
 
 class CudnnAttention {
  public:
-  // nullptr when cuDNN is not available (cudnn::unavailable_reason() says why). `stream` is the
+  // nullptr when cuDNN is not available (unavailable_reason() says why). `stream` is the
   // cudaStream_t the graphs run on.
   static std::unique_ptr<CudnnAttention> make(void* stream);
+  // Why make() gives nullptr: cuDNN not installed, too old, turned off, or ferry built without its
+  // headers ("" when it is available).
+  static std::string unavailable_reason();
+  // The loaded library's version (e.g. 91400), 0 when unavailable.
+  static size_t library_version();
   ~CudnnAttention();
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
