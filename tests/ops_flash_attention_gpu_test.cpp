@@ -384,6 +384,22 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
+// Every output of `p` against the reference, and no write outside the buffers (`more` too).
+void expect_matches_reference(const Problem& p, const Reference& ref, const Case& c,
+                              const DeviceBuffer* more = nullptr) {
+  const std::vector<const DeviceBuffer*> buffers = {p.d_out.get(), p.d_lse.get(), p.d_dq.get(), p.d_dk.get(),
+                                                    p.d_dv.get(), p.d_ws.get(), more};
+  for (const DeviceBuffer* b : buffers) {
+    if (b == nullptr) continue;
+    EXPECT_TRUE(b->guards_intact()) << case_name(c) << ": a kernel wrote outside its buffer";
+  }
+  EXPECT_TRUE(out_close(p.download_bf16(*p.d_out), ref.out, p.v.f32, p.ds, c));
+  EXPECT_TRUE(lse_close(p.download_f32(*p.d_lse), ref.lse, c));
+  EXPECT_TRUE(grad_close("dq", p.download_bf16(*p.d_dq), ref.dq, c.Hq, c));
+  EXPECT_TRUE(grad_close("dk", p.download_bf16(*p.d_dk), ref.dk, c.Hkv, c));
+  EXPECT_TRUE(grad_close("dv", p.download_bf16(*p.d_dv), ref.dv, c.Hkv, c));
+}
+
 class FlashAttentionGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FlashAttentionGpu, ForwardAndBackwardMatchCpuReference) {
@@ -396,14 +412,7 @@ TEST_P(FlashAttentionGpu, ForwardAndBackwardMatchCpuReference) {
   ASSERT_NO_THROW(flash_attention_forward(p.params(), nullptr));
   ASSERT_NO_THROW(flash_attention_backward(p.backward_params(), nullptr));
   CUDA_OK(cudaDeviceSynchronize());
-
-  for (const DeviceBuffer* b : {p.d_out.get(), p.d_lse.get(), p.d_dq.get(), p.d_dk.get(), p.d_dv.get(), p.d_ws.get()})
-    EXPECT_TRUE(b->guards_intact()) << case_name(c) << ": a kernel wrote outside its buffer";
-  EXPECT_TRUE(out_close(p.download_bf16(*p.d_out), ref.out, p.v.f32, p.ds, c));
-  EXPECT_TRUE(lse_close(p.download_f32(*p.d_lse), ref.lse, c));
-  EXPECT_TRUE(grad_close("dq", p.download_bf16(*p.d_dq), ref.dq, c.Hq, c));
-  EXPECT_TRUE(grad_close("dk", p.download_bf16(*p.d_dk), ref.dk, c.Hkv, c));
-  EXPECT_TRUE(grad_close("dv", p.download_bf16(*p.d_dv), ref.dv, c.Hkv, c));
+  expect_matches_reference(p, ref, c);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, FlashAttentionGpu, ::testing::ValuesIn(all_cases()),
@@ -462,16 +471,9 @@ TEST_P(CudnnAttentionGpu, ForwardAndBackwardMatchCpuReference) {
   ASSERT_TRUE(cudnn->forward(p.params(), c.row, ws.get(), ws.bytes())) << cudnn->last_refusal();
   ASSERT_TRUE(cudnn->backward(bp, c.row)) << cudnn->last_refusal();
   CUDA_OK(cudaDeviceSynchronize());
+  expect_matches_reference(p, ref, c, &ws);
 
-  for (const DeviceBuffer* b : {p.d_out.get(), p.d_lse.get(), p.d_dq.get(), p.d_dk.get(), p.d_dv.get(), &ws})
-    EXPECT_TRUE(b->guards_intact()) << case_name(c) << ": cuDNN wrote outside a buffer";
-  EXPECT_TRUE(out_close(p.download_bf16(*p.d_out), ref.out, p.v.f32, p.ds, c));
-  EXPECT_TRUE(lse_close(p.download_f32(*p.d_lse), ref.lse, c));
-  EXPECT_TRUE(grad_close("dq", p.download_bf16(*p.d_dq), ref.dq, c.Hq, c));
-  EXPECT_TRUE(grad_close("dk", p.download_bf16(*p.d_dk), ref.dk, c.Hkv, c));
-  EXPECT_TRUE(grad_close("dv", p.download_bf16(*p.d_dv), ref.dv, c.Hkv, c));
-
-  // The forward's statistics serve ferry's own backward too (and the other way round).
+  // Statistics from ferry's own forward serve cuDNN's backward (the two may mix in a step).
   Problem own(c);
   ASSERT_TRUE(own.allocated());
   flash_attention_forward(own.params(), nullptr);

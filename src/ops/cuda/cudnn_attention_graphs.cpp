@@ -79,6 +79,18 @@ class GraphBuilder {
     pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, &neg_inf, y, CUDNN_DATA_FLOAT, &keep_mask);
   }
 
+  // out = a @ b over [b, Hq, ...]: written to out directly when out has Hq heads, else into full
+  // heads and summed over each group of query heads sharing out's kv head (GQA's dk and dv).
+  void group_matmul(const Descriptor& a, const Descriptor& b, const Descriptor& out) {
+    if (s_.q_heads == s_.kv_heads) {
+      op(make_matmul(lib_, a, b, out));
+      return;
+    }
+    const Descriptor& full = virt({s_.batch, s_.q_heads, s_.seq, s_.head_dim}, {}, CUDNN_DATA_BFLOAT16);
+    op(make_matmul(lib_, a, b, full));
+    op(make_reduction(lib_, CUDNN_REDUCE_TENSOR_ADD, full, out));
+  }
+
   Plan plan(cudnnHandle_t handle) {
     std::vector<const Descriptor*> raw;
     for (const auto& o : ops_) raw.push_back(o.get());
@@ -145,7 +157,6 @@ AttentionGraph build_attention_forward(const Library& lib, cudnnHandle_t handle,
 AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle, const AttentionShape& s) {
   GraphBuilder g(lib, s);
   const int64_t B = s.batch, S = s.seq, D = s.head_dim, Hq = s.q_heads, Hkv = s.kv_heads;
-  const bool grouped = Hq != Hkv;
   const Descriptor& q = g.bshd(kQ, Hq);
   const Descriptor& kt = g.bshd_transposed(kK, Hkv);
   const Descriptor& vt = g.bshd_transposed(kV, Hkv);
@@ -185,13 +196,7 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   // dv = P^T dout (summed over each kv head's query heads).
   const Descriptor& pt = g.virt(transposed_dims, transposed_strides, CUDNN_DATA_BFLOAT16);
   g.op(make_reshape(lib, p, pt));
-  if (grouped) {
-    const Descriptor& dv_full = g.virt({B, Hq, S, D}, {}, CUDNN_DATA_BFLOAT16);
-    g.op(make_matmul(lib, pt, dout, dv_full));
-    g.op(make_reduction(lib, CUDNN_REDUCE_TENSOR_ADD, dv_full, dv));
-  } else {
-    g.op(make_matmul(lib, pt, dout, dv));
-  }
+  g.group_matmul(pt, dout, dv);
 
   // dS = P * (dout v^T - softmax_sum) * scale.
   const Descriptor& dp = g.virt(g.scores());
@@ -206,13 +211,7 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   // dk = dS^T q (summed over the group).
   const Descriptor& dst = g.virt(transposed_dims, transposed_strides, CUDNN_DATA_BFLOAT16);
   g.op(make_reshape(lib, ds, dst));
-  if (grouped) {
-    const Descriptor& dk_full = g.virt({B, Hq, S, D}, {}, CUDNN_DATA_BFLOAT16);
-    g.op(make_matmul(lib, dst, q, dk_full));
-    g.op(make_reduction(lib, CUDNN_REDUCE_TENSOR_ADD, dk_full, dk));
-  } else {
-    g.op(make_matmul(lib, dst, q, dk));
-  }
+  g.group_matmul(dst, q, dk);
 
   // dq = dS k, accumulated in fp32, then rounded.
   const Descriptor& k_view = g.virt({B, Hkv, S, D}, g.bshd_strides(Hkv));
