@@ -266,6 +266,31 @@ TEST(DistinctIds, SortsDropsRepeatsAndRefusesIdsOutsideTheVocabulary) {
   EXPECT_THROW(distinct_ids(std::vector<int32_t>{-1}, 8), Error);
 }
 
+// A step's chunks tell attention whether their rows are plain causal sequences
+// (TokenChunk::row_tokens): only when every row of the step is one document, then padding.
+TEST(StepBatchRows, ChunksSayWhetherEveryRowAttendsAsOneSequence) {
+  auto doc = [](int n) {
+    Document d;
+    for (int i = 0; i < n; ++i) d.input_ids.push_back(1 + i);
+    d.labels = d.input_ids;
+    return d;
+  };
+  constexpr int64_t kRowTokens = 8;
+  const std::vector<PackedRow> whole = pack_documents({doc(8), doc(5), doc(20)}, kRowTokens, false);
+  std::vector<const PackedRow*> rows;
+  for (const PackedRow& r : whole) rows.push_back(&r);
+  StepBatch batch = make_step_batch(rows, kRowTokens, 1);
+  EXPECT_TRUE(batch.rows_attend_as_sequences);
+  for (int64_t c = 0; c < batch.chunks(); ++c) EXPECT_EQ(batch.chunk(c).row_tokens, kRowTokens);
+
+  // One row of the step holds two documents: no chunk may attend causally over whole rows.
+  const std::vector<PackedRow> packed = pack_documents({doc(3), doc(4)}, kRowTokens, true);
+  rows.push_back(&packed[0]);
+  batch = make_step_batch(rows, kRowTokens, 2);
+  EXPECT_FALSE(batch.rows_attend_as_sequences);
+  for (int64_t c = 0; c < batch.chunks(); ++c) EXPECT_EQ(batch.chunk(c).row_tokens, 0);
+}
+
 TEST_F(SlidingEngineTest, ClippingNeedsTheAfterBackwardSchedule) {
   EXPECT_THROW(sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::DuringBackward)),
                Error);

@@ -24,6 +24,7 @@ struct CudnnAttention::Graphs {
   int64_t forward_bytes() const { return statistics_bytes + forward.workspace_bytes(); }
   int64_t backward_bytes() const { return statistics_bytes + backward.workspace_bytes(); }
   bool told_short_workspace = false;  // logged once that a call's workspace was too small
+  bool failed = false;                // an execution failed: the shape is cuDNN's no more
 };
 
 std::unique_ptr<CudnnAttention> CudnnAttention::make(void* stream) {
@@ -116,8 +117,26 @@ CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p, in
     }
     it = built_.emplace(key, std::move(g)).first;
   }
-  if (it->second == nullptr && refusal_.empty()) refusal_ = "cuDNN refused this shape (logged when first seen)";
+  if (it->second == nullptr || it->second->failed) {
+    if (refusal_.empty()) refusal_ = "cuDNN refused this shape (logged when first seen)";
+    return nullptr;
+  }
   return it->second.get();
+}
+
+bool CudnnAttention::execute(Graphs& g, const cudnn::AttentionGraph& graph, const cudnn::AttentionTensors& t,
+                             void* workspace) {
+  try {
+    cudnn::run_attention(*cudnn::library(), static_cast<cudnnHandle_t>(handle_), graph, t, workspace);
+    return true;
+  } catch (const cudnn::Failure& e) {
+    // Nothing was enqueued: the caller's own kernels run this call and every later one.
+    g.failed = true;
+    refusal_ = e.what();
+    log_warn("attention of {} x {} tokens: cuDNN failed to run it, ferry's own kernels run it from now on: {}",
+             g.shape.batch, g.shape.seq, e.what());
+    return false;
+  }
 }
 
 void CudnnAttention::warn_short_workspace(Graphs& g) {
@@ -156,8 +175,7 @@ bool CudnnAttention::forward(const FlashAttentionParams& p, int64_t row_tokens, 
   t.out = p.out;
   t.stats = g->statistics_bytes > 0 ? reinterpret_cast<float*>(base) : p.lse;
   t.scale = p.scale;
-  cudnn::run_attention(*cudnn::library(), static_cast<cudnnHandle_t>(handle_), g->forward, t,
-                       base + g->statistics_bytes);
+  if (!execute(*g, g->forward, t, base + g->statistics_bytes)) return false;
   if (g->statistics_bytes > 0) copy_statistics(t.stats, p.lse, g->shape, false, stream);
   return true;
 }
@@ -189,9 +207,7 @@ bool CudnnAttention::backward(const FlashAttentionBackwardParams& p, int64_t row
   t.dq = p.dq;
   t.dk = p.dk;
   t.dv = p.dv;
-  cudnn::run_attention(*cudnn::library(), static_cast<cudnnHandle_t>(handle_), g->backward, t,
-                       base + g->statistics_bytes);
-  return true;
+  return execute(*g, g->backward, t, base + g->statistics_bytes);
 }
 
 }  // namespace ferry

@@ -8,9 +8,9 @@
 //
 // The graphs are built once per shape (batch, R, heads, head_dim) with cuDNN's heuristics and
 // kept. A shape cuDNN refuses, or whose plan needs more workspace than the caller has, is
-// remembered and answered `false` at once from then on; the caller runs its own kernels, so the
-// results never depend on cuDNN being there, only the speed. The first refusal of each shape is
-// logged with cuDNN's reason.
+// remembered and answered `false` at once from then on, and so is a shape whose execution ever
+// fails; the caller runs its own kernels, so the results never depend on cuDNN being there, only
+// the speed. The first refusal of each shape is logged with cuDNN's reason.
 //
 // Numerics: fp32 softmax and accumulation like the own kernels, but cuDNN's order of summation;
 // dq accumulates in fp32 with atomics (not bitwise repeatable, as the own kernel's dq). Forward
@@ -27,6 +27,11 @@
 #include "ops/cuda/flash_attention.h"
 
 namespace ferry {
+
+namespace cudnn {
+struct AttentionGraph;
+struct AttentionTensors;
+}  // namespace cudnn
 
 class CudnnAttention {
  public:
@@ -62,6 +67,8 @@ class CudnnAttention {
   // The plans of a shape, built on first use; nullptr when cuDNN refused it.
   Graphs* graphs(const FlashAttentionParams& p, int64_t row_tokens);
   void warn_short_workspace(Graphs& g);
+  // Runs one of g's graphs; false (logged, and the shape given up) when cuDNN fails to.
+  bool execute(Graphs& g, const cudnn::AttentionGraph& graph, const cudnn::AttentionTensors& t, void* workspace);
 
   void* stream_;
   void* handle_ = nullptr;  // cudnnHandle_t
