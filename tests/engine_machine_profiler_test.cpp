@@ -33,6 +33,7 @@ ProfileOptions quick_options() {
   o.timing.repeats = 5;
   o.timing.min_sample_seconds = 0.005;
   o.timing.max_seconds = 0.5;
+  o.cpu_adamw_timing = o.timing;
   o.copy_bytes = size_t{1} << 20;
   o.cpu_adamw_params = int64_t{1} << 20;
   o.gpu_adamw_params = int64_t{1} << 20;

@@ -59,7 +59,8 @@ double cpu_adamw_rate(const ProfileOptions& options, double memory_bytes, Thread
   hyper.weight_decay = 0.01;
   int64_t step = 0;
   const double seconds = time_on_host(
-      [&] { cpu_adamw_step(b, std::span<const AdamWSegment>(&all, 1), hyper, ++step, 1.0f, pool); }, options.timing);
+      [&] { cpu_adamw_step(b, std::span<const AdamWSegment>(&all, 1), hyper, ++step, 1.0f, pool); },
+      options.cpu_adamw_timing);
   return static_cast<double>(n) / seconds;
 }
 

@@ -16,6 +16,7 @@ ProfileOptions default_profile_options(Device& device) {
   if (device.native_stream(StreamKind::Compute) != nullptr) return o;
   o.timing.min_sample_seconds = 0.005;
   o.timing.max_seconds = 0.5;
+  o.cpu_adamw_timing = o.timing;
   o.copy_bytes = size_t{16} << 20;
   o.cpu_adamw_params = int64_t{8} << 20;
   o.gpu_adamw_params = int64_t{4} << 20;
