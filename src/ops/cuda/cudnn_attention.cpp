@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "core/error.h"
@@ -79,6 +81,13 @@ void copy_statistics(const float* from, float* to, const cudnn::AttentionShape& 
     if (e != cudaSuccess)
       throw Error(fmt::format("attention: copying the statistics failed: {}", cudaGetErrorString(e)));
   }
+}
+
+// The graphs declare every tensor 16-byte aligned (as cuDNN's frontend does).
+bool aligned(std::initializer_list<const void*> pointers) {
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
 }
 
 }  // namespace
@@ -166,6 +175,10 @@ bool CudnnAttention::forward(const FlashAttentionParams& p, int64_t row_tokens, 
     warn_short_workspace(*g);
     return false;
   }
+  if (!aligned({p.q, p.k, p.v, p.out, p.lse, workspace})) {
+    refusal_ = "a tensor is not 16-byte aligned";
+    return false;
+  }
   auto stream = static_cast<cudaStream_t>(stream_);
   char* base = static_cast<char*>(workspace);
   cudnn::AttentionTensors t;
@@ -188,6 +201,10 @@ bool CudnnAttention::backward(const FlashAttentionBackwardParams& p, int64_t row
     refusal_ = fmt::format("the backward needs {} bytes of workspace, {} given", g->backward_bytes(),
                            p.workspace_bytes);
     warn_short_workspace(*g);
+    return false;
+  }
+  if (!aligned({p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.fwd.lse, p.dout, p.dq, p.dk, p.dv, p.workspace})) {
+    refusal_ = "a tensor is not 16-byte aligned";
     return false;
   }
   auto stream = static_cast<cudaStream_t>(stream_);

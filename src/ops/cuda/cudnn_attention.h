@@ -53,7 +53,8 @@ class CudnnAttention {
   int64_t backward_workspace(const FlashAttentionParams& p, int64_t row_tokens);
 
   // Enqueue on the stream and return true, or return false having done nothing (row_tokens 0 or
-  // not dividing T, a shape cuDNN refuses, workspace_bytes too small).
+  // not dividing T, a shape cuDNN refuses or failed to run, workspace_bytes too small, a tensor
+  // not 16-byte aligned).
   bool forward(const FlashAttentionParams& p, int64_t row_tokens, void* workspace, size_t workspace_bytes);
   bool backward(const FlashAttentionBackwardParams& p, int64_t row_tokens);
 
