@@ -51,6 +51,11 @@ CudnnAttention::CudnnAttention(void* stream) : stream_(stream) {
   const cudnn::Library& lib = *cudnn::library();
   cudnnHandle_t handle = nullptr;
   cudnn::check(lib, lib.create(&handle), "create handle");
+  static bool told = false;  // once per process: which library runs attention
+  if (!told) {
+    told = true;
+    log_info("attention: cuDNN {} ({}) for rows that are whole sequences", lib.version, lib.path);
+  }
   handle_ = handle;
   const cudnnStatus_t status = lib.set_stream(handle, static_cast<cudaStream_t>(stream));
   if (status != CUDNN_STATUS_SUCCESS) {

@@ -7,6 +7,10 @@
 
 #include <fmt/format.h>
 
+#include <vector>
+
+#include "ops/cudnn_search_paths.h"
+
 namespace ferry::cudnn {
 
 namespace {
@@ -34,13 +38,25 @@ Loaded load() {
     return loaded;
   }
   // Kept open for the life of the process: plans and handles made from it outlive any one user.
-  void* handle = dlopen("libcudnn_graph.so.9", RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
+  void* handle = nullptr;
+  std::string path, first_error;
+  const std::vector<std::string> candidates = cudnn_library_candidates();
+  for (const std::string& candidate : candidates) {
+    handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle != nullptr) {
+      path = candidate;
+      break;
+    }
     const char* why = dlerror();
-    loaded.reason = fmt::format("libcudnn_graph.so.9 is not on the library path ({})", why ? why : "dlopen failed");
+    if (first_error.empty() && candidate == kCudnnGraphLibrary) first_error = why ? why : "dlopen failed";
+  }
+  if (handle == nullptr) {
+    loaded.reason = fmt::format("{} is not on the library path nor in {} other places ferry looks ({}); set "
+                                "FERRY_CUDNN_LIBRARY to it", kCudnnGraphLibrary, candidates.size() - 1, first_error);
     return loaded;
   }
   auto lib = std::make_unique<Library>();
+  lib->path = path;
   std::string reason;
   bool ok = resolve(handle, "cudnnGetVersion", lib->get_version, reason);
   ok &= resolve(handle, "cudnnGetErrorString", lib->get_error_string, reason);

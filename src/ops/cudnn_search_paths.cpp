@@ -1,0 +1,73 @@
+#include "ops/cudnn_search_paths.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+namespace ferry {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<std::string> glob_paths(const std::string& pattern) {
+  std::vector<std::string> paths;
+  glob_t g{};
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  return paths;
+}
+
+}  // namespace
+
+std::vector<std::string> cudnn_library_candidates(const std::function<const char*(const char*)>& getenv,
+                                                  const std::function<std::vector<std::string>(const std::string&)>& glob) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& path) {
+    if (!path.empty() && std::find(out.begin(), out.end(), path) == out.end()) out.push_back(path);
+  };
+  auto in_dir = [&](const std::string& dir) {
+    if (!dir.empty()) add(dir + (ends_with(dir, "/") ? "" : "/") + kCudnnGraphLibrary);
+  };
+  auto var = [&](const char* name) -> std::string {
+    const char* value = getenv(name);
+    return value != nullptr ? value : "";
+  };
+
+  if (const std::string explicit_path = var("FERRY_CUDNN_LIBRARY"); !explicit_path.empty()) {
+    if (ends_with(explicit_path, ".so") || explicit_path.find(".so.") != std::string::npos) add(explicit_path);
+    else in_dir(explicit_path);
+  }
+  add(kCudnnGraphLibrary);
+  for (const char* name : {"CUDNN_PATH", "CUDNN_HOME"}) {
+    if (const std::string root = var(name); !root.empty()) {
+      in_dir(root + "/lib64");
+      in_dir(root + "/lib");
+    }
+  }
+  for (const std::string& root : {var("CUDA_HOME"), std::string("/usr/local/cuda")}) {
+    if (root.empty()) continue;
+    in_dir(root + "/lib64");
+    in_dir(root + "/lib");
+  }
+  std::vector<std::string> prefixes;
+  for (const char* name : {"VIRTUAL_ENV", "CONDA_PREFIX"})
+    if (const std::string p = var(name); !p.empty()) prefixes.push_back(p);
+  if (const std::string home = var("HOME"); !home.empty()) prefixes.push_back(home + "/.local");
+  prefixes.push_back("/usr/local");
+  prefixes.push_back("/usr");
+  for (const std::string& prefix : prefixes)
+    for (const char* packages : {"site-packages", "dist-packages"})
+      for (const std::string& dir : glob(prefix + "/lib/python3*/" + packages + "/nvidia/cudnn/lib")) in_dir(dir);
+  return out;
+}
+
+std::vector<std::string> cudnn_library_candidates() {
+  return cudnn_library_candidates([](const char* name) { return std::getenv(name); }, glob_paths);
+}
+
+}  // namespace ferry
