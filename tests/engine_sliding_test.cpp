@@ -267,7 +267,7 @@ TEST(DistinctIds, SortsDropsRepeatsAndRefusesIdsOutsideTheVocabulary) {
 }
 
 // A step's chunks tell attention whether their rows are plain causal sequences
-// (TokenChunk::row_tokens): only when every row of the step is one document, then padding.
+// (TokenChunk::row_tokens): only when every row of the chunk is one document, then padding.
 TEST(StepBatchRows, ChunksSayWhetherEveryRowAttendsAsOneSequence) {
   auto doc = [](int n) {
     Document d;
@@ -280,15 +280,17 @@ TEST(StepBatchRows, ChunksSayWhetherEveryRowAttendsAsOneSequence) {
   std::vector<const PackedRow*> rows;
   for (const PackedRow& r : whole) rows.push_back(&r);
   StepBatch batch = make_step_batch(rows, kRowTokens, 1);
-  EXPECT_TRUE(batch.rows_attend_as_sequences);
+  ASSERT_EQ(batch.chunks(), 3);
   for (int64_t c = 0; c < batch.chunks(); ++c) EXPECT_EQ(batch.chunk(c).row_tokens, kRowTokens);
 
-  // One row of the step holds two documents: no chunk may attend causally over whole rows.
+  // The fourth row holds two documents: its chunk (rows 2 and 3) may not attend causally over
+  // whole rows; the first chunk still may.
   const std::vector<PackedRow> packed = pack_documents({doc(3), doc(4)}, kRowTokens, true);
   rows.push_back(&packed[0]);
   batch = make_step_batch(rows, kRowTokens, 2);
-  EXPECT_FALSE(batch.rows_attend_as_sequences);
-  for (int64_t c = 0; c < batch.chunks(); ++c) EXPECT_EQ(batch.chunk(c).row_tokens, 0);
+  ASSERT_EQ(batch.chunks(), 2);
+  EXPECT_EQ(batch.chunk(0).row_tokens, kRowTokens);
+  EXPECT_EQ(batch.chunk(1).row_tokens, 0);
 }
 
 TEST_F(SlidingEngineTest, ClippingNeedsTheAfterBackwardSchedule) {

@@ -324,7 +324,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     t.targets = dev_tokens + stride + o;
     t.positions = dev_tokens + 2 * stride + o;
     t.doc_start = dev_tokens + 3 * stride + o;
-    t.row_tokens = batch.rows_attend_as_sequences ? batch.seq_len : 0;
+    t.row_tokens = batch.row_tokens(c);
     return t;
   };
   device_.fill_zero(loss_.data(), sizeof(float), StreamKind::Compute);

@@ -15,8 +15,13 @@ TokenChunk StepBatch::chunk(int64_t c) const {
   t.targets = targets.data() + begin;
   t.positions = positions.data() + begin;
   t.doc_start = doc_start.data() + begin;
-  t.row_tokens = rows_attend_as_sequences ? seq_len : 0;
+  t.row_tokens = row_tokens(c);
   return t;
+}
+
+int64_t StepBatch::row_tokens(int64_t c) const {
+  const auto i = static_cast<size_t>(c);
+  return i < chunk_rows_are_sequences.size() && chunk_rows_are_sequences[i] ? seq_len : 0;
 }
 
 int64_t StepBatch::counted_tokens() const {
@@ -36,10 +41,10 @@ StepBatch make_step_batch(const std::vector<const PackedRow*>& rows, int64_t seq
   b.targets.reserve(total);
   b.positions.reserve(total);
   b.doc_start.reserve(total);
-  b.rows_attend_as_sequences = true;
+  b.chunk_rows_are_sequences.assign(static_cast<size_t>(b.chunks()), 1);
   for (int64_t r = 0; r < b.rows; ++r) {
     const PackedRow& row = *rows[static_cast<size_t>(r)];
-    b.rows_attend_as_sequences = b.rows_attend_as_sequences && attends_as_one_sequence(row);
+    if (!attends_as_one_sequence(row)) b.chunk_rows_are_sequences[static_cast<size_t>(r / micro_batch)] = 0;
     FERRY_ASSERT(static_cast<int64_t>(row.input_ids.size()) == seq_len);
     const int32_t row_offset = static_cast<int32_t>((r % micro_batch) * seq_len);
     b.ids.insert(b.ids.end(), row.input_ids.begin(), row.input_ids.end());

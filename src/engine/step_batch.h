@@ -18,12 +18,15 @@ struct StepBatch {
   // rows * seq_len each. doc_start is relative to the start of the row's micro-chunk, so a chunk's
   // slice can be handed to the ops as it is.
   std::vector<int32_t> ids, targets, positions, doc_start;
-  // Every row attends as one causal sequence (attends_as_one_sequence): the chunks' row_tokens.
-  bool rows_attend_as_sequences = false;
+  // Per chunk: every row of it attends as one causal sequence (attends_as_one_sequence), which
+  // gives the chunk's TokenChunk::row_tokens.
+  std::vector<uint8_t> chunk_rows_are_sequences;
 
   int64_t chunks() const { return rows / micro_batch; }
   int64_t chunk_tokens() const { return micro_batch * seq_len; }
   TokenChunk chunk(int64_t c) const;
+  // seq_len when chunk c's rows are plain causal sequences, else 0.
+  int64_t row_tokens(int64_t c) const;
   // Tokens whose target is counted by the loss, over the whole step.
   int64_t counted_tokens() const;
 };
