@@ -268,6 +268,8 @@ TEST_F(SearchTest, AnImpossibleHostBudgetNamesTheSmallestThatWorks) {
   const std::string key = "give host_memory of at least ";
   ASSERT_NE(text.find(key), std::string::npos) << text;
   EXPECT_EQ(text.find("gpu_memory of at least"), std::string::npos) << text;  // the device budget is fine
+  // Host memory grows with the tokens of a step, not of a micro-chunk.
+  EXPECT_NE(text.find("or lower global_batch or seq_len"), std::string::npos) << text;
   // The named budget is the least any plan that fits the device needs: every fitting plan needs at
   // least the optimizer state, and the search succeeds with the named amount.
   EXPECT_GT(static_cast<double>(host_bytes(config_, layout_, search_plans(config_, layout_, fast_cpu_slow_link(),

@@ -294,8 +294,9 @@ class Searcher {
 
   [[noreturn]] void refuse() const {
     const auto gib = [](size_t b) { return format_bytes(b); };
-    std::string what;
+    std::string what, lower;
     if (min_device_ > device_limit_) {
+      lower = "micro_batch or seq_len";
       const size_t need = static_cast<size_t>(std::ceil(static_cast<double>(min_device_) / (1.0 - r_.headroom)));
       what = fmt::format("the smallest plan needs {} of device memory, more than the {} budget allows with {:.0f}% "
                          "kept free; give gpu_memory of at least {}",
@@ -304,11 +305,13 @@ class Searcher {
         what += fmt::format(", and host_memory of at least {} (that plan needs {} of host memory; the budget is {})",
                             gib(host_at_min_device_), gib(host_at_min_device_), gib(r_.host_budget));
     } else {
+      // The boundary activations that leave the device grow with the tokens of a whole step.
+      lower = "global_batch or seq_len";
       what = fmt::format("every plan that fits the device needs at least {} of host memory (pageable + pinned), more "
                          "than the {} host_memory budget; give host_memory of at least {}",
                          gib(min_host_fitting_), gib(r_.host_budget), gib(min_host_fitting_));
     }
-    fail("plan", "no plan fits: {} -- or lower micro_batch or seq_len{}", what,
+    fail("plan", "no plan fits: {} -- or lower {}{}", what, lower,
          r_.slots || r_.resident_layers || r_.offload_activations ? ", or drop the forced gpu_slots / resident_layers / "
                                                                     "offload_activations"
                                                                   : "");
