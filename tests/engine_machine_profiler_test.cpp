@@ -83,7 +83,9 @@ TEST(MachineProfiler, SimProfileIsCompleteAndPlausible) {
   const MachineProfile p = measure_profile(*rig.device, *rig.ops, config, kSeq, quick_options());
 
   EXPECT_EQ(p.device_name, "sim");
-  EXPECT_EQ(p.weight_dtype, DType::F32);  // the simulated device runs the fp32 reference ops
+  EXPECT_EQ(p.kernels, rig.ops->kernels());
+  EXPECT_EQ(p.kernels, "cpu");            // the simulated device runs the fp32 reference ops
+  EXPECT_EQ(p.weight_dtype, DType::F32);
   EXPECT_EQ(p.shape_key, model_shape_key(config, kSeq, DType::F32));
   EXPECT_EQ(p.seq_len, kSeq);
   EXPECT_EQ(p.device_memory_bytes, static_cast<double>(rig.device->memory().capacity));
@@ -222,6 +224,22 @@ TEST_F(ProfileSelection, CacheFromAnotherThreadCountIsMeasuredAgain) {
   obtain(&origin);
   EXPECT_EQ(origin, ProfileOrigin::Measured);
   EXPECT_NE(log.take().find("threads"), std::string::npos);
+}
+
+// A profile measured with other kernels (cuDNN's attention there and not here, or the other way
+// round) holds other compute times; so does one that does not say which it was measured with.
+TEST_F(ProfileSelection, CacheFromOtherKernelsIsMeasuredAgain) {
+  ProfileOrigin origin;
+  MachineProfile p = obtain(&origin);
+  for (const std::string other : {"cuda, cuDNN 91400 attention", ""}) {
+    p.kernels = other;
+    save_profile(cached_path(), p);
+    LogCapture log;
+    const MachineProfile again = obtain(&origin);
+    EXPECT_EQ(origin, ProfileOrigin::Measured) << other;
+    EXPECT_EQ(again.kernels, "cpu");
+    EXPECT_NE(log.take().find("was measured with the kernels"), std::string::npos) << other;
+  }
 }
 
 TEST_F(ProfileSelection, ProfileFileIsUsedAsIsAndWarnsAboutAnotherSeqLen) {

@@ -14,6 +14,7 @@ MachineProfile sample_profile() {
   p.device_name = "cuda:0 NVIDIA H200";
   p.device_memory_bytes = 150e9;
   p.shape_key = "llama-h4096-i14336-L32-q32x128-kv8-v128256-s2048-BF16";
+  p.kernels = "cuda, cuDNN 91400 attention";
   p.seq_len = 2048;
   p.weight_dtype = DType::BF16;
   p.compute.embedding_forward = {1e-5, 1e-9};
@@ -56,6 +57,15 @@ TEST(ProfileJson, RoundTripsThroughAFile) {
   EXPECT_EQ(back.seq_len, 2048);
   EXPECT_EQ(back.compute.layer_backward.per_token_s, 9.3e-7);
   EXPECT_EQ(back.host.threads, 16);
+  EXPECT_EQ(back.kernels, "cuda, cuDNN 91400 attention");
+}
+
+// Files written before the kernels were recorded (the committed H200 profiles among them) load,
+// with the kernels unknown.
+TEST(ProfileJson, AFileWithoutKernelsLoadsWithThemUnknown) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j.erase("kernels");
+  EXPECT_EQ(profile_from_json(j, "old.json").kernels, "");
 }
 
 TEST(ProfileJson, MissingFieldIsNamed) {

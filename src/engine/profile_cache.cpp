@@ -32,7 +32,8 @@ const char* env(const char* name) {
 
 // The cached profile if it can be used on this device; why not otherwise (logged by the caller).
 std::optional<MachineProfile> read_cached(const std::filesystem::path& path, const Device& device,
-                                          const std::string& shape_key, std::string* why_not) {
+                                          const std::string& shape_key, const std::string& kernels,
+                                          std::string* why_not) {
   MachineProfile p;
   try {
     p = load_profile(path);
@@ -43,6 +44,11 @@ std::optional<MachineProfile> read_cached(const std::filesystem::path& path, con
   if (p.device_name != device.name() || p.shape_key != shape_key) {
     *why_not = fmt::format("{} holds the profile of {} for {}, not of {} for {}", path.string(), p.device_name,
                            p.shape_key, device.name(), shape_key);
+    return std::nullopt;
+  }
+  if (p.kernels != kernels) {
+    *why_not = fmt::format("{} was measured with the kernels \"{}\"; this run has \"{}\"", path.string(),
+                           p.kernels.empty() ? "(not recorded)" : p.kernels, kernels);
     return std::nullopt;
   }
   const int threads = static_cast<int>(ThreadPool::global().size());
@@ -115,7 +121,7 @@ MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& mode
     std::error_code ec;
     if (std::filesystem::exists(path, ec)) {
       std::string why_not;
-      if (auto cached = read_cached(path, device, shape_key, &why_not)) {
+      if (auto cached = read_cached(path, device, shape_key, ops.kernels(), &why_not)) {
         log_info("profile: {}", path.string());
         if (origin != nullptr) *origin = ProfileOrigin::Cache;
         return *cached;

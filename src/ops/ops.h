@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "core/ignore_index.h"
 #include "core/tensor.h"
@@ -64,6 +65,10 @@ class Ops {
   // GEMM candidates on their first calls (ops/cuda/cuda_gemm.cuh). A measurement of speed (the
   // machine profile) warms up this many times first.
   virtual int calls_to_steady_speed() const { return 1; }
+  // What a measurement of the ops' speed depends on besides the device: the backend and any
+  // library it hands ops to ("cuda", "cuda, cuDNN 91400 attention"). A machine profile records it,
+  // and a cached one measured with other kernels is measured again.
+  virtual std::string kernels() const { return name(); }
 
   // out (T,H) = table[ids] with table (V,H).
   virtual void embedding_forward(const int32_t* ids, Tensor table, Tensor out) = 0;

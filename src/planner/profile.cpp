@@ -67,6 +67,7 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
       {"shape_key", p.shape_key},
       {"seq_len", p.seq_len},
       {"weight_dtype", std::string(dtype_name(p.weight_dtype))},
+      {"kernels", p.kernels},
       {"compute",
        {{"embedding_forward", linear_json(p.compute.embedding_forward)},
         {"embedding_backward", linear_json(p.compute.embedding_backward)},
@@ -101,6 +102,7 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   p.device_name = r.string(j, "device_name");
   p.device_memory_bytes = r.positive(j, "device_memory_bytes");
   p.shape_key = r.string(j, "shape_key");
+  if (j.contains("kernels")) p.kernels = r.string(j, "kernels");
   p.seq_len = static_cast<int64_t>(r.positive(j, "seq_len"));
   FERRY_CHECK(parse_dtype(r.string(j, "weight_dtype"), &p.weight_dtype), "profile", "{}: unknown weight_dtype",
               source);

@@ -58,6 +58,7 @@ struct MachineProfile {
   std::string device_name;    // "NVIDIA H200", "sim"
   double device_memory_bytes = 0.0;
   std::string shape_key;      // model_shape_key() of the shape the compute times were measured for
+  std::string kernels;        // Ops::kernels() of the measurement ("" in files from before it was recorded)
   int64_t seq_len = 0;
   DType weight_dtype = DType::BF16;
   ComputeProfile compute;

@@ -32,6 +32,11 @@ CudaOps::CudaOps(void* stream, const CudaOpsOptions& options)
 
 CudaOps::~CudaOps() = default;
 
+std::string CudaOps::kernels() const {
+  if (state_->cudnn_attention == nullptr) return name();
+  return "cuda, cuDNN " + std::to_string(CudnnAttention::library_version()) + " attention";
+}
+
 void* CudaOps::stream() const { return state_->stream; }
 
 size_t CudaOps::workspace_bytes() const {

@@ -70,6 +70,7 @@ class CudaOps final : public Ops {
   CudaOps& operator=(const CudaOps&) = delete;
 
   const char* name() const override { return "cuda"; }
+  std::string kernels() const override;
   int calls_to_steady_speed() const override {
     return options_.gemm_tuning ? kGemmTuneAlgos * kGemmTuneSamples + 1 : 1;
   }
