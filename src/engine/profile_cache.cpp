@@ -109,7 +109,8 @@ MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& mode
   if (!config.profile.empty()) {
     MachineProfile p = load_profile(config.profile);
     check_profile_matches_model(p, model, config.seq_len, config.profile.string());
-    log_info("profile: planning for {} with {}", p.device_name, config.profile.string());
+    log_info("profile: planning for {}{} with {}", p.device_name, p.kernels.empty() ? "" : " (" + p.kernels + ")",
+             config.profile.string());
     if (origin != nullptr) *origin = ProfileOrigin::File;
     return p;
   }
