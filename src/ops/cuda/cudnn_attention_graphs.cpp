@@ -4,9 +4,10 @@
 // view) stay.
 #include "ops/cuda/cudnn_attention_graphs.h"
 
-#include <cmath>
 #include <limits>
 #include <memory>
+
+#include "ops/cuda_ops_sizes.h"
 
 namespace ferry::cudnn {
 
@@ -30,8 +31,6 @@ enum Uid : int64_t {
   kSoftmaxSum, // rowsum(dout * out), in the graph's own workspace
   kFirstVirtual = 100,
 };
-
-size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Builds tensors with fresh virtual ids and keeps every descriptor alive until the plan is made.
 class GraphBuilder {
@@ -64,6 +63,18 @@ class GraphBuilder {
   std::vector<int64_t> rows() const { return {s_.batch, s_.q_heads, s_.seq, 1}; }
 
   void op(Descriptor d) { ops_.push_back(std::make_unique<Descriptor>(std::move(d))); }
+  // A new fp32 [b, Hq, s, s] scores tensor = mode(x [, b]).
+  const Descriptor& scores_pointwise(cudnnPointwiseMode_t mode, const Descriptor& x, const Descriptor* b = nullptr) {
+    const Descriptor& y = virt(scores());
+    pointwise(mode, x, b, y);
+    return y;
+  }
+  // scale q k^T, as [b, Hq, s, s] (kt: k seen transposed; its kv heads broadcast over the group).
+  const Descriptor& scaled_scores(const Descriptor& q, const Descriptor& kt, const Descriptor& scale) {
+    const Descriptor& s0 = virt(scores());
+    op(make_matmul(lib_, q, kt, s0));
+    return scores_pointwise(CUDNN_POINTWISE_MUL, s0, &scale);
+  }
   void pointwise(cudnnPointwiseMode_t mode, const Descriptor& x, const Descriptor* b, const Descriptor& y,
                  cudnnDataType_t precision = CUDNN_DATA_FLOAT, const Descriptor* t = nullptr, int64_t axis = -1) {
     op(make_pointwise(lib_, mode, precision, x, b, t, y, axis));
@@ -97,8 +108,6 @@ class GraphBuilder {
     return make_plan(lib_, handle, raw);
   }
 
-  const Library& lib() const { return lib_; }
-
  private:
   const Descriptor& keep(Descriptor d) {
     tensors_.push_back(std::make_unique<Descriptor>(std::move(d)));
@@ -113,7 +122,7 @@ class GraphBuilder {
 }  // namespace
 
 int64_t attention_statistics_bytes(const AttentionShape& s) {
-  return static_cast<int64_t>(round_up(sizeof(float) * static_cast<size_t>(s.batch * s.seq * s.q_heads)));
+  return static_cast<int64_t>(flash_attention_delta_bytes(s.batch * s.seq, s.q_heads));
 }
 
 AttentionGraph build_attention_forward(const Library& lib, cudnnHandle_t handle, const AttentionShape& s) {
@@ -127,18 +136,13 @@ AttentionGraph build_attention_forward(const Library& lib, cudnnHandle_t handle,
   const Descriptor& scale = g.scalar(kScale);
   const Descriptor& neg_inf = g.scalar(kNegInf);
 
-  const Descriptor& s0 = g.virt(g.scores());
-  g.op(make_matmul(lib, q, kt, s0));
-  const Descriptor& s1 = g.virt(g.scores());
-  g.pointwise(CUDNN_POINTWISE_MUL, s0, &scale, s1);
+  const Descriptor& s1 = g.scaled_scores(q, kt, scale);
   const Descriptor& s2 = g.virt(g.scores());
   g.causal_mask(s1, neg_inf, s2);
   const Descriptor& mx = g.virt(g.rows());
   g.op(make_reduction(lib, CUDNN_REDUCE_TENSOR_MAX, s2, mx));
-  const Descriptor& s3 = g.virt(g.scores());
-  g.pointwise(CUDNN_POINTWISE_SUB, s2, &mx, s3);
-  const Descriptor& e = g.virt(g.scores());
-  g.pointwise(CUDNN_POINTWISE_EXP, s3, nullptr, e);
+  const Descriptor& s3 = g.scores_pointwise(CUDNN_POINTWISE_SUB, s2, &mx);
+  const Descriptor& e = g.scores_pointwise(CUDNN_POINTWISE_EXP, s3);
   const Descriptor& z = g.virt(g.rows());
   g.op(make_reduction(lib, CUDNN_REDUCE_TENSOR_ADD, e, z));
   const Descriptor& lz = g.virt(g.rows());
@@ -182,16 +186,11 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   g.pointwise(CUDNN_POINTWISE_MUL, t1, &one, softmax_sum);
 
   // P = exp(mask(scale q k^T - stats)).
-  const Descriptor& s0 = g.virt(g.scores());
-  g.op(make_matmul(lib, q, kt, s0));
-  const Descriptor& s1 = g.virt(g.scores());
-  g.pointwise(CUDNN_POINTWISE_MUL, s0, &scale, s1);
-  const Descriptor& s2 = g.virt(g.scores());
-  g.pointwise(CUDNN_POINTWISE_SUB, s1, &stats, s2);
+  const Descriptor& s1 = g.scaled_scores(q, kt, scale);
+  const Descriptor& s2 = g.scores_pointwise(CUDNN_POINTWISE_SUB, s1, &stats);
   const Descriptor& s3 = g.virt(g.scores());
   g.causal_mask(s2, neg_inf, s3);
-  const Descriptor& p = g.virt(g.scores());
-  g.pointwise(CUDNN_POINTWISE_EXP, s3, nullptr, p);
+  const Descriptor& p = g.scores_pointwise(CUDNN_POINTWISE_EXP, s3);
 
   // dv = P^T dout (summed over each kv head's query heads).
   const Descriptor& pt = g.virt(transposed_dims, transposed_strides, CUDNN_DATA_BFLOAT16);
@@ -201,12 +200,9 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   // dS = P * (dout v^T - softmax_sum) * scale.
   const Descriptor& dp = g.virt(g.scores());
   g.op(make_matmul(lib, dout, vt, dp));
-  const Descriptor& u0 = g.virt(g.scores());
-  g.pointwise(CUDNN_POINTWISE_SUB, dp, &softmax_sum, u0);
-  const Descriptor& u1 = g.virt(g.scores());
-  g.pointwise(CUDNN_POINTWISE_MUL, u0, &p, u1);
-  const Descriptor& ds = g.virt(g.scores());
-  g.pointwise(CUDNN_POINTWISE_MUL, u1, &scale, ds);
+  const Descriptor& u0 = g.scores_pointwise(CUDNN_POINTWISE_SUB, dp, &softmax_sum);
+  const Descriptor& u1 = g.scores_pointwise(CUDNN_POINTWISE_MUL, u0, &p);
+  const Descriptor& ds = g.scores_pointwise(CUDNN_POINTWISE_MUL, u1, &scale);
 
   // dk = dS^T q (summed over the group).
   const Descriptor& dst = g.virt(transposed_dims, transposed_strides, CUDNN_DATA_BFLOAT16);
@@ -222,15 +218,17 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   AttentionGraph graph;
   graph.plan = g.plan(handle);
   graph.uids = {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum};
-  const size_t accum = sizeof(float) * static_cast<size_t>(B * Hq * S * D);
-  graph.softmax_sum_offset = static_cast<int64_t>(round_up(accum));
+  // dq_accum, then softmax_sum at a 256-byte boundary (the size of delta, of the same shape).
+  const int64_t accum = static_cast<int64_t>(sizeof(float)) * B * Hq * S * D;
+  graph.softmax_sum_offset = (accum + 255) / 256 * 256;
   graph.own_bytes = graph.softmax_sum_offset + attention_statistics_bytes(s);
   return graph;
 }
 
 void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGraph& graph, const AttentionTensors& t,
                    void* workspace) {
-  const float neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f, scale = t.scale;
+  // Host values of the by-value scalars: cuDNN reads them when the plan is launched.
+  float neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f, scale = t.scale;
   char* own = static_cast<char*>(workspace);
   std::vector<void*> pointers;
   pointers.reserve(graph.uids.size());
@@ -245,9 +243,9 @@ void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGrap
       case kDQ: pointers.push_back(t.dq); break;
       case kDK: pointers.push_back(t.dk); break;
       case kDV: pointers.push_back(t.dv); break;
-      case kScale: pointers.push_back(const_cast<float*>(&scale)); break;
-      case kNegInf: pointers.push_back(const_cast<float*>(&neg_inf)); break;
-      case kOne: pointers.push_back(const_cast<float*>(&one)); break;
+      case kScale: pointers.push_back(&scale); break;
+      case kNegInf: pointers.push_back(&neg_inf); break;
+      case kOne: pointers.push_back(&one); break;
       case kDQAccum: pointers.push_back(own); break;
       case kSoftmaxSum: pointers.push_back(own + graph.softmax_sum_offset); break;
       default: throw Failure("attention graph: a tensor id without an address");
