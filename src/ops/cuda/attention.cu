@@ -1,7 +1,8 @@
 // Attention on the GPU: CudaOps' two methods hand the views to cuDNN's fused attention where the
 // mask allows it and cuDNN is there (ops/cuda/cudnn_attention.h), else to ferry's own flash
-// attention (ops/cuda/flash_attention.h). cuDNN gets the same working memory as the own kernels
-// (the planner's number); a plan that needs more is not used.
+// attention (ops/cuda/flash_attention.h). Both directions, either implementation, share one
+// working memory of the planner's size (attention_workspace_bytes); a cuDNN plan that needs more
+// is not used.
 #include "ops/cuda/cuda_ops_state.cuh"
 #include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/flash_attention.h"
@@ -40,6 +41,12 @@ FlashAttentionParams attention_params(const char* op, const Tensor& q, const Ten
   return p;
 }
 
+// Attention's working memory at its one size for these dims (the planner's); *bytes gets the size.
+void* attention_workspace(CudaOps::State& state, const FlashAttentionParams& p, size_t* bytes) {
+  *bytes = attention_workspace_bytes(p.tokens, p.q_heads, p.head_dim);
+  return state.buffer(cuda::Scratch::kAttention, *bytes, "attention");
+}
+
 }  // namespace
 
 void CudaOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
@@ -47,13 +54,9 @@ void CudaOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask
   const FlashAttentionParams p = attention_params("attention_forward", q, k, v, mask.doc_start, scale, out, lse);
   if (p.tokens == 0 || p.q_heads == 0) return;
   if (CudnnAttention* cudnn = state_->cudnn_attention.get(); cudnn != nullptr && mask.row_tokens > 0) {
-    const size_t budget = attention_workspace_bytes(p.tokens, p.q_heads, p.head_dim);
-    const int64_t need = cudnn->forward_workspace(p, mask.row_tokens);
-    if (need >= 0 && static_cast<size_t>(need) <= budget) {
-      void* workspace = need > 0 ? state_->buffer(cuda::Scratch::kAttention, static_cast<size_t>(need),
-                                                  "the attention forward") : nullptr;
-      if (cudnn->forward(p, mask.row_tokens, workspace, static_cast<size_t>(need))) return;
-    }
+    size_t bytes = 0;
+    void* workspace = attention_workspace(*state_, p, &bytes);
+    if (cudnn->forward(p, mask.row_tokens, workspace, bytes)) return;
   }
   flash_attention_forward(p, state_->stream);
 }
@@ -72,8 +75,7 @@ void CudaOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mas
   p.dq = dq.data;
   p.dk = dk.data;
   p.dv = dv.data;
-  p.workspace_bytes = attention_workspace_bytes(p.fwd.tokens, p.fwd.q_heads, p.fwd.head_dim);
-  p.workspace = state_->buffer(cuda::Scratch::kAttention, p.workspace_bytes, "the attention backward");
+  p.workspace = attention_workspace(*state_, p.fwd, &p.workspace_bytes);
   if (CudnnAttention* cudnn = state_->cudnn_attention.get(); cudnn != nullptr && mask.row_tokens > 0)
     if (cudnn->backward(p, mask.row_tokens)) return;
   flash_attention_backward(p, state_->stream);

@@ -10,9 +10,10 @@
 //     fused linear-cross-entropy's logits chunk (at most options.flce_chunk_bytes + one row, 256 MiB
 //     by default), its per-token losses (4 bytes per token), the embedding backward's sort buffers
 //     (about 16 bytes per token plus CUB's temporary storage), the fp32 partial sums of the column
-//     reductions (rmsnorm dweight, linear dbias: at most 1024 x D floats), flash attention's
-//     backward workspace (fp32 delta and dq accumulator), and the bf16 sum of a weight gradient and
-//     its product before it is copied back into a bf16 gradient (the largest weight).
+//     reductions (rmsnorm dweight, linear dbias: at most 1024 x D floats), attention's workspace
+//     (attention_workspace_bytes: flash attention's fp32 delta and dq accumulator, or cuDNN's), and
+//     the bf16 sum of a weight gradient and its product before it is copied back into a bf16
+//     gradient (the largest weight).
 //   Both come from options.allocator when given (a Device's: its budget and peak count them), else
 //   from cudaMallocAsync on the stream. workspace_bytes() reports the total held now;
 //   cuda_ops_workspace_bytes (planner/memory_model.h) predicts its steady size for the planner.

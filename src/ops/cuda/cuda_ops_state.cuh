@@ -26,7 +26,7 @@ enum class Scratch : int {
   kSortKeys,  // embedding backward: 2 x T keys
   kSortVals,  // embedding backward: 2 x T values
   kSortTemp,  // embedding backward: CUB's temporary storage
-  kAttention, // attention backward: flash attention's workspace
+  kAttention, // attention, forward and backward: flash attention's or cuDNN's workspace
   kWeightGrad, // linear backward: (out, in) bf16 sum of a bf16 gradient and its product, copied back
   kCount
 };

@@ -160,16 +160,6 @@ void CudnnAttention::warn_short_workspace(Graphs& g) {
            g.shape.batch, g.shape.seq, refusal_);
 }
 
-int64_t CudnnAttention::forward_workspace(const FlashAttentionParams& p, int64_t row_tokens) {
-  Graphs* g = graphs(p, row_tokens);
-  return g != nullptr ? g->forward_bytes() : -1;
-}
-
-int64_t CudnnAttention::backward_workspace(const FlashAttentionParams& p, int64_t row_tokens) {
-  Graphs* g = graphs(p, row_tokens);
-  return g != nullptr ? g->backward_bytes() : -1;
-}
-
 bool CudnnAttention::forward(const FlashAttentionParams& p, int64_t row_tokens, void* workspace,
                              size_t workspace_bytes) {
   refusal_.clear();

@@ -47,11 +47,6 @@ class CudnnAttention {
   CudnnAttention(const CudnnAttention&) = delete;
   CudnnAttention& operator=(const CudnnAttention&) = delete;
 
-  // Workspace each direction needs for this shape (building the plan if not built yet); -1 when
-  // cuDNN refuses the shape.
-  int64_t forward_workspace(const FlashAttentionParams& p, int64_t row_tokens);
-  int64_t backward_workspace(const FlashAttentionParams& p, int64_t row_tokens);
-
   // Enqueue on the stream and return true, or return false having done nothing (row_tokens 0 or
   // not dividing T, a shape cuDNN refuses or failed to run, workspace_bytes too small, a tensor
   // not 16-byte aligned).

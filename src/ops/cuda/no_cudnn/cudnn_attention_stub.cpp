@@ -10,8 +10,6 @@ std::unique_ptr<CudnnAttention> CudnnAttention::make(void*) { return nullptr; }
 std::string CudnnAttention::unavailable_reason() { return "ferry was built without cuDNN's headers"; }
 size_t CudnnAttention::library_version() { return 0; }
 CudnnAttention::~CudnnAttention() = default;
-int64_t CudnnAttention::forward_workspace(const FlashAttentionParams&, int64_t) { return -1; }
-int64_t CudnnAttention::backward_workspace(const FlashAttentionParams&, int64_t) { return -1; }
 bool CudnnAttention::forward(const FlashAttentionParams&, int64_t, void*, size_t) { return false; }
 bool CudnnAttention::backward(const FlashAttentionBackwardParams&, int64_t) { return false; }
 
