@@ -34,11 +34,6 @@ void store(void* base, DType dtype, size_t i, float v) {
   }
 }
 
-bool ends_with(const std::string& s, const char* suffix) {
-  const size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
 }  // namespace
 
 RandomDeviceFill::RandomDeviceFill(Device& device, uint64_t seed, size_t staging_bytes)
@@ -52,9 +47,9 @@ void RandomDeviceFill::values(void* dst, DType dtype, size_t count, float std_de
 void RandomDeviceFill::unit(void* dst, DType dtype, const UnitLayout& unit, float std_dev) {
   std::vector<Run> runs;
   for (const auto& p : unit.params) {
-    const Kind kind = ends_with(p.name, "bias")                      ? Kind::Zero
+    const Kind kind = p.name.ends_with("bias")                   ? Kind::Zero
                       : p.name.find("norm") != std::string::npos ? Kind::One
-                                                                   : Kind::Random;
+                                                                 : Kind::Random;
     runs.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), kind});
   }
   std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.offset < b.offset; });

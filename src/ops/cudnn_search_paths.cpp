@@ -9,10 +9,6 @@ namespace ferry {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::vector<std::string> glob_paths(const std::string& pattern) {
   std::vector<std::string> paths;
   glob_t g{};
@@ -31,7 +27,7 @@ std::vector<std::string> cudnn_library_candidates(const std::function<const char
     if (!path.empty() && std::find(out.begin(), out.end(), path) == out.end()) out.push_back(path);
   };
   auto in_dir = [&](const std::string& dir) {
-    if (!dir.empty()) add(dir + (ends_with(dir, "/") ? "" : "/") + kCudnnGraphLibrary);
+    if (!dir.empty()) add(dir + (dir.ends_with("/") ? "" : "/") + kCudnnGraphLibrary);
   };
   auto var = [&](const char* name) -> std::string {
     const char* value = getenv(name);
@@ -39,7 +35,7 @@ std::vector<std::string> cudnn_library_candidates(const std::function<const char
   };
 
   if (const std::string explicit_path = var("FERRY_CUDNN_LIBRARY"); !explicit_path.empty()) {
-    if (ends_with(explicit_path, ".so") || explicit_path.find(".so.") != std::string::npos) add(explicit_path);
+    if (explicit_path.ends_with(".so") || explicit_path.find(".so.") != std::string::npos) add(explicit_path);
     else in_dir(explicit_path);
   }
   add(kCudnnGraphLibrary);
