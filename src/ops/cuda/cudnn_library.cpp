@@ -4,10 +4,9 @@
 
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include <fmt/format.h>
-
-#include <vector>
 
 #include "ops/cudnn_search_paths.h"
 
@@ -26,7 +25,7 @@ struct Loaded {
 template <typename F>
 bool resolve(void* handle, const char* name, F& out, std::string& reason) {
   out = reinterpret_cast<F>(dlsym(handle, name));
-  if (out == nullptr && reason.empty()) reason = fmt::format("libcudnn_graph.so.9 has no {}", name);
+  if (out == nullptr && reason.empty()) reason = fmt::format("{} has no {}", kCudnnGraphLibrary, name);
   return out != nullptr;
 }
 
