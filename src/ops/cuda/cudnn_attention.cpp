@@ -95,6 +95,18 @@ bool aligned(std::initializer_list<const void*> pointers) {
   return true;
 }
 
+// The tensors both directions read: q k v out, the statistics at `stats`, the scale.
+cudnn::AttentionTensors forward_tensors(const FlashAttentionParams& p, float* stats) {
+  cudnn::AttentionTensors t;
+  t.q = const_cast<void*>(p.q);
+  t.k = const_cast<void*>(p.k);
+  t.v = const_cast<void*>(p.v);
+  t.out = p.out;
+  t.stats = stats;
+  t.scale = p.scale;
+  return t;
+}
+
 }  // namespace
 
 CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p, int64_t row_tokens) {
@@ -153,36 +165,29 @@ bool CudnnAttention::execute(Graphs& g, const cudnn::AttentionGraph& graph, cons
   }
 }
 
-void CudnnAttention::warn_short_workspace(Graphs& g) {
-  if (g.told_short_workspace) return;
+bool CudnnAttention::workspace_fits(Graphs& g, const char* direction, int64_t need, size_t given) {
+  if (static_cast<size_t>(need) <= given) return true;
+  refusal_ = fmt::format("the {} needs {} bytes of workspace, {} given", direction, need, given);
+  if (g.told_short_workspace) return false;
   g.told_short_workspace = true;
   log_warn("attention of {} x {} tokens: ferry's own kernels run it, cuDNN's plan needs more working memory ({})",
            g.shape.batch, g.shape.seq, refusal_);
+  return false;
 }
 
 bool CudnnAttention::forward(const FlashAttentionParams& p, int64_t row_tokens, void* workspace,
                              size_t workspace_bytes) {
   refusal_.clear();
   Graphs* g = graphs(p, row_tokens);
-  if (g == nullptr) return false;
-  if (static_cast<size_t>(g->forward_bytes()) > workspace_bytes) {
-    refusal_ = fmt::format("the forward needs {} bytes of workspace, {} given", g->forward_bytes(), workspace_bytes);
-    warn_short_workspace(*g);
-    return false;
-  }
+  if (g == nullptr || !workspace_fits(*g, "forward", g->forward_bytes(), workspace_bytes)) return false;
   if (!aligned({p.q, p.k, p.v, p.out, p.lse, workspace})) {
     refusal_ = "a tensor is not 16-byte aligned";
     return false;
   }
   auto stream = static_cast<cudaStream_t>(stream_);
   char* base = static_cast<char*>(workspace);
-  cudnn::AttentionTensors t;
-  t.q = const_cast<void*>(p.q);
-  t.k = const_cast<void*>(p.k);
-  t.v = const_cast<void*>(p.v);
-  t.out = p.out;
-  t.stats = g->statistics_bytes > 0 ? reinterpret_cast<float*>(base) : p.lse;
-  t.scale = p.scale;
+  const cudnn::AttentionTensors t =
+      forward_tensors(p, g->statistics_bytes > 0 ? reinterpret_cast<float*>(base) : p.lse);
   if (!execute(*g, g->forward, t, base + g->statistics_bytes)) return false;
   if (g->statistics_bytes > 0) copy_statistics(t.stats, p.lse, g->shape, false, stream);
   return true;
@@ -191,30 +196,16 @@ bool CudnnAttention::forward(const FlashAttentionParams& p, int64_t row_tokens, 
 bool CudnnAttention::backward(const FlashAttentionBackwardParams& p, int64_t row_tokens) {
   refusal_.clear();
   Graphs* g = graphs(p.fwd, row_tokens);
-  if (g == nullptr) return false;
-  if (static_cast<size_t>(g->backward_bytes()) > p.workspace_bytes) {
-    refusal_ = fmt::format("the backward needs {} bytes of workspace, {} given", g->backward_bytes(),
-                           p.workspace_bytes);
-    warn_short_workspace(*g);
-    return false;
-  }
+  if (g == nullptr || !workspace_fits(*g, "backward", g->backward_bytes(), p.workspace_bytes)) return false;
   if (!aligned({p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.fwd.lse, p.dout, p.dq, p.dk, p.dv, p.workspace})) {
     refusal_ = "a tensor is not 16-byte aligned";
     return false;
   }
   auto stream = static_cast<cudaStream_t>(stream_);
   char* base = static_cast<char*>(p.workspace);
-  cudnn::AttentionTensors t;
-  t.q = const_cast<void*>(p.fwd.q);
-  t.k = const_cast<void*>(p.fwd.k);
-  t.v = const_cast<void*>(p.fwd.v);
-  t.out = p.fwd.out;
-  t.stats = p.fwd.lse;
-  if (g->statistics_bytes > 0) {
-    t.stats = reinterpret_cast<float*>(base);
-    copy_statistics(p.fwd.lse, t.stats, g->shape, true, stream);
-  }
-  t.scale = p.fwd.scale;
+  cudnn::AttentionTensors t =
+      forward_tensors(p.fwd, g->statistics_bytes > 0 ? reinterpret_cast<float*>(base) : p.fwd.lse);
+  if (g->statistics_bytes > 0) copy_statistics(p.fwd.lse, t.stats, g->shape, true, stream);
   t.dout = const_cast<void*>(p.dout);
   t.dq = p.dq;
   t.dk = p.dk;

@@ -62,7 +62,8 @@ class CudnnAttention {
   explicit CudnnAttention(void* stream);
   // The plans of a shape, built on first use; nullptr when cuDNN refused it.
   Graphs* graphs(const FlashAttentionParams& p, int64_t row_tokens);
-  void warn_short_workspace(Graphs& g);
+  // Whether `need` bytes fit in `given`; when not, the refusal says so (logged once per shape).
+  bool workspace_fits(Graphs& g, const char* direction, int64_t need, size_t given);
   // Runs one of g's graphs; false (logged, and the shape given up) when cuDNN fails to.
   bool execute(Graphs& g, const cudnn::AttentionGraph& graph, const cudnn::AttentionTensors& t, void* workspace);
 
