@@ -90,6 +90,28 @@ TEST(CudaDevice, CopiesAndFillsThroughTheStreamsInEventOrder) {
             std::string::npos);
 }
 
+// Memory allocated elsewhere (a huge-page mapping of optimizer state) is page-locked in place,
+// counted with the pinned memory, and copied asynchronously; unregistering gives the count back.
+TEST(CudaDevice, RegisteredHostMemoryCopiesLikePinnedMemory) {
+  REQUIRE_GPU();
+  auto device = make_cuda_device(0, 1 * kGiB);
+  const size_t n = (size_t{3} << 20) + 5;
+  std::vector<float> values = test::random_vector(n, 11);
+  std::vector<float> host(values), back(n, 0.0f);
+  device->register_pinned(host.data(), n * 4, "registered");
+  device->register_pinned(back.data(), n * 4, "registered readback");
+  EXPECT_EQ(device->pinned_memory().in_use, 2 * n * 4);
+  DeviceBuffer d(*device, n * 4, "d");
+  device->copy_to_device(d.data(), host.data(), n * 4, StreamKind::HostToDevice);
+  device->wait(StreamKind::DeviceToHost, device->record(StreamKind::HostToDevice));
+  device->copy_to_host(back.data(), d.data(), n * 4, StreamKind::DeviceToHost);
+  device->synchronize(device->record(StreamKind::DeviceToHost));
+  EXPECT_EQ(0, std::memcmp(back.data(), values.data(), n * 4));
+  device->unregister_pinned(host.data());
+  device->unregister_pinned(back.data());
+  EXPECT_EQ(device->pinned_memory().in_use, 0u);
+}
+
 TEST(CudaDevice, HostTaskErrorsReachTheNextSynchronize) {
   REQUIRE_GPU();
   auto device = make_cuda_device(0, 1 * kGiB);

@@ -157,6 +157,12 @@ Plan keeping_internals(Plan p, std::vector<int64_t> layers) {
   return p;
 }
 
+// The plan with its fp32 masters uploaded and converted on the device (no host weight copy).
+Plan converting_on_upload(Plan p) {
+  p.weight_upload = WeightUpload::ConvertOnUpload;
+  return p;
+}
+
 std::vector<size_t> all_units(const ModelLayout& layout) {
   std::vector<size_t> units(layout.units.size());
   for (size_t u = 0; u < units.size(); ++u) units[u] = u;
@@ -241,6 +247,34 @@ TEST_F(SlidingEngineTest, LayersThatKeepTheirInternalsSkipTheRecomputeExactly) {
                                            keeping_internals(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward,
                                                                        all_units(layout_)),
                                                              {0, 1, 2, 3})));
+}
+
+// Uploading the fp32 masters (converted on the device) instead of a copy the CPU wrote gives the
+// same weights. Without clipping the decoder layers' gradients take turns in a ring of three
+// buffers (four layers: the ring wraps every step), and a slow d2h with copy latency makes the
+// ring's wait for the previous gradient's update matter; with clipping every unit keeps a buffer
+// of its own. Resident units, offloaded boundaries, kept internals and device-updated units mixed in.
+TEST_F(SlidingEngineTest, MastersConvertedOnUploadGiveTheSameSteps) {
+  SimDeviceOptions slow;
+  slow.h2d_bytes_per_second = 4e9;
+  slow.d2h_bytes_per_second = 1e9;
+  slow.copy_latency_seconds = 50e-6;
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      converting_on_upload(make_plan(layout_, 4, 2, {}, {1, 3}, UpdateSchedule::DuringBackward)),
+                                      slow));
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      converting_on_upload(keeping_internals(
+                                          make_plan(layout_, 4, 3, {0, 2, 5}, {}, UpdateSchedule::DuringBackward), {3}))));
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      converting_on_upload(make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::DuringBackward,
+                                                                     {3}))));
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           converting_on_upload(make_plan(layout_, 4, 2, {4}, {0, 2}, UpdateSchedule::AfterBackward)),
+                                           slow));
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           converting_on_upload(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward,
+                                                                          {1, 5}))));
 }
 
 // The untied embedding is updated in two passes, its rows without a gradient while the step
@@ -381,6 +415,8 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
       make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward, {2, 5}),
       make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, all_units(layout_)),
       keeping_internals(make_plan(layout_, 4, 2, {3}, {0}, UpdateSchedule::AfterBackward, {5}), {1, 3}),
+      converting_on_upload(make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::DuringBackward)),
+      converting_on_upload(make_plan(layout_, 4, 3, {}, {}, UpdateSchedule::AfterBackward, {2})),
   };
   for (size_t k = 0; k < plans.size(); ++k) {
     SCOPED_TRACE(::testing::Message() << "plan " << k << ": " << plans[k].describe());
@@ -392,8 +428,11 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
     EXPECT_EQ(device->memory().in_use, d.total());
     EXPECT_EQ(device->pinned_memory().in_use, h.pinned);
     size_t pageable = 0;
-    for (size_t u = 0; u < layout_.units.size(); ++u)
-      pageable += 3 * HostArray::mapped_bytes(engine.host().unit(u).master.size());
+    for (size_t u = 0; u < layout_.units.size(); ++u) {
+      // Converting on upload, a host-updated unit's masters are pinned (counted above).
+      const bool pinned_masters = plans[k].weight_upload == WeightUpload::ConvertOnUpload && engine.host().on_host(u);
+      pageable += (pinned_masters ? 2 : 3) * HostArray::mapped_bytes(engine.host().unit(u).master.size());
+    }
     EXPECT_EQ(pageable, h.pageable);
   }
 }
@@ -412,6 +451,11 @@ TEST(SlidingEngineTied, TiedEmbeddingsStayResident) {
                                       make_plan(layout, 2, 2, {}, {1}, UpdateSchedule::AfterBackward, {0})));
   expect_identical(plain, sliding_run(config, 4, rows, 1.0,
                                       make_plan(layout, 2, 2, {}, {}, UpdateSchedule::AfterBackward, {0, 3})));
+  expect_identical(plain, sliding_run(config, 4, rows, 1.0,
+                                      converting_on_upload(make_plan(layout, 2, 2, {0}, {0}, UpdateSchedule::AfterBackward))));
+  const RunResult unclipped = plain_run(config, 4, rows, 0.0);
+  expect_identical(unclipped, sliding_run(config, 4, rows, 0.0,
+                                          converting_on_upload(make_plan(layout, 2, 2, {0, 3}, {}, UpdateSchedule::DuringBackward))));
   EXPECT_THROW(sliding_run(config, 4, rows, 1.0, make_plan(layout, 2, 2, {}, {}, UpdateSchedule::AfterBackward)), Error);
 }
 

@@ -113,6 +113,31 @@ TEST_P(DeviceAdamWTest, StepIsTheReferenceWithItsBf16Copy) {
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(copy[i], f32_to_bf16(master[i])) << "element " << i;
 }
 
+// The weights a device writes from uploaded fp32 masters (WeightUpload::ConvertOnUpload) are the
+// host's f32_to_bf16 of them, ties to even, infinities and NaNs included; fp32 weights are a copy.
+// Counts that end off a 4-element boundary, and a misaligned start, take the scalar path.
+TEST_P(DeviceAdamWTest, WrittenWeightsAreTheHostsConversion) {
+  const size_t n = 70001;
+  std::vector<float> master = test::random_vector(n, 7, -3.0f, 3.0f);
+  const uint32_t specials[] = {0x3f808000u, 0x3f818000u, 0x7f800000u, 0xff800000u, 0x7fc00001u,
+                               0xffa00000u, 0x00000001u, 0x80000000u, 0x7f7fffffu, 0x3f80ffffu};
+  for (size_t k = 0; k < std::size(specials); ++k) std::memcpy(&master[k * 7], &specials[k], 4);
+  DeviceBuffer dm = upload(master.data(), n * 4);
+  DeviceBuffer bf16(*device_, n * 2, "bf16 weights"), f32(*device_, n * 4, "fp32 weights");
+  device_->fill_zero(bf16.data(), n * 2, StreamKind::Compute);
+  adamw_->write_weights(dm.as<float>(), bf16.data(), DType::BF16, n - 1);
+  adamw_->write_weights(dm.as<float>() + 1, f32.as<float>() + 1, DType::F32, n - 1);
+  const std::vector<uint16_t> got = download<uint16_t>(bf16, n);
+  for (size_t i = 0; i + 1 < n; ++i) ASSERT_EQ(got[i], f32_to_bf16(master[i])) << "element " << i;
+  EXPECT_EQ(got[n - 1], 0) << "written past the count";
+  const std::vector<float> copied = download<float>(f32, n);
+  EXPECT_EQ(0, std::memcmp(copied.data() + 1, master.data() + 1, (n - 1) * 4));
+  // A start that is not 16-byte aligned.
+  adamw_->write_weights(dm.as<float>() + 3, bf16.as<uint16_t>() + 3, DType::BF16, 1001);
+  const std::vector<uint16_t> shifted = download<uint16_t>(bf16, n);
+  for (size_t i = 3; i < 1004; ++i) ASSERT_EQ(shifted[i], f32_to_bf16(master[i])) << "element " << i;
+}
+
 INSTANTIATE_TEST_SUITE_P(Devices, DeviceAdamWTest, ::testing::Values("sim", "cuda"));
 
 }  // namespace

@@ -52,5 +52,48 @@ TEST_F(MemoryModelPlans, TheWeightGradientProductServesBf16LayerGradientsOnly) {
   EXPECT_EQ(on_gpu.ops_workspace, cuda_ops_workspace_bytes(config_, 8192, DType::F32));
 }
 
+// Converting on upload without clipping: the 32 layers' gradients take turns in three layer-sized
+// buffers, the 525 M-parameter head keeps one of its own, the untied embedding's token rows land
+// in the row-gradient buffer; the fp32 masters are pinned, m and v pageable. The host then holds
+// 12 bytes/param plus four units' gradients instead of 14 bytes/param: 13.7 GB less for the 8B.
+TEST_F(MemoryModelPlans, ConvertingOnUploadWithoutClippingSharesARingOfGradientBuffers) {
+  Plan shadow = plan(UnitPlacement::Streamed);
+  shadow.update = UpdateSchedule::DuringBackward;
+  Plan convert = shadow;
+  convert.weight_upload = WeightUpload::ConvertOnUpload;
+  const size_t head = static_cast<size_t>(layout_.units[layout_.head_unit()].numel);
+  const size_t layer = static_cast<size_t>(layout_.units[layout_.layer_unit(0)].numel);
+
+  const GradientLanding g = gradient_landing(layout_, convert);
+  EXPECT_EQ(g.ring_buffers, 3u);
+  EXPECT_EQ(g.ring_elements, layer);
+  for (int64_t l = 0; l < config_.num_layers; ++l) EXPECT_TRUE(g.in_ring[layout_.layer_unit(l)]);
+  EXPECT_TRUE(g.dedicated[layout_.head_unit()]);
+  EXPECT_FALSE(g.in_ring[layout_.embedding_unit()] || g.dedicated[layout_.embedding_unit()]);
+
+  const HostBytes hs = host_bytes(config_, layout_, shadow, 8192, 8);
+  const HostBytes hc = host_bytes(config_, layout_, convert, 8192, 8);
+  size_t params = 0;
+  for (const auto& u : layout_.units) params += static_cast<size_t>(u.numel);
+  // Shadow: 2 bytes/param of staging; converting: the ring and the head's buffer instead.
+  const double saved = static_cast<double>(hs.total()) - static_cast<double>(hc.total());
+  EXPECT_NEAR(saved, 2.0 * static_cast<double>(params) - 2.0 * static_cast<double>(3 * layer + head), 1e8);
+  EXPECT_GT(saved, 13.6e9);
+  // 64 MiB of fp32 pieces on the device.
+  EXPECT_EQ(device_bytes(config_, layout_, convert, 8192, 8).other - device_bytes(config_, layout_, shadow, 8192, 8).other,
+            round_to_256(kConversionStagingElements * sizeof(float)));
+
+  // With clipping each gradient waits for the norm in a buffer of its own: the only saving is the
+  // row-sparse embedding's weight copy (its gradient rows land elsewhere either way).
+  Plan clipped = convert;
+  clipped.update = UpdateSchedule::AfterBackward;
+  EXPECT_EQ(gradient_landing(layout_, clipped).ring_buffers, 0u);
+  Plan clipped_shadow = shadow;
+  clipped_shadow.update = UpdateSchedule::AfterBackward;
+  EXPECT_EQ(host_bytes(config_, layout_, clipped_shadow, 8192, 8).total() -
+                host_bytes(config_, layout_, clipped, 8192, 8).total(),
+            static_cast<size_t>(layout_.units[layout_.embedding_unit()].numel) * 2);
+}
+
 }  // namespace
 }  // namespace ferry

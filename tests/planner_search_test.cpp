@@ -279,6 +279,30 @@ TEST_F(SearchTest, AnImpossibleHostBudgetNamesTheSmallestThatWorks) {
             64.0 * static_cast<double>(kGiB));
 }
 
+// The bf16 host shadow costs 2 bytes/param of host memory and halves the upload bytes: taken
+// whenever it fits. When only uploading the fp32 masters fits the host (the 8B's 14 bytes/param are
+// 104.7 GiB, its 12 bytes/param 89.8 GiB), the search converts on upload, with the updates during
+// the backward (with clipping it saves nothing, and the budget is refused).
+TEST_F(SearchTest, ConvertsOnUploadOnlyWhereTheHostShadowDoesNotFit) {
+  PlanRequest r = request(24);
+  r.clipping = false;
+  EXPECT_EQ(search_plans(config_, layout_, slow_cpu_fast_link(), r).best.plan.weight_upload, WeightUpload::HostShadow);
+  r.host_budget = 100 * kGiB;
+  const SearchResult tight = search_plans(config_, layout_, slow_cpu_fast_link(), r);
+  EXPECT_EQ(tight.best.plan.weight_upload, WeightUpload::ConvertOnUpload) << tight.best.plan.describe();
+  EXPECT_EQ(tight.best.plan.update, UpdateSchedule::DuringBackward);
+  EXPECT_LE(host_bytes(config_, layout_, tight.best.plan, kSeq, kGlobal).total(), r.host_budget);
+  Plan shadow = tight.best.plan;
+  shadow.weight_upload = WeightUpload::HostShadow;
+  EXPECT_GT(host_bytes(config_, layout_, shadow, kSeq, kGlobal).total(), r.host_budget);
+
+  r.clipping = true;
+  EXPECT_THROW(search_plans(config_, layout_, slow_cpu_fast_link(), r), Error);
+  r.clipping = false;
+  r.weight_upload = WeightUpload::HostShadow;  // a forced option is a constraint
+  EXPECT_THROW(search_plans(config_, layout_, slow_cpu_fast_link(), r), Error);
+}
+
 TEST_F(SearchTest, AlternativesAreOtherPlansAndExplainTheDifference) {
   const SearchResult r = search_plans(config_, layout_, fast_cpu_slow_link(), request(24), 4);
   ASSERT_EQ(r.alternatives.size(), 4u);

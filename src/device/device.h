@@ -48,6 +48,11 @@ class Device {
   // Page-locked host memory for asynchronous copies (allocated once, at exact size).
   virtual void* allocate_pinned(size_t bytes, const char* what) = 0;
   virtual void release_pinned(void* pointer) = 0;
+  // Page-locks host memory allocated elsewhere (cudaHostRegister), so that async copies may name
+  // it: arrays that must keep their own layout (huge-page mappings the CPU streams through) and are
+  // also copied to the device. Counted with pinned_memory() until unregister_pinned(pointer).
+  virtual void register_pinned(void* pointer, size_t bytes, const char* what) = 0;
+  virtual void unregister_pinned(void* pointer) = 0;
   // Pinned host memory held through this device (capacity: the sanity limit, the host's RAM).
   virtual MemoryStats pinned_memory() const = 0;
 

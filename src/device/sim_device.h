@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <unordered_map>
 
 #include "device/async_error.h"
@@ -48,6 +49,8 @@ class SimDevice final : public Device {
 
   void* allocate_pinned(size_t bytes, const char* what) override;
   void release_pinned(void* pointer) override;
+  void register_pinned(void* pointer, size_t bytes, const char* what) override;
+  void unregister_pinned(void* pointer) override;
   MemoryStats pinned_memory() const override { return pinned_.stats(); }
 
   void copy_to_device(void* device_dst, const void* host_src, size_t bytes, StreamKind stream) override;
@@ -83,6 +86,8 @@ class SimDevice final : public Device {
   const SimDeviceOptions options_;
   MemoryLedger memory_;
   MemoryLedger pinned_;
+  std::mutex registered_mutex_;
+  std::set<const void*> registered_;  // blocks of pinned_ that register_pinned lent, not allocated
   AsyncError errors_;
 
   std::mutex event_mutex_;

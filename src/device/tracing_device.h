@@ -22,6 +22,10 @@ class TracingDevice final : public Device {
   MemoryStats memory() const override { return inner_.memory(); }
   void* allocate_pinned(size_t bytes, const char* what) override { return inner_.allocate_pinned(bytes, what); }
   void release_pinned(void* pointer) override { inner_.release_pinned(pointer); }
+  void register_pinned(void* pointer, size_t bytes, const char* what) override {
+    inner_.register_pinned(pointer, bytes, what);
+  }
+  void unregister_pinned(void* pointer) override { inner_.unregister_pinned(pointer); }
   MemoryStats pinned_memory() const override { return inner_.pinned_memory(); }
 
   void copy_to_device(void* device_dst, const void* host_src, size_t bytes, StreamKind stream) override;

@@ -16,13 +16,16 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
                       ? default_host_budget(ram_bytes)
                       : static_cast<size_t>(parse_byte_size(config.host_memory, "host_memory"));
   r.weight_dtype = target.weight_dtype;
-  r.grad_dtype = target.weight_dtype;  // gradients land in the weights' pinned staging (unit_updater.h)
+  r.grad_dtype = target.weight_dtype;  // with a bf16 host shadow they land in its buffer (unit_updater.h)
   r.clipping = config.max_grad_norm > 0;
   if (config.gpu_slots > 0) r.slots = config.gpu_slots;
   if (config.offload_activations != "auto") r.offload_activations = config.offload_activations == "all";
   if (config.resident_layers >= 0) r.resident_layers = config.resident_layers;
   if (config.update_schedule != "auto")
     r.update = config.update_schedule == "during-backward" ? UpdateSchedule::DuringBackward : UpdateSchedule::AfterBackward;
+  if (config.weight_upload != "auto")
+    r.weight_upload =
+        config.weight_upload == "convert-on-upload" ? WeightUpload::ConvertOnUpload : WeightUpload::HostShadow;
   r.allow_optimizer_on_gpu = target.gpu_adamw;
   // The engine runs AdamW on the device for any subset of units (engine/device_optimizer.h).
   r.space.per_unit_gpu_optimizer = target.gpu_adamw;

@@ -36,9 +36,6 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
   FERRY_CHECK(!layout_.tied || plan_.units[E] != UnitPlacement::Streamed, "engine",
               "tied embeddings are used by the first and the last unit: the plan must keep the embedding resident");
-  FERRY_CHECK(plan_.weight_upload == WeightUpload::HostShadow, "engine",
-              "weight upload '{}' is not implemented by this engine; plan '{}'", weight_upload_name(plan_.weight_upload),
-              weight_upload_name(WeightUpload::HostShadow));
   const DType wd = plan_.weight_dtype, gd = plan_.grad_dtype;
   resident_.assign(units, false);
   device_updated_.assign(units, false);
@@ -118,6 +115,10 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
       Arena slice(buffer.as<char>() + c * internals_bytes, internals_bytes);
       kept_internals_[static_cast<size_t>(l)].push_back(carve_layer_scratch(slice, config_, chunk_tokens_, wd, false));
     }
+  }
+  if (const size_t pieces = conversion_staging_elements(layout_, plan_); pieces > 0) {
+    conversion_staging_ = DeviceBuffer(device_, round_up(pieces * sizeof(float)), "fp32 weight upload staging");
+    weight_writer_ = make_device_adamw(device_, StreamKind::HostToDevice);
   }
   head_input_ = DeviceBuffer(device_, act_bytes, "head input");
   chunk_grads_ = DeviceBuffer(device_, act_bytes, "activation gradients");
@@ -228,6 +229,26 @@ Tensor SlidingEngine::activation_grad(int64_t chunk) const {
                 {T, H});
 }
 
+void SlidingEngine::upload_weights(size_t u, void* device_dst) {
+  const size_t n = static_cast<size_t>(layout_.units[u].numel);
+  const DType wd = plan_.weight_dtype;
+  if (!updater_->converts_on_upload()) {
+    device_.copy_to_device(device_dst, updater_->unit(u).staging.data(), n * dtype_size(wd), StreamKind::HostToDevice);
+    return;
+  }
+  // The fp32 masters go up piece by piece through the staging, each written as weights before the
+  // next piece (same stream) overwrites it: the copy engine stays busy but for a short kernel per
+  // 64 MiB piece.
+  const float* master = updater_->unit(u).master.data();
+  const size_t piece = conversion_staging_.bytes() / sizeof(float);
+  for (size_t done = 0; done < n; done += piece) {
+    const size_t k = std::min(piece, n - done);
+    device_.copy_to_device(conversion_staging_.data(), master + done, k * sizeof(float), StreamKind::HostToDevice);
+    weight_writer_->write_weights(conversion_staging_.as<float>(),
+                                  static_cast<char*>(device_dst) + done * dtype_size(wd), wd, k);
+  }
+}
+
 void SlidingEngine::issue_load(size_t j) {
   const SlotUse& use = uses_[j];
   const TraceScope scope(device_, "load", layout_.units[use.unit].name);
@@ -236,9 +257,7 @@ void SlidingEngine::issue_load(size_t j) {
   const bool weights_read = use_reads_weights(uses_, j);
   if (weights_read) {
     updater_->wait_updated(use.unit, step_ - 1);
-    const size_t bytes = static_cast<size_t>(layout_.units[use.unit].numel) * dtype_size(plan_.weight_dtype);
-    device_.copy_to_device(slot_params_[static_cast<size_t>(use.slot)].data(),
-                           updater_->unit(use.unit).staging.data(), bytes, StreamKind::HostToDevice);
+    upload_weights(use.unit, slot_params_[static_cast<size_t>(use.slot)].data());
   }
   loaded_[j] = device_.record(StreamKind::HostToDevice);
   if (weights_read) updater_->weights_uploaded(use.unit, loaded_[j]);
@@ -273,13 +292,15 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
     const Tensor rows(chunk_grads_.data(), plan_.grad_dtype, {step_rows_, H});
     ops_.embedding_forward(step_row_ids_, table, rows);
     device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-    device_.copy_to_host(updater_->row_gradients(), rows.data,
+    device_.copy_to_host(updater_->reserve_gradient_buffer(unit, StreamKind::DeviceToHost), rows.data,
                          static_cast<size_t>(step_rows_ * H) * dtype_size(plan_.grad_dtype), StreamKind::DeviceToHost);
   } else {
     device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-    // Into the unit's weight staging: the backward's upload of these weights completed before the
-    // compute that produced the gradient (unit_updater.h).
-    device_.copy_to_host(updater_->unit(unit).staging.data(), grads, bytes, StreamKind::DeviceToHost);
+    // Into the unit's weight staging (the backward's upload of these weights completed before the
+    // compute that produced the gradient), or its gradient buffer, or the ring's next buffer once
+    // it is free (unit_updater.h).
+    void* landing = updater_->reserve_gradient_buffer(unit, StreamKind::DeviceToHost);
+    device_.copy_to_host(landing, grads, bytes, StreamKind::DeviceToHost);
   }
   double* host_partials = host_unit_partials_host_.as<double>() + host_partial_offset_[unit];
   device_.copy_to_host(host_partials, partials, count * sizeof(double), StreamKind::DeviceToHost);
@@ -352,8 +373,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
     // Overwrite the weights once the previous step's last reader is done, not after everything
     // issued so far: the upload then overlaps the compute of the units before this one.
     if (last_read_[u] >= 0) device_.wait(StreamKind::HostToDevice, last_read_[u]);
-    device_.copy_to_device(resident_params_[u].data(), updater_->unit(u).staging.data(),
-                           static_cast<size_t>(layout_.units[u].numel) * dtype_size(wd), StreamKind::HostToDevice);
+    upload_weights(u, resident_params_[u].data());
     const EventId uploaded = device_.record(StreamKind::HostToDevice);
     device_.wait(StreamKind::Compute, uploaded);
     updater_->weights_uploaded(u, uploaded);

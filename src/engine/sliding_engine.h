@@ -42,10 +42,13 @@
 //    at the step's end; DuringBackward (no clipping) updates each unit as its gradient lands.
 //  * All units ResidentWithOptimizer (Plan::optimizer_on_gpu()): the norm and the clip coefficient
 //    are computed on the GPU too; nothing crosses PCIe but the tokens and the loss.
-//  * WeightUpload::ConvertOnUpload (pinned fp32 masters uploaded and converted on the GPU) is
-//    refused: since the gradient lands in the weight staging it would save no host memory (pinned
-//    masters 4 B + a gradient buffer 2 B + m, v 8 B = 14 B, as now) while doubling the upload
-//    bytes; it would save only the CPU AdamW's 2-byte bf16 write.
+//  * WeightUpload::ConvertOnUpload: no bf16 staging; the fp32 masters are registered as pinned
+//    memory and uploaded in 64 MiB pieces through an fp32 staging buffer on the device, where the
+//    h2d stream writes each piece as weights (DeviceAdamW::write_weights) before the next arrives.
+//    Uploads move 4 B/param instead of 2, and the CPU AdamW writes no weight copy. Gradients land
+//    in a ring of three layer-sized buffers without clipping (12 B/param on the host plus the ring:
+//    8B parameters in 96 GB + ~1.3 GB instead of 112.4 GB), or in a buffer per unit with clipping
+//    (14 B/param, as HostShadow: there the planner never chooses it).
 #pragma once
 
 #include <memory>
@@ -113,6 +116,9 @@ class SlidingEngine {
   // Copies the unit's gradient to the host and hands it to the updater; returns the event after
   // which the slot's gradient buffer may be reused.
   EventId send_gradients(size_t unit, int64_t slot);
+  // Issues the upload of unit u's current weights into device_dst (h2d stream): its staging
+  // buffer, or its masters converted on the device (WeightUpload::ConvertOnUpload).
+  void upload_weights(size_t u, void* device_dst);
 
   ModelConfig config_;
   ModelLayout layout_;
@@ -134,6 +140,8 @@ class SlidingEngine {
   DeviceBuffer staging_activations_[2];                          // ring for offloaded boundaries
   std::vector<PinnedBuffer> host_activations_;                   // per offloaded boundary
   DeviceBuffer head_input_, chunk_grads_, scratch_, tokens_, inv_freq_, loss_;
+  DeviceBuffer conversion_staging_;             // ConvertOnUpload: fp32 pieces of masters
+  std::unique_ptr<DeviceAdamW> weight_writer_;  // ConvertOnUpload: writes them as weights (h2d stream)
   PinnedBuffer tokens_host_, loss_host_;
   LayerScratch layer_scratch_;
   std::vector<DeviceBuffer> internals_buffers_;           // per layer that keeps its internals

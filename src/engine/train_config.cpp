@@ -125,6 +125,8 @@ const std::map<std::string, Setter>& setters() {
       {"offload_activations",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.offload_activations = parse_string(n, k); }},
       {"recompute", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.recompute = parse_string(n, k); }},
+      {"weight_upload",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.weight_upload = parse_string(n, k); }},
       {"update_schedule",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.update_schedule = parse_string(n, k); }},
       {"resident_layers",
@@ -276,6 +278,8 @@ void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.recompute == "auto" || c.recompute == "all", kWhere,
               "recompute must be auto (the planner keeps layers' intermediates where memory is left) or all; got '{}'",
               c.recompute);
+  FERRY_CHECK(c.weight_upload == "auto" || c.weight_upload == "bf16-host-shadow" || c.weight_upload == "convert-on-upload",
+              kWhere, "weight_upload must be auto, bf16-host-shadow or convert-on-upload; got '{}'", c.weight_upload);
   FERRY_CHECK(c.update_schedule == "auto" || c.update_schedule == "after-backward" ||
                   c.update_schedule == "during-backward",
               kWhere, "update_schedule must be auto, after-backward or during-backward; got '{}'", c.update_schedule);

@@ -72,6 +72,9 @@ struct TrainConfig {
   // When the CPU updates a unit: auto (the planner), after-backward, or during-backward (each unit
   // as its gradient lands; exact only without clipping, so refused with max_grad_norm > 0).
   std::string update_schedule = "auto";
+  // How new weights reach the GPU (a constraint of the search): auto, bf16-host-shadow or
+  // convert-on-upload (planner/plan.h's WeightUpload).
+  std::string weight_upload = "auto";
   int64_t threads = 0;          // CPU threads; 0 = all cores
 
   // A timeline trace (Chrome trace JSON) of these optimizer steps; empty: none, at no cost. The

@@ -17,10 +17,15 @@ namespace ferry {
 UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all,
                          int64_t max_rows, void* row_gradients)
     : device_(device), layout_(layout), plan_(plan) {
-  FERRY_CHECK(plan_.optimizer_on_gpu() || dtype_size(plan_.grad_dtype) == dtype_size(plan_.weight_dtype), "engine",
+  FERRY_CHECK(plan_.optimizer_on_gpu() || converts_on_upload() ||
+                  dtype_size(plan_.grad_dtype) == dtype_size(plan_.weight_dtype),
+              "engine",
               "gradients land in the pinned buffer of the unit's weights, so the gradient dtype ({}) must have the "
               "size of the weight dtype ({}); plan bf16 gradients with bf16 weights",
               dtype_name(plan_.grad_dtype), dtype_name(plan_.weight_dtype));
+  const GradientLanding landing = gradient_landing(layout_, plan_);
+  in_ring_ = landing.in_ring;
+  registered_.assign(layout_.units.size(), false);
   size_t arrays = 0, advised = 0, bytes = 0;
   for (size_t u = 0; u < layout_.units.size(); ++u) {
     const auto& unit = layout_.units[u];
@@ -36,9 +41,16 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
       bytes += a->size() * sizeof(float);
     }
     on_host_.push_back(plan_.units[u] != UnitPlacement::ResidentWithOptimizer);
-    if (on_host_.back())
+    if (on_host_.back() && !converts_on_upload())
       s.staging = PinnedBuffer(device_, n * dtype_size(plan_.weight_dtype), "weight and gradient staging");
+    if (landing.dedicated[u]) s.gradient = PinnedBuffer(device_, n * dtype_size(plan_.grad_dtype), "gradient landing");
     units_.push_back(std::move(s));
+    if (on_host_.back() && converts_on_upload() && n > 0) {
+      // Uploaded as they are: the whole mapping, so the memory model counts what it counts for the
+      // pageable arrays (HostArray::mapped_bytes).
+      device_.register_pinned(units_.back().master.data(), HostArray::mapped_bytes(n), "fp32 masters (uploaded)");
+      registered_[u] = true;
+    }
     std::vector<AdamWSegment> segments;
     for (const auto& p : unit.params)
       segments.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay || decay_all});
@@ -66,6 +78,8 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
     }
     row_gradients_ = row_gradients;
   }
+  for (size_t k = 0; k < landing.ring_buffers; ++k)
+    ring_.emplace_back(device_, landing.ring_elements * dtype_size(plan_.grad_dtype), "gradient ring");
   step_rows_ = std::make_shared<const std::vector<int32_t>>();
   updated_step_.assign(units_.size(), 0);
   partials_.resize(units_.size());
@@ -79,9 +93,12 @@ UnitUpdater::~UnitUpdater() {
   }
   changed_.notify_all();
   worker_.join();
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (registered_[u]) device_.unregister_pinned(units_[u].master.data());
 }
 
 void UnitUpdater::refresh_staging(size_t u) {
+  if (converts_on_upload()) return;  // the masters are what is uploaded
   HostUnitState& s = units_[u];
   convert_from_f32(s.master.data(), plan_.weight_dtype, s.staging.data(), s.master.size());
 }
@@ -112,12 +129,45 @@ void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_g
   for (auto& p : partials_) p.clear();
 }
 
+void* UnitUpdater::own_gradient_buffer(size_t u) {
+  HostUnitState& s = units_[u];
+  if (row_sparse(u)) return row_gradients_;
+  return converts_on_upload() ? s.gradient.data() : s.staging.data();
+}
+
+void* UnitUpdater::reserve_gradient_buffer(size_t u, StreamKind stream) {
+  FERRY_ASSERT(on_host_[u], "a unit updated on the device keeps its gradient there");
+  FERRY_ASSERT(pending_ticket_ < 0 && pending_grad_ == nullptr, "a reserved gradient buffer was never landed");
+  if (!in_ring_[u]) {
+    pending_grad_ = own_gradient_buffer(u);
+    return const_cast<void*>(pending_grad_);
+  }
+  const int64_t ticket = ring_reserved_++;
+  const int64_t buffers = static_cast<int64_t>(ring_.size());
+  if (ticket >= buffers) {
+    // The buffer's previous gradient (ticket - buffers) must have been read by its update. The
+    // worker consumes tickets in order, so a count is enough. A failed worker consumes nothing
+    // more: the wait ends and the error surfaces where the engine next waits on the updater.
+    device_.host_task(stream, [this, needed = ticket - buffers + 1] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return error_ || stopping_ || ring_consumed_ >= needed; });
+    });
+  }
+  pending_ticket_ = ticket;
+  pending_grad_ = ring_[static_cast<size_t>(ticket % buffers)].data();
+  return const_cast<void*>(pending_grad_);
+}
+
 void UnitUpdater::gradient_landed(size_t u, EventId event, const double* partials, size_t count) {
   FERRY_ASSERT(on_host_[u], "a unit updated on the device sends its norm partials, not its gradient");
+  FERRY_ASSERT(pending_grad_ != nullptr, "reserve_gradient_buffer names where a gradient lands");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_});
+    queue_.push_back({false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_,
+                      pending_grad_, pending_ticket_});
   }
+  pending_grad_ = nullptr;
+  pending_ticket_ = -1;
   changed_.notify_all();
 }
 
@@ -187,10 +237,13 @@ void UnitUpdater::update_rows(const std::vector<int32_t>& rows, bool zero_gradie
   buffers.v = s.v.data();
   buffers.grad = zero_gradient ? nullptr : row_gradients_;
   buffers.grad_dtype = plan_.grad_dtype;
+  // The weights to upload: written in the pass (bf16), or converted after it; with ConvertOnUpload
+  // the masters themselves.
+  const bool shadow = !converts_on_upload();
   const bool bf16_weights = plan_.weight_dtype == DType::BF16;
-  if (bf16_weights) buffers.bf16_out = s.staging.as<uint16_t>();
+  if (shadow && bf16_weights) buffers.bf16_out = s.staging.as<uint16_t>();
   cpu_adamw_rows(buffers, row_len_, updated, segments_[u][0].decay, hyper, step, clip);
-  if (!bf16_weights) {
+  if (shadow && !bf16_weights) {
     const size_t row_bytes = row_len_ * dtype_size(plan_.weight_dtype);
     for (int32_t r : updated)
       convert_from_f32(s.master.data() + static_cast<size_t>(r) * row_len_, plan_.weight_dtype,
@@ -205,7 +258,7 @@ void UnitUpdater::update_rows_without_gradient(const std::vector<int32_t>& rows,
   zero_rows_step_ = step;
 }
 
-void UnitUpdater::update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip,
+void UnitUpdater::update_unit(size_t u, const void* grad, int64_t step, const AdamWHyper& hyper, float clip,
                               const std::vector<int32_t>* rows) {
   if (u == sparse_unit_) {
     FERRY_ASSERT(rows != nullptr);
@@ -217,16 +270,17 @@ void UnitUpdater::update_unit(size_t u, int64_t step, const AdamWHyper& hyper, f
   const HostSpan traced(device_, TraceTrack::CpuUpdate, "adamw", layout_.units[u].name);
   // One fused pass per unit (SIMD, all cores): gradient in, master/m/v updated, and, when the
   // device holds bf16 weights, the bf16 copy for the next upload written over the gradient in the
-  // same pass. Other weight dtypes are converted from the masters after the pass.
+  // same pass. Other weight dtypes are converted from the masters after the pass. With
+  // ConvertOnUpload the pass writes no weights: the masters are what is uploaded.
   HostUnitState& s = units_[u];
   AdamWUnitBuffers buffers;
   buffers.master = s.master.data();
   buffers.m = s.m.data();
   buffers.v = s.v.data();
-  buffers.grad = s.staging.data();
+  buffers.grad = grad;
   buffers.grad_dtype = plan_.grad_dtype;
   const bool bf16_weights = plan_.weight_dtype == DType::BF16;
-  if (bf16_weights) buffers.bf16_out = s.staging.as<uint16_t>();
+  if (bf16_weights && !converts_on_upload()) buffers.bf16_out = s.staging.as<uint16_t>();
   cpu_adamw_step(buffers, segments_[u], hyper, step, clip);
   if (!bf16_weights) refresh_staging(u);
 }
@@ -257,9 +311,10 @@ void UnitUpdater::run() {
         all_landed = ++landed_ == units_.size();
       }
       if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
-        update_unit(landing.unit, landing.step, landing.hyper, 1.0f, landing.rows.get());
+        update_unit(landing.unit, landing.grad, landing.step, landing.hyper, 1.0f, landing.rows.get());
         std::lock_guard<std::mutex> lock(mutex_);
         updated_step_[landing.unit] = landing.step;
+        if (landing.ring_ticket >= 0) ring_consumed_ = landing.ring_ticket + 1;
       }
       if (all_landed) {
         std::vector<double> ordered;
@@ -275,7 +330,8 @@ void UnitUpdater::run() {
           const float clip = landing.max_grad_norm > 0 ? clip_coefficient(norm, landing.max_grad_norm) : 1.0f;
           for (size_t u = 0; u < units_.size(); ++u) {
             if (!on_host_[u]) continue;
-            update_unit(u, landing.step, landing.hyper, clip, landing.rows.get());
+            FERRY_ASSERT(!in_ring_[u], "gradients wait for the norm in buffers of their own");
+            update_unit(u, own_gradient_buffer(u), landing.step, landing.hyper, clip, landing.rows.get());
             {
               std::lock_guard<std::mutex> lock(mutex_);
               updated_step_[u] = landing.step;

@@ -20,6 +20,15 @@
 // pinned memory (bf16) instead of 4 (a weight shadow and a gradient buffer); the gradient dtype
 // must therefore have the size of the weight dtype.
 //
+// With WeightUpload::ConvertOnUpload there are no staging buffers: each host-updated unit's fp32
+// masters are registered as pinned memory and uploaded as they are (the device writes the weights
+// from them), the update writes no weight copy, and gradients land where gradient_landing()
+// (planner/memory_model.h) says: in a buffer of the unit's own, or in a ring of buffers the
+// decoder layers take in turn without clipping. The d2h into a ring buffer is preceded, on the
+// d2h stream, by a wait until the update of the gradient before it there has read it
+// (reserve_gradient_buffer). The master of a unit is written by its update only after its
+// gradient landed, and that gradient was computed after the last upload of the step read it.
+//
 // Units placed ResidentWithOptimizer are updated on the device (DeviceOptimizer); here they keep
 // only the fp32 master, m and v that checkpoints read and loads write, and, when host-updated
 // units share the step, their norm partials arrive (computed on the device) through
@@ -60,9 +69,11 @@ namespace ferry {
 
 struct HostUnitState {
   HostArray master, m, v;  // fp32, laid out as the unit
-  // The weights to upload (plan's weight dtype), or, from the gradient's d2h until the update,
-  // the gradient (plan's grad dtype, same size). None for a unit updated on the device.
+  // HostShadow: the weights to upload (plan's weight dtype), or, from the gradient's d2h until the
+  // update, the gradient (plan's grad dtype, same size). None for a unit updated on the device.
   PinnedBuffer staging;
+  // ConvertOnUpload: the unit's own gradient buffer, where gradient_landing() gives it one.
+  PinnedBuffer gradient;
 };
 
 class UnitUpdater {
@@ -77,6 +88,8 @@ class UnitUpdater {
   UnitUpdater& operator=(const UnitUpdater&) = delete;
 
   HostUnitState& unit(size_t u) { return units_[u]; }
+  // WeightUpload::ConvertOnUpload: uploads read the fp32 masters (pinned), not a staging buffer.
+  bool converts_on_upload() const { return plan_.weight_upload == WeightUpload::ConvertOnUpload; }
   // The unit's parameters as AdamW segments (offset, count, weight decay or not).
   const std::vector<AdamWSegment>& segments(size_t u) const { return segments_[u]; }
   size_t unit_count() const { return units_.size(); }
@@ -99,9 +112,14 @@ class UnitUpdater {
   // Unit u's weights for the current step have been read from its staging buffer once `event`
   // completes: for the row-sparse embedding, the rows without a gradient are then updated.
   void weights_uploaded(size_t u, EventId event);
-  // The gradient of host-updated unit u for the current step lands in unit(u).staging when
-  // `event` completes, and its norm partials (`count` doubles, grad_norm_partials of the unit,
-  // computed on the device; pinned) in `partials`.
+  // Where the gradient of host-updated unit u for the current step is to be copied (pinned,
+  // numel × grad dtype): its staging buffer, its own gradient buffer, or the next ring buffer. For a
+  // ring buffer, a wait until the buffer's previous gradient has been read by its update is issued
+  // to `stream` first, so the copy must follow on that stream. Call gradient_landed(u, ...) next.
+  void* reserve_gradient_buffer(size_t u, StreamKind stream);
+  // The gradient of host-updated unit u for the current step lands in the buffer just reserved
+  // when `event` completes, and its norm partials (`count` doubles, grad_norm_partials of the
+  // unit, computed on the device; pinned) in `partials`.
   void gradient_landed(size_t u, EventId event, const double* partials, size_t count);
   // For a unit updated on the device: its norm partials for the current step are in `partials`
   // when `event` completes.
@@ -128,9 +146,14 @@ class UnitUpdater {
     const double* partials = nullptr;  // the unit's norm partials (pinned)
     size_t partial_count = 0;
     std::shared_ptr<const std::vector<int32_t>> rows;  // the step's rows (row-sparse embedding)
+    const void* grad = nullptr;  // where the gradient landed
+    int64_t ring_ticket = -1;    // its place in the ring's sequence, if it landed in the ring
   };
   void run();
-  void update_unit(size_t u, int64_t step, const AdamWHyper& hyper, float clip, const std::vector<int32_t>* rows);
+  void update_unit(size_t u, const void* grad, int64_t step, const AdamWHyper& hyper, float clip,
+                   const std::vector<int32_t>* rows);
+  // The gradient buffer reserve_gradient_buffer names for unit u outside the ring.
+  void* own_gradient_buffer(size_t u);
   // The row-sparse embedding's rows: those in `rows` from row_gradients(), or (rows without a
   // gradient) the complement of `rows` with a zero gradient.
   void update_rows(const std::vector<int32_t>& rows, bool zero_gradient, int64_t step, const AdamWHyper& hyper,
@@ -148,6 +171,13 @@ class UnitUpdater {
   std::vector<std::vector<AdamWSegment>> segments_;  // per unit: its parameters and their decay
   size_t sparse_unit_ = SIZE_MAX;                     // the row-sparse embedding, if any
   size_t row_len_ = 0;                                // its row length (hidden size)
+  std::vector<bool> in_ring_;          // per unit: its gradient lands in the ring (ConvertOnUpload)
+  std::vector<PinnedBuffer> ring_;     // the ring's buffers
+  int64_t ring_reserved_ = 0;          // tickets handed out (engine thread)
+  int64_t ring_consumed_ = 0;          // ring gradients read by their update, in ticket order (mutex_)
+  int64_t pending_ticket_ = -1;        // the ticket reserve_gradient_buffer just handed out
+  const void* pending_grad_ = nullptr;  // and the buffer
+  std::vector<bool> registered_;       // per unit: its master is registered as pinned memory
   PinnedBuffer own_row_gradients_;
   void* row_gradients_ = nullptr;
   size_t row_gradient_bytes_ = 0;

@@ -46,6 +46,11 @@ class DeviceAdamW {
 
   // *coefficient = clip_coefficient(sqrt(*sum_of_squares), max_norm) (clip.h); 1 when max_norm <= 0.
   virtual void clip_coefficient(const double* sum_of_squares, double max_norm, float* coefficient) = 0;
+
+  // weights[0, n) = master[0, n) in `dtype` (F32, or BF16 rounded to nearest even as
+  // convert_from_f32 rounds): the weights an update's fp32 masters give, where the masters (not a
+  // bf16 copy of them) were uploaded (WeightUpload::ConvertOnUpload).
+  virtual void write_weights(const float* master, void* weights, DType dtype, size_t n) = 0;
 };
 
 // GpuAdamW on the native stream of a CUDA device; QueuedAdamW on a device without native streams.

@@ -57,6 +57,9 @@ class GpuAdamW final : public DeviceAdamW {
   // *coefficient = clip_coefficient(sqrt(*sum_of_squares), max_norm) (optim/clip.h), bit for bit.
   void clip_coefficient(const double* sum_of_squares, double max_norm, float* coefficient) override;
 
+  // A vectorized rounding pass (BF16), or a device copy (F32).
+  void write_weights(const float* master, void* weights, DType dtype, size_t n) override;
+
   struct State;
 
  private:

@@ -48,4 +48,8 @@ void QueuedAdamW::clip_coefficient(const double* sum_of_squares, double max_norm
   });
 }
 
+void QueuedAdamW::write_weights(const float* master, void* weights, DType dtype, size_t n) {
+  device_.host_task(stream_, [master, weights, dtype, n] { convert_from_f32(master, dtype, weights, n); });
+}
+
 }  // namespace ferry

@@ -20,6 +20,7 @@ class QueuedAdamW final : public DeviceAdamW {
   void grad_sumsq_partials(const void* grad, DType grad_dtype, size_t n, double* partials) override;
   void accumulate(const double* partials, size_t count, double* sum) override;
   void clip_coefficient(const double* sum_of_squares, double max_norm, float* coefficient) override;
+  void write_weights(const float* master, void* weights, DType dtype, size_t n) override;
 
  private:
   Device& device_;

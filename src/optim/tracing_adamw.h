@@ -33,6 +33,10 @@ class TracingAdamW final : public DeviceAdamW {
                         [&] { inner_->clip_coefficient(sum_of_squares, max_norm, coefficient); });
   }
 
+  void write_weights(const float* master, void* weights, DType dtype, size_t n) override {
+    tracer_.device_work(stream_, "write_weights", -1, [&] { inner_->write_weights(master, weights, dtype, n); });
+  }
+
  private:
   std::unique_ptr<DeviceAdamW> inner_;
   Tracer& tracer_;

@@ -64,6 +64,44 @@ size_t host_unit_norm_partials(const ModelLayout& layout, const Plan& plan) {
   return count;
 }
 
+GradientLanding gradient_landing(const ModelLayout& layout, const Plan& plan) {
+  GradientLanding g;
+  const size_t units = layout.units.size();
+  g.in_ring.assign(units, false);
+  g.dedicated.assign(units, false);
+  if (plan.weight_upload != WeightUpload::ConvertOnUpload) return g;
+  const bool sparse = row_sparse_embedding(layout, plan);
+  auto lands_whole = [&](size_t u) {
+    return plan.units[u] != UnitPlacement::ResidentWithOptimizer && !(sparse && u == layout.embedding_unit());
+  };
+  if (plan.update == UpdateSchedule::DuringBackward) {
+    for (size_t u = 0; u < units; ++u)
+      if (lands_whole(u) && u != layout.embedding_unit() && u != layout.head_unit())
+        g.ring_elements = std::max(g.ring_elements, static_cast<size_t>(layout.units[u].numel));
+  }
+  size_t ring_units = 0;
+  for (size_t u = 0; u < units; ++u) {
+    if (!lands_whole(u)) continue;
+    if (static_cast<size_t>(layout.units[u].numel) <= g.ring_elements) {
+      g.in_ring[u] = true;
+      ++ring_units;
+    } else {
+      g.dedicated[u] = true;
+    }
+  }
+  g.ring_buffers = std::min(kGradientRingBuffers, ring_units);
+  return g;
+}
+
+size_t conversion_staging_elements(const ModelLayout& layout, const Plan& plan) {
+  if (plan.weight_upload != WeightUpload::ConvertOnUpload) return 0;
+  size_t largest = 0;
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    if (plan.units[u] != UnitPlacement::ResidentWithOptimizer)
+      largest = std::max(largest, static_cast<size_t>(layout.units[u].numel));
+  return std::min(largest, kConversionStagingElements);
+}
+
 GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& plan) {
   GpuOptimizerBytes g;
   size_t largest = 0;
@@ -112,6 +150,8 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
             round_to_256(static_cast<size_t>(config.head_dim) * 2) + 256;
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
   if (g.staging_elements > 0) b.other += round_to_256(g.partials * sizeof(double)) + 256;  // partials; norm, clip
+  const size_t conversion = conversion_staging_elements(layout, plan);
+  if (conversion > 0) b.other += round_to_256(conversion * sizeof(float));  // ConvertOnUpload's fp32 pieces
   const size_t host_partials = host_unit_norm_partials(layout, plan);
   if (host_partials > 0) b.other += round_to_256(host_partials * sizeof(double));  // computed before each d2h
   // bf16 weights run on the CUDA ops (the only bf16 backend); fp32 weights on the CPU reference
@@ -135,10 +175,10 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
     const size_t n = static_cast<size_t>(layout.units[u].numel);
     const bool on_host = plan.units[u] != UnitPlacement::ResidentWithOptimizer;
     if (on_host && plan.weight_upload == WeightUpload::ConvertOnUpload) {
-      // (Not implemented by the engine, which refuses it.) The fp32 masters pinned and uploaded
-      // as they are, and a gradient buffer of its own: still 14 bytes/param with bf16 gradients.
+      // The fp32 masters' mappings registered as pinned (uploaded as they are), m and v pageable;
+      // the gradient lands in a buffer of its own or in the ring (counted below).
+      h.pinned += HostArray::mapped_bytes(n);
       h.pageable += 2 * HostArray::mapped_bytes(n);
-      h.pinned += n * sizeof(float) + n * gd;
       continue;
     }
     // fp32 master, m and v of every unit (for a ResidentWithOptimizer unit: the copy checkpoints
@@ -148,6 +188,10 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
     // its d2h until the update writes the new weights over it (unit_updater.h).
     if (on_host) h.pinned += n * wd;
   }
+  const GradientLanding landing = gradient_landing(layout, plan);
+  h.pinned += landing.ring_buffers * landing.ring_elements * gd;
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    if (landing.dedicated[u]) h.pinned += static_cast<size_t>(layout.units[u].numel) * gd;
   const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
   for (auto a : plan.activations)
     if (a == ActivationPlacement::OffloadToHost) h.pinned += act;

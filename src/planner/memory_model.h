@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "device/memory_ledger.h"
 #include "io/model_config.h"
@@ -59,6 +60,31 @@ size_t grad_norm_partials(const UnitLayout& unit);
 size_t host_unit_norm_partials(const ModelLayout& layout, const Plan& plan);
 
 size_t round_to_256(size_t bytes);
+
+// WeightUpload::ConvertOnUpload: where the host-updated units' gradients land, the bf16 staging
+// buffers of HostShadow being gone (each unit's fp32 masters are pinned and uploaded instead).
+//  * AfterBackward: every unit's gradient waits for the global norm, so each lands in a buffer of
+//    its own (2 bytes/param: no saving on HostShadow's 14).
+//  * DuringBackward: a unit's gradient is consumed by its update as soon as it lands, so the
+//    decoder layers' gradients take turns in a ring of kGradientRingBuffers buffers (the d2h into
+//    a buffer waits until the update of the gradient before it there has read it); only units
+//    larger than a layer (the lm_head, a non-row-sparse embedding) keep one of their own. The host
+//    then holds 12 bytes/param plus the ring: 8B parameters, 96 GB instead of 112.
+// The row-sparse embedding's token rows land in the row-gradient buffer as with HostShadow.
+inline constexpr size_t kGradientRingBuffers = 3;
+struct GradientLanding {
+  size_t ring_buffers = 0;       // buffers the ring units take in turn
+  size_t ring_elements = 0;      // gradient elements each holds (the largest ring unit's)
+  std::vector<bool> in_ring;     // per unit: lands in the ring
+  std::vector<bool> dedicated;   // per unit: lands in a buffer of its own (numel elements)
+};
+// Empty (no buffer at all) for WeightUpload::HostShadow.
+GradientLanding gradient_landing(const ModelLayout& layout, const Plan& plan);
+// The device's fp32 staging through which ConvertOnUpload uploads masters: pieces of at most
+// kConversionStagingElements floats (64 MiB) are copied up and written as weights in turn, on the
+// h2d stream. 0 for HostShadow.
+inline constexpr size_t kConversionStagingElements = size_t{16} << 20;
+size_t conversion_staging_elements(const ModelLayout& layout, const Plan& plan);
 
 // Whether the embedding's gradient reaches the host as the step's token rows alone: an untied
 // embedding updated on the host. Its gradient is zero on every row no token of the step names, so

@@ -25,9 +25,10 @@ enum class WeightUpload {
   // The CPU AdamW also writes the bf16 weights into the unit's pinned staging buffer, the one its
   // gradient arrived in (2 bytes/param of host memory for both); the upload moves 2 bytes/param.
   HostShadow,
-  // The fp32 masters themselves pinned and uploaded, converted on the GPU; the gradient then needs
-  // a pinned buffer of its own, so host memory stays 14 bytes/param while each upload moves 4
-  // bytes/param; it saves only the CPU AdamW's bf16 write. Not implemented: the engine refuses it.
+  // The fp32 masters themselves pinned and uploaded, converted on the GPU; each upload moves 4
+  // bytes/param and the CPU AdamW writes no bf16 copy. Gradients need pinned buffers of their own:
+  // without clipping a ring of three layer-sized ones (host memory 12 bytes/param plus the ring),
+  // with clipping one per unit (14, as HostShadow). memory_model.h's gradient_landing().
   ConvertOnUpload,
 };
 

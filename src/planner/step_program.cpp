@@ -44,6 +44,7 @@ class ProgramBuilder {
                 profile_.device_name);
     update_done_.assign(units, -1);
     last_read_.assign(units, -1);
+    gradient_landing_ = gradient_landing(layout_, plan_);
     // The row-sparse embedding (unit_updater.h): the step's distinct token ids, expected for ids
     // drawn uniformly (real text repeats more, so this errs on the side of more rows).
     sparse_embedding_ = row_sparse_embedding(layout_, plan_);
@@ -165,6 +166,7 @@ class ProgramBuilder {
     if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
       last = add(Lane::Cpu, TaskKind::CpuAdamW, landed_update_params(u) / profile_.host.cpu_adamw_params_per_s, 0.0);
       next_update_done_[u] = last;
+      if (gradient_landing_.in_ring[u]) ring_updates_.push_back(last);
     }
     norm_known_ = last;
     if (++landed_ < layout_.units.size() || plan_.update != UpdateSchedule::AfterBackward) return;
@@ -258,6 +260,11 @@ class ProgramBuilder {
         // the row-sparse embedding: its token rows, gathered) and the partials down.
         add(Lane::Compute, TaskKind::GpuGradNorm, numel(u) / profile_.compute.grad_norm_params_per_s, 0.0);
         wait(Lane::DeviceToHost, last_compute_);
+        // UnitUpdater::reserve_gradient_buffer: a ring buffer is free once the update of the
+        // gradient before it there has read it.
+        const size_t ring = gradient_landing_.ring_buffers;
+        if (gradient_landing_.in_ring[u] && ring_updates_.size() >= ring)
+          wait(Lane::DeviceToHost, ring_updates_[ring_updates_.size() - ring]);
         released_[i] = add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0,
                            landed_update_params(u) * static_cast<double>(dtype_size(plan_.grad_dtype)) +
                                numel(u) * sizeof(double) / static_cast<double>(kGradNormChunk));
@@ -311,6 +318,8 @@ class ProgramBuilder {
   // across steps
   std::vector<int32_t> update_done_;  // per unit: the task that finished its update of the previous step
   std::vector<int32_t> last_read_;    // per resident unit: the last compute that read its weights
+  GradientLanding gradient_landing_;  // ConvertOnUpload's gradient buffers
+  std::vector<int32_t> ring_updates_;  // the CPU updates of the gradients that landed in the ring, in order
   int32_t staging_free_[2] = {-1, -1};
   int32_t tokens_free_ = -1;
   // per step

@@ -11,7 +11,7 @@
 //   live one is known complete and its handle can be reused without changing what it meant.
 // * Memory: cudaMalloc counted against the capacity (the `gpu_memory` budget), so a 24 GiB budget
 //   is enforced on a 141 GB card; refused with the numbers. Pinned memory: cudaHostAlloc (portable,
-//   for several GPUs later).
+//   for several GPUs later), or memory allocated elsewhere locked in place with cudaHostRegister.
 // * host_task: cudaLaunchHostFunc. CUDA runs such functions on one driver thread, in order, so a
 //   long host task delays other streams' host tasks (not their kernels or copies). An exception
 //   thrown by fn is kept and rethrown by the next synchronize*().
@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -111,9 +112,10 @@ class CudaDevice final : public Device {
       (void)cudaFree(pointer);
     }
     for (const auto& [pointer, what] : pinned_.blocks()) {
-      log_debug("[{}] freeing pinned {} still allocated at destruction", where_, what);
+      log_debug("[{}] releasing pinned {} still held at destruction", where_, what);
       pinned_.forget(pointer);
-      (void)cudaFreeHost(pointer);
+      if (registered_.count(pointer) > 0) (void)cudaHostUnregister(pointer);
+      else (void)cudaFreeHost(pointer);
     }
   }
 
@@ -173,6 +175,34 @@ class CudaDevice final : public Device {
     if (pointer == nullptr) return;
     pinned_.forget(pointer);
     FERRY_CUDA_CHECK(cudaFreeHost(pointer));
+  }
+
+  void register_pinned(void* pointer, size_t bytes, const char* what) override {
+    if (pointer == nullptr || bytes == 0) return;
+    activate();
+    pinned_.admit(bytes, what);
+    const cudaError_t status = cudaHostRegister(pointer, bytes, cudaHostRegisterPortable);
+    if (status != cudaSuccess) {
+      pinned_.cancel(bytes);
+      (void)cudaGetLastError();
+      fail(where_.c_str(),
+           "cudaHostRegister of {} for {} failed: {} ({} pinned already); plan for less pinned memory "
+           "(or raise the locked-memory limit, ulimit -l)",
+           format_bytes(bytes), what ? what : "?", cudaGetErrorString(status), format_bytes(pinned_.stats().in_use));
+    }
+    pinned_.record(pointer, bytes, what);
+    std::lock_guard<std::mutex> lock(registered_mutex_);
+    registered_.insert(pointer);
+  }
+
+  void unregister_pinned(void* pointer) override {
+    if (pointer == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(registered_mutex_);
+      FERRY_ASSERT(registered_.erase(pointer) == 1, "unregister_pinned of memory that was not registered");
+    }
+    pinned_.forget(pointer);
+    FERRY_CUDA_CHECK(cudaHostUnregister(pointer));
   }
 
   MemoryStats pinned_memory() const override { return pinned_.stats(); }
@@ -375,6 +405,8 @@ class CudaDevice final : public Device {
   std::string name_;
   MemoryLedger memory_;
   MemoryLedger pinned_;
+  std::mutex registered_mutex_;
+  std::unordered_set<void*> registered_;  // blocks of pinned_ that register_pinned locked, not allocated
   AsyncError errors_;
   std::array<CudaStream, kStreamCount> streams_;
 

@@ -103,6 +103,13 @@ void GpuAdamW::accumulate(const double* partials, size_t count, double* sum) {
   gpu_adamw::launch_accumulate(partials, count, sum, state_->stream);
 }
 
+void GpuAdamW::write_weights(const float* master, void* weights, DType dtype, size_t n) {
+  FERRY_CHECK(dtype == DType::BF16 || dtype == DType::F32, "optim", "the GPU writes weights in bf16 or fp32, not {}",
+              dtype_name(dtype));
+  if (dtype == DType::BF16) gpu_adamw::launch_to_bf16(master, static_cast<uint16_t*>(weights), n, state_->stream);
+  else gpu_adamw::launch_copy_f32(master, static_cast<float*>(weights), n, state_->stream);
+}
+
 void GpuAdamW::clip_coefficient(const double* sum_of_squares, double max_norm, float* coefficient) {
   FERRY_ASSERT(sum_of_squares != nullptr && coefficient != nullptr);
   gpu_adamw::launch_clip_coefficient(sum_of_squares, max_norm > 0.0, static_cast<float>(max_norm),

@@ -152,6 +152,28 @@ __global__ void __launch_bounds__(kThreads)
   if (lane == 0) partials[c] = s;
 }
 
+// core/dtype.h's f32_to_bf16, bit for bit (NaNs quieted the same way).
+__device__ __forceinline__ unsigned int to_bf16_bits(float value) {
+  const unsigned int bits = __float_as_uint(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x0040u;
+  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+}
+
+// Four elements per thread (16-byte loads, 8-byte stores when `vec`), a grid-stride loop.
+__global__ void __launch_bounds__(kThreads) to_bf16_kernel(const float* master, uint16_t* out, size_t n, bool vec) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * kThreads * 4;
+  for (size_t i = (static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x) * 4; i < n; i += stride) {
+    if (vec && i + 4 <= n) {
+      const float4 p = *reinterpret_cast<const float4*>(master + i);
+      const unsigned int lo = to_bf16_bits(p.x) | (to_bf16_bits(p.y) << 16);
+      const unsigned int hi = to_bf16_bits(p.z) | (to_bf16_bits(p.w) << 16);
+      *reinterpret_cast<uint2*>(out + i) = make_uint2(lo, hi);
+    } else {
+      for (size_t k = i; k < i + 4 && k < n; ++k) out[k] = static_cast<uint16_t>(to_bf16_bits(master[k]));
+    }
+  }
+}
+
 __global__ void accumulate_kernel(const double* partials, size_t count, double* sum) {
   double total = *sum;
 #pragma unroll 8
@@ -210,6 +232,23 @@ void launch_clip_coefficient(const double* sum, bool clip, float max_norm_f, flo
                              void* stream) {
   clip_coefficient_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(sum, clip, max_norm_f, shift, coefficient);
   check(cudaGetLastError(), "the clip coefficient launch");
+}
+
+void launch_to_bf16(const float* master, uint16_t* out, size_t n, void* stream) {
+  if (n == 0) return;
+  const bool vec = reinterpret_cast<uintptr_t>(master) % 16 == 0 && reinterpret_cast<uintptr_t>(out) % 8 == 0;
+  const size_t per_block = size_t{kThreads} * 4;
+  size_t blocks = (n + per_block - 1) / per_block;
+  if (blocks > 65536) blocks = 65536;
+  to_bf16_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(master, out,
+                                                                                                        n, vec);
+  check(cudaGetLastError(), "the bf16 weight conversion launch");
+}
+
+void launch_copy_f32(const float* src, float* dst, size_t n, void* stream) {
+  if (n == 0) return;
+  check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
+        "the fp32 weight copy");
 }
 
 void* stream_alloc(size_t bytes, void* stream) {

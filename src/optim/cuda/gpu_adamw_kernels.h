@@ -46,6 +46,11 @@ void launch_accumulate(const double* partials, size_t count, double* sum, void* 
 void launch_clip_coefficient(const double* sum, bool clip, float max_norm_f, float shift, float* coefficient,
                              void* stream);
 
+// out[0, n) = bf16(master[0, n)), rounded to nearest even.
+void launch_to_bf16(const float* master, uint16_t* out, size_t n, void* stream);
+// dst[0, n) = src[0, n) (a device-to-device copy on the stream).
+void launch_copy_f32(const float* src, float* dst, size_t n, void* stream);
+
 // Stream-ordered device memory for the partial sums (cudaMallocAsync / cudaFreeAsync).
 void* stream_alloc(size_t bytes, void* stream);
 void stream_free(void* p, void* stream) noexcept;

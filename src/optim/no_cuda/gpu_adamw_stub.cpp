@@ -27,4 +27,6 @@ void GpuAdamW::accumulate(const double*, size_t, double*) { fail("optim", "this 
 
 void GpuAdamW::clip_coefficient(const double*, double, float*) { fail("optim", "this ferry was built without CUDA"); }
 
+void GpuAdamW::write_weights(const float*, void*, DType, size_t) { fail("optim", "this ferry was built without CUDA"); }
+
 }  // namespace ferry
