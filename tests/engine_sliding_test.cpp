@@ -364,13 +364,17 @@ TEST_F(SlidingEngineTest, EverythingOnTheDevice) {
 }
 
 // What a checkpoint reads (finish_updates) and what a resume writes (weights_changed) for host and
-// device units alike: the plain trainer's masters, m and v after 2 steps; then 2 more steps from
-// them match the plain trainer's 4.
+// device units alike, and with the masters uploaded as they are: the plain trainer's masters, m and
+// v after 2 steps; then 2 more steps from them match the plain trainer's 4.
 TEST_F(SlidingEngineTest, CheckpointStateAndResumeWithDeviceUnits) {
   const PlainState at2 = plain_state(config_, 9, rows_, 0.5, 2);
-  for (const std::vector<size_t>& on_device : {std::vector<size_t>{1, 4}, all_units(layout_)}) {
-    SCOPED_TRACE(::testing::Message() << on_device.size() << " units with their optimizer on the device");
-    const Plan plan = make_plan(layout_, 4, 2, {2}, {0}, UpdateSchedule::AfterBackward, on_device);
+  const std::vector<Plan> plans = {
+      make_plan(layout_, 4, 2, {2}, {0}, UpdateSchedule::AfterBackward, {1, 4}),
+      make_plan(layout_, 4, 2, {2}, {0}, UpdateSchedule::AfterBackward, all_units(layout_)),
+      converting_on_upload(make_plan(layout_, 4, 2, {2}, {0}, UpdateSchedule::AfterBackward, {4})),
+  };
+  for (const Plan& plan : plans) {
+    SCOPED_TRACE(::testing::Message() << plan.describe());
     auto device = make_sim_device({});
     auto ops = make_device_ops(*device);
     {

@@ -98,6 +98,19 @@ TEST_F(PlanCommandTest, AForcedUpdateScheduleIsHonouredAndDuringBackwardRefusesC
   EXPECT_NE(out.find("update_schedule must be"), std::string::npos) << out;
 }
 
+TEST_F(PlanCommandTest, AForcedWeightUploadIsHonoured) {
+  int status = -1;
+  std::string out = plan("max_grad_norm=0 weight_upload=convert-on-upload", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("weights uploaded convert-on-upload"), std::string::npos) << out;
+  out = plan("", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("weights uploaded bf16-host-shadow"), std::string::npos) << out;
+  out = plan("weight_upload=fp8", &status);
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("weight_upload must be"), std::string::npos) << out;
+}
+
 TEST_F(PlanCommandTest, ImpossibleBudgetsNameTheSmallestThatWork) {
   int status = -1;
   std::string out = plan("gpu_memory=64KiB", &status);
