@@ -2,6 +2,7 @@
 // times one step over --params parameters (default 1e8) on all cores, for
 //   simd bf16: bf16 gradients in, bf16 copy out  -- the engine's case, 26 bytes/param
 //   simd fp32: fp32 gradients in, bf16 copy out  -- 28 + 2 = 30 bytes/param
+//   simd bf16, no copy: bf16 gradients in, no bf16 copy (weight_upload: convert-on-upload) -- 26 - 2 = 24
 //   reference: adamw_step, fp32 gradients, no bf16 copy -- 28 bytes/param
 // Two bandwidth yardsticks run on the same pool: a STREAM triad (a = b + s*c, 12 bytes/element) and
 // a "same traffic" pass that reads and writes exactly the bytes of the simd bf16 case with trivial
@@ -173,6 +174,12 @@ int run(int argc, char** argv) {
                    step++, 1.0f, pool);
   });
   report("simd, bf16 grads, bf16 copy", n, simd_bf16, 26.0, roof_gbs, triad_gbs);
+  const double simd_no_copy = best_seconds(steps, [&] {
+    cpu_adamw_step({master.data(), m.data(), v.data(), grad16.data(), DType::BF16, nullptr}, {&all, 1}, h, step++,
+                   1.0f, pool);
+  });
+  report("simd, bf16 grads, no copy", n, simd_no_copy, 24.0, roof_gbs, triad_gbs);
+  std::printf("without the bf16 copy (convert-on-upload) the pass takes %.3fx the time\n", simd_no_copy / simd_bf16);
   const double simd_f32 = best_seconds(steps, [&] {
     cpu_adamw_step({master.data(), m.data(), v.data(), grad.data(), DType::F32, out.data()}, {&all, 1}, h,
                    step++, 1.0f, pool);

@@ -103,9 +103,10 @@ TEST_F(PlanCommandTest, AForcedWeightUploadIsHonoured) {
   std::string out = plan("max_grad_norm=0 weight_upload=convert-on-upload", &status);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("weights uploaded convert-on-upload"), std::string::npos) << out;
-  out = plan("", &status);
+  out = plan("weight_upload=bf16-host-shadow", &status);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("weights uploaded bf16-host-shadow"), std::string::npos) << out;
+  EXPECT_EQ(out.find("convert-on-upload"), std::string::npos) << out;  // not among the alternatives either
   out = plan("weight_upload=fp8", &status);
   EXPECT_EQ(status, 2) << out;
   EXPECT_NE(out.find("weight_upload must be"), std::string::npos) << out;
