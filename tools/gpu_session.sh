@@ -51,7 +51,8 @@ for part in ${PARTS:-tests roundtrip bench train}; do
           --out "$OUT/profiles/h200-$model-s2048.json"
       done ;;
     losscurve)
-      # 200 steps of a small model on Markov-chain data, resident and offloaded, against transformers.
+      # 200 steps of a small model on Markov-chain data against transformers: resident, offloaded,
+      # and offloaded with the fp32 masters uploaded and converted on the GPU.
       stage losscurve
       python3 - <<'PY'
 import json, random
@@ -66,9 +67,10 @@ with open("/tmp/markov.jsonl", "w") as f:
         f.write(json.dumps({"input_ids": t}) + "\n")
 PY
       [ -d /tmp/small ] || "$B/ferry" init --arch llama --preset small --dtype float32 --out /tmp/small >> "$L/init.log" 2>&1
-      for mode in resident offloaded; do
+      for mode in resident offloaded converted; do
         extra=""
-        [ "$mode" = offloaded ] && extra="gpu_slots=2 offload_activations=all resident_layers=0"
+        [ "$mode" = offloaded ] && extra="gpu_slots=2 offload_activations=all resident_layers=0 weight_upload=bf16-host-shadow"
+        [ "$mode" = converted ] && extra="gpu_slots=2 offload_activations=all resident_layers=0 weight_upload=convert-on-upload"
         rm -rf "/tmp/curve-$mode"
         run "losscurve-ferry-$mode" 300 "$B/ferry" train /dev/null model=/tmp/small data=/tmp/markov.jsonl \
           output_dir=/tmp/curve-$mode seq_len=512 global_batch=16 micro_batch=4 max_steps=200 learning_rate=1e-3 \
@@ -76,6 +78,7 @@ PY
       done
       run losscurve-check 600 python3 tools/loss_curve_check.py --model /tmp/small --data /tmp/markov.jsonl --steps 200 \
         --ferry resident=/tmp/curve-resident/metrics.jsonl --ferry offloaded=/tmp/curve-offloaded/metrics.jsonl \
+        --ferry converted=/tmp/curve-converted/metrics.jsonl \
         --report "$L/losscurve.json" ;;
     train)
       stage train
