@@ -190,6 +190,34 @@ TEST(SimDevice, ChecksThatCopiesStayInsideAllocations) {
   device->synchronize_all();
 }
 
+// Memory allocated elsewhere becomes copyable once registered, is counted with the pinned memory
+// while it is, and is neither freed by the device nor copyable after the registration ends.
+TEST(SimDevice, RegisteredHostMemoryIsPinnedUntilTheRegistrationEnds) {
+  auto device = make_sim_device({});
+  std::vector<float> host(1000, 2.5f), back(1000, 0.0f);
+  DeviceBuffer d(*device, 4000, "slot");
+  {
+    PinnedRegistration up(*device, host.data(), 4000, "masters");
+    PinnedRegistration down(*device, back.data(), 4000, "readback");
+    EXPECT_EQ(device->pinned_memory().in_use, 8000u);
+    device->copy_to_device(d.data(), host.data(), 4000, StreamKind::HostToDevice);
+    device->wait(StreamKind::DeviceToHost, device->record(StreamKind::HostToDevice));
+    device->copy_to_host(back.data(), d.data(), 4000, StreamKind::DeviceToHost);
+    device->synchronize_all();
+    EXPECT_EQ(back[999], 2.5f);
+  }
+  EXPECT_EQ(device->pinned_memory().in_use, 0u);
+  EXPECT_NE(error_text([&] {
+              device->copy_to_device(d.data(), host.data(), 4000, StreamKind::HostToDevice);
+            }).find("not inside pinned memory"),
+            std::string::npos);
+  // A device destroyed while memory is still registered leaves that memory alone (not its to free).
+  auto other = make_sim_device({});
+  other->register_pinned(host.data(), 4000, "never unregistered");
+  other.reset();
+  EXPECT_EQ(host[0], 2.5f);
+}
+
 TEST(SimDevice, RethrowsAnErrorOfAHostTaskAtTheNextSynchronize) {
   auto device = sim();
   std::atomic<int> ran{0};

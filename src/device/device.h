@@ -142,6 +142,39 @@ class OwnedBuffer {
 using DeviceBuffer = OwnedBuffer<false>;
 using PinnedBuffer = OwnedBuffer<true>;
 
+// RAII registration of host memory allocated elsewhere as pinned (Device::register_pinned): the
+// memory must outlive it, so declare it after the owner of the memory.
+class PinnedRegistration {
+ public:
+  PinnedRegistration() = default;
+  PinnedRegistration(Device& device, void* pointer, size_t bytes, const char* what) {
+    device.register_pinned(pointer, bytes, what);
+    device_ = &device;
+    pointer_ = pointer;
+  }
+  ~PinnedRegistration() { reset(); }
+  PinnedRegistration(PinnedRegistration&& o) noexcept : device_(o.device_), pointer_(o.pointer_) { o.pointer_ = nullptr; }
+  PinnedRegistration& operator=(PinnedRegistration&& o) noexcept {
+    if (this != &o) {
+      reset();
+      device_ = o.device_;
+      pointer_ = o.pointer_;
+      o.pointer_ = nullptr;
+    }
+    return *this;
+  }
+  PinnedRegistration(const PinnedRegistration&) = delete;
+  PinnedRegistration& operator=(const PinnedRegistration&) = delete;
+  void reset() {
+    if (pointer_ != nullptr) device_->unregister_pinned(pointer_);
+    pointer_ = nullptr;
+  }
+
+ private:
+  Device* device_ = nullptr;
+  void* pointer_ = nullptr;
+};
+
 struct SimDeviceOptions {
   size_t memory_capacity = size_t{1} << 34;  // 16 GiB by default
   double h2d_bytes_per_second = 0.0;         // 0: as fast as memcpy

@@ -25,7 +25,6 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
               dtype_name(plan_.grad_dtype), dtype_name(plan_.weight_dtype));
   const GradientLanding landing = gradient_landing(layout_, plan_);
   in_ring_ = landing.in_ring;
-  registered_.assign(layout_.units.size(), false);
   size_t arrays = 0, advised = 0, bytes = 0;
   for (size_t u = 0; u < layout_.units.size(); ++u) {
     const auto& unit = layout_.units[u];
@@ -44,13 +43,11 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
     if (on_host_.back() && !converts_on_upload())
       s.staging = PinnedBuffer(device_, n * dtype_size(plan_.weight_dtype), "weight and gradient staging");
     if (landing.dedicated[u]) s.gradient = PinnedBuffer(device_, n * dtype_size(plan_.grad_dtype), "gradient landing");
+    // Uploaded as they are: the whole mapping, so the memory model counts what it counts for the
+    // pageable arrays (HostArray::mapped_bytes).
+    if (on_host_.back() && converts_on_upload() && n > 0)
+      s.pinned_master = PinnedRegistration(device_, s.master.data(), HostArray::mapped_bytes(n), "fp32 masters (uploaded)");
     units_.push_back(std::move(s));
-    if (on_host_.back() && converts_on_upload() && n > 0) {
-      // Uploaded as they are: the whole mapping, so the memory model counts what it counts for the
-      // pageable arrays (HostArray::mapped_bytes).
-      device_.register_pinned(units_.back().master.data(), HostArray::mapped_bytes(n), "fp32 masters (uploaded)");
-      registered_[u] = true;
-    }
     std::vector<AdamWSegment> segments;
     for (const auto& p : unit.params)
       segments.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay || decay_all});
@@ -93,8 +90,6 @@ UnitUpdater::~UnitUpdater() {
   }
   changed_.notify_all();
   worker_.join();
-  for (size_t u = 0; u < units_.size(); ++u)
-    if (registered_[u]) device_.unregister_pinned(units_[u].master.data());
 }
 
 void UnitUpdater::refresh_staging(size_t u) {

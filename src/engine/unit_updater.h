@@ -72,8 +72,10 @@ struct HostUnitState {
   // HostShadow: the weights to upload (plan's weight dtype), or, from the gradient's d2h until the
   // update, the gradient (plan's grad dtype, same size). None for a unit updated on the device.
   PinnedBuffer staging;
-  // ConvertOnUpload: the unit's own gradient buffer, where gradient_landing() gives it one.
+  // ConvertOnUpload: the unit's own gradient buffer, where gradient_landing() gives it one, and
+  // the registration of its masters as pinned memory (released before the masters are unmapped).
   PinnedBuffer gradient;
+  PinnedRegistration pinned_master;
 };
 
 class UnitUpdater {
@@ -177,7 +179,6 @@ class UnitUpdater {
   int64_t ring_consumed_ = 0;          // ring gradients read by their update, in ticket order (mutex_)
   int64_t pending_ticket_ = -1;        // the ticket reserve_gradient_buffer just handed out
   const void* pending_grad_ = nullptr;  // and the buffer
-  std::vector<bool> registered_;       // per unit: its master is registered as pinned memory
   PinnedBuffer own_row_gradients_;
   void* row_gradients_ = nullptr;
   size_t row_gradient_bytes_ = 0;
