@@ -269,6 +269,7 @@ class Searcher {
       const size_t host = host_total(plan, shape);
       min_host_fitting_ = std::min(min_host_fitting_, host);
       if (r_.host_budget > 0 && host > r_.host_budget) continue;
+      if (f.upload == WeightUpload::ConvertOnUpload && !r_.weight_upload && shadow_fits_host(plan, shape)) continue;
       Candidate c;
       c.plan = std::move(plan);
       c.shape = shape;
@@ -279,6 +280,18 @@ class Searcher {
     }
     if (family_best_) bests_.push_back(std::move(*family_best_));
     family_best_.reset();
+  }
+
+  // Converting on upload doubles the upload bytes, and the DMA then reads the masters from the same
+  // DRAM the CPU AdamW streams through, which the cost model does not see: on the H200 the 3B with
+  // clipping gained 1.3% from its shorter CPU pass at 24 GiB, while at 130 GiB the converting plan
+  // the model preferred by a hair ran 7% below the shadow plan (docs/performance.md, calls U, W).
+  // Unless forced, it is considered only where the bf16 host shadow does not fit the host budget
+  // (without clipping it saves 2 bytes/param there, less three layers' gradients).
+  bool shadow_fits_host(const Plan& plan, const StepShape& shape) const {
+    Plan shadow = plan;
+    shadow.weight_upload = WeightUpload::HostShadow;
+    return r_.host_budget == 0 || host_total(shadow, shape) <= r_.host_budget;
   }
 
   int64_t families_slots_front() const { return r_.slots ? *r_.slots : r_.space.slot_counts.front(); }

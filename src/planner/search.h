@@ -60,7 +60,8 @@ struct SearchSpace {
   // Units whose fp32 state and AdamW live on the GPU while the others stream (ResidentWithOptimizer).
   bool per_unit_gpu_optimizer = false;
   // WeightUpload::ConvertOnUpload: fp32 masters pinned and uploaded, no bf16 shadow: less host
-  // memory (without clipping) and a shorter CPU pass, for twice the upload bytes.
+  // memory (without clipping) for twice the upload bytes; chosen only where the shadow does not
+  // fit the host budget.
   bool convert_on_upload = true;
   // ActivationPlacement::KeepWithInternals for the last layers where memory is left.
   bool keep_internals = true;
