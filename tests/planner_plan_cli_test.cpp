@@ -100,12 +100,19 @@ TEST_F(PlanCommandTest, AForcedUpdateScheduleIsHonouredAndDuringBackwardRefusesC
 
 TEST_F(PlanCommandTest, AForcedWeightUploadIsHonoured) {
   int status = -1;
-  std::string out = plan("max_grad_norm=0 weight_upload=convert-on-upload", &status);
+  std::string out = plan("max_grad_norm=0 weight_upload=convert-on-upload update_schedule=during-backward", &status);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("weights uploaded convert-on-upload"), std::string::npos) << out;
+  EXPECT_NE(out.find("weights uploaded as the fp32 masters (pinned), converted to F32 on the GPU; gradients land in a "
+                     "ring of 3 layer-sized pinned buffers"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("with the bf16 copy this plan would need"), std::string::npos) << out;  // it was forced
   out = plan("weight_upload=bf16-host-shadow", &status);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("weights uploaded bf16-host-shadow"), std::string::npos) << out;
+  EXPECT_NE(out.find("weights uploaded from the bf16 copy the CPU AdamW writes into pinned memory"), std::string::npos)
+      << out;
   EXPECT_EQ(out.find("convert-on-upload"), std::string::npos) << out;  // not among the alternatives either
   out = plan("weight_upload=fp8", &status);
   EXPECT_EQ(status, 2) << out;

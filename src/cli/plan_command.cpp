@@ -15,6 +15,7 @@
 #include "engine/train_config.h"
 #include "model/unit_layout.h"
 #include "ops/device_ops.h"
+#include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
 
 namespace ferry::cli {
@@ -71,10 +72,33 @@ std::string share(size_t bytes, size_t budget) {
                     : fmt::format("{:>10}", format_bytes(bytes));
 }
 
-void print_candidate_summary(const ModelLayout& layout, const Candidate& c) {
+// How the updated weights reach the GPU, and, where the masters are uploaded, why: the search
+// converts on upload only where the bf16 host shadow does not fit host_memory (unless forced).
+void print_weight_upload(const ModelConfig& model, const ModelLayout& layout, const Candidate& c, size_t host_budget) {
+  const Plan& p = c.plan;
+  if (p.weight_upload == WeightUpload::HostShadow) {
+    std::printf("  weights uploaded from the bf16 copy the CPU AdamW writes into pinned memory\n");
+    return;
+  }
+  const GradientLanding g = gradient_landing(layout, p);
+  fmt::print("  weights uploaded as the fp32 masters (pinned), converted to {} on the GPU; gradients land {}\n",
+             dtype_name(p.weight_dtype),
+             g.ring_buffers > 0 ? fmt::format("in a ring of {} layer-sized pinned buffers", g.ring_buffers)
+                                : std::string("in a pinned buffer per unit"));
+  Plan shadow = p;
+  shadow.weight_upload = WeightUpload::HostShadow;
+  const size_t shadow_host = host_bytes(model, layout, shadow, c.shape.chunk_tokens, c.shape.chunks).total();
+  if (host_budget > 0 && shadow_host > host_budget)
+    fmt::print("  (with the bf16 copy this plan would need {} of host memory, more than host_memory {})\n",
+               format_bytes(shadow_host), format_bytes(host_budget));
+}
+
+void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout, const Candidate& c,
+                             size_t host_budget) {
   const Plan& p = c.plan;
   std::printf("  %s\n", p.describe().c_str());
   if (p.optimizer_on_gpu()) return;
+  print_weight_upload(model, layout, c, host_budget);
   std::vector<UnitPlacement> layers(p.units.begin() + 1, p.units.end() - 1);
   std::printf("  embedding %s; head %s\n", unit_words(p.units[layout.embedding_unit()]),
               unit_words(p.units[layout.head_unit()]));
@@ -109,7 +133,7 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
               s.request.host_budget > 0 ? format_bytes(s.request.host_budget).c_str() : "unlimited");
 
   std::printf("plan\n");
-  print_candidate_summary(layout, best);
+  print_candidate_summary(model, layout, best, s.request.host_budget);
   std::printf("\npredicted step time %.4g s, %.0f tokens/s, GPU idle %.0f%%\n", p.step_seconds, p.tokens_per_second,
               100.0 * p.gpu_idle_fraction);
   std::printf("bottleneck: %s\n  %s\n", lane_name(p.bottleneck), best.explanation.c_str());
