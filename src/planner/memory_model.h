@@ -30,11 +30,14 @@ struct DeviceBytes {
 };
 
 struct HostBytes {
-  // fp32 masters, m and v of every unit (12 bytes/param), in huge-page mappings (optim/host_array.h).
+  // fp32 masters, m and v of every unit (12 bytes/param), in huge-page mappings (optim/host_array.h);
+  // converting on upload, the host-updated units' masters count as pinned instead.
   size_t pageable = 0;
   // Page-locked (DMA) memory: each host-updated unit's staging buffer (its weights to upload, or
-  // its gradient until the update: 2 bytes/param in bf16), offloaded boundary activations, token
-  // staging, and the GPU optimizer's transfers (state staging, norm partials, scalars).
+  // its gradient until the update: 2 bytes/param in bf16) -- or, converting on upload, its
+  // registered masters and the gradient buffers of gradient_landing() -- offloaded boundary
+  // activations, token staging, and the GPU optimizer's transfers (state staging, norm partials,
+  // scalars).
   size_t pinned = 0;
   size_t total() const { return pageable + pinned; }
 };
