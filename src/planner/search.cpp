@@ -88,6 +88,12 @@ class Searcher {
     if (min_device_ > device_limit_) refuse();
   }
 
+  // The least host memory of any plan that fits the device (sizing only, no profile needed).
+  size_t smallest_fitting_host() {
+    for (const Family& f : families()) search_family(f);
+    return min_host_fitting_;
+  }
+
   SearchResult run(size_t alternatives) {
     for (const Family& f : families()) search_family(f);
     if (bests_.empty()) refuse();
@@ -314,6 +320,17 @@ class Searcher {
       what = fmt::format("every plan that fits the device needs at least {} of host memory (pageable + pinned), more "
                          "than the {} host_memory budget; give host_memory of at least {}",
                          gib(min_host_fitting_), gib(r_.host_budget), gib(min_host_fitting_));
+      // Without clipping, gradients need not wait for the global norm: converting on upload can
+      // then pass them through a ring instead of keeping one per unit (2 bytes/param less).
+      if (r_.clipping && !r_.update && !r_.weight_upload) {
+        PlanRequest unclipped = r_;
+        unclipped.clipping = false;
+        const size_t host = Searcher(config_, layout_, nullptr, unclipped).smallest_fitting_host();
+        if (host <= r_.host_budget)
+          what += fmt::format(", or train without gradient clipping (max_grad_norm: 0), whose plans need {}: its "
+                              "gradients need not wait for the global norm",
+                              gib(host));
+      }
     }
     fail("plan", "no plan fits: {} -- or lower {}{}", what, lower,
          r_.slots || r_.resident_layers || r_.offload_activations ? ", or drop the forced gpu_slots / resident_layers / "
