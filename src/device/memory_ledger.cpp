@@ -35,17 +35,19 @@ void MemoryLedger::cancel(size_t bytes) {
   in_use_ -= bytes;
 }
 
-void MemoryLedger::record(void* pointer, size_t bytes, const char* what) {
+void MemoryLedger::record(void* pointer, size_t bytes, const char* what, BlockOrigin origin) {
   std::lock_guard<std::mutex> lock(mutex_);
   const bool inserted =
-      blocks_.emplace(static_cast<const char*>(pointer), Block{bytes, what ? what : "?"}).second;
+      blocks_.emplace(static_cast<const char*>(pointer), Block{bytes, what ? what : "?", origin}).second;
   FERRY_ASSERT(inserted, "the allocator returned a block that is already in use");
 }
 
-size_t MemoryLedger::forget(void* pointer) {
+size_t MemoryLedger::forget(void* pointer, BlockOrigin origin) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = blocks_.find(static_cast<const char*>(pointer));
   FERRY_ASSERT(it != blocks_.end(), "release of a pointer this device did not allocate (or released twice)");
+  FERRY_ASSERT(it->second.origin == origin,
+               "memory registered with the device is unregistered, not released (and allocated memory released)");
   const size_t bytes = it->second.bytes;
   blocks_.erase(it);
   in_use_ -= bytes;
@@ -71,11 +73,11 @@ MemoryStats MemoryLedger::stats() const {
   return s;
 }
 
-std::vector<std::pair<void*, std::string>> MemoryLedger::blocks() const {
+std::vector<MemoryLedger::BlockInfo> MemoryLedger::blocks() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<std::pair<void*, std::string>> out;
+  std::vector<BlockInfo> out;
   out.reserve(blocks_.size());
-  for (const auto& [p, block] : blocks_) out.emplace_back(const_cast<char*>(p), block.what);
+  for (const auto& [p, block] : blocks_) out.push_back({const_cast<char*>(p), block.what, block.origin});
   return out;
 }
 

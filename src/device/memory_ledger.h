@@ -21,8 +21,18 @@ namespace ferry {
 // "512 bytes", "3.00 KiB", "1.50 GiB".
 std::string format_bytes(size_t bytes);
 
+// Whether the owner allocated a block (and frees it) or only registered memory allocated
+// elsewhere (Device::register_pinned: unregistered, never freed).
+enum class BlockOrigin { Allocated, Registered };
+
 class MemoryLedger {
  public:
+  struct BlockInfo {
+    void* pointer;
+    std::string what;
+    BlockOrigin origin;
+  };
+
   // `owner` prefixes error messages ("sim device", "cuda device 0"); `kind` names the memory
   // ("memory", "pinned memory").
   MemoryLedger(std::string owner, std::string kind, size_t capacity);
@@ -34,22 +44,23 @@ class MemoryLedger {
   void admit(size_t bytes, const char* what);
   // Gives back bytes admitted for an allocation that then failed.
   void cancel(size_t bytes);
-  void record(void* pointer, size_t bytes, const char* what);
-  // Forgets a recorded block and gives its bytes back; returns its size. A pointer that is not the
-  // start of a recorded block is a bug of the caller (assertion).
-  size_t forget(void* pointer);
+  void record(void* pointer, size_t bytes, const char* what, BlockOrigin origin = BlockOrigin::Allocated);
+  // Forgets a recorded block of that origin and gives its bytes back; returns its size. A pointer
+  // that is not the start of a recorded block of that origin is a bug of the caller (assertion).
+  size_t forget(void* pointer, BlockOrigin origin = BlockOrigin::Allocated);
 
   // True when [pointer, pointer + bytes) lies inside one recorded block.
   bool contains(const void* pointer, size_t bytes) const;
   MemoryStats stats() const;
   size_t capacity() const { return capacity_; }
-  // Blocks still recorded (for the owner's destructor), with their names.
-  std::vector<std::pair<void*, std::string>> blocks() const;
+  // Blocks still recorded (for the owner's destructor), with their names and origins.
+  std::vector<BlockInfo> blocks() const;
 
  private:
   struct Block {
     size_t bytes;
     std::string what;
+    BlockOrigin origin;
   };
   const std::string owner_;
   const std::string kind_;

@@ -145,9 +145,9 @@ SimDevice::~SimDevice() {
     }
   }
   for (auto* ledger : {&memory_, &pinned_}) {
-    for (const auto& [pointer, what] : ledger->blocks()) {
-      ledger->forget(pointer);
-      if (ledger == &pinned_ && registered_.count(pointer) > 0) continue;  // not ours to free
+    for (const auto& [pointer, what, origin] : ledger->blocks()) {
+      ledger->forget(pointer, origin);
+      if (origin == BlockOrigin::Registered) continue;  // not ours to free
       log_debug("[{}] freeing {} still allocated at destruction", kWhere, what);
       std::free(pointer);
     }
@@ -198,19 +198,13 @@ void SimDevice::register_pinned(void* pointer, size_t bytes, const char* what) {
   FERRY_ASSERT(!t_on_stream_thread, "device work issued from a host task");
   if (pointer == nullptr || bytes == 0) return;
   pinned_.admit(bytes, what);
-  pinned_.record(pointer, bytes, what);
-  std::lock_guard<std::mutex> lock(registered_mutex_);
-  registered_.insert(pointer);
+  pinned_.record(pointer, bytes, what, BlockOrigin::Registered);
 }
 
 void SimDevice::unregister_pinned(void* pointer) {
   FERRY_ASSERT(!t_on_stream_thread, "device work issued from a host task");
   if (pointer == nullptr) return;
-  {
-    std::lock_guard<std::mutex> lock(registered_mutex_);
-    FERRY_ASSERT(registered_.erase(pointer) == 1, "unregister_pinned of memory that was not registered");
-  }
-  pinned_.forget(pointer);
+  pinned_.forget(pointer, BlockOrigin::Registered);
 }
 
 void SimDevice::check_device_range(const void* pointer, size_t bytes, const char* op,

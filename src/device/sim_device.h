@@ -25,7 +25,6 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <unordered_map>
 
 #include "device/async_error.h"
@@ -86,8 +85,6 @@ class SimDevice final : public Device {
   const SimDeviceOptions options_;
   MemoryLedger memory_;
   MemoryLedger pinned_;
-  std::mutex registered_mutex_;
-  std::set<const void*> registered_;  // blocks of pinned_ that register_pinned lent, not allocated
   AsyncError errors_;
 
   std::mutex event_mutex_;

@@ -23,7 +23,6 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/cuda_check.h"
@@ -106,15 +105,15 @@ class CudaDevice final : public Device {
       log_warn("[{}] error while draining the streams at destruction: {}", where_, e.what());
     }
     (void)cudaSetDevice(index_);
-    for (const auto& [pointer, what] : memory_.blocks()) {
+    for (const auto& [pointer, what, origin] : memory_.blocks()) {
       log_debug("[{}] freeing {} still allocated at destruction", where_, what);
       memory_.forget(pointer);
       (void)cudaFree(pointer);
     }
-    for (const auto& [pointer, what] : pinned_.blocks()) {
+    for (const auto& [pointer, what, origin] : pinned_.blocks()) {
       log_debug("[{}] releasing pinned {} still held at destruction", where_, what);
-      pinned_.forget(pointer);
-      if (registered_.count(pointer) > 0) (void)cudaHostUnregister(pointer);
+      pinned_.forget(pointer, origin);
+      if (origin == BlockOrigin::Registered) (void)cudaHostUnregister(pointer);
       else (void)cudaFreeHost(pointer);
     }
   }
@@ -190,18 +189,12 @@ class CudaDevice final : public Device {
            "(or raise the locked-memory limit, ulimit -l)",
            format_bytes(bytes), what ? what : "?", cudaGetErrorString(status), format_bytes(pinned_.stats().in_use));
     }
-    pinned_.record(pointer, bytes, what);
-    std::lock_guard<std::mutex> lock(registered_mutex_);
-    registered_.insert(pointer);
+    pinned_.record(pointer, bytes, what, BlockOrigin::Registered);
   }
 
   void unregister_pinned(void* pointer) override {
     if (pointer == nullptr) return;
-    {
-      std::lock_guard<std::mutex> lock(registered_mutex_);
-      FERRY_ASSERT(registered_.erase(pointer) == 1, "unregister_pinned of memory that was not registered");
-    }
-    pinned_.forget(pointer);
+    pinned_.forget(pointer, BlockOrigin::Registered);
     FERRY_CUDA_CHECK(cudaHostUnregister(pointer));
   }
 
@@ -405,8 +398,6 @@ class CudaDevice final : public Device {
   std::string name_;
   MemoryLedger memory_;
   MemoryLedger pinned_;
-  std::mutex registered_mutex_;
-  std::unordered_set<void*> registered_;  // blocks of pinned_ that register_pinned locked, not allocated
   AsyncError errors_;
   std::array<CudaStream, kStreamCount> streams_;
 
