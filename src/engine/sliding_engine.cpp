@@ -283,6 +283,7 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
   // step's forward could pass the unit's update.
   double* partials = host_unit_partials_.as<double>() + host_partial_offset_[unit];
   const size_t count = issue_unit_norm_partials(*norm_partials_, layout_.units[unit], grads, plan_.grad_dtype, partials);
+  const GradientBuffer landing = updater_->reserve_gradient_buffer(unit, StreamKind::DeviceToHost);
   if (updater_->row_sparse(unit)) {
     // Only the rows of the step's tokens carry a gradient: gathered (in the order of the step's
     // distinct ids) into the activation-gradient buffer, which the embedding's backward was the
@@ -292,20 +293,19 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
     const Tensor rows(chunk_grads_.data(), plan_.grad_dtype, {step_rows_, H});
     ops_.embedding_forward(step_row_ids_, table, rows);
     device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-    device_.copy_to_host(updater_->reserve_gradient_buffer(unit, StreamKind::DeviceToHost), rows.data,
+    device_.copy_to_host(landing.data, rows.data,
                          static_cast<size_t>(step_rows_ * H) * dtype_size(plan_.grad_dtype), StreamKind::DeviceToHost);
   } else {
     device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
     // Into the unit's weight staging (the backward's upload of these weights completed before the
     // compute that produced the gradient), or its gradient buffer, or the ring's next buffer once
     // it is free (unit_updater.h).
-    void* landing = updater_->reserve_gradient_buffer(unit, StreamKind::DeviceToHost);
-    device_.copy_to_host(landing, grads, bytes, StreamKind::DeviceToHost);
+    device_.copy_to_host(landing.data, grads, bytes, StreamKind::DeviceToHost);
   }
   double* host_partials = host_unit_partials_host_.as<double>() + host_partial_offset_[unit];
   device_.copy_to_host(host_partials, partials, count * sizeof(double), StreamKind::DeviceToHost);
   const EventId landed = device_.record(StreamKind::DeviceToHost);
-  updater_->gradient_landed(unit, landed, host_partials, count);
+  updater_->gradient_landed(unit, landing, landed, host_partials, count);
   return landed;
 }
 

@@ -130,13 +130,9 @@ void* UnitUpdater::own_gradient_buffer(size_t u) {
   return converts_on_upload() ? s.gradient.data() : s.staging.data();
 }
 
-void* UnitUpdater::reserve_gradient_buffer(size_t u, StreamKind stream) {
+GradientBuffer UnitUpdater::reserve_gradient_buffer(size_t u, StreamKind stream) {
   FERRY_ASSERT(on_host_[u], "a unit updated on the device keeps its gradient there");
-  FERRY_ASSERT(pending_ticket_ < 0 && pending_grad_ == nullptr, "a reserved gradient buffer was never landed");
-  if (!in_ring_[u]) {
-    pending_grad_ = own_gradient_buffer(u);
-    return const_cast<void*>(pending_grad_);
-  }
+  if (!in_ring_[u]) return {own_gradient_buffer(u), -1};
   const int64_t ticket = ring_reserved_++;
   const int64_t buffers = static_cast<int64_t>(ring_.size());
   if (ticket >= buffers) {
@@ -148,21 +144,17 @@ void* UnitUpdater::reserve_gradient_buffer(size_t u, StreamKind stream) {
       changed_.wait(lock, [&] { return error_ || stopping_ || ring_consumed_ >= needed; });
     });
   }
-  pending_ticket_ = ticket;
-  pending_grad_ = ring_[static_cast<size_t>(ticket % buffers)].data();
-  return const_cast<void*>(pending_grad_);
+  return {ring_[static_cast<size_t>(ticket % buffers)].data(), ticket};
 }
 
-void UnitUpdater::gradient_landed(size_t u, EventId event, const double* partials, size_t count) {
+void UnitUpdater::gradient_landed(size_t u, const GradientBuffer& buffer, EventId event, const double* partials,
+                                  size_t count) {
   FERRY_ASSERT(on_host_[u], "a unit updated on the device sends its norm partials, not its gradient");
-  FERRY_ASSERT(pending_grad_ != nullptr, "reserve_gradient_buffer names where a gradient lands");
+  FERRY_ASSERT(buffer.data != nullptr, "reserve_gradient_buffer names where a gradient lands");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_,
-                      pending_grad_, pending_ticket_});
+    queue_.push_back({false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_, buffer});
   }
-  pending_grad_ = nullptr;
-  pending_ticket_ = -1;
   changed_.notify_all();
 }
 
@@ -306,10 +298,10 @@ void UnitUpdater::run() {
         all_landed = ++landed_ == units_.size();
       }
       if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
-        update_unit(landing.unit, landing.grad, landing.step, landing.hyper, 1.0f, landing.rows.get());
+        update_unit(landing.unit, landing.gradient.data, landing.step, landing.hyper, 1.0f, landing.rows.get());
         std::lock_guard<std::mutex> lock(mutex_);
         updated_step_[landing.unit] = landing.step;
-        if (landing.ring_ticket >= 0) ring_consumed_ = landing.ring_ticket + 1;
+        if (landing.gradient.ring_ticket >= 0) ring_consumed_ = landing.gradient.ring_ticket + 1;
       }
       if (all_landed) {
         std::vector<double> ordered;

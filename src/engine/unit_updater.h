@@ -78,6 +78,13 @@ struct HostUnitState {
   PinnedRegistration pinned_master;
 };
 
+// Where a host-updated unit's gradient is to land (UnitUpdater::reserve_gradient_buffer), handed
+// back with the landing (gradient_landed).
+struct GradientBuffer {
+  void* data = nullptr;      // pinned, numel x grad dtype
+  int64_t ring_ticket = -1;  // its place in the ring's sequence; -1 outside the ring
+};
+
 class UnitUpdater {
  public:
   // `max_rows`: the most distinct token ids a step can have (max_embedding_rows()). The row-sparse
@@ -114,15 +121,15 @@ class UnitUpdater {
   // Unit u's weights for the current step have been read from its staging buffer once `event`
   // completes: for the row-sparse embedding, the rows without a gradient are then updated.
   void weights_uploaded(size_t u, EventId event);
-  // Where the gradient of host-updated unit u for the current step is to be copied (pinned,
-  // numel × grad dtype): its staging buffer, its own gradient buffer, or the next ring buffer. For a
-  // ring buffer, a wait until the buffer's previous gradient has been read by its update is issued
-  // to `stream` first, so the copy must follow on that stream. Call gradient_landed(u, ...) next.
-  void* reserve_gradient_buffer(size_t u, StreamKind stream);
-  // The gradient of host-updated unit u for the current step lands in the buffer just reserved
+  // Where the gradient of host-updated unit u for the current step is to be copied: its staging
+  // buffer, its own gradient buffer, or the next ring buffer. For a ring buffer, a wait until the
+  // buffer's previous gradient has been read by its update is issued to `stream` first, so the copy
+  // must follow on that stream.
+  GradientBuffer reserve_gradient_buffer(size_t u, StreamKind stream);
+  // The gradient of host-updated unit u for the current step lands in `buffer` (reserved for it)
   // when `event` completes, and its norm partials (`count` doubles, grad_norm_partials of the
   // unit, computed on the device; pinned) in `partials`.
-  void gradient_landed(size_t u, EventId event, const double* partials, size_t count);
+  void gradient_landed(size_t u, const GradientBuffer& buffer, EventId event, const double* partials, size_t count);
   // For a unit updated on the device: its norm partials for the current step are in `partials`
   // when `event` completes.
   void partials_landed(size_t u, EventId event, const double* partials, size_t count);
@@ -148,8 +155,7 @@ class UnitUpdater {
     const double* partials = nullptr;  // the unit's norm partials (pinned)
     size_t partial_count = 0;
     std::shared_ptr<const std::vector<int32_t>> rows;  // the step's rows (row-sparse embedding)
-    const void* grad = nullptr;  // where the gradient landed
-    int64_t ring_ticket = -1;    // its place in the ring's sequence, if it landed in the ring
+    GradientBuffer gradient;  // where the gradient landed
   };
   void run();
   void update_unit(size_t u, const void* grad, int64_t step, const AdamWHyper& hyper, float clip,
@@ -177,8 +183,6 @@ class UnitUpdater {
   std::vector<PinnedBuffer> ring_;     // the ring's buffers
   int64_t ring_reserved_ = 0;          // tickets handed out (engine thread)
   int64_t ring_consumed_ = 0;          // ring gradients read by their update, in ticket order (mutex_)
-  int64_t pending_ticket_ = -1;        // the ticket reserve_gradient_buffer just handed out
-  const void* pending_grad_ = nullptr;  // and the buffer
   PinnedBuffer own_row_gradients_;
   void* row_gradients_ = nullptr;
   size_t row_gradient_bytes_ = 0;
