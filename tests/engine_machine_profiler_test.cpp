@@ -37,6 +37,8 @@ ProfileOptions quick_options() {
   o.copy_bytes = size_t{1} << 20;
   o.cpu_adamw_params = int64_t{1} << 20;
   o.gpu_adamw_params = int64_t{1} << 20;
+  o.memory_sharing_sample_seconds = 0.02;
+  o.memory_sharing_repeats = 1;
   o.measure_disk = false;
   return o;
 }
@@ -108,8 +110,35 @@ TEST(MachineProfiler, SimProfileIsCompleteAndPlausible) {
   expect_positive(p.host.cpu_adamw_params_per_s, "cpu adamw");
   expect_positive(p.host.memory_bytes, "memory");
   EXPECT_EQ(p.host.disk_read_bytes_per_s, 0.0);  // not asked for
+  // The simulated copies are memcpys on threads of their own, beside the CPU AdamW's pool: how
+  // much each slows the other depends on this machine, but each share is a fraction of a rate.
+  EXPECT_TRUE(p.host.memory_sharing_measured);
+  for (const double share : {p.host.memory_sharing.cpu_beside_copy, p.host.memory_sharing.cpu_beside_duplex,
+                             p.host.memory_sharing.copy_beside_cpu, p.host.memory_sharing.duplex_beside_cpu}) {
+    EXPECT_GT(share, 0.0);
+    EXPECT_LE(share, 1.0);
+  }
   EXPECT_LE(rig.device->memory().peak, rig.device->memory().capacity);
   EXPECT_EQ(rig.device->memory().in_use, 0u) << "the measurement frees what it allocated";
+  EXPECT_EQ(rig.device->pinned_memory().in_use, 0u);
+}
+
+// Each share is the rate beside the other over the rate alone, kept within (0, 1]: a sample where
+// both ran faster together is noise, not a machine where sharing helps.
+TEST(MachineProfiler, MemorySharingSharesAreRatesBesideOverAlone) {
+  MemorySharingRates r;
+  r.cpu_alone = 5e9;
+  r.cpu_beside_copy = 4e9;
+  r.cpu_beside_duplex = 3.5e9;
+  r.copy_alone = 55e9;
+  r.copy_beside_cpu = 60e9;  // noise above alone
+  r.duplex_alone = 50e9;
+  r.duplex_beside_cpu = 35e9;
+  const HostMemorySharing s = r.shares();
+  EXPECT_DOUBLE_EQ(s.cpu_beside_copy, 0.8);
+  EXPECT_DOUBLE_EQ(s.cpu_beside_duplex, 0.7);
+  EXPECT_DOUBLE_EQ(s.copy_beside_cpu, 1.0);
+  EXPECT_DOUBLE_EQ(s.duplex_beside_cpu, 0.7);
 }
 
 TEST(MachineProfiler, FindsTheEmulatedPcieBandwidthAndLatency) {
@@ -224,6 +253,20 @@ TEST_F(ProfileSelection, CacheFromAnotherThreadCountIsMeasuredAgain) {
   obtain(&origin);
   EXPECT_EQ(origin, ProfileOrigin::Measured);
   EXPECT_NE(log.take().find("threads"), std::string::npos);
+}
+
+// A cached profile of format 2 has no measurement of the CPU AdamW beside copies: measured again.
+TEST_F(ProfileSelection, CacheWithoutMemorySharingIsMeasuredAgain) {
+  ProfileOrigin origin;
+  MachineProfile p = obtain(&origin);
+  ASSERT_TRUE(p.host.memory_sharing_measured);
+  p.host.memory_sharing_measured = false;
+  save_profile(cached_path(), p);
+  LogCapture log;
+  const MachineProfile again = obtain(&origin);
+  EXPECT_EQ(origin, ProfileOrigin::Measured);
+  EXPECT_TRUE(again.host.memory_sharing_measured);
+  EXPECT_NE(log.take().find("beside copies"), std::string::npos);
 }
 
 // A profile measured with other kernels (cuDNN's attention there and not here, or the other way

@@ -34,6 +34,8 @@ MachineProfile sample_profile() {
   p.host.memory_bytes = 135e9;
   p.host.disk_read_bytes_per_s = 1.9e9;
   p.host.disk_write_bytes_per_s = 2.3e9;
+  p.host.memory_sharing = {0.83, 0.75, 0.72, 0.70};
+  p.host.memory_sharing_measured = true;
   return p;
 }
 
@@ -58,6 +60,32 @@ TEST(ProfileJson, RoundTripsThroughAFile) {
   EXPECT_EQ(back.compute.layer_backward.per_token_s, 9.3e-7);
   EXPECT_EQ(back.host.threads, 16);
   EXPECT_EQ(back.kernels, "cuda, cuDNN 91400 attention");
+  EXPECT_TRUE(back.host.memory_sharing_measured);
+  EXPECT_EQ(back.host.memory_sharing.cpu_beside_duplex, 0.75);
+  EXPECT_EQ(back.host.memory_sharing.duplex_beside_cpu, 0.70);
+}
+
+// Format 2 (before the CPU AdamW was measured beside copies) still loads: no sharing, and saved
+// again it says so, in the format it came in.
+TEST(ProfileJson, AFormat2FileLoadsWithoutMemorySharing) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j["version"] = 2;
+  j["host"].erase("memory_sharing");
+  const MachineProfile p = profile_from_json(j, "v2.json");
+  EXPECT_FALSE(p.host.memory_sharing_measured);
+  EXPECT_EQ(p.host.memory_sharing.cpu_beside_copy, 1.0);
+  EXPECT_EQ(p.host.memory_sharing.copy_beside_cpu, 1.0);
+  EXPECT_EQ(profile_to_json(p), j);
+}
+
+TEST(ProfileJson, AMemorySharingShareOutsideZeroToOneIsNamed) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j["host"]["memory_sharing"]["copy_beside_cpu_adamw"] = 1.2;
+  EXPECT_NE(load_error(j).find("\"copy_beside_cpu_adamw\" = 1.2 must be in (0, 1]"), std::string::npos)
+      << load_error(j);
+  j = profile_to_json(sample_profile());
+  j["host"]["memory_sharing"].erase("cpu_adamw_beside_duplex");
+  EXPECT_NE(load_error(j).find("\"cpu_adamw_beside_duplex\" is missing"), std::string::npos) << load_error(j);
 }
 
 // Files written before the kernels were recorded (the committed H200 profiles among them) load,

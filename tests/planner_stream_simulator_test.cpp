@@ -68,6 +68,51 @@ TEST(StreamSimulator, DuplexCopiesRunAtTheSharedRate) {
   EXPECT_NEAR(t[up].end, 40.0 / 60.0 + 0.6, 1e-12);
 }
 
+// Host DRAM shared: a copy (100 B at 100 B/s alone) beside 1 s of CPU work. While both run the copy
+// moves 80 B/s and the CPU does half a second of work per second: the copy ends at 1.25 s, by when
+// the CPU has done 0.625 s of its work; the rest runs alone, to 1.625 s.
+TEST(StreamSimulator, ACopyAndTheCpuSlowEachOtherWhileBothRun) {
+  TaskGraph g;
+  const int32_t up = g.add(Lane::HostToDevice, TaskKind::WeightUpload, 0.0, 100.0, {});
+  const int32_t adamw = g.add(Lane::Cpu, TaskKind::CpuAdamW, 1.0, 0.0, {});
+  HostMemorySharing sharing;
+  sharing.cpu_beside_copy = 0.5;
+  sharing.copy_beside_cpu = 0.8;
+  const auto t = simulate(g, link(100.0, 50.0), sharing);
+  EXPECT_NEAR(t[up].end, 1.25, 1e-12);
+  EXPECT_NEAR(t[adamw].end, 1.625, 1e-12);
+  // Without sharing, each runs as alone.
+  const auto alone = simulate(g, link(100.0, 50.0));
+  EXPECT_DOUBLE_EQ(alone[up].end, 1.0);
+  EXPECT_DOUBLE_EQ(alone[adamw].end, 1.0);
+}
+
+// Both directions beside the CPU: 50 B/s each in duplex, 0.6 of it beside the CPU (30 B/s); the
+// CPU's 0.3 s of work at 0.5 speed ends at 0.6 s, when each copy has moved 18 B; the other 82 B
+// move at 50 B/s, to 0.6 + 1.64 s.
+TEST(StreamSimulator, DuplexCopiesBesideTheCpuUseTheDuplexShares) {
+  TaskGraph g;
+  const int32_t up = g.add(Lane::HostToDevice, TaskKind::WeightUpload, 0.0, 100.0, {});
+  const int32_t down = g.add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0, 100.0, {});
+  const int32_t adamw = g.add(Lane::Cpu, TaskKind::CpuAdamW, 0.3, 0.0, {});
+  HostMemorySharing sharing{0.9, 0.5, 0.95, 0.6};
+  const auto t = simulate(g, link(100.0, 50.0), sharing);
+  EXPECT_NEAR(t[adamw].end, 0.6, 1e-12);
+  EXPECT_NEAR(t[up].end, 0.6 + 82.0 / 50.0, 1e-12);
+  EXPECT_NEAR(t[down].end, 0.6 + 82.0 / 50.0, 1e-12);
+}
+
+// A copy still in its latency moves no bytes, so the CPU beside it runs at full speed.
+TEST(StreamSimulator, ACopysLatencyDoesNotSlowTheCpu) {
+  TaskGraph g;
+  const int32_t up = g.add(Lane::HostToDevice, TaskKind::WeightUpload, 0.0, 100.0, {});
+  const int32_t adamw = g.add(Lane::Cpu, TaskKind::CpuAdamW, 0.5, 0.0, {});
+  HostMemorySharing sharing{0.5, 0.5, 0.5, 0.5};
+  const auto t = simulate(g, link(100.0, 50.0, 1.0), sharing);
+  EXPECT_NEAR(t[adamw].end, 0.5, 1e-12);
+  EXPECT_NEAR(t[up].end, 2.0, 1e-12);  // 1 s latency, then 100 B alone
+}
+
 TEST(StreamSimulator, ADependencyOnALaterTaskIsABug) {
   TaskGraph g;
   const int32_t ahead[] = {5};

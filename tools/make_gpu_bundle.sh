@@ -7,7 +7,7 @@ build="$1"
 out=.device/bundle
 rm -rf "$out"
 mkdir -p "$out/lib"
-for f in ferry "$build"/tests/*_gpu_test bench/ferry_kernel_bench bench/flash_attention_bench bench/cpu_adamw_bench; do
+for f in ferry "$build"/tests/*_gpu_test bench/ferry_kernel_bench bench/flash_attention_bench bench/cpu_adamw_bench bench/host_dram_contention_bench; do
   f="${f#"$build"/}"
   [ -f "$build/$f" ] && cp "$build/$f" "$out/" && strip "$out/$(basename "$f")"
 done

@@ -2,16 +2,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <memory>
 
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "engine/cpu_adamw_probe.h"
 #include "engine/disk_rate.h"
 #include "engine/machine_profiler.h"
-#include "optim/cpu_adamw.h"
-#include "optim/host_array.h"
 
 namespace ferry {
 
@@ -23,48 +21,21 @@ double physical_memory_bytes() {
   return static_cast<double>(pages) * static_cast<double>(page);
 }
 
-// Parameters per second of one fused CPU AdamW pass as the engine runs it (unit_updater.cpp): the
-// bf16 gradient lands in the unit's weight staging and the new bf16 weights are written over it,
-// beside the fp32 master, m and v (24 bytes per parameter move).
+// Parameters per second of one fused CPU AdamW pass as the engine runs it (engine/cpu_adamw_probe.h,
+// 24 bytes per parameter move), over arrays that stream from DRAM.
 double cpu_adamw_rate(const ProfileOptions& options, double memory_bytes, ThreadPool& pool) {
-  constexpr size_t kBytesPerParam = 3 * sizeof(float) + sizeof(uint16_t);
-  const size_t at_most = static_cast<size_t>(memory_bytes / 16.0) / kBytesPerParam;
-  const size_t n = std::max<size_t>(64, std::min(static_cast<size_t>(options.cpu_adamw_params), at_most) / 64 * 64);
-  // The state in HostArrays (huge pages where the kernel offers them) as the engine keeps it, first
-  // written by the pool's threads, as the engine's state is by the threads that update it. The
-  // values are ordinary numbers (no denormals); the pass has no data-dependent branch, so equal
-  // values time the same as varied ones.
-  HostArray master(n, "profile adamw master"), m(n, "profile adamw m"), v(n, "profile adamw v");
-  auto staging = std::make_unique_for_overwrite<uint16_t[]>(n);
-  pool.parallel_for(
-      n,
-      [&](size_t begin, size_t end) {
-        std::fill(master.data() + begin, master.data() + end, 0.02f);
-        std::fill(m.data() + begin, m.data() + end, 1e-4f);
-        std::fill(v.data() + begin, v.data() + end, 1e-8f);
-        std::fill(staging.get() + begin, staging.get() + end, f32_to_bf16(1e-3f));
-      },
-      size_t{1} << 16);
-
-  AdamWUnitBuffers b;
-  b.master = master.data();
-  b.m = m.data();
-  b.v = v.data();
-  b.grad = staging.get();
-  b.grad_dtype = DType::BF16;
-  b.bf16_out = staging.get();
-  const AdamWSegment all{0, n, true};
-  AdamWHyper hyper;
-  hyper.lr = 1e-5;
-  hyper.weight_decay = 0.01;
-  int64_t step = 0;
-  const double seconds = time_on_host(
-      [&] { cpu_adamw_step(b, std::span<const AdamWSegment>(&all, 1), hyper, ++step, 1.0f, pool); },
-      options.cpu_adamw_timing);
-  return static_cast<double>(n) / seconds;
+  CpuAdamWProbe probe(cpu_adamw_probe_params(options, memory_bytes), pool);
+  const double seconds = time_on_host([&] { probe.pass(); }, options.cpu_adamw_timing);
+  return static_cast<double>(probe.params()) / seconds;
 }
 
 }  // namespace
+
+size_t cpu_adamw_probe_params(const ProfileOptions& options, double memory_bytes) {
+  constexpr size_t kHostBytesPerParam = 3 * sizeof(float) + sizeof(uint16_t);
+  const size_t at_most = static_cast<size_t>(memory_bytes / 16.0) / kHostBytesPerParam;
+  return std::max<size_t>(64, std::min(static_cast<size_t>(options.cpu_adamw_params), at_most) / 64 * 64);
+}
 
 HostProfile measure_host(const ProfileOptions& options) {
   ThreadPool& pool = ThreadPool::global();

@@ -20,6 +20,7 @@ ProfileOptions default_profile_options(Device& device) {
   o.copy_bytes = size_t{16} << 20;
   o.cpu_adamw_params = int64_t{8} << 20;
   o.gpu_adamw_params = int64_t{4} << 20;
+  o.memory_sharing_sample_seconds = 0.05;
   return o;
 }
 
@@ -44,6 +45,15 @@ MachineProfile measure_profile(Device& device, Ops& ops, const ModelConfig& conf
   part("compute", [&] { p.compute = measure_compute(device, ops, config, seq_len, options); });
   part("copies", [&] { p.transfer = measure_transfers(device, options); });
   part("host", [&] { p.host = measure_host(options); });
+  part("CPU AdamW beside copies", [&] {
+    const MemorySharingRates rates = measure_memory_sharing(device, options, p.host.memory_bytes);
+    p.host.memory_sharing = rates.shares();
+    p.host.memory_sharing_measured = true;
+    log_info("profile: CPU AdamW {:.2f} G params/s alone, {:.2f} beside h2d, {:.2f} beside h2d+d2h; copies {:.1f} GB/s "
+             "alone, {:.1f} beside it; duplex {:.1f} GB/s each way alone, {:.1f} beside it",
+             rates.cpu_alone / 1e9, rates.cpu_beside_copy / 1e9, rates.cpu_beside_duplex / 1e9, rates.copy_alone / 1e9,
+             rates.copy_beside_cpu / 1e9, rates.duplex_alone / 1e9, rates.duplex_beside_cpu / 1e9);
+  });
   // What is saved must load: the reader's validation names a measurement that came out unusable.
   p = profile_from_json(profile_to_json(p), "the profile just measured on " + p.device_name);
   log_info("profile: measured in {:.1f} s",

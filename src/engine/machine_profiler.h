@@ -9,7 +9,8 @@
 //             the device: GPU kernels on CUDA, the queued reference AdamW on the simulated device).
 //   transfer  pinned h2d and d2h bandwidth alone and both at once, and the latency of one copy.
 //   host      the CPU AdamW's rate on the global thread pool (bf16 gradients in), physical RAM, and
-//             optionally a directory's disk read and write rates.
+//             optionally a directory's disk read and write rates; the CPU AdamW and pinned copies
+//             beside each other (host DRAM is shared), as shares of each one's rate alone.
 //
 // Weights are random (no model files needed) in the dtype the engine uses on this device: BF16 on
 // a CUDA device, F32 on the simulated one (it runs the fp32 CPU reference ops). Every buffer is
@@ -47,6 +48,10 @@ struct ProfileOptions {
   // idle. Measured at the defaults of `timing` (0.2 s), one H200 profile came out 25% below its
   // neighbours and the step it planned.
   TimingOptions cpu_adamw_timing{.repeats = 9, .warmup_runs = 3, .min_sample_seconds = 0.05, .max_seconds = 2.0};
+  // The CPU AdamW beside pinned copies: seconds of each sample, and samples of each figure (the
+  // median is kept).
+  double memory_sharing_sample_seconds = 0.4;
+  int memory_sharing_repeats = 3;
   bool measure_disk = false;
   std::filesystem::path disk_dir;             // where the disk probe file is written and removed
   size_t disk_bytes = size_t{256} << 20;
@@ -72,5 +77,18 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
                                const ProfileOptions& options);
 TransferProfile measure_transfers(Device& device, const ProfileOptions& options);
 HostProfile measure_host(const ProfileOptions& options);
+
+// Rates of the CPU AdamW (params/s) and of pinned copies (bytes/s of each direction), each alone
+// and beside the other.
+struct MemorySharingRates {
+  double cpu_alone = 0.0, cpu_beside_copy = 0.0, cpu_beside_duplex = 0.0;
+  double copy_alone = 0.0, copy_beside_cpu = 0.0;      // h2d alone on the link
+  double duplex_alone = 0.0, duplex_beside_cpu = 0.0;  // h2d and d2h at once, per direction
+  HostMemorySharing shares() const;                    // each rate beside over alone, in (0, 1]
+};
+MemorySharingRates measure_memory_sharing(Device& device, const ProfileOptions& options, double memory_bytes);
+
+// Parameters of the CPU AdamW's probe arrays: options.cpu_adamw_params, at most 1/16 of RAM.
+size_t cpu_adamw_probe_params(const ProfileOptions& options, double memory_bytes);
 
 }  // namespace ferry

@@ -41,6 +41,10 @@ std::optional<MachineProfile> read_cached(const std::filesystem::path& path, con
     *why_not = fmt::format("the cached profile cannot be used ({})", e.what());
     return std::nullopt;
   }
+  if (!p.host.memory_sharing_measured) {
+    *why_not = fmt::format("{} was measured before the CPU AdamW beside copies was", path.string());
+    return std::nullopt;
+  }
   if (p.device_name != device.name() || p.shape_key != shape_key) {
     *why_not = fmt::format("{} holds the profile of {} for {}, not of {} for {}", path.string(), p.device_name,
                            p.shape_key, device.name(), shape_key);

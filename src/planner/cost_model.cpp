@@ -51,7 +51,7 @@ Prediction predict(const ModelConfig& config, const ModelLayout& layout, const P
   rates.duplex_h2d_bytes_per_s = profile.transfer.duplex_h2d_bytes_per_s;
   rates.duplex_d2h_bytes_per_s = profile.transfer.duplex_d2h_bytes_per_s;
   rates.latency_s = profile.transfer.latency_s;
-  const std::vector<TaskTiming> timing = simulate(program.graph, rates);
+  const std::vector<TaskTiming> timing = simulate(program.graph, rates, profile.host.memory_sharing);
 
   Prediction p;
   double previous_end = 0.0;

@@ -37,6 +37,12 @@ class Reader {
     FERRY_CHECK(v > 0.0, "profile", "{}: \"{}\" must be positive", source_, key);
     return v;
   }
+  // A share of a rate: in (0, 1].
+  double fraction(const nlohmann::json& j, const char* key) const {
+    const double v = number(j, key);
+    FERRY_CHECK(v > 0.0 && v <= 1.0, "profile", "{}: \"{}\" = {} must be in (0, 1]", source_, key, v);
+    return v;
+  }
   std::string string(const nlohmann::json& j, const char* key) const {
     FERRY_CHECK(j.contains(key) && j.at(key).is_string(), "profile", "{}: \"{}\" is missing or not a string",
                 source_, key);
@@ -60,8 +66,9 @@ std::string model_shape_key(const ModelConfig& c, int64_t seq_len, DType weight_
 }
 
 nlohmann::json profile_to_json(const MachineProfile& p) {
-  return {
-      {"version", MachineProfile::kVersion},
+  nlohmann::json j = {
+      // A profile without the sharing measurement is saved in the format that has none.
+      {"version", p.host.memory_sharing_measured ? MachineProfile::kVersion : 2},
       {"device_name", p.device_name},
       {"device_memory_bytes", p.device_memory_bytes},
       {"shape_key", p.shape_key},
@@ -89,15 +96,24 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
         {"disk_read_bytes_per_s", p.host.disk_read_bytes_per_s},
         {"disk_write_bytes_per_s", p.host.disk_write_bytes_per_s}}},
   };
+  if (p.host.memory_sharing_measured) {
+    const HostMemorySharing& s = p.host.memory_sharing;
+    j["host"]["memory_sharing"] = {{"cpu_adamw_beside_copy", s.cpu_beside_copy},
+                                   {"cpu_adamw_beside_duplex", s.cpu_beside_duplex},
+                                   {"copy_beside_cpu_adamw", s.copy_beside_cpu},
+                                   {"duplex_beside_cpu_adamw", s.duplex_beside_cpu}};
+  }
+  return j;
 }
 
 MachineProfile profile_from_json(const nlohmann::json& j, const std::string& source) {
   const Reader r(source);
   FERRY_CHECK(j.is_object(), "profile", "{}: not a JSON object", source);
-  FERRY_CHECK(j.contains("version") && j.at("version").is_number_integer() &&
-                  j.at("version").get<int>() == MachineProfile::kVersion,
-              "profile", "{}: profile format version {} expected; measure the profile again (ferry profile)", source,
-              MachineProfile::kVersion);
+  constexpr int kOldestReadable = 2;
+  const int version = j.contains("version") && j.at("version").is_number_integer() ? j.at("version").get<int>() : -1;
+  FERRY_CHECK(version >= kOldestReadable && version <= MachineProfile::kVersion, "profile",
+              "{}: profile format version {} to {} expected; measure the profile again (ferry profile)", source,
+              kOldestReadable, MachineProfile::kVersion);
   MachineProfile p;
   p.device_name = r.string(j, "device_name");
   p.device_memory_bytes = r.positive(j, "device_memory_bytes");
@@ -128,6 +144,15 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   p.host.memory_bytes = r.positive(h, "memory_bytes");
   p.host.disk_read_bytes_per_s = r.number(h, "disk_read_bytes_per_s");
   p.host.disk_write_bytes_per_s = r.number(h, "disk_write_bytes_per_s");
+  if (version >= 3) {
+    const auto& m = r.object(h, "memory_sharing");
+    HostMemorySharing& s = p.host.memory_sharing;
+    s.cpu_beside_copy = r.fraction(m, "cpu_adamw_beside_copy");
+    s.cpu_beside_duplex = r.fraction(m, "cpu_adamw_beside_duplex");
+    s.copy_beside_cpu = r.fraction(m, "copy_beside_cpu_adamw");
+    s.duplex_beside_cpu = r.fraction(m, "duplex_beside_cpu_adamw");
+    p.host.memory_sharing_measured = true;
+  }
   return p;
 }
 

@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "io/model_config.h"
+#include "planner/stream_simulator.h"
 
 namespace ferry {
 
@@ -51,10 +52,16 @@ struct HostProfile {
   double memory_bytes = 0.0;             // physical RAM
   double disk_read_bytes_per_s = 0.0;    // 0: not measured (no disk tier in this profile)
   double disk_write_bytes_per_s = 0.0;
+  // The CPU AdamW and pinned copies beside each other (host DRAM is shared). Profiles of format 2
+  // did not measure it: factors of 1, memory_sharing_measured false.
+  HostMemorySharing memory_sharing;
+  bool memory_sharing_measured = false;
 };
 
 struct MachineProfile {
-  static constexpr int kVersion = 2;  // 2: grad_norm_params_per_s; the host no longer sums norms
+  // 2: grad_norm_params_per_s; the host no longer sums norms. 3: host.memory_sharing (format 2
+  // still loads, without it).
+  static constexpr int kVersion = 3;
   std::string device_name;    // "NVIDIA H200", "sim"
   double device_memory_bytes = 0.0;
   std::string shape_key;      // model_shape_key() of the shape the compute times were measured for

@@ -95,7 +95,7 @@ struct Running {
 
 }  // namespace
 
-std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates) {
+std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates, const HostMemorySharing& sharing) {
   constexpr double kNotDone = std::numeric_limits<double>::infinity();
   const size_t n = graph.size();
   std::vector<TaskTiming> timing(n);
@@ -155,16 +155,24 @@ std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates)
     }
     if (finished == n) break;
     const int h2d = static_cast<int>(Lane::HostToDevice), d2h = static_cast<int>(Lane::DeviceToHost);
+    const int cpu = static_cast<int>(Lane::Cpu);
     auto moving = [&](int l) { return running[l].task >= 0 && running[l].latency_left <= 0.0; };
     const bool duplex = moving(h2d) && moving(d2h);
-    double rate[kLaneCount] = {};
-    rate[h2d] = duplex ? rates.duplex_h2d_bytes_per_s : rates.h2d_bytes_per_s;
-    rate[d2h] = duplex ? rates.duplex_d2h_bytes_per_s : rates.d2h_bytes_per_s;
+    const int copies_moving = static_cast<int>(moving(h2d)) + static_cast<int>(moving(d2h));
+    const bool cpu_working = running[cpu].task >= 0 && running[cpu].latency_left > 0.0;
+    // How fast each lane progresses: seconds of work per second (the CPU slows while copies move),
+    // and bytes per second for a copy past its latency (slower while the CPU works).
+    double work_speed[kLaneCount] = {1.0, 1.0, 1.0, 1.0, 1.0};
+    work_speed[cpu] = copies_moving == 0 ? 1.0 : copies_moving == 1 ? sharing.cpu_beside_copy : sharing.cpu_beside_duplex;
+    double byte_rate[kLaneCount] = {};
+    const double copy_share = !cpu_working ? 1.0 : duplex ? sharing.duplex_beside_cpu : sharing.copy_beside_cpu;
+    byte_rate[h2d] = (duplex ? rates.duplex_h2d_bytes_per_s : rates.h2d_bytes_per_s) * copy_share;
+    byte_rate[d2h] = (duplex ? rates.duplex_d2h_bytes_per_s : rates.d2h_bytes_per_s) * copy_share;
     double step = kNotDone;
     for (int l = 0; l < kLaneCount; ++l) {
       if (running[l].task < 0) continue;
-      const double left = running[l].latency_left > 0.0 ? running[l].latency_left : running[l].bytes_left / rate[l];
-      step = std::min(step, left);
+      const Running& r = running[l];
+      step = std::min(step, r.latency_left > 0.0 ? r.latency_left / work_speed[l] : r.bytes_left / byte_rate[l]);
     }
     FERRY_ASSERT(step < kNotDone, "the task graph is stuck: a task waits for one that can never run");
     now += step;
@@ -172,11 +180,12 @@ std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates)
       if (running[l].task < 0) continue;
       Running& r = running[l];
       if (r.latency_left > 0.0) {
-        r.latency_left -= step;
-        if (r.latency_left <= step * 1e-12) r.latency_left = 0.0;
+        const double done = step * work_speed[l];
+        r.latency_left -= done;
+        if (r.latency_left <= done * 1e-12) r.latency_left = 0.0;
       } else {
-        r.bytes_left -= rate[l] * step;
-        if (r.bytes_left <= rate[l] * step * 1e-12 + 1e-9) r.bytes_left = 0.0;
+        r.bytes_left -= byte_rate[l] * step;
+        if (r.bytes_left <= byte_rate[l] * step * 1e-12 + 1e-9) r.bytes_left = 0.0;
       }
       if (r.latency_left <= 0.0 && r.bytes_left <= 0.0) finish(l);
     }

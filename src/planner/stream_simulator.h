@@ -11,8 +11,10 @@
 // A task may depend only on tasks added before it, so the graph has no cycles by construction.
 //
 // Copies share the PCIe link: while an h2d and a d2h copy both move bytes, each runs at its duplex
-// rate, otherwise at its rate alone (fluid model: rates are re-evaluated whenever a copy starts or
-// ends). A copy first spends the link's latency, then moves its bytes.
+// rate, otherwise at its rate alone. Copies and the CPU lane also share host DRAM: the DMA reads and
+// writes the memory the CPU AdamW streams through, so while both run, each goes at a fraction of its
+// rate (HostMemorySharing). Fluid model: rates are re-evaluated whenever a task starts or ends. A
+// copy first spends the link's latency, then moves its bytes.
 //
 // For every task the simulation keeps the predecessor that released it last (its "binding"
 // predecessor); walking those back from the end of a step gives the step's critical path.
@@ -63,6 +65,15 @@ struct CopyRates {
   double latency_s = 0.0;               // per copy
 };
 
+// Host DRAM shared by the copies and the CPU lane: each one's rate while the other works, as a
+// fraction of its rate without it (1: no sharing).
+struct HostMemorySharing {
+  double cpu_beside_copy = 1.0;    // CPU work while one copy direction moves bytes
+  double cpu_beside_duplex = 1.0;  // while both directions do
+  double copy_beside_cpu = 1.0;    // a copy alone on the link while the CPU works
+  double duplex_beside_cpu = 1.0;  // each direction of duplex copies while the CPU works
+};
+
 struct SimTask {
   Lane lane = Lane::Host;
   TaskKind kind = TaskKind::HostWait;
@@ -94,6 +105,7 @@ class TaskGraph {
 };
 
 // Runs the graph to completion; timings are indexed by task id.
-std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates);
+std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates,
+                                 const HostMemorySharing& sharing = {});
 
 }  // namespace ferry
