@@ -107,10 +107,13 @@ MemorySharingRates measure_memory_sharing(Device& device, const ProfileOptions& 
   const MemoryStats mem = device.memory();
   const size_t free = mem.capacity - std::min(mem.capacity, mem.in_use);
   const size_t bytes = std::min(options.copy_bytes, free / 4) / 4096 * 4096;
-  FERRY_CHECK(bytes >= (size_t{1} << 20), "profile",
-              "measuring the CPU AdamW beside copies needs two device buffers of 1 MiB; {} of device memory are "
-              "free: raise gpu_memory",
-              format_bytes(free));
+  // As small as the copy bandwidth's own measurement allows (measure_transfers): a device that
+  // fits two micro-chunks has room for these.
+  constexpr size_t kSmallest = size_t{64} << 10;
+  FERRY_CHECK(bytes >= kSmallest, "profile",
+              "measuring the CPU AdamW beside copies needs two device buffers of {}; {} of device memory are free: "
+              "raise gpu_memory",
+              format_bytes(kSmallest), format_bytes(free));
   ThreadPool& pool = ThreadPool::global();
   CpuAdamWProbe probe(cpu_adamw_probe_params(options, memory_bytes), pool);
   BackgroundCopies copies(device, bytes);
