@@ -37,6 +37,7 @@ ProfileOptions quick_options() {
   o.copy_bytes = size_t{1} << 20;
   o.cpu_adamw_params = int64_t{1} << 20;
   o.gpu_adamw_params = int64_t{1} << 20;
+  o.compute_soak_seconds = 0.0;
   o.memory_sharing_sample_seconds = 0.02;
   o.memory_sharing_repeats = 1;
   o.measure_disk = false;

@@ -91,5 +91,29 @@ TEST_F(ProfileTiming, DeviceTimingWarmsUpFirst) {
   EXPECT_GT(time_on_device(*device, slow_start, o), 0.025) << "a short warm-up times the slow calls";
 }
 
+// A device that runs fast at first and slows under sustained load (a GPU boosting, then held to its
+// power cap): 1 ms a call during its first 60 ms of work, 4 ms after. Training sees the slow
+// speed; the soak makes the samples see it too.
+TEST_F(ProfileTiming, DeviceTimingSoaksIntoTheSustainedSpeed) {
+  auto device = make_sim_device({});
+  TimingOptions o;
+  o.repeats = 3;
+  o.min_sample_seconds = 0.0;
+  o.warmup_runs = 1;
+  double busy_ms = 0.0;  // work done so far (the stream runs one task at a time)
+  const std::function<void()> capped = [&] {
+    device->host_task(StreamKind::Compute, [&busy_ms] {
+      const int ms = busy_ms < 60.0 ? 1 : 4;
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      busy_ms += ms;
+    });
+  };
+  EXPECT_LT(time_on_device(*device, capped, o), 0.0025) << "timed in its first bursts";
+  device->synchronize_all();
+  busy_ms = 0.0;
+  o.soak_seconds = 0.1;
+  EXPECT_GT(time_on_device(*device, capped, o), 0.0035) << "timed at the sustained speed";
+}
+
 }  // namespace
 }  // namespace ferry

@@ -322,6 +322,7 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   // tuning: timed in the middle of it, a 1B layer's backward measured 60% slow).
   TimingOptions steady = options.timing;
   steady.warmup_runs = std::max(steady.warmup_runs, ops.calls_to_steady_speed());
+  steady.soak_seconds = options.compute_soak_seconds;
   const LayerTimes layer = time_layer(device, ops, shape, tokens, fill, steady);
   c.layer_forward = layer.forward;
   c.layer_backward = layer.backward;

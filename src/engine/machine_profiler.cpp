@@ -21,6 +21,7 @@ ProfileOptions default_profile_options(Device& device) {
   o.cpu_adamw_params = int64_t{8} << 20;
   o.gpu_adamw_params = int64_t{4} << 20;
   o.memory_sharing_sample_seconds = 0.05;
+  o.compute_soak_seconds = 0.0;  // the CPU has no power cap to settle into
   return o;
 }
 

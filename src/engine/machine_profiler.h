@@ -40,6 +40,8 @@ struct ProfileOptions {
   // few MiB (64 MiB at 55 GB/s is 1.2 ms against ~10 us of per-copy latency, which the fit removes).
   size_t copy_bytes = size_t{64} << 20;
   size_t small_copy_bytes = size_t{4} << 10;  // the latency copy
+  // The compute times' soak (TimingOptions::soak_seconds) before each measurement's samples.
+  double compute_soak_seconds = 1.5;
   int64_t gpu_adamw_params = int64_t{64} << 20;  // the device AdamW's array; lowered to what free memory holds
   // Large enough that the CPU AdamW streams from DRAM, not from the caches; lowered to 1/16 of RAM.
   int64_t cpu_adamw_params = int64_t{64} << 20;

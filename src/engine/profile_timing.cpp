@@ -55,6 +55,12 @@ std::vector<double> time_each_on_device(Device& device, std::span<const std::fun
     device.synchronize_all();
     runs.push_back(runs_per_sample(seconds_since(start), options));
   }
+  for (const Clock::time_point soak = Clock::now(); seconds_since(soak) < options.soak_seconds;) {
+    for (size_t i = 0; i < issues.size(); ++i) {
+      for (int64_t r = 0; r < runs[i]; ++r) issues[i]();
+    }
+    device.synchronize_all();
+  }
   return medians_of_samples(
       issues.size(),
       [&](size_t i) {

@@ -24,6 +24,11 @@ struct TimingOptions {
   // A measurement stops taking samples (keeping at least 3) once it has run this long, so that a
   // slow backend (the CPU reference on the simulated device) is measured in seconds.
   double max_seconds = 2.0;
+  // Before the samples, the items run in turn for this long without a pause. A power-capped GPU
+  // boosts its clocks after every idle gap and slows to the cap under sustained load, as training
+  // keeps it: the H200 ran 1980 MHz in the profile's first bursts and 1400-1550 MHz at its 700 W
+  // cap, and compute timed in bursts came out 5% (layers) to 20% (the head) faster than in steps.
+  double soak_seconds = 0.0;
 };
 
 // Seconds of one run of `issue`, which queues work on the device and returns: untimed warm-up runs
