@@ -27,7 +27,7 @@ struct TimingOptions {
   // Before the samples, the items run in turn for this long without a pause. A power-capped GPU
   // boosts its clocks after every idle gap and slows to the cap under sustained load, as training
   // keeps it: the H200 ran 1980 MHz in the profile's first bursts and 1400-1550 MHz at its 700 W
-  // cap, and compute timed in bursts came out 5% (layers) to 20% (the head) faster than in steps.
+  // cap, and a 3B layer timed in bursts came out ~5% faster than in training steps.
   double soak_seconds = 0.0;
 };
 
