@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "io/model_config.h"
+#include "model/unit_layout.h"
 #include "planner/profile.h"
 #include "planner_shapes.h"
 #include "test_util.h"
@@ -60,6 +61,29 @@ TEST_F(PlanCommandTest, PrintsThePlanItsPredictionAndTheAlternatives) {
                                "pageable ", "disk ", "no disk tier", "next best alternatives", "instead of",
                                "plans simulated"})
     EXPECT_NE(out.find(expected), std::string::npos) << "missing '" << expected << "' in\n" << out;
+}
+
+// A CPU AdamW whose pass over the whole model takes 0.7x the step's layer forwards: with clipping
+// the next forward waits for it (the embedding's update comes first), and `plan` says which setting
+// would not: for this tiny model, whose steps have large fixed parts, four times the tokens.
+TEST_F(PlanCommandTest, AGpuWaitingForTheCpuPassIsAdvised) {
+  const ModelConfig model = load_model_config(dir_ / "model");
+  const double params = static_cast<double>(build_model_layout(model).parameter_count());
+  const double forward_s = 0.01 * static_cast<double>(model.num_layers);
+  MachineProfile slow = test::round_profile(model, 64, 4 * 64, 0.01, 1e9, params / (0.7 * forward_s));
+  slow.weight_dtype = DType::F32;
+  slow.shape_key = model_shape_key(model, 64, DType::F32);
+  slow.device_memory_bytes = 1e9;
+  save_profile(dir_ / "slow_cpu.json", slow);
+  int status = -1;
+  const std::string out = plan("profile=slow_cpu.json", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("of the step waits for the CPU AdamW after the global norm (clipping); predicted with"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("  global_batch: 16 (1024 tokens a step): "), std::string::npos) << out;
+  // The machine of the other tests hides its pass: no advice.
+  EXPECT_EQ(plan("", &status).find("waits for the CPU AdamW"), std::string::npos);
 }
 
 TEST_F(PlanCommandTest, ForcedOptionsShowInThePlan) {

@@ -137,6 +137,7 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
   std::printf("\npredicted step time %.4g s, %.0f tokens/s, GPU idle %.0f%%\n", p.step_seconds, p.tokens_per_second,
               100.0 * p.gpu_idle_fraction);
   std::printf("bottleneck: %s\n  %s\n", lane_name(p.bottleneck), best.explanation.c_str());
+  for (const std::string& line : describe_advice(s)) std::printf("%s\n", line.c_str());
   std::printf("\nmemory (peak)\n");
   std::printf("  GPU       %s  slots %s, resident %s, activations %s, scratch %s, ops workspace %s, other %s\n",
               share(p.device.total(), s.request.device_budget).c_str(), format_bytes(p.device.slots).c_str(),

@@ -41,6 +41,7 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
   s.profile_source = std::move(source);
   s.request = plan_request(config, target, s.profile.host.memory_bytes);
   s.result = search_plans(model, layout, s.profile, s.request, alternatives);
+  s.advice = idle_advice(model, layout, s.profile, s.request, s.result.best.prediction);
   return s;
 }
 
@@ -49,6 +50,18 @@ std::string describe_selection(const PlanSelection& s) {
   return fmt::format("plan: {}; predicted step {:.4g} s ({:.0f} tokens/s), {} (profile: {})",
                      s.result.best.plan.describe(), p.step_seconds, p.tokens_per_second, lane_name(p.bottleneck),
                      s.profile_source);
+}
+
+std::vector<std::string> describe_advice(const PlanSelection& s) {
+  std::vector<std::string> lines;
+  if (s.advice.empty()) return lines;
+  const Prediction& p = s.result.best.prediction;
+  lines.push_back(fmt::format("GPU idle {:.0f}% of the step waits for the CPU AdamW{}; predicted with", 100.0 * p.gpu_idle_fraction,
+                              s.request.clipping ? " after the global norm (clipping)" : ""));
+  for (const IdleAdvice& a : s.advice)
+    lines.push_back(fmt::format("  {} ({}): {:.0f} tokens/s, GPU idle {:.0f}%", a.setting, a.effect,
+                                a.prediction.tokens_per_second, 100.0 * a.prediction.gpu_idle_fraction));
+  return lines;
 }
 
 }  // namespace ferry

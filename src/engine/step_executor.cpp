@@ -168,6 +168,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
   log_info("{}", describe_selection(selection));
   log_info("predicted step time {:.4f} s ({:.0f} tokens/s): {}", chosen.prediction.step_seconds,
            chosen.prediction.tokens_per_second, chosen.explanation);
+  for (const std::string& line : describe_advice(selection)) log_info("plan: {}", line);
   const DeviceBytes& d = chosen.prediction.device;
   const HostBytes& h = chosen.prediction.host;
   log_info("memory plan: device {} of {} (slots {}, resident {}, activations {}, scratch {}, ops workspace {}); "
