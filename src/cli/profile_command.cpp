@@ -91,6 +91,12 @@ void print_profile(const MachineProfile& p, const ModelConfig& model) {
   std::printf("host\n");
   std::printf("  CPU AdamW           %s on %d threads\n", params_rate(p.host.cpu_adamw_params_per_s).c_str(),
               p.host.threads);
+  if (p.host.memory_sharing_measured) {
+    const HostMemorySharing& m = p.host.memory_sharing;
+    std::printf("  beside copies       CPU AdamW at %.2f of its rate beside one direction, %.2f beside both; copies "
+                "at %.2f alone, %.2f in duplex beside it (host DRAM shared)\n",
+                m.cpu_beside_copy, m.cpu_beside_duplex, m.copy_beside_cpu, m.duplex_beside_cpu);
+  }
   std::printf("  RAM                 %s\n", format_bytes(static_cast<size_t>(p.host.memory_bytes)).c_str());
   if (p.host.disk_write_bytes_per_s > 0)
     std::printf("  disk                write %s, read %s\n", rate(p.host.disk_write_bytes_per_s).c_str(),
