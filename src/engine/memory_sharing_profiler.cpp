@@ -22,8 +22,8 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Pinned copies queued back to back on the device's copy streams by a thread of their own, h2d
-// alone or h2d and d2h at once, until stopped; counts the bytes that finished. At most two copies
-// per direction are in flight, so stopping waits for about one copy.
+// alone or h2d and d2h at once, until stopped; counts the bytes copied. At most two copies per
+// direction are in flight, so stopping waits for about one copy.
 class BackgroundCopies {
  public:
   BackgroundCopies(Device& device, size_t bytes)
@@ -78,6 +78,15 @@ class BackgroundCopies {
       }
       h2d_prev = h2d_now;
       d2h_prev = d2h_now;
+    }
+    // The copies still in flight finish before stop() reads the clock: they count too.
+    if (h2d_prev >= 0) {
+      device_.synchronize(h2d_prev);
+      h2d_bytes_ += bytes_;
+    }
+    if (d2h_prev >= 0) {
+      device_.synchronize(d2h_prev);
+      d2h_bytes_ += bytes_;
     }
   }
 
