@@ -60,14 +60,8 @@ class BackgroundCopies {
  private:
   void drive(bool duplex) {
     EventId h2d_prev = -1, d2h_prev = -1;
-    while (running_) {
-      device_.copy_to_device(dev_dst_.data(), h2d_src_.data(), bytes_, StreamKind::HostToDevice);
-      const EventId h2d_now = device_.record(StreamKind::HostToDevice);
-      EventId d2h_now = -1;
-      if (duplex) {
-        device_.copy_to_host(d2h_dst_.data(), dev_src_.data(), bytes_, StreamKind::DeviceToHost);
-        d2h_now = device_.record(StreamKind::DeviceToHost);
-      }
+    // Waits for the copies behind the previous events and counts their bytes.
+    auto count_previous = [&] {
       if (h2d_prev >= 0) {
         device_.synchronize(h2d_prev);
         h2d_bytes_ += bytes_;
@@ -76,18 +70,20 @@ class BackgroundCopies {
         device_.synchronize(d2h_prev);
         d2h_bytes_ += bytes_;
       }
+    };
+    while (running_) {
+      device_.copy_to_device(dev_dst_.data(), h2d_src_.data(), bytes_, StreamKind::HostToDevice);
+      const EventId h2d_now = device_.record(StreamKind::HostToDevice);
+      EventId d2h_now = -1;
+      if (duplex) {
+        device_.copy_to_host(d2h_dst_.data(), dev_src_.data(), bytes_, StreamKind::DeviceToHost);
+        d2h_now = device_.record(StreamKind::DeviceToHost);
+      }
+      count_previous();
       h2d_prev = h2d_now;
       d2h_prev = d2h_now;
     }
-    // The copies still in flight finish before stop() reads the clock: they count too.
-    if (h2d_prev >= 0) {
-      device_.synchronize(h2d_prev);
-      h2d_bytes_ += bytes_;
-    }
-    if (d2h_prev >= 0) {
-      device_.synchronize(d2h_prev);
-      d2h_bytes_ += bytes_;
-    }
+    count_previous();  // the copies still in flight finish before stop() reads the clock
   }
 
   Device& device_;
