@@ -16,7 +16,7 @@ TEST(ProfileCommand, PrintsTheSummaryAndWritesALoadableProfile) {
                               " profile /dev/null device=sim seq_len=32 --preset llama/tiny --out " +
                               (dir / "sim.json").string();
   ASSERT_EQ(test::run_command(command, &out), 0) << out;
-  for (const char* expected : {"machine profile: sim", "layer forward", "layer backward", "head fwd+bwd",
+  for (const char* expected : {"machine profile: sim", "layer forward", "layer backward", "head fwd+bwd", "head, fp32 grads",
                                "h2d alone", "both at once", "CPU AdamW", "beside copies       CPU AdamW at ",
                                "(host DRAM shared)", "RAM"}) {
     EXPECT_NE(out.find(expected), std::string::npos) << expected << "\n" << out;

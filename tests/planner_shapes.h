@@ -51,6 +51,7 @@ inline MachineProfile round_profile(const ModelConfig& config, int64_t seq_len, 
   p.compute.layer_forward = {0.0, per_token};
   p.compute.layer_backward = {0.0, 2 * per_token};
   p.compute.head = {0.0, 2 * per_token};
+  p.compute.head_f32_grads = p.compute.head;
   p.compute.gpu_adamw_params_per_s = gpu_adamw;
   p.compute.grad_norm_params_per_s = 1e30;
   p.transfer = {pcie, pcie, pcie, pcie, 0.0};

@@ -159,7 +159,34 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
 }
 
 struct EndTimes {
-  LinearTime embedding_forward, embedding_backward, head;
+  LinearTime embedding_forward, embedding_backward, head, head_f32_grads;
+};
+
+// The head's weight gradient in fp32, as the engine keeps it for a head (or, tied, an embedding)
+// updated on the device: the head unit's gradient, and the embedding's where tied (its table is the
+// head's weight). Allocated only where the free device memory holds it with an eighth to spare;
+// empty otherwise, and the profile then takes the head's time with gradients in `gd` for both.
+struct F32HeadGradients {
+  DeviceBuffer head, embedding;
+  bool allocated = false;
+
+  F32HeadGradients(Device& device, const Shape& s) {
+    const size_t head_bytes = s.unit_bytes(s.layout.head_unit(), DType::F32);
+    const size_t emb_bytes = s.layout.tied ? s.unit_bytes(s.layout.embedding_unit(), DType::F32) : 0;
+    if ((head_bytes + emb_bytes) / 7 * 8 > free_device_bytes(device)) {
+      log_info("profile: the head with fp32 gradients needs {} more device memory than is free; timed with {} "
+               "gradients only",
+               format_bytes(head_bytes + emb_bytes), dtype_name(s.gd));
+      return;
+    }
+    head = DeviceBuffer(device, head_bytes, "profile head fp32 gradients");
+    device.fill_zero(head.data(), head_bytes, StreamKind::Compute);
+    if (emb_bytes > 0) {
+      embedding = DeviceBuffer(device, emb_bytes, "profile embedding fp32 gradients");
+      device.fill_zero(embedding.data(), emb_bytes, StreamKind::Compute);
+    }
+    allocated = true;
+  }
 };
 
 EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<int64_t>& tokens,
@@ -192,7 +219,6 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
   const HeadParams hp = head_params(s.layout, head.data(), emb.data(), s.wd);
   const HeadParams hg = head_params(s.layout, head_grads.data(), emb_grads.data(), s.gd);
   const Tensor loss_sum(loss.data(), DType::F32, {1});
-
   std::vector<TimedTokens> emb_forward, emb_backward, head_times;
   for (const int64_t T : tokens) {
     Arena arena(scratch.data(), scratch.bytes());
@@ -210,8 +236,28 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
     emb_backward.push_back({T, seconds[1]});
     head_times.push_back({T, seconds[2]});
   }
-  return {fit_linear_time(emb_forward, "embedding forward"), fit_linear_time(emb_backward, "embedding backward"),
-          fit_linear_time(head_times, "head")};
+  EndTimes times{fit_linear_time(emb_forward, "embedding forward"), fit_linear_time(emb_backward, "embedding backward"),
+                 fit_linear_time(head_times, "head"), {}};
+  times.head_f32_grads = times.head;
+  // (With fp32 gradients already, as on the simulated device, this times the same work again.)
+  // After the runs above, whose first calls took the ops' workspaces, what is free is free.
+  const F32HeadGradients f32(device, s);
+  if (!f32.allocated) return times;
+  const HeadParams hg32 = head_params(s.layout, f32.head.data(), f32.embedding.data(), DType::F32);
+  std::vector<TimedTokens> head_f32_times;
+  for (const int64_t T : tokens) {
+    Arena arena(scratch.data(), scratch.bytes());
+    HeadScratch hs = carve_head_scratch(arena, s.config, T, s.wd);
+    const TokenChunk chunk = chunk_tokens.chunk(T);
+    const Tensor in = rows(x, s.wd, T, H), d_in = rows(dx, s.wd, T, H);
+    const float grad_scale = 1.0f / static_cast<float>(T);
+    head_f32_times.push_back(
+        {T, time_on_device(
+                device, [&] { head_forward_backward(ops, s.config, hp, &hg32, chunk, in, grad_scale, d_in, hs, loss_sum); },
+                timing)});
+  }
+  times.head_f32_grads = fit_linear_time(head_f32_times, "head with fp32 gradients");
+  return times;
 }
 
 // Parameters per second of the device AdamW as the engine runs it for a unit whose optimizer
@@ -330,6 +376,7 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   c.embedding_forward = ends.embedding_forward;
   c.embedding_backward = ends.embedding_backward;
   c.head = ends.head;
+  c.head_f32_grads = ends.head_f32_grads;
   c.gpu_adamw_params_per_s = device_adamw_rate(device, ops, shape.wd, fill, options);
   c.grad_norm_params_per_s = grad_norm_rate(device, shape.wd, fill, options);
   return c;

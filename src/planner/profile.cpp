@@ -81,6 +81,7 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
         {"layer_forward", linear_json(p.compute.layer_forward)},
         {"layer_backward", linear_json(p.compute.layer_backward)},
         {"head", linear_json(p.compute.head)},
+        {"head_f32_grads", linear_json(p.compute.head_f32_grads)},
         {"gpu_adamw_params_per_s", p.compute.gpu_adamw_params_per_s},
         {"grad_norm_params_per_s", p.compute.grad_norm_params_per_s}}},
       {"transfer",
@@ -128,6 +129,7 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   p.compute.layer_forward = r.linear(c, "layer_forward");
   p.compute.layer_backward = r.linear(c, "layer_backward");
   p.compute.head = r.linear(c, "head");
+  p.compute.head_f32_grads = c.contains("head_f32_grads") ? r.linear(c, "head_f32_grads") : p.compute.head;
   p.compute.gpu_adamw_params_per_s = r.number(c, "gpu_adamw_params_per_s");
   p.compute.grad_norm_params_per_s = r.positive(c, "grad_norm_params_per_s");
   FERRY_CHECK(p.compute.layer_forward.per_token_s > 0 && p.compute.layer_backward.per_token_s > 0, "profile",

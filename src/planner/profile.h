@@ -31,6 +31,10 @@ struct ComputeProfile {
   LinearTime layer_forward;   // one decoder layer
   LinearTime layer_backward;  // one decoder layer's backward, including the recompute of its forward
   LinearTime head;            // final norm + LM head + loss, forward and backward in one fused pass
+  // The head when its weight gradient accumulates in fp32: where the head (or, tied, the embedding)
+  // keeps its optimizer on the device, or everything does. Equal to `head` where gradients are
+  // fp32 anyway (the simulated device) and in files that did not measure it.
+  LinearTime head_f32_grads;
   double gpu_adamw_params_per_s = 0.0;  // GPU AdamW (with its share of the gradient-norm pass)
   // The squared-norm partials of a bf16 gradient on the device (clip.h's chunks), which the engine
   // computes for every host-updated unit before its gradient leaves.

@@ -100,6 +100,13 @@ class ProgramBuilder {
     host_last_ = graph().add(Lane::Host, TaskKind::HostWait, 0.0, 0.0, deps);
   }
 
+  // The engine keeps fp32 gradients for units updated on the device (sliding_engine.h); the tied
+  // head's weight gradient is the embedding's.
+  bool head_has_f32_grads() const {
+    const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
+    return all_on_gpu_ || gpu_optimizer_[Hd] || (layout_.tied && gpu_optimizer_[E]);
+  }
+
   bool is_offloaded(int64_t b) const {
     return b < L_ && plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
   }
@@ -226,7 +233,7 @@ class ProgramBuilder {
         add(Lane::Compute, TaskKind::EmbeddingForward, chunks_of(compute.embedding_forward), 0.0);
         if (is_offloaded(0)) offload(0);
       } else if (u == Hd) {
-        add(Lane::Compute, TaskKind::Head, chunks_of(compute.head), 0.0);
+        add(Lane::Compute, TaskKind::Head, chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
         sends = true;
       } else if (u != E) {
         const int64_t l = static_cast<int64_t>(u) - 1;
