@@ -219,18 +219,30 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
   const HeadParams hp = head_params(s.layout, head.data(), emb.data(), s.wd);
   const HeadParams hg = head_params(s.layout, head_grads.data(), emb_grads.data(), s.gd);
   const Tensor loss_sum(loss.data(), DType::F32, {1});
+  // What the ends of a micro-chunk of T tokens read and write: its tokens, the head's scratch, the
+  // head's input and the gradient it returns (which the embedding's backward reads as the layers').
+  struct Chunk {
+    TokenChunk tokens;
+    HeadScratch scratch;
+    Tensor in, d_in;
+    float grad_scale;
+  };
+  auto chunk_of = [&](int64_t T) {
+    Arena arena(scratch.data(), scratch.bytes());
+    return Chunk{chunk_tokens.chunk(T), carve_head_scratch(arena, s.config, T, s.wd), rows(x, s.wd, T, H),
+                 rows(dx, s.wd, T, H), 1.0f / static_cast<float>(T)};
+  };
+  auto head_run = [&](Chunk& c, const HeadParams& grads) {
+    head_forward_backward(ops, s.config, hp, &grads, c.tokens, c.in, c.grad_scale, c.d_in, c.scratch, loss_sum);
+  };
   std::vector<TimedTokens> emb_forward, emb_backward, head_times;
   for (const int64_t T : tokens) {
-    Arena arena(scratch.data(), scratch.bytes());
-    HeadScratch hs = carve_head_scratch(arena, s.config, T, s.wd);
-    const TokenChunk chunk = chunk_tokens.chunk(T);
-    const Tensor in = rows(x, s.wd, T, H), d_in = rows(dx, s.wd, T, H), out = rows(embedded, s.wd, T, H);
-    const float grad_scale = 1.0f / static_cast<float>(T);
+    Chunk c = chunk_of(T);
+    const Tensor out = rows(embedded, s.wd, T, H);
     // The gradient flowing into the embedding is the layers' dx: `dx` holds random values of that shape.
-    const std::function<void()> runs[] = {
-        [&] { ops.embedding_forward(chunk.ids, table, out); },
-        [&] { ops.embedding_backward(chunk.ids, d_in, dtable); },
-        [&] { head_forward_backward(ops, s.config, hp, &hg, chunk, in, grad_scale, d_in, hs, loss_sum); }};
+    const std::function<void()> runs[] = {[&] { ops.embedding_forward(c.tokens.ids, table, out); },
+                                          [&] { ops.embedding_backward(c.tokens.ids, c.d_in, dtable); },
+                                          [&] { head_run(c, hg); }};
     const std::vector<double> seconds = time_each_on_device(device, runs, timing);
     emb_forward.push_back({T, seconds[0]});
     emb_backward.push_back({T, seconds[1]});
@@ -246,15 +258,8 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
   const HeadParams hg32 = head_params(s.layout, f32.head.data(), f32.embedding.data(), DType::F32);
   std::vector<TimedTokens> head_f32_times;
   for (const int64_t T : tokens) {
-    Arena arena(scratch.data(), scratch.bytes());
-    HeadScratch hs = carve_head_scratch(arena, s.config, T, s.wd);
-    const TokenChunk chunk = chunk_tokens.chunk(T);
-    const Tensor in = rows(x, s.wd, T, H), d_in = rows(dx, s.wd, T, H);
-    const float grad_scale = 1.0f / static_cast<float>(T);
-    head_f32_times.push_back(
-        {T, time_on_device(
-                device, [&] { head_forward_backward(ops, s.config, hp, &hg32, chunk, in, grad_scale, d_in, hs, loss_sum); },
-                timing)});
+    Chunk c = chunk_of(T);
+    head_f32_times.push_back({T, time_on_device(device, [&] { head_run(c, hg32); }, timing)});
   }
   times.head_f32_grads = fit_linear_time(head_f32_times, "head with fp32 gradients");
   return times;
