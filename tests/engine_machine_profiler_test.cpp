@@ -261,18 +261,27 @@ TEST_F(ProfileSelection, CacheFromAnotherThreadCountIsMeasuredAgain) {
   EXPECT_NE(log.take().find("threads"), std::string::npos);
 }
 
-// A cached profile of format 2 has no measurement of the CPU AdamW beside copies: measured again.
-TEST_F(ProfileSelection, CacheWithoutMemorySharingIsMeasuredAgain) {
+// A cached profile taken another way (an older ferry's: format 2 without the CPU AdamW beside
+// copies, or format 3 without the soak or the head with fp32 gradients) is measured again.
+TEST_F(ProfileSelection, CacheOfAnotherMethodIsMeasuredAgain) {
   ProfileOrigin origin;
   MachineProfile p = obtain(&origin);
+  ASSERT_EQ(p.method, kProfilerMethod);
   ASSERT_TRUE(p.host.memory_sharing_measured);
-  p.host.memory_sharing_measured = false;
-  save_profile(cached_path(), p);
-  LogCapture log;
-  const MachineProfile again = obtain(&origin);
-  EXPECT_EQ(origin, ProfileOrigin::Measured);
-  EXPECT_TRUE(again.host.memory_sharing_measured);
-  EXPECT_NE(log.take().find("beside copies"), std::string::npos);
+  for (const bool format2 : {false, true}) {
+    p.method = format2 ? 0 : kProfilerMethod - 1;
+    p.host.memory_sharing_measured = !format2;
+    save_profile(cached_path(), p);
+    LogCapture log;
+    const MachineProfile again = obtain(&origin);
+    EXPECT_EQ(origin, ProfileOrigin::Measured) << format2;
+    EXPECT_EQ(again.method, kProfilerMethod);
+    EXPECT_TRUE(again.host.memory_sharing_measured);
+    EXPECT_NE(log.take().find(fmt::format("(method {}); this ferry measures with method {}", p.method,
+                                          kProfilerMethod)),
+              std::string::npos)
+        << format2;
+  }
 }
 
 // A profile measured with other kernels (cuDNN's attention there and not here, or the other way
@@ -308,6 +317,25 @@ TEST_F(ProfileSelection, ProfileFileIsUsedAsIsAndWarnsAboutAnotherSeqLen) {
   EXPECT_EQ(origin, ProfileOrigin::File);
   EXPECT_EQ(profile_to_json(used), profile_to_json(other));
   EXPECT_NE(warnings.find("seq_len 128"), std::string::npos) << warnings;
+  EXPECT_EQ(warnings.find("older ferry"), std::string::npos) << warnings;
+}
+
+// A profile file from an older ferry still plans (it is another machine's measurement, which this
+// one cannot repeat), with a warning that says how to measure it again.
+TEST_F(ProfileSelection, ProfileFileOfAnOlderMethodIsUsedWithAWarning) {
+  ProfileOrigin origin;
+  MachineProfile old = obtain(&origin);
+  old.method = 0;
+  const std::filesystem::path file = cache_ / "old.json";
+  save_profile(file, old);
+  config_.profile = file;
+  LogCapture log;
+  const MachineProfile used = obtain(&origin);
+  const std::string warnings = log.take();
+  EXPECT_EQ(origin, ProfileOrigin::File);
+  EXPECT_EQ(used.method, 0);
+  EXPECT_NE(warnings.find("measured by an older ferry (method 0"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("ferry profile"), std::string::npos) << warnings;
 }
 
 TEST_F(ProfileSelection, ProfileFileForAnotherModelShapeIsRefused) {

@@ -15,6 +15,7 @@ MachineProfile sample_profile() {
   p.device_memory_bytes = 150e9;
   p.shape_key = "llama-h4096-i14336-L32-q32x128-kv8-v128256-s2048-BF16";
   p.kernels = "cuda, cuDNN 91400 attention";
+  p.method = 2;
   p.seq_len = 2048;
   p.weight_dtype = DType::BF16;
   p.compute.embedding_forward = {1e-5, 1e-9};
@@ -60,6 +61,7 @@ TEST(ProfileJson, RoundTripsThroughAFile) {
   EXPECT_EQ(back.compute.layer_backward.per_token_s, 9.3e-7);
   EXPECT_EQ(back.host.threads, 16);
   EXPECT_EQ(back.kernels, "cuda, cuDNN 91400 attention");
+  EXPECT_EQ(back.method, 2);
   EXPECT_TRUE(back.host.memory_sharing_measured);
   EXPECT_EQ(back.host.memory_sharing.cpu_beside_duplex, 0.75);
   EXPECT_EQ(back.host.memory_sharing.duplex_beside_cpu, 0.70);
@@ -94,6 +96,19 @@ TEST(ProfileJson, AFileWithoutKernelsLoadsWithThemUnknown) {
   nlohmann::json j = profile_to_json(sample_profile());
   j.erase("kernels");
   EXPECT_EQ(profile_from_json(j, "old.json").kernels, "");
+}
+
+// Files from before the measuring method was recorded load as method 0 (which the profile cache
+// measures again); a method that is not a count is refused.
+TEST(ProfileJson, TheMeasuringMethodIsZeroWhereUnrecordedAndACountElsewhere) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j.erase("method");
+  EXPECT_EQ(profile_from_json(j, "old.json").method, 0);
+  for (const nlohmann::json bad : {nlohmann::json(-1), nlohmann::json(1.5), nlohmann::json("2")}) {
+    j["method"] = bad;
+    EXPECT_NE(load_error(j).find("h200.json: method must be a non-negative integer"), std::string::npos)
+        << load_error(j);
+  }
 }
 
 TEST(ProfileJson, MissingFieldIsNamed) {

@@ -170,8 +170,7 @@ MachineProfile plan_profile(const TrainConfig& config, const ModelConfig& model,
     return p;
   }
   if (!config.profile.empty()) {
-    MachineProfile p = load_profile(config.profile);
-    check_profile_matches_model(p, model, config.seq_len, config.profile.string());
+    MachineProfile p = load_profile_file(config, model);
     *source = config.profile.string();
     return p;
   }

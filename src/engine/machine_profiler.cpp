@@ -31,6 +31,7 @@ MachineProfile measure_profile(Device& device, Ops& ops, const ModelConfig& conf
   MachineProfile p;
   p.device_name = device.name();
   p.kernels = ops.kernels();
+  p.method = kProfilerMethod;
   p.device_memory_bytes = static_cast<double>(device.memory().capacity);
   p.seq_len = seq_len;
   p.weight_dtype = engine_weight_dtype(device);

@@ -60,6 +60,13 @@ struct ProfileOptions {
   uint64_t seed = 20261129;
 };
 
+// The revision of how measure_profile measures, stored in each profile (MachineProfile::method):
+// a cached profile of another revision was taken another way and is measured again.
+//   1: compute timed at sustained load (ProfileOptions::compute_soak_seconds), the CPU AdamW
+//      beside pinned copies (host.memory_sharing);
+//   2: the head also timed with fp32 weight gradients (compute.head_f32_grads).
+inline constexpr int kProfilerMethod = 2;
+
 // ProfileOptions' defaults on a device with native (CUDA) streams. On the simulated device, smaller
 // arrays and shorter samples: its profile plans test runs on this host, and measuring it must take
 // seconds (a 64M-parameter CPU AdamW alone takes seconds to set up on a small machine).

@@ -41,8 +41,9 @@ std::optional<MachineProfile> read_cached(const std::filesystem::path& path, con
     *why_not = fmt::format("the cached profile cannot be used ({})", e.what());
     return std::nullopt;
   }
-  if (!p.host.memory_sharing_measured) {
-    *why_not = fmt::format("{} was measured before the CPU AdamW beside copies was", path.string());
+  if (p.method != kProfilerMethod) {
+    *why_not = fmt::format("{} was measured by {} (method {}); this ferry measures with method {}", path.string(),
+                           p.method == 0 ? "an older ferry" : "another ferry", p.method, kProfilerMethod);
     return std::nullopt;
   }
   if (p.device_name != device.name() || p.shape_key != shape_key) {
@@ -108,11 +109,21 @@ void check_profile_matches_model(const MachineProfile& profile, const ModelConfi
              source, profile.seq_len, seq_len, seq_len);
 }
 
+MachineProfile load_profile_file(const TrainConfig& config, const ModelConfig& model) {
+  MachineProfile p = load_profile(config.profile);
+  check_profile_matches_model(p, model, config.seq_len, config.profile.string());
+  if (p.method < kProfilerMethod)
+    log_warn("profile: {} was measured by an older ferry (method {}; this one measures with method {}), which "
+             "timed the step's work less like a training step does; its predictions may be off by several "
+             "percent. Measure it again on that machine (ferry profile CONFIG.yaml --out FILE)",
+             config.profile.string(), p.method, kProfilerMethod);
+  return p;
+}
+
 MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& model, Device& device, Ops& ops,
                               const ObtainProfileOptions& options, ProfileOrigin* origin) {
   if (!config.profile.empty()) {
-    MachineProfile p = load_profile(config.profile);
-    check_profile_matches_model(p, model, config.seq_len, config.profile.string());
+    MachineProfile p = load_profile_file(config, model);
     log_info("profile: planning for {}{} with {}", p.device_name, p.kernels.empty() ? "" : " (" + p.kernels + ")",
              config.profile.string());
     if (origin != nullptr) *origin = ProfileOrigin::File;

@@ -43,6 +43,10 @@ std::filesystem::path profile_cache_path(const std::filesystem::path& dir, const
 void check_profile_matches_model(const MachineProfile& profile, const ModelConfig& model, int64_t seq_len,
                                  const std::string& source);
 
+// The profile file `config.profile` (another machine's, or this one's saved), checked against the
+// model as above; warns when an older ferry measured it (MachineProfile::method).
+MachineProfile load_profile_file(const TrainConfig& config, const ModelConfig& model);
+
 struct ObtainProfileOptions {
   // How to measure when nothing usable is cached; unset: default_profile_options(device).
   std::optional<ProfileOptions> measure;

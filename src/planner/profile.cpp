@@ -75,6 +75,7 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
       {"seq_len", p.seq_len},
       {"weight_dtype", std::string(dtype_name(p.weight_dtype))},
       {"kernels", p.kernels},
+      {"method", p.method},
       {"compute",
        {{"embedding_forward", linear_json(p.compute.embedding_forward)},
         {"embedding_backward", linear_json(p.compute.embedding_backward)},
@@ -120,6 +121,11 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   p.device_memory_bytes = r.positive(j, "device_memory_bytes");
   p.shape_key = r.string(j, "shape_key");
   if (j.contains("kernels")) p.kernels = r.string(j, "kernels");
+  if (j.contains("method")) {
+    FERRY_CHECK(j.at("method").is_number_integer() && j.at("method").get<int>() >= 0, "profile",
+                "{}: method must be a non-negative integer", source);
+    p.method = j.at("method").get<int>();
+  }
   p.seq_len = static_cast<int64_t>(r.positive(j, "seq_len"));
   FERRY_CHECK(parse_dtype(r.string(j, "weight_dtype"), &p.weight_dtype), "profile", "{}: unknown weight_dtype",
               source);
