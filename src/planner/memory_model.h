@@ -107,13 +107,13 @@ bool row_gradients_share_an_offloaded_boundary(const Plan& plan);
 
 // The CUDA ops' working memory for micro-chunks of `chunk_tokens` tokens (ops/cuda/cuda_ops.h):
 // the 32 MiB cuBLASLt workspace; the fused linear-cross-entropy's bf16 logits chunk (at most
-// 256 MiB) and per-token losses; attention's workspace (cuDNN's: two fp32 dq, fp32 delta and
+// 512 MiB) and per-token losses; attention's workspace (cuDNN's: two fp32 dq, fp32 delta and
 // statistics, 32 MiB more for its plan); the embedding backward's sort (~32 bytes per token);
 // column-reduction partials (1024 rows); and, with bf16 gradients, the bf16 sum of the largest
-// layer weight gradient. Llama-3.1-8B at 8192 tokens per chunk: 32 MiB (cuBLASLt) + 250.5 MiB
-// (1024 tokens x 128256 x 2 bytes of logits) + 290 MiB (attention: 8192 x 32 heads x (2 + 256) x 4
+// layer weight gradient. Llama-3.1-8B at 8192 tokens per chunk: 32 MiB (cuBLASLt) + 501 MiB
+// (2048 tokens x 128256 x 2 bytes of logits) + 290 MiB (attention: 8192 x 32 heads x (2 + 256) x 4
 // bytes + 32 MiB) + 16 MiB (partials: 1024 x 4096 x 4) + 112 MiB (14336 x 4096 x 2 bytes) + <1 MiB
-// ≈ 701 MiB.
+// ≈ 951 MiB.
 size_t cuda_ops_workspace_bytes(const ModelConfig& config, int64_t chunk_tokens, DType grad_dtype);
 
 // The device bytes of `plan` for micro-chunks of `chunk_tokens` tokens, `chunks` per step.

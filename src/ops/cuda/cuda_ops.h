@@ -7,7 +7,7 @@
 // Working memory. Besides the tensors it is given, a CudaOps owns
 //   * one cuBLASLt workspace (options.gemm_workspace_bytes, 32 MiB by default), made at construction;
 //   * grow-only scratch buffers, allocated the first time an op needs them and kept after: the
-//     fused linear-cross-entropy's logits chunk (at most options.flce_chunk_bytes + one row, 256 MiB
+//     fused linear-cross-entropy's logits chunk (at most options.flce_chunk_bytes + one row, 512 MiB
 //     by default), its per-token losses (4 bytes per token), the embedding backward's sort buffers
 //     (about 16 bytes per token plus CUB's temporary storage), the fp32 partial sums of the column
 //     reductions (rmsnorm dweight, linear dbias: at most 1024 x D floats), attention's workspace
