@@ -1,7 +1,8 @@
 // The fused linear + cross-entropy (CudaOps::linear_cross_entropy) against the unfused logits path
 // (the same op with a chunk budget large enough for all T x V logits at once, which is what a
 // plain logits = x w^T; loss = CE(logits); backward would hold): time, FLOP rate (three GEMMs,
-// 6 T H V) and the working memory each needs, at Llama-3 8B's head (H 4096, V 128256).
+// 6 T H V) and the working memory each needs, at Llama-3 8B's head (H 4096, V 128256), with the
+// weight gradient in fp32 (a head updated on the GPU) and, at the default chunks, in bf16.
 #include <cmath>
 #include <cstdio>
 
@@ -84,6 +85,17 @@ void bench_flce(Bench& b) {
         [&] { ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f, Tensor(), Tensor(), loss.t, Tensor()); });
     b.add({"flce loss only", "T=8192 H=4096 V=128256", us_fwd, 0, 2.0 * T * H * V, v.name});
   }
+  // A head updated on the host keeps its weight gradient in bf16 (the plan's gradient dtype): the
+  // dw product then writes half the bytes per chunk.
+  DeviceTensor dw16(DType::BF16, {V, H});
+  fill_random(dw16, 4, -1e-3f, 1e-3f);
+  CudaOps ops(b.stream(), CudaOpsOptions{});
+  const double us = b.time_us(
+      [&] { ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f / T, dx.t, dw16.t, loss.t, Tensor()); });
+  char note[160];
+  std::snprintf(note, sizeof note, "fused, default chunks (%lld tokens), bf16 weight gradient",
+                (long long)ops.flce_chunk_tokens(V));
+  b.add({"flce fwd+bwd", "T=8192 H=4096 V=128256", us, 0, flops, note});
 }
 
 }  // namespace ferry::bench
