@@ -220,6 +220,17 @@ class ProfileSelection : public ::testing::Test {
   MachineProfile obtain(ProfileOrigin* origin) {
     return obtain_profile(config_, model_, *rig_.device, *rig_.ops, options_, origin);
   }
+  // Plans with `profile` saved as the file `name` (`profile: FILE`); returns what was logged.
+  std::string obtain_from_file(const MachineProfile& profile, const std::string& name, MachineProfile* used) {
+    const std::filesystem::path file = cache_ / name;
+    save_profile(file, profile);
+    config_.profile = file;
+    LogCapture log;
+    ProfileOrigin origin = ProfileOrigin::Measured;
+    *used = obtain(&origin);
+    EXPECT_EQ(origin, ProfileOrigin::File);
+    return log.take();
+  }
 
   test::ScratchDir cache_;
   TrainConfig config_;
@@ -308,13 +319,8 @@ TEST_F(ProfileSelection, ProfileFileIsUsedAsIsAndWarnsAboutAnotherSeqLen) {
   other.weight_dtype = DType::BF16;
   other.seq_len = 4 * kSeq;
   other.shape_key = model_shape_key(model_, other.seq_len, other.weight_dtype);
-  const std::filesystem::path file = cache_ / "h200.json";
-  save_profile(file, other);
-  config_.profile = file;
-  LogCapture log;
-  const MachineProfile used = obtain(&origin);
-  const std::string warnings = log.take();
-  EXPECT_EQ(origin, ProfileOrigin::File);
+  MachineProfile used;
+  const std::string warnings = obtain_from_file(other, "h200.json", &used);
   EXPECT_EQ(profile_to_json(used), profile_to_json(other));
   EXPECT_NE(warnings.find("seq_len 128"), std::string::npos) << warnings;
   EXPECT_EQ(warnings.find("older ferry"), std::string::npos) << warnings;
@@ -326,13 +332,8 @@ TEST_F(ProfileSelection, ProfileFileOfAnOlderMethodIsUsedWithAWarning) {
   ProfileOrigin origin;
   MachineProfile old = obtain(&origin);
   old.method = 0;
-  const std::filesystem::path file = cache_ / "old.json";
-  save_profile(file, old);
-  config_.profile = file;
-  LogCapture log;
-  const MachineProfile used = obtain(&origin);
-  const std::string warnings = log.take();
-  EXPECT_EQ(origin, ProfileOrigin::File);
+  MachineProfile used;
+  const std::string warnings = obtain_from_file(old, "old.json", &used);
   EXPECT_EQ(used.method, 0);
   EXPECT_NE(warnings.find("measured by an older ferry (method 0"), std::string::npos) << warnings;
   EXPECT_NE(warnings.find("ferry profile"), std::string::npos) << warnings;
