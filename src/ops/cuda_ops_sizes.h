@@ -10,9 +10,10 @@ namespace ferry {
 // CudaOpsOptions' defaults.
 inline constexpr size_t kCudaGemmWorkspaceBytes = size_t{32} << 20;
 // 512 MiB of logits (2048 tokens of a 128k vocabulary): the head's weight gradient (V x H, fp32
-// where the head keeps its optimizer on the GPU) is read and written once per chunk, so halving
-// the chunks from 256 MiB's took the 8B head from 45.7 to 41.0 ms per 8192 tokens (unfused, all
-// logits at once: 40.3). The planner counts the bytes; at 24 GiB they cost at most 0.2% of a step.
+// where the head keeps its optimizer on the GPU) is read and written once per chunk: on the H200
+// the 8B head takes 39.3 ms per 8192 tokens with 512 MiB chunks, 42.8 with 256 MiB, and 41.0 with
+// all logits at once (bench_flce). The planner counts the bytes; at 24 GiB they cost at most 0.2%
+// of a step.
 inline constexpr size_t kCudaFlceChunkBytes = size_t{512} << 20;
 // GEMM tuning (CudaOpsOptions::gemm_tuning, ops/cuda/cuda_gemm.cuh): candidates per problem, timed
 // calls of each, and how much faster than the heuristic's first a candidate must be to be kept.
