@@ -1,7 +1,10 @@
 // `ferry profile` end to end on the simulated device: the summary it prints, and the file it writes
-// loads back as a profile of the current format, with the CPU AdamW measured beside copies.
+// loads back as a profile of the current format and method, with the CPU AdamW measured beside
+// copies.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "engine/machine_profiler.h"
 #include "planner/profile.h"
 #include "test_util.h"
 
@@ -18,7 +21,7 @@ TEST(ProfileCommand, PrintsTheSummaryAndWritesALoadableProfile) {
   ASSERT_EQ(test::run_command(command, &out), 0) << out;
   for (const char* expected : {"machine profile: sim", "layer forward", "layer backward", "head fwd+bwd", "head, fp32 grads",
                                "h2d alone", "both at once", "CPU AdamW", "beside copies       CPU AdamW at ",
-                               "(host DRAM shared)", "RAM"}) {
+                               "(host DRAM shared)", "RAM", "measured by:     cpu, method "}) {
     EXPECT_NE(out.find(expected), std::string::npos) << expected << "\n" << out;
   }
   const MachineProfile p = load_profile(dir / "sim.json");
@@ -26,6 +29,8 @@ TEST(ProfileCommand, PrintsTheSummaryAndWritesALoadableProfile) {
   EXPECT_EQ(p.seq_len, 32);
   EXPECT_TRUE(p.host.memory_sharing_measured);
   EXPECT_EQ(profile_to_json(p)["version"], MachineProfile::kVersion);
+  EXPECT_EQ(p.method, kProfilerMethod);
+  EXPECT_NE(out.find(fmt::format("method {}\n", kProfilerMethod)), std::string::npos) << out;
 }
 
 }  // namespace

@@ -73,7 +73,9 @@ void print_profile(const MachineProfile& p, const ModelConfig& model) {
   const int64_t T = p.seq_len;
   std::printf("machine profile: %s, %s of device memory\n", p.device_name.c_str(),
               format_bytes(static_cast<size_t>(p.device_memory_bytes)).c_str());
-  std::printf("model shape:     %s\n\n", p.shape_key.c_str());
+  std::printf("model shape:     %s\n", p.shape_key.c_str());
+  std::printf("measured by:     %s, method %d\n\n", p.kernels.empty() ? "(kernels not recorded)" : p.kernels.c_str(),
+              p.method);
   std::printf("compute (one micro-chunk: fixed + per token)\n");
   std::printf("  layer forward       %s\n", linear(p.compute.layer_forward, T, layer_flops).c_str());
   std::printf("  layer backward      %s\n", linear(p.compute.layer_backward, T, 3 * layer_flops).c_str());
