@@ -5,6 +5,7 @@
 
 #include <fstream>
 
+#include "engine/machine_profiler.h"
 #include "io/model_config.h"
 #include "model/unit_layout.h"
 #include "planner/profile.h"
@@ -30,6 +31,7 @@ class PlanCommandTest : public ::testing::Test {
     profile.weight_dtype = DType::F32;
     profile.shape_key = model_shape_key(model, 64, DType::F32);
     profile.device_memory_bytes = 1e9;
+    profile.method = kProfilerMethod;
     save_profile(dir_ / "profile.json", profile);
     std::ofstream(dir_ / "train.yaml") << "model: model\n"
                                           "output_dir: out\n"
@@ -74,6 +76,7 @@ TEST_F(PlanCommandTest, AGpuWaitingForTheCpuPassIsAdvised) {
   slow.weight_dtype = DType::F32;
   slow.shape_key = model_shape_key(model, 64, DType::F32);
   slow.device_memory_bytes = 1e9;
+  slow.method = kProfilerMethod;
   save_profile(dir_ / "slow_cpu.json", slow);
   int status = -1;
   const std::string out = plan("profile=slow_cpu.json", &status);
@@ -84,6 +87,20 @@ TEST_F(PlanCommandTest, AGpuWaitingForTheCpuPassIsAdvised) {
   EXPECT_NE(out.find("  global_batch: 16 (1024 tokens a step): "), std::string::npos) << out;
   // The machine of the other tests hides its pass: no advice.
   EXPECT_EQ(plan("", &status).find("waits for the CPU AdamW"), std::string::npos);
+}
+
+// A profile file that an older ferry measured plans all the same, with a warning that says how to
+// measure it again; one of the current method plans without it.
+TEST_F(PlanCommandTest, AProfileFromAnOlderFerryPlansWithAWarning) {
+  MachineProfile old = load_profile(dir_ / "profile.json");
+  old.method = kProfilerMethod - 1;
+  save_profile(dir_ / "old.json", old);
+  int status = -1;
+  const std::string out = plan("profile=old.json", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("was measured by an older ferry"), std::string::npos) << out;
+  EXPECT_NE(out.find("predicted step time"), std::string::npos) << out;
+  EXPECT_EQ(plan("", &status).find("older ferry"), std::string::npos);
 }
 
 TEST_F(PlanCommandTest, ForcedOptionsShowInThePlan) {
