@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/profile_timing.h"
 
 namespace ferry {
 
@@ -47,10 +48,6 @@ class ProbeFile {
   std::filesystem::path path_;
   int fd_ = -1;
 };
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 }  // namespace
 

@@ -12,14 +12,13 @@
 #include "device/memory_ledger.h"
 #include "engine/cpu_adamw_probe.h"
 #include "engine/machine_profiler.h"
+#include "engine/profile_timing.h"
 
 namespace ferry {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Pinned copies queued back to back on the device's copy streams by a thread of their own, h2d
 // alone or h2d and d2h at once, until stopped; counts the bytes copied. At most two copies per

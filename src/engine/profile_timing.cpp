@@ -13,10 +13,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // Takes samples of every item in turn (a, b, c, a, b, c, ...) and keeps each item's median.
 // `sample(i)` returns the seconds of one run of item i.
 std::vector<double> medians_of_samples(size_t items, const std::function<double(size_t)>& sample,

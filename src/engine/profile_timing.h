@@ -6,6 +6,7 @@
 // the work; the median of several such samples discards a sample disturbed by something else.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -16,6 +17,11 @@
 #include "planner/profile.h"
 
 namespace ferry {
+
+// Seconds on the steady clock since `start`.
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 struct TimingOptions {
   int repeats = 5;                   // samples per measurement; the median is kept
