@@ -232,10 +232,21 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
     return Chunk{chunk_tokens.chunk(T), carve_head_scratch(arena, s.config, T, s.wd), rows(x, s.wd, T, H),
                  rows(dx, s.wd, T, H), 1.0f / static_cast<float>(T)};
   };
-  auto head_run = [&](Chunk& c, const HeadParams& grads) {
-    head_forward_backward(ops, s.config, hp, &grads, c.tokens, c.in, c.grad_scale, c.d_in, c.scratch, loss_sum);
+  // The head with weight gradients `grads`, on its own, run after run as a step runs its chunks:
+  // timed in turn with the light embedding passes, its samples began with the clocks those left the
+  // power-capped GPU, and the 8B's head came out 12% faster than in its steps.
+  auto time_head = [&](const HeadParams& grads, const std::string& what) {
+    std::vector<TimedTokens> times;
+    for (const int64_t T : tokens) {
+      Chunk c = chunk_of(T);
+      const std::function<void()> run = [&] {
+        head_forward_backward(ops, s.config, hp, &grads, c.tokens, c.in, c.grad_scale, c.d_in, c.scratch, loss_sum);
+      };
+      times.push_back({T, time_on_device(device, run, timing)});
+    }
+    return fit_linear_time(times, what);
   };
-  std::vector<TimedTokens> emb_forward, emb_backward, head_times;
+  std::vector<TimedTokens> emb_forward, emb_backward;
   for (const int64_t T : tokens) {
     Chunk c = chunk_of(T);
     const Tensor out = rows(embedded, s.wd, T, H);
@@ -245,25 +256,16 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
     const std::vector<double> seconds = time_each_on_device(device, runs, timing);
     emb_forward.push_back({T, seconds[0]});
     emb_backward.push_back({T, seconds[1]});
-    // The head on its own, run after run as a step runs its chunks: timed in turn with the light
-    // embedding passes, its samples began with the clocks those left the power-capped GPU, and the
-    // 8B's head came out 12% faster than in its steps (and than the same head timed alone).
-    head_times.push_back({T, time_on_device(device, [&] { head_run(c, hg); }, timing)});
   }
   EndTimes times{fit_linear_time(emb_forward, "embedding forward"), fit_linear_time(emb_backward, "embedding backward"),
-                 fit_linear_time(head_times, "head"), {}};
+                 time_head(hg, "head"), {}};
   times.head_f32_grads = times.head;
   // (With fp32 gradients already, as on the simulated device, this times the same work again.)
   // After the runs above, whose first calls took the ops' workspaces, what is free is free.
   const F32HeadGradients f32(device, s);
-  if (!f32.allocated) return times;
-  const HeadParams hg32 = head_params(s.layout, f32.head.data(), f32.embedding.data(), DType::F32);
-  std::vector<TimedTokens> head_f32_times;
-  for (const int64_t T : tokens) {
-    Chunk c = chunk_of(T);
-    head_f32_times.push_back({T, time_on_device(device, [&] { head_run(c, hg32); }, timing)});
-  }
-  times.head_f32_grads = fit_linear_time(head_f32_times, "head with fp32 gradients");
+  if (f32.allocated)
+    times.head_f32_grads = time_head(head_params(s.layout, f32.head.data(), f32.embedding.data(), DType::F32),
+                                     "head with fp32 gradients");
   return times;
 }
 
