@@ -4,31 +4,16 @@
 #include <gtest/gtest.h>
 
 #include "planner/idle_advice.h"
-#include "planner_shapes.h"
+#include "planner_8b_search_fixture.h"
 
 namespace ferry {
 namespace {
 
-constexpr size_t kGiB = size_t{1} << 30;
-
-class IdleAdviceTest : public ::testing::Test {
+class IdleAdviceTest : public test::Llama8BSearchTest {
  protected:
-  static constexpr int64_t kSeq = 8192, kGlobal = 8;
-  const ModelConfig config_ = test::llama_8b();
-  const ModelLayout layout_ = build_model_layout(config_);
-
-  MachineProfile machine(double pcie, double cpu) const {
-    return test::round_profile(config_, kSeq, kSeq * kGlobal, 0.06, pcie, cpu, 100e9);
-  }
   PlanRequest request(bool clipping) const {
-    PlanRequest r;
-    r.seq_len = kSeq;
-    r.global_batch = kGlobal;
-    r.micro_batch = 1;
-    r.device_budget = 24 * kGiB;
-    r.host_budget = 400 * kGiB;
+    PlanRequest r = Llama8BSearchTest::request(24);
     r.clipping = clipping;
-    r.space.per_unit_gpu_optimizer = true;
     return r;
   }
   std::vector<IdleAdvice> advise(const MachineProfile& m, const PlanRequest& r, Prediction* best) const {

@@ -9,40 +9,21 @@
 #include "core/error.h"
 #include "planner/memory_model.h"
 #include "planner/search.h"
-#include "planner_shapes.h"
+#include "planner_8b_search_fixture.h"
 
 namespace ferry {
 namespace {
 
-constexpr size_t kGiB = size_t{1} << 30;
+using test::kGiB;
 
-class SearchTest : public ::testing::Test {
+class SearchTest : public test::Llama8BSearchTest {
  protected:
-  static constexpr int64_t kSeq = 8192, kGlobal = 8;
-  const ModelConfig config_ = test::llama_8b();
-  const ModelLayout layout_ = build_model_layout(config_);
-
-  // Both machines compute the same (60 ms per layer forward for the step's 64k tokens, the
-  // backward twice that: 5.9 s of compute per step), and have a 100 G params/s GPU AdamW.
+  // Both machines compute the same (the fixture's 5.9 s per step) with the same GPU AdamW.
   // Fast CPU, slow link: AdamW at 20 G params/s (0.4 s for the 8 G params), PCIe 4 GB/s (a layer's
   // 436 MB of bf16 weights takes 0.11 s, longer than its 60 ms forward).
-  MachineProfile fast_cpu_slow_link() const {
-    return test::round_profile(config_, kSeq, kSeq * kGlobal, 0.06, 4e9, 20e9, 100e9);
-  }
+  MachineProfile fast_cpu_slow_link() const { return machine(4e9, 20e9); }
   // Slow CPU, fast link: AdamW at 0.5 G params/s (16 s for the 8 G params), PCIe 55 GB/s.
-  MachineProfile slow_cpu_fast_link() const {
-    return test::round_profile(config_, kSeq, kSeq * kGlobal, 0.06, 55e9, 0.5e9, 100e9);
-  }
-  PlanRequest request(size_t device_gib) const {
-    PlanRequest r;
-    r.seq_len = kSeq;
-    r.global_batch = kGlobal;
-    r.micro_batch = 1;
-    r.device_budget = device_gib * kGiB;
-    r.host_budget = 400 * kGiB;
-    r.space.per_unit_gpu_optimizer = true;
-    return r;
-  }
+  MachineProfile slow_cpu_fast_link() const { return machine(55e9, 0.5e9); }
   double params_with_gpu_optimizer(const Plan& plan) const {
     double n = 0;
     for (size_t u = 0; u < plan.units.size(); ++u)
@@ -217,15 +198,15 @@ TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
 TEST_F(SearchTest, EverythingOnTheGpuWhenItFitsAndTheDeviceCan) {
   const ModelConfig toy = test::toy_shape();
   const ModelLayout layout = build_model_layout(toy);
-  const MachineProfile machine = test::round_profile(toy, 1024, 8192, 0.01, 20e9, 2e9, 100e9);
+  const MachineProfile toy_machine = test::round_profile(toy, 1024, 8192, 0.01, 20e9, 2e9, 100e9);
   PlanRequest r;
   r.seq_len = 1024;
   r.global_batch = 8;
   r.device_budget = 8 * kGiB;
   r.allow_optimizer_on_gpu = true;
-  EXPECT_TRUE(search_plans(toy, layout, machine, r).best.plan.optimizer_on_gpu());
+  EXPECT_TRUE(search_plans(toy, layout, toy_machine, r).best.plan.optimizer_on_gpu());
   r.allow_optimizer_on_gpu = false;
-  EXPECT_FALSE(search_plans(toy, layout, machine, r).best.plan.optimizer_on_gpu());
+  EXPECT_FALSE(search_plans(toy, layout, toy_machine, r).best.plan.optimizer_on_gpu());
 }
 
 // The smallest plan of the 8B shape streams everything through 2 slots sized to the 525 M-param
