@@ -52,7 +52,7 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
 // One line for the log: the plan, its predicted step time and tokens/s, the bottleneck.
 std::string describe_selection(const PlanSelection& selection);
 
-// The advice, one line each ("" without): "GPU idle 8% waits for the CPU AdamW after the global
+// The advice, one line each (none without advice): "GPU idle 8% waits for the CPU AdamW after the global
 // norm; predicted with global_batch: 32 (65536 tokens a step): 22731 tokens/s, GPU idle 0%".
 std::vector<std::string> describe_advice(const PlanSelection& selection);
 

@@ -162,7 +162,8 @@ std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates,
     const bool cpu_working = running[cpu].task >= 0 && running[cpu].latency_left > 0.0;
     // How fast each lane progresses: seconds of work per second (the CPU slows while copies move),
     // and bytes per second for a copy past its latency (slower while the CPU works).
-    double work_speed[kLaneCount] = {1.0, 1.0, 1.0, 1.0, 1.0};
+    double work_speed[kLaneCount];
+    std::fill_n(work_speed, kLaneCount, 1.0);
     work_speed[cpu] = copies_moving == 0 ? 1.0 : copies_moving == 1 ? sharing.cpu_beside_copy : sharing.cpu_beside_duplex;
     double byte_rate[kLaneCount] = {};
     const double copy_share = !cpu_working ? 1.0 : duplex ? sharing.duplex_beside_cpu : sharing.copy_beside_cpu;
