@@ -22,6 +22,23 @@ TEST(MemoryModel, CudaOpsWorkspaceOfTheWorkedExample) {
   EXPECT_EQ(bf16 - cuda_ops_workspace_bytes(c, 8192, DType::F32), size_t{14336} * 4096 * 2);
 }
 
+// A layer that keeps its internals keeps the GEMMs' and the attention's outputs, not the norms'
+// outputs or the activation (decoder_layer.h): per token x1 (H), q and the attention output (QD
+// each), k and v (KD each), gate and up (F each) in bf16, and the attention's fp32 statistics per
+// query head. With 8192 tokens every tensor is a multiple of the arena's 256-byte alignment, so
+// the sum is exact (the model adds one alignment and rounds to 256).
+TEST(MemoryModel, KeptInternalsAreTheGemmAndAttentionOutputs) {
+  const ModelConfig c = test::llama_8b();
+  const size_t T = 8192, H = 4096, QD = 4096, KD = 1024, F = 14336, heads = 32;
+  ASSERT_EQ(static_cast<size_t>(c.q_dim()), QD);
+  ASSERT_EQ(static_cast<size_t>(c.kv_dim()), KD);
+  ASSERT_FALSE(c.qk_norm);
+  const size_t kept = T * (H + 2 * QD + 2 * KD + 2 * F) * 2 + heads * T * 4;
+  EXPECT_EQ(layer_internals_bytes(c, static_cast<int64_t>(T), DType::BF16), kept + 256);
+  // 84.1 KiB per token; the norms' outputs and the activation (2H + F values) would add 44 KiB.
+  EXPECT_NEAR(static_cast<double>(kept) / T / 1024, 84.1, 0.05);
+}
+
 class MemoryModelPlans : public ::testing::Test {
  protected:
   const ModelConfig config_ = test::llama_8b();

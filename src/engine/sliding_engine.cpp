@@ -102,8 +102,8 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
     staging_activations_[0] = DeviceBuffer(device_, act_bytes, "activation staging");
     staging_activations_[1] = DeviceBuffer(device_, act_bytes, "activation staging");
   }
-  // KeepWithInternals: each micro-chunk's forward intermediates in a slice of their own, sized as
-  // the memory model sizes them (layer_internals_bytes).
+  // KeepWithInternals: each micro-chunk's kept intermediates in a slice of their own, sized as the
+  // memory model sizes them (layer_internals_bytes).
   const size_t internals_bytes = layer_internals_bytes(config_, chunk_tokens_, wd);
   internals_buffers_.resize(static_cast<size_t>(L));
   kept_internals_.resize(static_cast<size_t>(L));
@@ -113,7 +113,7 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
     buffer = DeviceBuffer(device_, static_cast<size_t>(C) * internals_bytes, "layer internals");
     for (size_t c = 0; c < C; ++c) {
       Arena slice(buffer.as<char>() + c * internals_bytes, internals_bytes);
-      kept_internals_[static_cast<size_t>(l)].push_back(carve_layer_scratch(slice, config_, chunk_tokens_, wd, false));
+      kept_internals_[static_cast<size_t>(l)].push_back(carve_kept_internals(slice, config_, chunk_tokens_, wd));
     }
   }
   if (const size_t pieces = conversion_staging_elements(layout_, plan_); pieces > 0) {
@@ -170,9 +170,9 @@ bool SlidingEngine::keeps_internals(int64_t layer) const {
   return plan_.activations[static_cast<size_t>(layer)] == ActivationPlacement::KeepWithInternals;
 }
 
-LayerScratch& SlidingEngine::forward_scratch(int64_t layer, int64_t chunk) {
+LayerScratch SlidingEngine::layer_scratch(int64_t layer, int64_t chunk) const {
   if (!keeps_internals(layer)) return layer_scratch_;
-  return kept_internals_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)];
+  return with_kept_internals(kept_internals_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)], layer_scratch_);
 }
 
 DType SlidingEngine::unit_grad_dtype(size_t u) const {
@@ -450,8 +450,10 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
       const LayerParams p = layer_params(layout_.units[u], params, wd);
       if (forward) {
         before_write(l + 1);
-        for (int64_t c = 0; c < C; ++c)
-          layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), forward_scratch(l, c));
+        for (int64_t c = 0; c < C; ++c) {
+          LayerScratch s = layer_scratch(l, c);
+          layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), s);
+        }
         if (is_offloaded(l + 1)) offload(l + 1);
       } else {
         if (!resident_[u]) device_.fill_zero(grads, grad_bytes, StreamKind::Compute);
@@ -462,9 +464,9 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
         const LayerParams g = layer_params(layout_.units[u], grads, gd);
         const bool kept = keeps_internals(l);
         for (int64_t c = 0; c < C; ++c) {
-          LayerScratch s = kept ? with_forward_of(forward_scratch(l, c), layer_scratch_) : layer_scratch_;
+          LayerScratch s = layer_scratch(l, c);
           layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c), activation_grad(c), activation_grad(c), s,
-                         !kept);
+                         kept ? Recompute::NormsActivation : Recompute::Forward);
         }
         sends = true;
       }

@@ -35,8 +35,9 @@
 //  * ActivationPlacement: KeepOnGpu holds a layer's boundary activation on the GPU; OffloadToHost
 //    moves it to pinned host memory (the same bytes) and back (2 × its bytes over PCIe per step),
 //    with a 2-buffer staging ring on the GPU. KeepWithInternals also keeps the layer's forward
-//    intermediates, one scratch per micro-chunk (layer_internals_bytes each): its backward skips
-//    the recompute and reads them, which gives the same bits.
+//    intermediates that GEMMs and the attention wrote, per micro-chunk (layer_internals_bytes
+//    each): its backward runs again only the norms and the activation (decoder_layer.h), which
+//    gives the same bits.
 //  * UpdateSchedule: AfterBackward (clipping needs the global norm) updates the host units after
 //    the backward, embedding first, overlapped with the next step's forward, and the device units
 //    at the step's end; DuringBackward (no clipping) updates each unit as its gradient lands.
@@ -108,9 +109,9 @@ class SlidingEngine {
   void issue_load(size_t use_index);
   // Whether the plan keeps the layer's forward intermediates (ActivationPlacement::KeepWithInternals).
   bool keeps_internals(int64_t layer) const;
-  // Where the forward of (layer, micro-chunk) writes its intermediates: the layer's own kept
-  // scratch, or the shared one the backward recomputes into.
-  LayerScratch& forward_scratch(int64_t layer, int64_t chunk);
+  // The scratch of (layer, micro-chunk)'s forward and backward: the shared one, with the layer's
+  // kept intermediates in place of its own fields where the layer keeps them.
+  LayerScratch layer_scratch(int64_t layer, int64_t chunk) const;
   // ResidentWithOptimizer units accumulate fp32 gradients; the others the plan's grad dtype.
   DType unit_grad_dtype(size_t unit) const;
   // Copies the unit's gradient to the host and hands it to the updater; returns the event after

@@ -45,6 +45,26 @@ LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DTyp
   return s;
 }
 
+LayerScratch carve_kept_internals(Arena& a, const ModelConfig& c, int64_t T, DType dt) {
+  const int64_t H = c.hidden_size, F = c.intermediate_size, QD = c.q_dim(), KD = c.kv_dim();
+  LayerScratch s;
+  if (c.qk_norm) {
+    s.q_pre = a.take(dt, {T, QD});
+    s.rstd_q = a.take(DType::F32, {T * c.num_heads});
+    s.k_pre = a.take(dt, {T, KD});
+    s.rstd_k = a.take(DType::F32, {T * c.num_kv_heads});
+  }
+  s.q = a.take(dt, {T, QD});
+  s.k = a.take(dt, {T, KD});
+  s.v = a.take(dt, {T, KD});
+  s.attn = a.take(dt, {T, QD});
+  s.lse = a.take(DType::F32, {c.num_heads, T});
+  s.x1 = a.take(dt, {T, H});
+  s.gate = a.take(dt, {T, F});
+  s.up = a.take(dt, {T, F});
+  return s;
+}
+
 namespace {
 
 struct Dims {
@@ -114,29 +134,36 @@ void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& p, cons
   ops.linear_forward(shaped(s.act, {d.T, d.F}), p.down_proj, p.down_bias, shaped(s.x1, {d.T, d.H}), x_out);
 }
 
-LayerScratch with_forward_of(const LayerScratch& forward, const LayerScratch& backward) {
-  LayerScratch s = forward;
-  s.d_act = backward.d_act;
-  s.d_gate = backward.d_gate;
-  s.d_up = backward.d_up;
-  s.d_h2 = backward.d_h2;
-  s.d_x1 = backward.d_x1;
-  s.d_h = backward.d_h;
-  s.d_attn = backward.d_attn;
-  s.dq = backward.dq;
-  s.dk = backward.dk;
-  s.dv = backward.dv;
-  s.dq_pre = backward.dq_pre;
-  s.dk_pre = backward.dk_pre;
+LayerScratch with_kept_internals(const LayerScratch& kept, const LayerScratch& work) {
+  LayerScratch s = work;
+  s.q_pre = kept.q_pre;
+  s.rstd_q = kept.rstd_q;
+  s.k_pre = kept.k_pre;
+  s.rstd_k = kept.rstd_k;
+  s.q = kept.q;
+  s.k = kept.k;
+  s.v = kept.v;
+  s.attn = kept.attn;
+  s.lse = kept.lse;
+  s.x1 = kept.x1;
+  s.gate = kept.gate;
+  s.up = kept.up;
   return s;
 }
 
 void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, const LayerParams& g,
                     const TokenChunk& chunk, Tensor x_in, Tensor dx_out, Tensor dx_in, LayerScratch& s,
-                    bool recompute) {
+                    Recompute recompute) {
   const ModelConfig& c = *ctx.config;
   const Dims d = dims_of(c, chunk.tokens);
-  if (recompute) forward_into_scratch(ops, ctx, p, chunk, x_in, s);
+  if (recompute == Recompute::Forward) {
+    forward_into_scratch(ops, ctx, p, chunk, x_in, s);
+  } else {
+    const float eps = static_cast<float>(c.rms_norm_eps);
+    ops.rmsnorm_forward(x_in, p.input_norm, eps, shaped(s.h, {d.T, d.H}), shaped(s.rstd1, {d.T}));
+    ops.rmsnorm_forward(shaped(s.x1, {d.T, d.H}), p.post_norm, eps, shaped(s.h2, {d.T, d.H}), shaped(s.rstd2, {d.T}));
+    ops.swiglu_forward(shaped(s.gate, {d.T, d.F}), shaped(s.up, {d.T, d.F}), shaped(s.act, {d.T, d.F}));
+  }
 
   // MLP: x' = x1 + down(act), act = silu(gate) * up, gate/up = proj(h2), h2 = rmsnorm(x1).
   // Where two gradients meet (gate and up into h2; the residual and the norm into x1) the second

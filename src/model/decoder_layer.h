@@ -5,8 +5,12 @@
 //
 // Training keeps each layer's input (the boundary activation). The backward pass recomputes the
 // layer's forward from it into the scratch, then runs the backward -- or, where the forward's
-// intermediates were kept (the forward ran into a scratch of their own), skips the recompute.
-// Parameter gradients are accumulated (+=) into the layer's gradient views.
+// intermediates were kept (carve_kept_internals: every GEMM's and the attention's output), runs
+// again only the three passes that are cheap to run and dear to keep: the two norms' outputs and
+// the MLP's activation. They are memory-bound passes over 2H + F values per token, which keeping
+// would add to the H + 2(Hq + Hkv)D + 2F kept (Llama-3.2-3B: a third more memory per kept layer,
+// to save a few percent of the recompute). Parameter gradients are accumulated (+=) into the
+// layer's gradient views.
 #pragma once
 
 #include <vector>
@@ -38,9 +42,20 @@ struct LayerScratch {
 // Carves the scratch for `tokens` tokens from `arena` (a measuring arena gives its size).
 LayerScratch carve_layer_scratch(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype,
                                  bool with_backward);
-// The forward intermediates of `forward` with the backward temporaries of `backward`: the scratch
-// a backward without recompute runs in.
-LayerScratch with_forward_of(const LayerScratch& forward, const LayerScratch& backward);
+// Carves what a layer keeps from its forward to skip the backward's recompute: the outputs of the
+// GEMMs and the attention (q_pre, k_pre and their norms' rstd for qk_norm models; q, k, v, attn,
+// lse, x1, gate, up). The other fields stay empty.
+LayerScratch carve_kept_internals(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype);
+// `work` (a full scratch, with_backward) with the fields of `kept` (carve_kept_internals) in place
+// of its own: the scratch a forward that keeps its internals, and the backward that reads them,
+// run in. The norms' outputs, the activation and the backward temporaries stay `work`'s.
+LayerScratch with_kept_internals(const LayerScratch& kept, const LayerScratch& work);
+
+// What layer_backward computes again before the backward proper.
+enum class Recompute {
+  Forward,          // the whole forward from x_in (s holds nothing of it)
+  NormsActivation,  // h, h2 and act, from x_in and the kept x1, gate, up (with_kept_internals)
+};
 
 struct LayerContext {
   const ModelConfig* config = nullptr;
@@ -51,11 +66,12 @@ struct LayerContext {
 void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& params, const TokenChunk& chunk,
                    Tensor x_in, Tensor x_out, LayerScratch& s);
 
-// Recomputes the forward from x_in into s (unless `recompute` is false: s then holds what
-// layer_forward of x_in wrote), then: dx_in (T,H) = d layer / d x_in applied to dx_out, and
-// grads += d/d params. dx_in may alias dx_out. The backward writes only s's backward temporaries.
+// Recomputes what `recompute` says into s, then: dx_in (T,H) = d layer / d x_in applied to
+// dx_out, and grads += d/d params. dx_in may alias dx_out. Both recomputes give the bits the
+// forward gave (the same kernels on the same inputs). Besides the recompute, the backward writes
+// only s's backward temporaries.
 void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& params, const LayerParams& grads,
                     const TokenChunk& chunk, Tensor x_in, Tensor dx_out, Tensor dx_in, LayerScratch& s,
-                    bool recompute = true);
+                    Recompute recompute = Recompute::Forward);
 
 }  // namespace ferry

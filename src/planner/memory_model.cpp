@@ -40,7 +40,7 @@ size_t grad_norm_partials(const UnitLayout& unit) {
 
 size_t layer_internals_bytes(const ModelConfig& config, int64_t chunk_tokens, DType weight_dtype) {
   Arena measure = Arena::measuring();
-  carve_layer_scratch(measure, config, chunk_tokens, weight_dtype, false);
+  carve_kept_internals(measure, config, chunk_tokens, weight_dtype);
   return round_to_256(measure.used() + Arena::kAlignment);
 }
 

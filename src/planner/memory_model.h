@@ -53,8 +53,8 @@ struct GpuOptimizerBytes {
   size_t staging_elements = 0;  // floats of state staging; 0 when no unit has its optimizer on the GPU
 };
 GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& plan);
-// A layer's forward intermediates for one micro-chunk (carve_layer_scratch without the backward's
-// temporaries), as the engine allocates them for ActivationPlacement::KeepWithInternals.
+// What a layer keeps of its forward for one micro-chunk (carve_kept_internals), as the engine
+// allocates it for ActivationPlacement::KeepWithInternals.
 size_t layer_internals_bytes(const ModelConfig& config, int64_t chunk_tokens, DType weight_dtype);
 // Norm partials of one unit: grad_sumsq_chunks of each of its parameters.
 size_t grad_norm_partials(const UnitLayout& unit);

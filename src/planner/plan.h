@@ -37,9 +37,10 @@ enum class WeightUpload {
 enum class ActivationPlacement {
   KeepOnGpu,      // the boundary on the GPU; the backward recomputes the layer's forward from it
   OffloadToHost,  // d2h after the forward, h2d prefetch before the backward; recomputed as above
-  // The boundary and every forward intermediate the backward reads (norms, q/k/v, attention
-  // output and statistics, gate/up/activation), for each micro-chunk, on the GPU: the backward
-  // skips the recompute (a layer forward's compute) for that many bytes of device memory.
+  // The boundary and the forward's outputs of the GEMMs and the attention (q/k/v, attention output
+  // and statistics, x1, gate/up), for each micro-chunk, on the GPU: the backward skips the
+  // recompute but for the norms and the activation (memory-bound passes) for that many bytes of
+  // device memory.
   KeepWithInternals,
 };
 // Whether the boundary activation stays in device memory.

@@ -41,6 +41,10 @@ struct ComputeProfile {
   double grad_norm_params_per_s = 0.0;
 };
 
+// Device memory traffic of the GPU AdamW per parameter (optim/gpu_adamw.h): its measured rate times
+// this is the device memory's rate, which memory-bound passes the profile does not time run at.
+constexpr double kGpuAdamWBytesPerParam = 30.0;
+
 // Copies between pinned host memory and the device.
 struct TransferProfile {
   double h2d_bytes_per_s = 0.0;         // alone

@@ -30,6 +30,15 @@ class ProgramBuilder {
     const double matrices = H * (2.0 * static_cast<double>(config.q_dim()) + 2.0 * static_cast<double>(config.kv_dim())) +
                             3.0 * H * F;
     recompute_share_ = 1.0 - H * F / matrices;
+    // What a layer that kept its internals still runs again (decoder_layer.h): two norms and the
+    // activation, memory-bound passes moving (4H + 3F) values and two rstd per token, at the
+    // device memory's rate as the GPU AdamW's shows it (it moves about 30 bytes per parameter).
+    // Without a GPU AdamW rate they are taken as free (a few percent of the recompute they stay of).
+    if (profile_.compute.gpu_adamw_params_per_s > 0) {
+      const double bytes = static_cast<double>(shape_.tokens()) *
+                           ((4.0 * H + 3.0 * F) * static_cast<double>(dtype_size(plan_.weight_dtype)) + 8.0);
+      kept_layer_recompute_s_ = bytes / (kGpuAdamWBytesPerParam * profile_.compute.gpu_adamw_params_per_s);
+    }
     uses_ = schedule_slots(step_unit_sequence(L_), resident_, std::max<int64_t>(1, plan_.gpu_slots));
     activation_bytes_ = static_cast<double>(shape_.tokens() * config.hidden_size) *
                         static_cast<double>(dtype_size(plan_.weight_dtype));
@@ -69,13 +78,15 @@ class ProgramBuilder {
   TaskGraph& graph() { return program_.graph; }
   double numel(size_t u) const { return static_cast<double>(layout_.units[u].numel); }
   // The profile's layer backward includes the recompute of the forward; a layer that kept its
-  // internals skips it: the forward less its last GEMM (down_proj, which the recompute does not
-  // run), that GEMM's share taken as its share of the layer's weight-matrix FLOPs.
+  // internals skips most of it: the forward less its last GEMM (down_proj, which the recompute
+  // does not run), that GEMM's share taken as its share of the layer's weight-matrix FLOPs, and
+  // less the norms and activation it runs again.
   double layer_backward_seconds(int64_t layer) const {
     const ComputeProfile& compute = profile_.compute;
     const double backward = chunks_of(compute.layer_backward);
     if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals) return backward;
-    return std::max(0.0, backward - recompute_share_ * chunks_of(compute.layer_forward));
+    const double skipped = recompute_share_ * chunks_of(compute.layer_forward) - kept_layer_recompute_s_;
+    return std::max(0.0, backward - std::max(0.0, skipped));
   }
   double chunks_of(const LinearTime& t) const {
     return static_cast<double>(shape_.chunks) * t.at(shape_.chunk_tokens);
@@ -321,6 +332,7 @@ class ProgramBuilder {
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
   double cpu_adamw_rate_ = 0.0;     // params/s of the host's AdamW pass for this plan
   double recompute_share_ = 1.0;  // of a layer forward's time, what the backward's recompute takes
+  double kept_layer_recompute_s_ = 0.0;  // per step: the passes a layer that kept its internals runs again
   bool sparse_embedding_ = false;    // row_sparse_embedding()
   double embedding_row_params_ = 0;  // its expected token rows' parameters per step
 
