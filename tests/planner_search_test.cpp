@@ -16,6 +16,9 @@ namespace {
 
 using test::kGiB;
 
+// A device budget where the 8B's boundaries all fit but no layer's internals besides them.
+constexpr size_t kTradeBudgetGiB = 48;
+
 class SearchTest : public test::Llama8BSearchTest {
  protected:
   // Both machines compute the same (the fixture's 5.9 s per step) with the same GPU AdamW.
@@ -193,6 +196,43 @@ TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
     const DeviceBytes d = device_bytes(config_, layout_, more, with.best.shape.chunk_tokens, with.best.shape.chunks);
     EXPECT_GT(d.total(), static_cast<size_t>((1.0 - r.headroom) * static_cast<double>(r.device_budget)));
   }
+}
+
+// Where every boundary fits the GPU but no layer's internals do, a fast link makes offloading the
+// first boundaries cheap, and the memory they free keeps the last layers' internals: the search
+// trades them, offloading no more boundaries than the kept layers need, and the plan is predicted
+// faster than the same plan recomputing those layers.
+TEST_F(SearchTest, BoundariesAreTradedForInternalsWhenTheLinkIsFast) {
+  const PlanRequest r = request(kTradeBudgetGiB);
+  const MachineProfile compute_bound = machine(55e9, 20e9);
+  const SearchResult result = search_plans(config_, layout_, compute_bound, r);
+  const Plan& best = result.best.plan;
+  const int64_t L = config_.num_layers;
+  int64_t kept = 0, offloaded = 0;
+  for (auto a : best.activations) {
+    kept += a == ActivationPlacement::KeepWithInternals;
+    offloaded += a == ActivationPlacement::OffloadToHost;
+  }
+  ASSERT_GT(kept, 0) << best.describe();
+  ASSERT_GT(offloaded, 0) << best.describe();
+  for (int64_t l = 0; l < L; ++l) {
+    const ActivationPlacement a = best.activations[static_cast<size_t>(l)];
+    EXPECT_EQ(a == ActivationPlacement::KeepWithInternals, l >= L - kept) << l;
+    EXPECT_EQ(a == ActivationPlacement::OffloadToHost, l < offloaded) << l;
+  }
+  const size_t limit = static_cast<size_t>((1.0 - r.headroom) * static_cast<double>(r.device_budget));
+  const auto device = [&](const Plan& p) {
+    return device_bytes(config_, layout_, p, result.best.shape.chunk_tokens, result.best.shape.chunks).total();
+  };
+  Plan fewer_offloaded = best;
+  fewer_offloaded.activations[static_cast<size_t>(offloaded - 1)] = ActivationPlacement::KeepOnGpu;
+  EXPECT_GT(device(fewer_offloaded), limit);
+  Plan recomputing = best;
+  for (auto& a : recomputing.activations)
+    if (a == ActivationPlacement::KeepWithInternals) a = ActivationPlacement::KeepOnGpu;
+  ASSERT_LE(device(recomputing), limit);
+  EXPECT_LT(result.best.prediction.step_seconds,
+            predict(config_, layout_, recomputing, compute_bound, result.best.shape).step_seconds);
 }
 
 TEST_F(SearchTest, EverythingOnTheGpuWhenItFitsAndTheDeviceCan) {

@@ -272,20 +272,52 @@ class Searcher {
       }
       if (lean_device > device_limit_) continue;
       keep_activations(plan, shape);
-      const size_t host = host_total(plan, shape);
-      min_host_fitting_ = std::min(min_host_fitting_, host);
-      if (r_.host_budget > 0 && host > r_.host_budget) continue;
-      if (f.upload == WeightUpload::ConvertOnUpload && !r_.weight_upload && shadow_fits_host(plan, shape)) continue;
-      Candidate c;
-      c.plan = std::move(plan);
-      c.shape = shape;
-      if (!profile_) continue;
-      c.prediction = predict(config_, layout_, c.plan, *profile_, shape);
-      ++simulated_;
-      if (!family_best_ || better(c, *family_best_)) family_best_ = std::move(c);
+      for (Plan& traded : internals_for_boundaries(plan, shape)) consider(f, std::move(traded), shape);
+      consider(f, std::move(plan), shape);
     }
     if (family_best_) bests_.push_back(std::move(*family_best_));
     family_best_.reset();
+  }
+
+  // A plan that fits the device: kept if it fits the host too, predicted, and ranked in its family.
+  void consider(const Family& f, Plan plan, const StepShape& shape) {
+    const size_t host = host_total(plan, shape);
+    min_host_fitting_ = std::min(min_host_fitting_, host);
+    if (r_.host_budget > 0 && host > r_.host_budget) return;
+    if (f.upload == WeightUpload::ConvertOnUpload && !r_.weight_upload && shadow_fits_host(plan, shape)) return;
+    if (!profile_) return;
+    Candidate c;
+    c.plan = std::move(plan);
+    c.shape = shape;
+    c.prediction = predict(config_, layout_, c.plan, *profile_, shape);
+    ++simulated_;
+    if (!family_best_ || better(c, *family_best_)) family_best_ = std::move(c);
+  }
+
+  // Boundaries traded for internals: offloading the first layers' boundaries (a d2h after their
+  // forward and an h2d before their backward, on links a compute-bound step leaves mostly idle)
+  // frees their device memory, and enough of it keeps one more of the last layers' internals
+  // (a recompute saved). For each count of such layers beyond what `plan` keeps, the plan with the
+  // fewest boundaries offloaded that fits; the cost model weighs the copies, and their share of
+  // host DRAM beside the CPU AdamW, against the recompute.
+  std::vector<Plan> internals_for_boundaries(const Plan& plan, const StepShape& shape) const {
+    std::vector<Plan> traded;
+    if (!r_.space.keep_internals || r_.offload_activations.has_value()) return traded;
+    const int64_t kept = kept_internals(plan);
+    int64_t offloaded = 0;
+    for (int64_t k = kept + 1; k <= L_; ++k) {
+      Plan p = plan;
+      for (int64_t l = 0; l < L_; ++l)
+        p.activations[static_cast<size_t>(l)] = l >= L_ - k              ? ActivationPlacement::KeepWithInternals
+                                                : l < offloaded ? ActivationPlacement::OffloadToHost
+                                                                : ActivationPlacement::KeepOnGpu;
+      // More kept layers never need fewer offloaded boundaries: the count only grows.
+      while (device_total(p, shape) > device_limit_ && offloaded < L_ - k)
+        p.activations[static_cast<size_t>(offloaded++)] = ActivationPlacement::OffloadToHost;
+      if (device_total(p, shape) > device_limit_) break;
+      traded.push_back(std::move(p));
+    }
+    return traded;
   }
 
   // Converting on upload doubles the upload bytes, and the DMA then reads the masters from the same

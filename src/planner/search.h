@@ -25,7 +25,11 @@
 //   * recompute or keep: once every boundary is on the GPU, memory still left keeps the last
 //     layers' forward intermediates too (ActivationPlacement::KeepWithInternals), and their
 //     backward skips the recompute. Like k, the count is the largest that fits: each such layer
-//     saves the same compute, and resident layers and activations were enumerated first.
+//     saves the same compute, and resident layers and activations were enumerated first. Then
+//     boundaries traded for internals: for each larger count of such layers, the same plan with
+//     the fewest first boundaries offloaded that makes room (a layer's internals weigh about ten
+//     boundaries), which the cost model weighs (the copies, their share of host DRAM) against the
+//     recompute saved.
 //   * update schedule: after the backward (overlapped with the next forward) always; during the
 //     backward only without clipping (the global norm must be known before any update: exactness
 //     first).
