@@ -316,8 +316,13 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   FERRY_CHECK(max_grad_norm <= 0 || plan_.update == UpdateSchedule::AfterBackward, "engine",
               "gradient clipping needs the global norm before any update: use the after-backward update schedule");
   step_ = step;
+  begin_step(batch, hyper, max_grad_norm);
+  for (size_t i = 0; i < uses_.size(); ++i) run_use(i);
+  return end_step(hyper, max_grad_norm);
+}
+
+void SlidingEngine::begin_step(const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) {
   const int64_t C = batch.chunks(), T = chunk_tokens_, L = config_.num_layers;
-  const DType wd = plan_.weight_dtype;
   const size_t n = static_cast<size_t>(C * T), stride = static_cast<size_t>(max_chunks_ * T);
   std::vector<int32_t> rows = distinct_ids(std::span<const int32_t>(batch.ids.data(), n), config_.vocab_size);
   step_rows_ = static_cast<int64_t>(rows.size());
@@ -331,23 +336,11 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   std::memcpy(host + 2 * stride, batch.positions.data(), n * 4);
   std::memcpy(host + 3 * stride, batch.doc_start.data(), n * 4);
   std::memcpy(host + 4 * stride, rows.data(), rows.size() * 4);
-  updater_->begin_step(step, hyper, max_grad_norm, std::move(rows));
+  updater_->begin_step(step_, hyper, max_grad_norm, std::move(rows));
   device_.copy_to_device(tokens_.data(), host, kStepTokenArrays * stride * sizeof(int32_t), StreamKind::HostToDevice);
   tokens_free_ = device_.record(StreamKind::HostToDevice);
   device_.wait(StreamKind::Compute, tokens_free_);
-  const int32_t* dev_tokens = tokens_.as<int32_t>();
-  step_row_ids_ = dev_tokens + 4 * stride;
-  auto chunk = [&](int64_t c) {
-    TokenChunk t;
-    t.tokens = T;
-    const size_t o = static_cast<size_t>(c * T);
-    t.ids = dev_tokens + o;
-    t.targets = dev_tokens + stride + o;
-    t.positions = dev_tokens + 2 * stride + o;
-    t.doc_start = dev_tokens + 3 * stride + o;
-    t.row_tokens = batch.row_tokens(c);
-    return t;
-  };
+  step_row_ids_ = tokens_.as<int32_t>() + 4 * stride;
   device_.fill_zero(loss_.data(), sizeof(float), StreamKind::Compute);
   for (size_t u = 0; u < resident_.size(); ++u)
     if (resident_[u])
@@ -360,156 +353,200 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   released_.assign(uses, -1);
   next_load_ = 0;
   activation_back_.assign(static_cast<size_t>(L), -1);
-  std::vector<EventId> offload_done(static_cast<size_t>(L), -1);
-  std::vector<bool> resident_uploaded(resident_.size(), false);
-  const LayerContext ctx{&config_, static_cast<const float*>(inv_freq_.data())};
-  const float grad_scale = batch.counted_tokens() > 0 ? 1.0f / static_cast<float>(batch.counted_tokens()) : 0.0f;
-  const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
-  const int64_t prefetch = std::max<int64_t>(1, plan_.gpu_slots - 1);
+  offload_done_.assign(static_cast<size_t>(L), -1);
+  resident_uploaded_.assign(resident_.size(), false);
+  step_chunks_ = C;
+  step_hyper_ = hyper;
+  step_row_tokens_.resize(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) step_row_tokens_[static_cast<size_t>(c)] = batch.row_tokens(c);
+  grad_scale_ = batch.counted_tokens() > 0 ? 1.0f / static_cast<float>(batch.counted_tokens()) : 0.0f;
+  counted_tokens_ = batch.counted_tokens();
+}
 
-  auto ensure_resident = [&](size_t u) {
-    if (!resident_[u] || resident_uploaded[u] || device_updated_[u]) return;
-    updater_->wait_updated(u, step - 1);
-    // Overwrite the weights once the previous step's last reader is done, not after everything
-    // issued so far: the upload then overlaps the compute of the units before this one.
-    if (last_read_[u] >= 0) device_.wait(StreamKind::HostToDevice, last_read_[u]);
-    upload_weights(u, resident_params_[u].data());
-    const EventId uploaded = device_.record(StreamKind::HostToDevice);
-    device_.wait(StreamKind::Compute, uploaded);
-    updater_->weights_uploaded(u, uploaded);
-    resident_uploaded[u] = true;
-  };
-  auto offload = [&](int64_t b) {  // boundary b was written to its staging buffer: copy it out
-    const TraceScope scope(device_, "offload activation");
-    device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-    device_.copy_to_host(host_activations_[static_cast<size_t>(b)].data(), staging_activations_[b % 2].data(),
-                         static_cast<size_t>(C * T * config_.hidden_size) * dtype_size(wd), StreamKind::DeviceToHost);
-    offload_done[static_cast<size_t>(b)] = device_.record(StreamKind::DeviceToHost);
-    staging_free_[b % 2] = offload_done[static_cast<size_t>(b)];
-  };
-  auto is_offloaded = [&](int64_t b) {
-    return b < L && plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
-  };
-  auto before_write = [&](int64_t b) {  // boundary b is about to be written on the compute stream
-    if (is_offloaded(b) && staging_free_[b % 2] >= 0) device_.wait(StreamKind::Compute, staging_free_[b % 2]);
-  };
-  auto reload = [&](int64_t b, EventId staging_readers_done) {
-    const TraceScope scope(device_, "reload activation");
-    device_.wait(StreamKind::HostToDevice, staging_readers_done);
-    device_.wait(StreamKind::HostToDevice, offload_done[static_cast<size_t>(b)]);
-    device_.copy_to_device(staging_activations_[b % 2].data(), host_activations_[static_cast<size_t>(b)].data(),
-                           static_cast<size_t>(C * T * config_.hidden_size) * dtype_size(wd), StreamKind::HostToDevice);
-    activation_back_[static_cast<size_t>(b)] = device_.record(StreamKind::HostToDevice);
-    staging_free_[b % 2] = -1;
-  };
+TokenChunk SlidingEngine::chunk(int64_t c) const {
+  const size_t stride = static_cast<size_t>(max_chunks_ * chunk_tokens_), o = static_cast<size_t>(c * chunk_tokens_);
+  const int32_t* dev_tokens = tokens_.as<int32_t>();
+  TokenChunk t;
+  t.tokens = chunk_tokens_;
+  t.ids = dev_tokens + o;
+  t.targets = dev_tokens + stride + o;
+  t.positions = dev_tokens + 2 * stride + o;
+  t.doc_start = dev_tokens + 3 * stride + o;
+  t.row_tokens = step_row_tokens_[static_cast<size_t>(c)];
+  return t;
+}
 
-  for (size_t i = 0; i < uses; ++i) {
-    issue_loads_up_to(i);
-    const SlotUse& use = uses_[i];
-    const size_t u = use.unit;
-    const TraceScope scope(device_, layout_.units[u].name,
-                           u == Hd ? "loss" : i <= static_cast<size_t>(L) ? "forward" : "backward");
-    if (use.slot >= 0) {
-      for (int64_t j = static_cast<int64_t>(i); j >= 0; --j) {  // the load that put u in this slot
-        const SlotUse& prior = uses_[static_cast<size_t>(j)];
-        if (prior.slot == use.slot && prior.load) {
-          FERRY_ASSERT(prior.unit == u && loaded_[static_cast<size_t>(j)] >= 0);
-          device_.wait(StreamKind::Compute, loaded_[static_cast<size_t>(j)]);
-          break;
-        }
+void SlidingEngine::ensure_resident(size_t u) {
+  if (!resident_[u] || resident_uploaded_[u] || device_updated_[u]) return;
+  updater_->wait_updated(u, step_ - 1);
+  // Overwrite the weights once the previous step's last reader is done, not after everything
+  // issued so far: the upload then overlaps the compute of the units before this one.
+  if (last_read_[u] >= 0) device_.wait(StreamKind::HostToDevice, last_read_[u]);
+  upload_weights(u, resident_params_[u].data());
+  const EventId uploaded = device_.record(StreamKind::HostToDevice);
+  device_.wait(StreamKind::Compute, uploaded);
+  updater_->weights_uploaded(u, uploaded);
+  resident_uploaded_[u] = true;
+}
+
+bool SlidingEngine::boundary_offloaded(int64_t b) const {
+  return b < config_.num_layers && plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
+}
+
+size_t SlidingEngine::boundary_bytes() const {
+  return static_cast<size_t>(step_chunks_ * chunk_tokens_ * config_.hidden_size) * dtype_size(plan_.weight_dtype);
+}
+
+void SlidingEngine::before_boundary_write(int64_t b) {
+  if (boundary_offloaded(b) && staging_free_[b % 2] >= 0) device_.wait(StreamKind::Compute, staging_free_[b % 2]);
+}
+
+void SlidingEngine::offload_boundary(int64_t b) {
+  const TraceScope scope(device_, "offload activation");
+  device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
+  device_.copy_to_host(host_activations_[static_cast<size_t>(b)].data(), staging_activations_[b % 2].data(),
+                       boundary_bytes(), StreamKind::DeviceToHost);
+  offload_done_[static_cast<size_t>(b)] = device_.record(StreamKind::DeviceToHost);
+  staging_free_[b % 2] = offload_done_[static_cast<size_t>(b)];
+}
+
+void SlidingEngine::reload_boundary(int64_t b, EventId staging_readers_done) {
+  const TraceScope scope(device_, "reload activation");
+  device_.wait(StreamKind::HostToDevice, staging_readers_done);
+  device_.wait(StreamKind::HostToDevice, offload_done_[static_cast<size_t>(b)]);
+  device_.copy_to_device(staging_activations_[b % 2].data(), host_activations_[static_cast<size_t>(b)].data(),
+                         boundary_bytes(), StreamKind::HostToDevice);
+  activation_back_[static_cast<size_t>(b)] = device_.record(StreamKind::HostToDevice);
+  staging_free_[b % 2] = -1;
+}
+
+void SlidingEngine::run_use(size_t i) {
+  issue_loads_up_to(i);
+  const SlotUse& use = uses_[i];
+  const size_t u = use.unit, E = layout_.embedding_unit(), Hd = layout_.head_unit();
+  const int64_t L = config_.num_layers;
+  const bool forward = i <= static_cast<size_t>(L);
+  const TraceScope scope(device_, layout_.units[u].name, u == Hd ? "loss" : forward ? "forward" : "backward");
+  if (use.slot >= 0) {
+    for (int64_t j = static_cast<int64_t>(i); j >= 0; --j) {  // the load that put u in this slot
+      const SlotUse& prior = uses_[static_cast<size_t>(j)];
+      if (prior.slot == use.slot && prior.load) {
+        FERRY_ASSERT(prior.unit == u && loaded_[static_cast<size_t>(j)] >= 0);
+        device_.wait(StreamKind::Compute, loaded_[static_cast<size_t>(j)]);
+        break;
       }
     }
-    ensure_resident(u);
-    if (layout_.tied && u == Hd) ensure_resident(E);
-    const EventId before = device_.record(StreamKind::Compute);
-    void* params = unit_params_ptr(u, use.slot);
-    void* grads = unit_grads_ptr(u, use.slot);
-    const bool forward = i <= static_cast<size_t>(L);
-    const DType gd = unit_grad_dtype(u);
-    const size_t grad_bytes = static_cast<size_t>(layout_.units[u].numel) * dtype_size(gd);
-    bool sends = false;
-
-    if (u == E && forward) {
-      before_write(0);
-      const Tensor table = embedding_table(layout_, params, wd);
-      for (int64_t c = 0; c < C; ++c) ops_.embedding_forward(chunk(c).ids, table, activation(0, c));
-      if (is_offloaded(0)) offload(0);
-    } else if (u == Hd) {
-      if (!resident_[u]) device_.fill_zero(grads, grad_bytes, StreamKind::Compute);
-      void* emb_params = resident_[E] ? resident_params_[E].data() : nullptr;
-      void* emb_grads = resident_[E] ? resident_grads_[E].data() : nullptr;
-      const HeadParams hp = head_params(layout_, params, emb_params, wd);
-      const HeadParams hg = head_params(layout_, grads, emb_grads, gd);  // E's dtype too (constructor)
-      const Tensor loss(loss_.data(), DType::F32, {1});
-      for (int64_t c = 0; c < C; ++c)
-        head_forward_backward(ops_, config_, hp, &hg, chunk(c), activation(L, c), grad_scale, activation_grad(c),
-                              head_scratch_, loss);
-      sends = true;
-    } else if (u != E) {
-      const int64_t l = static_cast<int64_t>(u) - 1;
-      const LayerParams p = layer_params(layout_.units[u], params, wd);
-      if (forward) {
-        before_write(l + 1);
-        for (int64_t c = 0; c < C; ++c) {
-          LayerScratch s = layer_scratch(l, c);
-          layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), s);
-        }
-        if (is_offloaded(l + 1)) offload(l + 1);
-      } else {
-        if (!resident_[u]) device_.fill_zero(grads, grad_bytes, StreamKind::Compute);
-        if (is_offloaded(l)) {
-          if (activation_back_[static_cast<size_t>(l)] < 0) reload(l, before);
-          device_.wait(StreamKind::Compute, activation_back_[static_cast<size_t>(l)]);
-        }
-        const LayerParams g = layer_params(layout_.units[u], grads, gd);
-        const bool kept = keeps_internals(l);
-        for (int64_t c = 0; c < C; ++c) {
-          LayerScratch s = layer_scratch(l, c);
-          layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c), activation_grad(c), activation_grad(c), s,
-                         kept ? Recompute::NormsActivation : Recompute::Forward);
-        }
-        sends = true;
-      }
-    } else {  // embedding backward
-      if (!resident_[u]) device_.fill_zero(grads, grad_bytes, StreamKind::Compute);
-      const Tensor dtable = embedding_table(layout_, grads, gd);
-      for (int64_t c = 0; c < C; ++c) ops_.embedding_backward(chunk(c).ids, activation_grad(c), dtable);
-      sends = true;
-    }
-
-    if (resident_[u]) last_read_[u] = device_.record(StreamKind::Compute);
-    if (layout_.tied && u == Hd) last_read_[E] = device_.record(StreamKind::Compute);
-    // A tied head's lm_head gradient sits in the embedding's buffer, sent with the embedding's.
-    if (sends && device_updated_[u]) {
-      device_optimizer_->gradient_done(u, step, hyper);
-      released_[i] = device_.record(StreamKind::Compute);
-    } else if (sends) {
-      released_[i] = send_gradients(u, use.slot);
-    } else {
-      released_[i] = device_.record(StreamKind::Compute);
-    }
-    // Prefetch the boundary activation the next backward layer reads, while this unit computes.
-    if (i + 1 < uses && i + 1 > static_cast<size_t>(L) + 1) {
-      const size_t next = uses_[i + 1].unit;
-      if (next != E) {
-        const int64_t l = static_cast<int64_t>(next) - 1;
-        if (is_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0) reload(l, before);
-      }
-    }
-    issue_loads_up_to(i + static_cast<size_t>(prefetch));
   }
+  ensure_resident(u);
+  if (layout_.tied && u == Hd) ensure_resident(E);
+  const EventId before = device_.record(StreamKind::Compute);
+  void* params = unit_params_ptr(u, use.slot);
+  void* grads = unit_grads_ptr(u, use.slot);
+  // Streamed units' gradients start from zero in their slot; resident ones were zeroed at the
+  // step's start.
+  if (!forward && !resident_[u])
+    device_.fill_zero(grads, static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
+                      StreamKind::Compute);
+  const bool sends = !forward;  // every backward unit, the head included, has a gradient to send
+  if (u == E && forward) embedding_forward(params);
+  else if (u == Hd) head_step(params, grads);
+  else if (u == E) embedding_backward(grads);
+  else if (forward) decoder_forward(u, params);
+  else decoder_backward(u, params, grads, before);
+  release_use(i, sends);
+  // Prefetch the boundary activation the next backward layer reads, while this unit computes.
+  if (i + 1 < uses_.size() && i + 1 > static_cast<size_t>(L) + 1) {
+    const size_t next = uses_[i + 1].unit;
+    if (next != E) {
+      const int64_t l = static_cast<int64_t>(next) - 1;
+      if (boundary_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
+    }
+  }
+  issue_loads_up_to(i + static_cast<size_t>(std::max<int64_t>(1, plan_.gpu_slots - 1)));
+}
+
+void SlidingEngine::embedding_forward(void* params) {
+  before_boundary_write(0);
+  const Tensor table = embedding_table(layout_, params, plan_.weight_dtype);
+  for (int64_t c = 0; c < step_chunks_; ++c) ops_.embedding_forward(chunk(c).ids, table, activation(0, c));
+  if (boundary_offloaded(0)) offload_boundary(0);
+}
+
+void SlidingEngine::head_step(void* params, void* grads) {
+  const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
+  void* emb_params = resident_[E] ? resident_params_[E].data() : nullptr;
+  void* emb_grads = resident_[E] ? resident_grads_[E].data() : nullptr;
+  const HeadParams hp = head_params(layout_, params, emb_params, plan_.weight_dtype);
+  const HeadParams hg = head_params(layout_, grads, emb_grads, unit_grad_dtype(Hd));  // E's dtype too (constructor)
+  const Tensor loss(loss_.data(), DType::F32, {1});
+  for (int64_t c = 0; c < step_chunks_; ++c)
+    head_forward_backward(ops_, config_, hp, &hg, chunk(c), activation(config_.num_layers, c), grad_scale_,
+                                 activation_grad(c), head_scratch_, loss);
+}
+
+void SlidingEngine::decoder_forward(size_t u, void* params) {
+  const int64_t l = static_cast<int64_t>(u) - 1;
+  const LayerParams p = layer_params(layout_.units[u], params, plan_.weight_dtype);
+  const LayerContext ctx{&config_, static_cast<const float*>(inv_freq_.data())};
+  before_boundary_write(l + 1);
+  for (int64_t c = 0; c < step_chunks_; ++c) {
+    LayerScratch s = layer_scratch(l, c);
+    layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), s);
+  }
+  if (boundary_offloaded(l + 1)) offload_boundary(l + 1);
+}
+
+void SlidingEngine::decoder_backward(size_t u, void* params, void* grads, EventId before) {
+  const int64_t l = static_cast<int64_t>(u) - 1;
+  if (boundary_offloaded(l)) {
+    if (activation_back_[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
+    device_.wait(StreamKind::Compute, activation_back_[static_cast<size_t>(l)]);
+  }
+  const LayerParams p = layer_params(layout_.units[u], params, plan_.weight_dtype);
+  const LayerParams g = layer_params(layout_.units[u], grads, unit_grad_dtype(u));
+  const LayerContext ctx{&config_, static_cast<const float*>(inv_freq_.data())};
+  const Recompute recompute = keeps_internals(l) ? Recompute::NormsActivation : Recompute::Forward;
+  for (int64_t c = 0; c < step_chunks_; ++c) {
+    LayerScratch s = layer_scratch(l, c);
+    layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c), activation_grad(c), activation_grad(c), s, recompute);
+  }
+}
+
+void SlidingEngine::embedding_backward(void* grads) {
+  const size_t E = layout_.embedding_unit();
+  const Tensor dtable = embedding_table(layout_, grads, unit_grad_dtype(E));
+  for (int64_t c = 0; c < step_chunks_; ++c) ops_.embedding_backward(chunk(c).ids, activation_grad(c), dtable);
+}
+
+void SlidingEngine::release_use(size_t i, bool sends) {
+  const SlotUse& use = uses_[i];
+  const size_t u = use.unit, E = layout_.embedding_unit(), Hd = layout_.head_unit();
+  if (resident_[u]) last_read_[u] = device_.record(StreamKind::Compute);
+  if (layout_.tied && u == Hd) last_read_[E] = device_.record(StreamKind::Compute);
+  // A tied head's lm_head gradient sits in the embedding's buffer, sent with the embedding's.
+  if (sends && device_updated_[u]) {
+    device_optimizer_->gradient_done(u, step_, step_hyper_);
+    released_[i] = device_.record(StreamKind::Compute);
+  } else if (sends) {
+    released_[i] = send_gradients(u, use.slot);
+  } else {
+    released_[i] = device_.record(StreamKind::Compute);
+  }
+}
+
+SlidingStepResult SlidingEngine::end_step(const AdamWHyper& hyper, double max_grad_norm) {
   const bool all_on_device = plan_.optimizer_on_gpu();
-  if (all_on_device) device_optimizer_->update_all(step, hyper, max_grad_norm);
+  if (all_on_device) device_optimizer_->update_all(step_, hyper, max_grad_norm);
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
   device_.copy_to_host(loss_host_.data(), loss_.data(), sizeof(float), StreamKind::DeviceToHost);
   device_.synchronize(device_.record(StreamKind::DeviceToHost));
   SlidingStepResult result;
-  result.counted_tokens = batch.counted_tokens();
+  result.counted_tokens = counted_tokens_;
   result.loss = result.counted_tokens > 0 ? *loss_host_.as<float>() / static_cast<double>(result.counted_tokens) : 0.0;
-  result.grad_norm = all_on_device ? device_optimizer_->read_norm() : updater_->grad_norm(step);
+  result.grad_norm = all_on_device ? device_optimizer_->read_norm() : updater_->grad_norm(step_);
   // Device units beside host units: updated from the host's norm, ahead of the next forward.
   if (device_optimizer_ && !all_on_device && plan_.update == UpdateSchedule::AfterBackward)
-    device_optimizer_->update_with_norm(step, hyper, result.grad_norm, max_grad_norm);
+    device_optimizer_->update_with_norm(step_, hyper, result.grad_norm, max_grad_norm);
   return result;
 }
 

@@ -105,6 +105,30 @@ class SlidingEngine {
   Tensor activation(int64_t boundary, int64_t chunk) const;
   // The gradient flowing back into chunk `chunk`'s current boundary, (T,H).
   Tensor activation_grad(int64_t chunk) const;
+  // One step, in the order step() runs it: the step's tokens up and its bookkeeping reset; each
+  // use of the slot schedule (a unit's forward, the head, a unit's backward); the loss and norm.
+  void begin_step(const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm);
+  void run_use(size_t use_index);
+  SlidingStepResult end_step(const AdamWHyper& hyper, double max_grad_norm);
+  // The compute of one use, all micro-chunks of the step.
+  void embedding_forward(void* params);
+  void decoder_forward(size_t unit, void* params);
+  void head_step(void* params, void* grads);  // forward, loss and backward of the head
+  void decoder_backward(size_t unit, void* params, void* grads, EventId before);
+  void embedding_backward(void* grads);
+  // After a use's compute: its gradient sent (or handed to the device optimizer), the event after
+  // which its slot may be reused recorded.
+  void release_use(size_t use_index, bool sends);
+  // Micro-chunk c of the step's tokens (on the device).
+  TokenChunk chunk(int64_t c) const;
+  // A resident unit's weights uploaded once per step, after its last update.
+  void ensure_resident(size_t unit);
+  // Offloaded boundaries pass through a ring of two staging buffers on the device.
+  bool boundary_offloaded(int64_t boundary) const;
+  size_t boundary_bytes() const;  // one boundary activation, every micro-chunk of the step
+  void before_boundary_write(int64_t boundary);
+  void offload_boundary(int64_t boundary);
+  void reload_boundary(int64_t boundary, EventId staging_readers_done);
   void issue_loads_up_to(size_t limit);
   void issue_load(size_t use_index);
   // Whether the plan keeps the layer's forward intermediates (ActivationPlacement::KeepWithInternals).
@@ -167,7 +191,14 @@ class SlidingEngine {
   size_t next_load_ = 0;
   EventId staging_free_[2] = {-1, -1};   // an offloaded boundary left the staging buffer
   std::vector<EventId> activation_back_;  // per boundary: reloaded for the backward
+  std::vector<EventId> offload_done_;     // per boundary: its offload left the staging buffer
+  std::vector<bool> resident_uploaded_;   // per unit: uploaded this step
   EventId tokens_free_ = -1;
+  int64_t step_chunks_ = 0;               // micro-chunks in this step
+  std::vector<int64_t> step_row_tokens_;  // per micro-chunk: TokenChunk::row_tokens
+  AdamWHyper step_hyper_;
+  float grad_scale_ = 0.0f;               // 1 / the step's counted tokens
+  int64_t counted_tokens_ = 0;
   int64_t step_rows_ = 0;                    // the step's distinct token ids (embedding rows touched)
   const int32_t* step_row_ids_ = nullptr;    // on the device, sorted
   std::vector<EventId> last_read_;  // per unit: compute that last read its resident weights

@@ -118,7 +118,7 @@ class ProgramBuilder {
     return all_on_gpu_ || gpu_optimizer_[Hd] || (layout_.tied && gpu_optimizer_[E]);
   }
 
-  bool is_offloaded(int64_t b) const {
+  bool boundary_offloaded(int64_t b) const {
     return b < L_ && plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
   }
 
@@ -162,16 +162,16 @@ class ProgramBuilder {
     weights_uploaded(u, uploaded);
     resident_uploaded_[u] = true;
   }
-  void offload(int64_t b) {
+  void offload_boundary(int64_t b) {
     wait(Lane::DeviceToHost, last_compute_);
     const int32_t done = add(Lane::DeviceToHost, TaskKind::ActivationOffload, 0.0, activation_bytes_);
     offload_done_[static_cast<size_t>(b)] = done;
     staging_free_[b % 2] = done;
   }
-  void before_write(int64_t b) {
-    if (is_offloaded(b)) wait(Lane::Compute, staging_free_[b % 2]);
+  void before_boundary_write(int64_t b) {
+    if (boundary_offloaded(b)) wait(Lane::Compute, staging_free_[b % 2]);
   }
-  void reload(int64_t b, int32_t staging_readers_done) {
+  void reload_boundary(int64_t b, int32_t staging_readers_done) {
     wait(Lane::HostToDevice, staging_readers_done);
     wait(Lane::HostToDevice, offload_done_[static_cast<size_t>(b)]);
     activation_back_[static_cast<size_t>(b)] = add(Lane::HostToDevice, TaskKind::ActivationReload, 0.0, activation_bytes_);
@@ -240,21 +240,21 @@ class ProgramBuilder {
       const bool forward = i <= static_cast<size_t>(L_);
       bool sends = false;
       if (u == E && forward) {
-        before_write(0);
+        before_boundary_write(0);
         add(Lane::Compute, TaskKind::EmbeddingForward, chunks_of(compute.embedding_forward), 0.0);
-        if (is_offloaded(0)) offload(0);
+        if (boundary_offloaded(0)) offload_boundary(0);
       } else if (u == Hd) {
         add(Lane::Compute, TaskKind::Head, chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
         sends = true;
       } else if (u != E) {
         const int64_t l = static_cast<int64_t>(u) - 1;
         if (forward) {
-          before_write(l + 1);
+          before_boundary_write(l + 1);
           add(Lane::Compute, TaskKind::LayerForward, chunks_of(compute.layer_forward), 0.0);
-          if (is_offloaded(l + 1)) offload(l + 1);
+          if (boundary_offloaded(l + 1)) offload_boundary(l + 1);
         } else {
-          if (is_offloaded(l)) {
-            if (activation_back_[static_cast<size_t>(l)] < 0) reload(l, before);
+          if (boundary_offloaded(l)) {
+            if (activation_back_[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
             wait(Lane::Compute, activation_back_[static_cast<size_t>(l)]);
           }
           add(Lane::Compute, TaskKind::LayerBackward, layer_backward_seconds(l), 0.0);
@@ -299,7 +299,7 @@ class ProgramBuilder {
         const size_t next = uses_[i + 1].unit;
         if (next != E) {
           const int64_t l = static_cast<int64_t>(next) - 1;
-          if (is_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0) reload(l, before);
+          if (boundary_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
         }
       }
       issue_loads_up_to(i + prefetch);
