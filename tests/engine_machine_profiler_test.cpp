@@ -94,6 +94,7 @@ TEST(MachineProfiler, SimProfileIsCompleteAndPlausible) {
   EXPECT_EQ(p.device_memory_bytes, static_cast<double>(rig.device->memory().capacity));
   expect_usable(p.compute.layer_forward, "layer_forward");
   expect_usable(p.compute.layer_backward, "layer_backward");
+  expect_usable(p.compute.layer_backward_kept, "layer_backward_kept");
   expect_usable(p.compute.head, "head");
   expect_usable(p.compute.embedding_forward, "embedding_forward");
   expect_usable(p.compute.embedding_backward, "embedding_backward");

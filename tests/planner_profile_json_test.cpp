@@ -22,6 +22,7 @@ MachineProfile sample_profile() {
   p.compute.embedding_backward = {2e-5, 3e-9};
   p.compute.layer_forward = {5e-5, 3.1e-7};
   p.compute.layer_backward = {1.2e-4, 9.3e-7};
+  p.compute.layer_backward_kept = {1.1e-4, 6.6e-7};
   p.compute.head = {1e-4, 1.1e-6};
   p.compute.gpu_adamw_params_per_s = 1.5e11;
   p.compute.grad_norm_params_per_s = 1.6e12;
@@ -59,12 +60,25 @@ TEST(ProfileJson, RoundTripsThroughAFile) {
   EXPECT_EQ(back.weight_dtype, DType::BF16);
   EXPECT_EQ(back.seq_len, 2048);
   EXPECT_EQ(back.compute.layer_backward.per_token_s, 9.3e-7);
+  EXPECT_EQ(back.compute.layer_backward_kept.fixed_s, 1.1e-4);
+  EXPECT_EQ(back.compute.layer_backward_kept.per_token_s, 6.6e-7);
   EXPECT_EQ(back.host.threads, 16);
   EXPECT_EQ(back.kernels, "cuda, cuDNN 91400 attention");
   EXPECT_EQ(back.method, 2);
   EXPECT_TRUE(back.host.memory_sharing_measured);
   EXPECT_EQ(back.host.memory_sharing.cpu_beside_duplex, 0.75);
   EXPECT_EQ(back.host.memory_sharing.duplex_beside_cpu, 0.70);
+}
+
+// Files from before method 5 have no backward from kept internals: it loads as zero, which the
+// cost model reads as "not measured".
+TEST(ProfileJson, AFileWithoutTheKeptBackwardLoadsItAsZero) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j["compute"].erase("layer_backward_kept");
+  const MachineProfile p = profile_from_json(j, "h200.json");
+  EXPECT_EQ(p.compute.layer_backward_kept.fixed_s, 0.0);
+  EXPECT_EQ(p.compute.layer_backward_kept.per_token_s, 0.0);
+  EXPECT_EQ(p.compute.layer_backward.per_token_s, 9.3e-7);
 }
 
 // Format 2 (before the CPU AdamW was measured beside copies) still loads: no sharing, and saved

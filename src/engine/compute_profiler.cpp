@@ -106,7 +106,7 @@ Tensor rows(const DeviceBuffer& buffer, DType dtype, int64_t tokens, int64_t hid
 }
 
 struct LayerTimes {
-  LinearTime forward, backward;
+  LinearTime forward, backward, backward_kept;
 };
 
 LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vector<int64_t>& tokens,
@@ -142,20 +142,26 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
   const LayerParams p = layer_params(unit, params.data(), s.wd);
   const LayerParams g = layer_params(unit, grads.data(), s.gd);
 
-  std::vector<TimedTokens> forward, backward;
+  // The backward from kept internals reads what the forward left in the scratch (the full
+  // backward recomputes the same values into it, so every repeat reads a forward's output).
+  std::vector<TimedTokens> forward, backward, backward_kept;
   for (const int64_t T : tokens) {
     Arena arena(scratch.data(), scratch.bytes());
     LayerScratch ls = carve_layer_scratch(arena, s.config, T, s.wd, true);
     const TokenChunk chunk = chunk_tokens.chunk(T);
     const Tensor in = rows(x_in, s.wd, T, H), out = rows(x_out, s.wd, T, H);
     const Tensor d_out = rows(dx_out, s.wd, T, H), d_in = rows(dx_in, s.wd, T, H);
-    const std::function<void()> runs[] = {[&] { layer_forward(ops, ctx, p, chunk, in, out, ls); },
-                                          [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls); }};
+    const std::function<void()> runs[] = {
+        [&] { layer_forward(ops, ctx, p, chunk, in, out, ls); },
+        [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls); },
+        [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls, Recompute::NormsActivation); }};
     const std::vector<double> seconds = time_each_on_device(device, runs, timing);
     forward.push_back({T, seconds[0]});
     backward.push_back({T, seconds[1]});
+    backward_kept.push_back({T, seconds[2]});
   }
-  return {fit_linear_time(forward, "layer forward"), fit_linear_time(backward, "layer backward")};
+  return {fit_linear_time(forward, "layer forward"), fit_linear_time(backward, "layer backward"),
+          fit_linear_time(backward_kept, "layer backward from kept internals")};
 }
 
 struct EndTimes {
@@ -381,6 +387,7 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   const LayerTimes layer = time_layer(device, ops, shape, tokens, fill, steady);
   c.layer_forward = layer.forward;
   c.layer_backward = layer.backward;
+  c.layer_backward_kept = layer.backward_kept;
   const EndTimes ends = time_ends(device, ops, shape, tokens, fill, steady);
   c.embedding_forward = ends.embedding_forward;
   c.embedding_backward = ends.embedding_backward;

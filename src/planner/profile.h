@@ -30,6 +30,10 @@ struct ComputeProfile {
   LinearTime embedding_backward;
   LinearTime layer_forward;   // one decoder layer
   LinearTime layer_backward;  // one decoder layer's backward, including the recompute of its forward
+  // The backward of a layer that kept its internals (Recompute::NormsActivation). Zero in files
+  // that did not measure it: the cost model then takes layer_backward less the recompute's share of
+  // layer_forward.
+  LinearTime layer_backward_kept;
   LinearTime head;            // final norm + LM head + loss, forward and backward in one fused pass
   // The head when its weight gradient accumulates in fp32: where the head (or, tied, the embedding)
   // keeps its optimizer on the device, or everything does. Equal to `head` where gradients are

@@ -78,13 +78,15 @@ class ProgramBuilder {
   TaskGraph& graph() { return program_.graph; }
   double numel(size_t u) const { return static_cast<double>(layout_.units[u].numel); }
   // The profile's layer backward includes the recompute of the forward; a layer that kept its
-  // internals skips most of it: the forward less its last GEMM (down_proj, which the recompute
-  // does not run), that GEMM's share taken as its share of the layer's weight-matrix FLOPs, and
-  // less the norms and activation it runs again.
+  // internals skips most of it. Measured where the profile has it (layer_backward_kept); else the
+  // forward less its last GEMM (down_proj, which the recompute does not run), that GEMM's share
+  // taken as its share of the layer's weight-matrix FLOPs, and less the norms and activation it
+  // runs again.
   double layer_backward_seconds(int64_t layer) const {
     const ComputeProfile& compute = profile_.compute;
     const double backward = chunks_of(compute.layer_backward);
     if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals) return backward;
+    if (compute.layer_backward_kept.per_token_s > 0) return chunks_of(compute.layer_backward_kept);
     const double skipped = recompute_share_ * chunks_of(compute.layer_forward) - kept_layer_recompute_s_;
     return std::max(0.0, backward - std::max(0.0, skipped));
   }
