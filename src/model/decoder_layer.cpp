@@ -4,47 +4,6 @@
 
 namespace ferry {
 
-LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DType dt, bool with_backward) {
-  const int64_t H = c.hidden_size, F = c.intermediate_size, QD = c.q_dim(), KD = c.kv_dim();
-  LayerScratch s;
-  s.h = a.take(dt, {T, H});
-  s.rstd1 = a.take(DType::F32, {T});
-  if (c.qk_norm) {
-    s.q_pre = a.take(dt, {T, QD});
-    s.rstd_q = a.take(DType::F32, {T * c.num_heads});
-    s.k_pre = a.take(dt, {T, KD});
-    s.rstd_k = a.take(DType::F32, {T * c.num_kv_heads});
-  }
-  s.q = a.take(dt, {T, QD});
-  s.k = a.take(dt, {T, KD});
-  s.v = a.take(dt, {T, KD});
-  s.attn = a.take(dt, {T, QD});
-  s.lse = a.take(DType::F32, {c.num_heads, T});
-  s.x1 = a.take(dt, {T, H});
-  s.h2 = a.take(dt, {T, H});
-  s.rstd2 = a.take(DType::F32, {T});
-  s.gate = a.take(dt, {T, F});
-  s.up = a.take(dt, {T, F});
-  s.act = a.take(dt, {T, F});
-  if (with_backward) {
-    s.d_act = a.take(dt, {T, F});
-    s.d_gate = a.take(dt, {T, F});
-    s.d_up = a.take(dt, {T, F});
-    s.d_h2 = a.take(dt, {T, H});
-    s.d_x1 = a.take(dt, {T, H});
-    s.d_h = a.take(dt, {T, H});
-    s.d_attn = a.take(dt, {T, QD});
-    s.dq = a.take(dt, {T, QD});
-    s.dk = a.take(dt, {T, KD});
-    s.dv = a.take(dt, {T, KD});
-    if (c.qk_norm) {
-      s.dq_pre = a.take(dt, {T, QD});
-      s.dk_pre = a.take(dt, {T, KD});
-    }
-  }
-  return s;
-}
-
 LayerScratch carve_kept_internals(Arena& a, const ModelConfig& c, int64_t T, DType dt) {
   const int64_t H = c.hidden_size, F = c.intermediate_size, QD = c.q_dim(), KD = c.kv_dim();
   LayerScratch s;
@@ -62,6 +21,33 @@ LayerScratch carve_kept_internals(Arena& a, const ModelConfig& c, int64_t T, DTy
   s.x1 = a.take(dt, {T, H});
   s.gate = a.take(dt, {T, F});
   s.up = a.take(dt, {T, F});
+  return s;
+}
+
+LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DType dt, bool with_backward) {
+  const int64_t H = c.hidden_size, F = c.intermediate_size, QD = c.q_dim(), KD = c.kv_dim();
+  LayerScratch s = carve_kept_internals(a, c, T, dt);
+  s.h = a.take(dt, {T, H});
+  s.rstd1 = a.take(DType::F32, {T});
+  s.h2 = a.take(dt, {T, H});
+  s.rstd2 = a.take(DType::F32, {T});
+  s.act = a.take(dt, {T, F});
+  if (with_backward) {
+    s.d_act = a.take(dt, {T, F});
+    s.d_gate = a.take(dt, {T, F});
+    s.d_up = a.take(dt, {T, F});
+    s.d_h2 = a.take(dt, {T, H});
+    s.d_x1 = a.take(dt, {T, H});
+    s.d_h = a.take(dt, {T, H});
+    s.d_attn = a.take(dt, {T, QD});
+    s.dq = a.take(dt, {T, QD});
+    s.dk = a.take(dt, {T, KD});
+    s.dv = a.take(dt, {T, KD});
+    if (c.qk_norm) {
+      s.dq_pre = a.take(dt, {T, QD});
+      s.dk_pre = a.take(dt, {T, KD});
+    }
+  }
   return s;
 }
 
