@@ -33,7 +33,7 @@ class ProgramBuilder {
     // What a layer that kept its internals still runs again (decoder_layer.h): two norms and the
     // activation, memory-bound passes moving (4H + 3F) values and two rstd per token, at the
     // device memory's rate as the GPU AdamW's shows it (it moves about 30 bytes per parameter).
-    // Without a GPU AdamW rate they are taken as free (a few percent of the recompute they stay of).
+    // Without a GPU AdamW rate they are taken as free (a few percent of the recompute they replace).
     if (profile_.compute.gpu_adamw_params_per_s > 0) {
       const double bytes = static_cast<double>(shape_.tokens()) *
                            ((4.0 * H + 3.0 * F) * static_cast<double>(dtype_size(plan_.weight_dtype)) + 8.0);
