@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "optim/host_array.h"
 #include "test_util.h"
 
@@ -29,6 +30,49 @@ std::string vm_flags(const void* p) {
     if (inside && line.rfind("VmFlags:", 0) == 0) return line;
   }
   return "";
+}
+
+// The resident bytes (Rss) of the mapping that contains `p`, from /proc/self/smaps.
+size_t resident_bytes(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  std::string line;
+  bool inside = false;
+  while (std::getline(smaps, line)) {
+    uintptr_t lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
+      inside = lo <= addr && addr < hi;
+      continue;
+    }
+    if (inside && line.rfind("Rss:", 0) == 0) {
+      std::istringstream fields(line.substr(4));
+      size_t kib = 0;
+      fields >> kib;
+      return kib * 1024;
+    }
+  }
+  return 0;
+}
+
+// commit() makes every page resident at once, and keeps what the array holds: zeros where nothing
+// was written, the values where they were.
+TEST(HostArray, CommitMakesEveryPageResidentAndKeepsTheContents) {
+  const size_t count = size_t{48} << 20 >> 2;  // 48 MiB of floats: 24 huge pages
+  HostArray a(count, "test");
+  a.data()[12345] = 1.5f;
+  a.data()[count - 1] = -2.0f;
+  EXPECT_LT(resident_bytes(a.data()), size_t{24} << 20) << "an untouched array should not be resident yet";
+  ThreadPool pool(4);
+  a.commit(pool);
+  EXPECT_GE(resident_bytes(a.data()), count * sizeof(float));
+  EXPECT_EQ(a.data()[12345], 1.5f);
+  EXPECT_EQ(a.data()[count - 1], -2.0f);
+  for (size_t i = 0; i < count; i += 1021)
+    if (i != 12345) ASSERT_EQ(a.data()[i], 0.0f) << i;
+  HostArray empty;
+  empty.commit(pool);  // nothing to commit
 }
 
 TEST(HostArray, LargeArraysAreHugePageAlignedAndAdvised) {

@@ -1,11 +1,13 @@
 #include "engine/unit_updater.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "core/check.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "device/memory_ledger.h"
 #include "device/trace_scope.h"
 #include "optim/clip.h"
@@ -53,6 +55,16 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
       segments.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay || decay_all});
     segments_.push_back(std::move(segments));
   }
+  // Committed now (host_array.h): not by the first update's writes inside a step.
+  const auto commit_start = std::chrono::steady_clock::now();
+  size_t committed = 0;
+  for (HostUnitState& s : units_)
+    for (HostArray* a : {&s.master, &s.m, &s.v}) {
+      a->commit(ThreadPool::global());
+      committed += HostArray::mapped_bytes(a->size());
+    }
+  log_debug("optimizer state: {} committed in {:.2f} s", format_bytes(committed),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - commit_start).count());
   // A fallback to small pages is slower, not wrong: said once, with the count.
   const std::string mode = transparent_huge_page_mode();
   if (advised < arrays || mode == "never")

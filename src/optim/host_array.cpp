@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "device/memory_ledger.h"
 
 namespace ferry {
@@ -80,6 +82,26 @@ void HostArray::assign(std::span<const float> values) {
   FERRY_CHECK(values.size() == count_, "engine", "{} values given for an array of {}; the weights do not match the "
               "model's layout", values.size(), count_);
   if (count_ > 0) std::memcpy(data_, values.data(), count_ * sizeof(float));
+}
+
+void HostArray::commit(ThreadPool& pool) {
+  if (data_ == nullptr) return;
+  // Pieces of whole huge pages, so that no two threads fault the same one.
+  constexpr size_t kPiece = 16 * kHugePage;
+  char* base = reinterpret_cast<char*>(data_);
+  const size_t pieces = (mapped_bytes_ + kPiece - 1) / kPiece;
+  pool.parallel_for(pieces, [&](size_t begin, size_t end) {
+    for (size_t k = begin; k < end; ++k) {
+      char* start = base + k * kPiece;
+      const size_t bytes = std::min(kPiece, mapped_bytes_ - k * kPiece);
+      if (madvise(start, bytes, MADV_POPULATE_WRITE) == 0) continue;
+      // Kernels before 5.14: a read and a write of every 4 KiB page keeps what it holds.
+      for (size_t o = 0; o < bytes; o += 4096) {
+        volatile char* p = start + o;
+        *p = *p;
+      }
+    }
+  });
 }
 
 std::string transparent_huge_page_mode() {
