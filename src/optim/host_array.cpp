@@ -95,6 +95,10 @@ void HostArray::commit(ThreadPool& pool) {
       char* start = base + k * kPiece;
       const size_t bytes = std::min(kPiece, mapped_bytes_ - k * kPiece);
       if (madvise(start, bytes, MADV_POPULATE_WRITE) == 0) continue;
+      FERRY_CHECK(errno == EINVAL, "engine",
+                  "the host could not commit the {} of fp32 optimizer state ({}); it needs 12 bytes per parameter "
+                  "of host memory: free host memory, or train a smaller model on this machine",
+                  format_bytes(mapped_bytes_), std::strerror(errno));
       // Kernels before 5.14: a read and a write of every 4 KiB page keeps what it holds.
       for (size_t o = 0; o < bytes; o += 4096) {
         volatile char* p = start + o;
