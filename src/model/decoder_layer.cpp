@@ -66,14 +66,28 @@ Tensor shaped(Tensor t, std::initializer_list<int64_t> dims) {
   return r;
 }
 
+// The forward's three passes that a backward from kept internals runs again (Recompute::
+// NormsActivation): one function each, so that both runs are the same calls and give the same bits.
+void input_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, Tensor x_in, LayerScratch& s) {
+  ops.rmsnorm_forward(x_in, p.input_norm, static_cast<float>(c.rms_norm_eps), shaped(s.h, {d.T, d.H}),
+                      shaped(s.rstd1, {d.T}));
+}
+void post_attention_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, LayerScratch& s) {
+  ops.rmsnorm_forward(shaped(s.x1, {d.T, d.H}), p.post_norm, static_cast<float>(c.rms_norm_eps),
+                      shaped(s.h2, {d.T, d.H}), shaped(s.rstd2, {d.T}));
+}
+void mlp_activation(Ops& ops, const Dims& d, LayerScratch& s) {
+  ops.swiglu_forward(shaped(s.gate, {d.T, d.F}), shaped(s.up, {d.T, d.F}), shaped(s.act, {d.T, d.F}));
+}
+
 // Forward intermediates for T tokens, stored in s; returns nothing but fills s.x1 .. s.act.
 void forward_into_scratch(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
                           Tensor x_in, LayerScratch& s) {
   const ModelConfig& c = *ctx.config;
   const Dims d = dims_of(c, chunk.tokens);
   const float eps = static_cast<float>(c.rms_norm_eps);
+  input_norm(ops, c, p, d, x_in, s);
   Tensor h = shaped(s.h, {d.T, d.H});
-  ops.rmsnorm_forward(x_in, p.input_norm, eps, h, shaped(s.rstd1, {d.T}));
 
   Tensor q = shaped(s.q, {d.T, d.Hq * d.D});
   Tensor k = shaped(s.k, {d.T, d.Hkv * d.D});
@@ -102,13 +116,11 @@ void forward_into_scratch(Ops& ops, const LayerContext& ctx, const LayerParams& 
   Tensor x1 = shaped(s.x1, {d.T, d.H});
   ops.linear_forward(attn.view({d.T, d.Hq * d.D}), p.o_proj, p.o_bias, x_in, x1);
 
+  post_attention_norm(ops, c, p, d, s);
   Tensor h2 = shaped(s.h2, {d.T, d.H});
-  ops.rmsnorm_forward(x1, p.post_norm, eps, h2, shaped(s.rstd2, {d.T}));
-  Tensor gate = shaped(s.gate, {d.T, d.F});
-  Tensor up = shaped(s.up, {d.T, d.F});
-  ops.linear_forward(h2, p.gate_proj, p.gate_bias, Tensor(), gate);
-  ops.linear_forward(h2, p.up_proj, p.up_bias, Tensor(), up);
-  ops.swiglu_forward(gate, up, shaped(s.act, {d.T, d.F}));
+  ops.linear_forward(h2, p.gate_proj, p.gate_bias, Tensor(), shaped(s.gate, {d.T, d.F}));
+  ops.linear_forward(h2, p.up_proj, p.up_bias, Tensor(), shaped(s.up, {d.T, d.F}));
+  mlp_activation(ops, d, s);
 }
 
 }  // namespace
@@ -145,10 +157,9 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   if (recompute == Recompute::Forward) {
     forward_into_scratch(ops, ctx, p, chunk, x_in, s);
   } else {
-    const float eps = static_cast<float>(c.rms_norm_eps);
-    ops.rmsnorm_forward(x_in, p.input_norm, eps, shaped(s.h, {d.T, d.H}), shaped(s.rstd1, {d.T}));
-    ops.rmsnorm_forward(shaped(s.x1, {d.T, d.H}), p.post_norm, eps, shaped(s.h2, {d.T, d.H}), shaped(s.rstd2, {d.T}));
-    ops.swiglu_forward(shaped(s.gate, {d.T, d.F}), shaped(s.up, {d.T, d.F}), shaped(s.act, {d.T, d.F}));
+    input_norm(ops, c, p, d, x_in, s);
+    post_attention_norm(ops, c, p, d, s);
+    mlp_activation(ops, d, s);
   }
 
   // MLP: x' = x1 + down(act), act = silu(gate) * up, gate/up = proj(h2), h2 = rmsnorm(x1).
