@@ -318,7 +318,7 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   step_ = step;
   begin_step(batch, hyper, max_grad_norm);
   for (size_t i = 0; i < uses_.size(); ++i) run_use(i);
-  return end_step(hyper, max_grad_norm);
+  return end_step(max_grad_norm);
 }
 
 void SlidingEngine::begin_step(const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) {
@@ -359,7 +359,6 @@ void SlidingEngine::begin_step(const StepBatch& batch, const AdamWHyper& hyper, 
   step_hyper_ = hyper;
   step_row_tokens_.resize(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) step_row_tokens_[static_cast<size_t>(c)] = batch.row_tokens(c);
-  grad_scale_ = batch.counted_tokens() > 0 ? 1.0f / static_cast<float>(batch.counted_tokens()) : 0.0f;
   counted_tokens_ = batch.counted_tokens();
 }
 
@@ -473,6 +472,7 @@ void SlidingEngine::embedding_forward(void* params) {
 }
 
 void SlidingEngine::head_step(void* params, void* grads) {
+  const float grad_scale = counted_tokens_ > 0 ? 1.0f / static_cast<float>(counted_tokens_) : 0.0f;
   const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
   void* emb_params = resident_[E] ? resident_params_[E].data() : nullptr;
   void* emb_grads = resident_[E] ? resident_grads_[E].data() : nullptr;
@@ -480,8 +480,8 @@ void SlidingEngine::head_step(void* params, void* grads) {
   const HeadParams hg = head_params(layout_, grads, emb_grads, unit_grad_dtype(Hd));  // E's dtype too (constructor)
   const Tensor loss(loss_.data(), DType::F32, {1});
   for (int64_t c = 0; c < step_chunks_; ++c)
-    head_forward_backward(ops_, config_, hp, &hg, chunk(c), activation(config_.num_layers, c), grad_scale_,
-                                 activation_grad(c), head_scratch_, loss);
+    head_forward_backward(ops_, config_, hp, &hg, chunk(c), activation(config_.num_layers, c), grad_scale,
+                          activation_grad(c), head_scratch_, loss);
 }
 
 void SlidingEngine::decoder_forward(size_t u, void* params) {
@@ -534,7 +534,8 @@ void SlidingEngine::release_use(size_t i, bool sends) {
   }
 }
 
-SlidingStepResult SlidingEngine::end_step(const AdamWHyper& hyper, double max_grad_norm) {
+SlidingStepResult SlidingEngine::end_step(double max_grad_norm) {
+  const AdamWHyper& hyper = step_hyper_;
   const bool all_on_device = plan_.optimizer_on_gpu();
   if (all_on_device) device_optimizer_->update_all(step_, hyper, max_grad_norm);
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));

@@ -109,7 +109,7 @@ class SlidingEngine {
   // use of the slot schedule (a unit's forward, the head, a unit's backward); the loss and norm.
   void begin_step(const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm);
   void run_use(size_t use_index);
-  SlidingStepResult end_step(const AdamWHyper& hyper, double max_grad_norm);
+  SlidingStepResult end_step(double max_grad_norm);
   // The compute of one use, all micro-chunks of the step.
   void embedding_forward(void* params);
   void decoder_forward(size_t unit, void* params);
@@ -197,8 +197,7 @@ class SlidingEngine {
   int64_t step_chunks_ = 0;               // micro-chunks in this step
   std::vector<int64_t> step_row_tokens_;  // per micro-chunk: TokenChunk::row_tokens
   AdamWHyper step_hyper_;
-  float grad_scale_ = 0.0f;               // 1 / the step's counted tokens
-  int64_t counted_tokens_ = 0;
+  int64_t counted_tokens_ = 0;            // targets the step's loss counts
   int64_t step_rows_ = 0;                    // the step's distinct token ids (embedding rows touched)
   const int32_t* step_row_ids_ = nullptr;    // on the device, sorted
   std::vector<EventId> last_read_;  // per unit: compute that last read its resident weights
