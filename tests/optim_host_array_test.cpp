@@ -13,8 +13,9 @@
 namespace ferry {
 namespace {
 
-// The VmFlags line of the mapping that contains `p`.
-std::string vm_flags(const void* p) {
+// The line starting with `key` ("VmFlags:", "Rss:") of the /proc/self/smaps entry of the mapping
+// that contains `p`; "" if there is none.
+std::string smaps_line(const void* p, const std::string& key) {
   std::ifstream smaps("/proc/self/smaps");
   const auto addr = reinterpret_cast<uintptr_t>(p);
   std::string line;
@@ -27,33 +28,20 @@ std::string vm_flags(const void* p) {
       inside = lo <= addr && addr < hi;
       continue;
     }
-    if (inside && line.rfind("VmFlags:", 0) == 0) return line;
+    if (inside && line.rfind(key, 0) == 0) return line;
   }
   return "";
 }
 
-// The resident bytes (Rss) of the mapping that contains `p`, from /proc/self/smaps.
+std::string vm_flags(const void* p) { return smaps_line(p, "VmFlags:"); }
+
+// The resident bytes (Rss, in kB in smaps) of the mapping that contains `p`.
 size_t resident_bytes(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto addr = reinterpret_cast<uintptr_t>(p);
-  std::string line;
-  bool inside = false;
-  while (std::getline(smaps, line)) {
-    uintptr_t lo = 0, hi = 0;
-    char dash = 0;
-    std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
-      inside = lo <= addr && addr < hi;
-      continue;
-    }
-    if (inside && line.rfind("Rss:", 0) == 0) {
-      std::istringstream fields(line.substr(4));
-      size_t kib = 0;
-      fields >> kib;
-      return kib * 1024;
-    }
-  }
-  return 0;
+  const std::string line = smaps_line(p, "Rss:");
+  std::istringstream fields(line.empty() ? "0" : line.substr(4));
+  size_t kib = 0;
+  fields >> kib;
+  return kib * 1024;
 }
 
 // commit() makes every page resident at once, and keeps what the array holds: zeros where nothing

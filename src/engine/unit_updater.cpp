@@ -10,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "device/memory_ledger.h"
 #include "device/trace_scope.h"
+#include "engine/profile_timing.h"
 #include "optim/clip.h"
 #include "optim/cpu_adamw.h"
 #include "planner/memory_model.h"
@@ -63,8 +64,7 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
       a->commit(ThreadPool::global());
       committed += HostArray::mapped_bytes(a->size());
     }
-  log_debug("optimizer state: {} committed in {:.2f} s", format_bytes(committed),
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - commit_start).count());
+  log_debug("optimizer state: {} committed in {:.2f} s", format_bytes(committed), seconds_since(commit_start));
   // A fallback to small pages is slower, not wrong: said once, with the count.
   const std::string mode = transparent_huge_page_mode();
   if (advised < arrays || mode == "never")
