@@ -349,7 +349,13 @@ TEST_F(SearchTest, AlternativesAreOtherPlansAndExplainTheDifference) {
 TEST(DefaultHostBudget, LeavesTenPercentAtLeastFourGiB) {
   EXPECT_EQ(default_host_budget(512.0 * kGiB), static_cast<size_t>(0.9 * 512.0 * kGiB));
   EXPECT_EQ(default_host_budget(16.0 * kGiB), 12 * kGiB);
-  EXPECT_EQ(default_host_budget(2.0 * kGiB), 0u);
+  EXPECT_EQ(default_host_budget(2.0 * kGiB), 1u);  // 0 would mean no limit
+}
+
+TEST(DefaultHostBudget, LeavesFivePercentOfWhatIsAvailableAtLeastTwoGiB) {
+  EXPECT_EQ(default_host_budget_available(120 * kGiB), 114 * kGiB);
+  EXPECT_EQ(default_host_budget_available(24 * kGiB), 22 * kGiB);
+  EXPECT_EQ(default_host_budget_available(1 * kGiB), 1u);
 }
 
 }  // namespace

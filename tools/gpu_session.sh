@@ -4,7 +4,7 @@
 # Expects the binaries and the Debian libraries they need unpacked in .device/bundle (see
 # tools/make_gpu_bundle.sh) and writes logs to $OUT/logs.
 # Knobs (environment): PARTS, GPU_TESTS, PROFILE_MODELS, MODELS, BUDGETS, GLOBAL_BATCH, MICRO_BATCH,
-# STEPS, TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY, TAG (suffix
+# STEPS, TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY, TAG (suffix
 # of the train logs, for several settings in one call), HAND_TARGET + HAND_PLANS, PEERS, KEEP_LOGS.
 set -u
 root="$(pwd)"
@@ -93,6 +93,9 @@ PY
       [ -d "/tmp/$model" ] || timeout 180 "$B/ferry" init --arch llama --preset "$model" --out "/tmp/$model" >> "$L/init.log" 2>&1
       for budget in ${BUDGETS:-24GiB 130GiB}; do
         name="$model-$budget${TAG:+-$TAG}"
+        trace_lines=""
+        [ "${TRACE:-1}" = 1 ] && trace_lines="trace: $L/trace-$name.json
+trace_steps: ${TRACE_STEPS:-3}"
         cat > /tmp/train.yaml <<YAML
 model: /tmp/$model
 data: /tmp/tokens.jsonl
@@ -107,10 +110,13 @@ device: cuda
 gpu_memory: $budget
 max_grad_norm: ${MAX_GRAD_NORM:-1.0}
 ${HOST_MEMORY:+host_memory: $HOST_MEMORY}
-trace: $L/trace-$name.json
-trace_steps: ${TRACE_STEPS:-3}
+save_steps: 0
+$trace_lines
 YAML
-        run "train-$name" 300 "$B/ferry" train /tmp/train.yaml
+        # The host memory sampled each second beside the plan (the run writes its own per-phase
+        # report, host_memory.json, into its output_dir).
+        run "train-$name" 420 tools/sample_rss.sh "$L/rss-$name.log" "$B/ferry" train /tmp/train.yaml
+        cp "/tmp/out-$model-$budget/host_memory.json" "$L/host_memory-$name.json" 2>/dev/null
         # Hand-written plans beside the planner's, for one model and budget (HAND_TARGET=MODEL@BUDGET):
         # HAND_PLANS lists override sets separated by '|', e.g. "gpu_slots=3|resident_layers=0".
         if [ "${HAND_TARGET:-}" = "$model@$budget" ]; then

@@ -12,9 +12,14 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   r.global_batch = config.global_batch;
   if (config.micro_batch > 0) r.micro_batch = config.micro_batch;
   r.device_budget = target.device_budget;
-  r.host_budget = config.host_memory.empty()
-                      ? default_host_budget(ram_bytes)
-                      : static_cast<size_t>(parse_byte_size(config.host_memory, "host_memory"));
+  if (!config.host_memory.empty())
+    r.host_budget = static_cast<size_t>(parse_byte_size(config.host_memory, "host_memory"));
+  else if (target.host_available > 0)
+    r.host_budget = default_host_budget_available(target.host_available);
+  else if (ram_bytes > 0)
+    r.host_budget = default_host_budget(ram_bytes);
+  r.host_beside_engine = target.host_beside_engine;
+  r.device_memory_on_host = target.device_memory_on_host;
   r.weight_dtype = target.weight_dtype;
   r.grad_dtype = target.weight_dtype;  // with a bf16 host shadow they land in its buffer (unit_updater.h)
   r.clipping = config.max_grad_norm > 0;

@@ -29,6 +29,12 @@ struct PlanTarget {
   DType weight_dtype = DType::BF16;  // what the engine holds on that device (bf16 on CUDA, fp32 on sim)
   size_t device_budget = 0;    // bytes the engine may allocate
   bool gpu_adamw = false;      // the device runs AdamW (CUDA)
+  // Host memory this machine can give the run now, its own included (core/host_memory.h); 0:
+  // unknown (planning for a machine known by a profile), the default budget then comes from the
+  // profile's physical RAM.
+  size_t host_available = 0;
+  size_t host_beside_engine = 0;        // PlanRequest::host_beside_engine
+  bool device_memory_on_host = false;   // PlanRequest::device_memory_on_host (sim)
 };
 
 struct PlanSelection {
@@ -39,8 +45,9 @@ struct PlanSelection {
   std::vector<IdleAdvice> advice;  // settings that would keep the GPU busy (planner/idle_advice.h)
 };
 
-// The search's request for `config` on `target`: its forced options and budgets (`ram_bytes`:
-// the physical memory the default host budget leaves a margin of; 0: no host budget).
+// The search's request for `config` on `target`: its forced options and budgets. Without
+// `host_memory`, the host budget is what target.host_available leaves (default_host_budget_available),
+// else what `ram_bytes` of physical memory leaves (default_host_budget); with neither, none.
 PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, double ram_bytes);
 
 // 2–4 above, with the profile of 1 (`source` says where it came from, for the log). Throws

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/host_memory_watch.h"
 #include "engine/step_batch.h"
 #include "engine/train_config.h"
 #include "model/model_weights.h"
@@ -41,7 +42,9 @@ class StepExecutor {
 
 // Chooses the executor from `device` (cpu | sim | cuda | auto); on a device, the plan comes from
 // the planner's search (engine/plan_selection.h), whose choice and predicted step time are logged.
-// Takes ownership of the weights.
-std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, ModelWeights weights);
+// Takes ownership of the weights. With a `watch`, the run's phases get the plan's host memory
+// (engine/host_memory_watch.h), and building the engine is its phase "state commit".
+std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, ModelWeights weights,
+                                                 HostMemoryWatch* watch = nullptr);
 
 }  // namespace ferry

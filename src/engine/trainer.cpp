@@ -10,6 +10,7 @@
 #include "data/batch_sampler.h"
 #include "data/packing.h"
 #include "engine/checkpoint.h"
+#include "engine/host_memory_watch.h"
 #include "engine/model_step.h"
 #include "engine/output_dir.h"
 #include "engine/step_batch.h"
@@ -70,6 +71,11 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   FERRY_CHECK(!config.output_dir.empty(), kWhere, "no output_dir given; set `output_dir:`");
   if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
 
+  // Host memory held to the plan phase by phase; the report is written however the run ends.
+  HostMemoryWatch memory;
+  const HostMemoryReportOnExit memory_report(memory, config.output_dir);
+  memory.enter(kPhaseModelLoad);
+
   // Everything is read and checked before any long work starts.
   ModelWeights weights = load_model_weights(config.model);
   const ModelConfig& mc = weights.config;
@@ -99,7 +105,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   const ModelConfig model_config = mc;
   const ModelLayout layout = weights.layout;
   const int64_t parameter_count = layout.parameter_count();
-  std::unique_ptr<StepExecutor> executor = make_step_executor(config, std::move(weights));
+  memory.enter(kPhasePlanning);
+  std::unique_ptr<StepExecutor> executor = make_step_executor(config, std::move(weights), &memory);
+  memory.check();
 
   BatchSampler sampler(static_cast<int64_t>(rows.size()), config.seed, config.shuffle);
   const nlohmann::json fingerprint = run_fingerprint(config, rows.size(), data_summary.fingerprint);
@@ -110,6 +118,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     if (!latest) {
       log_warn("resume: no complete checkpoint in {}; starting from the beginning", config.output_dir.string());
     } else {
+      memory.enter(kPhaseCheckpointLoad);
       TrainerState state =
           load_checkpoint(*latest, layout, executor->masters(), executor->exp_avg(), executor->exp_avg_sq());
       check_resume_fingerprint(state.fingerprint, fingerprint, latest->string());
@@ -161,8 +170,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     if (batch.counted_tokens() == 0)
       log_warn("step {}: every target is masked; the gradient is zero for this step", step + 1);
     hyper.lr = lr_at(config.lr_scheduler_type, config.learning_rate, step, warmup, total_steps, config.min_lr_ratio);
+    memory.enter(step == 0 ? kPhaseFirstStep : kPhaseSteadyState);
     const ExecutedStep done = executor->step(step + 1, batch, hyper, config.max_grad_norm);
     ++step;
+    memory.check();
     FERRY_CHECK(std::isfinite(done.loss) && std::isfinite(done.grad_norm), kWhere,
                 "step {}: loss {} / grad norm {} is not finite; lower learning_rate or check the data (the last "
                 "checkpoint is intact)",
@@ -192,8 +203,11 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
 
     const bool stop_early = hooks.stop_after_steps > 0 && step >= hooks.stop_after_steps && step < total_steps;
     if ((config.save_steps > 0 && (step % config.save_steps == 0 || step == total_steps)) || stop_early) {
+      memory.enter(kPhaseCheckpointSave);
       const auto path = save_checkpoint(config.output_dir, checkpoint_view(), config.save_total_limit);
       log_info("saved {}", path.string());
+      memory.check();
+      memory.enter(kPhaseSteadyState);
     }
     if (stop_early) {
       summary.final_step = step;
@@ -202,12 +216,15 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   }
 
   executor->finish_updates();
+  memory.enter(kPhaseFinalSave);
   std::vector<const float*> masters;
   for (float* b : executor->masters()) masters.push_back(b);
   write_hf_model_dir(config.output_dir, config.model, model_config, layout, masters, save_dtype,
                      static_cast<size_t>(config.max_shard_bytes));
   write_tokenizer_overrides(config.output_dir, config.tokenizer, config.chat_template);
   log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
+  memory.check();
+  for (const std::string& line : memory.describe()) log_info("host memory, {}", line);
   summary.final_step = step;
   summary.finished = true;
   return summary;

@@ -56,15 +56,6 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
       segments.push_back({static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay || decay_all});
     segments_.push_back(std::move(segments));
   }
-  // Committed now (host_array.h): not by the first update's writes inside a step.
-  const auto commit_start = std::chrono::steady_clock::now();
-  size_t committed = 0;
-  for (HostUnitState& s : units_)
-    for (HostArray* a : {&s.master, &s.m, &s.v}) {
-      a->commit(ThreadPool::global());
-      committed += HostArray::mapped_bytes(a->size());
-    }
-  log_debug("optimizer state: {} committed in {:.2f} s", format_bytes(committed), seconds_since(commit_start));
   // A fallback to small pages is slower, not wrong: said once, with the count.
   const std::string mode = transparent_huge_page_mode();
   if (advised < arrays || mode == "never")
@@ -93,6 +84,17 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
   updated_step_.assign(units_.size(), 0);
   partials_.resize(units_.size());
   worker_ = std::thread([this] { run(); });
+}
+
+void UnitUpdater::commit_state() {
+  const auto commit_start = std::chrono::steady_clock::now();
+  size_t committed = 0;
+  for (HostUnitState& s : units_)
+    for (HostArray* a : {&s.master, &s.m, &s.v}) {
+      a->commit(ThreadPool::global());
+      committed += HostArray::mapped_bytes(a->size());
+    }
+  log_debug("optimizer state: {} committed in {:.2f} s", format_bytes(committed), seconds_since(commit_start));
 }
 
 UnitUpdater::~UnitUpdater() {

@@ -97,6 +97,12 @@ class UnitUpdater {
   UnitUpdater& operator=(const UnitUpdater&) = delete;
 
   HostUnitState& unit(size_t u) { return units_[u]; }
+  // Commits every page of the masters, m and v now (HostArray::commit), so that the first update's
+  // writes do not fault 8 bytes per parameter inside a step, and a host that cannot hold the state
+  // says so before training. Called once the masters are assigned and the loaded weights they came
+  // from are freed: committed while those live, the state would hold 16 bytes per parameter, 4
+  // more than any plan counts (the 8B run's OOM kill at start).
+  void commit_state();
   // WeightUpload::ConvertOnUpload: uploads read the fp32 masters (pinned), not a staging buffer.
   bool converts_on_upload() const { return plan_.weight_upload == WeightUpload::ConvertOnUpload; }
   // The unit's parameters as AdamW segments (offset, count, weight decay or not).

@@ -39,7 +39,12 @@ struct HostBytes {
   // activations, token staging, and the GPU optimizer's transfers (state staging, norm partials,
   // scalars).
   size_t pinned = 0;
-  size_t total() const { return pageable + pinned; }
+  // What the plan search adds (PlanRequest): the process beside the engine (runtime, data,
+  // checkpoint writing), and the device's bytes where its memory is host memory (SimDevice).
+  size_t beside = 0;
+  size_t device = 0;
+  size_t engine() const { return pageable + pinned; }
+  size_t total() const { return pageable + pinned + beside + device; }
 };
 
 // The GPU optimizer's (ResidentWithOptimizer units') buffers beside their weights and state.

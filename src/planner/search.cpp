@@ -13,7 +13,12 @@ namespace ferry {
 
 size_t default_host_budget(double physical_bytes) {
   const double reserve = std::max(0.1 * physical_bytes, 4.0 * 1073741824.0);
-  return static_cast<size_t>(std::max(0.0, physical_bytes - reserve));
+  return std::max<size_t>(1, static_cast<size_t>(std::max(0.0, physical_bytes - reserve)));
+}
+
+size_t default_host_budget_available(size_t available_bytes) {
+  const size_t margin = std::max(available_bytes / 20, size_t{2} << 30);
+  return std::max<size_t>(1, available_bytes - std::min(available_bytes, margin));
 }
 
 namespace {
@@ -208,9 +213,14 @@ class Searcher {
   size_t device_total(const Plan& plan, const StepShape& shape) const {
     return device_bytes(config_, layout_, plan, shape.chunk_tokens, shape.chunks).total();
   }
-  size_t host_total(const Plan& plan, const StepShape& shape) const {
-    return host_bytes(config_, layout_, plan, shape.chunk_tokens, shape.chunks).total();
+  // The whole process's host memory under `plan`, as the budget counts it.
+  HostBytes host_of(const Plan& plan, const StepShape& shape) const {
+    HostBytes h = host_bytes(config_, layout_, plan, shape.chunk_tokens, shape.chunks);
+    h.beside = r_.host_beside_engine;
+    if (r_.device_memory_on_host) h.device = device_total(plan, shape);
+    return h;
   }
+  size_t host_total(const Plan& plan, const StepShape& shape) const { return host_of(plan, shape).total(); }
 
   // Keeps the last layers' boundary activations on the GPU while they fit (the backward reads the
   // last ones first). Keeping all of them also frees the two staging buffers; memory left after
@@ -290,6 +300,7 @@ class Searcher {
     c.plan = std::move(plan);
     c.shape = shape;
     c.prediction = predict(config_, layout_, c.plan, *profile_, shape);
+    c.prediction.host = host_of(c.plan, shape);
     ++simulated_;
     if (!family_best_ || better(c, *family_best_)) family_best_ = std::move(c);
   }
@@ -349,7 +360,8 @@ class Searcher {
     } else {
       // The boundary activations that leave the device grow with the tokens of a whole step.
       lower = "global_batch or seq_len";
-      what = fmt::format("every plan that fits the device needs at least {} of host memory (pageable + pinned), more "
+      what = fmt::format("every plan that fits the device needs at least {} of host memory (optimizer state, pinned "
+                         "buffers and the process beside them), more "
                          "than the {} host_memory budget; give host_memory of at least {}",
                          gib(min_host_fitting_), gib(r_.host_budget), gib(min_host_fitting_));
       // Without clipping, gradients need not wait for the global norm: converting on upload can

@@ -77,7 +77,13 @@ struct PlanRequest {
   std::optional<int64_t> micro_batch;      // forced; unset: the search picks a divisor of global_batch
   size_t device_budget = 0;                // bytes the engine may allocate on the device
   double headroom = 0.05;                  // fraction of the device budget left free
-  size_t host_budget = 0;                  // bytes of host memory (pageable + pinned); 0: no limit
+  size_t host_budget = 0;                  // bytes of host memory (HostBytes::total); 0: no limit
+  // Host memory the process holds beside the engine's buffers (its runtime and libraries, the
+  // tokenized data, what checkpoints are written through): in every plan's host total.
+  size_t host_beside_engine = 0;
+  // The device's memory is host memory (the simulated device): a plan's device bytes count on the
+  // host too.
+  bool device_memory_on_host = false;
   DType weight_dtype = DType::BF16;
   DType grad_dtype = DType::BF16;
   bool clipping = true;
@@ -118,10 +124,16 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
 // profile: a caller checks this before measuring one (which needs device memory of its own).
 void check_device_budget(const ModelConfig& config, const ModelLayout& layout, const PlanRequest& request);
 
-// The host memory a plan may use by default: physical RAM less what the system, the data and the
-// process itself need -- 10% of it, at least 4 GiB. 512 GiB → 460.8 GiB; 64 GiB → 57.6 GiB;
-// 16 GiB → 12 GiB.
+// The host memory a plan may use by default on a machine known only by its physical RAM (a
+// profile of another machine): RAM less what the system and its other processes need -- 10% of
+// it, at least 4 GiB. 512 GiB → 460.8 GiB; 64 GiB → 57.6 GiB; 16 GiB → 12 GiB; never 0 (which
+// means no limit): 2 GiB → 1 byte, a budget no plan fits.
 size_t default_host_budget(double physical_bytes);
+// The same on this machine, from what it can give the run now (core/host_memory.h: MemAvailable,
+// a cgroup's limit, and what the process holds): less a margin for what grows beside the run
+// (the page cache of the files it writes, the kernel, other processes) -- 5% of it, at least
+// 2 GiB. 120 GiB → 114 GiB; 24 GiB → 22 GiB; never 0.
+size_t default_host_budget_available(size_t available_bytes);
 
 // "3 slots instead of 2, 20 resident layers instead of 24" (what `plan` changes from `reference`).
 std::string plan_difference(const Plan& plan, const Plan& reference);
