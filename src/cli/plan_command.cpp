@@ -17,6 +17,7 @@
 #include "ops/device_ops.h"
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
+#include "core/host_memory.h"
 
 namespace ferry::cli {
 
@@ -128,9 +129,10 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
               static_cast<long long>(config.global_batch), static_cast<long long>(config.seq_len),
               static_cast<long long>(config.global_batch * config.seq_len));
   std::printf("device:    %s; profile: %s\n", target.device.c_str(), s.profile_source.c_str());
-  std::printf("budgets:   device %s (gpu_memory, %.0f%% kept free), host %s (host_memory)\n\n",
+  std::printf("budgets:   device %s (gpu_memory, %.0f%% kept free), host %s (%s)\n\n",
               format_bytes(s.request.device_budget).c_str(), 100.0 * s.request.headroom,
-              s.request.host_budget > 0 ? format_bytes(s.request.host_budget).c_str() : "unlimited");
+              s.request.host_budget > 0 ? format_bytes(s.request.host_budget).c_str() : "unlimited",
+              s.request.host_budget > 0 ? s.request.host_budget_source.c_str() : "no host_memory");
 
   std::printf("plan\n");
   print_candidate_summary(model, layout, best, s.request.host_budget);
@@ -146,7 +148,11 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
               format_bytes(p.device.other).c_str());
   std::printf("  pinned    %s\n", share(p.host.pinned, 0).c_str());
   std::printf("  pageable  %s\n", share(p.host.pageable, 0).c_str());
-  std::printf("  host      %s  (pinned + pageable)\n", share(p.host.total(), s.request.host_budget).c_str());
+  std::printf("  beside    %s  (the process beside the engine: runtime, data, an allowance)\n",
+              share(p.host.beside, 0).c_str());
+  if (p.host.device > 0) std::printf("  device    %s  (the simulated device's memory is host memory)\n", share(p.host.device, 0).c_str());
+  std::printf("  host      %s  (%s)\n", share(p.host.total(), s.request.host_budget).c_str(),
+              s.request.host_budget_source.c_str());
   std::printf("  disk      %s  (no disk tier yet)\n", share(p.disk_bytes, 0).c_str());
 
   if (!s.result.alternatives.empty()) std::printf("\nnext best alternatives\n");
@@ -220,6 +226,15 @@ void add_plan_command(CLI::App& app) {
     PlanTarget target = plan_target(config);
     std::string source;
     MachineProfile profile = plan_profile(config, model, target, *nominal, &source);
+    // The process train would be, less its loaded weights; for this machine, what it can give now.
+    const HostBeside beside = measure_host_beside(0);
+    target.host_beside_engine = beside.bytes;
+    target.device_memory_on_host = target.device == "sim";
+    if (!*nominal && config.profile.empty()) {
+      const HostMemoryAvailable available = host_memory_available(beside.own);
+      target.host_available = available.bytes;
+      target.host_available_source = available.source;
+    }
     // Without gpu_memory: the memory of the device the profile describes.
     target.device_budget = config.gpu_memory.empty()
                                ? static_cast<size_t>(profile.device_memory_bytes)

@@ -3,8 +3,19 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/host_memory.h"
+#include "device/memory_ledger.h"
 
 namespace ferry {
+
+HostBeside measure_host_beside(size_t loaded_weight_bytes) {
+  HostBeside b;
+  b.weights = loaded_weight_bytes;
+  const auto now = read_process_memory();
+  b.own = now ? now->counted() : b.weights;
+  b.bytes = b.own - std::min(b.own, b.weights) + kHostGrowthAllowance;
+  return b;
+}
 
 PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, double ram_bytes) {
   PlanRequest r;
@@ -14,10 +25,15 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   r.device_budget = target.device_budget;
   if (!config.host_memory.empty())
     r.host_budget = static_cast<size_t>(parse_byte_size(config.host_memory, "host_memory"));
-  else if (target.host_available > 0)
+  if (config.host_memory.empty() && target.host_available > 0) {
     r.host_budget = default_host_budget_available(target.host_available);
-  else if (ram_bytes > 0)
+    r.host_budget_source = fmt::format("the default: {} that this machine can give now ({}), less 5%, at least 2 GiB",
+                                       format_bytes(target.host_available), target.host_available_source);
+  } else if (config.host_memory.empty() && ram_bytes > 0) {
     r.host_budget = default_host_budget(ram_bytes);
+    r.host_budget_source = fmt::format("the default: the profile's {} of RAM less 10%, at least 4 GiB",
+                                       format_bytes(static_cast<size_t>(ram_bytes)));
+  }
   r.host_beside_engine = target.host_beside_engine;
   r.device_memory_on_host = target.device_memory_on_host;
   r.weight_dtype = target.weight_dtype;

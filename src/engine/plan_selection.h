@@ -33,6 +33,7 @@ struct PlanTarget {
   // unknown (planning for a machine known by a profile), the default budget then comes from the
   // profile's physical RAM.
   size_t host_available = 0;
+  std::string host_available_source;  // what bounds it: "MemAvailable", a cgroup's limit
   size_t host_beside_engine = 0;        // PlanRequest::host_beside_engine
   bool device_memory_on_host = false;   // PlanRequest::device_memory_on_host (sim)
 };
@@ -44,6 +45,19 @@ struct PlanSelection {
   SearchResult result;
   std::vector<IdleAdvice> advice;  // settings that would keep the GPU busy (planner/idle_advice.h)
 };
+
+// Host memory beside the engine (PlanRequest::host_beside_engine): what the process holds at
+// planning time less the loaded fp32 weights (they become the masters), plus an allowance for
+// what comes later and no plan counts buffer by buffer (thread stacks, the ops' host-side
+// handles, a checkpoint's conversion pieces). Measured on the lent H200: 132 MiB with the CUDA
+// context and an 8B model's 16 MB of tokens.
+inline constexpr size_t kHostGrowthAllowance = size_t{256} << 20;
+struct HostBeside {
+  size_t own = 0;      // counted resident memory now (core/host_memory.h)
+  size_t weights = 0;  // of it, the loaded fp32 weights
+  size_t bytes = 0;    // the rest, with the allowance
+};
+HostBeside measure_host_beside(size_t loaded_weight_bytes);
 
 // The search's request for `config` on `target`: its forced options and budgets. Without
 // `host_memory`, the host budget is what target.host_available leaves (default_host_budget_available),

@@ -126,24 +126,6 @@ class SlidingExecutor final : public StepExecutor {
   std::unique_ptr<SlidingEngine> engine_;
 };
 
-// Host memory beside the engine: what the process holds at planning time less the loaded fp32
-// weights (they become the masters), plus an allowance for what comes later and no plan counts
-// buffer by buffer (thread stacks, the ops' host-side handles, a checkpoint's conversion pieces).
-constexpr size_t kHostGrowthAllowance = size_t{256} << 20;
-struct HostBeside {
-  size_t own = 0;      // counted resident memory now
-  size_t weights = 0;  // of it, the loaded fp32 weights
-  size_t bytes = 0;    // the rest, with the allowance
-};
-HostBeside measure_host_beside(const ModelWeights& weights) {
-  HostBeside b;
-  for (const auto& unit : weights.units) b.weights += unit.size() * sizeof(float);
-  const auto now = read_process_memory();
-  b.own = now ? now->counted() : b.weights;
-  b.bytes = b.own - std::min(b.own, b.weights) + kHostGrowthAllowance;
-  return b;
-}
-
 }  // namespace
 
 std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, ModelWeights weights,
@@ -170,11 +152,14 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     target.gpu_adamw = true;
   }
   target.device_budget = dev->memory().capacity - std::min(dev->memory().capacity, dev->memory().in_use);
-  const HostBeside beside = measure_host_beside(weights);
+  size_t weight_bytes = 0;
+  for (const auto& unit : weights.units) weight_bytes += unit.size() * sizeof(float);
+  const HostBeside beside = measure_host_beside(weight_bytes);
   target.host_beside_engine = beside.bytes;
   target.device_memory_on_host = device == "sim";
   const HostMemoryAvailable available = host_memory_available(beside.own);
   target.host_available = available.bytes;
+  target.host_available_source = available.source;
   // A budget no plan fits is refused before measuring a profile, which needs device memory too.
   check_device_budget(weights.config, weights.layout, plan_request(config, target, 0.0));
   MachineProfile profile;
@@ -208,10 +193,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
            format_bytes(h.total()), format_bytes(h.pageable), format_bytes(h.pinned), format_bytes(h.beside),
            format_bytes(beside.bytes - kHostGrowthAllowance), format_bytes(kHostGrowthAllowance),
            h.device > 0 ? fmt::format(" + the simulated device's {}", format_bytes(h.device)) : std::string(),
-           format_bytes(selection.request.host_budget),
-           config.host_memory.empty() ? fmt::format("{} of {} that {} leaves, less the margin",
-                                                    "default", format_bytes(available.bytes), available.source)
-                                      : std::string("host_memory"));
+           format_bytes(selection.request.host_budget), selection.request.host_budget_source);
   if (watch != nullptr) {
     // Loading holds the weights in fp32 beside what the process had; every later phase holds the plan.
     watch->plan(kPhaseModelLoad, beside.weights + beside.bytes);

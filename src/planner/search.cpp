@@ -355,15 +355,17 @@ class Searcher {
                          "kept free; give gpu_memory of at least {}",
                          gib(min_device_), gib(r_.device_budget), 100.0 * r_.headroom, gib(need));
       if (r_.host_budget > 0 && host_at_min_device_ > r_.host_budget)
-        what += fmt::format(", and host_memory of at least {} (that plan needs {} of host memory; the budget is {})",
-                            gib(host_at_min_device_), gib(host_at_min_device_), gib(r_.host_budget));
+        what += fmt::format(", and host_memory of at least {} (that plan needs {} of host memory; the budget is {}, {})",
+                            gib(host_at_min_device_), gib(host_at_min_device_), gib(r_.host_budget),
+                            r_.host_budget_source);
     } else {
       // The boundary activations that leave the device grow with the tokens of a whole step.
       lower = "global_batch or seq_len";
       what = fmt::format("every plan that fits the device needs at least {} of host memory (optimizer state, pinned "
                          "buffers and the process beside them), more "
-                         "than the {} host_memory budget; give host_memory of at least {}",
-                         gib(min_host_fitting_), gib(r_.host_budget), gib(min_host_fitting_));
+                         "than the {} host budget ({}); give host_memory of at least {}{}",
+                         gib(min_host_fitting_), gib(r_.host_budget), r_.host_budget_source, gib(min_host_fitting_),
+                         r_.host_budget_source == "host_memory" ? "" : " on a machine that can give it (free memory)");
       // Without clipping, gradients need not wait for the global norm: converting on upload can
       // then pass them through a ring instead of keeping one per unit (2 bytes/param less).
       if (r_.clipping && !r_.update && !r_.weight_upload) {

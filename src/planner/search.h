@@ -78,6 +78,8 @@ struct PlanRequest {
   size_t device_budget = 0;                // bytes the engine may allocate on the device
   double headroom = 0.05;                  // fraction of the device budget left free
   size_t host_budget = 0;                  // bytes of host memory (HostBytes::total); 0: no limit
+  // Where host_budget comes from, for the refusal: "host_memory", or the default's source.
+  std::string host_budget_source = "host_memory";
   // Host memory the process holds beside the engine's buffers (its runtime and libraries, the
   // tokenized data, what checkpoints are written through): in every plan's host total.
   size_t host_beside_engine = 0;
