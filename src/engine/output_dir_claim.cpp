@@ -148,8 +148,8 @@ OutputDirLock claim_output_dir(const TrainConfig& config) {
   const fs::path model = resolved(config.model);
   FERRY_CHECK(
       !is_within(out, model), kWhere,
-      "output_dir {} is the model directory {} or lies inside it; the run would write over its input: "
-      "choose an output_dir outside the model directory",
+      "output_dir {} is the input model directory ({}) or lies inside it; the run would write over its "
+      "input: choose an output_dir outside the model directory",
       config.output_dir.string(), config.model.string());
   FERRY_CHECK(!is_within(model, out), kWhere,
               "the model directory {} lies inside output_dir {}, where checkpoint rotation or "
