@@ -36,7 +36,10 @@ std::string error_of(F&& f) {
 std::vector<int64_t> metric_steps(const fs::path& file) {
   std::vector<int64_t> steps;
   std::ifstream in(file);
-  for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line).at("step"));
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    steps.push_back(record.is_object() ? record.value("step", int64_t{-1}) : -1);  // -1: not a metrics line
+  }
   return steps;
 }
 
@@ -52,8 +55,9 @@ TEST_F(RunFilesTest, ResumeCutsMetricsBackToTheCheckpoint) {
 
   ASSERT_TRUE(run_training(config("cut", {"save_steps=2", "save_total_limit=0", "resume=true"})).finished);
   EXPECT_EQ(metric_steps(scratch_ / "cut" / "metrics.jsonl"), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
-  EXPECT_EQ(test::read_file(scratch_ / "cut" / "model.safetensors"),
-            test::read_file(scratch_ / "full" / "model.safetensors"));
+  EXPECT_TRUE(test::read_file(scratch_ / "cut" / "model.safetensors") ==
+              test::read_file(scratch_ / "full" / "model.safetensors"))
+      << "the weights differ";
 }
 
 TEST_F(RunFilesTest, AnAbsurdTrainerStateIsRefused) {
@@ -159,15 +163,16 @@ TEST_F(RunFilesTest, ADiskFullCheckpointLeavesThePreviousOneIntact) {
   EXPECT_TRUE(contains(message, "checkpoint-4") && contains(message, "EFBIG")) << message;
   EXPECT_TRUE(contains(message, (out / "checkpoint-2").string() + ", and the input model are untouched"))
       << message;
-  EXPECT_EQ(test::tree_bytes(out / "checkpoint-2"), checkpoint_bytes);
-  EXPECT_EQ(test::tree_bytes(model_dir_), model_bytes);
+  EXPECT_TRUE(test::tree_bytes(out / "checkpoint-2") == checkpoint_bytes);
+  EXPECT_TRUE(test::tree_bytes(model_dir_) == model_bytes);
   EXPECT_TRUE(test::temporaries(out).empty()) << test::temporaries(out).front();
   EXPECT_FALSE(fs::exists(out / "checkpoint-4"));
   EXPECT_EQ(find_latest_checkpoint(out), out / "checkpoint-2");
 
   ASSERT_TRUE(run_training(config("out", {"save_steps=2", "resume=true"})).finished);
-  EXPECT_EQ(test::read_file(out / "model.safetensors"),
-            test::read_file(scratch_ / "full" / "model.safetensors"));
+  EXPECT_TRUE(test::read_file(out / "model.safetensors") ==
+              test::read_file(scratch_ / "full" / "model.safetensors"))
+      << "the weights differ";
   EXPECT_EQ(metric_steps(out / "metrics.jsonl"), (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
 }
 
