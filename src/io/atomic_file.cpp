@@ -31,14 +31,11 @@ bool out_of_space(int err) {
   return err == ENOSPC || err == EDQUOT || err == EFBIG;
 }
 
-// What a user needs to act on a failed write: which limit was hit, how much the file needed and
-// how much the file system has left.
+// What a user needs to act on a write that ran out of space (out_of_space(err)): which limit was
+// hit, how much the file needed and how much the file system has left.
 std::string space_advice(int err, const std::filesystem::path& path, size_t written, size_t expected) {
-  std::string what = fmt::format("{} ({})", std::strerror(err),
-                                 err == ENOSPC   ? "ENOSPC"
-                                 : err == EDQUOT ? "EDQUOT"
-                                 : err == EFBIG  ? "EFBIG"
-                                                 : "errno");
+  const char* name = err == ENOSPC ? "ENOSPC" : err == EDQUOT ? "EDQUOT" : "EFBIG";
+  std::string what = fmt::format("{} ({})", std::strerror(err), name);
   std::string sizes = expected > 0 ? fmt::format(" after {} of the {} the file needs", bytes_text(written),
                                                  bytes_text(expected))
                                    : fmt::format(" after {}", bytes_text(written));
@@ -74,9 +71,12 @@ void AtomicFile::reserve(size_t total_bytes) {
   if (total_bytes == 0) return;
   // KEEP_SIZE: the blocks are allocated but the file's length grows only with the writes, so a
   // file written shorter than reserved has no trailing zeros.
-  if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(total_bytes)) != 0 && out_of_space(errno))
+  if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(total_bytes)) == 0) return;
+  // Other errors (a file system that cannot reserve) leave the writes to report a full disk.
+  const int err = errno;
+  if (out_of_space(err))
     fail("io", "{}: cannot set aside space: {}", temp_path_.string(),
-         space_advice(errno, temp_path_, 0, expected_));
+         space_advice(err, temp_path_, 0, expected_));
 }
 
 void AtomicFile::write(const void* data, size_t bytes) {
