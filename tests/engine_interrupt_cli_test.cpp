@@ -4,8 +4,9 @@
 // a run never interrupted. A second signal exits at once.
 //
 // No sleeps: the test reads ferry's log from a pipe, waits for a step line (with a generous
-// timeout), and signals then. The pipe holds 4 KiB, about 45 step lines, and ferry blocks on a full
-// pipe, so however fast the steps are, the signal always lands long before the run's 64th step.
+// timeout), and signals then. The pipe is made as small as the kernel allows (4 KiB: about 45 step
+// lines of 90 bytes) and ferry blocks on a full pipe, so however fast the steps are, the signal
+// lands before the run has written more than a pipe's worth of lines; the run is longer than that.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -36,7 +37,7 @@ class FerryProcess {
   explicit FerryProcess(const std::vector<std::string>& args) {
     int fds[2];
     EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
-    fcntl(fds[1], F_SETPIPE_SZ, 4096);
+    fcntl(fds[1], F_SETPIPE_SZ, 4096);  // rounded up to a page
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
@@ -103,6 +104,17 @@ class FerryProcess {
   std::string output_;
 };
 
+// Steps enough that a run cannot finish while its log lines fill the pipe: one line per step of at
+// least 64 bytes, and a margin.
+int64_t steps_beyond_a_pipe() {
+  int fds[2];
+  if (pipe(fds) != 0) return 1000;
+  const int capacity = fcntl(fds[1], F_SETPIPE_SZ, 4096);
+  close(fds[0]);
+  close(fds[1]);
+  return capacity > 0 ? capacity / 64 + 16 : 1000;
+}
+
 std::vector<int64_t> metric_steps(const fs::path& file) {
   std::vector<int64_t> steps;
   std::ifstream in(file);
@@ -120,12 +132,13 @@ class InterruptTest : public test::TinyRun {
     // A space in the path: the printed resume command must quote it.
     config_ = scratch_ / "my run" / "train.yaml";
     fs::create_directories(config_.parent_path());
-    std::ofstream(config_)
-        << "model: " << model_dir_.string() << "\ndata: " << data_.string()
-        << "\noutput_dir: out\nseq_len: 48\nglobal_batch: 4\nmicro_batch: 2\nmax_steps: 64\n"
-        << "learning_rate: 1.0e-3\nwarmup_steps: 2\nsave_dtype: float32\ndevice: cpu\n"
-        << "threads: 1\n";
+    std::ofstream(config_) << "model: " << model_dir_.string() << "\ndata: " << data_.string()
+                           << "\noutput_dir: out\nseq_len: 32\nglobal_batch: 2\nmicro_batch: 1\nmax_steps: "
+                           << steps_ << "\n"
+                           << "learning_rate: 1.0e-3\nwarmup_steps: 2\nsave_dtype: float32\ndevice: cpu\n"
+                           << "threads: 1\n";
   }
+  const int64_t steps_ = steps_beyond_a_pipe();
   fs::path config_;
 };
 
@@ -139,7 +152,7 @@ TEST_F(InterruptTest, SigtermSavesACheckpointAndTheResumeCommandFinishesBitIdent
       << output;
 
   FerryProcess run({"train", config_.string(), "logging_steps=1"});
-  ASSERT_TRUE(run.wait_for_line("step 1/64")) << run.output();
+  ASSERT_TRUE(run.wait_for_line("step 1/" + std::to_string(steps_))) << run.output();
   run.signal(SIGTERM);
   EXPECT_EQ(run.finish(), 128 + SIGTERM) << run.output();
 
@@ -149,7 +162,7 @@ TEST_F(InterruptTest, SigtermSavesACheckpointAndTheResumeCommandFinishesBitIdent
   const nlohmann::json state = nlohmann::json::parse(test::read_file(*checkpoint / "trainer_state.json"));
   const int64_t stopped_at = state.at("step");
   EXPECT_GE(stopped_at, 1);
-  EXPECT_LT(stopped_at, 64);
+  EXPECT_LT(stopped_at, steps_);
   EXPECT_EQ(*checkpoint, out / ("checkpoint-" + std::to_string(stopped_at)));
   EXPECT_FALSE(is_marked_complete(out)) << "a stopped run has no final model";
   EXPECT_EQ(metric_steps(out / "metrics.jsonl").size(), static_cast<size_t>(stopped_at));
@@ -165,8 +178,8 @@ TEST_F(InterruptTest, SigtermSavesACheckpointAndTheResumeCommandFinishesBitIdent
 
   EXPECT_TRUE(test::read_file(out / "model.safetensors") == test::read_file(reference / "model.safetensors"))
       << "the weights differ";
-  std::vector<int64_t> all(64);
-  for (int64_t i = 0; i < 64; ++i) all[static_cast<size_t>(i)] = i + 1;
+  std::vector<int64_t> all(static_cast<size_t>(steps_));
+  for (int64_t i = 0; i < steps_; ++i) all[static_cast<size_t>(i)] = i + 1;
   EXPECT_EQ(metric_steps(out / "metrics.jsonl"), all);
   EXPECT_TRUE(is_marked_complete(out));
 }
@@ -175,7 +188,7 @@ TEST_F(InterruptTest, SigtermSavesACheckpointAndTheResumeCommandFinishesBitIdent
 // once with 128 + its number, before any checkpoint or resume message.
 TEST_F(InterruptTest, ASecondSignalExitsAtOnce) {
   FerryProcess run({"train", config_.string()});
-  ASSERT_TRUE(run.wait_for_line("step 1/64")) << run.output();
+  ASSERT_TRUE(run.wait_for_line("step 1/" + std::to_string(steps_))) << run.output();
   run.signal(SIGSTOP);
   run.signal(SIGINT);
   run.signal(SIGTERM);
