@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -6,6 +7,22 @@
 #include "engine/model_init.h"
 
 namespace ferry::cli {
+
+namespace {
+// `ferry init` writes a new model; it never writes into or over what is already at --out (a real
+// model, an earlier run), whose files would be replaced or mixed with random weights.
+void refuse_existing_out(const std::filesystem::path& out) {
+  std::error_code ec;
+  if (!std::filesystem::exists(out, ec)) return;
+  FERRY_CHECK(std::filesystem::is_directory(out, ec), "init",
+              "--out {} exists and is not a directory; give a new path", out.string());
+  FERRY_CHECK(
+      std::filesystem::is_empty(out, ec), "init",
+      "--out {} exists and is not empty; ferry init never writes over files: give a new path (e.g. {}-2) or "
+      "remove the directory first",
+      out.string(), out.string());
+}
+}  // namespace
 
 void add_init_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("init", "Write a randomly initialised Hugging Face model directory");
@@ -29,6 +46,7 @@ void add_init_command(CLI::App& app) {
     }
     FERRY_CHECK(!a->preset.empty(), "init", "give --preset (ferry init --arch {} --list shows them)", a->arch);
     FERRY_CHECK(!a->out.empty(), "init", "give --out DIR, the directory to create");
+    refuse_existing_out(a->out);
     ModelConfig config = preset_config(a->arch, a->preset);
     if (!a->dtype.empty()) {
       DType d;

@@ -9,6 +9,7 @@
 #include "core/log.h"
 #include "engine/output_dir.h"
 #include "io/atomic_file.h"
+#include "io/completion_marker.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 
@@ -20,14 +21,15 @@ constexpr const char* kWhere = "checkpoint";
 constexpr int kFormatVersion = 1;
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kStateFile = "trainer_state.json";
-constexpr const char* kCompleteMarker = "COMPLETE";
 
 std::optional<int64_t> checkpoint_step(const std::filesystem::path& dir) {
   const std::string name = dir.filename().string();
   const std::string prefix = "checkpoint-";
   if (name.rfind(prefix, 0) != 0) return std::nullopt;
   const std::string digits = name.substr(prefix.size());
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+  // More than 18 digits cannot be a step ferry saved (and would overflow int64).
+  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
+    return std::nullopt;
   return std::stoll(digits);
 }
 
@@ -37,21 +39,42 @@ std::vector<std::pair<int64_t, std::filesystem::path>> complete_checkpoints(cons
   for (const auto& entry : std::filesystem::directory_iterator(output_dir)) {
     if (!entry.is_directory()) continue;
     auto step = checkpoint_step(entry.path());
-    if (step && std::filesystem::exists(entry.path() / kCompleteMarker)) found.emplace_back(*step, entry.path());
+    if (step && is_marked_complete(entry.path())) found.emplace_back(*step, entry.path());
   }
   std::sort(found.begin(), found.end());
   return found;
 }
 
-}  // namespace
+// Removes a checkpoint's temporary directory unless the save got as far as renaming it: a save
+// that fails (a full disk) leaves no half-written directory behind.
+class TempDirCleanup {
+ public:
+  explicit TempDirCleanup(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  ~TempDirCleanup() {
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  TempDirCleanup(const TempDirCleanup&) = delete;
+  TempDirCleanup& operator=(const TempDirCleanup&) = delete;
+  void release() { dir_.clear(); }
 
-std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const CheckpointView& view,
-                                      int64_t keep) {
-  const auto final_dir = output_dir / fmt::format("checkpoint-{}", view.state.step);
-  const auto temp_dir = output_dir / fmt::format("checkpoint-{}.tmp", view.state.step);
-  std::filesystem::remove_all(temp_dir);
-  std::filesystem::create_directories(temp_dir);
+ private:
+  std::filesystem::path dir_;
+};
 
+// An integer field of trainer_state.json: a float (1e15 parses as one), a negative number or a
+// string is a corrupt or hand-edited state, never truncated or trusted.
+int64_t state_integer(const nlohmann::json& value, const std::filesystem::path& dir, const char* field) {
+  FERRY_CHECK(
+      value.is_number_integer() && value.get<int64_t>() >= 0, kWhere,
+      "{}/{}: '{}' is {}, not a non-negative integer; the checkpoint is corrupt: resume from an earlier "
+      "checkpoint (delete this one) or start a new output_dir",
+      dir.string(), kStateFile, field, value.dump());
+  return value.get<int64_t>();
+}
+
+// The files of a checkpoint, into its temporary directory; the completion marker last.
+void write_checkpoint_files(const std::filesystem::path& temp_dir, const CheckpointView& view) {
   write_hf_model_dir(temp_dir, view.source_dir, *view.config, *view.layout, view.masters, view.save_dtype,
                      view.max_shard_bytes);
 
@@ -72,8 +95,31 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, c
       {"fingerprint", view.state.fingerprint},
   };
   write_file_atomic(temp_dir / kStateFile, state.dump(2) + "\n");
-  write_file_atomic(temp_dir / kCompleteMarker, "complete\n");
-  sync_directory(temp_dir);
+  mark_complete(temp_dir);
+}
+
+}  // namespace
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const CheckpointView& view,
+                                      int64_t keep) {
+  const auto final_dir = output_dir / fmt::format("checkpoint-{}", view.state.step);
+  const auto temp_dir = output_dir / fmt::format("checkpoint-{}.tmp", view.state.step);
+  std::filesystem::remove_all(temp_dir);
+  std::filesystem::create_directories(temp_dir);
+  TempDirCleanup cleanup(temp_dir);
+
+  try {
+    write_checkpoint_files(temp_dir, view);
+  } catch (const std::exception& e) {
+    // Error (a full disk, from AtomicFile) or filesystem_error (a directory operation).
+    const auto previous = find_latest_checkpoint(output_dir);
+    fail(
+        kWhere,
+        "saving {} failed, and its partial files were removed: {}; {} and the input model are untouched: "
+        "free disk space, then continue with resume=true",
+        final_dir.string(), e.what(),
+        previous ? "the newest complete checkpoint, " + previous->string() + "," : std::string("output_dir"));
+  }
 
   // Replace an older checkpoint of the same step only once the new one is complete.
   if (std::filesystem::exists(final_dir)) {
@@ -85,6 +131,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, c
   } else {
     std::filesystem::rename(temp_dir, final_dir);
   }
+  cleanup.release();
   sync_directory(output_dir);
 
   if (keep > 0) {
@@ -106,9 +153,10 @@ std::optional<std::filesystem::path> find_latest_checkpoint(const std::filesyste
 TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout& layout,
                              const std::vector<float*>& masters, const std::vector<float*>& m,
                              const std::vector<float*>& v) {
-  FERRY_CHECK(std::filesystem::exists(dir / kCompleteMarker), kWhere,
-              "{} has no {} marker: it was not written completely; resume from an earlier checkpoint or delete it",
-              dir.string(), kCompleteMarker);
+  FERRY_CHECK(
+      is_marked_complete(dir), kWhere,
+      "{} has no {} marker: it was not written completely; resume from an earlier checkpoint or delete it",
+      dir.string(), kCompleteMarker);
   std::ifstream in(dir / kStateFile);
   FERRY_CHECK(in.good(), kWhere, "{}: cannot read {}", dir.string(), kStateFile);
   nlohmann::json state;
@@ -117,9 +165,31 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
   } catch (const nlohmann::json::exception& e) {
     fail(kWhere, "{}/{}: not valid JSON ({}); the checkpoint is corrupt", dir.string(), kStateFile, e.what());
   }
-  FERRY_CHECK(state.value("format_version", 0) == kFormatVersion, kWhere,
+  FERRY_CHECK(state.is_object(), kWhere, "{}/{}: not a JSON object; the checkpoint is corrupt", dir.string(),
+              kStateFile);
+  const nlohmann::json version = state.value("format_version", nlohmann::json());
+  FERRY_CHECK(version == kFormatVersion, kWhere,
               "{}: checkpoint format version {} is not the one this ferry reads ({})", dir.string(),
-              state.value("format_version", 0), kFormatVersion);
+              version.dump(), kFormatVersion);
+
+  TrainerState s;
+  try {
+    s.step = state_integer(state.at("step"), dir, "step");
+    s.data_epoch = state_integer(state.at("data_position").at("epoch"), dir, "data_position.epoch");
+    s.data_index = state_integer(state.at("data_position").at("index"), dir, "data_position.index");
+    s.fingerprint = state.value("fingerprint", nlohmann::json::object());
+  } catch (const nlohmann::json::exception& e) {
+    fail(kWhere, "{}/{}: missing or malformed field ({}); the checkpoint is corrupt", dir.string(),
+         kStateFile, e.what());
+  }
+  // The directory's name is the step it was saved at; a state that disagrees was not written by
+  // this checkpoint's save.
+  const std::optional<int64_t> named = checkpoint_step(dir);
+  FERRY_CHECK(
+      !named || *named == s.step, kWhere,
+      "{}/{}: the state says step {} but the checkpoint is named for step {}; the checkpoint is corrupt: "
+      "resume from an earlier checkpoint (delete this one) or start a new output_dir",
+      dir.string(), kStateFile, s.step, *named);
 
   SafetensorsFile file = SafetensorsFile::open(dir / kOptimizerFile);
   const std::pair<const char*, const std::vector<float*>*> groups[] = {
@@ -139,15 +209,6 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
         std::memcpy(base + p.offset, file.data(*info), info->bytes);
       }
     }
-  }
-  TrainerState s;
-  try {
-    s.step = state.at("step").get<int64_t>();
-    s.data_epoch = state.at("data_position").at("epoch").get<int64_t>();
-    s.data_index = state.at("data_position").at("index").get<int64_t>();
-    s.fingerprint = state.value("fingerprint", nlohmann::json::object());
-  } catch (const nlohmann::json::exception& e) {
-    fail(kWhere, "{}/{}: missing or malformed field ({}); the checkpoint is corrupt", dir.string(), kStateFile, e.what());
   }
   return s;
 }

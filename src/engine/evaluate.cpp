@@ -7,6 +7,7 @@
 #include "core/thread_pool.h"
 #include "data/packing.h"
 #include "engine/model_step.h"
+#include "engine/output_dir_claim.h"
 #include "engine/profile_cache.h"
 #include "engine/step_batch.h"
 #include "engine/training_data.h"
@@ -19,6 +20,7 @@ EvalResult run_eval(const EvalOptions& o) {
   FERRY_CHECK(!o.model.empty() && !o.data.empty(), "eval", "give --model DIR and --data FILE");
   FERRY_CHECK(o.seq_len >= 2 && o.micro_batch >= 1, "eval", "seq_len must be >= 2 and micro_batch >= 1");
   if (o.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(o.threads));
+  warn_if_unfinished_output(o.model);
   ModelWeights w = load_model_weights(o.model);
   // The documents exactly as training would see them, through the same loader and cache.
   TrainConfig data;

@@ -1,11 +1,14 @@
 #include "engine/output_dir.h"
 
+#include <cctype>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "io/atomic_file.h"
+#include "io/completion_marker.h"
 #include "model/model_weights.h"
 #include "tokenizer/chat_template.h"
 
@@ -21,14 +24,70 @@ std::string read_text(const std::filesystem::path& path) {
   return ss.str();
 }
 
-// Files of a model directory that are weights or config, which ferry writes itself; and formats of
-// weights it never copies (they would be stale after training).
-bool is_written_or_stale(const std::filesystem::path& file) {
-  const std::string name = file.filename().string();
-  const std::string ext = file.extension().string();
-  static const std::set<std::string> kExts = {".safetensors", ".bin", ".pth", ".pt", ".ckpt", ".gguf", ".h5", ".msgpack"};
-  return name == "config.json" || name == "model.safetensors.index.json" || name == "pytorch_model.bin.index.json" ||
-         kExts.count(ext) > 0;
+bool starts_with(const std::string& s, const std::string& prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The files of a model directory that say how to use the weights (tokenizer, generation settings,
+// chat template, model card, licence), copied byte for byte into every model directory ferry
+// writes. An allow-list, not a deny-list: the input may be an earlier run's output (metrics.jsonl,
+// checkpoint-*, COMPLETE, its cache and lock) or hold whatever else a user keeps beside a model,
+// and none of that may pass into the new run's directory. Weights and config.json are written, not
+// copied.
+bool is_copied_model_file(const std::string& name) {
+  static const std::set<std::string> kNames = {"tokenizer.json",
+                                               "tokenizer_config.json",
+                                               "special_tokens_map.json",
+                                               "added_tokens.json",
+                                               "tokenizer.model",
+                                               "spiece.model",
+                                               "sentencepiece.bpe.model",
+                                               "tekken.json",
+                                               "vocab.json",
+                                               "vocab.txt",
+                                               "merges.txt",
+                                               "generation_config.json",
+                                               "chat_template.jinja",
+                                               "chat_template.json",
+                                               "preprocessor_config.json",
+                                               "processor_config.json",
+                                               "README.md",
+                                               "USE_POLICY.md"};
+  if (kNames.count(name)) return true;
+  std::string lower = name;
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* prefix : {"license", "licence", "notice", "copying"})
+    if (starts_with(lower, prefix)) return true;
+  // Versioned SentencePiece files (Mistral's tokenizer.model.v3), tiktoken vocabularies, and the
+  // code a config.json's auto_map names (trust_remote_code models).
+  if (starts_with(name, "tokenizer.model.v") || ends_with(name, ".tiktoken")) return true;
+  for (const char* prefix : {"configuration_", "modeling_", "tokenization_"})
+    if (starts_with(name, prefix) && ends_with(name, ".py")) return true;
+  return false;
+}
+
+// transformers saves extra named chat templates as additional_chat_templates/NAME.jinja.
+constexpr const char* kTemplatesDir = "additional_chat_templates";
+
+void copy_model_files(const std::filesystem::path& source_dir, const std::filesystem::path& out_dir) {
+  for (const auto& entry : std::filesystem::directory_iterator(source_dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && is_copied_model_file(name)) {
+      write_file_atomic(out_dir / name, read_text(entry.path()));
+    } else if (entry.is_directory() && name == kTemplatesDir) {
+      std::filesystem::create_directories(out_dir / name);
+      for (const auto& t : std::filesystem::directory_iterator(entry.path()))
+        if (t.is_regular_file() && ends_with(t.path().filename().string(), ".jinja"))
+          write_file_atomic(out_dir / name / t.path().filename(), read_text(t.path()));
+      sync_directory(out_dir / name);
+    } else if (name != "config.json") {
+      log_debug("not copied from {}: {} (not a tokenizer, template or model card file)", source_dir.string(),
+                name);
+    }
+  }
 }
 
 }  // namespace
@@ -62,13 +121,27 @@ void write_hf_model_dir(const std::filesystem::path& out_dir, const std::filesys
   std::filesystem::create_directories(out_dir);
   save_model_weights(out_dir, layout, units, dtype, max_shard_bytes);
   write_file_atomic(out_dir / "config.json", config_json_text(config, dtype, source_dir));
-  if (!source_dir.empty()) {
-    for (const auto& entry : std::filesystem::directory_iterator(source_dir)) {
-      if (!entry.is_regular_file() || is_written_or_stale(entry.path())) continue;
-      write_file_atomic(out_dir / entry.path().filename(), read_text(entry.path()));
-    }
-  }
+  if (!source_dir.empty()) copy_model_files(source_dir, out_dir);
   sync_directory(out_dir);
+}
+
+void write_final_model_dir(const std::filesystem::path& out_dir, const std::filesystem::path& source_dir,
+                           const ModelConfig& config, const ModelLayout& layout,
+                           const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes,
+                           const std::filesystem::path& tokenizer,
+                           const std::filesystem::path& chat_template) {
+  unmark_complete(out_dir);
+  try {
+    write_hf_model_dir(out_dir, source_dir, config, layout, units, dtype, max_shard_bytes);
+    write_tokenizer_overrides(out_dir, tokenizer, chat_template);
+  } catch (const std::exception& e) {
+    // Error (a full disk, from AtomicFile) or filesystem_error (a directory operation).
+    fail("output",
+         "writing the final model into {} failed: {}; the directory is not marked complete, and its "
+         "checkpoints and the input model are untouched: free disk space, then run again with resume=true",
+         out_dir.string(), e.what());
+  }
+  mark_complete(out_dir);
 }
 
 void write_tokenizer_overrides(const std::filesystem::path& out_dir, const std::filesystem::path& tokenizer,

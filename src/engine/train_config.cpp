@@ -114,6 +114,8 @@ const std::map<std::string, Setter>& setters() {
       {"save_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_steps = parse_int(n, k); }},
       {"save_total_limit", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_total_limit = parse_int(n, k); }},
       {"resume", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.resume = parse_bool(n, k); }},
+      {"overwrite_output_dir",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.overwrite_output_dir = parse_bool(n, k); }},
       {"save_dtype", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_dtype = parse_string(n, k); }},
       {"max_shard_size",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_shard_bytes = parse_byte_size(parse_string(n, k), k); }},
@@ -262,6 +264,8 @@ void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.save_steps >= 0, kWhere, "save_steps must be >= 0");
   FERRY_CHECK(c.save_total_limit >= 0, kWhere, "save_total_limit must be >= 0");
   FERRY_CHECK(c.threads >= 0, kWhere, "threads must be >= 0");
+  FERRY_CHECK(!(c.resume && c.overwrite_output_dir), kWhere,
+              "resume=true continues the run in output_dir and overwrite_output_dir=true discards it; set only one");
   FERRY_CHECK(parse_data_format(c.data_format).has_value(), kWhere, "data_format must be one of {}; got '{}'",
               data_format_names(), c.data_format);
   FERRY_CHECK(c.device == "auto" || c.device == "cpu" || c.device == "sim" || c.device == "cuda", kWhere,

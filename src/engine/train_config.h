@@ -56,6 +56,9 @@ struct TrainConfig {
   int64_t save_steps = 0;       // 0: save only at the end
   int64_t save_total_limit = 2; // checkpoints kept (0: keep all)
   bool resume = false;          // continue from the newest complete checkpoint in output_dir
+  // A fresh run into a non-empty output_dir is refused unless this is set; then the earlier run's
+  // metrics and checkpoints are removed first (engine/output_dir_claim.h).
+  bool overwrite_output_dir = false;
   std::string save_dtype = "auto";  // dtype of the output weights; auto = the input's
   int64_t max_shard_bytes = 5ll << 30;
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <fstream>
 
 #include "core/error.h"
@@ -11,8 +12,10 @@
 #include "data/packing.h"
 #include "engine/checkpoint.h"
 #include "engine/host_memory_watch.h"
+#include "engine/metrics_log.h"
 #include "engine/model_step.h"
 #include "engine/output_dir.h"
+#include "engine/output_dir_claim.h"
 #include "engine/step_batch.h"
 #include "engine/step_executor.h"
 #include "engine/training_data.h"
@@ -62,6 +65,18 @@ void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json&
   }
 }
 
+// A stop requested by a signal is taken between steps; the steps done since the newest checkpoint
+// are then saved, so that resume=true loses nothing.
+void log_stop(int signal, int64_t step, int64_t total_steps, int64_t saved_step) {
+  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
+  if (step == 0)
+    log_warn("stopped by {} before the first step; nothing to save", name);
+  else if (step == saved_step)
+    log_warn("stopped by {} after step {} of {}, which the newest checkpoint holds", name, step, total_steps);
+  else
+    log_warn("stopped by {} after step {} of {}; saving a checkpoint", name, step, total_steps);
+}
+
 }  // namespace
 
 TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
@@ -70,6 +85,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more JSONL files");
   FERRY_CHECK(!config.output_dir.empty(), kWhere, "no output_dir given; set `output_dir:`");
   if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
+  const OutputDirLock output_lock = claim_output_dir(config);
+  warn_if_unfinished_output(config.model);
 
   // Host memory held to the plan phase by phase; the report is written however the run ends.
   HostMemoryWatch memory;
@@ -123,6 +140,11 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
           load_checkpoint(*latest, layout, executor->masters(), executor->exp_avg(), executor->exp_avg_sq());
       check_resume_fingerprint(state.fingerprint, fingerprint, latest->string());
       step = state.step;
+      FERRY_CHECK(
+          step <= total_steps, kWhere,
+          "{} is at step {}, past this run's {} steps; resume with max_steps of at least {} (or the epochs "
+          "that train that long), or start a new output_dir",
+          latest->string(), step, total_steps, step);
       executor->state_loaded(step);
       sampler.seek(DataPosition{state.data_epoch, state.data_index});
       log_info("resumed from {} at step {}", latest->string(), step);
@@ -153,7 +175,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     return view;
   };
 
-  std::ofstream metrics(config.output_dir / "metrics.jsonl", std::ios::app);
+  cut_metrics_after(config.output_dir / kMetricsFile, step);
+  std::ofstream metrics(config.output_dir / kMetricsFile, std::ios::app);
   AdamWHyper hyper;
   hyper.beta1 = config.adam_beta1;
   hyper.beta2 = config.adam_beta2;
@@ -162,7 +185,18 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
 
   TrainSummary summary;
   std::vector<const PackedRow*> step_rows;
+  int64_t saved_step = step;  // the newest checkpoint's step
   while (step < total_steps) {
+    if (const int signal = hooks.stop_signal ? hooks.stop_signal->load() : 0) {
+      log_stop(signal, step, total_steps, saved_step);
+      memory.enter(kPhaseCheckpointSave);
+      if (step > saved_step)
+        log_info("saved {}",
+                 save_checkpoint(config.output_dir, checkpoint_view(), config.save_total_limit).string());
+      summary.final_step = step;
+      summary.stop_signal = signal;
+      return summary;
+    }
     const auto start = std::chrono::steady_clock::now();
     step_rows.clear();
     for (int64_t index : sampler.next_rows(config.global_batch)) step_rows.push_back(&rows[static_cast<size_t>(index)]);
@@ -170,7 +204,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     if (batch.counted_tokens() == 0)
       log_warn("step {}: every target is masked; the gradient is zero for this step", step + 1);
     hyper.lr = lr_at(config.lr_scheduler_type, config.learning_rate, step, warmup, total_steps, config.min_lr_ratio);
-    memory.enter(step == 0 ? kPhaseFirstStep : kPhaseSteadyState);
+    memory.enter(summary.steps.empty() ? kPhaseFirstStep : kPhaseSteadyState);
     const ExecutedStep done = executor->step(step + 1, batch, hyper, config.max_grad_norm);
     ++step;
     memory.check();
@@ -206,6 +240,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
       memory.enter(kPhaseCheckpointSave);
       const auto path = save_checkpoint(config.output_dir, checkpoint_view(), config.save_total_limit);
       log_info("saved {}", path.string());
+      saved_step = step;
       memory.check();
       memory.enter(kPhaseSteadyState);
     }
@@ -219,9 +254,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   memory.enter(kPhaseFinalSave);
   std::vector<const float*> masters;
   for (float* b : executor->masters()) masters.push_back(b);
-  write_hf_model_dir(config.output_dir, config.model, model_config, layout, masters, save_dtype,
-                     static_cast<size_t>(config.max_shard_bytes));
-  write_tokenizer_overrides(config.output_dir, config.tokenizer, config.chat_template);
+  write_final_model_dir(config.output_dir, config.model, model_config, layout, masters, save_dtype,
+                        static_cast<size_t>(config.max_shard_bytes), config.tokenizer, config.chat_template);
   log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
   memory.check();
   for (const std::string& line : memory.describe()) log_info("host memory, {}", line);

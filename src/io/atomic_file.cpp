@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +22,31 @@ std::filesystem::path parent_or_dot(const std::filesystem::path& path) {
   auto parent = path.parent_path();
   return parent.empty() ? std::filesystem::path(".") : parent;
 }
+
+std::string bytes_text(uint64_t bytes) {
+  return fmt::format("{} bytes ({:.2f} MiB)", bytes, static_cast<double>(bytes) / 1048576.0);
+}
+
+bool out_of_space(int err) {
+  return err == ENOSPC || err == EDQUOT || err == EFBIG;
+}
+
+// What a user needs to act on a write that ran out of space (out_of_space(err)): which limit was
+// hit, how much the file needed and how much the file system has left.
+std::string space_advice(int err, const std::filesystem::path& path, size_t written, size_t expected) {
+  const char* name = err == ENOSPC ? "ENOSPC" : err == EDQUOT ? "EDQUOT" : "EFBIG";
+  std::string what = fmt::format("{} ({})", std::strerror(err), name);
+  std::string sizes = expected > 0 ? fmt::format(" after {} of the {} the file needs", bytes_text(written),
+                                                 bytes_text(expected))
+                                   : fmt::format(" after {}", bytes_text(written));
+  struct statvfs fs {};
+  if (::statvfs(parent_or_dot(path).c_str(), &fs) == 0)
+    sizes += fmt::format("; its file system has {} free",
+                         bytes_text(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize));
+  const char* advice = err == EFBIG ? "raise the file size limit (ulimit -f) or write to another file system"
+                                    : "free disk space or choose another output directory";
+  return fmt::format("{}{}; {}", what, sizes, advice);
+}
 }  // namespace
 
 AtomicFile::AtomicFile(std::filesystem::path path) : path_(std::move(path)) {
@@ -39,6 +65,20 @@ AtomicFile::~AtomicFile() {
   }
 }
 
+void AtomicFile::reserve(size_t total_bytes) {
+  FERRY_ASSERT(fd_ >= 0, "reserve after commit");
+  expected_ = total_bytes;
+  if (total_bytes == 0) return;
+  // KEEP_SIZE: the blocks are allocated but the file's length grows only with the writes, so a
+  // file written shorter than reserved has no trailing zeros.
+  if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(total_bytes)) == 0) return;
+  // Other errors (a file system that cannot reserve) leave the writes to report a full disk.
+  const int err = errno;
+  if (out_of_space(err))
+    fail("io", "{}: cannot set aside space: {}", temp_path_.string(),
+         space_advice(err, temp_path_, 0, expected_));
+}
+
 void AtomicFile::write(const void* data, size_t bytes) {
   FERRY_ASSERT(fd_ >= 0, "write after commit");
   const auto* p = static_cast<const char*>(data);
@@ -46,8 +86,12 @@ void AtomicFile::write(const void* data, size_t bytes) {
     const ssize_t n = ::write(fd_, p, std::min(bytes, kMaxWrite));
     if (n < 0) {
       if (errno == EINTR) continue;
-      fail("io", "{}: write failed after {} bytes: {}; free disk space or choose another output directory",
-           temp_path_.string(), written_, std::strerror(errno));
+      const int err = errno;
+      if (out_of_space(err))
+        fail("io", "{}: write failed: {}", temp_path_.string(),
+             space_advice(err, temp_path_, written_, expected_));
+      fail("io", "{}: write failed after {}: {}; check the disk and the output directory",
+           temp_path_.string(), bytes_text(written_), std::strerror(err));
     }
     p += n;
     bytes -= static_cast<size_t>(n);
@@ -58,8 +102,13 @@ void AtomicFile::write(const void* data, size_t bytes) {
 void AtomicFile::commit() {
   FERRY_ASSERT(fd_ >= 0, "commit twice");
   // Errors of delayed writes surface in fsync and close; both must succeed before the rename.
-  if (::fsync(fd_) != 0)
-    fail("io", "{}: fsync failed: {}; the disk may be full or failing", temp_path_.string(), std::strerror(errno));
+  if (::fsync(fd_) != 0) {
+    const int err = errno;
+    if (out_of_space(err))
+      fail("io", "{}: fsync failed: {}", temp_path_.string(),
+           space_advice(err, temp_path_, written_, expected_));
+    fail("io", "{}: fsync failed: {}; the disk may be failing", temp_path_.string(), std::strerror(err));
+  }
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) {

@@ -19,6 +19,10 @@ class AtomicFile {
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
+  // Sets aside disk space for a file of `total_bytes` before writing it, so that a full disk is
+  // reported before a long write starts, with the size needed; the size also appears in later
+  // write errors. Where the file system cannot reserve space, the writes report it.
+  void reserve(size_t total_bytes);
   void write(const void* data, size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
   // Bytes written so far.
@@ -34,6 +38,7 @@ class AtomicFile {
   std::filesystem::path temp_path_;
   int fd_ = -1;
   size_t written_ = 0;
+  size_t expected_ = 0;  // from reserve(); 0: unknown
 };
 
 // The whole content at once.

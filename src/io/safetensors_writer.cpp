@@ -115,6 +115,7 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
 
   AtomicFile out(path);
   const uint64_t header_len = text.size();
+  out.reserve(8 + text.size() + offset);
   out.write(&header_len, 8);
   out.write(text);
   for (size_t i : order) {

@@ -1,0 +1,85 @@
+// A tiny training run for the tests of what runs do to files: a random qwen3 `tiny` model with a
+// tokenizer file, random pre-tokenized data, and TrainConfigs over them; plus the files' bytes
+// to compare directories before and after.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/model_init.h"
+#include "engine/train_config.h"
+#include "test_util.h"
+
+namespace ferry::test {
+
+// Random documents of 5..40 tokens over a vocabulary of `vocab` ids.
+inline void write_token_data(const std::filesystem::path& path, int documents, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::ofstream out(path);
+  for (int d = 0; d < documents; ++d) {
+    const int n = 5 + static_cast<int>(rng() % 36);
+    std::string ids;
+    for (int i = 0; i < n; ++i) {
+      if (i > 0) ids += ',';
+      ids += std::to_string(rng() % static_cast<uint64_t>(vocab));
+    }
+    out << "{\"input_ids\": [" << ids << "]}\n";
+  }
+}
+
+// Every regular file under DIR (relative path -> bytes).
+inline std::map<std::string, std::string> tree_bytes(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[std::filesystem::relative(e.path(), dir).string()] = read_file(e.path());
+  return files;
+}
+
+// Paths under DIR whose name ends in `.tmp` (what an interrupted atomic write leaves).
+inline std::vector<std::string> temporaries(const std::filesystem::path& dir) {
+  std::vector<std::string> found;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() >= 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) found.push_back(e.path().string());
+  }
+  return found;
+}
+
+class TinyRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_dir_ = scratch_ / "model";
+    write_random_model(preset_config("qwen3", "tiny"), 7, model_dir_);
+    std::ofstream(model_dir_ / "tokenizer.json")
+        << "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\"}}\n";
+    data_ = scratch_ / "train.jsonl";
+    write_token_data(data_, 120, 320, 11);
+  }
+  // 6 steps of 4 sequences of 48 tokens into scratch/OUT, saved in float32.
+  TrainConfig config(const std::string& out, const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> overrides = {"model=" + model_dir_.string(),
+                                          "data=" + data_.string(),
+                                          "output_dir=" + (scratch_ / out).string(),
+                                          "seq_len=48",
+                                          "global_batch=4",
+                                          "micro_batch=2",
+                                          "max_steps=6",
+                                          "learning_rate=1e-3",
+                                          "warmup_steps=2",
+                                          "save_dtype=float32",
+                                          "device=cpu",
+                                          "threads=1"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return parse_train_config("", overrides, "test");
+  }
+
+  ScratchDir scratch_{"run"};
+  std::filesystem::path model_dir_, data_;
+};
+
+}  // namespace ferry::test
