@@ -129,7 +129,7 @@ HostMemoryReportOnExit::~HostMemoryReportOnExit() {
   std::error_code ec;
   if (!watch_.available() || !std::filesystem::is_directory(output_dir_, ec)) return;
   try {
-    watch_.write_report(output_dir_ / "host_memory.json");
+    watch_.write_report(output_dir_ / kHostMemoryReport);
   } catch (const std::exception& e) {
     log_warn("host memory: the report could not be written ({})", e.what());
   }

@@ -22,6 +22,9 @@
 
 namespace ferry {
 
+// The report's name in the output directory.
+inline constexpr const char* kHostMemoryReport = "host_memory.json";
+
 // The phases of a run.
 inline constexpr const char* kPhaseModelLoad = "model load";
 inline constexpr const char* kPhasePlanning = "planning";  // the device, its profile, the plan search
@@ -87,7 +90,7 @@ class HostMemoryWatch {
   std::thread sampler_;
 };
 
-// Writes `watch`'s report to <output_dir>/host_memory.json when it goes out of scope, however the
+// Writes `watch`'s report to <output_dir>/host_memory.json (kHostMemoryReport) when it goes out of scope, however the
 // run ends (a failure's report is the one that matters); nothing when output_dir does not exist.
 class HostMemoryReportOnExit {
  public:

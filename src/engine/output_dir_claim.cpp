@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "engine/host_memory_watch.h"
 #include "engine/metrics_log.h"
 #include "io/completion_marker.h"
 
@@ -47,10 +48,11 @@ bool is_checkpoint_name(const std::string& name) {
   return name.rfind("checkpoint-", 0) == 0;
 }
 
-// Entries that hold no result of a run: the lock, and the tokenized-data cache (keyed by its
-// inputs' fingerprint, so any run may reuse it).
+// Entries that hold no result of a run: the lock, the tokenized-data cache (keyed by its inputs'
+// fingerprint, so any run may reuse it), and the host memory report (a run refused at its plan
+// leaves one, and the next run writes its own).
 bool holds_no_result(const std::string& name) {
-  return name == kOutputLockFile || name == ".cache";
+  return name == kOutputLockFile || name == ".cache" || name == kHostMemoryReport;
 }
 
 std::vector<std::string> result_entries(const fs::path& dir) {
