@@ -174,5 +174,23 @@ TEST_F(PlanCommandTest, ImpossibleBudgetsNameTheSmallestThatWork) {
   EXPECT_NE(out.find("without a plan"), std::string::npos) << out;
 }
 
+// `--nominal` plans the machine its rates describe: with `device: auto` on a machine without a GPU,
+// the H200 (bf16 weights, GPU AdamW), not the simulated device. Llama-3.1-8B at 24 GiB fits there.
+TEST_F(PlanCommandTest, NominalWithDeviceAutoPlansTheH200) {
+  std::string out;
+  ASSERT_EQ(test::run_command(test::ferry_binary().string() + " init --arch llama --preset llama-3.1-8b --config-only --out " +
+                                  (dir_ / "llama8b").string(),
+                              &out),
+            0)
+      << out;
+  int status = -1;
+  out = plan("--nominal model=" + (dir_ / "llama8b").string() +
+                 " device=auto profile= gpu_memory=24GiB host_memory=128GiB seq_len=2048 global_batch=32",
+             &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("device:    cuda"), std::string::npos) << out;
+  EXPECT_NE(out.find("BF16"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace ferry

@@ -31,6 +31,7 @@ void add_init_command(CLI::App& app) {
     uint64_t seed = 0;
     std::string dtype;
     bool list = false;
+    bool config_only = false;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("--arch", a->arch, "llama, mistral, qwen2 or qwen3")->required();
@@ -39,6 +40,8 @@ void add_init_command(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "random seed")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "float32, bfloat16 or float16 (default: the preset's)");
   cmd->add_flag("--list", a->list, "list the presets of --arch");
+  cmd->add_flag("--config-only", a->config_only,
+                "write config.json and generation_config.json only, no weights (enough for ferry plan)");
   cmd->callback([a] {
     if (a->list) {
       for (const auto& p : model_presets(a->arch)) std::printf("%-16s %s\n", p.name.c_str(), p.description.c_str());
@@ -55,6 +58,11 @@ void add_init_command(CLI::App& app) {
       nlohmann::json json = config.raw;
       json["torch_dtype"] = std::string(torch_dtype_name(d));
       config = parse_model_config(json, "preset " + a->preset);
+    }
+    if (a->config_only) {
+      write_model_config_only(config, a->out);
+      log_info("wrote {} ({} {}: config.json only, no weights)", a->out, a->arch, a->preset);
+      return;
     }
     write_random_model(config, a->seed, a->out);
     log_info("wrote {} ({} {}, {})", a->out, a->arch, a->preset, torch_dtype_name(config.dtype));

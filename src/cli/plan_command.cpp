@@ -18,30 +18,13 @@
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
 #include "core/host_memory.h"
+#include "engine/device_choice.h"
 
 namespace ferry::cli {
 
 namespace {
 
 constexpr const char* kWhere = "plan";
-
-// The device the config trains on: cuda (bf16 weights, GPU AdamW) or sim (fp32 reference ops).
-// `auto` plans for the machine a given profile describes, else for this one.
-PlanTarget plan_target(const TrainConfig& config) {
-  std::string device = config.device;
-  if (device == "auto") {
-    if (!config.profile.empty()) device = load_profile(config.profile).weight_dtype == DType::F32 ? "sim" : "cuda";
-    else device = cuda_available() ? "cuda" : "sim";
-  }
-  FERRY_CHECK(device != "cpu", kWhere,
-              "device: cpu trains the fp32 reference in host memory, without a plan; plan for device=cuda or "
-              "device=sim");
-  PlanTarget t;
-  t.device = device;
-  t.weight_dtype = device == "cuda" ? DType::BF16 : DType::F32;
-  t.gpu_adamw = device == "cuda";
-  return t;
-}
 
 // "0-7 offloaded to the host, 8-31 kept on the GPU": runs of equal values, by layer.
 template <typename T, typename Name>
@@ -168,10 +151,10 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
 
 // The profile to plan with: --nominal's rates, `profile: FILE`, else this machine's (cached, or
 // measured now on the config's device).
-MachineProfile plan_profile(const TrainConfig& config, const ModelConfig& model, const PlanTarget& target,
+MachineProfile plan_profile(const TrainConfig& config, const ModelConfig& model, const DeviceChoice& choice,
                             bool nominal, std::string* source) {
   if (nominal) {
-    MachineProfile p = nominal_profile(model, config.seq_len, target.weight_dtype);
+    MachineProfile p = nominal_profile(model, config.seq_len, choice.target.weight_dtype);
     *source = p.device_name;
     return p;
   }
@@ -180,21 +163,12 @@ MachineProfile plan_profile(const TrainConfig& config, const ModelConfig& model,
     *source = config.profile.string();
     return p;
   }
-  const size_t budget =
-      config.gpu_memory.empty() ? 0 : static_cast<size_t>(parse_byte_size(config.gpu_memory, "gpu_memory"));
-  if (budget > 0) {  // refused before measuring, which needs device memory too
-    PlanTarget sized = target;
-    sized.device_budget = budget;
+  if (choice.gpu_memory > 0) {  // refused before measuring, which needs device memory too
+    PlanTarget sized = choice.target;
+    sized.device_budget = choice.gpu_memory;
     check_device_budget(model, build_model_layout(model), plan_request(config, sized, 0.0));
   }
-  std::unique_ptr<Device> device;
-  if (target.device == "cuda") {
-    device = make_cuda_device(0, budget);
-  } else {
-    SimDeviceOptions options;
-    if (budget > 0) options.memory_capacity = budget;
-    device = make_sim_device(options);
-  }
+  const std::unique_ptr<Device> device = make_chosen_device(choice);
   const std::unique_ptr<Ops> ops = make_device_ops(*device);
   ProfileOrigin origin = ProfileOrigin::Measured;
   MachineProfile p = obtain_profile(config, model, *device, *ops, {}, &origin);
@@ -223,22 +197,20 @@ void add_plan_command(CLI::App& app) {
                 "no model given; set `model:` to a Hugging Face model directory (only its config.json is read)");
     const ModelConfig model = load_model_config(config.model);
     const ModelLayout layout = build_model_layout(model);
-    PlanTarget target = plan_target(config);
+    const DeviceChoice choice = choose_device(config, *nominal ? DeviceUse::PlanNominal : DeviceUse::Plan);
+    PlanTarget target = choice.target;
     std::string source;
-    MachineProfile profile = plan_profile(config, model, target, *nominal, &source);
+    MachineProfile profile = plan_profile(config, model, choice, *nominal, &source);
     // The process train would be, less its loaded weights; for this machine, what it can give now.
     const HostBeside beside = measure_host_beside(0);
     target.host_beside_engine = beside.bytes;
-    target.device_memory_on_host = target.device == "sim";
     if (!*nominal && config.profile.empty()) {
       const HostMemoryAvailable available = host_memory_available(beside.own);
       target.host_available = available.bytes;
       target.host_available_source = available.source;
     }
     // Without gpu_memory: the memory of the device the profile describes.
-    target.device_budget = config.gpu_memory.empty()
-                               ? static_cast<size_t>(profile.device_memory_bytes)
-                               : static_cast<size_t>(parse_byte_size(config.gpu_memory, "gpu_memory"));
+    target.device_budget = choice.gpu_memory > 0 ? choice.gpu_memory : static_cast<size_t>(profile.device_memory_bytes);
     const PlanSelection s =
         select_plan(config, model, layout, target, std::move(profile), std::move(source), *alternatives);
     print_selection(config, model, layout, target, s);

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "device/memory_ledger.h"
+#include "engine/device_choice.h"
 #include "engine/machine_profiler.h"
 #include "engine/model_init.h"
 #include "engine/profile_cache.h"
@@ -31,24 +32,6 @@ ModelConfig profiled_model(const TrainConfig& config, const std::string& preset)
               "no model given; set `model:` to a Hugging Face model directory (only its config.json is read), or give "
               "--preset ARCH/NAME");
   return load_model_config(config.model);
-}
-
-// "cuda" or "sim": the device a training run with this config would slide over.
-std::string profiled_device_kind(const TrainConfig& config) {
-  std::string kind = config.device;
-  if (kind == "auto") kind = cuda_available() ? "cuda" : "sim";
-  FERRY_CHECK(kind != "cpu", kWhere,
-              "device: cpu trains without a device, so there is nothing to profile; use device=cuda or device=sim");
-  return kind;
-}
-
-std::unique_ptr<Device> profiled_device(const TrainConfig& config, const std::string& kind) {
-  const size_t budget =
-      config.gpu_memory.empty() ? 0 : static_cast<size_t>(parse_byte_size(config.gpu_memory, "gpu_memory"));
-  if (kind == "cuda") return make_cuda_device(0, budget);
-  SimDeviceOptions options;
-  if (budget > 0) options.memory_capacity = budget;
-  return make_sim_device(options);
 }
 
 std::string rate(double bytes_per_s) { return fmt::format("{:.1f} GB/s", bytes_per_s / 1e9); }
@@ -129,9 +112,9 @@ void add_profile_command(CLI::App& app) {
   cmd->callback([a] {
     const TrainConfig config = load_train_config(a->config, a->overrides);
     if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
-    const std::string kind = profiled_device_kind(config);
+    const DeviceChoice choice = choose_device(config, DeviceUse::Profile);
     const ModelConfig model = profiled_model(config, a->preset);
-    std::unique_ptr<Device> device = profiled_device(config, kind);
+    std::unique_ptr<Device> device = make_chosen_device(choice);
     std::unique_ptr<Ops> ops = make_device_ops(*device);
 
     const std::filesystem::path cache_dir = default_profile_cache_dir();

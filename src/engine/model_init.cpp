@@ -157,6 +157,17 @@ void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<s
   });
 }
 
+namespace {
+
+void write_generation_config(const ModelConfig& config, const std::filesystem::path& out_dir) {
+  nlohmann::json generation = {{"_from_model_config", true}, {"transformers_version", "4.46.0"}};
+  if (config.raw.contains("bos_token_id")) generation["bos_token_id"] = config.raw["bos_token_id"];
+  if (config.raw.contains("eos_token_id")) generation["eos_token_id"] = config.raw["eos_token_id"];
+  write_file_atomic(out_dir / "generation_config.json", generation.dump(2) + "\n");
+}
+
+}  // namespace
+
 void write_random_model(const ModelConfig& config, uint64_t seed, const std::filesystem::path& out_dir) {
   std::vector<std::vector<float>> units;
   init_random_weights(config, seed, units);
@@ -164,10 +175,13 @@ void write_random_model(const ModelConfig& config, uint64_t seed, const std::fil
   std::vector<const float*> ptrs;
   for (auto& u : units) ptrs.push_back(u.data());
   write_hf_model_dir(out_dir, {}, config, layout, ptrs, config.dtype, size_t{5} << 30);
-  nlohmann::json generation = {{"_from_model_config", true}, {"transformers_version", "4.46.0"}};
-  if (config.raw.contains("bos_token_id")) generation["bos_token_id"] = config.raw["bos_token_id"];
-  if (config.raw.contains("eos_token_id")) generation["eos_token_id"] = config.raw["eos_token_id"];
-  write_file_atomic(out_dir / "generation_config.json", generation.dump(2) + "\n");
+  write_generation_config(config, out_dir);
+}
+
+void write_model_config_only(const ModelConfig& config, const std::filesystem::path& out_dir) {
+  std::filesystem::create_directories(out_dir);
+  write_file_atomic(out_dir / "config.json", config_json_text(config, config.dtype, {}));
+  write_generation_config(config, out_dir);
 }
 
 }  // namespace ferry

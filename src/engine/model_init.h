@@ -28,4 +28,8 @@ void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<s
 // Creates DIR with config.json, model.safetensors (in config.dtype) and generation_config.json.
 void write_random_model(const ModelConfig& config, uint64_t seed, const std::filesystem::path& out_dir);
 
+// Creates DIR with config.json and generation_config.json alone: what `ferry plan` and `ferry
+// profile` read, without writing (or holding in memory) the weights of a large preset.
+void write_model_config_only(const ModelConfig& config, const std::filesystem::path& out_dir);
+
 }  // namespace ferry

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "device/device.h"
+#include "engine/device_choice.h"
 #include "engine/model_step.h"
 #include "engine/plan_selection.h"
 #include "engine/profile_cache.h"
@@ -130,33 +131,18 @@ class SlidingExecutor final : public StepExecutor {
 
 std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, ModelWeights weights,
                                                  HostMemoryWatch* watch) {
-  std::string device = config.device;
-  if (device == "auto") device = cuda_available() ? "cuda" : "cpu";
-  if (device == "cpu") {
+  const DeviceChoice choice = choose_device(config, DeviceUse::Train);
+  if (choice.kind == "cpu") {
     FERRY_CHECK(config.trace.empty(), "trace", "the cpu backend has no streams to trace; trace with device: sim or cuda");
     return std::make_unique<PlainExecutor>(config, std::move(weights));
   }
-
-  const size_t budget = config.gpu_memory.empty() ? 0 : static_cast<size_t>(parse_byte_size(config.gpu_memory, "gpu_memory"));
-  std::unique_ptr<Device> dev;
-  PlanTarget target;
-  target.device = device;
-  if (device == "sim") {
-    SimDeviceOptions options;
-    if (budget > 0) options.memory_capacity = budget;
-    dev = make_sim_device(options);
-    target.weight_dtype = DType::F32;  // the simulated device runs the fp32 reference ops
-  } else {
-    dev = make_cuda_device(0, budget);
-    target.weight_dtype = DType::BF16;
-    target.gpu_adamw = true;
-  }
+  std::unique_ptr<Device> dev = make_chosen_device(choice);
+  PlanTarget target = choice.target;
   target.device_budget = dev->memory().capacity - std::min(dev->memory().capacity, dev->memory().in_use);
   size_t weight_bytes = 0;
   for (const auto& unit : weights.units) weight_bytes += unit.size() * sizeof(float);
   const HostBeside beside = measure_host_beside(weight_bytes);
   target.host_beside_engine = beside.bytes;
-  target.device_memory_on_host = device == "sim";
   const HostMemoryAvailable available = host_memory_available(beside.own);
   target.host_available = available.bytes;
   target.host_available_source = available.source;
