@@ -43,6 +43,15 @@ std::vector<std::pair<int64_t, std::filesystem::path>> complete_checkpoints(cons
   return found;
 }
 
+// Deletes a checkpoint directory, its completion marker first: remove_all's order is the
+// directory's, and a kill partway through must not leave a directory marked complete that has
+// lost its weights or optimizer state.
+void remove_checkpoint(const std::filesystem::path& dir) {
+  std::filesystem::remove(dir / kCompleteMarker);
+  sync_directory(dir);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 
 std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const CheckpointView& view,
@@ -81,7 +90,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, c
     std::filesystem::remove_all(old_dir);
     std::filesystem::rename(final_dir, old_dir);
     std::filesystem::rename(temp_dir, final_dir);
-    std::filesystem::remove_all(old_dir);
+    remove_checkpoint(old_dir);
   } else {
     std::filesystem::rename(temp_dir, final_dir);
   }
@@ -91,7 +100,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, c
     auto all = complete_checkpoints(output_dir);
     for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
       if (all[i].second == final_dir) continue;
-      std::filesystem::remove_all(all[i].second);
+      remove_checkpoint(all[i].second);
     }
   }
   return final_dir;
