@@ -31,13 +31,15 @@ std::optional<int64_t> checkpoint_step(const std::filesystem::path& dir) {
   return std::stoll(digits);
 }
 
-std::vector<std::pair<int64_t, std::filesystem::path>> complete_checkpoints(const std::filesystem::path& output_dir) {
+std::vector<std::pair<int64_t, std::filesystem::path>> complete_checkpoints(
+    const std::filesystem::path& output_dir) {
   std::vector<std::pair<int64_t, std::filesystem::path>> found;
   if (!std::filesystem::is_directory(output_dir)) return found;
   for (const auto& entry : std::filesystem::directory_iterator(output_dir)) {
     if (!entry.is_directory()) continue;
     auto step = checkpoint_step(entry.path());
-    if (step && std::filesystem::exists(entry.path() / kCompleteMarker)) found.emplace_back(*step, entry.path());
+    if (step && std::filesystem::exists(entry.path() / kCompleteMarker))
+      found.emplace_back(*step, entry.path());
   }
   std::sort(found.begin(), found.end());
   return found;
@@ -84,13 +86,19 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, c
   write_file_atomic(temp_dir / kCompleteMarker, "complete\n");
   sync_directory(temp_dir);
 
-  // Replace an older checkpoint of the same step only once the new one is complete.
+  // Replace an older checkpoint of the same step only once the new one is complete, and in one
+  // step: two renames (old aside, new in) leave a moment with no checkpoint of this step, and a
+  // kill there resumes from an earlier one, or from none.
   if (std::filesystem::exists(final_dir)) {
-    const auto old_dir = output_dir / fmt::format("checkpoint-{}.old", view.state.step);
-    std::filesystem::remove_all(old_dir);
-    std::filesystem::rename(final_dir, old_dir);
-    std::filesystem::rename(temp_dir, final_dir);
-    remove_checkpoint(old_dir);
+    if (exchange_paths(temp_dir, final_dir)) {
+      remove_checkpoint(temp_dir);  // the old one, under the temporary name no resume reads
+    } else {
+      const auto old_dir = output_dir / fmt::format("checkpoint-{}.old", view.state.step);
+      std::filesystem::remove_all(old_dir);
+      std::filesystem::rename(final_dir, old_dir);
+      std::filesystem::rename(temp_dir, final_dir);
+      remove_checkpoint(old_dir);
+    }
   } else {
     std::filesystem::rename(temp_dir, final_dir);
   }
@@ -115,9 +123,10 @@ std::optional<std::filesystem::path> find_latest_checkpoint(const std::filesyste
 TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout& layout,
                              const std::vector<float*>& masters, const std::vector<float*>& m,
                              const std::vector<float*>& v) {
-  FERRY_CHECK(std::filesystem::exists(dir / kCompleteMarker), kWhere,
-              "{} has no {} marker: it was not written completely; resume from an earlier checkpoint or delete it",
-              dir.string(), kCompleteMarker);
+  FERRY_CHECK(
+      std::filesystem::exists(dir / kCompleteMarker), kWhere,
+      "{} has no {} marker: it was not written completely; resume from an earlier checkpoint or delete it",
+      dir.string(), kCompleteMarker);
   std::ifstream in(dir / kStateFile);
   FERRY_CHECK(in.good(), kWhere, "{}: cannot read {}", dir.string(), kStateFile);
   nlohmann::json state;
@@ -140,8 +149,10 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
       for (const auto& p : layout.units[u].params) {
         const std::string name = prefix + p.hf_name;
         const TensorInfo* info = file.find(name);
-        FERRY_CHECK(info != nullptr, kWhere, "{}: optimizer state has no tensor '{}'; the checkpoint belongs to "
-                                             "another model", dir.string(), name);
+        FERRY_CHECK(info != nullptr, kWhere,
+                    "{}: optimizer state has no tensor '{}'; the checkpoint belongs to "
+                    "another model",
+                    dir.string(), name);
         FERRY_CHECK(info->dtype == DType::F32 && info->shape == p.shape, kWhere,
                     "{}: tensor '{}' is {} {}, expected F32 {}", dir.string(), name, dtype_name(info->dtype),
                     shape_to_string(info->shape), shape_to_string(p.shape));
@@ -156,7 +167,8 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
     s.data_index = state.at("data_position").at("index").get<int64_t>();
     s.fingerprint = state.value("fingerprint", nlohmann::json::object());
   } catch (const nlohmann::json::exception& e) {
-    fail(kWhere, "{}/{}: missing or malformed field ({}); the checkpoint is corrupt", dir.string(), kStateFile, e.what());
+    fail(kWhere, "{}/{}: missing or malformed field ({}); the checkpoint is corrupt", dir.string(),
+         kStateFile, e.what());
   }
   return s;
 }

@@ -1,6 +1,7 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2 (glibc 2.28)
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -59,7 +60,8 @@ void AtomicFile::commit() {
   FERRY_ASSERT(fd_ >= 0, "commit twice");
   // Errors of delayed writes surface in fsync and close; both must succeed before the rename.
   if (::fsync(fd_) != 0)
-    fail("io", "{}: fsync failed: {}; the disk may be full or failing", temp_path_.string(), std::strerror(errno));
+    fail("io", "{}: fsync failed: {}; the disk may be full or failing", temp_path_.string(),
+         std::strerror(errno));
   const int fd = fd_;
   fd_ = -1;
   if (::close(fd) != 0) {
@@ -87,6 +89,13 @@ void sync_directory(const std::filesystem::path& dir) {
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
+}
+
+bool exchange_paths(const std::filesystem::path& a, const std::filesystem::path& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  // EINVAL: a file system without exchange (some network and FUSE ones); ENOSYS: an old kernel.
+  if (errno == EINVAL || errno == ENOSYS) return false;
+  fail("io", "cannot exchange {} and {}: {}", a.string(), b.string(), std::strerror(errno));
 }
 
 }  // namespace ferry
