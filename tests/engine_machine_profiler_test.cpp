@@ -1,8 +1,11 @@
 // The machine profile measured on the simulated device with a tiny model: complete and plausible,
 // the emulated PCIe bandwidth found again, the device's memory cap respected; and where a run's
 // profile comes from (profile file, cache, measurement) with its failure modes.
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
+#include <mutex>
 #include <set>
 
 #include "core/error.h"
@@ -242,33 +245,55 @@ TEST(MachineProfiler, MemorySharingSharesAreRatesBesideOverAlone) {
   EXPECT_DOUBLE_EQ(s.duplex_beside_cpu, 0.7);
 }
 
+// Virtual time for the simulated device's copies: each copy stream runs its copies one after the
+// other from the moment the host last read the clock, for exactly the time the device asks for,
+// and the streams run side by side. The host reads the time when its work has drained (the
+// profiler reads it after synchronizing, or before issuing); a host task on a stream reads that
+// stream's time. Copies then take no wall time, and what the profiler finds is exact.
+class CopyTimeline {
+ public:
+  // SimDeviceOptions::copy_wait.
+  void wait(StreamKind stream, double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    t_stream = static_cast<int>(stream);
+    double& free_at = free_at_[t_stream];
+    free_at = std::max(free_at, epoch_) + seconds;
+  }
+  // TimingOptions::clock.
+  double now() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (t_stream >= 0) return free_at_[t_stream];
+    for (const double t : free_at_) epoch_ = std::max(epoch_, t);
+    return epoch_;
+  }
+
+ private:
+  static thread_local int t_stream;  // the stream whose thread this is; -1 on the host
+  std::mutex mutex_;
+  double epoch_ = 0.0;
+  std::array<double, kStreamCount> free_at_{};
+};
+thread_local int CopyTimeline::t_stream = -1;
+
+// The fit through a small and a large copy finds the configured bandwidth and latency of each
+// direction, alone and both at once (each direction its own stream), on the copies' own time.
 TEST(MachineProfiler, FindsTheEmulatedPcieBandwidthAndLatency) {
-  // The simulated copy sleeps latency + bytes / rate, then copies. The fit through a 4 KiB and a
-  // 4 MiB copy cancels what every copy pays alike (the latency, the wake-up after the sleep, the
-  // task hand-off); what remains is the memcpy (< 1 ms for 4 MiB) beside 20-40 ms of modelled
-  // transfer: the rate lands within a few percent below the configured one. 25% of slack below and
-  // 5% above absorb a loaded test machine without letting a wrong formula (a factor of 2, bits vs
-  // bytes, the latency counted as bandwidth) pass.
+  CopyTimeline timeline;
   SimDeviceOptions sim;
   sim.h2d_bytes_per_second = 200e6;
   sim.d2h_bytes_per_second = 100e6;
   sim.copy_latency_seconds = 1e-3;
+  sim.copy_wait = [&timeline](StreamKind stream, double seconds) { timeline.wait(stream, seconds); };
   SimRig rig(sim);
   ProfileOptions options = quick_options();
   options.copy_bytes = size_t{4} << 20;
+  options.timing.clock = [&timeline] { return timeline.now(); };
   const TransferProfile t = measure_transfers(*rig.device, options);
-  EXPECT_GT(t.h2d_bytes_per_s, 0.75 * 200e6);
-  EXPECT_LT(t.h2d_bytes_per_s, 1.05 * 200e6);
-  EXPECT_GT(t.d2h_bytes_per_s, 0.75 * 100e6);
-  EXPECT_LT(t.d2h_bytes_per_s, 1.05 * 100e6);
-  // Each direction is its own stream thread: both at once run at their own rates.
-  EXPECT_GT(t.duplex_h2d_bytes_per_s, 0.75 * 200e6);
-  EXPECT_LT(t.duplex_h2d_bytes_per_s, 1.05 * 200e6);
-  EXPECT_GT(t.duplex_d2h_bytes_per_s, 0.75 * 100e6);
-  EXPECT_LT(t.duplex_d2h_bytes_per_s, 1.05 * 100e6);
-  // The latency is what a small copy costs beyond its bytes: the configured 1 ms plus overshoot.
-  EXPECT_GT(t.latency_s, 0.9e-3);
-  EXPECT_LT(t.latency_s, 2.5e-3);
+  EXPECT_NEAR(t.h2d_bytes_per_s, 200e6, 200e6 * 1e-9);
+  EXPECT_NEAR(t.d2h_bytes_per_s, 100e6, 100e6 * 1e-9);
+  EXPECT_NEAR(t.duplex_h2d_bytes_per_s, 200e6, 200e6 * 1e-9);
+  EXPECT_NEAR(t.duplex_d2h_bytes_per_s, 100e6, 100e6 * 1e-9);
+  EXPECT_NEAR(t.latency_s, 1e-3, 1e-12);
 }
 
 TEST(MachineProfiler, StaysWithinASmallDeviceCap) {
