@@ -89,6 +89,7 @@ class OutputDirEvents {
   }
   OutputDirEvents(const OutputDirEvents&) = delete;
   OutputDirEvents& operator=(const OutputDirEvents&) = delete;
+  bool watching() const { return fd_ >= 0 && !dirs_.empty(); }
 
   // The events that arrived within `timeout_ms` (none when nothing happened).
   std::vector<Event> read(int timeout_ms) {
@@ -226,6 +227,7 @@ class KillDuringCheckpoint : public ::testing::Test {
                            const std::function<bool(const OutputDirEvents::Event&)>& kill_now) {
     fs::create_directories(out);
     OutputDirEvents events(out);
+    if (!events.watching()) return -1;  // a run nobody watches would never be killed
     const pid_t pid =
         spawn_ferry({"train", config_path().string(), "output_dir=" + out.string()}, out.string() + ".log");
     if (pid < 0) return -1;
