@@ -1,9 +1,10 @@
 # The two entry points: `make demo` and `make test`. Both install what is missing, configure and build.
 BUILD_DIR ?= build
+ASAN_BUILD_DIR ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo fixtures test test-gpu clean format
+.PHONY: all deps configure build demo fixtures test test-asan test-gpu clean format
 
 all: build
 
@@ -28,6 +29,17 @@ fixtures:
 test: build fixtures
 	cd $(BUILD_DIR) && ctest -L cpu --output-on-failure -j $(JOBS)
 
+# The CPU suite again under AddressSanitizer (leaks included) and UBSan, in a build of its own:
+# without CUDA (the CPU tests need none, and nvcc would double the build), at -O1 with debug lines
+# for readable reports, and without NDEBUG so that the libraries' own asserts run. Any report fails
+# the test that made it.
+test-asan: deps fixtures
+	cmake -S . -B $(ASAN_BUILD_DIR) -G Ninja -DFERRY_SANITIZE=ON -DFERRY_CUDA=OFF \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" $(CMAKE_FLAGS)
+	cmake --build $(ASAN_BUILD_DIR) -j $(JOBS)
+	cd $(ASAN_BUILD_DIR) && ASAN_OPTIONS=detect_leaks=1 \
+	  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ctest -L cpu --output-on-failure -j $(JOBS)
+
 test-gpu: build
 	cd $(BUILD_DIR) && ctest -L gpu --output-on-failure
 
@@ -35,4 +47,4 @@ format:
 	clang-format -i $$(git ls-files 'src/*.h' 'src/*.cpp' 'src/*.cu' 'tests/*.cpp' 'bench/*.cpp')
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_BUILD_DIR)

@@ -3,7 +3,9 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -259,57 +261,78 @@ TEST(SimDevice, DestructorRunsEveryQueuedTask) {
   EXPECT_EQ(done.load(), 50);
 }
 
+// A copy waits out latency + bytes / rate of its direction on its own stream, and its bytes land
+// after the wait. The waits asked for are exact; the default wait, a sleep, lasts at least that.
 TEST(SimDevice, EmulatesBandwidthAndLatency) {
+  std::mutex mutex;
+  std::vector<double> h2d_waits, d2h_waits;
+  bool landed_early = false;
+  const size_t bytes = 5'000'000;
   SimDeviceOptions options;
   options.h2d_bytes_per_second = 100e6;
   options.d2h_bytes_per_second = 50e6;
+  options.copy_latency_seconds = 0.005;
+  unsigned char* target = nullptr;  // the first h2d copy's destination, fresh device memory (0xFF)
+  options.copy_wait = [&](StreamKind stream, double seconds) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (stream == StreamKind::HostToDevice && h2d_waits.empty()) landed_early = target[0] != 0xFF;
+    (stream == StreamKind::HostToDevice ? h2d_waits : d2h_waits).push_back(seconds);
+  };
   auto device = make_sim_device(options);
-  const size_t bytes = 5'000'000;
-  PinnedBuffer host(*device, bytes, "host");
-  DeviceBuffer dev(*device, bytes, "dev");
-  auto start = Clock::now();
-  device->copy_to_device(dev.data(), host.data(), bytes, StreamKind::HostToDevice);  // 50 ms
+  PinnedBuffer host(*device, bytes, "host"), readback(*device, bytes, "readback");
+  DeviceBuffer dev(*device, bytes, "dev"), other(*device, bytes, "other");
+  std::memset(host.data(), 7, bytes);
+  target = dev.as<unsigned char>();
+  device->copy_to_device(dev.data(), host.data(), bytes, StreamKind::HostToDevice);
+  device->copy_to_host(readback.data(), other.data(), bytes, StreamKind::DeviceToHost);
+  device->copy_to_device(dev.data(), host.data(), 64, StreamKind::HostToDevice);
   device->synchronize_all();
-  double t = seconds_since(start);
-  EXPECT_GE(t, 0.050);
-  EXPECT_LT(t, 0.150);
-  start = Clock::now();
-  device->copy_to_host(host.data(), dev.data(), bytes, StreamKind::DeviceToHost);  // 100 ms
-  device->synchronize_all();
-  t = seconds_since(start);
-  EXPECT_GE(t, 0.100);
-  EXPECT_LT(t, 0.200);
+  EXPECT_EQ(h2d_waits, (std::vector<double>{0.005 + bytes / 100e6, 0.005 + 64 / 100e6}));
+  EXPECT_EQ(d2h_waits, std::vector<double>{0.005 + bytes / 50e6});
+  EXPECT_FALSE(landed_early) << "the bytes land after the modelled time";
+  EXPECT_EQ(dev.as<unsigned char>()[bytes - 1], 7);
 
   SimDeviceOptions slow;
   slow.copy_latency_seconds = 0.005;
-  auto latent = make_sim_device(slow);
-  PinnedBuffer h(*latent, 64, "h");
-  DeviceBuffer d(*latent, 64, "d");
-  start = Clock::now();
-  for (int i = 0; i < 10; ++i) latent->copy_to_device(d.data(), h.data(), 64, StreamKind::HostToDevice);
-  latent->synchronize_all();
+  auto sleeping = make_sim_device(slow);
+  PinnedBuffer h(*sleeping, 64, "h");
+  DeviceBuffer d(*sleeping, 64, "d");
+  const auto start = Clock::now();
+  for (int i = 0; i < 10; ++i) sleeping->copy_to_device(d.data(), h.data(), 64, StreamKind::HostToDevice);
+  sleeping->synchronize_all();
   EXPECT_GE(seconds_since(start), 0.050);
 }
 
+// h2d and d2h are streams of their own: a copy on each waits out its modelled time at the same
+// moment. Each wait below returns once both copies are waiting; copies that ran one after the
+// other would never meet, and the test fails after the guard's minute instead of hanging.
 TEST(SimDevice, CopyStreamsRunConcurrently) {
+  std::mutex mutex;
+  std::condition_variable both;
+  int waiting = 0;
+  std::vector<bool> met;
   SimDeviceOptions options;
   options.h2d_bytes_per_second = 50e6;
   options.d2h_bytes_per_second = 50e6;
+  options.copy_wait = [&](StreamKind, double) {
+    std::unique_lock<std::mutex> lock(mutex);
+    ++waiting;
+    both.notify_all();
+    met.push_back(both.wait_for(lock, std::chrono::minutes(1), [&] { return waiting == 2; }));
+  };
   auto device = make_sim_device(options);
-  const size_t bytes = 5'000'000;  // 100 ms each way
+  const size_t bytes = 5'000'000;
   PinnedBuffer up(*device, bytes, "up"), down(*device, bytes, "down");
   DeviceBuffer a(*device, bytes, "a"), b(*device, bytes, "b");
   std::memset(up.data(), 7, bytes);
   device->fill_zero(b.data(), bytes, StreamKind::DeviceToHost);
   device->synchronize_all();
-  const auto start = Clock::now();
   device->copy_to_device(a.data(), up.data(), bytes, StreamKind::HostToDevice);
   device->copy_to_host(down.data(), b.data(), bytes, StreamKind::DeviceToHost);
   device->synchronize_all();
-  const double t = seconds_since(start);
-  EXPECT_GE(t, 0.100);
-  EXPECT_LT(t, 0.180) << "h2d and d2h ran one after the other";
+  EXPECT_EQ(met, (std::vector<bool>{true, true})) << "h2d and d2h ran one after the other";
   EXPECT_EQ(down.as<unsigned char>()[bytes - 1], 0);
+  EXPECT_EQ(a.as<unsigned char>()[bytes - 1], 7);
 }
 
 TEST(SimDeviceDeathTest, HostTasksMustNotCallBackIntoTheDevice) {

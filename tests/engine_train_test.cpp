@@ -1,7 +1,6 @@
 // End-to-end training on the CPU: exact resume, the output directory, and bad input.
 #include <cmath>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <cstring>
 
@@ -25,22 +24,6 @@ std::string read_bytes(const std::filesystem::path& p) {
   return ss.str();
 }
 
-// Random documents of 5..40 tokens over the tiny vocabulary, some with masked prompts.
-void write_token_data(const std::filesystem::path& path, int documents, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::ofstream out(path);
-  for (int d = 0; d < documents; ++d) {
-    const int n = 5 + static_cast<int>(rng() % 36);
-    std::string ids, labels;
-    for (int i = 0; i < n; ++i) {
-      const int64_t id = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
-      ids += (i ? "," : "") + std::to_string(id);
-      labels += (i ? "," : "") + std::to_string(i < 3 && d % 2 ? -100 : id);
-    }
-    out << "{\"input_ids\": [" << ids << "], \"labels\": [" << labels << "]}\n";
-  }
-}
-
 class TrainTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -49,7 +32,7 @@ class TrainTest : public ::testing::Test {
     // A tokenizer file the output must carry byte for byte.
     std::ofstream(model_dir_ / "tokenizer.json") << "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\"}}  \n";
     data_ = scratch_ / "train.jsonl";
-    write_token_data(data_, 120, 320, 11);
+    test::write_token_data(data_, 120, 320, 11);
   }
   TrainConfig config(const std::string& out, std::vector<std::string> extra = {}) {
     std::vector<std::string> overrides = {"model=" + model_dir_.string(), "data=" + data_.string(),

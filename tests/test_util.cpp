@@ -1,14 +1,15 @@
 #include "test_util.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <array>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <sstream>
-#include <sys/wait.h>
-#include <unistd.h>
 
 namespace ferry::test {
 
@@ -17,7 +18,9 @@ std::filesystem::path fixtures_dir() {
   if (const char* dir = std::getenv("FERRY_FIXTURES_DIR")) return dir;
   return FERRY_FIXTURES_DIR;
 }
-std::filesystem::path ferry_binary() { return FERRY_BINARY; }
+std::filesystem::path ferry_binary() {
+  return FERRY_BINARY;
+}
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -48,6 +51,22 @@ std::vector<float> random_vector(size_t count, uint64_t seed, float lo, float hi
   return v;
 }
 
+void write_token_data(const std::filesystem::path& path, int documents, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::ofstream out(path);
+  for (int d = 0; d < documents; ++d) {
+    const int n = 5 + static_cast<int>(rng() % 36);
+    std::string ids, labels;
+    for (int i = 0; i < n; ++i) {
+      const int64_t id = static_cast<int64_t>(rng() % static_cast<uint64_t>(vocab));
+      ids += (i ? "," : "") + std::to_string(id);
+      labels += (i ? "," : "") + std::to_string(i < 3 && d % 2 ? -100 : id);
+    }
+    out << "{\"input_ids\": [" << ids << "], \"labels\": [" << labels << "]}\n";
+  }
+  EXPECT_TRUE(out.good()) << "cannot write " << path;
+}
+
 ::testing::AssertionResult all_close(const float* actual, const float* expected, size_t count, double rtol,
                                      double atol, const std::string& what) {
   size_t worst = 0, bad = 0;
@@ -65,9 +84,9 @@ std::vector<float> random_vector(size_t count, uint64_t seed, float lo, float hi
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << count << " elements differ; worst at "
-                                       << worst << ": actual " << actual[worst] << " expected " << expected[worst]
-                                       << " (rtol " << rtol << ", atol " << atol << ")";
+  return ::testing::AssertionFailure()
+         << what << ": " << bad << " of " << count << " elements differ; worst at " << worst << ": actual "
+         << actual[worst] << " expected " << expected[worst] << " (rtol " << rtol << ", atol " << atol << ")";
 }
 
 int run_command(const std::string& command, std::string* output) {

@@ -31,12 +31,17 @@ std::string read_file(const std::filesystem::path& path);
 // Uniform values in [lo, hi) from a fixed seed; never all zeros.
 std::vector<float> random_vector(size_t count, uint64_t seed, float lo = -1.0f, float hi = 1.0f);
 
+// Pre-tokenized training data: `documents` JSONL records of 5..40 random token ids below `vocab`
+// (`input_ids`, `labels`), every odd one with its first three labels masked (-100) as a prompt.
+void write_token_data(const std::filesystem::path& path, int documents, int64_t vocab, uint64_t seed);
+
 // Checks |actual - expected| <= atol + rtol * |expected| elementwise; NaN never passes.
 // Reports the worst element on failure.
 ::testing::AssertionResult all_close(const float* actual, const float* expected, size_t count, double rtol,
                                      double atol, const std::string& what = "");
-inline ::testing::AssertionResult all_close(const std::vector<float>& actual, const std::vector<float>& expected,
-                                            double rtol, double atol, const std::string& what = "") {
+inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
+                                            const std::vector<float>& expected, double rtol, double atol,
+                                            const std::string& what = "") {
   if (actual.size() != expected.size())
     return ::testing::AssertionFailure() << what << ": size " << actual.size() << " vs " << expected.size();
   return all_close(actual.data(), expected.data(), actual.size(), rtol, atol, what);

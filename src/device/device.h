@@ -180,6 +180,11 @@ struct SimDeviceOptions {
   double h2d_bytes_per_second = 0.0;         // 0: as fast as memcpy
   double d2h_bytes_per_second = 0.0;
   double copy_latency_seconds = 0.0;
+  // How a copy spends its modelled time (latency + bytes / rate, when above 0) on its stream's
+  // thread before its bytes land: the thread sleeps when this is empty. A test gives a wait that
+  // records the time asked for, or meets another stream's copy, so that what it asserts about the
+  // emulation does not depend on how busy the machine is.
+  std::function<void(StreamKind stream, double seconds)> copy_wait;
   // Copies between host and device must name pinned memory of this device on the host side, as
   // the interface asks (CUDA would silently stage pageable memory through a synchronous copy).
   bool require_pinned_host = true;

@@ -5,10 +5,10 @@
 
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <thread>
 
 #include "core/error.h"
@@ -221,12 +221,18 @@ void SimDevice::check_host_range(const void* pointer, size_t bytes, const char* 
               op, role, format_bytes(bytes), pointer);
 }
 
-void SimDevice::timed_copy(void* dst, const void* src, size_t bytes, double bytes_per_second) const {
+void SimDevice::timed_copy(StreamKind stream, void* dst, const void* src, size_t bytes,
+                           double bytes_per_second) const {
   // The bytes land when the modelled transfer ends, so that work which reads them without waiting for
   // the copy's event reads what was there before (poison, for fresh memory) and the test fails.
   double seconds = options_.copy_latency_seconds;
   if (bytes_per_second > 0.0) seconds += static_cast<double>(bytes) / bytes_per_second;
-  if (seconds > 0.0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  if (seconds > 0.0) {
+    if (options_.copy_wait)
+      options_.copy_wait(stream, seconds);
+    else
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  }
   std::memcpy(dst, src, bytes);
 }
 
@@ -246,8 +252,9 @@ void SimDevice::copy_to_device(void* device_dst, const void* host_src, size_t by
   check_device_range(device_dst, bytes, "copy_to_device", "destination");
   check_host_range(host_src, bytes, "copy_to_device", "source");
   const double rate = options_.h2d_bytes_per_second;
-  enqueue(stream,
-          [this, device_dst, host_src, bytes, rate] { timed_copy(device_dst, host_src, bytes, rate); });
+  enqueue(stream, [this, stream, device_dst, host_src, bytes, rate] {
+    timed_copy(stream, device_dst, host_src, bytes, rate);
+  });
 }
 
 void SimDevice::copy_to_host(void* host_dst, const void* device_src, size_t bytes, StreamKind stream) {
@@ -255,8 +262,9 @@ void SimDevice::copy_to_host(void* host_dst, const void* device_src, size_t byte
   check_device_range(device_src, bytes, "copy_to_host", "source");
   check_host_range(host_dst, bytes, "copy_to_host", "destination");
   const double rate = options_.d2h_bytes_per_second;
-  enqueue(stream,
-          [this, host_dst, device_src, bytes, rate] { timed_copy(host_dst, device_src, bytes, rate); });
+  enqueue(stream, [this, stream, host_dst, device_src, bytes, rate] {
+    timed_copy(stream, host_dst, device_src, bytes, rate);
+  });
 }
 
 void SimDevice::copy_on_device(void* dst, const void* src, size_t bytes, StreamKind stream) {

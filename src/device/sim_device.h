@@ -76,8 +76,8 @@ class SimDevice final : public Device {
   void enqueue(StreamKind stream, std::function<void()> work);
   void check_device_range(const void* pointer, size_t bytes, const char* op, const char* role) const;
   void check_host_range(const void* pointer, size_t bytes, const char* op, const char* role) const;
-  // Sleeps for latency + bytes / rate, then memcpy.
-  void timed_copy(void* dst, const void* src, size_t bytes, double bytes_per_second) const;
+  // Waits out latency + bytes / rate (SimDeviceOptions::copy_wait, or a sleep), then memcpy.
+  void timed_copy(StreamKind stream, void* dst, const void* src, size_t bytes, double bytes_per_second) const;
   bool event_complete(int stream, uint64_t sequence);
   void wait_for_event(int stream, uint64_t sequence);
   void rethrow_stream_error();
@@ -90,7 +90,7 @@ class SimDevice final : public Device {
   std::mutex event_mutex_;
   std::condition_variable event_done_;
   std::array<uint64_t, kStreamCount> completed_{};  // last record each stream has run
-  std::unordered_map<StampId, double> stamps_;       // recorded, not yet taken; NaN until passed
+  std::unordered_map<StampId, double> stamps_;      // recorded, not yet taken; NaN until passed
   StampId next_stamp_ = 1;
 
   std::array<std::unique_ptr<Stream>, kStreamCount> streams_;

@@ -33,7 +33,8 @@ std::optional<int64_t> checkpoint_step(const std::filesystem::path& dir) {
   return std::stoll(digits);
 }
 
-std::vector<std::pair<int64_t, std::filesystem::path>> complete_checkpoints(const std::filesystem::path& output_dir) {
+std::vector<std::pair<int64_t, std::filesystem::path>> complete_checkpoints(
+    const std::filesystem::path& output_dir) {
   std::vector<std::pair<int64_t, std::filesystem::path>> found;
   if (!std::filesystem::is_directory(output_dir)) return found;
   for (const auto& entry : std::filesystem::directory_iterator(output_dir)) {
@@ -61,6 +62,14 @@ class TempDirCleanup {
  private:
   std::filesystem::path dir_;
 };
+
+// Deletes a checkpoint directory, its completion marker first: remove_all's order is the
+// directory's, and a kill partway through must not leave a directory marked complete that has
+// lost its weights or optimizer state.
+void remove_checkpoint(const std::filesystem::path& dir) {
+  unmark_complete(dir);
+  std::filesystem::remove_all(dir);
+}
 
 // An integer field of trainer_state.json: a float (1e15 parses as one), a negative number or a
 // string is a corrupt or hand-edited state, never truncated or trusted.
@@ -121,13 +130,19 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, c
         previous ? "the newest complete checkpoint, " + previous->string() + "," : std::string("output_dir"));
   }
 
-  // Replace an older checkpoint of the same step only once the new one is complete.
+  // Replace an older checkpoint of the same step only once the new one is complete, and in one
+  // step: two renames (old aside, new in) leave a moment with no checkpoint of this step, and a
+  // kill there resumes from an earlier one, or from none.
   if (std::filesystem::exists(final_dir)) {
-    const auto old_dir = output_dir / fmt::format("checkpoint-{}.old", view.state.step);
-    std::filesystem::remove_all(old_dir);
-    std::filesystem::rename(final_dir, old_dir);
-    std::filesystem::rename(temp_dir, final_dir);
-    std::filesystem::remove_all(old_dir);
+    if (exchange_paths(temp_dir, final_dir)) {
+      remove_checkpoint(temp_dir);  // the old one, under the temporary name no resume reads
+    } else {
+      const auto old_dir = output_dir / fmt::format("checkpoint-{}.old", view.state.step);
+      std::filesystem::remove_all(old_dir);
+      std::filesystem::rename(final_dir, old_dir);
+      std::filesystem::rename(temp_dir, final_dir);
+      remove_checkpoint(old_dir);
+    }
   } else {
     std::filesystem::rename(temp_dir, final_dir);
   }
@@ -138,7 +153,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, c
     auto all = complete_checkpoints(output_dir);
     for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
       if (all[i].second == final_dir) continue;
-      std::filesystem::remove_all(all[i].second);
+      remove_checkpoint(all[i].second);
     }
   }
   return final_dir;
@@ -201,8 +216,10 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
       for (const auto& p : layout.units[u].params) {
         const std::string name = prefix + p.hf_name;
         const TensorInfo* info = file.find(name);
-        FERRY_CHECK(info != nullptr, kWhere, "{}: optimizer state has no tensor '{}'; the checkpoint belongs to "
-                                             "another model", dir.string(), name);
+        FERRY_CHECK(info != nullptr, kWhere,
+                    "{}: optimizer state has no tensor '{}'; the checkpoint belongs to "
+                    "another model",
+                    dir.string(), name);
         FERRY_CHECK(info->dtype == DType::F32 && info->shape == p.shape, kWhere,
                     "{}: tensor '{}' is {} {}, expected F32 {}", dir.string(), name, dtype_name(info->dtype),
                     shape_to_string(info->shape), shape_to_string(p.shape));

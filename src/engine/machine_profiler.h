@@ -42,20 +42,26 @@ struct ProfileOptions {
   size_t small_copy_bytes = size_t{4} << 10;  // the latency copy
   // The compute times' soak (TimingOptions::soak_seconds) before each measurement's samples.
   double compute_soak_seconds = 1.5;
-  int64_t gpu_adamw_params = int64_t{64} << 20;  // the device AdamW's array; lowered to what free memory holds
+  int64_t gpu_adamw_params = int64_t{64}
+                             << 20;  // the device AdamW's array; lowered to what free memory holds
   // Large enough that the CPU AdamW streams from DRAM, not from the caches; lowered to 1/16 of RAM.
   int64_t cpu_adamw_params = int64_t{64} << 20;
   // The CPU AdamW's own timing: a memory-bound pass over freshly written arrays, measured longer
   // and after more warm-up passes than the kernels, since with clipping its rate sets the step's
   // idle. Measured at the defaults of `timing` (0.2 s), one H200 profile came out 25% below its
   // neighbours and the step it planned.
-  TimingOptions cpu_adamw_timing{.repeats = 9, .warmup_runs = 3, .min_sample_seconds = 0.05, .max_seconds = 2.0};
+  TimingOptions cpu_adamw_timing{.repeats = 9,
+                                 .warmup_runs = 3,
+                                 .min_sample_seconds = 0.05,
+                                 .max_seconds = 2.0,
+                                 .soak_seconds = 0.0,
+                                 .clock = {}};
   // The CPU AdamW beside pinned copies: seconds of each sample, and samples of each figure (the
   // median is kept).
   double memory_sharing_sample_seconds = 0.4;
   int memory_sharing_repeats = 3;
   bool measure_disk = false;
-  std::filesystem::path disk_dir;             // where the disk probe file is written and removed
+  std::filesystem::path disk_dir;  // where the disk probe file is written and removed
   size_t disk_bytes = size_t{256} << 20;
   uint64_t seed = 20261129;
 };

@@ -18,11 +18,11 @@ using Clock = std::chrono::steady_clock;
 std::vector<double> medians_of_samples(size_t items, const std::function<double(size_t)>& sample,
                                        const TimingOptions& options) {
   FERRY_ASSERT(options.repeats >= 1);
-  const Clock::time_point start = Clock::now();
+  const double start = timing_now(options);
   std::vector<std::vector<double>> samples(items);
   for (int r = 0; r < options.repeats; ++r) {
     for (size_t i = 0; i < items; ++i) samples[i].push_back(sample(i));
-    if (r + 1 >= 3 && seconds_since(start) > options.max_seconds) break;
+    if (r + 1 >= 3 && timing_now(options) - start > options.max_seconds) break;
   }
   std::vector<double> out;
   for (auto& s : samples) out.push_back(median(std::move(s)));
@@ -30,6 +30,11 @@ std::vector<double> medians_of_samples(size_t items, const std::function<double(
 }
 
 }  // namespace
+
+double timing_now(const TimingOptions& options) {
+  if (options.clock) return options.clock();
+  return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+}
 
 int64_t runs_per_sample(double seconds_per_run, const TimingOptions& options) {
   // Capped so that work measured as ~0 (a clock tick) does not ask for millions of runs.
@@ -46,12 +51,12 @@ std::vector<double> time_each_on_device(Device& device, std::span<const std::fun
   for (const auto& issue : issues) {
     for (int w = 0; w < std::max(1, options.warmup_runs); ++w) issue();
     device.synchronize_all();
-    const Clock::time_point start = Clock::now();
+    const double start = timing_now(options);
     issue();
     device.synchronize_all();
-    runs.push_back(runs_per_sample(seconds_since(start), options));
+    runs.push_back(runs_per_sample(timing_now(options) - start, options));
   }
-  for (const Clock::time_point soak = Clock::now(); seconds_since(soak) < options.soak_seconds;) {
+  for (const double soak = timing_now(options); timing_now(options) - soak < options.soak_seconds;) {
     for (size_t i = 0; i < issues.size(); ++i) {
       for (int64_t r = 0; r < runs[i]; ++r) issues[i]();
     }
@@ -60,10 +65,10 @@ std::vector<double> time_each_on_device(Device& device, std::span<const std::fun
   return medians_of_samples(
       issues.size(),
       [&](size_t i) {
-        const Clock::time_point t0 = Clock::now();
+        const double t0 = timing_now(options);
         for (int64_t r = 0; r < runs[i]; ++r) issues[i]();
         device.synchronize_all();
-        return seconds_since(t0) / static_cast<double>(runs[i]);
+        return (timing_now(options) - t0) / static_cast<double>(runs[i]);
       },
       options);
 }
@@ -74,15 +79,15 @@ double time_on_device(Device& device, const std::function<void()>& issue, const 
 
 double time_on_host(const std::function<void()>& run, const TimingOptions& options) {
   run();
-  const Clock::time_point start = Clock::now();
+  const double start = timing_now(options);
   run();
-  const int64_t runs = runs_per_sample(seconds_since(start), options);
+  const int64_t runs = runs_per_sample(timing_now(options) - start, options);
   return medians_of_samples(
       1,
       [&](size_t) {
-        const Clock::time_point t0 = Clock::now();
+        const double t0 = timing_now(options);
         for (int64_t i = 0; i < runs; ++i) run();
-        return seconds_since(t0) / static_cast<double>(runs);
+        return (timing_now(options) - t0) / static_cast<double>(runs);
       },
       options)[0];
 }
@@ -122,9 +127,10 @@ LinearTime fit_linear_time(std::span<const TimedTokens> points, const std::strin
              fit.fixed_s);
     return {0.0, sty0 / st2};
   }
-  log_info("profile: {} did not grow with the tokens at {}..{} tokens (launch-bound); modelled as proportional "
-           "to the tokens",
-           what, points.front().tokens, points.back().tokens);
+  log_info(
+      "profile: {} did not grow with the tokens at {}..{} tokens (launch-bound); modelled as proportional "
+      "to the tokens",
+      what, points.front().tokens, points.back().tokens);
   double rate = 0.0;
   for (const auto& p : points) rate += p.seconds / static_cast<double>(p.tokens);
   rate /= n;

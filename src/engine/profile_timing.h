@@ -35,7 +35,14 @@ struct TimingOptions {
   // keeps it: the H200 ran 1980 MHz in the profile's first bursts and 1400-1550 MHz at its 700 W
   // cap, and a 3B layer timed in bursts came out ~5% faster than in training steps.
   double soak_seconds = 0.0;
+  // The clock the samples, the soak and max_seconds read, in seconds: the steady clock when empty.
+  // A test gives a clock that its work advances, so that what it asserts about the times does not
+  // depend on how busy the machine is.
+  std::function<double()> clock;
 };
+
+// Seconds on options.clock, or on the steady clock.
+double timing_now(const TimingOptions& options);
 
 // Seconds of one run of `issue`, which queues work on the device and returns: untimed warm-up runs
 // (first-use allocations, plan caches, GEMM tuning), one run to size the batch, then the median

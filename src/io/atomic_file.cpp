@@ -1,6 +1,7 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2 (glibc 2.28)
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -136,6 +137,13 @@ void sync_directory(const std::filesystem::path& dir) {
   if (fd < 0) return;
   ::fsync(fd);
   ::close(fd);
+}
+
+bool exchange_paths(const std::filesystem::path& a, const std::filesystem::path& b) {
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  // EINVAL: a file system without exchange (some network and FUSE ones); ENOSYS: an old kernel.
+  if (errno == EINVAL || errno == ENOSYS) return false;
+  fail("io", "cannot exchange {} and {}: {}", a.string(), b.string(), std::strerror(errno));
 }
 
 }  // namespace ferry

@@ -47,4 +47,9 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
 // fsyncs a directory so that a rename or unlink inside it survives a crash.
 void sync_directory(const std::filesystem::path& dir);
 
+// Swaps two existing paths in one step (renameat2 with RENAME_EXCHANGE), so that no moment sees
+// neither: a directory replaced this way is always there, old or new. Returns false where the
+// file system cannot exchange (the caller replaces in two renames instead); throws on other errors.
+bool exchange_paths(const std::filesystem::path& a, const std::filesystem::path& b);
+
 }  // namespace ferry
