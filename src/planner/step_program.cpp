@@ -15,8 +15,8 @@ namespace {
 // Mirrors SlidingEngine::step for several steps. Member names follow the engine's.
 class ProgramBuilder {
  public:
-  ProgramBuilder(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, const MachineProfile& profile,
-                 const StepShape& shape)
+  ProgramBuilder(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
+                 const MachineProfile& profile, const StepShape& shape)
       : layout_(layout), plan_(plan), profile_(profile), shape_(shape), L_(config.num_layers) {
     const size_t units = layout_.units.size();
     resident_.assign(units, false);
@@ -26,9 +26,11 @@ class ProgramBuilder {
       gpu_optimizer_[u] = plan_.units[u] == UnitPlacement::ResidentWithOptimizer;
     }
     all_on_gpu_ = plan_.optimizer_on_gpu();
-    const double H = static_cast<double>(config.hidden_size), F = static_cast<double>(config.intermediate_size);
-    const double matrices = H * (2.0 * static_cast<double>(config.q_dim()) + 2.0 * static_cast<double>(config.kv_dim())) +
-                            3.0 * H * F;
+    const double H = static_cast<double>(config.hidden_size),
+                 F = static_cast<double>(config.intermediate_size);
+    const double matrices =
+        H * (2.0 * static_cast<double>(config.q_dim()) + 2.0 * static_cast<double>(config.kv_dim())) +
+        3.0 * H * F;
     recompute_share_ = 1.0 - H * F / matrices;
     // What a layer that kept its internals still runs again (decoder_layer.h): two norms and the
     // activation, memory-bound passes moving (4H + 3F) values and two rstd per token, at the
@@ -51,10 +53,11 @@ class ProgramBuilder {
     if (plan_.weight_upload == WeightUpload::ConvertOnUpload) cpu_adamw_rate_ *= 26.0 / 24.0;
     bool any_gpu_optimizer = false;
     for (bool g : gpu_optimizer_) any_gpu_optimizer |= g;
-    FERRY_CHECK(!any_gpu_optimizer || profile_.compute.gpu_adamw_params_per_s > 0, "cost model",
-                "the plan runs AdamW on the GPU but the profile of {} has no GPU AdamW rate (a device without one); "
-                "plan with the optimizer on the CPU",
-                profile_.device_name);
+    FERRY_CHECK(
+        !any_gpu_optimizer || profile_.compute.gpu_adamw_params_per_s > 0, "cost model",
+        "the plan runs AdamW on the GPU but the profile of {} has no GPU AdamW rate (a device without one); "
+        "plan with the optimizer on the CPU",
+        profile_.device_name);
     update_done_.assign(units, -1);
     last_read_.assign(units, -1);
     gradient_landing_ = gradient_landing(layout_, plan_);
@@ -85,7 +88,8 @@ class ProgramBuilder {
   double layer_backward_seconds(int64_t layer) const {
     const ComputeProfile& compute = profile_.compute;
     const double backward = chunks_of(compute.layer_backward);
-    if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals) return backward;
+    if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals)
+      return backward;
     if (compute.layer_backward_kept.per_token_s > 0) return chunks_of(compute.layer_backward_kept);
     const double skipped = recompute_share_ * chunks_of(compute.layer_forward) - kept_layer_recompute_s_;
     return std::max(0.0, backward - std::max(0.0, skipped));
@@ -132,8 +136,7 @@ class ProgramBuilder {
   // After the step's upload of the row-sparse embedding, its rows without a gradient are updated.
   void weights_uploaded(size_t u, int32_t uploaded) {
     if (!sparse_embedding_ || u != layout_.embedding_unit()) return;
-    add(Lane::Cpu, TaskKind::CpuAdamW, (numel(u) - embedding_row_params_) / cpu_adamw_rate_, 0.0,
-        uploaded);
+    add(Lane::Cpu, TaskKind::CpuAdamW, (numel(u) - embedding_row_params_) / cpu_adamw_rate_, 0.0, uploaded);
   }
 
   void issue_load(size_t j) {
@@ -159,7 +162,8 @@ class ProgramBuilder {
     if (!resident_[u] || resident_uploaded_[u] || gpu_optimizer_[u]) return;
     host_wait(update_done_[u]);
     wait(Lane::HostToDevice, last_read_[u]);
-    const int32_t uploaded = add(Lane::HostToDevice, TaskKind::ResidentUpload, 0.0, numel(u) * upload_bytes_per_param_);
+    const int32_t uploaded =
+        add(Lane::HostToDevice, TaskKind::ResidentUpload, 0.0, numel(u) * upload_bytes_per_param_);
     wait(Lane::Compute, uploaded);
     weights_uploaded(u, uploaded);
     resident_uploaded_[u] = true;
@@ -176,7 +180,8 @@ class ProgramBuilder {
   void reload_boundary(int64_t b, int32_t staging_readers_done) {
     wait(Lane::HostToDevice, staging_readers_done);
     wait(Lane::HostToDevice, offload_done_[static_cast<size_t>(b)]);
-    activation_back_[static_cast<size_t>(b)] = add(Lane::HostToDevice, TaskKind::ActivationReload, 0.0, activation_bytes_);
+    activation_back_[static_cast<size_t>(b)] =
+        add(Lane::HostToDevice, TaskKind::ActivationReload, 0.0, activation_bytes_);
     staging_free_[b % 2] = -1;
   }
 
@@ -246,7 +251,8 @@ class ProgramBuilder {
         add(Lane::Compute, TaskKind::EmbeddingForward, chunks_of(compute.embedding_forward), 0.0);
         if (boundary_offloaded(0)) offload_boundary(0);
       } else if (u == Hd) {
-        add(Lane::Compute, TaskKind::Head, chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
+        add(Lane::Compute, TaskKind::Head,
+            chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
         sends = true;
       } else if (u != E) {
         const int64_t l = static_cast<int64_t>(u) - 1;
@@ -275,7 +281,8 @@ class ProgramBuilder {
         // updated at once.
         if (!all_on_gpu_) {
           wait(Lane::DeviceToHost, last_compute_);
-          landing(u, add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0, numel(u) / static_cast<double>(kGradNormChunk) * sizeof(double)));
+          landing(u, add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0,
+                         numel(u) / static_cast<double>(kGradNormChunk) * sizeof(double)));
           if (plan_.update == UpdateSchedule::DuringBackward) gpu_adamw(u);
         }
         released_[i] = last_compute_;
@@ -301,7 +308,8 @@ class ProgramBuilder {
         const size_t next = uses_[i + 1].unit;
         if (next != E) {
           const int64_t l = static_cast<int64_t>(next) - 1;
-          if (boundary_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
+          if (boundary_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0)
+            reload_boundary(l, before);
         }
       }
       issue_loads_up_to(i + prefetch);
@@ -332,19 +340,19 @@ class ProgramBuilder {
   bool all_on_gpu_ = false;
   std::vector<SlotUse> uses_;
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
-  double cpu_adamw_rate_ = 0.0;     // params/s of the host's AdamW pass for this plan
-  double recompute_share_ = 1.0;  // of a layer forward's time, what the backward's recompute takes
+  double cpu_adamw_rate_ = 0.0;          // params/s of the host's AdamW pass for this plan
+  double recompute_share_ = 1.0;         // of a layer forward's time, what the backward's recompute takes
   double kept_layer_recompute_s_ = 0.0;  // per step: the passes a layer that kept its internals runs again
-  bool sparse_embedding_ = false;    // row_sparse_embedding()
-  double embedding_row_params_ = 0;  // its expected token rows' parameters per step
+  bool sparse_embedding_ = false;        // row_sparse_embedding()
+  double embedding_row_params_ = 0;      // its expected token rows' parameters per step
 
   StepProgram program_;
   std::vector<int32_t> pending_[kLaneCount];  // stream waits not yet attached to a task
   int32_t host_last_ = -1, last_compute_ = -1;
   // across steps
-  std::vector<int32_t> update_done_;  // per unit: the task that finished its update of the previous step
-  std::vector<int32_t> last_read_;    // per resident unit: the last compute that read its weights
-  GradientLanding gradient_landing_;  // ConvertOnUpload's gradient buffers
+  std::vector<int32_t> update_done_;   // per unit: the task that finished its update of the previous step
+  std::vector<int32_t> last_read_;     // per resident unit: the last compute that read its weights
+  GradientLanding gradient_landing_;   // ConvertOnUpload's gradient buffers
   std::vector<int32_t> ring_updates_;  // the CPU updates of the gradients that landed in the ring, in order
   int32_t staging_free_[2] = {-1, -1};
   int32_t tokens_free_ = -1;

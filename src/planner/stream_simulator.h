@@ -44,12 +44,12 @@ enum class TaskKind : int {
   LossReadback,
   EmbeddingForward,
   LayerForward,
-  Head,              // final norm + LM head + loss, forward and backward
-  LayerBackward,     // recompute + backward
+  Head,           // final norm + LM head + loss, forward and backward
+  LayerBackward,  // recompute + backward
   EmbeddingBackward,
   GpuAdamW,
-  GpuGradNorm,       // a host unit's gradient-norm partials, before its gradient leaves
-  GradientLanded,    // CPU: the updater files a landing's norm partials
+  GpuGradNorm,     // a host unit's gradient-norm partials, before its gradient leaves
+  GradientLanded,  // CPU: the updater files a landing's norm partials
   CpuAdamW,
 };
 constexpr int kTaskKindCount = 17;
@@ -62,7 +62,7 @@ struct CopyRates {
   double d2h_bytes_per_s = 0.0;
   double duplex_h2d_bytes_per_s = 0.0;  // each direction while the other moves bytes too
   double duplex_d2h_bytes_per_s = 0.0;
-  double latency_s = 0.0;               // per copy
+  double latency_s = 0.0;  // per copy
 };
 
 // Host DRAM shared by the copies and the CPU lane: each one's rate while the other works, as a
