@@ -90,8 +90,8 @@ void TaskGraph::reserve(size_t tasks) {
   for (auto& lane : lanes_) lane.reserve(tasks);
 }
 
-int32_t TaskGraph::add(Lane lane, TaskKind kind, double seconds, double bytes,
-                       std::span<const int32_t> deps) {
+int32_t TaskGraph::add(Lane lane, TaskKind kind, double seconds, double bytes, std::span<const int32_t> deps,
+                       int32_t subject) {
   const int32_t id = static_cast<int32_t>(tasks_.size());
   FERRY_ASSERT(task_lane(kind) == lane, "a task runs on its kind's lane");
   SimTask t;
@@ -99,6 +99,7 @@ int32_t TaskGraph::add(Lane lane, TaskKind kind, double seconds, double bytes,
   t.kind = kind;
   t.seconds = seconds;
   t.bytes = bytes;
+  t.subject = subject;
   t.first_dep = static_cast<int32_t>(deps_.size());
   for (int32_t d : deps) {
     if (d < 0) continue;

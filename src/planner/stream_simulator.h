@@ -79,6 +79,10 @@ struct SimTask {
   TaskKind kind = TaskKind::HostWait;
   double seconds = 0.0;  // compute and CPU tasks; copies add CopyRates::latency_s themselves
   double bytes = 0.0;    // copies only
+  // What the task works on, so that a graph can be read against the engine it mirrors: a unit
+  // (ModelLayout::units), or for an activation copy the boundary (the input of that layer);
+  // -1 for the step's tokens, the loss and host waits.
+  int32_t subject = -1;
   int32_t first_dep = 0, dep_count = 0;
 };
 
@@ -91,7 +95,8 @@ class TaskGraph {
  public:
   // Adds a task after every task added so far on its lane; `deps` are earlier task ids (negative
   // ids are ignored: "no such event yet").
-  int32_t add(Lane lane, TaskKind kind, double seconds, double bytes, std::span<const int32_t> deps);
+  int32_t add(Lane lane, TaskKind kind, double seconds, double bytes, std::span<const int32_t> deps,
+              int32_t subject = -1);
   void reserve(size_t tasks);
   size_t size() const { return tasks_.size(); }
   const SimTask& task(int32_t id) const { return tasks_[static_cast<size_t>(id)]; }
