@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "device/trace_scope.h"
 #include "optim/clip.h"
 #include "planner/memory_model.h"
 
@@ -110,6 +111,8 @@ void DeviceOptimizer::download_state() {
 }
 
 void DeviceOptimizer::update(size_t u, int64_t step, const AdamWHyper& hyper, const float* grad_scale) {
+  // The device AdamW's calls do not say which unit they update; the trace names them here.
+  const TraceScope scope(device_, "update", layout_.units[u].name);
   AdamWUnitBuffers b;
   b.master = master_[u].as<float>();
   b.m = m_[u].as<float>();
