@@ -17,48 +17,28 @@
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
 #include "planner/search.h"
+#include "sliding_plans.h"
 #include "test_util.h"
 
 namespace ferry {
 namespace {
 
-constexpr int64_t kSeq = 32, kMicro = 2, kGlobal = 6, kSteps = 4;
+using test::all_units;
+using test::batch_for;
+using test::converting_on_upload;
+using test::hyper_at;
+using test::keeping_internals;
+using test::kGlobal;
+using test::kMicro;
+using test::kSeq;
+using test::kSteps;
+using test::make_plan;
+using test::make_rows;
 
 struct RunResult {
   std::vector<double> losses, norms;
   std::vector<std::vector<float>> masters;
 };
-
-std::vector<PackedRow> make_rows(int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Document> docs;
-  for (int d = 0; d < 40; ++d) {
-    Document doc;
-    const int n = 3 + static_cast<int>(rng() % 30);
-    for (int i = 0; i < n; ++i) {
-      const int32_t id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
-      doc.input_ids.push_back(id);
-      doc.labels.push_back(i < 2 ? kIgnoreIndex : id);
-    }
-    docs.push_back(doc);
-  }
-  return pack_documents(docs, kSeq, true);
-}
-
-StepBatch batch_for(const std::vector<PackedRow>& rows, int64_t step) {
-  std::vector<const PackedRow*> picked;
-  for (int64_t r = 0; r < kGlobal; ++r)
-    picked.push_back(&rows[static_cast<size_t>((step * kGlobal + r) % rows.size())]);
-  return make_step_batch(picked, kSeq, kMicro);
-}
-
-AdamWHyper hyper_at(int64_t step) {
-  AdamWHyper h;
-  h.lr = lr_at(LrSchedule::Cosine, 3e-3, step, 1, kSteps);
-  h.beta2 = 0.95;
-  h.weight_decay = 0.1;
-  return h;
-}
 
 // The plain trainer (ModelStep + UnitOptimizer) for `steps` steps: its losses, norms and whole
 // optimizer state.
@@ -137,41 +117,6 @@ void expect_identical(const RunResult& a, const RunResult& b) {
   for (size_t u = 0; u < a.masters.size(); ++u)
     EXPECT_EQ(0, std::memcmp(a.masters[u].data(), b.masters[u].data(), a.masters[u].size() * 4))
         << "unit " << u;
-}
-
-Plan make_plan(const ModelLayout& layout, int64_t layers, int64_t slots, std::vector<size_t> resident,
-               std::vector<int64_t> offloaded, UpdateSchedule update,
-               std::vector<size_t> with_optimizer = {}) {
-  Plan p;
-  p.micro_batch = kMicro;
-  p.gpu_slots = slots;
-  p.weight_dtype = DType::F32;
-  p.grad_dtype = DType::F32;
-  p.update = update;
-  p.units.assign(layout.units.size(), UnitPlacement::Streamed);
-  for (size_t u : resident) p.units[u] = UnitPlacement::ResidentParams;
-  for (size_t u : with_optimizer) p.units[u] = UnitPlacement::ResidentWithOptimizer;
-  p.activations.assign(static_cast<size_t>(layers), ActivationPlacement::KeepOnGpu);
-  for (int64_t l : offloaded) p.activations[static_cast<size_t>(l)] = ActivationPlacement::OffloadToHost;
-  return p;
-}
-
-// The plan with these layers keeping their forward intermediates (no recompute in the backward).
-Plan keeping_internals(Plan p, std::vector<int64_t> layers) {
-  for (int64_t l : layers) p.activations[static_cast<size_t>(l)] = ActivationPlacement::KeepWithInternals;
-  return p;
-}
-
-// The plan with its fp32 masters uploaded and converted on the device (no host weight copy).
-Plan converting_on_upload(Plan p) {
-  p.weight_upload = WeightUpload::ConvertOnUpload;
-  return p;
-}
-
-std::vector<size_t> all_units(const ModelLayout& layout) {
-  std::vector<size_t> units(layout.units.size());
-  for (size_t u = 0; u < units.size(); ++u) units[u] = u;
-  return units;
 }
 
 // The plain trainer's whole optimizer state after `steps` steps.
