@@ -17,47 +17,28 @@
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
 #include "planner/search.h"
+#include "sliding_plans.h"
 #include "test_util.h"
 
 namespace ferry {
 namespace {
 
-constexpr int64_t kSeq = 32, kMicro = 2, kGlobal = 6, kSteps = 4;
+using test::all_units;
+using test::batch_for;
+using test::converting_on_upload;
+using test::hyper_at;
+using test::keeping_internals;
+using test::kGlobal;
+using test::kMicro;
+using test::kSeq;
+using test::kSteps;
+using test::make_plan;
+using test::make_rows;
 
 struct RunResult {
   std::vector<double> losses, norms;
   std::vector<std::vector<float>> masters;
 };
-
-std::vector<PackedRow> make_rows(int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<Document> docs;
-  for (int d = 0; d < 40; ++d) {
-    Document doc;
-    const int n = 3 + static_cast<int>(rng() % 30);
-    for (int i = 0; i < n; ++i) {
-      const int32_t id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
-      doc.input_ids.push_back(id);
-      doc.labels.push_back(i < 2 ? kIgnoreIndex : id);
-    }
-    docs.push_back(doc);
-  }
-  return pack_documents(docs, kSeq, true);
-}
-
-StepBatch batch_for(const std::vector<PackedRow>& rows, int64_t step) {
-  std::vector<const PackedRow*> picked;
-  for (int64_t r = 0; r < kGlobal; ++r) picked.push_back(&rows[static_cast<size_t>((step * kGlobal + r) % rows.size())]);
-  return make_step_batch(picked, kSeq, kMicro);
-}
-
-AdamWHyper hyper_at(int64_t step) {
-  AdamWHyper h;
-  h.lr = lr_at(LrSchedule::Cosine, 3e-3, step, 1, kSteps);
-  h.beta2 = 0.95;
-  h.weight_decay = 0.1;
-  return h;
-}
 
 // The plain trainer (ModelStep + UnitOptimizer) for `steps` steps: its losses, norms and whole
 // optimizer state.
@@ -66,8 +47,8 @@ struct PlainState {
   std::vector<double> losses, norms;
 };
 
-PlainState plain_state(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows, double max_norm,
-                       int64_t steps) {
+PlainState plain_state(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
+                       double max_norm, int64_t steps) {
   PlainState state;
   init_random_weights(config, seed, state.masters);
   const ModelLayout layout = build_model_layout(config);
@@ -81,7 +62,8 @@ PlainState plain_state(const ModelConfig& config, uint64_t seed, const std::vect
   for (auto& u : grads) g.push_back(u.data());
   for (int64_t s = 0; s < steps; ++s) {
     const StepLoss loss = step.run(p, g, batch_for(rows, s));
-    const UpdateStats stats = opt.step(p, std::vector<const float*>(g.begin(), g.end()), hyper_at(s), max_norm, s + 1);
+    const UpdateStats stats =
+        opt.step(p, std::vector<const float*>(g.begin(), g.end()), hyper_at(s), max_norm, s + 1);
     state.losses.push_back(loss.mean());
     state.norms.push_back(stats.grad_norm);
   }
@@ -90,7 +72,8 @@ PlainState plain_state(const ModelConfig& config, uint64_t seed, const std::vect
   return state;
 }
 
-RunResult plain_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows, double max_norm) {
+RunResult plain_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
+                    double max_norm) {
   PlainState state = plain_state(config, seed, rows, max_norm, kSteps);
   RunResult run;
   run.losses = std::move(state.losses);
@@ -99,8 +82,8 @@ RunResult plain_run(const ModelConfig& config, uint64_t seed, const std::vector<
   return run;
 }
 
-RunResult sliding_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows, double max_norm,
-                const Plan& plan, const SimDeviceOptions& sim = {}) {
+RunResult sliding_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
+                      double max_norm, const Plan& plan, const SimDeviceOptions& sim = {}) {
   std::vector<std::vector<float>> units;
   init_random_weights(config, seed, units);
   const ModelLayout layout = build_model_layout(config);
@@ -132,41 +115,8 @@ void expect_identical(const RunResult& a, const RunResult& b) {
   }
   ASSERT_EQ(a.masters.size(), b.masters.size());
   for (size_t u = 0; u < a.masters.size(); ++u)
-    EXPECT_EQ(0, std::memcmp(a.masters[u].data(), b.masters[u].data(), a.masters[u].size() * 4)) << "unit " << u;
-}
-
-Plan make_plan(const ModelLayout& layout, int64_t layers, int64_t slots, std::vector<size_t> resident,
-               std::vector<int64_t> offloaded, UpdateSchedule update, std::vector<size_t> with_optimizer = {}) {
-  Plan p;
-  p.micro_batch = kMicro;
-  p.gpu_slots = slots;
-  p.weight_dtype = DType::F32;
-  p.grad_dtype = DType::F32;
-  p.update = update;
-  p.units.assign(layout.units.size(), UnitPlacement::Streamed);
-  for (size_t u : resident) p.units[u] = UnitPlacement::ResidentParams;
-  for (size_t u : with_optimizer) p.units[u] = UnitPlacement::ResidentWithOptimizer;
-  p.activations.assign(static_cast<size_t>(layers), ActivationPlacement::KeepOnGpu);
-  for (int64_t l : offloaded) p.activations[static_cast<size_t>(l)] = ActivationPlacement::OffloadToHost;
-  return p;
-}
-
-// The plan with these layers keeping their forward intermediates (no recompute in the backward).
-Plan keeping_internals(Plan p, std::vector<int64_t> layers) {
-  for (int64_t l : layers) p.activations[static_cast<size_t>(l)] = ActivationPlacement::KeepWithInternals;
-  return p;
-}
-
-// The plan with its fp32 masters uploaded and converted on the device (no host weight copy).
-Plan converting_on_upload(Plan p) {
-  p.weight_upload = WeightUpload::ConvertOnUpload;
-  return p;
-}
-
-std::vector<size_t> all_units(const ModelLayout& layout) {
-  std::vector<size_t> units(layout.units.size());
-  for (size_t u = 0; u < units.size(); ++u) units[u] = u;
-  return units;
+    EXPECT_EQ(0, std::memcmp(a.masters[u].data(), b.masters[u].data(), a.masters[u].size() * 4))
+        << "unit " << u;
 }
 
 // The plain trainer's whole optimizer state after `steps` steps.
@@ -194,17 +144,20 @@ class SlidingEngineTest : public ::testing::Test {
 };
 
 TEST_F(SlidingEngineTest, TwoSlotsEverythingStreamed) {
-  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward)));
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward)));
 }
 
 TEST_F(SlidingEngineTest, ThreeSlotsAllActivationsOffloaded) {
   expect_identical(reference_,
-                   sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 3, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward)));
+                   sliding_run(config_, 9, rows_, 0.5,
+                               make_plan(layout_, 4, 3, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward)));
 }
 
 TEST_F(SlidingEngineTest, OneSlotMixedActivations) {
   expect_identical(reference_,
-                   sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 1, {}, {0, 2}, UpdateSchedule::AfterBackward)));
+                   sliding_run(config_, 9, rows_, 0.5,
+                               make_plan(layout_, 4, 1, {}, {0, 2}, UpdateSchedule::AfterBackward)));
 }
 
 TEST_F(SlidingEngineTest, ResidentUnitsAndSlowPcie) {
@@ -212,41 +165,49 @@ TEST_F(SlidingEngineTest, ResidentUnitsAndSlowPcie) {
   slow.h2d_bytes_per_second = 2e9;
   slow.d2h_bytes_per_second = 2e9;
   slow.copy_latency_seconds = 20e-6;
-  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
-                                           make_plan(layout_, 4, 2, {0, 3, 4, 5}, {1}, UpdateSchedule::AfterBackward),
-                                           slow));
+  expect_identical(
+      reference_,
+      sliding_run(config_, 9, rows_, 0.5,
+                  make_plan(layout_, 4, 2, {0, 3, 4, 5}, {1}, UpdateSchedule::AfterBackward), slow));
 }
 
 TEST_F(SlidingEngineTest, EverythingResident) {
   expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
-                                           make_plan(layout_, 4, 2, {0, 1, 2, 3, 4, 5}, {}, UpdateSchedule::AfterBackward)));
+                                           make_plan(layout_, 4, 2, {0, 1, 2, 3, 4, 5}, {},
+                                                     UpdateSchedule::AfterBackward)));
 }
 
 TEST_F(SlidingEngineTest, UpdatesDuringBackwardWithoutClipping) {
   const RunResult plain = plain_run(config_, 9, rows_, 0.0);
-  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0, make_plan(layout_, 4, 2, {}, {3}, UpdateSchedule::DuringBackward)));
-  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0, make_plan(layout_, 4, 3, {2}, {}, UpdateSchedule::AfterBackward)));
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      make_plan(layout_, 4, 2, {}, {3}, UpdateSchedule::DuringBackward)));
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      make_plan(layout_, 4, 3, {2}, {}, UpdateSchedule::AfterBackward)));
 }
 
 // A backward that skips the recompute reads the intermediates its own forward kept: the same
 // values the recompute would produce, so the same bits. Mixed with offloaded boundaries, resident
 // units, device-updated units, both update schedules, and for every layer.
 TEST_F(SlidingEngineTest, LayersThatKeepTheirInternalsSkipTheRecomputeExactly) {
-  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
-                                           keeping_internals(make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward),
-                                                             {2, 3})));
-  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
-                                           keeping_internals(make_plan(layout_, 4, 2, {3}, {1}, UpdateSchedule::AfterBackward,
-                                                                       {2, 5}),
-                                                             {0, 3})));
+  expect_identical(
+      reference_, sliding_run(config_, 9, rows_, 0.5,
+                              keeping_internals(
+                                  make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward), {2, 3})));
+  expect_identical(
+      reference_,
+      sliding_run(config_, 9, rows_, 0.5,
+                  keeping_internals(make_plan(layout_, 4, 2, {3}, {1}, UpdateSchedule::AfterBackward, {2, 5}),
+                                    {0, 3})));
   const RunResult plain = plain_run(config_, 9, rows_, 0.0);
-  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
-                                      keeping_internals(make_plan(layout_, 4, 3, {}, {}, UpdateSchedule::DuringBackward),
-                                                        {0, 1, 2, 3})));
-  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
-                                           keeping_internals(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward,
-                                                                       all_units(layout_)),
-                                                             {0, 1, 2, 3})));
+  expect_identical(
+      plain, sliding_run(config_, 9, rows_, 0.0,
+                         keeping_internals(make_plan(layout_, 4, 3, {}, {}, UpdateSchedule::DuringBackward),
+                                           {0, 1, 2, 3})));
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               keeping_internals(make_plan(layout_, 4, 2, {}, {},
+                                                           UpdateSchedule::AfterBackward, all_units(layout_)),
+                                                 {0, 1, 2, 3})));
 }
 
 // Uploading the fp32 masters (converted on the device) instead of a copy the CPU wrote gives the
@@ -260,21 +221,27 @@ TEST_F(SlidingEngineTest, MastersConvertedOnUploadGiveTheSameSteps) {
   slow.d2h_bytes_per_second = 1e9;
   slow.copy_latency_seconds = 50e-6;
   const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(
+      plain,
+      sliding_run(config_, 9, rows_, 0.0,
+                  converting_on_upload(make_plan(layout_, 4, 2, {}, {1, 3}, UpdateSchedule::DuringBackward)),
+                  slow));
+  expect_identical(
+      plain, sliding_run(config_, 9, rows_, 0.0,
+                         converting_on_upload(keeping_internals(
+                             make_plan(layout_, 4, 3, {0, 2, 5}, {}, UpdateSchedule::DuringBackward), {3}))));
   expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
-                                      converting_on_upload(make_plan(layout_, 4, 2, {}, {1, 3}, UpdateSchedule::DuringBackward)),
-                                      slow));
-  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
-                                      converting_on_upload(keeping_internals(
-                                          make_plan(layout_, 4, 3, {0, 2, 5}, {}, UpdateSchedule::DuringBackward), {3}))));
-  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
-                                      converting_on_upload(make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::DuringBackward,
-                                                                     {3}))));
-  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
-                                           converting_on_upload(make_plan(layout_, 4, 2, {4}, {0, 2}, UpdateSchedule::AfterBackward)),
-                                           slow));
-  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
-                                           converting_on_upload(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward,
-                                                                          {1, 5}))));
+                                      converting_on_upload(make_plan(layout_, 4, 2, {}, {0},
+                                                                     UpdateSchedule::DuringBackward, {3}))));
+  expect_identical(
+      reference_,
+      sliding_run(config_, 9, rows_, 0.5,
+                  converting_on_upload(make_plan(layout_, 4, 2, {4}, {0, 2}, UpdateSchedule::AfterBackward)),
+                  slow));
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               converting_on_upload(
+                                   make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, {1, 5}))));
 }
 
 // The untied embedding is updated in two passes, its rows without a gradient while the step
@@ -328,8 +295,9 @@ TEST(StepBatchRows, ChunksSayWhetherEveryRowAttendsAsOneSequence) {
 }
 
 TEST_F(SlidingEngineTest, ClippingNeedsTheAfterBackwardSchedule) {
-  EXPECT_THROW(sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::DuringBackward)),
-               Error);
+  EXPECT_THROW(
+      sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::DuringBackward)),
+      Error);
 }
 
 // Units placed ResidentWithOptimizer keep fp32 gradients, master, m and v on the device and are
@@ -337,19 +305,23 @@ TEST_F(SlidingEngineTest, ClippingNeedsTheAfterBackwardSchedule) {
 // partials join the host units' in unit order, so every split is the plain trainer's step.
 TEST_F(SlidingEngineTest, SomeUnitsWithTheirOptimizerOnTheDevice) {
   // A layer in the middle and the head beside streamed and resident units, offloaded activations.
-  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
-                                           make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward, {2, 5})));
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward, {2, 5})));
   // The embedding (the first unit of the norm's order) and the last layer.
-  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
-                                           make_plan(layout_, 4, 1, {}, {1}, UpdateSchedule::AfterBackward, {0, 4})));
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               make_plan(layout_, 4, 1, {}, {1}, UpdateSchedule::AfterBackward, {0, 4})));
 }
 
 TEST_F(SlidingEngineTest, SomeUnitsWithTheirOptimizerOnTheDeviceWithoutClipping) {
   const RunResult plain = plain_run(config_, 9, rows_, 0.0);
-  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
-                                      make_plan(layout_, 4, 2, {1}, {3}, UpdateSchedule::DuringBackward, {0, 3})));
-  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
-                                      make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, {4, 5})));
+  expect_identical(plain,
+                   sliding_run(config_, 9, rows_, 0.0,
+                               make_plan(layout_, 4, 2, {1}, {3}, UpdateSchedule::DuringBackward, {0, 3})));
+  expect_identical(plain,
+                   sliding_run(config_, 9, rows_, 0.0,
+                               make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, {4, 5})));
 }
 
 // Plan::optimizer_on_gpu(): the norm and the clip coefficient are computed on the device too.
@@ -434,7 +406,8 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
     size_t pageable = 0;
     for (size_t u = 0; u < layout_.units.size(); ++u) {
       // Converting on upload, a host-updated unit's masters are pinned (counted above).
-      const bool pinned_masters = plans[k].weight_upload == WeightUpload::ConvertOnUpload && engine.host().on_host(u);
+      const bool pinned_masters =
+          plans[k].weight_upload == WeightUpload::ConvertOnUpload && engine.host().on_host(u);
       pageable += (pinned_masters ? 2 : 3) * HostArray::mapped_bytes(engine.host().unit(u).master.size());
     }
     EXPECT_EQ(pageable, h.pageable);
@@ -449,25 +422,34 @@ TEST(SlidingEngineTied, TiedEmbeddingsStayResident) {
   const ModelLayout layout = build_model_layout(config);
   const auto rows = make_rows(config.vocab_size, 6);
   const RunResult plain = plain_run(config, 4, rows, 1.0);
-  expect_identical(plain, sliding_run(config, 4, rows, 1.0, make_plan(layout, 2, 2, {0}, {1}, UpdateSchedule::AfterBackward)));
+  expect_identical(plain, sliding_run(config, 4, rows, 1.0,
+                                      make_plan(layout, 2, 2, {0}, {1}, UpdateSchedule::AfterBackward)));
   // The shared table with its optimizer on the device, the head (final norm) streamed; then both.
   expect_identical(plain, sliding_run(config, 4, rows, 1.0,
                                       make_plan(layout, 2, 2, {}, {1}, UpdateSchedule::AfterBackward, {0})));
-  expect_identical(plain, sliding_run(config, 4, rows, 1.0,
-                                      make_plan(layout, 2, 2, {}, {}, UpdateSchedule::AfterBackward, {0, 3})));
-  expect_identical(plain, sliding_run(config, 4, rows, 1.0,
-                                      converting_on_upload(make_plan(layout, 2, 2, {0}, {0}, UpdateSchedule::AfterBackward))));
+  expect_identical(plain,
+                   sliding_run(config, 4, rows, 1.0,
+                               make_plan(layout, 2, 2, {}, {}, UpdateSchedule::AfterBackward, {0, 3})));
+  expect_identical(
+      plain,
+      sliding_run(config, 4, rows, 1.0,
+                  converting_on_upload(make_plan(layout, 2, 2, {0}, {0}, UpdateSchedule::AfterBackward))));
   const RunResult unclipped = plain_run(config, 4, rows, 0.0);
-  expect_identical(unclipped, sliding_run(config, 4, rows, 0.0,
-                                          converting_on_upload(make_plan(layout, 2, 2, {0, 3}, {}, UpdateSchedule::DuringBackward))));
-  EXPECT_THROW(sliding_run(config, 4, rows, 1.0, make_plan(layout, 2, 2, {}, {}, UpdateSchedule::AfterBackward)), Error);
+  expect_identical(
+      unclipped,
+      sliding_run(config, 4, rows, 0.0,
+                  converting_on_upload(make_plan(layout, 2, 2, {0, 3}, {}, UpdateSchedule::DuringBackward))));
+  EXPECT_THROW(
+      sliding_run(config, 4, rows, 1.0, make_plan(layout, 2, 2, {}, {}, UpdateSchedule::AfterBackward)),
+      Error);
 }
 
 TEST_F(SlidingEngineTest, ABudgetTooSmallIsRefusedWithTheNumbers) {
   SimDeviceOptions tiny;
   tiny.memory_capacity = 64 << 10;
   try {
-    sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), tiny);
+    sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward),
+                tiny);
     FAIL() << "expected a refusal";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("GiB of device memory"), std::string::npos) << e.what();
@@ -483,11 +465,13 @@ TEST_F(SlidingEngineTest, SearchedPlanFitsItsBudgetAndMatches) {
   request.grad_dtype = DType::F32;
   // A budget that holds the slots and some activations but not the whole model.
   Plan all_streamed = make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward);
-  const size_t minimum = device_bytes(config_, layout_, all_streamed, kMicro * kSeq, kGlobal / kMicro).total();
+  const size_t minimum =
+      device_bytes(config_, layout_, all_streamed, kMicro * kSeq, kGlobal / kMicro).total();
   request.device_budget = minimum * 3 / 2;
   const MachineProfile profile = nominal_profile(config_, kSeq, DType::F32);
   const Plan plan = search_plans(config_, layout_, profile, request).best.plan;
-  EXPECT_LE(device_bytes(config_, layout_, plan, kMicro * kSeq, kGlobal / kMicro).total(), request.device_budget);
+  EXPECT_LE(device_bytes(config_, layout_, plan, kMicro * kSeq, kGlobal / kMicro).total(),
+            request.device_budget);
   SimDeviceOptions sim;
   sim.memory_capacity = request.device_budget;
   expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, plan, sim));

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "device/trace_scope.h"
 #include "optim/clip.h"
 #include "planner/memory_model.h"
 
@@ -89,7 +90,8 @@ void DeviceOptimizer::upload_state() {
     // The weights the device computes with are the masters in the weight dtype, rounded as the
     // host's staging would round them (ops copy: nearest even, as convert_from_f32).
     const int64_t count = static_cast<int64_t>(n);
-    ops_.copy(Tensor(master_[u].data(), DType::F32, {count}), Tensor(weights_[u].data(), plan_.weight_dtype, {count}));
+    ops_.copy(Tensor(master_[u].data(), DType::F32, {count}),
+              Tensor(weights_[u].data(), plan_.weight_dtype, {count}));
   }
   device_.synchronize(device_.record(StreamKind::Compute));
   host_behind_ = false;
@@ -109,6 +111,8 @@ void DeviceOptimizer::download_state() {
 }
 
 void DeviceOptimizer::update(size_t u, int64_t step, const AdamWHyper& hyper, const float* grad_scale) {
+  // The device AdamW's calls do not say which unit they update; the trace names them here.
+  const TraceScope scope(device_, "update", layout_.units[u].name);
   AdamWUnitBuffers b;
   b.master = master_[u].as<float>();
   b.m = m_[u].as<float>();
@@ -120,18 +124,19 @@ void DeviceOptimizer::update(size_t u, int64_t step, const AdamWHyper& hyper, co
   adamw_->step(b, host_.segments(u), hyper, step, grad_scale);
   if (!bf16) {
     const int64_t n = layout_.units[u].numel;
-    ops_.copy(Tensor(master_[u].data(), DType::F32, {n}), Tensor(weights_[u].data(), plan_.weight_dtype, {n}));
+    ops_.copy(Tensor(master_[u].data(), DType::F32, {n}),
+              Tensor(weights_[u].data(), plan_.weight_dtype, {n}));
   }
   host_behind_ = true;
 }
 
-size_t issue_unit_norm_partials(DeviceAdamW& kernels, const UnitLayout& unit, const void* grads, DType grad_dtype,
-                                double* partials) {
+size_t issue_unit_norm_partials(DeviceAdamW& kernels, const UnitLayout& unit, const void* grads,
+                                DType grad_dtype, double* partials) {
   const size_t size = dtype_size(grad_dtype);
   size_t count = 0;
   for (const auto& p : unit.params) {
-    kernels.grad_sumsq_partials(static_cast<const char*>(grads) + static_cast<size_t>(p.offset) * size, grad_dtype,
-                                static_cast<size_t>(p.numel), partials + count);
+    kernels.grad_sumsq_partials(static_cast<const char*>(grads) + static_cast<size_t>(p.offset) * size,
+                                grad_dtype, static_cast<size_t>(p.numel), partials + count);
     count += grad_sumsq_chunks(static_cast<size_t>(p.numel));
   }
   return count;
@@ -156,7 +161,8 @@ void DeviceOptimizer::update_all(int64_t step, const AdamWHyper& hyper, double m
   double* sum = reinterpret_cast<double*>(scalars + kSumOffset);
   float* clip = reinterpret_cast<float*>(scalars + kClipOffset);
   device_.fill_zero(sum, sizeof(double), StreamKind::Compute);
-  for (size_t u : units_) adamw_->accumulate(partials_.as<double>() + partial_offset_[u], partial_count_[u], sum);
+  for (size_t u : units_)
+    adamw_->accumulate(partials_.as<double>() + partial_offset_[u], partial_count_[u], sum);
   adamw_->clip_coefficient(sum, max_grad_norm, clip);
   for (size_t u : units_) update(u, step, hyper, clip);
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
@@ -170,7 +176,8 @@ double DeviceOptimizer::read_norm() const {
   return std::sqrt(sum);
 }
 
-void DeviceOptimizer::update_with_norm(int64_t step, const AdamWHyper& hyper, double norm, double max_grad_norm) {
+void DeviceOptimizer::update_with_norm(int64_t step, const AdamWHyper& hyper, double norm,
+                                       double max_grad_norm) {
   FERRY_ASSERT(!plan_.optimizer_on_gpu() && plan_.update == UpdateSchedule::AfterBackward);
   // The coefficient the UnitUpdater applies to the host units, from the same norm. The pinned
   // value is rewritten only at the next step's end, after the host has waited for that step's

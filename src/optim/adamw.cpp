@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "optim/adamw_scalars.h"
 
 namespace ferry {
 
@@ -21,33 +22,6 @@ namespace {
 
 // Below this many elements a tensor is updated on the calling thread: waking the pool costs more.
 constexpr size_t kGrain = size_t{1} << 15;
-
-// The per-call scalars, each rounded to fp32 exactly where torch rounds it.
-struct AdamWScalars {
-  float decay_factor;     // 1 - lr*wd
-  float lerp_weight;      // 1 - beta1
-  float beta2;            // beta2
-  float one_minus_beta2;  // 1 - beta2
-  float bc2_sqrt;         // sqrt(1 - beta2^t)
-  float eps;
-  float neg_step_size;  // -lr / (1 - beta1^t)
-};
-
-AdamWScalars make_scalars(const AdamWHyper& h, int64_t step) {
-  const double t = static_cast<double>(step);
-  const double bias_correction1 = 1.0 - std::pow(h.beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(h.beta2, t);
-  const double step_size = h.lr / bias_correction1;
-  AdamWScalars s;
-  s.decay_factor = static_cast<float>(1.0 - h.lr * h.weight_decay);
-  s.lerp_weight = static_cast<float>(1.0 - h.beta1);
-  s.beta2 = static_cast<float>(h.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
-  s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.eps = static_cast<float>(h.eps);
-  s.neg_step_size = static_cast<float>(-step_size);
-  return s;
-}
 
 // The loop body. Every operation is a correctly rounded IEEE operation (mul, add, div, sqrt, fma), so
 // the result is the same however it is compiled (with or without FMA hardware). This is the reference,
@@ -123,9 +97,8 @@ void adamw_step(float* param, float* m, float* v, const float* grad, size_t n, c
   FERRY_ASSERT(step >= 1, "AdamW steps count from 1");
   if (n == 0) return;
   FERRY_ASSERT(param && m && v && grad);
-  const AdamWScalars s = make_scalars(hyper, step);
-  // torch skips the decay multiply when weight_decay == 0; multiplying by 1.0f is the same, exactly.
-  const float decay_factor = decay && hyper.weight_decay != 0.0 ? s.decay_factor : 1.0f;
+  const AdamWScalars s = adamw_scalars(hyper, step);
+  const float decay_factor = decay ? s.decay_factor : 1.0f;
   ThreadPool::global().parallel_for(
       n,
       [&](size_t begin, size_t end) {

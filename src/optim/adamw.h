@@ -20,7 +20,8 @@
 //
 // with bias_correction1 = 1 - beta1^t, bias_correction2 = 1 - beta2^t and step_size = lr / bc1 computed
 // in double, as torch computes them with Python floats; f32(x) is the double rounded to nearest float,
-// which is what ATen does with a Python scalar operand of a float tensor. Every other operation is a
+// which is what ATen does with a Python scalar operand of a float tensor (optim/adamw_scalars.h, which
+// every AdamW takes them from). Every other operation is a
 // separately rounded fp32 operation (this file must not be compiled with FMA contraction: see the .cpp).
 // Checked bit for bit against torch 2.11's CPU AdamW (tests/optim_adamw_torch_golden_test.cpp). (A torch
 // build running its non-SIMD DEFAULT kernels would not fuse addcmul and could differ in v's last bit.)

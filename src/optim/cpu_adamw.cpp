@@ -17,18 +17,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "optim/adamw_scalars.h"
 
 namespace ferry::cpu_adamw_detail {
 
-// The per-call scalars, each rounded to fp32 exactly as adamw.cpp rounds it (which is torch's).
-struct Scalars {
-  float decay_factor;  // 1 - lr*wd
-  float lerp_weight;   // 1 - beta1
-  float beta2;
-  float one_minus_beta2;  // 1 - beta2
-  float bc2_sqrt;         // sqrt(1 - beta2^t)
-  float eps;
-  float neg_step_size;  // -lr / (1 - beta1^t)
+// The step's scalars (adamw_scalars.h) and the factor the gradient is multiplied by first.
+struct Scalars : AdamWScalars {
   float grad_scale;
 };
 
@@ -260,27 +254,9 @@ void for_each_block(ThreadPool& pool, size_t blocks, const Fn& fn) {
   });
 }
 
-Scalars make_scalars(const AdamWHyper& h, int64_t step, float grad_scale) {
-  const double t = static_cast<double>(step);
-  const double bias_correction1 = 1.0 - std::pow(h.beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(h.beta2, t);
-  const double step_size = h.lr / bias_correction1;
-  Scalars s;
-  s.decay_factor = static_cast<float>(1.0 - h.lr * h.weight_decay);
-  s.lerp_weight = static_cast<float>(1.0 - h.beta1);
-  s.beta2 = static_cast<float>(h.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
-  s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.eps = static_cast<float>(h.eps);
-  s.neg_step_size = static_cast<float>(-step_size);
-  s.grad_scale = grad_scale;
-  return s;
-}
-
 }  // namespace
 
-void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments,
-                    const AdamWHyper& hyper, int64_t step, float grad_scale, ThreadPool& pool) {
+size_t check_adamw_unit(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments, int64_t step) {
   FERRY_ASSERT(step >= 1, "AdamW steps count from 1");
   FERRY_ASSERT(unit.grad_dtype == DType::F32 || unit.grad_dtype == DType::BF16, "gradients are F32 or BF16");
   size_t total = 0;
@@ -289,14 +265,19 @@ void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> 
                  "AdamW segments must be sorted and disjoint");
     total += segments[k].count;
   }
-  if (total == 0) return;
+  if (total == 0) return 0;
   FERRY_ASSERT(unit.master && unit.m && unit.v && unit.grad);
   FERRY_ASSERT(unit.grad != static_cast<const void*>(unit.bf16_out) || unit.grad_dtype == DType::BF16,
                "only bf16 gradients may share the buffer of the bf16 copy");
+  return total;
+}
 
-  const Scalars s = make_scalars(hyper, step, grad_scale);
-  // torch skips the decay multiply when weight_decay == 0; multiplying by 1.0f is the same, exactly.
-  const float decay_on = hyper.weight_decay != 0.0 ? s.decay_factor : 1.0f;
+void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments,
+                    const AdamWHyper& hyper, int64_t step, float grad_scale, ThreadPool& pool) {
+  const size_t total = check_adamw_unit(unit, segments, step);
+  if (total == 0) return;
+
+  const Scalars s{adamw_scalars(hyper, step), grad_scale};
   const Pointers ptr{unit.master, unit.m, unit.v, unit.grad, unit.grad_dtype == DType::BF16, unit.bf16_out};
   const auto update = HWY_DYNAMIC_DISPATCH(UpdateRange);
 
@@ -305,7 +286,7 @@ void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> 
     for (const AdamWSegment& seg : segments) {
       const size_t a = std::max(lo, seg.offset);
       const size_t b = std::min(hi, seg.offset + seg.count);
-      if (a < b) update(ptr, s, seg.decay ? decay_on : 1.0f, a, b);
+      if (a < b) update(ptr, s, seg.decay ? s.decay_factor : 1.0f, a, b);
     }
   };
   const size_t begin = segments.front().offset;
@@ -335,8 +316,8 @@ void cpu_adamw_rows(const AdamWUnitBuffers& unit, size_t row_len, std::span<cons
   FERRY_ASSERT(unit.master && unit.m && unit.v);
   FERRY_ASSERT(unit.grad == nullptr || unit.grad != static_cast<const void*>(unit.bf16_out),
                "gathered row gradients must not share the buffer of the bf16 copy");
-  const Scalars s = make_scalars(hyper, step, grad_scale);
-  const float decay_factor = decay && hyper.weight_decay != 0.0 ? s.decay_factor : 1.0f;
+  const Scalars s{adamw_scalars(hyper, step), grad_scale};
+  const float decay_factor = decay ? s.decay_factor : 1.0f;
   const size_t grad_size = dtype_size(unit.grad_dtype);
   // A zero gradient is one row of zero bytes every row reads (fp32 zeros are bf16 zeros twice).
   const std::vector<float> zeros(unit.grad == nullptr ? row_len : 0, 0.0f);
@@ -348,8 +329,9 @@ void cpu_adamw_rows(const AdamWUnitBuffers& unit, size_t row_len, std::span<cons
   const auto run = [&](size_t lo, size_t hi) {
     for (size_t k = lo; k < hi; ++k) {
       const size_t o = static_cast<size_t>(rows[k]) * row_len;
-      const Pointers ptr{unit.master + o, unit.m + o, unit.v + o, grad + k * grad_stride, grad_bf16,
-                         unit.bf16_out != nullptr ? unit.bf16_out + o : nullptr};
+      const Pointers ptr{unit.master + o, unit.m + o,
+                         unit.v + o,      grad + k * grad_stride,
+                         grad_bf16,       unit.bf16_out != nullptr ? unit.bf16_out + o : nullptr};
       update(ptr, s, decay_factor, 0, row_len);
     }
   };

@@ -49,6 +49,12 @@ struct AdamWUnitBuffers {
   uint16_t* bf16_out = nullptr;   // optional: receives bf16(new master); may be `grad` (see above)
 };
 
+// What every AdamW over a unit's segments (cpu_adamw_step, DeviceAdamW::step) asks of its
+// arguments, asserted: t >= 1, an F32 or BF16 gradient, segments sorted by offset and disjoint,
+// and, when they name any element, the four buffers set and only a bf16 gradient in `bf16_out`.
+// Returns how many elements the segments name (0: nothing to do, the buffers are not looked at).
+size_t check_adamw_unit(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments, int64_t step);
+
 // One AdamW step (t = `step`, 1-based, as in adamw_step) over the elements the segments name;
 // elements outside every segment are not touched. Segments are sorted by offset and disjoint.
 // `grad_scale` multiplies the gradient first (the clipping coefficient). Work is split statically
@@ -65,7 +71,8 @@ void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> 
 // for any finite grad_scale). Rows are distinct; the gradient must not overlap bf16_out. Threads
 // take blocks of rows.
 void cpu_adamw_rows(const AdamWUnitBuffers& unit, size_t row_len, std::span<const int32_t> rows, bool decay,
-                    const AdamWHyper& hyper, int64_t step, float grad_scale, ThreadPool& pool = ThreadPool::global());
+                    const AdamWHyper& hyper, int64_t step, float grad_scale,
+                    ThreadPool& pool = ThreadPool::global());
 
 // The SIMD target the dispatcher runs on this CPU: "AVX3", "AVX2", "SSE4", "NEON", "EMU128", ...
 const char* cpu_adamw_target();

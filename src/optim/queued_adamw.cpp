@@ -11,17 +11,20 @@ namespace ferry {
 
 QueuedAdamW::QueuedAdamW(Device& device, StreamKind stream) : device_(device), stream_(stream) {}
 
-void QueuedAdamW::step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments, const AdamWHyper& hyper,
-                       int64_t step, const float* grad_scale) {
+void QueuedAdamW::step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments,
+                       const AdamWHyper& hyper, int64_t step, const float* grad_scale) {
   FERRY_ASSERT(unit.grad_dtype == DType::F32, "the reference AdamW takes fp32 gradients");
-  device_.host_task(stream_, [unit, segs = std::vector<AdamWSegment>(segments.begin(), segments.end()), hyper, step,
-                              grad_scale] {
+  // On the issuing thread, where a failed check names the caller.
+  check_adamw_unit(unit, segments, step);
+  device_.host_task(stream_, [unit, segs = std::vector<AdamWSegment>(segments.begin(), segments.end()), hyper,
+                              step, grad_scale] {
     const float scale = grad_scale != nullptr ? *grad_scale : 1.0f;
     const float* grad = static_cast<const float*>(unit.grad);
     for (const AdamWSegment& s : segs) {
-      adamw_step(unit.master + s.offset, unit.m + s.offset, unit.v + s.offset, grad + s.offset, s.count, hyper, step,
-                 s.decay, scale);
-      if (unit.bf16_out != nullptr) convert_from_f32(unit.master + s.offset, DType::BF16, unit.bf16_out + s.offset, s.count);
+      adamw_step(unit.master + s.offset, unit.m + s.offset, unit.v + s.offset, grad + s.offset, s.count,
+                 hyper, step, s.decay, scale);
+      if (unit.bf16_out != nullptr)
+        convert_from_f32(unit.master + s.offset, DType::BF16, unit.bf16_out + s.offset, s.count);
     }
   });
 }

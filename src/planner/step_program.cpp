@@ -12,11 +12,14 @@ namespace ferry {
 
 namespace {
 
+// The subject of a task that works on no unit (SimTask::subject -1).
+constexpr size_t kNoSubject = static_cast<size_t>(-1);
+
 // Mirrors SlidingEngine::step for several steps. Member names follow the engine's.
 class ProgramBuilder {
  public:
-  ProgramBuilder(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, const MachineProfile& profile,
-                 const StepShape& shape)
+  ProgramBuilder(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
+                 const MachineProfile& profile, const StepShape& shape)
       : layout_(layout), plan_(plan), profile_(profile), shape_(shape), L_(config.num_layers) {
     const size_t units = layout_.units.size();
     resident_.assign(units, false);
@@ -26,9 +29,11 @@ class ProgramBuilder {
       gpu_optimizer_[u] = plan_.units[u] == UnitPlacement::ResidentWithOptimizer;
     }
     all_on_gpu_ = plan_.optimizer_on_gpu();
-    const double H = static_cast<double>(config.hidden_size), F = static_cast<double>(config.intermediate_size);
-    const double matrices = H * (2.0 * static_cast<double>(config.q_dim()) + 2.0 * static_cast<double>(config.kv_dim())) +
-                            3.0 * H * F;
+    const double H = static_cast<double>(config.hidden_size),
+                 F = static_cast<double>(config.intermediate_size);
+    const double matrices =
+        H * (2.0 * static_cast<double>(config.q_dim()) + 2.0 * static_cast<double>(config.kv_dim())) +
+        3.0 * H * F;
     recompute_share_ = 1.0 - H * F / matrices;
     // What a layer that kept its internals still runs again (decoder_layer.h): two norms and the
     // activation, memory-bound passes moving (4H + 3F) values and two rstd per token, at the
@@ -51,10 +56,11 @@ class ProgramBuilder {
     if (plan_.weight_upload == WeightUpload::ConvertOnUpload) cpu_adamw_rate_ *= 26.0 / 24.0;
     bool any_gpu_optimizer = false;
     for (bool g : gpu_optimizer_) any_gpu_optimizer |= g;
-    FERRY_CHECK(!any_gpu_optimizer || profile_.compute.gpu_adamw_params_per_s > 0, "cost model",
-                "the plan runs AdamW on the GPU but the profile of {} has no GPU AdamW rate (a device without one); "
-                "plan with the optimizer on the CPU",
-                profile_.device_name);
+    FERRY_CHECK(
+        !any_gpu_optimizer || profile_.compute.gpu_adamw_params_per_s > 0, "cost model",
+        "the plan runs AdamW on the GPU but the profile of {} has no GPU AdamW rate (a device without one); "
+        "plan with the optimizer on the CPU",
+        profile_.device_name);
     update_done_.assign(units, -1);
     last_read_.assign(units, -1);
     gradient_landing_ = gradient_landing(layout_, plan_);
@@ -85,7 +91,8 @@ class ProgramBuilder {
   double layer_backward_seconds(int64_t layer) const {
     const ComputeProfile& compute = profile_.compute;
     const double backward = chunks_of(compute.layer_backward);
-    if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals) return backward;
+    if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals)
+      return backward;
     if (compute.layer_backward_kept.per_token_s > 0) return chunks_of(compute.layer_backward_kept);
     const double skipped = recompute_share_ * chunks_of(compute.layer_forward) - kept_layer_recompute_s_;
     return std::max(0.0, backward - std::max(0.0, skipped));
@@ -95,11 +102,12 @@ class ProgramBuilder {
   }
 
   // Adds a task on `lane` after the stream waits issued on it and after the host's last block.
-  int32_t add(Lane lane, TaskKind kind, double seconds, double bytes, int32_t dep = -1) {
+  // `subject`: the unit it works on, or an activation copy's boundary (SimTask::subject).
+  int32_t add(Lane lane, TaskKind kind, size_t subject, double seconds, double bytes, int32_t dep = -1) {
     auto& waits = pending_[static_cast<int>(lane)];
     waits.push_back(dep);
     waits.push_back(host_last_);
-    const int32_t id = graph().add(lane, kind, seconds, bytes, waits);
+    const int32_t id = graph().add(lane, kind, seconds, bytes, waits, static_cast<int32_t>(subject));
     waits.clear();
     if (lane == Lane::Compute) last_compute_ = id;
     return id;
@@ -132,7 +140,7 @@ class ProgramBuilder {
   // After the step's upload of the row-sparse embedding, its rows without a gradient are updated.
   void weights_uploaded(size_t u, int32_t uploaded) {
     if (!sparse_embedding_ || u != layout_.embedding_unit()) return;
-    add(Lane::Cpu, TaskKind::CpuAdamW, (numel(u) - embedding_row_params_) / cpu_adamw_rate_, 0.0,
+    add(Lane::Cpu, TaskKind::CpuAdamW, u, (numel(u) - embedding_row_params_) / cpu_adamw_rate_, 0.0,
         uploaded);
   }
 
@@ -141,7 +149,7 @@ class ProgramBuilder {
     if (use.previous_use >= 0) wait(Lane::HostToDevice, released_[static_cast<size_t>(use.previous_use)]);
     const bool weights_read = use_reads_weights(uses_, j);
     if (weights_read) host_wait(update_done_[use.unit]);
-    loaded_[j] = add(Lane::HostToDevice, TaskKind::WeightUpload, 0.0,
+    loaded_[j] = add(Lane::HostToDevice, TaskKind::WeightUpload, use.unit, 0.0,
                      weights_read ? numel(use.unit) * upload_bytes_per_param_ : 0.0);
     if (weights_read) weights_uploaded(use.unit, loaded_[j]);
   }
@@ -159,14 +167,16 @@ class ProgramBuilder {
     if (!resident_[u] || resident_uploaded_[u] || gpu_optimizer_[u]) return;
     host_wait(update_done_[u]);
     wait(Lane::HostToDevice, last_read_[u]);
-    const int32_t uploaded = add(Lane::HostToDevice, TaskKind::ResidentUpload, 0.0, numel(u) * upload_bytes_per_param_);
+    const int32_t uploaded =
+        add(Lane::HostToDevice, TaskKind::ResidentUpload, u, 0.0, numel(u) * upload_bytes_per_param_);
     wait(Lane::Compute, uploaded);
     weights_uploaded(u, uploaded);
     resident_uploaded_[u] = true;
   }
   void offload_boundary(int64_t b) {
     wait(Lane::DeviceToHost, last_compute_);
-    const int32_t done = add(Lane::DeviceToHost, TaskKind::ActivationOffload, 0.0, activation_bytes_);
+    const int32_t done =
+        add(Lane::DeviceToHost, TaskKind::ActivationOffload, static_cast<size_t>(b), 0.0, activation_bytes_);
     offload_done_[static_cast<size_t>(b)] = done;
     staging_free_[b % 2] = done;
   }
@@ -176,7 +186,8 @@ class ProgramBuilder {
   void reload_boundary(int64_t b, int32_t staging_readers_done) {
     wait(Lane::HostToDevice, staging_readers_done);
     wait(Lane::HostToDevice, offload_done_[static_cast<size_t>(b)]);
-    activation_back_[static_cast<size_t>(b)] = add(Lane::HostToDevice, TaskKind::ActivationReload, 0.0, activation_bytes_);
+    activation_back_[static_cast<size_t>(b)] =
+        add(Lane::HostToDevice, TaskKind::ActivationReload, static_cast<size_t>(b), 0.0, activation_bytes_);
     staging_free_[b % 2] = -1;
   }
 
@@ -186,9 +197,9 @@ class ProgramBuilder {
   // order.
   void landing(size_t u, int32_t landed) {
     const bool host_unit = !gpu_optimizer_[u];
-    int32_t last = add(Lane::Cpu, TaskKind::GradientLanded, 0.0, 0.0, landed);
+    int32_t last = add(Lane::Cpu, TaskKind::GradientLanded, u, 0.0, 0.0, landed);
     if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
-      last = add(Lane::Cpu, TaskKind::CpuAdamW, landed_update_params(u) / cpu_adamw_rate_, 0.0);
+      last = add(Lane::Cpu, TaskKind::CpuAdamW, u, landed_update_params(u) / cpu_adamw_rate_, 0.0);
       next_update_done_[u] = last;
       if (gradient_landing_.in_ring[u]) ring_updates_.push_back(last);
     }
@@ -197,11 +208,11 @@ class ProgramBuilder {
     for (size_t v = 0; v < layout_.units.size(); ++v)
       if (!gpu_optimizer_[v])
         next_update_done_[v] =
-            add(Lane::Cpu, TaskKind::CpuAdamW, landed_update_params(v) / cpu_adamw_rate_, 0.0);
+            add(Lane::Cpu, TaskKind::CpuAdamW, v, landed_update_params(v) / cpu_adamw_rate_, 0.0);
   }
   void gpu_adamw(size_t u) {
     next_update_done_[u] =
-        add(Lane::Compute, TaskKind::GpuAdamW, numel(u) / profile_.compute.gpu_adamw_params_per_s, 0.0);
+        add(Lane::Compute, TaskKind::GpuAdamW, u, numel(u) / profile_.compute.gpu_adamw_params_per_s, 0.0);
   }
 
   void step() {
@@ -209,7 +220,7 @@ class ProgramBuilder {
     const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
     const auto& compute = profile_.compute;
     host_wait(tokens_free_);
-    tokens_free_ = add(Lane::HostToDevice, TaskKind::TokenUpload, 0.0,
+    tokens_free_ = add(Lane::HostToDevice, TaskKind::TokenUpload, kNoSubject, 0.0,
                        static_cast<double>(kStepTokenArrays * shape_.tokens()) * sizeof(int32_t));
     wait(Lane::Compute, tokens_free_);
 
@@ -243,27 +254,28 @@ class ProgramBuilder {
       bool sends = false;
       if (u == E && forward) {
         before_boundary_write(0);
-        add(Lane::Compute, TaskKind::EmbeddingForward, chunks_of(compute.embedding_forward), 0.0);
+        add(Lane::Compute, TaskKind::EmbeddingForward, E, chunks_of(compute.embedding_forward), 0.0);
         if (boundary_offloaded(0)) offload_boundary(0);
       } else if (u == Hd) {
-        add(Lane::Compute, TaskKind::Head, chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
+        add(Lane::Compute, TaskKind::Head, Hd,
+            chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
         sends = true;
       } else if (u != E) {
         const int64_t l = static_cast<int64_t>(u) - 1;
         if (forward) {
           before_boundary_write(l + 1);
-          add(Lane::Compute, TaskKind::LayerForward, chunks_of(compute.layer_forward), 0.0);
+          add(Lane::Compute, TaskKind::LayerForward, u, chunks_of(compute.layer_forward), 0.0);
           if (boundary_offloaded(l + 1)) offload_boundary(l + 1);
         } else {
           if (boundary_offloaded(l)) {
             if (activation_back_[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
             wait(Lane::Compute, activation_back_[static_cast<size_t>(l)]);
           }
-          add(Lane::Compute, TaskKind::LayerBackward, layer_backward_seconds(l), 0.0);
+          add(Lane::Compute, TaskKind::LayerBackward, u, layer_backward_seconds(l), 0.0);
           sends = true;
         }
       } else {
-        add(Lane::Compute, TaskKind::EmbeddingBackward, chunks_of(compute.embedding_backward), 0.0);
+        add(Lane::Compute, TaskKind::EmbeddingBackward, E, chunks_of(compute.embedding_backward), 0.0);
         sends = true;
       }
       if (resident_[u]) last_read_[u] = last_compute_;
@@ -275,21 +287,22 @@ class ProgramBuilder {
         // updated at once.
         if (!all_on_gpu_) {
           wait(Lane::DeviceToHost, last_compute_);
-          landing(u, add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0, numel(u) / static_cast<double>(kGradNormChunk) * sizeof(double)));
+          landing(u, add(Lane::DeviceToHost, TaskKind::GradientDownload, u, 0.0,
+                         numel(u) / static_cast<double>(kGradNormChunk) * sizeof(double)));
           if (plan_.update == UpdateSchedule::DuringBackward) gpu_adamw(u);
         }
         released_[i] = last_compute_;
       } else if (sends) {
         // SlidingEngine::send_gradients: the norm partials on the device, then the gradient (of
         // the row-sparse embedding: its token rows, gathered) and the partials down.
-        add(Lane::Compute, TaskKind::GpuGradNorm, numel(u) / profile_.compute.grad_norm_params_per_s, 0.0);
+        add(Lane::Compute, TaskKind::GpuGradNorm, u, numel(u) / profile_.compute.grad_norm_params_per_s, 0.0);
         wait(Lane::DeviceToHost, last_compute_);
         // UnitUpdater::reserve_gradient_buffer: a ring buffer is free once the update of the
         // gradient before it there has read it.
         const size_t ring = gradient_landing_.ring_buffers;
         if (gradient_landing_.in_ring[u] && ring_updates_.size() >= ring)
           wait(Lane::DeviceToHost, ring_updates_[ring_updates_.size() - ring]);
-        released_[i] = add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0,
+        released_[i] = add(Lane::DeviceToHost, TaskKind::GradientDownload, u, 0.0,
                            landed_update_params(u) * static_cast<double>(dtype_size(plan_.grad_dtype)) +
                                numel(u) * sizeof(double) / static_cast<double>(kGradNormChunk));
         landing(u, released_[i]);
@@ -301,7 +314,8 @@ class ProgramBuilder {
         const size_t next = uses_[i + 1].unit;
         if (next != E) {
           const int64_t l = static_cast<int64_t>(next) - 1;
-          if (boundary_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
+          if (boundary_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0)
+            reload_boundary(l, before);
         }
       }
       issue_loads_up_to(i + prefetch);
@@ -311,7 +325,8 @@ class ProgramBuilder {
       for (size_t u = 0; u < units; ++u) gpu_adamw(u);
     }
     wait(Lane::DeviceToHost, last_compute_);
-    const int32_t loss = add(Lane::DeviceToHost, TaskKind::LossReadback, 0.0, sizeof(float) + sizeof(double));
+    const int32_t loss =
+        add(Lane::DeviceToHost, TaskKind::LossReadback, kNoSubject, 0.0, sizeof(float) + sizeof(double));
     host_wait(loss);
     if (!all_on_gpu_) host_wait(norm_known_);  // the step returns the global norm (UnitUpdater::grad_norm)
     program_.step_end.push_back(host_last_);
@@ -332,19 +347,19 @@ class ProgramBuilder {
   bool all_on_gpu_ = false;
   std::vector<SlotUse> uses_;
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
-  double cpu_adamw_rate_ = 0.0;     // params/s of the host's AdamW pass for this plan
-  double recompute_share_ = 1.0;  // of a layer forward's time, what the backward's recompute takes
+  double cpu_adamw_rate_ = 0.0;          // params/s of the host's AdamW pass for this plan
+  double recompute_share_ = 1.0;         // of a layer forward's time, what the backward's recompute takes
   double kept_layer_recompute_s_ = 0.0;  // per step: the passes a layer that kept its internals runs again
-  bool sparse_embedding_ = false;    // row_sparse_embedding()
-  double embedding_row_params_ = 0;  // its expected token rows' parameters per step
+  bool sparse_embedding_ = false;        // row_sparse_embedding()
+  double embedding_row_params_ = 0;      // its expected token rows' parameters per step
 
   StepProgram program_;
   std::vector<int32_t> pending_[kLaneCount];  // stream waits not yet attached to a task
   int32_t host_last_ = -1, last_compute_ = -1;
   // across steps
-  std::vector<int32_t> update_done_;  // per unit: the task that finished its update of the previous step
-  std::vector<int32_t> last_read_;    // per resident unit: the last compute that read its weights
-  GradientLanding gradient_landing_;  // ConvertOnUpload's gradient buffers
+  std::vector<int32_t> update_done_;   // per unit: the task that finished its update of the previous step
+  std::vector<int32_t> last_read_;     // per resident unit: the last compute that read its weights
+  GradientLanding gradient_landing_;   // ConvertOnUpload's gradient buffers
   std::vector<int32_t> ring_updates_;  // the CPU updates of the gradients that landed in the ring, in order
   int32_t staging_free_[2] = {-1, -1};
   int32_t tokens_free_ = -1;

@@ -9,51 +9,78 @@ namespace ferry {
 
 const char* lane_name(Lane lane) {
   switch (lane) {
-    case Lane::Host: return "host thread";
-    case Lane::Compute: return "GPU compute";
-    case Lane::HostToDevice: return "h2d copies";
-    case Lane::DeviceToHost: return "d2h copies";
-    case Lane::Cpu: return "CPU optimizer";
+    case Lane::Host:
+      return "host thread";
+    case Lane::Compute:
+      return "GPU compute";
+    case Lane::HostToDevice:
+      return "h2d copies";
+    case Lane::DeviceToHost:
+      return "d2h copies";
+    case Lane::Cpu:
+      return "CPU optimizer";
   }
   return "?";
 }
 
 const char* task_kind_name(TaskKind kind) {
   switch (kind) {
-    case TaskKind::HostWait: return "host waits";
-    case TaskKind::TokenUpload: return "token upload";
-    case TaskKind::WeightUpload: return "weight uploads into slots";
-    case TaskKind::ResidentUpload: return "resident weight uploads";
-    case TaskKind::ActivationReload: return "activation reloads";
-    case TaskKind::ActivationOffload: return "activation offloads";
-    case TaskKind::GradientDownload: return "gradient downloads";
-    case TaskKind::LossReadback: return "loss readback";
-    case TaskKind::EmbeddingForward: return "embedding forward";
-    case TaskKind::LayerForward: return "layer forwards";
-    case TaskKind::Head: return "head forward+backward";
-    case TaskKind::LayerBackward: return "layer backwards (and recomputes)";
-    case TaskKind::EmbeddingBackward: return "embedding backward";
-    case TaskKind::GpuAdamW: return "GPU AdamW";
-    case TaskKind::GpuGradNorm: return "GPU gradient norm partials";
-    case TaskKind::GradientLanded: return "CPU gradient landings";
-    case TaskKind::CpuAdamW: return "CPU AdamW";
+    case TaskKind::HostWait:
+      return "host waits";
+    case TaskKind::TokenUpload:
+      return "token upload";
+    case TaskKind::WeightUpload:
+      return "weight uploads into slots";
+    case TaskKind::ResidentUpload:
+      return "resident weight uploads";
+    case TaskKind::ActivationReload:
+      return "activation reloads";
+    case TaskKind::ActivationOffload:
+      return "activation offloads";
+    case TaskKind::GradientDownload:
+      return "gradient downloads";
+    case TaskKind::LossReadback:
+      return "loss readback";
+    case TaskKind::EmbeddingForward:
+      return "embedding forward";
+    case TaskKind::LayerForward:
+      return "layer forwards";
+    case TaskKind::Head:
+      return "head forward+backward";
+    case TaskKind::LayerBackward:
+      return "layer backwards (and recomputes)";
+    case TaskKind::EmbeddingBackward:
+      return "embedding backward";
+    case TaskKind::GpuAdamW:
+      return "GPU AdamW";
+    case TaskKind::GpuGradNorm:
+      return "GPU gradient norm partials";
+    case TaskKind::GradientLanded:
+      return "CPU gradient landings";
+    case TaskKind::CpuAdamW:
+      return "CPU AdamW";
   }
   return "?";
 }
 
 Lane task_lane(TaskKind kind) {
   switch (kind) {
-    case TaskKind::HostWait: return Lane::Host;
+    case TaskKind::HostWait:
+      return Lane::Host;
     case TaskKind::TokenUpload:
     case TaskKind::WeightUpload:
     case TaskKind::ResidentUpload:
-    case TaskKind::ActivationReload: return Lane::HostToDevice;
+    case TaskKind::ActivationReload:
+      return Lane::HostToDevice;
     case TaskKind::ActivationOffload:
     case TaskKind::GradientDownload:
-    case TaskKind::LossReadback: return Lane::DeviceToHost;
+    case TaskKind::LossReadback:
+      return Lane::DeviceToHost;
     case TaskKind::GradientLanded:
-    case TaskKind::CpuAdamW: return Lane::Cpu;
-    default: return Lane::Compute;
+    case TaskKind::CpuAdamW:
+      return Lane::Cpu;
+    default:
+      return Lane::Compute;
   }
 }
 
@@ -63,7 +90,8 @@ void TaskGraph::reserve(size_t tasks) {
   for (auto& lane : lanes_) lane.reserve(tasks);
 }
 
-int32_t TaskGraph::add(Lane lane, TaskKind kind, double seconds, double bytes, std::span<const int32_t> deps) {
+int32_t TaskGraph::add(Lane lane, TaskKind kind, double seconds, double bytes, std::span<const int32_t> deps,
+                       int32_t subject) {
   const int32_t id = static_cast<int32_t>(tasks_.size());
   FERRY_ASSERT(task_lane(kind) == lane, "a task runs on its kind's lane");
   SimTask t;
@@ -71,6 +99,7 @@ int32_t TaskGraph::add(Lane lane, TaskKind kind, double seconds, double bytes, s
   t.kind = kind;
   t.seconds = seconds;
   t.bytes = bytes;
+  t.subject = subject;
   t.first_dep = static_cast<int32_t>(deps_.size());
   for (int32_t d : deps) {
     if (d < 0) continue;
@@ -85,7 +114,9 @@ int32_t TaskGraph::add(Lane lane, TaskKind kind, double seconds, double bytes, s
 
 namespace {
 
-bool is_copy(Lane lane) { return lane == Lane::HostToDevice || lane == Lane::DeviceToHost; }
+bool is_copy(Lane lane) {
+  return lane == Lane::HostToDevice || lane == Lane::DeviceToHost;
+}
 
 struct Running {
   int32_t task = -1;
@@ -95,7 +126,8 @@ struct Running {
 
 }  // namespace
 
-std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates, const HostMemorySharing& sharing) {
+std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates,
+                                 const HostMemorySharing& sharing) {
   constexpr double kNotDone = std::numeric_limits<double>::infinity();
   const size_t n = graph.size();
   std::vector<TaskTiming> timing(n);
@@ -164,16 +196,21 @@ std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates,
     // and bytes per second for a copy past its latency (slower while the CPU works).
     double work_speed[kLaneCount];
     std::fill_n(work_speed, kLaneCount, 1.0);
-    work_speed[cpu] = copies_moving == 0 ? 1.0 : copies_moving == 1 ? sharing.cpu_beside_copy : sharing.cpu_beside_duplex;
+    work_speed[cpu] = copies_moving == 0   ? 1.0
+                      : copies_moving == 1 ? sharing.cpu_beside_copy
+                                           : sharing.cpu_beside_duplex;
     double byte_rate[kLaneCount] = {};
-    const double copy_share = !cpu_working ? 1.0 : duplex ? sharing.duplex_beside_cpu : sharing.copy_beside_cpu;
+    const double copy_share = !cpu_working ? 1.0
+                              : duplex     ? sharing.duplex_beside_cpu
+                                           : sharing.copy_beside_cpu;
     byte_rate[h2d] = (duplex ? rates.duplex_h2d_bytes_per_s : rates.h2d_bytes_per_s) * copy_share;
     byte_rate[d2h] = (duplex ? rates.duplex_d2h_bytes_per_s : rates.d2h_bytes_per_s) * copy_share;
     double step = kNotDone;
     for (int l = 0; l < kLaneCount; ++l) {
       if (running[l].task < 0) continue;
       const Running& r = running[l];
-      step = std::min(step, r.latency_left > 0.0 ? r.latency_left / work_speed[l] : r.bytes_left / byte_rate[l]);
+      step =
+          std::min(step, r.latency_left > 0.0 ? r.latency_left / work_speed[l] : r.bytes_left / byte_rate[l]);
     }
     FERRY_ASSERT(step < kNotDone, "the task graph is stuck: a task waits for one that can never run");
     now += step;

@@ -44,12 +44,12 @@ enum class TaskKind : int {
   LossReadback,
   EmbeddingForward,
   LayerForward,
-  Head,              // final norm + LM head + loss, forward and backward
-  LayerBackward,     // recompute + backward
+  Head,           // final norm + LM head + loss, forward and backward
+  LayerBackward,  // recompute + backward
   EmbeddingBackward,
   GpuAdamW,
-  GpuGradNorm,       // a host unit's gradient-norm partials, before its gradient leaves
-  GradientLanded,    // CPU: the updater files a landing's norm partials
+  GpuGradNorm,     // a host unit's gradient-norm partials, before its gradient leaves
+  GradientLanded,  // CPU: the updater files a landing's norm partials
   CpuAdamW,
 };
 constexpr int kTaskKindCount = 17;
@@ -62,7 +62,7 @@ struct CopyRates {
   double d2h_bytes_per_s = 0.0;
   double duplex_h2d_bytes_per_s = 0.0;  // each direction while the other moves bytes too
   double duplex_d2h_bytes_per_s = 0.0;
-  double latency_s = 0.0;               // per copy
+  double latency_s = 0.0;  // per copy
 };
 
 // Host DRAM shared by the copies and the CPU lane: each one's rate while the other works, as a
@@ -79,6 +79,10 @@ struct SimTask {
   TaskKind kind = TaskKind::HostWait;
   double seconds = 0.0;  // compute and CPU tasks; copies add CopyRates::latency_s themselves
   double bytes = 0.0;    // copies only
+  // What the task works on, so that a graph can be read against the engine it mirrors: a unit
+  // (ModelLayout::units), or for an activation copy the boundary (the input of that layer);
+  // -1 for the step's tokens, the loss and host waits.
+  int32_t subject = -1;
   int32_t first_dep = 0, dep_count = 0;
 };
 
@@ -91,7 +95,8 @@ class TaskGraph {
  public:
   // Adds a task after every task added so far on its lane; `deps` are earlier task ids (negative
   // ids are ignored: "no such event yet").
-  int32_t add(Lane lane, TaskKind kind, double seconds, double bytes, std::span<const int32_t> deps);
+  int32_t add(Lane lane, TaskKind kind, double seconds, double bytes, std::span<const int32_t> deps,
+              int32_t subject = -1);
   void reserve(size_t tasks);
   size_t size() const { return tasks_.size(); }
   const SimTask& task(int32_t id) const { return tasks_[static_cast<size_t>(id)]; }

@@ -1,16 +1,18 @@
 // GpuAdamW's host side: checks, the scalars of a step, and the partial-sum buffer; the kernels are
 // in gpu_adamw_kernels.cu.
-#include <cmath>
+#include "optim/gpu_adamw.h"
 
 #include "core/error.h"
+#include "optim/adamw_scalars.h"
 #include "optim/clip.h"
 #include "optim/cuda/gpu_adamw_kernels.h"
-#include "optim/gpu_adamw.h"
 
 namespace ferry {
 
-static_assert(gpu_adamw::kSumsqChunk == kGradNormChunk, "the GPU's norm partials must cut the chunks clip.cpp cuts");
-static_assert(gpu_adamw::kSumsqColumns == kGradNormColumns, "the GPU's norm partials must sum in clip.cpp's order");
+static_assert(gpu_adamw::kSumsqChunk == kGradNormChunk,
+              "the GPU's norm partials must cut the chunks clip.cpp cuts");
+static_assert(gpu_adamw::kSumsqColumns == kGradNormColumns,
+              "the GPU's norm partials must sum in clip.cpp's order");
 
 struct GpuAdamW::State {
   void* stream = nullptr;
@@ -31,37 +33,16 @@ struct GpuAdamW::State {
   }
 };
 
-GpuAdamW::GpuAdamW(void* stream) : state_(std::make_unique<State>()) { state_->stream = stream; }
+GpuAdamW::GpuAdamW(void* stream) : state_(std::make_unique<State>()) {
+  state_->stream = stream;
+}
 
 GpuAdamW::~GpuAdamW() = default;
 
-void GpuAdamW::step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments, const AdamWHyper& hyper,
-                    int64_t step, const float* grad_scale) {
-  FERRY_ASSERT(step >= 1, "AdamW steps count from 1");
-  FERRY_ASSERT(unit.grad_dtype == DType::F32 || unit.grad_dtype == DType::BF16, "gradients are F32 or BF16");
-  size_t total = 0;
-  for (size_t k = 0; k < segments.size(); ++k) {
-    FERRY_ASSERT(k == 0 || segments[k].offset >= segments[k - 1].offset + segments[k - 1].count,
-                 "AdamW segments must be sorted and disjoint");
-    total += segments[k].count;
-  }
-  if (total == 0) return;
-  FERRY_ASSERT(unit.master && unit.m && unit.v && unit.grad);
-
-  // adamw.cpp's make_scalars: double arithmetic as torch's Python floats, each rounded to fp32.
-  const double t = static_cast<double>(step);
-  const double bias_correction1 = 1.0 - std::pow(hyper.beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(hyper.beta2, t);
-  const double step_size = hyper.lr / bias_correction1;
-  gpu_adamw::Scalars s;
-  s.lerp_weight = static_cast<float>(1.0 - hyper.beta1);
-  s.beta2 = static_cast<float>(hyper.beta2);
-  s.one_minus_beta2 = static_cast<float>(1.0 - hyper.beta2);
-  s.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  s.eps = static_cast<float>(hyper.eps);
-  s.neg_step_size = static_cast<float>(-step_size);
-  // torch skips the decay multiply when weight_decay == 0; multiplying by 1.0f is the same, exactly.
-  const float decay_on = hyper.weight_decay != 0.0 ? static_cast<float>(1.0 - hyper.lr * hyper.weight_decay) : 1.0f;
+void GpuAdamW::step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments,
+                    const AdamWHyper& hyper, int64_t step, const float* grad_scale) {
+  if (check_adamw_unit(unit, segments, step) == 0) return;
+  const AdamWScalars s = adamw_scalars(hyper, step);
 
   const bool bf16 = unit.grad_dtype == DType::BF16;
   const size_t grad_size = bf16 ? 2 : 4;
@@ -75,7 +56,7 @@ void GpuAdamW::step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> 
     a.grad_bf16 = bf16;
     a.bf16_out = unit.bf16_out == nullptr ? nullptr : unit.bf16_out + seg.offset;
     a.count = seg.count;
-    a.decay_factor = seg.decay ? decay_on : 1.0f;
+    a.decay_factor = seg.decay ? s.decay_factor : 1.0f;
     a.grad_scale = grad_scale;
     gpu_adamw::launch_update(a, s, state_->stream);
   }
@@ -104,10 +85,12 @@ void GpuAdamW::accumulate(const double* partials, size_t count, double* sum) {
 }
 
 void GpuAdamW::write_weights(const float* master, void* weights, DType dtype, size_t n) {
-  FERRY_CHECK(dtype == DType::BF16 || dtype == DType::F32, "optim", "the GPU writes weights in bf16 or fp32, not {}",
-              dtype_name(dtype));
-  if (dtype == DType::BF16) gpu_adamw::launch_to_bf16(master, static_cast<uint16_t*>(weights), n, state_->stream);
-  else gpu_adamw::launch_copy_f32(master, static_cast<float*>(weights), n, state_->stream);
+  FERRY_CHECK(dtype == DType::BF16 || dtype == DType::F32, "optim",
+              "the GPU writes weights in bf16 or fp32, not {}", dtype_name(dtype));
+  if (dtype == DType::BF16)
+    gpu_adamw::launch_to_bf16(master, static_cast<uint16_t*>(weights), n, state_->stream);
+  else
+    gpu_adamw::launch_copy_f32(master, static_cast<float*>(weights), n, state_->stream);
 }
 
 void GpuAdamW::clip_coefficient(const double* sum_of_squares, double max_norm, float* coefficient) {

@@ -5,17 +5,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "optim/adamw_scalars.h"
+
 namespace ferry::gpu_adamw {
 
-// The per-call scalars, each rounded to fp32 where torch rounds it (adamw.cpp's make_scalars).
-struct Scalars {
-  float lerp_weight;      // 1 - beta1
-  float beta2;            // beta2
-  float one_minus_beta2;  // 1 - beta2
-  float bc2_sqrt;         // sqrt(1 - beta2^t)
-  float eps;
-  float neg_step_size;  // -lr / (1 - beta1^t)
-};
+// The step's scalars (adamw_scalars.h); the kernels read all but decay_factor, which comes per
+// segment in UpdateArgs (1 for tensors without decay).
+using Scalars = AdamWScalars;
 
 // Elements [0, count) of the given pointers (already offset to the segment).
 struct UpdateArgs {
@@ -24,7 +20,7 @@ struct UpdateArgs {
   float* v;
   const void* grad;
   bool grad_bf16;
-  uint16_t* bf16_out;       // may be null
+  uint16_t* bf16_out;  // may be null
   size_t count;
   float decay_factor;       // 1 for tensors without decay
   const float* grad_scale;  // may be null (1)
