@@ -4,9 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 #include <vector>
+
+#include "core/check.h"
 
 namespace ferry::test {
 
@@ -35,11 +39,30 @@ std::vector<float> random_vector(size_t count, uint64_t seed, float lo = -1.0f, 
 // Reports the worst element on failure.
 ::testing::AssertionResult all_close(const float* actual, const float* expected, size_t count, double rtol,
                                      double atol, const std::string& what = "");
-inline ::testing::AssertionResult all_close(const std::vector<float>& actual, const std::vector<float>& expected,
-                                            double rtol, double atol, const std::string& what = "") {
+inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
+                                            const std::vector<float>& expected, double rtol, double atol,
+                                            const std::string& what = "") {
   if (actual.size() != expected.size())
     return ::testing::AssertionFailure() << what << ": size " << actual.size() << " vs " << expected.size();
   return all_close(actual.data(), expected.data(), actual.size(), rtol, atol, what);
+}
+
+// Runs `body`, expecting a ferry::Error whose message holds every one of `parts`. Any other
+// exception, or none, fails.
+template <typename Body>
+::testing::AssertionResult throws_with(Body body, std::initializer_list<std::string> parts) {
+  try {
+    body();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const std::string& part : parts)
+      if (message.find(part) == std::string::npos)
+        return ::testing::AssertionFailure() << "message lacks \"" << part << "\": " << message;
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-ferry exception: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "no ferry::Error thrown";
 }
 
 // Runs a shell command; returns its exit status and captures stdout+stderr.
