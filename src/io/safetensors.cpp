@@ -164,12 +164,8 @@ std::string shape_to_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
-  SafetensorsFile file;
-  file.map_ = MappedFile::open(path);
-  const uint8_t* bytes = file.map_.data();
-  const size_t size = file.map_.size();
-
+SafetensorsLayout parse_safetensors_layout(const uint8_t* bytes, size_t size,
+                                           const std::filesystem::path& path) {
   if (size < 8)
     fail_file(path, "the file holds {} bytes, fewer than the 8-byte header length; {}", size, kCorrupt);
   uint64_t header_len;
@@ -186,22 +182,23 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   while (!text.empty() && (text.back() == ' ' || text.back() == '\0')) text.remove_suffix(1);
   const json header = parse_header(path, text);
 
+  SafetensorsLayout layout;
   const size_t data_start = 8 + static_cast<size_t>(header_len);
   const size_t data_size = size - data_start;
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
-      file.metadata_ = parse_metadata(path, entry);
+      layout.metadata = parse_metadata(path, entry);
       continue;
     }
-    file.tensors_.push_back(parse_entry(path, name, entry, data_start, data_size));
+    layout.tensors.push_back(parse_entry(path, name, entry, data_start, data_size));
   }
 
-  std::sort(file.tensors_.begin(), file.tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+  std::sort(layout.tensors.begin(), layout.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
     return a.offset != b.offset ? a.offset < b.offset : a.name < b.name;
   });
   // Two tensors sharing bytes would alias each other in memory and on the next save.
   const TensorInfo* previous = nullptr;
-  for (const TensorInfo& t : file.tensors_) {
+  for (const TensorInfo& t : layout.tensors) {
     if (t.bytes == 0) continue;
     if (previous && previous->offset + previous->bytes > t.offset)
       fail_file(path, "tensors '{}' (bytes {}..{}) and '{}' (bytes {}..{}) overlap; {}", previous->name,
@@ -209,6 +206,15 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
                 t.offset - data_start, t.offset - data_start + t.bytes, kCorrupt);
     previous = &t;
   }
+  return layout;
+}
+
+SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
+  SafetensorsFile file;
+  file.map_ = MappedFile::open(path);
+  SafetensorsLayout layout = parse_safetensors_layout(file.map_.data(), file.map_.size(), path);
+  file.tensors_ = std::move(layout.tensors);
+  file.metadata_ = std::move(layout.metadata);
   for (size_t i = 0; i < file.tensors_.size(); ++i) file.index_.emplace(file.tensors_[i].name, i);
   return file;
 }
