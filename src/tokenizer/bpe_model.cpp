@@ -93,11 +93,15 @@ std::optional<std::string> optional_string(const nlohmann::json& config, const c
 }  // namespace
 
 BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.fetch_add(1)) {
-  const std::string type = config.value("type", std::string("BPE"));
+  const std::string type = json_string(config, "type", "BPE", "the model");
   if (type != "BPE")
     fail("tokenizer",
          "model type '{}' is not supported by ferry (only BPE: Llama, Mistral, Qwen, GPT-2 families)", type);
-  if (config.contains("dropout") && !config["dropout"].is_null() && config["dropout"].get<double>() > 0.0)
+  const auto dropout = config.find("dropout");
+  if (dropout != config.end() && !dropout->is_null() && !dropout->is_number())
+    fail("tokenizer", "\"dropout\" of the BPE model in tokenizer.json is {}, not a number or null",
+         json_excerpt(*dropout));
+  if (dropout != config.end() && dropout->is_number() && dropout->get<double>() > 0.0)
     fail("tokenizer", "BPE dropout {} is set; ferry tokenizes deterministically, set \"dropout\" to null",
          json_excerpt(config["dropout"]));
 
@@ -114,6 +118,15 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
     vocab_[it.key()] = static_cast<int32_t>(id);
     max_id = std::max(max_id, id);
   }
+  // ids index a table: a vocabulary with a few holes is fine, one whose ids run far past its size
+  // (an id of 2^31 - 1 among 300 entries) is corrupt, and would ask for gigabytes here.
+  const auto entries = static_cast<int64_t>(vocab.size());
+  if (max_id >= 2 * entries + 1024)
+    fail("tokenizer",
+         "the BPE vocab has {} entries but ids up to {}; ids of a vocabulary run from 0 to about its size, "
+         "so the "
+         "file is corrupt",
+         entries, max_id);
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
   has_token_.resize(static_cast<size_t>(max_id + 1), false);
   for (const auto& [token, id] : vocab_) {
@@ -128,9 +141,9 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
   }
   continuing_subword_prefix_ = optional_string(config, "continuing_subword_prefix").value_or("");
   end_of_word_suffix_ = optional_string(config, "end_of_word_suffix").value_or("");
-  fuse_unk_ = config.value("fuse_unk", false);
-  byte_fallback_ = config.value("byte_fallback", false);
-  ignore_merges_ = config.value("ignore_merges", false);
+  fuse_unk_ = json_bool(config, "fuse_unk", false, "the BPE model");
+  byte_fallback_ = json_bool(config, "byte_fallback", false, "the BPE model");
+  ignore_merges_ = json_bool(config, "ignore_merges", false, "the BPE model");
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);

@@ -64,7 +64,7 @@ std::unique_ptr<PostProcessor> make_template(const nlohmann::json& config) {
            name);
     auto& target = seen_sequence ? suffix : prefix;
     for (const auto& id : json_array(*it, "ids", "TemplateProcessing special token"))
-      target.push_back(id.get<int32_t>());
+      target.push_back(json_token_id(id, "a TemplateProcessing special token"));
   }
   if (!seen_sequence) fail("tokenizer", "TemplateProcessing \"single\" has no Sequence");
   return make_affix_processor(std::move(prefix), std::move(suffix));
@@ -73,9 +73,8 @@ std::unique_ptr<PostProcessor> make_template(const nlohmann::json& config) {
 // RobertaProcessing / BertProcessing: {"cls": ["<s>", 0], "sep": ["</s>", 2]}.
 int32_t pair_id(const nlohmann::json& config, const char* key, const char* what) {
   const auto& v = json_field(config, key, what);
-  if (!v.is_array() || v.size() != 2 || !v[1].is_number_integer())
-    fail("tokenizer", "\"{}\" of {} is not [token, id]", key, what);
-  return v[1].get<int32_t>();
+  if (!v.is_array() || v.size() != 2) fail("tokenizer", "\"{}\" of {} is not [token, id]", key, what);
+  return json_token_id(v[1], what);
 }
 
 }  // namespace

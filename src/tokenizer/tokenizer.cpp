@@ -66,7 +66,9 @@ std::optional<bool> config_bool(const nlohmann::json& config, const char* key) {
 
 }  // namespace
 
-Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json) {
+// Fields are read with checks that name them (tokenizer/json_util.h); the catch is for any access
+// that still meets a value of a type it does not expect, so that it too names the files.
+Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json) try {
   constexpr const char* kIncomplete = "perhaps an incomplete download";
   const nlohmann::json root = parse_json(tokenizer_json, "Tokenizer::load", "tokenizer.json", kIncomplete);
   const nlohmann::json config =
@@ -104,11 +106,11 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
         fail("Tokenizer::load", "added token \"{}\" has id {}; expected a non-negative integer", a.content,
              json_excerpt(id));
       a.id = id.get<int32_t>();
-      a.special = t.value("special", false);
-      a.single_word = t.value("single_word", false);
-      a.lstrip = t.value("lstrip", false);
-      a.rstrip = t.value("rstrip", false);
-      a.normalized = t.value("normalized", !a.special);
+      a.special = json_bool(t, "special", false, "added token");
+      a.single_word = json_bool(t, "single_word", false, "added token");
+      a.lstrip = json_bool(t, "lstrip", false, "added token");
+      a.rstrip = json_bool(t, "rstrip", false, "added token");
+      a.normalized = json_bool(t, "normalized", !a.special, "added token");
       if (a.special) impl->special_contents.insert(a.content);
       added.push_back(std::move(a));
     }
@@ -135,7 +137,12 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
 
   // transformers' LlamaTokenizerFast (and Gemma's) rebuild the post-processor from add_bos_token /
   // add_eos_token; a tokenizer.json without a post-processor takes them from there too.
-  const std::string cls = config.value("tokenizer_class", std::string());
+  const auto class_it = config.find("tokenizer_class");
+  if (class_it != config.end() && !class_it->is_null() && !class_it->is_string())
+    fail("Tokenizer::load", "\"tokenizer_class\" in tokenizer_config.json is {}, not a string",
+         json_excerpt(*class_it));
+  const std::string cls =
+      class_it != config.end() && class_it->is_string() ? class_it->get<std::string>() : "";
   const bool rebuilds = cls == "LlamaTokenizer" || cls == "LlamaTokenizerFast" ||
                         cls == "CodeLlamaTokenizer" || cls == "CodeLlamaTokenizerFast" ||
                         cls == "GemmaTokenizer" || cls == "GemmaTokenizerFast";
@@ -162,6 +169,11 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     if (!impl->suffix.empty()) impl->eos = impl->suffix.back();
   }
   return tokenizer;
+} catch (const nlohmann::json::exception& e) {
+  fail("Tokenizer::load",
+       "tokenizer.json or tokenizer_config.json holds a value of an unexpected type ({}); perhaps "
+       "an incomplete download or a hand edit",
+       e.what());
 }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
