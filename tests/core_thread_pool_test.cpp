@@ -1,4 +1,8 @@
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <numeric>
 
 #include "core/error.h"
@@ -27,6 +31,55 @@ TEST(ThreadPool, CarriesWorkerErrorsToCaller) {
   std::atomic<int> n{0};
   pool.run_on_all([&](size_t, size_t) { n++; });
   EXPECT_EQ(n.load(), 4);
+}
+
+// For the child process of a death test: allows the process's user at most `processes` processes
+// and threads, as `ulimit -u` or a container's pids limit would. Root is exempt from the limit, so
+// the child first becomes nobody.
+void limit_processes(rlim_t processes) {
+  if (geteuid() == 0 && setuid(65534) != 0) std::_Exit(3);
+  const rlimit limit{processes, processes};
+  if (setrlimit(RLIMIT_NPROC, &limit) != 0) std::_Exit(4);
+}
+
+// Runs `make_pool` in a child limited to a few processes; the child exits 0 when it threw a
+// ferry::Error (printed for the death test's regex), 1 when it did not.
+template <typename MakePool>
+[[noreturn]] void expect_error_in_limited_child(rlim_t processes, MakePool make_pool) {
+  limit_processes(processes);
+  try {
+    make_pool();
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    std::_Exit(0);
+  }
+  std::_Exit(1);
+}
+
+// A count the process may not start is an error naming the count that worked, never a hang or an
+// abort from joinable threads left behind; the threads started before the failure are joined.
+TEST(ThreadPoolLimits, ACountThatCannotStartIsAnError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(expect_error_in_limited_child(4, [] { ThreadPool pool(64); }), testing::ExitedWithCode(0),
+              "\\[threads\\] could not start thread [0-9]+ of the 64 asked for.*set threads to at most");
+  EXPECT_EXIT(expect_error_in_limited_child(1, [] { ThreadPool pool(100000); }), testing::ExitedWithCode(0),
+              "could not start thread 2 of the 100000 asked for.*at most 1,");
+}
+
+// The default (one per core) takes what the limit allows and still works.
+TEST(ThreadPoolLimits, TheDefaultCountShrinksToWhatCanStart) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        limit_processes(1);
+        ThreadPool pool(0);
+        std::atomic<size_t> sum{0};
+        pool.parallel_for(1000, [&](size_t b, size_t e) {
+          for (size_t i = b; i < e; ++i) sum += i;
+        });
+        std::_Exit(pool.size() == 1 && sum == 999 * 1000 / 2 ? 0 : 1);
+      },
+      testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

@@ -11,19 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-template <typename Body>
-::testing::AssertionResult throws_with(Body body, std::initializer_list<std::string> parts) {
-  try {
-    body();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts)
-      if (message.find(part) == std::string::npos)
-        return ::testing::AssertionFailure() << "message lacks \"" << part << "\": " << message;
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure() << "no ferry::Error thrown";
-}
+using test::throws_with;
 
 // The config.json files of released models, as published.
 const char* kLlama31_8B = R"({
@@ -247,7 +235,9 @@ const char* kTransformers5Saved = R"({
   "vocab_size": 100
 })";
 
-ModelConfig parse(const char* text) { return parse_model_config(json::parse(text), "config.json"); }
+ModelConfig parse(const char* text) {
+  return parse_model_config(json::parse(text), "config.json");
+}
 
 void expect_same(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.arch, b.arch);
@@ -436,8 +426,8 @@ TEST(ModelConfig, QwenSlidingWindow) {
 }
 
 TEST(ModelConfig, JsonRoundTrip) {
-  for (const char* text :
-       {kLlama31_8B, kMistral7B_v01, kQwen25_7B, kQwen3_8B, kLlama32_1B, kLlama31_8B_v5, kTransformers5Saved}) {
+  for (const char* text : {kLlama31_8B, kMistral7B_v01, kQwen25_7B, kQwen3_8B, kLlama32_1B, kLlama31_8B_v5,
+                           kTransformers5Saved}) {
     const ModelConfig c = parse(text);
     const json out = model_config_to_json(c);
     SCOPED_TRACE(out.dump());
@@ -509,9 +499,12 @@ TEST(RopeInvFreq, Llama31ScalingMatchesDoublePrecisionReference) {
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_NEAR(got[i], want[i], 1e-6 * want[i]) << i;
     const double plain = 1.0 / std::pow(500000.0, 2.0 * i / 128);
-    if (std::fabs(want[i] - plain) < 1e-12 * plain) ++unchanged;
-    else if (std::fabs(want[i] - plain / 8) < 1e-12 * plain) ++divided;
-    else ++smoothed;
+    if (std::fabs(want[i] - plain) < 1e-12 * plain)
+      ++unchanged;
+    else if (std::fabs(want[i] - plain / 8) < 1e-12 * plain)
+      ++divided;
+    else
+      ++smoothed;
   }
   // All three regimes are exercised.
   EXPECT_GT(unchanged, 0);
@@ -562,14 +555,17 @@ json with(const char* text, const char* key, const json& value) {
 TEST(ModelConfigErrors, UnknownArchitecture) {
   EXPECT_TRUE(throws_with(
       [&] { parse_model_config(with(kLlama31_8B, "architectures", {"GPT2LMHeadModel"}), "config.json"); },
-      {"[config] config.json: architecture 'GPT2LMHeadModel' is not supported; ferry trains LlamaForCausalLM, "
+      {"[config] config.json: architecture 'GPT2LMHeadModel' is not supported; ferry trains "
+       "LlamaForCausalLM, "
        "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"}));
   json j = json::parse(kLlama31_8B);
   j.erase("architectures");
   j["model_type"] = "gemma";
-  EXPECT_TRUE(throws_with([&] { parse_model_config(j, "config.json"); }, {"model_type 'gemma' is not supported"}));
-  EXPECT_TRUE(throws_with([&] { parse_model_config(with(kLlama31_8B, "model_type", "mistral"), "config.json"); },
-                          {"does not match model_type 'mistral'"}));
+  EXPECT_TRUE(
+      throws_with([&] { parse_model_config(j, "config.json"); }, {"model_type 'gemma' is not supported"}));
+  EXPECT_TRUE(
+      throws_with([&] { parse_model_config(with(kLlama31_8B, "model_type", "mistral"), "config.json"); },
+                  {"does not match model_type 'mistral'"}));
 }
 
 TEST(ModelConfigErrors, MissingKeyAndWrongTypes) {
@@ -590,7 +586,8 @@ TEST(ModelConfigErrors, MissingKeyAndWrongTypes) {
   EXPECT_TRUE(throws_with([&] { parse_model_config(json::array(), "c"); }, {"must be a JSON object"}));
   json r = json::parse(kLlama31_8B);
   r["rope_scaling"].erase("low_freq_factor");
-  EXPECT_TRUE(throws_with([&] { parse_model_config(r, "c"); }, {"missing required key 'rope_scaling.low_freq_factor'"}));
+  EXPECT_TRUE(throws_with([&] { parse_model_config(r, "c"); },
+                          {"missing required key 'rope_scaling.low_freq_factor'"}));
 }
 
 TEST(ModelConfigErrors, UnsupportedRope) {
@@ -609,12 +606,15 @@ TEST(ModelConfigErrors, UnsupportedRope) {
 }
 
 TEST(ModelConfigErrors, HeadsThatDoNotDivide) {
-  EXPECT_TRUE(throws_with([&] { parse_model_config(with(kMistral7B_v01, "hidden_size", 4100), "config.json"); },
-                          {"hidden_size (4100) is not a multiple of num_attention_heads (32)"}));
-  EXPECT_TRUE(throws_with([&] { parse_model_config(with(kMistral7B_v01, "num_key_value_heads", 5), "config.json"); },
-                          {"num_attention_heads (32) is not a multiple of num_key_value_heads (5)"}));
-  EXPECT_TRUE(throws_with([&] { parse_model_config(with(kMistral7B_v01, "num_key_value_heads", 0), "config.json"); },
-                          {"'num_key_value_heads' must be positive"}));
+  EXPECT_TRUE(
+      throws_with([&] { parse_model_config(with(kMistral7B_v01, "hidden_size", 4100), "config.json"); },
+                  {"hidden_size (4100) is not a multiple of num_attention_heads (32)"}));
+  EXPECT_TRUE(
+      throws_with([&] { parse_model_config(with(kMistral7B_v01, "num_key_value_heads", 5), "config.json"); },
+                  {"num_attention_heads (32) is not a multiple of num_key_value_heads (5)"}));
+  EXPECT_TRUE(
+      throws_with([&] { parse_model_config(with(kMistral7B_v01, "num_key_value_heads", 0), "config.json"); },
+                  {"'num_key_value_heads' must be positive"}));
 }
 
 TEST(ModelConfigErrors, KeysThatChangeTheMath) {
@@ -626,7 +626,8 @@ TEST(ModelConfigErrors, KeysThatChangeTheMath) {
                           {"'attn_logit_softcapping' is set"}));
   EXPECT_TRUE(throws_with([&] { parse_model_config(with(kLlama31_8B, "attention_dropout", 0.1), "c"); },
                           {"attention_dropout 0.1"}));
-  EXPECT_TRUE(throws_with([&] { parse_model_config(with(kQwen25_7B, "use_mrope", true), "c"); }, {"use_mrope"}));
+  EXPECT_TRUE(
+      throws_with([&] { parse_model_config(with(kQwen25_7B, "use_mrope", true), "c"); }, {"use_mrope"}));
   // A null means "the default" in transformers: accepted.
   EXPECT_NO_THROW(parse_model_config(with(kLlama31_8B, "attn_logit_softcapping", nullptr), "c"));
 }

@@ -14,20 +14,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::ScratchDir;
 
-// Runs `body`, expecting a ferry::Error whose message holds every one of `parts`.
-template <typename Body>
-::testing::AssertionResult throws_with(Body body, std::initializer_list<std::string> parts) {
-  try {
-    body();
-  } catch (const Error& e) {
-    const std::string message = e.what();
-    for (const std::string& part : parts)
-      if (message.find(part) == std::string::npos)
-        return ::testing::AssertionFailure() << "message lacks \"" << part << "\": " << message;
-    return ::testing::AssertionSuccess();
-  }
-  return ::testing::AssertionFailure() << "no ferry::Error thrown";
-}
+using test::throws_with;
 
 std::string read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -143,9 +130,11 @@ TEST(Safetensors, F32SourcesAreConvertedAsWrittenToTheSameBytes) {
   const auto small = test::random_vector(33, 8);
   const auto bf16 = encode_f32(values.data(), n, DType::BF16);
   const auto f16 = encode_f32(small.data(), small.size(), DType::F16);
-  write_safetensors(dir / "up_front.safetensors", {{"big", DType::BF16, {static_cast<int64_t>(n)}, bf16.data()},
-                                                   {"small", DType::F16, {3, 11}, f16.data()}});
-  TensorToWrite big{"big", DType::BF16, {static_cast<int64_t>(n)}, nullptr}, tiny{"small", DType::F16, {3, 11}, nullptr};
+  write_safetensors(dir / "up_front.safetensors",
+                    {{"big", DType::BF16, {static_cast<int64_t>(n)}, bf16.data()},
+                     {"small", DType::F16, {3, 11}, f16.data()}});
+  TensorToWrite big{"big", DType::BF16, {static_cast<int64_t>(n)}, nullptr},
+      tiny{"small", DType::F16, {3, 11}, nullptr};
   big.f32_source = values.data();
   tiny.f32_source = small.data();
   write_safetensors(dir / "as_written.safetensors", {big, tiny});
@@ -174,9 +163,11 @@ TEST(Safetensors, ShardsAndIndexReadBack) {
   std::vector<std::vector<float>> data;
   std::vector<TensorToWrite> tensors;
   for (int i = 0; i < 7; ++i) data.push_back(test::random_vector(100 + i, 10 + i));  // ~400 bytes each
-  data.push_back(test::random_vector(1000, 99));                                        // 4000 bytes: alone
+  data.push_back(test::random_vector(1000, 99));                                     // 4000 bytes: alone
   for (size_t i = 0; i < data.size(); ++i)
-    tensors.push_back({"layers." + std::to_string(i) + ".w", DType::F32, {static_cast<int64_t>(data[i].size())},
+    tensors.push_back({"layers." + std::to_string(i) + ".w",
+                       DType::F32,
+                       {static_cast<int64_t>(data[i].size())},
                        data[i].data()});
   // An earlier single-file save, to be replaced.
   write_safetensors_model(dir.path(), tensors);
@@ -185,7 +176,8 @@ TEST(Safetensors, ShardsAndIndexReadBack) {
   write_safetensors_model(dir.path(), tensors, 1000);
   // Greedy: two ~400-byte tensors per shard (3 shards of 2, then 1), the big one alone: 5 shards.
   EXPECT_FALSE(fs::exists(dir / "model.safetensors"));
-  for (int s = 1; s <= 5; ++s) EXPECT_TRUE(fs::exists(dir / fmt::format("model-{:05d}-of-00005.safetensors", s))) << s;
+  for (int s = 1; s <= 5; ++s)
+    EXPECT_TRUE(fs::exists(dir / fmt::format("model-{:05d}-of-00005.safetensors", s))) << s;
   const auto index = nlohmann::json::parse(read_bytes(dir / "model.safetensors.index.json"));
   size_t total = 0;
   for (const auto& d : data) total += d.size() * 4;
@@ -229,8 +221,9 @@ TEST(Safetensors, UnpaddedHeaderLeavesDataMisalignedButReadable) {
   if (header.size() % 2 == 0) header += " ";
   const auto values = test::random_vector(5000, 7);
   const auto bf16 = encode_f32(values.data(), values.size(), DType::BF16);
-  write_bytes(dir / "model.safetensors",
-              u64_le(header.size()) + header + std::string(reinterpret_cast<const char*>(bf16.data()), bf16.size()));
+  write_bytes(
+      dir / "model.safetensors",
+      u64_le(header.size()) + header + std::string(reinterpret_cast<const char*>(bf16.data()), bf16.size()));
   const SafetensorsModel model = SafetensorsModel::open(dir.path());
   std::vector<float> out(values.size());
   model.read_f32("w", {5000}, out.data());
@@ -248,10 +241,12 @@ TEST(Safetensors, ReadsAFileWrittenByThePythonLibrary) {
       R"("data_offsets":[24,48]},"scalar":{"dtype":"F32","shape":[],"data_offsets":[48,52]},"bf16":{"dtype":)"
       R"("BF16","shape":[3],"data_offsets":[52,58]},"f16":{"dtype":"F16","shape":[2],"data_offsets":[58,62]}}     )";
   const char* data_hex =
-      "0100000000000000feffffffffffffff0000000000010000000000000000803f0000004000004040000080400000a0400000e040c03f"
+      "0100000000000000feffffffffffffff0000000000010000000000000000803f0000004000004040000080400000a0400000e0"
+      "40c03f"
       "00c050400038ff7b";
   std::string data;
-  for (const char* p = data_hex; *p; p += 2) data.push_back(static_cast<char>(std::stoi(std::string(p, 2), nullptr, 16)));
+  for (const char* p = data_hex; *p; p += 2)
+    data.push_back(static_cast<char>(std::stoi(std::string(p, 2), nullptr, 16)));
   ASSERT_EQ(header.size(), 400u);
   write_bytes(dir / "plain.safetensors", u64_le(header.size()) + header + data);
 
@@ -300,7 +295,8 @@ TEST(SafetensorsErrors, HeaderLengthBeyondTheFile) {
   EXPECT_TRUE(throws_with([&] { SafetensorsFile::open(dir / "a.safetensors"); },
                           {"a.safetensors", "header length field says 1000 bytes but only 2 bytes follow"}));
   write_bytes(dir / "b.safetensors", u64_le(~uint64_t{0}) + "{}");
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile::open(dir / "b.safetensors"); }, {"b.safetensors", "100 MiB"}));
+  EXPECT_TRUE(
+      throws_with([&] { SafetensorsFile::open(dir / "b.safetensors"); }, {"b.safetensors", "100 MiB"}));
 }
 
 TEST(SafetensorsErrors, HeaderNotJson) {
@@ -309,9 +305,13 @@ TEST(SafetensorsErrors, HeaderNotJson) {
                           {"model.safetensors", "not valid UTF-8 JSON"}));
   // Invalid UTF-8 inside a tensor name.
   EXPECT_TRUE(throws_with(
-      [&] { SafetensorsFile::open(make_file(dir, "{\"w\xff\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", 4)); },
+      [&] {
+        SafetensorsFile::open(
+            make_file(dir, "{\"w\xff\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", 4));
+      },
       {"not valid UTF-8 JSON"}));
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile::open(make_file(dir, "[1,2]   ", 0)); }, {"must be a JSON object"}));
+  EXPECT_TRUE(
+      throws_with([&] { SafetensorsFile::open(make_file(dir, "[1,2]   ", 0)); }, {"must be a JSON object"}));
   EXPECT_TRUE(throws_with(
       [&] {
         SafetensorsFile::open(make_file(dir,
@@ -320,20 +320,23 @@ TEST(SafetensorsErrors, HeaderNotJson) {
                                         8));
       },
       {"lists 'w' twice"}));
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile::open(make_file(dir, R"({"__metadata__":{"format":1}})", 0)); },
-                          {"__metadata__ entry 'format' must be a string"}));
+  EXPECT_TRUE(
+      throws_with([&] { SafetensorsFile::open(make_file(dir, R"({"__metadata__":{"format":1}})", 0)); },
+                  {"__metadata__ entry 'format' must be a string"}));
 }
 
 TEST(SafetensorsErrors, UnknownDtype) {
   ScratchDir dir("st-bad");
-  const auto path = make_file(dir, R"({"model.embed":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", 4);
+  const auto path =
+      make_file(dir, R"({"model.embed":{"dtype":"F8_E4M3","shape":[4],"data_offsets":[0,4]}})", 4);
   EXPECT_TRUE(throws_with([&] { SafetensorsFile::open(path); },
                           {"model.safetensors", "tensor 'model.embed'", "dtype 'F8_E4M3'"}));
 }
 
 TEST(SafetensorsErrors, ShapeTimesDtypeDiffersFromByteRange) {
   ScratchDir dir("st-bad");
-  const auto path = make_file(dir, R"({"q.weight":{"dtype":"BF16","shape":[3,4],"data_offsets":[0,20]}})", 20);
+  const auto path =
+      make_file(dir, R"({"q.weight":{"dtype":"BF16","shape":[3,4],"data_offsets":[0,20]}})", 20);
   EXPECT_TRUE(throws_with([&] { SafetensorsFile::open(path); },
                           {"tensor 'q.weight'", "[3, 4] of BF16 needs 24 bytes", "span 20 bytes"}));
 }
@@ -342,9 +345,10 @@ TEST(SafetensorsErrors, OffsetsPastTheEnd) {
   ScratchDir dir("st-bad");
   const auto path =
       make_file(dir, R"({"model.norm.weight":{"dtype":"F32","shape":[128],"data_offsets":[100,612]}})", 300);
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile::open(path); },
-                          {"[safetensors]", "model.safetensors", "tensor 'model.norm.weight' claims bytes 100..612",
-                           "data section holds 300 bytes", "truncated or corrupt"}));
+  EXPECT_TRUE(
+      throws_with([&] { SafetensorsFile::open(path); },
+                  {"[safetensors]", "model.safetensors", "tensor 'model.norm.weight' claims bytes 100..612",
+                   "data section holds 300 bytes", "truncated or corrupt"}));
 
   // A good file that lost its tail.
   const auto values = test::random_vector(64, 8);
@@ -360,22 +364,24 @@ TEST(SafetensorsErrors, OffsetsAndShapesThatOverflow) {
   // Does not fit a u64 at all.
   EXPECT_TRUE(throws_with(
       [&] {
-        SafetensorsFile::open(
-            make_file(dir, R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551616]}})", 4));
+        SafetensorsFile::open(make_file(
+            dir, R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,18446744073709551616]}})", 4));
       },
       {"tensor 'w'", "data_offsets must be [begin, end]"}));
   // Fits a u64 but lies far past the end.
   EXPECT_TRUE(throws_with(
       [&] {
         SafetensorsFile::open(make_file(
-            dir, R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551612,18446744073709551615]}})", 4));
+            dir,
+            R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[18446744073709551612,18446744073709551615]}})",
+            4));
       },
       {"tensor 'w' claims bytes 18446744073709551612..18446744073709551615"}));
   // numel * 4 wraps around to 0 in 64 bits: must not pass as a zero-byte tensor.
   EXPECT_TRUE(throws_with(
       [&] {
-        SafetensorsFile::open(
-            make_file(dir, R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0));
+        SafetensorsFile::open(make_file(
+            dir, R"({"w":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0));
       },
       {"tensor 'w'", "more elements than 2^64"}));
   EXPECT_TRUE(throws_with(
@@ -385,10 +391,15 @@ TEST(SafetensorsErrors, OffsetsAndShapesThatOverflow) {
       },
       {"tensor 'w'", "larger than 2^64 bytes"}));
   EXPECT_TRUE(throws_with(
-      [&] { SafetensorsFile::open(make_file(dir, R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4)); },
+      [&] {
+        SafetensorsFile::open(
+            make_file(dir, R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4));
+      },
       {"tensor 'w'", "not a non-negative integer"}));
   EXPECT_TRUE(throws_with(
-      [&] { SafetensorsFile::open(make_file(dir, R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 8)); },
+      [&] {
+        SafetensorsFile::open(make_file(dir, R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", 8));
+      },
       {"tensor 'w'", "end before they begin"}));
 }
 
@@ -398,19 +409,21 @@ TEST(SafetensorsErrors, OverlappingTensors) {
                               R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                               R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                               12);
-  EXPECT_TRUE(throws_with([&] { SafetensorsFile::open(path); }, {"'a' (bytes 0..8) and 'b' (bytes 4..12) overlap"}));
+  EXPECT_TRUE(
+      throws_with([&] { SafetensorsFile::open(path); }, {"'a' (bytes 0..8) and 'b' (bytes 4..12) overlap"}));
 }
 
 TEST(SafetensorsErrors, IndexListsATensorItsShardLacks) {
   ScratchDir dir("st-bad");
   const auto a = test::random_vector(100, 1), b = test::random_vector(100, 2);
-  write_safetensors_model(dir.path(), {{"a", DType::F32, {100}, a.data()}, {"b", DType::F32, {100}, b.data()}}, 500);
+  write_safetensors_model(dir.path(),
+                          {{"a", DType::F32, {100}, a.data()}, {"b", DType::F32, {100}, b.data()}}, 500);
   auto index = nlohmann::json::parse(read_bytes(dir / "model.safetensors.index.json"));
   index["weight_map"]["lm_head.weight"] = "model-00002-of-00002.safetensors";
   write_bytes(dir / "model.safetensors.index.json", index.dump());
   EXPECT_TRUE(throws_with([&] { SafetensorsModel::open(dir.path()); },
-                          {"model.safetensors.index.json", "tensor 'lm_head.weight'", "model-00002-of-00002.safetensors",
-                           "does not contain it"}));
+                          {"model.safetensors.index.json", "tensor 'lm_head.weight'",
+                           "model-00002-of-00002.safetensors", "does not contain it"}));
 
   index["weight_map"].erase("lm_head.weight");
   index["weight_map"]["b"] = "model-00009-of-00009.safetensors";
@@ -434,8 +447,11 @@ TEST(SafetensorsErrors, ShapeMismatchAndAbsentTensors) {
                                        {"ids", DType::I64, {2}, ids.data()}});
   const SafetensorsModel model = SafetensorsModel::open(dir.path());
   std::vector<float> out(12);
-  EXPECT_TRUE(throws_with([&] { model.read_f32("model.norm.weight", {4, 3}, out.data()); },
-                          {"model.safetensors", "tensor 'model.norm.weight' has shape [3, 4]", "expects [4, 3]"}));
+  EXPECT_TRUE(throws_with(
+      [&] {
+        model.read_f32("model.norm.weight", {4, 3}, out.data());
+      },
+      {"model.safetensors", "tensor 'model.norm.weight' has shape [3, 4]", "expects [4, 3]"}));
   EXPECT_TRUE(throws_with([&] { model.info("lm_head.weight"); }, {"no tensor 'lm_head.weight'"}));
   EXPECT_TRUE(throws_with([&] { model.read_f32("ids", {2}, out.data()); }, {"tensor 'ids' is I64"}));
 }
@@ -443,8 +459,9 @@ TEST(SafetensorsErrors, ShapeMismatchAndAbsentTensors) {
 TEST(SafetensorsErrors, DirectoryWithoutSafetensors) {
   ScratchDir dir("st-bad");
   write_bytes(dir / "pytorch_model.bin", "x");
-  EXPECT_TRUE(throws_with([&] { SafetensorsModel::open(dir.path()); },
-                          {"has neither model.safetensors nor model.safetensors.index.json", "pytorch_model.bin"}));
+  EXPECT_TRUE(
+      throws_with([&] { SafetensorsModel::open(dir.path()); },
+                  {"has neither model.safetensors nor model.safetensors.index.json", "pytorch_model.bin"}));
   EXPECT_TRUE(throws_with([&] { SafetensorsModel::open(dir / "nowhere"); }, {"no such model directory"}));
 }
 
@@ -452,7 +469,9 @@ TEST(SafetensorsWriter, RejectsDuplicateNames) {
   ScratchDir dir("st-writer");
   const float x = 1.0f;
   EXPECT_TRUE(throws_with(
-      [&] { write_safetensors(dir / "d.safetensors", {{"a", DType::F32, {}, &x}, {"a", DType::F32, {}, &x}}); },
+      [&] {
+        write_safetensors(dir / "d.safetensors", {{"a", DType::F32, {}, &x}, {"a", DType::F32, {}, &x}});
+      },
       {"tensor 'a' is given twice"}));
   EXPECT_FALSE(fs::exists(dir / "d.safetensors"));
   EXPECT_FALSE(fs::exists(dir / "d.safetensors.tmp"));

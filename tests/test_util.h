@@ -4,9 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
+#include <initializer_list>
 #include <string>
 #include <vector>
+
+#include "core/check.h"
 
 namespace ferry::test {
 
@@ -45,6 +49,24 @@ inline ::testing::AssertionResult all_close(const std::vector<float>& actual,
   if (actual.size() != expected.size())
     return ::testing::AssertionFailure() << what << ": size " << actual.size() << " vs " << expected.size();
   return all_close(actual.data(), expected.data(), actual.size(), rtol, atol, what);
+}
+
+// Runs `body`, expecting a ferry::Error whose message holds every one of `parts`. Any other
+// exception, or none, fails.
+template <typename Body>
+::testing::AssertionResult throws_with(Body body, std::initializer_list<std::string> parts) {
+  try {
+    body();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    for (const std::string& part : parts)
+      if (message.find(part) == std::string::npos)
+        return ::testing::AssertionFailure() << "message lacks \"" << part << "\": " << message;
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-ferry exception: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "no ferry::Error thrown";
 }
 
 // Runs a shell command; returns its exit status and captures stdout+stderr.

@@ -14,6 +14,7 @@
 #include "test_util.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja_pystr.h"
+#include "tokenizer/jinja_template.h"
 
 namespace ferry {
 namespace {
@@ -211,6 +212,37 @@ TEST(ChatTemplateErrors, NameTheLineAndTheConstruct) {
   EXPECT_NE(
       error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}").find("maximum recursion depth"),
       std::string::npos);
+}
+
+// Nesting that would overflow the stack while parsing, evaluating or destroying the syntax tree
+// is refused with the template's name, line and column; the limit is far above real templates.
+TEST(ChatTemplateErrors, DeepNestingIsRefusedNotACrash) {
+  auto parse = [](const std::string& source) { jinja::Template::parse(source, "deep.jinja"); };
+  const std::string parens = "{{ " + std::string(10000, '(') + "1" + std::string(10000, ')') + " }}";
+  EXPECT_TRUE(test::throws_with([&] { parse(parens); }, {"deep.jinja:1:", "nested deeper than 256 levels"}));
+  std::string chain = "x\n{{ a";  // a.b.b.b...: built in a loop, yet as deep as the parentheses
+  for (int i = 0; i < 100000; ++i) chain += ".b";
+  EXPECT_TRUE(test::throws_with([&] { parse(chain + " }}"); }, {"deep.jinja:2:", "nested deeper"}));
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 100000; ++i) sum += " + 1";
+  EXPECT_TRUE(test::throws_with([&] { parse(sum + " }}"); }, {"nested deeper"}));
+  std::string filters = "{{ 'x'";
+  for (int i = 0; i < 100000; ++i) filters += " | trim";
+  EXPECT_TRUE(test::throws_with([&] { parse(filters + " }}"); }, {"nested deeper"}));
+  std::string nots = "{{ ";
+  for (int i = 0; i < 100000; ++i) nots += "not ";
+  EXPECT_TRUE(test::throws_with([&] { parse(nots + "x }}"); }, {"nested deeper"}));
+  std::string blocks;
+  for (int i = 0; i < 10000; ++i) blocks += "{% if x %}";
+  EXPECT_TRUE(test::throws_with([&] { parse(blocks); }, {"nested deeper"}));
+  // The column: the 257th '(' on line 3 after two spaces and '{{ '.
+  EXPECT_TRUE(test::throws_with(
+      [&] { parse("\n\n  {{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}"); },
+      {"deep.jinja:3:262:"}));
+
+  // Up to the limit, nesting renders as jinja2 renders it.
+  const std::string fine = "{{ " + std::string(100, '(') + "2" + std::string(100, ')') + " * 3 }}";
+  EXPECT_EQ(jinja::Template::parse(fine, "ok.jinja").render({}).text, "6");
 }
 
 TEST(ChatTemplateAttribution, OutputIsAttributedToTheMessageBeingVisited) {

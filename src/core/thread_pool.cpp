@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <system_error>
+
+#include "core/error.h"
+#include "core/log.h"
 
 namespace ferry {
 
@@ -10,18 +14,43 @@ std::atomic<size_t> g_global_threads{0};
 }
 
 ThreadPool::ThreadPool(size_t threads) {
-  if (threads == 0) threads = std::max<size_t>(1, std::thread::hardware_concurrency());
+  const bool one_per_core = threads == 0;
+  if (one_per_core) threads = std::max<size_t>(1, std::thread::hardware_concurrency());
   workers_.reserve(threads - 1);
-  for (size_t i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  for (size_t i = 1; i < threads; ++i) {
+    try {
+      workers_.emplace_back([this, i] { worker_loop(i); });
+    } catch (const std::system_error& e) {
+      // A process limit (RLIMIT_NPROC, a container's pids.max) or memory for the stacks. The
+      // default adapts to what the machine gives; a count the user asked for is refused, and the
+      // workers started so far are stopped first (leaving them joinable would terminate).
+      if (one_per_core) {
+        log_warn("[threads] only {} of {} threads could be started ({}); continuing with {}", i, threads,
+                 e.what(), i);
+        return;
+      }
+      stop();
+      fail("threads",
+           "could not start thread {} of the {} asked for ({}); the process limit (ulimit -u, a container's "
+           "pids "
+           "limit) or memory allows fewer: set threads to at most {}, or 0 for one per core",
+           i + 1, threads, e.what(), i);
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {
+  stop();
+}
+
+void ThreadPool::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
   for (auto& w : workers_) w.join();
+  workers_.clear();
 }
 
 void ThreadPool::worker_loop(size_t index) {
@@ -103,6 +132,8 @@ ThreadPool& ThreadPool::global() {
   return pool;
 }
 
-void ThreadPool::set_global_threads(size_t threads) { g_global_threads = threads; }
+void ThreadPool::set_global_threads(size_t threads) {
+  g_global_threads = threads;
+}
 
 }  // namespace ferry

@@ -17,7 +17,8 @@ namespace ferry {
 
 class ThreadPool {
  public:
-  // threads == 0 means one per hardware thread.
+  // threads == 0 means one per hardware thread, or as many as can be started (with a warning)
+  // where a process limit allows fewer. A count that cannot be started is a ferry::Error.
   explicit ThreadPool(size_t threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -39,6 +40,8 @@ class ThreadPool {
 
  private:
   void worker_loop(size_t index);
+  // Wakes every worker to exit and joins it.
+  void stop();
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;

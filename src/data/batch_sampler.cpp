@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/json_text.h"
 
 namespace ferry {
 
@@ -29,13 +30,14 @@ void to_json(nlohmann::json& out, const DataPosition& position) {
 
 void from_json(const nlohmann::json& in, DataPosition& position) {
   FERRY_CHECK(in.is_object(), "data",
-              "data position is {}; expected an object like {{\"epoch\": 0, \"index\": 0}}", in.dump());
+              "data position is {}; expected an object like {{\"epoch\": 0, \"index\": 0}}",
+              json_excerpt(in));
   for (const char* key : {"epoch", "index"}) {
     const auto it = in.find(key);
     FERRY_CHECK(it != in.end(), "data", "data position {} has no '{}'; the checkpoint is incomplete",
-                in.dump(), key);
+                json_excerpt(in), key);
     FERRY_CHECK(it->is_number_integer() && it->get<int64_t>() >= 0, "data",
-                "data position's '{}' is {}; expected a non-negative integer", key, it->dump());
+                "data position's '{}' is {}; expected a non-negative integer", key, json_excerpt(*it));
   }
   position.epoch = in.at("epoch").get<int64_t>();
   position.index = in.at("index").get<int64_t>();

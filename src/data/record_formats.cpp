@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/json_text.h"
 
 namespace ferry {
 
@@ -18,15 +19,8 @@ constexpr std::pair<DataFormat, const char*> kNames[] = {{DataFormat::Auto, "aut
                                                          {DataFormat::Messages, "messages"},
                                                          {DataFormat::PromptCompletion, "prompt_completion"}};
 
-std::string keys_of(const ordered_json& object) {
-  std::string keys;
-  for (const auto& item : object.items()) keys += (keys.empty() ? "'" : ", '") + item.key() + "'";
-  return keys.empty() ? "none" : keys;
-}
-
 std::string show(const ordered_json& v) {
-  std::string s = v.dump();
-  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+  return json_excerpt(v, 40);
 }
 
 // A required string field; "" on success.
@@ -34,7 +28,7 @@ std::string get_string(const ordered_json& record, const char* key, std::string*
   const auto it = record.find(key);
   if (it == record.end() || it->is_null()) {
     out->clear();
-    return required ? fmt::format("no '{}' (keys found: {})", key, keys_of(record)) : "";
+    return required ? fmt::format("no '{}' (keys found: {})", key, json_key_list(record)) : "";
   }
   if (!it->is_string()) return fmt::format("'{}' is {} ({}), not a string", key, show(*it), it->type_name());
   *out = it->get<std::string>();
@@ -89,7 +83,7 @@ std::string check_messages(const ordered_json& messages, const char* key) {
       return fmt::format("'{}'[{}] is {}, not an object with 'role' and 'content'", key, i, show(m));
     const auto role = m.find("role");
     if (role == m.end() || !role->is_string())
-      return fmt::format("'{}'[{}] has no string 'role' (keys found: {})", key, i, keys_of(m));
+      return fmt::format("'{}'[{}] has no string 'role' (keys found: {})", key, i, json_key_list(m));
     const auto content = m.find("content");
     const bool has_tool_calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
     if (content == m.end() || content->is_null()) {
@@ -105,7 +99,7 @@ std::string check_messages(const ordered_json& messages, const char* key) {
 std::string from_messages(const ordered_json& record, const RecordOptions& options, TrainingText* out) {
   if (!options.chat_template) return need_template("messages");
   const auto it = record.find("messages");
-  if (it == record.end()) return fmt::format("no 'messages' (keys found: {})", keys_of(record));
+  if (it == record.end()) return fmt::format("no 'messages' (keys found: {})", json_key_list(record));
   std::string error = check_messages(*it, "messages");
   if (!error.empty()) return error;
   return chat_text(*it, 0, options, out);
@@ -114,7 +108,7 @@ std::string from_messages(const ordered_json& record, const RecordOptions& optio
 std::string from_sharegpt(const ordered_json& record, const RecordOptions& options, TrainingText* out) {
   if (!options.chat_template) return need_template("sharegpt");
   const auto it = record.find("conversations");
-  if (it == record.end()) return fmt::format("no 'conversations' (keys found: {})", keys_of(record));
+  if (it == record.end()) return fmt::format("no 'conversations' (keys found: {})", json_key_list(record));
   if (!it->is_array() || it->empty())
     return fmt::format("'conversations' is {}, not a non-empty list of turns", show(*it));
   ordered_json messages = ordered_json::array();
@@ -198,7 +192,7 @@ std::string from_prompt_completion(const ordered_json& record, const RecordOptio
   const auto completion = record.find("completion");
   if (prompt == record.end() || completion == record.end())
     return fmt::format("prompt/completion records need 'prompt' and 'completion' (keys found: {})",
-                       keys_of(record));
+                       json_key_list(record));
   if (prompt->is_array() && completion->is_array()) {
     // TRL's conversational form: the prompt's messages are context, the completion's are trained.
     if (!options.chat_template) return need_template("conversational prompt/completion");

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "data/token_dataset.h"
@@ -167,19 +168,6 @@ size_t invalid_utf8_at(std::string_view s) {
   return std::string_view::npos;
 }
 
-std::string json_error(const nlohmann::json::parse_error& e) {
-  std::string what = e.what();
-  const size_t bracket = what.find("] ");
-  if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos) what = what.substr(bracket + 2);
-  return fmt::format("not valid JSON ({})", what);
-}
-
-std::string key_list(const ordered_json& record) {
-  std::string keys;
-  for (const auto& item : record.items()) keys += (keys.empty() ? "'" : ", '") + item.key() + "'";
-  return keys.empty() ? "none" : keys;
-}
-
 // The outcome of one record: a document, a reason it is malformed, or a fatal error.
 struct Outcome {
   std::optional<Document> document;
@@ -220,19 +208,14 @@ Outcome process_record(DataFormat format, const Record& record, const TextDataOp
       if (out.malformed.empty()) out.document = std::move(doc);
       return out;
     }
-    ordered_json json;
-    try {
-      json = ordered_json::parse(record.text);
-    } catch (const nlohmann::json::parse_error& e) {
-      out.malformed = json_error(e);
-      return out;
-    }
+    std::optional<ordered_json> json = try_parse_ordered_json(record.text, &out.malformed);
+    if (!json) return out;
     RecordOptions record_options;
     record_options.chat_template = options.chat_template;
     record_options.chat = options.chat;
     record_options.train_on_prompt = options.train_on_prompt;
     TrainingText text;
-    out.malformed = record_training_text(format, json, record_options, &text);
+    out.malformed = record_training_text(format, *json, record_options, &text);
     if (out.malformed.empty()) tokenize_into(text, options, &out);
   } catch (const Error& e) {
     out.fatal = e.what();
@@ -242,19 +225,16 @@ Outcome process_record(DataFormat format, const Record& record, const TextDataOp
 
 DataFormat detect_file_format(const std::vector<Record>& records, const std::string& name) {
   for (const Record& r : records) {
-    ordered_json json;
-    try {
-      json = ordered_json::parse(r.text);
-    } catch (const nlohmann::json::parse_error&) {
-      continue;  // reported as malformed when the records are read
-    }
-    const auto format = detect_data_format(json);
+    std::string error;
+    const std::optional<ordered_json> json = try_parse_ordered_json(r.text, &error);
+    if (!json) continue;  // reported as malformed when the records are read
+    const auto format = detect_data_format(*json);
     FERRY_CHECK(
         format.has_value(), kWhere,
         "{}:{}: cannot tell the data format from this record (keys found: {}); records need 'text', "
         "'instruction'/'output' (alpaca), 'conversations' (sharegpt), 'messages', 'prompt'/'completion' or "
         "'input_ids'; or set data_format: to one of {}",
-        name, r.line, json.is_object() ? key_list(json) : std::string("not an object"), data_format_names());
+        name, r.line, json_key_list(*json), data_format_names());
     return *format;
   }
   fail(kWhere, "{}: no record is valid JSON, so its format cannot be detected", name);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
@@ -149,18 +150,16 @@ std::optional<std::vector<Document>> read_token_cache(const std::filesystem::pat
   std::error_code ec;
   const auto index_path = dir / "index.json";
   if (!std::filesystem::exists(index_path, ec)) return std::nullopt;
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(read_text(index_path));
-  } catch (const nlohmann::json::exception& e) {
-    damaged(dir, fmt::format("index.json is not valid JSON ({})", e.what()));
-  }
+  std::string parse_error;
+  std::optional<nlohmann::json> parsed = try_parse_json(read_text(index_path), &parse_error);
+  if (!parsed) damaged(dir, "index.json is " + parse_error);
+  const nlohmann::json index = std::move(*parsed);
   try {
     if (index.at("format") != "ferry-token-cache" || index.at("version") != kVersion)
       damaged(dir, "index.json is not a version-1 ferry token cache");
     if (index.at("fingerprint") != fingerprint)
-      damaged(dir, fmt::format("it was made for fingerprint {}, not {}", index.at("fingerprint").dump(),
-                               fingerprint));
+      damaged(dir, fmt::format("it was made for fingerprint {}, not {}",
+                               json_excerpt(index.at("fingerprint")), fingerprint));
     std::vector<Document> docs;
     docs.reserve(index.at("documents").get<size_t>());
     for (const auto& entry : index.at("shards")) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/log.h"
 
 namespace ferry {
@@ -19,18 +20,7 @@ using nlohmann::json;
 
 // A short rendering of a JSON value for an error message (a long array would drown the message).
 std::string show(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return text;
-}
-
-std::string key_list(const json& object) {
-  std::string keys;
-  for (const auto& item : object.items()) {
-    if (!keys.empty()) keys += ", ";
-    keys += "'" + item.key() + "'";
-  }
-  return keys.empty() ? "none" : keys;
+  return json_excerpt(value, 40);
 }
 
 // Reads an integer element of a JSON array into *out; returns an error text, or "" when it is fine.
@@ -110,20 +100,10 @@ TokenDataStats& TokenDataStats::operator+=(const TokenDataStats& other) {
 }
 
 std::string parse_token_record(std::string_view line, const TokenDataOptions& options, Document* out) {
-  json record;
-  try {
-    record = json::parse(line);
-  } catch (const json::parse_error& e) {
-    // nlohmann's text starts with "[json.exception.parse_error.101] "; the rest is the useful part.
-    std::string what = e.what();
-    const size_t bracket = what.find("] ");
-    if (what.rfind("[json.exception", 0) == 0 && bracket != std::string::npos)
-      what = what.substr(bracket + 2);
-    return fmt::format(
-        "not valid JSON ({}); each line must be one JSON object such as "
-        "{{\"input_ids\": [1, 2, 3]}}",
-        what);
-  }
+  std::string parse_error;
+  const std::optional<json> parsed = try_parse_json(line, &parse_error);
+  if (!parsed) return parse_error + "; each line must be one JSON object such as {\"input_ids\": [1, 2, 3]}";
+  const json& record = *parsed;
   if (!record.is_object())
     return fmt::format("a JSON {}, not an object; each line must be an object with an 'input_ids' array",
                        record.type_name());
@@ -132,7 +112,7 @@ std::string parse_token_record(std::string_view line, const TokenDataOptions& op
     return fmt::format(
         "no 'input_ids' (keys found: {}); pre-tokenized data needs an 'input_ids' array of "
         "token ids on every line",
-        key_list(record));
+        json_key_list(record));
   if (!ids_it->is_array())
     return fmt::format("'input_ids' is {} ({}), not an array of token ids", show(*ids_it),
                        ids_it->type_name());

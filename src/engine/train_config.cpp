@@ -3,6 +3,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cctype>
+#include <charconv>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -16,30 +18,40 @@ namespace ferry {
 namespace {
 
 constexpr const char* kWhere = "config";
+// More CPU threads than any machine has cores: a larger count is a typo, and would make the thread
+// pool try to start that many threads.
+constexpr int64_t kMaxThreads = 4096;
 
 template <typename T>
 T scalar_as(const YAML::Node& node, const std::string& key, const char* kind) {
   try {
     return node.as<T>();
   } catch (const YAML::Exception&) {
-    fail(kWhere, "'{}' must be {}, got '{}'", key, kind, node.IsScalar() ? node.Scalar() : std::string("(not a scalar)"));
+    fail(kWhere, "'{}' must be {}, got '{}'", key, kind,
+         node.IsScalar() ? node.Scalar() : std::string("(not a scalar)"));
   }
 }
 
-bool parse_bool(const YAML::Node& node, const std::string& key) { return scalar_as<bool>(node, key, "true or false"); }
+bool parse_bool(const YAML::Node& node, const std::string& key) {
+  return scalar_as<bool>(node, key, "true or false");
+}
 int64_t parse_int(const YAML::Node& node, const std::string& key) {
   // Accept 1e3-style integers written by people ("max_steps: 1e3").
   if (node.IsScalar()) {
     const std::string& s = node.Scalar();
     if (s.find_first_of("eE.") != std::string::npos) {
       const double d = scalar_as<double>(node, key, "an integer");
-      FERRY_CHECK(d == static_cast<double>(static_cast<int64_t>(d)), kWhere, "'{}' must be an integer, got '{}'", key, s);
+      // Range first: converting a double beyond int64 is undefined.
+      FERRY_CHECK(std::fabs(d) < 0x1p63 && d == std::trunc(d), kWhere, "'{}' must be an integer, got '{}'",
+                  key, s);
       return static_cast<int64_t>(d);
     }
   }
   return scalar_as<int64_t>(node, key, "an integer");
 }
-double parse_double(const YAML::Node& node, const std::string& key) { return scalar_as<double>(node, key, "a number"); }
+double parse_double(const YAML::Node& node, const std::string& key) {
+  return scalar_as<double>(node, key, "a number");
+}
 std::string parse_string(const YAML::Node& node, const std::string& key) {
   FERRY_CHECK(node.IsScalar(), kWhere, "'{}' must be a string", key);
   return node.Scalar();
@@ -109,7 +121,12 @@ const std::map<std::string, Setter>& setters() {
       {"max_grad_norm", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_grad_norm = parse_double(n, k); }},
       {"decay_norms_and_biases",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.decay_norms_and_biases = parse_bool(n, k); }},
-      {"seed", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.seed = static_cast<uint64_t>(parse_int(n, k)); }},
+      {"seed",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         const int64_t seed = parse_int(n, k);
+         FERRY_CHECK(seed >= 0, kWhere, "'seed' must be a non-negative integer, got {}", seed);
+         c.seed = static_cast<uint64_t>(seed);
+       }},
       {"logging_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.logging_steps = parse_int(n, k); }},
       {"save_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_steps = parse_int(n, k); }},
       {"save_total_limit", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_total_limit = parse_int(n, k); }},
@@ -163,31 +180,84 @@ std::string known_keys() {
   return s;
 }
 
-void apply(TrainConfig& c, std::string key, const YAML::Node& value, const std::string& source) {
-  if (auto a = aliases().find(key); a != aliases().end()) key = a->second;
-  auto it = setters().find(key);
-  FERRY_CHECK(it != setters().end(), kWhere, "{}: unknown key '{}'; the keys are: {}", source, key, known_keys());
-  it->second(c, value, key);
+std::string canonical_key(const std::string& key) {
+  auto a = aliases().find(key);
+  return a == aliases().end() ? key : a->second;
 }
+
+// Sets one key. `where` names the place ("train.yaml:3" or "command line"), which errors from the
+// value's parsing are given too.
+void apply(TrainConfig& c, const std::string& key, const YAML::Node& value, const std::string& where) {
+  auto it = setters().find(canonical_key(key));
+  FERRY_CHECK(it != setters().end(), kWhere, "{}: unknown key '{}'; the keys are: {}", where, key,
+              known_keys());
+  try {
+    it->second(c, value, it->first);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const std::string prefix = fmt::format("[{}] ", kWhere);
+    fail(kWhere, "{}: {}", where, what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+  }
+}
+
+// The keys of the file by what they set: a key given twice, or under two of its names (lr and
+// learning_rate), would otherwise let the last one win silently.
+class KeysSeen {
+ public:
+  void add(const std::string& key, const std::string& where) {
+    const auto [it, inserted] = seen_.try_emplace(canonical_key(key), key, where);
+    if (inserted) return;
+    const auto& [first_key, first_where] = it->second;
+    if (first_key == key) fail(kWhere, "'{}' is given twice ({} and {}); keep one", key, first_where, where);
+    fail(kWhere, "'{}' ({}) and '{}' ({}) both set {}; keep one", first_key, first_where, key, where,
+         it->first);
+  }
+
+ private:
+  std::map<std::string, std::pair<std::string, std::string>> seen_;  // setting -> (key, where)
+};
 
 }  // namespace
 
 int64_t parse_byte_size(const std::string& text, const std::string& key) {
-  size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  FERRY_CHECK(i > 0, kWhere, "'{}' must be a size such as 24GiB or 512MiB, got '{}'", key, text);
-  const double number = std::stod(text.substr(0, i));
+  const auto bad = [&] {
+    fail(kWhere, "'{}' must be a size such as 24GiB, 512MiB or 1.5TB, got '{}'", key, text);
+  };
+  // The number: digits with at most one '.', nothing else (so "1.5.5GiB" or "1e3GiB" is refused
+  // rather than read as a prefix of it).
+  size_t i = 0, digits = 0, dots = 0;
+  for (; i < text.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(text[i]))) {
+      ++digits;
+    } else if (text[i] == '.') {
+      ++dots;
+    } else {
+      break;
+    }
+  }
+  if (digits == 0 || dots > 1) bad();
+  double number = 0;
+  if (std::from_chars(text.data(), text.data() + i, number).ptr != text.data() + i) bad();
   std::string unit = text.substr(i);
   while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
   static const std::map<std::string, double> units = {
-      {"", 1},          {"B", 1},           {"KB", 1e3},          {"MB", 1e6},         {"GB", 1e9},
-      {"TB", 1e12},     {"KiB", 1024.0},    {"MiB", 1048576.0},   {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-      {"K", 1024.0},    {"M", 1048576.0},   {"G", 1073741824.0},
+      {"", 1},       {"B", 1},         {"KB", 1e3},         {"MB", 1e6},           {"GB", 1e9},
+      {"TB", 1e12},  {"KiB", 1024.0},  {"MiB", 1048576.0},  {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
+      {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0},
   };
   auto u = units.find(unit);
-  FERRY_CHECK(u != units.end(), kWhere, "'{}': unknown size unit '{}' in '{}'; use B, KiB, MiB, GiB, TiB (or KB, MB, GB)",
-              key, unit, text);
-  return static_cast<int64_t>(number * u->second);
+  FERRY_CHECK(u != units.end(), kWhere,
+              "'{}': unknown size unit '{}' in '{}'; use B, KiB, MiB, GiB, TiB (or KB, MB, GB)", key, unit,
+              text);
+  const double bytes = number * u->second;
+  FERRY_CHECK(bytes < 0x1p63, kWhere,
+              "'{}' is {}, more bytes than any machine has; give a size such as 24GiB", key, text);
+  FERRY_CHECK(
+      bytes >= 1, kWhere,
+      "'{}' is {}, which is no size to work with; give a positive size such as 24GiB, or leave '{}' out for "
+      "the default",
+      key, text, key);
+  return static_cast<int64_t>(bytes);
 }
 
 TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
@@ -201,8 +271,17 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<s
   }
   if (root && !root.IsNull()) {
     FERRY_CHECK(root.IsMap(), kWhere, "{}: the config must be a mapping of key: value lines", source);
-    for (const auto& item : root) apply(c, item.first.as<std::string>(), item.second, source);
+    KeysSeen seen;
+    for (const auto& item : root) {
+      const std::string where = fmt::format("{}:{}", source, item.first.Mark().line + 1);
+      FERRY_CHECK(item.first.IsScalar(), kWhere, "{}: a key must be a name, not a list or a mapping", where);
+      const std::string key = item.first.Scalar();
+      seen.add(key, "line " + std::to_string(item.first.Mark().line + 1));
+      apply(c, key, item.second, where);
+    }
   }
+  // On the command line a later key=value wins, as the command line wins over the file: scripts
+  // append overrides to a base list.
   for (const auto& o : overrides) {
     const size_t eq = o.find('=');
     FERRY_CHECK(eq != std::string::npos && eq > 0, kWhere, "override '{}' must look like key=value", o);
@@ -219,7 +298,8 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<s
   return c;
 }
 
-TrainConfig load_train_config(const std::filesystem::path& yaml_path, const std::vector<std::string>& overrides) {
+TrainConfig load_train_config(const std::filesystem::path& yaml_path,
+                              const std::vector<std::string>& overrides) {
   std::ifstream in(yaml_path);
   FERRY_CHECK(in.good(), kWhere, "cannot read '{}'; check the path", yaml_path.string());
   std::stringstream ss;
@@ -245,8 +325,8 @@ TrainConfig load_train_config(const std::filesystem::path& yaml_path, const std:
 void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.seq_len >= 2, kWhere, "seq_len must be at least 2, got {}", c.seq_len);
   FERRY_CHECK(c.global_batch >= 1, kWhere, "global_batch must be at least 1, got {}", c.global_batch);
-  FERRY_CHECK(c.micro_batch >= 0, kWhere, "micro_batch must be at least 1, or auto (the planner picks), got {}",
-              c.micro_batch);
+  FERRY_CHECK(c.micro_batch >= 0, kWhere,
+              "micro_batch must be at least 1, or auto (the planner picks), got {}", c.micro_batch);
   FERRY_CHECK(c.micro_batch == 0 || c.global_batch % c.micro_batch == 0, kWhere,
               "global_batch ({}) must be a multiple of micro_batch ({})", c.global_batch, c.micro_batch);
   FERRY_CHECK(c.max_steps >= 0, kWhere, "max_steps must be >= 0");
@@ -256,14 +336,29 @@ void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.warmup_ratio >= 0 && c.warmup_ratio <= 1, kWhere, "warmup_ratio must be in [0, 1]");
   FERRY_CHECK(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, kWhere, "min_lr_ratio must be in [0, 1]");
   FERRY_CHECK(c.weight_decay >= 0, kWhere, "weight_decay must be >= 0");
-  FERRY_CHECK(c.adam_beta1 >= 0 && c.adam_beta1 < 1, kWhere, "adam_beta1 must be in [0, 1), got {}", c.adam_beta1);
-  FERRY_CHECK(c.adam_beta2 >= 0 && c.adam_beta2 < 1, kWhere, "adam_beta2 must be in [0, 1), got {}", c.adam_beta2);
+  FERRY_CHECK(c.adam_beta1 >= 0 && c.adam_beta1 < 1, kWhere, "adam_beta1 must be in [0, 1), got {}",
+              c.adam_beta1);
+  FERRY_CHECK(c.adam_beta2 >= 0 && c.adam_beta2 < 1, kWhere, "adam_beta2 must be in [0, 1), got {}",
+              c.adam_beta2);
   FERRY_CHECK(c.adam_epsilon >= 0, kWhere, "adam_epsilon must be >= 0");
   FERRY_CHECK(c.max_grad_norm >= 0, kWhere, "max_grad_norm must be >= 0 (0 disables clipping)");
   FERRY_CHECK(c.logging_steps >= 1, kWhere, "logging_steps must be at least 1");
   FERRY_CHECK(c.save_steps >= 0, kWhere, "save_steps must be >= 0");
   FERRY_CHECK(c.save_total_limit >= 0, kWhere, "save_total_limit must be >= 0");
-  FERRY_CHECK(c.threads >= 0, kWhere, "threads must be >= 0");
+  FERRY_CHECK(c.threads >= 0 && c.threads <= kMaxThreads, kWhere,
+              "threads must be between 0 (one per core) and {} (it counts CPU threads), got {}", kMaxThreads,
+              c.threads);
+  FERRY_CHECK(c.max_shard_bytes > 0, kWhere, "max_shard_size must be a positive size such as 5GB");
+  for (const auto& [name, value] : {std::pair<const char*, double>{"epochs", c.epochs},
+                                    {"learning_rate", c.learning_rate},
+                                    {"warmup_ratio", c.warmup_ratio},
+                                    {"min_lr_ratio", c.min_lr_ratio},
+                                    {"weight_decay", c.weight_decay},
+                                    {"adam_beta1", c.adam_beta1},
+                                    {"adam_beta2", c.adam_beta2},
+                                    {"adam_epsilon", c.adam_epsilon},
+                                    {"max_grad_norm", c.max_grad_norm}})
+    FERRY_CHECK(std::isfinite(value), kWhere, "{} must be a finite number, got {}", name, value);
   FERRY_CHECK(!(c.resume && c.overwrite_output_dir), kWhere,
               "resume=true continues the run in output_dir and overwrite_output_dir=true discards it; set only one");
   FERRY_CHECK(parse_data_format(c.data_format).has_value(), kWhere, "data_format must be one of {}; got '{}'",
@@ -276,21 +371,29 @@ void validate_train_config(const TrainConfig& c) {
   if (!c.gpu_memory.empty()) parse_byte_size(c.gpu_memory, "gpu_memory");
   if (!c.host_memory.empty()) parse_byte_size(c.host_memory, "host_memory");
   FERRY_CHECK(c.gpu_slots >= 0, kWhere, "gpu_slots must be >= 0 (0: the planner chooses)");
-  FERRY_CHECK(c.offload_activations == "auto" || c.offload_activations == "all" || c.offload_activations == "none",
-              kWhere, "offload_activations must be auto, all or none; got '{}'", c.offload_activations);
-  FERRY_CHECK(c.resident_layers >= -1, kWhere, "resident_layers must be >= 0, or -1 for the planner's choice");
+  FERRY_CHECK(
+      c.offload_activations == "auto" || c.offload_activations == "all" || c.offload_activations == "none",
+      kWhere, "offload_activations must be auto, all or none; got '{}'", c.offload_activations);
+  FERRY_CHECK(c.resident_layers >= -1, kWhere,
+              "resident_layers must be >= 0, or -1 for the planner's choice");
   FERRY_CHECK(c.recompute == "auto" || c.recompute == "all", kWhere,
-              "recompute must be auto (the planner keeps layers' intermediates where memory is left) or all; got '{}'",
+              "recompute must be auto (the planner keeps layers' intermediates where memory is left) or all; "
+              "got '{}'",
               c.recompute);
-  FERRY_CHECK(c.weight_upload == "auto" || c.weight_upload == "bf16-host-shadow" || c.weight_upload == "convert-on-upload",
-              kWhere, "weight_upload must be auto, bf16-host-shadow or convert-on-upload; got '{}'", c.weight_upload);
+  FERRY_CHECK(c.weight_upload == "auto" || c.weight_upload == "bf16-host-shadow" ||
+                  c.weight_upload == "convert-on-upload",
+              kWhere, "weight_upload must be auto, bf16-host-shadow or convert-on-upload; got '{}'",
+              c.weight_upload);
   FERRY_CHECK(c.update_schedule == "auto" || c.update_schedule == "after-backward" ||
                   c.update_schedule == "during-backward",
-              kWhere, "update_schedule must be auto, after-backward or during-backward; got '{}'", c.update_schedule);
-  FERRY_CHECK(c.update_schedule != "during-backward" || c.max_grad_norm == 0, kWhere,
-              "update_schedule: during-backward updates each unit before the global gradient norm is known, so it "
-              "cannot clip; set max_grad_norm: 0, or use after-backward");
-  FERRY_CHECK(c.trace.empty() || !c.trace_steps.empty(), kWhere, "trace_steps must name at least one step to trace");
+              kWhere, "update_schedule must be auto, after-backward or during-backward; got '{}'",
+              c.update_schedule);
+  FERRY_CHECK(
+      c.update_schedule != "during-backward" || c.max_grad_norm == 0, kWhere,
+      "update_schedule: during-backward updates each unit before the global gradient norm is known, so it "
+      "cannot clip; set max_grad_norm: 0, or use after-backward");
+  FERRY_CHECK(c.trace.empty() || !c.trace_steps.empty(), kWhere,
+              "trace_steps must name at least one step to trace");
   for (int64_t s : c.trace_steps)
     FERRY_CHECK(s >= 1, kWhere, "trace_steps are optimizer steps, counted from 1; got {}", s);
 }

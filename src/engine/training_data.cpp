@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/log.h"
 #include "data/record_formats.h"
 #include "data/sha256.h"
@@ -53,12 +54,7 @@ std::vector<int64_t> generation_eos_ids(const std::filesystem::path& model_dir) 
   const auto path = model_dir / "generation_config.json";
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return {};
-  nlohmann::json config;
-  try {
-    config = nlohmann::json::parse(read_text(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(kWhere, "{} is not valid JSON: {}", path.string(), e.what());
-  }
+  const nlohmann::json config = parse_json(read_text(path), kWhere, path.string(), "fix or re-download it");
   std::vector<int64_t> ids;
   const auto it = config.find("eos_token_id");
   if (it == config.end() || it->is_null()) return ids;
@@ -84,7 +80,9 @@ TextSetup load_text_setup(const TrainConfig& config) {
     s.tokenizer_config = read_text(s.dir / "tokenizer_config.json");
   s.tokenizer = Tokenizer::from_json(s.tokenizer_json, s.tokenizer_config);
   nlohmann::json tokenizer_config = nlohmann::json::object();
-  if (!s.tokenizer_config.empty()) tokenizer_config = nlohmann::json::parse(s.tokenizer_config);
+  if (!s.tokenizer_config.empty())
+    tokenizer_config = parse_json(s.tokenizer_config, kWhere, (s.dir / "tokenizer_config.json").string(),
+                                  "fix or re-download it");
   if (!config.chat_template.empty()) {
     s.chat_template = ChatTemplate::from_file(config.chat_template, tokenizer_config);
   } else {

@@ -5,11 +5,12 @@
 #include "io/model_config.h"
 
 #include <cmath>
-#include <limits>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/log.h"
 
 namespace ferry {
@@ -33,6 +34,22 @@ constexpr ArchInfo kArchs[] = {
     {Architecture::Qwen2, "Qwen2ForCausalLM", "qwen2", 32768},
     {Architecture::Qwen3, "Qwen3ForCausalLM", "qwen3", 32768},
 };
+
+// Upper bounds on the sizes, each far above any real model (Llama 3.1 405B: hidden 16384,
+// intermediate 53248, 126 layers, 128 heads; the largest vocabularies hold ~262k tokens). A size
+// beyond them is a corrupt config.json, and is refused by name here, before anything is allocated
+// from it: a bad_alloc (or a layout of 1e9 layers) would name nothing.
+struct SizeLimits {
+  int64_t vocab = int64_t{1} << 24;  // token ids are int32; 16.7M
+  int64_t hidden = int64_t{1} << 17;
+  int64_t intermediate = int64_t{1} << 20;
+  int64_t layers = int64_t{1} << 12;
+  int64_t heads = int64_t{1} << 12;
+  int64_t head_dim = int64_t{1} << 12;
+  int64_t positions = int64_t{1} << 30;
+  int64_t parameters = int64_t{1} << 40;  // 1.1 trillion
+};
+constexpr SizeLimits kLimits;
 
 const ArchInfo& arch_info(Architecture arch) {
   for (const ArchInfo& a : kArchs)
@@ -73,11 +90,22 @@ class Keys {
     return at(key);
   }
   int64_t integer(const char* key) const { return as_integer(key, required(key)); }
-  int64_t integer(const char* key, int64_t fallback) const { return has(key) ? as_integer(key, at(key)) : fallback; }
+  int64_t integer(const char* key, int64_t fallback) const {
+    return has(key) ? as_integer(key, at(key)) : fallback;
+  }
   int64_t positive(const char* key) const { return check_positive(key, integer(key)); }
-  int64_t positive(const char* key, int64_t fallback) const { return check_positive(key, integer(key, fallback)); }
+  int64_t positive(const char* key, int64_t fallback) const {
+    return check_positive(key, integer(key, fallback));
+  }
+  // A positive size no larger than `limit` (see kLimits).
+  int64_t size(const char* key, int64_t limit) const { return check_limit(key, positive(key), limit); }
+  int64_t size(const char* key, int64_t fallback, int64_t limit) const {
+    return check_limit(key, positive(key, fallback), limit);
+  }
   double number(const char* key) const { return as_number(key, required(key)); }
-  double number(const char* key, double fallback) const { return has(key) ? as_number(key, at(key)) : fallback; }
+  double number(const char* key, double fallback) const {
+    return has(key) ? as_number(key, at(key)) : fallback;
+  }
   bool boolean(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
     if (!at(key).is_boolean()) error("key '{}' must be true or false, got {}", name(key), show(at(key)));
@@ -89,11 +117,7 @@ class Keys {
     return at(key).get<std::string>();
   }
 
-  static std::string show(const json& value) {
-    std::string s = value.dump();
-    if (s.size() > 60) s = s.substr(0, 57) + "...";
-    return s + " (" + value.type_name() + ")";
-  }
+  static std::string show(const json& value) { return json_excerpt(value) + " (" + value.type_name() + ")"; }
 
  private:
   int64_t as_integer(const char* key, const json& value) const {
@@ -108,6 +132,15 @@ class Keys {
   }
   int64_t check_positive(const char* key, int64_t value) const {
     if (value <= 0) error("key '{}' must be positive, got {}", name(key), value);
+    return value;
+  }
+  int64_t check_limit(const char* key, int64_t value, int64_t limit) const {
+    if (value > limit)
+      error(
+          "key '{}' is {}, more than {}, far beyond any real model of these architectures; the config.json "
+          "is "
+          "corrupt or was edited by mistake",
+          name(key), value, limit);
     return value;
   }
 
@@ -128,7 +161,8 @@ void parse_architecture(const Keys& keys, ModelConfig& c) {
       if (name == a.architecture_name) found = &a;
     if (!found) keys.error("architecture '{}' is not supported; {}", name, kSupported);
   } else {
-    if (model_type.empty()) keys.error("missing required key 'architectures' (nor is there a 'model_type'); {}", kSupported);
+    if (model_type.empty())
+      keys.error("missing required key 'architectures' (nor is there a 'model_type'); {}", kSupported);
     for (const ArchInfo& a : kArchs)
       if (model_type == a.model_type) found = &a;
     if (!found) keys.error("model_type '{}' is not supported; {}", model_type, kSupported);
@@ -142,30 +176,42 @@ void parse_architecture(const Keys& keys, ModelConfig& c) {
   c.model_type = found->model_type;
 }
 
+// The parameters a config describes (biases and norms aside), from sizes already within kLimits,
+// so that no product can overflow.
+int64_t approximate_parameters(const ModelConfig& c) {
+  const int64_t embeddings = c.vocab_size * c.hidden_size * (c.tie_word_embeddings ? 1 : 2);
+  const int64_t attention = c.hidden_size * (2 * c.q_dim() + 2 * c.kv_dim());
+  const int64_t mlp = 3 * c.hidden_size * c.intermediate_size;
+  return embeddings + c.num_layers * (attention + mlp);
+}
+
 void parse_shape(const Keys& keys, ModelConfig& c) {
-  c.vocab_size = keys.positive("vocab_size");
-  c.hidden_size = keys.positive("hidden_size");
-  c.intermediate_size = keys.positive("intermediate_size");
-  c.num_layers = keys.positive("num_hidden_layers");
-  c.num_heads = keys.positive("num_attention_heads");
-  c.num_kv_heads = keys.positive("num_key_value_heads", c.num_heads);
+  c.vocab_size = keys.size("vocab_size", kLimits.vocab);
+  c.hidden_size = keys.size("hidden_size", kLimits.hidden);
+  c.intermediate_size = keys.size("intermediate_size", kLimits.intermediate);
+  c.num_layers = keys.size("num_hidden_layers", kLimits.layers);
+  c.num_heads = keys.size("num_attention_heads", kLimits.heads);
+  c.num_kv_heads = keys.size("num_key_value_heads", c.num_heads, kLimits.heads);
   if (c.num_heads % c.num_kv_heads != 0)
-    keys.error("num_attention_heads ({}) is not a multiple of num_key_value_heads ({}); grouped-query attention "
-               "needs whole groups",
-               c.num_heads, c.num_kv_heads);
+    keys.error(
+        "num_attention_heads ({}) is not a multiple of num_key_value_heads ({}); grouped-query attention "
+        "needs whole groups",
+        c.num_heads, c.num_kv_heads);
   if (keys.has("head_dim")) {
-    c.head_dim = keys.positive("head_dim");
+    c.head_dim = keys.size("head_dim", kLimits.head_dim);
   } else if (c.arch == Architecture::Qwen3) {
     c.head_dim = 128;  // Qwen3Config's default, not hidden_size / heads
   } else {
     if (c.hidden_size % c.num_heads != 0)
-      keys.error("hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is given; set "
-                 "head_dim or fix the sizes",
-                 c.hidden_size, c.num_heads);
+      keys.error(
+          "hidden_size ({}) is not a multiple of num_attention_heads ({}) and no head_dim is given; set "
+          "head_dim or fix the sizes",
+          c.hidden_size, c.num_heads);
     c.head_dim = c.hidden_size / c.num_heads;
   }
   if (c.head_dim % 2 != 0) keys.error("head_dim ({}) must be even for rotary embeddings", c.head_dim);
-  c.max_position_embeddings = keys.positive("max_position_embeddings", arch_info(c.arch).default_max_positions);
+  c.max_position_embeddings =
+      keys.size("max_position_embeddings", arch_info(c.arch).default_max_positions, kLimits.positions);
   c.rms_norm_eps = keys.number("rms_norm_eps", 1e-6);
   if (!(c.rms_norm_eps > 0)) keys.error("rms_norm_eps must be positive, got {}", c.rms_norm_eps);
   c.initializer_range = keys.number("initializer_range", 0.02);
@@ -190,8 +236,9 @@ void parse_rope_type(const Keys& keys, const char* where, const std::string& typ
                  s.high_freq_factor);
     return;
   }
-  keys.error("rope type '{}' (in {}) is not supported; ferry implements the default RoPE and 'llama3' scaling", type,
-             where);
+  keys.error(
+      "rope type '{}' (in {}) is not supported; ferry implements the default RoPE and 'llama3' scaling", type,
+      where);
 }
 
 void parse_rope(const Keys& keys, ModelConfig& c) {
@@ -209,22 +256,26 @@ void parse_rope(const Keys& keys, ModelConfig& c) {
                  Keys::show(keys.at("rope_parameters")));
     c.rope_theta = params.number("rope_theta", top_theta);
     partial_rotary = params.number("partial_rotary_factor", partial_rotary);
-    parse_rope_type(params, "rope_parameters", params.string("rope_type", params.string("type", "default")), c);
+    parse_rope_type(params, "rope_parameters", params.string("rope_type", params.string("type", "default")),
+                    c);
   } else {
     c.rope_theta = top_theta;
     if (keys.has("rope_scaling")) {
       if (!keys.at("rope_scaling").is_object())
-        keys.error("key 'rope_scaling' must be an object or null, got {}", Keys::show(keys.at("rope_scaling")));
+        keys.error("key 'rope_scaling' must be an object or null, got {}",
+                   Keys::show(keys.at("rope_scaling")));
       const Keys scaling = keys.nested("rope_scaling");
       // transformers reads "rope_type" and falls back to the older "type".
       const std::string type = scaling.string("rope_type", scaling.string("type", ""));
-      if (type.empty()) keys.error("rope_scaling has no 'rope_type' (or 'type'); set it or make rope_scaling null");
+      if (type.empty())
+        keys.error("rope_scaling has no 'rope_type' (or 'type'); set it or make rope_scaling null");
       parse_rope_type(scaling, "rope_scaling", type, c);
     }
   }
   if (!(c.rope_theta > 0)) keys.error("rope_theta must be positive, got {}", c.rope_theta);
   if (partial_rotary != 1.0)
-    keys.error("partial_rotary_factor {} is not supported; ferry rotates the whole head (1.0)", partial_rotary);
+    keys.error("partial_rotary_factor {} is not supported; ferry rotates the whole head (1.0)",
+               partial_rotary);
 }
 
 void parse_biases(const Keys& keys, ModelConfig& c) {
@@ -233,7 +284,8 @@ void parse_biases(const Keys& keys, ModelConfig& c) {
       c.qkv_bias = c.o_bias = keys.boolean("attention_bias", false);
       c.mlp_bias = keys.boolean("mlp_bias", false);
       break;
-    case Architecture::Mistral: break;  // MistralAttention and MistralMLP have no biases
+    case Architecture::Mistral:
+      break;  // MistralAttention and MistralMLP have no biases
     case Architecture::Qwen2:
       c.qkv_bias = true;  // Qwen2Attention: q, k, v biased whatever the config says; o never
       break;
@@ -244,7 +296,8 @@ void parse_biases(const Keys& keys, ModelConfig& c) {
   }
   // These keys exist in other architectures' configs; transformers ignores them here, and so do we.
   if (c.arch != Architecture::Llama && keys.boolean("mlp_bias", false))
-    log_warn("{}: mlp_bias is ignored for {}, as transformers ignores it", keys.source(), c.architecture_name);
+    log_warn("{}: mlp_bias is ignored for {}, as transformers ignores it", keys.source(),
+             c.architecture_name);
 }
 
 // The window of sliding-window attention, when every layer uses the same one.
@@ -266,7 +319,8 @@ void parse_sliding_window(const Keys& keys, ModelConfig& c) {
   if (keys.has("layer_types")) {
     const json& types = keys.at("layer_types");
     if (!types.is_array() || static_cast<int64_t>(types.size()) != c.num_layers)
-      keys.error("key 'layer_types' must list one type per layer ({}), got {}", c.num_layers, Keys::show(types));
+      keys.error("key 'layer_types' must list one type per layer ({}), got {}", c.num_layers,
+                 Keys::show(types));
     for (size_t i = 0; i < types.size(); ++i) {
       const std::string t = types[i].is_string() ? types[i].get<std::string>() : "";
       if (t != "full_attention" && t != "sliding_attention")
@@ -283,9 +337,10 @@ void parse_sliding_window(const Keys& keys, ModelConfig& c) {
   for (bool s : sliding) sliding_layers += s;
   if (sliding_layers == 0) return;
   if (sliding_layers != sliding.size())
-    keys.error("use_sliding_window is true and {} of {} layers use a window (max_window_layers / layer_types); "
-               "ferry supports the same attention on every layer — set use_sliding_window to false",
-               sliding_layers, sliding.size());
+    keys.error(
+        "use_sliding_window is true and {} of {} layers use a window (max_window_layers / layer_types); "
+        "ferry supports the same attention on every layer — set use_sliding_window to false",
+        sliding_layers, sliding.size());
   c.sliding_window = window;
 }
 
@@ -297,17 +352,20 @@ void reject_unsupported(const Keys& keys) {
     keys.error("pretraining_tp {} is not supported; set it to 1 (it only splits the same matmuls)",
                keys.integer("pretraining_tp", 1));
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"})
-    if (keys.has(key)) keys.error("key '{}' is set ({}); ferry does not implement it", key, Keys::show(keys.at(key)));
+    if (keys.has(key))
+      keys.error("key '{}' is set ({}); ferry does not implement it", key, Keys::show(keys.at(key)));
   if (keys.number("attention_dropout", 0.0) != 0.0)
     keys.error("attention_dropout {} is not supported; set it to 0.0", keys.number("attention_dropout", 0.0));
-  if (keys.boolean("use_mrope", false)) keys.error("use_mrope is true; multimodal RoPE (Qwen2-VL) is not supported");
+  if (keys.boolean("use_mrope", false))
+    keys.error("use_mrope is true; multimodal RoPE (Qwen2-VL) is not supported");
 }
 
 DType parse_dtype_key(const Keys& keys) {
   const char* key = keys.has("dtype") ? "dtype" : "torch_dtype";  // transformers >= 4.56 writes "dtype"
   const std::string name = keys.string(key, "float32");
   DType dtype;
-  if (!parse_torch_dtype(name, &dtype) || (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16))
+  if (!parse_torch_dtype(name, &dtype) ||
+      (dtype != DType::F32 && dtype != DType::BF16 && dtype != DType::F16))
     keys.error("{} '{}' is not supported; use \"bfloat16\", \"float16\" or \"float32\"", key, name);
   return dtype;
 }
@@ -333,6 +391,12 @@ ModelConfig parse_model_config(const json& config, const std::string& source) {
   parse_sliding_window(keys, c);
   reject_unsupported(keys);
   c.tie_word_embeddings = keys.boolean("tie_word_embeddings", false);
+  const int64_t parameters = approximate_parameters(c);
+  if (parameters > kLimits.parameters)
+    keys.error(
+        "the sizes describe a model of about {:.3g} parameters, more than ferry's limit of {:.3g}; the "
+        "config.json is corrupt or was edited by mistake",
+        static_cast<double>(parameters), static_cast<double>(kLimits.parameters));
   c.dtype = parse_dtype_key(keys);
   c.raw = config;
   return c;
@@ -341,21 +405,16 @@ ModelConfig parse_model_config(const json& config, const std::string& source) {
 ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   const std::filesystem::path path =
       std::filesystem::is_regular_file(model_dir) ? model_dir : model_dir / "config.json";
-  json config;
-  try {
-    config = json::parse(read_text(path));
-  } catch (const json::parse_error& e) {
-    fail("config", "{}: not valid JSON ({}); fix or re-download it", path.string(), e.what());
-  }
-  return parse_model_config(config, path.string());
+  return parse_model_config(parse_json(read_text(path), "config", path.string(), "fix or re-download it"),
+                            path.string());
 }
 
 json model_config_to_json(const ModelConfig& c) {
   const ArchInfo& info = arch_info(c.arch);
   const char* where = "config";
   FERRY_CHECK(c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0 && c.head_dim > 0, where,
-              "model_config_to_json: inconsistent head counts ({} heads, {} kv heads, head_dim {})", c.num_heads,
-              c.num_kv_heads, c.head_dim);
+              "model_config_to_json: inconsistent head counts ({} heads, {} kv heads, head_dim {})",
+              c.num_heads, c.num_kv_heads, c.head_dim);
   json j = json::object();
   j["architectures"] = {info.architecture_name};
   j["model_type"] = info.model_type;
@@ -370,11 +429,12 @@ json model_config_to_json(const ModelConfig& c) {
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["rope_theta"] = c.rope_theta;
   if (c.rope_scaling.type == RopeScaling::Type::Llama3) {
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", c.rope_scaling.factor},
-                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                         {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", c.rope_scaling.factor},
+        {"low_freq_factor", c.rope_scaling.low_freq_factor},
+        {"high_freq_factor", c.rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
   } else {
     j["rope_scaling"] = nullptr;
   }
@@ -391,9 +451,10 @@ json model_config_to_json(const ModelConfig& c) {
   // The features each architecture can express; anything else cannot be written faithfully.
   switch (c.arch) {
     case Architecture::Llama:
-      FERRY_CHECK(c.qkv_bias == c.o_bias && !c.qk_norm && !c.sliding_window, where,
-                  "model_config_to_json: LlamaForCausalLM has one attention_bias for q, k, v and o, no q/k norm and "
-                  "no sliding window");
+      FERRY_CHECK(
+          c.qkv_bias == c.o_bias && !c.qk_norm && !c.sliding_window, where,
+          "model_config_to_json: LlamaForCausalLM has one attention_bias for q, k, v and o, no q/k norm and "
+          "no sliding window");
       j["attention_bias"] = c.qkv_bias;
       j["mlp_bias"] = c.mlp_bias;
       j["pretraining_tp"] = 1;
@@ -409,8 +470,9 @@ json model_config_to_json(const ModelConfig& c) {
         FERRY_CHECK(c.qkv_bias && !c.o_bias && !c.mlp_bias && !c.qk_norm, where,
                     "model_config_to_json: Qwen2ForCausalLM has q/k/v biases only and no q/k norm");
       } else {
-        FERRY_CHECK(c.qkv_bias == c.o_bias && !c.mlp_bias && c.qk_norm, where,
-                    "model_config_to_json: Qwen3ForCausalLM has q/k norm and one attention_bias for q, k, v and o");
+        FERRY_CHECK(
+            c.qkv_bias == c.o_bias && !c.mlp_bias && c.qk_norm, where,
+            "model_config_to_json: Qwen3ForCausalLM has q/k norm and one attention_bias for q, k, v and o");
         j["attention_bias"] = c.qkv_bias;
       }
       // max_window_layers 0: every layer uses the window (Qwen2Config's layer rule).
@@ -459,10 +521,10 @@ FERRY_NO_FP_CONTRACT std::vector<float> rope_inv_freq(const ModelConfig& c) {
   const float old_context = static_cast<float>(s.original_max_position_embeddings);
   // These two are Python floats (double) there; they only meet fp32 tensors in comparisons,
   // where torch rounds them to fp32.
-  const float low_freq_wavelen = static_cast<float>(static_cast<double>(s.original_max_position_embeddings) /
-                                                    s.low_freq_factor);
-  const float high_freq_wavelen = static_cast<float>(static_cast<double>(s.original_max_position_embeddings) /
-                                                     s.high_freq_factor);
+  const float low_freq_wavelen =
+      static_cast<float>(static_cast<double>(s.original_max_position_embeddings) / s.low_freq_factor);
+  const float high_freq_wavelen =
+      static_cast<float>(static_cast<double>(s.original_max_position_embeddings) / s.high_freq_factor);
   const float two_pi = static_cast<float>(2.0 * M_PI);
   const float high_minus_low = static_cast<float>(s.high_freq_factor - s.low_freq_factor);
   for (float& f : inv_freq) {

@@ -36,6 +36,16 @@ struct TensorInfo {
 // "[4096, 128]"
 std::string shape_to_string(const std::vector<int64_t>& shape);
 
+// What the header of a safetensors file of `size` bytes says: its tensors, validated against the
+// file's size and sorted by offset, and its metadata. SafetensorsFile::open parses its mapping
+// with this; `path` only names the file in errors.
+struct SafetensorsLayout {
+  std::vector<TensorInfo> tensors;
+  std::map<std::string, std::string> metadata;
+};
+SafetensorsLayout parse_safetensors_layout(const uint8_t* bytes, size_t size,
+                                           const std::filesystem::path& path);
+
 class SafetensorsFile {
  public:
   static SafetensorsFile open(const std::filesystem::path& path);
@@ -70,7 +80,8 @@ class SafetensorsFile {
 };
 
 // A model's weights: DIR/model.safetensors, or the shards listed in DIR/model.safetensors.index.json.
-// The index is validated at open: it names files that exist, and every tensor it lists is in the
+// A directory with both is read from model.safetensors, as transformers reads it. The index is
+// validated at open: it names files that exist, and every tensor it lists is in the
 // shard it names.
 class SafetensorsModel {
  public:
@@ -92,8 +103,12 @@ class SafetensorsModel {
   // The file that holds a tensor.
   const SafetensorsFile& file_of(std::string_view name) const;
 
+  // Checks that a tensor can be read by read_f32 into `expected_shape` (present, that shape, a
+  // floating dtype) without reading it; errors as read_f32's.
+  void check_weight(std::string_view name, const std::vector<int64_t>& expected_shape) const;
   // Reads a floating tensor converted to fp32 into dst (numel floats). The shape must equal
-  // `expected_shape`; otherwise the error names the tensor and both shapes.
+  // `expected_shape`; otherwise the error names the tensor and both shapes. A NaN or infinity
+  // (also one that an F64 value becomes in fp32) is an error naming the tensor and its first such element.
   void read_f32(std::string_view name, const std::vector<int64_t>& expected_shape, float* dst) const;
 
   // The on-disk dtype of the model's floating weights: the floating dtype holding the most elements.
@@ -110,6 +125,8 @@ class SafetensorsModel {
     size_t tensor;  // position in files_[file].tensors()
   };
   const Location& locate(std::string_view name) const;
+  // Opens the shards that the index file names and records where each listed tensor is.
+  void open_shards(const std::filesystem::path& index_path);
 
   std::filesystem::path path_;
   std::vector<SafetensorsFile> files_;

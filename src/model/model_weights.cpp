@@ -38,24 +38,33 @@ bool ignorable_extra(const std::string& name, const ModelLayout& layout) {
 }  // namespace
 
 ModelWeights load_model_weights(const std::filesystem::path& model_dir) {
-  ModelConfig config = load_model_config(model_dir);
-  ModelWeights w = ModelWeights::zeros(config);
+  const ModelConfig config = load_model_config(model_dir);
+  const ModelLayout layout = build_model_layout(config);
   SafetensorsModel file = SafetensorsModel::open(model_dir);
 
+  // Names, shapes and dtypes are all checked before the fp32 copy is allocated: a config.json
+  // that disagrees with the weights is reported by tensor, not by an allocation of its sizes.
   std::set<std::string> expected;
-  for (const auto& u : w.layout.units)
+  for (const auto& u : layout.units)
     for (const auto& p : u.params) expected.insert(p.hf_name);
   for (const auto& name : file.names()) {
-    if (expected.count(name) || ignorable_extra(name, w.layout)) continue;
-    fail("load", "{}: the weights hold tensor '{}' that a {} with this config.json does not have; the "
-                 "config and the weights disagree (wrong config.json, or an unsupported variant)",
+    if (expected.count(name) || ignorable_extra(name, layout)) continue;
+    fail("load",
+         "{}: the weights hold tensor '{}' that a {} with this config.json does not have; the "
+         "config and the weights disagree (wrong config.json, or an unsupported variant)",
          model_dir.string(), name, config.architecture_name);
   }
   for (const auto& name : expected)
-    FERRY_CHECK(file.has(name), "load", "{}: tensor '{}' is missing from the weights; the download may be "
-                                        "incomplete or the config.json belongs to another model",
+    FERRY_CHECK(file.has(name), "load",
+                "{}: tensor '{}' is missing from the weights; the download may be "
+                "incomplete or the config.json belongs to another model",
                 model_dir.string(), name);
-  for (size_t i = 0; i < w.layout.units.size(); ++i) read_unit_weights(file, w.layout.units[i], w.units[i].data());
+  for (const auto& u : layout.units)
+    for (const auto& p : u.params) file.check_weight(p.hf_name, p.shape);
+
+  ModelWeights w = ModelWeights::zeros(config);
+  for (size_t i = 0; i < w.layout.units.size(); ++i)
+    read_unit_weights(file, w.layout.units[i], w.units[i].data());
   return w;
 }
 

@@ -1,18 +1,21 @@
 #include "planner/profile.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <sstream>
 
-#include <fmt/format.h>
-
 #include "core/error.h"
+#include "core/json_text.h"
 #include "io/atomic_file.h"
 
 namespace ferry {
 
 namespace {
 
-nlohmann::json linear_json(const LinearTime& t) { return {{"fixed_s", t.fixed_s}, {"per_token_s", t.per_token_s}}; }
+nlohmann::json linear_json(const LinearTime& t) {
+  return {{"fixed_s", t.fixed_s}, {"per_token_s", t.per_token_s}};
+}
 
 class Reader {
  public:
@@ -20,16 +23,18 @@ class Reader {
 
   const nlohmann::json& object(const nlohmann::json& j, const char* key) const {
     FERRY_CHECK(j.is_object() && j.contains(key) && j.at(key).is_object(), "profile",
-                "{}: \"{}\" is missing or not an object; measure the profile again (ferry profile)", source_, key);
+                "{}: \"{}\" is missing or not an object; measure the profile again (ferry profile)", source_,
+                key);
     return j.at(key);
   }
   // A finite number >= 0 (rates may be 0 where something was not measured).
   double number(const nlohmann::json& j, const char* key) const {
     FERRY_CHECK(j.contains(key) && j.at(key).is_number(), "profile",
-                "{}: \"{}\" is missing or not a number; measure the profile again (ferry profile)", source_, key);
+                "{}: \"{}\" is missing or not a number; measure the profile again (ferry profile)", source_,
+                key);
     const double v = j.at(key).get<double>();
-    FERRY_CHECK(v >= 0.0 && v < 1e300, "profile", "{}: \"{}\" = {} is not a finite non-negative number", source_,
-                key, v);
+    FERRY_CHECK(v >= 0.0 && v < 1e300, "profile", "{}: \"{}\" = {} is not a finite non-negative number",
+                source_, key, v);
     return v;
   }
   double positive(const nlohmann::json& j, const char* key) const {
@@ -60,9 +65,10 @@ class Reader {
 }  // namespace
 
 std::string model_shape_key(const ModelConfig& c, int64_t seq_len, DType weight_dtype) {
-  return fmt::format("{}-h{}-i{}-L{}-q{}x{}-kv{}-v{}{}{}{}-s{}-{}", c.model_type, c.hidden_size, c.intermediate_size,
-                     c.num_layers, c.num_heads, c.head_dim, c.num_kv_heads, c.vocab_size, c.qkv_bias ? "-qkvb" : "",
-                     c.qk_norm ? "-qkn" : "", c.tie_word_embeddings ? "-tied" : "", seq_len, dtype_name(weight_dtype));
+  return fmt::format("{}-h{}-i{}-L{}-q{}x{}-kv{}-v{}{}{}{}-s{}-{}", c.model_type, c.hidden_size,
+                     c.intermediate_size, c.num_layers, c.num_heads, c.head_dim, c.num_kv_heads, c.vocab_size,
+                     c.qkv_bias ? "-qkvb" : "", c.qk_norm ? "-qkn" : "", c.tie_word_embeddings ? "-tied" : "",
+                     seq_len, dtype_name(weight_dtype));
 }
 
 nlohmann::json profile_to_json(const MachineProfile& p) {
@@ -113,10 +119,11 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   const Reader r(source);
   FERRY_CHECK(j.is_object(), "profile", "{}: not a JSON object", source);
   constexpr int kOldestReadable = 2;
-  const int version = j.contains("version") && j.at("version").is_number_integer() ? j.at("version").get<int>() : -1;
+  const int version =
+      j.contains("version") && j.at("version").is_number_integer() ? j.at("version").get<int>() : -1;
   FERRY_CHECK(version >= kOldestReadable && version <= MachineProfile::kVersion, "profile",
-              "{}: profile format version {} to {} expected; measure the profile again (ferry profile)", source,
-              kOldestReadable, MachineProfile::kVersion);
+              "{}: profile format version {} to {} expected; measure the profile again (ferry profile)",
+              source, kOldestReadable, MachineProfile::kVersion);
   MachineProfile p;
   p.device_name = r.string(j, "device_name");
   p.device_memory_bytes = r.positive(j, "device_memory_bytes");
@@ -128,8 +135,8 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
     p.method = j.at("method").get<int>();
   }
   p.seq_len = static_cast<int64_t>(r.positive(j, "seq_len"));
-  FERRY_CHECK(parse_dtype(r.string(j, "weight_dtype"), &p.weight_dtype), "profile", "{}: unknown weight_dtype",
-              source);
+  FERRY_CHECK(parse_dtype(r.string(j, "weight_dtype"), &p.weight_dtype), "profile",
+              "{}: unknown weight_dtype", source);
   const auto& c = r.object(j, "compute");
   p.compute.embedding_forward = r.linear(c, "embedding_forward");
   p.compute.embedding_backward = r.linear(c, "embedding_backward");
@@ -172,14 +179,15 @@ void save_profile(const std::filesystem::path& path, const MachineProfile& profi
 
 MachineProfile load_profile(const std::filesystem::path& path) {
   std::ifstream in(path);
-  FERRY_CHECK(in.good(), "profile", "cannot read {}; give an existing profile file, or leave `profile` unset to "
-                                    "measure this machine", path.string());
+  FERRY_CHECK(in.good(), "profile",
+              "cannot read {}; give an existing profile file, or leave `profile` unset to "
+              "measure this machine",
+              path.string());
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, false);
-  FERRY_CHECK(!j.is_discarded(), "profile", "{} is not valid JSON; measure the profile again (ferry profile)",
-              path.string());
-  return profile_from_json(j, path.string());
+  return profile_from_json(
+      parse_json(text.str(), "profile", path.string(), "measure the profile again (ferry profile)"),
+      path.string());
 }
 
 }  // namespace ferry

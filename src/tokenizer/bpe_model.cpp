@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "tokenizer/json_util.h"
 #include "tokenizer/utf8.h"
 
@@ -92,25 +93,40 @@ std::optional<std::string> optional_string(const nlohmann::json& config, const c
 }  // namespace
 
 BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.fetch_add(1)) {
-  const std::string type = config.value("type", std::string("BPE"));
+  const std::string type = json_string(config, "type", "BPE", "the model");
   if (type != "BPE")
-    fail("tokenizer", "model type '{}' is not supported by ferry (only BPE: Llama, Mistral, Qwen, GPT-2 families)",
-         type);
-  if (config.contains("dropout") && !config["dropout"].is_null() && config["dropout"].get<double>() > 0.0)
+    fail("tokenizer",
+         "model type '{}' is not supported by ferry (only BPE: Llama, Mistral, Qwen, GPT-2 families)", type);
+  const auto dropout = config.find("dropout");
+  if (dropout != config.end() && !dropout->is_null() && !dropout->is_number())
+    fail("tokenizer", "\"dropout\" of the BPE model in tokenizer.json is {}, not a number or null",
+         json_excerpt(*dropout));
+  if (dropout != config.end() && dropout->is_number() && dropout->get<double>() > 0.0)
     fail("tokenizer", "BPE dropout {} is set; ferry tokenizes deterministically, set \"dropout\" to null",
-         config["dropout"].dump());
+         json_excerpt(config["dropout"]));
 
   const auto& vocab = json_field(config, "vocab", "BPE model");
   if (!vocab.is_object()) fail("tokenizer", "\"vocab\" of the BPE model in tokenizer.json is not an object");
   vocab_.reserve(vocab.size());
   int64_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer()) fail("tokenizer", "vocab entry \"{}\" has a non-integer id", it.key());
+    if (!it.value().is_number_integer())
+      fail("tokenizer", "vocab entry \"{}\" has a non-integer id", it.key());
     const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id > INT32_MAX) fail("tokenizer", "vocab entry \"{}\" has id {} out of range", it.key(), id);
+    if (id < 0 || id > INT32_MAX)
+      fail("tokenizer", "vocab entry \"{}\" has id {} out of range", it.key(), id);
     vocab_[it.key()] = static_cast<int32_t>(id);
     max_id = std::max(max_id, id);
   }
+  // ids index a table: a vocabulary with a few holes is fine, one whose ids run far past its size
+  // (an id of 2^31 - 1 among 300 entries) is corrupt, and would ask for gigabytes here.
+  const auto entries = static_cast<int64_t>(vocab.size());
+  if (max_id >= 2 * entries + 1024)
+    fail("tokenizer",
+         "the BPE vocab has {} entries but ids up to {}; ids of a vocabulary run from 0 to about its size, "
+         "so the "
+         "file is corrupt",
+         entries, max_id);
   id_to_token_.resize(static_cast<size_t>(max_id + 1));
   has_token_.resize(static_cast<size_t>(max_id + 1), false);
   for (const auto& [token, id] : vocab_) {
@@ -125,9 +141,9 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
   }
   continuing_subword_prefix_ = optional_string(config, "continuing_subword_prefix").value_or("");
   end_of_word_suffix_ = optional_string(config, "end_of_word_suffix").value_or("");
-  fuse_unk_ = config.value("fuse_unk", false);
-  byte_fallback_ = config.value("byte_fallback", false);
-  ignore_merges_ = config.value("ignore_merges", false);
+  fuse_unk_ = json_bool(config, "fuse_unk", false, "the BPE model");
+  byte_fallback_ = json_bool(config, "byte_fallback", false, "the BPE model");
+  ignore_merges_ = json_bool(config, "ignore_merges", false, "the BPE model");
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
@@ -140,7 +156,8 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
       if (!vocab_.count(marker)) continue;
       bool safe = true;
       for (const auto& [token, id] : vocab_) {
-        for (size_t at = token.find(marker, 1); safe && at != std::string::npos; at = token.find(marker, at + 1)) {
+        for (size_t at = token.find(marker, 1); safe && at != std::string::npos;
+             at = token.find(marker, at + 1)) {
           safe = at >= marker.size() && token.compare(at - marker.size(), marker.size(), marker) == 0;
         }
         if (!safe) break;
@@ -161,14 +178,15 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
     if (m.is_string()) {
       const std::string& s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
-      if (space == std::string::npos) fail("tokenizer", "merge {} \"{}\" is not two tokens separated by a space", rank, s);
+      if (space == std::string::npos)
+        fail("tokenizer", "merge {} \"{}\" is not two tokens separated by a space", rank, s);
       a.assign(s, 0, space);
       b.assign(s, space + 1, std::string::npos);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
       a = m[0].get<std::string>();
       b = m[1].get<std::string>();
     } else {
-      fail("tokenizer", "merge {} is {}; expected \"a b\" or [\"a\", \"b\"]", rank, m.dump());
+      fail("tokenizer", "merge {} is {}; expected \"a b\" or [\"a\", \"b\"]", rank, json_excerpt(m));
     }
     merged = a;
     merged.append(b, std::min(prefix_len, b.size()), std::string::npos);
@@ -179,7 +197,9 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
   }
 }
 
-BpeModel::~BpeModel() { delete merges_; }
+BpeModel::~BpeModel() {
+  delete merges_;
+}
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
   const auto it = vocab_.find(token);
@@ -209,7 +229,8 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
   // Cut before each run of markers (see split_marker_).
   const std::string_view marker = split_marker_;
   size_t start = 0;
-  for (size_t at = word.find(marker, 1); at != std::string_view::npos; at = word.find(marker, at + marker.size())) {
+  for (size_t at = word.find(marker, 1); at != std::string_view::npos;
+       at = word.find(marker, at + marker.size())) {
     if (at >= marker.size() && word.compare(at - marker.size(), marker.size(), marker) == 0) continue;
     tokenize_cached(word.substr(start, at - start), ids);
     start = at;
@@ -314,7 +335,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& ids) cons
     std::push_heap(queue.begin(), queue.end());
   };
   for (size_t k = 0; k + 1 < symbols.size(); ++k) {
-    if (const auto* m = merges_->get(symbols[k].id, symbols[k + 1].id)) push({m->rank, static_cast<int32_t>(k), m->id});
+    if (const auto* m = merges_->get(symbols[k].id, symbols[k + 1].id))
+      push({m->rank, static_cast<int32_t>(k), m->id});
   }
   while (!queue.empty()) {
     std::pop_heap(queue.begin(), queue.end());

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "tokenizer/jinja_error.h"
 
 namespace ferry {
@@ -22,11 +23,7 @@ std::string read_text(const std::filesystem::path& path) {
 }
 
 nlohmann::json read_json(const std::filesystem::path& path) {
-  try {
-    return nlohmann::json::parse(read_text(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(kWhere, "{} is not valid JSON: {}", path.string(), e.what());
-  }
+  return parse_json(read_text(path), kWhere, path.string(), "fix or re-download it");
 }
 
 // A special token entry: "text", {"content": "text", ...} (a serialized AddedToken), or null.

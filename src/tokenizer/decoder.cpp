@@ -116,7 +116,8 @@ class StripDecoder final : public Decoder {
 
 class ReplaceDecoder final : public Decoder {
  public:
-  ReplaceDecoder(Regex pattern, std::string content) : pattern_(std::move(pattern)), content_(std::move(content)) {}
+  ReplaceDecoder(Regex pattern, std::string content)
+      : pattern_(std::move(pattern)), content_(std::move(content)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     std::vector<std::pair<size_t, size_t>> matches;
     for (auto& t : tokens) {
@@ -144,7 +145,8 @@ class ReplaceDecoder final : public Decoder {
 // encoding), where they are dropped.
 class MetaspaceDecoder final : public Decoder {
  public:
-  MetaspaceDecoder(char32_t replacement, bool drop_first) : replacement_(replacement), drop_first_(drop_first) {}
+  MetaspaceDecoder(char32_t replacement, bool drop_first)
+      : replacement_(replacement), drop_first_(drop_first) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
     for (size_t k = 0; k < tokens.size(); ++k) {
       std::string& t = tokens[k];
@@ -180,7 +182,6 @@ class SequenceDecoder final : public Decoder {
   std::vector<std::unique_ptr<Decoder>> steps_;
 };
 
-
 }  // namespace
 
 std::unique_ptr<Decoder> make_decoder(const nlohmann::json& config) {
@@ -190,9 +191,10 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& config) {
   if (type == "ByteFallback") return std::make_unique<ByteFallbackDecoder>();
   if (type == "Fuse") return std::make_unique<FuseDecoder>();
   if (type == "Strip") {
-    return std::make_unique<StripDecoder>(json_char(config, "content", "Strip decoder",
-                                                    "\"content\" of the Strip decoder"),
-                                          config.value("start", size_t{0}), config.value("stop", size_t{0}));
+    return std::make_unique<StripDecoder>(
+        json_char(config, "content", "Strip decoder", "\"content\" of the Strip decoder"),
+        json_count(config, "start", 0, "the Strip decoder"),
+        json_count(config, "stop", 0, "the Strip decoder"));
   }
   if (type == "Replace") {
     return std::make_unique<ReplaceDecoder>(json_pattern(config, "Replace decoder"),
@@ -201,9 +203,9 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& config) {
   if (type == "Metaspace") {
     const char32_t replacement =
         json_char(config, "replacement", "Metaspace decoder", "\"replacement\" of the Metaspace decoder");
-    bool drop_first = config.value("add_prefix_space", true);
-    if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string())
-      drop_first = config["prepend_scheme"].get<std::string>() != "never";
+    bool drop_first = json_bool(config, "add_prefix_space", true, "the Metaspace decoder");
+    if (config.contains("prepend_scheme") && !config["prepend_scheme"].is_null())
+      drop_first = json_string(config, "prepend_scheme", "always", "the Metaspace decoder") != "never";
     return std::make_unique<MetaspaceDecoder>(replacement, drop_first);
   }
   if (type == "Sequence") {
@@ -214,8 +216,10 @@ std::unique_ptr<Decoder> make_decoder(const nlohmann::json& config) {
     }
     return std::make_unique<SequenceDecoder>(std::move(steps));
   }
-  fail("tokenizer", "decoder type '{}' is not supported by ferry (supported: ByteLevel, ByteFallback, Fuse, Strip, "
-       "Replace, Metaspace, Sequence)", type);
+  fail("tokenizer",
+       "decoder type '{}' is not supported by ferry (supported: ByteLevel, ByteFallback, Fuse, Strip, "
+       "Replace, Metaspace, Sequence)",
+       type);
 }
 
 }  // namespace ferry::tok

@@ -131,6 +131,7 @@ class Lexer {
     Token end;
     end.type = TokenType::End;
     end.line = line_;
+    end.column = column();
     tokens_.push_back(end);
     return std::move(tokens_);
   }
@@ -141,10 +142,15 @@ class Lexer {
   }
 
   void advance_to(size_t pos) {
-    line_ += static_cast<int>(std::count(src_.begin() + static_cast<std::ptrdiff_t>(pos_),
-                                         src_.begin() + static_cast<std::ptrdiff_t>(pos), '\n'));
+    for (size_t i = pos_; i < pos; ++i) {
+      if (src_[i] != '\n') continue;
+      ++line_;
+      line_start_ = i + 1;
+    }
     pos_ = pos;
   }
+
+  int column() const { return static_cast<int>(pos_ - line_start_) + 1; }
 
   void emit_data(std::string_view text) {
     if (text.empty()) return;
@@ -152,6 +158,7 @@ class Lexer {
     t.type = TokenType::Data;
     t.value = std::string(text);
     t.line = line_;
+    t.column = column();
     tokens_.push_back(std::move(t));
   }
 
@@ -160,6 +167,7 @@ class Lexer {
     t.type = type;
     t.value = std::move(value);
     t.line = line_;
+    t.column = column();
     tokens_.push_back(std::move(t));
   }
 
@@ -277,7 +285,7 @@ class Lexer {
   }
 
   void lex_number() {
-    const int line = line_;
+    const int line = line_, column = this->column();
     size_t p = pos_;
     auto digits = [&](size_t q, auto accept) {
       // (\d+_)*\d+ style: digits with single underscores between them.
@@ -337,6 +345,7 @@ class Lexer {
       if (ch != '_') clean.push_back(ch);
     Token t;
     t.line = line;
+    t.column = column;
     t.value = text;
     if (is_float) {
       t.type = TokenType::Float;
@@ -358,7 +367,7 @@ class Lexer {
 
   // A quoted string with Python's backslash escapes (jinja2 decodes them with "unicode-escape").
   void lex_string() {
-    const int line = line_;
+    const int line = line_, column = this->column();
     const char quote = src_[pos_];
     std::string value;
     size_t p = pos_ + 1;
@@ -445,6 +454,7 @@ class Lexer {
     t.type = TokenType::String;
     t.value = std::move(value);
     t.line = line;
+    t.column = column;
     tokens_.push_back(std::move(t));
     advance_to(p + 1);
   }
@@ -453,6 +463,7 @@ class Lexer {
   const std::string& name_;
   size_t pos_ = 0;
   int line_ = 1;
+  size_t line_start_ = 0;  // where line_ starts in src_
   std::vector<Token> tokens_;
 };
 

@@ -36,6 +36,7 @@ struct Token {
   int64_t int_value = 0;
   double float_value = 0;
   int line = 1;
+  int column = 1;  // in bytes, from 1
 };
 
 // Throws ferry::Error ("[jinja] NAME:LINE: ...") on a lexical error (unterminated tag or string,

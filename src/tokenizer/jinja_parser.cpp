@@ -93,6 +93,38 @@ class Parser {
     }
   }
 
+  // Every level of nesting that the parser recurses into (parentheses, brackets, unary operators,
+  // blocks inside blocks), and every link of a chain it builds in a loop (a.b.c, x|f|g, 1+2+3),
+  // makes the syntax tree one level deeper, and the tree is evaluated and destroyed by recursion.
+  // So both are counted, and a template past kMaxNesting is refused before the stack runs out
+  // (10,000 nested parentheses would overflow it). jinja2 itself stops at Python's recursion
+  // limit sooner (some 13 Python frames per parenthesis); chat templates nest a few levels.
+  static constexpr int kMaxNesting = 256;
+
+  // Counts levels of nesting while it lives.
+  class Nesting {
+   public:
+    explicit Nesting(Parser& parser, int levels = 1) : parser_(parser) {
+      for (int i = 0; i < levels; ++i) deeper();
+    }
+    ~Nesting() { parser_.nesting_ -= added_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+    void deeper() {
+      ++added_;
+      if (++parser_.nesting_ > kMaxNesting)
+        ferry::fail(
+            "jinja",
+            "{}:{}:{}: expressions and blocks nested deeper than {} levels, which ferry's Jinja parser "
+            "does not read (jinja2 reaches Python's recursion limit sooner); simplify the template",
+            parser_.name_, parser_.current().line, parser_.current().column, kMaxNesting);
+    }
+
+   private:
+    Parser& parser_;
+    int added_ = 0;
+  };
+
   [[noreturn]] void fail_at(int line, const std::string& what) const {
     fail("jinja", "{}:{}: {}", name_, line, what);
   }
@@ -173,6 +205,7 @@ class Parser {
   }
 
   StmtPtr parse_statement() {
+    const Nesting nesting(*this);
     const Token& t = current();
     if (t.type != TokenType::Name) fail_here("tag name expected");
     const std::string tag = t.value;
@@ -332,12 +365,14 @@ class Parser {
   ExprPtr parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
 
   ExprPtr parse_condexpr() {
+    Nesting nesting(*this, 0);
     int line = current().line;
     ExprPtr expr1 = parse_or();
     while (skip_name("if")) {
       ExprPtr expr2 = parse_or();
       ExprPtr expr3;
       if (skip_name("else")) expr3 = parse_condexpr();
+      nesting.deeper();
       auto e = std::make_unique<Expr>(ExprKind::CondExpr, line);
       e->a = std::move(expr2);
       e->b = std::move(expr1);
@@ -358,20 +393,29 @@ class Parser {
 
   ExprPtr parse_or() {
     const int line = current().line;
+    Nesting nesting(*this, 0);
     ExprPtr left = parse_and();
-    while (skip_name("or")) left = binary("or", std::move(left), parse_and(), line);
+    while (skip_name("or")) {
+      nesting.deeper();
+      left = binary("or", std::move(left), parse_and(), line);
+    }
     return left;
   }
 
   ExprPtr parse_and() {
     const int line = current().line;
+    Nesting nesting(*this, 0);
     ExprPtr left = parse_not();
-    while (skip_name("and")) left = binary("and", std::move(left), parse_not(), line);
+    while (skip_name("and")) {
+      nesting.deeper();
+      left = binary("and", std::move(left), parse_not(), line);
+    }
     return left;
   }
 
   ExprPtr parse_not() {
     if (is_name(current(), "not")) {
+      const Nesting nesting(*this);
       const int line = next().line;
       auto e = std::make_unique<Expr>(ExprKind::Not, line);
       e->a = parse_not();
@@ -414,8 +458,10 @@ class Parser {
 
   ExprPtr parse_math1() {
     const int line = current().line;
+    Nesting nesting(*this, 0);
     ExprPtr left = parse_concat();
     while (is_op(current(), "+") || is_op(current(), "-")) {
+      nesting.deeper();
       const std::string op = next().value;
       left = binary(op == "+" ? "+" : "-", std::move(left), parse_concat(), line);
     }
@@ -435,12 +481,14 @@ class Parser {
 
   ExprPtr parse_math2() {
     const int line = current().line;
+    Nesting nesting(*this, 0);
     ExprPtr left = parse_pow();
     while (true) {
       const char* op = nullptr;
       for (const char* o : {"*", "/", "//", "%"})
         if (is_op(current(), o)) op = o;
       if (!op) break;
+      nesting.deeper();
       next();
       left = binary(op, std::move(left), parse_pow(), line);
     }
@@ -449,12 +497,17 @@ class Parser {
 
   ExprPtr parse_pow() {
     const int line = current().line;
+    Nesting nesting(*this, 0);
     ExprPtr left = parse_unary(true);
-    while (skip_op("**")) left = binary("**", std::move(left), parse_unary(true), line);
+    while (skip_op("**")) {
+      nesting.deeper();
+      left = binary("**", std::move(left), parse_unary(true), line);
+    }
     return left;
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    const Nesting nesting(*this);
     const int line = current().line;
     ExprPtr node;
     if (skip_op("-")) {
@@ -536,7 +589,9 @@ class Parser {
   }
 
   ExprPtr parse_postfix(ExprPtr node) {
+    Nesting nesting(*this, 0);
     while (true) {
+      if (is_op(current(), ".") || is_op(current(), "[") || is_op(current(), "(")) nesting.deeper();
       if (is_op(current(), ".") || is_op(current(), "[")) {
         node = parse_subscript(std::move(node));
       } else if (is_op(current(), "(")) {
@@ -548,7 +603,9 @@ class Parser {
   }
 
   ExprPtr parse_filter_expr(ExprPtr node) {
+    Nesting nesting(*this, 0);
     while (true) {
+      if (is_op(current(), "|") || is_name(current(), "is") || is_op(current(), "(")) nesting.deeper();
       if (is_op(current(), "|")) {
         node = parse_filter(std::move(node));
       } else if (is_name(current(), "is")) {
@@ -649,7 +706,9 @@ class Parser {
   }
 
   ExprPtr parse_filter(ExprPtr node) {
+    Nesting nesting(*this, 0);
     while (skip_op("|")) {
+      nesting.deeper();
       const int line = current().line;
       std::string name = expect_name();
       while (skip_op(".")) name += "." + expect_name();
@@ -691,6 +750,7 @@ class Parser {
   const std::string& name_;
   size_t pos_ = 0;
   int loop_depth_ = 0;
+  int nesting_ = 0;  // see Nesting
 };
 
 }  // namespace

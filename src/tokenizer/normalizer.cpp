@@ -178,10 +178,18 @@ class Sequence final : public Normalizer {
 std::string unicode_normalize(const std::string& text, UnicodeForm form) {
   int options = UTF8PROC_STABLE;
   switch (form) {
-    case UnicodeForm::NFC: options |= UTF8PROC_COMPOSE; break;
-    case UnicodeForm::NFD: options |= UTF8PROC_DECOMPOSE; break;
-    case UnicodeForm::NFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case UnicodeForm::NFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case UnicodeForm::NFC:
+      options |= UTF8PROC_COMPOSE;
+      break;
+    case UnicodeForm::NFD:
+      options |= UTF8PROC_DECOMPOSE;
+      break;
+    case UnicodeForm::NFKC:
+      options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case UnicodeForm::NFKD:
+      options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* result = nullptr;
   const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
@@ -202,8 +210,10 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& config) {
   if (type == "NFKD") return std::make_unique<UnicodeNormalizer>(UnicodeForm::NFKD);
   if (type == "Lowercase") return std::make_unique<Lowercase>();
   if (type == "Strip")
-    return std::make_unique<Strip>(config.value("strip_left", true), config.value("strip_right", true));
-  if (type == "Prepend") return std::make_unique<Prepend>(json_string(config, "prepend", "Prepend normalizer"));
+    return std::make_unique<Strip>(json_bool(config, "strip_left", true, "the Strip normalizer"),
+                                   json_bool(config, "strip_right", true, "the Strip normalizer"));
+  if (type == "Prepend")
+    return std::make_unique<Prepend>(json_string(config, "prepend", "Prepend normalizer"));
   if (type == "Replace")
     return std::make_unique<Replace>(json_pattern(config, "Replace normalizer"),
                                      json_string(config, "content", "Replace normalizer"));
@@ -215,8 +225,10 @@ std::unique_ptr<Normalizer> make_normalizer(const nlohmann::json& config) {
     }
     return std::make_unique<Sequence>(std::move(steps));
   }
-  fail("tokenizer", "normalizer type '{}' is not supported by ferry (supported: NFC, NFD, NFKC, NFKD, Lowercase, "
-       "Strip, Prepend, Replace, Sequence)", type);
+  fail("tokenizer",
+       "normalizer type '{}' is not supported by ferry (supported: NFC, NFD, NFKC, NFKD, Lowercase, "
+       "Strip, Prepend, Replace, Sequence)",
+       type);
 }
 
 }  // namespace ferry::tok

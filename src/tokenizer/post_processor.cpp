@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "tokenizer/json_util.h"
 
 namespace ferry::tok {
@@ -54,13 +55,16 @@ std::unique_ptr<PostProcessor> make_template(const nlohmann::json& config) {
       continue;
     }
     if (!piece.contains("SpecialToken"))
-      fail("tokenizer", "TemplateProcessing piece {} is neither Sequence nor SpecialToken", piece.dump());
+      fail("tokenizer", "TemplateProcessing piece {} is neither Sequence nor SpecialToken",
+           json_excerpt(piece));
     const std::string name = json_string(piece["SpecialToken"], "id", "TemplateProcessing special token");
     const auto it = specials.find(name);
     if (it == specials.end())
-      fail("tokenizer", "TemplateProcessing uses special token '{}' missing from its \"special_tokens\"", name);
+      fail("tokenizer", "TemplateProcessing uses special token '{}' missing from its \"special_tokens\"",
+           name);
     auto& target = seen_sequence ? suffix : prefix;
-    for (const auto& id : json_array(*it, "ids", "TemplateProcessing special token")) target.push_back(id.get<int32_t>());
+    for (const auto& id : json_array(*it, "ids", "TemplateProcessing special token"))
+      target.push_back(json_token_id(id, "a TemplateProcessing special token"));
   }
   if (!seen_sequence) fail("tokenizer", "TemplateProcessing \"single\" has no Sequence");
   return make_affix_processor(std::move(prefix), std::move(suffix));
@@ -69,14 +73,14 @@ std::unique_ptr<PostProcessor> make_template(const nlohmann::json& config) {
 // RobertaProcessing / BertProcessing: {"cls": ["<s>", 0], "sep": ["</s>", 2]}.
 int32_t pair_id(const nlohmann::json& config, const char* key, const char* what) {
   const auto& v = json_field(config, key, what);
-  if (!v.is_array() || v.size() != 2 || !v[1].is_number_integer())
-    fail("tokenizer", "\"{}\" of {} is not [token, id]", key, what);
-  return v[1].get<int32_t>();
+  if (!v.is_array() || v.size() != 2) fail("tokenizer", "\"{}\" of {} is not [token, id]", key, what);
+  return json_token_id(v[1], what);
 }
 
 }  // namespace
 
-std::unique_ptr<PostProcessor> make_affix_processor(std::vector<int32_t> prefix, std::vector<int32_t> suffix) {
+std::unique_ptr<PostProcessor> make_affix_processor(std::vector<int32_t> prefix,
+                                                    std::vector<int32_t> suffix) {
   return std::make_unique<Affix>(std::move(prefix), std::move(suffix));
 }
 
@@ -86,7 +90,8 @@ std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& config)
   if (type == "TemplateProcessing") return make_template(config);
   if (type == "ByteLevel") return std::make_unique<Identity>();
   if (type == "RobertaProcessing" || type == "BertProcessing") {
-    return make_affix_processor({pair_id(config, "cls", type.c_str())}, {pair_id(config, "sep", type.c_str())});
+    return make_affix_processor({pair_id(config, "cls", type.c_str())},
+                                {pair_id(config, "sep", type.c_str())});
   }
   if (type == "Sequence") {
     std::vector<std::unique_ptr<PostProcessor>> steps;
@@ -96,8 +101,10 @@ std::unique_ptr<PostProcessor> make_post_processor(const nlohmann::json& config)
     }
     return std::make_unique<SequenceProcessor>(std::move(steps));
   }
-  fail("tokenizer", "post_processor type '{}' is not supported by ferry (supported: TemplateProcessing, ByteLevel, "
-       "RobertaProcessing, BertProcessing, Sequence)", type);
+  fail("tokenizer",
+       "post_processor type '{}' is not supported by ferry (supported: TemplateProcessing, ByteLevel, "
+       "RobertaProcessing, BertProcessing, Sequence)",
+       type);
 }
 
 }  // namespace ferry::tok

@@ -11,7 +11,8 @@
 
 namespace ferry::tok {
 
-const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 namespace {
 
@@ -49,8 +50,10 @@ SplitBehavior parse_behavior(const std::string& name) {
   if (name == "MergedWithPrevious") return SplitBehavior::MergedWithPrevious;
   if (name == "MergedWithNext") return SplitBehavior::MergedWithNext;
   if (name == "Contiguous") return SplitBehavior::Contiguous;
-  fail("tokenizer", "split behavior '{}' is unknown (expected Removed, Isolated, MergedWithPrevious, MergedWithNext "
-       "or Contiguous)", name);
+  fail("tokenizer",
+       "split behavior '{}' is unknown (expected Removed, Isolated, MergedWithPrevious, MergedWithNext "
+       "or Contiguous)",
+       name);
 }
 
 class ByteLevelPre final : public PreTokenizer {
@@ -109,8 +112,10 @@ class DigitsPre final : public PreTokenizer {
     Ranges matches;
     split_each(pieces, [&](Piece& piece, std::vector<Piece>& out) {
       matches.clear();
-      char_matches(piece.text, [](char32_t c) { return c >= '0' && c <= '9'; }, matches);
-      split_piece(piece, matches, individual_ ? SplitBehavior::Isolated : SplitBehavior::Contiguous, false, out);
+      char_matches(
+          piece.text, [](char32_t c) { return c >= '0' && c <= '9'; }, matches);
+      split_piece(piece, matches, individual_ ? SplitBehavior::Isolated : SplitBehavior::Contiguous, false,
+                  out);
     });
   }
 
@@ -138,7 +143,8 @@ class MetaspacePre final : public PreTokenizer {
           text.push_back(c);
       }
       const bool starts = text.compare(0, replacement_utf8_.size(), replacement_utf8_) == 0;
-      if (!starts && (scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && piece.at_origin)))
+      if (!starts &&
+          (scheme_ == PrependScheme::Always || (scheme_ == PrependScheme::First && piece.at_origin)))
         text.insert(0, replacement_utf8_);
       piece.text = std::move(text);
       if (!split_) {
@@ -146,7 +152,8 @@ class MetaspacePre final : public PreTokenizer {
         return;
       }
       matches.clear();
-      char_matches(piece.text, [&](char32_t c) { return c == replacement_; }, matches);
+      char_matches(
+          piece.text, [&](char32_t c) { return c == replacement_; }, matches);
       split_piece(piece, matches, SplitBehavior::MergedWithNext, false, out);
     });
   }
@@ -197,7 +204,6 @@ class SequencePre final : public PreTokenizer {
  private:
   std::vector<std::unique_ptr<PreTokenizer>> steps_;
 };
-
 
 }  // namespace
 
@@ -283,20 +289,26 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& config) {
   if (config.is_null()) return nullptr;
   const std::string type = json_string(config, "type", "pre_tokenizer");
   if (type == "ByteLevel") {
-    return std::make_unique<ByteLevelPre>(config.value("add_prefix_space", true), config.value("use_regex", true));
+    return std::make_unique<ByteLevelPre>(
+        json_bool(config, "add_prefix_space", true, "the ByteLevel pre_tokenizer"),
+        json_bool(config, "use_regex", true, "the ByteLevel pre_tokenizer"));
   }
   if (type == "Split") {
     return std::make_unique<SplitPre>(json_pattern(config, "Split pre_tokenizer"),
                                       parse_behavior(json_string(config, "behavior", "Split pre_tokenizer")),
-                                      config.value("invert", false));
+                                      json_bool(config, "invert", false, "the Split pre_tokenizer"));
   }
-  if (type == "Digits") return std::make_unique<DigitsPre>(config.value("individual_digits", false));
+  if (type == "Digits")
+    return std::make_unique<DigitsPre>(
+        json_bool(config, "individual_digits", false, "the Digits pre_tokenizer"));
   if (type == "Metaspace") {
     const char32_t replacement = json_char(config, "replacement", "Metaspace pre_tokenizer",
                                            "\"replacement\" of the Metaspace pre_tokenizer");
-    PrependScheme scheme = config.value("add_prefix_space", true) ? PrependScheme::Always : PrependScheme::Never;
-    if (config.contains("prepend_scheme") && config["prepend_scheme"].is_string()) {
-      const std::string s = config["prepend_scheme"].get<std::string>();
+    PrependScheme scheme = json_bool(config, "add_prefix_space", true, "the Metaspace pre_tokenizer")
+                               ? PrependScheme::Always
+                               : PrependScheme::Never;
+    if (config.contains("prepend_scheme") && !config["prepend_scheme"].is_null()) {
+      const std::string s = json_string(config, "prepend_scheme", "always", "the Metaspace pre_tokenizer");
       if (s == "always")
         scheme = PrependScheme::Always;
       else if (s == "first")
@@ -306,7 +318,8 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& config) {
       else
         fail("tokenizer", "Metaspace prepend_scheme '{}' is unknown (expected always, first or never)", s);
     }
-    return std::make_unique<MetaspacePre>(replacement, scheme, config.value("split", true));
+    return std::make_unique<MetaspacePre>(replacement, scheme,
+                                          json_bool(config, "split", true, "the Metaspace pre_tokenizer"));
   }
   if (type == "Whitespace") return std::make_unique<WhitespacePre>();
   if (type == "WhitespaceSplit") return std::make_unique<WhitespaceSplitPre>();
@@ -318,8 +331,10 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& config) {
     }
     return std::make_unique<SequencePre>(std::move(steps));
   }
-  fail("tokenizer", "pre_tokenizer type '{}' is not supported by ferry (supported: ByteLevel, Split, Digits, "
-       "Metaspace, Whitespace, WhitespaceSplit, Sequence)", type);
+  fail("tokenizer",
+       "pre_tokenizer type '{}' is not supported by ferry (supported: ByteLevel, Split, Digits, "
+       "Metaspace, Whitespace, WhitespaceSplit, Sequence)",
+       type);
 }
 
 }  // namespace ferry::tok

@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "tokenizer/added_vocabulary.h"
@@ -46,14 +47,6 @@ std::string read_file(const std::filesystem::path& path) {
   return s.str();
 }
 
-nlohmann::json parse_json(std::string_view text, const char* what) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    fail("Tokenizer::load", "{} is not valid JSON: {}; perhaps an incomplete download", what, e.what());
-  }
-}
-
 // tokenizer_config.json's "bos_token" etc.: a string, {"content": ...} or null.
 std::optional<std::string> config_token(const nlohmann::json& config, const char* key) {
   const auto it = config.find(key);
@@ -61,8 +54,8 @@ std::optional<std::string> config_token(const nlohmann::json& config, const char
   if (it->is_string()) return it->get<std::string>();
   if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
     return (*it)["content"].get<std::string>();
-  fail("Tokenizer::load", "\"{}\" in tokenizer_config.json is {}; expected a string or {{\"content\": ...}}", key,
-       it->dump());
+  fail("Tokenizer::load", "\"{}\" in tokenizer_config.json is {}; expected a string or {{\"content\": ...}}",
+       key, json_excerpt(*it));
 }
 
 std::optional<bool> config_bool(const nlohmann::json& config, const char* key) {
@@ -73,10 +66,14 @@ std::optional<bool> config_bool(const nlohmann::json& config, const char* key) {
 
 }  // namespace
 
-Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json) {
-  const nlohmann::json root = parse_json(tokenizer_json, "tokenizer.json");
+// Fields are read with checks that name them (tokenizer/json_util.h); the catch is for any access
+// that still meets a value of a type it does not expect, so that it too names the files.
+Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view config_json) try {
+  constexpr const char* kIncomplete = "perhaps an incomplete download";
+  const nlohmann::json root = parse_json(tokenizer_json, "Tokenizer::load", "tokenizer.json", kIncomplete);
   const nlohmann::json config =
-      config_json.empty() ? nlohmann::json::object() : parse_json(config_json, "tokenizer_config.json");
+      config_json.empty() ? nlohmann::json::object()
+                          : parse_json(config_json, "Tokenizer::load", "tokenizer_config.json", kIncomplete);
   if (!root.is_object()) fail("Tokenizer::load", "tokenizer.json is not a JSON object");
   if (!config.is_object()) fail("Tokenizer::load", "tokenizer_config.json is not a JSON object");
 
@@ -93,8 +90,10 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
   impl->decoder = make_decoder(section("decoder"));
   for (const char* key : {"truncation", "padding"}) {
     if (!section(key).is_null())
-      log_warn("tokenizer.json sets \"{}\"; ferry ignores it (sequence length and padding are set in the training "
-               "config)", key);
+      log_warn(
+          "tokenizer.json sets \"{}\"; ferry ignores it (sequence length and padding are set in the training "
+          "config)",
+          key);
   }
 
   std::vector<AddedToken> added;
@@ -104,13 +103,14 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
       a.content = json_string(t, "content", "added token");
       const auto& id = json_field(t, "id", "added token");
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-        fail("Tokenizer::load", "added token \"{}\" has id {}; expected a non-negative integer", a.content, id.dump());
+        fail("Tokenizer::load", "added token \"{}\" has id {}; expected a non-negative integer", a.content,
+             json_excerpt(id));
       a.id = id.get<int32_t>();
-      a.special = t.value("special", false);
-      a.single_word = t.value("single_word", false);
-      a.lstrip = t.value("lstrip", false);
-      a.rstrip = t.value("rstrip", false);
-      a.normalized = t.value("normalized", !a.special);
+      a.special = json_bool(t, "special", false, "added token");
+      a.single_word = json_bool(t, "single_word", false, "added token");
+      a.lstrip = json_bool(t, "lstrip", false, "added token");
+      a.rstrip = json_bool(t, "rstrip", false, "added token");
+      a.normalized = json_bool(t, "normalized", !a.special, "added token");
       if (a.special) impl->special_contents.insert(a.content);
       added.push_back(std::move(a));
     }
@@ -137,9 +137,15 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
 
   // transformers' LlamaTokenizerFast (and Gemma's) rebuild the post-processor from add_bos_token /
   // add_eos_token; a tokenizer.json without a post-processor takes them from there too.
-  const std::string cls = config.value("tokenizer_class", std::string());
-  const bool rebuilds = cls == "LlamaTokenizer" || cls == "LlamaTokenizerFast" || cls == "CodeLlamaTokenizer" ||
-                        cls == "CodeLlamaTokenizerFast" || cls == "GemmaTokenizer" || cls == "GemmaTokenizerFast";
+  const auto class_it = config.find("tokenizer_class");
+  if (class_it != config.end() && !class_it->is_null() && !class_it->is_string())
+    fail("Tokenizer::load", "\"tokenizer_class\" in tokenizer_config.json is {}, not a string",
+         json_excerpt(*class_it));
+  const std::string cls =
+      class_it != config.end() && class_it->is_string() ? class_it->get<std::string>() : "";
+  const bool rebuilds = cls == "LlamaTokenizer" || cls == "LlamaTokenizerFast" ||
+                        cls == "CodeLlamaTokenizer" || cls == "CodeLlamaTokenizerFast" ||
+                        cls == "GemmaTokenizer" || cls == "GemmaTokenizerFast";
   const auto add_bos = config_bool(config, "add_bos_token"), add_eos = config_bool(config, "add_eos_token");
   if ((add_bos || add_eos) && (rebuilds || !impl->post_processor)) {
     std::vector<int32_t> prefix, suffix;
@@ -163,6 +169,11 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     if (!impl->suffix.empty()) impl->eos = impl->suffix.back();
   }
   return tokenizer;
+} catch (const nlohmann::json::exception& e) {
+  fail("Tokenizer::load",
+       "tokenizer.json or tokenizer_config.json holds a value of an unexpected type ({}); perhaps "
+       "an incomplete download or a hand edit",
+       e.what());
 }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
@@ -173,11 +184,13 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
     dir = path.parent_path();
   }
   if (!std::filesystem::is_regular_file(json_path))
-    fail("Tokenizer::load", "no tokenizer.json at {}; pass a Hugging Face model directory or a tokenizer.json path "
+    fail("Tokenizer::load",
+         "no tokenizer.json at {}; pass a Hugging Face model directory or a tokenizer.json path "
          "(models with only a SentencePiece tokenizer.model need converting with transformers first)",
          json_path.string());
   const std::filesystem::path config_path = dir / "tokenizer_config.json";
-  const std::string config = std::filesystem::is_regular_file(config_path) ? read_file(config_path) : std::string();
+  const std::string config =
+      std::filesystem::is_regular_file(config_path) ? read_file(config_path) : std::string();
   try {
     return from_json(read_file(json_path), config);
   } catch (const Error& e) {
@@ -259,7 +272,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   return out;
 }
 
-int64_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+int64_t Tokenizer::vocab_size() const {
+  return impl_->vocab_size;
+}
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
   if (const AddedToken* a = impl_->added.find_content(std::string(token))) return a->id;
@@ -272,9 +287,15 @@ std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   return std::nullopt;
 }
 
-std::optional<int32_t> Tokenizer::bos_token_id() const { return impl_->bos; }
-std::optional<int32_t> Tokenizer::eos_token_id() const { return impl_->eos; }
-std::optional<int32_t> Tokenizer::pad_token_id() const { return impl_->pad; }
+std::optional<int32_t> Tokenizer::bos_token_id() const {
+  return impl_->bos;
+}
+std::optional<int32_t> Tokenizer::eos_token_id() const {
+  return impl_->eos;
+}
+std::optional<int32_t> Tokenizer::pad_token_id() const {
+  return impl_->pad;
+}
 
 bool Tokenizer::adds_bos() const {
   const auto& p = impl_->prefix;
@@ -286,7 +307,11 @@ bool Tokenizer::adds_eos() const {
   return !s.empty() && (!impl_->eos || s.back() == *impl_->eos);
 }
 
-const std::vector<int32_t>& Tokenizer::special_prefix() const { return impl_->prefix; }
-const std::vector<int32_t>& Tokenizer::special_suffix() const { return impl_->suffix; }
+const std::vector<int32_t>& Tokenizer::special_prefix() const {
+  return impl_->prefix;
+}
+const std::vector<int32_t>& Tokenizer::special_suffix() const {
+  return impl_->suffix;
+}
 
 }  // namespace ferry
