@@ -9,6 +9,7 @@
 #include "fault_inputs.h"
 #include "model/model_weights.h"
 #include "test_util.h"
+#include "tiny_model.h"
 
 namespace ferry::faults {
 namespace {

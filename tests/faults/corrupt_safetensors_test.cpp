@@ -12,6 +12,7 @@
 #include "io/safetensors_writer.h"
 #include "model/model_weights.h"
 #include "test_util.h"
+#include "tiny_model.h"
 
 namespace ferry::faults {
 namespace {

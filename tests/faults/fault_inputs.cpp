@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include "data_test_tokenizer.h"
-#include "engine/model_init.h"
 #include "io/safetensors.h"
 #include "test_util.h"
 
@@ -44,14 +43,6 @@ std::string valid_safetensors() {
     std::memcpy(data.data() + 4 * i, &v, 4);
   }
   return safetensors_bytes(header, data);
-}
-
-std::string tiny_config_json() {
-  return model_config_to_json(preset_config("llama", "tiny")).dump(2);
-}
-
-void write_tiny_model(const std::filesystem::path& dir) {
-  write_random_model(preset_config("llama", "tiny"), 7, dir);
 }
 
 std::string tiny_tokenizer_json() {

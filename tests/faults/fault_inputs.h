@@ -1,5 +1,6 @@
 // Valid inputs of every kind ferry reads from users, small enough to break in many ways quickly:
-// the seeds of the corrupt-input tables and of the parser fuzzer.
+// the seeds of the corrupt-input tables and of the parser fuzzer. Only the parsing layers are
+// needed (no engine), so that the libFuzzer build compiles just those (fuzz/CMakeLists.txt).
 #pragma once
 
 #include <cstdint>
@@ -24,11 +25,6 @@ std::string u64_le(uint64_t value);
 std::string safetensors_bytes(const std::string& header, const std::string& data);
 // A valid file of two F32 tensors, "a" [2, 3] and "b" [4], with metadata.
 std::string valid_safetensors();
-
-// config.json of the tiny Llama preset, and a model directory of it (config.json +
-// model.safetensors with random weights).
-std::string tiny_config_json();
-void write_tiny_model(const std::filesystem::path& dir);
 
 // tokenizer.json / tokenizer_config.json of the data tests' tiny byte-level BPE tokenizer.
 std::string tiny_tokenizer_json();

@@ -7,13 +7,13 @@
 
 #include "core/error.h"
 #include "core/json_text.h"
-#include "engine/model_init.h"
 #include "engine/train_config.h"
 #include "fault_inputs.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "model/unit_layout.h"
 #include "mutator.h"
+#include "published_configs.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja_template.h"
 #include "tokenizer/tokenizer.h"
@@ -63,21 +63,12 @@ void run_config_json(std::string_view bytes) {
 }
 
 std::vector<std::string> config_json_seeds() {
-  std::vector<std::string> seeds;
-  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3"}) {
-    for (const ModelPreset& preset : model_presets(arch))
-      seeds.push_back(model_config_to_json(preset_config(arch, preset.name)).dump());
-  }
-  // transformers 5 style RoPE, and Qwen's sliding-window keys.
-  json rope = json::parse(seeds.front());
-  rope.erase("rope_scaling");
-  rope["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
-                             {"factor", 8.0},           {"low_freq_factor", 1.0},
-                             {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
-  seeds.push_back(rope.dump());
-  json qwen = json::parse(model_config_to_json(preset_config("qwen2", "tiny")).dump());
+  std::vector<std::string> seeds(std::begin(test::published_configs::kAll),
+                                 std::end(test::published_configs::kAll));
+  // Qwen's sliding-window keys, which the published config leaves off.
+  json qwen = json::parse(test::published_configs::kQwen25_7B);
   qwen["use_sliding_window"] = true;
-  qwen["layer_types"] = {"sliding_attention", "sliding_attention"};
+  qwen["max_window_layers"] = 0;
   seeds.push_back(qwen.dump());
   return seeds;
 }
