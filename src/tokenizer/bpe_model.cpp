@@ -170,7 +170,7 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
   }
 
   const auto& merges = json_array(config, "merges", "BPE model");
-  merges_ = new MergeMap(merges.size());
+  merges_ = std::make_unique<MergeMap>(merges.size());
   const size_t prefix_len = continuing_subword_prefix_.size();
   std::string a, b, merged;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -197,9 +197,7 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
   }
 }
 
-BpeModel::~BpeModel() {
-  delete merges_;
-}
+BpeModel::~BpeModel() = default;
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
   const auto it = vocab_.find(token);

@@ -1,7 +1,5 @@
 #include "fuzz_targets.h"
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +12,7 @@
 #include "model/unit_layout.h"
 #include "mutator.h"
 #include "published_configs.h"
+#include "test_util.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja_template.h"
 #include "tokenizer/tokenizer.h"
@@ -131,8 +130,8 @@ std::vector<std::string> tokenizer_config_json_seeds() {
 // format detection, chat rendering, tokenization. skip_malformed is on for inputs of odd length,
 // so both ways of reporting a bad record run.
 void run_jsonl_records(std::string_view bytes) {
-  static const std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("ferry-fuzz-" + std::to_string(getpid()) + ".jsonl");
+  static const test::ScratchDir dir("fuzz-data");  // removed at exit
+  static const std::filesystem::path path = dir / "records.jsonl";
   write_bytes(path, bytes);
   TextDataOptions options = data_setup().options();
   options.skip_malformed = bytes.size() % 2 == 1;
