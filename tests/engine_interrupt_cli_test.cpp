@@ -28,6 +28,7 @@ namespace ferry {
 namespace {
 
 namespace fs = std::filesystem;
+using test::metric_steps;
 using Clock = std::chrono::steady_clock;
 constexpr auto kPatience = std::chrono::seconds(120);
 
@@ -113,16 +114,6 @@ int64_t steps_beyond_a_pipe() {
   close(fds[0]);
   close(fds[1]);
   return capacity > 0 ? capacity / 64 + 16 : 1000;
-}
-
-std::vector<int64_t> metric_steps(const fs::path& file) {
-  std::vector<int64_t> steps;
-  std::ifstream in(file);
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    steps.push_back(record.is_object() ? record.value("step", int64_t{-1}) : -1);  // -1: not a metrics line
-  }
-  return steps;
 }
 
 class InterruptTest : public test::TinyRun {

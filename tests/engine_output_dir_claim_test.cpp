@@ -16,21 +16,8 @@ namespace ferry {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// The message of the ferry::Error that `f` throws ("" when it throws none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::contains;
+using test::error_of;
 
 class OutputDirClaimTest : public test::TinyRun {};
 

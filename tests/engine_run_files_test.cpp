@@ -17,31 +17,9 @@ namespace ferry {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-// The "step" of each line of a metrics.jsonl, in file order.
-std::vector<int64_t> metric_steps(const fs::path& file) {
-  std::vector<int64_t> steps;
-  std::ifstream in(file);
-  for (std::string line; std::getline(in, line);) {
-    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    steps.push_back(record.is_object() ? record.value("step", int64_t{-1}) : -1);  // -1: not a metrics line
-  }
-  return steps;
-}
+using test::contains;
+using test::error_of;
+using test::metric_steps;
 
 class RunFilesTest : public test::TinyRun {};
 

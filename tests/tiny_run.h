@@ -7,29 +7,43 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "engine/model_init.h"
 #include "engine/train_config.h"
 #include "test_util.h"
 
 namespace ferry::test {
 
-// Random documents of 5..40 tokens over a vocabulary of `vocab` ids.
-inline void write_token_data(const std::filesystem::path& path, int documents, int64_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::ofstream out(path);
-  for (int d = 0; d < documents; ++d) {
-    const int n = 5 + static_cast<int>(rng() % 36);
-    std::string ids;
-    for (int i = 0; i < n; ++i) {
-      if (i > 0) ids += ',';
-      ids += std::to_string(rng() % static_cast<uint64_t>(vocab));
-    }
-    out << "{\"input_ids\": [" << ids << "]}\n";
+// Whether `text` holds `part`.
+inline bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// The message of the ferry::Error that `f` throws ("" when it throws none).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
   }
+  return "";
+}
+
+// The "step" of each line of a metrics.jsonl, in file order (-1 for a line that is not a record).
+inline std::vector<int64_t> metric_steps(const std::filesystem::path& file) {
+  std::vector<int64_t> steps;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    steps.push_back(record.is_object() ? record.value("step", int64_t{-1}) : -1);
+  }
+  return steps;
 }
 
 // Every regular file under DIR (relative path -> bytes).
