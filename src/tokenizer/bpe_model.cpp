@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -94,8 +94,8 @@ std::optional<std::string> optional_string(const nlohmann::json& config, const c
 BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.fetch_add(1)) {
   const std::string type = config.value("type", std::string("BPE"));
   if (type != "BPE")
-    fail("tokenizer", "model type '{}' is not supported by ferry (only BPE: Llama, Mistral, Qwen, GPT-2 families)",
-         type);
+    fail("tokenizer",
+         "model type '{}' is not supported by ferry (only BPE: Llama, Mistral, Qwen, GPT-2 families)", type);
   if (config.contains("dropout") && !config["dropout"].is_null() && config["dropout"].get<double>() > 0.0)
     fail("tokenizer", "BPE dropout {} is set; ferry tokenizes deterministically, set \"dropout\" to null",
          config["dropout"].dump());
@@ -105,9 +105,11 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
   vocab_.reserve(vocab.size());
   int64_t max_id = -1;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer()) fail("tokenizer", "vocab entry \"{}\" has a non-integer id", it.key());
+    if (!it.value().is_number_integer())
+      fail("tokenizer", "vocab entry \"{}\" has a non-integer id", it.key());
     const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id > INT32_MAX) fail("tokenizer", "vocab entry \"{}\" has id {} out of range", it.key(), id);
+    if (id < 0 || id > INT32_MAX)
+      fail("tokenizer", "vocab entry \"{}\" has id {} out of range", it.key(), id);
     vocab_[it.key()] = static_cast<int32_t>(id);
     max_id = std::max(max_id, id);
   }
@@ -140,7 +142,8 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
       if (!vocab_.count(marker)) continue;
       bool safe = true;
       for (const auto& [token, id] : vocab_) {
-        for (size_t at = token.find(marker, 1); safe && at != std::string::npos; at = token.find(marker, at + 1)) {
+        for (size_t at = token.find(marker, 1); safe && at != std::string::npos;
+             at = token.find(marker, at + 1)) {
           safe = at >= marker.size() && token.compare(at - marker.size(), marker.size(), marker) == 0;
         }
         if (!safe) break;
@@ -153,7 +156,7 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
   }
 
   const auto& merges = json_array(config, "merges", "BPE model");
-  merges_ = new MergeMap(merges.size());
+  merges_ = std::make_unique<MergeMap>(merges.size());
   const size_t prefix_len = continuing_subword_prefix_.size();
   std::string a, b, merged;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
@@ -161,7 +164,8 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
     if (m.is_string()) {
       const std::string& s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
-      if (space == std::string::npos) fail("tokenizer", "merge {} \"{}\" is not two tokens separated by a space", rank, s);
+      if (space == std::string::npos)
+        fail("tokenizer", "merge {} \"{}\" is not two tokens separated by a space", rank, s);
       a.assign(s, 0, space);
       b.assign(s, space + 1, std::string::npos);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
@@ -179,7 +183,7 @@ BpeModel::BpeModel(const nlohmann::json& config) : cache_key_(g_next_cache_key.f
   }
 }
 
-BpeModel::~BpeModel() { delete merges_; }
+BpeModel::~BpeModel() = default;  // here, where MergeMap is complete
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
   const auto it = vocab_.find(token);
@@ -209,7 +213,8 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& ids) const 
   // Cut before each run of markers (see split_marker_).
   const std::string_view marker = split_marker_;
   size_t start = 0;
-  for (size_t at = word.find(marker, 1); at != std::string_view::npos; at = word.find(marker, at + marker.size())) {
+  for (size_t at = word.find(marker, 1); at != std::string_view::npos;
+       at = word.find(marker, at + marker.size())) {
     if (at >= marker.size() && word.compare(at - marker.size(), marker.size(), marker) == 0) continue;
     tokenize_cached(word.substr(start, at - start), ids);
     start = at;
@@ -314,7 +319,8 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& ids) cons
     std::push_heap(queue.begin(), queue.end());
   };
   for (size_t k = 0; k + 1 < symbols.size(); ++k) {
-    if (const auto* m = merges_->get(symbols[k].id, symbols[k + 1].id)) push({m->rank, static_cast<int32_t>(k), m->id});
+    if (const auto* m = merges_->get(symbols[k].id, symbols[k + 1].id))
+      push({m->rank, static_cast<int32_t>(k), m->id});
   }
   while (!queue.empty()) {
     std::pop_heap(queue.begin(), queue.end());

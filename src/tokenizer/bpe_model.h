@@ -10,13 +10,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace ferry::tok {
 
@@ -56,7 +56,7 @@ class BpeModel {
   Vocab vocab_;
   std::vector<std::string> id_to_token_;  // by id; ids without a token hold an empty string
   std::vector<bool> has_token_;
-  MergeMap* merges_ = nullptr;
+  std::unique_ptr<MergeMap> merges_;  // owned: a constructor that throws frees it too
   std::optional<int32_t> unk_id_;
   bool fuse_unk_ = false;
   bool byte_fallback_ = false;
