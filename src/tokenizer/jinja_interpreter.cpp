@@ -43,13 +43,27 @@ class Interpreter {
   Interpreter(const ParsedTemplate& tpl, const RenderInput& input) : tpl_(tpl) {
     for (size_t i = 0; i < input.tracked.size(); ++i)
       if (input.tracked[i]) tracked_.emplace(input.tracked[i], static_cast<int>(i));
-    auto context = std::make_shared<Scope>(nullptr);
-    auto globals = std::make_shared<Scope>(nullptr);
+    auto context = new_scope(nullptr);
+    auto globals = new_scope(nullptr);
     for (auto& [k, v] : jinja_globals()) globals->set(k, v);
     context->parent = globals;
     for (const auto& [k, v] : input.variables) context->set(k, v);
-    root_ = std::make_shared<Scope>(context);
+    root_ = new_scope(context);
   }
+
+  // A macro's function holds the scope it was defined in (its closure), and that scope, or one it
+  // leads to, holds the macro: a cycle of shared_ptrs that outlives the render, with every
+  // variable of the template in it. Emptying every scope of the render breaks each such cycle.
+  ~Interpreter() {
+    for (const std::weak_ptr<Scope>& weak : scopes_) {
+      if (const std::shared_ptr<Scope> scope = weak.lock()) {
+        scope->vars.clear();
+        scope->parent.reset();
+      }
+    }
+  }
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
 
   RenderResult run() {
     exec_body(tpl_.body, root_);
@@ -196,17 +210,17 @@ class Interpreter {
       // The loop's `if` sees the loop target but not `loop`.
       std::vector<Value> kept;
       for (const Value& item : items) {
-        auto test_scope = std::make_shared<Scope>(scope);
+        auto test_scope = new_scope(scope);
         assign(*test_scope, s.targets, item);
         if (eval(*s.filter, *test_scope).truthy()) kept.push_back(item);
       }
       items = std::move(kept);
     }
-    if (items.empty()) return exec_body(s.else_body, std::make_shared<Scope>(scope));
+    if (items.empty()) return exec_body(s.else_body, new_scope(scope));
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
       const Value& item = items[static_cast<size_t>(i)];
-      auto iteration = std::make_shared<Scope>(scope);
+      auto iteration = new_scope(scope);
       assign(*iteration, s.targets, item);
       std::vector<Value> cycle_items;
       iteration->set(
@@ -256,6 +270,12 @@ class Interpreter {
     return Flow::Normal;
   }
 
+  std::shared_ptr<Scope> new_scope(std::shared_ptr<Scope> parent) {
+    auto scope = std::make_shared<Scope>(std::move(parent));
+    scopes_.push_back(scope);
+    return scope;
+  }
+
   Value call_macro(const Stmt& macro, const std::shared_ptr<Scope>& closure, CallArgs& args) {
     // Python stops runaway recursion at ~1000 frames; so does this, before the C++ stack would.
     if (macro_depth_ >= 500)
@@ -265,7 +285,7 @@ class Interpreter {
       int& depth;
       ~Leave() { --depth; }
     } leave{macro_depth_};
-    auto scope = std::make_shared<Scope>(closure);
+    auto scope = new_scope(closure);
     if (args.positional.size() > macro.params.size())
       throw TemplateError(
           fmt::format("macro '{}' takes not more than {} argument(s)", macro.name, macro.params.size()));
@@ -434,6 +454,7 @@ class Interpreter {
 
   const ParsedTemplate& tpl_;
   std::unordered_map<const void*, int> tracked_;
+  std::vector<std::weak_ptr<Scope>> scopes_;  // every scope of the render, emptied at its end
   std::shared_ptr<Scope> root_;
   RenderResult result_;
   std::vector<std::string*> captures_;
