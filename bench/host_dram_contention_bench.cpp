@@ -1,5 +1,5 @@
 // Host DRAM shared between the CPU AdamW and PCIe copies, on a CUDA device: the rates the machine
-// profile turns into shares (engine/machine_profiler.h, measure_memory_sharing) -- the CPU AdamW
+// profile turns into shares (profiler/machine_profiler.h, measure_memory_sharing) -- the CPU AdamW
 // (bf16 gradients in, bf16 copy out, 26 bytes/param) and pinned copies (h2d alone, then h2d and
 // d2h at once), each alone and beside the other -- with the DRAM traffic they add up to.
 //
@@ -11,7 +11,7 @@
 
 #include "core/thread_pool.h"
 #include "device/device.h"
-#include "engine/machine_profiler.h"
+#include "profiler/machine_profiler.h"
 
 namespace ferry {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/model_init.h"
+#include "train/model_init.h"
 #include "model/unit_layout.h"
 #include "planner/nominal_profile.h"
 #include "planner/search.h"

@@ -11,11 +11,11 @@
 
 #include "core/log.h"
 #include "device/device.h"
-#include "device/step_activity.h"
-#include "device/trace_json.h"
-#include "device/trace_scope.h"
-#include "device/tracer.h"
-#include "device/tracing_device.h"
+#include "device/trace/step_activity.h"
+#include "device/trace/trace_json.h"
+#include "device/trace/trace_scope.h"
+#include "device/trace/tracer.h"
+#include "device/trace/tracing_device.h"
 #include "test_util.h"
 
 namespace ferry {

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "planner/profile.h"
 
 namespace ferry::test {

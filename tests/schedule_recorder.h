@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "device/device.h"
-#include "device/trace_span.h"
-#include "device/tracer.h"
+#include "device/trace/trace_span.h"
+#include "device/trace/tracer.h"
 
 namespace ferry::test {
 

@@ -1,5 +1,5 @@
 // One form for the schedule of training steps, whichever side it is read from: the sliding engine
-// as it ran (tests/engine_step_program_mirror_test.cpp), or the task graph the cost model simulates
+// as it ran (tests/train_step_program_mirror_test.cpp), or the task graph the cost model simulates
 // (planner/step_program.h). Two schedules are the same when
 //   * every lane (the host thread's waits, the compute, h2d and d2h streams, the CPU updater's
 //     worker) runs the same tasks in the same order, a task named by the program's kind and what

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/model_init.h"
-#include "engine/train_config.h"
+#include "train/model_init.h"
+#include "train/train_config.h"
 #include "test_util.h"
 
 namespace ferry::test {

@@ -13,8 +13,8 @@
 #include "core/error.h"
 #include "test_util.h"
 #include "tokenizer/chat_template.h"
-#include "tokenizer/jinja_pystr.h"
-#include "tokenizer/jinja_template.h"
+#include "jinja/pystr.h"
+#include "jinja/template.h"
 
 namespace ferry {
 namespace {

@@ -1,5 +1,5 @@
 #include "cli/commands.h"
-#include "engine/demo.h"
+#include "train/demo.h"
 
 namespace ferry::cli {
 

@@ -1,7 +1,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "engine/evaluate.h"
+#include "train/evaluate.h"
 
 namespace ferry::cli {
 

@@ -4,7 +4,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "engine/model_init.h"
+#include "train/model_init.h"
 
 namespace ferry::cli {
 

@@ -10,15 +10,15 @@
 #include "core/error.h"
 #include "device/device.h"
 #include "device/memory_ledger.h"
-#include "engine/plan_selection.h"
-#include "engine/profile_cache.h"
-#include "engine/train_config.h"
+#include "train/plan_selection.h"
+#include "train/profile_cache.h"
+#include "train/train_config.h"
 #include "model/unit_layout.h"
 #include "ops/device_ops.h"
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
 #include "core/host_memory.h"
-#include "engine/device_choice.h"
+#include "train/device_choice.h"
 
 namespace ferry::cli {
 
@@ -202,13 +202,7 @@ void add_plan_command(CLI::App& app) {
     std::string source;
     MachineProfile profile = plan_profile(config, model, choice, *nominal, &source);
     // The process train would be, less its loaded weights; for this machine, what it can give now.
-    const HostBeside beside = measure_host_beside(0);
-    target.host_beside_engine = beside.bytes;
-    if (!*nominal && config.profile.empty()) {
-      const HostMemoryAvailable available = host_memory_available(beside.own);
-      target.host_available = available.bytes;
-      target.host_available_source = available.source;
-    }
+    fill_host_target(target, 0, !*nominal && config.profile.empty());
     // Without gpu_memory: the memory of the device the profile describes.
     target.device_budget = choice.gpu_memory > 0 ? choice.gpu_memory : static_cast<size_t>(profile.device_memory_bytes);
     const PlanSelection s =

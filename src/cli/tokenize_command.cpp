@@ -13,8 +13,8 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/json_text.h"
-#include "engine/train_config.h"
-#include "engine/training_data.h"
+#include "train/train_config.h"
+#include "train/training_data.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferry::cli {

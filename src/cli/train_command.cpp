@@ -2,8 +2,8 @@
 
 #include "cli/commands.h"
 #include "core/stop_signals.h"
-#include "engine/train_config.h"
-#include "engine/trainer.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 
 namespace ferry::cli {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "tokenizer/jinja_builtins.h"
+#include "jinja/builtins.h"
 
 namespace ferry {
 

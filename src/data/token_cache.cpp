@@ -1,4 +1,5 @@
 #include "data/token_cache.h"
+#include "core/text_file.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -67,14 +68,6 @@ nlohmann::json write_shard(const std::filesystem::path& path, const std::vector<
           {"documents", header.documents},
           {"tokens", header.tokens},
           {"bytes", bytes}};
-}
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  FERRY_CHECK(in.good(), kWhere, "cannot read {}", path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 [[noreturn]] void damaged(const std::filesystem::path& dir, const std::string& what) {
@@ -151,7 +144,7 @@ std::optional<std::vector<Document>> read_token_cache(const std::filesystem::pat
   const auto index_path = dir / "index.json";
   if (!std::filesystem::exists(index_path, ec)) return std::nullopt;
   std::string parse_error;
-  std::optional<nlohmann::json> parsed = try_parse_json(read_text(index_path), &parse_error);
+  std::optional<nlohmann::json> parsed = try_parse_json(read_text_file(index_path, kWhere), &parse_error);
   if (!parsed) damaged(dir, "index.json is " + parse_error);
   const nlohmann::json index = std::move(*parsed);
   try {

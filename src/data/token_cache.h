@@ -1,7 +1,7 @@
 // The tokenized-data cache: documents written once as memory-mappable token shards, so that reruns
 // and resumes never tokenize again.
 //
-// A cache is a directory (by convention <cache_dir>/<fingerprint>, see engine/training_data.h):
+// A cache is a directory (by convention <cache_dir>/<fingerprint>, see train/training_data.h):
 //
 //   index.json        {"format": "ferry-token-cache", "version": 1, "fingerprint": ..., "documents": N,
 //                      "tokens": T, "shards": [{"file", "documents", "tokens", "bytes"}...], "info": {...}}

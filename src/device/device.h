@@ -24,7 +24,7 @@ using EventId = int64_t;
 // A timeline stamp (see record_stamp): like an event, but it keeps the time it completed.
 using StampId = int64_t;
 
-class Tracer;  // device/tracer.h
+class Tracer;  // device/trace/tracer.h
 
 struct MemoryStats {
   size_t capacity = 0;  // bytes the device may hold (the `gpu_memory` budget, or the card's)
@@ -79,7 +79,7 @@ class Device {
   // Blocks until every stream is idle. Rethrows an error raised by work on any stream.
   virtual void synchronize_all() = 0;
 
-  // Timeline stamps, for the trace (device/tracer.h): a stamp completes where an event recorded
+  // Timeline stamps, for the trace (device/trace/tracer.h): a stamp completes where an event recorded
   // at the same point would, and remembers when. They are separate from events so that the
   // events the schedule waits on stay as cheap as the backend allows (CUDA: timing disabled);
   // nothing records a stamp unless a trace is being taken.

@@ -6,15 +6,6 @@
 
 namespace ferry {
 
-std::string format_bytes(size_t bytes) {
-  constexpr double kKiB = 1024.0;
-  const double b = static_cast<double>(bytes);
-  if (bytes < 1024) return fmt::format("{} bytes", bytes);
-  if (b < kKiB * kKiB) return fmt::format("{:.2f} KiB", b / kKiB);
-  if (b < kKiB * kKiB * kKiB) return fmt::format("{:.2f} MiB", b / (kKiB * kKiB));
-  return fmt::format("{:.2f} GiB", b / (kKiB * kKiB * kKiB));
-}
-
 MemoryLedger::MemoryLedger(std::string owner, std::string kind, size_t capacity)
     : owner_(std::move(owner)), kind_(std::move(kind)), capacity_(capacity) {}
 

@@ -14,12 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "core/byte_size.h"
 #include "device/device.h"
 
 namespace ferry {
-
-// "512 bytes", "3.00 KiB", "1.50 GiB".
-std::string format_bytes(size_t bytes);
 
 // Whether the owner allocated a block (and frees it) or only registered memory allocated
 // elsewhere (Device::register_pinned: unregistered, never freed).

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "device/trace_scope.h"
+#include "device/trace/trace_scope.h"
 #include "optim/clip.h"
 #include "planner/memory_model.h"
 

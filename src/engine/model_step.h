@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/step_batch.h"
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
 #include "model/unit_layout.h"

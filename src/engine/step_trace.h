@@ -1,4 +1,4 @@
-// The timeline trace of a training run (config `trace:` and `trace_steps:`, device/tracer.h): the
+// The timeline trace of a training run (config `trace:` and `trace_steps:`, device/trace/tracer.h): the
 // recorder and the decorated device the sliding engine runs on while a trace is asked for (the
 // ops and device AdamW made for that device come wrapped in their tracing decorators), so that the
 // executor only picks what to run on and brackets its steps.
@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "device/tracer.h"
-#include "device/tracing_device.h"
+#include "device/trace/tracer.h"
+#include "device/trace/tracing_device.h"
 
 namespace ferry {
 

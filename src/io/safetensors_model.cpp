@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/text_file.h"
 #include "core/json_text.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -26,14 +27,6 @@ constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 bool is_floating(DType dtype) {
   return dtype == DType::F32 || dtype == DType::BF16 || dtype == DType::F16 || dtype == DType::F64;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("safetensors", "{}: cannot open for reading", path.string());
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
 }
 
 // "found: consolidated.safetensors, pytorch_model.bin" to help a user who points at the wrong kind of
@@ -130,7 +123,7 @@ SafetensorsModel SafetensorsModel::open(const fs::path& path) {
 }
 
 void SafetensorsModel::open_shards(const fs::path& index_path) {
-  const json index = parse_json(read_text(index_path), "safetensors", index_path.string(),
+  const json index = parse_json(read_text_file(index_path, "safetensors"), "safetensors", index_path.string(),
                                 "re-download the model's index file");
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     fail("safetensors", "{}: has no \"weight_map\" object; re-download the model's index file",

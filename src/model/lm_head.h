@@ -3,7 +3,7 @@
 #pragma once
 
 #include "core/arena.h"
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "model/token_chunk.h"
 #include "model/unit_params.h"
 #include "ops/ops.h"

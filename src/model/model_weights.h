@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "model/unit_layout.h"
 
 namespace ferry {

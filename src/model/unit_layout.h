@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "io/model_config.h"
+#include "model/model_config.h"
 
 namespace ferry {
 

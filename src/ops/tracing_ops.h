@@ -1,4 +1,4 @@
-// Ops that issue another Ops' work and, while a step is traced (device/tracer.h), bracket each op
+// Ops that issue another Ops' work and, while a step is traced (device/trace/tracer.h), bracket each op
 // with timeline stamps on the ops' stream, named by the op, so the trace sees the compute stream
 // op by op without the model code changing.
 #pragma once
@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "device/tracer.h"
+#include "device/trace/tracer.h"
 #include "ops/ops.h"
 
 namespace ferry {

@@ -1,4 +1,4 @@
-// A DeviceAdamW that issues another's work and, while a step is traced (device/tracer.h), brackets
+// A DeviceAdamW that issues another's work and, while a step is traced (device/trace/tracer.h), brackets
 // each call with timeline stamps on its stream, so the trace sees the device-side optimizer (its
 // kernels bypass the Ops seam) on the compute track. make_device_adamw puts it around the real one
 // when the device carries a tracer.
@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "device/tracer.h"
+#include "device/trace/tracer.h"
 #include "optim/device_adamw.h"
 
 namespace ferry {

@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "model/unit_layout.h"
 #include "planner/memory_model.h"
 #include "planner/plan.h"

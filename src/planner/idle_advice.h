@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "model/unit_layout.h"
 #include "planner/cost_model.h"
 #include "planner/profile.h"

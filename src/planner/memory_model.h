@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "device/memory_ledger.h"
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "model/unit_layout.h"
 #include "planner/plan.h"
 

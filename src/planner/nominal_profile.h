@@ -1,7 +1,7 @@
 // A machine profile from nominal rates instead of measurements: the lent H200 machine's numbers of
 // DESIGN.md §5 turned into per-layer times by counting FLOPs. For planning where no measured
 // profile is at hand (a quick `ferry plan` for a machine like that one, tests at real shapes); a
-// measured profile (engine/machine_profiler.h, `profile: FILE`) is always better, and `ferry plan`
+// measured profile (profiler/machine_profiler.h, `profile: FILE`) is always better, and `ferry plan`
 // says which one it used.
 //
 // Per token of a sequence of S tokens, for a layer with P weight parameters and q_dim = heads x
@@ -15,7 +15,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "planner/profile.h"
 
 namespace ferry {

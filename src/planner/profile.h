@@ -10,7 +10,7 @@
 #include <string>
 
 #include "core/dtype.h"
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "planner/stream_simulator.h"
 
 namespace ferry {
@@ -78,7 +78,7 @@ struct MachineProfile {
   double device_memory_bytes = 0.0;
   std::string shape_key;      // model_shape_key() of the shape the compute times were measured for
   std::string kernels;        // Ops::kernels() of the measurement ("" in files from before it was recorded)
-  // How the measurement was taken (engine/machine_profiler.h's kProfilerMethod; 0 in files from
+  // How the measurement was taken (profiler/machine_profiler.h's kProfilerMethod; 0 in files from
   // before it was recorded). A cache holding another method's profile is measured again.
   int method = 0;
   int64_t seq_len = 0;

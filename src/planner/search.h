@@ -39,7 +39,7 @@
 //   * everything on the GPU (fp32 masters, AdamW state, GPU AdamW) when the device can and it fits.
 // What the engine does not do, the search does not offer: convert-on-upload stays out of the space
 // until SearchSpace turns it on (the engine refuses it). The per-unit GPU optimizer is searched
-// where the device has a GPU AdamW (engine/plan_selection.cpp).
+// where the device has a GPU AdamW (train/plan_selection.cpp).
 //
 // Ranking: predicted step time, then less device memory. Since the candidates do not depend on the
 // budgets (only which of them fit does), more budget never gives a slower plan.
@@ -51,7 +51,7 @@
 #include <string>
 #include <vector>
 
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "model/unit_layout.h"
 #include "planner/cost_model.h"
 #include "planner/plan.h"
@@ -118,7 +118,7 @@ struct SearchResult {
 
 // Throws ferry::Error when no plan fits, naming the smallest device budget (gpu_memory) and host
 // budget (host_memory) with which one does. The profile must describe this model shape (the caller
-// checks: engine/profile_cache.h).
+// checks: train/profile_cache.h).
 SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, const MachineProfile& profile,
                           const PlanRequest& request, size_t alternatives = 4);
 

@@ -40,7 +40,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "model/unit_layout.h"
 #include "planner/plan.h"
 #include "planner/profile.h"

@@ -1,4 +1,5 @@
 #include "tokenizer/chat_template.h"
+#include "core/text_file.h"
 
 #include <ctime>
 #include <fstream>
@@ -6,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/json_text.h"
-#include "tokenizer/jinja_error.h"
+#include "jinja/error.h"
 
 namespace ferry {
 
@@ -14,16 +15,8 @@ namespace {
 
 constexpr const char* kWhere = "chat_template";
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  FERRY_CHECK(in.good(), kWhere, "cannot read {}", path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 nlohmann::json read_json(const std::filesystem::path& path) {
-  return parse_json(read_text(path), kWhere, path.string(), "fix or re-download it");
+  return parse_json(read_text_file(path, kWhere), kWhere, path.string(), "fix or re-download it");
 }
 
 // A special token entry: "text", {"content": "text", ...} (a serialized AddedToken), or null.
@@ -92,7 +85,7 @@ std::optional<ChatTemplate> ChatTemplate::load(const std::filesystem::path& dir)
   if (std::filesystem::exists(config_path, ec)) config = read_json(config_path);
   const auto jinja_path = dir / "chat_template.jinja";
   if (std::filesystem::exists(jinja_path, ec))
-    return ChatTemplate(read_text(jinja_path), jinja_path.string(), special_tokens_from_config(config));
+    return ChatTemplate(read_text_file(jinja_path, kWhere), jinja_path.string(), special_tokens_from_config(config));
   if (auto text = template_from_config(config, config_path.string()))
     return ChatTemplate(*text, config_path.string(), special_tokens_from_config(config));
   return std::nullopt;
@@ -110,7 +103,7 @@ ChatTemplate ChatTemplate::from_file(const std::filesystem::path& path,
     FERRY_CHECK(text.has_value(), kWhere, "{} has no \"chat_template\"", path.string());
     return ChatTemplate(*text, path.string(), special_tokens_from_config(tokenizer_config));
   }
-  return ChatTemplate(read_text(path), path.string(), special_tokens_from_config(tokenizer_config));
+  return ChatTemplate(read_text_file(path, kWhere), path.string(), special_tokens_from_config(tokenizer_config));
 }
 
 ChatRendering ChatTemplate::render(const jinja::Value& messages, const ChatRenderOptions& options) const {

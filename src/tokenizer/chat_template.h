@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja_template.h"
+#include "jinja/template.h"
 
 namespace ferry {
 

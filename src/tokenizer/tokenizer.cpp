@@ -1,4 +1,5 @@
 #include "tokenizer/tokenizer.h"
+#include "core/text_file.h"
 
 #include <algorithm>
 #include <atomic>
@@ -38,14 +39,6 @@ struct Tokenizer::Impl {
 };
 
 namespace {
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("Tokenizer::load", "cannot open {}; check the path and its permissions", path.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // tokenizer_config.json's "bos_token" etc.: a string, {"content": ...} or null.
 std::optional<std::string> config_token(const nlohmann::json& config, const char* key) {
@@ -190,9 +183,9 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
          json_path.string());
   const std::filesystem::path config_path = dir / "tokenizer_config.json";
   const std::string config =
-      std::filesystem::is_regular_file(config_path) ? read_file(config_path) : std::string();
+      std::filesystem::is_regular_file(config_path) ? read_text_file(config_path, "Tokenizer::load") : std::string();
   try {
-    return from_json(read_file(json_path), config);
+    return from_json(read_text_file(json_path, "Tokenizer::load"), config);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (in " + json_path.string() + ")");
   }

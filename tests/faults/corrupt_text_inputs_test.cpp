@@ -8,7 +8,7 @@
 #include "data/text_dataset.h"
 #include "fault_inputs.h"
 #include "test_util.h"
-#include "tokenizer/jinja_template.h"
+#include "jinja/template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferry::faults {

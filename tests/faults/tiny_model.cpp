@@ -1,6 +1,6 @@
 #include "tiny_model.h"
 
-#include "engine/model_init.h"
+#include "train/model_init.h"
 
 namespace ferry::faults {
 

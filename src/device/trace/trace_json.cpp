@@ -1,0 +1,104 @@
+#include "device/trace/trace_json.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace ferry {
+
+namespace {
+
+constexpr int kPid = 1;
+
+int track_tid(TraceTrack track) { return static_cast<int>(track) + 1; }
+
+nlohmann::json activity_json(const StepActivity& a, double origin) {
+  return {{"step", a.step},
+          {"begin_us", (a.begin - origin) * 1e6},
+          {"end_us", (a.end - origin) * 1e6},
+          {"wall_ms", a.wall() * 1e3},
+          {"gpu_idle_percent", 100.0 * a.compute_idle},
+          {"gpu_idle_between_first_and_last_kernel_percent", 100.0 * a.compute_idle_inner},
+          {"h2d_busy_percent", 100.0 * a.h2d_busy},
+          {"d2h_busy_percent", 100.0 * a.d2h_busy},
+          {"cpu_update_busy_percent", 100.0 * a.cpu_update_busy}};
+}
+
+// A complete event; "ts" and "dur" come from the same converted end points, so spans that touch
+// on the clock still touch in the file.
+nlohmann::json complete_event(const std::string& name, const char* category, TraceTrack track, double begin,
+                              double end, double origin) {
+  const double ts = (begin - origin) * 1e6, te = (end - origin) * 1e6;
+  return {{"name", name}, {"cat", category}, {"ph", "X"},           {"pid", kPid},
+          {"tid", track_tid(track)}, {"ts", ts},  {"dur", te - ts}};
+}
+
+bool on_stream(TraceTrack track) {
+  return track == TraceTrack::Compute || track == TraceTrack::HostToDevice || track == TraceTrack::DeviceToHost;
+}
+
+}  // namespace
+
+nlohmann::json chrome_trace(const std::vector<TraceSpan>& spans, const std::vector<StepActivity>& steps,
+                            const std::string& device_name) {
+  double origin = std::numeric_limits<double>::infinity();
+  for (const StepActivity& a : steps) origin = std::min(origin, a.begin);
+  for (const TraceSpan& s : spans) origin = std::min(origin, s.begin);
+  if (steps.empty() && spans.empty()) origin = 0.0;
+
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", kPid}, {"args", {{"name", "ferry " + device_name}}}});
+  for (int t = 0; t < kTraceTrackCount; ++t) {
+    const TraceTrack track = static_cast<TraceTrack>(t);
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", kPid}, {"tid", track_tid(track)},
+                      {"args", {{"name", trace_track_name(track)}}}});
+    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", kPid}, {"tid", track_tid(track)},
+                      {"args", {{"sort_index", t}}}});
+  }
+
+  nlohmann::json step_numbers = nlohmann::json::array();
+  for (const StepActivity& a : steps) {
+    nlohmann::json e = complete_event("step " + std::to_string(a.step), "step", TraceTrack::Host, a.begin, a.end, origin);
+    e["args"] = activity_json(a, origin);
+    events.push_back(std::move(e));
+    step_numbers.push_back(activity_json(a, origin));
+  }
+
+  // Parents are written before their children: viewers nest complete events of one thread by
+  // containment and, where two begin together, read them in file order.
+  std::vector<const TraceSpan*> ordered;
+  for (const TraceSpan& s : spans) ordered.push_back(&s);
+  std::stable_sort(ordered.begin(), ordered.end(), [](const TraceSpan* a, const TraceSpan* b) {
+    return a->track != b->track ? a->track < b->track : a->begin < b->begin;
+  });
+  for (size_t i = 0; i < ordered.size();) {
+    size_t j = i + 1;
+    const TraceSpan& first = *ordered[i];
+    if (on_stream(first.track) && !first.scope.empty()) {
+      double end = first.end;
+      while (j < ordered.size() && ordered[j]->track == first.track && ordered[j]->scope == first.scope)
+        end = std::max(end, ordered[j++]->end);
+      events.push_back(complete_event(first.scope, "scope", first.track, first.begin, end, origin));
+    }
+    for (size_t k = i; k < j; ++k) {
+      const TraceSpan& s = *ordered[k];
+      nlohmann::json e = complete_event(s.name, on_stream(s.track) ? "device" : "host", s.track, s.begin, s.end, origin);
+      nlohmann::json args = nlohmann::json::object();
+      if (!s.scope.empty()) args["scope"] = s.scope;
+      if (s.bytes >= 0) args["bytes"] = s.bytes;
+      if (!args.empty()) e["args"] = std::move(args);
+      events.push_back(std::move(e));
+    }
+    i = j;
+  }
+
+  return {{"traceEvents", std::move(events)},
+          {"displayTimeUnit", "ms"},
+          {"otherData",
+           {{"device", device_name},
+            {"clock", "microseconds from the first traced step's begin (host steady clock)"},
+            {"gpu_idle", "fraction of the step's wall time (host enters the step .. host holds its loss) "
+                         "with nothing on the compute stream"},
+            {"steps", std::move(step_numbers)}}}};
+}
+
+}  // namespace ferry

@@ -1,0 +1,401 @@
+// measure_compute (profiler/machine_profiler.h): the compute stream's times for one model shape.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "device/memory_ledger.h"
+#include "profiler/machine_profiler.h"
+#include "profiler/random_device_fill.h"
+#include "model/decoder_layer.h"
+#include "model/lm_head.h"
+#include "model/unit_params.h"
+#include "optim/clip.h"
+#include "optim/device_adamw.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr const char* kWhere = "profile";
+
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+size_t free_device_bytes(Device& device) {
+  const MemoryStats m = device.memory();
+  return m.capacity - std::min(m.capacity, m.in_use);
+}
+
+// The sizes of one measurement: the model's units and micro-chunks of whole sequences.
+struct Shape {
+  const ModelConfig& config;
+  ModelLayout layout;
+  int64_t seq_len;
+  DType wd, gd;  // weights/activations, gradients
+
+  size_t unit_bytes(size_t unit, DType dtype) const {
+    return round_up(static_cast<size_t>(layout.units[unit].numel) * dtype_size(dtype));
+  }
+  size_t activation_bytes(int64_t tokens) const {
+    return round_up(static_cast<size_t>(tokens * config.hidden_size) * dtype_size(wd));
+  }
+  static size_t token_bytes(int64_t tokens) { return round_up(4 * static_cast<size_t>(tokens) * sizeof(int32_t)); }
+  // One layer's weights, gradients, scratch, four activations (x_in, x_out, dx_out, dx_in), tokens.
+  size_t layer_phase_bytes(int64_t tokens) const {
+    Arena measure = Arena::measuring();
+    carve_layer_scratch(measure, config, tokens, wd, true);
+    const size_t u = layout.layer_unit(0);
+    return unit_bytes(u, wd) + unit_bytes(u, gd) + measure.used() + Arena::kAlignment + 4 * activation_bytes(tokens) +
+           token_bytes(tokens) + 1024;
+  }
+  // The embedding and the head (weights, gradients), the head's scratch, three activations, tokens.
+  size_t ends_phase_bytes(int64_t tokens) const {
+    Arena measure = Arena::measuring();
+    carve_head_scratch(measure, config, tokens, wd);
+    const size_t e = layout.embedding_unit(), h = layout.head_unit();
+    return unit_bytes(e, wd) + unit_bytes(e, gd) + unit_bytes(h, wd) + unit_bytes(h, gd) + measure.used() +
+           Arena::kAlignment + 3 * activation_bytes(tokens) + token_bytes(tokens) + 256;
+  }
+};
+
+// The token arrays of micro-chunks of up to `capacity` tokens: sequences of seq_len tokens, each one
+// document (full causal attention, the most a sequence costs), random ids and targets.
+class ChunkTokens {
+ public:
+  ChunkTokens(Device& device, RandomDeviceFill& fill, const Shape& shape, int64_t capacity)
+      : capacity_(capacity), seq_len_(shape.seq_len), buffer_(device, Shape::token_bytes(capacity), "profile tokens") {
+    const size_t n = static_cast<size_t>(capacity);
+    const int32_t vocab = static_cast<int32_t>(shape.config.vocab_size);
+    fill.indices(ids(), n, vocab);
+    fill.indices(ids() + n, n, vocab);
+    PinnedBuffer host(device, 2 * n * sizeof(int32_t), "profile token staging");
+    int32_t* positions = host.as<int32_t>();
+    int32_t* doc_start = positions + n;
+    for (size_t t = 0; t < n; ++t) {
+      positions[t] = static_cast<int32_t>(static_cast<int64_t>(t) % shape.seq_len);
+      doc_start[t] = static_cast<int32_t>(static_cast<int64_t>(t) - positions[t]);
+    }
+    device.copy_to_device(ids() + 2 * n, host.data(), 2 * n * sizeof(int32_t), StreamKind::HostToDevice);
+    device.synchronize(device.record(StreamKind::HostToDevice));
+  }
+
+  TokenChunk chunk(int64_t tokens) const {
+    FERRY_ASSERT(tokens <= capacity_);
+    const size_t n = static_cast<size_t>(capacity_);
+    TokenChunk c;
+    c.tokens = tokens;
+    c.ids = ids();
+    c.targets = ids() + n;
+    c.positions = ids() + 2 * n;
+    c.doc_start = ids() + 3 * n;
+    // Whole sequences of one document each: the attention the training step runs on such rows.
+    c.row_tokens = tokens % seq_len_ == 0 ? seq_len_ : 0;
+    return c;
+  }
+
+ private:
+  int32_t* ids() const { return buffer_.as<int32_t>(); }
+  int64_t capacity_;
+  int64_t seq_len_;
+  DeviceBuffer buffer_;
+};
+
+Tensor rows(const DeviceBuffer& buffer, DType dtype, int64_t tokens, int64_t hidden) {
+  return Tensor(buffer.data(), dtype, {tokens, hidden});
+}
+
+struct LayerTimes {
+  LinearTime forward, backward, backward_kept;
+};
+
+LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vector<int64_t>& tokens,
+                      RandomDeviceFill& fill, const TimingOptions& timing) {
+  const int64_t most = tokens.back(), H = s.config.hidden_size;
+  const UnitLayout& unit = s.layout.units[s.layout.layer_unit(0)];
+  DeviceBuffer params(device, s.unit_bytes(s.layout.layer_unit(0), s.wd), "profile layer weights");
+  DeviceBuffer grads(device, s.unit_bytes(s.layout.layer_unit(0), s.gd), "profile layer gradients");
+  fill.unit(params.data(), s.wd, unit, static_cast<float>(s.config.initializer_range));
+  device.fill_zero(grads.data(), grads.bytes(), StreamKind::Compute);
+  Arena measure = Arena::measuring();
+  carve_layer_scratch(measure, s.config, most, s.wd, true);
+  DeviceBuffer scratch(device, measure.used() + Arena::kAlignment, "profile layer scratch");
+  DeviceBuffer x_in(device, s.activation_bytes(most), "profile layer input");
+  DeviceBuffer x_out(device, s.activation_bytes(most), "profile layer output");
+  DeviceBuffer dx_out(device, s.activation_bytes(most), "profile output gradient");
+  // The engine passes one buffer as both dx_out and dx_in (in place); a separate dx_in keeps every
+  // repeat's input the same, at the same cost.
+  DeviceBuffer dx_in(device, s.activation_bytes(most), "profile input gradient");
+  fill.values(x_in.data(), s.wd, static_cast<size_t>(most * H), 1.0f);
+  fill.values(dx_out.data(), s.wd, static_cast<size_t>(most * H), 1.0f);
+  ChunkTokens chunk_tokens(device, fill, s, most);
+
+  const std::vector<float> inv_freq = rope_inv_freq(s.config);
+  DeviceBuffer inv_freq_device(device, round_up(inv_freq.size() * sizeof(float)), "profile rope frequencies");
+  {
+    PinnedBuffer host(device, inv_freq.size() * sizeof(float), "profile rope staging");
+    std::memcpy(host.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
+    device.copy_to_device(inv_freq_device.data(), host.data(), host.bytes(), StreamKind::HostToDevice);
+    device.synchronize(device.record(StreamKind::HostToDevice));
+  }
+  const LayerContext ctx{&s.config, inv_freq_device.as<float>()};
+  const LayerParams p = layer_params(unit, params.data(), s.wd);
+  const LayerParams g = layer_params(unit, grads.data(), s.gd);
+
+  // The backward from kept internals reads what the forward left in the scratch (the full
+  // backward recomputes the same values into it, so every repeat reads a forward's output).
+  std::vector<TimedTokens> forward, backward, backward_kept;
+  for (const int64_t T : tokens) {
+    Arena arena(scratch.data(), scratch.bytes());
+    LayerScratch ls = carve_layer_scratch(arena, s.config, T, s.wd, true);
+    const TokenChunk chunk = chunk_tokens.chunk(T);
+    const Tensor in = rows(x_in, s.wd, T, H), out = rows(x_out, s.wd, T, H);
+    const Tensor d_out = rows(dx_out, s.wd, T, H), d_in = rows(dx_in, s.wd, T, H);
+    const std::function<void()> runs[] = {
+        [&] { layer_forward(ops, ctx, p, chunk, in, out, ls); },
+        [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls); },
+        [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls, Recompute::NormsActivation); }};
+    const std::vector<double> seconds = time_each_on_device(device, runs, timing);
+    forward.push_back({T, seconds[0]});
+    backward.push_back({T, seconds[1]});
+    backward_kept.push_back({T, seconds[2]});
+  }
+  return {fit_linear_time(forward, "layer forward"), fit_linear_time(backward, "layer backward"),
+          fit_linear_time(backward_kept, "layer backward from kept internals")};
+}
+
+struct EndTimes {
+  LinearTime embedding_forward, embedding_backward, head, head_f32_grads;
+};
+
+// The head's weight gradient in fp32, as the engine keeps it for a head (or, tied, an embedding)
+// updated on the device: the head unit's gradient, and the embedding's where tied (its table is the
+// head's weight). Allocated only where the free device memory holds it with an eighth to spare;
+// empty otherwise, and the profile then takes the head's time with gradients in `gd` for both.
+struct F32HeadGradients {
+  DeviceBuffer head, embedding;
+  bool allocated = false;
+
+  F32HeadGradients(Device& device, const Shape& s) {
+    const size_t head_bytes = s.unit_bytes(s.layout.head_unit(), DType::F32);
+    const size_t emb_bytes = s.layout.tied ? s.unit_bytes(s.layout.embedding_unit(), DType::F32) : 0;
+    if ((head_bytes + emb_bytes) / 7 * 8 > free_device_bytes(device)) {
+      log_info("profile: the head with fp32 gradients needs {} more device memory than is free; timed with {} "
+               "gradients only",
+               format_bytes(head_bytes + emb_bytes), dtype_name(s.gd));
+      return;
+    }
+    head = DeviceBuffer(device, head_bytes, "profile head fp32 gradients");
+    device.fill_zero(head.data(), head_bytes, StreamKind::Compute);
+    if (emb_bytes > 0) {
+      embedding = DeviceBuffer(device, emb_bytes, "profile embedding fp32 gradients");
+      device.fill_zero(embedding.data(), emb_bytes, StreamKind::Compute);
+    }
+    allocated = true;
+  }
+};
+
+EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<int64_t>& tokens,
+                   RandomDeviceFill& fill, const TimingOptions& timing) {
+  const int64_t most = tokens.back(), H = s.config.hidden_size;
+  const size_t E = s.layout.embedding_unit(), Hd = s.layout.head_unit();
+  DeviceBuffer emb(device, s.unit_bytes(E, s.wd), "profile embedding weights");
+  DeviceBuffer emb_grads(device, s.unit_bytes(E, s.gd), "profile embedding gradients");
+  DeviceBuffer head(device, s.unit_bytes(Hd, s.wd), "profile head weights");
+  DeviceBuffer head_grads(device, s.unit_bytes(Hd, s.gd), "profile head gradients");
+  const float init = static_cast<float>(s.config.initializer_range);
+  fill.unit(emb.data(), s.wd, s.layout.units[E], init);
+  fill.unit(head.data(), s.wd, s.layout.units[Hd], init);
+  device.fill_zero(emb_grads.data(), emb_grads.bytes(), StreamKind::Compute);
+  device.fill_zero(head_grads.data(), head_grads.bytes(), StreamKind::Compute);
+  Arena measure = Arena::measuring();
+  carve_head_scratch(measure, s.config, most, s.wd);
+  DeviceBuffer scratch(device, measure.used() + Arena::kAlignment, "profile head scratch");
+  DeviceBuffer x(device, s.activation_bytes(most), "profile head input");
+  DeviceBuffer dx(device, s.activation_bytes(most), "profile head input gradient");
+  DeviceBuffer embedded(device, s.activation_bytes(most), "profile embedding output");
+  DeviceBuffer loss(device, 256, "profile loss");
+  fill.values(x.data(), s.wd, static_cast<size_t>(most * H), 1.0f);
+  fill.values(dx.data(), s.wd, static_cast<size_t>(most * H), 1.0f);
+  device.fill_zero(loss.data(), sizeof(float), StreamKind::Compute);
+  ChunkTokens chunk_tokens(device, fill, s, most);
+
+  const Tensor table = embedding_table(s.layout, emb.data(), s.wd);
+  const Tensor dtable = embedding_table(s.layout, emb_grads.data(), s.gd);
+  const HeadParams hp = head_params(s.layout, head.data(), emb.data(), s.wd);
+  const HeadParams hg = head_params(s.layout, head_grads.data(), emb_grads.data(), s.gd);
+  const Tensor loss_sum(loss.data(), DType::F32, {1});
+  // What the ends of a micro-chunk of T tokens read and write: its tokens, the head's scratch, the
+  // head's input and the gradient it returns (which the embedding's backward reads as the layers').
+  struct Chunk {
+    TokenChunk tokens;
+    HeadScratch scratch;
+    Tensor in, d_in;
+    float grad_scale;
+  };
+  auto chunk_of = [&](int64_t T) {
+    Arena arena(scratch.data(), scratch.bytes());
+    return Chunk{chunk_tokens.chunk(T), carve_head_scratch(arena, s.config, T, s.wd), rows(x, s.wd, T, H),
+                 rows(dx, s.wd, T, H), 1.0f / static_cast<float>(T)};
+  };
+  // The head with weight gradients `grads`, on its own, run after run as a step runs its chunks:
+  // timed in turn with the light embedding passes, its samples began with the clocks those left the
+  // power-capped GPU, and the 8B's head came out 12% faster than in its steps.
+  auto time_head = [&](const HeadParams& grads, const std::string& what) {
+    std::vector<TimedTokens> times;
+    for (const int64_t T : tokens) {
+      Chunk c = chunk_of(T);
+      const std::function<void()> run = [&] {
+        head_forward_backward(ops, s.config, hp, &grads, c.tokens, c.in, c.grad_scale, c.d_in, c.scratch, loss_sum);
+      };
+      times.push_back({T, time_on_device(device, run, timing)});
+    }
+    return fit_linear_time(times, what);
+  };
+  std::vector<TimedTokens> emb_forward, emb_backward;
+  for (const int64_t T : tokens) {
+    Chunk c = chunk_of(T);
+    const Tensor out = rows(embedded, s.wd, T, H);
+    // The gradient flowing into the embedding is the layers' dx: `dx` holds random values of that shape.
+    const std::function<void()> runs[] = {[&] { ops.embedding_forward(c.tokens.ids, table, out); },
+                                          [&] { ops.embedding_backward(c.tokens.ids, c.d_in, dtable); }};
+    const std::vector<double> seconds = time_each_on_device(device, runs, timing);
+    emb_forward.push_back({T, seconds[0]});
+    emb_backward.push_back({T, seconds[1]});
+  }
+  EndTimes times{fit_linear_time(emb_forward, "embedding forward"), fit_linear_time(emb_backward, "embedding backward"),
+                 time_head(hg, "head"), {}};
+  times.head_f32_grads = times.head;
+  // (With fp32 gradients already, as on the simulated device, this times the same work again.)
+  // After the runs above, whose first calls took the ops' workspaces, what is free is free.
+  const F32HeadGradients f32(device, s);
+  if (f32.allocated)
+    times.head_f32_grads = time_head(head_params(s.layout, f32.head.data(), f32.embedding.data(), DType::F32),
+                                     "head with fp32 gradients");
+  return times;
+}
+
+// Parameters per second of the device AdamW as the engine runs it for a unit whose optimizer
+// lives on the device (device_optimizer.cpp): the fp32 gradient's partial sums of squares, their
+// sum and the clip coefficient, then the fused update writing the new weights (bf16 in the same
+// pass; other dtypes through a copy afterwards). GPU kernels on CUDA; on the simulated device the
+// queued reference AdamW, which the engine runs there for the same placement.
+double device_adamw_rate(Device& device, Ops& ops, DType weight_dtype, RandomDeviceFill& fill,
+                         const ProfileOptions& options) {
+  const size_t per_param = 3 * sizeof(float) + sizeof(float) + dtype_size(weight_dtype);
+  const size_t n =
+      std::min(static_cast<size_t>(options.gpu_adamw_params), free_device_bytes(device) / 2 / per_param) / 64 * 64;
+  FERRY_CHECK(n >= 64, kWhere, "no device memory left to measure the device AdamW; raise gpu_memory");
+  const size_t chunks = grad_sumsq_chunks(n);
+  DeviceBuffer master(device, n * 4, "profile adamw master"), m(device, n * 4, "profile adamw m"),
+      v(device, n * 4, "profile adamw v"), grad(device, n * 4, "profile adamw gradient"),
+      weights(device, round_up(n * dtype_size(weight_dtype)), "profile adamw weights"),
+      partials(device, round_up(chunks * sizeof(double)), "profile adamw partials"),
+      scalars(device, 256, "profile adamw sum and clip");
+  fill.values(master.data(), DType::F32, n, 0.02f);
+  fill.values(grad.data(), DType::F32, n, 1e-3f);
+  device.fill_zero(m.data(), n * 4, StreamKind::Compute);
+  device.fill_zero(v.data(), n * 4, StreamKind::Compute);
+  double* sum = scalars.as<double>();
+  float* clip = reinterpret_cast<float*>(scalars.as<char>() + 128);
+  const std::unique_ptr<DeviceAdamW> adamw = make_device_adamw(device);
+  const bool bf16 = weight_dtype == DType::BF16;
+  AdamWUnitBuffers b;
+  b.master = master.as<float>();
+  b.m = m.as<float>();
+  b.v = v.as<float>();
+  b.grad = grad.data();
+  b.grad_dtype = DType::F32;
+  if (bf16) b.bf16_out = weights.as<uint16_t>();
+  const AdamWSegment all{0, n, true};
+  AdamWHyper hyper;
+  hyper.lr = 1e-5;
+  hyper.weight_decay = 0.01;
+  int64_t step = 0;
+  const double seconds = time_on_device(
+      device,
+      [&] {
+        device.fill_zero(sum, sizeof(double), StreamKind::Compute);
+        adamw->grad_sumsq_partials(grad.data(), DType::F32, n, partials.as<double>());
+        adamw->accumulate(partials.as<double>(), chunks, sum);
+        adamw->clip_coefficient(sum, 1.0, clip);
+        adamw->step(b, std::span<const AdamWSegment>(&all, 1), hyper, ++step, clip);
+        const int64_t count = static_cast<int64_t>(n);
+        if (!bf16) ops.copy(Tensor(master.data(), DType::F32, {count}), Tensor(weights.data(), weight_dtype, {count}));
+      },
+      options.timing);
+  return static_cast<double>(n) / seconds;
+}
+
+// Parameters per second of the norm partials the engine computes on the device for a host-updated
+// unit before its gradient leaves (sliding_engine.cpp, send_gradients): gradients in the weight
+// dtype (the streamed units' gradient dtype), one call per parameter-sized span.
+double grad_norm_rate(Device& device, DType grad_dtype, RandomDeviceFill& fill, const ProfileOptions& options) {
+  const size_t per_param = dtype_size(grad_dtype);
+  const size_t n =
+      std::min(static_cast<size_t>(options.gpu_adamw_params), free_device_bytes(device) / 2 / per_param) / 64 * 64;
+  FERRY_CHECK(n >= 64, kWhere, "no device memory left to measure the gradient norm; raise gpu_memory");
+  DeviceBuffer grad(device, round_up(n * per_param), "profile norm gradient"),
+      partials(device, round_up(grad_sumsq_chunks(n) * sizeof(double)), "profile norm partials");
+  fill.values(grad.data(), grad_dtype, n, 1e-3f);
+  const std::unique_ptr<DeviceAdamW> kernels = make_device_adamw(device);
+  const double seconds = time_on_device(
+      device, [&] { kernels->grad_sumsq_partials(grad.data(), grad_dtype, n, partials.as<double>()); }, options.timing);
+  return static_cast<double>(n) / seconds;
+}
+
+}  // namespace
+
+ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& config, int64_t seq_len,
+                               const ProfileOptions& options) {
+  FERRY_CHECK(seq_len >= 2, kWhere, "seq_len must be at least 2, got {}", seq_len);
+  const DType wd = engine_weight_dtype(device);
+  const Shape shape{config, build_model_layout(config), seq_len, wd, wd};
+
+  std::vector<int64_t> micro = options.micro_batches;
+  std::sort(micro.begin(), micro.end());
+  micro.erase(std::unique(micro.begin(), micro.end()), micro.end());
+  FERRY_CHECK(micro.size() >= 2 && micro.front() >= 1, kWhere,
+              "the compute times need two or more micro-batch sizes >= 1 to fit fixed + per-token seconds");
+  // An eighth stays free for the ops' own working memory (the CUDA ops allocate their GEMM
+  // workspace and the fused cross-entropy's logits from the device on first use).
+  const size_t usable = free_device_bytes(device) / 8 * 7;
+  std::vector<int64_t> tokens;
+  for (const int64_t m : micro) {
+    const int64_t T = m * seq_len;
+    const size_t need = std::max(shape.layer_phase_bytes(T), shape.ends_phase_bytes(T));
+    if (need <= usable) tokens.push_back(T);
+    else log_info("profile: micro-chunks of {} sequences need {} of device memory, {} can be used; measured without",
+                  m, format_bytes(need), format_bytes(usable));
+  }
+  if (tokens.size() < 2) {
+    const int64_t T = micro[1] * seq_len;
+    fail(kWhere,
+         "measuring the compute times needs micro-chunks of {} and {} sequences of {} tokens, which take {} of device "
+         "memory; {} can be used (7/8 of the free memory): lower seq_len or raise gpu_memory",
+         micro[0], micro[1], seq_len, format_bytes(std::max(shape.layer_phase_bytes(T), shape.ends_phase_bytes(T))),
+         format_bytes(usable));
+  }
+
+  RandomDeviceFill fill(device, options.seed);
+  ComputeProfile c;
+  // The layer and the head are timed at the speed training reaches, after the ops' warm-up (GEMM
+  // tuning: timed in the middle of it, a 1B layer's backward measured 60% slow).
+  TimingOptions steady = options.timing;
+  steady.warmup_runs = std::max(steady.warmup_runs, ops.calls_to_steady_speed());
+  steady.soak_seconds = options.compute_soak_seconds;
+  const LayerTimes layer = time_layer(device, ops, shape, tokens, fill, steady);
+  c.layer_forward = layer.forward;
+  c.layer_backward = layer.backward;
+  c.layer_backward_kept = layer.backward_kept;
+  const EndTimes ends = time_ends(device, ops, shape, tokens, fill, steady);
+  c.embedding_forward = ends.embedding_forward;
+  c.embedding_backward = ends.embedding_backward;
+  c.head = ends.head;
+  c.head_f32_grads = ends.head_f32_grads;
+  c.gpu_adamw_params_per_s = device_adamw_rate(device, ops, shape.wd, fill, options);
+  c.grad_norm_params_per_s = grad_norm_rate(device, shape.wd, fill, options);
+  return c;
+}
+
+}  // namespace ferry

@@ -1,0 +1,233 @@
+#include "train/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "train/output_dir.h"
+#include "io/atomic_file.h"
+#include "io/completion_marker.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr const char* kWhere = "checkpoint";
+constexpr int kFormatVersion = 1;
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kStateFile = "trainer_state.json";
+
+std::optional<int64_t> checkpoint_step(const std::filesystem::path& dir) {
+  const std::string name = dir.filename().string();
+  const std::string prefix = "checkpoint-";
+  if (name.rfind(prefix, 0) != 0) return std::nullopt;
+  const std::string digits = name.substr(prefix.size());
+  // More than 18 digits cannot be a step ferry saved (and would overflow int64).
+  if (digits.empty() || digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), ::isdigit))
+    return std::nullopt;
+  return std::stoll(digits);
+}
+
+std::vector<std::pair<int64_t, std::filesystem::path>> complete_checkpoints(
+    const std::filesystem::path& output_dir) {
+  std::vector<std::pair<int64_t, std::filesystem::path>> found;
+  if (!std::filesystem::is_directory(output_dir)) return found;
+  for (const auto& entry : std::filesystem::directory_iterator(output_dir)) {
+    if (!entry.is_directory()) continue;
+    auto step = checkpoint_step(entry.path());
+    if (step && is_marked_complete(entry.path())) found.emplace_back(*step, entry.path());
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+// Removes a checkpoint's temporary directory unless the save got as far as renaming it: a save
+// that fails (a full disk) leaves no half-written directory behind.
+class TempDirCleanup {
+ public:
+  explicit TempDirCleanup(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  ~TempDirCleanup() {
+    std::error_code ec;
+    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
+  }
+  TempDirCleanup(const TempDirCleanup&) = delete;
+  TempDirCleanup& operator=(const TempDirCleanup&) = delete;
+  void release() { dir_.clear(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// Deletes a checkpoint directory, its completion marker first: remove_all's order is the
+// directory's, and a kill partway through must not leave a directory marked complete that has
+// lost its weights or optimizer state.
+void remove_checkpoint(const std::filesystem::path& dir) {
+  unmark_complete(dir);
+  std::filesystem::remove_all(dir);
+}
+
+// An integer field of trainer_state.json: a float (1e15 parses as one), a negative number or a
+// string is a corrupt or hand-edited state, never truncated or trusted.
+int64_t state_integer(const nlohmann::json& value, const std::filesystem::path& dir, const char* field) {
+  FERRY_CHECK(
+      value.is_number_integer() && value.get<int64_t>() >= 0, kWhere,
+      "{}/{}: '{}' is {}, not a non-negative integer; the checkpoint is corrupt: resume from an earlier "
+      "checkpoint (delete this one) or start a new output_dir",
+      dir.string(), kStateFile, field, value.dump());
+  return value.get<int64_t>();
+}
+
+// The files of a checkpoint, into its temporary directory; the completion marker last.
+void write_checkpoint_files(const std::filesystem::path& temp_dir, const CheckpointView& view) {
+  write_hf_model_dir(temp_dir, view.source_dir, *view.config, *view.layout, view.masters, view.save_dtype,
+                     view.max_shard_bytes);
+
+  std::vector<TensorToWrite> tensors;
+  const std::pair<const char*, const std::vector<const float*>*> groups[] = {
+      {"master.", &view.masters}, {"exp_avg.", &view.m}, {"exp_avg_sq.", &view.v}};
+  for (const auto& [prefix, buffers] : groups) {
+    for (size_t u = 0; u < view.layout->units.size(); ++u)
+      for (const auto& p : view.layout->units[u].params)
+        tensors.push_back(TensorToWrite{prefix + p.hf_name, DType::F32, p.shape, (*buffers)[u] + p.offset});
+  }
+  write_safetensors(temp_dir / kOptimizerFile, tensors, {{"format", "ferry-optimizer"}});
+
+  nlohmann::json state = {
+      {"format_version", kFormatVersion},
+      {"step", view.state.step},
+      {"data_position", {{"epoch", view.state.data_epoch}, {"index", view.state.data_index}}},
+      {"fingerprint", view.state.fingerprint},
+  };
+  write_file_atomic(temp_dir / kStateFile, state.dump(2) + "\n");
+  mark_complete(temp_dir);
+}
+
+}  // namespace
+
+std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const CheckpointView& view,
+                                      int64_t keep) {
+  const auto final_dir = output_dir / fmt::format("checkpoint-{}", view.state.step);
+  const auto temp_dir = output_dir / fmt::format("checkpoint-{}.tmp", view.state.step);
+  std::filesystem::remove_all(temp_dir);
+  std::filesystem::create_directories(temp_dir);
+  TempDirCleanup cleanup(temp_dir);
+
+  try {
+    write_checkpoint_files(temp_dir, view);
+  } catch (const std::exception& e) {
+    // Error (a full disk, from AtomicFile) or filesystem_error (a directory operation).
+    const auto previous = find_latest_checkpoint(output_dir);
+    fail(
+        kWhere,
+        "saving {} failed, and its partial files were removed: {}; {} and the input model are untouched: "
+        "free disk space, then continue with resume=true",
+        final_dir.string(), e.what(),
+        previous ? "the newest complete checkpoint, " + previous->string() + "," : std::string("output_dir"));
+  }
+
+  // Replace an older checkpoint of the same step only once the new one is complete, and in one
+  // step: two renames (old aside, new in) leave a moment with no checkpoint of this step, and a
+  // kill there resumes from an earlier one, or from none.
+  if (std::filesystem::exists(final_dir)) {
+    if (exchange_paths(temp_dir, final_dir)) {
+      remove_checkpoint(temp_dir);  // the old one, under the temporary name no resume reads
+    } else {
+      const auto old_dir = output_dir / fmt::format("checkpoint-{}.old", view.state.step);
+      std::filesystem::remove_all(old_dir);
+      std::filesystem::rename(final_dir, old_dir);
+      std::filesystem::rename(temp_dir, final_dir);
+      remove_checkpoint(old_dir);
+    }
+  } else {
+    std::filesystem::rename(temp_dir, final_dir);
+  }
+  cleanup.release();
+  sync_directory(output_dir);
+
+  if (keep > 0) {
+    auto all = complete_checkpoints(output_dir);
+    for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
+      if (all[i].second == final_dir) continue;
+      remove_checkpoint(all[i].second);
+    }
+  }
+  return final_dir;
+}
+
+std::optional<std::filesystem::path> find_latest_checkpoint(const std::filesystem::path& output_dir) {
+  auto all = complete_checkpoints(output_dir);
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
+}
+
+TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout& layout,
+                             const std::vector<float*>& masters, const std::vector<float*>& m,
+                             const std::vector<float*>& v) {
+  FERRY_CHECK(
+      is_marked_complete(dir), kWhere,
+      "{} has no {} marker: it was not written completely; resume from an earlier checkpoint or delete it",
+      dir.string(), kCompleteMarker);
+  std::ifstream in(dir / kStateFile);
+  FERRY_CHECK(in.good(), kWhere, "{}: cannot read {}", dir.string(), kStateFile);
+  nlohmann::json state;
+  try {
+    in >> state;
+  } catch (const nlohmann::json::exception& e) {
+    fail(kWhere, "{}/{}: not valid JSON ({}); the checkpoint is corrupt", dir.string(), kStateFile, e.what());
+  }
+  FERRY_CHECK(state.is_object(), kWhere, "{}/{}: not a JSON object; the checkpoint is corrupt", dir.string(),
+              kStateFile);
+  const nlohmann::json version = state.value("format_version", nlohmann::json());
+  FERRY_CHECK(version == kFormatVersion, kWhere,
+              "{}: checkpoint format version {} is not the one this ferry reads ({})", dir.string(),
+              version.dump(), kFormatVersion);
+
+  TrainerState s;
+  try {
+    s.step = state_integer(state.at("step"), dir, "step");
+    s.data_epoch = state_integer(state.at("data_position").at("epoch"), dir, "data_position.epoch");
+    s.data_index = state_integer(state.at("data_position").at("index"), dir, "data_position.index");
+    s.fingerprint = state.value("fingerprint", nlohmann::json::object());
+  } catch (const nlohmann::json::exception& e) {
+    fail(kWhere, "{}/{}: missing or malformed field ({}); the checkpoint is corrupt", dir.string(),
+         kStateFile, e.what());
+  }
+  // The directory's name is the step it was saved at; a state that disagrees was not written by
+  // this checkpoint's save.
+  const std::optional<int64_t> named = checkpoint_step(dir);
+  FERRY_CHECK(
+      !named || *named == s.step, kWhere,
+      "{}/{}: the state says step {} but the checkpoint is named for step {}; the checkpoint is corrupt: "
+      "resume from an earlier checkpoint (delete this one) or start a new output_dir",
+      dir.string(), kStateFile, s.step, *named);
+
+  SafetensorsFile file = SafetensorsFile::open(dir / kOptimizerFile);
+  const std::pair<const char*, const std::vector<float*>*> groups[] = {
+      {"master.", &masters}, {"exp_avg.", &m}, {"exp_avg_sq.", &v}};
+  for (const auto& [prefix, buffers] : groups) {
+    for (size_t u = 0; u < layout.units.size(); ++u) {
+      float* base = (*buffers)[u];
+      std::fill(base, base + layout.units[u].numel, 0.0f);
+      for (const auto& p : layout.units[u].params) {
+        const std::string name = prefix + p.hf_name;
+        const TensorInfo* info = file.find(name);
+        FERRY_CHECK(info != nullptr, kWhere,
+                    "{}: optimizer state has no tensor '{}'; the checkpoint belongs to "
+                    "another model",
+                    dir.string(), name);
+        FERRY_CHECK(info->dtype == DType::F32 && info->shape == p.shape, kWhere,
+                    "{}: tensor '{}' is {} {}, expected F32 {}", dir.string(), name, dtype_name(info->dtype),
+                    shape_to_string(info->shape), shape_to_string(p.shape));
+        std::memcpy(base + p.offset, file.data(*info), info->bytes);
+      }
+    }
+  }
+  return s;
+}
+
+}  // namespace ferry

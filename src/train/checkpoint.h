@@ -1,0 +1,47 @@
+// Resumable checkpoints (DESIGN.md §4): OUTPUT/checkpoint-STEP/ holds a loadable Hugging Face model
+// directory, optimizer.safetensors (fp32 master.<name>, exp_avg.<name>, exp_avg_sq.<name> for every
+// parameter) and trainer_state.json (step, data position, seed, run fingerprint). It is written
+// under a temporary name, fsynced, renamed, and marked complete by a COMPLETE file written last;
+// a directory without the marker is never resumed from.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <vector>
+
+#include "model/model_config.h"
+#include "model/unit_layout.h"
+
+namespace ferry {
+
+struct TrainerState {
+  int64_t step = 0;               // optimizer steps completed
+  int64_t data_epoch = 0;         // position of the next row to read
+  int64_t data_index = 0;
+  nlohmann::json fingerprint;     // what must match for an exact resume (data, batch geometry, seed)
+};
+
+struct CheckpointView {
+  const ModelConfig* config = nullptr;
+  const ModelLayout* layout = nullptr;
+  std::filesystem::path source_dir;  // input model directory (tokenizer files are copied from it)
+  DType save_dtype = DType::BF16;
+  size_t max_shard_bytes = size_t{5} << 30;
+  std::vector<const float*> masters, m, v;
+  TrainerState state;
+};
+
+// Writes OUTPUT/checkpoint-STEP and then deletes the oldest complete checkpoints beyond
+// `keep` (0 keeps all). Returns the checkpoint's path.
+std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const CheckpointView& view, int64_t keep);
+
+// The newest complete checkpoint in output_dir, if any.
+std::optional<std::filesystem::path> find_latest_checkpoint(const std::filesystem::path& output_dir);
+
+// Reads a checkpoint into masters/m/v (fp32 buffers laid out by `layout`); returns its state.
+TrainerState load_checkpoint(const std::filesystem::path& checkpoint_dir, const ModelLayout& layout,
+                             const std::vector<float*>& masters, const std::vector<float*>& m,
+                             const std::vector<float*>& v);
+
+}  // namespace ferry

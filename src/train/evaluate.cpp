@@ -1,0 +1,84 @@
+#include "train/evaluate.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "data/packing.h"
+#include "engine/model_step.h"
+#include "train/output_dir_claim.h"
+#include "train/profile_cache.h"
+#include "engine/step_batch.h"
+#include "train/training_data.h"
+#include "io/safetensors_writer.h"
+#include "model/model_weights.h"
+
+namespace ferry {
+
+EvalResult run_eval(const EvalOptions& o) {
+  FERRY_CHECK(!o.model.empty() && !o.data.empty(), "eval", "give --model DIR and --data FILE");
+  FERRY_CHECK(o.seq_len >= 2 && o.micro_batch >= 1, "eval", "seq_len must be >= 2 and micro_batch >= 1");
+  if (o.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(o.threads));
+  warn_if_unfinished_output(o.model);
+  ModelWeights w = load_model_weights(o.model);
+  // The documents exactly as training would see them, through the same loader and cache.
+  TrainConfig data;
+  data.model = o.model;
+  data.data = o.data;
+  const std::optional<DataFormat> format = parse_data_format(o.data_format);
+  FERRY_CHECK(format.has_value(), "eval", "--data-format must be one of {}; got '{}'", data_format_names(),
+              o.data_format);
+  data.data_format = *format;
+  data.tokenizer = o.tokenizer;
+  data.chat_template = o.chat_template;
+  data.train_on_prompt = o.train_on_prompt;
+  data.cache_dir = o.cache_dir.empty() ? default_cache_dir("data") : o.cache_dir;
+  if (data.cache_dir.empty()) data.output_dir = ".";  // no cache root known: the working directory's .cache
+  std::vector<PackedRow> rows = pack_documents(load_training_documents(data, w.config), o.seq_len, o.packing);
+  if (o.max_rows > 0 && static_cast<int64_t>(rows.size()) > o.max_rows) rows.resize(static_cast<size_t>(o.max_rows));
+  FERRY_CHECK(!rows.empty(), "eval", "the data holds no tokens");
+
+  auto ops = make_cpu_ops();
+  ModelStep step(w.config, w.layout, *ops, o.micro_batch * o.seq_len, 1);
+  std::vector<float*> params;
+  for (auto& u : w.units) params.push_back(u.data());
+
+  EvalResult result;
+  double loss_sum = 0.0;
+  const int64_t V = w.config.vocab_size;
+  std::vector<float> dumped;
+  const int64_t dump_rows = o.dump_logits.empty() ? 0 : std::min<int64_t>(o.dump_rows, static_cast<int64_t>(rows.size()));
+  for (size_t begin = 0; begin < rows.size(); begin += static_cast<size_t>(o.micro_batch)) {
+    std::vector<const PackedRow*> batch_rows;
+    for (size_t r = begin; r < std::min(rows.size(), begin + static_cast<size_t>(o.micro_batch)); ++r)
+      batch_rows.push_back(&rows[r]);
+    const StepBatch batch = make_step_batch(batch_rows, o.seq_len, static_cast<int64_t>(batch_rows.size()));
+    std::vector<float> logits;
+    const bool dump = static_cast<int64_t>(begin) < dump_rows;
+    if (dump) logits.resize(static_cast<size_t>(batch.rows * o.seq_len * V));
+    const StepLoss loss = step.evaluate(params, batch, dump ? logits.data() : nullptr);
+    if (dump) dumped.insert(dumped.end(), logits.begin(), logits.end());
+    loss_sum += loss.loss_sum;
+    result.counted_tokens += loss.counted_tokens;
+  }
+  result.rows = static_cast<int64_t>(rows.size());
+  FERRY_CHECK(result.counted_tokens > 0, "eval", "every target in the data is masked; nothing to evaluate");
+  result.loss = loss_sum / static_cast<double>(result.counted_tokens);
+  result.perplexity = std::exp(result.loss);
+
+  if (dump_rows > 0) {
+    std::vector<int64_t> ids, positions;
+    for (int64_t r = 0; r < dump_rows; ++r) {
+      for (int32_t t : rows[static_cast<size_t>(r)].input_ids) ids.push_back(t);
+      for (int32_t t : rows[static_cast<size_t>(r)].positions) positions.push_back(t);
+    }
+    dumped.resize(static_cast<size_t>(dump_rows * o.seq_len * V));
+    write_safetensors(o.dump_logits, {{"input_ids", DType::I64, {dump_rows, o.seq_len}, ids.data()},
+                                      {"position_ids", DType::I64, {dump_rows, o.seq_len}, positions.data()},
+                                      {"logits", DType::F32, {dump_rows, o.seq_len, V}, dumped.data()}});
+  }
+  return result;
+}
+
+}  // namespace ferry

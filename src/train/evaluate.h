@@ -1,0 +1,40 @@
+// `ferry eval`: loss and perplexity of a model on data as `ferry train` reads it (pre-tokenized, or
+// text formats tokenized with the model's tokenizer and chat template, loss on the targets
+// training would use), optionally writing the logits of the first rows (for comparing with
+// transformers: tools/check_hf_output.py).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace ferry {
+
+struct EvalOptions {
+  std::filesystem::path model;
+  std::vector<std::filesystem::path> data;
+  // As TrainConfig's keys of the same names (train/training_data.h).
+  std::string data_format = "auto";
+  std::filesystem::path tokenizer, chat_template;
+  bool train_on_prompt = false;
+  // Tokenized text data is cached here; empty: default_cache_dir("data") (train/profile_cache.h).
+  std::filesystem::path cache_dir;
+  int64_t seq_len = 2048;
+  int64_t micro_batch = 1;
+  bool packing = true;
+  int64_t max_rows = 0;               // 0: all rows
+  std::filesystem::path dump_logits;  // when set: input_ids, position_ids, logits of the first rows
+  int64_t dump_rows = 2;
+  int64_t threads = 0;
+};
+
+struct EvalResult {
+  double loss = 0.0;        // mean cross-entropy over counted tokens
+  double perplexity = 0.0;
+  int64_t rows = 0;
+  int64_t counted_tokens = 0;
+};
+
+EvalResult run_eval(const EvalOptions& options);
+
+}  // namespace ferry

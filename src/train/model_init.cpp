@@ -1,0 +1,187 @@
+#include "train/model_init.h"
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "train/output_dir.h"
+#include "io/atomic_file.h"
+#include "model/unit_layout.h"
+
+namespace ferry {
+
+namespace {
+
+struct Shape {
+  int64_t vocab, hidden, inter, layers, heads, kv_heads, head_dim;  // head_dim 0: hidden / heads
+  int64_t max_pos;
+  double theta, eps;
+  bool tied;
+};
+
+struct PresetEntry {
+  const char* arch;
+  const char* name;
+  const char* description;
+  Shape shape;
+  RopeScaling::Type scaling;
+  double scaling_factor;
+  DType dtype;
+};
+
+// Real shapes as published in each model's config.json.
+const PresetEntry kPresets[] = {
+    {"llama", "tiny", "2 layers, hidden 64, byte vocabulary (tests, demo)",
+     {320, 64, 160, 2, 4, 2, 0, 2048, 10000.0, 1e-5, false}, RopeScaling::Type::None, 1.0, DType::F32},
+    {"llama", "small", "4 layers, hidden 256", {2048, 256, 688, 4, 8, 4, 0, 4096, 500000.0, 1e-5, false},
+     RopeScaling::Type::Llama3, 8.0, DType::BF16},
+    {"llama", "llama-3.2-1b", "Llama-3.2-1B shape", {128256, 2048, 8192, 16, 32, 8, 0, 131072, 500000.0, 1e-5, true},
+     RopeScaling::Type::Llama3, 32.0, DType::BF16},
+    {"llama", "llama-3.2-3b", "Llama-3.2-3B shape", {128256, 3072, 8192, 28, 24, 8, 0, 131072, 500000.0, 1e-5, true},
+     RopeScaling::Type::Llama3, 32.0, DType::BF16},
+    {"llama", "llama-3.1-8b", "Llama-3.1-8B shape", {128256, 4096, 14336, 32, 32, 8, 0, 131072, 500000.0, 1e-5, false},
+     RopeScaling::Type::Llama3, 8.0, DType::BF16},
+    {"mistral", "tiny", "2 layers, hidden 64, byte vocabulary", {320, 64, 160, 2, 4, 2, 0, 2048, 10000.0, 1e-5, false},
+     RopeScaling::Type::None, 1.0, DType::F32},
+    {"mistral", "mistral-7b", "Mistral-7B-v0.3 shape", {32768, 4096, 14336, 32, 32, 8, 0, 32768, 1000000.0, 1e-5, false},
+     RopeScaling::Type::None, 1.0, DType::BF16},
+    {"qwen2", "tiny", "2 layers, hidden 64, q/k/v bias", {320, 64, 160, 2, 4, 2, 0, 2048, 1000000.0, 1e-6, false},
+     RopeScaling::Type::None, 1.0, DType::F32},
+    {"qwen2", "qwen2.5-7b", "Qwen2.5-7B shape", {152064, 3584, 18944, 28, 28, 4, 0, 32768, 1000000.0, 1e-6, false},
+     RopeScaling::Type::None, 1.0, DType::BF16},
+    {"qwen3", "tiny", "2 layers, hidden 64, head_dim 32, q/k norm", {320, 64, 160, 2, 4, 2, 32, 2048, 1000000.0, 1e-6, false},
+     RopeScaling::Type::None, 1.0, DType::F32},
+    {"qwen3", "qwen3-8b", "Qwen3-8B shape", {151936, 4096, 12288, 36, 32, 8, 128, 40960, 1000000.0, 1e-6, false},
+     RopeScaling::Type::None, 1.0, DType::BF16},
+};
+
+Architecture arch_of(const std::string& arch) {
+  if (arch == "llama") return Architecture::Llama;
+  if (arch == "mistral") return Architecture::Mistral;
+  if (arch == "qwen2") return Architecture::Qwen2;
+  if (arch == "qwen3") return Architecture::Qwen3;
+  fail("init", "unknown architecture '{}'; choose llama, mistral, qwen2 or qwen3", arch);
+}
+
+}  // namespace
+
+std::vector<ModelPreset> model_presets(const std::string& arch) {
+  arch_of(arch);
+  std::vector<ModelPreset> out;
+  for (const auto& p : kPresets)
+    if (arch == p.arch) out.push_back({p.name, p.description});
+  return out;
+}
+
+ModelConfig preset_config(const std::string& arch, const std::string& preset) {
+  const Architecture a = arch_of(arch);
+  const PresetEntry* entry = nullptr;
+  for (const auto& p : kPresets)
+    if (arch == p.arch && preset == p.name) entry = &p;
+  if (entry == nullptr) {
+    std::string names;
+    for (const auto& p : model_presets(arch)) names += (names.empty() ? "" : ", ") + p.name;
+    fail("init", "no preset '{}' for {}; the presets are: {}", preset, arch, names);
+  }
+  static const char* const kClassNames[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                            "Qwen3ForCausalLM"};
+  const Shape& s = entry->shape;
+  ModelConfig c;
+  c.arch = a;
+  c.architecture_name = kClassNames[static_cast<int>(a)];
+  c.model_type = arch;
+  c.vocab_size = s.vocab;
+  c.hidden_size = s.hidden;
+  c.intermediate_size = s.inter;
+  c.num_layers = s.layers;
+  c.num_heads = s.heads;
+  c.num_kv_heads = s.kv_heads;
+  c.head_dim = s.head_dim > 0 ? s.head_dim : s.hidden / s.heads;
+  c.max_position_embeddings = s.max_pos;
+  c.rope_theta = s.theta;
+  c.rms_norm_eps = s.eps;
+  c.tie_word_embeddings = s.tied;
+  c.qkv_bias = a == Architecture::Qwen2;
+  c.qk_norm = a == Architecture::Qwen3;
+  c.dtype = entry->dtype;
+  if (entry->scaling == RopeScaling::Type::Llama3) {
+    c.rope_scaling.type = RopeScaling::Type::Llama3;
+    c.rope_scaling.factor = entry->scaling_factor;
+    c.rope_scaling.low_freq_factor = 1.0;
+    c.rope_scaling.high_freq_factor = 4.0;
+    c.rope_scaling.original_max_position_embeddings = 8192;
+  }
+  // Round-trip through config.json so that `raw` and every derived field are what a reader sees.
+  return parse_model_config(model_config_to_json(c), "preset " + preset);
+}
+
+void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<std::vector<float>>& units) {
+  const ModelLayout layout = build_model_layout(config);
+  units.resize(layout.units.size());
+  // Each parameter gets its own generator, seeded from (seed, parameter index), so that filling in
+  // parallel gives the same values as filling in order.
+  struct Job {
+    float* dst;
+    int64_t count;
+    int kind;  // 0 normal, 1 ones, 2 zeros
+    uint64_t seed;
+  };
+  std::vector<Job> jobs;
+  uint64_t index = 0;
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    units[u].assign(static_cast<size_t>(layout.units[u].numel), 0.0f);
+    for (const auto& p : layout.units[u].params) {
+      const bool is_bias = p.name.size() >= 4 && p.name.compare(p.name.size() - 4, 4, "bias") == 0;
+      const bool is_norm = p.name.find("norm") != std::string::npos;
+      jobs.push_back({units[u].data() + p.offset, p.numel, is_bias ? 2 : (is_norm ? 1 : 0),
+                      seed * 0x9E3779B97F4A7C15ull + (++index)});
+    }
+  }
+  const float std_dev = static_cast<float>(config.initializer_range);
+  ThreadPool::global().parallel_for(jobs.size(), [&](size_t begin, size_t end) {
+    for (size_t j = begin; j < end; ++j) {
+      const Job& job = jobs[j];
+      if (job.kind == 1) std::fill(job.dst, job.dst + job.count, 1.0f);
+      if (job.kind != 0) continue;
+      std::mt19937_64 rng(job.seed);
+      // Box-Muller on 53-bit uniforms: platform-independent, unlike std::normal_distribution.
+      for (int64_t i = 0; i < job.count; i += 2) {
+        const double u1 = (static_cast<double>(rng() >> 11) + 1.0) * 0x1.0p-53;
+        const double u2 = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+        const double r = std::sqrt(-2.0 * std::log(u1));
+        job.dst[i] = std_dev * static_cast<float>(r * std::cos(2.0 * M_PI * u2));
+        if (i + 1 < job.count) job.dst[i + 1] = std_dev * static_cast<float>(r * std::sin(2.0 * M_PI * u2));
+      }
+    }
+  });
+}
+
+namespace {
+
+void write_generation_config(const ModelConfig& config, const std::filesystem::path& out_dir) {
+  nlohmann::json generation = {{"_from_model_config", true}, {"transformers_version", "4.46.0"}};
+  if (config.raw.contains("bos_token_id")) generation["bos_token_id"] = config.raw["bos_token_id"];
+  if (config.raw.contains("eos_token_id")) generation["eos_token_id"] = config.raw["eos_token_id"];
+  write_file_atomic(out_dir / "generation_config.json", generation.dump(2) + "\n");
+}
+
+}  // namespace
+
+void write_random_model(const ModelConfig& config, uint64_t seed, const std::filesystem::path& out_dir) {
+  std::vector<std::vector<float>> units;
+  init_random_weights(config, seed, units);
+  const ModelLayout layout = build_model_layout(config);
+  std::vector<const float*> ptrs;
+  for (auto& u : units) ptrs.push_back(u.data());
+  write_hf_model_dir(out_dir, {}, config, layout, ptrs, config.dtype, size_t{5} << 30);
+  write_generation_config(config, out_dir);
+}
+
+void write_model_config_only(const ModelConfig& config, const std::filesystem::path& out_dir) {
+  std::filesystem::create_directories(out_dir);
+  write_file_atomic(out_dir / "config.json", config_json_text(config, config.dtype, {}));
+  write_generation_config(config, out_dir);
+}
+
+}  // namespace ferry

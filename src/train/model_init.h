@@ -1,0 +1,35 @@
+// `ferry init`: random-initialised Hugging Face model directories, from presets that carry the real
+// shapes of well-known models (for benchmarks and planning) or tiny ones (for tests and the demo).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "model/model_config.h"
+
+namespace ferry {
+
+struct ModelPreset {
+  std::string name;         // e.g. "tiny", "llama-3.1-8b"
+  std::string description;
+};
+
+// The presets valid for an architecture ("llama", "mistral", "qwen2", "qwen3").
+std::vector<ModelPreset> model_presets(const std::string& arch);
+
+// The configuration of `preset` for `arch`; errors list the valid names.
+ModelConfig preset_config(const std::string& arch, const std::string& preset);
+
+// Fills parameters as transformers' _init_weights does: linear and embedding weights
+// ~ N(0, initializer_range), norm weights 1, biases 0. Deterministic in `seed`.
+void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<std::vector<float>>& units);
+
+// Creates DIR with config.json, model.safetensors (in config.dtype) and generation_config.json.
+void write_random_model(const ModelConfig& config, uint64_t seed, const std::filesystem::path& out_dir);
+
+// Creates DIR with config.json and generation_config.json alone: what `ferry plan` and `ferry
+// profile` read, without writing (or holding in memory) the weights of a large preset.
+void write_model_config_only(const ModelConfig& config, const std::filesystem::path& out_dir);
+
+}  // namespace ferry

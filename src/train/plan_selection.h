@@ -1,0 +1,85 @@
+// From a training config to the plan the engine runs: the one path `ferry train` and `ferry plan`
+// share, so that what `ferry plan` prints is what `ferry train` does with the same config.
+//
+//   1. the machine profile: `profile: FILE`, else this device's cached or freshly measured one
+//      (train/profile_cache.h obtain_profile); `ferry plan --nominal` plans with the nominal
+//      rates of the lent H200 machine instead (planner/nominal_profile.h);
+//   2. the budgets: the device's memory or gpu_memory, and host_memory, else the physical RAM the
+//      profile records less a margin (planner/search.h default_host_budget);
+//   3. the forced options of the config (micro_batch, gpu_slots, offload_activations,
+//      resident_layers) as constraints of the search (planner/search.h);
+//   4. the search: the fastest plan that fits, its prediction and the next best alternatives;
+//   5. where that plan leaves the GPU waiting for the CPU AdamW, the settings that would not.
+#pragma once
+
+#include <string>
+
+#include "train/train_config.h"
+#include "model/model_config.h"
+#include "model/unit_layout.h"
+#include "planner/idle_advice.h"
+#include "planner/profile.h"
+#include "planner/search.h"
+
+namespace ferry {
+
+// The device a config trains on, for planning: cuda or sim (cpu has no plan).
+struct PlanTarget {
+  std::string device;          // "cuda" | "sim"
+  DType weight_dtype = DType::BF16;  // what the engine holds on that device (bf16 on CUDA, fp32 on sim)
+  size_t device_budget = 0;    // bytes the engine may allocate
+  bool gpu_adamw = false;      // the device runs AdamW (CUDA)
+  // Host memory this machine can give the run now, its own included (core/host_memory.h); 0:
+  // unknown (planning for a machine known by a profile), the default budget then comes from the
+  // profile's physical RAM.
+  size_t host_available = 0;
+  std::string host_available_source;  // what bounds it: "MemAvailable", a cgroup's limit
+  size_t host_beside_engine = 0;        // PlanRequest::host_beside_engine
+  bool device_memory_on_host = false;   // PlanRequest::device_memory_on_host (sim)
+};
+
+struct PlanSelection {
+  MachineProfile profile;
+  std::string profile_source;  // the file, or "nominal rates (...)"
+  PlanRequest request;
+  SearchResult result;
+  std::vector<IdleAdvice> advice;  // settings that would keep the GPU busy (planner/idle_advice.h)
+};
+
+// Host memory beside the engine (PlanRequest::host_beside_engine): what the process holds at
+// planning time less the loaded fp32 weights (they become the masters), plus an allowance for
+// what comes later and no plan counts buffer by buffer (thread stacks, the ops' host-side
+// handles, a checkpoint's conversion pieces). Measured on the lent H200: 132 MiB with the CUDA
+// context and an 8B model's 16 MB of tokens.
+inline constexpr size_t kHostGrowthAllowance = size_t{256} << 20;
+struct HostBeside {
+  size_t own = 0;      // counted resident memory now (core/host_memory.h)
+  size_t weights = 0;  // of it, the loaded fp32 weights
+  size_t bytes = 0;    // the rest, with the allowance
+};
+HostBeside measure_host_beside(size_t loaded_weight_bytes);
+
+// Sets target.host_beside_engine from measure_host_beside and, when the plan is for this machine
+// (not a profile file's or the nominal one), target.host_available from what it can give now.
+// `train` and `plan` both fill their targets here, so that they plan the same host budget.
+HostBeside fill_host_target(PlanTarget& target, size_t loaded_weight_bytes, bool this_machine);
+
+// The search's request for `config` on `target`: its forced options and budgets. Without
+// `host_memory`, the host budget is what target.host_available leaves (default_host_budget_available),
+// else what `ram_bytes` of physical memory leaves (default_host_budget); with neither, none.
+PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, double ram_bytes);
+
+// 2–4 above, with the profile of 1 (`source` says where it came from, for the log). Throws
+// ferry::Error when no plan fits (with the budgets that would).
+PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, const ModelLayout& layout,
+                          const PlanTarget& target, MachineProfile profile, std::string source,
+                          size_t alternatives = 4);
+
+// One line for the log: the plan, its predicted step time and tokens/s, the bottleneck.
+std::string describe_selection(const PlanSelection& selection);
+
+// The advice, one line each (none without advice): "GPU idle 8% waits for the CPU AdamW after the global
+// norm; predicted with global_batch: 32 (65536 tokens a step): 22731 tokens/s, GPU idle 0%".
+std::vector<std::string> describe_advice(const PlanSelection& selection);
+
+}  // namespace ferry

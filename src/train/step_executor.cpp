@@ -1,0 +1,187 @@
+#include "train/step_executor.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/host_memory.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "device/device.h"
+#include "train/device_choice.h"
+#include "engine/model_step.h"
+#include "train/plan_selection.h"
+#include "train/profile_cache.h"
+#include "engine/sliding_engine.h"
+#include "engine/step_trace.h"
+#include "engine/unit_optimizer.h"
+#include "ops/device_ops.h"
+#include "planner/memory_model.h"
+
+namespace ferry {
+
+namespace {
+
+// The CPU backend in host memory: ModelStep + UnitOptimizer, the reference every schedule matches.
+class PlainExecutor final : public StepExecutor {
+ public:
+  PlainExecutor(const TrainConfig& config, ModelWeights weights)
+      : weights_(std::move(weights)),
+        ops_(make_cpu_ops()),
+        micro_batch_(config.micro_batch > 0 ? config.micro_batch : 1),  // auto: the CPU has no memory to plan
+        step_(weights_.config, weights_.layout, *ops_, micro_batch_ * config.seq_len,
+              config.global_batch / micro_batch_),
+        optimizer_(weights_.layout, config.decay_norms_and_biases) {
+    for (const auto& u : weights_.layout.units) grads_.emplace_back(static_cast<size_t>(u.numel), 0.0f);
+  }
+  std::string describe() const override {
+    return fmt::format("cpu ({} threads, fp32 reference ops)", ThreadPool::global().size());
+  }
+  ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) override {
+    std::vector<float*> g;
+    for (auto& b : grads_) g.push_back(b.data());
+    const StepLoss loss = step_.run(masters(), g, batch);
+    const UpdateStats stats =
+        optimizer_.step(masters(), std::vector<const float*>(g.begin(), g.end()), hyper, max_grad_norm, step);
+    return {loss.mean(), loss.counted_tokens, stats.grad_norm};
+  }
+  void finish_updates() override {}
+  std::vector<float*> masters() override { return pointers(weights_.units); }
+  std::vector<float*> exp_avg() override { return pointers(optimizer_.m()); }
+  std::vector<float*> exp_avg_sq() override { return pointers(optimizer_.v()); }
+  void state_loaded(int64_t) override {}
+  int64_t micro_batch() const override { return micro_batch_; }
+
+ private:
+  static std::vector<float*> pointers(std::vector<std::vector<float>>& buffers) {
+    std::vector<float*> out;
+    for (auto& b : buffers) out.push_back(b.data());
+    return out;
+  }
+  ModelWeights weights_;
+  std::unique_ptr<Ops> ops_;
+  int64_t micro_batch_;
+  ModelStep step_;
+  UnitOptimizer optimizer_;
+  std::vector<std::vector<float>> grads_;
+};
+
+// The sliding engine on a device.
+class SlidingExecutor final : public StepExecutor {
+ public:
+  SlidingExecutor(std::unique_ptr<Device> device, const TrainConfig& config, ModelWeights weights, const Plan& plan,
+                  const Prediction& predicted)
+      : device_(std::move(device)),
+        trace_(config.trace.empty() ? nullptr : std::make_unique<StepTrace>(*device_, config.trace, config.trace_steps)),
+        ops_(make_device_ops(trace_ ? trace_->device() : *device_)),
+        plan_(plan),
+        predicted_(predicted) {
+    engine_ = std::make_unique<SlidingEngine>(weights.config, weights.layout, trace_ ? trace_->device() : *device_,
+                                              *ops_, plan_,
+                                              plan_.micro_batch * config.seq_len,
+                                              config.global_batch / plan_.micro_batch, config.decay_norms_and_biases);
+    for (size_t u = 0; u < weights.units.size(); ++u) {  // into the huge-page masters, freeing each copy as it goes
+      engine_->host().unit(u).master.assign(weights.units[u]);
+      std::vector<float>().swap(weights.units[u]);
+    }
+    engine_->host().commit_state();  // only now: the loaded copies are gone
+    engine_->weights_changed(0);
+  }
+  ~SlidingExecutor() override { engine_.reset(); }
+  std::string describe() const override { return fmt::format("{}: {}", device_->name(), plan_.describe()); }
+  ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) override {
+    if (trace_) trace_->begin(step);
+    const SlidingStepResult r = engine_->step(step, batch, hyper, max_grad_norm);
+    if (trace_) trace_->end();
+    if (step == kMemoryReportStep) log_memory();
+    return {r.loss, r.counted_tokens, r.grad_norm};
+  }
+  void finish_updates() override { engine_->finish_updates(); }
+  std::vector<float*> masters() override { return collect(&HostUnitState::master); }
+  std::vector<float*> exp_avg() override { return collect(&HostUnitState::m); }
+  std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v); }
+  void state_loaded(int64_t step) override { engine_->weights_changed(step); }
+  int64_t micro_batch() const override { return plan_.micro_batch; }
+
+ private:
+  // By step 3 every buffer exists (the ops' scratch grows during step 1, nothing is allocated per
+  // step after), so the memory in use then is the run's peak, to set beside the planner's
+  // prediction. The devices' own peak counters also include a profile measurement, when one ran.
+  static constexpr int64_t kMemoryReportStep = 3;
+  void log_memory() const {
+    const MemoryStats device = device_->memory(), pinned = device_->pinned_memory();
+    log_info("memory in use after step {}: device {} (predicted {}), pinned {} (predicted {})", kMemoryReportStep,
+             format_bytes(device.in_use), format_bytes(predicted_.device.total()), format_bytes(pinned.in_use),
+             format_bytes(predicted_.host.pinned));
+  }
+
+  std::vector<float*> collect(HostArray HostUnitState::*member) {
+    std::vector<float*> out;
+    for (size_t u = 0; u < engine_->host().unit_count(); ++u) out.push_back((engine_->host().unit(u).*member).data());
+    return out;
+  }
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<StepTrace> trace_;  // config `trace:`; nullptr without
+  std::unique_ptr<Ops> ops_;
+  Plan plan_;
+  Prediction predicted_;
+  std::unique_ptr<SlidingEngine> engine_;
+};
+
+}  // namespace
+
+std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, ModelWeights weights,
+                                                 HostMemoryWatch* watch) {
+  const DeviceChoice choice = choose_device(config, DeviceUse::Train);
+  if (choice.kind == DeviceKind::Cpu) {
+    FERRY_CHECK(config.trace.empty(), "trace", "the cpu backend has no streams to trace; trace with device: sim or cuda");
+    return std::make_unique<PlainExecutor>(config, std::move(weights));
+  }
+  std::unique_ptr<Device> dev = make_chosen_device(choice);
+  PlanTarget target = choice.target;
+  target.device_budget = dev->memory().capacity - std::min(dev->memory().capacity, dev->memory().in_use);
+  size_t weight_bytes = 0;
+  for (const auto& unit : weights.units) weight_bytes += unit.size() * sizeof(float);
+  const HostBeside beside = fill_host_target(target, weight_bytes, true);
+  // A budget no plan fits is refused before measuring a profile, which needs device memory too.
+  check_device_budget(weights.config, weights.layout, plan_request(config, target, 0.0));
+  MachineProfile profile;
+  std::string source;
+  {
+    // Ops for measuring only, released (with their working memory) before the engine's.
+    const std::unique_ptr<Ops> measuring = make_device_ops(*dev);
+    ProfileOrigin origin = ProfileOrigin::Measured;
+    profile = obtain_profile(config, weights.config, *dev, *measuring, {}, &origin);
+    source = origin == ProfileOrigin::File    ? config.profile.string()
+             : origin == ProfileOrigin::Cache ? fmt::format("{}, cached", profile.device_name)
+                                              : fmt::format("{}, measured now", profile.device_name);
+  }
+  const PlanSelection selection =
+      select_plan(config, weights.config, weights.layout, target, std::move(profile), std::move(source));
+  const Candidate& chosen = selection.result.best;
+  log_info("{}", describe_selection(selection));
+  log_info("predicted step time {:.4f} s ({:.0f} tokens/s): {}", chosen.prediction.step_seconds,
+           chosen.prediction.tokens_per_second, chosen.explanation);
+  for (const std::string& line : describe_advice(selection)) log_info("plan: {}", line);
+  const DeviceBytes& d = chosen.prediction.device;
+  const HostBytes& h = chosen.prediction.host;
+  log_info("device memory plan: {} of {} (slots {}, resident {}, activations {}, scratch {}, ops workspace {})",
+           format_bytes(d.total()), format_bytes(target.device_budget), format_bytes(d.slots),
+           format_bytes(d.resident), format_bytes(d.activations), format_bytes(d.scratch),
+           format_bytes(d.ops_workspace));
+  log_info("host memory plan: {} in all = optimizer state {} + pinned {} + beside the engine {} (runtime and data "
+           "{} measured, {} allowed for later growth){}; budget {} ({})",
+           format_bytes(h.total()), format_bytes(h.pageable), format_bytes(h.pinned), format_bytes(h.beside),
+           format_bytes(beside.bytes - kHostGrowthAllowance), format_bytes(kHostGrowthAllowance),
+           h.device > 0 ? fmt::format(" + the simulated device's {}", format_bytes(h.device)) : std::string(),
+           format_bytes(selection.request.host_budget), selection.request.host_budget_source);
+  if (watch != nullptr) {
+    // Loading holds the weights in fp32 beside what the process had; every later phase holds the plan.
+    watch->plan(kPhaseModelLoad, beside.weights + beside.bytes);
+    for (const char* phase : kPhasesOfThePlan) watch->plan(phase, h.total());
+    watch->enter(kPhaseStateCommit);
+  }
+  return std::make_unique<SlidingExecutor>(std::move(dev), config, std::move(weights), chosen.plan,
+                                           chosen.prediction);
+}
+
+}  // namespace ferry

@@ -1,0 +1,50 @@
+// What the training loop asks of whatever runs the steps: the plain in-memory trainer on the CPU
+// backend, or the sliding engine on a Device (simulated or CUDA) following a Plan. Both hold the
+// fp32 masters and AdamW state per unit, which is what checkpoints save and resume restores.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "train/host_memory_watch.h"
+#include "engine/step_batch.h"
+#include "train/train_config.h"
+#include "model/model_weights.h"
+#include "optim/adamw.h"
+
+namespace ferry {
+
+struct ExecutedStep {
+  double loss = 0.0;  // mean over counted tokens
+  int64_t counted_tokens = 0;
+  double grad_norm = 0.0;
+};
+
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  virtual std::string describe() const = 0;
+  // Runs optimizer step `step` (1-based). The update may still be in flight when it returns.
+  virtual ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) = 0;
+  // Waits for every update in flight; afterwards masters/m/v are current.
+  virtual void finish_updates() = 0;
+  // Per-unit fp32 buffers (laid out by the model layout).
+  virtual std::vector<float*> masters() = 0;
+  virtual std::vector<float*> exp_avg() = 0;
+  virtual std::vector<float*> exp_avg_sq() = 0;
+  // Masters/m/v were replaced (resume) as of optimizer step `step`.
+  virtual void state_loaded(int64_t step) = 0;
+  // Sequences per micro-chunk the steps' batches must be cut into: the config's micro_batch, or
+  // the planner's choice when the config leaves it (`micro_batch: auto`).
+  virtual int64_t micro_batch() const = 0;
+};
+
+// Chooses the executor from `device` (cpu | sim | cuda | auto); on a device, the plan comes from
+// the planner's search (train/plan_selection.h), whose choice and predicted step time are logged.
+// Takes ownership of the weights. With a `watch`, the run's phases get the plan's host memory
+// (train/host_memory_watch.h), and building the engine is its phase "state commit".
+std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, ModelWeights weights,
+                                                 HostMemoryWatch* watch = nullptr);
+
+}  // namespace ferry

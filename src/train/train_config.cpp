@@ -1,0 +1,445 @@
+#include "train/train_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+#include "core/text_file.h"
+#include "data/record_formats.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr const char* kWhere = "config";
+// More CPU threads than any machine has cores: a larger count is a typo, and would make the thread
+// pool try to start that many threads.
+constexpr int64_t kMaxThreads = 4096;
+
+template <typename T>
+T scalar_as(const YAML::Node& node, const std::string& key, const char* kind) {
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    fail(kWhere, "'{}' must be {}, got '{}'", key, kind,
+         node.IsScalar() ? node.Scalar() : std::string("(not a scalar)"));
+  }
+}
+
+bool parse_bool(const YAML::Node& node, const std::string& key) {
+  return scalar_as<bool>(node, key, "true or false");
+}
+int64_t parse_int(const YAML::Node& node, const std::string& key) {
+  // Accept 1e3-style integers written by people ("max_steps: 1e3").
+  if (node.IsScalar()) {
+    const std::string& s = node.Scalar();
+    if (s.find_first_of("eE.") != std::string::npos) {
+      const double d = scalar_as<double>(node, key, "an integer");
+      // Range first: converting a double beyond int64 is undefined.
+      FERRY_CHECK(std::fabs(d) < 0x1p63 && d == std::trunc(d), kWhere, "'{}' must be an integer, got '{}'",
+                  key, s);
+      return static_cast<int64_t>(d);
+    }
+  }
+  return scalar_as<int64_t>(node, key, "an integer");
+}
+double parse_double(const YAML::Node& node, const std::string& key) {
+  return scalar_as<double>(node, key, "a number");
+}
+std::string parse_string(const YAML::Node& node, const std::string& key) {
+  FERRY_CHECK(node.IsScalar(), kWhere, "'{}' must be a string", key);
+  return node.Scalar();
+}
+
+// A list of integers: a YAML sequence, one integer, or "3,10" (which also works on the command line).
+std::vector<int64_t> parse_int_list(const YAML::Node& node, const std::string& key) {
+  std::vector<int64_t> values;
+  if (node.IsSequence()) {
+    for (const auto& item : node) values.push_back(parse_int(item, key));
+    return values;
+  }
+  std::stringstream ss(parse_string(node, key));
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    std::erase(part, ' ');
+    if (!part.empty()) values.push_back(parse_int(YAML::Node(part), key));
+  }
+  return values;
+}
+
+// One of a fixed set of names, as its enum value.
+template <typename T>
+T parse_choice(const YAML::Node& node, const std::string& key,
+               std::initializer_list<std::pair<const char*, T>> choices) {
+  const std::string name = parse_string(node, key);
+  std::string names;
+  for (const auto& [n, value] : choices) {
+    if (name == n) return value;
+    names += (names.empty() ? "" : ", ") + std::string(n);
+  }
+  fail(kWhere, "'{}' must be one of {}; got '{}'", key, names, name);
+}
+
+// A byte size, or auto (empty) for the default.
+std::optional<int64_t> parse_optional_size(const YAML::Node& node, const std::string& key) {
+  const std::string text = parse_string(node, key);
+  if (text.empty() || text == "auto") return std::nullopt;
+  return parse_byte_size(text, key);
+}
+
+using Setter = std::function<void(TrainConfig&, const YAML::Node&, const std::string&)>;
+
+const std::map<std::string, Setter>& setters() {
+  static const std::map<std::string, Setter> table = {
+      {"model", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.model = parse_string(n, k); }},
+      {"data",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.data.clear();
+         if (n.IsSequence()) {
+           for (const auto& item : n) c.data.emplace_back(parse_string(item, k));
+         } else {
+           // A comma-separated list also works on the command line: data=a.jsonl,b.jsonl
+           std::stringstream ss(parse_string(n, k));
+           std::string part;
+           while (std::getline(ss, part, ','))
+             if (!part.empty()) c.data.emplace_back(part);
+         }
+       }},
+      {"data_format",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string name = parse_string(n, k);
+         const auto format = parse_data_format(name);
+         FERRY_CHECK(format.has_value(), kWhere, "'{}' must be one of {}; got '{}'", k, data_format_names(), name);
+         c.data_format = *format;
+       }},
+      {"output_dir", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.output_dir = parse_string(n, k); }},
+      {"skip_malformed", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.skip_malformed = parse_bool(n, k); }},
+      {"train_on_prompt", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.train_on_prompt = parse_bool(n, k); }},
+      {"tokenizer", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.tokenizer = parse_string(n, k); }},
+      {"chat_template", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.chat_template = parse_string(n, k); }},
+      {"cache_dir", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.cache_dir = parse_string(n, k); }},
+      {"seq_len", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.seq_len = parse_int(n, k); }},
+      {"global_batch", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.global_batch = parse_int(n, k); }},
+      {"micro_batch",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.micro_batch = n.IsScalar() && n.Scalar() == "auto" ? 0 : parse_int(n, k);
+       }},
+      {"packing", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.packing = parse_bool(n, k); }},
+      {"shuffle", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.shuffle = parse_bool(n, k); }},
+      {"max_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_steps = parse_int(n, k); }},
+      {"epochs", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.epochs = parse_double(n, k); }},
+      {"learning_rate", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.learning_rate = parse_double(n, k); }},
+      {"lr_scheduler_type",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.lr_scheduler_type = parse_lr_schedule(parse_string(n, k)); }},
+      {"warmup_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.warmup_steps = parse_int(n, k); }},
+      {"warmup_ratio", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.warmup_ratio = parse_double(n, k); }},
+      {"min_lr_ratio", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.min_lr_ratio = parse_double(n, k); }},
+      {"weight_decay", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.weight_decay = parse_double(n, k); }},
+      {"adam_beta1", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.adam_beta1 = parse_double(n, k); }},
+      {"adam_beta2", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.adam_beta2 = parse_double(n, k); }},
+      {"adam_epsilon", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.adam_epsilon = parse_double(n, k); }},
+      {"max_grad_norm", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_grad_norm = parse_double(n, k); }},
+      {"decay_norms_and_biases",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.decay_norms_and_biases = parse_bool(n, k); }},
+      {"seed",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         const int64_t seed = parse_int(n, k);
+         FERRY_CHECK(seed >= 0, kWhere, "'seed' must be a non-negative integer, got {}", seed);
+         c.seed = static_cast<uint64_t>(seed);
+       }},
+      {"logging_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.logging_steps = parse_int(n, k); }},
+      {"save_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_steps = parse_int(n, k); }},
+      {"save_total_limit", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_total_limit = parse_int(n, k); }},
+      {"resume", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.resume = parse_bool(n, k); }},
+      {"overwrite_output_dir",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.overwrite_output_dir = parse_bool(n, k); }},
+      {"save_dtype",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.save_dtype = parse_choice<std::optional<DType>>(
+             n, k, {{"auto", std::nullopt}, {"float32", DType::F32}, {"bfloat16", DType::BF16}, {"float16", DType::F16}});
+       }},
+      {"max_shard_size",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_shard_bytes = parse_byte_size(parse_string(n, k), k); }},
+      {"device",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.device = parse_choice<DeviceKind>(
+             n, k, {{"auto", DeviceKind::Auto}, {"cpu", DeviceKind::Cpu}, {"sim", DeviceKind::Sim}, {"cuda", DeviceKind::Cuda}});
+       }},
+      {"gpu_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_memory = parse_optional_size(n, k); }},
+      {"host_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.host_memory = parse_optional_size(n, k); }},
+      {"threads", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.threads = parse_int(n, k); }},
+      {"gpu_slots", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_slots = parse_int(n, k); }},
+      {"offload_activations",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.offload_activations = parse_choice<ActivationOffload>(
+             n, k, {{"auto", ActivationOffload::Auto}, {"all", ActivationOffload::All}, {"none", ActivationOffload::None}});
+       }},
+      {"recompute",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.recompute = parse_choice<RecomputePolicy>(n, k, {{"auto", RecomputePolicy::Auto}, {"all", RecomputePolicy::All}});
+       }},
+      {"weight_upload",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.weight_upload = parse_choice<std::optional<WeightUpload>>(
+             n, k, {{"auto", std::nullopt}, {"bf16-host-shadow", WeightUpload::HostShadow},
+                    {"convert-on-upload", WeightUpload::ConvertOnUpload}});
+       }},
+      {"update_schedule",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.update_schedule = parse_choice<std::optional<UpdateSchedule>>(
+             n, k, {{"auto", std::nullopt}, {"after-backward", UpdateSchedule::AfterBackward},
+                    {"during-backward", UpdateSchedule::DuringBackward}});
+       }},
+      {"resident_layers",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.resident_layers = parse_int(n, k); }},
+      {"trace", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.trace = parse_string(n, k); }},
+      {"trace_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.trace_steps = parse_int_list(n, k); }},
+      {"profile", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.profile = parse_string(n, k); }},
+  };
+  return table;
+}
+
+// Other projects' spellings of the same keys, accepted so that configs port over.
+const std::map<std::string, std::string>& aliases() {
+  static const std::map<std::string, std::string> table = {
+      {"lr", "learning_rate"},
+      {"model_name_or_path", "model"},
+      {"dataset", "data"},
+      {"train_on_input", "train_on_prompt"},
+      {"cutoff_len", "seq_len"},
+      {"max_seq_len", "seq_len"},
+      {"num_train_epochs", "epochs"},
+      {"per_device_train_batch_size", "micro_batch"},
+      {"grad_clip", "max_grad_norm"},
+      {"scheduler", "lr_scheduler_type"},
+  };
+  return table;
+}
+
+std::string known_keys() {
+  std::string s;
+  for (const auto& [k, _] : setters()) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+// Edits (insertions, deletions, substitutions) that turn a into b.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The key or alias closest to a mistyped one, when it is close enough to be the one meant (at most
+// a third of its letters wrong); empty otherwise.
+std::string nearest_key(const std::string& key) {
+  std::string best;
+  size_t best_distance = key.size() / 3 + 1;
+  auto consider = [&](const std::string& candidate) {
+    const size_t d = edit_distance(key, candidate);
+    if (d < best_distance) best = candidate, best_distance = d;
+  };
+  for (const auto& [k, _] : setters()) consider(k);
+  for (const auto& [k, _] : aliases()) consider(k);
+  return best;
+}
+
+std::string canonical_key(const std::string& key) {
+  auto a = aliases().find(key);
+  return a == aliases().end() ? key : a->second;
+}
+
+// Sets one key. `where` names the place ("train.yaml:3" or "command line"), which errors from the
+// value's parsing are given too.
+void apply(TrainConfig& c, const std::string& key, const YAML::Node& value, const std::string& where) {
+  auto it = setters().find(canonical_key(key));
+  if (it == setters().end()) {
+    const std::string near = nearest_key(key);
+    if (!near.empty()) fail(kWhere, "{}: unknown key '{}'; did you mean '{}'?", where, key, near);
+    fail(kWhere, "{}: unknown key '{}'; the keys are: {}", where, key, known_keys());
+  }
+  try {
+    it->second(c, value, it->first);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const std::string prefix = fmt::format("[{}] ", kWhere);
+    fail(kWhere, "{}: {}", where, what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
+  }
+}
+
+// The keys of the file by what they set: a key given twice, or under two of its names (lr and
+// learning_rate), would otherwise let the last one win silently.
+class KeysSeen {
+ public:
+  void add(const std::string& key, const std::string& where) {
+    const auto [it, inserted] = seen_.try_emplace(canonical_key(key), key, where);
+    if (inserted) return;
+    const auto& [first_key, first_where] = it->second;
+    if (first_key == key) fail(kWhere, "'{}' is given twice ({} and {}); keep one", key, first_where, where);
+    fail(kWhere, "'{}' ({}) and '{}' ({}) both set {}; keep one", first_key, first_where, key, where,
+         it->first);
+  }
+
+ private:
+  std::map<std::string, std::pair<std::string, std::string>> seen_;  // setting -> (key, where)
+};
+
+}  // namespace
+
+const char* device_kind_name(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::Auto: return "auto";
+    case DeviceKind::Cpu: return "cpu";
+    case DeviceKind::Sim: return "sim";
+    case DeviceKind::Cuda: return "cuda";
+  }
+  return "?";
+}
+
+namespace {
+
+void apply_file(TrainConfig& c, const std::string& yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    fail(kWhere, "{}: not valid YAML: {}", source, e.what());
+  }
+  if (!root || root.IsNull()) return;
+  FERRY_CHECK(root.IsMap(), kWhere, "{}: the config must be a mapping of key: value lines", source);
+  KeysSeen seen;
+  for (const auto& item : root) {
+    const std::string where = fmt::format("{}:{}", source, item.first.Mark().line + 1);
+    FERRY_CHECK(item.first.IsScalar(), kWhere, "{}: a key must be a name, not a list or a mapping", where);
+    const std::string key = item.first.Scalar();
+    seen.add(key, "line " + std::to_string(item.first.Mark().line + 1));
+    apply(c, key, item.second, where);
+  }
+}
+
+// On the command line a later key=value wins, as the command line wins over the file: scripts
+// append overrides to a base list.
+void apply_overrides(TrainConfig& c, const std::vector<std::string>& overrides) {
+  for (const auto& o : overrides) {
+    const size_t eq = o.find('=');
+    FERRY_CHECK(eq != std::string::npos && eq > 0, kWhere, "override '{}' must look like key=value", o);
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.substr(eq + 1));
+    } catch (const YAML::Exception& e) {
+      fail(kWhere, "override '{}': value is not valid YAML: {}", o, e.what());
+    }
+    if (!value || value.IsNull()) value = YAML::Node(std::string());
+    apply(c, o.substr(0, eq), value, "command line");
+  }
+}
+
+// Makes the config's relative paths relative to `base`.
+void resolve_paths(TrainConfig& c, const std::filesystem::path& base) {
+  if (base.empty()) return;
+  auto resolve = [&](std::filesystem::path& p) {
+    if (!p.empty() && p.is_relative()) p = base / p;
+  };
+  resolve(c.model);
+  resolve(c.output_dir);
+  resolve(c.tokenizer);
+  resolve(c.chat_template);
+  resolve(c.cache_dir);
+  resolve(c.trace);
+  resolve(c.profile);
+  for (auto& d : c.data) resolve(d);
+}
+
+}  // namespace
+
+TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
+                               const std::string& source) {
+  TrainConfig c;
+  apply_file(c, yaml_text, source);
+  apply_overrides(c, overrides);
+  validate_train_config(c);
+  return c;
+}
+
+TrainConfig load_train_config(const std::filesystem::path& yaml_path,
+                              const std::vector<std::string>& overrides) {
+  TrainConfig c;
+  apply_file(c, read_text_file(yaml_path, kWhere, "check the path"), yaml_path.string());
+  // Relative paths in a config file are relative to the file, as people expect when they move a
+  // project directory around; those given on the command line are relative to where the command
+  // runs, as the shell completed them.
+  resolve_paths(c, yaml_path.parent_path());
+  apply_overrides(c, overrides);
+  validate_train_config(c);
+  return c;
+}
+
+void validate_train_config(const TrainConfig& c) {
+  FERRY_CHECK(c.seq_len >= 2, kWhere, "seq_len must be at least 2, got {}", c.seq_len);
+  FERRY_CHECK(c.global_batch >= 1, kWhere, "global_batch must be at least 1, got {}", c.global_batch);
+  FERRY_CHECK(c.micro_batch >= 0, kWhere,
+              "micro_batch must be at least 1, or auto (the planner picks), got {}", c.micro_batch);
+  FERRY_CHECK(c.micro_batch == 0 || c.global_batch % c.micro_batch == 0, kWhere,
+              "global_batch ({}) must be a multiple of micro_batch ({})", c.global_batch, c.micro_batch);
+  FERRY_CHECK(c.max_steps >= 0, kWhere, "max_steps must be >= 0");
+  FERRY_CHECK(c.max_steps > 0 || c.epochs > 0, kWhere, "set max_steps or epochs to a positive value");
+  FERRY_CHECK(c.learning_rate >= 0, kWhere, "learning_rate must be >= 0, got {}", c.learning_rate);
+  FERRY_CHECK(c.warmup_steps >= 0, kWhere, "warmup_steps must be >= 0");
+  FERRY_CHECK(c.warmup_ratio >= 0 && c.warmup_ratio <= 1, kWhere, "warmup_ratio must be in [0, 1]");
+  FERRY_CHECK(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, kWhere, "min_lr_ratio must be in [0, 1]");
+  FERRY_CHECK(c.weight_decay >= 0, kWhere, "weight_decay must be >= 0");
+  FERRY_CHECK(c.adam_beta1 >= 0 && c.adam_beta1 < 1, kWhere, "adam_beta1 must be in [0, 1), got {}",
+              c.adam_beta1);
+  FERRY_CHECK(c.adam_beta2 >= 0 && c.adam_beta2 < 1, kWhere, "adam_beta2 must be in [0, 1), got {}",
+              c.adam_beta2);
+  FERRY_CHECK(c.adam_epsilon >= 0, kWhere, "adam_epsilon must be >= 0");
+  FERRY_CHECK(c.max_grad_norm >= 0, kWhere, "max_grad_norm must be >= 0 (0 disables clipping)");
+  FERRY_CHECK(c.logging_steps >= 1, kWhere, "logging_steps must be at least 1");
+  FERRY_CHECK(c.save_steps >= 0, kWhere, "save_steps must be >= 0");
+  FERRY_CHECK(c.save_total_limit >= 0, kWhere, "save_total_limit must be >= 0");
+  FERRY_CHECK(c.threads >= 0 && c.threads <= kMaxThreads, kWhere,
+              "threads must be between 0 (one per core) and {} (it counts CPU threads), got {}", kMaxThreads,
+              c.threads);
+  FERRY_CHECK(c.max_shard_bytes > 0, kWhere, "max_shard_size must be a positive size such as 5GB");
+  for (const auto& [name, value] : {std::pair<const char*, double>{"epochs", c.epochs},
+                                    {"learning_rate", c.learning_rate},
+                                    {"warmup_ratio", c.warmup_ratio},
+                                    {"min_lr_ratio", c.min_lr_ratio},
+                                    {"weight_decay", c.weight_decay},
+                                    {"adam_beta1", c.adam_beta1},
+                                    {"adam_beta2", c.adam_beta2},
+                                    {"adam_epsilon", c.adam_epsilon},
+                                    {"max_grad_norm", c.max_grad_norm}})
+    FERRY_CHECK(std::isfinite(value), kWhere, "{} must be a finite number, got {}", name, value);
+  FERRY_CHECK(!(c.resume && c.overwrite_output_dir), kWhere,
+              "resume=true continues the run in output_dir and overwrite_output_dir=true discards it; set only one");
+  FERRY_CHECK(c.gpu_slots >= 0, kWhere, "gpu_slots must be >= 0 (0: the planner chooses)");
+  FERRY_CHECK(c.resident_layers >= -1, kWhere,
+              "resident_layers must be >= 0, or -1 for the planner's choice");
+  FERRY_CHECK(
+      c.update_schedule != UpdateSchedule::DuringBackward || c.max_grad_norm == 0, kWhere,
+      "update_schedule: during-backward updates each unit before the global gradient norm is known, so it "
+      "cannot clip; set max_grad_norm: 0, or use after-backward");
+  FERRY_CHECK(c.trace.empty() || !c.trace_steps.empty(), kWhere,
+              "trace_steps must name at least one step to trace");
+  for (int64_t s : c.trace_steps)
+    FERRY_CHECK(s >= 1, kWhere, "trace_steps are optimizer steps, counted from 1; got {}", s);
+}
+
+}  // namespace ferry

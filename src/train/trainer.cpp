@@ -1,0 +1,264 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <fstream>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "data/batch_sampler.h"
+#include "data/packing.h"
+#include "train/checkpoint.h"
+#include "train/host_memory_watch.h"
+#include "train/metrics_log.h"
+#include "engine/model_step.h"
+#include "train/output_dir.h"
+#include "train/output_dir_claim.h"
+#include "engine/step_batch.h"
+#include "train/step_executor.h"
+#include "train/training_data.h"
+#include "engine/unit_optimizer.h"
+#include "model/model_weights.h"
+#include "ops/ops.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr const char* kWhere = "train";
+
+DType resolve_save_dtype(const TrainConfig& config, const ModelConfig& model) {
+  return config.save_dtype.value_or(model.dtype);
+}
+
+nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::string& tokenized_data) {
+  nlohmann::json data = nlohmann::json::array();
+  for (const auto& p : c.data) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(p, ec);
+    data.push_back({{"name", p.filename().string()}, {"bytes", ec ? -1 : static_cast<int64_t>(size)}});
+  }
+  // A key missing from an older checkpoint is not compared (check_resume_fingerprint).
+  return {{"data", data},
+          {"tokenized_data", tokenized_data},  // fingerprint of tokenizer + data + options (text formats)
+          {"rows", rows},
+          {"seq_len", c.seq_len},
+          {"global_batch", c.global_batch},
+          {"micro_batch", c.micro_batch},
+          {"packing", c.packing},
+          {"shuffle", c.shuffle},
+          {"seed", c.seed}};
+}
+
+void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json& now, const std::string& where) {
+  for (const auto& [key, value] : now.items()) {
+    if (!saved.contains(key)) continue;
+    FERRY_CHECK(saved[key] == value, kWhere,
+                "cannot resume exactly from {}: '{}' was {} when it was saved and is {} now; restore the setting "
+                "or start a new output_dir",
+                where, key, saved[key].dump(), value.dump());
+  }
+}
+
+// A stop requested by a signal is taken between steps; the steps done since the newest checkpoint
+// are then saved, so that resume=true loses nothing.
+void log_stop(int signal, int64_t step, int64_t total_steps, int64_t saved_step) {
+  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
+  if (step == 0)
+    log_warn("stopped by {} before the first step; nothing to save", name);
+  else if (step == saved_step)
+    log_warn("stopped by {} after step {} of {}, which the newest checkpoint holds", name, step, total_steps);
+  else
+    log_warn("stopped by {} after step {} of {}; saving a checkpoint", name, step, total_steps);
+}
+
+}  // namespace
+
+TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
+  validate_train_config(config);
+  FERRY_CHECK(!config.model.empty(), kWhere, "no model given; set `model:` to a Hugging Face model directory");
+  FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more JSONL files");
+  FERRY_CHECK(!config.output_dir.empty(), kWhere, "no output_dir given; set `output_dir:`");
+  if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
+  const OutputDirLock output_lock = claim_output_dir(config);
+  warn_if_unfinished_output(config.model);
+
+  // Host memory held to the plan phase by phase; the report is written however the run ends.
+  HostMemoryWatch memory;
+  const HostMemoryReportOnExit memory_report(memory, config.output_dir);
+  memory.enter(kPhaseModelLoad);
+
+  // Everything is read and checked before any long work starts.
+  ModelWeights weights = load_model_weights(config.model);
+  const ModelConfig& mc = weights.config;
+  if (mc.sliding_window && *mc.sliding_window < config.seq_len) {
+    fail(kWhere, "{} uses sliding-window attention of {} tokens, shorter than seq_len {}; ferry trains full "
+                 "attention only: set seq_len <= {}",
+         mc.architecture_name, *mc.sliding_window, config.seq_len, *mc.sliding_window);
+  }
+  TrainingDataSummary data_summary;
+  std::vector<Document> documents = load_training_documents(config, mc, &data_summary);
+  if (data_summary.skipped_malformed > 0)
+    log_warn("skipped {} malformed records (skip_malformed: true)", data_summary.skipped_malformed);
+  FERRY_CHECK(!documents.empty(), kWhere, "the data holds no documents; check the files in `data:`");
+  const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, config.packing);
+  FERRY_CHECK(!rows.empty(), kWhere, "packing produced no sequences");
+
+  const int64_t total_steps =
+      config.max_steps > 0
+          ? config.max_steps
+          : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(config.epochs * static_cast<double>(rows.size()) /
+                                                                static_cast<double>(config.global_batch))));
+  const int64_t warmup = config.warmup_steps > 0
+                             ? config.warmup_steps
+                             : static_cast<int64_t>(std::ceil(config.warmup_ratio * static_cast<double>(total_steps)));
+  const DType save_dtype = resolve_save_dtype(config, mc);
+
+  const ModelConfig model_config = mc;
+  const ModelLayout layout = weights.layout;
+  const int64_t parameter_count = layout.parameter_count();
+  memory.enter(kPhasePlanning);
+  std::unique_ptr<StepExecutor> executor = make_step_executor(config, std::move(weights), &memory);
+  memory.check();
+
+  BatchSampler sampler(static_cast<int64_t>(rows.size()), config.seed, config.shuffle);
+  const nlohmann::json fingerprint = run_fingerprint(config, rows.size(), data_summary.fingerprint);
+  int64_t step = 0;
+  std::filesystem::create_directories(config.output_dir);
+  if (config.resume) {
+    auto latest = find_latest_checkpoint(config.output_dir);
+    if (!latest) {
+      log_warn("resume: no complete checkpoint in {}; starting from the beginning", config.output_dir.string());
+    } else {
+      memory.enter(kPhaseCheckpointLoad);
+      TrainerState state =
+          load_checkpoint(*latest, layout, executor->masters(), executor->exp_avg(), executor->exp_avg_sq());
+      check_resume_fingerprint(state.fingerprint, fingerprint, latest->string());
+      step = state.step;
+      FERRY_CHECK(
+          step <= total_steps, kWhere,
+          "{} is at step {}, past this run's {} steps; resume with max_steps of at least {} (or the epochs "
+          "that train that long), or start a new output_dir",
+          latest->string(), step, total_steps, step);
+      executor->state_loaded(step);
+      sampler.seek(DataPosition{state.data_epoch, state.data_index});
+      log_info("resumed from {} at step {}", latest->string(), step);
+    }
+  }
+
+  log_info("model {} ({} layers, hidden {}, {:.1f}M parameters, {})", model_config.architecture_name,
+           model_config.num_layers, model_config.hidden_size, static_cast<double>(parameter_count) / 1e6,
+           torch_dtype_name(model_config.dtype));
+  log_info("data: {} documents -> {} sequences of {} tokens; {} steps of {} sequences (micro-batch {}), warmup {}",
+           documents.size(), rows.size(), config.seq_len, total_steps, config.global_batch, executor->micro_batch(),
+           warmup);
+  log_info("device {}", executor->describe());
+
+  auto checkpoint_view = [&]() {
+    executor->finish_updates();
+    CheckpointView view;
+    view.config = &model_config;
+    view.layout = &layout;
+    view.source_dir = config.model;
+    view.save_dtype = save_dtype;
+    view.max_shard_bytes = static_cast<size_t>(config.max_shard_bytes);
+    for (float* b : executor->masters()) view.masters.push_back(b);
+    for (float* b : executor->exp_avg()) view.m.push_back(b);
+    for (float* b : executor->exp_avg_sq()) view.v.push_back(b);
+    const DataPosition pos = sampler.position();
+    view.state = TrainerState{step, pos.epoch, pos.index, fingerprint};
+    return view;
+  };
+
+  cut_metrics_after(config.output_dir / kMetricsFile, step);
+  std::ofstream metrics(config.output_dir / kMetricsFile, std::ios::app);
+  AdamWHyper hyper;
+  hyper.beta1 = config.adam_beta1;
+  hyper.beta2 = config.adam_beta2;
+  hyper.eps = config.adam_epsilon;
+  hyper.weight_decay = config.weight_decay;
+
+  TrainSummary summary;
+  std::vector<const PackedRow*> step_rows;
+  int64_t saved_step = step;  // the newest checkpoint's step
+  while (step < total_steps) {
+    if (const int signal = hooks.stop_signal ? hooks.stop_signal->load() : 0) {
+      log_stop(signal, step, total_steps, saved_step);
+      memory.enter(kPhaseCheckpointSave);
+      if (step > saved_step)
+        log_info("saved {}",
+                 save_checkpoint(config.output_dir, checkpoint_view(), config.save_total_limit).string());
+      summary.final_step = step;
+      summary.stop_signal = signal;
+      return summary;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    step_rows.clear();
+    for (int64_t index : sampler.next_rows(config.global_batch)) step_rows.push_back(&rows[static_cast<size_t>(index)]);
+    const StepBatch batch = make_step_batch(step_rows, config.seq_len, executor->micro_batch());
+    if (batch.counted_tokens() == 0)
+      log_warn("step {}: every target is masked; the gradient is zero for this step", step + 1);
+    hyper.lr = lr_at(config.lr_scheduler_type, config.learning_rate, step, warmup, total_steps, config.min_lr_ratio);
+    memory.enter(summary.steps.empty() ? kPhaseFirstStep : kPhaseSteadyState);
+    const ExecutedStep done = executor->step(step + 1, batch, hyper, config.max_grad_norm);
+    ++step;
+    memory.check();
+    FERRY_CHECK(std::isfinite(done.loss) && std::isfinite(done.grad_norm), kWhere,
+                "step {}: loss {} / grad norm {} is not finite; lower learning_rate or check the data (the last "
+                "checkpoint is intact)",
+                step, done.loss, done.grad_norm);
+
+    StepRecord record;
+    record.step = step;
+    record.total_steps = total_steps;
+    record.loss = done.loss;
+    record.lr = hyper.lr;
+    record.grad_norm = done.grad_norm;
+    record.tokens = batch.rows * batch.seq_len;
+    record.counted_tokens = done.counted_tokens;
+    record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    summary.steps.push_back(record);
+    if (hooks.on_step) hooks.on_step(record);
+    if (step % config.logging_steps == 0 || step == total_steps) {
+      log_info("step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.0f} tok/s", step, total_steps,
+               record.loss, record.lr, record.grad_norm, static_cast<double>(record.tokens) / record.seconds);
+    }
+    metrics << nlohmann::json{{"step", step},           {"loss", record.loss},
+                              {"lr", record.lr},         {"grad_norm", record.grad_norm},
+                              {"tokens", record.tokens}, {"seconds", record.seconds}}
+                   .dump()
+            << "\n";
+    metrics.flush();
+
+    const bool stop_early = hooks.stop_after_steps > 0 && step >= hooks.stop_after_steps && step < total_steps;
+    if ((config.save_steps > 0 && (step % config.save_steps == 0 || step == total_steps)) || stop_early) {
+      memory.enter(kPhaseCheckpointSave);
+      const auto path = save_checkpoint(config.output_dir, checkpoint_view(), config.save_total_limit);
+      log_info("saved {}", path.string());
+      saved_step = step;
+      memory.check();
+      memory.enter(kPhaseSteadyState);
+    }
+    if (stop_early) {
+      summary.final_step = step;
+      return summary;
+    }
+  }
+
+  executor->finish_updates();
+  memory.enter(kPhaseFinalSave);
+  std::vector<const float*> masters;
+  for (float* b : executor->masters()) masters.push_back(b);
+  write_final_model_dir(config.output_dir, config.model, model_config, layout, masters, save_dtype,
+                        static_cast<size_t>(config.max_shard_bytes), config.tokenizer, config.chat_template);
+  log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
+  memory.check();
+  for (const std::string& line : memory.describe()) log_info("host memory, {}", line);
+  summary.final_step = step;
+  summary.finished = true;
+  return summary;
+}
+
+}  // namespace ferry

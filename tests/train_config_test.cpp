@@ -1,0 +1,82 @@
+// The typed training config: values parsed once into what they mean, and where relative paths
+// point (the file's folder for the file, the working directory for the command line).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "test_util.h"
+#include "train/train_config.h"
+
+namespace ferry {
+namespace {
+
+TEST(TrainConfig, ValuesAreParsedIntoWhatTheyMean) {
+  const TrainConfig c = parse_train_config(
+      "device: sim\ngpu_memory: 24GiB\nhost_memory: 1.5TB\nsave_dtype: bfloat16\ndata_format: alpaca\n"
+      "offload_activations: none\nrecompute: all\nupdate_schedule: after-backward\nweight_upload: convert-on-upload\n",
+      {}, "train.yaml");
+  EXPECT_EQ(c.device, DeviceKind::Sim);
+  EXPECT_EQ(c.gpu_memory, std::optional<int64_t>(int64_t{24} << 30));
+  EXPECT_EQ(c.host_memory, std::optional<int64_t>(int64_t{1500000000000}));
+  EXPECT_EQ(c.save_dtype, std::optional<DType>(DType::BF16));
+  EXPECT_EQ(c.data_format, DataFormat::Alpaca);
+  EXPECT_EQ(c.offload_activations, ActivationOffload::None);
+  EXPECT_EQ(c.recompute, RecomputePolicy::All);
+  EXPECT_EQ(c.update_schedule, std::optional<UpdateSchedule>(UpdateSchedule::AfterBackward));
+  EXPECT_EQ(c.weight_upload, std::optional<WeightUpload>(WeightUpload::ConvertOnUpload));
+}
+
+TEST(TrainConfig, AutoLeavesTheChoiceToFerry) {
+  const TrainConfig defaults = parse_train_config("", {}, "train.yaml");
+  EXPECT_EQ(defaults.device, DeviceKind::Auto);
+  EXPECT_FALSE(defaults.gpu_memory.has_value());
+  EXPECT_FALSE(defaults.host_memory.has_value());
+  EXPECT_FALSE(defaults.save_dtype.has_value());
+  EXPECT_FALSE(defaults.update_schedule.has_value());
+  EXPECT_FALSE(defaults.weight_upload.has_value());
+  // Written out, auto means the same; an empty override clears a value the file set.
+  const TrainConfig written = parse_train_config(
+      "gpu_memory: 24GiB\nhost_memory: auto\nsave_dtype: auto\nupdate_schedule: auto\nweight_upload: auto\n",
+      {"gpu_memory="}, "train.yaml");
+  EXPECT_FALSE(written.gpu_memory.has_value());
+  EXPECT_FALSE(written.host_memory.has_value());
+  EXPECT_FALSE(written.save_dtype.has_value());
+  EXPECT_FALSE(written.update_schedule.has_value());
+  EXPECT_FALSE(written.weight_upload.has_value());
+}
+
+TEST(TrainConfig, FilePathsAreRelativeToTheFileAndCommandLinePathsToTheWorkingDirectory) {
+  test::ScratchDir dir("train-config-paths");
+  std::filesystem::create_directories(dir / "project");
+  const std::filesystem::path yaml = dir / "project" / "train.yaml";
+  std::ofstream(yaml) << "model: base-model\ndata: [a.jsonl, /abs/b.jsonl]\noutput_dir: out\n";
+  const TrainConfig from_file = load_train_config(yaml, {});
+  EXPECT_EQ(from_file.model, dir / "project" / "base-model");
+  ASSERT_EQ(from_file.data.size(), 2u);
+  EXPECT_EQ(from_file.data[0], dir / "project" / "a.jsonl");
+  EXPECT_EQ(from_file.data[1], std::filesystem::path("/abs/b.jsonl"));
+  EXPECT_EQ(from_file.output_dir, dir / "project" / "out");
+
+  // `ferry train project/train.yaml model=other-model` from `dir`: the shell completed other-model
+  // against the working directory, and that is where it is looked for.
+  const TrainConfig overridden = load_train_config(yaml, {"model=other-model", "data=c.jsonl"});
+  EXPECT_EQ(overridden.model, std::filesystem::path("other-model"));
+  ASSERT_EQ(overridden.data.size(), 1u);
+  EXPECT_EQ(overridden.data[0], std::filesystem::path("c.jsonl"));
+  EXPECT_EQ(overridden.output_dir, dir / "project" / "out");  // from the file, still the file's
+}
+
+TEST(TrainConfig, AMissingFileSaysWhichAndWhy) {
+  try {
+    load_train_config("/nonexistent/train.yaml", {});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open /nonexistent/train.yaml (No such file or directory)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,76 @@
+// `ferry eval` reads data as training does: text formats through the tokenizer, chat template and
+// token cache of training_data.h. Its loss on chat data equals its loss on the same documents
+// written out pre-tokenized (input_ids and labels), which the HF goldens check elsewhere.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "data_test_tokenizer.h"
+#include "train/evaluate.h"
+#include "train/model_init.h"
+#include "train/train_config.h"
+#include "train/training_data.h"
+#include "model/model_config.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+class EvalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = scratch_ / "model";
+    write_random_model(preset_config("llama", "tiny"), 5, model_);
+    test::write_tiny_chat_tokenizer(model_);
+    chat_ = scratch_ / "chat.jsonl";
+    std::ofstream(chat_)
+        << R"({"messages": [{"role": "user", "content": "Is the cat in?"}, {"role": "assistant", "content": "The cat is in."}]}
+{"messages": [{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hello there, and then we eat."}]}
+)";
+  }
+  EvalOptions options(std::vector<std::filesystem::path> data) const {
+    EvalOptions o;
+    o.model = model_;
+    o.data = std::move(data);
+    o.seq_len = 64;
+    o.cache_dir = scratch_ / "cache";
+    o.threads = 2;
+    return o;
+  }
+  // The documents training would read from `chat_`, written as pre-tokenized JSONL.
+  std::filesystem::path as_tokens(bool train_on_prompt) {
+    TrainConfig c;
+    c.model = model_;
+    c.data = {chat_};
+    c.cache_dir = scratch_ / "cache";
+    c.train_on_prompt = train_on_prompt;
+    const auto docs = load_training_documents(c, load_model_config(model_));
+    const auto path = scratch_ / (train_on_prompt ? "all.jsonl" : "assistant.jsonl");
+    std::ofstream out(path);
+    for (const auto& d : docs) out << nlohmann::json{{"input_ids", d.input_ids}, {"labels", d.labels}}.dump() << "\n";
+    return path;
+  }
+
+  test::ScratchDir scratch_{"eval"};
+  std::filesystem::path model_, chat_;
+};
+
+TEST_F(EvalTest, ChatDataScoresAsItsPreTokenizedDocuments) {
+  const EvalResult text = run_eval(options({chat_}));
+  const EvalResult tokens = run_eval(options({as_tokens(false)}));
+  EXPECT_GT(text.counted_tokens, 0);
+  EXPECT_EQ(text.counted_tokens, tokens.counted_tokens);
+  EXPECT_EQ(text.loss, tokens.loss);
+  EXPECT_EQ(text.rows, tokens.rows);
+  // Only the assistant's tokens count, as in training; --train-on-prompt counts the prompts too.
+  EvalOptions all = options({chat_});
+  all.train_on_prompt = true;
+  const EvalResult every = run_eval(all);
+  EXPECT_GT(every.counted_tokens, text.counted_tokens);
+  EXPECT_EQ(every.loss, run_eval(options({as_tokens(true)})).loss);
+  EXPECT_TRUE(std::filesystem::exists(scratch_ / "cache"));  // the tokenized text was cached there
+}
+
+}  // namespace
+}  // namespace ferry

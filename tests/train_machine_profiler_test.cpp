@@ -1,0 +1,486 @@
+// The machine profile measured on the simulated device with a tiny model: complete and plausible,
+// the emulated PCIe bandwidth found again, the device's memory cap respected; and where a run's
+// profile comes from (profile file, cache, measurement) with its failure modes.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <mutex>
+#include <set>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "device/device.h"
+#include "profiler/disk_rate.h"
+#include "profiler/machine_profiler.h"
+#include "train/model_init.h"
+#include "train/profile_cache.h"
+#include "ops/device_ops.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+constexpr int64_t kSeq = 32;
+
+// One CPU thread for the reference ops: on a busy test machine a pool thread that is descheduled
+// holds up every op at its barrier, so a sample's time says more about the scheduler than about
+// the work; one thread is slowed in proportion at worst. Set before the pool's first use.
+const bool kOneThread = (ThreadPool::set_global_threads(1), true);
+
+// Small enough that a whole profile of the tiny model takes about a second. Five samples of at
+// least 5 ms each: a busy test machine deschedules the process for milliseconds at a time, and the
+// median must still see the undisturbed samples.
+ProfileOptions quick_options() {
+  ProfileOptions o;
+  o.timing.repeats = 5;
+  o.timing.min_sample_seconds = 0.005;
+  o.timing.max_seconds = 0.5;
+  o.cpu_adamw_timing = o.timing;
+  o.copy_bytes = size_t{1} << 20;
+  o.cpu_adamw_params = int64_t{1} << 20;
+  o.gpu_adamw_params = int64_t{1} << 20;
+  o.compute_soak_seconds = 0.0;
+  o.memory_sharing_sample_seconds = 0.02;
+  o.memory_sharing_repeats = 1;
+  o.measure_disk = false;
+  return o;
+}
+
+struct SimRig {
+  explicit SimRig(const SimDeviceOptions& options = {})
+      : device(make_sim_device(options)), ops(make_device_ops(*device)) {}
+  std::unique_ptr<Device> device;
+  std::unique_ptr<Ops> ops;
+};
+
+void expect_positive(double v, const char* what) {
+  EXPECT_TRUE(std::isfinite(v) && v > 0.0) << what << " = " << v;
+}
+
+void expect_usable(const LinearTime& t, const char* what) {
+  EXPECT_TRUE(std::isfinite(t.fixed_s) && t.fixed_s >= 0.0) << what << ".fixed_s = " << t.fixed_s;
+  expect_positive(t.per_token_s, what);
+}
+
+// Captures what the log writes to stderr at warning level and above.
+class LogCapture {
+ public:
+  LogCapture() : saved_(log_level()) {
+    set_log_level(LogLevel::Warn);
+    ::testing::internal::CaptureStderr();
+  }
+  ~LogCapture() {
+    if (!taken_) ::testing::internal::GetCapturedStderr();
+    set_log_level(saved_);
+  }
+  std::string take() {
+    taken_ = true;
+    return ::testing::internal::GetCapturedStderr();
+  }
+
+ private:
+  LogLevel saved_;
+  bool taken_ = false;
+};
+
+TEST(MachineProfiler, SimProfileIsCompleteAndPlausible) {
+  const ModelConfig config = preset_config("llama", "tiny");
+  SimRig rig;
+  const MachineProfile p = measure_profile(*rig.device, *rig.ops, config, kSeq, quick_options());
+
+  EXPECT_EQ(p.device_name, "sim");
+  EXPECT_EQ(p.kernels, rig.ops->kernels());
+  EXPECT_EQ(p.kernels, "cpu");  // the simulated device runs the fp32 reference ops
+  EXPECT_EQ(p.weight_dtype, DType::F32);
+  EXPECT_EQ(p.shape_key, model_shape_key(config, kSeq, DType::F32));
+  EXPECT_EQ(p.seq_len, kSeq);
+  EXPECT_EQ(p.device_memory_bytes, static_cast<double>(rig.device->memory().capacity));
+  expect_usable(p.compute.layer_forward, "layer_forward");
+  expect_usable(p.compute.layer_backward, "layer_backward");
+  expect_usable(p.compute.layer_backward_kept, "layer_backward_kept");
+  expect_usable(p.compute.head, "head");
+  expect_usable(p.compute.embedding_forward, "embedding_forward");
+  expect_usable(p.compute.embedding_backward, "embedding_backward");
+  // How the times compare with each other is the machine's (on this 2-core host under load a
+  // layer's backward came out faster than its forward, and one head 33x the other): the work each
+  // pass issues is checked on a clock of its own below.
+  expect_usable(p.compute.head_f32_grads, "head with fp32 gradients");
+  // The simulated device runs the queued reference AdamW for units whose optimizer lives there.
+  expect_positive(p.compute.gpu_adamw_params_per_s, "device adamw");
+  expect_positive(p.transfer.h2d_bytes_per_s, "h2d");
+  expect_positive(p.transfer.d2h_bytes_per_s, "d2h");
+  expect_positive(p.transfer.duplex_h2d_bytes_per_s, "duplex h2d");
+  expect_positive(p.transfer.duplex_d2h_bytes_per_s, "duplex d2h");
+  EXPECT_TRUE(std::isfinite(p.transfer.latency_s) && p.transfer.latency_s >= 0.0);
+  EXPECT_EQ(p.host.threads, static_cast<int>(ThreadPool::global().size()));
+  expect_positive(p.host.cpu_adamw_params_per_s, "cpu adamw");
+  expect_positive(p.host.memory_bytes, "memory");
+  EXPECT_EQ(p.host.disk_read_bytes_per_s, 0.0);  // not asked for
+  // The simulated copies are memcpys on threads of their own, beside the CPU AdamW's pool: how
+  // much each slows the other depends on this machine, but each share is a fraction of a rate.
+  EXPECT_TRUE(p.host.memory_sharing_measured);
+  for (const double share :
+       {p.host.memory_sharing.cpu_beside_copy, p.host.memory_sharing.cpu_beside_duplex,
+        p.host.memory_sharing.copy_beside_cpu, p.host.memory_sharing.duplex_beside_cpu}) {
+    EXPECT_GT(share, 0.0);
+    EXPECT_LE(share, 1.0);
+  }
+  EXPECT_LE(rig.device->memory().peak, rig.device->memory().capacity);
+  EXPECT_EQ(rig.device->memory().in_use, 0u) << "the measurement frees what it allocated";
+  EXPECT_EQ(rig.device->pinned_memory().in_use, 0u);
+}
+
+// Ops that issue another Ops' work and count it: a clock that advances 1/1024 s (exact in binary,
+// so equal work reads as equal times) per row
+// of each op's tokens (the first dim of its activation; of its only tensor for add, zero and
+// copy), and the weight-gradient buffers the head's cross-entropy was given. A pass timed on this
+// clock costs a + b * tokens exactly, so the fits are lines, and how the passes compare says how
+// much work each issues, whatever the machine's load.
+class CountingOps final : public Ops {
+ public:
+  explicit CountingOps(Ops& inner) : inner_(inner) {}
+  double seconds() const { return static_cast<double>(rows_) / 1024.0; }
+  const std::set<const void*>& head_weight_gradients() const { return head_weight_gradients_; }
+
+  const char* name() const override { return inner_.name(); }
+  int calls_to_steady_speed() const override { return inner_.calls_to_steady_speed(); }
+  std::string kernels() const override { return inner_.kernels(); }
+  void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override {
+    count(out).embedding_forward(ids, table, out);
+  }
+  void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override {
+    count(dout).embedding_backward(ids, dout, dtable);
+  }
+  void rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, Tensor rstd) override {
+    count(x).rmsnorm_forward(x, weight, eps, out, rstd);
+  }
+  void rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual, Tensor dx,
+                        Tensor dweight) override {
+    count(x).rmsnorm_backward(x, weight, rstd, dout, dresidual, dx, dweight);
+  }
+  void rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) override {
+    count(x).rope(x, positions, inv_freq, inverse);
+  }
+  void attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
+                         Tensor lse) override {
+    count(q).attention_forward(q, k, v, mask, scale, out, lse);
+  }
+  void attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
+                          Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) override {
+    count(q).attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv);
+  }
+  void swiglu_forward(Tensor gate, Tensor up, Tensor out) override {
+    count(gate).swiglu_forward(gate, up, out);
+  }
+  void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) override {
+    count(gate).swiglu_backward(gate, up, dout, dgate, dup);
+  }
+  void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) override {
+    count(x).linear_forward(x, w, bias, residual, y);
+  }
+  void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
+                       bool accumulate_dx) override {
+    count(x).linear_backward(x, w, dy, dx, dw, dbias, accumulate_dx);
+  }
+  void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
+                            Tensor dw, Tensor loss_sum, Tensor logits) override {
+    head_weight_gradients_.insert(dw.data);
+    count(x).linear_cross_entropy(x, w, targets, grad_scale, dx, dw, loss_sum, logits);
+  }
+  void add(Tensor a, Tensor b, Tensor out) override { count(a).add(a, b, out); }
+  void zero(Tensor x) override { count(x).zero(x); }
+  void copy(Tensor src, Tensor dst) override { count(src).copy(src, dst); }
+
+ private:
+  Ops& count(const Tensor& rows_of) {
+    rows_ += rows_of.shape[0];
+    return inner_;
+  }
+
+  Ops& inner_;
+  int64_t rows_ = 0;  // issued from the measuring thread only
+  std::set<const void*> head_weight_gradients_;
+};
+
+// Each pass is timed as the engine runs it, and each on its own: the backward recomputes the
+// forward and then runs its own ops, the backward from kept internals skips the recompute of the
+// GEMMs and the attention, and the head with fp32 gradients is a measurement of its own (into
+// buffers of its own), not the other head's time copied.
+TEST(MachineProfiler, ComputeProfileTimesEachPassAsTheEngineRunsIt) {
+  const ModelConfig config = preset_config("llama", "tiny");
+  SimRig rig;
+  CountingOps ops(*rig.ops);
+  ProfileOptions options = quick_options();
+  options.timing.clock = [&ops] { return ops.seconds(); };
+  options.gpu_adamw_params = 64 * 64;  // the device AdamW issues no ops: its time on this clock is 0
+  const ComputeProfile c = measure_compute(*rig.device, ops, config, kSeq, options);
+  for (const int64_t T : {kSeq, 2 * kSeq, 4 * kSeq}) {
+    EXPECT_GT(c.layer_backward.at(T), c.layer_forward.at(T)) << T << " tokens";
+    EXPECT_LT(c.layer_backward_kept.at(T), c.layer_backward.at(T)) << T << " tokens";
+    EXPECT_GT(c.head.at(T), c.embedding_forward.at(T)) << T << " tokens";
+    EXPECT_EQ(c.head_f32_grads.at(T), c.head.at(T))
+        << "the same work on the simulated device (fp32 gradients)";
+  }
+  EXPECT_EQ(ops.head_weight_gradients().size(), 2u) << "the head with fp32 gradients has buffers of its own";
+  EXPECT_EQ(rig.device->memory().in_use, 0u);
+}
+
+// Each share is the rate beside the other over the rate alone, kept within (0, 1]: a sample where
+// both ran faster together is noise, not a machine where sharing helps.
+TEST(MachineProfiler, MemorySharingSharesAreRatesBesideOverAlone) {
+  MemorySharingRates r;
+  r.cpu_alone = 5e9;
+  r.cpu_beside_copy = 4e9;
+  r.cpu_beside_duplex = 3.5e9;
+  r.copy_alone = 55e9;
+  r.copy_beside_cpu = 60e9;  // noise above alone
+  r.duplex_alone = 50e9;
+  r.duplex_beside_cpu = 35e9;
+  const HostMemorySharing s = r.shares();
+  EXPECT_DOUBLE_EQ(s.cpu_beside_copy, 0.8);
+  EXPECT_DOUBLE_EQ(s.cpu_beside_duplex, 0.7);
+  EXPECT_DOUBLE_EQ(s.copy_beside_cpu, 1.0);
+  EXPECT_DOUBLE_EQ(s.duplex_beside_cpu, 0.7);
+}
+
+// Virtual time for the simulated device's copies: each copy stream runs its copies one after the
+// other from the moment the host last read the clock, for exactly the time the device asks for,
+// and the streams run side by side. The host reads the time when its work has drained (the
+// profiler reads it after synchronizing, or before issuing); a host task on a stream reads that
+// stream's time. Copies then take no wall time, and what the profiler finds is exact.
+class CopyTimeline {
+ public:
+  // SimDeviceOptions::copy_wait.
+  void wait(StreamKind stream, double seconds) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    t_stream = static_cast<int>(stream);
+    double& free_at = free_at_[t_stream];
+    free_at = std::max(free_at, epoch_) + seconds;
+  }
+  // TimingOptions::clock.
+  double now() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (t_stream >= 0) return free_at_[t_stream];
+    for (const double t : free_at_) epoch_ = std::max(epoch_, t);
+    return epoch_;
+  }
+
+ private:
+  static thread_local int t_stream;  // the stream whose thread this is; -1 on the host
+  std::mutex mutex_;
+  double epoch_ = 0.0;
+  std::array<double, kStreamCount> free_at_{};
+};
+thread_local int CopyTimeline::t_stream = -1;
+
+// The fit through a small and a large copy finds the configured bandwidth and latency of each
+// direction, alone and both at once (each direction its own stream), on the copies' own time.
+TEST(MachineProfiler, FindsTheEmulatedPcieBandwidthAndLatency) {
+  CopyTimeline timeline;
+  SimDeviceOptions sim;
+  sim.h2d_bytes_per_second = 200e6;
+  sim.d2h_bytes_per_second = 100e6;
+  sim.copy_latency_seconds = 1e-3;
+  sim.copy_wait = [&timeline](StreamKind stream, double seconds) { timeline.wait(stream, seconds); };
+  SimRig rig(sim);
+  ProfileOptions options = quick_options();
+  options.copy_bytes = size_t{4} << 20;
+  options.timing.clock = [&timeline] { return timeline.now(); };
+  const TransferProfile t = measure_transfers(*rig.device, options);
+  EXPECT_NEAR(t.h2d_bytes_per_s, 200e6, 200e6 * 1e-9);
+  EXPECT_NEAR(t.d2h_bytes_per_s, 100e6, 100e6 * 1e-9);
+  EXPECT_NEAR(t.duplex_h2d_bytes_per_s, 200e6, 200e6 * 1e-9);
+  EXPECT_NEAR(t.duplex_d2h_bytes_per_s, 100e6, 100e6 * 1e-9);
+  EXPECT_NEAR(t.latency_s, 1e-3, 1e-12);
+}
+
+TEST(MachineProfiler, StaysWithinASmallDeviceCap) {
+  SimDeviceOptions sim;
+  sim.memory_capacity = size_t{8} << 20;  // the default 256 MiB copies are scaled down to fit
+  SimRig rig(sim);
+  ProfileOptions options = quick_options();
+  options.copy_bytes = size_t{256} << 20;
+  const MachineProfile p =
+      measure_profile(*rig.device, *rig.ops, preset_config("llama", "tiny"), kSeq, options);
+  expect_positive(p.transfer.h2d_bytes_per_s, "h2d");
+  EXPECT_LE(rig.device->memory().peak, sim.memory_capacity);
+}
+
+TEST(MachineProfiler, RefusesADeviceTooSmallForTwoMicroChunks) {
+  SimDeviceOptions sim;
+  sim.memory_capacity = size_t{64} << 10;
+  SimRig rig(sim);
+  try {
+    measure_compute(*rig.device, *rig.ops, preset_config("llama", "tiny"), 512, quick_options());
+    FAIL() << "expected ferry::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("raise gpu_memory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MachineProfiler, DiskProbeMeasuresAndRemovesItsFile) {
+  test::ScratchDir dir("disk_probe");
+  const DiskRates rates = measure_disk_rates(dir.path(), size_t{16} << 20);
+  expect_positive(rates.write_bytes_per_s, "disk write");
+  expect_positive(rates.read_bytes_per_s, "disk read");
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "the probe file must be removed";
+}
+
+class ProfileSelection : public ::testing::Test {
+ protected:
+  ProfileSelection() : cache_("profile_cache") {
+    config_.seq_len = kSeq;
+    options_.measure = quick_options();
+    options_.cache_dir = cache_.path();
+  }
+  std::filesystem::path cached_path() const {
+    return profile_cache_path(cache_.path(), "sim", model_shape_key(model_, kSeq, DType::F32));
+  }
+  MachineProfile obtain(ProfileOrigin* origin) {
+    return obtain_profile(config_, model_, *rig_.device, *rig_.ops, options_, origin);
+  }
+  // Plans with `profile` saved as the file `name` (`profile: FILE`); returns what was logged.
+  std::string obtain_from_file(const MachineProfile& profile, const std::string& name, MachineProfile* used) {
+    const std::filesystem::path file = cache_ / name;
+    save_profile(file, profile);
+    config_.profile = file;
+    LogCapture log;
+    ProfileOrigin origin = ProfileOrigin::Measured;
+    *used = obtain(&origin);
+    EXPECT_EQ(origin, ProfileOrigin::File);
+    return log.take();
+  }
+
+  test::ScratchDir cache_;
+  TrainConfig config_;
+  ObtainProfileOptions options_;
+  ModelConfig model_ = preset_config("llama", "tiny");
+  SimRig rig_;
+};
+
+TEST_F(ProfileSelection, MeasuresOnceThenReadsTheCache) {
+  ProfileOrigin origin = ProfileOrigin::File;
+  const MachineProfile first = obtain(&origin);
+  EXPECT_EQ(origin, ProfileOrigin::Measured);
+  ASSERT_TRUE(std::filesystem::exists(cached_path()));
+  const MachineProfile second = obtain(&origin);
+  EXPECT_EQ(origin, ProfileOrigin::Cache);
+  EXPECT_EQ(profile_to_json(second), profile_to_json(first));
+}
+
+TEST_F(ProfileSelection, CorruptCacheIsReportedAndMeasuredAgain) {
+  std::filesystem::create_directories(cached_path().parent_path());
+  std::ofstream(cached_path()) << "{\"version\": 1, \"device_name\": \"sim\", \"compute\": [";
+  ProfileOrigin origin = ProfileOrigin::File;
+  LogCapture log;
+  obtain(&origin);
+  const std::string warnings = log.take();
+  EXPECT_EQ(origin, ProfileOrigin::Measured);
+  EXPECT_NE(warnings.find("measuring again"), std::string::npos) << warnings;
+  EXPECT_NO_THROW(load_profile(cached_path())) << "the corrupt file is replaced by the new measurement";
+}
+
+TEST_F(ProfileSelection, CacheFromAnotherThreadCountIsMeasuredAgain) {
+  ProfileOrigin origin;
+  MachineProfile p = obtain(&origin);
+  p.host.threads += 1;
+  save_profile(cached_path(), p);
+  LogCapture log;
+  obtain(&origin);
+  EXPECT_EQ(origin, ProfileOrigin::Measured);
+  EXPECT_NE(log.take().find("threads"), std::string::npos);
+}
+
+// A cached profile taken another way (an older ferry's: format 2 without the CPU AdamW beside
+// copies, or format 3 without the soak or the head with fp32 gradients) is measured again.
+TEST_F(ProfileSelection, CacheOfAnotherMethodIsMeasuredAgain) {
+  ProfileOrigin origin;
+  MachineProfile p = obtain(&origin);
+  ASSERT_EQ(p.method, kProfilerMethod);
+  ASSERT_TRUE(p.host.memory_sharing_measured);
+  for (const bool format2 : {false, true}) {
+    p.method = format2 ? 0 : kProfilerMethod - 1;
+    p.host.memory_sharing_measured = !format2;
+    save_profile(cached_path(), p);
+    LogCapture log;
+    const MachineProfile again = obtain(&origin);
+    EXPECT_EQ(origin, ProfileOrigin::Measured) << format2;
+    EXPECT_EQ(again.method, kProfilerMethod);
+    EXPECT_TRUE(again.host.memory_sharing_measured);
+    EXPECT_NE(log.take().find(
+                  fmt::format("(method {}); this ferry measures with method {}", p.method, kProfilerMethod)),
+              std::string::npos)
+        << format2;
+  }
+}
+
+// A profile measured with other kernels (cuDNN's attention there and not here, or the other way
+// round) holds other compute times; so does one that does not say which it was measured with.
+TEST_F(ProfileSelection, CacheFromOtherKernelsIsMeasuredAgain) {
+  ProfileOrigin origin;
+  MachineProfile p = obtain(&origin);
+  for (const std::string other : {"cuda, cuDNN 91400 attention", ""}) {
+    p.kernels = other;
+    save_profile(cached_path(), p);
+    LogCapture log;
+    const MachineProfile again = obtain(&origin);
+    EXPECT_EQ(origin, ProfileOrigin::Measured) << other;
+    EXPECT_EQ(again.kernels, "cpu");
+    EXPECT_NE(log.take().find("was measured with the kernels"), std::string::npos) << other;
+  }
+}
+
+TEST_F(ProfileSelection, ProfileFileIsUsedAsIsAndWarnsAboutAnotherSeqLen) {
+  ProfileOrigin origin;
+  MachineProfile other = obtain(&origin);
+  // Another machine's profile: a GPU with bf16 weights, measured at a longer sequence length.
+  other.device_name = "cuda:0 NVIDIA H200";
+  other.weight_dtype = DType::BF16;
+  other.seq_len = 4 * kSeq;
+  other.shape_key = model_shape_key(model_, other.seq_len, other.weight_dtype);
+  MachineProfile used;
+  const std::string warnings = obtain_from_file(other, "h200.json", &used);
+  EXPECT_EQ(profile_to_json(used), profile_to_json(other));
+  EXPECT_NE(warnings.find("seq_len 128"), std::string::npos) << warnings;
+  EXPECT_EQ(warnings.find("older ferry"), std::string::npos) << warnings;
+}
+
+// A profile file from an older ferry still plans (it is another machine's measurement, which this
+// one cannot repeat), with a warning that says how to measure it again.
+TEST_F(ProfileSelection, ProfileFileOfAnOlderMethodIsUsedWithAWarning) {
+  ProfileOrigin origin;
+  MachineProfile old = obtain(&origin);
+  old.method = 0;
+  MachineProfile used;
+  const std::string warnings = obtain_from_file(old, "old.json", &used);
+  EXPECT_EQ(used.method, 0);
+  EXPECT_NE(warnings.find("measured by an older ferry (method 0"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("ferry profile"), std::string::npos) << warnings;
+}
+
+TEST_F(ProfileSelection, ProfileFileForAnotherModelShapeIsRefused) {
+  ProfileOrigin origin;
+  MachineProfile p = obtain(&origin);
+  const std::filesystem::path file = cache_ / "tiny-llama.json";
+  save_profile(file, p);
+  config_.profile = file;
+  model_ = preset_config("qwen3", "tiny");
+  try {
+    obtain(&origin);
+    FAIL() << "expected ferry::Error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("measured for the model shape " + p.shape_key), std::string::npos) << message;
+    EXPECT_NE(message.find("ferry profile"), std::string::npos) << message;
+  }
+}
+
+TEST(ProfileCachePath, NamesTheDeviceAndTheShape) {
+  EXPECT_EQ(profile_cache_path("/c", "cuda:0 NVIDIA H200", "llama-h64-s32-BF16"),
+            std::filesystem::path("/c/cuda-0-nvidia-h200-llama-h64-s32-BF16.json"));
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,124 @@
+// A run's output directory is checked and locked before any long work: never the model directory
+// or inside it (nor containing it), never a fresh run over an earlier run's results unless asked,
+// never two runs at once; and `ferry init` never writes over an existing directory.
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/output_dir_claim.h"
+#include "train/trainer.h"
+#include "tiny_run.h"
+
+namespace ferry {
+namespace {
+
+namespace fs = std::filesystem;
+using test::contains;
+using test::error_of;
+
+class OutputDirClaimTest : public test::TinyRun {};
+
+TEST_F(OutputDirClaimTest, AnOutputInsideTheModelIsRefusedBeforeTheModelIsRead) {
+  // Corrupt weights: had the model been read first, the error would be about them.
+  std::ofstream(model_dir_ / "model.safetensors", std::ios::trunc) << "not safetensors";
+  const auto model_bytes = test::tree_bytes(model_dir_);
+  for (const fs::path& out : {model_dir_, model_dir_ / "out", model_dir_ / ".." / "model" / "sub" / ".."}) {
+    const std::string message = error_of([&] { run_training(config("x", {"output_dir=" + out.string()})); });
+    EXPECT_TRUE(contains(message, "[output_dir]") && contains(message, "inside")) << out << ": " << message;
+  }
+  EXPECT_TRUE(test::tree_bytes(model_dir_) == model_bytes) << "the model directory must be left as it was";
+  EXPECT_FALSE(fs::exists(model_dir_ / "out"));
+}
+
+TEST_F(OutputDirClaimTest, AnOutputThatHoldsTheModelIsRefused) {
+  const fs::path out = scratch_ / "runs";
+  fs::create_directories(out);
+  fs::rename(model_dir_, out / "base");
+  const std::string message =
+      error_of([&] { run_training(config("runs", {"model=" + (out / "base").string()})); });
+  EXPECT_TRUE(contains(message, "lies inside output_dir")) << message;
+  EXPECT_TRUE(fs::exists(out / "base" / "model.safetensors"));
+}
+
+TEST_F(OutputDirClaimTest, AFreshRunIntoAnEarlierRunsDirectoryIsRefusedUnlessOverwriting) {
+  TrainHooks stop;
+  stop.stop_after_steps = 2;
+  run_training(config("out"), stop);
+  const auto before = test::tree_bytes(scratch_ / "out");
+
+  const std::string message = error_of([&] { run_training(config("out")); });
+  EXPECT_TRUE(contains(message, "not empty")) << message;
+  EXPECT_TRUE(contains(message, "resume=true") && contains(message, "overwrite_output_dir=true")) << message;
+  EXPECT_TRUE(test::tree_bytes(scratch_ / "out") == before) << "a refused run must not touch the directory";
+
+  // overwrite_output_dir: the earlier run's checkpoints and metrics go; this run's steps alone remain.
+  ASSERT_TRUE(run_training(config("out", {"overwrite_output_dir=true", "max_steps=1"})).finished);
+  EXPECT_FALSE(find_latest_checkpoint(scratch_ / "out").has_value());
+  const std::string metrics = test::read_file(scratch_ / "out" / "metrics.jsonl");
+  EXPECT_EQ(std::count(metrics.begin(), metrics.end(), '\n'), 1) << metrics;
+}
+
+TEST_F(OutputDirClaimTest, AUsersOtherFilesAlsoMakeADirectoryNonEmpty) {
+  fs::create_directories(scratch_ / "mine");
+  std::ofstream(scratch_ / "mine" / "notes.txt") << "keep me";
+  EXPECT_TRUE(contains(error_of([&] { run_training(config("mine")); }), "notes.txt"));
+  // Overwriting replaces the run's files and leaves the user's.
+  ASSERT_TRUE(run_training(config("mine", {"overwrite_output_dir=true", "max_steps=1"})).finished);
+  EXPECT_EQ(test::read_file(scratch_ / "mine" / "notes.txt"), "keep me");
+}
+
+TEST_F(OutputDirClaimTest, ResumeAndOverwriteTogetherAreRefused) {
+  EXPECT_TRUE(contains(error_of([&] {
+                         config("out", {"resume=true", "overwrite_output_dir=true"});
+                       }),
+                       "set only one"));
+}
+
+TEST_F(OutputDirClaimTest, ALockedDirectoryNamesItsHolder) {
+  fs::create_directories(scratch_ / "out");
+  const std::string pid = "pid " + std::to_string(getpid());
+  {
+    OutputDirLock held(scratch_ / "out");
+    EXPECT_TRUE(contains(error_of([&] { OutputDirLock second(scratch_ / "out"); }), pid));
+    const std::string message = error_of([&] { run_training(config("out")); });
+    EXPECT_TRUE(contains(message, "in use by another ferry run") && contains(message, pid)) << message;
+    EXPECT_FALSE(fs::exists(scratch_ / "out" / "metrics.jsonl"));
+  }
+  EXPECT_FALSE(fs::exists(scratch_ / "out" / kOutputLockFile)) << "the lock file goes with the lock";
+  OutputDirLock again(scratch_ / "out");
+}
+
+// Across processes, as two users' runs would meet: ferry train into a directory this test holds.
+TEST_F(OutputDirClaimTest, ASecondFerryProcessIsRefused) {
+  fs::create_directories(scratch_ / "out");
+  std::ofstream(scratch_ / "train.yaml") << "model: " << model_dir_.string() << "\ndata: " << data_.string()
+                                         << "\noutput_dir: out\nseq_len: 48\nglobal_batch: 4\nmax_steps: 2\n"
+                                         << "device: cpu\nthreads: 1\n";
+  OutputDirLock held(scratch_ / "out");
+  std::string output;
+  const int status = test::run_command(
+      test::ferry_binary().string() + " train " + (scratch_ / "train.yaml").string(), &output);
+  EXPECT_EQ(status, 2) << output;
+  EXPECT_TRUE(contains(output, "pid " + std::to_string(getpid()))) << output;
+}
+
+TEST(InitCommandTest, RefusesAnExistingNonEmptyOut) {
+  test::ScratchDir dir("init");
+  fs::create_directories(dir / "taken");
+  std::ofstream(dir / "taken" / "model.safetensors") << "someone's weights";
+  std::string output;
+  const std::string init = test::ferry_binary().string() + " init --arch llama --preset tiny --out ";
+  EXPECT_EQ(test::run_command(init + (dir / "taken").string(), &output), 2) << output;
+  EXPECT_TRUE(contains(output, "not empty") && contains(output, "new path")) << output;
+  EXPECT_EQ(test::read_file(dir / "taken" / "model.safetensors"), "someone's weights");
+
+  fs::create_directories(dir / "empty");  // an empty directory is as good as a new one
+  EXPECT_EQ(test::run_command(init + (dir / "empty").string(), &output), 0) << output;
+  EXPECT_TRUE(fs::exists(dir / "empty" / "config.json"));
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,489 @@
+// The sliding engine on the simulated device against the plain in-memory trainer: for every plan
+// (slots, resident units, activation placement, update schedule, clipping) the losses, gradient
+// norms and final fp32 masters must be bit-identical over several steps.
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "core/error.h"
+#include "data/packing.h"
+#include "device/device.h"
+#include "train/model_init.h"
+#include "engine/model_step.h"
+#include "engine/sliding_engine.h"
+#include "engine/unit_optimizer.h"
+#include "ops/device_ops.h"
+#include "optim/lr_schedule.h"
+#include "planner/memory_model.h"
+#include "planner/nominal_profile.h"
+#include "planner/search.h"
+#include "sliding_plans.h"
+#include "test_util.h"
+
+namespace ferry {
+namespace {
+
+using test::all_units;
+using test::batch_for;
+using test::converting_on_upload;
+using test::hyper_at;
+using test::keeping_internals;
+using test::kGlobal;
+using test::kMicro;
+using test::kSeq;
+using test::kSteps;
+using test::make_plan;
+using test::make_rows;
+
+struct RunResult {
+  std::vector<double> losses, norms;
+  std::vector<std::vector<float>> masters;
+};
+
+// The plain trainer (ModelStep + UnitOptimizer) for `steps` steps: its losses, norms and whole
+// optimizer state.
+struct PlainState {
+  std::vector<std::vector<float>> masters, m, v;
+  std::vector<double> losses, norms;
+};
+
+PlainState plain_state(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
+                       double max_norm, int64_t steps) {
+  PlainState state;
+  init_random_weights(config, seed, state.masters);
+  const ModelLayout layout = build_model_layout(config);
+  auto ops = make_cpu_ops();
+  ModelStep step(config, layout, *ops, kMicro * kSeq, kGlobal / kMicro);
+  UnitOptimizer opt(layout, false);
+  std::vector<std::vector<float>> grads;
+  for (const auto& u : layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
+  std::vector<float*> p, g;
+  for (auto& u : state.masters) p.push_back(u.data());
+  for (auto& u : grads) g.push_back(u.data());
+  for (int64_t s = 0; s < steps; ++s) {
+    const StepLoss loss = step.run(p, g, batch_for(rows, s));
+    const UpdateStats stats =
+        opt.step(p, std::vector<const float*>(g.begin(), g.end()), hyper_at(s), max_norm, s + 1);
+    state.losses.push_back(loss.mean());
+    state.norms.push_back(stats.grad_norm);
+  }
+  state.m = opt.m();
+  state.v = opt.v();
+  return state;
+}
+
+RunResult plain_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
+                    double max_norm) {
+  PlainState state = plain_state(config, seed, rows, max_norm, kSteps);
+  RunResult run;
+  run.losses = std::move(state.losses);
+  run.norms = std::move(state.norms);
+  run.masters = std::move(state.masters);
+  return run;
+}
+
+RunResult sliding_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
+                      double max_norm, const Plan& plan, const SimDeviceOptions& sim = {}) {
+  std::vector<std::vector<float>> units;
+  init_random_weights(config, seed, units);
+  const ModelLayout layout = build_model_layout(config);
+  auto device = make_sim_device(sim);
+  auto ops = make_device_ops(*device);
+  SlidingEngine engine(config, layout, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+  for (size_t u = 0; u < units.size(); ++u) engine.host().unit(u).master.assign(units[u]);
+  engine.weights_changed(0);
+  RunResult run;
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const SlidingStepResult r = engine.step(s + 1, batch_for(rows, s), hyper_at(s), max_norm);
+    run.losses.push_back(r.loss);
+    run.norms.push_back(r.grad_norm);
+  }
+  engine.finish_updates();
+  for (size_t u = 0; u < units.size(); ++u) {
+    const HostArray& master = engine.host().unit(u).master;
+    run.masters.emplace_back(master.data(), master.data() + master.size());
+  }
+  EXPECT_LE(device->memory().peak, device->memory().capacity);
+  return run;
+}
+
+void expect_identical(const RunResult& a, const RunResult& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) {
+    EXPECT_EQ(a.losses[i], b.losses[i]) << "loss of step " << i + 1;
+    EXPECT_EQ(a.norms[i], b.norms[i]) << "grad norm of step " << i + 1;
+  }
+  ASSERT_EQ(a.masters.size(), b.masters.size());
+  for (size_t u = 0; u < a.masters.size(); ++u)
+    EXPECT_EQ(0, std::memcmp(a.masters[u].data(), b.masters[u].data(), a.masters[u].size() * 4))
+        << "unit " << u;
+}
+
+// The plain trainer's whole optimizer state after `steps` steps.
+::testing::AssertionResult same_bits(const HostArray& actual, const std::vector<float>& expected) {
+  if (actual.size() != expected.size()) return ::testing::AssertionFailure() << "sizes differ";
+  if (std::memcmp(actual.data(), expected.data(), expected.size() * 4) != 0)
+    return ::testing::AssertionFailure() << "contents differ";
+  return ::testing::AssertionSuccess();
+}
+
+class SlidingEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    nlohmann::json json = preset_config("qwen3", "tiny").raw;
+    json["num_hidden_layers"] = 4;
+    config_ = parse_model_config(json, "test");
+    layout_ = build_model_layout(config_);
+    rows_ = make_rows(config_.vocab_size, 5);
+    reference_ = plain_run(config_, 9, rows_, 0.5);
+  }
+  ModelConfig config_;
+  ModelLayout layout_;
+  std::vector<PackedRow> rows_;
+  RunResult reference_;
+};
+
+TEST_F(SlidingEngineTest, TwoSlotsEverythingStreamed) {
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward)));
+}
+
+TEST_F(SlidingEngineTest, ThreeSlotsAllActivationsOffloaded) {
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               make_plan(layout_, 4, 3, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward)));
+}
+
+TEST_F(SlidingEngineTest, OneSlotMixedActivations) {
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               make_plan(layout_, 4, 1, {}, {0, 2}, UpdateSchedule::AfterBackward)));
+}
+
+TEST_F(SlidingEngineTest, ResidentUnitsAndSlowPcie) {
+  SimDeviceOptions slow;
+  slow.h2d_bytes_per_second = 2e9;
+  slow.d2h_bytes_per_second = 2e9;
+  slow.copy_latency_seconds = 20e-6;
+  expect_identical(
+      reference_,
+      sliding_run(config_, 9, rows_, 0.5,
+                  make_plan(layout_, 4, 2, {0, 3, 4, 5}, {1}, UpdateSchedule::AfterBackward), slow));
+}
+
+TEST_F(SlidingEngineTest, EverythingResident) {
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           make_plan(layout_, 4, 2, {0, 1, 2, 3, 4, 5}, {},
+                                                     UpdateSchedule::AfterBackward)));
+}
+
+TEST_F(SlidingEngineTest, UpdatesDuringBackwardWithoutClipping) {
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      make_plan(layout_, 4, 2, {}, {3}, UpdateSchedule::DuringBackward)));
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      make_plan(layout_, 4, 3, {2}, {}, UpdateSchedule::AfterBackward)));
+}
+
+// A backward that skips the recompute reads the intermediates its own forward kept: the same
+// values the recompute would produce, so the same bits. Mixed with offloaded boundaries, resident
+// units, device-updated units, both update schedules, and for every layer.
+TEST_F(SlidingEngineTest, LayersThatKeepTheirInternalsSkipTheRecomputeExactly) {
+  expect_identical(
+      reference_, sliding_run(config_, 9, rows_, 0.5,
+                              keeping_internals(
+                                  make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward), {2, 3})));
+  expect_identical(
+      reference_,
+      sliding_run(config_, 9, rows_, 0.5,
+                  keeping_internals(make_plan(layout_, 4, 2, {3}, {1}, UpdateSchedule::AfterBackward, {2, 5}),
+                                    {0, 3})));
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(
+      plain, sliding_run(config_, 9, rows_, 0.0,
+                         keeping_internals(make_plan(layout_, 4, 3, {}, {}, UpdateSchedule::DuringBackward),
+                                           {0, 1, 2, 3})));
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               keeping_internals(make_plan(layout_, 4, 2, {}, {},
+                                                           UpdateSchedule::AfterBackward, all_units(layout_)),
+                                                 {0, 1, 2, 3})));
+}
+
+// Uploading the fp32 masters (converted on the device) instead of a copy the CPU wrote gives the
+// same weights. Without clipping the decoder layers' gradients take turns in a ring of three
+// buffers (four layers: the ring wraps every step), and a slow d2h with copy latency makes the
+// ring's wait for the previous gradient's update matter; with clipping every unit keeps a buffer
+// of its own. Resident units, offloaded boundaries, kept internals and device-updated units mixed in.
+TEST_F(SlidingEngineTest, MastersConvertedOnUploadGiveTheSameSteps) {
+  SimDeviceOptions slow;
+  slow.h2d_bytes_per_second = 4e9;
+  slow.d2h_bytes_per_second = 1e9;
+  slow.copy_latency_seconds = 50e-6;
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(
+      plain,
+      sliding_run(config_, 9, rows_, 0.0,
+                  converting_on_upload(make_plan(layout_, 4, 2, {}, {1, 3}, UpdateSchedule::DuringBackward)),
+                  slow));
+  expect_identical(
+      plain, sliding_run(config_, 9, rows_, 0.0,
+                         converting_on_upload(keeping_internals(
+                             make_plan(layout_, 4, 3, {0, 2, 5}, {}, UpdateSchedule::DuringBackward), {3}))));
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      converting_on_upload(make_plan(layout_, 4, 2, {}, {0},
+                                                                     UpdateSchedule::DuringBackward, {3}))));
+  expect_identical(
+      reference_,
+      sliding_run(config_, 9, rows_, 0.5,
+                  converting_on_upload(make_plan(layout_, 4, 2, {4}, {0, 2}, UpdateSchedule::AfterBackward)),
+                  slow));
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               converting_on_upload(
+                                   make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, {1, 5}))));
+}
+
+// The untied embedding is updated in two passes, its rows without a gradient while the step
+// computes and its token rows at the step's end (unit_updater.h); the plans above match the plain
+// trainer's single pass bit for bit only if both passes are right, and the data leaves rows of
+// every step without a gradient, so both run.
+TEST_F(SlidingEngineTest, EveryStepLeavesEmbeddingRowsWithoutAGradient) {
+  ASSERT_FALSE(layout_.tied);
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const StepBatch batch = batch_for(rows_, s);
+    const std::vector<int32_t> rows = distinct_ids(batch.ids, config_.vocab_size);
+    EXPECT_GT(rows.size(), 10u);
+    EXPECT_LT(rows.size(), static_cast<size_t>(config_.vocab_size) * 3 / 4) << "step " << s + 1;
+    EXPECT_TRUE(std::is_sorted(rows.begin(), rows.end()));
+    EXPECT_EQ(std::adjacent_find(rows.begin(), rows.end()), rows.end());
+  }
+}
+
+TEST(DistinctIds, SortsDropsRepeatsAndRefusesIdsOutsideTheVocabulary) {
+  EXPECT_EQ(distinct_ids(std::vector<int32_t>{7, 3, 7, 0, 3}, 8), (std::vector<int32_t>{0, 3, 7}));
+  EXPECT_TRUE(distinct_ids(std::vector<int32_t>{}, 8).empty());
+  EXPECT_THROW(distinct_ids(std::vector<int32_t>{1, 8}, 8), Error);
+  EXPECT_THROW(distinct_ids(std::vector<int32_t>{-1}, 8), Error);
+}
+
+// A step's chunks tell attention whether their rows are plain causal sequences
+// (TokenChunk::row_tokens): only when every row of the chunk is one document, then padding.
+TEST(StepBatchRows, ChunksSayWhetherEveryRowAttendsAsOneSequence) {
+  auto doc = [](int n) {
+    Document d;
+    for (int i = 0; i < n; ++i) d.input_ids.push_back(1 + i);
+    d.labels = d.input_ids;
+    return d;
+  };
+  constexpr int64_t kRowTokens = 8;
+  const std::vector<PackedRow> whole = pack_documents({doc(8), doc(5), doc(20)}, kRowTokens, false);
+  std::vector<const PackedRow*> rows;
+  for (const PackedRow& r : whole) rows.push_back(&r);
+  StepBatch batch = make_step_batch(rows, kRowTokens, 1);
+  ASSERT_EQ(batch.chunks(), 3);
+  for (int64_t c = 0; c < batch.chunks(); ++c) EXPECT_EQ(batch.chunk(c).row_tokens, kRowTokens);
+
+  // The fourth row holds two documents: its chunk (rows 2 and 3) may not attend causally over
+  // whole rows; the first chunk still may.
+  const std::vector<PackedRow> packed = pack_documents({doc(3), doc(4)}, kRowTokens, true);
+  rows.push_back(&packed[0]);
+  batch = make_step_batch(rows, kRowTokens, 2);
+  ASSERT_EQ(batch.chunks(), 2);
+  EXPECT_EQ(batch.chunk(0).row_tokens, kRowTokens);
+  EXPECT_EQ(batch.chunk(1).row_tokens, 0);
+}
+
+TEST_F(SlidingEngineTest, ClippingNeedsTheAfterBackwardSchedule) {
+  EXPECT_THROW(
+      sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::DuringBackward)),
+      Error);
+}
+
+// Units placed ResidentWithOptimizer keep fp32 gradients, master, m and v on the device and are
+// updated there (the reference AdamW as stream-ordered tasks on the simulated device); their norm
+// partials join the host units' in unit order, so every split is the plain trainer's step.
+TEST_F(SlidingEngineTest, SomeUnitsWithTheirOptimizerOnTheDevice) {
+  // A layer in the middle and the head beside streamed and resident units, offloaded activations.
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward, {2, 5})));
+  // The embedding (the first unit of the norm's order) and the last layer.
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               make_plan(layout_, 4, 1, {}, {1}, UpdateSchedule::AfterBackward, {0, 4})));
+}
+
+TEST_F(SlidingEngineTest, SomeUnitsWithTheirOptimizerOnTheDeviceWithoutClipping) {
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(plain,
+                   sliding_run(config_, 9, rows_, 0.0,
+                               make_plan(layout_, 4, 2, {1}, {3}, UpdateSchedule::DuringBackward, {0, 3})));
+  expect_identical(plain,
+                   sliding_run(config_, 9, rows_, 0.0,
+                               make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, {4, 5})));
+}
+
+// Plan::optimizer_on_gpu(): the norm and the clip coefficient are computed on the device too.
+TEST_F(SlidingEngineTest, EverythingOnTheDevice) {
+  Plan all = make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, all_units(layout_));
+  ASSERT_TRUE(all.optimizer_on_gpu());
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, all));
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0, all));
+  all.update = UpdateSchedule::DuringBackward;
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0, all));
+}
+
+// What a checkpoint reads (finish_updates) and what a resume writes (weights_changed) for host and
+// device units alike, and with the masters uploaded as they are: the plain trainer's masters, m and
+// v after 2 steps; then 2 more steps from them match the plain trainer's 4.
+TEST_F(SlidingEngineTest, CheckpointStateAndResumeWithDeviceUnits) {
+  const PlainState at2 = plain_state(config_, 9, rows_, 0.5, 2);
+  const std::vector<Plan> plans = {
+      make_plan(layout_, 4, 2, {2}, {0}, UpdateSchedule::AfterBackward, {1, 4}),
+      make_plan(layout_, 4, 2, {2}, {0}, UpdateSchedule::AfterBackward, all_units(layout_)),
+      converting_on_upload(make_plan(layout_, 4, 2, {2}, {0}, UpdateSchedule::AfterBackward, {4})),
+  };
+  for (const Plan& plan : plans) {
+    SCOPED_TRACE(::testing::Message() << plan.describe());
+    auto device = make_sim_device({});
+    auto ops = make_device_ops(*device);
+    {
+      SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+      std::vector<std::vector<float>> init;
+      init_random_weights(config_, 9, init);
+      for (size_t u = 0; u < init.size(); ++u) engine.host().unit(u).master.assign(init[u]);
+      engine.weights_changed(0);
+      for (int64_t s = 0; s < 2; ++s) engine.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5);
+      engine.finish_updates();
+      for (size_t u = 0; u < layout_.units.size(); ++u) {
+        EXPECT_TRUE(same_bits(engine.host().unit(u).master, at2.masters[u])) << "master of unit " << u;
+        EXPECT_TRUE(same_bits(engine.host().unit(u).m, at2.m[u])) << "m of unit " << u;
+        EXPECT_TRUE(same_bits(engine.host().unit(u).v, at2.v[u])) << "v of unit " << u;
+      }
+    }
+    SlidingEngine resumed(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+    for (size_t u = 0; u < layout_.units.size(); ++u) {
+      resumed.host().unit(u).master.assign(at2.masters[u]);
+      resumed.host().unit(u).m.assign(at2.m[u]);
+      resumed.host().unit(u).v.assign(at2.v[u]);
+    }
+    resumed.weights_changed(2);
+    RunResult run;
+    for (int64_t s = 2; s < kSteps; ++s) {
+      const SlidingStepResult r = resumed.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5);
+      EXPECT_EQ(r.loss, reference_.losses[static_cast<size_t>(s)]) << "loss of step " << s + 1;
+      EXPECT_EQ(r.grad_norm, reference_.norms[static_cast<size_t>(s)]) << "grad norm of step " << s + 1;
+    }
+    resumed.finish_updates();
+    for (size_t u = 0; u < layout_.units.size(); ++u)
+      EXPECT_TRUE(same_bits(resumed.host().unit(u).master, reference_.masters[u])) << "unit " << u;
+  }
+}
+
+// The memory model is the truth: after construction the device holds exactly device_bytes() and
+// the pinned host memory is exactly host_bytes().pinned, for every kind of plan.
+TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
+  const std::vector<Plan> plans = {
+      make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward),
+      make_plan(layout_, 4, 3, {0, 5}, {0, 1, 3}, UpdateSchedule::AfterBackward),
+      make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward, {2, 5}),
+      make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, all_units(layout_)),
+      keeping_internals(make_plan(layout_, 4, 2, {3}, {0}, UpdateSchedule::AfterBackward, {5}), {1, 3}),
+      converting_on_upload(make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::DuringBackward)),
+      converting_on_upload(make_plan(layout_, 4, 3, {}, {}, UpdateSchedule::AfterBackward, {2})),
+  };
+  for (size_t k = 0; k < plans.size(); ++k) {
+    SCOPED_TRACE(::testing::Message() << "plan " << k << ": " << plans[k].describe());
+    auto device = make_sim_device({});
+    auto ops = make_device_ops(*device);
+    SlidingEngine engine(config_, layout_, *device, *ops, plans[k], kMicro * kSeq, kGlobal / kMicro, false);
+    const DeviceBytes d = device_bytes(config_, layout_, plans[k], kMicro * kSeq, kGlobal / kMicro);
+    const HostBytes h = host_bytes(config_, layout_, plans[k], kMicro * kSeq, kGlobal / kMicro);
+    EXPECT_EQ(device->memory().in_use, d.total());
+    EXPECT_EQ(device->pinned_memory().in_use, h.pinned);
+    size_t pageable = 0;
+    for (size_t u = 0; u < layout_.units.size(); ++u) {
+      // Converting on upload, a host-updated unit's masters are pinned (counted above).
+      const bool pinned_masters =
+          plans[k].weight_upload == WeightUpload::ConvertOnUpload && engine.host().on_host(u);
+      pageable += (pinned_masters ? 2 : 3) * HostArray::mapped_bytes(engine.host().unit(u).master.size());
+    }
+    EXPECT_EQ(pageable, h.pageable);
+  }
+}
+
+TEST(SlidingEngineTied, TiedEmbeddingsStayResident) {
+  ModelConfig config = preset_config("llama", "tiny");
+  nlohmann::json json = config.raw;
+  json["tie_word_embeddings"] = true;
+  config = parse_model_config(json, "test");
+  const ModelLayout layout = build_model_layout(config);
+  const auto rows = make_rows(config.vocab_size, 6);
+  const RunResult plain = plain_run(config, 4, rows, 1.0);
+  expect_identical(plain, sliding_run(config, 4, rows, 1.0,
+                                      make_plan(layout, 2, 2, {0}, {1}, UpdateSchedule::AfterBackward)));
+  // The shared table with its optimizer on the device, the head (final norm) streamed; then both.
+  expect_identical(plain, sliding_run(config, 4, rows, 1.0,
+                                      make_plan(layout, 2, 2, {}, {1}, UpdateSchedule::AfterBackward, {0})));
+  expect_identical(plain,
+                   sliding_run(config, 4, rows, 1.0,
+                               make_plan(layout, 2, 2, {}, {}, UpdateSchedule::AfterBackward, {0, 3})));
+  expect_identical(
+      plain,
+      sliding_run(config, 4, rows, 1.0,
+                  converting_on_upload(make_plan(layout, 2, 2, {0}, {0}, UpdateSchedule::AfterBackward))));
+  const RunResult unclipped = plain_run(config, 4, rows, 0.0);
+  expect_identical(
+      unclipped,
+      sliding_run(config, 4, rows, 0.0,
+                  converting_on_upload(make_plan(layout, 2, 2, {0, 3}, {}, UpdateSchedule::DuringBackward))));
+  EXPECT_THROW(
+      sliding_run(config, 4, rows, 1.0, make_plan(layout, 2, 2, {}, {}, UpdateSchedule::AfterBackward)),
+      Error);
+}
+
+TEST_F(SlidingEngineTest, ABudgetTooSmallIsRefusedWithTheNumbers) {
+  SimDeviceOptions tiny;
+  tiny.memory_capacity = 64 << 10;
+  try {
+    sliding_run(config_, 9, rows_, 0.5, make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward),
+                tiny);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GiB of device memory"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(SlidingEngineTest, SearchedPlanFitsItsBudgetAndMatches) {
+  PlanRequest request;
+  request.micro_batch = kMicro;
+  request.seq_len = kSeq;
+  request.global_batch = kGlobal;
+  request.weight_dtype = DType::F32;
+  request.grad_dtype = DType::F32;
+  // A budget that holds the slots and some activations but not the whole model.
+  Plan all_streamed = make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward);
+  const size_t minimum =
+      device_bytes(config_, layout_, all_streamed, kMicro * kSeq, kGlobal / kMicro).total();
+  request.device_budget = minimum * 3 / 2;
+  const MachineProfile profile = nominal_profile(config_, kSeq, DType::F32);
+  const Plan plan = search_plans(config_, layout_, profile, request).best.plan;
+  EXPECT_LE(device_bytes(config_, layout_, plan, kMicro * kSeq, kGlobal / kMicro).total(),
+            request.device_budget);
+  SimDeviceOptions sim;
+  sim.memory_capacity = request.device_budget;
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, plan, sim));
+
+  request.device_budget = minimum / 2;
+  try {
+    search_plans(config_, layout_, profile, request);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("give gpu_memory of at least"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ferry
