@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "device/trace_scope.h"
+#include "device/trace/trace_scope.h"
 #include "optim/device_adamw.h"
 #include "planner/memory_model.h"
 
@@ -14,7 +14,17 @@ namespace ferry {
 
 namespace {
 
-size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+// The plan, once it is known to place every unit and boundary of this model.
+const Plan& checked_plan(const Plan& plan, const ModelConfig& config, const ModelLayout& layout) {
+  FERRY_CHECK(plan.units.size() == layout.units.size(), "engine", "the plan places {} units; the model has {}",
+              plan.units.size(), layout.units.size());
+  FERRY_CHECK(static_cast<int64_t>(plan.activations.size()) == config.num_layers, "engine",
+              "the plan places {} boundary activations; the model has {} layers", plan.activations.size(),
+              config.num_layers);
+  FERRY_CHECK(!layout.tied || plan.units[layout.embedding_unit()] != UnitPlacement::Streamed, "engine",
+              "tied embeddings are used by the first and the last unit: the plan must keep the embedding resident");
+  return plan;
+}
 
 }  // namespace
 
@@ -24,146 +34,27 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
       layout_(layout),
       device_(device),
       ops_(ops),
-      plan_(plan),
+      plan_(checked_plan(plan, config, layout)),
       chunk_tokens_(chunk_tokens),
-      max_chunks_(max_chunks) {
-  const size_t units = layout_.units.size();
-  const int64_t L = config_.num_layers;
-  FERRY_CHECK(plan_.units.size() == units, "engine", "the plan places {} units; the model has {}", plan_.units.size(),
-              units);
-  FERRY_CHECK(static_cast<int64_t>(plan_.activations.size()) == L, "engine",
-              "the plan places {} boundary activations; the model has {} layers", plan_.activations.size(), L);
+      max_chunks_(max_chunks),
+      roles_(layout_, plan_),
+      buffers_(device_, config_, layout_, plan_, roles_, chunk_tokens_, max_chunks_) {
   const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
-  FERRY_CHECK(!layout_.tied || plan_.units[E] != UnitPlacement::Streamed, "engine",
-              "tied embeddings are used by the first and the last unit: the plan must keep the embedding resident");
-  const DType wd = plan_.weight_dtype, gd = plan_.grad_dtype;
-  resident_.assign(units, false);
-  device_updated_.assign(units, false);
-  size_t largest_streamed = 0;
-  for (size_t u = 0; u < units; ++u) {
-    resident_[u] = plan_.units[u] != UnitPlacement::Streamed;
-    device_updated_[u] = plan_.units[u] == UnitPlacement::ResidentWithOptimizer;
-    if (!resident_[u]) largest_streamed = std::max(largest_streamed, static_cast<size_t>(layout_.units[u].numel));
-  }
   // The head writes the lm_head gradient of a tied model into the embedding's buffer, through one
   // view of one dtype.
   FERRY_CHECK(!layout_.tied || unit_grad_dtype(E) == unit_grad_dtype(Hd), "engine",
               "with tied embeddings the head and the embedding need one gradient dtype: place both "
               "ResidentWithOptimizer (fp32 gradients), or neither, or plan fp32 gradients");
-  uses_ = schedule_slots(step_unit_sequence(L), resident_, std::max<int64_t>(1, plan_.gpu_slots));
-
-  // Everything the device must hold, measured first so that a budget that is too small is refused
-  // with the numbers before anything is allocated.
-  const size_t T = static_cast<size_t>(chunk_tokens_), C = static_cast<size_t>(max_chunks_);
-  const size_t H = static_cast<size_t>(config_.hidden_size);
-  const size_t act_bytes = round_up(C * T * H * dtype_size(wd));
-  Arena measure = Arena::measuring();
-  carve_layer_scratch(measure, config_, chunk_tokens_, wd, true);
-  carve_head_scratch(measure, config_, chunk_tokens_, wd);
-  const size_t scratch_bytes = measure.used() + Arena::kAlignment;
-  slot_param_bytes_ = round_up(largest_streamed * dtype_size(wd));
-  slot_grad_bytes_ = round_up(largest_streamed * dtype_size(gd));
-  const bool any_streamed = largest_streamed > 0;
-  const int64_t slots = any_streamed ? plan_.gpu_slots : 0;
-  bool any_offloaded = false;
-  for (auto a : plan_.activations) any_offloaded |= a == ActivationPlacement::OffloadToHost;
-  const size_t token_bytes = round_up(kStepTokenArrays * C * T * sizeof(int32_t));
-  const size_t needed = device_bytes(config_, layout_, plan_, chunk_tokens_, max_chunks_).total();
-  const MemoryStats mem = device_.memory();
-  if (needed > mem.capacity - std::min(mem.capacity, mem.in_use)) {
-    fail("engine", "the plan needs {:.2f} GiB of device memory ({} slots of {:.2f} GiB, activations, workspace) but "
-                   "{:.2f} GiB of the {:.2f} GiB budget are free; lower micro_batch or seq_len, keep fewer units "
-                   "resident, offload activations, or raise gpu_memory",
-         needed / 1073741824.0, slots, (slot_param_bytes_ + slot_grad_bytes_) / 1073741824.0,
-         (mem.capacity - std::min(mem.capacity, mem.in_use)) / 1073741824.0, mem.capacity / 1073741824.0);
-  }
-
-  for (int64_t s = 0; s < slots; ++s) {
-    slot_params_.emplace_back(device_, slot_param_bytes_, "slot weights");
-    slot_grads_.emplace_back(device_, slot_grad_bytes_, "slot gradients");
-  }
-  resident_params_.resize(units);
-  resident_grads_.resize(units);
-  for (size_t u = 0; u < units; ++u) {
-    if (!resident_[u]) continue;
-    const size_t n = static_cast<size_t>(layout_.units[u].numel);
-    resident_params_[u] = DeviceBuffer(device_, round_up(n * dtype_size(wd)), "resident weights");
-    resident_grads_[u] = DeviceBuffer(device_, round_up(n * dtype_size(unit_grad_dtype(u))), "resident gradients");
-  }
-  kept_activations_.resize(static_cast<size_t>(L));
-  host_activations_.resize(static_cast<size_t>(L));
-  for (int64_t l = 0; l < L; ++l) {
-    if (boundary_on_gpu(plan_.activations[static_cast<size_t>(l)]))
-      kept_activations_[static_cast<size_t>(l)] = DeviceBuffer(device_, act_bytes, "boundary activation");
-    else
-      host_activations_[static_cast<size_t>(l)] = PinnedBuffer(device_, act_bytes, "offloaded activation");
-  }
-  if (any_offloaded) {
-    staging_activations_[0] = DeviceBuffer(device_, act_bytes, "activation staging");
-    staging_activations_[1] = DeviceBuffer(device_, act_bytes, "activation staging");
-  }
-  // KeepWithInternals: each micro-chunk's kept intermediates in a slice of their own, sized as the
-  // memory model sizes them (layer_internals_bytes).
-  const size_t internals_bytes = layer_internals_bytes(config_, chunk_tokens_, wd);
-  internals_buffers_.resize(static_cast<size_t>(L));
-  kept_internals_.resize(static_cast<size_t>(L));
-  for (int64_t l = 0; l < L; ++l) {
-    if (!keeps_internals(l)) continue;
-    DeviceBuffer& buffer = internals_buffers_[static_cast<size_t>(l)];
-    buffer = DeviceBuffer(device_, static_cast<size_t>(C) * internals_bytes, "layer internals");
-    for (size_t c = 0; c < C; ++c) {
-      Arena slice(buffer.as<char>() + c * internals_bytes, internals_bytes);
-      kept_internals_[static_cast<size_t>(l)].push_back(carve_kept_internals(slice, config_, chunk_tokens_, wd));
-    }
-  }
-  if (const size_t pieces = conversion_staging_elements(layout_, plan_); pieces > 0) {
-    conversion_staging_ = DeviceBuffer(device_, round_up(pieces * sizeof(float)), "fp32 weight upload staging");
-    weight_writer_ = make_device_adamw(device_, StreamKind::HostToDevice);
-  }
-  head_input_ = DeviceBuffer(device_, act_bytes, "head input");
-  chunk_grads_ = DeviceBuffer(device_, act_bytes, "activation gradients");
-  scratch_ = DeviceBuffer(device_, scratch_bytes, "layer scratch");
-  Arena arena(scratch_.data(), scratch_bytes);
-  layer_scratch_ = carve_layer_scratch(arena, config_, chunk_tokens_, wd, true);
-  head_scratch_ = carve_head_scratch(arena, config_, chunk_tokens_, wd);
-  tokens_ = DeviceBuffer(device_, token_bytes, "token ids");
-  tokens_host_ = PinnedBuffer(device_, token_bytes, "token staging");
-  loss_ = DeviceBuffer(device_, 256, "loss");
-  loss_host_ = PinnedBuffer(device_, 256, "loss readback");
-
-  const std::vector<float> inv_freq = rope_inv_freq(config_);
-  inv_freq_ = DeviceBuffer(device_, round_up(inv_freq.size() * sizeof(float)), "rope frequencies");
-  PinnedBuffer inv_host(device_, inv_freq.size() * sizeof(float), "rope staging");
-  std::memcpy(inv_host.data(), inv_freq.data(), inv_freq.size() * sizeof(float));
-  device_.copy_to_device(inv_freq_.data(), inv_host.data(), inv_freq.size() * sizeof(float), StreamKind::HostToDevice);
-  device_.synchronize(device_.record(StreamKind::HostToDevice));
-
-  host_partial_offset_.assign(units, 0);
-  size_t host_partials = 0;
-  for (size_t u = 0; u < units; ++u) {
-    if (device_updated_[u]) continue;
-    host_partial_offset_[u] = host_partials;
-    host_partials += grad_norm_partials(layout_.units[u]);
-  }
-  if (host_partials > 0) {
-    norm_partials_ = make_device_adamw(device_);
-    host_unit_partials_ = DeviceBuffer(device_, round_up(host_partials * sizeof(double)), "gradient norm partials");
-    host_unit_partials_host_ = PinnedBuffer(device_, host_partials * sizeof(double), "gradient norm partials readback");
-  }
-
-  // The embedding's token-row gradients land at the step's end in an offloaded boundary's pinned
-  // buffer when there is one (memory_model.h, row_gradients_share_an_offloaded_boundary).
-  void* row_gradients = nullptr;
-  for (int64_t l = 0; l < L && row_gradients == nullptr; ++l)
-    if (plan_.activations[static_cast<size_t>(l)] == ActivationPlacement::OffloadToHost)
-      row_gradients = host_activations_[static_cast<size_t>(l)].data();
+  uses_ = schedule_slots(step_unit_sequence(config_.num_layers), roles_.resident, std::max<int64_t>(1, plan_.gpu_slots));
+  if (buffers_.conversion_staging.bytes() > 0) weight_writer_ = make_device_adamw(device_, StreamKind::HostToDevice);
+  if (buffers_.host_partial_count > 0) norm_partials_ = make_device_adamw(device_);
   updater_ = std::make_unique<UnitUpdater>(device_, layout_, plan_, decay_all,
-                                           max_embedding_rows(config_, chunk_tokens_, max_chunks_), row_gradients);
-  last_read_.assign(units, -1);
-
-  if (std::find(device_updated_.begin(), device_updated_.end(), true) != device_updated_.end())
-    device_optimizer_ = std::make_unique<DeviceOptimizer>(device_, ops_, layout_, plan_, *updater_, resident_params_,
-                                                          resident_grads_);
+                                           max_embedding_rows(config_, chunk_tokens_, max_chunks_),
+                                           buffers_.shared_row_gradients());
+  last_read_.assign(layout_.units.size(), -1);
+  if (roles_.any_device_updated())
+    device_optimizer_ = std::make_unique<DeviceOptimizer>(device_, ops_, layout_, plan_, *updater_,
+                                                          buffers_.resident_params, buffers_.resident_grads);
 }
 
 bool SlidingEngine::keeps_internals(int64_t layer) const {
@@ -171,13 +62,11 @@ bool SlidingEngine::keeps_internals(int64_t layer) const {
 }
 
 LayerScratch SlidingEngine::layer_scratch(int64_t layer, int64_t chunk) const {
-  if (!keeps_internals(layer)) return layer_scratch_;
-  return with_kept_internals(kept_internals_[static_cast<size_t>(layer)][static_cast<size_t>(chunk)], layer_scratch_);
+  if (!keeps_internals(layer)) return buffers_.layer_scratch;
+  return with_kept_internals(buffers_.kept_internals[static_cast<size_t>(layer)][static_cast<size_t>(chunk)], buffers_.layer_scratch);
 }
 
-DType SlidingEngine::unit_grad_dtype(size_t u) const {
-  return device_updated_[u] ? DType::F32 : plan_.grad_dtype;
-}
+DType SlidingEngine::unit_grad_dtype(size_t u) const { return roles_.grad_dtype(u, plan_); }
 
 SlidingEngine::~SlidingEngine() {
   try {
@@ -203,11 +92,11 @@ void SlidingEngine::finish_updates() {
 }
 
 void* SlidingEngine::unit_params_ptr(size_t unit, int64_t slot) const {
-  return resident_[unit] ? resident_params_[unit].data() : slot_params_[static_cast<size_t>(slot)].data();
+  return roles_.resident[unit] ? buffers_.resident_params[unit].data() : buffers_.slot_params[static_cast<size_t>(slot)].data();
 }
 
 void* SlidingEngine::unit_grads_ptr(size_t unit, int64_t slot) const {
-  return resident_[unit] ? resident_grads_[unit].data() : slot_grads_[static_cast<size_t>(slot)].data();
+  return roles_.resident[unit] ? buffers_.resident_grads[unit].data() : buffers_.slot_grads[static_cast<size_t>(slot)].data();
 }
 
 // Boundary `b` is the input of layer b (b < L); b == L is the head's input.
@@ -215,17 +104,17 @@ Tensor SlidingEngine::activation(int64_t b, int64_t chunk) const {
   const int64_t L = config_.num_layers, T = chunk_tokens_, H = config_.hidden_size;
   const DType dt = plan_.weight_dtype;
   void* base;
-  if (b == L) base = head_input_.data();
+  if (b == L) base = buffers_.head_input.data();
   else if (boundary_on_gpu(plan_.activations[static_cast<size_t>(b)]))
-    base = kept_activations_[static_cast<size_t>(b)].data();
-  else base = staging_activations_[b % 2].data();
+    base = buffers_.kept_activations[static_cast<size_t>(b)].data();
+  else base = buffers_.staging_activations[b % 2].data();
   return Tensor(static_cast<char*>(base) + static_cast<size_t>(chunk * T * H) * dtype_size(dt), dt, {T, H});
 }
 
 Tensor SlidingEngine::activation_grad(int64_t chunk) const {
   const int64_t T = chunk_tokens_, H = config_.hidden_size;
   const DType dt = plan_.weight_dtype;
-  return Tensor(static_cast<char*>(chunk_grads_.data()) + static_cast<size_t>(chunk * T * H) * dtype_size(dt), dt,
+  return Tensor(static_cast<char*>(buffers_.chunk_grads.data()) + static_cast<size_t>(chunk * T * H) * dtype_size(dt), dt,
                 {T, H});
 }
 
@@ -240,11 +129,11 @@ void SlidingEngine::upload_weights(size_t u, void* device_dst) {
   // next piece (same stream) overwrites it: the copy engine stays busy but for a short kernel per
   // 64 MiB piece.
   const float* master = updater_->unit(u).master.data();
-  const size_t piece = conversion_staging_.bytes() / sizeof(float);
+  const size_t piece = buffers_.conversion_staging.bytes() / sizeof(float);
   for (size_t done = 0; done < n; done += piece) {
     const size_t k = std::min(piece, n - done);
-    device_.copy_to_device(conversion_staging_.data(), master + done, k * sizeof(float), StreamKind::HostToDevice);
-    weight_writer_->write_weights(conversion_staging_.as<float>(),
+    device_.copy_to_device(buffers_.conversion_staging.data(), master + done, k * sizeof(float), StreamKind::HostToDevice);
+    weight_writer_->write_weights(buffers_.conversion_staging.as<float>(),
                                   static_cast<char*>(device_dst) + done * dtype_size(wd), wd, k);
   }
 }
@@ -252,25 +141,25 @@ void SlidingEngine::upload_weights(size_t u, void* device_dst) {
 void SlidingEngine::issue_load(size_t j) {
   const SlotUse& use = uses_[j];
   const TraceScope scope(device_, "load", layout_.units[use.unit].name);
-  if (use.previous_use >= 0) device_.wait(StreamKind::HostToDevice, released_[static_cast<size_t>(use.previous_use)]);
+  if (use.previous_use >= 0) device_.wait(StreamKind::HostToDevice, events_.released[static_cast<size_t>(use.previous_use)]);
   // The embedding's backward claims its slot (after the previous occupant's release) unfilled.
   const bool weights_read = use_reads_weights(uses_, j);
   if (weights_read) {
     updater_->wait_updated(use.unit, step_ - 1);
-    upload_weights(use.unit, slot_params_[static_cast<size_t>(use.slot)].data());
+    upload_weights(use.unit, buffers_.slot_params[static_cast<size_t>(use.slot)].data());
   }
-  loaded_[j] = device_.record(StreamKind::HostToDevice);
-  if (weights_read) updater_->weights_uploaded(use.unit, loaded_[j]);
+  events_.loaded[j] = device_.record(StreamKind::HostToDevice);
+  if (weights_read) updater_->weights_uploaded(use.unit, events_.loaded[j]);
 }
 
 void SlidingEngine::issue_loads_up_to(size_t limit) {
-  while (next_load_ < uses_.size() && next_load_ <= limit) {
-    const SlotUse& use = uses_[next_load_];
+  while (events_.next_load < uses_.size() && events_.next_load <= limit) {
+    const SlotUse& use = uses_[events_.next_load];
     if (use.load) {
-      if (use.previous_use >= 0 && released_[static_cast<size_t>(use.previous_use)] < 0) return;
-      issue_load(next_load_);
+      if (use.previous_use >= 0 && events_.released[static_cast<size_t>(use.previous_use)] < 0) return;
+      issue_load(events_.next_load);
     }
-    ++next_load_;
+    ++events_.next_load;
   }
 }
 
@@ -281,7 +170,7 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
   // The previous step's copy of this slice left the device before that step returned (the d2h
   // stream is synchronized at every step's end), and the updater read the pinned slice before this
   // step's forward could pass the unit's update.
-  double* partials = host_unit_partials_.as<double>() + host_partial_offset_[unit];
+  double* partials = buffers_.host_unit_partials.as<double>() + buffers_.host_partial_offset[unit];
   const size_t count = issue_unit_norm_partials(*norm_partials_, layout_.units[unit], grads, plan_.grad_dtype, partials);
   const GradientBuffer landing = updater_->reserve_gradient_buffer(unit, StreamKind::DeviceToHost);
   if (updater_->row_sparse(unit)) {
@@ -290,7 +179,7 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
     // last to read this step, and only they go down (unit_updater.h).
     const int64_t H = config_.hidden_size;
     const Tensor table = embedding_table(layout_, const_cast<char*>(grads), plan_.grad_dtype);
-    const Tensor rows(chunk_grads_.data(), plan_.grad_dtype, {step_rows_, H});
+    const Tensor rows(buffers_.chunk_grads.data(), plan_.grad_dtype, {step_rows_, H});
     ops_.embedding_forward(step_row_ids_, table, rows);
     device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
     device_.copy_to_host(landing.data, rows.data,
@@ -302,7 +191,7 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
     // it is free (unit_updater.h).
     device_.copy_to_host(landing.data, grads, bytes, StreamKind::DeviceToHost);
   }
-  double* host_partials = host_unit_partials_host_.as<double>() + host_partial_offset_[unit];
+  double* host_partials = buffers_.host_unit_partials_host.as<double>() + buffers_.host_partial_offset[unit];
   device_.copy_to_host(host_partials, partials, count * sizeof(double), StreamKind::DeviceToHost);
   const EventId landed = device_.record(StreamKind::DeviceToHost);
   updater_->gradient_landed(unit, landing, landed, host_partials, count);
@@ -330,31 +219,25 @@ void SlidingEngine::begin_step(const StepBatch& batch, const AdamWHyper& hyper, 
   // Token arrays of the step: ids, targets, positions, doc_start, each (max_chunks * T), and the
   // distinct ids.
   if (tokens_free_ >= 0) device_.synchronize(tokens_free_);
-  int32_t* host = tokens_host_.as<int32_t>();
+  int32_t* host = buffers_.tokens_host.as<int32_t>();
   std::memcpy(host, batch.ids.data(), n * 4);
   std::memcpy(host + stride, batch.targets.data(), n * 4);
   std::memcpy(host + 2 * stride, batch.positions.data(), n * 4);
   std::memcpy(host + 3 * stride, batch.doc_start.data(), n * 4);
   std::memcpy(host + 4 * stride, rows.data(), rows.size() * 4);
   updater_->begin_step(step_, hyper, max_grad_norm, std::move(rows));
-  device_.copy_to_device(tokens_.data(), host, kStepTokenArrays * stride * sizeof(int32_t), StreamKind::HostToDevice);
+  device_.copy_to_device(buffers_.tokens.data(), host, kStepTokenArrays * stride * sizeof(int32_t), StreamKind::HostToDevice);
   tokens_free_ = device_.record(StreamKind::HostToDevice);
   device_.wait(StreamKind::Compute, tokens_free_);
-  step_row_ids_ = tokens_.as<int32_t>() + 4 * stride;
-  device_.fill_zero(loss_.data(), sizeof(float), StreamKind::Compute);
-  for (size_t u = 0; u < resident_.size(); ++u)
-    if (resident_[u])
-      device_.fill_zero(resident_grads_[u].data(),
+  step_row_ids_ = buffers_.tokens.as<int32_t>() + 4 * stride;
+  device_.fill_zero(buffers_.loss.data(), sizeof(float), StreamKind::Compute);
+  for (size_t u = 0; u < roles_.resident.size(); ++u)
+    if (roles_.resident[u])
+      device_.fill_zero(buffers_.resident_grads[u].data(),
                         static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
                         StreamKind::Compute);
 
-  const size_t uses = uses_.size();
-  loaded_.assign(uses, -1);
-  released_.assign(uses, -1);
-  next_load_ = 0;
-  activation_back_.assign(static_cast<size_t>(L), -1);
-  offload_done_.assign(static_cast<size_t>(L), -1);
-  resident_uploaded_.assign(resident_.size(), false);
+  events_.reset(uses_.size(), static_cast<size_t>(L), roles_.resident.size());
   step_chunks_ = C;
   step_hyper_ = hyper;
   step_row_tokens_.resize(static_cast<size_t>(C));
@@ -364,7 +247,7 @@ void SlidingEngine::begin_step(const StepBatch& batch, const AdamWHyper& hyper, 
 
 TokenChunk SlidingEngine::chunk(int64_t c) const {
   const size_t stride = static_cast<size_t>(max_chunks_ * chunk_tokens_), o = static_cast<size_t>(c * chunk_tokens_);
-  const int32_t* dev_tokens = tokens_.as<int32_t>();
+  const int32_t* dev_tokens = buffers_.tokens.as<int32_t>();
   TokenChunk t;
   t.tokens = chunk_tokens_;
   t.ids = dev_tokens + o;
@@ -376,16 +259,16 @@ TokenChunk SlidingEngine::chunk(int64_t c) const {
 }
 
 void SlidingEngine::ensure_resident(size_t u) {
-  if (!resident_[u] || resident_uploaded_[u] || device_updated_[u]) return;
+  if (!roles_.resident[u] || events_.resident_uploaded[u] || roles_.device_updated[u]) return;
   updater_->wait_updated(u, step_ - 1);
   // Overwrite the weights once the previous step's last reader is done, not after everything
   // issued so far: the upload then overlaps the compute of the units before this one.
   if (last_read_[u] >= 0) device_.wait(StreamKind::HostToDevice, last_read_[u]);
-  upload_weights(u, resident_params_[u].data());
+  upload_weights(u, buffers_.resident_params[u].data());
   const EventId uploaded = device_.record(StreamKind::HostToDevice);
   device_.wait(StreamKind::Compute, uploaded);
   updater_->weights_uploaded(u, uploaded);
-  resident_uploaded_[u] = true;
+  events_.resident_uploaded[u] = true;
 }
 
 bool SlidingEngine::boundary_offloaded(int64_t b) const {
@@ -397,26 +280,26 @@ size_t SlidingEngine::boundary_bytes() const {
 }
 
 void SlidingEngine::before_boundary_write(int64_t b) {
-  if (boundary_offloaded(b) && staging_free_[b % 2] >= 0) device_.wait(StreamKind::Compute, staging_free_[b % 2]);
+  if (boundary_offloaded(b) && events_.staging_free[b % 2] >= 0) device_.wait(StreamKind::Compute, events_.staging_free[b % 2]);
 }
 
 void SlidingEngine::offload_boundary(int64_t b) {
   const TraceScope scope(device_, "offload activation");
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-  device_.copy_to_host(host_activations_[static_cast<size_t>(b)].data(), staging_activations_[b % 2].data(),
+  device_.copy_to_host(buffers_.host_activations[static_cast<size_t>(b)].data(), buffers_.staging_activations[b % 2].data(),
                        boundary_bytes(), StreamKind::DeviceToHost);
-  offload_done_[static_cast<size_t>(b)] = device_.record(StreamKind::DeviceToHost);
-  staging_free_[b % 2] = offload_done_[static_cast<size_t>(b)];
+  events_.offload_done[static_cast<size_t>(b)] = device_.record(StreamKind::DeviceToHost);
+  events_.staging_free[b % 2] = events_.offload_done[static_cast<size_t>(b)];
 }
 
 void SlidingEngine::reload_boundary(int64_t b, EventId staging_readers_done) {
   const TraceScope scope(device_, "reload activation");
   device_.wait(StreamKind::HostToDevice, staging_readers_done);
-  device_.wait(StreamKind::HostToDevice, offload_done_[static_cast<size_t>(b)]);
-  device_.copy_to_device(staging_activations_[b % 2].data(), host_activations_[static_cast<size_t>(b)].data(),
+  device_.wait(StreamKind::HostToDevice, events_.offload_done[static_cast<size_t>(b)]);
+  device_.copy_to_device(buffers_.staging_activations[b % 2].data(), buffers_.host_activations[static_cast<size_t>(b)].data(),
                          boundary_bytes(), StreamKind::HostToDevice);
-  activation_back_[static_cast<size_t>(b)] = device_.record(StreamKind::HostToDevice);
-  staging_free_[b % 2] = -1;
+  events_.activation_back[static_cast<size_t>(b)] = device_.record(StreamKind::HostToDevice);
+  events_.staging_free[b % 2] = -1;
 }
 
 void SlidingEngine::run_use(size_t i) {
@@ -430,8 +313,8 @@ void SlidingEngine::run_use(size_t i) {
     for (int64_t j = static_cast<int64_t>(i); j >= 0; --j) {  // the load that put u in this slot
       const SlotUse& prior = uses_[static_cast<size_t>(j)];
       if (prior.slot == use.slot && prior.load) {
-        FERRY_ASSERT(prior.unit == u && loaded_[static_cast<size_t>(j)] >= 0);
-        device_.wait(StreamKind::Compute, loaded_[static_cast<size_t>(j)]);
+        FERRY_ASSERT(prior.unit == u && events_.loaded[static_cast<size_t>(j)] >= 0);
+        device_.wait(StreamKind::Compute, events_.loaded[static_cast<size_t>(j)]);
         break;
       }
     }
@@ -443,7 +326,7 @@ void SlidingEngine::run_use(size_t i) {
   void* grads = unit_grads_ptr(u, use.slot);
   // Streamed units' gradients start from zero in their slot; resident ones were zeroed at the
   // step's start.
-  if (!forward && !resident_[u])
+  if (!forward && !roles_.resident[u])
     device_.fill_zero(grads, static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
                       StreamKind::Compute);
   const bool sends = !forward;  // every backward unit, the head included, has a gradient to send
@@ -458,7 +341,7 @@ void SlidingEngine::run_use(size_t i) {
     const size_t next = uses_[i + 1].unit;
     if (next != E) {
       const int64_t l = static_cast<int64_t>(next) - 1;
-      if (boundary_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
+      if (boundary_offloaded(l) && events_.activation_back[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
     }
   }
   issue_loads_up_to(i + static_cast<size_t>(std::max<int64_t>(1, plan_.gpu_slots - 1)));
@@ -474,20 +357,20 @@ void SlidingEngine::embedding_forward(void* params) {
 void SlidingEngine::head_step(void* params, void* grads) {
   const float grad_scale = counted_tokens_ > 0 ? 1.0f / static_cast<float>(counted_tokens_) : 0.0f;
   const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
-  void* emb_params = resident_[E] ? resident_params_[E].data() : nullptr;
-  void* emb_grads = resident_[E] ? resident_grads_[E].data() : nullptr;
+  void* emb_params = roles_.resident[E] ? buffers_.resident_params[E].data() : nullptr;
+  void* emb_grads = roles_.resident[E] ? buffers_.resident_grads[E].data() : nullptr;
   const HeadParams hp = head_params(layout_, params, emb_params, plan_.weight_dtype);
   const HeadParams hg = head_params(layout_, grads, emb_grads, unit_grad_dtype(Hd));  // E's dtype too (constructor)
-  const Tensor loss(loss_.data(), DType::F32, {1});
+  const Tensor loss(buffers_.loss.data(), DType::F32, {1});
   for (int64_t c = 0; c < step_chunks_; ++c)
     head_forward_backward(ops_, config_, hp, &hg, chunk(c), activation(config_.num_layers, c), grad_scale,
-                          activation_grad(c), head_scratch_, loss);
+                          activation_grad(c), buffers_.head_scratch, loss);
 }
 
 void SlidingEngine::decoder_forward(size_t u, void* params) {
   const int64_t l = static_cast<int64_t>(u) - 1;
   const LayerParams p = layer_params(layout_.units[u], params, plan_.weight_dtype);
-  const LayerContext ctx{&config_, static_cast<const float*>(inv_freq_.data())};
+  const LayerContext ctx{&config_, static_cast<const float*>(buffers_.inv_freq.data())};
   before_boundary_write(l + 1);
   for (int64_t c = 0; c < step_chunks_; ++c) {
     LayerScratch s = layer_scratch(l, c);
@@ -499,12 +382,12 @@ void SlidingEngine::decoder_forward(size_t u, void* params) {
 void SlidingEngine::decoder_backward(size_t u, void* params, void* grads, EventId before) {
   const int64_t l = static_cast<int64_t>(u) - 1;
   if (boundary_offloaded(l)) {
-    if (activation_back_[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
-    device_.wait(StreamKind::Compute, activation_back_[static_cast<size_t>(l)]);
+    if (events_.activation_back[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
+    device_.wait(StreamKind::Compute, events_.activation_back[static_cast<size_t>(l)]);
   }
   const LayerParams p = layer_params(layout_.units[u], params, plan_.weight_dtype);
   const LayerParams g = layer_params(layout_.units[u], grads, unit_grad_dtype(u));
-  const LayerContext ctx{&config_, static_cast<const float*>(inv_freq_.data())};
+  const LayerContext ctx{&config_, static_cast<const float*>(buffers_.inv_freq.data())};
   const Recompute recompute = keeps_internals(l) ? Recompute::NormsActivation : Recompute::Forward;
   for (int64_t c = 0; c < step_chunks_; ++c) {
     LayerScratch s = layer_scratch(l, c);
@@ -521,16 +404,16 @@ void SlidingEngine::embedding_backward(void* grads) {
 void SlidingEngine::release_use(size_t i, bool sends) {
   const SlotUse& use = uses_[i];
   const size_t u = use.unit, E = layout_.embedding_unit(), Hd = layout_.head_unit();
-  if (resident_[u]) last_read_[u] = device_.record(StreamKind::Compute);
+  if (roles_.resident[u]) last_read_[u] = device_.record(StreamKind::Compute);
   if (layout_.tied && u == Hd) last_read_[E] = device_.record(StreamKind::Compute);
   // A tied head's lm_head gradient sits in the embedding's buffer, sent with the embedding's.
-  if (sends && device_updated_[u]) {
+  if (sends && roles_.device_updated[u]) {
     device_optimizer_->gradient_done(u, step_, step_hyper_);
-    released_[i] = device_.record(StreamKind::Compute);
+    events_.released[i] = device_.record(StreamKind::Compute);
   } else if (sends) {
-    released_[i] = send_gradients(u, use.slot);
+    events_.released[i] = send_gradients(u, use.slot);
   } else {
-    released_[i] = device_.record(StreamKind::Compute);
+    events_.released[i] = device_.record(StreamKind::Compute);
   }
 }
 
@@ -539,11 +422,11 @@ SlidingStepResult SlidingEngine::end_step(double max_grad_norm) {
   const bool all_on_device = plan_.optimizer_on_gpu();
   if (all_on_device) device_optimizer_->update_all(step_, hyper, max_grad_norm);
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-  device_.copy_to_host(loss_host_.data(), loss_.data(), sizeof(float), StreamKind::DeviceToHost);
+  device_.copy_to_host(buffers_.loss_host.data(), buffers_.loss.data(), sizeof(float), StreamKind::DeviceToHost);
   device_.synchronize(device_.record(StreamKind::DeviceToHost));
   SlidingStepResult result;
   result.counted_tokens = counted_tokens_;
-  result.loss = result.counted_tokens > 0 ? *loss_host_.as<float>() / static_cast<double>(result.counted_tokens) : 0.0;
+  result.loss = result.counted_tokens > 0 ? *buffers_.loss_host.as<float>() / static_cast<double>(result.counted_tokens) : 0.0;
   result.grad_norm = all_on_device ? device_optimizer_->read_norm() : updater_->grad_norm(step_);
   // Device units beside host units: updated from the host's norm, ahead of the next forward.
   if (device_optimizer_ && !all_on_device && plan_.update == UpdateSchedule::AfterBackward)

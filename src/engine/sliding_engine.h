@@ -57,11 +57,12 @@
 
 #include "device/device.h"
 #include "engine/device_optimizer.h"
+#include "engine/engine_buffers.h"
 #include "engine/model_step.h"
-#include "planner/slot_schedule.h"
 #include "engine/step_batch.h"
+#include "planner/slot_schedule.h"
 #include "engine/unit_updater.h"
-#include "io/model_config.h"
+#include "model/model_config.h"
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
 #include "model/unit_layout.h"
@@ -136,8 +137,7 @@ class SlidingEngine {
   // The scratch of (layer, micro-chunk)'s forward and backward: the shared one, with the layer's
   // kept intermediates in place of its own fields where the layer keeps them.
   LayerScratch layer_scratch(int64_t layer, int64_t chunk) const;
-  // ResidentWithOptimizer units accumulate fp32 gradients; the others the plan's grad dtype.
-  DType unit_grad_dtype(size_t unit) const;
+  DType unit_grad_dtype(size_t unit) const;  // UnitRoles::grad_dtype
   // Copies the unit's gradient to the host and hands it to the updater; returns the event after
   // which the slot's gradient buffer may be reused.
   EventId send_gradients(size_t unit, int64_t slot);
@@ -152,54 +152,50 @@ class SlidingEngine {
   Plan plan_;
   int64_t chunk_tokens_;
   int64_t max_chunks_;
+  UnitRoles roles_;
+  EngineBuffers buffers_;
+  // Destroyed before the buffers: its worker writes into pinned ones until it is joined.
   std::unique_ptr<UnitUpdater> updater_;
   std::vector<SlotUse> uses_;
-  std::vector<bool> resident_;        // per unit: not Streamed
-  std::vector<bool> device_updated_;  // per unit: ResidentWithOptimizer
-
-  // device memory
-  size_t slot_param_bytes_ = 0, slot_grad_bytes_ = 0;
-  std::vector<DeviceBuffer> slot_params_, slot_grads_;
-  std::vector<DeviceBuffer> resident_params_, resident_grads_;  // indexed by unit (empty if streamed)
-  std::vector<DeviceBuffer> kept_activations_;                   // per boundary that stays on the GPU
-  DeviceBuffer staging_activations_[2];                          // ring for offloaded boundaries
-  std::vector<PinnedBuffer> host_activations_;                   // per offloaded boundary
-  DeviceBuffer head_input_, chunk_grads_, scratch_, tokens_, inv_freq_, loss_;
-  DeviceBuffer conversion_staging_;             // ConvertOnUpload: fp32 pieces of masters
-  std::unique_ptr<DeviceAdamW> weight_writer_;  // ConvertOnUpload: writes them as weights (h2d stream)
-  PinnedBuffer tokens_host_, loss_host_;
-  LayerScratch layer_scratch_;
-  std::vector<DeviceBuffer> internals_buffers_;           // per layer that keeps its internals
-  std::vector<std::vector<LayerScratch>> kept_internals_;  // per such layer, per micro-chunk
-  HeadScratch head_scratch_;
-
+  std::unique_ptr<DeviceAdamW> weight_writer_;  // ConvertOnUpload: writes fp32 pieces as weights (h2d stream)
   // The units updated on the device, if any (after the buffers it refers to: destroyed first).
   std::unique_ptr<DeviceOptimizer> device_optimizer_;
-
   // Gradient-norm partials of the host-updated units (clip.h's order), computed on the device from
   // each gradient just before it leaves and copied down beside it: the CPU updater then spends its
   // memory bandwidth on AdamW alone instead of also reading every gradient to sum its squares.
   std::unique_ptr<DeviceAdamW> norm_partials_;  // only its grad_sumsq_partials is used
-  DeviceBuffer host_unit_partials_;
-  PinnedBuffer host_unit_partials_host_;
-  std::vector<size_t> host_partial_offset_;  // per unit: its slice of the two buffers
 
-  // per-step bookkeeping
-  int64_t step_ = 0;
-  std::vector<EventId> loaded_;      // per use: its slot holds the unit (h2d)
-  std::vector<EventId> released_;    // per use: the slot may be overwritten
-  size_t next_load_ = 0;
-  EventId staging_free_[2] = {-1, -1};   // an offloaded boundary left the staging buffer
-  std::vector<EventId> activation_back_;  // per boundary: reloaded for the backward
-  std::vector<EventId> offload_done_;     // per boundary: its offload left the staging buffer
-  std::vector<bool> resident_uploaded_;   // per unit: uploaded this step
-  EventId tokens_free_ = -1;
+  // The events of one step, in one place so that nothing of a step leaks into the next.
+  struct StepEvents {
+    std::vector<EventId> loaded;           // per use: its slot holds the unit (h2d)
+    std::vector<EventId> released;         // per use: the slot may be overwritten
+    size_t next_load = 0;                  // the next use whose load is to be issued
+    EventId staging_free[2] = {-1, -1};    // an offloaded boundary left the staging buffer
+    std::vector<EventId> activation_back;  // per boundary: reloaded for the backward
+    std::vector<EventId> offload_done;     // per boundary: its offload left the staging buffer
+    std::vector<bool> resident_uploaded;   // per unit: uploaded this step
+    void reset(size_t uses, size_t boundaries, size_t units) {
+      loaded.assign(uses, -1);
+      released.assign(uses, -1);
+      next_load = 0;
+      staging_free[0] = staging_free[1] = -1;  // every offloaded boundary was reloaded last step
+      activation_back.assign(boundaries, -1);
+      offload_done.assign(boundaries, -1);
+      resident_uploaded.assign(units, false);
+    }
+  };
+  StepEvents events_;
+  // What the step's batch says, set by begin_step.
   int64_t step_chunks_ = 0;               // micro-chunks in this step
   std::vector<int64_t> step_row_tokens_;  // per micro-chunk: TokenChunk::row_tokens
   AdamWHyper step_hyper_;
   int64_t counted_tokens_ = 0;            // targets the step's loss counts
-  int64_t step_rows_ = 0;                    // the step's distinct token ids (embedding rows touched)
-  const int32_t* step_row_ids_ = nullptr;    // on the device, sorted
+  int64_t step_rows_ = 0;                 // the step's distinct token ids (embedding rows touched)
+  const int32_t* step_row_ids_ = nullptr; // on the device, sorted
+
+  // Across steps.
+  int64_t step_ = 0;
+  EventId tokens_free_ = -1;        // the previous step's tokens left their staging
   std::vector<EventId> last_read_;  // per unit: compute that last read its resident weights
 };
 

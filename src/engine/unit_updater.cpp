@@ -9,8 +9,8 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "device/memory_ledger.h"
-#include "device/trace_scope.h"
-#include "engine/profile_timing.h"
+#include "device/trace/trace_scope.h"
+#include "core/clock.h"
 #include "optim/clip.h"
 #include "optim/cpu_adamw.h"
 #include "planner/memory_model.h"
@@ -26,8 +26,6 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
               "gradients land in the pinned buffer of the unit's weights, so the gradient dtype ({}) must have the "
               "size of the weight dtype ({}); plan bf16 gradients with bf16 weights",
               dtype_name(plan_.grad_dtype), dtype_name(plan_.weight_dtype));
-  const GradientLanding landing = gradient_landing(layout_, plan_);
-  in_ring_ = landing.in_ring;
   size_t arrays = 0, advised = 0, bytes = 0;
   for (size_t u = 0; u < layout_.units.size(); ++u) {
     const auto& unit = layout_.units[u];
@@ -45,7 +43,6 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
     on_host_.push_back(plan_.units[u] != UnitPlacement::ResidentWithOptimizer);
     if (on_host_.back() && !converts_on_upload())
       s.staging = PinnedBuffer(device_, n * dtype_size(plan_.weight_dtype), "weight and gradient staging");
-    if (landing.dedicated[u]) s.gradient = PinnedBuffer(device_, n * dtype_size(plan_.grad_dtype), "gradient landing");
     // Uploaded as they are: the whole mapping, so the memory model counts what it counts for the
     // pageable arrays (HostArray::mapped_bytes).
     if (on_host_.back() && converts_on_upload() && n > 0)
@@ -71,15 +68,8 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
     FERRY_ASSERT(params.size() == 1 && params[0].offset == 0 && params[0].shape.size() == 2,
                  "the embedding unit holds the embedding table alone");
     row_len_ = static_cast<size_t>(params[0].shape[1]);
-    row_gradient_bytes_ = static_cast<size_t>(max_rows) * row_len_ * dtype_size(plan_.grad_dtype);
-    if (row_gradients == nullptr) {
-      own_row_gradients_ = PinnedBuffer(device_, row_gradient_bytes_, "embedding row gradients");
-      row_gradients = own_row_gradients_.data();
-    }
-    row_gradients_ = row_gradients;
   }
-  for (size_t k = 0; k < landing.ring_buffers; ++k)
-    ring_.emplace_back(device_, landing.ring_elements * dtype_size(plan_.grad_dtype), "gradient ring");
+  inbox_ = std::make_unique<GradientInbox>(device_, layout_, plan_, sparse_unit_, max_rows, row_len_, row_gradients);
   step_rows_ = std::make_shared<const std::vector<int32_t>>();
   updated_step_.assign(units_.size(), 0);
   partials_.resize(units_.size());
@@ -103,6 +93,7 @@ UnitUpdater::~UnitUpdater() {
     stopping_ = true;
   }
   changed_.notify_all();
+  inbox_->abandon();
   worker_.join();
 }
 
@@ -125,7 +116,7 @@ void UnitUpdater::refresh_staging(int64_t step) {
 void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm,
                              std::vector<int32_t> rows) {
   FERRY_ASSERT(sparse_unit_ == SIZE_MAX || rows.size() * row_len_ * dtype_size(plan_.grad_dtype) <=
-                                               row_gradient_bytes_,
+                                               inbox_->row_gradient_bytes(),
                "more embedding rows than the row gradient buffer holds");
   auto shared_rows = std::make_shared<const std::vector<int32_t>>(std::move(rows));
   std::lock_guard<std::mutex> lock(mutex_);
@@ -138,27 +129,9 @@ void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_g
   for (auto& p : partials_) p.clear();
 }
 
-void* UnitUpdater::own_gradient_buffer(size_t u) {
-  HostUnitState& s = units_[u];
-  if (row_sparse(u)) return row_gradients_;
-  return converts_on_upload() ? s.gradient.data() : s.staging.data();
-}
-
 GradientBuffer UnitUpdater::reserve_gradient_buffer(size_t u, StreamKind stream) {
   FERRY_ASSERT(on_host_[u], "a unit updated on the device keeps its gradient there");
-  if (!in_ring_[u]) return {own_gradient_buffer(u), -1};
-  const int64_t ticket = ring_reserved_++;
-  const int64_t buffers = static_cast<int64_t>(ring_.size());
-  if (ticket >= buffers) {
-    // The buffer's previous gradient (ticket - buffers) must have been read by its update. The
-    // worker consumes tickets in order, so a count is enough. A failed worker consumes nothing
-    // more: the wait ends and the error surfaces where the engine next waits on the updater.
-    device_.host_task(stream, [this, needed = ticket - buffers + 1] {
-      std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] { return error_ || stopping_ || ring_consumed_ >= needed; });
-    });
-  }
-  return {ring_[static_cast<size_t>(ticket % buffers)].data(), ticket};
+  return inbox_->reserve(u, units_[u].staging.data(), stream);
 }
 
 void UnitUpdater::gradient_landed(size_t u, const GradientBuffer& buffer, EventId event, const double* partials,
@@ -176,7 +149,7 @@ void UnitUpdater::weights_uploaded(size_t u, EventId event) {
   if (u != sparse_unit_) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({true, u, current_step_, event, hyper_, max_grad_norm_, nullptr, 0, step_rows_});
+    queue_.push_back({true, u, current_step_, event, hyper_, max_grad_norm_, nullptr, 0, step_rows_, {}});
   }
   changed_.notify_all();
 }
@@ -185,7 +158,7 @@ void UnitUpdater::partials_landed(size_t u, EventId event, const double* partial
   FERRY_ASSERT(!on_host_[u], "a host-updated unit sends its gradient");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_});
+    queue_.push_back({false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_, {}});
   }
   changed_.notify_all();
 }
@@ -236,7 +209,7 @@ void UnitUpdater::update_rows(const std::vector<int32_t>& rows, bool zero_gradie
   buffers.master = s.master.data();
   buffers.m = s.m.data();
   buffers.v = s.v.data();
-  buffers.grad = zero_gradient ? nullptr : row_gradients_;
+  buffers.grad = zero_gradient ? nullptr : inbox_->row_gradients();
   buffers.grad_dtype = plan_.grad_dtype;
   // The weights to upload: written in the pass (bf16), or converted after it; with ConvertOnUpload
   // the masters themselves.
@@ -315,8 +288,8 @@ void UnitUpdater::run() {
         update_unit(landing.unit, landing.gradient.data, landing.step, landing.hyper, 1.0f, landing.rows.get());
         std::lock_guard<std::mutex> lock(mutex_);
         updated_step_[landing.unit] = landing.step;
-        if (landing.gradient.ring_ticket >= 0) ring_consumed_ = landing.gradient.ring_ticket + 1;
       }
+      if (landing.gradient.ring_ticket >= 0) inbox_->consumed(landing.gradient.ring_ticket);
       if (all_landed) {
         std::vector<double> ordered;
         for (const auto& p : partials_) ordered.insert(ordered.end(), p.begin(), p.end());
@@ -331,8 +304,8 @@ void UnitUpdater::run() {
           const float clip = landing.max_grad_norm > 0 ? clip_coefficient(norm, landing.max_grad_norm) : 1.0f;
           for (size_t u = 0; u < units_.size(); ++u) {
             if (!on_host_[u]) continue;
-            FERRY_ASSERT(!in_ring_[u], "gradients wait for the norm in buffers of their own");
-            update_unit(u, own_gradient_buffer(u), landing.step, landing.hyper, clip, landing.rows.get());
+            FERRY_ASSERT(!inbox_->in_ring(u), "gradients wait for the norm in buffers of their own");
+            update_unit(u, inbox_->own(u, units_[u].staging.data()), landing.step, landing.hyper, clip, landing.rows.get());
             {
               std::lock_guard<std::mutex> lock(mutex_);
               updated_step_[u] = landing.step;
@@ -346,6 +319,7 @@ void UnitUpdater::run() {
       std::lock_guard<std::mutex> lock(mutex_);
       error_ = std::current_exception();
       changed_.notify_all();
+      inbox_->abandon();
       return;
     }
   }

@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "engine/gradient_inbox.h"
 #include "model/unit_layout.h"
 #include "optim/adamw.h"
 #include "optim/cpu_adamw.h"
@@ -72,17 +73,9 @@ struct HostUnitState {
   // HostShadow: the weights to upload (plan's weight dtype), or, from the gradient's d2h until the
   // update, the gradient (plan's grad dtype, same size). None for a unit updated on the device.
   PinnedBuffer staging;
-  // ConvertOnUpload: the unit's own gradient buffer, where gradient_landing() gives it one, and
-  // the registration of its masters as pinned memory (released before the masters are unmapped).
-  PinnedBuffer gradient;
+  // ConvertOnUpload: the registration of its masters as pinned memory (released before the
+  // masters are unmapped).
   PinnedRegistration pinned_master;
-};
-
-// Where a host-updated unit's gradient is to land (UnitUpdater::reserve_gradient_buffer), handed
-// back with the landing (gradient_landed).
-struct GradientBuffer {
-  void* data = nullptr;      // pinned, numel x grad dtype
-  int64_t ring_ticket = -1;  // its place in the ring's sequence; -1 outside the ring
 };
 
 class UnitUpdater {
@@ -123,7 +116,7 @@ class UnitUpdater {
   // Whether unit u is the row-sparse embedding (see above).
   bool row_sparse(size_t u) const { return u == sparse_unit_; }
   // Where the row-sparse embedding's gradient lands: the step's rows, in the order of `rows`.
-  void* row_gradients() { return row_gradients_; }
+  void* row_gradients() { return inbox_->row_gradients(); }
   // Unit u's weights for the current step have been read from its staging buffer once `event`
   // completes: for the row-sparse embedding, the rows without a gradient are then updated.
   void weights_uploaded(size_t u, EventId event);
@@ -166,8 +159,6 @@ class UnitUpdater {
   void run();
   void update_unit(size_t u, const void* grad, int64_t step, const AdamWHyper& hyper, float clip,
                    const std::vector<int32_t>* rows);
-  // The gradient buffer reserve_gradient_buffer names for unit u outside the ring.
-  void* own_gradient_buffer(size_t u);
   // The row-sparse embedding's rows: those in `rows` from row_gradients(), or (rows without a
   // gradient) the complement of `rows` with a zero gradient.
   void update_rows(const std::vector<int32_t>& rows, bool zero_gradient, int64_t step, const AdamWHyper& hyper,
@@ -185,13 +176,7 @@ class UnitUpdater {
   std::vector<std::vector<AdamWSegment>> segments_;  // per unit: its parameters and their decay
   size_t sparse_unit_ = SIZE_MAX;                     // the row-sparse embedding, if any
   size_t row_len_ = 0;                                // its row length (hidden size)
-  std::vector<bool> in_ring_;          // per unit: its gradient lands in the ring (ConvertOnUpload)
-  std::vector<PinnedBuffer> ring_;     // the ring's buffers
-  int64_t ring_reserved_ = 0;          // tickets handed out (engine thread)
-  int64_t ring_consumed_ = 0;          // ring gradients read by their update, in ticket order (mutex_)
-  PinnedBuffer own_row_gradients_;
-  void* row_gradients_ = nullptr;
-  size_t row_gradient_bytes_ = 0;
+  std::unique_ptr<GradientInbox> inbox_;  // where gradients land (engine/gradient_inbox.h)
   std::shared_ptr<const std::vector<int32_t>> step_rows_;  // the current step's rows
   int64_t zero_rows_step_ = 0;  // the last step whose rows without a gradient are updated (worker only)
 

@@ -1,0 +1,149 @@
+#include "engine/engine_buffers.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/arena.h"
+#include "core/error.h"
+#include "optim/clip.h"
+#include "planner/memory_model.h"
+
+namespace ferry {
+
+namespace {
+
+size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+UnitRoles::UnitRoles(const ModelLayout& layout, const Plan& plan) {
+  const size_t units = layout.units.size();
+  resident.assign(units, false);
+  device_updated.assign(units, false);
+  for (size_t u = 0; u < units; ++u) {
+    resident[u] = plan.units[u] != UnitPlacement::Streamed;
+    device_updated[u] = plan.units[u] == UnitPlacement::ResidentWithOptimizer;
+  }
+}
+
+DType UnitRoles::grad_dtype(size_t unit, const Plan& plan) const {
+  return device_updated[unit] ? DType::F32 : plan.grad_dtype;
+}
+
+bool UnitRoles::any_device_updated() const {
+  return std::find(device_updated.begin(), device_updated.end(), true) != device_updated.end();
+}
+
+EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
+                             const UnitRoles& roles, int64_t chunk_tokens, int64_t max_chunks) {
+  const size_t units = layout.units.size();
+  const int64_t L = config.num_layers;
+  const DType wd = plan.weight_dtype, gd = plan.grad_dtype;
+  size_t largest_streamed = 0;
+  for (size_t u = 0; u < units; ++u)
+    if (!roles.resident[u]) largest_streamed = std::max(largest_streamed, static_cast<size_t>(layout.units[u].numel));
+
+  // Everything the device must hold, measured first so that a budget that is too small is refused
+  // with the numbers before anything is allocated.
+  const size_t T = static_cast<size_t>(chunk_tokens), C = static_cast<size_t>(max_chunks);
+  const size_t H = static_cast<size_t>(config.hidden_size);
+  const size_t act_bytes = round_up(C * T * H * dtype_size(wd));
+  Arena measure = Arena::measuring();
+  carve_layer_scratch(measure, config, chunk_tokens, wd, true);
+  carve_head_scratch(measure, config, chunk_tokens, wd);
+  const size_t scratch_bytes = measure.used() + Arena::kAlignment;
+  slot_param_bytes = round_up(largest_streamed * dtype_size(wd));
+  slot_grad_bytes = round_up(largest_streamed * dtype_size(gd));
+  const bool any_streamed = largest_streamed > 0;
+  const int64_t slots = any_streamed ? plan.gpu_slots : 0;
+  bool any_offloaded = false;
+  for (auto a : plan.activations) any_offloaded |= a == ActivationPlacement::OffloadToHost;
+  const size_t token_bytes = round_up(kStepTokenArrays * C * T * sizeof(int32_t));
+  const size_t needed = device_bytes(config, layout, plan, chunk_tokens, max_chunks).total();
+  const MemoryStats mem = device.memory();
+  if (needed > mem.capacity - std::min(mem.capacity, mem.in_use)) {
+    fail("engine", "the plan needs {:.2f} GiB of device memory ({} slots of {:.2f} GiB, activations, workspace) but "
+                   "{:.2f} GiB of the {:.2f} GiB budget are free; lower micro_batch or seq_len, keep fewer units "
+                   "resident, offload activations, or raise gpu_memory",
+         needed / 1073741824.0, slots, (slot_param_bytes + slot_grad_bytes) / 1073741824.0,
+         (mem.capacity - std::min(mem.capacity, mem.in_use)) / 1073741824.0, mem.capacity / 1073741824.0);
+  }
+
+  for (int64_t s = 0; s < slots; ++s) {
+    slot_params.emplace_back(device, slot_param_bytes, "slot weights");
+    slot_grads.emplace_back(device, slot_grad_bytes, "slot gradients");
+  }
+  resident_params.resize(units);
+  resident_grads.resize(units);
+  for (size_t u = 0; u < units; ++u) {
+    if (!roles.resident[u]) continue;
+    const size_t n = static_cast<size_t>(layout.units[u].numel);
+    resident_params[u] = DeviceBuffer(device, round_up(n * dtype_size(wd)), "resident weights");
+    resident_grads[u] = DeviceBuffer(device, round_up(n * dtype_size(roles.grad_dtype(u, plan))), "resident gradients");
+  }
+  kept_activations.resize(static_cast<size_t>(L));
+  host_activations.resize(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    if (boundary_on_gpu(plan.activations[static_cast<size_t>(l)]))
+      kept_activations[static_cast<size_t>(l)] = DeviceBuffer(device, act_bytes, "boundary activation");
+    else
+      host_activations[static_cast<size_t>(l)] = PinnedBuffer(device, act_bytes, "offloaded activation");
+  }
+  if (any_offloaded) {
+    staging_activations[0] = DeviceBuffer(device, act_bytes, "activation staging");
+    staging_activations[1] = DeviceBuffer(device, act_bytes, "activation staging");
+  }
+  // KeepWithInternals: each micro-chunk's kept intermediates in a slice of their own, sized as the
+  // memory model sizes them (layer_internals_bytes).
+  const size_t internals_bytes = layer_internals_bytes(config, chunk_tokens, wd);
+  internals_buffers.resize(static_cast<size_t>(L));
+  kept_internals.resize(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    if (plan.activations[static_cast<size_t>(l)] != ActivationPlacement::KeepWithInternals) continue;
+    DeviceBuffer& buffer = internals_buffers[static_cast<size_t>(l)];
+    buffer = DeviceBuffer(device, static_cast<size_t>(C) * internals_bytes, "layer internals");
+    for (size_t c = 0; c < C; ++c) {
+      Arena slice(buffer.as<char>() + c * internals_bytes, internals_bytes);
+      kept_internals[static_cast<size_t>(l)].push_back(carve_kept_internals(slice, config, chunk_tokens, wd));
+    }
+  }
+  if (const size_t pieces = conversion_staging_elements(layout, plan); pieces > 0)
+    conversion_staging = DeviceBuffer(device, round_up(pieces * sizeof(float)), "fp32 weight upload staging");
+  head_input = DeviceBuffer(device, act_bytes, "head input");
+  chunk_grads = DeviceBuffer(device, act_bytes, "activation gradients");
+  scratch = DeviceBuffer(device, scratch_bytes, "layer scratch");
+  Arena arena(scratch.data(), scratch_bytes);
+  layer_scratch = carve_layer_scratch(arena, config, chunk_tokens, wd, true);
+  head_scratch = carve_head_scratch(arena, config, chunk_tokens, wd);
+  tokens = DeviceBuffer(device, token_bytes, "token ids");
+  tokens_host = PinnedBuffer(device, token_bytes, "token staging");
+  loss = DeviceBuffer(device, 256, "loss");
+  loss_host = PinnedBuffer(device, 256, "loss readback");
+
+  const std::vector<float> frequencies = rope_inv_freq(config);
+  inv_freq = DeviceBuffer(device, round_up(frequencies.size() * sizeof(float)), "rope frequencies");
+  PinnedBuffer inv_host(device, frequencies.size() * sizeof(float), "rope staging");
+  std::memcpy(inv_host.data(), frequencies.data(), frequencies.size() * sizeof(float));
+  device.copy_to_device(inv_freq.data(), inv_host.data(), frequencies.size() * sizeof(float), StreamKind::HostToDevice);
+  device.synchronize(device.record(StreamKind::HostToDevice));
+
+  host_partial_offset.assign(units, 0);
+  for (size_t u = 0; u < units; ++u) {
+    if (roles.device_updated[u]) continue;
+    host_partial_offset[u] = host_partial_count;
+    host_partial_count += grad_norm_partials(layout.units[u]);
+  }
+  if (host_partial_count > 0) {
+    host_unit_partials = DeviceBuffer(device, round_up(host_partial_count * sizeof(double)), "gradient norm partials");
+    host_unit_partials_host =
+        PinnedBuffer(device, host_partial_count * sizeof(double), "gradient norm partials readback");
+  }
+}
+
+void* EngineBuffers::shared_row_gradients() const {
+  for (const PinnedBuffer& b : host_activations)
+    if (b.data() != nullptr) return b.data();
+  return nullptr;
+}
+
+}  // namespace ferry
