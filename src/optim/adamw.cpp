@@ -1,12 +1,8 @@
 // The fp32 operation order below is torch's (see adamw.h). A compiler allowed to contract a*b+c into
 // an FMA (GCC's default -ffp-contract=fast once FMA instructions are enabled, e.g. by -march=native)
-// would round differently from torch, so contraction is switched off for this file; the FMAs that
-// torch's kernels do perform (lerp, addcmul) are written explicitly with std::fma.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+// would round differently from torch, so contraction is switched off for this file (CMakeLists.txt:
+// the files of the torch-exact arithmetic); the FMAs that torch's kernels do perform (lerp,
+// addcmul) are written explicitly with std::fma.
 
 #include "optim/adamw.h"
 

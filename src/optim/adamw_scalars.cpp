@@ -1,12 +1,8 @@
 // Python rounds every double operation on its own; a compiler allowed to contract 1 - lr*wd into
 // a fused multiply-add (GCC's default for GNU C++ once FMA instructions are enabled, e.g. by
 // -march=native) would not, and for some lr, wd the fp32 decay factor would differ from torch's
-// (tests/optim_adamw_scalars_test.cpp pins one such pair). So contraction is off for this file.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+// (tests/optim_adamw_scalars_test.cpp pins one such pair). So contraction is off for this file
+// (CMakeLists.txt: the files of the torch-exact arithmetic).
 
 #include "optim/adamw_scalars.h"
 
