@@ -44,9 +44,9 @@ void bench_adamw(Bench& b) {
   DeviceBuf sum(8), scale(4);
   fill_random(master, 1), fill_random(m, 2, -1e-3f, 1e-3f), fill_random(v, 3, 0, 1e-5f);
   fill_random(g32, 4, -1e-2f, 1e-2f), fill_random(g16, 5, -1e-2f, 1e-2f);
-  check_cuda(cudaMemset(sum.get(), 0, 8), "cudaMemset");
+  FERRY_CUDA_CHECK(cudaMemset(sum.get(), 0, 8));
   const float one = 1.0f;
-  check_cuda(cudaMemcpy(scale.get(), &one, 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  FERRY_CUDA_CHECK(cudaMemcpy(scale.get(), &one, 4, cudaMemcpyHostToDevice));
   const std::vector<AdamWSegment> segments = {{0, n, true}};
   int64_t step = 1;
   AdamWUnitBuffers unit{master.buf.as<float>(), m.buf.as<float>(), v.buf.as<float>(), g32.buf.get(), DType::F32,

@@ -9,12 +9,8 @@
 
 namespace ferry::bench {
 
-void check_cuda(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail("bench", "{} failed: {}", what, cudaGetErrorString(status));
-}
-
 DeviceBuf::DeviceBuf(size_t bytes) : bytes_(bytes) {
-  check_cuda(cudaMalloc(&p_, bytes == 0 ? 16 : bytes), "cudaMalloc");
+  FERRY_CUDA_CHECK(cudaMalloc(&p_, bytes == 0 ? 16 : bytes));
 }
 DeviceBuf::~DeviceBuf() {
   if (p_) cudaFree(p_);
@@ -48,7 +44,7 @@ void upload(const DeviceTensor& d, const Vec& host) {
   FERRY_ASSERT(static_cast<int64_t>(host.size()) == d.t.numel());
   std::vector<unsigned char> raw(d.t.bytes());
   convert_from_f32(host.data(), d.t.dtype, raw.data(), host.size());
-  check_cuda(cudaMemcpy(d.t.data, raw.data(), raw.size(), cudaMemcpyHostToDevice), "cudaMemcpy (upload)");
+  FERRY_CUDA_CHECK(cudaMemcpy(d.t.data, raw.data(), raw.size(), cudaMemcpyHostToDevice));
 }
 
 void fill_random(const DeviceTensor& d, uint32_t seed, float lo, float hi) {
@@ -60,19 +56,18 @@ void fill_random(const DeviceTensor& d, uint32_t seed, float lo, float hi) {
   convert_from_f32(host.data(), d.t.dtype, raw.data(), block);
   for (size_t at = 0; at < n; at += block) {
     const size_t m = std::min(block, n - at);
-    check_cuda(cudaMemcpy(static_cast<char*>(d.t.data) + at * es, raw.data(), m * es, cudaMemcpyHostToDevice),
-               "cudaMemcpy (fill)");
+    FERRY_CUDA_CHECK(cudaMemcpy(static_cast<char*>(d.t.data) + at * es, raw.data(), m * es, cudaMemcpyHostToDevice));
   }
 }
 
 void upload_ints(const DeviceBuf& d, const std::vector<int32_t>& host) {
-  check_cuda(cudaMemcpy(d.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy (ints)");
+  FERRY_CUDA_CHECK(cudaMemcpy(d.get(), host.data(), host.size() * 4, cudaMemcpyHostToDevice));
 }
 
 Vec download(const DeviceTensor& d) {
-  check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  FERRY_CUDA_CHECK(cudaDeviceSynchronize());
   std::vector<unsigned char> raw(d.t.bytes());
-  check_cuda(cudaMemcpy(raw.data(), d.t.data, raw.size(), cudaMemcpyDeviceToHost), "cudaMemcpy (download)");
+  FERRY_CUDA_CHECK(cudaMemcpy(raw.data(), d.t.data, raw.size(), cudaMemcpyDeviceToHost));
   Vec out(static_cast<size_t>(d.t.numel()));
   convert_to_f32(raw.data(), d.t.dtype, out.data(), out.size());
   return out;
@@ -91,13 +86,13 @@ double rel_rms(const Vec& got, const Vec& ref) {
 
 Bench::Bench(int reps, int warmup) : reps_(reps), warmup_(warmup) {
   int device = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+  FERRY_CUDA_CHECK(cudaGetDevice(&device));
   cudaDeviceProp prop{};
-  check_cuda(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  FERRY_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   device_name_ = prop.name;
-  check_cuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
-  check_cuda(cudaEventCreate(&start_), "cudaEventCreate");
-  check_cuda(cudaEventCreate(&stop_), "cudaEventCreate");
+  FERRY_CUDA_CHECK(cudaStreamCreate(&stream_));
+  FERRY_CUDA_CHECK(cudaEventCreate(&start_));
+  FERRY_CUDA_CHECK(cudaEventCreate(&stop_));
   flush_ = DeviceBuf(2 * static_cast<size_t>(prop.l2CacheSize > 0 ? prop.l2CacheSize : (64 << 20)));
   std::printf("device: %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
 }
@@ -110,16 +105,16 @@ Bench::~Bench() {
 
 double Bench::time_us(const std::function<void()>& fn, bool flush_l2) {
   for (int i = 0; i < warmup_; ++i) fn();
-  check_cuda(cudaStreamSynchronize(stream_), "warm-up");
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
   std::vector<float> ms;
   for (int r = 0; r < reps_; ++r) {
-    if (flush_l2) check_cuda(cudaMemsetAsync(flush_.get(), r & 0xff, flush_.bytes(), stream_), "L2 flush");
-    check_cuda(cudaEventRecord(start_, stream_), "cudaEventRecord");
+    if (flush_l2) FERRY_CUDA_CHECK(cudaMemsetAsync(flush_.get(), r & 0xff, flush_.bytes(), stream_));
+    FERRY_CUDA_CHECK(cudaEventRecord(start_, stream_));
     fn();
-    check_cuda(cudaEventRecord(stop_, stream_), "cudaEventRecord");
-    check_cuda(cudaEventSynchronize(stop_), "cudaEventSynchronize");
+    FERRY_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    FERRY_CUDA_CHECK(cudaEventSynchronize(stop_));
     float t = 0;
-    check_cuda(cudaEventElapsedTime(&t, start_, stop_), "cudaEventElapsedTime");
+    FERRY_CUDA_CHECK(cudaEventElapsedTime(&t, start_, stop_));
     ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_check.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
 #include "ops/cuda/cuda_ops.h"
@@ -24,8 +25,6 @@ constexpr double kPeakFlops = 776e12;
 
 using Vec = std::vector<float>;
 
-// Throws ferry::Error naming the call when a CUDA call fails.
-void check_cuda(cudaError_t status, const char* what);
 
 // Owns `bytes` of device memory (cudaMalloc).
 class DeviceBuf {

@@ -74,7 +74,7 @@ void bench_flce(Bench& b) {
     options.flce_chunk_bytes = v.chunk_bytes;
     CudaOps ops(b.stream(), options);
     size_t free0 = 0, total = 0;
-    check_cuda(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo");
+    FERRY_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
     const double us = b.time_us(
         [&] { ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f / T, dx.t, dw.t, loss.t, Tensor()); });
     char note[160];

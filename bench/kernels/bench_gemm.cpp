@@ -57,7 +57,7 @@ void bench_gemm(Bench& b) {
   CudaOps tuned(b.stream());
   const auto tuned_time = [&](const std::function<void()>& fn) {
     for (int i = 0; i < kGemmTuneAlgos * kGemmTuneSamples; ++i) fn();
-    check_cuda(cudaStreamSynchronize(b.stream()), "tuning");
+    FERRY_CUDA_CHECK(cudaStreamSynchronize(b.stream()));
     return b.time_us(fn);
   };
 

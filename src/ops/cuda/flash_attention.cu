@@ -1,6 +1,7 @@
 // Flash attention entry points: argument checks, the choice of kernels, and the two small kernels
 // of the backward's bookkeeping (delta = rowsum(dout * out), dq accumulator -> bf16).
 #include "ops/cuda/flash_attention.h"
+#include "core/cuda_check.h"
 
 #include <cuda_runtime.h>
 
@@ -15,15 +16,6 @@
 
 namespace ferry {
 namespace flash {
-
-void check_cuda(int error, const char* what) {
-  if (error == cudaSuccess) return;
-  const auto e = static_cast<cudaError_t>(error);
-  raise("flash_attention", std::string(what) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) +
-                               ")");
-}
-
-void check_launch(const char* what) { check_cuda(cudaGetLastError(), what); }
 
 size_t delta_bytes(int64_t tokens, int q_heads) { return flash_attention_delta_bytes(tokens, q_heads); }
 
@@ -57,8 +49,8 @@ void check_params(const char* op, const FlashAttentionParams& p) {
 // The tensor-core kernels need sm_80+ and 16-byte aligned rows.
 void check_tensor_core(const char* op, std::initializer_list<const void*> pointers) {
   int device = 0, major = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "cudaDeviceGetAttribute");
+  FERRY_CUDA_CHECK(cudaGetDevice(&device));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (major < 8)
     raise(op, "head_dim 64 and 128 use bf16 tensor cores, which need compute capability 8.0 or newer (device " +
                   std::to_string(device) + " has " + std::to_string(major) + ".x)");
@@ -120,7 +112,7 @@ void flash_attention_backward(const FlashAttentionBackwardParams& p, void* strea
   float* const dq_accum =
       reinterpret_cast<float*>(static_cast<char*>(p.workspace) + flash::delta_bytes(p.fwd.tokens, p.fwd.q_heads));
   const int64_t count = p.fwd.tokens * p.fwd.q_heads * p.fwd.head_dim;
-  flash::check_cuda(cudaMemsetAsync(dq_accum, 0, sizeof(float) * count, s), "cudaMemsetAsync(dq accumulator)");
+  FERRY_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, sizeof(float) * count, s));
   flash::backward_tensor_core(p, delta, dq_accum, stream);
   flash::convert_dq(dq_accum, p.dq, p.fwd.scale, count, stream);
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/cuda_check.h"
 #include "ops/cuda/flash_attention_backward.cuh"
 #include "ops/cuda/flash_attention_internal.h"
 
@@ -14,12 +15,11 @@ template <class Tile>
 void launch_backward(const FlashAttentionBackwardParams& p, const float* delta, float* dq_accum, void* stream) {
   const int tiles = static_cast<int>((p.fwd.tokens + Tile::Bc - 1) / Tile::Bc);
   const auto kernel = backward_kernel<Tile>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(Tile::kSmemBytes)),
-             "cudaFuncSetAttribute(flash attention backward, shared-memory size)");
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(Tile::kSmemBytes)));
   kernel<<<dim3(p.fwd.kv_heads, tiles), Tile::Threads, Tile::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(
       p, delta, dq_accum);
-  check_launch("flash attention backward");
+  FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
@@ -40,9 +40,8 @@ void backward_tensor_core(const FlashAttentionBackwardParams& p, const float* de
     return;
   }
   int device = 0, optin = 0;
-  check_cuda(cudaGetDevice(&device), "cudaGetDevice");
-  check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-             "cudaDeviceGetAttribute(max shared memory per block)");
+  FERRY_CUDA_CHECK(cudaGetDevice(&device));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   const bool wide_fits = static_cast<size_t>(optin) >= Wide128::kSmemBytes;
   if (keys_per_block == 128 && !wide_fits)
     raise("flash_attention_backward", "128-key blocks need " + std::to_string(Wide128::kSmemBytes) +

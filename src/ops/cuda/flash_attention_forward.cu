@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "ops/cuda/flash_attention_forward.cuh"
+#include "core/cuda_check.h"
 #include "ops/cuda/flash_attention_internal.h"
 
 namespace ferry::flash {
@@ -11,11 +12,10 @@ template <class Tile>
 void launch_forward(const FlashAttentionParams& p, void* stream) {
   const int tiles = static_cast<int>((p.tokens + Tile::Br - 1) / Tile::Br);
   const auto kernel = forward_kernel<Tile>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(Tile::kSmemBytes)),
-             "cudaFuncSetAttribute(flash attention forward, shared-memory size)");
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(Tile::kSmemBytes)));
   kernel<<<dim3(p.q_heads, tiles), Tile::Threads, Tile::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
-  check_launch("flash attention forward");
+  FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace

@@ -9,11 +9,6 @@
 
 namespace ferry::flash {
 
-// Raise ferry::Error naming `what`: check_cuda when `error` (a cudaError_t) is not cudaSuccess,
-// check_launch when the last launch on this thread failed.
-void check_cuda(int error, const char* what);
-void check_launch(const char* what);
-
 // Tensor-core path; head_dim is 64 or 128, pointers 16-byte aligned, T >= 1 (checked by the caller).
 void forward_tensor_core(const FlashAttentionParams& p, void* stream);
 // delta (Hq, T) fp32 and dq_accum (T, Hq, D) fp32 (zeroed) come from the workspace: delta at its

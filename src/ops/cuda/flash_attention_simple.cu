@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "ops/cuda/flash_attention_internal.h"
+#include "core/cuda_check.h"
 #include "ops/cuda/flash_attention_simple.cuh"
 
 namespace ferry::flash {
@@ -19,16 +20,16 @@ size_t row_bytes(int rows, int head_dim) { return sizeof(float) * rows * kSimple
 void forward_simple(const FlashAttentionParams& p, void* stream) {
   forward_simple_kernel<<<blocks_for(p.tokens * p.q_heads), 32 * kSimpleWarps, row_bytes(1, p.head_dim),
                           static_cast<cudaStream_t>(stream)>>>(p);
-  check_launch("flash attention forward (simple)");
+  FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 void backward_simple(const FlashAttentionBackwardParams& p, const float* delta, void* stream) {
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
   const size_t smem = row_bytes(2, p.fwd.head_dim);
   dq_simple_kernel<<<blocks_for(p.fwd.tokens * p.fwd.q_heads), 32 * kSimpleWarps, smem, s>>>(p, delta);
-  check_launch("flash attention backward dq (simple)");
+  FERRY_CUDA_CHECK(cudaGetLastError());
   dkdv_simple_kernel<<<blocks_for(p.fwd.tokens * p.fwd.kv_heads), 32 * kSimpleWarps, smem, s>>>(p, delta);
-  check_launch("flash attention backward dk dv (simple)");
+  FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 void compute_delta(const FlashAttentionBackwardParams& p, float* delta, void* stream) {
@@ -38,7 +39,7 @@ void compute_delta(const FlashAttentionBackwardParams& p, float* delta, void* st
   delta_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const bf16*>(p.fwd.out), static_cast<const bf16*>(p.dout), delta, p.fwd.tokens, p.fwd.q_heads,
       p.fwd.head_dim);
-  check_launch("flash attention backward (delta)");
+  FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 void convert_dq(const float* acc, void* dq, float scale, int64_t count, void* stream) {
@@ -47,7 +48,7 @@ void convert_dq(const float* acc, void* dq, float scale, int64_t count, void* st
   const int64_t blocks = std::min<int64_t>((quads + kThreads - 1) / kThreads, 65536);
   convert_dq_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       reinterpret_cast<const float4*>(acc), static_cast<uint2*>(dq), scale, quads);
-  check_launch("flash attention backward (dq conversion)");
+  FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace ferry::flash

@@ -7,15 +7,12 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/cuda_check.h"
 #include "optim/cuda/gpu_adamw_kernels.h"
 
 namespace ferry::gpu_adamw {
 
 namespace {
-
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) raise("cuda", std::string(what) + " failed: " + cudaGetErrorString(status));
-}
 
 constexpr int kThreads = 256;
 
@@ -210,7 +207,7 @@ void launch_update(const UpdateArgs& a, const Scalars& s, void* stream) {
     update_kernel<true><<<static_cast<unsigned int>(blocks), kThreads, 0, st>>>(a, s, vec);
   else
     update_kernel<false><<<static_cast<unsigned int>(blocks), kThreads, 0, st>>>(a, s, vec);
-  check(cudaGetLastError(), "the AdamW kernel launch");
+  FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_sumsq_partials(const void* grad, bool grad_bf16, size_t n, double* partials, void* stream) {
@@ -219,19 +216,19 @@ void launch_sumsq_partials(const void* grad, bool grad_bf16, size_t n, double* p
   const size_t blocks = (chunks + kSumsqWarps - 1) / kSumsqWarps;
   sumsq_partials_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       grad, grad_bf16, n, partials);
-  check(cudaGetLastError(), "the gradient sum-of-squares kernel launch");
+  FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_accumulate(const double* partials, size_t count, double* sum, void* stream) {
   if (count == 0) return;
   accumulate_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(partials, count, sum);
-  check(cudaGetLastError(), "the gradient norm accumulation launch");
+  FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_clip_coefficient(const double* sum, bool clip, float max_norm_f, float shift, float* coefficient,
                              void* stream) {
   clip_coefficient_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(sum, clip, max_norm_f, shift, coefficient);
-  check(cudaGetLastError(), "the clip coefficient launch");
+  FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_to_bf16(const float* master, uint16_t* out, size_t n, void* stream) {
@@ -242,18 +239,17 @@ void launch_to_bf16(const float* master, uint16_t* out, size_t n, void* stream) 
   if (blocks > 65536) blocks = 65536;
   to_bf16_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(master, out,
                                                                                                         n, vec);
-  check(cudaGetLastError(), "the bf16 weight conversion launch");
+  FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_copy_f32(const float* src, float* dst, size_t n, void* stream) {
   if (n == 0) return;
-  check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)),
-        "the fp32 weight copy");
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
 }
 
 void* stream_alloc(size_t bytes, void* stream) {
   void* p = nullptr;
-  check(cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream)), "cudaMallocAsync (GPU AdamW partial sums)");
+  FERRY_CUDA_CHECK(cudaMallocAsync(&p, bytes, static_cast<cudaStream_t>(stream)));
   return p;
 }
 
