@@ -175,11 +175,12 @@ int run(int argc, char** argv) {
   });
   report("simd, bf16 grads, bf16 copy", n, simd_bf16, 26.0, roof_gbs, triad_gbs);
   const double simd_no_copy = best_seconds(steps, [&] {
-    cpu_adamw_step({master.data(), m.data(), v.data(), grad16.data(), DType::BF16, nullptr}, {&all, 1}, h, step++,
-                   1.0f, pool);
+    cpu_adamw_step({master.data(), m.data(), v.data(), grad16.data(), DType::BF16, nullptr}, {&all, 1}, h,
+                   step++, 1.0f, pool);
   });
   report("simd, bf16 grads, no copy", n, simd_no_copy, 24.0, roof_gbs, triad_gbs);
-  std::printf("without the bf16 copy (convert-on-upload) the pass takes %.3fx the time\n", simd_no_copy / simd_bf16);
+  std::printf("without the bf16 copy (convert-on-upload) the pass takes %.3fx the time\n",
+              simd_no_copy / simd_bf16);
   const double simd_f32 = best_seconds(steps, [&] {
     cpu_adamw_step({master.data(), m.data(), v.data(), grad.data(), DType::F32, out.data()}, {&all, 1}, h,
                    step++, 1.0f, pool);

@@ -42,14 +42,14 @@ using namespace ferry;
 
 constexpr double kPeakTflops = 776.0;
 
-#define BENCH_CUDA(call)                                                                                   \
-  do {                                                                                                     \
-    const cudaError_t e_ = (call);                                                                         \
-    if (e_ != cudaSuccess) {                                                                               \
-      std::fprintf(stderr, "%s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_),      \
-                   cudaGetErrorString(e_));                                                                \
-      std::exit(2);                                                                                        \
-    }                                                                                                      \
+#define BENCH_CUDA(call)                                                                              \
+  do {                                                                                                \
+    const cudaError_t e_ = (call);                                                                    \
+    if (e_ != cudaSuccess) {                                                                          \
+      std::fprintf(stderr, "%s:%d: %s -> %s (%s)\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_), \
+                   cudaGetErrorString(e_));                                                           \
+      std::exit(2);                                                                                   \
+    }                                                                                                 \
   } while (0)
 
 struct DeviceMem {
@@ -97,11 +97,17 @@ struct Problem {
   std::unique_ptr<DeviceMem> dq_in, dk_in, dv_in, ddout, dds, out, lse, dq, dk, dv, ws;
 
   Problem(int64_t T_, int Hq_, int Hkv_, int D_, std::vector<int32_t> ds_)
-      : T(T_), Hq(Hq_), Hkv(Hkv_), D(D_), scale(1.0f / std::sqrt(static_cast<float>(D_))), ds(std::move(ds_)) {
+      : T(T_),
+        Hq(Hq_),
+        Hkv(Hkv_),
+        D(D_),
+        scale(1.0f / std::sqrt(static_cast<float>(D_))),
+        ds(std::move(ds_)) {
     const size_t nq = static_cast<size_t>(T * Hq * D), nk = static_cast<size_t>(T * Hkv * D);
     q = random_bf16(nq, 11), k = random_bf16(nk, 12), v = random_bf16(nk, 13), dout = random_bf16(nq, 14);
     auto make = [](size_t n) { return std::make_unique<DeviceMem>(n); };
-    dq_in = make(nq * 2), dk_in = make(nk * 2), dv_in = make(nk * 2), ddout = make(nq * 2), dds = make(ds.size() * 4);
+    dq_in = make(nq * 2), dk_in = make(nk * 2), dv_in = make(nk * 2), ddout = make(nq * 2),
+    dds = make(ds.size() * 4);
     out = make(nq * 2), lse = make(static_cast<size_t>(Hq * T) * 4), dq = make(nq * 2), dk = make(nk * 2),
     dv = make(nk * 2), ws = make(flash_attention_backward_workspace(T, Hq, Hkv, D));
     BENCH_CUDA(cudaMemcpy(dq_in->p, q.data(), nq * 2, cudaMemcpyHostToDevice));
@@ -111,8 +117,17 @@ struct Problem {
     BENCH_CUDA(cudaMemcpy(dds->p, ds.data(), ds.size() * 4, cudaMemcpyHostToDevice));
   }
   FlashAttentionParams params() const {
-    return {dq_in->p, dk_in->p, dv_in->p, out->p, static_cast<float*>(lse->p), static_cast<const int32_t*>(dds->p),
-            T, Hq, Hkv, D, scale};
+    return {dq_in->p,
+            dk_in->p,
+            dv_in->p,
+            out->p,
+            static_cast<float*>(lse->p),
+            static_cast<const int32_t*>(dds->p),
+            T,
+            Hq,
+            Hkv,
+            D,
+            scale};
   }
   FlashAttentionBackwardParams backward_params() const {
     return {params(), ddout->p, dq->p, dk->p, dv->p, ws->p, ws->bytes};
@@ -152,8 +167,9 @@ bool compare(const char* what, const std::vector<float>& got, const std::vector<
   }
   const double rms = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   const bool ok = bad == 0 && (rms_rel <= 0 || rms <= rms_rel);
-  std::printf("    %-4s %-3s max|err| %.3g (tol %.3g)  rms rel %.3g%s  worst [%zu] %g vs %g\n", ok ? "ok" : "FAIL", what,
-              worst, tol, rms, rms_rel > 0 ? "" : " (not checked)", worst_i, got[worst_i], ref[worst_i]);
+  std::printf("    %-4s %-3s max|err| %.3g (tol %.3g)  rms rel %.3g%s  worst [%zu] %g vs %g\n",
+              ok ? "ok" : "FAIL", what, worst, tol, rms, rms_rel > 0 ? "" : " (not checked)", worst_i,
+              got[worst_i], ref[worst_i]);
   return ok;
 }
 
@@ -177,8 +193,8 @@ bool check_against_cpu(int D) {
   flash_attention_backward(p.backward_params(), nullptr);
   BENCH_CUDA(cudaDeviceSynchronize());
   const size_t nq = p.q.size(), nk = p.k.size();
-  Outputs ref{std::vector<float>(nq), std::vector<float>(static_cast<size_t>(p.Hq * T)), std::vector<float>(nq),
-              std::vector<float>(nk), std::vector<float>(nk)};
+  Outputs ref{std::vector<float>(nq), std::vector<float>(static_cast<size_t>(p.Hq * T)),
+              std::vector<float>(nq), std::vector<float>(nk), std::vector<float>(nk)};
   std::vector<float> q = to_f32(p.q), k = to_f32(p.k), v = to_f32(p.v), g = to_f32(p.dout);
   auto cpu = make_cpu_ops();
   const Tensor tq = Tensor::f32(q.data(), {T, p.Hq, D}), tk = Tensor::f32(k.data(), {T, p.Hkv, D}),
@@ -194,7 +210,8 @@ bool check_against_cpu(int D) {
 bool check_against_simple(int D) {
   const int64_t T = 8192;
   Problem p(T, 8, 2, D, doc_start(T, {5000}));
-  std::printf("  vs simple GPU kernels: T %lld, Hq 8, Hkv 2, D %d, documents at 0 5000\n", static_cast<long long>(T), D);
+  std::printf("  vs simple GPU kernels: T %lld, Hq 8, Hkv 2, D %d, documents at 0 5000\n",
+              static_cast<long long>(T), D);
   flash_attention_forward_simple(p.params(), nullptr);
   flash_attention_backward_simple(p.backward_params(), nullptr);
   BENCH_CUDA(cudaDeviceSynchronize());
@@ -255,12 +272,14 @@ int run(int argc, char** argv) {
   const int64_t T = 16384;
   const int Hq = 32, Hkv = 8, D = 128;
   std::unique_ptr<CudnnAttention> cudnn = CudnnAttention::make(nullptr);
-  if (cudnn == nullptr) std::printf("cuDNN: not timed (%s)\n", CudnnAttention::unavailable_reason().c_str());
-  else std::printf("cuDNN %zu: timed after ferry's kernels\n", CudnnAttention::library_version());
+  if (cudnn == nullptr)
+    std::printf("cuDNN: not timed (%s)\n", CudnnAttention::unavailable_reason().c_str());
+  else
+    std::printf("cuDNN %zu: timed after ferry's kernels\n", CudnnAttention::library_version());
   std::printf("timing: T %lld tokens, Hq %d, Hkv %d, D %d, causal within each sequence, %d iterations\n",
               static_cast<long long>(T), Hq, Hkv, D, iters);
-  std::printf("  %6s %5s | %9s %8s %6s | %9s %8s %6s | %9s %8s %6s\n", "seq", "batch", "fwd ms", "TFLOP/s", "%peak",
-              "bwd ms", "TFLOP/s", "%peak", "f+b ms", "TFLOP/s", "%peak");
+  std::printf("  %6s %5s | %9s %8s %6s | %9s %8s %6s | %9s %8s %6s\n", "seq", "batch", "fwd ms", "TFLOP/s",
+              "%peak", "bwd ms", "TFLOP/s", "%peak", "f+b ms", "TFLOP/s", "%peak");
   for (int64_t S : {2048, 4096, 8192}) {
     std::vector<int64_t> starts;
     for (int64_t s = S; s < T; s += S) starts.push_back(s);
@@ -278,8 +297,9 @@ int run(int argc, char** argv) {
     auto tf = [](double flops, double ms) { return flops / (ms * 1e-3) / 1e12; };
     std::printf("  %6lld %5lld | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%%\n",
                 static_cast<long long>(S), static_cast<long long>(T / S), fwd, tf(fwd_flops, fwd),
-                100 * tf(fwd_flops, fwd) / kPeakTflops, bwd, tf(bwd_flops, bwd), 100 * tf(bwd_flops, bwd) / kPeakTflops,
-                both, tf(fwd_flops + bwd_flops, both), 100 * tf(fwd_flops + bwd_flops, both) / kPeakTflops);
+                100 * tf(fwd_flops, fwd) / kPeakTflops, bwd, tf(bwd_flops, bwd),
+                100 * tf(bwd_flops, bwd) / kPeakTflops, both, tf(fwd_flops + bwd_flops, both),
+                100 * tf(fwd_flops + bwd_flops, both) / kPeakTflops);
     if (cudnn != nullptr) {
       DeviceMem ws(attention_workspace_bytes(T, Hq, D));
       auto cbp = bp;
@@ -294,10 +314,10 @@ int run(int argc, char** argv) {
           cudnn->forward(fp, S, ws.p, ws.bytes);
           cudnn->backward(cbp, S);
         });
-        std::printf("  %6s %5s | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%%  cuDNN\n", "", "", cf,
-                    tf(fwd_flops, cf), 100 * tf(fwd_flops, cf) / kPeakTflops, cb, tf(bwd_flops, cb),
-                    100 * tf(bwd_flops, cb) / kPeakTflops, cboth, tf(fwd_flops + bwd_flops, cboth),
-                    100 * tf(fwd_flops + bwd_flops, cboth) / kPeakTflops);
+        std::printf("  %6s %5s | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%%  cuDNN\n",
+                    "", "", cf, tf(fwd_flops, cf), 100 * tf(fwd_flops, cf) / kPeakTflops, cb,
+                    tf(bwd_flops, cb), 100 * tf(bwd_flops, cb) / kPeakTflops, cboth,
+                    tf(fwd_flops + bwd_flops, cboth), 100 * tf(fwd_flops + bwd_flops, cboth) / kPeakTflops);
       }
     }
     // The backward's main kernel alone (no delta, zeroing or dq conversion), in its two D = 128
@@ -307,9 +327,10 @@ int run(int argc, char** argv) {
     float* dq_accum = reinterpret_cast<float*>(static_cast<char*>(p.ws->p) + flash::delta_bytes(T, Hq));
     for (int keys : {128, 64}) {
       try {
-        const double ms = time_ms(3, iters, [&] { flash::backward_tensor_core(bp, delta, dq_accum, nullptr, keys); });
-        std::printf("  %6s %5s   backward kernel only, %3d keys per block: %9.3f ms %8.1f TFLOP/s %5.1f%%\n", "", "",
-                    keys, ms, tf(bwd_flops, ms), 100 * tf(bwd_flops, ms) / kPeakTflops);
+        const double ms =
+            time_ms(3, iters, [&] { flash::backward_tensor_core(bp, delta, dq_accum, nullptr, keys); });
+        std::printf("  %6s %5s   backward kernel only, %3d keys per block: %9.3f ms %8.1f TFLOP/s %5.1f%%\n",
+                    "", "", keys, ms, tf(bwd_flops, ms), 100 * tf(bwd_flops, ms) / kPeakTflops);
       } catch (const std::exception& e) {
         std::printf("  %6s %5s   backward kernel only, %3d keys per block: %s\n", "", "", keys, e.what());
       }

@@ -19,7 +19,8 @@ namespace {
 double arg_value(int argc, char** argv, const char* name, double fallback) {
   const std::string prefix = std::string("--") + name + "=";
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) return std::strtod(argv[i] + prefix.size(), nullptr);
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0)
+      return std::strtod(argv[i] + prefix.size(), nullptr);
   }
   return fallback;
 }
@@ -32,14 +33,14 @@ int run(int argc, char** argv) {
   options.memory_sharing_sample_seconds = arg_value(argc, argv, "seconds", 2);
   options.memory_sharing_repeats = static_cast<int>(arg_value(argc, argv, "repeats", 3));
   std::printf("host_dram_contention_bench: %lld params, %zu threads, copies of %zu MiB, %s\n",
-              static_cast<long long>(options.cpu_adamw_params), ThreadPool::global().size(), options.copy_bytes >> 20,
-              device->name().c_str());
+              static_cast<long long>(options.cpu_adamw_params), ThreadPool::global().size(),
+              options.copy_bytes >> 20, device->name().c_str());
   const MemorySharingRates r = measure_memory_sharing(*device, options, 1e15);
   const HostMemorySharing s = r.shares();
   constexpr double kCpuBytesPerParam = 26;
   auto line = [](const char* what, double cpu, double copy_gbs, int directions) {
-    std::printf("%-20s cpu %5.2f G params/s (%6.1f GB/s)  copies %5.1f GB/s x %d  DRAM total %6.1f GB/s\n", what,
-                cpu / 1e9, cpu * kCpuBytesPerParam / 1e9, copy_gbs / 1e9, directions,
+    std::printf("%-20s cpu %5.2f G params/s (%6.1f GB/s)  copies %5.1f GB/s x %d  DRAM total %6.1f GB/s\n",
+                what, cpu / 1e9, cpu * kCpuBytesPerParam / 1e9, copy_gbs / 1e9, directions,
                 (cpu * kCpuBytesPerParam + copy_gbs * directions) / 1e9);
   };
   line("cpu alone", r.cpu_alone, 0, 0);
@@ -47,12 +48,15 @@ int run(int argc, char** argv) {
   line("cpu beside h2d", r.cpu_beside_copy, r.copy_beside_cpu, 1);
   line("h2d+d2h alone", 0, r.duplex_alone, 2);
   line("cpu beside h2d+d2h", r.cpu_beside_duplex, r.duplex_beside_cpu, 2);
-  std::printf("shares: cpu beside copy %.3f, beside duplex %.3f; copy beside cpu %.3f, duplex beside cpu %.3f\n",
-              s.cpu_beside_copy, s.cpu_beside_duplex, s.copy_beside_cpu, s.duplex_beside_cpu);
+  std::printf(
+      "shares: cpu beside copy %.3f, beside duplex %.3f; copy beside cpu %.3f, duplex beside cpu %.3f\n",
+      s.cpu_beside_copy, s.cpu_beside_duplex, s.copy_beside_cpu, s.duplex_beside_cpu);
   return 0;
 }
 
 }  // namespace
 }  // namespace ferry
 
-int main(int argc, char** argv) { return ferry::run(argc, argv); }
+int main(int argc, char** argv) {
+  return ferry::run(argc, argv);
+}

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "core/error.h"
-#include "train/model_init.h"
 #include "model/unit_layout.h"
 #include "planner/nominal_profile.h"
 #include "planner/search.h"
+#include "train/model_init.h"
 
 namespace {
 
@@ -50,8 +50,8 @@ int main(int argc, char** argv) {
     if (std::strcmp(argv[i], "--profile") == 0) profile_path = argv[i + 1];
   constexpr int64_t kSeq = 8192, kGlobal = 8;
   const char* presets[] = {"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b"};
-  std::printf("%-14s %6s  %-9s %8s %9s %11s  %s\n", "shape", "budget", "space", "plans", "search", "step (pred)",
-              "chosen plan");
+  std::printf("%-14s %6s  %-9s %8s %9s %11s  %s\n", "shape", "budget", "space", "plans", "search",
+              "step (pred)", "chosen plan");
   for (const char* preset : presets) {
     const ModelConfig config = preset_config("llama", preset);
     const ModelLayout layout = build_model_layout(config);
@@ -74,11 +74,12 @@ int main(int argc, char** argv) {
         r.space.convert_on_upload = everything;
         try {
           const Timed t = timed_search(config, layout, profile, r);
-          std::printf("%-14s %4zuGiB  %-9s %8zu %7.1fms %9.3f s  %s\n", preset, gib, everything ? "all axes" : "default",
-                      t.result.simulated, t.seconds * 1e3, t.result.best.prediction.step_seconds,
-                      t.result.best.plan.describe().c_str());
+          std::printf("%-14s %4zuGiB  %-9s %8zu %7.1fms %9.3f s  %s\n", preset, gib,
+                      everything ? "all axes" : "default", t.result.simulated, t.seconds * 1e3,
+                      t.result.best.prediction.step_seconds, t.result.best.plan.describe().c_str());
         } catch (const Error& e) {
-          std::printf("%-14s %4zuGiB  %-9s  %s\n", preset, gib, everything ? "all axes" : "default", e.what());
+          std::printf("%-14s %4zuGiB  %-9s  %s\n", preset, gib, everything ? "all axes" : "default",
+                      e.what());
         }
       }
     }

@@ -48,8 +48,9 @@ int main(int argc, char** argv) {
         ++tokens;
       }
     }
-    std::printf("{\"mb_per_s\": %.3f, \"seconds\": %.4f, \"tokens\": %zu, \"checksum\": %u, \"threads\": %zu}\n",
-                bytes / 1e6 / best, best, tokens, h, ferry::ThreadPool::global().size());
+    std::printf(
+        "{\"mb_per_s\": %.3f, \"seconds\": %.4f, \"tokens\": %zu, \"checksum\": %u, \"threads\": %zu}\n",
+        bytes / 1e6 / best, best, tokens, h, ferry::ThreadPool::global().size());
   } catch (const ferry::Error& e) {
     std::fprintf(stderr, "tokenizer_bench: %s\n", e.what());
     return 1;

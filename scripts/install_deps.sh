@@ -7,6 +7,7 @@ packages=(
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenblas-dev libhwy-dev liburing-dev libpcre2-dev libutf8proc-dev
+  clang-format
 )
 
 missing=()

@@ -100,7 +100,8 @@ inline void write_tiny_tokenizer(const std::filesystem::path& dir, const std::st
 // The tiny tokenizer with Qwen2.5-Instruct's chat template (fixtures/chat_templates) and its
 // <|im_end|> end of turn: a model directory that chat data can train on.
 inline void write_tiny_chat_tokenizer(const std::filesystem::path& dir) {
-  write_tiny_tokenizer(dir, "<|im_end|>", read_file(fixtures_dir() / "chat_templates" / "qwen2.5-instruct.jinja"));
+  write_tiny_tokenizer(dir, "<|im_end|>",
+                       read_file(fixtures_dir() / "chat_templates" / "qwen2.5-instruct.jinja"));
 }
 
 }  // namespace ferry::test

@@ -39,8 +39,9 @@ TEST(CudaStamps, FollowStreamOrderOnTheHostClock) {
     const double tb = device->take_stamp(b);
     const double ta = device->take_stamp(a);
     const double after = steady_seconds();
-    std::printf("round %d: stamp a %.1f us after the host's record, b %.1f us after the host task's reading\n", round,
-                (ta - before) * 1e6, (tb - inside) * 1e6);
+    std::printf(
+        "round %d: stamp a %.1f us after the host's record, b %.1f us after the host task's reading\n", round,
+        (ta - before) * 1e6, (tb - inside) * 1e6);
     EXPECT_GE(ta, before - kTolerance);
     EXPECT_GE(inside, ta + 0.02 - kTolerance);
     EXPECT_GE(tb, inside - kTolerance);

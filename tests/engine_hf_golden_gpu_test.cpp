@@ -16,11 +16,11 @@
 
 #include "device/device.h"
 #include "engine/sliding_engine.h"
+#include "hf_golden.h"
 #include "io/safetensors.h"
 #include "model/model_weights.h"
 #include "ops/device_ops.h"
 #include "optim/lr_schedule.h"
-#include "hf_golden.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -39,56 +39,61 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
 
   enum class Mode { Streamed, SomeUnitsWithOptimizer, EverythingOnGpu };
   for (Mode mode : {Mode::Streamed, Mode::SomeUnitsWithOptimizer, Mode::EverythingOnGpu}) {
-  SCOPED_TRACE(mode == Mode::EverythingOnGpu          ? "everything on the GPU"
-               : mode == Mode::SomeUnitsWithOptimizer ? "the last layer (and an untied head) with GPU AdamW, the rest "
-                                                        "streamed"
-                                                      : "streamed, activations offloaded");
-  const bool optimizer_on_gpu = mode == Mode::EverythingOnGpu;
-  auto device = make_cuda_device(0, size_t{1} << 30);
-  auto ops = make_device_ops(*device);
-  Plan plan;
-  plan.micro_batch = 1;
-  plan.gpu_slots = 2;
-  plan.units.assign(w.layout.units.size(), UnitPlacement::Streamed);
-  if (w.layout.tied) plan.units[0] = UnitPlacement::ResidentParams;
-  plan.activations.assign(static_cast<size_t>(w.config.num_layers), ActivationPlacement::OffloadToHost);
-  plan.update = UpdateSchedule::AfterBackward;
-  if (mode == Mode::SomeUnitsWithOptimizer) {
-    // Beside bf16 gradients that land in the host's weight staging: the GPU units' fp32 norm
-    // partials join the host's, and their update waits for the host's norm.
-    plan.units[w.layout.layer_unit(w.config.num_layers - 1)] = UnitPlacement::ResidentWithOptimizer;
-    if (!w.layout.tied) plan.units[w.layout.head_unit()] = UnitPlacement::ResidentWithOptimizer;
-    // The last layer keeps its forward intermediates: its backward runs without the recompute.
-    plan.activations.back() = ActivationPlacement::KeepWithInternals;
-  }
-  if (optimizer_on_gpu) {
-    plan.grad_dtype = DType::F32;
-    plan.units.assign(w.layout.units.size(), UnitPlacement::ResidentWithOptimizer);
-    // The first layer recomputes from its kept boundary, the others keep their intermediates.
-    plan.activations.assign(static_cast<size_t>(w.config.num_layers), ActivationPlacement::KeepWithInternals);
-    plan.activations.front() = ActivationPlacement::KeepOnGpu;
-  }
-  SlidingEngine engine(w.config, w.layout, *device, *ops, plan, S, B, false);
-  for (size_t u = 0; u < w.units.size(); ++u) engine.host().unit(u).master.assign(w.units[u]);
-  engine.weights_changed(0);
+    SCOPED_TRACE(mode == Mode::EverythingOnGpu ? "everything on the GPU"
+                 : mode == Mode::SomeUnitsWithOptimizer
+                     ? "the last layer (and an untied head) with GPU AdamW, the rest "
+                       "streamed"
+                     : "streamed, activations offloaded");
+    const bool optimizer_on_gpu = mode == Mode::EverythingOnGpu;
+    auto device = make_cuda_device(0, size_t{1} << 30);
+    auto ops = make_device_ops(*device);
+    Plan plan;
+    plan.micro_batch = 1;
+    plan.gpu_slots = 2;
+    plan.units.assign(w.layout.units.size(), UnitPlacement::Streamed);
+    if (w.layout.tied) plan.units[0] = UnitPlacement::ResidentParams;
+    plan.activations.assign(static_cast<size_t>(w.config.num_layers), ActivationPlacement::OffloadToHost);
+    plan.update = UpdateSchedule::AfterBackward;
+    if (mode == Mode::SomeUnitsWithOptimizer) {
+      // Beside bf16 gradients that land in the host's weight staging: the GPU units' fp32 norm
+      // partials join the host's, and their update waits for the host's norm.
+      plan.units[w.layout.layer_unit(w.config.num_layers - 1)] = UnitPlacement::ResidentWithOptimizer;
+      if (!w.layout.tied) plan.units[w.layout.head_unit()] = UnitPlacement::ResidentWithOptimizer;
+      // The last layer keeps its forward intermediates: its backward runs without the recompute.
+      plan.activations.back() = ActivationPlacement::KeepWithInternals;
+    }
+    if (optimizer_on_gpu) {
+      plan.grad_dtype = DType::F32;
+      plan.units.assign(w.layout.units.size(), UnitPlacement::ResidentWithOptimizer);
+      // The first layer recomputes from its kept boundary, the others keep their intermediates.
+      plan.activations.assign(static_cast<size_t>(w.config.num_layers),
+                              ActivationPlacement::KeepWithInternals);
+      plan.activations.front() = ActivationPlacement::KeepOnGpu;
+    }
+    SlidingEngine engine(w.config, w.layout, *device, *ops, plan, S, B, false);
+    for (size_t u = 0; u < w.units.size(); ++u) engine.host().unit(u).master.assign(w.units[u]);
+    engine.weights_changed(0);
 
-  const auto step_loss = golden.f32("step_loss"), norms = golden.f32("grad_norm");
-  for (int64_t k = 0; k < 3; ++k) {
-    AdamWHyper h;
-    h.lr = lr_at(LrSchedule::Cosine, meta["lr"], k, meta["warmup_steps"], meta["total_steps"]);
-    h.beta1 = meta["betas"][0];
-    h.beta2 = meta["betas"][1];
-    h.eps = meta["eps"];
-    h.weight_decay = meta["weight_decay"];
-    const SlidingStepResult r = engine.step(k + 1, batch, h, meta["max_grad_norm"]);
-    EXPECT_NEAR(r.loss, step_loss[static_cast<size_t>(k)], 0.02 * step_loss[static_cast<size_t>(k)]) << "step " << k + 1;
-    EXPECT_NEAR(r.grad_norm, norms[static_cast<size_t>(k)], 0.05 * norms[static_cast<size_t>(k)]) << "step " << k + 1;
-  }
-  engine.finish_updates();
+    const auto step_loss = golden.f32("step_loss"), norms = golden.f32("grad_norm");
+    for (int64_t k = 0; k < 3; ++k) {
+      AdamWHyper h;
+      h.lr = lr_at(LrSchedule::Cosine, meta["lr"], k, meta["warmup_steps"], meta["total_steps"]);
+      h.beta1 = meta["betas"][0];
+      h.beta2 = meta["betas"][1];
+      h.eps = meta["eps"];
+      h.weight_decay = meta["weight_decay"];
+      const SlidingStepResult r = engine.step(k + 1, batch, h, meta["max_grad_norm"]);
+      EXPECT_NEAR(r.loss, step_loss[static_cast<size_t>(k)], 0.02 * step_loss[static_cast<size_t>(k)])
+          << "step " << k + 1;
+      EXPECT_NEAR(r.grad_norm, norms[static_cast<size_t>(k)], 0.05 * norms[static_cast<size_t>(k)])
+          << "step " << k + 1;
+    }
+    engine.finish_updates();
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, HfGoldenGpu, ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "tied", "packed"));
+INSTANTIATE_TEST_SUITE_P(Cases, HfGoldenGpu,
+                         ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "tied", "packed"));
 
 }  // namespace
 }  // namespace ferry

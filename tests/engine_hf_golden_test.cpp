@@ -17,10 +17,10 @@
 
 #include "engine/model_step.h"
 #include "engine/unit_optimizer.h"
+#include "hf_golden.h"
 #include "io/safetensors.h"
 #include "model/model_weights.h"
 #include "optim/lr_schedule.h"
-#include "hf_golden.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -35,8 +35,8 @@ double max_abs(const std::vector<float>& v) {
   return m;
 }
 
-std::vector<float> unit_param(const ModelWeights& w, const std::vector<std::vector<float>>& units, const ParamSlot& p,
-                              size_t u) {
+std::vector<float> unit_param(const ModelWeights& w, const std::vector<std::vector<float>>& units,
+                              const ParamSlot& p, size_t u) {
   return std::vector<float>(units[u].begin() + p.offset, units[u].begin() + p.offset + p.numel);
 }
 
@@ -95,8 +95,8 @@ TEST_P(HfGolden, LogitsLossGradientsAndThreeAdamWSteps) {
         for (size_t u = 0; u < weights.layout.units.size(); ++u) {
           for (const auto& p : weights.layout.units[u].params) {
             const auto expected = g.f32("grad." + p.hf_name);
-            EXPECT_TRUE(test::all_close(unit_param(weights, grads, p, u), expected, 1e-4, 1e-4 * max_abs(expected),
-                                        "grad." + p.hf_name));
+            EXPECT_TRUE(test::all_close(unit_param(weights, grads, p, u), expected, 1e-4,
+                                        1e-4 * max_abs(expected), "grad." + p.hf_name));
           }
         }
       }
@@ -117,7 +117,8 @@ TEST_P(HfGolden, LogitsLossGradientsAndThreeAdamWSteps) {
           counted += p.numel;
         }
       }
-      EXPECT_LT(flagged, counted / 100) << "too many gradient entries at the noise floor for the test to mean much";
+      EXPECT_LT(flagged, counted / 100)
+          << "too many gradient entries at the noise floor for the test to mean much";
       EXPECT_NEAR(hyper.lr, g.meta["lr_per_step"][k].get<double>(), 1e-12);
       const UpdateStats stats = optimizer.step(params, const_grads, hyper, max_norm, k + 1);
       EXPECT_NEAR(stats.grad_norm, golden_norms[k], 1e-5 * golden_norms[k]) << "grad norm";
@@ -142,7 +143,8 @@ TEST_P(HfGolden, LogitsLossGradientsAndThreeAdamWSteps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, HfGolden, ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "tied", "packed"));
+INSTANTIATE_TEST_SUITE_P(Cases, HfGolden,
+                         ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "tied", "packed"));
 
 }  // namespace
 }  // namespace ferry

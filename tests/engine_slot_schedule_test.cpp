@@ -73,7 +73,8 @@ TEST(SlotSchedule, OnlyTheEmbeddingsBackwardReadsNoWeights) {
   for (bool resident : {false, true}) {
     const auto uses = schedule_slots(step_unit_sequence(3), std::vector<bool>(5, resident), 2);
     for (size_t j = 0; j < uses.size(); ++j)
-      EXPECT_EQ(use_reads_weights(uses, j), j + 1 < uses.size()) << "use " << j << " of unit " << uses[j].unit;
+      EXPECT_EQ(use_reads_weights(uses, j), j + 1 < uses.size())
+          << "use " << j << " of unit " << uses[j].unit;
     EXPECT_EQ(uses.back().unit, 0u);
   }
 }

@@ -22,7 +22,8 @@ struct Golden {
   nlohmann::json meta;
   int64_t batch = 0, seq = 0;
 
-  explicit Golden(const std::filesystem::path& dir) : file(SafetensorsFile::open(dir / "golden.safetensors")) {
+  explicit Golden(const std::filesystem::path& dir)
+      : file(SafetensorsFile::open(dir / "golden.safetensors")) {
     std::ifstream in(dir / "golden.json");
     in >> meta;
     const TensorInfo* ids = file.find("input_ids");

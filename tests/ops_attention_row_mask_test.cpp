@@ -42,7 +42,8 @@ TEST(AttentionRowMask, RowCausalMatchesTheExactMaskWhereItMatters) {
   }
   const int64_t T = static_cast<int64_t>(exact.size());
   const size_t nq = static_cast<size_t>(T * Hq * D), nk = static_cast<size_t>(T * Hkv * D);
-  std::vector<float> q = test::random_vector(nq, 1), k = test::random_vector(nk, 2), v = test::random_vector(nk, 3);
+  std::vector<float> q = test::random_vector(nq, 1), k = test::random_vector(nk, 2),
+                     v = test::random_vector(nk, 3);
   std::vector<float> dout = test::random_vector(nq, 4);
   for (int64_t t = 0; t < T; ++t)
     if (!reaches[static_cast<size_t>(t)])
@@ -59,9 +60,9 @@ TEST(AttentionRowMask, RowCausalMatchesTheExactMaskWhereItMatters) {
                  tv = Tensor::f32(v.data(), {T, Hkv, D}), tout = Tensor::f32(r.out.data(), {T, Hq, D}),
                  tlse = Tensor::f32(r.lse.data(), {Hq, T});
     ops->attention_forward(tq, tk, tv, doc_start.data(), 0.35f, tout, tlse);
-    ops->attention_backward(tq, tk, tv, doc_start.data(), 0.35f, tout, tlse, Tensor::f32(dout.data(), {T, Hq, D}),
-                            Tensor::f32(r.dq.data(), {T, Hq, D}), Tensor::f32(r.dk.data(), {T, Hkv, D}),
-                            Tensor::f32(r.dv.data(), {T, Hkv, D}));
+    ops->attention_backward(tq, tk, tv, doc_start.data(), 0.35f, tout, tlse,
+                            Tensor::f32(dout.data(), {T, Hq, D}), Tensor::f32(r.dq.data(), {T, Hq, D}),
+                            Tensor::f32(r.dk.data(), {T, Hkv, D}), Tensor::f32(r.dv.data(), {T, Hkv, D}));
     return r;
   };
   const Result a = run(exact), b = run(row_causal);

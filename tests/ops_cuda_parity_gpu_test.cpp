@@ -48,7 +48,9 @@ namespace {
 
 #if !FERRY_HAVE_CUDA
 
-TEST(CudaParity, NeedsCudaBuild) { GTEST_SKIP() << "built without CUDA"; }
+TEST(CudaParity, NeedsCudaBuild) {
+  GTEST_SKIP() << "built without CUDA";
+}
 
 #else
 
@@ -66,12 +68,20 @@ using cudatest::within;
 constexpr double u = kBf16U;
 constexpr double F = kF32U;
 
-Tensor H1(Vec& v, int64_t a) { return Tensor::f32(v.data(), {a}); }
-Tensor H2(Vec& v, int64_t a, int64_t b) { return Tensor::f32(v.data(), {a, b}); }
-Tensor H3(Vec& v, int64_t a, int64_t b, int64_t c) { return Tensor::f32(v.data(), {a, b, c}); }
+Tensor H1(Vec& v, int64_t a) {
+  return Tensor::f32(v.data(), {a});
+}
+Tensor H2(Vec& v, int64_t a, int64_t b) {
+  return Tensor::f32(v.data(), {a, b});
+}
+Tensor H3(Vec& v, int64_t a, int64_t b, int64_t c) {
+  return Tensor::f32(v.data(), {a, b, c});
+}
 
 // The unit roundoff of an output dtype.
-double out_u(DType dtype) { return dtype == DType::BF16 ? u : dtype == DType::F16 ? kF16U : F; }
+double out_u(DType dtype) {
+  return dtype == DType::BF16 ? u : dtype == DType::F16 ? kF16U : F;
+}
 
 // (rows, cols) -> (cols, rows).
 Vec transpose(const Vec& a, int64_t rows, int64_t cols) {
@@ -128,8 +138,8 @@ struct DeviceInts {
 struct LinearCase {
   int64_t T, in, out;
   bool bias;
-  DType y_dtype;    // forward output
-  DType grad_dtype; // dw and dbias
+  DType y_dtype;     // forward output
+  DType grad_dtype;  // dw and dbias
 };
 
 std::string describe(const LinearCase& c) {
@@ -139,8 +149,8 @@ std::string describe(const LinearCase& c) {
 }
 
 const LinearCase kLinearCases[] = {
-    {31, 64, 96, true, DType::BF16, DType::F32},     {33, 96, 64, false, DType::BF16, DType::BF16},
-    {127, 4096, 96, true, DType::BF16, DType::F32},  {128, 96, 4096, false, DType::F32, DType::BF16},
+    {31, 64, 96, true, DType::BF16, DType::F32},      {33, 96, 64, false, DType::BF16, DType::BF16},
+    {127, 4096, 96, true, DType::BF16, DType::F32},   {128, 96, 4096, false, DType::F32, DType::BF16},
     {257, 4096, 4104, true, DType::BF16, DType::F32}, {33, 4095, 96, true, DType::BF16, DType::BF16},
     {31, 64, 4097, true, DType::F32, DType::BF16},
 };
@@ -156,8 +166,10 @@ TEST_F(CudaParity, LinearForward) {
     round_bf16(x), round_bf16(w), cudatest::round_to(b, c.y_dtype);
     Vec ref(T * out), mag(T * out);
     Vec ax = abs_of(x), aw = abs_of(w), ab = abs_of(b);
-    cpu_->linear_forward(H2(x, T, in), H2(w, out, in), c.bias ? H1(b, out) : Tensor(), Tensor(), H2(ref, T, out));
-    cpu_->linear_forward(H2(ax, T, in), H2(aw, out, in), c.bias ? H1(ab, out) : Tensor(), Tensor(), H2(mag, T, out));
+    cpu_->linear_forward(H2(x, T, in), H2(w, out, in), c.bias ? H1(b, out) : Tensor(), Tensor(),
+                         H2(ref, T, out));
+    cpu_->linear_forward(H2(ax, T, in), H2(aw, out, in), c.bias ? H1(ab, out) : Tensor(), Tensor(),
+                         H2(mag, T, out));
 
     DeviceTensor dx = upload(DType::BF16, {T, in}, x), dw = upload(DType::BF16, {out, in}, w);
     DeviceTensor db = upload(c.y_dtype, {out}, b);
@@ -166,7 +178,8 @@ TEST_F(CudaParity, LinearForward) {
     sync();
     // F32 output: no rounding, only the summation orders differ (relative rms far below 4e-5).
     const double rms = c.y_dtype == DType::BF16 ? u : 4e-5;
-    EXPECT_TRUE(within("y", dy.download(), ref, bounds(ref, 2 * out_u(c.y_dtype), mag, 2 * (in + 3) * F), rms));
+    EXPECT_TRUE(
+        within("y", dy.download(), ref, bounds(ref, 2 * out_u(c.y_dtype), mag, 2 * (in + 3) * F), rms));
     EXPECT_TRUE(dy.guards());
   }
 }
@@ -184,26 +197,28 @@ TEST_F(CudaParity, LinearBackward) {
     cudatest::round_to(dw0, c.grad_dtype), cudatest::round_to(db0, c.grad_dtype);
 
     Vec dx_ref(T * in), dw_ref = dw0, db_ref = db0;
-    cpu_->linear_backward(H2(x, T, in), H2(w, out, in), H2(dy, T, out), H2(dx_ref, T, in), H2(dw_ref, out, in),
-                          c.bias ? H1(db_ref, out) : Tensor(), false);
+    cpu_->linear_backward(H2(x, T, in), H2(w, out, in), H2(dy, T, out), H2(dx_ref, T, in),
+                          H2(dw_ref, out, in), c.bias ? H1(db_ref, out) : Tensor(), false);
     Vec ax = abs_of(x), aw = abs_of(w), ady = abs_of(dy);
     Vec dx_mag(T * in), dw_mag = abs_of(dw0), db_mag = abs_of(db0);
-    cpu_->linear_backward(H2(ax, T, in), H2(aw, out, in), H2(ady, T, out), H2(dx_mag, T, in), H2(dw_mag, out, in),
-                          c.bias ? H1(db_mag, out) : Tensor(), false);
+    cpu_->linear_backward(H2(ax, T, in), H2(aw, out, in), H2(ady, T, out), H2(dx_mag, T, in),
+                          H2(dw_mag, out, in), c.bias ? H1(db_mag, out) : Tensor(), false);
 
     DeviceTensor gx = upload(DType::BF16, {T, in}, x), gw = upload(DType::BF16, {out, in}, w);
     DeviceTensor gdy = upload(DType::BF16, {T, out}, dy);
     DeviceTensor gdx(DType::BF16, {T, in});
     DeviceTensor gdw = upload(c.grad_dtype, {out, in}, dw0), gdb = upload(c.grad_dtype, {out}, db0);
-    gpu_->linear_backward(gx.view(), gw.view(), gdy.view(), gdx.view(), gdw.view(), c.bias ? gdb.view() : Tensor(),
-                          false);
+    gpu_->linear_backward(gx.view(), gw.view(), gdy.view(), gdx.view(), gdw.view(),
+                          c.bias ? gdb.view() : Tensor(), false);
     sync();
     const double gu = out_u(c.grad_dtype);
     const double rms_grad = c.grad_dtype == DType::BF16 ? u : 1e-4;
     EXPECT_TRUE(within("dx", gdx.download(), dx_ref, bounds(dx_ref, 2 * u, dx_mag, 2 * (out + 3) * F), u));
-    EXPECT_TRUE(within("dw", gdw.download(), dw_ref, bounds(dw_ref, 2 * gu, dw_mag, 2 * (T + 3) * F), rms_grad));
+    EXPECT_TRUE(
+        within("dw", gdw.download(), dw_ref, bounds(dw_ref, 2 * gu, dw_mag, 2 * (T + 3) * F), rms_grad));
     if (c.bias) {
-      EXPECT_TRUE(within("dbias", gdb.download(), db_ref, bounds(db_ref, 2 * gu, db_mag, 2 * (T + 3) * F), rms_grad));
+      EXPECT_TRUE(
+          within("dbias", gdb.download(), db_ref, bounds(db_ref, 2 * gu, db_mag, 2 * (T + 3) * F), rms_grad));
     }
     EXPECT_TRUE(gdx.guards() && gdw.guards() && gdb.guards());
   }
@@ -263,16 +278,18 @@ TEST_F(CudaParity, LinearBackwardAccumulateDx) {
     round_bf16(x), round_bf16(w), round_bf16(dy), round_bf16(dx0);
 
     Vec dx_ref = dx0, dx_mag = abs_of(dx0);
-    cpu_->linear_backward(H2(x, T, in), H2(w, out, in), H2(dy, T, out), H2(dx_ref, T, in), Tensor(), Tensor(), true);
-    Vec ax = abs_of(x), aw = abs_of(w), ady = abs_of(dy);
-    cpu_->linear_backward(H2(ax, T, in), H2(aw, out, in), H2(ady, T, out), H2(dx_mag, T, in), Tensor(), Tensor(),
+    cpu_->linear_backward(H2(x, T, in), H2(w, out, in), H2(dy, T, out), H2(dx_ref, T, in), Tensor(), Tensor(),
                           true);
+    Vec ax = abs_of(x), aw = abs_of(w), ady = abs_of(dy);
+    cpu_->linear_backward(H2(ax, T, in), H2(aw, out, in), H2(ady, T, out), H2(dx_mag, T, in), Tensor(),
+                          Tensor(), true);
 
     DeviceTensor gx = upload(DType::BF16, {T, in}, x), gw = upload(DType::BF16, {out, in}, w);
     DeviceTensor gdy = upload(DType::BF16, {T, out}, dy), gdx = upload(DType::BF16, {T, in}, dx0);
     gpu_->linear_backward(gx.view(), gw.view(), gdy.view(), gdx.view(), Tensor(), Tensor(), true);
     sync();
-    EXPECT_TRUE(within("dx += dy w", gdx.download(), dx_ref, bounds(dx_ref, 2 * u, dx_mag, 2 * (out + 4) * F + u), u));
+    EXPECT_TRUE(within("dx += dy w", gdx.download(), dx_ref,
+                       bounds(dx_ref, 2 * u, dx_mag, 2 * (out + 4) * F + u), u));
     EXPECT_TRUE(gdx.guards());
   }
 }
@@ -301,8 +318,8 @@ TEST_F(CudaParity, Embedding) {
   for (const Case& c : {Case{31, 1000, 64, DType::F32}, Case{257, 1000, 96, DType::BF16},
                         Case{127, 1000, 4096, DType::F32}, Case{33, 32003, 36, DType::BF16},
                         Case{128, 32003, 64, DType::F32}, Case{128, 1000, 4096, DType::BF16}}) {
-    SCOPED_TRACE("T=" + std::to_string(c.T) + " V=" + std::to_string(c.V) + " H=" + std::to_string(c.H) + " dtable " +
-                 std::string(dtype_name(c.grad_dtype)));
+    SCOPED_TRACE("T=" + std::to_string(c.T) + " V=" + std::to_string(c.V) + " H=" + std::to_string(c.H) +
+                 " dtable " + std::string(dtype_name(c.grad_dtype)));
     const int64_t T = c.T, V = c.V, Hd = c.H;
     Vec table = uniform(V * Hd, ++seed), dout = uniform(T * Hd, ++seed), dt0 = uniform(V * Hd, ++seed);
     round_bf16(table), round_bf16(dout), cudatest::round_to(dt0, c.grad_dtype);
@@ -327,7 +344,8 @@ TEST_F(CudaParity, Embedding) {
     if (c.grad_dtype == DType::F32)
       EXPECT_TRUE(within("dtable", gdt.download(), dt_ref, bounds(dt_ref, 2 * F, {}, 0.0)));
     else
-      EXPECT_TRUE(within("dtable", gdt.download(), dt_ref, bounds(dt_ref, 2 * u, dt_mag, 2 * (T + 3) * F), u));
+      EXPECT_TRUE(
+          within("dtable", gdt.download(), dt_ref, bounds(dt_ref, 2 * u, dt_mag, 2 * (T + 3) * F), u));
     EXPECT_TRUE(gout.guards() && gdt.guards());
   }
 }
@@ -386,7 +404,8 @@ TEST_F(CudaParity, RmsNorm) {
       for (int64_t i = 0; i < D; ++i) dot += std::fabs(x[r * D + i] * w[i] * g[r * D + i]);
       const double cabs = dot / D * s * s * s;
       for (int64_t i = 0; i < D; ++i) {
-        dx_mag[r * D + i] = static_cast<float>(std::fabs(s * w[i] * g[r * D + i]) + std::fabs(x[r * D + i]) * cabs);
+        dx_mag[r * D + i] =
+            static_cast<float>(std::fabs(s * w[i] * g[r * D + i]) + std::fabs(x[r * D + i]) * cabs);
         dw_mag[i] += std::fabs(g[r * D + i] * x[r * D + i] * s);
       }
     }
@@ -397,7 +416,8 @@ TEST_F(CudaParity, RmsNorm) {
     // The backward gets the CPU's rstd, so it is checked on its own.
     DeviceTensor grstd_ref = upload(DType::F32, {R}, rstd_ref), gg = upload(DType::BF16, {R, D}, g);
     DeviceTensor gdx(DType::BF16, {R, D}), gdw = upload(c.grad_dtype, {D}, dw0);
-    gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd_ref.view(), gg.view(), Tensor(), gdx.view(), gdw.view());
+    gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd_ref.view(), gg.view(), Tensor(), gdx.view(),
+                           gdw.view());
     sync();
     // rstd: a sum of D positive squares in fp32 (relative error <= (D + 2) F), a division and a
     // square root; out = (x rstd) w rounded once to bf16.
@@ -419,7 +439,12 @@ TEST_F(CudaParity, RmsNorm) {
 TEST_F(CudaParity, RmsNormBackwardResidual) {
   const float eps = 1e-6f;
   uint32_t seed = 450;
-  for (auto [R, D] : {std::pair<int64_t, int64_t>{31, 8}, {257, 16}, {33, 64}, {31, 12}, {257, 96}, {33, 4096},
+  for (auto [R, D] : {std::pair<int64_t, int64_t>{31, 8},
+                      {257, 16},
+                      {33, 64},
+                      {31, 12},
+                      {257, 96},
+                      {33, 4096},
                       {31, 4100}}) {
     SCOPED_TRACE("R=" + std::to_string(R) + " D=" + std::to_string(D));
     Vec x = uniform(R * D, ++seed, -2, 2), w = uniform(D, ++seed, 0.5f, 1.5f), g = uniform(R * D, ++seed);
@@ -427,8 +452,8 @@ TEST_F(CudaParity, RmsNormBackwardResidual) {
     round_bf16(x), round_bf16(w), round_bf16(g), round_bf16(res);
     Vec out_ref(R * D), rstd_ref(R), dx_ref(R * D);
     cpu_->rmsnorm_forward(H2(x, R, D), H1(w, D), eps, H2(out_ref, R, D), H1(rstd_ref, R));
-    cpu_->rmsnorm_backward(H2(x, R, D), H1(w, D), H1(rstd_ref, R), H2(g, R, D), H2(res, R, D), H2(dx_ref, R, D),
-                           Tensor());
+    cpu_->rmsnorm_backward(H2(x, R, D), H1(w, D), H1(rstd_ref, R), H2(g, R, D), H2(res, R, D),
+                           H2(dx_ref, R, D), Tensor());
     Vec dx_mag(R * D);
     for (int64_t r = 0; r < R; ++r) {
       const float s = rstd_ref[r];
@@ -436,8 +461,8 @@ TEST_F(CudaParity, RmsNormBackwardResidual) {
       for (int64_t i = 0; i < D; ++i) dot += std::fabs(x[r * D + i] * w[i] * g[r * D + i]);
       const double cabs = dot / D * s * s * s;
       for (int64_t i = 0; i < D; ++i)
-        dx_mag[r * D + i] = static_cast<float>(std::fabs(res[r * D + i]) + std::fabs(s * w[i] * g[r * D + i]) +
-                                               std::fabs(x[r * D + i]) * cabs);
+        dx_mag[r * D + i] = static_cast<float>(
+            std::fabs(res[r * D + i]) + std::fabs(s * w[i] * g[r * D + i]) + std::fabs(x[r * D + i]) * cabs);
     }
 
     DeviceTensor gx = upload(DType::BF16, {R, D}, x), gw = upload(DType::BF16, {D}, w);
@@ -445,8 +470,8 @@ TEST_F(CudaParity, RmsNormBackwardResidual) {
     DeviceTensor gres = upload(DType::BF16, {R, D}, res), gdx(DType::BF16, {R, D});
     DeviceTensor gdx_in_place = upload(DType::BF16, {R, D}, res);
     gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd.view(), gg.view(), gres.view(), gdx.view(), Tensor());
-    gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd.view(), gg.view(), gdx_in_place.view(), gdx_in_place.view(),
-                           Tensor());
+    gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd.view(), gg.view(), gdx_in_place.view(),
+                           gdx_in_place.view(), Tensor());
     sync();
     const Vec bound = bounds(dx_ref, 2 * u, dx_mag, 8 * (D + 4) * F);
     EXPECT_TRUE(within("dx = dresidual + grad", gdx.download(), dx_ref, bound, u));
@@ -466,8 +491,8 @@ TEST_F(CudaParity, Rope) {
   for (const Case& c : {Case{31, 3, 8, 0}, Case{33, 8, 10, 0}, Case{127, 4, 12, 0}, Case{128, 8, 64, 0},
                         Case{257, 2, 128, 0}, Case{31, 5, 64, 1}, Case{33, 4, 128, 2}}) {
     for (bool inverse : {false, true}) {
-      SCOPED_TRACE("T=" + std::to_string(c.T) + " heads=" + std::to_string(c.heads) + " D=" + std::to_string(c.D) +
-                   " offset=" + std::to_string(c.offset) + (inverse ? " inverse" : ""));
+      SCOPED_TRACE("T=" + std::to_string(c.T) + " heads=" + std::to_string(c.heads) + " D=" +
+                   std::to_string(c.D) + " offset=" + std::to_string(c.offset) + (inverse ? " inverse" : ""));
       const int64_t T = c.T, Hh = c.heads, D = c.D, half = D / 2;
       Vec x = uniform(T * Hh * D, ++seed, -2, 2);
       round_bf16(x);
@@ -508,8 +533,10 @@ TEST_F(CudaParity, SwiGlu) {
     size_t offset;
   };
   uint32_t seed = 600;
-  for (const Case& c : {Case{33, 96, 0}, Case{127, 1000, 0}, Case{257, 4096, 0}, Case{33, 96, 1}, Case{31, 7, 0}}) {
-    SCOPED_TRACE("T=" + std::to_string(c.T) + " F=" + std::to_string(c.Fd) + " offset=" + std::to_string(c.offset));
+  for (const Case& c :
+       {Case{33, 96, 0}, Case{127, 1000, 0}, Case{257, 4096, 0}, Case{33, 96, 1}, Case{31, 7, 0}}) {
+    SCOPED_TRACE("T=" + std::to_string(c.T) + " F=" + std::to_string(c.Fd) +
+                 " offset=" + std::to_string(c.offset));
     const int64_t T = c.T, Fd = c.Fd, n = T * Fd;
     Vec g = uniform(n, ++seed, -6, 6), up = uniform(n, ++seed, -2, 2), d = uniform(n, ++seed);
     round_bf16(g), round_bf16(up), round_bf16(d);
@@ -522,7 +549,8 @@ TEST_F(CudaParity, SwiGlu) {
       const double sig = 1.0 / (1.0 + std::exp(-static_cast<double>(g[i])));
       dg_mag[i] = static_cast<float>(std::fabs(d[i] * up[i] * sig) * (1.0 + std::fabs(g[i] * (1.0 - sig))));
     }
-    DeviceTensor gg = upload(DType::BF16, {T, Fd}, g, c.offset), gu = upload(DType::BF16, {T, Fd}, up, c.offset);
+    DeviceTensor gg = upload(DType::BF16, {T, Fd}, g, c.offset),
+                 gu = upload(DType::BF16, {T, Fd}, up, c.offset);
     DeviceTensor gd = upload(DType::BF16, {T, Fd}, d, c.offset);
     DeviceTensor gy(DType::BF16, {T, Fd}, c.offset), gdg(DType::BF16, {T, Fd}, c.offset),
         gdu(DType::BF16, {T, Fd}, c.offset), gdg_only(DType::BF16, {T, Fd}, c.offset);
@@ -547,8 +575,8 @@ TEST_F(CudaParity, Add) {
     for (int64_t n : {int64_t{1000}, int64_t{4099}}) {
       for (size_t offset : {size_t{0}, size_t{1}}) {
         for (bool alias : {false, true}) {
-          SCOPED_TRACE(std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + " offset=" +
-                       std::to_string(offset) + (alias ? " out=a" : ""));
+          SCOPED_TRACE(std::string(dtype_name(dtype)) + " n=" + std::to_string(n) +
+                       " offset=" + std::to_string(offset) + (alias ? " out=a" : ""));
           Vec a = uniform(n, ++seed), b = uniform(n, ++seed);
           cudatest::round_to(a, dtype), cudatest::round_to(b, dtype);
           Vec ref(n);
@@ -581,10 +609,10 @@ TEST_F(CudaParity, Zero) {
 // Every conversion among F32, BF16, F16 and F64, against the CPU backend's copy, bit for bit
 // (NaN: only NaN-ness, since payloads may differ): ties, subnormals, overflow, infinities.
 TEST_F(CudaParity, CopyConverts) {
-  std::vector<double> values = {0.0,     -0.0,       1.0,          -1.0,         1.0 + 1.0 / 256, 1.0 + 3.0 / 256,
-                                1e-30,   -1e-42,     6.1e-5,       5.9e-8,       65504.0,         65520.0,
-                                70000.0, -1e30,      3.4e38,       1e300,        -1e-300,         1.0000000001,
-                                INFINITY, -INFINITY, std::nan(""), 0.333333333333, 1e-8,          2049.0};
+  std::vector<double> values = {
+      0.0,     -0.0,         1.0,      -1.0,      1.0 + 1.0 / 256, 1.0 + 3.0 / 256, 1e-30,  -1e-42,
+      6.1e-5,  5.9e-8,       65504.0,  65520.0,   70000.0,         -1e30,           3.4e38, 1e300,
+      -1e-300, 1.0000000001, INFINITY, -INFINITY, std::nan(""),    0.333333333333,  1e-8,   2049.0};
   for (float f : uniform(1000, 7, -300, 300)) values.push_back(f);
   const int64_t n = static_cast<int64_t>(values.size());
   const DType dtypes[] = {DType::F32, DType::BF16, DType::F16, DType::F64};
@@ -605,15 +633,18 @@ TEST_F(CudaParity, CopyConverts) {
       sync();
       const std::vector<unsigned char> got = gd.download_raw();
       std::vector<double> got_v(n), ref_v(n);
-      cpu_->copy(Tensor(const_cast<unsigned char*>(got.data()), to, {n}), Tensor(got_v.data(), DType::F64, {n}));
+      cpu_->copy(Tensor(const_cast<unsigned char*>(got.data()), to, {n}),
+                 Tensor(got_v.data(), DType::F64, {n}));
       cpu_->copy(Tensor(ref.data(), to, {n}), Tensor(ref_v.data(), DType::F64, {n}));
       const size_t es = dtype_size(to);
       int mismatches = 0;
       for (int64_t i = 0; i < n; ++i) {
-        const bool same = std::isnan(ref_v[i]) ? std::isnan(got_v[i])
-                                               : std::memcmp(got.data() + i * es, ref.data() + i * es, es) == 0;
+        const bool same = std::isnan(ref_v[i])
+                              ? std::isnan(got_v[i])
+                              : std::memcmp(got.data() + i * es, ref.data() + i * es, es) == 0;
         if (!same && ++mismatches <= 5)
-          ADD_FAILURE() << "element " << i << " (" << values[i] << "): got " << got_v[i] << " expected " << ref_v[i];
+          ADD_FAILURE() << "element " << i << " (" << values[i] << "): got " << got_v[i] << " expected "
+                        << ref_v[i];
       }
       EXPECT_EQ(mismatches, 0);
       EXPECT_TRUE(gd.guards());
@@ -631,11 +662,12 @@ struct FlceCase {
 
 TEST_F(CudaParity, LinearCrossEntropy) {
   uint32_t seed = 800;
-  for (const FlceCase& c : {FlceCase{127, 64, 1000, DType::F32, 0}, FlceCase{127, 64, 1000, DType::BF16, 40},
-                            FlceCase{257, 96, 32003, DType::F32, 0}, FlceCase{257, 96, 32003, DType::BF16, 3},
-                            FlceCase{33, 4096, 1000, DType::F32, 0}, FlceCase{31, 96, 32003, DType::F32, 1}}) {
-    SCOPED_TRACE("T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) + " V=" + std::to_string(c.V) + " dw " +
-                 std::string(dtype_name(c.grad_dtype)) + " chunk=" + std::to_string(c.chunk_tokens));
+  for (const FlceCase& c :
+       {FlceCase{127, 64, 1000, DType::F32, 0}, FlceCase{127, 64, 1000, DType::BF16, 40},
+        FlceCase{257, 96, 32003, DType::F32, 0}, FlceCase{257, 96, 32003, DType::BF16, 3},
+        FlceCase{33, 4096, 1000, DType::F32, 0}, FlceCase{31, 96, 32003, DType::F32, 1}}) {
+    SCOPED_TRACE("T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) + " V=" + std::to_string(c.V) +
+                 " dw " + std::string(dtype_name(c.grad_dtype)) + " chunk=" + std::to_string(c.chunk_tokens));
     const int64_t T = c.T, Hd = c.H, V = c.V, Vp = (V + 7) / 8 * 8;
     CudaOpsOptions options;
     if (c.chunk_tokens > 0) options.flce_chunk_bytes = static_cast<size_t>(c.chunk_tokens * Vp * 2);
@@ -679,13 +711,16 @@ TEST_F(CudaParity, LinearCrossEntropy) {
       if (targets[t] == kIgnoreIndex) continue;
       const float* row = &logits_ref[t * V];
       double m = row[0], Lt = 0.0;
-      for (int64_t v = 0; v < V; ++v) m = std::max<double>(m, row[v]), Lt = std::max<double>(Lt, std::fabs(row[v]));
+      for (int64_t v = 0; v < V; ++v)
+        m = std::max<double>(m, row[v]), Lt = std::max<double>(Lt, std::fabs(row[v]));
       double sum = 0.0;
       for (int64_t v = 0; v < V; ++v) sum += std::exp(row[v] - m);
       for (int64_t v = 0; v < V; ++v)
-        a[t * V + v] = static_cast<float>(grad_scale * (std::exp(row[v] - m) / sum + (v == targets[t] ? 1.0 : 0.0)));
+        a[t * V + v] =
+            static_cast<float>(grad_scale * (std::exp(row[v] - m) / sum + (v == targets[t] ? 1.0 : 0.0)));
       L = std::max(L, Lt);
-      loss_bound += 2 * u * (Lt + std::fabs(row[targets[t]])) + 8 * F * (Lt + std::log(static_cast<double>(V)));
+      loss_bound +=
+          2 * u * (Lt + std::fabs(row[targets[t]])) + 8 * F * (Lt + std::log(static_cast<double>(V)));
     }
     Vec dx_mag(T * Hd), dw_mag(V * Hd);
     {
@@ -703,7 +738,8 @@ TEST_F(CudaParity, LinearCrossEntropy) {
     ops.linear_cross_entropy(gx.view(), gw.view(), gt.get(), grad_scale, gdx.view(), gdw.view(), gloss.view(),
                              glogits.view());
     // Without gradients: the same losses.
-    ops.linear_cross_entropy(gx.view(), gw.view(), gt.get(), grad_scale, Tensor(), Tensor(), gloss2.view(), Tensor());
+    ops.linear_cross_entropy(gx.view(), gw.view(), gt.get(), grad_scale, Tensor(), Tensor(), gloss2.view(),
+                             Tensor());
     sync();
     EXPECT_EQ(ops.device_error(), "");
 
@@ -721,9 +757,11 @@ TEST_F(CudaParity, LinearCrossEntropy) {
     EXPECT_NEAR(loss_nograd, loss_ref, loss_bound + 4 * F * std::fabs(loss_ref));
     EXPECT_EQ(static_cast<float>(static_cast<double>(loss_nograd) + 1.5), loss)
         << "the no-gradient call must compute the same per-token losses";
-    EXPECT_TRUE(within("dx", gdx.download(), dx_ref, bounds(dx_ref, 2 * u, dx_mag, 2 * (dl + (V + 3) * F)), 4 * u));
+    EXPECT_TRUE(
+        within("dx", gdx.download(), dx_ref, bounds(dx_ref, 2 * u, dx_mag, 2 * (dl + (V + 3) * F)), 4 * u));
     Vec dw_all_mag = dw_mag;
-    for (size_t i = 0; i < dw_all_mag.size(); ++i) dw_all_mag[i] += std::fabs(dw0[i]) * static_cast<float>(F / dl);
+    for (size_t i = 0; i < dw_all_mag.size(); ++i)
+      dw_all_mag[i] += std::fabs(dw0[i]) * static_cast<float>(F / dl);
     EXPECT_TRUE(within("dw", gdw.download(), dw_ref,
                        bounds(dw_ref, 2 * out_u(c.grad_dtype), dw_all_mag, 2 * (dl + (T + 3) * F)), 4 * u));
     EXPECT_TRUE(gdx.guards() && gdw.guards() && glogits.guards() && gloss.guards());
@@ -738,7 +776,8 @@ TEST_F(CudaParity, LinearCrossEntropyBadTargetIsFlagged) {
   DeviceInts gt(std::vector<int32_t>{1, static_cast<int32_t>(V), kIgnoreIndex});
   DeviceTensor gx = upload(DType::BF16, {T, Hd}, x), gw = upload(DType::BF16, {V, Hd}, w);
   DeviceTensor gloss = upload(DType::F32, {1}, Vec{0.0f});
-  gpu_->linear_cross_entropy(gx.view(), gw.view(), gt.get(), 1.0f, Tensor(), Tensor(), gloss.view(), Tensor());
+  gpu_->linear_cross_entropy(gx.view(), gw.view(), gt.get(), 1.0f, Tensor(), Tensor(), gloss.view(),
+                             Tensor());
   sync();
   EXPECT_TRUE(std::isnan(gloss.download()[0]));
   const std::string error = gpu_->device_error();
@@ -761,16 +800,16 @@ TEST_F(CudaParity, AttentionThroughOps) {
   cpu_->attention_forward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
                           H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T));
   cpu_->attention_backward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
-                           H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T), H3(dout, T, Hq, D), H3(dq_ref, T, Hq, D),
-                           H3(dk_ref, T, Hkv, D), H3(dv_ref, T, Hkv, D));
+                           H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T), H3(dout, T, Hq, D),
+                           H3(dq_ref, T, Hq, D), H3(dk_ref, T, Hkv, D), H3(dv_ref, T, Hkv, D));
   DeviceInts gdoc(doc);
   DeviceTensor gq = upload(DType::BF16, {T, Hq, D}, q), gk = upload(DType::BF16, {T, Hkv, D}, k);
   DeviceTensor gv = upload(DType::BF16, {T, Hkv, D}, v), gdo = upload(DType::BF16, {T, Hq, D}, dout);
   DeviceTensor gout(DType::BF16, {T, Hq, D}), glse(DType::F32, {Hq, T});
   DeviceTensor gdq(DType::BF16, {T, Hq, D}), gdk(DType::BF16, {T, Hkv, D}), gdv(DType::BF16, {T, Hkv, D});
   gpu_->attention_forward(gq.view(), gk.view(), gv.view(), gdoc.get(), scale, gout.view(), glse.view());
-  gpu_->attention_backward(gq.view(), gk.view(), gv.view(), gdoc.get(), scale, gout.view(), glse.view(), gdo.view(),
-                           gdq.view(), gdk.view(), gdv.view());
+  gpu_->attention_backward(gq.view(), gk.view(), gv.view(), gdoc.get(), scale, gout.view(), glse.view(),
+                           gdo.view(), gdq.view(), gdk.view(), gdv.view());
   sync();
   double vmax = 0;
   for (float x : v) vmax = std::max<double>(vmax, std::fabs(x));
@@ -801,9 +840,9 @@ std::string first_difference(const char* name, const Vec& got, const Vec& ref) {
     max_ulp = std::max<int64_t>(max_ulp, std::llabs(static_cast<int64_t>(a) - static_cast<int64_t>(b)));
   }
   if (count == 0) return "";
-  return std::string(name) + ": " + std::to_string(count) + " elements differ, max " + std::to_string(max_ulp) +
-         " ulp; first [" + std::to_string(first) + "] got " + std::to_string(got[first]) + " expected " +
-         std::to_string(ref[first]);
+  return std::string(name) + ": " + std::to_string(count) + " elements differ, max " +
+         std::to_string(max_ulp) + " ulp; first [" + std::to_string(first) + "] got " +
+         std::to_string(got[first]) + " expected " + std::to_string(ref[first]);
 }
 
 // GpuAdamW::step is adamw_step bit for bit (same fp32 operations in the same order): tolerance 0.
@@ -824,8 +863,10 @@ TEST_F(CudaParity, GpuAdamWMatchesReference) {
           SCOPED_TRACE(std::string(segments == &aligned ? "aligned" : "odd") + " segments, grads " +
                        std::string(dtype_name(grad_dtype)) + ", beta1 " + std::to_string(hyper->beta1) +
                        (scaled ? ", grad_scale 0.73" : ""));
-          Vec master = uniform(n, ++seed), m = uniform(n, ++seed, -1e-3f, 1e-3f), v = uniform(n, ++seed, 0, 1e-5f);
-          DeviceTensor gm = upload(DType::F32, {int64_t(n)}, master), gmm = upload(DType::F32, {int64_t(n)}, m);
+          Vec master = uniform(n, ++seed), m = uniform(n, ++seed, -1e-3f, 1e-3f),
+              v = uniform(n, ++seed, 0, 1e-5f);
+          DeviceTensor gm = upload(DType::F32, {int64_t(n)}, master),
+                       gmm = upload(DType::F32, {int64_t(n)}, m);
           DeviceTensor gv = upload(DType::F32, {int64_t(n)}, v), gout(DType::BF16, {int64_t(n)});
           DeviceTensor gscale = upload(DType::F32, {1}, Vec{0.73f});
           for (int64_t step = 1; step <= 3; ++step) {
@@ -840,10 +881,11 @@ TEST_F(CudaParity, GpuAdamWMatchesReference) {
             unit.grad = gg.data();
             unit.grad_dtype = grad_dtype;
             unit.bf16_out = static_cast<uint16_t*>(gout.data());
-            adamw.step(unit, *segments, *hyper, step, scaled ? static_cast<const float*>(gscale.data()) : nullptr);
+            adamw.step(unit, *segments, *hyper, step,
+                       scaled ? static_cast<const float*>(gscale.data()) : nullptr);
             for (const AdamWSegment& s : *segments)
-              adamw_step(master.data() + s.offset, m.data() + s.offset, v.data() + s.offset, grad.data() + s.offset,
-                         s.count, *hyper, step, s.decay, scaled ? 0.73f : 1.0f);
+              adamw_step(master.data() + s.offset, m.data() + s.offset, v.data() + s.offset,
+                         grad.data() + s.offset, s.count, *hyper, step, s.decay, scaled ? 0.73f : 1.0f);
             sync();
             const std::string diff = first_difference("master", gm.download(), master) +
                                      first_difference(" m", gmm.download(), m) +
@@ -876,7 +918,7 @@ TEST_F(CudaParity, GpuGradNormAndClipMatchReference) {
   GpuAdamW adamw(stream_);
   const size_t sizes[] = {1, 65536, 65537, 300001, 131077};
   std::vector<Vec> spans;
-  std::vector<std::unique_ptr<DeviceTensor>> device;
+  std::vector<std::unique_ptr<DeviceTensor> > device;
   DeviceTensor gsum = upload(DType::F64, {1}, Vec{0.0f});
   uint32_t seed = 1000;
   for (size_t k = 0; k < std::size(sizes); ++k) {
@@ -889,7 +931,7 @@ TEST_F(CudaParity, GpuGradNormAndClipMatchReference) {
     adamw.add_grad_sumsq(device.back()->data(), dtype, sizes[k], static_cast<double*>(gsum.data()));
     spans.push_back(std::move(g));
   }
-  std::vector<std::pair<const float*, size_t>> host;
+  std::vector<std::pair<const float*, size_t> > host;
   for (const Vec& s : spans) host.emplace_back(s.data(), s.size());
   const std::vector<double> partials = grad_sumsq_partials(host);
   double total = 0.0;
@@ -904,11 +946,13 @@ TEST_F(CudaParity, GpuGradNormAndClipMatchReference) {
 
   for (double max_norm : {1.0, 0.5 * norm, norm, 1e9, 0.0, -1.0}) {
     DeviceTensor gcoef(DType::F32, {1});
-    adamw.clip_coefficient(static_cast<const double*>(gsum.data()), max_norm, static_cast<float*>(gcoef.data()));
+    adamw.clip_coefficient(static_cast<const double*>(gsum.data()), max_norm,
+                           static_cast<float*>(gcoef.data()));
     sync();
     const float coef = gcoef.download()[0];
     const float want = clip_coefficient(norm, max_norm);
-    EXPECT_EQ(std::memcmp(&coef, &want, 4), 0) << "max_norm " << max_norm << ": got " << coef << " want " << want;
+    EXPECT_EQ(std::memcmp(&coef, &want, 4), 0)
+        << "max_norm " << max_norm << ": got " << coef << " want " << want;
   }
 }
 

@@ -34,9 +34,9 @@ inline std::string cuda_error(cudaError_t e) {
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
-#define CUDA_OK(call)                                                \
-  do {                                                               \
-    const cudaError_t e_ = (call);                                   \
+#define CUDA_OK(call)                                                                   \
+  do {                                                                                  \
+    const cudaError_t e_ = (call);                                                      \
     ASSERT_EQ(e_, cudaSuccess) << #call << " -> " << ::ferry::cudatest::cuda_error(e_); \
   } while (0)
 
@@ -84,7 +84,8 @@ inline Vec abs_of(const Vec& v) {
 class DeviceTensor {
  public:
   static constexpr size_t kGuard = 256;
-  DeviceTensor(DType dtype, std::vector<int64_t> dims, size_t offset = 0) : dtype_(dtype), dims_(std::move(dims)) {
+  DeviceTensor(DType dtype, std::vector<int64_t> dims, size_t offset = 0)
+      : dtype_(dtype), dims_(std::move(dims)) {
     count_ = 1;
     for (int64_t d : dims_) count_ *= static_cast<size_t>(d);
     esize_ = dtype_size(dtype);
@@ -101,8 +102,13 @@ class DeviceTensor {
     if (base_) cudaFree(base_);
   }
   DeviceTensor(DeviceTensor&& o) noexcept
-      : dtype_(o.dtype_), dims_(std::move(o.dims_)), count_(o.count_), esize_(o.esize_), lead_(o.lead_),
-        total_(o.total_), base_(std::exchange(o.base_, nullptr)) {}
+      : dtype_(o.dtype_),
+        dims_(std::move(o.dims_)),
+        count_(o.count_),
+        esize_(o.esize_),
+        lead_(o.lead_),
+        total_(o.total_),
+        base_(std::exchange(o.base_, nullptr)) {}
   DeviceTensor& operator=(DeviceTensor&&) = delete;
   DeviceTensor(const DeviceTensor&) = delete;
   DeviceTensor& operator=(const DeviceTensor&) = delete;
@@ -164,11 +170,11 @@ class DeviceTensor {
 // |got - ref| <= bound[i] for every element (NaN and Inf never pass, whatever the bound), and the
 // relative RMS error sqrt(sum err^2 / sum ref^2) <= rms_limit when rms_limit > 0. On failure it
 // names the worst elements, the count and the error statistics.
-inline ::testing::AssertionResult within(const std::string& what, const Vec& got, const Vec& ref, const Vec& bound,
-                                         double rms_limit = 0.0) {
+inline ::testing::AssertionResult within(const std::string& what, const Vec& got, const Vec& ref,
+                                         const Vec& bound, double rms_limit = 0.0) {
   if (got.size() != ref.size() || bound.size() != ref.size())
-    return ::testing::AssertionFailure() << what << ": sizes " << got.size() << " / " << ref.size() << " / "
-                                         << bound.size();
+    return ::testing::AssertionFailure()
+           << what << ": sizes " << got.size() << " / " << ref.size() << " / " << bound.size();
   size_t bad = 0;
   double err2 = 0.0, ref2 = 0.0, worst_ratio = 0.0;
   std::vector<size_t> examples;

@@ -26,7 +26,8 @@ std::vector<std::string> candidates(const std::map<std::string, std::string>& en
 }
 
 TEST(CudnnSearchPaths, WithNothingSetTheLoaderThenCudaThenSystemWheels) {
-  const std::vector<std::string> expected = {"libcudnn_graph.so.9", "/usr/local/cuda/lib64/libcudnn_graph.so.9",
+  const std::vector<std::string> expected = {"libcudnn_graph.so.9",
+                                             "/usr/local/cuda/lib64/libcudnn_graph.so.9",
                                              "/usr/local/cuda/lib/libcudnn_graph.so.9"};
   EXPECT_EQ(candidates({}), expected);
 }
@@ -34,7 +35,8 @@ TEST(CudnnSearchPaths, WithNothingSetTheLoaderThenCudaThenSystemWheels) {
 TEST(CudnnSearchPaths, TheExplicitSettingComesFirstAsAFileOrADirectory) {
   EXPECT_EQ(candidates({{"FERRY_CUDNN_LIBRARY", "/opt/cudnn/libcudnn_graph.so.9.14.0"}})[0],
             "/opt/cudnn/libcudnn_graph.so.9.14.0");
-  EXPECT_EQ(candidates({{"FERRY_CUDNN_LIBRARY", "/opt/cudnn/lib/"}})[0], "/opt/cudnn/lib/libcudnn_graph.so.9");
+  EXPECT_EQ(candidates({{"FERRY_CUDNN_LIBRARY", "/opt/cudnn/lib/"}})[0],
+            "/opt/cudnn/lib/libcudnn_graph.so.9");
   EXPECT_EQ(candidates({{"FERRY_CUDNN_LIBRARY", "/opt/cudnn/lib"}})[1], "libcudnn_graph.so.9");
 }
 

@@ -48,21 +48,25 @@ namespace {
 
 #if !FERRY_HAVE_CUDA
 
-TEST(FlashAttentionGpu, NeedsCudaBuild) { GTEST_SKIP() << "built without CUDA"; }
+TEST(FlashAttentionGpu, NeedsCudaBuild) {
+  GTEST_SKIP() << "built without CUDA";
+}
 
 #else
 
-constexpr double kOutUlps = 2.0;              // |err| <= kOutUlps * 2^-8 * max|v|
+constexpr double kOutUlps = 2.0;  // |err| <= kOutUlps * 2^-8 * max|v|
 constexpr double kLseAtol = 1e-3;
-constexpr double kGradMaxRel = 1.0 / 32;      // |err| <= 2^-5 max|ref|
-constexpr double kGradRmsRel = 1.0 / 64;      // rms(err) <= 2^-6 rms(ref)
+constexpr double kGradMaxRel = 1.0 / 32;  // |err| <= 2^-5 max|ref|
+constexpr double kGradRmsRel = 1.0 / 64;  // rms(err) <= 2^-6 rms(ref)
 
-std::string cuda_error(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
+std::string cuda_error(cudaError_t e) {
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
 
-#define CUDA_OK(call)                                                         \
-  do {                                                                        \
-    const cudaError_t e_ = (call);                                            \
-    ASSERT_EQ(e_, cudaSuccess) << #call << " -> " << cuda_error(e_);          \
+#define CUDA_OK(call)                                                \
+  do {                                                               \
+    const cudaError_t e_ = (call);                                   \
+    ASSERT_EQ(e_, cudaSuccess) << #call << " -> " << cuda_error(e_); \
   } while (0)
 
 bool gpu_available(std::string* why) {
@@ -75,10 +79,10 @@ bool gpu_available(std::string* why) {
   return true;
 }
 
-#define SKIP_WITHOUT_GPU()                                 \
-  do {                                                     \
-    std::string why_;                                      \
-    if (!gpu_available(&why_)) GTEST_SKIP() << why_;       \
+#define SKIP_WITHOUT_GPU()                           \
+  do {                                               \
+    std::string why_;                                \
+    if (!gpu_available(&why_)) GTEST_SKIP() << why_; \
   } while (0)
 
 // A device allocation with kGuard bytes of 0xff on both sides of the usable region, which starts
@@ -119,10 +123,14 @@ enum class Docs { kOne, kPacked, kBoundaries, kRows };
 
 const char* docs_name(Docs d) {
   switch (d) {
-    case Docs::kOne: return "one";
-    case Docs::kPacked: return "packed";
-    case Docs::kBoundaries: return "boundaries";
-    case Docs::kRows: return "rows";
+    case Docs::kOne:
+      return "one";
+    case Docs::kPacked:
+      return "packed";
+    case Docs::kBoundaries:
+      return "boundaries";
+    case Docs::kRows:
+      return "rows";
   }
   return "?";
 }
@@ -201,7 +209,8 @@ std::vector<float> to_f32(const std::vector<uint16_t>& bits) {
 // out (T,Hq,D) against the reference, row by row with the row's own bound 2 * 2^-8 * max|v| over
 // the v rows it attends.
 ::testing::AssertionResult out_close(const std::vector<float>& out, const std::vector<float>& ref,
-                                     const std::vector<float>& v, const std::vector<int32_t>& ds, const Case& c) {
+                                     const std::vector<float>& v, const std::vector<int32_t>& ds,
+                                     const Case& c) {
   const int64_t T = c.T, D = c.D, group = c.Hq / c.Hkv;
   // token_max[j * Hkv + g] = max_d |v[j, g, d]|
   std::vector<float> token_max(static_cast<size_t>(T * c.Hkv), 0.0f);
@@ -225,8 +234,8 @@ std::vector<float> to_f32(const std::vector<uint16_t>& bits) {
         const bool ok = std::isfinite(out[i]) && err <= tol;
         const double ratio = std::isfinite(out[i]) ? err / tol : INFINITY;
         if (!ok && bad++ < 5)
-          first << "\n  out[t=" << t << ", h=" << h << ", d=" << d << "] = " << out[i] << ", reference " << ref[i]
-                << ", |err| " << err << " > tol " << tol << " (doc_start " << ds[t] << ")";
+          first << "\n  out[t=" << t << ", h=" << h << ", d=" << d << "] = " << out[i] << ", reference "
+                << ref[i] << ", |err| " << err << " > tol " << tol << " (doc_start " << ds[t] << ")";
         if (ratio > worst_ratio) {
           worst_ratio = ratio;
           wt = t, wh = h, wd = d, wtol = tol;
@@ -236,13 +245,14 @@ std::vector<float> to_f32(const std::vector<uint16_t>& bits) {
   }
   if (bad == 0) return ::testing::AssertionSuccess();
   const size_t wi = static_cast<size_t>((wt * c.Hq + wh) * D + wd);
-  return ::testing::AssertionFailure() << case_name(c) << ": out has " << bad << " of " << out.size()
-                                       << " elements beyond tolerance; worst out[t=" << wt << ", h=" << wh
-                                       << ", d=" << wd << "] = " << out[wi] << " vs " << ref[wi] << " (tol " << wtol
-                                       << ")" << first.str();
+  return ::testing::AssertionFailure()
+         << case_name(c) << ": out has " << bad << " of " << out.size()
+         << " elements beyond tolerance; worst out[t=" << wt << ", h=" << wh << ", d=" << wd
+         << "] = " << out[wi] << " vs " << ref[wi] << " (tol " << wtol << ")" << first.str();
 }
 
-::testing::AssertionResult lse_close(const std::vector<float>& lse, const std::vector<float>& ref, const Case& c) {
+::testing::AssertionResult lse_close(const std::vector<float>& lse, const std::vector<float>& ref,
+                                     const Case& c) {
   int64_t bad = 0;
   std::ostringstream first;
   for (size_t i = 0; i < lse.size(); ++i) {
@@ -257,8 +267,8 @@ std::vector<float> to_f32(const std::vector<uint16_t>& bits) {
 
 // A gradient (T, heads, D) against the reference: elementwise |err| <= 2^-5 max|ref| and relative
 // RMS error <= 2^-6.
-::testing::AssertionResult grad_close(const char* what, const std::vector<float>& got, const std::vector<float>& ref,
-                                      int64_t heads, const Case& c) {
+::testing::AssertionResult grad_close(const char* what, const std::vector<float>& got,
+                                      const std::vector<float>& ref, int64_t heads, const Case& c) {
   double ref_max = 0, err2 = 0, ref2 = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     ref_max = std::max(ref_max, std::fabs(static_cast<double>(ref[i])));
@@ -277,17 +287,17 @@ std::vector<float> to_f32(const std::vector<uint16_t>& bits) {
     if (e > worst_err) worst_err = e, worst = i;
     if (!(finite && err <= tol) && bad++ < 5) {
       const int64_t d = static_cast<int64_t>(i) % c.D, row = static_cast<int64_t>(i) / c.D;
-      first << "\n  " << what << "[t=" << row / heads << ", head=" << row % heads << ", d=" << d << "] = " << got[i]
-            << ", reference " << ref[i];
+      first << "\n  " << what << "[t=" << row / heads << ", head=" << row % heads << ", d=" << d
+            << "] = " << got[i] << ", reference " << ref[i];
     }
   }
   const double rms_rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
   if (bad == 0 && rms_rel <= kGradRmsRel) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << case_name(c) << ": " << what << ": " << bad << " of " << ref.size()
-                                       << " elements beyond " << tol << " (2^-5 max|ref|, max|ref| " << ref_max
-                                       << "), relative rms error " << rms_rel << " (limit " << kGradRmsRel
-                                       << "); worst at " << worst << ": " << got[worst] << " vs " << ref[worst]
-                                       << first.str();
+  return ::testing::AssertionFailure()
+         << case_name(c) << ": " << what << ": " << bad << " of " << ref.size() << " elements beyond " << tol
+         << " (2^-5 max|ref|, max|ref| " << ref_max << "), relative rms error " << rms_rel << " (limit "
+         << kGradRmsRel << "); worst at " << worst << ": " << got[worst] << " vs " << ref[worst]
+         << first.str();
 }
 
 // Everything one case needs on the host and the device.
@@ -323,13 +333,21 @@ struct Problem {
     return true;
   }
   FlashAttentionParams params() const {
-    return FlashAttentionParams{dq_in->get(), dk_in->get(), dv_in->get(), d_out->get(),
-                                static_cast<float*>(d_lse->get()), static_cast<const int32_t*>(d_ds->get()),
-                                c.T, c.Hq, c.Hkv, c.D, scale};
+    return FlashAttentionParams{dq_in->get(),
+                                dk_in->get(),
+                                dv_in->get(),
+                                d_out->get(),
+                                static_cast<float*>(d_lse->get()),
+                                static_cast<const int32_t*>(d_ds->get()),
+                                c.T,
+                                c.Hq,
+                                c.Hkv,
+                                c.D,
+                                scale};
   }
   FlashAttentionBackwardParams backward_params() const {
-    return FlashAttentionBackwardParams{params(), d_dout->get(), d_dq->get(), d_dk->get(), d_dv->get(),
-                                        d_ws->get(), d_ws->bytes()};
+    return FlashAttentionBackwardParams{params(),    d_dout->get(), d_dq->get(),  d_dk->get(),
+                                        d_dv->get(), d_ws->get(),   d_ws->bytes()};
   }
   std::vector<float> download_bf16(const DeviceBuffer& b) const {
     std::vector<uint16_t> bits(b.bytes() / 2);
@@ -360,9 +378,10 @@ Reference cpu_reference(Problem& p) {
   const Tensor out = Tensor::f32(r.out.data(), {c.T, c.Hq, c.D});
   const Tensor lse = Tensor::f32(r.lse.data(), {c.Hq, c.T});
   ops->attention_forward(q, k, v, p.ds.data(), p.scale, out, lse);
-  ops->attention_backward(q, k, v, p.ds.data(), p.scale, out, lse, Tensor::f32(p.dout.f32.data(), {c.T, c.Hq, c.D}),
-                          Tensor::f32(r.dq.data(), {c.T, c.Hq, c.D}), Tensor::f32(r.dk.data(), {c.T, c.Hkv, c.D}),
-                          Tensor::f32(r.dv.data(), {c.T, c.Hkv, c.D}));
+  ops->attention_backward(
+      q, k, v, p.ds.data(), p.scale, out, lse, Tensor::f32(p.dout.f32.data(), {c.T, c.Hq, c.D}),
+      Tensor::f32(r.dq.data(), {c.T, c.Hq, c.D}), Tensor::f32(r.dk.data(), {c.T, c.Hkv, c.D}),
+      Tensor::f32(r.dv.data(), {c.T, c.Hkv, c.D}));
   return r;
 }
 
@@ -388,7 +407,7 @@ std::vector<Case> all_cases() {
 void expect_matches_reference(const Problem& p, const Reference& ref, const Case& c,
                               const DeviceBuffer* more = nullptr) {
   const std::vector<const DeviceBuffer*> buffers = {p.d_out.get(), p.d_lse.get(), p.d_dq.get(), p.d_dk.get(),
-                                                    p.d_dv.get(), p.d_ws.get(), more};
+                                                    p.d_dv.get(),  p.d_ws.get(),  more};
   for (const DeviceBuffer* b : buffers) {
     if (b == nullptr) continue;
     EXPECT_TRUE(b->guards_intact()) << case_name(c) << ": a kernel wrote outside its buffer";
@@ -502,13 +521,13 @@ TEST(FlashAttentionGpuDeterminism, RepeatedRunsGiveTheSameBits) {
     const Case c{D, 777, 8, 2, Docs::kPacked, 1.0f};
     Problem p(c);
     ASSERT_TRUE(p.allocated());
-    std::vector<std::vector<float>> first;
+    std::vector<std::vector<float> > first;
     for (int run = 0; run < 2; ++run) {
       flash_attention_forward(p.params(), nullptr);
       flash_attention_backward(p.backward_params(), nullptr);
       CUDA_OK(cudaDeviceSynchronize());
-      std::vector<std::vector<float>> now = {p.download_bf16(*p.d_out), p.download_f32(*p.d_lse),
-                                             p.download_bf16(*p.d_dk), p.download_bf16(*p.d_dv)};
+      std::vector<std::vector<float> > now = {p.download_bf16(*p.d_out), p.download_f32(*p.d_lse),
+                                              p.download_bf16(*p.d_dk), p.download_bf16(*p.d_dv)};
       if (D != 64 && D != 128) now.push_back(p.download_bf16(*p.d_dq));
       if (run == 0) {
         first = now;

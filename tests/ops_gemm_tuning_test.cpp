@@ -15,7 +15,8 @@ TEST(GemmTuning, KeepsTheFirstWhenItIsFastest) {
 
 TEST(GemmTuning, TakesAnotherOnlyWhenItIsFasterByTheMargin) {
   // 10% faster: taken.
-  EXPECT_EQ(choose_gemm_candidate({{1.0f, 1.0f, 1.0f}, {0.95f, 0.95f, 0.95f}, {0.9f, 0.9f, 0.9f}}, 0.05f), 2u);
+  EXPECT_EQ(choose_gemm_candidate({{1.0f, 1.0f, 1.0f}, {0.95f, 0.95f, 0.95f}, {0.9f, 0.9f, 0.9f}}, 0.05f),
+            2u);
   // 3% faster: within the margin, the first stays.
   EXPECT_EQ(choose_gemm_candidate({{1.0f, 1.0f, 1.0f}, {0.97f, 0.97f, 0.97f}}, 0.05f), 0u);
   EXPECT_EQ(choose_gemm_candidate({{1.0f, 1.0f, 1.0f}, {0.97f, 0.97f, 0.97f}}, 0.0f), 1u);

@@ -36,9 +36,15 @@ double ce_sum(Ops& ops, Tensor x, Tensor w, const int32_t* targets, float grad_s
 using test::random_vector;
 using Vec = std::vector<float>;
 
-Tensor T1(Vec& v, int64_t a) { return Tensor::f32(v.data(), {a}); }
-Tensor T2(Vec& v, int64_t a, int64_t b) { return Tensor::f32(v.data(), {a, b}); }
-Tensor T3(Vec& v, int64_t a, int64_t b, int64_t c) { return Tensor::f32(v.data(), {a, b, c}); }
+Tensor T1(Vec& v, int64_t a) {
+  return Tensor::f32(v.data(), {a});
+}
+Tensor T2(Vec& v, int64_t a, int64_t b) {
+  return Tensor::f32(v.data(), {a, b});
+}
+Tensor T3(Vec& v, int64_t a, int64_t b, int64_t c) {
+  return Tensor::f32(v.data(), {a, b, c});
+}
 
 double weighted_sum(const Vec& r, const Vec& out) {
   double s = 0;
@@ -59,8 +65,8 @@ struct GradCheck {
                                           const std::function<double()>& objective, uint64_t seed,
                                           GradCheck c = {}) {
   if (analytic.size() != param.size())
-    return ::testing::AssertionFailure() << what << ": gradient has " << analytic.size() << " elements, param "
-                                         << param.size();
+    return ::testing::AssertionFailure()
+           << what << ": gradient has " << analytic.size() << " elements, param " << param.size();
   std::vector<size_t> idx(param.size());
   std::iota(idx.begin(), idx.end(), 0);
   std::mt19937_64 rng(seed);
@@ -87,13 +93,14 @@ struct GradCheck {
     const double a = analytic[i];
     if (!(std::fabs(a - fd) <= atol + c.rtol * std::fabs(fd))) {
       if (bad++ < 5)
-        report += "\n  [" + std::to_string(i) + "] analytic " + std::to_string(a) + " numeric " + std::to_string(fd);
+        report += "\n  [" + std::to_string(i) + "] analytic " + std::to_string(a) + " numeric " +
+                  std::to_string(fd);
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << what << ": " << bad << " of " << idx.size()
-                                       << " sampled elements disagree (rtol " << c.rtol << ", atol " << atol << ")"
-                                       << report;
+  return ::testing::AssertionFailure()
+         << what << ": " << bad << " of " << idx.size() << " sampled elements disagree (rtol " << c.rtol
+         << ", atol " << atol << ")" << report;
 }
 
 class OpsGradcheck : public ::testing::Test {
@@ -210,8 +217,8 @@ TEST_F(OpsGradcheck, LinearWithBias) {
     return weighted_sum(r, y);
   };
   Vec dx(T * In), dw(Out * In, 0.0f), db(Out, 0.0f);
-  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(r, T, Out), T2(dx, T, In), T2(dw, Out, In), T1(db, Out),
-                       false);
+  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(r, T, Out), T2(dx, T, In), T2(dw, Out, In),
+                       T1(db, Out), false);
   EXPECT_TRUE(check_gradient("dx", x, dx, objective, 44));
   EXPECT_TRUE(check_gradient("dw", w, dw, objective, 45));
   EXPECT_TRUE(check_gradient("dbias", b, db, objective, 46));

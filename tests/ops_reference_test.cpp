@@ -36,10 +36,18 @@ using DVec = std::vector<double>;
 constexpr double kRtol = 1e-5;
 constexpr double kAtol = 1e-6;
 
-Vec to_float(const DVec& d) { return Vec(d.begin(), d.end()); }
-Tensor T1(Vec& v, int64_t a) { return Tensor::f32(v.data(), {a}); }
-Tensor T2(Vec& v, int64_t a, int64_t b) { return Tensor::f32(v.data(), {a, b}); }
-Tensor T3(Vec& v, int64_t a, int64_t b, int64_t c) { return Tensor::f32(v.data(), {a, b, c}); }
+Vec to_float(const DVec& d) {
+  return Vec(d.begin(), d.end());
+}
+Tensor T1(Vec& v, int64_t a) {
+  return Tensor::f32(v.data(), {a});
+}
+Tensor T2(Vec& v, int64_t a, int64_t b) {
+  return Tensor::f32(v.data(), {a, b});
+}
+Tensor T3(Vec& v, int64_t a, int64_t b, int64_t c) {
+  return Tensor::f32(v.data(), {a, b, c});
+}
 // Equal bits, where == would take -0 for +0.
 bool same_bits(const Vec& a, const Vec& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
@@ -135,7 +143,8 @@ TEST_F(OpsReference, RmsNormBackwardResidualEqualsGradientThenAddBitForBit) {
     Vec out(R * D), rstd(R);
     ops->rmsnorm_forward(T2(x, R, D), T1(w, D), 1e-5f, T2(out, R, D), T1(rstd, R));
     Vec tmp(R * D), unfused(R * D), fused(R * D), in_place = res, dw_a(D, 0), dw_b(D, 0), dw_c(D, 0);
-    ops->rmsnorm_backward(T2(x, R, D), T1(w, D), T1(rstd, R), T2(g, R, D), Tensor(), T2(tmp, R, D), T1(dw_a, D));
+    ops->rmsnorm_backward(T2(x, R, D), T1(w, D), T1(rstd, R), T2(g, R, D), Tensor(), T2(tmp, R, D),
+                          T1(dw_a, D));
     ops->add(T2(res, R, D), T2(tmp, R, D), T2(unfused, R, D));
     ops->rmsnorm_backward(T2(x, R, D), T1(w, D), T1(rstd, R), T2(g, R, D), T2(res, R, D), T2(fused, R, D),
                           T1(dw_b, D));
@@ -150,7 +159,8 @@ TEST_F(OpsReference, RmsNormBackwardResidualEqualsGradientThenAddBitForBit) {
 
 TEST_F(OpsReference, RmsNormAcceptsLeadingDimsFlattened) {
   const int64_t B = 3, S = 5, D = 16;
-  Vec x = random_vector(B * S * D, 1), w = random_vector(D, 2), a(B * S * D), b(B * S * D), ra(B * S), rb(B * S);
+  Vec x = random_vector(B * S * D, 1), w = random_vector(D, 2), a(B * S * D), b(B * S * D), ra(B * S),
+      rb(B * S);
   ops->rmsnorm_forward(T3(x, B, S, D), T1(w, D), 1e-6f, T3(a, B, S, D), T2(ra, B, S));
   ops->rmsnorm_forward(T2(x, B * S, D), T1(w, D), 1e-6f, T2(b, B * S, D), T1(rb, B * S));
   EXPECT_EQ(a, b);
@@ -195,9 +205,10 @@ struct AttnRef {
 // Attention over one document [s, e) at a time in double, each document as its own causal
 // sequence; explicit softmax over the masked scores; the backward by the textbook formulas.
 AttnRef attention_ref(const Vec& q, const Vec& k, const Vec& v, const Vec& dout,
-                      const std::vector<std::pair<int64_t, int64_t>>& docs, int64_t T, int64_t Hq, int64_t Hkv,
-                      int64_t D, double scale) {
-  AttnRef r{DVec(T * Hq * D, 0), DVec(Hq * T, 0), DVec(T * Hq * D, 0), DVec(T * Hkv * D, 0), DVec(T * Hkv * D, 0)};
+                      const std::vector<std::pair<int64_t, int64_t>>& docs, int64_t T, int64_t Hq,
+                      int64_t Hkv, int64_t D, double scale) {
+  AttnRef r{DVec(T * Hq * D, 0), DVec(Hq * T, 0), DVec(T * Hq * D, 0), DVec(T * Hkv * D, 0),
+            DVec(T * Hkv * D, 0)};
   const int64_t group = Hq / Hkv;
   for (auto [s, e] : docs) {
     for (int64_t h = 0; h < Hq; ++h) {
@@ -225,7 +236,8 @@ AttnRef attention_ref(const Vec& q, const Vec& k, const Vec& v, const Vec& dout,
         double pdp = 0;
         for (int64_t j = s; j <= t; ++j) {
           double dot = 0;
-          for (int64_t i = 0; i < D; ++i) dot += double(dout[(t * Hq + h) * D + i]) * v[(j * Hkv + g) * D + i];
+          for (int64_t i = 0; i < D; ++i)
+            dot += double(dout[(t * Hq + h) * D + i]) * v[(j * Hkv + g) * D + i];
           dp[j - s] = dot;
           pdp += p[j - s] * dot;
         }
@@ -285,10 +297,13 @@ TEST_F(OpsReference, AttentionPackingEqualsSeparateDocuments) {
   const float scale = 0.3f;
   Vec q = random_vector(T * Hq * D, 40, -2, 2), k = random_vector(T * Hkv * D, 41, -2, 2),
       v = random_vector(T * Hkv * D, 42), dout = random_vector(T * Hq * D, 43);
-  AttnRun packed = run_attention(*ops, q, k, v, dout, doc_starts({{0, split}, {split, T}}, T), T, Hq, Hkv, D, scale);
+  AttnRun packed =
+      run_attention(*ops, q, k, v, dout, doc_starts({{0, split}, {split, T}}, T), T, Hq, Hkv, D, scale);
   for (auto [s, e] : {std::pair<int64_t, int64_t>{0, split}, {split, T}}) {
     const int64_t n = e - s;
-    auto rows = [&](const Vec& x, int64_t width) { return Vec(x.begin() + s * width, x.begin() + e * width); };
+    auto rows = [&](const Vec& x, int64_t width) {
+      return Vec(x.begin() + s * width, x.begin() + e * width);
+    };
     Vec qd = rows(q, Hq * D), kd = rows(k, Hkv * D), vd = rows(v, Hkv * D), gd = rows(dout, Hq * D);
     AttnRun alone = run_attention(*ops, qd, kd, vd, gd, doc_starts({{0, n}}, n), n, Hq, Hkv, D, scale);
     // The same keys in the same order: bit-identical, not merely close.
@@ -380,8 +395,8 @@ TEST_F(OpsReference, LinearMatchesTripleLoop) {
   EXPECT_TRUE(all_close(y_nobias, to_float(ey), kRtol, 2e-6, "y without bias"));
 
   Vec dx(T * In), dw0 = random_vector(Out * In, 74), dw = dw0, db0 = random_vector(Out, 75), db = db0;
-  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(dy, T, Out), T2(dx, T, In), T2(dw, Out, In), T1(db, Out),
-                       false);
+  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(dy, T, Out), T2(dx, T, In), T2(dw, Out, In),
+                       T1(db, Out), false);
   for (int64_t i = 0; i < Out * In; ++i) edw[i] += dw0[i];
   for (int64_t o = 0; o < Out; ++o) edb[o] += db0[o];
   EXPECT_TRUE(all_close(dx, to_float(edx), kRtol, 5e-6, "dx"));
@@ -390,7 +405,8 @@ TEST_F(OpsReference, LinearMatchesTripleLoop) {
 
   // dx empty: skipped; dw still accumulates.
   Vec dw2 = dw0;
-  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(dy, T, Out), Tensor(), T2(dw2, Out, In), Tensor(), false);
+  ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(dy, T, Out), Tensor(), T2(dw2, Out, In), Tensor(),
+                       false);
   EXPECT_TRUE(all_close(dw2, to_float(edw), kRtol, 5e-6, "dw without dx"));
 }
 
@@ -402,7 +418,8 @@ TEST_F(OpsReference, LinearResidualAndAccumulateEqualProductThenAddBitForBit) {
   for (auto [T, In, Out] : {std::tuple<int64_t, int64_t, int64_t>{31, 33, 127}, {300, 257, 129}}) {
     SCOPED_TRACE(testing::Message() << "T=" << T << " In=" << In << " Out=" << Out);
     Vec x = random_vector(T * In, 80), w = random_vector(Out * In, 81), b = random_vector(Out, 82),
-        r = random_vector(T * Out, 83, -3, 3), dy = random_vector(T * Out, 84), dx0 = random_vector(T * In, 85);
+        r = random_vector(T * Out, 83, -3, 3), dy = random_vector(T * Out, 84),
+        dx0 = random_vector(T * In, 85);
     for (bool with_bias : {true, false}) {
       SCOPED_TRACE(with_bias ? "bias" : "no bias");
       const Tensor bias = with_bias ? T1(b, Out) : Tensor();
@@ -417,7 +434,7 @@ TEST_F(OpsReference, LinearResidualAndAccumulateEqualProductThenAddBitForBit) {
 
     // dx += dy @ w; dw and dbias accumulate as before, whichever way dx goes.
     Vec tmp(T * In), dx_unfused = dx0, dx_fused = dx0, dw_a(Out * In, 0), dw_b(Out * In, 0), db_a(Out, 0),
-        db_b(Out, 0);
+                     db_b(Out, 0);
     ops->linear_backward(T2(x, T, In), T2(w, Out, In), T2(dy, T, Out), T2(tmp, T, In), T2(dw_a, Out, In),
                          T1(db_a, Out), false);
     ops->add(T2(dx_unfused, T, In), T2(tmp, T, In), T2(dx_unfused, T, In));
@@ -436,8 +453,8 @@ struct CeRef {
   DVec logits, dx, dw;
 };
 
-CeRef cross_entropy_ref(const Vec& x, const Vec& w, const std::vector<int32_t>& tg, int64_t T, int64_t V, int64_t H,
-                        double grad_scale) {
+CeRef cross_entropy_ref(const Vec& x, const Vec& w, const std::vector<int32_t>& tg, int64_t T, int64_t V,
+                        int64_t H, double grad_scale) {
   CeRef r{0, DVec(T * V), DVec(T * H, 0), DVec(V * H, 0)};
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t o = 0; o < V; ++o) {
@@ -473,7 +490,7 @@ TEST_F(OpsReference, CrossEntropyMatchesLogSoftmaxAcrossChunks) {
 
   Vec dx(T * H), dw0 = random_vector(V * H, 82), dw = dw0, logits(T * V);
   const double loss = ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), grad_scale, T2(dx, T, H),
-                                                T2(dw, V, H), T2(logits, T, V));
+                             T2(dw, V, H), T2(logits, T, V));
   EXPECT_NEAR(loss, ref.loss, 1e-5 * std::fabs(ref.loss));
   for (int64_t i = 0; i < V * H; ++i) ref.dw[i] += dw0[i];
   EXPECT_TRUE(all_close(logits, to_float(ref.logits), kRtol, 2e-6, "logits"));
@@ -492,8 +509,7 @@ TEST_F(OpsReference, IgnoredTargetsContributeNothing) {
   std::vector<int32_t> tg(T);
   for (int64_t t = 0; t < T; ++t) tg[t] = (t % 4 == 1) ? kIgnoreIndex : int32_t((t * 13 + 1) % V);
   auto run = [&](Vec& xs, Vec& dx, Vec& dw) {
-    return ce_sum(*ops, T2(xs, T, H), T2(w, V, H), tg.data(), 1.0f, T2(dx, T, H), T2(dw, V, H),
-                                     Tensor());
+    return ce_sum(*ops, T2(xs, T, H), T2(w, V, H), tg.data(), 1.0f, T2(dx, T, H), T2(dw, V, H), Tensor());
   };
   Vec dx(T * H), dw(V * H, 0);
   const double loss = run(x, dx, dw);
@@ -515,8 +531,7 @@ TEST_F(OpsReference, IgnoredTargetsContributeNothing) {
 
   // And the loss equals that of the counted rows alone.
   std::vector<int32_t> all_ignored(T, kIgnoreIndex);
-  EXPECT_EQ(ce_sum(*ops, T2(x, T, H), T2(w, V, H), all_ignored.data(), 1.0f, Tensor(), Tensor(),
-                                      Tensor()),
+  EXPECT_EQ(ce_sum(*ops, T2(x, T, H), T2(w, V, H), all_ignored.data(), 1.0f, Tensor(), Tensor(), Tensor()),
             0.0);
   Vec xc;
   std::vector<int32_t> tc;
@@ -540,7 +555,8 @@ TEST_F(OpsReference, CrossEntropyLossSumAccumulatesInFloat) {
   std::vector<int32_t> tg(T);
   for (int64_t t = 0; t < T; ++t) tg[t] = (t % 6 == 0) ? kIgnoreIndex : int32_t((t * 17 + 2) % V);
   Vec dx1(T * H), dw1(V * H, 0), dx2(T * H), dw2(V * H, 0);
-  const double sum = ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx1, T, H), T2(dw1, V, H), Tensor());
+  const double sum =
+      ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx1, T, H), T2(dw1, V, H), Tensor());
   float acc = 1.25f;
   ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx2, T, H), T2(dw2, V, H),
                             Tensor::f32(&acc, {1}), Tensor());
@@ -549,7 +565,8 @@ TEST_F(OpsReference, CrossEntropyLossSumAccumulatesInFloat) {
   EXPECT_EQ(dw1, dw2);
   // No accumulator: gradients only.
   Vec dx3(T * H);
-  ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx3, T, H), Tensor(), Tensor(), Tensor());
+  ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx3, T, H), Tensor(), Tensor(),
+                            Tensor());
   EXPECT_EQ(dx3, dx1);
 }
 
@@ -558,8 +575,7 @@ TEST_F(OpsReference, CrossEntropyRejectsTargetsOutsideTheVocabulary) {
   Vec x = random_vector(T * H, 1), w = random_vector(V * H, 2);
   for (int32_t bad : {5, -1, -99, 1000}) {
     std::vector<int32_t> tg = {0, bad, 1};
-    EXPECT_THROW(ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), 1.0f, Tensor(), Tensor(), Tensor()),
-                 Error)
+    EXPECT_THROW(ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), 1.0f, Tensor(), Tensor(), Tensor()), Error)
         << bad;
   }
 }
@@ -628,8 +644,7 @@ TEST_F(OpsReference, EveryOpIsBitIdenticalRunToRun) {
     ops->rmsnorm_backward(T2(x, T, H), T1(nw, H), T1(rs, T), T2(g, T, H), Tensor(), T2(dx, T, H), T1(dnw, H));
     Vec ce_dx(T * H), ce_dw(V * H, 0);
     const double loss =
-        ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(ce_dx, T, H), T2(ce_dw, V, H),
-                                  Tensor());
+        ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(ce_dx, T, H), T2(ce_dw, V, H), Tensor());
     Vec lin(T * V), lin_dx(T * H), lin_dw(V * H, 0), lin_db(V, 0), dlin = random_vector(T * V, 121);
     ops->linear_forward(T2(x, T, H), T2(w, V, H), T1(bias, V), Tensor(), T2(lin, T, V));
     ops->linear_backward(T2(x, T, H), T2(w, V, H), T2(dlin, T, V), T2(lin_dx, T, H), T2(lin_dw, V, H),
@@ -642,8 +657,8 @@ TEST_F(OpsReference, EveryOpIsBitIdenticalRunToRun) {
     ops->swiglu_backward(T2(gate, T, F), T2(up, T, F), T2(dmlp, T, F), T2(dg, T, F), T2(du, T, F));
     Vec rq = q;
     ops->rope(T3(rq, T, Hq, D), pos.data(), inv.data(), false);
-    for (Vec* p : {&y, &rs, &dx, &dnw, &ce_dx, &ce_dw, &lin, &lin_dx, &lin_dw, &lin_db, &emb, &demb, &sw, &dg, &du,
-                   &rq})
+    for (Vec* p : {&y, &rs, &dx, &dnw, &ce_dx, &ce_dw, &lin, &lin_dx, &lin_dw, &lin_db, &emb, &demb, &sw, &dg,
+                   &du, &rq})
       r.push_back(*p);
     r.push_back(Vec{float(loss), float(loss - double(float(loss)))});
     return r;
@@ -652,7 +667,8 @@ TEST_F(OpsReference, EveryOpIsBitIdenticalRunToRun) {
   ASSERT_EQ(first.size(), second.size());
   for (size_t i = 0; i < first.size(); ++i) {
     ASSERT_EQ(first[i].size(), second[i].size());
-    EXPECT_EQ(0, std::memcmp(first[i].data(), second[i].data(), first[i].size() * sizeof(float))) << "output " << i;
+    EXPECT_EQ(0, std::memcmp(first[i].data(), second[i].data(), first[i].size() * sizeof(float)))
+        << "output " << i;
   }
 }
 
@@ -665,9 +681,9 @@ TEST(OpsReferenceDeath, ShapeMismatchAbortsWithTheShapes) {
   EXPECT_DEATH(ops->rmsnorm_forward(T2(x, 6, 8), T1(w, 8), 1e-5f, T2(out, 6, 7), T1(rs, 6)),
                "rmsnorm_forward: out is \\(6, 7\\) but x is \\(6, 8\\)");
   std::vector<uint16_t> bf(48);
-  EXPECT_DEATH(ops->rmsnorm_forward(Tensor(bf.data(), DType::BF16, {6, 8}), T1(w, 8), 1e-5f, T2(out, 6, 8),
-                                    T1(rs, 6)),
-               "x \\(6, 8\\) has dtype BF16");
+  EXPECT_DEATH(
+      ops->rmsnorm_forward(Tensor(bf.data(), DType::BF16, {6, 8}), T1(w, 8), 1e-5f, T2(out, 6, 8), T1(rs, 6)),
+      "x \\(6, 8\\) has dtype BF16");
   Vec q(5 * 3 * 4), k(5 * 2 * 4), o(5 * 3 * 4), lse(15);
   std::vector<int32_t> ds(5, 0);
   EXPECT_DEATH(ops->attention_forward(T3(q, 5, 3, 4), T3(k, 5, 2, 4), T3(k, 5, 2, 4), ds.data(), 1.0f,

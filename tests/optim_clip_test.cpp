@@ -39,9 +39,11 @@ TEST(GradNorm, Bf16PartialsEqualThoseOfTheWidenedGradients) {
     bf16[i] = f32_to_bf16(g[i]);
     widened[i] = bf16_to_f32(bf16[i]);
   }
-  const std::vector<GradSpan> spans{{bf16.data(), 1000, DType::BF16}, {bf16.data() + 1000, n - 1000, DType::BF16}};
+  const std::vector<GradSpan> spans{{bf16.data(), 1000, DType::BF16},
+                                    {bf16.data() + 1000, n - 1000, DType::BF16}};
   const std::vector<double> ours = grad_sumsq_partials(std::span<const GradSpan>(spans));
-  const std::vector<double> want = grad_sumsq_partials({{widened.data(), 1000}, {widened.data() + 1000, n - 1000}});
+  const std::vector<double> want =
+      grad_sumsq_partials({{widened.data(), 1000}, {widened.data() + 1000, n - 1000}});
   ASSERT_EQ(ours.size(), want.size());
   for (size_t k = 0; k < ours.size(); ++k) EXPECT_EQ(ours[k], want[k]) << "chunk " << k;
 }

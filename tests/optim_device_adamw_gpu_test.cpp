@@ -79,7 +79,8 @@ TEST_P(DeviceAdamWTest, NormPartialsAccumulationAndClipAreTheHostsBits) {
       DeviceBuffer coefficient(*device_, 256, "clip");
       for (double max_norm : {0.0, 1.0, 1e6}) {
         adamw_->clip_coefficient(sum.as<double>(), max_norm, coefficient.as<float>());
-        EXPECT_EQ(download<float>(coefficient, 1)[0], clip_coefficient(norm, max_norm)) << "max_norm " << max_norm;
+        EXPECT_EQ(download<float>(coefficient, 1)[0], clip_coefficient(norm, max_norm))
+            << "max_norm " << max_norm;
       }
     }
   }
@@ -100,11 +101,12 @@ TEST_P(DeviceAdamWTest, StepIsTheReferenceWithItsBf16Copy) {
   const float scale = 0.37f;
   DeviceBuffer dscale = upload(&scale, sizeof(float));
   for (int64_t step = 1; step <= 2; ++step) {
-    AdamWUnitBuffers b{dm.as<float>(), dmm.as<float>(), dv.as<float>(), dg.data(), DType::F32, out.as<uint16_t>()};
+    AdamWUnitBuffers b{dm.as<float>(), dmm.as<float>(), dv.as<float>(),
+                       dg.data(),      DType::F32,      out.as<uint16_t>()};
     adamw_->step(b, segments, hyper, step, dscale.as<float>());
     for (const AdamWSegment& s : segments)
-      adamw_step(master.data() + s.offset, m.data() + s.offset, v.data() + s.offset, grad.data() + s.offset, s.count,
-                 hyper, step, s.decay, scale);
+      adamw_step(master.data() + s.offset, m.data() + s.offset, v.data() + s.offset, grad.data() + s.offset,
+                 s.count, hyper, step, s.decay, scale);
   }
   EXPECT_EQ(0, std::memcmp(download<float>(dm, n).data(), master.data(), n * 4));
   EXPECT_EQ(0, std::memcmp(download<float>(dmm, n).data(), m.data(), n * 4));

@@ -33,7 +33,9 @@ std::string smaps_line(const void* p, const std::string& key) {
   return "";
 }
 
-std::string vm_flags(const void* p) { return smaps_line(p, "VmFlags:"); }
+std::string vm_flags(const void* p) {
+  return smaps_line(p, "VmFlags:");
+}
 
 // The resident bytes (Rss, in kB in smaps) of the mapping that contains `p`.
 size_t resident_bytes(const void* p) {

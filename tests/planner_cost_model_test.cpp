@@ -43,9 +43,11 @@ class CostModelTest : public ::testing::Test {
 // embedding backward, and the GPU AdamW over every parameter.
 TEST_F(CostModelTest, EverythingOnTheGpuIsTheSumOfTheCompute) {
   const double pcie = 1e12, gpu_adamw = 1e9;
-  const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 0.1, pcie, 1e9, gpu_adamw);
-  const Prediction p = predict(config_, layout_, plan(UnitPlacement::ResidentWithOptimizer,
-                                                      ActivationPlacement::KeepOnGpu), profile, shape_);
+  const MachineProfile profile =
+      test::round_profile(config_, kSeq, shape_.tokens(), 0.1, pcie, 1e9, gpu_adamw);
+  const Prediction p =
+      predict(config_, layout_, plan(UnitPlacement::ResidentWithOptimizer, ActivationPlacement::KeepOnGpu),
+              profile, shape_);
   const double embedding = 0.1 / 100;
   const double compute = embedding + 4 * 0.1 + 0.2 + 4 * 0.2 + embedding + params() / gpu_adamw;
   const double copies = token_bytes() / pcie + (sizeof(float) + sizeof(double)) / pcie;
@@ -72,8 +74,9 @@ TEST_F(CostModelTest, AHeadUpdatedOnTheDeviceTakesItsFp32GradientTime) {
   EXPECT_NEAR(bf16.critical_by_kind[head], 0.2, 1e-9);
   EXPECT_NEAR(f32.critical_by_kind[head], 0.5, 1e-9);
   // Everything on the device: fp32 gradients everywhere, the head's among them.
-  const Prediction all = predict(config_, layout_, plan(UnitPlacement::ResidentWithOptimizer, ActivationPlacement::KeepOnGpu),
-                                 profile, shape_);
+  const Prediction all =
+      predict(config_, layout_, plan(UnitPlacement::ResidentWithOptimizer, ActivationPlacement::KeepOnGpu),
+              profile, shape_);
   EXPECT_NEAR(all.critical_by_kind[head], 0.5, 1e-9);
 }
 
@@ -107,7 +110,8 @@ TEST_F(CostModelTest, StreamedWeightsOverASlowLinkTakeBytesOverBandwidth) {
     const double embedding = static_cast<double>(layout_.units[layout_.embedding_unit()].numel);
     const double gradients = 2.0 * (params() - embedding + rows * static_cast<double>(config_.hidden_size));
     ASSERT_LT(backward_uploads, gradients);
-    EXPECT_NEAR(p.busy[static_cast<int>(Lane::HostToDevice)], (forward_uploads + backward_uploads) / pcie, 1e-9);
+    EXPECT_NEAR(p.busy[static_cast<int>(Lane::HostToDevice)], (forward_uploads + backward_uploads) / pcie,
+                1e-9);
     EXPECT_NEAR(p.busy[static_cast<int>(Lane::DeviceToHost)], (gradients + partials + 12) / pcie, 2e-6);
     EXPECT_NEAR(p.step_seconds, (forward_uploads + gradients) / pcie, 0.02 * p.step_seconds)
         << slots << " slots: " << p.explain();
@@ -126,7 +130,8 @@ TEST_F(CostModelTest, KeptInternalsTakeTheRecomputeOffTheBackward) {
   kept.activations[0] = kept.activations[2] = ActivationPlacement::KeepWithInternals;
   const Prediction a = predict(config_, layout_, recompute, profile, shape_);
   const Prediction b = predict(config_, layout_, kept, profile, shape_);
-  const double H = static_cast<double>(config_.hidden_size), F = static_cast<double>(config_.intermediate_size);
+  const double H = static_cast<double>(config_.hidden_size),
+               F = static_cast<double>(config_.intermediate_size);
   const double QD = static_cast<double>(config_.q_dim()), KD = static_cast<double>(config_.kv_dim());
   const double down_share = H * F / (H * (2 * QD + 2 * KD) + 3 * H * F);
   ASSERT_GT(down_share, 0.1);
@@ -134,7 +139,8 @@ TEST_F(CostModelTest, KeptInternalsTakeTheRecomputeOffTheBackward) {
   ASSERT_GT(elementwise, 1e-5);
   const double saved = 0.1 * (1 - down_share) - elementwise;
   EXPECT_NEAR(a.step_seconds - b.step_seconds, 2 * saved, 1e-9);
-  EXPECT_NEAR(a.busy[static_cast<int>(Lane::Compute)] - b.busy[static_cast<int>(Lane::Compute)], 2 * saved, 1e-9);
+  EXPECT_NEAR(a.busy[static_cast<int>(Lane::Compute)] - b.busy[static_cast<int>(Lane::Compute)], 2 * saved,
+              1e-9);
 }
 
 // Where the profile measured the backward from kept internals, a kept layer's backward is that
@@ -157,8 +163,8 @@ TEST_F(CostModelTest, AMeasuredKeptBackwardIsTakenAsItIs) {
 TEST_F(CostModelTest, ASlowCpuMakesTheStepTheUpdates) {
   const double cpu = 1e8;
   const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 1e-9, 1e13, cpu);
-  const Prediction p =
-      predict(config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::KeepOnGpu), profile, shape_);
+  const Prediction p = predict(
+      config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::KeepOnGpu), profile, shape_);
   const double work = params() / cpu;
   EXPECT_NEAR(p.step_seconds, work, work * 1e-3) << p.explain();
   EXPECT_EQ(p.bottleneck, Lane::Cpu);
@@ -200,15 +206,17 @@ TEST_F(CostModelTest, ConvertingOnUploadDoublesTheUploadsAndShortensTheCpuPass) 
 TEST_F(CostModelTest, OffloadedActivationsCrossTheLinkTwice) {
   const double pcie = 1e9;
   const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 0.05, pcie, 1e10);
-  const Prediction kept =
-      predict(config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::KeepOnGpu), profile, shape_);
-  const Prediction offloaded =
-      predict(config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::OffloadToHost), profile, shape_);
+  const Prediction kept = predict(
+      config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::KeepOnGpu), profile, shape_);
+  const Prediction offloaded = predict(
+      config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::OffloadToHost), profile, shape_);
   const double moved = static_cast<double>(L_ * shape_.tokens() * config_.hidden_size) * 2.0 / pcie;
-  EXPECT_NEAR(offloaded.busy[static_cast<int>(Lane::HostToDevice)] - kept.busy[static_cast<int>(Lane::HostToDevice)],
-              moved, 1e-9);
-  EXPECT_NEAR(offloaded.busy[static_cast<int>(Lane::DeviceToHost)] - kept.busy[static_cast<int>(Lane::DeviceToHost)],
-              moved, 1e-9);
+  EXPECT_NEAR(
+      offloaded.busy[static_cast<int>(Lane::HostToDevice)] - kept.busy[static_cast<int>(Lane::HostToDevice)],
+      moved, 1e-9);
+  EXPECT_NEAR(
+      offloaded.busy[static_cast<int>(Lane::DeviceToHost)] - kept.busy[static_cast<int>(Lane::DeviceToHost)],
+      moved, 1e-9);
   EXPECT_GE(offloaded.step_seconds, kept.step_seconds);
 }
 
@@ -234,8 +242,8 @@ TEST_F(CostModelTest, PeakMemoryIsTheMemoryModels) {
 // After the first step the pattern repeats: the steady state is reached at the second step.
 TEST_F(CostModelTest, StepsAfterTheFirstTakeTheSameTime) {
   const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 0.01, 2e9, 2e8);
-  const Prediction p =
-      predict(config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::OffloadToHost), profile, shape_);
+  const Prediction p = predict(
+      config_, layout_, plan(UnitPlacement::Streamed, ActivationPlacement::OffloadToHost), profile, shape_);
   ASSERT_EQ(p.simulated_steps.size(), static_cast<size_t>(kSimulatedSteps));
   for (size_t s = 2; s < p.simulated_steps.size(); ++s)
     EXPECT_NEAR(p.simulated_steps[s], p.simulated_steps[1], 1e-9 * p.simulated_steps[1]);
@@ -244,9 +252,10 @@ TEST_F(CostModelTest, StepsAfterTheFirstTakeTheSameTime) {
 
 TEST_F(CostModelTest, AGpuOptimizerNeedsAGpuAdamWRate) {
   const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 0.1, 1e9, 1e9, 0.0);
-  EXPECT_THROW(predict(config_, layout_, plan(UnitPlacement::ResidentWithOptimizer, ActivationPlacement::KeepOnGpu),
-                       profile, shape_),
-               Error);
+  EXPECT_THROW(
+      predict(config_, layout_, plan(UnitPlacement::ResidentWithOptimizer, ActivationPlacement::KeepOnGpu),
+              profile, shape_),
+      Error);
 }
 
 }  // namespace

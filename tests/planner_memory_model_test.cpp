@@ -65,7 +65,8 @@ TEST_F(MemoryModelPlans, SlotsAreSizedToTheLargestStreamedUnit) {
 
 TEST_F(MemoryModelPlans, TheWeightGradientProductServesBf16LayerGradientsOnly) {
   const DeviceBytes streamed = device_bytes(config_, layout_, plan(UnitPlacement::Streamed), 8192, 8);
-  const DeviceBytes on_gpu = device_bytes(config_, layout_, plan(UnitPlacement::ResidentWithOptimizer), 8192, 8);
+  const DeviceBytes on_gpu =
+      device_bytes(config_, layout_, plan(UnitPlacement::ResidentWithOptimizer), 8192, 8);
   EXPECT_EQ(streamed.ops_workspace, cuda_ops_workspace_bytes(config_, 8192, DType::BF16));
   EXPECT_EQ(on_gpu.ops_workspace, cuda_ops_workspace_bytes(config_, 8192, DType::F32));
 }
@@ -98,7 +99,8 @@ TEST_F(MemoryModelPlans, ConvertingOnUploadWithoutClippingSharesARingOfGradientB
   EXPECT_NEAR(saved, 2.0 * static_cast<double>(params) - 2.0 * static_cast<double>(3 * layer + head), 1e8);
   EXPECT_GT(saved, 13.6e9);
   // 64 MiB of fp32 pieces on the device.
-  EXPECT_EQ(device_bytes(config_, layout_, convert, 8192, 8).other - device_bytes(config_, layout_, shadow, 8192, 8).other,
+  EXPECT_EQ(device_bytes(config_, layout_, convert, 8192, 8).other -
+                device_bytes(config_, layout_, shadow, 8192, 8).other,
             round_to_256(kConversionStagingElements * sizeof(float)));
 
   // With clipping each gradient waits for the norm in a buffer of its own: the only saving is the

@@ -5,11 +5,11 @@
 
 #include <fstream>
 
-#include "profiler/machine_profiler.h"
 #include "model/model_config.h"
 #include "model/unit_layout.h"
 #include "planner/profile.h"
 #include "planner_shapes.h"
+#include "profiler/machine_profiler.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -57,10 +57,25 @@ TEST_F(PlanCommandTest, PrintsThePlanItsPredictionAndTheAlternatives) {
   int status = -1;
   const std::string out = plan("", &status);
   ASSERT_EQ(status, 0) << out;
-  for (const char* expected : {"profile: ", "profile.json", "budgets:   device 64.00 MiB", "plan\n", "slots",
-                               "layers 0-1", "boundary activations of layers", "predicted step time",
-                               "tokens/s", "bottleneck: ", "bound by", "memory (peak)", "GPU ", "pinned ",
-                               "pageable ", "disk ", "no disk tier", "next best alternatives", "instead of",
+  for (const char* expected : {"profile: ",
+                               "profile.json",
+                               "budgets:   device 64.00 MiB",
+                               "plan\n",
+                               "slots",
+                               "layers 0-1",
+                               "boundary activations of layers",
+                               "predicted step time",
+                               "tokens/s",
+                               "bottleneck: ",
+                               "bound by",
+                               "memory (peak)",
+                               "GPU ",
+                               "pinned ",
+                               "pageable ",
+                               "disk ",
+                               "no disk tier",
+                               "next best alternatives",
+                               "instead of",
                                "plans simulated"})
     EXPECT_NE(out.find(expected), std::string::npos) << "missing '" << expected << "' in\n" << out;
 }
@@ -116,7 +131,8 @@ TEST_F(PlanCommandTest, RecomputeAllKeepsNoLayersInternals) {
   int status = -1;
   const std::string kept = plan("gpu_memory=1GiB", &status);
   ASSERT_EQ(status, 0) << kept;
-  EXPECT_NE(kept.find("not recomputed"), std::string::npos) << kept;  // memory to spare: the planner keeps them
+  EXPECT_NE(kept.find("not recomputed"), std::string::npos)
+      << kept;  // memory to spare: the planner keeps them
   const std::string out = plan("gpu_memory=1GiB recompute=all", &status);
   ASSERT_EQ(status, 0) << out;
   EXPECT_EQ(out.find("not recomputed"), std::string::npos) << out;
@@ -141,18 +157,22 @@ TEST_F(PlanCommandTest, AForcedUpdateScheduleIsHonouredAndDuringBackwardRefusesC
 
 TEST_F(PlanCommandTest, AForcedWeightUploadIsHonoured) {
   int status = -1;
-  std::string out = plan("max_grad_norm=0 weight_upload=convert-on-upload update_schedule=during-backward", &status);
+  std::string out =
+      plan("max_grad_norm=0 weight_upload=convert-on-upload update_schedule=during-backward", &status);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("weights uploaded convert-on-upload"), std::string::npos) << out;
-  EXPECT_NE(out.find("weights uploaded as the fp32 masters (pinned), converted to F32 on the GPU; gradients land in a "
-                     "ring of 3 layer-sized pinned buffers"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find(
+          "weights uploaded as the fp32 masters (pinned), converted to F32 on the GPU; gradients land in a "
+          "ring of 3 layer-sized pinned buffers"),
+      std::string::npos)
       << out;
   EXPECT_EQ(out.find("with the bf16 copy this plan would need"), std::string::npos) << out;  // it was forced
   out = plan("weight_upload=bf16-host-shadow", &status);
   ASSERT_EQ(status, 0) << out;
   EXPECT_NE(out.find("weights uploaded bf16-host-shadow"), std::string::npos) << out;
-  EXPECT_NE(out.find("weights uploaded from the bf16 copy the CPU AdamW writes into pinned memory"), std::string::npos)
+  EXPECT_NE(out.find("weights uploaded from the bf16 copy the CPU AdamW writes into pinned memory"),
+            std::string::npos)
       << out;
   EXPECT_EQ(out.find("convert-on-upload"), std::string::npos) << out;  // not among the alternatives either
   out = plan("weight_upload=fp8", &status);
@@ -178,7 +198,8 @@ TEST_F(PlanCommandTest, ImpossibleBudgetsNameTheSmallestThatWork) {
 // the H200 (bf16 weights, GPU AdamW), not the simulated device. Llama-3.1-8B at 24 GiB fits there.
 TEST_F(PlanCommandTest, NominalWithDeviceAutoPlansTheH200) {
   std::string out;
-  ASSERT_EQ(test::run_command(test::ferry_binary().string() + " init --arch llama --preset llama-3.1-8b --config-only --out " +
+  ASSERT_EQ(test::run_command(test::ferry_binary().string() +
+                                  " init --arch llama --preset llama-3.1-8b --config-only --out " +
                                   (dir_ / "llama8b").string(),
                               &out),
             0)

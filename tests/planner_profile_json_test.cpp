@@ -146,7 +146,8 @@ TEST(ProfileJson, NegativeOrZeroRateIsNamed) {
 
   j = profile_to_json(sample_profile());
   j["host"]["cpu_adamw_params_per_s"] = 0.0;
-  EXPECT_NE(load_error(j).find("\"cpu_adamw_params_per_s\" must be positive"), std::string::npos) << load_error(j);
+  EXPECT_NE(load_error(j).find("\"cpu_adamw_params_per_s\" must be positive"), std::string::npos)
+      << load_error(j);
 
   j = profile_to_json(sample_profile());
   j["compute"]["layer_forward"]["per_token_s"] = 0.0;
@@ -169,9 +170,7 @@ TEST(ProfileJson, WrongVersionOrTypeIsRefused) {
 
 TEST(ProfileJson, FileThatIsNotJsonIsRefused) {
   test::ScratchDir dir("profile_json");
-  {
-    std::ofstream(dir / "bad.json") << "{\"version\": 1,";
-  }
+  { std::ofstream(dir / "bad.json") << "{\"version\": 1,"; }
   try {
     load_profile(dir / "bad.json");
     FAIL() << "expected ferry::Error";

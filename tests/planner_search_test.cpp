@@ -30,7 +30,8 @@ class SearchTest : public test::Llama8BSearchTest {
   double params_with_gpu_optimizer(const Plan& plan) const {
     double n = 0;
     for (size_t u = 0; u < plan.units.size(); ++u)
-      if (plan.units[u] == UnitPlacement::ResidentWithOptimizer) n += static_cast<double>(layout_.units[u].numel);
+      if (plan.units[u] == UnitPlacement::ResidentWithOptimizer)
+        n += static_cast<double>(layout_.units[u].numel);
     return n;
   }
   double all_params() const {
@@ -94,7 +95,8 @@ TEST_F(SearchTest, MoreBudgetIsNeverSlower) {
     for (size_t gib : {10, 12, 16, 20, 24, 32, 48, 64, 96, 140}) {
       const SearchResult r = search_plans(config_, layout_, machine, request(gib));
       EXPECT_LE(r.best.prediction.step_seconds, previous) << gib << " GiB: " << r.best.plan.describe();
-      EXPECT_LE(r.best.prediction.device.total(), static_cast<size_t>(0.95 * static_cast<double>(gib * kGiB)));
+      EXPECT_LE(r.best.prediction.device.total(),
+                static_cast<size_t>(0.95 * static_cast<double>(gib * kGiB)));
       previous = r.best.prediction.step_seconds;
     }
   }
@@ -159,14 +161,16 @@ TEST_F(SearchTest, WithClippingTheGpuOptimizerLayersComeFirst) {
   ASSERT_EQ(best.update, UpdateSchedule::AfterBackward);
   const int64_t L = config_.num_layers;
   int64_t on_gpu = 0;
-  for (int64_t l = 0; l < L; ++l) on_gpu += best.units[layout_.layer_unit(l)] == UnitPlacement::ResidentWithOptimizer;
+  for (int64_t l = 0; l < L; ++l)
+    on_gpu += best.units[layout_.layer_unit(l)] == UnitPlacement::ResidentWithOptimizer;
   ASSERT_GT(on_gpu, 0) << best.describe();
   ASSERT_LT(on_gpu, L) << best.describe();
   for (int64_t l = 0; l < L; ++l)
     EXPECT_EQ(best.units[layout_.layer_unit(l)] == UnitPlacement::ResidentWithOptimizer, l < on_gpu) << l;
   Plan last = best;
   for (int64_t l = 0; l < L; ++l)
-    last.units[layout_.layer_unit(l)] = l >= L - on_gpu ? UnitPlacement::ResidentWithOptimizer : UnitPlacement::Streamed;
+    last.units[layout_.layer_unit(l)] =
+        l >= L - on_gpu ? UnitPlacement::ResidentWithOptimizer : UnitPlacement::Streamed;
   const Prediction mirrored = predict(config_, layout_, last, cpu_bound, r.best.shape);
   EXPECT_LT(r.best.prediction.step_seconds, mirrored.step_seconds);
   EXPECT_LT(r.best.prediction.gpu_idle_fraction, mirrored.gpu_idle_fraction);
@@ -192,8 +196,10 @@ TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
   // One more kept layer would not fit the budget.
   Plan more = with.best.plan;
   if (kept < config_.num_layers) {
-    more.activations[static_cast<size_t>(config_.num_layers - kept - 1)] = ActivationPlacement::KeepWithInternals;
-    const DeviceBytes d = device_bytes(config_, layout_, more, with.best.shape.chunk_tokens, with.best.shape.chunks);
+    more.activations[static_cast<size_t>(config_.num_layers - kept - 1)] =
+        ActivationPlacement::KeepWithInternals;
+    const DeviceBytes d =
+        device_bytes(config_, layout_, more, with.best.shape.chunk_tokens, with.best.shape.chunks);
     EXPECT_GT(d.total(), static_cast<size_t>((1.0 - r.headroom) * static_cast<double>(r.device_budget)));
   }
 }
@@ -222,7 +228,8 @@ TEST_F(SearchTest, BoundariesAreTradedForInternalsWhenTheLinkIsFast) {
   }
   const size_t limit = static_cast<size_t>((1.0 - r.headroom) * static_cast<double>(r.device_budget));
   const auto device = [&](const Plan& p) {
-    return device_bytes(config_, layout_, p, result.best.shape.chunk_tokens, result.best.shape.chunks).total();
+    return device_bytes(config_, layout_, p, result.best.shape.chunk_tokens, result.best.shape.chunks)
+        .total();
   };
   Plan fewer_offloaded = best;
   fewer_offloaded.activations[static_cast<size_t>(offloaded - 1)] = ActivationPlacement::KeepOnGpu;
@@ -293,10 +300,11 @@ TEST_F(SearchTest, AnImpossibleHostBudgetNamesTheSmallestThatWorks) {
   EXPECT_NE(text.find("or lower global_batch or seq_len"), std::string::npos) << text;
   // The named budget is the least any plan that fits the device needs: every fitting plan needs at
   // least the optimizer state, and the search succeeds with the named amount.
-  EXPECT_GT(static_cast<double>(host_bytes(config_, layout_, search_plans(config_, layout_, fast_cpu_slow_link(),
-                                                                          request(24)).best.plan,
-                                           kSeq, kGlobal)
-                                    .pageable),
+  EXPECT_GT(static_cast<double>(
+                host_bytes(config_, layout_,
+                           search_plans(config_, layout_, fast_cpu_slow_link(), request(24)).best.plan, kSeq,
+                           kGlobal)
+                    .pageable),
             64.0 * static_cast<double>(kGiB));
 }
 
@@ -307,7 +315,8 @@ TEST_F(SearchTest, AnImpossibleHostBudgetNamesTheSmallestThatWorks) {
 TEST_F(SearchTest, ConvertsOnUploadOnlyWhereTheHostShadowDoesNotFit) {
   PlanRequest r = request(24);
   r.clipping = false;
-  EXPECT_EQ(search_plans(config_, layout_, slow_cpu_fast_link(), r).best.plan.weight_upload, WeightUpload::HostShadow);
+  EXPECT_EQ(search_plans(config_, layout_, slow_cpu_fast_link(), r).best.plan.weight_upload,
+            WeightUpload::HostShadow);
   r.host_budget = 100 * kGiB;
   const SearchResult tight = search_plans(config_, layout_, slow_cpu_fast_link(), r);
   EXPECT_EQ(tight.best.plan.weight_upload, WeightUpload::ConvertOnUpload) << tight.best.plan.describe();
@@ -325,8 +334,9 @@ TEST_F(SearchTest, ConvertsOnUploadOnlyWhereTheHostShadowDoesNotFit) {
     FAIL() << "expected a refusal";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("give host_memory of at least"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("or train without gradient clipping (max_grad_norm: 0), whose plans need"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("or train without gradient clipping (max_grad_norm: 0), whose plans need"),
+        std::string::npos)
         << e.what();
   }
   r.clipping = false;

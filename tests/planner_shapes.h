@@ -4,7 +4,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "model/model_config.h"
@@ -13,8 +12,8 @@
 namespace ferry::test {
 
 // A Llama config.json with these values.
-inline ModelConfig llama_shape(int64_t vocab, int64_t hidden, int64_t intermediate, int64_t layers, int64_t heads,
-                               int64_t kv_heads, bool tied) {
+inline ModelConfig llama_shape(int64_t vocab, int64_t hidden, int64_t intermediate, int64_t layers,
+                               int64_t heads, int64_t kv_heads, bool tied) {
   const nlohmann::json json = {{"architectures", {"LlamaForCausalLM"}},
                                {"model_type", "llama"},
                                {"vocab_size", vocab},
@@ -30,16 +29,22 @@ inline ModelConfig llama_shape(int64_t vocab, int64_t hidden, int64_t intermedia
                                {"torch_dtype", "bfloat16"}};
   return parse_model_config(json, "test shape");
 }
-inline ModelConfig llama_8b() { return llama_shape(128256, 4096, 14336, 32, 32, 8, false); }
-inline ModelConfig llama_1b() { return llama_shape(128256, 2048, 8192, 16, 32, 8, true); }
+inline ModelConfig llama_8b() {
+  return llama_shape(128256, 4096, 14336, 32, 32, 8, false);
+}
+inline ModelConfig llama_1b() {
+  return llama_shape(128256, 2048, 8192, 16, 32, 8, true);
+}
 // Small enough to reason about unit by unit: 4 layers of 8 MiB-ish units.
-inline ModelConfig toy_shape() { return llama_shape(4096, 512, 1536, 4, 8, 4, false); }
+inline ModelConfig toy_shape() {
+  return llama_shape(4096, 512, 1536, 4, 8, 4, false);
+}
 
 // A profile with round numbers: `layer_s` seconds per layer forward for the whole step's tokens
 // (backward twice that), no fixed costs or latency, PCIe `pcie` bytes/s each way (also in duplex),
 // CPU AdamW `cpu` params/s, GPU AdamW `gpu_adamw` params/s; gradient norms on the GPU take no time.
-inline MachineProfile round_profile(const ModelConfig& config, int64_t seq_len, int64_t step_tokens, double layer_s,
-                                    double pcie, double cpu, double gpu_adamw = 0.0) {
+inline MachineProfile round_profile(const ModelConfig& config, int64_t seq_len, int64_t step_tokens,
+                                    double layer_s, double pcie, double cpu, double gpu_adamw = 0.0) {
   MachineProfile p;
   p.device_name = "synthetic";
   p.device_memory_bytes = 80e9;

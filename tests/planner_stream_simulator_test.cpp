@@ -7,7 +7,9 @@
 namespace ferry {
 namespace {
 
-CopyRates link(double alone, double duplex, double latency = 0.0) { return {alone, alone, duplex, duplex, latency}; }
+CopyRates link(double alone, double duplex, double latency = 0.0) {
+  return {alone, alone, duplex, duplex, latency};
+}
 
 TEST(StreamSimulator, LanesRunInOrderAndInParallel) {
   TaskGraph g;
@@ -20,7 +22,7 @@ TEST(StreamSimulator, LanesRunInOrderAndInParallel) {
   EXPECT_DOUBLE_EQ(t[b].start, 2.0);  // FIFO behind a
   EXPECT_DOUBLE_EQ(t[b].end, 5.0);
   EXPECT_EQ(t[b].binding, a);
-  EXPECT_DOUBLE_EQ(t[c].end, 4.0);    // another lane, at the same time
+  EXPECT_DOUBLE_EQ(t[c].end, 4.0);  // another lane, at the same time
   EXPECT_EQ(t[c].binding, -1);
 }
 

@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "profiler/machine_profiler.h"
 #include "planner/profile.h"
+#include "profiler/machine_profiler.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -19,9 +19,10 @@ TEST(ProfileCommand, PrintsTheSummaryAndWritesALoadableProfile) {
                               " profile /dev/null device=sim seq_len=32 --preset llama/tiny --out " +
                               (dir / "sim.json").string();
   ASSERT_EQ(test::run_command(command, &out), 0) << out;
-  for (const char* expected : {"machine profile: sim", "layer forward", "layer backward", "head fwd+bwd", "head, fp32 grads",
-                               "h2d alone", "both at once", "CPU AdamW", "beside copies       CPU AdamW at ",
-                               "(host DRAM shared)", "RAM", "measured by:     cpu, method "}) {
+  for (const char* expected :
+       {"machine profile: sim", "layer forward", "layer backward", "head fwd+bwd", "head, fp32 grads",
+        "h2d alone", "both at once", "CPU AdamW", "beside copies       CPU AdamW at ", "(host DRAM shared)",
+        "RAM", "measured by:     cpu, method "}) {
     EXPECT_NE(out.find(expected), std::string::npos) << expected << "\n" << out;
   }
   const MachineProfile p = load_profile(dir / "sim.json");

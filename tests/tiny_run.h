@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "test_util.h"
 #include "train/model_init.h"
 #include "train/train_config.h"
-#include "test_util.h"
 
 namespace ferry::test {
 

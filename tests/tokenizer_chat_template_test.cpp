@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "test_util.h"
-#include "tokenizer/chat_template.h"
 #include "jinja/pystr.h"
 #include "jinja/template.h"
+#include "test_util.h"
+#include "tokenizer/chat_template.h"
 
 namespace ferry {
 namespace {

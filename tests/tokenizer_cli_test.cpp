@@ -8,7 +8,8 @@ namespace {
 std::string run_tokenize(const std::string& args, int* status) {
   const auto dir = test::tokenizer_fixture_dir("llama2");
   std::string out;
-  *status = test::run_command(test::ferry_binary().string() + " tokenize --tokenizer " + dir.string() + " " + args, &out);
+  *status = test::run_command(
+      test::ferry_binary().string() + " tokenize --tokenizer " + dir.string() + " " + args, &out);
   return out;
 }
 

@@ -54,13 +54,15 @@ inline nlohmann::json read_json_file(const std::filesystem::path& path) {
 
 inline std::string hex_to_bytes(const std::string& hex) {
   std::string out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   return out;
 }
 
 // The input of a golden case: its text, or its (invalid UTF-8) bytes.
 inline std::string golden_input(const nlohmann::json& c) {
-  return c.contains("bytes_hex") ? hex_to_bytes(c["bytes_hex"].get<std::string>()) : c["text"].get<std::string>();
+  return c.contains("bytes_hex") ? hex_to_bytes(c["bytes_hex"].get<std::string>())
+                                 : c["text"].get<std::string>();
 }
 
 }  // namespace ferry::test

@@ -24,17 +24,19 @@ std::string show_ids(const std::vector<int32_t>& ids) {
   return s.str();
 }
 
-::testing::AssertionResult same_ids(const std::vector<int32_t>& actual, const std::vector<int32_t>& expected) {
+::testing::AssertionResult same_ids(const std::vector<int32_t>& actual,
+                                    const std::vector<int32_t>& expected) {
   if (actual == expected) return ::testing::AssertionSuccess();
   size_t k = 0;
   while (k < actual.size() && k < expected.size() && actual[k] == expected[k]) ++k;
   const size_t from = k >= 3 ? k - 3 : 0;
   auto window = [&](const std::vector<int32_t>& v) {
-    return show_ids(std::vector<int32_t>(v.begin() + std::min(from, v.size()), v.begin() + std::min(k + 6, v.size())));
+    return show_ids(
+        std::vector<int32_t>(v.begin() + std::min(from, v.size()), v.begin() + std::min(k + 6, v.size())));
   };
-  return ::testing::AssertionFailure() << "first difference at index " << k << " of " << expected.size()
-                                       << " (got " << actual.size() << " ids): ferry ..." << window(actual)
-                                       << " vs HF ..." << window(expected);
+  return ::testing::AssertionFailure()
+         << "first difference at index " << k << " of " << expected.size() << " (got " << actual.size()
+         << " ids): ferry ..." << window(actual) << " vs HF ..." << window(expected);
 }
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {
@@ -98,7 +100,8 @@ TEST_P(GoldenTest, ParallelEncodeMatches) {
   }
   const auto batch = tokenizer_->encode_batch(texts, true);
   ASSERT_EQ(batch.size(), texts.size());
-  for (size_t k = 0; k < texts.size(); ++k) EXPECT_TRUE(same_ids(batch[k], expected[k])) << "batch item " << k;
+  for (size_t k = 0; k < texts.size(); ++k)
+    EXPECT_TRUE(same_ids(batch[k], expected[k])) << "batch item " << k;
 
   std::vector<std::thread> threads;
   std::vector<int> failures(4, 0);
@@ -142,7 +145,8 @@ TEST(BpeFastPaths, EqualThePlainAlgorithm) {
     for (const auto& c : golden["cases"]) {
       if (c.contains("bytes_hex")) continue;
       std::string word = "\xE2\x96\x81";  // what the normalizer makes of the text: ▁ prefix, spaces → ▁
-      for (const char ch : c["text"].get<std::string>()) word += ch == ' ' ? std::string("\xE2\x96\x81") : std::string(1, ch);
+      for (const char ch : c["text"].get<std::string>())
+        word += ch == ' ' ? std::string("\xE2\x96\x81") : std::string(1, ch);
       std::vector<int32_t> fast, plain;
       model.tokenize(word, fast);
       model.tokenize_uncached(word, plain);

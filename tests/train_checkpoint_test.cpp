@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "train/checkpoint.h"
-#include "train/model_init.h"
 #include "io/atomic_file.h"
 #include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/model_init.h"
 
 namespace ferry {
 namespace {

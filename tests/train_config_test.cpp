@@ -1,12 +1,13 @@
 // The typed training config: values parsed once into what they mean, and where relative paths
 // point (the file's folder for the file, the working directory for the command line).
+#include "train/train_config.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "test_util.h"
-#include "train/train_config.h"
 
 namespace ferry {
 namespace {
@@ -14,7 +15,8 @@ namespace {
 TEST(TrainConfig, ValuesAreParsedIntoWhatTheyMean) {
   const TrainConfig c = parse_train_config(
       "device: sim\ngpu_memory: 24GiB\nhost_memory: 1.5TB\nsave_dtype: bfloat16\ndata_format: alpaca\n"
-      "offload_activations: none\nrecompute: all\nupdate_schedule: after-backward\nweight_upload: convert-on-upload\n",
+      "offload_activations: none\nrecompute: all\nupdate_schedule: after-backward\nweight_upload: "
+      "convert-on-upload\n",
       {}, "train.yaml");
   EXPECT_EQ(c.device, DeviceKind::Sim);
   EXPECT_EQ(c.gpu_memory, std::optional<int64_t>(int64_t{24} << 30));

@@ -7,12 +7,12 @@
 #include <nlohmann/json.hpp>
 
 #include "data_test_tokenizer.h"
+#include "model/model_config.h"
+#include "test_util.h"
 #include "train/evaluate.h"
 #include "train/model_init.h"
 #include "train/train_config.h"
 #include "train/training_data.h"
-#include "model/model_config.h"
-#include "test_util.h"
 
 namespace ferry {
 namespace {
@@ -48,7 +48,8 @@ class EvalTest : public ::testing::Test {
     const auto docs = load_training_documents(c, load_model_config(model_));
     const auto path = scratch_ / (train_on_prompt ? "all.jsonl" : "assistant.jsonl");
     std::ofstream out(path);
-    for (const auto& d : docs) out << nlohmann::json{{"input_ids", d.input_ids}, {"labels", d.labels}}.dump() << "\n";
+    for (const auto& d : docs)
+      out << nlohmann::json{{"input_ids", d.input_ids}, {"labels", d.labels}}.dump() << "\n";
     return path;
   }
 

@@ -25,8 +25,8 @@
 #include <thread>
 
 #include "core/host_memory.h"
-#include "train/model_init.h"
 #include "test_util.h"
+#include "train/model_init.h"
 
 extern char** environ;
 

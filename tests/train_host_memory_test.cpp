@@ -2,7 +2,6 @@
 // at most 14 bytes/param of host memory plus the boundary activations it offloads (and a few MiB
 // of token staging and mapping round-up), whichever way its weights are uploaded; a unit whose
 // optimizer runs on the GPU needs no pinned staging.
-#include "train/model_init.h"
 #include "model/unit_layout.h"
 #include "optim/clip.h"
 #include "optim/host_array.h"
@@ -10,6 +9,7 @@
 #include "planner/nominal_profile.h"
 #include "planner/search.h"
 #include "test_util.h"
+#include "train/model_init.h"
 
 namespace ferry {
 namespace {
@@ -24,7 +24,8 @@ size_t parameters(const ModelLayout& layout) {
 
 size_t offloaded_activation_bytes(const ModelConfig& config, const Plan& plan) {
   size_t bytes = 0;
-  const size_t one = round_to_256(static_cast<size_t>(kChunks * kSeq * config.hidden_size) * dtype_size(plan.weight_dtype));
+  const size_t one =
+      round_to_256(static_cast<size_t>(kChunks * kSeq * config.hidden_size) * dtype_size(plan.weight_dtype));
   for (auto a : plan.activations) bytes += a == ActivationPlacement::OffloadToHost ? one : 0;
   return bytes;
 }
@@ -37,7 +38,8 @@ TEST(HostBytes, Llama8BAt24GiBIsFourteenBytesPerParamPlusActivations) {
   request.seq_len = kSeq;
   request.global_batch = kChunks;
   request.device_budget = size_t{24} << 30;
-  const Plan plan = search_plans(config, layout, nominal_profile(config, kSeq, DType::BF16), request).best.plan;
+  const Plan plan =
+      search_plans(config, layout, nominal_profile(config, kSeq, DType::BF16), request).best.plan;
   const HostBytes h = host_bytes(config, layout, plan, kSeq, kChunks);
   const size_t n = parameters(layout);
   const size_t activations = offloaded_activation_bytes(config, plan);
@@ -53,10 +55,11 @@ TEST(HostBytes, Llama8BAt24GiBIsFourteenBytesPerParamPlusActivations) {
   // gradients' buffers (at most 2; with clipping one per unit but the row-sparse embedding).
   const size_t pinned_per_param = plan.weight_upload == WeightUpload::HostShadow ? 2 : 6;
   EXPECT_LE(h.pinned, pinned_per_param * n + activations + slack);
-  std::printf("Llama-3.1-8B, 24 GiB: %s\n  host %.1f GB for %.2fB params = %.3f bytes/param + %.1f GB of offloaded "
-              "activations\n",
-              plan.describe().c_str(), h.total() / 1e9, n / 1e9, static_cast<double>(h.total() - activations) / n,
-              activations / 1e9);
+  std::printf(
+      "Llama-3.1-8B, 24 GiB: %s\n  host %.1f GB for %.2fB params = %.3f bytes/param + %.1f GB of offloaded "
+      "activations\n",
+      plan.describe().c_str(), h.total() / 1e9, n / 1e9, static_cast<double>(h.total() - activations) / n,
+      activations / 1e9);
 }
 
 TEST(HostBytes, UnitsWithTheirOptimizerOnTheGpuNeedNoStaging) {

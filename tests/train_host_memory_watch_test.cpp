@@ -6,8 +6,8 @@
 
 #include "core/error.h"
 #include "core/host_memory.h"
-#include "train/host_memory_watch.h"
 #include "test_util.h"
+#include "train/host_memory_watch.h"
 
 namespace ferry {
 namespace {

@@ -18,9 +18,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "train/checkpoint.h"
 #include "io/completion_marker.h"
 #include "tiny_run.h"
+#include "train/checkpoint.h"
 
 extern char** environ;
 

@@ -12,12 +12,12 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "device/device.h"
+#include "ops/device_ops.h"
 #include "profiler/disk_rate.h"
 #include "profiler/machine_profiler.h"
+#include "test_util.h"
 #include "train/model_init.h"
 #include "train/profile_cache.h"
-#include "ops/device_ops.h"
-#include "test_util.h"
 
 namespace ferry {
 namespace {

@@ -7,10 +7,10 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "tiny_run.h"
 #include "train/checkpoint.h"
 #include "train/output_dir_claim.h"
 #include "train/trainer.h"
-#include "tiny_run.h"
 
 namespace ferry {
 namespace {

@@ -3,15 +3,17 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "train/output_dir.h"
 #include "test_util.h"
+#include "train/output_dir.h"
 
 namespace ferry {
 namespace {
 
 namespace fs = std::filesystem;
 
-void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+void write(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
 
 class OutputDirTest : public ::testing::Test {
  protected:
@@ -39,7 +41,8 @@ TEST_F(OutputDirTest, ATokenizerOverrideReplacesTheTokenizerFilesAndTheTemplateF
   write(tok_ / "tokenizer_config.json", "{\"eos_token\": \"<|end|>\", \"chat_template\": \"tok {{ y }}\"}");
   write_tokenizer_overrides(out_, tok_ / "tokenizer.json", {});  // the file, not the directory
   EXPECT_EQ(test::read_file(out_ / "tokenizer.json"), "{\"model\": \"the override\"}");
-  EXPECT_EQ(test::read_file(out_ / "tokenizer_config.json"), "{\"eos_token\": \"<|end|>\", \"chat_template\": \"tok {{ y }}\"}");
+  EXPECT_EQ(test::read_file(out_ / "tokenizer_config.json"),
+            "{\"eos_token\": \"<|end|>\", \"chat_template\": \"tok {{ y }}\"}");
   // The override directory has no chat_template.jinja: the model's would shadow the template
   // training used (tokenizer_config.json's), so it goes.
   EXPECT_FALSE(fs::exists(out_ / "chat_template.jinja"));
@@ -49,7 +52,8 @@ TEST_F(OutputDirTest, ATokenizerOverrideReplacesTheTokenizerFilesAndTheTemplateF
 TEST_F(OutputDirTest, AChatTemplateOverrideIsWrittenAsFileAndConfigKey) {
   write(tok_ / "chat.jinja", "{% for m in messages %}{{ m['content'] }}{% endfor %}");
   write_tokenizer_overrides(out_, {}, tok_ / "chat.jinja");
-  EXPECT_EQ(test::read_file(out_ / "chat_template.jinja"), "{% for m in messages %}{{ m['content'] }}{% endfor %}");
+  EXPECT_EQ(test::read_file(out_ / "chat_template.jinja"),
+            "{% for m in messages %}{{ m['content'] }}{% endfor %}");
   const auto config = nlohmann::json::parse(test::read_file(out_ / "tokenizer_config.json"));
   EXPECT_EQ(config["chat_template"], "{% for m in messages %}{{ m['content'] }}{% endfor %}");
   EXPECT_EQ(config["eos_token"], "</s>");  // the rest of the config kept

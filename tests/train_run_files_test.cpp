@@ -7,11 +7,11 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "train/checkpoint.h"
-#include "train/trainer.h"
 #include "file_size_limit.h"
 #include "io/completion_marker.h"
 #include "tiny_run.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
 
 namespace ferry {
 namespace {

@@ -1,18 +1,17 @@
 // End-to-end training on the CPU: exact resume, the output directory, and bad input.
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
-#include <cstring>
 
 #include "core/error.h"
-
+#include "io/safetensors.h"
+#include "model/model_weights.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/model_init.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
-#include "io/safetensors.h"
-#include "model/model_weights.h"
-#include "test_util.h"
 
 namespace ferry {
 namespace {
@@ -30,16 +29,25 @@ class TrainTest : public ::testing::Test {
     model_dir_ = scratch_ / "model";
     write_random_model(preset_config("qwen3", "tiny"), 7, model_dir_);
     // A tokenizer file the output must carry byte for byte.
-    std::ofstream(model_dir_ / "tokenizer.json") << "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\"}}  \n";
+    std::ofstream(model_dir_ / "tokenizer.json")
+        << "{\"version\": \"1.0\", \"model\": {\"type\": \"BPE\"}}  \n";
     data_ = scratch_ / "train.jsonl";
     test::write_token_data(data_, 120, 320, 11);
   }
   TrainConfig config(const std::string& out, std::vector<std::string> extra = {}) {
-    std::vector<std::string> overrides = {"model=" + model_dir_.string(), "data=" + data_.string(),
+    std::vector<std::string> overrides = {"model=" + model_dir_.string(),
+                                          "data=" + data_.string(),
                                           "output_dir=" + (scratch_ / out).string(),
-                                          "seq_len=48", "global_batch=4", "micro_batch=2", "max_steps=6",
-                                          "learning_rate=1e-3", "warmup_steps=2", "weight_decay=0.1",
-                                          "max_grad_norm=0.5", "save_dtype=float32", "threads=2"};
+                                          "seq_len=48",
+                                          "global_batch=4",
+                                          "micro_batch=2",
+                                          "max_steps=6",
+                                          "learning_rate=1e-3",
+                                          "warmup_steps=2",
+                                          "weight_decay=0.1",
+                                          "max_grad_norm=0.5",
+                                          "save_dtype=float32",
+                                          "threads=2"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     return parse_train_config("", overrides, "test");
   }
@@ -69,7 +77,8 @@ TEST_F(TrainTest, ResumeIsBitExact) {
   ASSERT_EQ(resumed.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed[i], uninterrupted[3 + i]) << "step " << 4 + i;
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(first.steps[i].loss, uninterrupted[i]) << "step " << 1 + i;
-  EXPECT_EQ(read_bytes(scratch_ / "full" / "model.safetensors"), read_bytes(scratch_ / "split" / "model.safetensors"));
+  EXPECT_EQ(read_bytes(scratch_ / "full" / "model.safetensors"),
+            read_bytes(scratch_ / "split" / "model.safetensors"));
   EXPECT_LT(uninterrupted.back(), uninterrupted.front());
 }
 
@@ -147,7 +156,8 @@ TEST_F(TrainTest, SavesInTheInputDtypeAndEditsOnlyThatKey) {
   for (const auto& t : f.tensors()) EXPECT_EQ(t.dtype, DType::BF16) << t.name;
   EXPECT_EQ(read_bytes(scratch_ / "bf16-out" / "config.json"), read_bytes(bf16_model / "config.json"));
 
-  TrainConfig as_f32 = config("f32-out", {"model=" + bf16_model.string(), "max_steps=1", "save_dtype=float32"});
+  TrainConfig as_f32 =
+      config("f32-out", {"model=" + bf16_model.string(), "max_steps=1", "save_dtype=float32"});
   ASSERT_TRUE(run_training(as_f32).finished);
   nlohmann::json in = nlohmann::json::parse(read_bytes(bf16_model / "config.json"));
   nlohmann::json out = nlohmann::json::parse(read_bytes(scratch_ / "f32-out" / "config.json"));
@@ -195,7 +205,8 @@ TEST_F(TrainTest, SimulatedDeviceMatchesTheCpuBackendBitForBit) {
   ASSERT_TRUE(run_training(config("cpu", {"device=cpu"}), on_cpu).finished);
   ASSERT_TRUE(run_training(config("sim", {"device=sim", "gpu_memory=3MiB", "gpu_slots=2"}), on_sim).finished);
   ASSERT_EQ(cpu_losses, sim_losses);
-  EXPECT_EQ(read_bytes(scratch_ / "cpu" / "model.safetensors"), read_bytes(scratch_ / "sim" / "model.safetensors"));
+  EXPECT_EQ(read_bytes(scratch_ / "cpu" / "model.safetensors"),
+            read_bytes(scratch_ / "sim" / "model.safetensors"));
 }
 
 TEST_F(TrainTest, SimulatedResumeIsBitExact) {
@@ -206,7 +217,8 @@ TEST_F(TrainTest, SimulatedResumeIsBitExact) {
   stop.stop_after_steps = 3;
   run_training(config("ssplit", {"device=sim", "offload_activations=all"}), stop);
   tail.on_step = [&](const StepRecord& r) { rest.push_back(r.loss); };
-  ASSERT_TRUE(run_training(config("ssplit", {"device=sim", "offload_activations=all", "resume=true"}), tail).finished);
+  ASSERT_TRUE(run_training(config("ssplit", {"device=sim", "offload_activations=all", "resume=true"}), tail)
+                  .finished);
   ASSERT_EQ(rest.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest[i], full[3 + i]);
 }
@@ -218,7 +230,8 @@ TEST_F(TrainTest, MicroBatchAutoIsThePlannersChoice) {
     std::vector<double> losses;
     TrainHooks hooks;
     hooks.on_step = [&](const StepRecord& r) { losses.push_back(r.loss); };
-    ASSERT_TRUE(run_training(config(std::string("auto-") + (device + 7), {device, "micro_batch=auto"}), hooks).finished);
+    ASSERT_TRUE(run_training(config(std::string("auto-") + (device + 7), {device, "micro_batch=auto"}), hooks)
+                    .finished);
     ASSERT_FALSE(losses.empty());
     for (double loss : losses) EXPECT_TRUE(std::isfinite(loss)) << device;
   }

@@ -8,7 +8,6 @@
 #include "core/error.h"
 #include "data/packing.h"
 #include "device/device.h"
-#include "train/model_init.h"
 #include "engine/model_step.h"
 #include "engine/sliding_engine.h"
 #include "engine/unit_optimizer.h"
@@ -19,6 +18,7 @@
 #include "planner/search.h"
 #include "sliding_plans.h"
 #include "test_util.h"
+#include "train/model_init.h"
 
 namespace ferry {
 namespace {

@@ -30,16 +30,16 @@
 
 #include "core/log.h"
 #include "device/trace/tracing_device.h"
-#include "train/model_init.h"
 #include "engine/sliding_engine.h"
-#include "schedule_reading.h"
 #include "ops/device_ops.h"
 #include "planner/nominal_profile.h"
 #include "planner/step_program.h"
+#include "schedule_reading.h"
 #include "schedule_recorder.h"
 #include "sliding_plans.h"
 #include "step_schedule.h"
 #include "test_util.h"
+#include "train/model_init.h"
 
 namespace ferry {
 namespace {

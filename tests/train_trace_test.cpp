@@ -2,25 +2,24 @@
 // valid Chrome trace JSON with spans on the three streams, the host thread and the CPU updater,
 // all inside the traced step's window and in order on each stream; tracing changes no bit of the
 // training; the config keys and their refusals.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/log.h"
 #include "data/packing.h"
-#include "train/model_init.h"
 #include "engine/sliding_engine.h"
 #include "engine/step_batch.h"
 #include "engine/step_trace.h"
-#include "train/train_config.h"
-#include "train/trainer.h"
 #include "ops/device_ops.h"
 #include "test_util.h"
+#include "train/model_init.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
 
 namespace ferry {
 namespace {
@@ -36,7 +35,8 @@ std::string read_text(const std::filesystem::path& p) {
 // in begin order must not overlap, and every span lies inside a traced step — except, with
 // `outlast`, device work a step issues last (the device-side AdamW after the loss is read), which
 // may run past the step's end. Returns, per track name, how often each span name occurs.
-std::map<std::string, std::map<std::string, int>> check_trace(const nlohmann::json& trace, bool outlast = false) {
+std::map<std::string, std::map<std::string, int>> check_trace(const nlohmann::json& trace,
+                                                              bool outlast = false) {
   std::map<int, std::string> tracks;  // tid -> name
   std::vector<std::pair<double, double>> windows;
   for (const auto& e : trace["traceEvents"]) {
@@ -66,7 +66,8 @@ std::map<std::string, std::map<std::string, int>> check_trace(const nlohmann::js
     if (key.first == "host" || key.first == "cpu update") continue;  // host scopes nest
     std::sort(spans.begin(), spans.end());
     for (size_t i = 1; i < spans.size(); ++i)
-      EXPECT_LE(spans[i - 1].second, spans[i].first + slack) << key.first << " " << key.second << " span " << i;
+      EXPECT_LE(spans[i - 1].second, spans[i].first + slack)
+          << key.first << " " << key.second << " span " << i;
   }
   return names;
 }
@@ -86,11 +87,21 @@ class TraceTest : public ::testing::Test {
     }
   }
   TrainConfig config(const std::string& out, std::vector<std::string> extra = {}) {
-    std::vector<std::string> overrides = {"model=" + model_dir_.string(), "data=" + data_.string(),
-                                          "output_dir=" + (scratch_ / out).string(), "seq_len=32",
-                                          "global_batch=4", "micro_batch=2", "max_steps=4", "learning_rate=1e-3",
-                                          "save_dtype=float32", "threads=2", "device=sim", "gpu_memory=3MiB",
-                                          "gpu_slots=2", "resident_layers=0", "offload_activations=all"};
+    std::vector<std::string> overrides = {"model=" + model_dir_.string(),
+                                          "data=" + data_.string(),
+                                          "output_dir=" + (scratch_ / out).string(),
+                                          "seq_len=32",
+                                          "global_batch=4",
+                                          "micro_batch=2",
+                                          "max_steps=4",
+                                          "learning_rate=1e-3",
+                                          "save_dtype=float32",
+                                          "threads=2",
+                                          "device=sim",
+                                          "gpu_memory=3MiB",
+                                          "gpu_slots=2",
+                                          "resident_layers=0",
+                                          "offload_activations=all"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     return parse_train_config("", overrides, "test");
   }
@@ -146,7 +157,8 @@ TEST_F(TraceTest, TracingChangesNoBit) {
   const std::vector<double> traced =
       train(config("traced", {"trace=" + (scratch_ / "t.json").string(), "trace_steps=[1, 2, 4]"}));
   EXPECT_EQ(plain, traced);
-  EXPECT_EQ(read_text(scratch_ / "plain" / "model.safetensors"), read_text(scratch_ / "traced" / "model.safetensors"));
+  EXPECT_EQ(read_text(scratch_ / "plain" / "model.safetensors"),
+            read_text(scratch_ / "traced" / "model.safetensors"));
   const nlohmann::json trace = nlohmann::json::parse(read_text(scratch_ / "t.json"));
   ASSERT_EQ(trace["otherData"]["steps"].size(), 3u);
   EXPECT_EQ(trace["otherData"]["steps"][2]["step"], 4);

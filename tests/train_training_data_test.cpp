@@ -8,12 +8,12 @@
 
 #include "core/error.h"
 #include "data_test_tokenizer.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
 #include "train/model_init.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 #include "train/training_data.h"
-#include "test_util.h"
-#include "tokenizer/tokenizer.h"
 
 namespace ferry {
 namespace {

@@ -22,19 +22,20 @@ void bench_adamw(Bench& b) {
     DeviceTensor gg(DType::F32, {int64_t(n)}), gout(DType::BF16, {int64_t(n)});
     upload(gm, master), upload(gmm, m), upload(gv, v), upload(gg, grad);
     const std::vector<AdamWSegment> segments = {{0, 60000, true}, {60000, n - 60000, false}};
-    AdamWUnitBuffers unit{gm.buf.as<float>(), gmm.buf.as<float>(), gv.buf.as<float>(), gg.buf.get(), DType::F32,
-                          gout.buf.as<uint16_t>()};
+    AdamWUnitBuffers unit{gm.buf.as<float>(), gmm.buf.as<float>(), gv.buf.as<float>(),
+                          gg.buf.get(),       DType::F32,          gout.buf.as<uint16_t>()};
     for (int64_t step = 1; step <= 2; ++step) {
       adamw.step(unit, segments, hyper, step, nullptr);
       for (const AdamWSegment& s : segments)
-        adamw_step(master.data() + s.offset, m.data() + s.offset, v.data() + s.offset, grad.data() + s.offset, s.count,
-                   hyper, step, s.decay);
+        adamw_step(master.data() + s.offset, m.data() + s.offset, v.data() + s.offset, grad.data() + s.offset,
+                   s.count, hyper, step, s.decay);
     }
     const Vec got = download(gm);
     size_t diff = 0;
     for (size_t i = 0; i < n; ++i) diff += std::memcmp(&got[i], &master[i], 4) != 0;
     char detail[96];
-    std::snprintf(detail, sizeof detail, "%zu of %zu masters differ from adamw_step (limit 0: bit-exact)", diff, n);
+    std::snprintf(detail, sizeof detail, "%zu of %zu masters differ from adamw_step (limit 0: bit-exact)",
+                  diff, n);
     b.check("adamw n=100003, 2 steps", diff == 0, detail);
   }
   const size_t n = size_t{256} << 20;
@@ -49,18 +50,22 @@ void bench_adamw(Bench& b) {
   FERRY_CUDA_CHECK(cudaMemcpy(scale.get(), &one, 4, cudaMemcpyHostToDevice));
   const std::vector<AdamWSegment> segments = {{0, n, true}};
   int64_t step = 1;
-  AdamWUnitBuffers unit{master.buf.as<float>(), m.buf.as<float>(), v.buf.as<float>(), g32.buf.get(), DType::F32,
-                        out.buf.as<uint16_t>()};
-  b.add({"adamw", "256M params, F32 grads", b.time_us([&] { adamw.step(unit, segments, hyper, step++, scale.as<float>()); }),
-         30.0 * n, 0, "read p m v g (16 B), write p m v + bf16 (14 B)"});
+  AdamWUnitBuffers unit{master.buf.as<float>(), m.buf.as<float>(), v.buf.as<float>(),
+                        g32.buf.get(),          DType::F32,        out.buf.as<uint16_t>()};
+  b.add({"adamw", "256M params, F32 grads",
+         b.time_us([&] { adamw.step(unit, segments, hyper, step++, scale.as<float>()); }), 30.0 * n, 0,
+         "read p m v g (16 B), write p m v + bf16 (14 B)"});
   unit.grad = g16.buf.get();
   unit.grad_dtype = DType::BF16;
-  b.add({"adamw", "256M params, BF16 grads", b.time_us([&] { adamw.step(unit, segments, hyper, step++, scale.as<float>()); }),
-         28.0 * n, 0, "read 14 B, write 14 B"});
-  b.add({"grad sumsq", "256M F32", b.time_us([&] { adamw.add_grad_sumsq(g32.buf.get(), DType::F32, n, sum.as<double>()); }),
-         4.0 * n, 0, "clip.cpp's chunk order: one thread per 64Ki chunk"});
-  b.add({"grad sumsq", "256M BF16", b.time_us([&] { adamw.add_grad_sumsq(g16.buf.get(), DType::BF16, n, sum.as<double>()); }),
-         2.0 * n, 0, ""});
+  b.add({"adamw", "256M params, BF16 grads",
+         b.time_us([&] { adamw.step(unit, segments, hyper, step++, scale.as<float>()); }), 28.0 * n, 0,
+         "read 14 B, write 14 B"});
+  b.add({"grad sumsq", "256M F32",
+         b.time_us([&] { adamw.add_grad_sumsq(g32.buf.get(), DType::F32, n, sum.as<double>()); }), 4.0 * n, 0,
+         "clip.cpp's chunk order: one thread per 64Ki chunk"});
+  b.add({"grad sumsq", "256M BF16",
+         b.time_us([&] { adamw.add_grad_sumsq(g16.buf.get(), DType::BF16, n, sum.as<double>()); }), 2.0 * n,
+         0, ""});
 }
 
 }  // namespace ferry::bench

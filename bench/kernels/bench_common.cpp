@@ -15,7 +15,9 @@ DeviceBuf::DeviceBuf(size_t bytes) : bytes_(bytes) {
 DeviceBuf::~DeviceBuf() {
   if (p_) cudaFree(p_);
 }
-DeviceBuf::DeviceBuf(DeviceBuf&& o) noexcept : p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr; }
+DeviceBuf::DeviceBuf(DeviceBuf&& o) noexcept : p_(o.p_), bytes_(o.bytes_) {
+  o.p_ = nullptr;
+}
 DeviceBuf& DeviceBuf::operator=(DeviceBuf&& o) noexcept {
   if (this != &o) {
     if (p_) cudaFree(p_);
@@ -56,7 +58,8 @@ void fill_random(const DeviceTensor& d, uint32_t seed, float lo, float hi) {
   convert_from_f32(host.data(), d.t.dtype, raw.data(), block);
   for (size_t at = 0; at < n; at += block) {
     const size_t m = std::min(block, n - at);
-    FERRY_CUDA_CHECK(cudaMemcpy(static_cast<char*>(d.t.data) + at * es, raw.data(), m * es, cudaMemcpyHostToDevice));
+    FERRY_CUDA_CHECK(
+        cudaMemcpy(static_cast<char*>(d.t.data) + at * es, raw.data(), m * es, cudaMemcpyHostToDevice));
   }
 }
 
@@ -134,7 +137,8 @@ void Bench::add(const Row& row) {
 }
 
 void Bench::print_table() const {
-  std::printf("\n| kernel | shape | time (us) | achieved | of H200 peak | note |\n|---|---|---:|---:|---:|---|\n");
+  std::printf(
+      "\n| kernel | shape | time (us) | achieved | of H200 peak | note |\n|---|---|---:|---:|---:|---|\n");
   for (const Row& r : rows_) {
     const double s = r.us * 1e-6;
     char achieved[64], frac[32];
@@ -145,8 +149,8 @@ void Bench::print_table() const {
       std::snprintf(achieved, sizeof achieved, "%.0f GB/s", r.bytes / s / 1e9);
       std::snprintf(frac, sizeof frac, "%.0f%% of 4300", 100.0 * r.bytes / s / kPeakBytesPerSecond);
     }
-    std::printf("| %s | %s | %.1f | %s | %s | %s |\n", r.kernel.c_str(), r.shape.c_str(), r.us, achieved, frac,
-                r.note.c_str());
+    std::printf("| %s | %s | %.1f | %s | %s | %s |\n", r.kernel.c_str(), r.shape.c_str(), r.us, achieved,
+                frac, r.note.c_str());
   }
 }
 

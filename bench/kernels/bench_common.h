@@ -25,7 +25,6 @@ constexpr double kPeakFlops = 776e12;
 
 using Vec = std::vector<float>;
 
-
 // Owns `bytes` of device memory (cudaMalloc).
 class DeviceBuf {
  public:

@@ -34,10 +34,11 @@ void bench_rmsnorm(Bench& b) {
     Vec out_ref(R * D), rstd_ref(R), dx_ref(R * D), dw_ref(D, 0.0f);
     cpu->rmsnorm_forward(Tensor::f32(x.data(), {R, D}), Tensor::f32(w.data(), {D}), 1e-6f,
                          Tensor::f32(out_ref.data(), {R, D}), Tensor::f32(rstd_ref.data(), {R}));
-    cpu->rmsnorm_backward(Tensor::f32(x.data(), {R, D}), Tensor::f32(w.data(), {D}), Tensor::f32(rstd_ref.data(), {R}),
-                          Tensor::f32(g.data(), {R, D}), Tensor(), Tensor::f32(dx_ref.data(), {R, D}),
-                          Tensor::f32(dw_ref.data(), {D}));
-    DeviceTensor gx(DType::BF16, {R, D}), gw(DType::BF16, {D}), gg(DType::BF16, {R, D}), gout(DType::BF16, {R, D});
+    cpu->rmsnorm_backward(Tensor::f32(x.data(), {R, D}), Tensor::f32(w.data(), {D}),
+                          Tensor::f32(rstd_ref.data(), {R}), Tensor::f32(g.data(), {R, D}), Tensor(),
+                          Tensor::f32(dx_ref.data(), {R, D}), Tensor::f32(dw_ref.data(), {D}));
+    DeviceTensor gx(DType::BF16, {R, D}), gw(DType::BF16, {D}), gg(DType::BF16, {R, D}),
+        gout(DType::BF16, {R, D});
     DeviceTensor grstd(DType::F32, {R}), gdx(DType::BF16, {R, D}), gdw(DType::F32, {D});
     upload(gx, x), upload(gw, w), upload(gg, g), upload(gdw, Vec(D, 0.0f));
     ops.rmsnorm_forward(gx.t, gw.t, 1e-6f, gout.t, grstd.t);
@@ -47,26 +48,27 @@ void bench_rmsnorm(Bench& b) {
     char what[64];
     std::snprintf(what, sizeof what, "rmsnorm R=%lld D=%lld", (long long)R, (long long)D);
     b.check(what, eo <= kU && er <= 1e-5 && edx <= kU && edw <= 1e-4,
-            detail_of("out", eo, kU) + ", " + detail_of("rstd", er, 1e-5) + ", " + detail_of("dx", edx, kU) + ", " +
-                detail_of("dweight", edw, 1e-4));
+            detail_of("out", eo, kU) + ", " + detail_of("rstd", er, 1e-5) + ", " + detail_of("dx", edx, kU) +
+                ", " + detail_of("dweight", edw, 1e-4));
   }
   const std::pair<int64_t, int64_t> shapes[] = {{16384, 4096}, {16384 * 32, 128}, {16384 * 8, 128}};
   for (auto [R, D] : shapes) {
-    DeviceTensor x(DType::BF16, {R, D}), w(DType::BF16, {D}), g(DType::BF16, {R, D}), out(DType::BF16, {R, D});
+    DeviceTensor x(DType::BF16, {R, D}), w(DType::BF16, {D}), g(DType::BF16, {R, D}),
+        out(DType::BF16, {R, D});
     DeviceTensor rstd(DType::F32, {R}), dx(DType::BF16, {R, D}), dw(DType::F32, {D});
     fill_random(x, 1, -2, 2), fill_random(w, 2, 0.5f, 1.5f), fill_random(g, 3), fill_random(dw, 4);
     char shape[64];
     std::snprintf(shape, sizeof shape, "R=%lld D=%lld", (long long)R, (long long)D);
     const double n = static_cast<double>(R) * D;
-    b.add({"rmsnorm fwd", shape, b.time_us([&] { ops.rmsnorm_forward(x.t, w.t, 1e-6f, out.t, rstd.t); }), 4 * n + 4.0 * R,
-           0, "x in, out out (bf16)"});
+    b.add({"rmsnorm fwd", shape, b.time_us([&] { ops.rmsnorm_forward(x.t, w.t, 1e-6f, out.t, rstd.t); }),
+           4 * n + 4.0 * R, 0, "x in, out out (bf16)"});
     ops.rmsnorm_forward(x.t, w.t, 1e-6f, out.t, rstd.t);
     b.add({"rmsnorm bwd dx", shape,
            b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, Tensor(), dx.t, Tensor()); }),
            6 * n + 4.0 * R, 0, "x, dout in, dx out"});
     b.add({"rmsnorm bwd dx+dw", shape,
-           b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, Tensor(), dx.t, dw.t); }), 6 * n + 4.0 * R, 0,
-           "dweight re-reads x and dout"});
+           b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, Tensor(), dx.t, dw.t); }),
+           6 * n + 4.0 * R, 0, "dweight re-reads x and dout"});
   }
 }
 
@@ -87,7 +89,8 @@ void bench_rope(Bench& b) {
     ops.rope(gx.t, gpos.as<int32_t>(), gf.buf.as<float>(), false);
     const double e = rel_rms(download(gx), ref);
     char what[64];
-    std::snprintf(what, sizeof what, "rope T=%lld heads=%lld D=%lld", (long long)T, (long long)heads, (long long)D);
+    std::snprintf(what, sizeof what, "rope T=%lld heads=%lld D=%lld", (long long)T, (long long)heads,
+                  (long long)D);
     b.check(what, e <= kU, detail_of("x", e, kU));
   }
   const int64_t T = 16384, D = 128;
@@ -101,7 +104,8 @@ void bench_rope(Bench& b) {
     DeviceTensor x(DType::BF16, {T, heads, D});
     fill_random(x, 1);
     char shape[64];
-    std::snprintf(shape, sizeof shape, "T=%lld heads=%lld D=%lld", (long long)T, (long long)heads, (long long)D);
+    std::snprintf(shape, sizeof shape, "T=%lld heads=%lld D=%lld", (long long)T, (long long)heads,
+                  (long long)D);
     b.add({"rope", shape, b.time_us([&] { ops.rope(x.t, pos.as<int32_t>(), inv.buf.as<float>(), false); }),
            4.0 * T * heads * D, 0, "in place"});
   }
@@ -122,18 +126,21 @@ void bench_swiglu(Bench& b) {
     upload(gg, g), upload(gu, u), upload(gd, d);
     ops.swiglu_forward(gg.t, gu.t, gy.t);
     ops.swiglu_backward(gg.t, gu.t, gd.t, gdg.t, gdu.t);
-    const double ey = rel_rms(download(gy), y), edg = rel_rms(download(gdg), dg), edu = rel_rms(download(gdu), du);
+    const double ey = rel_rms(download(gy), y), edg = rel_rms(download(gdg), dg),
+                 edu = rel_rms(download(gdu), du);
     b.check("swiglu T=257 F=1000", ey <= kU && edg <= kU && edu <= kU,
             detail_of("out", ey, kU) + ", " + detail_of("dgate", edg, kU) + ", " + detail_of("dup", edu, kU));
   }
   const int64_t T = 16384, Fd = 14336;
-  DeviceTensor g(DType::BF16, {T, Fd}), u(DType::BF16, {T, Fd}), d(DType::BF16, {T, Fd}), y(DType::BF16, {T, Fd});
+  DeviceTensor g(DType::BF16, {T, Fd}), u(DType::BF16, {T, Fd}), d(DType::BF16, {T, Fd}),
+      y(DType::BF16, {T, Fd});
   DeviceTensor dg(DType::BF16, {T, Fd}), du(DType::BF16, {T, Fd});
   fill_random(g, 1, -6, 6), fill_random(u, 2), fill_random(d, 3);
   const double n = static_cast<double>(T) * Fd;
-  b.add({"swiglu fwd", "T=16384 F=14336", b.time_us([&] { ops.swiglu_forward(g.t, u.t, y.t); }), 6 * n, 0, ""});
-  b.add({"swiglu bwd", "T=16384 F=14336", b.time_us([&] { ops.swiglu_backward(g.t, u.t, d.t, dg.t, du.t); }), 10 * n, 0,
-         ""});
+  b.add(
+      {"swiglu fwd", "T=16384 F=14336", b.time_us([&] { ops.swiglu_forward(g.t, u.t, y.t); }), 6 * n, 0, ""});
+  b.add({"swiglu bwd", "T=16384 F=14336", b.time_us([&] { ops.swiglu_backward(g.t, u.t, d.t, dg.t, du.t); }),
+         10 * n, 0, ""});
 }
 
 }  // namespace ferry::bench

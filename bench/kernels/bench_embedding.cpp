@@ -18,9 +18,11 @@ void bench_embedding(Bench& b) {
     std::mt19937 gen(3);
     for (auto& id : ids) id = static_cast<int32_t>(gen() % 3 == 0 ? gen() % 4 : gen() % V);  // repeats
     Vec out_ref(T * H), dt_ref(V * H, 0.0f);
-    cpu->embedding_forward(ids.data(), Tensor::f32(table.data(), {V, H}), Tensor::f32(out_ref.data(), {T, H}));
+    cpu->embedding_forward(ids.data(), Tensor::f32(table.data(), {V, H}),
+                           Tensor::f32(out_ref.data(), {T, H}));
     cpu->embedding_backward(ids.data(), Tensor::f32(dout.data(), {T, H}), Tensor::f32(dt_ref.data(), {V, H}));
-    DeviceTensor gt(DType::BF16, {V, H}), gout(DType::BF16, {T, H}), gd(DType::BF16, {T, H}), gdt(DType::F32, {V, H});
+    DeviceTensor gt(DType::BF16, {V, H}), gout(DType::BF16, {T, H}), gd(DType::BF16, {T, H}),
+        gdt(DType::F32, {V, H});
     DeviceBuf gids(T * 4);
     upload(gt, table), upload(gd, dout), upload(gdt, Vec(V * H, 0.0f)), upload_ints(gids, ids);
     ops.embedding_forward(gids.as<int32_t>(), gt.t, gout.t);

@@ -20,7 +20,8 @@ void check(Bench& b, int64_t T, int64_t H, int64_t V, size_t chunk_bytes) {
   const float s = 3.0f / std::sqrt(static_cast<float>(H));
   Vec x = random_vec(T * H, 1), w = random_vec(V * H, 2, -s, s);
   std::vector<int32_t> targets(T);
-  for (int64_t t = 0; t < T; ++t) targets[t] = t % 7 == 3 ? kIgnoreIndex : static_cast<int32_t>((t * 7919) % V);
+  for (int64_t t = 0; t < T; ++t)
+    targets[t] = t % 7 == 3 ? kIgnoreIndex : static_cast<int32_t>((t * 7919) % V);
   const float gs = 1.0f / static_cast<float>(T);
   Vec dx_ref(T * H), dw_ref(V * H, 0.0f);
   const double loss_ref = dynamic_cast<CpuOps&>(*cpu).linear_cross_entropy_sum(
@@ -29,20 +30,23 @@ void check(Bench& b, int64_t T, int64_t H, int64_t V, size_t chunk_bytes) {
   CudaOpsOptions options;
   options.flce_chunk_bytes = chunk_bytes;
   CudaOps ops(b.stream(), options);
-  DeviceTensor gx(DType::BF16, {T, H}), gw(DType::BF16, {V, H}), gdx(DType::BF16, {T, H}), gdw(DType::F32, {V, H});
+  DeviceTensor gx(DType::BF16, {T, H}), gw(DType::BF16, {V, H}), gdx(DType::BF16, {T, H}),
+      gdw(DType::F32, {V, H});
   DeviceTensor gloss(DType::F32, {1});
   DeviceBuf gt(T * 4);
-  upload(gx, x), upload(gw, w), upload(gdw, Vec(V * H, 0.0f)), upload(gloss, Vec{0.0f}), upload_ints(gt, targets);
+  upload(gx, x), upload(gw, w), upload(gdw, Vec(V * H, 0.0f)), upload(gloss, Vec{0.0f}),
+      upload_ints(gt, targets);
   ops.linear_cross_entropy(gx.t, gw.t, gt.as<int32_t>(), gs, gdx.t, gdw.t, gloss.t, Tensor());
   const double loss = download(gloss)[0];
   const double el = std::abs(loss - loss_ref) / std::abs(loss_ref);
   const double edx = rel_rms(download(gdx), dx_ref), edw = rel_rms(download(gdw), dw_ref);
   char what[96], detail[160];
-  std::snprintf(what, sizeof what, "flce T=%lld H=%lld V=%lld chunk=%lld", (long long)T, (long long)H, (long long)V,
-                (long long)ops.flce_chunk_tokens(V));
+  std::snprintf(what, sizeof what, "flce T=%lld H=%lld V=%lld chunk=%lld", (long long)T, (long long)H,
+                (long long)V, (long long)ops.flce_chunk_tokens(V));
   // bf16 logits and dlogits: a few u relative on the gradients, well under 1e-3 on the loss.
-  std::snprintf(detail, sizeof detail, "loss %.6f vs %.6f (rel %.1e, limit 1e-3), dx %.2e dw %.2e (limit 2e-2)", loss,
-                loss_ref, el, edx, edw);
+  std::snprintf(detail, sizeof detail,
+                "loss %.6f vs %.6f (rel %.1e, limit 1e-3), dx %.2e dw %.2e (limit 2e-2)", loss, loss_ref, el,
+                edx, edw);
   b.check(what, el <= 1e-3 && edx <= 2e-2 && edw <= 2e-2, detail);
 }
 
@@ -54,7 +58,8 @@ void bench_flce(Bench& b) {
   check(b, 127, 4096, 1000, size_t{256} << 20);
 
   const int64_t T = 8192, H = 4096, V = 128256;
-  DeviceTensor x(DType::BF16, {T, H}), w(DType::BF16, {V, H}), dx(DType::BF16, {T, H}), dw(DType::F32, {V, H});
+  DeviceTensor x(DType::BF16, {T, H}), w(DType::BF16, {V, H}), dx(DType::BF16, {T, H}),
+      dw(DType::F32, {V, H});
   DeviceTensor loss(DType::F32, {1});
   DeviceBuf targets(T * 4);
   fill_random(x, 1), fill_random(w, 2, -0.02f, 0.02f), fill_random(dw, 3);
@@ -75,14 +80,16 @@ void bench_flce(Bench& b) {
     CudaOps ops(b.stream(), options);
     size_t free0 = 0, total = 0;
     FERRY_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
-    const double us = b.time_us(
-        [&] { ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f / T, dx.t, dw.t, loss.t, Tensor()); });
+    const double us = b.time_us([&] {
+      ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f / T, dx.t, dw.t, loss.t, Tensor());
+    });
     char note[160];
     std::snprintf(note, sizeof note, "%s: %lld-token chunks, working memory %.0f MiB", v.name,
                   (long long)ops.flce_chunk_tokens(V), ops.workspace_bytes() / 1048576.0);
     b.add({"flce fwd+bwd", "T=8192 H=4096 V=128256", us, 0, flops, note});
-    const double us_fwd = b.time_us(
-        [&] { ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f, Tensor(), Tensor(), loss.t, Tensor()); });
+    const double us_fwd = b.time_us([&] {
+      ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f, Tensor(), Tensor(), loss.t, Tensor());
+    });
     b.add({"flce loss only", "T=8192 H=4096 V=128256", us_fwd, 0, 2.0 * T * H * V, v.name});
   }
   // A head updated on the host keeps its weight gradient in bf16 (the plan's gradient dtype): the
@@ -90,8 +97,9 @@ void bench_flce(Bench& b) {
   DeviceTensor dw16(DType::BF16, {V, H});
   fill_random(dw16, 4, -1e-3f, 1e-3f);
   CudaOps ops(b.stream(), CudaOpsOptions{});
-  const double us = b.time_us(
-      [&] { ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f / T, dx.t, dw16.t, loss.t, Tensor()); });
+  const double us = b.time_us([&] {
+    ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f / T, dx.t, dw16.t, loss.t, Tensor());
+  });
   char note[160];
   std::snprintf(note, sizeof note, "fused, default chunks (%lld tokens), bf16 weight gradient",
                 (long long)ops.flce_chunk_tokens(V));

@@ -15,16 +15,19 @@ namespace {
 constexpr double kU = 1.0 / 256;
 
 void check_shape(Bench& b, CudaOps& ops, Ops& cpu, int64_t T, int64_t in, int64_t out, uint32_t seed) {
-  Vec x = random_vec(T * in, seed), w = random_vec(out * in, seed + 1, -0.05f, 0.05f), bias = random_vec(out, seed + 2);
+  Vec x = random_vec(T * in, seed), w = random_vec(out * in, seed + 1, -0.05f, 0.05f),
+      bias = random_vec(out, seed + 2);
   Vec dy = random_vec(T * out, seed + 3);
   Vec y_ref(T * out), dx_ref(T * in), dw_ref(out * in, 0.0f), db_ref(out, 0.0f);
-  cpu.linear_forward(Tensor::f32(x.data(), {T, in}), Tensor::f32(w.data(), {out, in}), Tensor::f32(bias.data(), {out}),
-                     Tensor(), Tensor::f32(y_ref.data(), {T, out}));
+  cpu.linear_forward(Tensor::f32(x.data(), {T, in}), Tensor::f32(w.data(), {out, in}),
+                     Tensor::f32(bias.data(), {out}), Tensor(), Tensor::f32(y_ref.data(), {T, out}));
   cpu.linear_backward(Tensor::f32(x.data(), {T, in}), Tensor::f32(w.data(), {out, in}),
                       Tensor::f32(dy.data(), {T, out}), Tensor::f32(dx_ref.data(), {T, in}),
                       Tensor::f32(dw_ref.data(), {out, in}), Tensor::f32(db_ref.data(), {out}), false);
-  DeviceTensor gx(DType::BF16, {T, in}), gw(DType::BF16, {out, in}), gb(DType::BF16, {out}), gy(DType::BF16, {T, out});
-  DeviceTensor gdy(DType::BF16, {T, out}), gdx(DType::BF16, {T, in}), gdw(DType::F32, {out, in}), gdb(DType::F32, {out});
+  DeviceTensor gx(DType::BF16, {T, in}), gw(DType::BF16, {out, in}), gb(DType::BF16, {out}),
+      gy(DType::BF16, {T, out});
+  DeviceTensor gdy(DType::BF16, {T, out}), gdx(DType::BF16, {T, in}), gdw(DType::F32, {out, in}),
+      gdb(DType::F32, {out});
   upload(gx, x), upload(gw, w), upload(gb, bias), upload(gdy, dy);
   upload(gdw, Vec(out * in, 0.0f)), upload(gdb, Vec(out, 0.0f));
   ops.linear_forward(gx.t, gw.t, gb.t, Tensor(), gy.t);
@@ -35,8 +38,8 @@ void check_shape(Bench& b, CudaOps& ops, Ops& cpu, int64_t T, int64_t in, int64_
   const double ey = rel_rms(download(gy), y_ref), edx = rel_rms(download(gdx), dx_ref);
   const double edw = rel_rms(download(gdw), dw_ref), edb = rel_rms(download(gdb), db_ref);
   char detail[160];
-  std::snprintf(detail, sizeof detail, "rel rms: y %.2e dx %.2e (limit %.1e), dw %.2e db %.2e (limit 1e-4)", ey, edx, kU,
-                edw, edb);
+  std::snprintf(detail, sizeof detail, "rel rms: y %.2e dx %.2e (limit %.1e), dw %.2e db %.2e (limit 1e-4)",
+                ey, edx, kU, edw, edb);
   b.check(std::string("linear ") + shape, ey <= kU && edx <= kU && edw <= 1e-4 && edb <= 1e-4, detail);
 }
 
@@ -66,8 +69,8 @@ void bench_gemm(Bench& b) {
     const char* name;
     int64_t in, out;
   };
-  for (const Shape& s : {Shape{"q/o proj", 4096, 4096}, Shape{"k/v proj", 4096, 1024}, Shape{"gate/up", 4096, 14336},
-                         Shape{"down", 14336, 4096}}) {
+  for (const Shape& s : {Shape{"q/o proj", 4096, 4096}, Shape{"k/v proj", 4096, 1024},
+                         Shape{"gate/up", 4096, 14336}, Shape{"down", 14336, 4096}}) {
     DeviceTensor x(DType::BF16, {T, s.in}), w(DType::BF16, {s.out, s.in}), y(DType::BF16, {T, s.out});
     DeviceTensor dy(DType::BF16, {T, s.out}), dx(DType::BF16, {T, s.in}), dw(DType::F32, {s.out, s.in});
     DeviceTensor dw16(DType::BF16, {s.out, s.in});
@@ -75,7 +78,8 @@ void bench_gemm(Bench& b) {
     fill_random(dw16, 5, -0.01f, 0.01f);
     const double flops = 2.0 * T * s.in * s.out;
     char shape[96];
-    std::snprintf(shape, sizeof shape, "%s T=%lld %lldx%lld", s.name, (long long)T, (long long)s.out, (long long)s.in);
+    std::snprintf(shape, sizeof shape, "%s T=%lld %lldx%lld", s.name, (long long)T, (long long)s.out,
+                  (long long)s.in);
     const Tensor none;
     struct Product {
       const char* name;
@@ -84,11 +88,14 @@ void bench_gemm(Bench& b) {
     };
     const Product products[] = {
         {"linear fwd", "bf16 out", [&](CudaOps& o) { o.linear_forward(x.t, w.t, none, none, y.t); }},
-        {"linear fwd +residual", "y += product, beta=1", [&](CudaOps& o) { o.linear_forward(x.t, w.t, none, y.t, y.t); }},
-        {"linear bwd dx", "bf16 out", [&](CudaOps& o) { o.linear_backward(x.t, w.t, dy.t, dx.t, none, none, false); }},
+        {"linear fwd +residual", "y += product, beta=1",
+         [&](CudaOps& o) { o.linear_forward(x.t, w.t, none, y.t, y.t); }},
+        {"linear bwd dx", "bf16 out",
+         [&](CudaOps& o) { o.linear_backward(x.t, w.t, dy.t, dx.t, none, none, false); }},
         {"linear bwd dx +=", "dx += product, beta=1",
          [&](CudaOps& o) { o.linear_backward(x.t, w.t, dy.t, dx.t, none, none, true); }},
-        {"linear bwd dw", "F32 dw, beta=1", [&](CudaOps& o) { o.linear_backward(x.t, w.t, dy.t, none, dw.t, none, false); }},
+        {"linear bwd dw", "F32 dw, beta=1",
+         [&](CudaOps& o) { o.linear_backward(x.t, w.t, dy.t, none, dw.t, none, false); }},
         {"linear bwd dw", "BF16 dw: bf16 sum out of place, copied back",
          [&](CudaOps& o) { o.linear_backward(x.t, w.t, dy.t, none, dw16.t, none, false); }},
     };

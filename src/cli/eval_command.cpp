@@ -12,16 +12,20 @@ void add_eval_command(CLI::App& app) {
   auto model = std::make_shared<std::string>();
   auto dump = std::make_shared<std::string>();
   cmd->add_option("--model", *model, "Hugging Face model directory")->required();
-  cmd->add_option("--data", *data, "data files: pre-tokenized JSONL (input_ids, optional labels) or text formats")
+  cmd->add_option("--data", *data,
+                  "data files: pre-tokenized JSONL (input_ids, optional labels) or text formats")
       ->required();
   cmd->add_option("--data-format", o->data_format, "as train's data_format")->capture_default_str();
-  cmd->add_option("--tokenizer", o->tokenizer, "tokenizer directory or tokenizer.json (default: the model's)");
+  cmd->add_option("--tokenizer", o->tokenizer,
+                  "tokenizer directory or tokenizer.json (default: the model's)");
   cmd->add_option("--chat-template", o->chat_template, "a .jinja file replacing the tokenizer's template");
   cmd->add_flag("--train-on-prompt", o->train_on_prompt, "count every token, not only the assistant's");
-  cmd->add_option("--cache-dir", o->cache_dir, "cache of tokenized text (default: $FERRY_CACHE_DIR/data or ~/.cache/ferry/data)");
+  cmd->add_option("--cache-dir", o->cache_dir,
+                  "cache of tokenized text (default: $FERRY_CACHE_DIR/data or ~/.cache/ferry/data)");
   cmd->add_option("--seq-len", o->seq_len, "tokens per sequence")->capture_default_str();
   cmd->add_option("--micro-batch", o->micro_batch, "sequences per forward pass")->capture_default_str();
-  cmd->add_option("--max-rows", o->max_rows, "evaluate at most this many sequences (0: all)")->capture_default_str();
+  cmd->add_option("--max-rows", o->max_rows, "evaluate at most this many sequences (0: all)")
+      ->capture_default_str();
   cmd->add_option("--dump-logits", *dump, "write input_ids, position_ids and logits of the first rows here");
   cmd->add_option("--dump-rows", o->dump_rows, "rows to dump")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (0: all)")->capture_default_str();
@@ -30,8 +34,8 @@ void add_eval_command(CLI::App& app) {
     o->dump_logits = *dump;
     o->data.assign(data->begin(), data->end());
     const EvalResult r = run_eval(*o);
-    std::printf("{\"loss\": %.6f, \"perplexity\": %.4f, \"rows\": %lld, \"tokens\": %lld}\n", r.loss, r.perplexity,
-                static_cast<long long>(r.rows), static_cast<long long>(r.counted_tokens));
+    std::printf("{\"loss\": %.6f, \"perplexity\": %.4f, \"rows\": %lld, \"tokens\": %lld}\n", r.loss,
+                r.perplexity, static_cast<long long>(r.rows), static_cast<long long>(r.counted_tokens));
   });
 }
 

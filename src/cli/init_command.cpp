@@ -44,10 +44,12 @@ void add_init_command(CLI::App& app) {
                 "write config.json and generation_config.json only, no weights (enough for ferry plan)");
   cmd->callback([a] {
     if (a->list) {
-      for (const auto& p : model_presets(a->arch)) std::printf("%-16s %s\n", p.name.c_str(), p.description.c_str());
+      for (const auto& p : model_presets(a->arch))
+        std::printf("%-16s %s\n", p.name.c_str(), p.description.c_str());
       return;
     }
-    FERRY_CHECK(!a->preset.empty(), "init", "give --preset (ferry init --arch {} --list shows them)", a->arch);
+    FERRY_CHECK(!a->preset.empty(), "init", "give --preset (ferry init --arch {} --list shows them)",
+                a->arch);
     FERRY_CHECK(!a->out.empty(), "init", "give --out DIR, the directory to create");
     refuse_existing_out(a->out);
     ModelConfig config = preset_config(a->arch, a->preset);

@@ -1,6 +1,5 @@
 // ferry's command line: `ferry train | init | eval | demo | tokenize | profile`.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
 

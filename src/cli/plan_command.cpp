@@ -8,17 +8,17 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "device/device.h"
 #include "device/memory_ledger.h"
-#include "train/plan_selection.h"
-#include "train/profile_cache.h"
-#include "train/train_config.h"
 #include "model/unit_layout.h"
 #include "ops/device_ops.h"
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
-#include "core/host_memory.h"
 #include "train/device_choice.h"
+#include "train/plan_selection.h"
+#include "train/profile_cache.h"
+#include "train/train_config.h"
 
 namespace ferry::cli {
 
@@ -33,8 +33,8 @@ std::string runs(const std::vector<T>& values, Name name) {
   for (size_t begin = 0; begin < values.size();) {
     size_t end = begin;
     while (end + 1 < values.size() && values[end + 1] == values[begin]) ++end;
-    out += fmt::format("{}{} {}", out.empty() ? "" : ", ", begin == end ? fmt::format("{}", begin)
-                                                                       : fmt::format("{}-{}", begin, end),
+    out += fmt::format("{}{} {}", out.empty() ? "" : ", ",
+                       begin == end ? fmt::format("{}", begin) : fmt::format("{}-{}", begin, end),
                        name(values[begin]));
     begin = end + 1;
   }
@@ -43,9 +43,12 @@ std::string runs(const std::vector<T>& values, Name name) {
 
 const char* unit_words(UnitPlacement p) {
   switch (p) {
-    case UnitPlacement::Streamed: return "streamed through the slots";
-    case UnitPlacement::ResidentParams: return "resident";
-    case UnitPlacement::ResidentWithOptimizer: return "resident with GPU AdamW";
+    case UnitPlacement::Streamed:
+      return "streamed through the slots";
+    case UnitPlacement::ResidentParams:
+      return "resident";
+    case UnitPlacement::ResidentWithOptimizer:
+      return "resident with GPU AdamW";
   }
   return "?";
 }
@@ -58,17 +61,19 @@ std::string share(size_t bytes, size_t budget) {
 
 // How the updated weights reach the GPU, and, where the masters are uploaded, why: the search
 // converts on upload only where the bf16 host shadow does not fit host_memory (unless forced).
-void print_weight_upload(const ModelConfig& model, const ModelLayout& layout, const Candidate& c, size_t host_budget) {
+void print_weight_upload(const ModelConfig& model, const ModelLayout& layout, const Candidate& c,
+                         size_t host_budget) {
   const Plan& p = c.plan;
   if (p.weight_upload == WeightUpload::HostShadow) {
     std::printf("  weights uploaded from the bf16 copy the CPU AdamW writes into pinned memory\n");
     return;
   }
   const GradientLanding g = gradient_landing(layout, p);
-  fmt::print("  weights uploaded as the fp32 masters (pinned), converted to {} on the GPU; gradients land {}\n",
-             dtype_name(p.weight_dtype),
-             g.ring_buffers > 0 ? fmt::format("in a ring of {} layer-sized pinned buffers", g.ring_buffers)
-                                : std::string("in a pinned buffer per unit"));
+  fmt::print(
+      "  weights uploaded as the fp32 masters (pinned), converted to {} on the GPU; gradients land {}\n",
+      dtype_name(p.weight_dtype),
+      g.ring_buffers > 0 ? fmt::format("in a ring of {} layer-sized pinned buffers", g.ring_buffers)
+                         : std::string("in a pinned buffer per unit"));
   Plan shadow = p;
   shadow.weight_upload = WeightUpload::HostShadow;
   const size_t shadow_host = host_bytes(model, layout, shadow, c.shape.chunk_tokens, c.shape.chunks).total();
@@ -90,9 +95,12 @@ void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout
   std::printf("  boundary activations of layers %s\n",
               runs(p.activations, [](ActivationPlacement a) {
                 switch (a) {
-                  case ActivationPlacement::KeepOnGpu: return "kept on the GPU";
-                  case ActivationPlacement::OffloadToHost: return "offloaded to the host";
-                  case ActivationPlacement::KeepWithInternals: return "kept on the GPU with their internals (no recompute)";
+                  case ActivationPlacement::KeepOnGpu:
+                    return "kept on the GPU";
+                  case ActivationPlacement::OffloadToHost:
+                    return "offloaded to the host";
+                  case ActivationPlacement::KeepWithInternals:
+                    return "kept on the GPU with their internals (no recompute)";
                 }
                 return "?";
               }).c_str());
@@ -105,9 +113,10 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
                      const PlanTarget& target, const PlanSelection& s) {
   const Candidate& best = s.result.best;
   const Prediction& p = best.prediction;
-  std::printf("model:     %s (%s, %lld layers, hidden %lld, %.2fB parameters)\n", config.model.string().c_str(),
-              model.architecture_name.c_str(), static_cast<long long>(model.num_layers),
-              static_cast<long long>(model.hidden_size), static_cast<double>(layout.parameter_count()) / 1e9);
+  std::printf("model:     %s (%s, %lld layers, hidden %lld, %.2fB parameters)\n",
+              config.model.string().c_str(), model.architecture_name.c_str(),
+              static_cast<long long>(model.num_layers), static_cast<long long>(model.hidden_size),
+              static_cast<double>(layout.parameter_count()) / 1e9);
   std::printf("batch:     %lld sequences of %lld tokens per step (%lld tokens)\n",
               static_cast<long long>(config.global_batch), static_cast<long long>(config.seq_len),
               static_cast<long long>(config.global_batch * config.seq_len));
@@ -119,21 +128,24 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
 
   std::printf("plan\n");
   print_candidate_summary(model, layout, best, s.request.host_budget);
-  std::printf("\npredicted step time %.4g s, %.0f tokens/s, GPU idle %.0f%%\n", p.step_seconds, p.tokens_per_second,
-              100.0 * p.gpu_idle_fraction);
+  std::printf("\npredicted step time %.4g s, %.0f tokens/s, GPU idle %.0f%%\n", p.step_seconds,
+              p.tokens_per_second, 100.0 * p.gpu_idle_fraction);
   std::printf("bottleneck: %s\n  %s\n", lane_name(p.bottleneck), best.explanation.c_str());
   for (const std::string& line : describe_advice(s)) std::printf("%s\n", line.c_str());
   std::printf("\nmemory (peak)\n");
-  std::printf("  GPU       %s  slots %s, resident %s, activations %s, scratch %s, ops workspace %s, other %s\n",
-              share(p.device.total(), s.request.device_budget).c_str(), format_bytes(p.device.slots).c_str(),
-              format_bytes(p.device.resident).c_str(), format_bytes(p.device.activations).c_str(),
-              format_bytes(p.device.scratch).c_str(), format_bytes(p.device.ops_workspace).c_str(),
-              format_bytes(p.device.other).c_str());
+  std::printf(
+      "  GPU       %s  slots %s, resident %s, activations %s, scratch %s, ops workspace %s, other %s\n",
+      share(p.device.total(), s.request.device_budget).c_str(), format_bytes(p.device.slots).c_str(),
+      format_bytes(p.device.resident).c_str(), format_bytes(p.device.activations).c_str(),
+      format_bytes(p.device.scratch).c_str(), format_bytes(p.device.ops_workspace).c_str(),
+      format_bytes(p.device.other).c_str());
   std::printf("  pinned    %s\n", share(p.host.pinned, 0).c_str());
   std::printf("  pageable  %s\n", share(p.host.pageable, 0).c_str());
   std::printf("  beside    %s  (the process beside the engine: runtime, data, an allowance)\n",
               share(p.host.beside, 0).c_str());
-  if (p.host.device > 0) std::printf("  device    %s  (the simulated device's memory is host memory)\n", share(p.host.device, 0).c_str());
+  if (p.host.device > 0)
+    std::printf("  device    %s  (the simulated device's memory is host memory)\n",
+                share(p.host.device, 0).c_str());
   std::printf("  host      %s  (%s)\n", share(p.host.total(), s.request.host_budget).c_str(),
               s.request.host_budget_source.c_str());
   std::printf("  disk      %s  (no disk tier yet)\n", share(p.disk_bytes, 0).c_str());
@@ -180,21 +192,25 @@ MachineProfile plan_profile(const TrainConfig& config, const ModelConfig& model,
 
 void add_plan_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "plan", "Show the plan `ferry train` would run, its predicted step time and memory: ferry plan CONFIG.yaml "
-              "[key=value ...]");
+      "plan",
+      "Show the plan `ferry train` would run, its predicted step time and memory: ferry plan CONFIG.yaml "
+      "[key=value ...]");
   auto config_path = std::make_shared<std::string>();
   auto overrides = std::make_shared<std::vector<std::string>>();
   auto alternatives = std::make_shared<size_t>(4);
   auto nominal = std::make_shared<bool>(false);
-  cmd->add_option("config", *config_path, "YAML training configuration (see README: configuration)")->required();
+  cmd->add_option("config", *config_path, "YAML training configuration (see README: configuration)")
+      ->required();
   cmd->add_option("overrides", *overrides, "key=value settings that override the file");
   cmd->add_option("--alternatives", *alternatives, "how many next best plans to show")->capture_default_str();
-  cmd->add_flag("--nominal", *nominal,
-                "plan with the nominal rates of the lent H200 machine (DESIGN.md §5) instead of a measured profile");
+  cmd->add_flag(
+      "--nominal", *nominal,
+      "plan with the nominal rates of the lent H200 machine (DESIGN.md §5) instead of a measured profile");
   cmd->callback([config_path, overrides, alternatives, nominal] {
     const TrainConfig config = load_train_config(*config_path, *overrides);
-    FERRY_CHECK(!config.model.empty(), kWhere,
-                "no model given; set `model:` to a Hugging Face model directory (only its config.json is read)");
+    FERRY_CHECK(
+        !config.model.empty(), kWhere,
+        "no model given; set `model:` to a Hugging Face model directory (only its config.json is read)");
     const ModelConfig model = load_model_config(config.model);
     const ModelLayout layout = build_model_layout(model);
     const DeviceChoice choice = choose_device(config, *nominal ? DeviceUse::PlanNominal : DeviceUse::Plan);
@@ -204,7 +220,8 @@ void add_plan_command(CLI::App& app) {
     // The process train would be, less its loaded weights; for this machine, what it can give now.
     fill_host_target(target, 0, !*nominal && config.profile.empty());
     // Without gpu_memory: the memory of the device the profile describes.
-    target.device_budget = choice.gpu_memory > 0 ? choice.gpu_memory : static_cast<size_t>(profile.device_memory_bytes);
+    target.device_budget =
+        choice.gpu_memory > 0 ? choice.gpu_memory : static_cast<size_t>(profile.device_memory_bytes);
     const PlanSelection s =
         select_plan(config, model, layout, target, std::move(profile), std::move(source), *alternatives);
     print_selection(config, model, layout, target, s);

@@ -7,13 +7,13 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "device/memory_ledger.h"
-#include "train/device_choice.h"
+#include "model/unit_layout.h"
+#include "ops/device_ops.h"
 #include "profiler/machine_profiler.h"
+#include "train/device_choice.h"
 #include "train/model_init.h"
 #include "train/profile_cache.h"
 #include "train/train_config.h"
-#include "model/unit_layout.h"
-#include "ops/device_ops.h"
 
 namespace ferry::cli {
 
@@ -24,25 +24,31 @@ constexpr const char* kWhere = "profile";
 ModelConfig profiled_model(const TrainConfig& config, const std::string& preset) {
   if (!preset.empty()) {
     const size_t slash = preset.find('/');
-    FERRY_CHECK(slash != std::string::npos, kWhere, "--preset must be ARCH/NAME, e.g. llama/llama-3.1-8b; got '{}'",
-                preset);
+    FERRY_CHECK(slash != std::string::npos, kWhere,
+                "--preset must be ARCH/NAME, e.g. llama/llama-3.1-8b; got '{}'", preset);
     return preset_config(preset.substr(0, slash), preset.substr(slash + 1));
   }
   FERRY_CHECK(!config.model.empty(), kWhere,
-              "no model given; set `model:` to a Hugging Face model directory (only its config.json is read), or give "
+              "no model given; set `model:` to a Hugging Face model directory (only its config.json is "
+              "read), or give "
               "--preset ARCH/NAME");
   return load_model_config(config.model);
 }
 
-std::string rate(double bytes_per_s) { return fmt::format("{:.1f} GB/s", bytes_per_s / 1e9); }
-std::string params_rate(double per_s) { return per_s > 0 ? fmt::format("{:.2f} G params/s", per_s / 1e9) : "-"; }
+std::string rate(double bytes_per_s) {
+  return fmt::format("{:.1f} GB/s", bytes_per_s / 1e9);
+}
+std::string params_rate(double per_s) {
+  return per_s > 0 ? fmt::format("{:.2f} G params/s", per_s / 1e9) : "-";
+}
 
 // "0.120 ms + 1.234 us/token  (at 2048 tokens: 2.647 ms)", and the model FLOP rate when given.
 std::string linear(const LinearTime& t, int64_t tokens, double flops_per_token = 0.0) {
   std::string s = fmt::format("{:8.3f} ms + {:8.4f} us/token   at {} tokens: {:8.3f} ms", t.fixed_s * 1e3,
                               t.per_token_s * 1e6, tokens, t.at(tokens) * 1e3);
   if (flops_per_token > 0)
-    s += fmt::format("  ({:.3g} TFLOP/s)", flops_per_token * static_cast<double>(tokens) / t.at(tokens) / 1e12);
+    s += fmt::format("  ({:.3g} TFLOP/s)",
+                     flops_per_token * static_cast<double>(tokens) / t.at(tokens) / 1e12);
   return s;
 }
 
@@ -57,8 +63,8 @@ void print_profile(const MachineProfile& p, const ModelConfig& model) {
   std::printf("machine profile: %s, %s of device memory\n", p.device_name.c_str(),
               format_bytes(static_cast<size_t>(p.device_memory_bytes)).c_str());
   std::printf("model shape:     %s\n", p.shape_key.c_str());
-  std::printf("measured by:     %s, method %d\n\n", p.kernels.empty() ? "(kernels not recorded)" : p.kernels.c_str(),
-              p.method);
+  std::printf("measured by:     %s, method %d\n\n",
+              p.kernels.empty() ? "(kernels not recorded)" : p.kernels.c_str(), p.method);
   std::printf("compute (one micro-chunk: fixed + per token)\n");
   std::printf("  layer forward       %s\n", linear(p.compute.layer_forward, T, layer_flops).c_str());
   std::printf("  layer backward      %s\n", linear(p.compute.layer_backward, T, 3 * layer_flops).c_str());
@@ -79,9 +85,10 @@ void print_profile(const MachineProfile& p, const ModelConfig& model) {
               p.host.threads);
   if (p.host.memory_sharing_measured) {
     const HostMemorySharing& m = p.host.memory_sharing;
-    std::printf("  beside copies       CPU AdamW at %.2f of its rate beside one direction, %.2f beside both; copies "
-                "at %.2f alone, %.2f in duplex beside it (host DRAM shared)\n",
-                m.cpu_beside_copy, m.cpu_beside_duplex, m.copy_beside_cpu, m.duplex_beside_cpu);
+    std::printf(
+        "  beside copies       CPU AdamW at %.2f of its rate beside one direction, %.2f beside both; copies "
+        "at %.2f alone, %.2f in duplex beside it (host DRAM shared)\n",
+        m.cpu_beside_copy, m.cpu_beside_duplex, m.copy_beside_cpu, m.duplex_beside_cpu);
   }
   std::printf("  RAM                 %s\n", format_bytes(static_cast<size_t>(p.host.memory_bytes)).c_str());
   if (p.host.disk_write_bytes_per_s > 0)
@@ -95,7 +102,8 @@ void print_profile(const MachineProfile& p, const ModelConfig& model) {
 
 void add_profile_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "profile", "Measure this machine for a model shape (compute, copies, CPU AdamW, disk); print and save it");
+      "profile",
+      "Measure this machine for a model shape (compute, copies, CPU AdamW, disk); print and save it");
   struct Args {
     std::string config;
     std::vector<std::string> overrides;
@@ -103,10 +111,12 @@ void add_profile_command(CLI::App& app) {
     bool no_disk = false;
   };
   auto a = std::make_shared<Args>();
-  cmd->add_option("config", a->config, "YAML config: model, seq_len, device, gpu_memory, threads are read")->required();
+  cmd->add_option("config", a->config, "YAML config: model, seq_len, device, gpu_memory, threads are read")
+      ->required();
   cmd->add_option("overrides", a->overrides, "key=value settings that override the file");
   cmd->add_option("--out", a->out, "also save the profile here (e.g. bench/profiles/h200-SHAPE.json)");
-  cmd->add_option("--preset", a->preset, "profile a preset's shape instead of `model:` (ARCH/NAME, see ferry init --list)");
+  cmd->add_option("--preset", a->preset,
+                  "profile a preset's shape instead of `model:` (ARCH/NAME, see ferry init --list)");
   cmd->add_option("--disk-dir", a->disk_dir, "directory whose disk is measured (default: the profile cache)");
   cmd->add_flag("--no-disk", a->no_disk, "skip the disk measurement");
   cmd->callback([a] {
@@ -122,7 +132,8 @@ void add_profile_command(CLI::App& app) {
     options.measure_disk = !a->no_disk;
     options.disk_dir = a->disk_dir.empty() ? cache_dir : std::filesystem::path(a->disk_dir);
     if (options.measure_disk && options.disk_dir.empty()) {
-      log_warn("profile: no directory for the disk measurement (set FERRY_CACHE_DIR or give --disk-dir); skipped");
+      log_warn(
+          "profile: no directory for the disk measurement (set FERRY_CACHE_DIR or give --disk-dir); skipped");
       options.measure_disk = false;
     }
     const MachineProfile profile = measure_profile(*device, *ops, model, config.seq_len, options);

@@ -13,9 +13,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/json_text.h"
+#include "tokenizer/tokenizer.h"
 #include "train/train_config.h"
 #include "train/training_data.h"
-#include "tokenizer/tokenizer.h"
 
 namespace ferry::cli {
 

@@ -23,8 +23,10 @@ class Arena {
     const size_t offset = (used_ + kAlignment - 1) / kAlignment * kAlignment;
     FERRY_ASSERT(offset + t.bytes() <= capacity_, "arena too small for its layout");
     used_ = offset + t.bytes();
-    if (base_ != nullptr) t.data = base_ + offset;
-    else t.data = reinterpret_cast<void*>(static_cast<uintptr_t>(1));  // non-empty while measuring
+    if (base_ != nullptr)
+      t.data = base_ + offset;
+    else
+      t.data = reinterpret_cast<void*>(static_cast<uintptr_t>(1));  // non-empty while measuring
     return t;
   }
   size_t used() const { return used_; }

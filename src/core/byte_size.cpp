@@ -50,8 +50,8 @@ int64_t parse_byte_size(const std::string& text, const std::string& key, const c
               "'{}': unknown size unit '{}' in '{}'; use B, KiB, MiB, GiB, TiB (or KB, MB, GB)", key, unit,
               text);
   const double bytes = number * u->second;
-  FERRY_CHECK(bytes < 0x1p63, where,
-              "'{}' is {}, more bytes than any machine has; give a size such as 24GiB", key, text);
+  FERRY_CHECK(bytes < 0x1p63, where, "'{}' is {}, more bytes than any machine has; give a size such as 24GiB",
+              key, text);
   FERRY_CHECK(
       bytes >= 1, where,
       "'{}' is {}, which is no size to work with; give a positive size such as 24GiB, or leave '{}' out for "

@@ -15,11 +15,12 @@ class Error : public std::runtime_error {
 };
 
 [[noreturn]] void raise(const std::string& where, const std::string& what);
-[[noreturn]] void assertion_failed(const char* expression, const char* file, int line, const std::string& note);
+[[noreturn]] void assertion_failed(const char* expression, const char* file, int line,
+                                   const std::string& note);
 
 }  // namespace ferry
 
-#define FERRY_ASSERT(condition, ...)                                                         \
-  do {                                                                                       \
+#define FERRY_ASSERT(condition, ...)                                                             \
+  do {                                                                                           \
     if (!(condition)) ::ferry::assertion_failed(#condition, __FILE__, __LINE__, "" __VA_ARGS__); \
   } while (0)

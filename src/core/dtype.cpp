@@ -7,15 +7,19 @@ namespace ferry {
 size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::F64:
-    case DType::I64: return 8;
+    case DType::I64:
+      return 8;
     case DType::F32:
-    case DType::I32: return 4;
+    case DType::I32:
+      return 4;
     case DType::F16:
     case DType::BF16:
-    case DType::I16: return 2;
+    case DType::I16:
+      return 2;
     case DType::I8:
     case DType::U8:
-    case DType::Bool: return 1;
+    case DType::Bool:
+      return 1;
   }
   FERRY_ASSERT(false, "unknown dtype");
   return 0;
@@ -73,9 +77,9 @@ uint16_t f32_to_f16(float value) {
   std::memcpy(&x, &value, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow or inf
-  if (abs < 0x38800000u) {                                              // subnormal or zero in f16
+  if (abs < 0x38800000u) {                                               // subnormal or zero in f16
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
     const uint32_t exponent = abs >> 23;
     const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
@@ -120,7 +124,9 @@ float f16_to_f32(uint16_t value) {
 
 void convert_to_f32(const void* src, DType from, float* dst, size_t count) {
   switch (from) {
-    case DType::F32: std::memcpy(dst, src, count * 4); return;
+    case DType::F32:
+      std::memcpy(dst, src, count * 4);
+      return;
     case DType::BF16: {
       const auto* s = static_cast<const uint16_t*>(src);
       for (size_t i = 0; i < count; ++i) dst[i] = bf16_to_f32(s[i]);
@@ -136,13 +142,17 @@ void convert_to_f32(const void* src, DType from, float* dst, size_t count) {
       for (size_t i = 0; i < count; ++i) dst[i] = static_cast<float>(s[i]);
       return;
     }
-    default: fail("convert_to_f32", "cannot convert {} to float32; weights must be F32, BF16, F16 or F64", dtype_name(from));
+    default:
+      fail("convert_to_f32", "cannot convert {} to float32; weights must be F32, BF16, F16 or F64",
+           dtype_name(from));
   }
 }
 
 void convert_from_f32(const float* src, DType to, void* dst, size_t count) {
   switch (to) {
-    case DType::F32: std::memcpy(dst, src, count * 4); return;
+    case DType::F32:
+      std::memcpy(dst, src, count * 4);
+      return;
     case DType::BF16: {
       auto* d = static_cast<uint16_t*>(dst);
       for (size_t i = 0; i < count; ++i) d[i] = f32_to_bf16(src[i]);
@@ -158,7 +168,8 @@ void convert_from_f32(const float* src, DType to, void* dst, size_t count) {
       for (size_t i = 0; i < count; ++i) d[i] = src[i];
       return;
     }
-    default: fail("convert_from_f32", "cannot convert float32 to {}", dtype_name(to));
+    default:
+      fail("convert_from_f32", "cannot convert float32 to {}", dtype_name(to));
   }
 }
 

@@ -15,15 +15,18 @@ void log_line(LogLevel level, const std::string& message);
 
 template <typename... Args>
 void log_info(fmt::format_string<Args...> format, Args&&... args) {
-  if (log_level() <= LogLevel::Info) log_line(LogLevel::Info, fmt::format(format, std::forward<Args>(args)...));
+  if (log_level() <= LogLevel::Info)
+    log_line(LogLevel::Info, fmt::format(format, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void log_warn(fmt::format_string<Args...> format, Args&&... args) {
-  if (log_level() <= LogLevel::Warn) log_line(LogLevel::Warn, fmt::format(format, std::forward<Args>(args)...));
+  if (log_level() <= LogLevel::Warn)
+    log_line(LogLevel::Warn, fmt::format(format, std::forward<Args>(args)...));
 }
 template <typename... Args>
 void log_debug(fmt::format_string<Args...> format, Args&&... args) {
-  if (log_level() <= LogLevel::Debug) log_line(LogLevel::Debug, fmt::format(format, std::forward<Args>(args)...));
+  if (log_level() <= LogLevel::Debug)
+    log_line(LogLevel::Debug, fmt::format(format, std::forward<Args>(args)...));
 }
 
 }  // namespace ferry

@@ -9,8 +9,8 @@
 #include <initializer_list>
 #include <string>
 
-#include "core/dtype.h"
 #include "core/check.h"
+#include "core/dtype.h"
 
 namespace ferry {
 

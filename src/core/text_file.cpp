@@ -12,10 +12,14 @@ namespace ferry {
 std::string read_text_file(const std::filesystem::path& path, const char* where, const char* hint) {
   errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) fail(where, "cannot open {} ({}); {}", path.string(), errno ? std::strerror(errno) : "unknown reason", hint);
+  if (!in)
+    fail(where, "cannot open {} ({}); {}", path.string(), errno ? std::strerror(errno) : "unknown reason",
+         hint);
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) fail(where, "reading {} failed ({}); {}", path.string(), errno ? std::strerror(errno) : "I/O error", hint);
+  if (in.bad())
+    fail(where, "reading {} failed ({}); {}", path.string(), errno ? std::strerror(errno) : "I/O error",
+         hint);
   return text.str();
 }
 

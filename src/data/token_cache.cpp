@@ -1,5 +1,4 @@
 #include "data/token_cache.h"
-#include "core/text_file.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -14,6 +13,7 @@
 #include "core/error.h"
 #include "core/json_text.h"
 #include "core/log.h"
+#include "core/text_file.h"
 #include "io/atomic_file.h"
 #include "io/mapped_file.h"
 

@@ -107,7 +107,9 @@ class OwnedBuffer {
         data_(kPinned ? device.allocate_pinned(bytes, what) : device.allocate(bytes, what)),
         bytes_(bytes) {}
   ~OwnedBuffer() { reset(); }
-  OwnedBuffer(OwnedBuffer&& o) noexcept : device_(o.device_), data_(o.data_), bytes_(o.bytes_) { o.data_ = nullptr; }
+  OwnedBuffer(OwnedBuffer&& o) noexcept : device_(o.device_), data_(o.data_), bytes_(o.bytes_) {
+    o.data_ = nullptr;
+  }
   OwnedBuffer& operator=(OwnedBuffer&& o) noexcept {
     if (this != &o) {
       reset();
@@ -123,12 +125,16 @@ class OwnedBuffer {
 
   void* data() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t bytes() const { return bytes_; }
   void reset() {
     if (data_ != nullptr) {
-      if (kPinned) device_->release_pinned(data_);
-      else device_->release(data_);
+      if (kPinned)
+        device_->release_pinned(data_);
+      else
+        device_->release(data_);
     }
     data_ = nullptr;
   }
@@ -153,7 +159,9 @@ class PinnedRegistration {
     pointer_ = pointer;
   }
   ~PinnedRegistration() { reset(); }
-  PinnedRegistration(PinnedRegistration&& o) noexcept : device_(o.device_), pointer_(o.pointer_) { o.pointer_ = nullptr; }
+  PinnedRegistration(PinnedRegistration&& o) noexcept : device_(o.device_), pointer_(o.pointer_) {
+    o.pointer_ = nullptr;
+  }
   PinnedRegistration& operator=(PinnedRegistration&& o) noexcept {
     if (this != &o) {
       reset();

@@ -37,8 +37,9 @@ size_t MemoryLedger::forget(void* pointer, BlockOrigin origin) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = blocks_.find(static_cast<const char*>(pointer));
   FERRY_ASSERT(it != blocks_.end(), "release of a pointer this device did not allocate (or released twice)");
-  FERRY_ASSERT(it->second.origin == origin,
-               "memory registered with the device is unregistered, not released (and allocated memory released)");
+  FERRY_ASSERT(
+      it->second.origin == origin,
+      "memory registered with the device is unregistered, not released (and allocated memory released)");
   const size_t bytes = it->second.bytes;
   blocks_.erase(it);
   in_use_ -= bytes;

@@ -37,8 +37,8 @@ namespace ferry {
 // `grad_dtype`) on the device, per parameter as clip.h cuts them, into `partials`; returns how
 // many (grad_norm_partials of the unit). For device-updated units here and for the host-updated
 // ones before their gradient leaves (SlidingEngine::send_gradients).
-size_t issue_unit_norm_partials(DeviceAdamW& kernels, const UnitLayout& unit, const void* grads, DType grad_dtype,
-                                double* partials);
+size_t issue_unit_norm_partials(DeviceAdamW& kernels, const UnitLayout& unit, const void* grads,
+                                DType grad_dtype, double* partials);
 
 class DeviceOptimizer {
  public:
@@ -80,15 +80,15 @@ class DeviceOptimizer {
   const std::vector<DeviceBuffer>& weights_;
   const std::vector<DeviceBuffer>& grads_;
   std::unique_ptr<DeviceAdamW> adamw_;
-  std::vector<size_t> units_;                       // the device units, in unit order
-  std::vector<DeviceBuffer> master_, m_, v_;        // indexed by unit (empty for host units)
+  std::vector<size_t> units_;                           // the device units, in unit order
+  std::vector<DeviceBuffer> master_, m_, v_;            // indexed by unit (empty for host units)
   std::vector<size_t> partial_offset_, partial_count_;  // per unit: its slice of the partials
-  DeviceBuffer partials_;                           // (all partials) doubles
-  DeviceBuffer scalars_;                            // [0, 8): sum of squares (double); [8, 12): clip (float)
-  PinnedBuffer partials_host_;                      // the partials' copy for the UnitUpdater
-  PinnedBuffer scalars_host_;                       // [0, 8): norm readback; [8, 12): clip to upload
-  PinnedBuffer staging_;                            // state transfers, in pieces
-  bool host_behind_ = false;                        // an update since the last download or upload
+  DeviceBuffer partials_;                               // (all partials) doubles
+  DeviceBuffer scalars_;        // [0, 8): sum of squares (double); [8, 12): clip (float)
+  PinnedBuffer partials_host_;  // the partials' copy for the UnitUpdater
+  PinnedBuffer scalars_host_;   // [0, 8): norm readback; [8, 12): clip to upload
+  PinnedBuffer staging_;        // state transfers, in pieces
+  bool host_behind_ = false;    // an update since the last download or upload
 };
 
 }  // namespace ferry

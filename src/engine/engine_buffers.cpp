@@ -12,7 +12,9 @@ namespace ferry {
 
 namespace {
 
-size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+size_t round_up(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
 
 }  // namespace
 
@@ -34,14 +36,16 @@ bool UnitRoles::any_device_updated() const {
   return std::find(device_updated.begin(), device_updated.end(), true) != device_updated.end();
 }
 
-EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
-                             const UnitRoles& roles, int64_t chunk_tokens, int64_t max_chunks) {
+EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const ModelLayout& layout,
+                             const Plan& plan, const UnitRoles& roles, int64_t chunk_tokens,
+                             int64_t max_chunks) {
   const size_t units = layout.units.size();
   const int64_t L = config.num_layers;
   const DType wd = plan.weight_dtype, gd = plan.grad_dtype;
   size_t largest_streamed = 0;
   for (size_t u = 0; u < units; ++u)
-    if (!roles.resident[u]) largest_streamed = std::max(largest_streamed, static_cast<size_t>(layout.units[u].numel));
+    if (!roles.resident[u])
+      largest_streamed = std::max(largest_streamed, static_cast<size_t>(layout.units[u].numel));
 
   // Everything the device must hold, measured first so that a budget that is too small is refused
   // with the numbers before anything is allocated.
@@ -62,9 +66,10 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   const size_t needed = device_bytes(config, layout, plan, chunk_tokens, max_chunks).total();
   const MemoryStats mem = device.memory();
   if (needed > mem.capacity - std::min(mem.capacity, mem.in_use)) {
-    fail("engine", "the plan needs {:.2f} GiB of device memory ({} slots of {:.2f} GiB, activations, workspace) but "
-                   "{:.2f} GiB of the {:.2f} GiB budget are free; lower micro_batch or seq_len, keep fewer units "
-                   "resident, offload activations, or raise gpu_memory",
+    fail("engine",
+         "the plan needs {:.2f} GiB of device memory ({} slots of {:.2f} GiB, activations, workspace) but "
+         "{:.2f} GiB of the {:.2f} GiB budget are free; lower micro_batch or seq_len, keep fewer units "
+         "resident, offload activations, or raise gpu_memory",
          needed / 1073741824.0, slots, (slot_param_bytes + slot_grad_bytes) / 1073741824.0,
          (mem.capacity - std::min(mem.capacity, mem.in_use)) / 1073741824.0, mem.capacity / 1073741824.0);
   }
@@ -79,7 +84,8 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
     if (!roles.resident[u]) continue;
     const size_t n = static_cast<size_t>(layout.units[u].numel);
     resident_params[u] = DeviceBuffer(device, round_up(n * dtype_size(wd)), "resident weights");
-    resident_grads[u] = DeviceBuffer(device, round_up(n * dtype_size(roles.grad_dtype(u, plan))), "resident gradients");
+    resident_grads[u] =
+        DeviceBuffer(device, round_up(n * dtype_size(roles.grad_dtype(u, plan))), "resident gradients");
   }
   kept_activations.resize(static_cast<size_t>(L));
   host_activations.resize(static_cast<size_t>(L));
@@ -124,7 +130,8 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   inv_freq = DeviceBuffer(device, round_up(frequencies.size() * sizeof(float)), "rope frequencies");
   PinnedBuffer inv_host(device, frequencies.size() * sizeof(float), "rope staging");
   std::memcpy(inv_host.data(), frequencies.data(), frequencies.size() * sizeof(float));
-  device.copy_to_device(inv_freq.data(), inv_host.data(), frequencies.size() * sizeof(float), StreamKind::HostToDevice);
+  device.copy_to_device(inv_freq.data(), inv_host.data(), frequencies.size() * sizeof(float),
+                        StreamKind::HostToDevice);
   device.synchronize(device.record(StreamKind::HostToDevice));
 
   host_partial_offset.assign(units, 0);
@@ -134,7 +141,8 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
     host_partial_count += grad_norm_partials(layout.units[u]);
   }
   if (host_partial_count > 0) {
-    host_unit_partials = DeviceBuffer(device, round_up(host_partial_count * sizeof(double)), "gradient norm partials");
+    host_unit_partials =
+        DeviceBuffer(device, round_up(host_partial_count * sizeof(double)), "gradient norm partials");
     host_unit_partials_host =
         PinnedBuffer(device, host_partial_count * sizeof(double), "gradient norm partials readback");
   }

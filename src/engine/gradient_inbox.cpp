@@ -16,8 +16,9 @@ GradientInbox::GradientInbox(Device& device, const ModelLayout& layout, const Pl
   dedicated_.resize(layout.units.size());
   for (size_t u = 0; u < layout.units.size(); ++u)
     if (landing.dedicated[u])
-      dedicated_[u] = PinnedBuffer(device_, static_cast<size_t>(layout.units[u].numel) * dtype_size(plan.grad_dtype),
-                                   "gradient landing");
+      dedicated_[u] =
+          PinnedBuffer(device_, static_cast<size_t>(layout.units[u].numel) * dtype_size(plan.grad_dtype),
+                       "gradient landing");
   if (sparse_unit_ != SIZE_MAX) {
     row_gradient_bytes_ = static_cast<size_t>(max_rows) * row_len * dtype_size(plan.grad_dtype);
     if (row_gradients == nullptr) {

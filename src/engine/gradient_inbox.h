@@ -35,8 +35,8 @@ class GradientInbox {
  public:
   // `sparse_unit`: the row-sparse embedding's unit (SIZE_MAX: none), whose gradient has at most
   // `max_rows` rows of `row_len`; they land in `row_gradients` when given.
-  GradientInbox(Device& device, const ModelLayout& layout, const Plan& plan, size_t sparse_unit, int64_t max_rows,
-                size_t row_len, void* row_gradients);
+  GradientInbox(Device& device, const ModelLayout& layout, const Plan& plan, size_t sparse_unit,
+                int64_t max_rows, size_t row_len, void* row_gradients);
   GradientInbox(const GradientInbox&) = delete;
   GradientInbox& operator=(const GradientInbox&) = delete;
 
@@ -57,7 +57,7 @@ class GradientInbox {
 
  private:
   Device& device_;
-  std::vector<bool> in_ring_;           // per unit
+  std::vector<bool> in_ring_;            // per unit
   std::vector<PinnedBuffer> dedicated_;  // per unit: its own buffer, where the policy gives one
   std::vector<PinnedBuffer> ring_;
   PinnedBuffer own_row_gradients_;

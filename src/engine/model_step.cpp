@@ -37,10 +37,14 @@ StepLoss ModelStep::run(const std::vector<float*>& params, const std::vector<flo
 
   const size_t th = static_cast<size_t>(T * H);
   auto boundary = [&](int64_t layer, int64_t c) {
-    return Tensor::f32(boundary_.data() + (static_cast<size_t>(layer) * static_cast<size_t>(C) + static_cast<size_t>(c)) * th,
-                       {T, H});
+    return Tensor::f32(
+        boundary_.data() +
+            (static_cast<size_t>(layer) * static_cast<size_t>(C) + static_cast<size_t>(c)) * th,
+        {T, H});
   };
-  auto chunk_grad = [&](int64_t c) { return Tensor::f32(chunk_grads_.data() + static_cast<size_t>(c) * th, {T, H}); };
+  auto chunk_grad = [&](int64_t c) {
+    return Tensor::f32(chunk_grads_.data() + static_cast<size_t>(c) * th, {T, H});
+  };
   const LayerContext ctx = context();
   const size_t emb = layout_.embedding_unit(), head = layout_.head_unit();
 
@@ -50,13 +54,15 @@ StepLoss ModelStep::run(const std::vector<float*>& params, const std::vector<flo
   for (int64_t l = 0; l < L; ++l) {
     const size_t u = layout_.layer_unit(l);
     const LayerParams p = layer_params(layout_.units[u], params[u], DType::F32);
-    for (int64_t c = 0; c < C; ++c) layer_forward(ops_, ctx, p, batch.chunk(c), boundary(l, c), boundary(l + 1, c), layer_scratch_);
+    for (int64_t c = 0; c < C; ++c)
+      layer_forward(ops_, ctx, p, batch.chunk(c), boundary(l, c), boundary(l + 1, c), layer_scratch_);
   }
 
   // Head: loss and its gradient, scaled by 1 / (counted tokens of the whole step).
   StepLoss result;
   result.counted_tokens = batch.counted_tokens();
-  const float grad_scale = result.counted_tokens > 0 ? 1.0f / static_cast<float>(result.counted_tokens) : 0.0f;
+  const float grad_scale =
+      result.counted_tokens > 0 ? 1.0f / static_cast<float>(result.counted_tokens) : 0.0f;
   const HeadParams hp = head_params(layout_, params[head], params[emb], DType::F32);
   const HeadParams hg = head_params(layout_, grads[head], grads[emb], DType::F32);
   float loss_sum = 0.0f;
@@ -71,7 +77,8 @@ StepLoss ModelStep::run(const std::vector<float*>& params, const std::vector<flo
     const LayerParams p = layer_params(layout_.units[u], params[u], DType::F32);
     const LayerParams g = layer_params(layout_.units[u], grads[u], DType::F32);
     for (int64_t c = 0; c < C; ++c)
-      layer_backward(ops_, ctx, p, g, batch.chunk(c), boundary(l, c), chunk_grad(c), chunk_grad(c), layer_scratch_);
+      layer_backward(ops_, ctx, p, g, batch.chunk(c), boundary(l, c), chunk_grad(c), chunk_grad(c),
+                     layer_scratch_);
   }
   Tensor dtable = embedding_table(layout_, grads[emb], DType::F32);
   for (int64_t c = 0; c < C; ++c) ops_.embedding_backward(batch.chunk(c).ids, chunk_grad(c), dtable);
@@ -101,11 +108,13 @@ Tensor ModelStep::forward_to_head(const std::vector<float*>& params, const Token
   FERRY_ASSERT(T <= max_chunk_tokens_);
   Tensor x = Tensor::f32(boundary_.data(), {T, H});
   Tensor y = Tensor::f32(boundary_.data() + static_cast<size_t>(max_chunk_tokens_ * H), {T, H});
-  ops_.embedding_forward(chunk.ids, embedding_table(layout_, params[layout_.embedding_unit()], DType::F32), x);
+  ops_.embedding_forward(chunk.ids, embedding_table(layout_, params[layout_.embedding_unit()], DType::F32),
+                         x);
   const LayerContext ctx = context();
   for (int64_t l = 0; l < config_.num_layers; ++l) {
     const size_t u = layout_.layer_unit(l);
-    layer_forward(ops_, ctx, layer_params(layout_.units[u], params[u], DType::F32), chunk, x, y, layer_scratch_);
+    layer_forward(ops_, ctx, layer_params(layout_.units[u], params[u], DType::F32), chunk, x, y,
+                  layer_scratch_);
     std::swap(x, y);
   }
   return x;
@@ -115,7 +124,8 @@ void ModelStep::logits(const std::vector<float*>& params, const TokenChunk& chun
   const Tensor x = forward_to_head(params, chunk);
   const size_t emb = layout_.embedding_unit();
   const HeadParams hp = head_params(layout_, params[layout_.head_unit()], params[emb], DType::F32);
-  head_logits(ops_, config_, hp, x, Tensor::f32(logits_out, {chunk.tokens, config_.vocab_size}), head_scratch_);
+  head_logits(ops_, config_, hp, x, Tensor::f32(logits_out, {chunk.tokens, config_.vocab_size}),
+              head_scratch_);
 }
 
 }  // namespace ferry

@@ -9,16 +9,16 @@
 #include <vector>
 
 #include "engine/step_batch.h"
-#include "model/model_config.h"
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
+#include "model/model_config.h"
 #include "model/unit_layout.h"
 #include "ops/ops.h"
 
 namespace ferry {
 
 struct StepLoss {
-  double loss_sum = 0.0;      // summed cross-entropy over counted tokens
+  double loss_sum = 0.0;  // summed cross-entropy over counted tokens
   int64_t counted_tokens = 0;
   double mean() const { return counted_tokens > 0 ? loss_sum / static_cast<double>(counted_tokens) : 0.0; }
 };
@@ -53,7 +53,7 @@ class ModelStep {
   int64_t max_chunk_tokens_;
   int64_t max_chunks_;
   std::vector<float> inv_freq_;
-  std::vector<float> boundary_;   // (L+1, chunks, T, H) layer inputs (index L: the head's input)
+  std::vector<float> boundary_;     // (L+1, chunks, T, H) layer inputs (index L: the head's input)
   std::vector<float> chunk_grads_;  // (chunks, T, H): d loss / d (current layer's output), per chunk
   std::vector<float> scratch_;
   LayerScratch layer_scratch_;

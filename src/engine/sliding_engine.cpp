@@ -16,13 +16,14 @@ namespace {
 
 // The plan, once it is known to place every unit and boundary of this model.
 const Plan& checked_plan(const Plan& plan, const ModelConfig& config, const ModelLayout& layout) {
-  FERRY_CHECK(plan.units.size() == layout.units.size(), "engine", "the plan places {} units; the model has {}",
-              plan.units.size(), layout.units.size());
+  FERRY_CHECK(plan.units.size() == layout.units.size(), "engine",
+              "the plan places {} units; the model has {}", plan.units.size(), layout.units.size());
   FERRY_CHECK(static_cast<int64_t>(plan.activations.size()) == config.num_layers, "engine",
               "the plan places {} boundary activations; the model has {} layers", plan.activations.size(),
               config.num_layers);
-  FERRY_CHECK(!layout.tied || plan.units[layout.embedding_unit()] != UnitPlacement::Streamed, "engine",
-              "tied embeddings are used by the first and the last unit: the plan must keep the embedding resident");
+  FERRY_CHECK(
+      !layout.tied || plan.units[layout.embedding_unit()] != UnitPlacement::Streamed, "engine",
+      "tied embeddings are used by the first and the last unit: the plan must keep the embedding resident");
   return plan;
 }
 
@@ -45,8 +46,10 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   FERRY_CHECK(!layout_.tied || unit_grad_dtype(E) == unit_grad_dtype(Hd), "engine",
               "with tied embeddings the head and the embedding need one gradient dtype: place both "
               "ResidentWithOptimizer (fp32 gradients), or neither, or plan fp32 gradients");
-  uses_ = schedule_slots(step_unit_sequence(config_.num_layers), roles_.resident, std::max<int64_t>(1, plan_.gpu_slots));
-  if (buffers_.conversion_staging.bytes() > 0) weight_writer_ = make_device_adamw(device_, StreamKind::HostToDevice);
+  uses_ = schedule_slots(step_unit_sequence(config_.num_layers), roles_.resident,
+                         std::max<int64_t>(1, plan_.gpu_slots));
+  if (buffers_.conversion_staging.bytes() > 0)
+    weight_writer_ = make_device_adamw(device_, StreamKind::HostToDevice);
   if (buffers_.host_partial_count > 0) norm_partials_ = make_device_adamw(device_);
   updater_ = std::make_unique<UnitUpdater>(device_, layout_, plan_, decay_all,
                                            max_embedding_rows(config_, chunk_tokens_, max_chunks_),
@@ -63,10 +66,13 @@ bool SlidingEngine::keeps_internals(int64_t layer) const {
 
 LayerScratch SlidingEngine::layer_scratch(int64_t layer, int64_t chunk) const {
   if (!keeps_internals(layer)) return buffers_.layer_scratch;
-  return with_kept_internals(buffers_.kept_internals[static_cast<size_t>(layer)][static_cast<size_t>(chunk)], buffers_.layer_scratch);
+  return with_kept_internals(buffers_.kept_internals[static_cast<size_t>(layer)][static_cast<size_t>(chunk)],
+                             buffers_.layer_scratch);
 }
 
-DType SlidingEngine::unit_grad_dtype(size_t u) const { return roles_.grad_dtype(u, plan_); }
+DType SlidingEngine::unit_grad_dtype(size_t u) const {
+  return roles_.grad_dtype(u, plan_);
+}
 
 SlidingEngine::~SlidingEngine() {
   try {
@@ -92,11 +98,13 @@ void SlidingEngine::finish_updates() {
 }
 
 void* SlidingEngine::unit_params_ptr(size_t unit, int64_t slot) const {
-  return roles_.resident[unit] ? buffers_.resident_params[unit].data() : buffers_.slot_params[static_cast<size_t>(slot)].data();
+  return roles_.resident[unit] ? buffers_.resident_params[unit].data()
+                               : buffers_.slot_params[static_cast<size_t>(slot)].data();
 }
 
 void* SlidingEngine::unit_grads_ptr(size_t unit, int64_t slot) const {
-  return roles_.resident[unit] ? buffers_.resident_grads[unit].data() : buffers_.slot_grads[static_cast<size_t>(slot)].data();
+  return roles_.resident[unit] ? buffers_.resident_grads[unit].data()
+                               : buffers_.slot_grads[static_cast<size_t>(slot)].data();
 }
 
 // Boundary `b` is the input of layer b (b < L); b == L is the head's input.
@@ -104,25 +112,29 @@ Tensor SlidingEngine::activation(int64_t b, int64_t chunk) const {
   const int64_t L = config_.num_layers, T = chunk_tokens_, H = config_.hidden_size;
   const DType dt = plan_.weight_dtype;
   void* base;
-  if (b == L) base = buffers_.head_input.data();
+  if (b == L)
+    base = buffers_.head_input.data();
   else if (boundary_on_gpu(plan_.activations[static_cast<size_t>(b)]))
     base = buffers_.kept_activations[static_cast<size_t>(b)].data();
-  else base = buffers_.staging_activations[b % 2].data();
+  else
+    base = buffers_.staging_activations[b % 2].data();
   return Tensor(static_cast<char*>(base) + static_cast<size_t>(chunk * T * H) * dtype_size(dt), dt, {T, H});
 }
 
 Tensor SlidingEngine::activation_grad(int64_t chunk) const {
   const int64_t T = chunk_tokens_, H = config_.hidden_size;
   const DType dt = plan_.weight_dtype;
-  return Tensor(static_cast<char*>(buffers_.chunk_grads.data()) + static_cast<size_t>(chunk * T * H) * dtype_size(dt), dt,
-                {T, H});
+  return Tensor(
+      static_cast<char*>(buffers_.chunk_grads.data()) + static_cast<size_t>(chunk * T * H) * dtype_size(dt),
+      dt, {T, H});
 }
 
 void SlidingEngine::upload_weights(size_t u, void* device_dst) {
   const size_t n = static_cast<size_t>(layout_.units[u].numel);
   const DType wd = plan_.weight_dtype;
   if (!updater_->converts_on_upload()) {
-    device_.copy_to_device(device_dst, updater_->unit(u).staging.data(), n * dtype_size(wd), StreamKind::HostToDevice);
+    device_.copy_to_device(device_dst, updater_->unit(u).staging.data(), n * dtype_size(wd),
+                           StreamKind::HostToDevice);
     return;
   }
   // The fp32 masters go up piece by piece through the staging, each written as weights before the
@@ -132,7 +144,8 @@ void SlidingEngine::upload_weights(size_t u, void* device_dst) {
   const size_t piece = buffers_.conversion_staging.bytes() / sizeof(float);
   for (size_t done = 0; done < n; done += piece) {
     const size_t k = std::min(piece, n - done);
-    device_.copy_to_device(buffers_.conversion_staging.data(), master + done, k * sizeof(float), StreamKind::HostToDevice);
+    device_.copy_to_device(buffers_.conversion_staging.data(), master + done, k * sizeof(float),
+                           StreamKind::HostToDevice);
     weight_writer_->write_weights(buffers_.conversion_staging.as<float>(),
                                   static_cast<char*>(device_dst) + done * dtype_size(wd), wd, k);
   }
@@ -141,7 +154,8 @@ void SlidingEngine::upload_weights(size_t u, void* device_dst) {
 void SlidingEngine::issue_load(size_t j) {
   const SlotUse& use = uses_[j];
   const TraceScope scope(device_, "load", layout_.units[use.unit].name);
-  if (use.previous_use >= 0) device_.wait(StreamKind::HostToDevice, events_.released[static_cast<size_t>(use.previous_use)]);
+  if (use.previous_use >= 0)
+    device_.wait(StreamKind::HostToDevice, events_.released[static_cast<size_t>(use.previous_use)]);
   // The embedding's backward claims its slot (after the previous occupant's release) unfilled.
   const bool weights_read = use_reads_weights(uses_, j);
   if (weights_read) {
@@ -171,7 +185,8 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
   // stream is synchronized at every step's end), and the updater read the pinned slice before this
   // step's forward could pass the unit's update.
   double* partials = buffers_.host_unit_partials.as<double>() + buffers_.host_partial_offset[unit];
-  const size_t count = issue_unit_norm_partials(*norm_partials_, layout_.units[unit], grads, plan_.grad_dtype, partials);
+  const size_t count =
+      issue_unit_norm_partials(*norm_partials_, layout_.units[unit], grads, plan_.grad_dtype, partials);
   const GradientBuffer landing = updater_->reserve_gradient_buffer(unit, StreamKind::DeviceToHost);
   if (updater_->row_sparse(unit)) {
     // Only the rows of the step's tokens carry a gradient: gathered (in the order of the step's
@@ -183,7 +198,8 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
     ops_.embedding_forward(step_row_ids_, table, rows);
     device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
     device_.copy_to_host(landing.data, rows.data,
-                         static_cast<size_t>(step_rows_ * H) * dtype_size(plan_.grad_dtype), StreamKind::DeviceToHost);
+                         static_cast<size_t>(step_rows_ * H) * dtype_size(plan_.grad_dtype),
+                         StreamKind::DeviceToHost);
   } else {
     device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
     // Into the unit's weight staging (the backward's upload of these weights completed before the
@@ -202,8 +218,9 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
                                       double max_grad_norm) {
   FERRY_ASSERT(step == step_ + 1, "steps must be consecutive");
   FERRY_ASSERT(batch.chunk_tokens() == chunk_tokens_ && batch.chunks() <= max_chunks_);
-  FERRY_CHECK(max_grad_norm <= 0 || plan_.update == UpdateSchedule::AfterBackward, "engine",
-              "gradient clipping needs the global norm before any update: use the after-backward update schedule");
+  FERRY_CHECK(
+      max_grad_norm <= 0 || plan_.update == UpdateSchedule::AfterBackward, "engine",
+      "gradient clipping needs the global norm before any update: use the after-backward update schedule");
   step_ = step;
   begin_step(batch, hyper, max_grad_norm);
   for (size_t i = 0; i < uses_.size(); ++i) run_use(i);
@@ -226,7 +243,8 @@ void SlidingEngine::begin_step(const StepBatch& batch, const AdamWHyper& hyper, 
   std::memcpy(host + 3 * stride, batch.doc_start.data(), n * 4);
   std::memcpy(host + 4 * stride, rows.data(), rows.size() * 4);
   updater_->begin_step(step_, hyper, max_grad_norm, std::move(rows));
-  device_.copy_to_device(buffers_.tokens.data(), host, kStepTokenArrays * stride * sizeof(int32_t), StreamKind::HostToDevice);
+  device_.copy_to_device(buffers_.tokens.data(), host, kStepTokenArrays * stride * sizeof(int32_t),
+                         StreamKind::HostToDevice);
   tokens_free_ = device_.record(StreamKind::HostToDevice);
   device_.wait(StreamKind::Compute, tokens_free_);
   step_row_ids_ = buffers_.tokens.as<int32_t>() + 4 * stride;
@@ -246,7 +264,8 @@ void SlidingEngine::begin_step(const StepBatch& batch, const AdamWHyper& hyper, 
 }
 
 TokenChunk SlidingEngine::chunk(int64_t c) const {
-  const size_t stride = static_cast<size_t>(max_chunks_ * chunk_tokens_), o = static_cast<size_t>(c * chunk_tokens_);
+  const size_t stride = static_cast<size_t>(max_chunks_ * chunk_tokens_),
+               o = static_cast<size_t>(c * chunk_tokens_);
   const int32_t* dev_tokens = buffers_.tokens.as<int32_t>();
   TokenChunk t;
   t.tokens = chunk_tokens_;
@@ -272,22 +291,26 @@ void SlidingEngine::ensure_resident(size_t u) {
 }
 
 bool SlidingEngine::boundary_offloaded(int64_t b) const {
-  return b < config_.num_layers && plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
+  return b < config_.num_layers &&
+         plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
 }
 
 size_t SlidingEngine::boundary_bytes() const {
-  return static_cast<size_t>(step_chunks_ * chunk_tokens_ * config_.hidden_size) * dtype_size(plan_.weight_dtype);
+  return static_cast<size_t>(step_chunks_ * chunk_tokens_ * config_.hidden_size) *
+         dtype_size(plan_.weight_dtype);
 }
 
 void SlidingEngine::before_boundary_write(int64_t b) {
-  if (boundary_offloaded(b) && events_.staging_free[b % 2] >= 0) device_.wait(StreamKind::Compute, events_.staging_free[b % 2]);
+  if (boundary_offloaded(b) && events_.staging_free[b % 2] >= 0)
+    device_.wait(StreamKind::Compute, events_.staging_free[b % 2]);
 }
 
 void SlidingEngine::offload_boundary(int64_t b) {
   const TraceScope scope(device_, "offload activation");
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-  device_.copy_to_host(buffers_.host_activations[static_cast<size_t>(b)].data(), buffers_.staging_activations[b % 2].data(),
-                       boundary_bytes(), StreamKind::DeviceToHost);
+  device_.copy_to_host(buffers_.host_activations[static_cast<size_t>(b)].data(),
+                       buffers_.staging_activations[b % 2].data(), boundary_bytes(),
+                       StreamKind::DeviceToHost);
   events_.offload_done[static_cast<size_t>(b)] = device_.record(StreamKind::DeviceToHost);
   events_.staging_free[b % 2] = events_.offload_done[static_cast<size_t>(b)];
 }
@@ -296,8 +319,9 @@ void SlidingEngine::reload_boundary(int64_t b, EventId staging_readers_done) {
   const TraceScope scope(device_, "reload activation");
   device_.wait(StreamKind::HostToDevice, staging_readers_done);
   device_.wait(StreamKind::HostToDevice, events_.offload_done[static_cast<size_t>(b)]);
-  device_.copy_to_device(buffers_.staging_activations[b % 2].data(), buffers_.host_activations[static_cast<size_t>(b)].data(),
-                         boundary_bytes(), StreamKind::HostToDevice);
+  device_.copy_to_device(buffers_.staging_activations[b % 2].data(),
+                         buffers_.host_activations[static_cast<size_t>(b)].data(), boundary_bytes(),
+                         StreamKind::HostToDevice);
   events_.activation_back[static_cast<size_t>(b)] = device_.record(StreamKind::HostToDevice);
   events_.staging_free[b % 2] = -1;
 }
@@ -330,18 +354,24 @@ void SlidingEngine::run_use(size_t i) {
     device_.fill_zero(grads, static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
                       StreamKind::Compute);
   const bool sends = !forward;  // every backward unit, the head included, has a gradient to send
-  if (u == E && forward) embedding_forward(params);
-  else if (u == Hd) head_step(params, grads);
-  else if (u == E) embedding_backward(grads);
-  else if (forward) decoder_forward(u, params);
-  else decoder_backward(u, params, grads, before);
+  if (u == E && forward)
+    embedding_forward(params);
+  else if (u == Hd)
+    head_step(params, grads);
+  else if (u == E)
+    embedding_backward(grads);
+  else if (forward)
+    decoder_forward(u, params);
+  else
+    decoder_backward(u, params, grads, before);
   release_use(i, sends);
   // Prefetch the boundary activation the next backward layer reads, while this unit computes.
   if (i + 1 < uses_.size() && i + 1 > static_cast<size_t>(L) + 1) {
     const size_t next = uses_[i + 1].unit;
     if (next != E) {
       const int64_t l = static_cast<int64_t>(next) - 1;
-      if (boundary_offloaded(l) && events_.activation_back[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
+      if (boundary_offloaded(l) && events_.activation_back[static_cast<size_t>(l)] < 0)
+        reload_boundary(l, before);
     }
   }
   issue_loads_up_to(i + static_cast<size_t>(std::max<int64_t>(1, plan_.gpu_slots - 1)));
@@ -360,7 +390,8 @@ void SlidingEngine::head_step(void* params, void* grads) {
   void* emb_params = roles_.resident[E] ? buffers_.resident_params[E].data() : nullptr;
   void* emb_grads = roles_.resident[E] ? buffers_.resident_grads[E].data() : nullptr;
   const HeadParams hp = head_params(layout_, params, emb_params, plan_.weight_dtype);
-  const HeadParams hg = head_params(layout_, grads, emb_grads, unit_grad_dtype(Hd));  // E's dtype too (constructor)
+  const HeadParams hg =
+      head_params(layout_, grads, emb_grads, unit_grad_dtype(Hd));  // E's dtype too (constructor)
   const Tensor loss(buffers_.loss.data(), DType::F32, {1});
   for (int64_t c = 0; c < step_chunks_; ++c)
     head_forward_backward(ops_, config_, hp, &hg, chunk(c), activation(config_.num_layers, c), grad_scale,
@@ -391,14 +422,16 @@ void SlidingEngine::decoder_backward(size_t u, void* params, void* grads, EventI
   const Recompute recompute = keeps_internals(l) ? Recompute::NormsActivation : Recompute::Forward;
   for (int64_t c = 0; c < step_chunks_; ++c) {
     LayerScratch s = layer_scratch(l, c);
-    layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c), activation_grad(c), activation_grad(c), s, recompute);
+    layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c), activation_grad(c), activation_grad(c), s,
+                   recompute);
   }
 }
 
 void SlidingEngine::embedding_backward(void* grads) {
   const size_t E = layout_.embedding_unit();
   const Tensor dtable = embedding_table(layout_, grads, unit_grad_dtype(E));
-  for (int64_t c = 0; c < step_chunks_; ++c) ops_.embedding_backward(chunk(c).ids, activation_grad(c), dtable);
+  for (int64_t c = 0; c < step_chunks_; ++c)
+    ops_.embedding_backward(chunk(c).ids, activation_grad(c), dtable);
 }
 
 void SlidingEngine::release_use(size_t i, bool sends) {
@@ -422,11 +455,14 @@ SlidingStepResult SlidingEngine::end_step(double max_grad_norm) {
   const bool all_on_device = plan_.optimizer_on_gpu();
   if (all_on_device) device_optimizer_->update_all(step_, hyper, max_grad_norm);
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
-  device_.copy_to_host(buffers_.loss_host.data(), buffers_.loss.data(), sizeof(float), StreamKind::DeviceToHost);
+  device_.copy_to_host(buffers_.loss_host.data(), buffers_.loss.data(), sizeof(float),
+                       StreamKind::DeviceToHost);
   device_.synchronize(device_.record(StreamKind::DeviceToHost));
   SlidingStepResult result;
   result.counted_tokens = counted_tokens_;
-  result.loss = result.counted_tokens > 0 ? *buffers_.loss_host.as<float>() / static_cast<double>(result.counted_tokens) : 0.0;
+  result.loss = result.counted_tokens > 0
+                    ? *buffers_.loss_host.as<float>() / static_cast<double>(result.counted_tokens)
+                    : 0.0;
   result.grad_norm = all_on_device ? device_optimizer_->read_norm() : updater_->grad_norm(step_);
   // Device units beside host units: updated from the host's norm, ahead of the next forward.
   if (device_optimizer_ && !all_on_device && plan_.update == UpdateSchedule::AfterBackward)

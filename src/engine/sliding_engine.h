@@ -13,14 +13,16 @@
 // What each plan option costs and saves, per parameter of a unit (bf16 weights and gradients on
 // the GPU; N parameters in all; the arithmetic is planner/memory_model.cpp's):
 //
-//   placement              GPU memory            host memory                  PCIe per step        CPU per step
-//   Streamed               a share of the slots  12 B fp32 master, m, v       h2d 2 B × 2 uploads  AdamW: ~28 B of
-//                          (slots × largest      (huge pages) + 2 B pinned    (forward, backward)  DRAM traffic
-//                          streamed unit × 4 B)  staging                      + d2h 2 B gradient
-//   ResidentParams         4 B (weights, grads)  the same 14 B                h2d 2 B once + d2h 2 B  the same
-//   ResidentWithOptimizer  18 B (weights 2,      12 B (a copy of master, m,   none (8 B of norm    none (GPU AdamW,
-//                          fp32 grads 4,         v for checkpoints), no       partials per 8Ki     ~30 B of HBM
-//                          master, m, v 12)      pinned staging               params)              traffic)
+//   placement              GPU memory            host memory                  PCIe per step        CPU per
+//   step Streamed               a share of the slots  12 B fp32 master, m, v       h2d 2 B × 2 uploads AdamW:
+//   ~28 B of
+//                          (slots × largest      (huge pages) + 2 B pinned    (forward, backward)  DRAM
+//                          traffic streamed unit × 4 B)  staging                      + d2h 2 B gradient
+//   ResidentParams         4 B (weights, grads)  the same 14 B                h2d 2 B once + d2h 2 B  the
+//   same ResidentWithOptimizer  18 B (weights 2,      12 B (a copy of master, m,   none (8 B of norm    none
+//   (GPU AdamW,
+//                          fp32 grads 4,         v for checkpoints), no       partials per 8Ki     ~30 B of
+//                          HBM master, m, v 12)      pinned staging               params) traffic)
 //
 //  * The pinned staging buffer of a host-updated unit carries its weights up and its gradient down
 //    (unit_updater.h), so the host holds 14 bytes/param, not 16: 8B parameters (Llama-3.1-8B) need
@@ -60,14 +62,14 @@
 #include "engine/engine_buffers.h"
 #include "engine/model_step.h"
 #include "engine/step_batch.h"
-#include "planner/slot_schedule.h"
 #include "engine/unit_updater.h"
-#include "model/model_config.h"
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
+#include "model/model_config.h"
 #include "model/unit_layout.h"
 #include "ops/ops.h"
 #include "planner/plan.h"
+#include "planner/slot_schedule.h"
 
 namespace ferry {
 
@@ -81,8 +83,8 @@ class SlidingEngine {
  public:
   // `max_chunks` micro-chunks of `chunk_tokens` tokens per step at most. Allocates every device
   // and pinned buffer now, once; throws ferry::Error when the device budget is too small.
-  SlidingEngine(const ModelConfig& config, const ModelLayout& layout, Device& device, Ops& ops, const Plan& plan,
-                int64_t chunk_tokens, int64_t max_chunks, bool decay_all);
+  SlidingEngine(const ModelConfig& config, const ModelLayout& layout, Device& device, Ops& ops,
+                const Plan& plan, int64_t chunk_tokens, int64_t max_chunks, bool decay_all);
   ~SlidingEngine();
 
   // Host state of the optimizer (fp32 masters, m, v per unit; for units updated on the device,
@@ -189,9 +191,9 @@ class SlidingEngine {
   int64_t step_chunks_ = 0;               // micro-chunks in this step
   std::vector<int64_t> step_row_tokens_;  // per micro-chunk: TokenChunk::row_tokens
   AdamWHyper step_hyper_;
-  int64_t counted_tokens_ = 0;            // targets the step's loss counts
-  int64_t step_rows_ = 0;                 // the step's distinct token ids (embedding rows touched)
-  const int32_t* step_row_ids_ = nullptr; // on the device, sorted
+  int64_t counted_tokens_ = 0;             // targets the step's loss counts
+  int64_t step_rows_ = 0;                  // the step's distinct token ids (embedding rows touched)
+  const int32_t* step_row_ids_ = nullptr;  // on the device, sorted
 
   // Across steps.
   int64_t step_ = 0;

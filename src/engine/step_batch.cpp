@@ -58,8 +58,10 @@ StepBatch make_step_batch(const std::vector<const PackedRow*>& rows, int64_t seq
 std::vector<int32_t> distinct_ids(std::span<const int32_t> ids, int64_t vocab) {
   std::vector<uint8_t> seen(static_cast<size_t>(vocab), 0);
   for (const int32_t id : ids) {
-    FERRY_CHECK(id >= 0 && id < vocab, "data", "token id {} is outside the model's vocabulary of {} ids; re-tokenize "
-                "the data with the model's tokenizer", id, vocab);
+    FERRY_CHECK(id >= 0 && id < vocab, "data",
+                "token id {} is outside the model's vocabulary of {} ids; re-tokenize "
+                "the data with the model's tokenizer",
+                id, vocab);
     seen[static_cast<size_t>(id)] = 1;
   }
   std::vector<int32_t> rows;

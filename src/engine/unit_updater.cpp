@@ -4,13 +4,13 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "device/memory_ledger.h"
 #include "device/trace/trace_scope.h"
-#include "core/clock.h"
 #include "optim/clip.h"
 #include "optim/cpu_adamw.h"
 #include "planner/memory_model.h"
@@ -20,12 +20,13 @@ namespace ferry {
 UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all,
                          int64_t max_rows, void* row_gradients)
     : device_(device), layout_(layout), plan_(plan) {
-  FERRY_CHECK(plan_.optimizer_on_gpu() || converts_on_upload() ||
-                  dtype_size(plan_.grad_dtype) == dtype_size(plan_.weight_dtype),
-              "engine",
-              "gradients land in the pinned buffer of the unit's weights, so the gradient dtype ({}) must have the "
-              "size of the weight dtype ({}); plan bf16 gradients with bf16 weights",
-              dtype_name(plan_.grad_dtype), dtype_name(plan_.weight_dtype));
+  FERRY_CHECK(
+      plan_.optimizer_on_gpu() || converts_on_upload() ||
+          dtype_size(plan_.grad_dtype) == dtype_size(plan_.weight_dtype),
+      "engine",
+      "gradients land in the pinned buffer of the unit's weights, so the gradient dtype ({}) must have the "
+      "size of the weight dtype ({}); plan bf16 gradients with bf16 weights",
+      dtype_name(plan_.grad_dtype), dtype_name(plan_.weight_dtype));
   size_t arrays = 0, advised = 0, bytes = 0;
   for (size_t u = 0; u < layout_.units.size(); ++u) {
     const auto& unit = layout_.units[u];
@@ -46,7 +47,8 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
     // Uploaded as they are: the whole mapping, so the memory model counts what it counts for the
     // pageable arrays (HostArray::mapped_bytes).
     if (on_host_.back() && converts_on_upload() && n > 0)
-      s.pinned_master = PinnedRegistration(device_, s.master.data(), HostArray::mapped_bytes(n), "fp32 masters (uploaded)");
+      s.pinned_master =
+          PinnedRegistration(device_, s.master.data(), HostArray::mapped_bytes(n), "fp32 masters (uploaded)");
     units_.push_back(std::move(s));
     std::vector<AdamWSegment> segments;
     for (const auto& p : unit.params)
@@ -56,12 +58,14 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
   // A fallback to small pages is slower, not wrong: said once, with the count.
   const std::string mode = transparent_huge_page_mode();
   if (advised < arrays || mode == "never")
-    log_warn("optimizer state: {} of {} arrays ({} in all) could be advised into huge pages (transparent huge "
-             "pages: {}); the rest use 4 KiB pages, and the CPU AdamW may run slower",
-             advised, arrays, format_bytes(bytes), mode);
+    log_warn(
+        "optimizer state: {} of {} arrays ({} in all) could be advised into huge pages (transparent huge "
+        "pages: {}); the rest use 4 KiB pages, and the CPU AdamW may run slower",
+        advised, arrays, format_bytes(bytes), mode);
   else if (arrays > 0)
-    log_debug("optimizer state: {} arrays, {}, in 2 MiB-aligned huge-page mappings (transparent huge pages: {})",
-              arrays, format_bytes(bytes), mode);
+    log_debug(
+        "optimizer state: {} arrays, {}, in 2 MiB-aligned huge-page mappings (transparent huge pages: {})",
+        arrays, format_bytes(bytes), mode);
   if (row_sparse_embedding(layout_, plan_)) {
     sparse_unit_ = layout_.embedding_unit();
     const auto& params = layout_.units[sparse_unit_].params;
@@ -69,7 +73,8 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
                  "the embedding unit holds the embedding table alone");
     row_len_ = static_cast<size_t>(params[0].shape[1]);
   }
-  inbox_ = std::make_unique<GradientInbox>(device_, layout_, plan_, sparse_unit_, max_rows, row_len_, row_gradients);
+  inbox_ = std::make_unique<GradientInbox>(device_, layout_, plan_, sparse_unit_, max_rows, row_len_,
+                                           row_gradients);
   step_rows_ = std::make_shared<const std::vector<int32_t>>();
   updated_step_.assign(units_.size(), 0);
   partials_.resize(units_.size());
@@ -84,7 +89,8 @@ void UnitUpdater::commit_state() {
       a->commit(ThreadPool::global());
       committed += HostArray::mapped_bytes(a->size());
     }
-  log_debug("optimizer state: {} committed in {:.2f} s", format_bytes(committed), seconds_since(commit_start));
+  log_debug("optimizer state: {} committed in {:.2f} s", format_bytes(committed),
+            seconds_since(commit_start));
 }
 
 UnitUpdater::~UnitUpdater() {
@@ -115,8 +121,8 @@ void UnitUpdater::refresh_staging(int64_t step) {
 
 void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm,
                              std::vector<int32_t> rows) {
-  FERRY_ASSERT(sparse_unit_ == SIZE_MAX || rows.size() * row_len_ * dtype_size(plan_.grad_dtype) <=
-                                               inbox_->row_gradient_bytes(),
+  FERRY_ASSERT(sparse_unit_ == SIZE_MAX ||
+                   rows.size() * row_len_ * dtype_size(plan_.grad_dtype) <= inbox_->row_gradient_bytes(),
                "more embedding rows than the row gradient buffer holds");
   auto shared_rows = std::make_shared<const std::vector<int32_t>>(std::move(rows));
   std::lock_guard<std::mutex> lock(mutex_);
@@ -134,13 +140,14 @@ GradientBuffer UnitUpdater::reserve_gradient_buffer(size_t u, StreamKind stream)
   return inbox_->reserve(u, units_[u].staging.data(), stream);
 }
 
-void UnitUpdater::gradient_landed(size_t u, const GradientBuffer& buffer, EventId event, const double* partials,
-                                  size_t count) {
+void UnitUpdater::gradient_landed(size_t u, const GradientBuffer& buffer, EventId event,
+                                  const double* partials, size_t count) {
   FERRY_ASSERT(on_host_[u], "a unit updated on the device sends its norm partials, not its gradient");
   FERRY_ASSERT(buffer.data != nullptr, "reserve_gradient_buffer names where a gradient lands");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_, buffer});
+    queue_.push_back(
+        {false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_, buffer});
   }
   changed_.notify_all();
 }
@@ -158,7 +165,8 @@ void UnitUpdater::partials_landed(size_t u, EventId event, const double* partial
   FERRY_ASSERT(!on_host_[u], "a host-updated unit sends its gradient");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back({false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_, {}});
+    queue_.push_back(
+        {false, u, current_step_, event, hyper_, max_grad_norm_, partials, count, step_rows_, {}});
   }
   changed_.notify_all();
 }
@@ -191,16 +199,19 @@ double UnitUpdater::grad_norm(int64_t step) {
 void UnitUpdater::update_rows(const std::vector<int32_t>& rows, bool zero_gradient, int64_t step,
                               const AdamWHyper& hyper, float clip) {
   const size_t u = sparse_unit_;
-  const HostSpan traced(device_, TraceTrack::CpuUpdate, "adamw",
-                        layout_.units[u].name + (zero_gradient ? " (rows without gradient)" : " (token rows)"));
+  const HostSpan traced(
+      device_, TraceTrack::CpuUpdate, "adamw",
+      layout_.units[u].name + (zero_gradient ? " (rows without gradient)" : " (token rows)"));
   std::vector<int32_t> complement;
   if (zero_gradient) {
     const size_t table_rows = static_cast<size_t>(layout_.units[u].params[0].shape[0]);
     complement.reserve(table_rows - rows.size());
     size_t k = 0;
     for (size_t r = 0; r < table_rows; ++r) {
-      if (k < rows.size() && static_cast<size_t>(rows[k]) == r) ++k;
-      else complement.push_back(static_cast<int32_t>(r));
+      if (k < rows.size() && static_cast<size_t>(rows[k]) == r)
+        ++k;
+      else
+        complement.push_back(static_cast<int32_t>(r));
     }
   }
   const std::vector<int32_t>& updated = zero_gradient ? complement : rows;
@@ -285,7 +296,8 @@ void UnitUpdater::run() {
         all_landed = ++landed_ == units_.size();
       }
       if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
-        update_unit(landing.unit, landing.gradient.data, landing.step, landing.hyper, 1.0f, landing.rows.get());
+        update_unit(landing.unit, landing.gradient.data, landing.step, landing.hyper, 1.0f,
+                    landing.rows.get());
         std::lock_guard<std::mutex> lock(mutex_);
         updated_step_[landing.unit] = landing.step;
       }
@@ -305,7 +317,8 @@ void UnitUpdater::run() {
           for (size_t u = 0; u < units_.size(); ++u) {
             if (!on_host_[u]) continue;
             FERRY_ASSERT(!inbox_->in_ring(u), "gradients wait for the norm in buffers of their own");
-            update_unit(u, inbox_->own(u, units_[u].staging.data()), landing.step, landing.hyper, clip, landing.rows.get());
+            update_unit(u, inbox_->own(u, units_[u].staging.data()), landing.step, landing.hyper, clip,
+                        landing.rows.get());
             {
               std::lock_guard<std::mutex> lock(mutex_);
               updated_step_[u] = landing.step;

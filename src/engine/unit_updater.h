@@ -50,8 +50,8 @@
 #pragma once
 
 #include <condition_variable>
-#include <deque>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -128,7 +128,8 @@ class UnitUpdater {
   // The gradient of host-updated unit u for the current step lands in `buffer` (reserved for it)
   // when `event` completes, and its norm partials (`count` doubles, grad_norm_partials of the
   // unit, computed on the device; pinned) in `partials`.
-  void gradient_landed(size_t u, const GradientBuffer& buffer, EventId event, const double* partials, size_t count);
+  void gradient_landed(size_t u, const GradientBuffer& buffer, EventId event, const double* partials,
+                       size_t count);
   // For a unit updated on the device: its norm partials for the current step are in `partials`
   // when `event` completes.
   void partials_landed(size_t u, EventId event, const double* partials, size_t count);
@@ -154,15 +155,15 @@ class UnitUpdater {
     const double* partials = nullptr;  // the unit's norm partials (pinned)
     size_t partial_count = 0;
     std::shared_ptr<const std::vector<int32_t>> rows;  // the step's rows (row-sparse embedding)
-    GradientBuffer gradient;  // where the gradient landed
+    GradientBuffer gradient;                           // where the gradient landed
   };
   void run();
   void update_unit(size_t u, const void* grad, int64_t step, const AdamWHyper& hyper, float clip,
                    const std::vector<int32_t>* rows);
   // The row-sparse embedding's rows: those in `rows` from row_gradients(), or (rows without a
   // gradient) the complement of `rows` with a zero gradient.
-  void update_rows(const std::vector<int32_t>& rows, bool zero_gradient, int64_t step, const AdamWHyper& hyper,
-                   float clip);
+  void update_rows(const std::vector<int32_t>& rows, bool zero_gradient, int64_t step,
+                   const AdamWHyper& hyper, float clip);
   // The pass of step `step` over the rows without a gradient, once per step (worker only).
   void update_rows_without_gradient(const std::vector<int32_t>& rows, int64_t step, const AdamWHyper& hyper);
   void refresh_staging(size_t u);
@@ -173,10 +174,10 @@ class UnitUpdater {
   Plan plan_;
   std::vector<HostUnitState> units_;
   std::vector<bool> on_host_;
-  std::vector<std::vector<AdamWSegment>> segments_;  // per unit: its parameters and their decay
-  size_t sparse_unit_ = SIZE_MAX;                     // the row-sparse embedding, if any
-  size_t row_len_ = 0;                                // its row length (hidden size)
-  std::unique_ptr<GradientInbox> inbox_;  // where gradients land (engine/gradient_inbox.h)
+  std::vector<std::vector<AdamWSegment>> segments_;        // per unit: its parameters and their decay
+  size_t sparse_unit_ = SIZE_MAX;                          // the row-sparse embedding, if any
+  size_t row_len_ = 0;                                     // its row length (hidden size)
+  std::unique_ptr<GradientInbox> inbox_;                   // where gradients land (engine/gradient_inbox.h)
   std::shared_ptr<const std::vector<int32_t>> step_rows_;  // the current step's rows
   int64_t zero_rows_step_ = 0;  // the last step whose rows without a gradient are updated (worker only)
 

@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -16,7 +16,9 @@ namespace ferry {
 
 MappedFile MappedFile::open(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("io", "{}: cannot open: {}; check the path and its permissions", path.string(), std::strerror(errno));
+  if (fd < 0)
+    fail("io", "{}: cannot open: {}; check the path and its permissions", path.string(),
+         std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
@@ -44,10 +46,14 @@ MappedFile MappedFile::open(const std::filesystem::path& path) {
   return file;
 }
 
-MappedFile::~MappedFile() { release(); }
+MappedFile::~MappedFile() {
+  release();
+}
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)), path_(std::move(other.path_)) {}
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      path_(std::move(other.path_)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {

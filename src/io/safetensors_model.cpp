@@ -9,9 +9,9 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/text_file.h"
 #include "core/json_text.h"
 #include "core/log.h"
+#include "core/text_file.h"
 #include "core/thread_pool.h"
 #include "io/safetensors.h"
 

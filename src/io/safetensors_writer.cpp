@@ -25,14 +25,16 @@ constexpr const char* kIndexFile = "model.safetensors.index.json";
 size_t tensor_bytes(const fs::path& path, const TensorToWrite& t) {
   uint64_t numel = 1;
   for (int64_t d : t.shape) {
-    FERRY_CHECK(d >= 0, "safetensors", "{}: tensor '{}' has a negative dimension in its shape", path.string(), t.name);
+    FERRY_CHECK(d >= 0, "safetensors", "{}: tensor '{}' has a negative dimension in its shape", path.string(),
+                t.name);
     FERRY_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(d), &numel), "safetensors",
                 "{}: tensor '{}' has too many elements", path.string(), t.name);
   }
   uint64_t bytes;
-  FERRY_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &bytes), "safetensors",
-              "{}: tensor '{}' is larger than 2^64 bytes", path.string(), t.name);
-  FERRY_ASSERT(bytes == 0 || (t.data != nullptr) != (t.f32_source != nullptr), "a tensor to write has one source");
+  FERRY_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &bytes),
+              "safetensors", "{}: tensor '{}' is larger than 2^64 bytes", path.string(), t.name);
+  FERRY_ASSERT(bytes == 0 || (t.data != nullptr) != (t.f32_source != nullptr),
+               "a tensor to write has one source");
   return static_cast<size_t>(bytes);
 }
 
@@ -41,7 +43,8 @@ void check_names(const fs::path& where, const std::vector<TensorToWrite>& tensor
   for (const TensorToWrite& t : tensors) {
     FERRY_CHECK(!t.name.empty() && t.name != "__metadata__", "safetensors", "{}: '{}' cannot name a tensor",
                 where.string(), t.name);
-    FERRY_CHECK(seen.insert(t.name).second, "safetensors", "{}: tensor '{}' is given twice", where.string(), t.name);
+    FERRY_CHECK(seen.insert(t.name).second, "safetensors", "{}: tensor '{}' is given twice", where.string(),
+                t.name);
   }
 }
 
@@ -59,7 +62,8 @@ void remove_stale(const fs::path& dir, const std::set<std::string>& keep) {
   std::vector<fs::path> stale;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_regular_file() && is_weight_file_name(name) && !keep.count(name)) stale.push_back(entry.path());
+    if (entry.is_regular_file() && is_weight_file_name(name) && !keep.count(name))
+      stale.push_back(entry.path());
   }
   // The index goes first: without it a reader falls back to model.safetensors, never to a mix of
   // old shards.
@@ -69,7 +73,8 @@ void remove_stale(const fs::path& dir, const std::set<std::string>& keep) {
   for (const fs::path& p : stale) {
     std::error_code ec;
     fs::remove(p, ec);
-    FERRY_CHECK(!ec, "safetensors", "{}: cannot remove this file of an earlier save: {}", p.string(), ec.message());
+    FERRY_CHECK(!ec, "safetensors", "{}: cannot remove this file of an earlier save: {}", p.string(),
+                ec.message());
   }
   sync_directory(dir);
 }
@@ -108,7 +113,8 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
   try {
     text = header.dump();
   } catch (const ordered_json::exception& e) {
-    fail("safetensors", "{}: a tensor name or metadata string is not valid UTF-8 ({})", path.string(), e.what());
+    fail("safetensors", "{}: a tensor name or metadata string is not valid UTF-8 ({})", path.string(),
+         e.what());
   }
   // Spaces up to a multiple of 8, so that the data section starts 8-byte aligned.
   text.append((8 - text.size() % 8) % 8, ' ');
@@ -136,8 +142,10 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
   out.commit();
 }
 
-void write_safetensors_model(const fs::path& dir, const std::vector<TensorToWrite>& tensors, size_t max_shard_bytes) {
-  FERRY_CHECK(max_shard_bytes > 0, "safetensors", "{}: the maximum shard size must be positive", dir.string());
+void write_safetensors_model(const fs::path& dir, const std::vector<TensorToWrite>& tensors,
+                             size_t max_shard_bytes) {
+  FERRY_CHECK(max_shard_bytes > 0, "safetensors", "{}: the maximum shard size must be positive",
+              dir.string());
   check_names(dir, tensors);
   std::error_code ec;
   fs::create_directories(dir, ec);

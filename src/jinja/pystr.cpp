@@ -1,5 +1,4 @@
 #include "jinja/pystr.h"
-#include "core/utf8.h"
 
 #include <fmt/format.h>
 
@@ -7,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "core/utf8.h"
 #include "jinja/error.h"
 
 namespace ferry::jinja {
@@ -51,7 +51,9 @@ std::u32string utf8_decode(std::string_view text) {
   return out;
 }
 
-void utf8_append(std::string& out, char32_t cp) { append_utf8(out, cp); }
+void utf8_append(std::string& out, char32_t cp) {
+  append_utf8(out, cp);
+}
 
 std::string utf8_encode(std::u32string_view text) {
   std::string out;

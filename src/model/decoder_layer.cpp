@@ -68,11 +68,13 @@ Tensor shaped(Tensor t, std::initializer_list<int64_t> dims) {
 
 // The forward's three passes that a backward from kept internals runs again (Recompute::
 // NormsActivation): one function each, so that both runs are the same calls and give the same bits.
-void input_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, Tensor x_in, LayerScratch& s) {
+void input_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, Tensor x_in,
+                LayerScratch& s) {
   ops.rmsnorm_forward(x_in, p.input_norm, static_cast<float>(c.rms_norm_eps), shaped(s.h, {d.T, d.H}),
                       shaped(s.rstd1, {d.T}));
 }
-void post_attention_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, LayerScratch& s) {
+void post_attention_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d,
+                         LayerScratch& s) {
   ops.rmsnorm_forward(shaped(s.x1, {d.T, d.H}), p.post_norm, static_cast<float>(c.rms_norm_eps),
                       shaped(s.h2, {d.T, d.H}), shaped(s.rstd2, {d.T}));
 }
@@ -112,7 +114,8 @@ void forward_into_scratch(Ops& ops, const LayerContext& ctx, const LayerParams& 
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   Tensor attn = shaped(s.attn, {d.T, d.Hq, d.D});
   ops.attention_forward(q.view({d.T, d.Hq, d.D}), k.view({d.T, d.Hkv, d.D}), v.view({d.T, d.Hkv, d.D}),
-                        AttentionMask(chunk.doc_start, chunk.row_tokens), scale, attn, shaped(s.lse, {d.Hq, d.T}));
+                        AttentionMask(chunk.doc_start, chunk.row_tokens), scale, attn,
+                        shaped(s.lse, {d.Hq, d.T}));
   Tensor x1 = shaped(s.x1, {d.T, d.H});
   ops.linear_forward(attn.view({d.T, d.Hq * d.D}), p.o_proj, p.o_bias, x_in, x1);
 
@@ -125,8 +128,8 @@ void forward_into_scratch(Ops& ops, const LayerContext& ctx, const LayerParams& 
 
 }  // namespace
 
-void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk, Tensor x_in,
-                   Tensor x_out, LayerScratch& s) {
+void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
+                   Tensor x_in, Tensor x_out, LayerScratch& s) {
   const Dims d = dims_of(*ctx.config, chunk.tokens);
   forward_into_scratch(ops, ctx, p, chunk, x_in, s);
   ops.linear_forward(shaped(s.act, {d.T, d.F}), p.down_proj, p.down_bias, shaped(s.x1, {d.T, d.H}), x_out);
@@ -187,9 +190,10 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   ops.linear_backward(shaped(s.attn, {d.T, QD}), p.o_proj, d_x1, d_attn, g.o_proj, g.o_bias, false);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
   ops.attention_backward(shaped(s.q, {d.T, d.Hq, d.D}), shaped(s.k, {d.T, d.Hkv, d.D}),
-                         shaped(s.v, {d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens), scale, shaped(s.attn, {d.T, d.Hq, d.D}),
-                         shaped(s.lse, {d.Hq, d.T}), d_attn.view({d.T, d.Hq, d.D}), dq.view({d.T, d.Hq, d.D}),
-                         dk.view({d.T, d.Hkv, d.D}), dv.view({d.T, d.Hkv, d.D}));
+                         shaped(s.v, {d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
+                         scale, shaped(s.attn, {d.T, d.Hq, d.D}), shaped(s.lse, {d.Hq, d.T}),
+                         d_attn.view({d.T, d.Hq, d.D}), dq.view({d.T, d.Hq, d.D}), dk.view({d.T, d.Hkv, d.D}),
+                         dv.view({d.T, d.Hkv, d.D}));
   ops.rope(dq.view({d.T, d.Hq, d.D}), chunk.positions, ctx.inv_freq, true);
   ops.rope(dk.view({d.T, d.Hkv, d.D}), chunk.positions, ctx.inv_freq, true);
   if (c.qk_norm) {

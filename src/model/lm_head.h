@@ -11,9 +11,9 @@
 namespace ferry {
 
 struct HeadScratch {
-  Tensor normed;   // (T,H)
-  Tensor rstd;     // (T)
-  Tensor d_normed; // (T,H)
+  Tensor normed;    // (T,H)
+  Tensor rstd;      // (T)
+  Tensor d_normed;  // (T,H)
 };
 
 HeadScratch carve_head_scratch(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype);
@@ -21,9 +21,9 @@ HeadScratch carve_head_scratch(Arena& arena, const ModelConfig& config, int64_t 
 // loss_sum (F32, 1 element, in the ops' memory) += the summed cross-entropy over the chunk's
 // counted targets. With `grads` given: dx (T,H) = grad_scale * d(sum)/dx and
 // grads += grad_scale * d(sum)/d(norm, lm_head). `logits` (T,V), when given, receives the logits.
-void head_forward_backward(Ops& ops, const ModelConfig& config, const HeadParams& params, const HeadParams* grads,
-                           const TokenChunk& chunk, Tensor x, float grad_scale, Tensor dx, HeadScratch& s,
-                           Tensor loss_sum, Tensor logits = Tensor());
+void head_forward_backward(Ops& ops, const ModelConfig& config, const HeadParams& params,
+                           const HeadParams* grads, const TokenChunk& chunk, Tensor x, float grad_scale,
+                           Tensor dx, HeadScratch& s, Tensor loss_sum, Tensor logits = Tensor());
 
 // Logits only (evaluation and generation): logits (T,V) = lm_head(norm(x)).
 void head_logits(Ops& ops, const ModelConfig& config, const HeadParams& params, Tensor x, Tensor logits,

@@ -3,7 +3,6 @@
 // Defaults are transformers' own (LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config), so a
 // config.json that omits a key means here what it means there.
 #include "model/model_config.h"
-#include "core/text_file.h"
 
 #include <cmath>
 #include <fstream>
@@ -13,6 +12,7 @@
 #include "core/error.h"
 #include "core/json_text.h"
 #include "core/log.h"
+#include "core/text_file.h"
 
 namespace ferry {
 
@@ -398,8 +398,10 @@ ModelConfig parse_model_config(const json& config, const std::string& source) {
 ModelConfig load_model_config(const std::filesystem::path& model_dir) {
   const std::filesystem::path path =
       std::filesystem::is_regular_file(model_dir) ? model_dir : model_dir / "config.json";
-  return parse_model_config(parse_json(read_text_file(path, "config", "a Hugging Face model directory holds config.json"), "config", path.string(), "fix or re-download it"),
-                            path.string());
+  return parse_model_config(
+      parse_json(read_text_file(path, "config", "a Hugging Face model directory holds config.json"), "config",
+                 path.string(), "fix or re-download it"),
+      path.string());
 }
 
 json model_config_to_json(const ModelConfig& c) {

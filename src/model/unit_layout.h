@@ -24,20 +24,20 @@ constexpr int64_t kParamAlignment = 64;
 enum class UnitKind { Embedding, Layer, Head };
 
 struct ParamSlot {
-  std::string name;        // short name inside the unit, e.g. "self_attn.q_proj.weight"
-  std::string hf_name;     // full Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
+  std::string name;     // short name inside the unit, e.g. "self_attn.q_proj.weight"
+  std::string hf_name;  // full Hugging Face name, e.g. "model.layers.3.self_attn.q_proj.weight"
   std::vector<int64_t> shape;
-  int64_t offset = 0;      // elements from the start of the unit buffer
+  int64_t offset = 0;  // elements from the start of the unit buffer
   int64_t numel = 0;
-  bool decay = true;       // weight decay applies (false for norm weights and biases by default)
+  bool decay = true;  // weight decay applies (false for norm weights and biases by default)
 };
 
 struct UnitLayout {
   UnitKind kind = UnitKind::Layer;
-  int64_t layer = -1;      // decoder layer index for UnitKind::Layer
-  std::string name;        // "embedding", "layer.3", "head"
+  int64_t layer = -1;  // decoder layer index for UnitKind::Layer
+  std::string name;    // "embedding", "layer.3", "head"
   std::vector<ParamSlot> params;
-  int64_t numel = 0;       // buffer length in elements, padding included
+  int64_t numel = 0;  // buffer length in elements, padding included
 
   // The slot with this short name; FERRY_ASSERTs that it exists.
   const ParamSlot& slot(std::string_view short_name) const;

@@ -8,13 +8,13 @@ namespace ferry {
 
 // Views into a decoder layer's buffer. Absent parameters (biases, q/k norms) are empty views.
 struct LayerParams {
-  Tensor input_norm;          // (H)
-  Tensor q_proj, q_bias;      // (Hq*D, H), (Hq*D)
-  Tensor k_proj, k_bias;      // (Hkv*D, H), (Hkv*D)
-  Tensor v_proj, v_bias;      // (Hkv*D, H), (Hkv*D)
-  Tensor o_proj, o_bias;      // (H, Hq*D), (H)
-  Tensor q_norm, k_norm;      // (D) each
-  Tensor post_norm;           // (H)
+  Tensor input_norm;            // (H)
+  Tensor q_proj, q_bias;        // (Hq*D, H), (Hq*D)
+  Tensor k_proj, k_bias;        // (Hkv*D, H), (Hkv*D)
+  Tensor v_proj, v_bias;        // (Hkv*D, H), (Hkv*D)
+  Tensor o_proj, o_bias;        // (H, Hq*D), (H)
+  Tensor q_norm, k_norm;        // (D) each
+  Tensor post_norm;             // (H)
   Tensor gate_proj, gate_bias;  // (F, H), (F)
   Tensor up_proj, up_bias;      // (F, H), (F)
   Tensor down_proj, down_bias;  // (H, F), (H)

@@ -36,11 +36,14 @@ constexpr int64_t fused_cross_entropy_chunk_tokens(size_t chunk_bytes, int64_t V
 constexpr size_t flash_attention_delta_bytes(int64_t tokens, int q_heads) {
   return (sizeof(float) * static_cast<size_t>(tokens) * static_cast<size_t>(q_heads) + 255) / 256 * 256;
 }
-constexpr bool flash_attention_tensor_core_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+constexpr bool flash_attention_tensor_core_head_dim(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
 constexpr size_t flash_attention_backward_workspace_bytes(int64_t tokens, int q_heads, int head_dim) {
   size_t bytes = flash_attention_delta_bytes(tokens, q_heads);
   if (flash_attention_tensor_core_head_dim(head_dim))
-    bytes += sizeof(float) * static_cast<size_t>(tokens) * static_cast<size_t>(q_heads) * static_cast<size_t>(head_dim);
+    bytes += sizeof(float) * static_cast<size_t>(tokens) * static_cast<size_t>(q_heads) *
+             static_cast<size_t>(head_dim);
   return bytes;
 }
 

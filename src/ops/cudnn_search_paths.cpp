@@ -20,8 +20,9 @@ std::vector<std::string> glob_paths(const std::string& pattern) {
 
 }  // namespace
 
-std::vector<std::string> cudnn_library_candidates(const std::function<const char*(const char*)>& getenv,
-                                                  const std::function<std::vector<std::string>(const std::string&)>& glob) {
+std::vector<std::string> cudnn_library_candidates(
+    const std::function<const char*(const char*)>& getenv,
+    const std::function<std::vector<std::string>(const std::string&)>& glob) {
   std::vector<std::string> out;
   auto add = [&](const std::string& path) {
     if (!path.empty() && std::find(out.begin(), out.end(), path) == out.end()) out.push_back(path);
@@ -35,8 +36,10 @@ std::vector<std::string> cudnn_library_candidates(const std::function<const char
   };
 
   if (const std::string explicit_path = var("FERRY_CUDNN_LIBRARY"); !explicit_path.empty()) {
-    if (explicit_path.ends_with(".so") || explicit_path.find(".so.") != std::string::npos) add(explicit_path);
-    else in_dir(explicit_path);
+    if (explicit_path.ends_with(".so") || explicit_path.find(".so.") != std::string::npos)
+      add(explicit_path);
+    else
+      in_dir(explicit_path);
   }
   add(kCudnnGraphLibrary);
   for (const char* name : {"CUDNN_PATH", "CUDNN_HOME"}) {
@@ -58,7 +61,8 @@ std::vector<std::string> cudnn_library_candidates(const std::function<const char
   prefixes.push_back("/usr");
   for (const std::string& prefix : prefixes)
     for (const char* packages : {"site-packages", "dist-packages"})
-      for (const std::string& dir : glob(prefix + "/lib/python3*/" + packages + "/nvidia/cudnn/lib")) in_dir(dir);
+      for (const std::string& dir : glob(prefix + "/lib/python3*/" + packages + "/nvidia/cudnn/lib"))
+        in_dir(dir);
   return out;
 }
 

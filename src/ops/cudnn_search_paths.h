@@ -22,8 +22,9 @@ namespace ferry {
 inline constexpr const char* kCudnnGraphLibrary = "libcudnn_graph.so.9";
 
 // `getenv` returns nullptr for an unset variable; `glob` lists the paths a pattern matches.
-std::vector<std::string> cudnn_library_candidates(const std::function<const char*(const char*)>& getenv,
-                                                  const std::function<std::vector<std::string>(const std::string&)>& glob);
+std::vector<std::string> cudnn_library_candidates(
+    const std::function<const char*(const char*)>& getenv,
+    const std::function<std::vector<std::string>(const std::string&)>& glob);
 // The same from this process's environment and file system.
 std::vector<std::string> cudnn_library_candidates();
 

@@ -54,7 +54,8 @@ struct AttentionMask {
   // every gradient when their dout is zero (as the loss makes it), is the exact mask's.
   int64_t row_tokens = 0;
 
-  AttentionMask(const int32_t* starts, int64_t rows = 0) : doc_start(starts), row_tokens(rows) {}  // NOLINT: implicit
+  AttentionMask(const int32_t* starts, int64_t rows = 0)
+      : doc_start(starts), row_tokens(rows) {}  // NOLINT: implicit
 };
 
 class Ops {
@@ -78,8 +79,8 @@ class Ops {
   // Over the last dim D of x (R,D): out = x * rsqrt(mean(x^2) + eps) * weight; rstd (R) fp32 saved.
   virtual void rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, Tensor rstd) = 0;
   // dx (R,D) = dresidual + ... (dresidual optional; it may be dx itself), dweight (D) += ...
-  virtual void rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual, Tensor dx,
-                                Tensor dweight) = 0;
+  virtual void rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual,
+                                Tensor dx, Tensor dweight) = 0;
 
   // In place on x (T, heads, D), Hugging Face's rotate_half convention:
   //   x1 = x[..., :D/2], x2 = x[..., D/2:], angle = position[t] * inv_freq[i]
@@ -89,11 +90,11 @@ class Ops {
 
   // Causal attention with grouped query heads (Hq a multiple of Hkv) and document masking.
   // q (T,Hq,D), k v (T,Hkv,D), out (T,Hq,D), lse (Hq,T) fp32 = log-sum-exp of scaled scores.
-  virtual void attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale,
-                                 Tensor out, Tensor lse) = 0;
+  virtual void attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
+                                 Tensor lse) = 0;
   // dq dk dv assigned, same shapes as q k v.
-  virtual void attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale,
-                                  Tensor out, Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) = 0;
+  virtual void attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
+                                  Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) = 0;
 
   // out = silu(gate) * up, all (T,F).
   virtual void swiglu_forward(Tensor gate, Tensor up, Tensor out) = 0;

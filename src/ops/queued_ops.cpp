@@ -20,8 +20,8 @@ void QueuedOps::rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out, 
   enqueue([=](Ops& ops) { ops.rmsnorm_forward(x, weight, eps, out, rstd); });
 }
 
-void QueuedOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual, Tensor dx,
-                                 Tensor dweight) {
+void QueuedOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual,
+                                 Tensor dx, Tensor dweight) {
   enqueue([=](Ops& ops) { ops.rmsnorm_backward(x, weight, rstd, dout, dresidual, dx, dweight); });
 }
 
@@ -29,13 +29,13 @@ void QueuedOps::rope(Tensor x, const int32_t* positions, const float* inv_freq, 
   enqueue([=](Ops& ops) { ops.rope(x, positions, inv_freq, inverse); });
 }
 
-void QueuedOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale,
-                                  Tensor out, Tensor lse) {
+void QueuedOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
+                                  Tensor lse) {
   enqueue([=](Ops& ops) { ops.attention_forward(q, k, v, mask, scale, out, lse); });
 }
 
-void QueuedOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale,
-                                   Tensor out, Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) {
+void QueuedOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
+                                   Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) {
   enqueue([=](Ops& ops) { ops.attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv); });
 }
 

@@ -17,8 +17,8 @@ void TracingOps::rmsnorm_forward(Tensor x, Tensor weight, float eps, Tensor out,
   traced("rmsnorm_forward", [&](Ops& ops) { ops.rmsnorm_forward(x, weight, eps, out, rstd); });
 }
 
-void TracingOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual, Tensor dx,
-                                  Tensor dweight) {
+void TracingOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout, Tensor dresidual,
+                                  Tensor dx, Tensor dweight) {
   traced("rmsnorm_backward",
          [&](Ops& ops) { ops.rmsnorm_backward(x, weight, rstd, dout, dresidual, dx, dweight); });
 }

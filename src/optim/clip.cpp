@@ -20,8 +20,12 @@ struct Chunk {
   bool bf16;
 };
 
-inline double widen(float x) { return x; }
-inline double widen(uint16_t x) { return bf16_to_f32(x); }
+inline double widen(float x) {
+  return x;
+}
+inline double widen(uint16_t x) {
+  return bf16_to_f32(x);
+}
 
 template <typename T>
 double sum_squares(const T* x, size_t n) {
@@ -42,7 +46,8 @@ double sum_squares(const T* x, size_t n) {
     acc[k] += v * v;
   }
   double lane[kColumns / 4];
-  for (size_t j = 0; j < kColumns / 4; ++j) lane[j] = (acc[4 * j] + acc[4 * j + 1]) + (acc[4 * j + 2] + acc[4 * j + 3]);
+  for (size_t j = 0; j < kColumns / 4; ++j)
+    lane[j] = (acc[4 * j] + acc[4 * j + 1]) + (acc[4 * j + 2] + acc[4 * j + 3]);
   for (size_t half = kColumns / 8; half > 0; half /= 2)
     for (size_t j = 0; j < half; ++j) lane[j] += lane[j + half];
   return lane[0];

@@ -39,7 +39,9 @@ constexpr size_t kGradNormChunk = size_t{1} << 13;
 // Inside a chunk, element i is summed into column i % kGradNormColumns, the columns then combined by
 // a fixed tree (clip.cpp's sum_squares): an order a GPU warp reproduces while reading coalesced.
 constexpr size_t kGradNormColumns = 128;
-constexpr size_t grad_sumsq_chunks(size_t n) { return (n + kGradNormChunk - 1) / kGradNormChunk; }
+constexpr size_t grad_sumsq_chunks(size_t n) {
+  return (n + kGradNormChunk - 1) / kGradNormChunk;
+}
 // The same for gradients kept in F32 or BF16: a bf16 value widens to fp32 exactly, so the partials
 // of bf16 gradients equal those of the same gradients converted to fp32 first (no fp32 copy needed).
 struct GradSpan {

@@ -34,8 +34,8 @@ class DeviceAdamW {
   // One AdamW step (t = `step`, 1-based) over the elements the segments name (sorted, disjoint).
   // The gradient is multiplied by *grad_scale first (device memory; nullptr: 1). bf16_out, when
   // set, receives bf16(new master).
-  virtual void step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments, const AdamWHyper& hyper,
-                    int64_t step, const float* grad_scale) = 0;
+  virtual void step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments,
+                    const AdamWHyper& hyper, int64_t step, const float* grad_scale) = 0;
 
   // partials[k] = the sum of squares of chunk k (kGradNormChunk elements) of grad[0, n), in double:
   // grad_sumsq_chunks(n) values, those clip.h's grad_sumsq_partials gives for this one span.

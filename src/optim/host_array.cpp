@@ -17,11 +17,15 @@ namespace ferry {
 
 namespace {
 
-size_t round_up(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
+size_t round_up(size_t bytes, size_t to) {
+  return (bytes + to - 1) / to * to;
+}
 
 }  // namespace
 
-size_t HostArray::mapped_bytes(size_t count) { return round_up(count * sizeof(float), 4096); }
+size_t HostArray::mapped_bytes(size_t count) {
+  return round_up(count * sizeof(float), 4096);
+}
 
 HostArray::HostArray(size_t count, const char* what) : count_(count) {
   if (count == 0) return;
@@ -36,8 +40,9 @@ HostArray::HostArray(size_t count, const char* what) : count_(count) {
   const size_t advised = size / kHugePage * kHugePage;
   void* p = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
-    fail("engine", "the host could not map {} for {} ({}); the fp32 optimizer state needs 12 bytes per "
-                   "parameter of host memory: free memory, or train a smaller model on this machine",
+    fail("engine",
+         "the host could not map {} for {} ({}); the fp32 optimizer state needs 12 bytes per "
+         "parameter of host memory: free memory, or train a smaller model on this machine",
          format_bytes(bytes), what, std::strerror(errno));
   }
   char* base = static_cast<char*>(p);
@@ -54,7 +59,9 @@ HostArray::HostArray(size_t count, const char* what) : count_(count) {
   mapped_bytes_ = size;
 }
 
-HostArray::~HostArray() { release(); }
+HostArray::~HostArray() {
+  release();
+}
 
 HostArray::HostArray(HostArray&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
@@ -79,8 +86,10 @@ void HostArray::release() noexcept {
 }
 
 void HostArray::assign(std::span<const float> values) {
-  FERRY_CHECK(values.size() == count_, "engine", "{} values given for an array of {}; the weights do not match the "
-              "model's layout", values.size(), count_);
+  FERRY_CHECK(values.size() == count_, "engine",
+              "{} values given for an array of {}; the weights do not match the "
+              "model's layout",
+              values.size(), count_);
   if (count_ > 0) std::memcpy(data_, values.data(), count_ * sizeof(float));
 }
 
@@ -95,10 +104,11 @@ void HostArray::commit(ThreadPool& pool) {
       char* start = base + k * kPiece;
       const size_t bytes = std::min(kPiece, mapped_bytes_ - k * kPiece);
       if (madvise(start, bytes, MADV_POPULATE_WRITE) == 0) continue;
-      FERRY_CHECK(errno == EINVAL, "engine",
-                  "the host could not commit the {} of fp32 optimizer state ({}); it needs 12 bytes per parameter "
-                  "of host memory: free host memory, or train a smaller model on this machine",
-                  format_bytes(mapped_bytes_), std::strerror(errno));
+      FERRY_CHECK(
+          errno == EINVAL, "engine",
+          "the host could not commit the {} of fp32 optimizer state ({}); it needs 12 bytes per parameter "
+          "of host memory: free host memory, or train a smaller model on this machine",
+          format_bytes(mapped_bytes_), std::strerror(errno));
       // Kernels before 5.14: a read and a write of every 4 KiB page keeps what it holds.
       for (size_t o = 0; o < bytes; o += 4096) {
         volatile char* p = start + o;

@@ -7,10 +7,9 @@
 // Arrays of 2 MiB or more are therefore mapped at a 2 MiB-aligned address and their whole huge
 // pages advised MADV_HUGEPAGE before anything touches them, so their first-touch faults (the
 // masters' copy, the first update's writes of m and v) can take whole huge pages; the tail past
-// the last whole huge page keeps 4 KiB pages (no up-to-2-MiB round-up per array). Where the advice is refused (a
-// kernel without transparent huge pages), the array keeps 4 KiB pages: huge_pages() says so and
-// the owner logs and counts it. Smaller arrays use ordinary pages (a huge page would mostly be
-// waste).
+// the last whole huge page keeps 4 KiB pages (no up-to-2-MiB round-up per array). Where the advice is refused
+// (a kernel without transparent huge pages), the array keeps 4 KiB pages: huge_pages() says so and the owner
+// logs and counts it. Smaller arrays use ordinary pages (a huge page would mostly be waste).
 //
 // The memory comes zero-filled and is committed page by page as it is first written, or all at
 // once by commit(): the trainer commits every array before the first step, so that the first

@@ -26,7 +26,8 @@ class TracingAdamW final : public DeviceAdamW {
                         [&] { inner_->grad_sumsq_partials(grad, grad_dtype, n, partials); });
   }
   void accumulate(const double* partials, size_t count, double* sum) override {
-    tracer_.device_work(stream_, "grad_norm_accumulate", -1, [&] { inner_->accumulate(partials, count, sum); });
+    tracer_.device_work(stream_, "grad_norm_accumulate", -1,
+                        [&] { inner_->accumulate(partials, count, sum); });
   }
   void clip_coefficient(const double* sum_of_squares, double max_norm, float* coefficient) override {
     tracer_.device_work(stream_, "clip_coefficient", -1,
@@ -34,7 +35,8 @@ class TracingAdamW final : public DeviceAdamW {
   }
 
   void write_weights(const float* master, void* weights, DType dtype, size_t n) override {
-    tracer_.device_work(stream_, "write_weights", -1, [&] { inner_->write_weights(master, weights, dtype, n); });
+    tracer_.device_work(stream_, "write_weights", -1,
+                        [&] { inner_->write_weights(master, weights, dtype, n); });
   }
 
  private:

@@ -1,8 +1,8 @@
 #include "planner/cost_model.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace ferry {
 
@@ -15,8 +15,8 @@ double overlap(double start, double end, double from, double to) {
 }  // namespace
 
 std::string Prediction::explain() const {
-  std::string text = fmt::format("bound by {}: the critical path of the {:.4g} s step is", lane_name(bottleneck),
-                                 step_seconds);
+  std::string text = fmt::format("bound by {}: the critical path of the {:.4g} s step is",
+                                 lane_name(bottleneck), step_seconds);
   std::array<int, kLaneCount> lanes = {0, 1, 2, 3, 4};
   std::sort(lanes.begin(), lanes.end(), [&](int a, int b) { return critical[a] > critical[b]; });
   bool first = true;
@@ -25,12 +25,14 @@ std::string Prediction::explain() const {
     // The kinds of work of this lane on the critical path, largest first.
     std::vector<std::pair<double, int>> kinds;
     for (int k = 0; k < kTaskKindCount; ++k)
-      if (static_cast<int>(task_lane(static_cast<TaskKind>(k))) == l && critical_by_kind[k] >= 0.005 * step_seconds)
+      if (static_cast<int>(task_lane(static_cast<TaskKind>(k))) == l &&
+          critical_by_kind[k] >= 0.005 * step_seconds)
         kinds.emplace_back(critical_by_kind[k], k);
     std::sort(kinds.rbegin(), kinds.rend());
     std::string detail;
     for (const auto& [s, k] : kinds)
-      detail += fmt::format("{}{} {:.4g} s", detail.empty() ? "" : ", ", task_kind_name(static_cast<TaskKind>(k)), s);
+      detail += fmt::format("{}{} {:.4g} s", detail.empty() ? "" : ", ",
+                            task_kind_name(static_cast<TaskKind>(k)), s);
     text += fmt::format("{} {:.4g} s {}{}", first ? "" : ";", critical[l], lane_name(static_cast<Lane>(l)),
                         detail.empty() ? "" : " (" + detail + ")");
     first = false;
@@ -73,7 +75,8 @@ Prediction predict(const ModelConfig& config, const ModelLayout& layout, const P
   for (int32_t id = program.step_end[last]; id >= 0 && timing[static_cast<size_t>(id)].end > from;
        id = timing[static_cast<size_t>(id)].binding) {
     const SimTask& t = program.graph.task(id);
-    const double s = overlap(timing[static_cast<size_t>(id)].start, timing[static_cast<size_t>(id)].end, from, to);
+    const double s =
+        overlap(timing[static_cast<size_t>(id)].start, timing[static_cast<size_t>(id)].end, from, to);
     p.critical[static_cast<int>(t.lane)] += s;
     p.critical_by_kind[static_cast<int>(t.kind)] += s;
   }
@@ -81,8 +84,9 @@ Prediction predict(const ModelConfig& config, const ModelLayout& layout, const P
   for (int l = 0; l < kLaneCount; ++l)
     if (p.critical[l] > p.critical[bottleneck]) bottleneck = l;
   p.bottleneck = static_cast<Lane>(bottleneck);
-  p.gpu_idle_fraction =
-      p.step_seconds > 0 ? std::max(0.0, 1.0 - p.busy[static_cast<int>(Lane::Compute)] / p.step_seconds) : 0.0;
+  p.gpu_idle_fraction = p.step_seconds > 0
+                            ? std::max(0.0, 1.0 - p.busy[static_cast<int>(Lane::Compute)] / p.step_seconds)
+                            : 0.0;
 
   p.device = device_bytes(config, layout, plan, shape.chunk_tokens, shape.chunks);
   p.host = host_bytes(config, layout, plan, shape.chunk_tokens, shape.chunks);

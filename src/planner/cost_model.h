@@ -38,17 +38,17 @@ namespace ferry {
 using LaneSeconds = std::array<double, kLaneCount>;
 
 struct Prediction {
-  double step_seconds = 0.0;           // steady state
+  double step_seconds = 0.0;  // steady state
   double tokens_per_second = 0.0;
-  std::vector<double> simulated_steps; // every simulated step's time, the first one included
-  LaneSeconds busy{};                  // work each lane does in the steady step
-  LaneSeconds critical{};              // the steady step's critical path, split by lane
+  std::vector<double> simulated_steps;  // every simulated step's time, the first one included
+  LaneSeconds busy{};                   // work each lane does in the steady step
+  LaneSeconds critical{};               // the steady step's critical path, split by lane
   std::array<double, kTaskKindCount> critical_by_kind{};
   Lane bottleneck = Lane::Compute;
-  double gpu_idle_fraction = 0.0;      // 1 - compute busy / step time
-  DeviceBytes device;                  // peak device memory = device.total()
-  HostBytes host;                      // pageable and pinned
-  size_t disk_bytes = 0;               // no disk tier yet
+  double gpu_idle_fraction = 0.0;  // 1 - compute busy / step time
+  DeviceBytes device;              // peak device memory = device.total()
+  HostBytes host;                  // pageable and pinned
+  size_t disk_bytes = 0;           // no disk tier yet
 
   // "bound by GPU compute: critical path 7.9 s compute (layer backwards 5.2 s, ...), 0.4 s CPU ...".
   std::string explain() const;

@@ -27,7 +27,8 @@ std::vector<IdleAdvice> idle_advice(const ModelConfig& config, const ModelLayout
   const double idle_s = best.gpu_idle_fraction * best.step_seconds;
   // The GPU waits, and what it waits for is the CPU pass (not the link: more tokens would not help
   // a plan bound by its uploads as much).
-  if (best.gpu_idle_fraction <= threshold || best.critical[static_cast<int>(Lane::Cpu)] < 0.5 * idle_s) return advice;
+  if (best.gpu_idle_fraction <= threshold || best.critical[static_cast<int>(Lane::Cpu)] < 0.5 * idle_s)
+    return advice;
 
   for (const int64_t factor : {2, 4}) {
     PlanRequest larger = request;

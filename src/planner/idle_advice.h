@@ -21,8 +21,8 @@
 namespace ferry {
 
 struct IdleAdvice {
-  std::string setting;  // "global_batch: 32", "max_grad_norm: 0"
-  std::string effect;   // "65536 tokens a step"
+  std::string setting;    // "global_batch: 32", "max_grad_norm: 0"
+  std::string effect;     // "65536 tokens a step"
   Prediction prediction;  // of the best plan with the setting changed
 };
 

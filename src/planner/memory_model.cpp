@@ -11,7 +11,9 @@
 
 namespace ferry {
 
-size_t round_to_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+size_t round_to_256(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
 
 size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DType grad_dtype) {
   const size_t T = static_cast<size_t>(chunk_tokens);
@@ -21,12 +23,12 @@ size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DTyp
   size_t bytes = kCudaGemmWorkspaceBytes;  // cuBLASLt workspace
   // Cross-entropy: bf16 logits of one chunk of tokens, rows padded to Vp.
   const size_t Vp = (static_cast<size_t>(c.vocab_size) + 7) / 8 * 8;
-  const size_t flce_tokens = std::min(
-      static_cast<size_t>(fused_cross_entropy_chunk_tokens(kCudaFlceChunkBytes, c.vocab_size)), T);
+  const size_t flce_tokens =
+      std::min(static_cast<size_t>(fused_cross_entropy_chunk_tokens(kCudaFlceChunkBytes, c.vocab_size)), T);
   bytes += round_to_256(2 * flce_tokens * Vp) + round_to_256(4 * T);
   // Attention: the flash backward's delta and fp32 dq, or cuDNN's fused attention's.
   bytes += attention_workspace_bytes(chunk_tokens, c.num_heads, c.head_dim);
-  bytes += round_to_256(32 * T);                                   // embedding backward: keys, values, CUB storage
+  bytes += round_to_256(32 * T);  // embedding backward: keys, values, CUB storage
   bytes += round_to_256(4 * 1024 * std::max({H, q_dim, kv_dim}));  // rmsnorm dweight / linear dbias partials
   if (grad_dtype != DType::F32) bytes += round_to_256(2 * std::max({H * F, H * q_dim, H * kv_dim}));
   return bytes;
@@ -114,16 +116,20 @@ GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& pla
   return g;
 }
 
-DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, int64_t chunk_tokens,
-                         int64_t chunks) {
+DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
+                         int64_t chunk_tokens, int64_t chunks) {
   const size_t wd = dtype_size(plan.weight_dtype), gd = dtype_size(plan.grad_dtype);
   DeviceBytes b;
   size_t largest_streamed = 0;
   for (size_t u = 0; u < layout.units.size(); ++u) {
     const size_t n = static_cast<size_t>(layout.units[u].numel);
     switch (plan.units[u]) {
-      case UnitPlacement::Streamed: largest_streamed = std::max(largest_streamed, n); break;
-      case UnitPlacement::ResidentParams: b.resident += round_to_256(n * wd) + round_to_256(n * gd); break;
+      case UnitPlacement::Streamed:
+        largest_streamed = std::max(largest_streamed, n);
+        break;
+      case UnitPlacement::ResidentParams:
+        b.resident += round_to_256(n * wd) + round_to_256(n * gd);
+        break;
       case UnitPlacement::ResidentWithOptimizer:  // weights, fp32 gradients, fp32 master, m, v
         b.resident += round_to_256(n * wd) + 4 * round_to_256(n * sizeof(float));
         break;
@@ -131,14 +137,18 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   }
   // Slots are sized to the largest unit that passes through them (sliding_engine.cpp).
   if (largest_streamed > 0)
-    b.slots = static_cast<size_t>(plan.gpu_slots) * (round_to_256(largest_streamed * wd) + round_to_256(largest_streamed * gd));
+    b.slots = static_cast<size_t>(plan.gpu_slots) *
+              (round_to_256(largest_streamed * wd) + round_to_256(largest_streamed * gd));
   const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
   const size_t layer_internals = layer_internals_bytes(config, chunk_tokens, plan.weight_dtype);
   bool offloaded = false;
   for (auto a : plan.activations) {
-    if (boundary_on_gpu(a)) b.activations += act;
-    else offloaded = true;
-    if (a == ActivationPlacement::KeepWithInternals) b.activations += static_cast<size_t>(chunks) * layer_internals;
+    if (boundary_on_gpu(a))
+      b.activations += act;
+    else
+      offloaded = true;
+    if (a == ActivationPlacement::KeepWithInternals)
+      b.activations += static_cast<size_t>(chunks) * layer_internals;
   }
   if (offloaded) b.activations += 2 * act;  // staging ring
   b.activations += 2 * act;                 // head input, activation gradients
@@ -149,7 +159,8 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   b.other = round_to_256(kStepTokenArrays * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) +
             round_to_256(static_cast<size_t>(config.head_dim) * 2) + 256;
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
-  if (g.staging_elements > 0) b.other += round_to_256(g.partials * sizeof(double)) + 256;  // partials; norm, clip
+  if (g.staging_elements > 0)
+    b.other += round_to_256(g.partials * sizeof(double)) + 256;  // partials; norm, clip
   const size_t conversion = conversion_staging_elements(layout, plan);
   if (conversion > 0) b.other += round_to_256(conversion * sizeof(float));  // ConvertOnUpload's fp32 pieces
   const size_t host_partials = host_unit_norm_partials(layout, plan);
@@ -163,12 +174,13 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
     bf16_layer_grads |= plan.grad_dtype != DType::F32 &&
                         plan.units[layout.layer_unit(l)] != UnitPlacement::ResidentWithOptimizer;
   if (plan.weight_dtype == DType::BF16)
-    b.ops_workspace = cuda_ops_workspace_bytes(config, chunk_tokens, bf16_layer_grads ? plan.grad_dtype : DType::F32);
+    b.ops_workspace =
+        cuda_ops_workspace_bytes(config, chunk_tokens, bf16_layer_grads ? plan.grad_dtype : DType::F32);
   return b;
 }
 
-HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, int64_t chunk_tokens,
-                     int64_t chunks) {
+HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
+                     int64_t chunk_tokens, int64_t chunks) {
   const size_t wd = dtype_size(plan.weight_dtype), gd = dtype_size(plan.grad_dtype);
   HostBytes h;
   for (size_t u = 0; u < layout.units.size(); ++u) {
@@ -196,14 +208,16 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   for (auto a : plan.activations)
     if (a == ActivationPlacement::OffloadToHost) h.pinned += act;
   // tokens, loss
-  h.pinned += round_to_256(kStepTokenArrays * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256;
+  h.pinned +=
+      round_to_256(kStepTokenArrays * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256;
   // The gradients of the embedding rows the step's tokens touch, gathered on the device.
   if (row_sparse_embedding(layout, plan) && !row_gradients_share_an_offloaded_boundary(plan))
-    h.pinned += static_cast<size_t>(max_embedding_rows(config, chunk_tokens, chunks) * config.hidden_size) * gd;
+    h.pinned +=
+        static_cast<size_t>(max_embedding_rows(config, chunk_tokens, chunks) * config.hidden_size) * gd;
   h.pinned += host_unit_norm_partials(layout, plan) * sizeof(double);  // their readback
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
   if (g.staging_elements > 0) {
-    h.pinned += g.staging_elements * sizeof(float) + 256;  // state transfers; clip and norm
+    h.pinned += g.staging_elements * sizeof(float) + 256;                   // state transfers; clip and norm
     if (!plan.optimizer_on_gpu()) h.pinned += g.partials * sizeof(double);  // norm partials for the host
   }
   return h;

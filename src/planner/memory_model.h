@@ -17,9 +17,11 @@
 namespace ferry {
 
 struct DeviceBytes {
-  size_t slots = 0;        // weight + gradient slots for streamed units
-  size_t resident = 0;     // weights + gradients of resident units (fp32 gradients + master, m, v with the GPU optimizer)
-  size_t activations = 0;  // kept boundary activations (and kept layer internals), offload staging, head input, activation gradients
+  size_t slots = 0;  // weight + gradient slots for streamed units
+  size_t resident =
+      0;  // weights + gradients of resident units (fp32 gradients + master, m, v with the GPU optimizer)
+  size_t activations = 0;  // kept boundary activations (and kept layer internals), offload staging, head
+                           // input, activation gradients
   size_t scratch = 0;      // one layer's working memory for a micro-chunk, and the head's
   size_t other = 0;        // token ids, rope tables, loss; the GPU optimizer's norm partials and scalars
   // The CUDA ops' own working memory (cuBLASLt workspace, cross-entropy logits chunk, attention
@@ -81,10 +83,10 @@ size_t round_to_256(size_t bytes);
 // The row-sparse embedding's token rows land in the row-gradient buffer as with HostShadow.
 inline constexpr size_t kGradientRingBuffers = 3;
 struct GradientLanding {
-  size_t ring_buffers = 0;       // buffers the ring units take in turn
-  size_t ring_elements = 0;      // gradient elements each holds (the largest ring unit's)
-  std::vector<bool> in_ring;     // per unit: lands in the ring
-  std::vector<bool> dedicated;   // per unit: lands in a buffer of its own (numel elements)
+  size_t ring_buffers = 0;      // buffers the ring units take in turn
+  size_t ring_elements = 0;     // gradient elements each holds (the largest ring unit's)
+  std::vector<bool> in_ring;    // per unit: lands in the ring
+  std::vector<bool> dedicated;  // per unit: lands in a buffer of its own (numel elements)
 };
 // Empty (no buffer at all) for WeightUpload::HostShadow.
 GradientLanding gradient_landing(const ModelLayout& layout, const Plan& plan);
@@ -122,9 +124,9 @@ bool row_gradients_share_an_offloaded_boundary(const Plan& plan);
 size_t cuda_ops_workspace_bytes(const ModelConfig& config, int64_t chunk_tokens, DType grad_dtype);
 
 // The device bytes of `plan` for micro-chunks of `chunk_tokens` tokens, `chunks` per step.
-DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, int64_t chunk_tokens,
-                         int64_t chunks);
-HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan, int64_t chunk_tokens,
-                     int64_t chunks);
+DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
+                         int64_t chunk_tokens, int64_t chunks);
+HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
+                     int64_t chunk_tokens, int64_t chunks);
 
 }  // namespace ferry

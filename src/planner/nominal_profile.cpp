@@ -2,7 +2,8 @@
 
 namespace ferry {
 
-MachineProfile nominal_profile(const ModelConfig& c, int64_t seq_len, DType weight_dtype, const NominalRates& r) {
+MachineProfile nominal_profile(const ModelConfig& c, int64_t seq_len, DType weight_dtype,
+                               const NominalRates& r) {
   const double H = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
   const double q_dim = static_cast<double>(c.q_dim()), kv_dim = static_cast<double>(c.kv_dim());
   const double V = static_cast<double>(c.vocab_size), S = static_cast<double>(seq_len);

@@ -26,11 +26,11 @@ struct NominalRates {
   double h2d_bytes_per_s = 55e9, d2h_bytes_per_s = 55e9;
   double duplex_h2d_bytes_per_s = 50.5e9, duplex_d2h_bytes_per_s = 50.5e9;  // 101 GB/s both ways
   double copy_latency_s = 10e-6;
-  double cpu_adamw_params_per_s = 4.1e9;    // PyTorch's fused CPU AdamW on 16 cores
+  double cpu_adamw_params_per_s = 4.1e9;  // PyTorch's fused CPU AdamW on 16 cores
   // GPU AdamW: 28 bytes per parameter (bf16 gradient in, fp32 master/m/v in and out, bf16 weight
   // out) at ~70% of the HBM rate.
   double gpu_adamw_params_per_s = 100e9;
-  double launch_s = 5e-6;                   // fixed cost per kernel
+  double launch_s = 5e-6;  // fixed cost per kernel
   int threads = 16;
   double memory_bytes = 128.0 * 1073741824.0;  // the lent machine's RAM
 };

@@ -6,18 +6,24 @@ namespace ferry {
 
 const char* placement_name(UnitPlacement p) {
   switch (p) {
-    case UnitPlacement::Streamed: return "streamed";
-    case UnitPlacement::ResidentParams: return "resident";
-    case UnitPlacement::ResidentWithOptimizer: return "resident+optimizer";
+    case UnitPlacement::Streamed:
+      return "streamed";
+    case UnitPlacement::ResidentParams:
+      return "resident";
+    case UnitPlacement::ResidentWithOptimizer:
+      return "resident+optimizer";
   }
   return "?";
 }
 
 const char* activation_name(ActivationPlacement p) {
   switch (p) {
-    case ActivationPlacement::KeepOnGpu: return "gpu";
-    case ActivationPlacement::OffloadToHost: return "host";
-    case ActivationPlacement::KeepWithInternals: return "gpu+internals";
+    case ActivationPlacement::KeepOnGpu:
+      return "gpu";
+    case ActivationPlacement::OffloadToHost:
+      return "host";
+    case ActivationPlacement::KeepWithInternals:
+      return "gpu+internals";
   }
   return "?";
 }
@@ -41,21 +47,24 @@ std::string Plan::describe() const {
   int64_t internals = 0;
   for (auto a : activations) internals += (a == ActivationPlacement::KeepWithInternals);
   const std::string no_recompute =
-      internals > 0 ? fmt::format(", {} of {} layers not recomputed (internals kept)", internals, activations.size())
-                    : std::string();
+      internals > 0
+          ? fmt::format(", {} of {} layers not recomputed (internals kept)", internals, activations.size())
+          : std::string();
   if (optimizer_on_gpu())
-    return fmt::format("everything on the GPU (weights {}, fp32 gradients, fp32 masters and AdamW state; GPU AdamW)"
-                       "{}, micro-batch {}",
-                       dtype_name(weight_dtype), no_recompute, micro_batch);
+    return fmt::format(
+        "everything on the GPU (weights {}, fp32 gradients, fp32 masters and AdamW state; GPU AdamW)"
+        "{}, micro-batch {}",
+        dtype_name(weight_dtype), no_recompute, micro_batch);
   int64_t resident = 0, with_optimizer = 0, offloaded = 0;
   for (auto u : units) resident += (u != UnitPlacement::Streamed);
   for (auto u : units) with_optimizer += (u == UnitPlacement::ResidentWithOptimizer);
   for (auto a : activations) offloaded += (a == ActivationPlacement::OffloadToHost);
-  return fmt::format("{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
-                     "the host{}, micro-batch {}, updates {}, weights {} / gradients {} on the GPU, weights uploaded {}",
-                     gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute,
-                     micro_batch, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
-                     weight_upload_name(weight_upload));
+  return fmt::format(
+      "{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
+      "the host{}, micro-batch {}, updates {}, weights {} / gradients {} on the GPU, weights uploaded {}",
+      gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute,
+      micro_batch, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
+      weight_upload_name(weight_upload));
 }
 
 }  // namespace ferry

@@ -44,7 +44,9 @@ enum class ActivationPlacement {
   KeepWithInternals,
 };
 // Whether the boundary activation stays in device memory.
-inline bool boundary_on_gpu(ActivationPlacement a) { return a != ActivationPlacement::OffloadToHost; }
+inline bool boundary_on_gpu(ActivationPlacement a) {
+  return a != ActivationPlacement::OffloadToHost;
+}
 
 enum class UpdateSchedule {
   // Gradients land on the host during backward; once the step's global norm is known (clipping),
@@ -55,12 +57,12 @@ enum class UpdateSchedule {
 };
 
 struct Plan {
-  int64_t micro_batch = 1;                   // sequences per micro-chunk
-  int64_t gpu_slots = 2;                     // slots for streamed units (>= 2 for overlap)
-  std::vector<UnitPlacement> units;          // one per unit of the model layout
+  int64_t micro_batch = 1;                       // sequences per micro-chunk
+  int64_t gpu_slots = 2;                         // slots for streamed units (>= 2 for overlap)
+  std::vector<UnitPlacement> units;              // one per unit of the model layout
   std::vector<ActivationPlacement> activations;  // one per decoder layer (+1: the head's input)
   UpdateSchedule update = UpdateSchedule::AfterBackward;
-  DType weight_dtype = DType::BF16;          // weights on the GPU (F32 on the simulated device)
+  DType weight_dtype = DType::BF16;  // weights on the GPU (F32 on the simulated device)
   // Gradients of the units updated on the host (slots, ResidentParams), on the GPU and across PCIe.
   // ResidentWithOptimizer units always accumulate fp32 gradients.
   DType grad_dtype = DType::BF16;

@@ -34,7 +34,7 @@ struct ComputeProfile {
   // that did not measure it: the cost model then takes layer_backward less the recompute's share of
   // layer_forward.
   LinearTime layer_backward_kept;
-  LinearTime head;            // final norm + LM head + loss, forward and backward in one fused pass
+  LinearTime head;  // final norm + LM head + loss, forward and backward in one fused pass
   // The head when its weight gradient accumulates in fp32: where the head (or, tied, the embedding)
   // keeps its optimizer on the device, or everything does. Equal to `head` where gradients are
   // fp32 anyway (the simulated device) and in files that did not measure it.
@@ -55,14 +55,15 @@ struct TransferProfile {
   double d2h_bytes_per_s = 0.0;         // alone
   double duplex_h2d_bytes_per_s = 0.0;  // each direction while the other runs too
   double duplex_d2h_bytes_per_s = 0.0;
-  double latency_s = 0.0;               // per copy, on top of bytes / rate
+  double latency_s = 0.0;  // per copy, on top of bytes / rate
 };
 
 struct HostProfile {
-  int threads = 0;                       // the CPU AdamW's worker threads
-  double cpu_adamw_params_per_s = 0.0;   // fused pass: bf16 gradient + fp32 master/m/v → master/m/v + bf16 weights
-  double memory_bytes = 0.0;             // physical RAM
-  double disk_read_bytes_per_s = 0.0;    // 0: not measured (no disk tier in this profile)
+  int threads = 0;  // the CPU AdamW's worker threads
+  double cpu_adamw_params_per_s =
+      0.0;                    // fused pass: bf16 gradient + fp32 master/m/v → master/m/v + bf16 weights
+  double memory_bytes = 0.0;  // physical RAM
+  double disk_read_bytes_per_s = 0.0;  // 0: not measured (no disk tier in this profile)
   double disk_write_bytes_per_s = 0.0;
   // The CPU AdamW and pinned copies beside each other (host DRAM is shared). Profiles of format 2
   // did not measure it: factors of 1, memory_sharing_measured false.
@@ -74,10 +75,10 @@ struct MachineProfile {
   // 2: grad_norm_params_per_s; the host no longer sums norms. 3: host.memory_sharing (format 2
   // still loads, without it).
   static constexpr int kVersion = 3;
-  std::string device_name;    // "NVIDIA H200", "sim"
+  std::string device_name;  // "NVIDIA H200", "sim"
   double device_memory_bytes = 0.0;
-  std::string shape_key;      // model_shape_key() of the shape the compute times were measured for
-  std::string kernels;        // Ops::kernels() of the measurement ("" in files from before it was recorded)
+  std::string shape_key;  // model_shape_key() of the shape the compute times were measured for
+  std::string kernels;    // Ops::kernels() of the measurement ("" in files from before it was recorded)
   // How the measurement was taken (profiler/machine_profiler.h's kProfilerMethod; 0 in files from
   // before it was recorded). A cache holding another method's profile is measured again.
   int method = 0;

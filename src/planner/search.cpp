@@ -1,10 +1,10 @@
 #include "planner/search.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "core/error.h"
 #include "planner/memory_model.h"
@@ -83,7 +83,8 @@ bool better(const Candidate& a, const Candidate& b) {
 class Searcher {
  public:
   // Without a profile the searcher only sizes plans (check_device_budget).
-  Searcher(const ModelConfig& config, const ModelLayout& layout, const MachineProfile* profile, const PlanRequest& r)
+  Searcher(const ModelConfig& config, const ModelLayout& layout, const MachineProfile* profile,
+           const PlanRequest& r)
       : config_(config), layout_(layout), profile_(profile), r_(r), L_(config.num_layers) {
     device_limit_ = static_cast<size_t>(static_cast<double>(r.device_budget) * (1.0 - r.headroom));
   }
@@ -110,7 +111,8 @@ class Searcher {
     for (size_t i = 1; i < bests_.size() && result.alternatives.size() < alternatives; ++i) {
       Candidate c = bests_[i];
       const auto listed = [&](const Candidate& other) { return same_plan(other.plan, c.plan); };
-      if (listed(result.best) || std::any_of(result.alternatives.begin(), result.alternatives.end(), listed)) continue;
+      if (listed(result.best) || std::any_of(result.alternatives.begin(), result.alternatives.end(), listed))
+        continue;
       const double slower = c.prediction.step_seconds - result.best.prediction.step_seconds;
       c.explanation = fmt::format("{:+.4g} s ({:+.1f}%): {}; {}", slower,
                                   100.0 * slower / result.best.prediction.step_seconds,
@@ -132,7 +134,8 @@ class Searcher {
   std::vector<Family> families() const {
     std::vector<Family> out;
     const bool gpu_adamw = profile_ && profile_->compute.gpu_adamw_params_per_s > 0;
-    const bool per_unit = (r_.space.per_unit_gpu_optimizer || r_.gpu_optimizer_layers.value_or(0) > 0) && gpu_adamw;
+    const bool per_unit =
+        (r_.space.per_unit_gpu_optimizer || r_.gpu_optimizer_layers.value_or(0) > 0) && gpu_adamw;
     std::vector<UnitPlacement> end_units = {UnitPlacement::Streamed, UnitPlacement::ResidentParams};
     if (per_unit) end_units.push_back(UnitPlacement::ResidentWithOptimizer);
     // The resident layers' kind; a forced count of GPU-optimizer layers fixes it per layer.
@@ -168,8 +171,8 @@ class Searcher {
                 if (layout_.tied && e_fp32 != h_fp32) continue;
                 for (UnitPlacement kind : resident_kinds) {
                   out.push_back({false, mb, s, update, upload, e, h, kind});
-                  if (kind == UnitPlacement::ResidentWithOptimizer && update == UpdateSchedule::AfterBackward &&
-                      !r_.resident_layers)
+                  if (kind == UnitPlacement::ResidentWithOptimizer &&
+                      update == UpdateSchedule::AfterBackward && !r_.resident_layers)
                     out.push_back({false, mb, s, update, upload, e, h, kind, true});
                 }
               }
@@ -200,10 +203,10 @@ class Searcher {
       for (int64_t l = 0; l < resident_layers; ++l) plan.units[layout_.layer_unit(l)] = f.layers;
     } else {
       for (int64_t l = L_ - 1; l >= L_ - resident_layers; --l)
-        plan.units[layout_.layer_unit(l)] = r_.gpu_optimizer_layers
-                                                ? (l >= L_ - on_gpu ? UnitPlacement::ResidentWithOptimizer
-                                                                    : UnitPlacement::ResidentParams)
-                                                : f.layers;
+        plan.units[layout_.layer_unit(l)] =
+            r_.gpu_optimizer_layers
+                ? (l >= L_ - on_gpu ? UnitPlacement::ResidentWithOptimizer : UnitPlacement::ResidentParams)
+                : f.layers;
     }
     if (r_.offload_activations == false)
       plan.activations.assign(static_cast<size_t>(L_), ActivationPlacement::KeepOnGpu);
@@ -264,9 +267,12 @@ class Searcher {
   void search_family(const Family& f) {
     const StepShape shape{f.micro_batch * r_.seq_len, r_.global_batch / f.micro_batch};
     std::vector<int64_t> counts;
-    if (f.everything_on_gpu) counts = {L_};
-    else if (r_.resident_layers) counts = {std::min(*r_.resident_layers, L_)};
-    else for (int64_t n = r_.gpu_optimizer_layers.value_or(0); n <= L_; ++n) counts.push_back(n);
+    if (f.everything_on_gpu)
+      counts = {L_};
+    else if (r_.resident_layers)
+      counts = {std::min(*r_.resident_layers, L_)};
+    else
+      for (int64_t n = r_.gpu_optimizer_layers.value_or(0); n <= L_; ++n) counts.push_back(n);
     for (int64_t n : counts) {
       // No resident layer: the layers' kind means nothing, the params family stands for both.
       if (n == 0 && f.layers == UnitPlacement::ResidentWithOptimizer && !f.everything_on_gpu) continue;
@@ -294,7 +300,8 @@ class Searcher {
     const size_t host = host_total(plan, shape);
     min_host_fitting_ = std::min(min_host_fitting_, host);
     if (r_.host_budget > 0 && host > r_.host_budget) return;
-    if (f.upload == WeightUpload::ConvertOnUpload && !r_.weight_upload && shadow_fits_host(plan, shape)) return;
+    if (f.upload == WeightUpload::ConvertOnUpload && !r_.weight_upload && shadow_fits_host(plan, shape))
+      return;
     if (!profile_) return;
     Candidate c;
     c.plan = std::move(plan);
@@ -319,7 +326,7 @@ class Searcher {
     for (int64_t k = kept + 1; k <= L_; ++k) {
       Plan p = plan;
       for (int64_t l = 0; l < L_; ++l)
-        p.activations[static_cast<size_t>(l)] = l >= L_ - k              ? ActivationPlacement::KeepWithInternals
+        p.activations[static_cast<size_t>(l)] = l >= L_ - k     ? ActivationPlacement::KeepWithInternals
                                                 : l < offloaded ? ActivationPlacement::OffloadToHost
                                                                 : ActivationPlacement::KeepOnGpu;
       // More kept layers never need fewer offloaded boundaries: the count only grows.
@@ -350,22 +357,25 @@ class Searcher {
     std::string what, lower;
     if (min_device_ > device_limit_) {
       lower = "micro_batch or seq_len";
-      const size_t need = static_cast<size_t>(std::ceil(static_cast<double>(min_device_) / (1.0 - r_.headroom)));
-      what = fmt::format("the smallest plan needs {} of device memory, more than the {} budget allows with {:.0f}% "
-                         "kept free; give gpu_memory of at least {}",
-                         gib(min_device_), gib(r_.device_budget), 100.0 * r_.headroom, gib(need));
+      const size_t need =
+          static_cast<size_t>(std::ceil(static_cast<double>(min_device_) / (1.0 - r_.headroom)));
+      what = fmt::format(
+          "the smallest plan needs {} of device memory, more than the {} budget allows with {:.0f}% "
+          "kept free; give gpu_memory of at least {}",
+          gib(min_device_), gib(r_.device_budget), 100.0 * r_.headroom, gib(need));
       if (r_.host_budget > 0 && host_at_min_device_ > r_.host_budget)
-        what += fmt::format(", and host_memory of at least {} (that plan needs {} of host memory; the budget is {}, {})",
-                            gib(host_at_min_device_), gib(host_at_min_device_), gib(r_.host_budget),
-                            r_.host_budget_source);
+        what += fmt::format(
+            ", and host_memory of at least {} (that plan needs {} of host memory; the budget is {}, {})",
+            gib(host_at_min_device_), gib(host_at_min_device_), gib(r_.host_budget), r_.host_budget_source);
     } else {
       // The boundary activations that leave the device grow with the tokens of a whole step.
       lower = "global_batch or seq_len";
-      what = fmt::format("every plan that fits the device needs at least {} of host memory (optimizer state, pinned "
-                         "buffers and the process beside them), more "
-                         "than the {} host budget ({}); give host_memory of at least {}{}",
-                         gib(min_host_fitting_), gib(r_.host_budget), r_.host_budget_source, gib(min_host_fitting_),
-                         r_.host_budget_source == "host_memory" ? "" : " on a machine that can give it (free memory)");
+      what = fmt::format(
+          "every plan that fits the device needs at least {} of host memory (optimizer state, pinned "
+          "buffers and the process beside them), more "
+          "than the {} host budget ({}); give host_memory of at least {}{}",
+          gib(min_host_fitting_), gib(r_.host_budget), r_.host_budget_source, gib(min_host_fitting_),
+          r_.host_budget_source == "host_memory" ? "" : " on a machine that can give it (free memory)");
       // Without clipping, gradients need not wait for the global norm: converting on upload can
       // then pass them through a ring instead of keeping one per unit (2 bytes/param less).
       if (r_.clipping && !r_.update && !r_.weight_upload) {
@@ -373,15 +383,17 @@ class Searcher {
         unclipped.clipping = false;
         const size_t host = Searcher(config_, layout_, nullptr, unclipped).smallest_fitting_host();
         if (host <= r_.host_budget)
-          what += fmt::format(", or train without gradient clipping (max_grad_norm: 0), whose plans need {}: its "
-                              "gradients need not wait for the global norm",
-                              gib(host));
+          what += fmt::format(
+              ", or train without gradient clipping (max_grad_norm: 0), whose plans need {}: its "
+              "gradients need not wait for the global norm",
+              gib(host));
       }
     }
     fail("plan", "no plan fits: {} -- or lower {}{}", what, lower,
-         r_.slots || r_.resident_layers || r_.offload_activations ? ", or drop the forced gpu_slots / resident_layers / "
-                                                                    "offload_activations"
-                                                                  : "");
+         r_.slots || r_.resident_layers || r_.offload_activations
+             ? ", or drop the forced gpu_slots / resident_layers / "
+               "offload_activations"
+             : "");
   }
 
   const ModelConfig& config_;
@@ -399,9 +411,12 @@ class Searcher {
 
 const char* unit_choice(UnitPlacement p) {
   switch (p) {
-    case UnitPlacement::Streamed: return "streamed";
-    case UnitPlacement::ResidentParams: return "resident";
-    case UnitPlacement::ResidentWithOptimizer: return "resident with GPU AdamW";
+    case UnitPlacement::Streamed:
+      return "streamed";
+    case UnitPlacement::ResidentParams:
+      return "resident";
+    case UnitPlacement::ResidentWithOptimizer:
+      return "resident with GPU AdamW";
   }
   return "?";
 }
@@ -410,11 +425,14 @@ const char* unit_choice(UnitPlacement p) {
 
 SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, const MachineProfile& profile,
                           const PlanRequest& request, size_t alternatives) {
-  FERRY_CHECK(request.global_batch >= 1 && request.seq_len >= 1, "plan", "global_batch and seq_len must be positive");
-  FERRY_CHECK(!request.micro_batch || (*request.micro_batch >= 1 && request.global_batch % *request.micro_batch == 0),
-              "plan", "micro_batch must divide global_batch ({})", request.global_batch);
+  FERRY_CHECK(request.global_batch >= 1 && request.seq_len >= 1, "plan",
+              "global_batch and seq_len must be positive");
+  FERRY_CHECK(
+      !request.micro_batch || (*request.micro_batch >= 1 && request.global_batch % *request.micro_batch == 0),
+      "plan", "micro_batch must divide global_batch ({})", request.global_batch);
   FERRY_CHECK(!request.slots || *request.slots >= 1, "plan", "gpu_slots must be at least 1");
-  FERRY_CHECK(!request.resident_layers || (*request.resident_layers >= 0 && *request.resident_layers <= config.num_layers),
+  FERRY_CHECK(!request.resident_layers ||
+                  (*request.resident_layers >= 0 && *request.resident_layers <= config.num_layers),
               "plan", "resident_layers must be between 0 and the model's {} layers", config.num_layers);
   FERRY_CHECK(!request.space.slot_counts.empty(), "plan", "the search needs at least one slot count");
   FERRY_CHECK(request.update != UpdateSchedule::DuringBackward || !request.clipping, "plan",
@@ -424,8 +442,9 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
                    *request.gpu_optimizer_layers <= request.resident_layers.value_or(config.num_layers)),
               "plan", "gpu_optimizer_layers ({}) must be between 0 and the resident layers ({})",
               request.gpu_optimizer_layers.value_or(0), request.resident_layers.value_or(config.num_layers));
-  FERRY_CHECK(request.gpu_optimizer_layers.value_or(0) == 0 || profile.compute.gpu_adamw_params_per_s > 0, "plan",
-              "gpu_optimizer_layers needs a device with a GPU AdamW; the profile of {} has none", profile.device_name);
+  FERRY_CHECK(request.gpu_optimizer_layers.value_or(0) == 0 || profile.compute.gpu_adamw_params_per_s > 0,
+              "plan", "gpu_optimizer_layers needs a device with a GPU AdamW; the profile of {} has none",
+              profile.device_name);
   return Searcher(config, layout, &profile, request).run(alternatives);
 }
 
@@ -436,8 +455,9 @@ void check_device_budget(const ModelConfig& config, const ModelLayout& layout, c
 std::string plan_difference(const Plan& plan, const Plan& reference) {
   std::vector<std::string> parts;
   if (plan.optimizer_on_gpu() != reference.optimizer_on_gpu()) {
-    parts.push_back(plan.optimizer_on_gpu() ? "everything on the GPU" : "the sliding window instead of everything on "
-                                                                      "the GPU");
+    parts.push_back(plan.optimizer_on_gpu() ? "everything on the GPU"
+                                            : "the sliding window instead of everything on "
+                                              "the GPU");
     if (plan.micro_batch != reference.micro_batch)
       parts.push_back(fmt::format("micro-batch {} instead of {}", plan.micro_batch, reference.micro_batch));
     return fmt::format("{}", fmt::join(parts, ", "));
@@ -447,26 +467,32 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
   if (plan.gpu_slots != reference.gpu_slots)
     parts.push_back(fmt::format("{} slots instead of {}", plan.gpu_slots, reference.gpu_slots));
   if (plan.update != reference.update)
-    parts.push_back(fmt::format("updates {} instead of {}", update_name(plan.update), update_name(reference.update)));
+    parts.push_back(
+        fmt::format("updates {} instead of {}", update_name(plan.update), update_name(reference.update)));
   if (plan.weight_upload != reference.weight_upload)
     parts.push_back(fmt::format("weights {} instead of {}", weight_upload_name(plan.weight_upload),
                                 weight_upload_name(reference.weight_upload)));
   const size_t e = 0, h = plan.units.size() - 1;
   if (plan.units[e] != reference.units[e])
-    parts.push_back(fmt::format("embedding {} instead of {}", unit_choice(plan.units[e]), unit_choice(reference.units[e])));
+    parts.push_back(fmt::format("embedding {} instead of {}", unit_choice(plan.units[e]),
+                                unit_choice(reference.units[e])));
   if (plan.units[h] != reference.units[h])
-    parts.push_back(fmt::format("head {} instead of {}", unit_choice(plan.units[h]), unit_choice(reference.units[h])));
+    parts.push_back(
+        fmt::format("head {} instead of {}", unit_choice(plan.units[h]), unit_choice(reference.units[h])));
   UnitPlacement kind = UnitPlacement::ResidentParams, reference_kind = UnitPlacement::ResidentParams;
-  const int64_t layers = resident_layer_count(plan, &kind), reference_layers = resident_layer_count(reference, &reference_kind);
+  const int64_t layers = resident_layer_count(plan, &kind),
+                reference_layers = resident_layer_count(reference, &reference_kind);
   if (layers != reference_layers || (layers > 0 && kind != reference_kind))
     parts.push_back(fmt::format("{} layers {} instead of {} {}", layers, unit_choice(kind), reference_layers,
                                 unit_choice(reference_kind)));
-  if (layers > 0 && layers == reference_layers && resident_from_the_first(plan) != resident_from_the_first(reference))
+  if (layers > 0 && layers == reference_layers &&
+      resident_from_the_first(plan) != resident_from_the_first(reference))
     parts.push_back(resident_from_the_first(plan) ? "the first layers resident instead of the last"
                                                   : "the last layers resident instead of the first");
   const int64_t kept = kept_activations(plan), reference_kept = kept_activations(reference);
   if (kept != reference_kept)
-    parts.push_back(fmt::format("{} boundary activations kept on the GPU instead of {}", kept, reference_kept));
+    parts.push_back(
+        fmt::format("{} boundary activations kept on the GPU instead of {}", kept, reference_kept));
   const int64_t internals = kept_internals(plan), reference_internals = kept_internals(reference);
   if (internals != reference_internals)
     parts.push_back(fmt::format("{} layers not recomputed instead of {}", internals, reference_internals));

@@ -73,11 +73,11 @@ struct SearchSpace {
 
 struct PlanRequest {
   int64_t seq_len = 2048;
-  int64_t global_batch = 8;                // sequences per step
-  std::optional<int64_t> micro_batch;      // forced; unset: the search picks a divisor of global_batch
-  size_t device_budget = 0;                // bytes the engine may allocate on the device
-  double headroom = 0.05;                  // fraction of the device budget left free
-  size_t host_budget = 0;                  // bytes of host memory (HostBytes::total); 0: no limit
+  int64_t global_batch = 8;            // sequences per step
+  std::optional<int64_t> micro_batch;  // forced; unset: the search picks a divisor of global_batch
+  size_t device_budget = 0;            // bytes the engine may allocate on the device
+  double headroom = 0.05;              // fraction of the device budget left free
+  size_t host_budget = 0;              // bytes of host memory (HostBytes::total); 0: no limit
   // Where host_budget comes from, for the refusal: "host_memory", or the default's source.
   std::string host_budget_source = "host_memory";
   // Host memory the process holds beside the engine's buffers (its runtime and libraries, the
@@ -89,15 +89,15 @@ struct PlanRequest {
   DType weight_dtype = DType::BF16;
   DType grad_dtype = DType::BF16;
   bool clipping = true;
-  std::optional<int64_t> slots;                 // forced number of slots
-  std::optional<bool> offload_activations;      // forced: all on the host (true) or all on the GPU (false)
-  std::optional<int64_t> resident_layers;       // forced number of resident layers (from the last)
+  std::optional<int64_t> slots;             // forced number of slots
+  std::optional<bool> offload_activations;  // forced: all on the host (true) or all on the GPU (false)
+  std::optional<int64_t> resident_layers;   // forced number of resident layers (from the last)
   // Forced: of the resident layers, this many (from the last) keep their optimizer on the GPU
   // (ResidentWithOptimizer), the others only their weights.
   std::optional<int64_t> gpu_optimizer_layers;
-  std::optional<WeightUpload> weight_upload;    // forced weight upload
-  std::optional<UpdateSchedule> update;         // forced update schedule (DuringBackward needs !clipping)
-  bool allow_optimizer_on_gpu = false;          // the device can run AdamW (CUDA)
+  std::optional<WeightUpload> weight_upload;  // forced weight upload
+  std::optional<UpdateSchedule> update;       // forced update schedule (DuringBackward needs !clipping)
+  bool allow_optimizer_on_gpu = false;        // the device can run AdamW (CUDA)
   SearchSpace space;
 };
 

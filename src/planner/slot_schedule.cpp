@@ -9,9 +9,9 @@ namespace ferry {
 std::vector<size_t> step_unit_sequence(int64_t layers) {
   std::vector<size_t> seq;
   const size_t head = static_cast<size_t>(layers) + 1;
-  for (size_t u = 0; u <= head; ++u) seq.push_back(u);                          // E, L0 .. L(n-1), H
+  for (size_t u = 0; u <= head; ++u) seq.push_back(u);                                  // E, L0 .. L(n-1), H
   for (int64_t l = layers - 1; l >= 0; --l) seq.push_back(static_cast<size_t>(l) + 1);  // L(n-1) .. L0
-  seq.push_back(0);                                                             // E (backward)
+  seq.push_back(0);                                                                     // E (backward)
   return seq;
 }
 
@@ -44,8 +44,8 @@ std::vector<SlotUse> schedule_slots(const std::vector<size_t>& sequence, const s
       for (int64_t s = 0; s < slots; ++s) {
         const int64_t o = occupant[static_cast<size_t>(s)];
         const size_t next = o < 0 ? std::numeric_limits<size_t>::max() : next_use(o, i);
-        if (slot < 0 || next > furthest || (next == furthest && last_use[static_cast<size_t>(s)] <
-                                                                     last_use[static_cast<size_t>(slot)])) {
+        if (slot < 0 || next > furthest ||
+            (next == furthest && last_use[static_cast<size_t>(s)] < last_use[static_cast<size_t>(slot)])) {
           slot = s;
           furthest = next;
         }

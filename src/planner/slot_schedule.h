@@ -18,9 +18,9 @@ namespace ferry {
 
 struct SlotUse {
   size_t unit = 0;
-  int64_t slot = -1;            // -1: the unit is resident
-  bool load = false;            // upload the unit's weights into the slot before this use
-  int64_t previous_use = -1;    // for loads: the last use of this slot before this one (-1: none)
+  int64_t slot = -1;          // -1: the unit is resident
+  bool load = false;          // upload the unit's weights into the slot before this use
+  int64_t previous_use = -1;  // for loads: the last use of this slot before this one (-1: none)
 };
 
 std::vector<SlotUse> schedule_slots(const std::vector<size_t>& sequence, const std::vector<bool>& resident,

@@ -6,13 +6,13 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "device/memory_ledger.h"
-#include "profiler/machine_profiler.h"
-#include "profiler/random_device_fill.h"
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
 #include "model/unit_params.h"
 #include "optim/clip.h"
 #include "optim/device_adamw.h"
+#include "profiler/machine_profiler.h"
+#include "profiler/random_device_fill.h"
 
 namespace ferry {
 
@@ -20,7 +20,9 @@ namespace {
 
 constexpr const char* kWhere = "profile";
 
-size_t round_up(size_t bytes) { return (bytes + 255) / 256 * 256; }
+size_t round_up(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
 
 size_t free_device_bytes(Device& device) {
   const MemoryStats m = device.memory();
@@ -40,14 +42,16 @@ struct Shape {
   size_t activation_bytes(int64_t tokens) const {
     return round_up(static_cast<size_t>(tokens * config.hidden_size) * dtype_size(wd));
   }
-  static size_t token_bytes(int64_t tokens) { return round_up(4 * static_cast<size_t>(tokens) * sizeof(int32_t)); }
+  static size_t token_bytes(int64_t tokens) {
+    return round_up(4 * static_cast<size_t>(tokens) * sizeof(int32_t));
+  }
   // One layer's weights, gradients, scratch, four activations (x_in, x_out, dx_out, dx_in), tokens.
   size_t layer_phase_bytes(int64_t tokens) const {
     Arena measure = Arena::measuring();
     carve_layer_scratch(measure, config, tokens, wd, true);
     const size_t u = layout.layer_unit(0);
-    return unit_bytes(u, wd) + unit_bytes(u, gd) + measure.used() + Arena::kAlignment + 4 * activation_bytes(tokens) +
-           token_bytes(tokens) + 1024;
+    return unit_bytes(u, wd) + unit_bytes(u, gd) + measure.used() + Arena::kAlignment +
+           4 * activation_bytes(tokens) + token_bytes(tokens) + 1024;
   }
   // The embedding and the head (weights, gradients), the head's scratch, three activations, tokens.
   size_t ends_phase_bytes(int64_t tokens) const {
@@ -64,7 +68,9 @@ struct Shape {
 class ChunkTokens {
  public:
   ChunkTokens(Device& device, RandomDeviceFill& fill, const Shape& shape, int64_t capacity)
-      : capacity_(capacity), seq_len_(shape.seq_len), buffer_(device, Shape::token_bytes(capacity), "profile tokens") {
+      : capacity_(capacity),
+        seq_len_(shape.seq_len),
+        buffer_(device, Shape::token_bytes(capacity), "profile tokens") {
     const size_t n = static_cast<size_t>(capacity);
     const int32_t vocab = static_cast<int32_t>(shape.config.vocab_size);
     fill.indices(ids(), n, vocab);
@@ -180,9 +186,10 @@ struct F32HeadGradients {
     const size_t head_bytes = s.unit_bytes(s.layout.head_unit(), DType::F32);
     const size_t emb_bytes = s.layout.tied ? s.unit_bytes(s.layout.embedding_unit(), DType::F32) : 0;
     if ((head_bytes + emb_bytes) / 7 * 8 > free_device_bytes(device)) {
-      log_info("profile: the head with fp32 gradients needs {} more device memory than is free; timed with {} "
-               "gradients only",
-               format_bytes(head_bytes + emb_bytes), dtype_name(s.gd));
+      log_info(
+          "profile: the head with fp32 gradients needs {} more device memory than is free; timed with {} "
+          "gradients only",
+          format_bytes(head_bytes + emb_bytes), dtype_name(s.gd));
       return;
     }
     head = DeviceBuffer(device, head_bytes, "profile head fp32 gradients");
@@ -246,7 +253,8 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
     for (const int64_t T : tokens) {
       Chunk c = chunk_of(T);
       const std::function<void()> run = [&] {
-        head_forward_backward(ops, s.config, hp, &grads, c.tokens, c.in, c.grad_scale, c.d_in, c.scratch, loss_sum);
+        head_forward_backward(ops, s.config, hp, &grads, c.tokens, c.in, c.grad_scale, c.d_in, c.scratch,
+                              loss_sum);
       };
       times.push_back({T, time_on_device(device, run, timing)});
     }
@@ -263,8 +271,10 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
     emb_forward.push_back({T, seconds[0]});
     emb_backward.push_back({T, seconds[1]});
   }
-  EndTimes times{fit_linear_time(emb_forward, "embedding forward"), fit_linear_time(emb_backward, "embedding backward"),
-                 time_head(hg, "head"), {}};
+  EndTimes times{fit_linear_time(emb_forward, "embedding forward"),
+                 fit_linear_time(emb_backward, "embedding backward"),
+                 time_head(hg, "head"),
+                 {}};
   times.head_f32_grads = times.head;
   // (With fp32 gradients already, as on the simulated device, this times the same work again.)
   // After the runs above, whose first calls took the ops' workspaces, what is free is free.
@@ -284,7 +294,8 @@ double device_adamw_rate(Device& device, Ops& ops, DType weight_dtype, RandomDev
                          const ProfileOptions& options) {
   const size_t per_param = 3 * sizeof(float) + sizeof(float) + dtype_size(weight_dtype);
   const size_t n =
-      std::min(static_cast<size_t>(options.gpu_adamw_params), free_device_bytes(device) / 2 / per_param) / 64 * 64;
+      std::min(static_cast<size_t>(options.gpu_adamw_params), free_device_bytes(device) / 2 / per_param) /
+      64 * 64;
   FERRY_CHECK(n >= 64, kWhere, "no device memory left to measure the device AdamW; raise gpu_memory");
   const size_t chunks = grad_sumsq_chunks(n);
   DeviceBuffer master(device, n * 4, "profile adamw master"), m(device, n * 4, "profile adamw m"),
@@ -321,7 +332,8 @@ double device_adamw_rate(Device& device, Ops& ops, DType weight_dtype, RandomDev
         adamw->clip_coefficient(sum, 1.0, clip);
         adamw->step(b, std::span<const AdamWSegment>(&all, 1), hyper, ++step, clip);
         const int64_t count = static_cast<int64_t>(n);
-        if (!bf16) ops.copy(Tensor(master.data(), DType::F32, {count}), Tensor(weights.data(), weight_dtype, {count}));
+        if (!bf16)
+          ops.copy(Tensor(master.data(), DType::F32, {count}), Tensor(weights.data(), weight_dtype, {count}));
       },
       options.timing);
   return static_cast<double>(n) / seconds;
@@ -330,17 +342,20 @@ double device_adamw_rate(Device& device, Ops& ops, DType weight_dtype, RandomDev
 // Parameters per second of the norm partials the engine computes on the device for a host-updated
 // unit before its gradient leaves (sliding_engine.cpp, send_gradients): gradients in the weight
 // dtype (the streamed units' gradient dtype), one call per parameter-sized span.
-double grad_norm_rate(Device& device, DType grad_dtype, RandomDeviceFill& fill, const ProfileOptions& options) {
+double grad_norm_rate(Device& device, DType grad_dtype, RandomDeviceFill& fill,
+                      const ProfileOptions& options) {
   const size_t per_param = dtype_size(grad_dtype);
   const size_t n =
-      std::min(static_cast<size_t>(options.gpu_adamw_params), free_device_bytes(device) / 2 / per_param) / 64 * 64;
+      std::min(static_cast<size_t>(options.gpu_adamw_params), free_device_bytes(device) / 2 / per_param) /
+      64 * 64;
   FERRY_CHECK(n >= 64, kWhere, "no device memory left to measure the gradient norm; raise gpu_memory");
   DeviceBuffer grad(device, round_up(n * per_param), "profile norm gradient"),
       partials(device, round_up(grad_sumsq_chunks(n) * sizeof(double)), "profile norm partials");
   fill.values(grad.data(), grad_dtype, n, 1e-3f);
   const std::unique_ptr<DeviceAdamW> kernels = make_device_adamw(device);
   const double seconds = time_on_device(
-      device, [&] { kernels->grad_sumsq_partials(grad.data(), grad_dtype, n, partials.as<double>()); }, options.timing);
+      device, [&] { kernels->grad_sumsq_partials(grad.data(), grad_dtype, n, partials.as<double>()); },
+      options.timing);
   return static_cast<double>(n) / seconds;
 }
 
@@ -364,17 +379,21 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   for (const int64_t m : micro) {
     const int64_t T = m * seq_len;
     const size_t need = std::max(shape.layer_phase_bytes(T), shape.ends_phase_bytes(T));
-    if (need <= usable) tokens.push_back(T);
-    else log_info("profile: micro-chunks of {} sequences need {} of device memory, {} can be used; measured without",
-                  m, format_bytes(need), format_bytes(usable));
+    if (need <= usable)
+      tokens.push_back(T);
+    else
+      log_info(
+          "profile: micro-chunks of {} sequences need {} of device memory, {} can be used; measured without",
+          m, format_bytes(need), format_bytes(usable));
   }
   if (tokens.size() < 2) {
     const int64_t T = micro[1] * seq_len;
     fail(kWhere,
-         "measuring the compute times needs micro-chunks of {} and {} sequences of {} tokens, which take {} of device "
+         "measuring the compute times needs micro-chunks of {} and {} sequences of {} tokens, which take {} "
+         "of device "
          "memory; {} can be used (7/8 of the free memory): lower seq_len or raise gpu_memory",
-         micro[0], micro[1], seq_len, format_bytes(std::max(shape.layer_phase_bytes(T), shape.ends_phase_bytes(T))),
-         format_bytes(usable));
+         micro[0], micro[1], seq_len,
+         format_bytes(std::max(shape.layer_phase_bytes(T), shape.ends_phase_bytes(T))), format_bytes(usable));
   }
 
   RandomDeviceFill fill(device, options.seed);

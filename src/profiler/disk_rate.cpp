@@ -18,7 +18,8 @@ namespace ferry {
 namespace {
 
 constexpr const char* kWhere = "profile";
-constexpr size_t kBlock = size_t{8} << 20;  // large sequential requests, as a checkpoint or state tier issues them
+constexpr size_t kBlock =
+    size_t{8} << 20;  // large sequential requests, as a checkpoint or state tier issues them
 
 // The probe file: closed and removed when the measurement ends, however it ends.
 class ProbeFile {
@@ -34,8 +35,8 @@ class ProbeFile {
   void open(int flags) {
     close();
     fd_ = ::open(path_.c_str(), flags | O_CLOEXEC, 0600);
-    FERRY_CHECK(fd_ >= 0, kWhere, "cannot open the disk probe {}: {}; give a writable directory to measure", path_.string(),
-                std::strerror(errno));
+    FERRY_CHECK(fd_ >= 0, kWhere, "cannot open the disk probe {}: {}; give a writable directory to measure",
+                path_.string(), std::strerror(errno));
   }
   void close() {
     if (fd_ >= 0) ::close(fd_);
@@ -70,8 +71,9 @@ DiskRates measure_disk_rates(const std::filesystem::path& dir, size_t bytes) {
     const char* p = reinterpret_cast<const char*>(block.data());
     const ssize_t n = ::write(file.fd(), p + done % kBlock, kBlock - done % kBlock);
     if (n < 0 && errno == EINTR) continue;
-    FERRY_CHECK(n > 0, kWhere, "writing the disk probe {} failed after {} bytes: {}; free disk space or give another "
-                               "directory",
+    FERRY_CHECK(n > 0, kWhere,
+                "writing the disk probe {} failed after {} bytes: {}; free disk space or give another "
+                "directory",
                 file.path().string(), done, std::strerror(errno));
     done += static_cast<size_t>(n);
   }
@@ -87,8 +89,8 @@ DiskRates measure_disk_rates(const std::filesystem::path& dir, size_t bytes) {
   for (size_t done = 0; done < bytes;) {
     const ssize_t n = ::read(file.fd(), block.data(), kBlock);
     if (n < 0 && errno == EINTR) continue;
-    FERRY_CHECK(n > 0, kWhere, "reading the disk probe {} back failed after {} bytes: {}", file.path().string(), done,
-                n == 0 ? "unexpected end of file" : std::strerror(errno));
+    FERRY_CHECK(n > 0, kWhere, "reading the disk probe {} back failed after {} bytes: {}",
+                file.path().string(), done, n == 0 ? "unexpected end of file" : std::strerror(errno));
     done += static_cast<size_t>(n);
   }
   rates.read_bytes_per_s = static_cast<double>(bytes) / seconds_since(start);

@@ -44,7 +44,8 @@ HostProfile measure_host(const ProfileOptions& options) {
   h.memory_bytes = physical_memory_bytes();
   h.cpu_adamw_params_per_s = cpu_adamw_rate(options, h.memory_bytes, pool);
   if (options.measure_disk) {
-    FERRY_CHECK(!options.disk_dir.empty(), "profile", "measuring the disk needs a directory to write a probe file in");
+    FERRY_CHECK(!options.disk_dir.empty(), "profile",
+                "measuring the disk needs a directory to write a probe file in");
     // A disk that cannot be probed leaves the rates 0 ("not measured", no disk tier), said in the
     // log, rather than losing the measurements above.
     try {

@@ -51,10 +51,13 @@ MachineProfile measure_profile(Device& device, Ops& ops, const ModelConfig& conf
     const MemorySharingRates rates = measure_memory_sharing(device, options, p.host.memory_bytes);
     p.host.memory_sharing = rates.shares();
     p.host.memory_sharing_measured = true;
-    log_info("profile: CPU AdamW {:.2f} G params/s alone, {:.2f} beside h2d, {:.2f} beside h2d+d2h; copies {:.1f} GB/s "
-             "alone, {:.1f} beside it; duplex {:.1f} GB/s each way alone, {:.1f} beside it",
-             rates.cpu_alone / 1e9, rates.cpu_beside_copy / 1e9, rates.cpu_beside_duplex / 1e9, rates.copy_alone / 1e9,
-             rates.copy_beside_cpu / 1e9, rates.duplex_alone / 1e9, rates.duplex_beside_cpu / 1e9);
+    log_info(
+        "profile: CPU AdamW {:.2f} G params/s alone, {:.2f} beside h2d, {:.2f} beside h2d+d2h; copies {:.1f} "
+        "GB/s "
+        "alone, {:.1f} beside it; duplex {:.1f} GB/s each way alone, {:.1f} beside it",
+        rates.cpu_alone / 1e9, rates.cpu_beside_copy / 1e9, rates.cpu_beside_duplex / 1e9,
+        rates.copy_alone / 1e9, rates.copy_beside_cpu / 1e9, rates.duplex_alone / 1e9,
+        rates.duplex_beside_cpu / 1e9);
   });
   // What is saved must load: the reader's validation names a measurement that came out unusable.
   p = profile_from_json(profile_to_json(p), "the profile just measured on " + p.device_name);

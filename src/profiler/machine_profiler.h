@@ -24,10 +24,10 @@
 
 #include "core/dtype.h"
 #include "device/device.h"
-#include "profiler/profile_timing.h"
 #include "model/model_config.h"
 #include "ops/ops.h"
 #include "planner/profile.h"
+#include "profiler/profile_timing.h"
 
 namespace ferry {
 

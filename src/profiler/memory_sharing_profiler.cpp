@@ -103,21 +103,23 @@ HostMemorySharing MemorySharingRates::shares() const {
     // measurement, not a machine, so it is bounded away from it.
     return alone > 0.0 ? std::clamp(beside / alone, 0.05, 1.0) : 1.0;
   };
-  return {share(cpu_beside_copy, cpu_alone), share(cpu_beside_duplex, cpu_alone), share(copy_beside_cpu, copy_alone),
-          share(duplex_beside_cpu, duplex_alone)};
+  return {share(cpu_beside_copy, cpu_alone), share(cpu_beside_duplex, cpu_alone),
+          share(copy_beside_cpu, copy_alone), share(duplex_beside_cpu, duplex_alone)};
 }
 
-MemorySharingRates measure_memory_sharing(Device& device, const ProfileOptions& options, double memory_bytes) {
+MemorySharingRates measure_memory_sharing(Device& device, const ProfileOptions& options,
+                                          double memory_bytes) {
   const MemoryStats mem = device.memory();
   const size_t free = mem.capacity - std::min(mem.capacity, mem.in_use);
   const size_t bytes = std::min(options.copy_bytes, free / 4) / 4096 * 4096;
   // As small as the copy bandwidth's own measurement allows (measure_transfers): a device that
   // fits two micro-chunks has room for these.
   constexpr size_t kSmallest = size_t{64} << 10;
-  FERRY_CHECK(bytes >= kSmallest, "profile",
-              "measuring the CPU AdamW beside copies needs two device buffers of {}; {} of device memory are free: "
-              "raise gpu_memory",
-              format_bytes(kSmallest), format_bytes(free));
+  FERRY_CHECK(
+      bytes >= kSmallest, "profile",
+      "measuring the CPU AdamW beside copies needs two device buffers of {}; {} of device memory are free: "
+      "raise gpu_memory",
+      format_bytes(kSmallest), format_bytes(free));
   ThreadPool& pool = ThreadPool::global();
   CpuAdamWProbe probe(cpu_adamw_probe_params(options, memory_bytes), pool);
   BackgroundCopies copies(device, bytes);

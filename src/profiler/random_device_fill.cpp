@@ -27,10 +27,17 @@ float unit_uniform(uint64_t seed, size_t index) {
 
 void store(void* base, DType dtype, size_t i, float v) {
   switch (dtype) {
-    case DType::F32: static_cast<float*>(base)[i] = v; break;
-    case DType::BF16: static_cast<uint16_t*>(base)[i] = f32_to_bf16(v); break;
-    case DType::F16: static_cast<uint16_t*>(base)[i] = f32_to_f16(v); break;
-    default: FERRY_ASSERT(false, "random fill of a float type only");
+    case DType::F32:
+      static_cast<float*>(base)[i] = v;
+      break;
+    case DType::BF16:
+      static_cast<uint16_t*>(base)[i] = f32_to_bf16(v);
+      break;
+    case DType::F16:
+      static_cast<uint16_t*>(base)[i] = f32_to_f16(v);
+      break;
+    default:
+      FERRY_ASSERT(false, "random fill of a float type only");
   }
 }
 

@@ -28,9 +28,13 @@ const Tables& tables() {
 
 }  // namespace
 
-const std::string& byte_to_char(uint8_t b) { return tables().to_char[b]; }
+const std::string& byte_to_char(uint8_t b) {
+  return tables().to_char[b];
+}
 
-int char_to_byte(char32_t cp) { return cp < 0x144 ? tables().to_byte[cp] : -1; }
+int char_to_byte(char32_t cp) {
+  return cp < 0x144 ? tables().to_byte[cp] : -1;
+}
 
 void append_byte_level(std::string& out, std::string_view text) {
   const Tables& t = tables();

@@ -1,5 +1,4 @@
 #include "tokenizer/chat_template.h"
-#include "core/text_file.h"
 
 #include <ctime>
 #include <fstream>
@@ -7,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/json_text.h"
+#include "core/text_file.h"
 #include "jinja/error.h"
 
 namespace ferry {
@@ -85,7 +85,8 @@ std::optional<ChatTemplate> ChatTemplate::load(const std::filesystem::path& dir)
   if (std::filesystem::exists(config_path, ec)) config = read_json(config_path);
   const auto jinja_path = dir / "chat_template.jinja";
   if (std::filesystem::exists(jinja_path, ec))
-    return ChatTemplate(read_text_file(jinja_path, kWhere), jinja_path.string(), special_tokens_from_config(config));
+    return ChatTemplate(read_text_file(jinja_path, kWhere), jinja_path.string(),
+                        special_tokens_from_config(config));
   if (auto text = template_from_config(config, config_path.string()))
     return ChatTemplate(*text, config_path.string(), special_tokens_from_config(config));
   return std::nullopt;
@@ -103,7 +104,8 @@ ChatTemplate ChatTemplate::from_file(const std::filesystem::path& path,
     FERRY_CHECK(text.has_value(), kWhere, "{} has no \"chat_template\"", path.string());
     return ChatTemplate(*text, path.string(), special_tokens_from_config(tokenizer_config));
   }
-  return ChatTemplate(read_text_file(path, kWhere), path.string(), special_tokens_from_config(tokenizer_config));
+  return ChatTemplate(read_text_file(path, kWhere), path.string(),
+                      special_tokens_from_config(tokenizer_config));
 }
 
 ChatRendering ChatTemplate::render(const jinja::Value& messages, const ChatRenderOptions& options) const {

@@ -6,11 +6,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace ferry::tok {
 
@@ -27,8 +26,8 @@ enum class SplitBehavior { Removed, Isolated, MergedWithPrevious, MergedWithNext
 // Cuts `piece` at `matches` (sorted, non-overlapping byte ranges of piece.text) as HF's
 // NormalizedString::split does, appending the non-empty results to `out`. `invert` swaps the roles
 // of matches and the text between them.
-void split_piece(const Piece& piece, const std::vector<std::pair<size_t, size_t>>& matches, SplitBehavior behavior,
-                 bool invert, std::vector<Piece>& out);
+void split_piece(const Piece& piece, const std::vector<std::pair<size_t, size_t>>& matches,
+                 SplitBehavior behavior, bool invert, std::vector<Piece>& out);
 
 class PreTokenizer {
  public:

@@ -10,7 +10,8 @@ namespace ferry::tok {
 
 namespace {
 
-constexpr const char* kWhiteSpace = R"(\t\n\x0B\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+constexpr const char* kWhiteSpace =
+    R"(\t\n\x0B\f\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
 constexpr const char* kWord = R"(\p{L}\p{M}\p{Nd}\p{Nl}\p{Pc}\x{200C}\x{200D})";
 
 // Per-thread match state: PCRE2 match data and a JIT stack large enough for long inputs.
@@ -102,14 +103,16 @@ Regex Regex::pattern(std::string_view onig_pattern) {
   const std::string translated = onig_to_pcre2(onig_pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE | PCRE2_NO_UTF_CHECK, &error, &offset,
-                                   nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE | PCRE2_NO_UTF_CHECK, &error, &offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    fail("tokenizer", "regex /{}/ does not compile (as /{}/ at offset {}): {}; the tokenizer.json uses a pattern "
-         "ferry cannot translate", r.source_, translated, offset, reinterpret_cast<const char*>(message));
+    fail("tokenizer",
+         "regex /{}/ does not compile (as /{}/ at offset {}): {}; the tokenizer.json uses a pattern "
+         "ferry cannot translate",
+         r.source_, translated, offset, reinterpret_cast<const char*>(message));
   }
   auto compiled = std::make_shared<Compiled>();
   compiled->code = code;

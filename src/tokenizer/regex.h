@@ -37,7 +37,7 @@ class Regex {
  private:
   struct Compiled;
   std::string source_;
-  std::string literal_;                  // used when compiled_ is null
+  std::string literal_;  // used when compiled_ is null
   std::shared_ptr<const Compiled> compiled_;
 };
 

@@ -1,5 +1,4 @@
 #include "tokenizer/tokenizer.h"
-#include "core/text_file.h"
 
 #include <algorithm>
 #include <atomic>
@@ -11,6 +10,7 @@
 #include "core/error.h"
 #include "core/json_text.h"
 #include "core/log.h"
+#include "core/text_file.h"
 #include "core/thread_pool.h"
 #include "tokenizer/added_vocabulary.h"
 #include "tokenizer/bpe_model.h"
@@ -182,8 +182,9 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
          "(models with only a SentencePiece tokenizer.model need converting with transformers first)",
          json_path.string());
   const std::filesystem::path config_path = dir / "tokenizer_config.json";
-  const std::string config =
-      std::filesystem::is_regular_file(config_path) ? read_text_file(config_path, "Tokenizer::load") : std::string();
+  const std::string config = std::filesystem::is_regular_file(config_path)
+                                 ? read_text_file(config_path, "Tokenizer::load")
+                                 : std::string();
   try {
     return from_json(read_text_file(json_path, "Tokenizer::load"), config);
   } catch (const Error& e) {

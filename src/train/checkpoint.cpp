@@ -7,11 +7,11 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "train/output_dir.h"
 #include "io/atomic_file.h"
 #include "io/completion_marker.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "train/output_dir.h"
 
 namespace ferry {
 

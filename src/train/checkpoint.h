@@ -16,10 +16,10 @@
 namespace ferry {
 
 struct TrainerState {
-  int64_t step = 0;               // optimizer steps completed
-  int64_t data_epoch = 0;         // position of the next row to read
+  int64_t step = 0;        // optimizer steps completed
+  int64_t data_epoch = 0;  // position of the next row to read
   int64_t data_index = 0;
-  nlohmann::json fingerprint;     // what must match for an exact resume (data, batch geometry, seed)
+  nlohmann::json fingerprint;  // what must match for an exact resume (data, batch geometry, seed)
 };
 
 struct CheckpointView {
@@ -34,7 +34,8 @@ struct CheckpointView {
 
 // Writes OUTPUT/checkpoint-STEP and then deletes the oldest complete checkpoints beyond
 // `keep` (0 keeps all). Returns the checkpoint's path.
-std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const CheckpointView& view, int64_t keep);
+std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const CheckpointView& view,
+                                      int64_t keep);
 
 // The newest complete checkpoint in output_dir, if any.
 std::optional<std::filesystem::path> find_latest_checkpoint(const std::filesystem::path& output_dir);

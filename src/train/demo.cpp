@@ -1,17 +1,18 @@
 #include "train/demo.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <fstream>
 #include <random>
 #include <set>
 
 #include "core/log.h"
-#include <fmt/format.h>
 #include "core/thread_pool.h"
-#include "train/model_init.h"
 #include "engine/model_step.h"
-#include "train/trainer.h"
 #include "model/model_weights.h"
+#include "train/model_init.h"
+#include "train/trainer.h"
 
 namespace ferry {
 
@@ -94,9 +95,12 @@ double exact_match(const std::filesystem::path& model_dir, const std::vector<Exa
     if (show && n < 4) {
       std::string out;
       for (int32_t t : produced) {
-        if (t == kEos) out += "<eos>";
-        else if (t >= 32 && t < 127) out += static_cast<char>(t);
-        else out += fmt::format("<{}>", t);
+        if (t == kEos)
+          out += "<eos>";
+        else if (t >= 32 && t < 127)
+          out += static_cast<char>(t);
+        else
+          out += fmt::format("<{}>", t);
       }
       log_info("  {} = {}", examples[n].text, out);
     }
@@ -114,7 +118,8 @@ DemoResult run_demo(const DemoOptions& options) {
   std::filesystem::create_directories(options.out_dir);
   std::filesystem::remove_all(tuned_dir);
 
-  log_info("demo: task = reverse a string of {}-{} letters (a-j), e.g. 'abc=' -> 'cba'", kMinLength, kMaxLength);
+  log_info("demo: task = reverse a string of {}-{} letters (a-j), e.g. 'abc=' -> 'cba'", kMinLength,
+           kMaxLength);
   write_random_model(demo_model_config(), options.seed, base_dir);
 
   // Held-out evaluation strings never appear in the training data.
@@ -157,7 +162,7 @@ DemoResult run_demo(const DemoOptions& options) {
   config.learning_rate = options.learning_rate;
   config.warmup_steps = 20;
   config.weight_decay = 0.01;
-    config.max_grad_norm = 1.0;
+  config.max_grad_norm = 1.0;
   config.seed = options.seed;
   config.logging_steps = 25;
   config.threads = options.threads;
@@ -167,8 +172,9 @@ DemoResult run_demo(const DemoOptions& options) {
 
   log_info("demo: after fine-tuning:");
   result.accuracy_after = exact_match(tuned_dir, eval, true);
-  log_info("demo: exact match {:.1f}% -> {:.1f}% ; loss {:.3f} -> {:.3f} ; model in {}", 100.0 * result.accuracy_before,
-           100.0 * result.accuracy_after, result.first_loss, result.last_loss, tuned_dir.string());
+  log_info("demo: exact match {:.1f}% -> {:.1f}% ; loss {:.3f} -> {:.3f} ; model in {}",
+           100.0 * result.accuracy_before, 100.0 * result.accuracy_after, result.first_loss, result.last_loss,
+           tuned_dir.string());
   return result;
 }
 

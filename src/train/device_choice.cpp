@@ -35,7 +35,8 @@ DeviceChoice choose_device(const TrainConfig& config, DeviceUse use) {
 }
 
 std::unique_ptr<Device> make_chosen_device(const DeviceChoice& choice) {
-  FERRY_ASSERT(choice.kind == DeviceKind::Sim || choice.kind == DeviceKind::Cuda, "a device is made for sim or cuda only");
+  FERRY_ASSERT(choice.kind == DeviceKind::Sim || choice.kind == DeviceKind::Cuda,
+               "a device is made for sim or cuda only");
   if (choice.kind == DeviceKind::Cuda) return make_cuda_device(0, choice.gpu_memory);
   SimDeviceOptions options;
   if (choice.gpu_memory > 0) options.memory_capacity = choice.gpu_memory;

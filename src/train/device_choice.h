@@ -26,7 +26,7 @@ enum class DeviceUse {
 
 struct DeviceChoice {
   DeviceKind kind = DeviceKind::Cpu;  // never Auto
-  size_t gpu_memory = 0;  // the config's gpu_memory in bytes; 0: the device's own memory
+  size_t gpu_memory = 0;              // the config's gpu_memory in bytes; 0: the device's own memory
   // The plan's target on it (device budget left 0: the device's memory when made, else gpu_memory).
   PlanTarget target;
 };

@@ -7,12 +7,12 @@
 #include "core/thread_pool.h"
 #include "data/packing.h"
 #include "engine/model_step.h"
-#include "train/output_dir_claim.h"
-#include "train/profile_cache.h"
 #include "engine/step_batch.h"
-#include "train/training_data.h"
 #include "io/safetensors_writer.h"
 #include "model/model_weights.h"
+#include "train/output_dir_claim.h"
+#include "train/profile_cache.h"
+#include "train/training_data.h"
 
 namespace ferry {
 
@@ -36,7 +36,8 @@ EvalResult run_eval(const EvalOptions& o) {
   data.cache_dir = o.cache_dir.empty() ? default_cache_dir("data") : o.cache_dir;
   if (data.cache_dir.empty()) data.output_dir = ".";  // no cache root known: the working directory's .cache
   std::vector<PackedRow> rows = pack_documents(load_training_documents(data, w.config), o.seq_len, o.packing);
-  if (o.max_rows > 0 && static_cast<int64_t>(rows.size()) > o.max_rows) rows.resize(static_cast<size_t>(o.max_rows));
+  if (o.max_rows > 0 && static_cast<int64_t>(rows.size()) > o.max_rows)
+    rows.resize(static_cast<size_t>(o.max_rows));
   FERRY_CHECK(!rows.empty(), "eval", "the data holds no tokens");
 
   auto ops = make_cpu_ops();
@@ -48,7 +49,8 @@ EvalResult run_eval(const EvalOptions& o) {
   double loss_sum = 0.0;
   const int64_t V = w.config.vocab_size;
   std::vector<float> dumped;
-  const int64_t dump_rows = o.dump_logits.empty() ? 0 : std::min<int64_t>(o.dump_rows, static_cast<int64_t>(rows.size()));
+  const int64_t dump_rows =
+      o.dump_logits.empty() ? 0 : std::min<int64_t>(o.dump_rows, static_cast<int64_t>(rows.size()));
   for (size_t begin = 0; begin < rows.size(); begin += static_cast<size_t>(o.micro_batch)) {
     std::vector<const PackedRow*> batch_rows;
     for (size_t r = begin; r < std::min(rows.size(), begin + static_cast<size_t>(o.micro_batch)); ++r)

@@ -29,7 +29,7 @@ struct EvalOptions {
 };
 
 struct EvalResult {
-  double loss = 0.0;        // mean cross-entropy over counted tokens
+  double loss = 0.0;  // mean cross-entropy over counted tokens
   double perplexity = 0.0;
   int64_t rows = 0;
   int64_t counted_tokens = 0;

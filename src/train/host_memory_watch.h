@@ -90,8 +90,8 @@ class HostMemoryWatch {
   std::thread sampler_;
 };
 
-// Writes `watch`'s report to <output_dir>/host_memory.json (kHostMemoryReport) when it goes out of scope, however the
-// run ends (a failure's report is the one that matters); nothing when output_dir does not exist.
+// Writes `watch`'s report to <output_dir>/host_memory.json (kHostMemoryReport) when it goes out of scope,
+// however the run ends (a failure's report is the one that matters); nothing when output_dir does not exist.
 class HostMemoryReportOnExit {
  public:
   HostMemoryReportOnExit(HostMemoryWatch& watch, std::filesystem::path output_dir)

@@ -11,7 +11,7 @@
 namespace ferry {
 
 struct ModelPreset {
-  std::string name;         // e.g. "tiny", "llama-3.1-8b"
+  std::string name;  // e.g. "tiny", "llama-3.1-8b"
   std::string description;
 };
 

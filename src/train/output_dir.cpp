@@ -1,5 +1,4 @@
 #include "train/output_dir.h"
-#include "core/text_file.h"
 
 #include <cctype>
 #include <fstream>
@@ -8,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "core/text_file.h"
 #include "io/atomic_file.h"
 #include "io/completion_marker.h"
 #include "model/model_weights.h"
@@ -85,7 +85,8 @@ void copy_model_files(const std::filesystem::path& source_dir, const std::filesy
 
 }  // namespace
 
-std::string config_json_text(const ModelConfig& config, DType dtype, const std::filesystem::path& source_dir) {
+std::string config_json_text(const ModelConfig& config, DType dtype,
+                             const std::filesystem::path& source_dir) {
   const bool has_source = !source_dir.empty() && std::filesystem::exists(source_dir / "config.json");
   if (has_source && dtype == config.dtype) return read_text_file(source_dir / "config.json", "output");
   nlohmann::json json = config.raw.is_object() ? config.raw : model_config_to_json(config);
@@ -103,13 +104,15 @@ std::string config_json_text(const ModelConfig& config, DType dtype, const std::
 }
 
 void write_hf_model_dir(const std::filesystem::path& out_dir, const std::filesystem::path& source_dir,
-                        const ModelConfig& config, const ModelLayout& layout, const std::vector<const float*>& units,
-                        DType dtype, size_t max_shard_bytes) {
+                        const ModelConfig& config, const ModelLayout& layout,
+                        const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes) {
   std::error_code ec;
   if (!source_dir.empty() && std::filesystem::exists(out_dir) &&
       std::filesystem::equivalent(out_dir, source_dir, ec)) {
-    fail("output", "output directory '{}' is the input model directory; choose another output_dir so the input "
-                   "is not overwritten", out_dir.string());
+    fail("output",
+         "output directory '{}' is the input model directory; choose another output_dir so the input "
+         "is not overwritten",
+         out_dir.string());
   }
   std::filesystem::create_directories(out_dir);
   save_model_weights(out_dir, layout, units, dtype, max_shard_bytes);
@@ -143,7 +146,8 @@ void write_tokenizer_overrides(const std::filesystem::path& out_dir, const std::
   if (!tokenizer.empty()) {
     const std::filesystem::path dir =
         std::filesystem::is_regular_file(tokenizer, ec) ? tokenizer.parent_path() : tokenizer;
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
+    for (const char* name :
+         {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"}) {
       if (std::filesystem::exists(out_dir / name, ec) && std::filesystem::exists(dir / name, ec) &&
           std::filesystem::equivalent(dir / name, out_dir / name, ec))
         continue;

@@ -15,8 +15,8 @@ namespace ferry {
 // `source_dir` is the model directory training started from (its non-weight files are copied);
 // it may be empty for a model created from scratch. `units` are fp32 buffers laid out by `layout`.
 void write_hf_model_dir(const std::filesystem::path& out_dir, const std::filesystem::path& source_dir,
-                        const ModelConfig& config, const ModelLayout& layout, const std::vector<const float*>& units,
-                        DType dtype, size_t max_shard_bytes);
+                        const ModelConfig& config, const ModelLayout& layout,
+                        const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes);
 
 // Where the run overrode the model's tokenizer or chat template (`tokenizer:`, `chat_template:`;
 // either may be empty), the output directory serves what was trained with: tokenizer.json,

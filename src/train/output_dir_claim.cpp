@@ -13,9 +13,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "io/completion_marker.h"
 #include "train/host_memory_watch.h"
 #include "train/metrics_log.h"
-#include "io/completion_marker.h"
 
 namespace ferry {
 

@@ -37,8 +37,9 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   if (config.host_memory) r.host_budget = static_cast<size_t>(*config.host_memory);
   if (!config.host_memory && target.host_available > 0) {
     r.host_budget = default_host_budget_available(target.host_available);
-    r.host_budget_source = fmt::format("the default: {} that this machine can give now ({}), less 5%, at least 2 GiB",
-                                       format_bytes(target.host_available), target.host_available_source);
+    r.host_budget_source =
+        fmt::format("the default: {} that this machine can give now ({}), less 5%, at least 2 GiB",
+                    format_bytes(target.host_available), target.host_available_source);
   } else if (!config.host_memory && ram_bytes > 0) {
     r.host_budget = default_host_budget(ram_bytes);
     r.host_budget_source = fmt::format("the default: the profile's {} of RAM less 10%, at least 4 GiB",
@@ -77,15 +78,16 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
 std::string describe_selection(const PlanSelection& s) {
   const Prediction& p = s.result.best.prediction;
   return fmt::format("plan: {}; predicted step {:.4g} s ({:.0f} tokens/s), {} (profile: {})",
-                     s.result.best.plan.describe(), p.step_seconds, p.tokens_per_second, lane_name(p.bottleneck),
-                     s.profile_source);
+                     s.result.best.plan.describe(), p.step_seconds, p.tokens_per_second,
+                     lane_name(p.bottleneck), s.profile_source);
 }
 
 std::vector<std::string> describe_advice(const PlanSelection& s) {
   std::vector<std::string> lines;
   if (s.advice.empty()) return lines;
   const Prediction& p = s.result.best.prediction;
-  lines.push_back(fmt::format("GPU idle {:.0f}% of the step waits for the CPU AdamW{}; predicted with", 100.0 * p.gpu_idle_fraction,
+  lines.push_back(fmt::format("GPU idle {:.0f}% of the step waits for the CPU AdamW{}; predicted with",
+                              100.0 * p.gpu_idle_fraction,
                               s.request.clipping ? " after the global norm (clipping)" : ""));
   for (const IdleAdvice& a : s.advice)
     lines.push_back(fmt::format("  {} ({}): {:.0f} tokens/s, GPU idle {:.0f}%", a.setting, a.effect,

@@ -14,28 +14,28 @@
 
 #include <string>
 
-#include "train/train_config.h"
 #include "model/model_config.h"
 #include "model/unit_layout.h"
 #include "planner/idle_advice.h"
 #include "planner/profile.h"
 #include "planner/search.h"
+#include "train/train_config.h"
 
 namespace ferry {
 
 // The device a config trains on, for planning: cuda or sim (cpu has no plan).
 struct PlanTarget {
-  std::string device;          // "cuda" | "sim"
+  std::string device;                // "cuda" | "sim"
   DType weight_dtype = DType::BF16;  // what the engine holds on that device (bf16 on CUDA, fp32 on sim)
-  size_t device_budget = 0;    // bytes the engine may allocate
-  bool gpu_adamw = false;      // the device runs AdamW (CUDA)
+  size_t device_budget = 0;          // bytes the engine may allocate
+  bool gpu_adamw = false;            // the device runs AdamW (CUDA)
   // Host memory this machine can give the run now, its own included (core/host_memory.h); 0:
   // unknown (planning for a machine known by a profile), the default budget then comes from the
   // profile's physical RAM.
   size_t host_available = 0;
-  std::string host_available_source;  // what bounds it: "MemAvailable", a cgroup's limit
-  size_t host_beside_engine = 0;        // PlanRequest::host_beside_engine
-  bool device_memory_on_host = false;   // PlanRequest::device_memory_on_host (sim)
+  std::string host_available_source;   // what bounds it: "MemAvailable", a cgroup's limit
+  size_t host_beside_engine = 0;       // PlanRequest::host_beside_engine
+  bool device_memory_on_host = false;  // PlanRequest::device_memory_on_host (sim)
 };
 
 struct PlanSelection {

@@ -18,8 +18,10 @@ std::string file_name_part(const std::string& name) {
   std::string out;
   for (const char ch : name) {
     const auto c = static_cast<unsigned char>(ch);
-    if (std::isalnum(c) || c == '.') out += static_cast<char>(std::tolower(c));
-    else if (!out.empty() && out.back() != '-') out += '-';
+    if (std::isalnum(c) || c == '.')
+      out += static_cast<char>(std::tolower(c));
+    else if (!out.empty() && out.back() != '-')
+      out += '-';
   }
   while (!out.empty() && out.back() == '-') out.pop_back();
   return out.empty() ? "device" : out;
@@ -42,13 +44,14 @@ std::optional<MachineProfile> read_cached(const std::filesystem::path& path, con
     return std::nullopt;
   }
   if (p.method != kProfilerMethod) {
-    *why_not = fmt::format("{} was measured by {} (method {}); this ferry measures with method {}", path.string(),
-                           p.method == 0 ? "an older ferry" : "another ferry", p.method, kProfilerMethod);
+    *why_not =
+        fmt::format("{} was measured by {} (method {}); this ferry measures with method {}", path.string(),
+                    p.method == 0 ? "an older ferry" : "another ferry", p.method, kProfilerMethod);
     return std::nullopt;
   }
   if (p.device_name != device.name() || p.shape_key != shape_key) {
-    *why_not = fmt::format("{} holds the profile of {} for {}, not of {} for {}", path.string(), p.device_name,
-                           p.shape_key, device.name(), shape_key);
+    *why_not = fmt::format("{} holds the profile of {} for {}, not of {} for {}", path.string(),
+                           p.device_name, p.shape_key, device.name(), shape_key);
     return std::nullopt;
   }
   if (p.kernels != kernels) {
@@ -88,7 +91,9 @@ std::filesystem::path default_cache_dir(const std::string& what) {
   return {};
 }
 
-std::filesystem::path default_profile_cache_dir() { return default_cache_dir("profiles"); }
+std::filesystem::path default_profile_cache_dir() {
+  return default_cache_dir("profiles");
+}
 
 std::filesystem::path profile_cache_path(const std::filesystem::path& dir, const std::string& device_name,
                                          const std::string& shape_key) {
@@ -98,25 +103,29 @@ std::filesystem::path profile_cache_path(const std::filesystem::path& dir, const
 void check_profile_matches_model(const MachineProfile& profile, const ModelConfig& model, int64_t seq_len,
                                  const std::string& source) {
   const std::string model_key = model_shape_key(model, profile.seq_len, profile.weight_dtype);
-  FERRY_CHECK(profile.shape_key == model_key, kWhere,
-              "{} was measured for the model shape {}, but this model is {}: its compute times belong to another "
-              "network. Measure this model on that machine (ferry profile CONFIG.yaml --out FILE), or remove "
-              "`profile` to plan with this machine's own profile",
-              source, profile.shape_key, model_key);
+  FERRY_CHECK(
+      profile.shape_key == model_key, kWhere,
+      "{} was measured for the model shape {}, but this model is {}: its compute times belong to another "
+      "network. Measure this model on that machine (ferry profile CONFIG.yaml --out FILE), or remove "
+      "`profile` to plan with this machine's own profile",
+      source, profile.shape_key, model_key);
   if (profile.seq_len != seq_len)
-    log_warn("profile: {} was measured at seq_len {}, this run uses {}; attention's cost per token grows with the "
-             "sequence length, so the predicted step time is approximate (measure with seq_len={} for an exact one)",
-             source, profile.seq_len, seq_len, seq_len);
+    log_warn(
+        "profile: {} was measured at seq_len {}, this run uses {}; attention's cost per token grows with the "
+        "sequence length, so the predicted step time is approximate (measure with seq_len={} for an exact "
+        "one)",
+        source, profile.seq_len, seq_len, seq_len);
 }
 
 MachineProfile load_profile_file(const TrainConfig& config, const ModelConfig& model) {
   MachineProfile p = load_profile(config.profile);
   check_profile_matches_model(p, model, config.seq_len, config.profile.string());
   if (p.method < kProfilerMethod)
-    log_warn("profile: {} was measured by an older ferry (method {}; this one measures with method {}), which "
-             "timed the step's work less like a training step does; its predictions may be off by several "
-             "percent. Measure it again on that machine (ferry profile CONFIG.yaml --out FILE)",
-             config.profile.string(), p.method, kProfilerMethod);
+    log_warn(
+        "profile: {} was measured by an older ferry (method {}; this one measures with method {}), which "
+        "timed the step's work less like a training step does; its predictions may be off by several "
+        "percent. Measure it again on that machine (ferry profile CONFIG.yaml --out FILE)",
+        config.profile.string(), p.method, kProfilerMethod);
   return p;
 }
 
@@ -124,8 +133,8 @@ MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& mode
                               const ObtainProfileOptions& options, ProfileOrigin* origin) {
   if (!config.profile.empty()) {
     MachineProfile p = load_profile_file(config, model);
-    log_info("profile: planning for {}{} with {}", p.device_name, p.kernels.empty() ? "" : " (" + p.kernels + ")",
-             config.profile.string());
+    log_info("profile: planning for {}{} with {}", p.device_name,
+             p.kernels.empty() ? "" : " (" + p.kernels + ")", config.profile.string());
     if (origin != nullptr) *origin = ProfileOrigin::File;
     return p;
   }

@@ -17,11 +17,11 @@
 #include <string>
 
 #include "device/device.h"
-#include "profiler/machine_profiler.h"
-#include "train/train_config.h"
 #include "model/model_config.h"
 #include "ops/ops.h"
 #include "planner/profile.h"
+#include "profiler/machine_profiler.h"
+#include "train/train_config.h"
 
 namespace ferry {
 

@@ -7,15 +7,15 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "device/device.h"
-#include "train/device_choice.h"
 #include "engine/model_step.h"
-#include "train/plan_selection.h"
-#include "train/profile_cache.h"
 #include "engine/sliding_engine.h"
 #include "engine/step_trace.h"
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
 #include "planner/memory_model.h"
+#include "train/device_choice.h"
+#include "train/plan_selection.h"
+#include "train/profile_cache.h"
 
 namespace ferry {
 
@@ -36,7 +36,8 @@ class PlainExecutor final : public StepExecutor {
   std::string describe() const override {
     return fmt::format("cpu ({} threads, fp32 reference ops)", ThreadPool::global().size());
   }
-  ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) override {
+  ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
+                    double max_grad_norm) override {
     std::vector<float*> g;
     for (auto& b : grads_) g.push_back(b.data());
     const StepLoss loss = step_.run(masters(), g, batch);
@@ -68,18 +69,21 @@ class PlainExecutor final : public StepExecutor {
 // The sliding engine on a device.
 class SlidingExecutor final : public StepExecutor {
  public:
-  SlidingExecutor(std::unique_ptr<Device> device, const TrainConfig& config, ModelWeights weights, const Plan& plan,
-                  const Prediction& predicted)
+  SlidingExecutor(std::unique_ptr<Device> device, const TrainConfig& config, ModelWeights weights,
+                  const Plan& plan, const Prediction& predicted)
       : device_(std::move(device)),
-        trace_(config.trace.empty() ? nullptr : std::make_unique<StepTrace>(*device_, config.trace, config.trace_steps)),
+        trace_(config.trace.empty()
+                   ? nullptr
+                   : std::make_unique<StepTrace>(*device_, config.trace, config.trace_steps)),
         ops_(make_device_ops(trace_ ? trace_->device() : *device_)),
         plan_(plan),
         predicted_(predicted) {
-    engine_ = std::make_unique<SlidingEngine>(weights.config, weights.layout, trace_ ? trace_->device() : *device_,
-                                              *ops_, plan_,
-                                              plan_.micro_batch * config.seq_len,
-                                              config.global_batch / plan_.micro_batch, config.decay_norms_and_biases);
-    for (size_t u = 0; u < weights.units.size(); ++u) {  // into the huge-page masters, freeing each copy as it goes
+    engine_ = std::make_unique<SlidingEngine>(
+        weights.config, weights.layout, trace_ ? trace_->device() : *device_, *ops_, plan_,
+        plan_.micro_batch * config.seq_len, config.global_batch / plan_.micro_batch,
+        config.decay_norms_and_biases);
+    for (size_t u = 0; u < weights.units.size();
+         ++u) {  // into the huge-page masters, freeing each copy as it goes
       engine_->host().unit(u).master.assign(weights.units[u]);
       std::vector<float>().swap(weights.units[u]);
     }
@@ -88,7 +92,8 @@ class SlidingExecutor final : public StepExecutor {
   }
   ~SlidingExecutor() override { engine_.reset(); }
   std::string describe() const override { return fmt::format("{}: {}", device_->name(), plan_.describe()); }
-  ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) override {
+  ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
+                    double max_grad_norm) override {
     if (trace_) trace_->begin(step);
     const SlidingStepResult r = engine_->step(step, batch, hyper, max_grad_norm);
     if (trace_) trace_->end();
@@ -109,14 +114,15 @@ class SlidingExecutor final : public StepExecutor {
   static constexpr int64_t kMemoryReportStep = 3;
   void log_memory() const {
     const MemoryStats device = device_->memory(), pinned = device_->pinned_memory();
-    log_info("memory in use after step {}: device {} (predicted {}), pinned {} (predicted {})", kMemoryReportStep,
-             format_bytes(device.in_use), format_bytes(predicted_.device.total()), format_bytes(pinned.in_use),
-             format_bytes(predicted_.host.pinned));
+    log_info("memory in use after step {}: device {} (predicted {}), pinned {} (predicted {})",
+             kMemoryReportStep, format_bytes(device.in_use), format_bytes(predicted_.device.total()),
+             format_bytes(pinned.in_use), format_bytes(predicted_.host.pinned));
   }
 
   std::vector<float*> collect(HostArray HostUnitState::*member) {
     std::vector<float*> out;
-    for (size_t u = 0; u < engine_->host().unit_count(); ++u) out.push_back((engine_->host().unit(u).*member).data());
+    for (size_t u = 0; u < engine_->host().unit_count(); ++u)
+      out.push_back((engine_->host().unit(u).*member).data());
     return out;
   }
   std::unique_ptr<Device> device_;
@@ -133,7 +139,8 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
                                                  HostMemoryWatch* watch) {
   const DeviceChoice choice = choose_device(config, DeviceUse::Train);
   if (choice.kind == DeviceKind::Cpu) {
-    FERRY_CHECK(config.trace.empty(), "trace", "the cpu backend has no streams to trace; trace with device: sim or cuda");
+    FERRY_CHECK(config.trace.empty(), "trace",
+                "the cpu backend has no streams to trace; trace with device: sim or cuda");
     return std::make_unique<PlainExecutor>(config, std::move(weights));
   }
   std::unique_ptr<Device> dev = make_chosen_device(choice);
@@ -164,16 +171,18 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
   for (const std::string& line : describe_advice(selection)) log_info("plan: {}", line);
   const DeviceBytes& d = chosen.prediction.device;
   const HostBytes& h = chosen.prediction.host;
-  log_info("device memory plan: {} of {} (slots {}, resident {}, activations {}, scratch {}, ops workspace {})",
-           format_bytes(d.total()), format_bytes(target.device_budget), format_bytes(d.slots),
-           format_bytes(d.resident), format_bytes(d.activations), format_bytes(d.scratch),
-           format_bytes(d.ops_workspace));
-  log_info("host memory plan: {} in all = optimizer state {} + pinned {} + beside the engine {} (runtime and data "
-           "{} measured, {} allowed for later growth){}; budget {} ({})",
-           format_bytes(h.total()), format_bytes(h.pageable), format_bytes(h.pinned), format_bytes(h.beside),
-           format_bytes(beside.bytes - kHostGrowthAllowance), format_bytes(kHostGrowthAllowance),
-           h.device > 0 ? fmt::format(" + the simulated device's {}", format_bytes(h.device)) : std::string(),
-           format_bytes(selection.request.host_budget), selection.request.host_budget_source);
+  log_info(
+      "device memory plan: {} of {} (slots {}, resident {}, activations {}, scratch {}, ops workspace {})",
+      format_bytes(d.total()), format_bytes(target.device_budget), format_bytes(d.slots),
+      format_bytes(d.resident), format_bytes(d.activations), format_bytes(d.scratch),
+      format_bytes(d.ops_workspace));
+  log_info(
+      "host memory plan: {} in all = optimizer state {} + pinned {} + beside the engine {} (runtime and data "
+      "{} measured, {} allowed for later growth){}; budget {} ({})",
+      format_bytes(h.total()), format_bytes(h.pageable), format_bytes(h.pinned), format_bytes(h.beside),
+      format_bytes(beside.bytes - kHostGrowthAllowance), format_bytes(kHostGrowthAllowance),
+      h.device > 0 ? fmt::format(" + the simulated device's {}", format_bytes(h.device)) : std::string(),
+      format_bytes(selection.request.host_budget), selection.request.host_budget_source);
   if (watch != nullptr) {
     // Loading holds the weights in fp32 beside what the process had; every later phase holds the plan.
     watch->plan(kPhaseModelLoad, beside.weights + beside.bytes);

@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "train/host_memory_watch.h"
 #include "engine/step_batch.h"
-#include "train/train_config.h"
 #include "model/model_weights.h"
 #include "optim/adamw.h"
+#include "train/host_memory_watch.h"
+#include "train/train_config.h"
 
 namespace ferry {
 
@@ -26,7 +26,8 @@ class StepExecutor {
   virtual ~StepExecutor() = default;
   virtual std::string describe() const = 0;
   // Runs optimizer step `step` (1-based). The update may still be in flight when it returns.
-  virtual ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) = 0;
+  virtual ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
+                            double max_grad_norm) = 0;
   // Waits for every update in flight; afterwards masters/m/v are current.
   virtual void finish_updates() = 0;
   // Per-unit fp32 buffers (laid out by the model layout).

@@ -2,12 +2,12 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <fstream>
 #include <functional>
-#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -304,10 +304,14 @@ class KeysSeen {
 
 const char* device_kind_name(DeviceKind kind) {
   switch (kind) {
-    case DeviceKind::Auto: return "auto";
-    case DeviceKind::Cpu: return "cpu";
-    case DeviceKind::Sim: return "sim";
-    case DeviceKind::Cuda: return "cuda";
+    case DeviceKind::Auto:
+      return "auto";
+    case DeviceKind::Cpu:
+      return "cpu";
+    case DeviceKind::Sim:
+      return "sim";
+    case DeviceKind::Cuda:
+      return "cuda";
   }
   return "?";
 }
@@ -427,8 +431,9 @@ void validate_train_config(const TrainConfig& c) {
                                     {"adam_epsilon", c.adam_epsilon},
                                     {"max_grad_norm", c.max_grad_norm}})
     FERRY_CHECK(std::isfinite(value), kWhere, "{} must be a finite number, got {}", name, value);
-  FERRY_CHECK(!(c.resume && c.overwrite_output_dir), kWhere,
-              "resume=true continues the run in output_dir and overwrite_output_dir=true discards it; set only one");
+  FERRY_CHECK(
+      !(c.resume && c.overwrite_output_dir), kWhere,
+      "resume=true continues the run in output_dir and overwrite_output_dir=true discards it; set only one");
   FERRY_CHECK(c.gpu_slots >= 0, kWhere, "gpu_slots must be >= 0 (0: the planner chooses)");
   FERRY_CHECK(c.resident_layers >= -1, kWhere,
               "resident_layers must be >= 0, or -1 for the planner's choice");

@@ -30,47 +30,47 @@ enum class RecomputePolicy { Auto, All };
 
 struct TrainConfig {
   // what to train, on what, and where the result goes
-  std::filesystem::path model;               // Hugging Face model directory
-  std::vector<std::filesystem::path> data;   // .jsonl / .json / .txt files (data/text_dataset.h)
+  std::filesystem::path model;              // Hugging Face model directory
+  std::vector<std::filesystem::path> data;  // .jsonl / .json / .txt files (data/text_dataset.h)
   // Auto detects each file's format from its first record (.txt files are text).
   DataFormat data_format = DataFormat::Auto;
   std::filesystem::path output_dir;
-  bool skip_malformed = false;               // skip (and count) malformed records instead of failing
-  bool train_on_prompt = false;              // train on every token, not only what the assistant produces
-  std::filesystem::path tokenizer;           // tokenizer directory or tokenizer.json; empty: the model's
-  std::filesystem::path chat_template;       // a .jinja file (or tokenizer_config.json) replacing the model's
-  std::filesystem::path cache_dir;           // tokenized data cache; empty: <output_dir>/.cache
+  bool skip_malformed = false;          // skip (and count) malformed records instead of failing
+  bool train_on_prompt = false;         // train on every token, not only what the assistant produces
+  std::filesystem::path tokenizer;      // tokenizer directory or tokenizer.json; empty: the model's
+  std::filesystem::path chat_template;  // a .jinja file (or tokenizer_config.json) replacing the model's
+  std::filesystem::path cache_dir;      // tokenized data cache; empty: <output_dir>/.cache
 
   // batch geometry
-  int64_t seq_len = 2048;       // tokens per sequence (cutoff_len)
-  int64_t global_batch = 8;     // sequences per optimizer step
-  int64_t micro_batch = 1;      // sequences per micro-chunk inside a layer; 0 (`auto`): the planner picks
-  bool packing = true;          // pack documents into sequences (with document masking)
-  bool shuffle = true;          // a fresh order every epoch; false: the data's order
+  int64_t seq_len = 2048;    // tokens per sequence (cutoff_len)
+  int64_t global_batch = 8;  // sequences per optimizer step
+  int64_t micro_batch = 1;   // sequences per micro-chunk inside a layer; 0 (`auto`): the planner picks
+  bool packing = true;       // pack documents into sequences (with document masking)
+  bool shuffle = true;       // a fresh order every epoch; false: the data's order
 
   // length of training
-  int64_t max_steps = 0;        // 0: derived from epochs
+  int64_t max_steps = 0;  // 0: derived from epochs
   double epochs = 1.0;
 
   // optimizer and schedule (torch.optim.AdamW + transformers schedules)
   double learning_rate = 2e-5;
   LrSchedule lr_scheduler_type = LrSchedule::Cosine;
   int64_t warmup_steps = 0;
-  double warmup_ratio = 0.0;    // used when warmup_steps is 0
+  double warmup_ratio = 0.0;  // used when warmup_steps is 0
   double min_lr_ratio = 0.0;
   double weight_decay = 0.0;
   double adam_beta1 = 0.9;
   double adam_beta2 = 0.999;
   double adam_epsilon = 1e-8;
-  double max_grad_norm = 1.0;   // 0 disables clipping
+  double max_grad_norm = 1.0;  // 0 disables clipping
   bool decay_norms_and_biases = false;
 
   // bookkeeping
   uint64_t seed = 42;
   int64_t logging_steps = 1;
-  int64_t save_steps = 0;       // 0: save only at the end
-  int64_t save_total_limit = 2; // checkpoints kept (0: keep all)
-  bool resume = false;          // continue from the newest complete checkpoint in output_dir
+  int64_t save_steps = 0;        // 0: save only at the end
+  int64_t save_total_limit = 2;  // checkpoints kept (0: keep all)
+  bool resume = false;           // continue from the newest complete checkpoint in output_dir
   // A fresh run into a non-empty output_dir is refused unless this is set; then the earlier run's
   // metrics and checkpoints are removed first (train/output_dir_claim.h).
   bool overwrite_output_dir = false;
@@ -79,20 +79,20 @@ struct TrainConfig {
 
   // execution
   DeviceKind device = DeviceKind::Auto;
-  std::optional<int64_t> gpu_memory;   // bytes ("24GiB"); bounds the (simulated) GPU; empty: all of it
+  std::optional<int64_t> gpu_memory;  // bytes ("24GiB"); bounds the (simulated) GPU; empty: all of it
   // Bytes ("200GiB"); bounds the whole process's host memory; empty: what the machine has available
   // less a margin (train/plan_selection.h).
   std::optional<int64_t> host_memory;
-  int64_t gpu_slots = 0;        // GPU slots for streamed units; 0: the planner chooses
+  int64_t gpu_slots = 0;  // GPU slots for streamed units; 0: the planner chooses
   ActivationOffload offload_activations = ActivationOffload::Auto;
   RecomputePolicy recompute = RecomputePolicy::Auto;
-  int64_t resident_layers = -1; // layers kept on the GPU; -1: the planner chooses
+  int64_t resident_layers = -1;  // layers kept on the GPU; -1: the planner chooses
   // When the CPU updates a unit; empty (auto): the planner's choice. During-backward is exact only
   // without clipping, so it is refused with max_grad_norm > 0.
   std::optional<UpdateSchedule> update_schedule;
   // How new weights reach the GPU (a constraint of the search); empty (auto): the planner's choice.
   std::optional<WeightUpload> weight_upload;
-  int64_t threads = 0;          // CPU threads; 0 = all cores
+  int64_t threads = 0;  // CPU threads; 0 = all cores
 
   // A timeline trace (Chrome trace JSON) of these optimizer steps; empty: none, at no cost. The
   // default step 3 comes after the first steps' one-time work (first touches, GEMM heuristics).
@@ -106,7 +106,8 @@ struct TrainConfig {
 // Reads the YAML file (may be empty) and applies "key=value" overrides; validates everything.
 // Relative paths in the file are relative to the file's folder; on the command line, to the
 // working directory (where the shell completed them).
-TrainConfig load_train_config(const std::filesystem::path& yaml_path, const std::vector<std::string>& overrides);
+TrainConfig load_train_config(const std::filesystem::path& yaml_path,
+                              const std::vector<std::string>& overrides);
 // Parses YAML text (for tests and the demo). `source` names it in errors.
 TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
                                const std::string& source);

@@ -10,18 +10,18 @@
 #include "core/thread_pool.h"
 #include "data/batch_sampler.h"
 #include "data/packing.h"
-#include "train/checkpoint.h"
-#include "train/host_memory_watch.h"
-#include "train/metrics_log.h"
 #include "engine/model_step.h"
-#include "train/output_dir.h"
-#include "train/output_dir_claim.h"
 #include "engine/step_batch.h"
-#include "train/step_executor.h"
-#include "train/training_data.h"
 #include "engine/unit_optimizer.h"
 #include "model/model_weights.h"
 #include "ops/ops.h"
+#include "train/checkpoint.h"
+#include "train/host_memory_watch.h"
+#include "train/metrics_log.h"
+#include "train/output_dir.h"
+#include "train/output_dir_claim.h"
+#include "train/step_executor.h"
+#include "train/training_data.h"
 
 namespace ferry {
 
@@ -52,13 +52,15 @@ nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::str
           {"seed", c.seed}};
 }
 
-void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json& now, const std::string& where) {
+void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json& now,
+                              const std::string& where) {
   for (const auto& [key, value] : now.items()) {
     if (!saved.contains(key)) continue;
-    FERRY_CHECK(saved[key] == value, kWhere,
-                "cannot resume exactly from {}: '{}' was {} when it was saved and is {} now; restore the setting "
-                "or start a new output_dir",
-                where, key, saved[key].dump(), value.dump());
+    FERRY_CHECK(
+        saved[key] == value, kWhere,
+        "cannot resume exactly from {}: '{}' was {} when it was saved and is {} now; restore the setting "
+        "or start a new output_dir",
+        where, key, saved[key].dump(), value.dump());
   }
 }
 
@@ -78,7 +80,8 @@ void log_stop(int signal, int64_t step, int64_t total_steps, int64_t saved_step)
 
 TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   validate_train_config(config);
-  FERRY_CHECK(!config.model.empty(), kWhere, "no model given; set `model:` to a Hugging Face model directory");
+  FERRY_CHECK(!config.model.empty(), kWhere,
+              "no model given; set `model:` to a Hugging Face model directory");
   FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more JSONL files");
   FERRY_CHECK(!config.output_dir.empty(), kWhere, "no output_dir given; set `output_dir:`");
   if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
@@ -94,8 +97,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   ModelWeights weights = load_model_weights(config.model);
   const ModelConfig& mc = weights.config;
   if (mc.sliding_window && *mc.sliding_window < config.seq_len) {
-    fail(kWhere, "{} uses sliding-window attention of {} tokens, shorter than seq_len {}; ferry trains full "
-                 "attention only: set seq_len <= {}",
+    fail(kWhere,
+         "{} uses sliding-window attention of {} tokens, shorter than seq_len {}; ferry trains full "
+         "attention only: set seq_len <= {}",
          mc.architecture_name, *mc.sliding_window, config.seq_len, *mc.sliding_window);
   }
   TrainingDataSummary data_summary;
@@ -109,11 +113,13 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   const int64_t total_steps =
       config.max_steps > 0
           ? config.max_steps
-          : std::max<int64_t>(1, static_cast<int64_t>(std::ceil(config.epochs * static_cast<double>(rows.size()) /
-                                                                static_cast<double>(config.global_batch))));
-  const int64_t warmup = config.warmup_steps > 0
-                             ? config.warmup_steps
-                             : static_cast<int64_t>(std::ceil(config.warmup_ratio * static_cast<double>(total_steps)));
+          : std::max<int64_t>(
+                1, static_cast<int64_t>(std::ceil(config.epochs * static_cast<double>(rows.size()) /
+                                                  static_cast<double>(config.global_batch))));
+  const int64_t warmup =
+      config.warmup_steps > 0
+          ? config.warmup_steps
+          : static_cast<int64_t>(std::ceil(config.warmup_ratio * static_cast<double>(total_steps)));
   const DType save_dtype = resolve_save_dtype(config, mc);
 
   const ModelConfig model_config = mc;
@@ -130,7 +136,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   if (config.resume) {
     auto latest = find_latest_checkpoint(config.output_dir);
     if (!latest) {
-      log_warn("resume: no complete checkpoint in {}; starting from the beginning", config.output_dir.string());
+      log_warn("resume: no complete checkpoint in {}; starting from the beginning",
+               config.output_dir.string());
     } else {
       memory.enter(kPhaseCheckpointLoad);
       TrainerState state =
@@ -151,9 +158,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   log_info("model {} ({} layers, hidden {}, {:.1f}M parameters, {})", model_config.architecture_name,
            model_config.num_layers, model_config.hidden_size, static_cast<double>(parameter_count) / 1e6,
            torch_dtype_name(model_config.dtype));
-  log_info("data: {} documents -> {} sequences of {} tokens; {} steps of {} sequences (micro-batch {}), warmup {}",
-           documents.size(), rows.size(), config.seq_len, total_steps, config.global_batch, executor->micro_batch(),
-           warmup);
+  log_info(
+      "data: {} documents -> {} sequences of {} tokens; {} steps of {} sequences (micro-batch {}), warmup {}",
+      documents.size(), rows.size(), config.seq_len, total_steps, config.global_batch,
+      executor->micro_batch(), warmup);
   log_info("device {}", executor->describe());
 
   auto checkpoint_view = [&]() {
@@ -196,19 +204,22 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     }
     const auto start = std::chrono::steady_clock::now();
     step_rows.clear();
-    for (int64_t index : sampler.next_rows(config.global_batch)) step_rows.push_back(&rows[static_cast<size_t>(index)]);
+    for (int64_t index : sampler.next_rows(config.global_batch))
+      step_rows.push_back(&rows[static_cast<size_t>(index)]);
     const StepBatch batch = make_step_batch(step_rows, config.seq_len, executor->micro_batch());
     if (batch.counted_tokens() == 0)
       log_warn("step {}: every target is masked; the gradient is zero for this step", step + 1);
-    hyper.lr = lr_at(config.lr_scheduler_type, config.learning_rate, step, warmup, total_steps, config.min_lr_ratio);
+    hyper.lr =
+        lr_at(config.lr_scheduler_type, config.learning_rate, step, warmup, total_steps, config.min_lr_ratio);
     memory.enter(summary.steps.empty() ? kPhaseFirstStep : kPhaseSteadyState);
     const ExecutedStep done = executor->step(step + 1, batch, hyper, config.max_grad_norm);
     ++step;
     memory.check();
-    FERRY_CHECK(std::isfinite(done.loss) && std::isfinite(done.grad_norm), kWhere,
-                "step {}: loss {} / grad norm {} is not finite; lower learning_rate or check the data (the last "
-                "checkpoint is intact)",
-                step, done.loss, done.grad_norm);
+    FERRY_CHECK(
+        std::isfinite(done.loss) && std::isfinite(done.grad_norm), kWhere,
+        "step {}: loss {} / grad norm {} is not finite; lower learning_rate or check the data (the last "
+        "checkpoint is intact)",
+        step, done.loss, done.grad_norm);
 
     StepRecord record;
     record.step = step;
@@ -225,14 +236,18 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
       log_info("step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.0f} tok/s", step, total_steps,
                record.loss, record.lr, record.grad_norm, static_cast<double>(record.tokens) / record.seconds);
     }
-    metrics << nlohmann::json{{"step", step},           {"loss", record.loss},
-                              {"lr", record.lr},         {"grad_norm", record.grad_norm},
-                              {"tokens", record.tokens}, {"seconds", record.seconds}}
+    metrics << nlohmann::json{{"step", step},
+                              {"loss", record.loss},
+                              {"lr", record.lr},
+                              {"grad_norm", record.grad_norm},
+                              {"tokens", record.tokens},
+                              {"seconds", record.seconds}}
                    .dump()
             << "\n";
     metrics.flush();
 
-    const bool stop_early = hooks.stop_after_steps > 0 && step >= hooks.stop_after_steps && step < total_steps;
+    const bool stop_early =
+        hooks.stop_after_steps > 0 && step >= hooks.stop_after_steps && step < total_steps;
     if ((config.save_steps > 0 && (step % config.save_steps == 0 || step == total_steps)) || stop_early) {
       memory.enter(kPhaseCheckpointSave);
       const auto path = save_checkpoint(config.output_dir, checkpoint_view(), config.save_total_limit);

@@ -10,12 +10,12 @@
 namespace ferry {
 
 struct StepRecord {
-  int64_t step = 0;          // 1-based optimizer step
+  int64_t step = 0;  // 1-based optimizer step
   int64_t total_steps = 0;
-  double loss = 0.0;         // mean over the step's counted tokens
+  double loss = 0.0;  // mean over the step's counted tokens
   double lr = 0.0;
-  double grad_norm = 0.0;    // before clipping
-  int64_t tokens = 0;        // tokens processed (rows * seq_len)
+  double grad_norm = 0.0;  // before clipping
+  int64_t tokens = 0;      // tokens processed (rows * seq_len)
   int64_t counted_tokens = 0;
   double seconds = 0.0;
 };
@@ -33,8 +33,8 @@ struct TrainHooks {
 struct TrainSummary {
   std::vector<StepRecord> steps;  // the steps this call ran
   int64_t final_step = 0;
-  bool finished = false;          // reached the last step and wrote the output directory
-  int stop_signal = 0;            // the signal that stopped the run early (hooks.stop_signal), or 0
+  bool finished = false;  // reached the last step and wrote the output directory
+  int stop_signal = 0;    // the signal that stopped the run early (hooks.stop_signal), or 0
 };
 
 TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks = {});

@@ -1,5 +1,4 @@
 #include "train/training_data.h"
-#include "core/text_file.h"
 
 #include <fstream>
 #include <optional>
@@ -8,6 +7,7 @@
 #include "core/error.h"
 #include "core/json_text.h"
 #include "core/log.h"
+#include "core/text_file.h"
 #include "data/record_formats.h"
 #include "data/sha256.h"
 #include "data/text_dataset.h"
@@ -47,7 +47,8 @@ std::vector<int64_t> generation_eos_ids(const std::filesystem::path& model_dir) 
   const auto path = model_dir / "generation_config.json";
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return {};
-  const nlohmann::json config = parse_json(read_text_file(path, kWhere), kWhere, path.string(), "fix or re-download it");
+  const nlohmann::json config =
+      parse_json(read_text_file(path, kWhere), kWhere, path.string(), "fix or re-download it");
   std::vector<int64_t> ids;
   const auto it = config.find("eos_token_id");
   if (it == config.end() || it->is_null()) return ids;

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "data/document.h"
-#include "train/train_config.h"
 #include "model/model_config.h"
+#include "train/train_config.h"
 
 namespace ferry {
 

@@ -5,11 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "train/train_config.h"
 #include "fault_inputs.h"
 #include "model/model_config.h"
 #include "test_util.h"
 #include "tiny_model.h"
+#include "train/train_config.h"
 
 namespace ferry::faults {
 namespace {
@@ -136,15 +136,30 @@ std::vector<YamlCase> yaml_cases() {
        "seq_len: 64\nlearnig_rate: 1e-4\n",
        {},
        {"train.yaml:2: unknown key 'learnig_rate'; did you mean 'learning_rate'?"}},
-      {"a key like no other", "zzzzzzzz: 1\n", {}, {"unknown key 'zzzzzzzz'; the keys are: ", "weight_decay"}},
-      {"a misspelt key on the command line", "", {"max_step=5"}, {"command line: unknown key 'max_step'; did you mean 'max_steps'?"}},
-      {"an unknown device", "device: tpu\n", {}, {"train.yaml:1: 'device' must be one of auto, cpu, sim, cuda; got 'tpu'"}},
+      {"a key like no other",
+       "zzzzzzzz: 1\n",
+       {},
+       {"unknown key 'zzzzzzzz'; the keys are: ", "weight_decay"}},
+      {"a misspelt key on the command line",
+       "",
+       {"max_step=5"},
+       {"command line: unknown key 'max_step'; did you mean 'max_steps'?"}},
+      {"an unknown device",
+       "device: tpu\n",
+       {},
+       {"train.yaml:1: 'device' must be one of auto, cpu, sim, cuda; got 'tpu'"}},
       {"an unknown save dtype",
        "save_dtype: int8\n",
        {},
        {"'save_dtype' must be one of auto, float32, bfloat16, float16; got 'int8'"}},
-      {"an unknown data format", "data_format: csv\n", {}, {"train.yaml:1: 'data_format' must be one of auto, ", "got 'csv'"}},
-      {"an unknown recompute policy", "recompute: some\n", {}, {"'recompute' must be one of auto, all; got 'some'"}},
+      {"an unknown data format",
+       "data_format: csv\n",
+       {},
+       {"train.yaml:1: 'data_format' must be one of auto, ", "got 'csv'"}},
+      {"an unknown recompute policy",
+       "recompute: some\n",
+       {},
+       {"'recompute' must be one of auto, all; got 'some'"}},
       {"an integer that is text",
        "seq_len: abc\n",
        {},

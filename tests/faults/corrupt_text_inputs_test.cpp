@@ -7,8 +7,8 @@
 
 #include "data/text_dataset.h"
 #include "fault_inputs.h"
-#include "test_util.h"
 #include "jinja/template.h"
+#include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ferry::faults {

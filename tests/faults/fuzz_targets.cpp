@@ -5,17 +5,17 @@
 
 #include "core/error.h"
 #include "core/json_text.h"
-#include "train/train_config.h"
 #include "fault_inputs.h"
-#include "model/model_config.h"
 #include "io/safetensors.h"
+#include "jinja/template.h"
+#include "model/model_config.h"
 #include "model/unit_layout.h"
 #include "mutator.h"
 #include "published_configs.h"
 #include "test_util.h"
 #include "tokenizer/chat_template.h"
-#include "jinja/template.h"
 #include "tokenizer/tokenizer.h"
+#include "train/train_config.h"
 
 namespace ferry::faults {
 

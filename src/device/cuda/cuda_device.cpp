@@ -113,8 +113,10 @@ class CudaDevice final : public Device {
     for (const auto& [pointer, what, origin] : pinned_.blocks()) {
       log_debug("[{}] releasing pinned {} still held at destruction", where_, what);
       pinned_.forget(pointer, origin);
-      if (origin == BlockOrigin::Registered) (void)cudaHostUnregister(pointer);
-      else (void)cudaFreeHost(pointer);
+      if (origin == BlockOrigin::Registered)
+        (void)cudaHostUnregister(pointer);
+      else
+        (void)cudaFreeHost(pointer);
     }
   }
 
@@ -187,7 +189,8 @@ class CudaDevice final : public Device {
       fail(where_.c_str(),
            "cudaHostRegister of {} for {} failed: {} ({} pinned already); plan for less pinned memory "
            "(or raise the locked-memory limit, ulimit -l)",
-           format_bytes(bytes), what ? what : "?", cudaGetErrorString(status), format_bytes(pinned_.stats().in_use));
+           format_bytes(bytes), what ? what : "?", cudaGetErrorString(status),
+           format_bytes(pinned_.stats().in_use));
     }
     pinned_.record(pointer, bytes, what, BlockOrigin::Registered);
   }

@@ -10,7 +10,9 @@ namespace ferry {
 
 namespace {
 
-double fraction(double part, double whole) { return whole > 0.0 ? part / whole : 0.0; }
+double fraction(double part, double whole) {
+  return whole > 0.0 ? part / whole : 0.0;
+}
 
 }  // namespace
 
@@ -45,7 +47,8 @@ StepActivity measure_step(const std::vector<TraceSpan>& spans, int64_t step, dou
     last = std::max(last, std::min(s.end, end));
   }
   if (last > first)
-    a.compute_idle_inner = 1.0 - fraction(covered_seconds(spans, TraceTrack::Compute, first, last), last - first);
+    a.compute_idle_inner =
+        1.0 - fraction(covered_seconds(spans, TraceTrack::Compute, first, last), last - first);
   a.h2d_busy = fraction(covered_seconds(spans, TraceTrack::HostToDevice, begin, end), wall);
   a.d2h_busy = fraction(covered_seconds(spans, TraceTrack::DeviceToHost, begin, end), wall);
   a.cpu_update_busy = fraction(covered_seconds(spans, TraceTrack::CpuUpdate, begin, end), wall);

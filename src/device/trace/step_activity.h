@@ -22,12 +22,12 @@ namespace ferry {
 
 struct StepActivity {
   int64_t step = 0;
-  double begin = 0.0, end = 0.0;   // the window, steady_seconds()
-  double compute_idle = 0.0;       // fraction of the window with nothing on the compute stream
-  double compute_idle_inner = 0.0; // the same between the first and last compute span (0 if none)
-  double h2d_busy = 0.0;           // fractions of the window with a copy running
+  double begin = 0.0, end = 0.0;    // the window, steady_seconds()
+  double compute_idle = 0.0;        // fraction of the window with nothing on the compute stream
+  double compute_idle_inner = 0.0;  // the same between the first and last compute span (0 if none)
+  double h2d_busy = 0.0;            // fractions of the window with a copy running
   double d2h_busy = 0.0;
-  double cpu_update_busy = 0.0;    // fraction of the window the CPU updater works
+  double cpu_update_busy = 0.0;  // fraction of the window the CPU updater works
   double wall() const { return end - begin; }
 };
 

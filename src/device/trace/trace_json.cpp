@@ -9,7 +9,9 @@ namespace {
 
 constexpr int kPid = 1;
 
-int track_tid(TraceTrack track) { return static_cast<int>(track) + 1; }
+int track_tid(TraceTrack track) {
+  return static_cast<int>(track) + 1;
+}
 
 nlohmann::json activity_json(const StepActivity& a, double origin) {
   return {{"step", a.step},
@@ -28,12 +30,13 @@ nlohmann::json activity_json(const StepActivity& a, double origin) {
 nlohmann::json complete_event(const std::string& name, const char* category, TraceTrack track, double begin,
                               double end, double origin) {
   const double ts = (begin - origin) * 1e6, te = (end - origin) * 1e6;
-  return {{"name", name}, {"cat", category}, {"ph", "X"},           {"pid", kPid},
-          {"tid", track_tid(track)}, {"ts", ts},  {"dur", te - ts}};
+  return {{"name", name}, {"cat", category}, {"ph", "X"}, {"pid", kPid}, {"tid", track_tid(track)},
+          {"ts", ts},     {"dur", te - ts}};
 }
 
 bool on_stream(TraceTrack track) {
-  return track == TraceTrack::Compute || track == TraceTrack::HostToDevice || track == TraceTrack::DeviceToHost;
+  return track == TraceTrack::Compute || track == TraceTrack::HostToDevice ||
+         track == TraceTrack::DeviceToHost;
 }
 
 }  // namespace
@@ -46,18 +49,26 @@ nlohmann::json chrome_trace(const std::vector<TraceSpan>& spans, const std::vect
   if (steps.empty() && spans.empty()) origin = 0.0;
 
   nlohmann::json events = nlohmann::json::array();
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", kPid}, {"args", {{"name", "ferry " + device_name}}}});
+  events.push_back(
+      {{"name", "process_name"}, {"ph", "M"}, {"pid", kPid}, {"args", {{"name", "ferry " + device_name}}}});
   for (int t = 0; t < kTraceTrackCount; ++t) {
     const TraceTrack track = static_cast<TraceTrack>(t);
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", kPid}, {"tid", track_tid(track)},
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", kPid},
+                      {"tid", track_tid(track)},
                       {"args", {{"name", trace_track_name(track)}}}});
-    events.push_back({{"name", "thread_sort_index"}, {"ph", "M"}, {"pid", kPid}, {"tid", track_tid(track)},
+    events.push_back({{"name", "thread_sort_index"},
+                      {"ph", "M"},
+                      {"pid", kPid},
+                      {"tid", track_tid(track)},
                       {"args", {{"sort_index", t}}}});
   }
 
   nlohmann::json step_numbers = nlohmann::json::array();
   for (const StepActivity& a : steps) {
-    nlohmann::json e = complete_event("step " + std::to_string(a.step), "step", TraceTrack::Host, a.begin, a.end, origin);
+    nlohmann::json e =
+        complete_event("step " + std::to_string(a.step), "step", TraceTrack::Host, a.begin, a.end, origin);
     e["args"] = activity_json(a, origin);
     events.push_back(std::move(e));
     step_numbers.push_back(activity_json(a, origin));
@@ -81,7 +92,8 @@ nlohmann::json chrome_trace(const std::vector<TraceSpan>& spans, const std::vect
     }
     for (size_t k = i; k < j; ++k) {
       const TraceSpan& s = *ordered[k];
-      nlohmann::json e = complete_event(s.name, on_stream(s.track) ? "device" : "host", s.track, s.begin, s.end, origin);
+      nlohmann::json e =
+          complete_event(s.name, on_stream(s.track) ? "device" : "host", s.track, s.begin, s.end, origin);
       nlohmann::json args = nlohmann::json::object();
       if (!s.scope.empty()) args["scope"] = s.scope;
       if (s.bytes >= 0) args["bytes"] = s.bytes;
@@ -96,8 +108,9 @@ nlohmann::json chrome_trace(const std::vector<TraceSpan>& spans, const std::vect
           {"otherData",
            {{"device", device_name},
             {"clock", "microseconds from the first traced step's begin (host steady clock)"},
-            {"gpu_idle", "fraction of the step's wall time (host enters the step .. host holds its loss) "
-                         "with nothing on the compute stream"},
+            {"gpu_idle",
+             "fraction of the step's wall time (host enters the step .. host holds its loss) "
+             "with nothing on the compute stream"},
             {"steps", std::move(step_numbers)}}}};
 }
 

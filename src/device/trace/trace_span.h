@@ -20,8 +20,8 @@ TraceTrack stream_track(StreamKind stream);
 
 struct TraceSpan {
   TraceTrack track = TraceTrack::Host;
-  std::string name;   // what ran: an op ("linear_forward"), a copy ("copy_to_device"), host work
-  std::string scope;  // the engine's name for the work it belongs to ("layer.3 forward"), or empty
+  std::string name;    // what ran: an op ("linear_forward"), a copy ("copy_to_device"), host work
+  std::string scope;   // the engine's name for the work it belongs to ("layer.3 forward"), or empty
   double begin = 0.0;  // seconds, steady_seconds()
   double end = 0.0;
   int64_t bytes = -1;  // copies and fills; -1 otherwise

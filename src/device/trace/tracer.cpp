@@ -17,7 +17,8 @@ constexpr const char* kWhere = "trace";
 
 Tracer::Tracer(Device& device, std::filesystem::path path, std::vector<int64_t> steps)
     : device_(device), path_(std::move(path)), trace_steps_(std::move(steps)) {
-  FERRY_CHECK(!path_.empty(), kWhere, "no file given for the trace; set `trace:` to a path such as trace.json");
+  FERRY_CHECK(!path_.empty(), kWhere,
+              "no file given for the trace; set `trace:` to a path such as trace.json");
   for (int64_t s : trace_steps_)
     FERRY_CHECK(s >= 1, kWhere, "trace_steps are optimizer steps, counted from 1; got {}", s);
 }
@@ -25,8 +26,9 @@ Tracer::Tracer(Device& device, std::filesystem::path path, std::vector<int64_t> 
 Tracer::~Tracer() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (activities_.empty())
-    log_warn("[{}] none of the steps to trace ran, so {} was not written; set trace_steps to steps of this run",
-             kWhere, path_.string());
+    log_warn(
+        "[{}] none of the steps to trace ran, so {} was not written; set trace_steps to steps of this run",
+        kWhere, path_.string());
 }
 
 bool Tracer::wants(int64_t step) const {
@@ -90,8 +92,12 @@ StepActivity Tracer::end_step() {
 
 void Tracer::add_device_span(StreamKind stream, std::string name, int64_t bytes, StampId begin, StampId end) {
   FERRY_ASSERT(on_host_thread(), "device work traced from a thread other than the one issuing the step");
-  PendingSpan p{stream_track(stream), std::move(name), scopes_.empty() ? std::string() : scopes_.back(), bytes,
-                begin, end};
+  PendingSpan p{stream_track(stream),
+                std::move(name),
+                scopes_.empty() ? std::string() : scopes_.back(),
+                bytes,
+                begin,
+                end};
   std::lock_guard<std::mutex> lock(mutex_);
   pending_.push_back(std::move(p));
 }
@@ -112,11 +118,13 @@ void Tracer::close_host_span(uint64_t id) {
   auto it = open_.find(id);
   FERRY_ASSERT(it != open_.end(), "a host span closed twice");
   const OpenSpan& open = it->second;
-  for (size_t w = open.next_window; w < windows_.size(); ++w) emit_clipped(open.track, open.name, open.begin, end, windows_[w]);
+  for (size_t w = open.next_window; w < windows_.size(); ++w)
+    emit_clipped(open.track, open.name, open.begin, end, windows_[w]);
   open_.erase(it);
 }
 
-void Tracer::emit_clipped(TraceTrack track, const std::string& name, double begin, double end, const Window& w) {
+void Tracer::emit_clipped(TraceTrack track, const std::string& name, double begin, double end,
+                          const Window& w) {
   const double b = std::max(begin, w.begin), e = std::min(end, w.end);
   if (e > b) spans_.push_back({track, name, std::string(), b, e, -1});
 }

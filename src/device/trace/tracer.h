@@ -71,7 +71,9 @@ class Tracer {
   // The name given to device work the host thread issues until pop_scope() (recording only).
   void push_scope(std::string name);
   void pop_scope();
-  bool on_host_thread() const { return std::this_thread::get_id() == host_thread_.load(std::memory_order_relaxed); }
+  bool on_host_thread() const {
+    return std::this_thread::get_id() == host_thread_.load(std::memory_order_relaxed);
+  }
 
   // What was recorded so far (tests).
   std::vector<TraceSpan> spans() const;
@@ -105,7 +107,7 @@ class Tracer {
   const std::vector<int64_t> trace_steps_;
   std::atomic<bool> recording_{false};
   std::atomic<std::thread::id> host_thread_{};  // read by other threads' synchronize()
-  std::vector<std::string> scopes_;  // host thread only
+  std::vector<std::string> scopes_;             // host thread only
 
   mutable std::mutex mutex_;
   std::vector<Window> windows_;

@@ -6,7 +6,9 @@ namespace ferry {
 
 namespace {
 
-int64_t signed_bytes(size_t bytes) { return static_cast<int64_t>(bytes); }
+int64_t signed_bytes(size_t bytes) {
+  return static_cast<int64_t>(bytes);
+}
 
 }  // namespace
 
@@ -30,7 +32,8 @@ void TracingDevice::copy_on_device(void* dst, const void* src, size_t bytes, Str
 
 void TracingDevice::fill_zero(void* device_dst, size_t bytes, StreamKind stream) {
   if (bytes == 0) return inner_.fill_zero(device_dst, bytes, stream);
-  tracer_.device_work(stream, "fill_zero", signed_bytes(bytes), [&] { inner_.fill_zero(device_dst, bytes, stream); });
+  tracer_.device_work(stream, "fill_zero", signed_bytes(bytes),
+                      [&] { inner_.fill_zero(device_dst, bytes, stream); });
 }
 
 // The host thread's waits are where a step stalls on the device: a span each. Other threads' waits

@@ -20,7 +20,9 @@ class TracingDevice final : public Device {
   void* allocate(size_t bytes, const char* what) override { return inner_.allocate(bytes, what); }
   void release(void* pointer) override { inner_.release(pointer); }
   MemoryStats memory() const override { return inner_.memory(); }
-  void* allocate_pinned(size_t bytes, const char* what) override { return inner_.allocate_pinned(bytes, what); }
+  void* allocate_pinned(size_t bytes, const char* what) override {
+    return inner_.allocate_pinned(bytes, what);
+  }
   void release_pinned(void* pointer) override { inner_.release_pinned(pointer); }
   void register_pinned(void* pointer, size_t bytes, const char* what) override {
     inner_.register_pinned(pointer, bytes, what);
@@ -33,7 +35,9 @@ class TracingDevice final : public Device {
   void copy_on_device(void* dst, const void* src, size_t bytes, StreamKind stream) override;
   void fill_zero(void* device_dst, size_t bytes, StreamKind stream) override;
 
-  void host_task(StreamKind stream, std::function<void()> fn) override { inner_.host_task(stream, std::move(fn)); }
+  void host_task(StreamKind stream, std::function<void()> fn) override {
+    inner_.host_task(stream, std::move(fn));
+  }
   void* native_stream(StreamKind stream) override { return inner_.native_stream(stream); }
 
   EventId record(StreamKind stream) override { return inner_.record(stream); }

@@ -38,16 +38,20 @@ void for_rows_cyclic(int64_t count, size_t scratch_floats, const Body& body) {
   if (count <= 0) return;
   ThreadPool::global().run_on_all([&](size_t piece, size_t pieces) {
     float* scratch = cpu::scratch(cpu::Scratch::kRow, scratch_floats);
-    for (int64_t i = static_cast<int64_t>(piece); i < count; i += static_cast<int64_t>(pieces)) body(i, scratch);
+    for (int64_t i = static_cast<int64_t>(piece); i < count; i += static_cast<int64_t>(pieces))
+      body(i, scratch);
   });
 }
 
 // (T, heads, D) -> (heads, D, ld): a head's d-th components of all tokens contiguous. ld is T
 // padded so that rows are not a multiple of 4 KiB apart (which would map them all to the same L1
 // sets); the padding is never read.
-int64_t padded_ld(int64_t T) { return (T + 15) / 16 * 16 + 16; }
+int64_t padded_ld(int64_t T) {
+  return (T + 15) / 16 * 16 + 16;
+}
 
-const float* transpose_heads(cpu::Scratch slot, const float* x, int64_t T, int64_t heads, int64_t D, int64_t ld) {
+const float* transpose_heads(cpu::Scratch slot, const float* x, int64_t T, int64_t heads, int64_t D,
+                             int64_t ld) {
   float* out = cpu::scratch(slot, static_cast<size_t>(heads * D * ld));
   ThreadPool::global().parallel_for(
       heads * D,
@@ -125,8 +129,9 @@ inline void combine_rows(const float* w, const float* x, int64_t stride, int64_t
 // One output row of the forward: query q (D) against n keys whose transposed components start at
 // kt (D rows of stride ld), values v (n rows of stride vstride). s: scratch (n). Writes out (D)
 // and returns lse.
-FERRY_VECTOR_CLONES float forward_row(const float* q, const float* kt, int64_t ld, const float* v, int64_t vstride,
-                                      int64_t D, int64_t n, float scale, float* s, float* out) {
+FERRY_VECTOR_CLONES float forward_row(const float* q, const float* kt, int64_t ld, const float* v,
+                                      int64_t vstride, int64_t D, int64_t n, float scale, float* s,
+                                      float* out) {
   dots_across(q, kt, ld, D, s, n);
   for (int64_t i = 0; i < n; ++i) s[i] *= scale;
   const float m = cpu::max_of(s, n);
@@ -143,7 +148,8 @@ FERRY_VECTOR_CLONES float forward_row(const float* q, const float* kt, int64_t l
 // P and dS of one query row against n keys, in place: s (n) = P, dp (n) = dS on return.
 // q, g: the query and its dout (D); kt, vt: transposed keys and values from the first key.
 inline void probs_and_dscores(const float* q, const float* g, const float* kt, const float* vt, int64_t ld,
-                              int64_t D, int64_t n, float scale, float lse, float delta, float* s, float* dp) {
+                              int64_t D, int64_t n, float scale, float lse, float delta, float* s,
+                              float* dp) {
   dots_across(q, kt, ld, D, s, n);
   dots_across(g, vt, ld, D, dp, n);
   for (int64_t i = 0; i < n; ++i) s[i] = scale * s[i] - lse;
@@ -165,10 +171,10 @@ FERRY_VECTOR_CLONES void dq_row(const float* q, const float* g, const float* kt,
 // rows of stride qstride; transposed copies qt, gt of stride ld; lse and delta per query),
 // kacc (D) += sum_t dS_t q_t and vacc (D) += sum_t P_t dout_t. P and dS are recomputed with the
 // very products and order of dq_row, so both passes see the same bits.
-FERRY_VECTOR_CLONES void dkdv_head(const float* k, const float* v, const float* qt, const float* gt, int64_t ld,
-                                   const float* q, const float* g, int64_t qstride, const float* lse,
-                                   const float* delta, int64_t D, int64_t n, float scale, float* s, float* dp,
-                                   float* kacc, float* vacc) {
+FERRY_VECTOR_CLONES void dkdv_head(const float* k, const float* v, const float* qt, const float* gt,
+                                   int64_t ld, const float* q, const float* g, int64_t qstride,
+                                   const float* lse, const float* delta, int64_t D, int64_t n, float scale,
+                                   float* s, float* dp, float* kacc, float* vacc) {
   dots_across(k, qt, ld, D, s, n);
   dots_across(v, gt, ld, D, dp, n);
   for (int64_t i = 0; i < n; ++i) s[i] = scale * s[i] - lse[i];
@@ -200,8 +206,8 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
                           k.shape_string()));
   Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], 0};
   cpu::expect(k.shape[0] == d.T && k.shape[2] == d.D && d.Hkv > 0 && d.Hq % d.Hkv == 0, op,
-              fmt::format("q is {} and k is {}: need the same T and D, and Hq a multiple of Hkv", q.shape_string(),
-                          k.shape_string()));
+              fmt::format("q is {} and k is {}: need the same T and D, and Hq a multiple of Hkv",
+                          q.shape_string(), k.shape_string()));
   d.group = d.Hq / d.Hkv;
   cpu::expect_like(op, "v", v, "k", k);
   cpu::expect_like(op, "out", out, "q", q);
@@ -232,9 +238,8 @@ void CpuOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask,
   for_rows_cyclic(d.Hq * T, static_cast<size_t>(T), [&](int64_t item, float* s) {
     const int64_t h = item / T, t = item % T, kvh = h / d.group;
     const int64_t j0 = doc_start[t];
-    ls[h * T + t] = forward_row(qs + t * qstride + h * D, kt + kvh * D * ld + j0, ld,
-                                vh + (kvh * T + j0) * D, D, D, t - j0 + 1, scale, s,
-                                os + t * qstride + h * D);
+    ls[h * T + t] = forward_row(qs + t * qstride + h * D, kt + kvh * D * ld + j0, ld, vh + (kvh * T + j0) * D,
+                                D, D, t - j0 + 1, scale, s, os + t * qstride + h * D);
   });
 }
 
@@ -290,8 +295,8 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask
       const int64_t h = item / T, t = item % T, kvh = h / d.group;
       const int64_t j0 = doc_start[t];
       dq_row(qs + t * qstride + h * D, gs + t * qstride + h * D, kt + kvh * D * ld + j0,
-             vt + kvh * D * ld + j0, ld, kh + (kvh * T + j0) * D, D, D, t - j0 + 1, scale,
-             ls[h * T + t], delta[h * T + t], scratch, scratch + T, dqs + t * qstride + h * D);
+             vt + kvh * D * ld + j0, ld, kh + (kvh * T + j0) * D, D, D, t - j0 + 1, scale, ls[h * T + t],
+             delta[h * T + t], scratch, scratch + T, dqs + t * qstride + h * D);
     });
   }
 
@@ -304,7 +309,8 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask
     const float* gh = head_major(cpu::Scratch::kD, gs, T, d.Hq, D);
     // end[j] = one past the last token of j's document.
     std::vector<int64_t> end(static_cast<size_t>(T));
-    for (int64_t t = T - 1; t >= 0; --t) end[t] = (t + 1 < T && doc_start[t + 1] == doc_start[t]) ? end[t + 1] : t + 1;
+    for (int64_t t = T - 1; t >= 0; --t)
+      end[t] = (t + 1 < T && doc_start[t + 1] == doc_start[t]) ? end[t + 1] : t + 1;
     float* dks = dk.f32();
     float* dvs = dv.f32();
     for_rows_cyclic(d.Hkv * T, static_cast<size_t>(2 * T + 2 * D), [&](int64_t item, float* scratch) {
@@ -314,8 +320,8 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask
       std::fill(kacc, kacc + 2 * D, 0.0f);
       for (int64_t h = g * d.group; h < (g + 1) * d.group; ++h) {
         dkdv_head(ks + j * kstride + g * D, vs + j * kstride + g * D, qt + h * D * ld + j,
-                  gt + h * D * ld + j, ld, qh + (h * T + j) * D, gh + (h * T + j) * D, D,
-                  ls + h * T + j, delta + h * T + j, D, n, scale, scratch, scratch + T, kacc, vacc);
+                  gt + h * D * ld + j, ld, qh + (h * T + j) * D, gh + (h * T + j) * D, D, ls + h * T + j,
+                  delta + h * T + j, D, n, scale, scratch, scratch + T, kacc, vacc);
       }
       float* dkr = dks + j * kstride + g * D;
       float* dvr = dvs + j * kstride + g * D;

@@ -17,8 +17,9 @@ namespace ferry::cpu {
 // Aborts with "op: message" when `ok` is false.
 inline void expect(bool ok, const char* op, const std::string& message,
                    std::source_location where = std::source_location::current()) {
-  if (!ok) assertion_failed("shape/dtype check", where.file_name(), static_cast<int>(where.line()),
-                            fmt::format("{}: {}", op, message));
+  if (!ok)
+    assertion_failed("shape/dtype check", where.file_name(), static_cast<int>(where.line()),
+                     fmt::format("{}: {}", op, message));
 }
 
 // A present fp32 tensor.
@@ -32,7 +33,8 @@ inline void expect_f32(const char* op, const char* name, const Tensor& t,
 }
 
 // A present fp32 tensor with exactly these dims.
-inline void expect_shape(const char* op, const char* name, const Tensor& t, std::initializer_list<int64_t> dims,
+inline void expect_shape(const char* op, const char* name, const Tensor& t,
+                         std::initializer_list<int64_t> dims,
                          std::source_location where = std::source_location::current()) {
   expect_f32(op, name, t, where);
   Tensor want(nullptr, DType::F32, dims);
@@ -55,26 +57,28 @@ inline int64_t expect_matrix(const char* op, const char* name, const Tensor& t, 
 inline void expect_numel(const char* op, const char* name, const Tensor& t, int64_t count,
                          std::source_location where = std::source_location::current()) {
   expect_f32(op, name, t, where);
-  expect(t.numel() == count, op,
-         fmt::format("{} is {} ({} elements), expected {} elements", name, t.shape_string(), t.numel(), count),
-         where);
+  expect(
+      t.numel() == count, op,
+      fmt::format("{} is {} ({} elements), expected {} elements", name, t.shape_string(), t.numel(), count),
+      where);
 }
 
 // A present fp32 tensor with the same dims as `ref`.
-inline void expect_like(const char* op, const char* name, const Tensor& t, const char* ref_name, const Tensor& ref,
-                        std::source_location where = std::source_location::current()) {
+inline void expect_like(const char* op, const char* name, const Tensor& t, const char* ref_name,
+                        const Tensor& ref, std::source_location where = std::source_location::current()) {
   expect_f32(op, name, t, where);
   bool same = t.ndim == ref.ndim;
   for (int i = 0; same && i < t.ndim; ++i) same = t.shape[i] == ref.shape[i];
-  expect(same, op, fmt::format("{} is {} but {} is {}; they must match", name, t.shape_string(), ref_name,
-                               ref.shape_string()),
+  expect(same, op,
+         fmt::format("{} is {} but {} is {}; they must match", name, t.shape_string(), ref_name,
+                     ref.shape_string()),
          where);
 }
 
 // The addend of a fused add (ops.h) is either the output itself, each element read before it is
 // written, or disjoint from it: a partial overlap would be read after it was written.
-inline void expect_same_or_disjoint(const char* op, const char* name, const Tensor& addend, const char* out_name,
-                                    const Tensor& out,
+inline void expect_same_or_disjoint(const char* op, const char* name, const Tensor& addend,
+                                    const char* out_name, const Tensor& out,
                                     std::source_location where = std::source_location::current()) {
   const auto* a = static_cast<const unsigned char*>(addend.data);
   const auto* o = static_cast<const unsigned char*>(out.data);

@@ -2,6 +2,8 @@
 
 namespace ferry {
 
-std::unique_ptr<Ops> make_cpu_ops() { return std::make_unique<CpuOps>(); }
+std::unique_ptr<Ops> make_cpu_ops() {
+  return std::make_unique<CpuOps>();
+}
 
 }  // namespace ferry

@@ -43,8 +43,8 @@ FERRY_VECTOR_CLONES double softmax_row(float* row, int64_t V, int32_t target, co
 }  // namespace
 
 // loss_sum (1) += the chunk's summed loss, computed in double and rounded to fp32 once.
-void CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx, Tensor dw,
-                                  Tensor loss_sum, Tensor logits) {
+void CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
+                                  Tensor dw, Tensor loss_sum, Tensor logits) {
   if (!loss_sum.empty()) cpu::expect_numel("linear_cross_entropy", "loss_sum", loss_sum, 1);
   const double sum = linear_cross_entropy_sum(x, w, targets, grad_scale, dx, dw, logits);
   if (!loss_sum.empty()) loss_sum.f32()[0] += static_cast<float>(sum);
@@ -52,8 +52,8 @@ void CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, fl
 
 // x (T,H), w (V,H), targets (T) -> sum over counted tokens of (logsumexp(logits_t) - logits_t[target]).
 // dx (T,H) assigned and dw (V,H) accumulated, each when given; logits (T,V) written when given.
-double CpuOps::linear_cross_entropy_sum(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
-                                        Tensor dw, Tensor logits) {
+double CpuOps::linear_cross_entropy_sum(Tensor x, Tensor w, const int32_t* targets, float grad_scale,
+                                        Tensor dx, Tensor dw, Tensor logits) {
   const char* op = "linear_cross_entropy";
   cpu::expect_f32(op, "w", w);
   cpu::expect(w.ndim == 2, op, fmt::format("w is {}, expected (V, H)", w.shape_string()));
@@ -74,8 +74,10 @@ double CpuOps::linear_cross_entropy_sum(Tensor x, Tensor w, const int32_t* targe
   // Targets come from the data: one outside the vocabulary means data and model disagree.
   for (int64_t t = 0; t < T; ++t) {
     if (targets[t] != kIgnoreIndex && (targets[t] < 0 || targets[t] >= V))
-      fail("cross_entropy", "target {} at position {} is outside the vocabulary [0, {}); tokenize the data with "
-           "the model's own tokenizer", targets[t], t, V);
+      fail("cross_entropy",
+           "target {} at position {} is outside the vocabulary [0, {}); tokenize the data with "
+           "the model's own tokenizer",
+           targets[t], t, V);
   }
 
   const bool want_grad = !dx.empty() || !dw.empty();
@@ -119,8 +121,8 @@ double CpuOps::linear_cross_entropy_sum(Tensor x, Tensor w, const int32_t* targe
                   iH, 0.0f, dx.f32() + t0 * H, iH);
     }
     if (!dw.empty()) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iV, iH, static_cast<int>(n), 1.0f, buf, iV, xc,
-                  iH, 1.0f, dw.f32(), iH);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iV, iH, static_cast<int>(n), 1.0f, buf, iV, xc, iH,
+                  1.0f, dw.f32(), iH);
     }
   }
 

@@ -53,8 +53,9 @@ void CpuOps::copy(Tensor src, Tensor dst) {
   const char* op = "copy";
   cpu::expect(!src.empty() || src.numel() == 0, op, "src is missing");
   cpu::expect(!dst.empty() || dst.numel() == 0, op, "dst is missing");
-  cpu::expect(src.numel() == dst.numel(), op,
-              fmt::format("src is {} and dst is {}; element counts differ", src.shape_string(), dst.shape_string()));
+  cpu::expect(
+      src.numel() == dst.numel(), op,
+      fmt::format("src is {} and dst is {}; element counts differ", src.shape_string(), dst.shape_string()));
   const int64_t n = src.numel();
   if (n == 0) return;
   ThreadPool& pool = ThreadPool::global();
@@ -67,8 +68,8 @@ void CpuOps::copy(Tensor src, Tensor dst) {
     return;
   }
   cpu::expect(is_float_dtype(src.dtype) && is_float_dtype(dst.dtype), op,
-              fmt::format("cannot convert {} {} to {}; only F32, BF16, F16 and F64 convert", dtype_name(src.dtype),
-                          src.shape_string(), dtype_name(dst.dtype)));
+              fmt::format("cannot convert {} {} to {}; only F32, BF16, F16 and F64 convert",
+                          dtype_name(src.dtype), src.shape_string(), dtype_name(dst.dtype)));
   const size_t ss = dtype_size(src.dtype), ds = dtype_size(dst.dtype);
   const auto* s = static_cast<const unsigned char*>(src.data);
   auto* d = static_cast<unsigned char*>(dst.data);

@@ -14,8 +14,10 @@ namespace {
 void check_ids(const int32_t* ids, int64_t T, int64_t V) {
   for (int64_t t = 0; t < T; ++t) {
     if (ids[t] < 0 || ids[t] >= V)
-      fail("embedding", "token id {} at position {} is outside the vocabulary [0, {}); tokenize the data with "
-           "the model's own tokenizer", ids[t], t, V);
+      fail("embedding",
+           "token id {} at position {} is outside the vocabulary [0, {}); tokenize the data with "
+           "the model's own tokenizer",
+           ids[t], t, V);
   }
 }
 

@@ -21,7 +21,8 @@ namespace ferry {
 namespace {
 
 // Returns T after checking x (T,in) and w (out,in); sets in_features and out_features.
-int64_t check_xw(const char* op, const Tensor& x, const Tensor& w, int64_t* in_features, int64_t* out_features) {
+int64_t check_xw(const char* op, const Tensor& x, const Tensor& w, int64_t* in_features,
+                 int64_t* out_features) {
   cpu::expect_f32(op, "w", w);
   cpu::expect(w.ndim == 2, op, fmt::format("w is {}, expected (out, in)", w.shape_string()));
   *out_features = w.shape[0];
@@ -42,8 +43,9 @@ void CpuOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Te
   const char* op = "linear_forward";
   int64_t in, out;
   const int64_t T = check_xw(op, x, w, &in, &out);
-  cpu::expect(cpu::expect_matrix(op, "y", y, out) == T, op,
-              fmt::format("y is {} but x is {}; they must have the same rows", y.shape_string(), x.shape_string()));
+  cpu::expect(
+      cpu::expect_matrix(op, "y", y, out) == T, op,
+      fmt::format("y is {} but x is {}; they must have the same rows", y.shape_string(), x.shape_string()));
   if (!bias.empty()) cpu::expect_shape(op, "bias", bias, {out});
   if (!residual.empty()) {
     cpu::expect_numel(op, "residual", residual, y.numel());
@@ -56,8 +58,8 @@ void CpuOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Te
     std::fill(ys, ys + T * out, 0.0f);
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(out),
-                static_cast<int>(in), 1.0f, x.f32(), static_cast<int>(in), w.f32(), static_cast<int>(in), 0.0f, ys,
-                static_cast<int>(out));
+                static_cast<int>(in), 1.0f, x.f32(), static_cast<int>(in), w.f32(), static_cast<int>(in),
+                0.0f, ys, static_cast<int>(out));
   }
   if (!bias.empty()) {
     const float* b = bias.f32();
@@ -80,8 +82,9 @@ void CpuOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw
   const char* op = "linear_backward";
   int64_t in, out;
   const int64_t T = check_xw(op, x, w, &in, &out);
-  cpu::expect(cpu::expect_matrix(op, "dy", dy, out) == T, op,
-              fmt::format("dy is {} but x is {}; they must have the same rows", dy.shape_string(), x.shape_string()));
+  cpu::expect(
+      cpu::expect_matrix(op, "dy", dy, out) == T, op,
+      fmt::format("dy is {} but x is {}; they must have the same rows", dy.shape_string(), x.shape_string()));
   if (!dx.empty()) cpu::expect_like(op, "dx", dx, "x", x);
   if (!dw.empty()) cpu::expect_like(op, "dw", dw, "w", w);
   if (!dbias.empty()) cpu::expect_shape(op, "dbias", dbias, {out});
@@ -93,14 +96,14 @@ void CpuOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw
     if (out == 0) {
       std::fill(product, product + T * in, 0.0f);
     } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, iin, iout, 1.0f, dy.f32(), iout, w.f32(), iin,
-                  0.0f, product, iin);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, iin, iout, 1.0f, dy.f32(), iout, w.f32(),
+                  iin, 0.0f, product, iin);
     }
     if (accumulate_dx) add(dx, Tensor::f32(product, {T, in}), dx);
   }
   if (!dw.empty() && in > 0 && out > 0) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iout, iin, iT, 1.0f, dy.f32(), iout, x.f32(), iin, 1.0f,
-                dw.f32(), iin);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iout, iin, iT, 1.0f, dy.f32(), iout, x.f32(), iin,
+                1.0f, dw.f32(), iin);
   }
   if (!dbias.empty() && out > 0) {
     // Each column is summed over the rows in row order by one thread: independent of thread count.

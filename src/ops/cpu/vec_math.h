@@ -32,7 +32,7 @@ inline void exp_inplace(float* x, int64_t n) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;  // ln2 split so k * kLn2Hi is exact for |k| <= 128
   constexpr float kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  constexpr float kRound = 12582912.0f;                          // 1.5 * 2^23: adding it rounds to an integer
   constexpr uint32_t kLoBits = std::bit_cast<uint32_t>(-87.3f);  // negatives: unsigned order = magnitude
   constexpr int32_t kHiBits = std::bit_cast<int32_t>(88.3f);     // positives: signed order = value
   for (int64_t i = 0; i < n; ++i) {

@@ -13,7 +13,8 @@ namespace {
 
 // Returns (T, Hq, Hkv, D) after checking q (T,Hq,D), k v (T,Hkv,D) in bf16 and lse (Hq,T) fp32.
 FlashAttentionParams attention_params(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const int32_t* doc_start, float scale, const Tensor& out, const Tensor& lse) {
+                                      const int32_t* doc_start, float scale, const Tensor& out,
+                                      const Tensor& lse) {
   cuda::expect_dtype(op, "q", q, DType::BF16);
   CUDA_OPS_EXPECT(q.ndim == 3, op, cuda::describe("q", q) + ": expected (T, Hq, D)");
   const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2];
@@ -51,7 +52,8 @@ void* attention_workspace(CudaOps::State& state, const FlashAttentionParams& p, 
 
 void CudaOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                 Tensor lse) {
-  const FlashAttentionParams p = attention_params("attention_forward", q, k, v, mask.doc_start, scale, out, lse);
+  const FlashAttentionParams p =
+      attention_params("attention_forward", q, k, v, mask.doc_start, scale, out, lse);
   if (p.tokens == 0 || p.q_heads == 0) return;
   if (CudnnAttention* cudnn = state_->cudnn_attention.get(); cudnn != nullptr && mask.row_tokens > 0) {
     size_t bytes = 0;

@@ -21,7 +21,8 @@ constexpr int kColumnTileY = 8;   // rows in flight per block
 
 template <int VEC, typename Loader>
 __global__ void __launch_bounds__(kColumnTileX* kColumnTileY)
-    column_partials_kernel(Loader loader, int64_t rows, int64_t cols, int64_t rows_per_split, float* partials) {
+    column_partials_kernel(Loader loader, int64_t rows, int64_t cols, int64_t rows_per_split,
+                           float* partials) {
   __shared__ float tile[kColumnTileY][kColumnTileX * VEC];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * kColumnTileX + tx) * VEC;
@@ -83,11 +84,13 @@ void column_sum(const Loader& loader, int64_t rows, int64_t cols, float* partial
   const dim3 block(kColumnTileX, kColumnTileY);
   const dim3 grid(static_cast<unsigned int>((cols / VEC + kColumnTileX - 1) / kColumnTileX),
                   static_cast<unsigned int>(splits));
-  column_partials_kernel<VEC, Loader><<<grid, block, 0, stream>>>(loader, rows, cols, rows_per_split, partials);
+  column_partials_kernel<VEC, Loader>
+      <<<grid, block, 0, stream>>>(loader, rows, cols, rows_per_split, partials);
   CHECK_CUDA_LAUNCH();
   const unsigned int blocks = blocks_for(cols, 256);
   if (out_dtype == DType::F32)
-    reduce_partials_kernel<float><<<blocks, 256, 0, stream>>>(partials, splits, cols, static_cast<float*>(out));
+    reduce_partials_kernel<float>
+        <<<blocks, 256, 0, stream>>>(partials, splits, cols, static_cast<float*>(out));
   else
     reduce_partials_kernel<__nv_bfloat16>
         <<<blocks, 256, 0, stream>>>(partials, splits, cols, static_cast<__nv_bfloat16*>(out));

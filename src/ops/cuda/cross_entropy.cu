@@ -35,8 +35,9 @@ __device__ __forceinline__ void combine(float& m, float& s, float m2, float s2) 
 
 // One block per row of the chunk. logits rows are `ld` apart (ld % 8 == 0, 16-byte aligned).
 __global__ void __launch_bounds__(kRowThreads)
-    cross_entropy_rows_kernel(bf16* __restrict__ logits, int64_t ld, int64_t V, const int32_t* __restrict__ targets,
-                              float grad_scale, bool want_grad, float* __restrict__ row_loss, int* error_flag) {
+    cross_entropy_rows_kernel(bf16* __restrict__ logits, int64_t ld, int64_t V,
+                              const int32_t* __restrict__ targets, float grad_scale, bool want_grad,
+                              float* __restrict__ row_loss, int* error_flag) {
   const int64_t r = blockIdx.x;
   bf16* row = logits + r * ld;
   const int32_t target = targets[r];
@@ -50,7 +51,8 @@ __global__ void __launch_bounds__(kRowThreads)
       if (row_loss != nullptr) row_loss[r] = ignored ? 0.0f : __int_as_float(0x7fc00000);
     }
     if (want_grad) {
-      for (int64_t c = tid; c < chunks; c += kRowThreads) *reinterpret_cast<uint4*>(row + c * 8) = make_uint4(0, 0, 0, 0);
+      for (int64_t c = tid; c < chunks; c += kRowThreads)
+        *reinterpret_cast<uint4*>(row + c * 8) = make_uint4(0, 0, 0, 0);
     }
     return;
   }
@@ -131,8 +133,8 @@ __global__ void copy_logits_kernel(const bf16* __restrict__ chunk, int64_t ld, i
 
 // loss_sum[0] += sum of row_loss[0..T) in double, in a fixed order (one block).
 constexpr int kSumThreads = 512;
-__global__ void __launch_bounds__(kSumThreads) sum_losses_kernel(const float* __restrict__ row_loss, int64_t T,
-                                                                 float* __restrict__ loss_sum) {
+__global__ void __launch_bounds__(kSumThreads)
+    sum_losses_kernel(const float* __restrict__ row_loss, int64_t T, float* __restrict__ loss_sum) {
   __shared__ double part[kSumThreads];
   double s = 0.0;
   for (int64_t t = threadIdx.x; t < T; t += kSumThreads) s += static_cast<double>(row_loss[t]);
@@ -151,8 +153,8 @@ int64_t CudaOps::flce_chunk_tokens(int64_t V) const {
   return fused_cross_entropy_chunk_tokens(options_.flce_chunk_bytes, V);
 }
 
-void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx, Tensor dw,
-                                   Tensor loss_sum, Tensor logits) {
+void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
+                                   Tensor dw, Tensor loss_sum, Tensor logits) {
   const char* op = "linear_cross_entropy";
   cuda::expect_dtype(op, "w", w, DType::BF16);
   CUDA_OPS_EXPECT(w.ndim == 2, op, cuda::describe("w", w) + ": expected (V, H)");
@@ -166,14 +168,15 @@ void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, f
   }
   if (!loss_sum.empty()) {
     cuda::expect_dtype(op, "loss_sum", loss_sum, DType::F32);
-    CUDA_OPS_EXPECT(loss_sum.numel() == 1, op, cuda::describe("loss_sum", loss_sum) + ": expected one element");
+    CUDA_OPS_EXPECT(loss_sum.numel() == 1, op,
+                    cuda::describe("loss_sum", loss_sum) + ": expected one element");
   }
   if (!logits.empty()) {
     CUDA_OPS_EXPECT(logits.dtype == DType::F32 || logits.dtype == DType::BF16, op,
                     cuda::describe("logits", logits) + ": F32 or BF16");
     CUDA_OPS_EXPECT(cuda::expect_matrix(op, "logits", logits, V, logits.dtype) == T, op,
-                    cuda::describe("logits", logits) + ": expected (" + std::to_string(T) + ", " + std::to_string(V) +
-                        ")");
+                    cuda::describe("logits", logits) + ": expected (" + std::to_string(T) + ", " +
+                        std::to_string(V) + ")");
   }
   if (T == 0) return;
   CUDA_OPS_EXPECT(targets != nullptr, op, "targets is null");
@@ -184,12 +187,12 @@ void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, f
   const bool want_grad = !dx.empty() || !dw.empty();
   const int64_t Vp = (V + 7) / 8 * 8;
   const int64_t C = std::min<int64_t>(T, flce_chunk_tokens(V));
-  auto* buf = static_cast<bf16*>(
-      state_->buffer(cuda::Scratch::kLogits, sizeof(bf16) * static_cast<size_t>(C * Vp), "the cross-entropy's logits"));
+  auto* buf = static_cast<bf16*>(state_->buffer(
+      cuda::Scratch::kLogits, sizeof(bf16) * static_cast<size_t>(C * Vp), "the cross-entropy's logits"));
   float* row_loss = nullptr;
   if (!loss_sum.empty())
-    row_loss = static_cast<float*>(
-        state_->buffer(cuda::Scratch::kRowLoss, sizeof(float) * static_cast<size_t>(T), "the per-token losses"));
+    row_loss = static_cast<float*>(state_->buffer(
+        cuda::Scratch::kRowLoss, sizeof(float) * static_cast<size_t>(T), "the per-token losses"));
   const auto* xs = static_cast<const bf16*>(x.data);
 
   for (int64_t t0 = 0; t0 < T; t0 += C) {

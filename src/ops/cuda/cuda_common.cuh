@@ -32,9 +32,9 @@ namespace ferry::cuda {
 
 // Shape and dtype invariants: a failure is a bug in ferry's model code (wrong views), so it aborts
 // like FERRY_ASSERT, with a message naming the op and the shapes.
-#define CUDA_OPS_EXPECT(condition, op, message)                                                       \
-  do {                                                                                                \
-    if (!(condition))                                                                                 \
+#define CUDA_OPS_EXPECT(condition, op, message)                                                      \
+  do {                                                                                               \
+    if (!(condition))                                                                                \
       ::ferry::assertion_failed(#condition, __FILE__, __LINE__, std::string(op) + ": " + (message)); \
   } while (0)
 
@@ -82,8 +82,8 @@ inline DeviceMemory device_alloc(size_t bytes, const char* what) {
   void* p = nullptr;
   const cudaError_t status = cudaMalloc(&p, bytes);
   if (status != cudaSuccess)
-    raise("cuda", std::string("cannot allocate ") + std::to_string(bytes) + " bytes of device memory for " + what +
-                      ": " + cudaGetErrorString(status));
+    raise("cuda", std::string("cannot allocate ") + std::to_string(bytes) + " bytes of device memory for " +
+                      what + ": " + cudaGetErrorString(status));
   return DeviceMemory(p);
 }
 
@@ -113,8 +113,8 @@ class StreamBuffer {
       void* p = nullptr;
       const cudaError_t status = cudaMallocAsync(&p, rounded, stream);
       if (status != cudaSuccess)
-        raise("cuda", std::string("cannot allocate ") + std::to_string(rounded) + " bytes of working memory for " +
-                          what + ": " + cudaGetErrorString(status));
+        raise("cuda", std::string("cannot allocate ") + std::to_string(rounded) +
+                          " bytes of working memory for " + what + ": " + cudaGetErrorString(status));
       data_ = p;
     }
     capacity_ = rounded;
@@ -169,8 +169,8 @@ inline int64_t expect_matrix(const char* op, const char* name, const Tensor& t, 
   return cols == 0 ? 0 : t.numel() / cols;
 }
 
-inline void expect_like(const char* op, const char* name, const Tensor& t, const char* ref_name, const Tensor& ref,
-                        DType dtype) {
+inline void expect_like(const char* op, const char* name, const Tensor& t, const char* ref_name,
+                        const Tensor& ref, DType dtype) {
   expect_dtype(op, name, t, dtype);
   CUDA_OPS_EXPECT(same_shape(t, ref), op,
                   describe(name, t) + " and " + describe(ref_name, ref) + " must have the same shape");
@@ -195,7 +195,9 @@ inline void expect_grad_dtype(const char* op, const char* name, const Tensor& t)
                   describe(name, t) + ": parameter gradients must be F32 or BF16");
 }
 
-inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+inline bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
 
 inline unsigned int blocks_for(int64_t work, int threads) {
   const int64_t b = (work + threads - 1) / threads;
@@ -262,11 +264,19 @@ __device__ __forceinline__ void store_bf16(__nv_bfloat16* p, const float (&v)[N]
 }
 
 // Scalar conversions for the dtype-generic kernels.
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(float x) {
+  return x;
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
 // F64 -> F32 rounds to nearest, as the CPU's static_cast does.
-__device__ __forceinline__ float to_float(double x) { return __double2float_rn(x); }
+__device__ __forceinline__ float to_float(double x) {
+  return __double2float_rn(x);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_float(float x);

@@ -1,8 +1,7 @@
-#include "ops/cuda/cuda_gemm.cuh"
-
 #include <functional>
 #include <string>
 
+#include "ops/cuda/cuda_gemm.cuh"
 #include "ops/gemm_tuning.h"
 
 namespace ferry::cuda {
@@ -26,10 +25,14 @@ int alignment_of(const void* p) {
 
 const char* type_name(int t) {
   switch (static_cast<cudaDataType_t>(t)) {
-    case CUDA_R_32F: return "F32";
-    case CUDA_R_16BF: return "BF16";
-    case CUDA_R_16F: return "F16";
-    default: return "?";
+    case CUDA_R_32F:
+      return "F32";
+    case CUDA_R_16BF:
+      return "BF16";
+    case CUDA_R_16F:
+      return "F16";
+    default:
+      return "?";
   }
 }
 
@@ -37,19 +40,23 @@ const char* type_name(int t) {
 
 cudaDataType_t lt_type(DType dtype) {
   switch (dtype) {
-    case DType::F32: return CUDA_R_32F;
-    case DType::BF16: return CUDA_R_16BF;
-    case DType::F16: return CUDA_R_16F;
-    default: break;
+    case DType::F32:
+      return CUDA_R_32F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    case DType::F16:
+      return CUDA_R_16F;
+    default:
+      break;
   }
   raise("cuda", std::string("no cuBLASLt type for dtype ") + std::string(dtype_name(dtype)));
 }
 
 bool Gemm::Key::operator==(const Key& o) const {
-  return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd && a_type == o.a_type &&
-         b_type == o.b_type && d_type == o.d_type && trans_a == o.trans_a && trans_b == o.trans_b && bias == o.bias &&
-         accumulate == o.accumulate && align_a == o.align_a && align_b == o.align_b && align_c == o.align_c &&
-         align_d == o.align_d;
+  return m == o.m && n == o.n && k == o.k && lda == o.lda && ldb == o.ldb && ldd == o.ldd &&
+         a_type == o.a_type && b_type == o.b_type && d_type == o.d_type && trans_a == o.trans_a &&
+         trans_b == o.trans_b && bias == o.bias && accumulate == o.accumulate && align_a == o.align_a &&
+         align_b == o.align_b && align_c == o.align_c && align_d == o.align_d;
 }
 
 size_t Gemm::KeyHash::operator()(const Key& k) const {
@@ -94,12 +101,13 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
   CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   const cublasLtEpilogue_t epilogue = key.bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-  CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  CHECK_CUBLAS(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
   if (key.bias) {
     // The bias has D's dtype (the default); set explicitly so the contract is visible.
     const cudaDataType_t bias_type = static_cast<cudaDataType_t>(key.d_type);
-    CHECK_CUBLAS(
-        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                sizeof(bias_type)));
   }
 
   // Stored shapes: A is (m,k) or, transposed, (k,m); B is (k,n) or (n,k); D is (m,n).
@@ -110,51 +118,53 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
   CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&layout, static_cast<cudaDataType_t>(key.b_type),
                                           key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n, key.ldb));
   plan->b.reset(layout);
-  CHECK_CUBLAS(cublasLtMatrixLayoutCreate(&layout, static_cast<cudaDataType_t>(key.d_type), key.m, key.n, key.ldd));
+  CHECK_CUBLAS(
+      cublasLtMatrixLayoutCreate(&layout, static_cast<cudaDataType_t>(key.d_type), key.m, key.n, key.ldd));
   plan->d.reset(layout);
 
   cublasLtMatmulPreference_t pref_raw = nullptr;
   CHECK_CUBLAS(cublasLtMatmulPreferenceCreate(&pref_raw));
   LtPreference pref(pref_raw);
   const uint64_t ws = workspace_bytes_;
-  CHECK_CUBLAS(
-      cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                    sizeof(ws)));
   const uint32_t align_a = static_cast<uint32_t>(key.align_a), align_b = static_cast<uint32_t>(key.align_b),
                  align_d = static_cast<uint32_t>(key.align_d);
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                    sizeof(align_a)));
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                    sizeof(align_b)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                    &align_a, sizeof(align_a)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                    &align_b, sizeof(align_b)));
   const uint32_t align_c = static_cast<uint32_t>(key.align_c);
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
-                                                    sizeof(align_c)));
-  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d,
-                                                    sizeof(align_d)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                    &align_c, sizeof(align_c)));
+  CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                    &align_d, sizeof(align_d)));
   if (key.accumulate && key.d_type != CUDA_R_32F) {
     // A split-K "in place" reduction sums the partial products in D's buffer and dtype, and an
     // "output type" one in a workspace of that dtype: in bf16 either rounds the sum several times
     // (seen as errors of several ulps when dw accumulated with beta = 1). Partials in fp32 keep
     // C + product rounded once.
     const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                                      sizeof(schemes)));
+    CHECK_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref_raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                      &schemes, sizeof(schemes)));
   }
 
   cublasLtMatmulHeuristicResult_t results[kTuneAlgos] = {};
   int returned = 0;
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle_.get(), desc, plan->a.get(), plan->b.get(), plan->d.get(), plan->d.get(),
-                                     pref_raw, tune_ ? kTuneAlgos : 1, results, &returned);
+      cublasLtMatmulAlgoGetHeuristic(handle_.get(), desc, plan->a.get(), plan->b.get(), plan->d.get(),
+                                     plan->d.get(), pref_raw, tune_ ? kTuneAlgos : 1, results, &returned);
   for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < returned; ++i)
     if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->algos.push_back(results[i].algo);
   if (plan->algos.empty()) {
     raise("cuda", std::string("cuBLASLt has no algorithm for the product m=") + std::to_string(key.m) +
-                      " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k) + " (A " + type_name(key.a_type) +
-                      (key.trans_a ? "^T" : "") + " lda=" + std::to_string(key.lda) + ", B " + type_name(key.b_type) +
-                      (key.trans_b ? "^T" : "") + " ldb=" + std::to_string(key.ldb) + ", D " +
-                      type_name(key.d_type) + " ldd=" + std::to_string(key.ldd) + (key.bias ? ", bias" : "") +
-                      (key.accumulate ? ", beta != 0" : "") + ", alignments " + std::to_string(key.align_a) + "/" +
-                      std::to_string(key.align_b) + "/" + std::to_string(key.align_c) + "/" +
+                      " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k) + " (A " +
+                      type_name(key.a_type) + (key.trans_a ? "^T" : "") + " lda=" + std::to_string(key.lda) +
+                      ", B " + type_name(key.b_type) + (key.trans_b ? "^T" : "") +
+                      " ldb=" + std::to_string(key.ldb) + ", D " + type_name(key.d_type) +
+                      " ldd=" + std::to_string(key.ldd) + (key.bias ? ", bias" : "") +
+                      (key.accumulate ? ", beta != 0" : "") + ", alignments " + std::to_string(key.align_a) +
+                      "/" + std::to_string(key.align_b) + "/" + std::to_string(key.align_c) + "/" +
                       std::to_string(key.align_d) + " bytes): " + cublasLtGetStatusString(status));
   }
   plan->tuned = plan->algos.size() == 1;
@@ -190,7 +200,8 @@ size_t Gemm::algo_for_call(Plan& plan) const {
 
 void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   FERRY_ASSERT(args.m > 0 && args.n > 0 && args.k > 0, "empty products are handled by the caller");
-  FERRY_ASSERT(args.bias == nullptr || aligned16(args.bias), "the bias epilogue needs a 16-byte aligned bias");
+  FERRY_ASSERT(args.bias == nullptr || aligned16(args.bias),
+               "the bias epilogue needs a 16-byte aligned bias");
   const void* c = args.c != nullptr ? args.c : args.d;
   Key key{args.m,
           args.n,
@@ -224,15 +235,15 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   }
   if (args.bias != nullptr) {
     const void* bias = args.bias;
-    CHECK_CUBLAS(
-        cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    CHECK_CUBLAS(cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                sizeof(bias)));
   }
   void* const workspace =
       workspace_bytes_ > 0 ? workspace_.get(workspace_bytes_, stream, "the cuBLASLt workspace") : nullptr;
   const auto launch = [&](size_t i) {
-    return cublasLtMatmul(handle_.get(), plan.desc.get(), &args.alpha, args.a, plan.a.get(), args.b, plan.b.get(),
-                          &args.beta, c, plan.d.get(), args.d, plan.d.get(), &plan.algos[i], workspace,
-                          workspace_bytes_, stream);
+    return cublasLtMatmul(handle_.get(), plan.desc.get(), &args.alpha, args.a, plan.a.get(), args.b,
+                          plan.b.get(), &args.beta, c, plan.d.get(), args.d, plan.d.get(), &plan.algos[i],
+                          workspace, workspace_bytes_, stream);
   };
   cublasStatus_t status = launch(algo);
   if (status != CUBLAS_STATUS_SUCCESS && algo != 0) {

@@ -56,8 +56,8 @@ struct MatmulArgs {
   cudaDataType_t d_type = CUDA_R_16BF;
   int64_t ldd = 0;
   float alpha = 1.0f;
-  float beta = 0.0f;  // beta != 0 reads C (D unless c is given) first: accumulation or a residual
-  const void* c = nullptr;  // (m, n) of d_type with ld ldd; nullptr: D
+  float beta = 0.0f;           // beta != 0 reads C (D unless c is given) first: accumulation or a residual
+  const void* c = nullptr;     // (m, n) of d_type with ld ldd; nullptr: D
   const void* bias = nullptr;  // (m) of d_type, 16-byte aligned; epilogue BIAS when given
 };
 
@@ -97,7 +97,7 @@ class Gemm {
     int64_t m, n, k, lda, ldb, ldd;
     int a_type, b_type, d_type;
     bool trans_a, trans_b, bias, accumulate;  // accumulate: beta != 0
-    int align_a, align_b, align_c, align_d;  // bytes, 2..256
+    int align_a, align_b, align_c, align_d;   // bytes, 2..256
     bool operator==(const Key& o) const;
   };
   struct KeyHash {

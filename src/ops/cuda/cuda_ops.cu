@@ -13,7 +13,9 @@ bool gemm_tuning_default() {
 
 CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator,
                       bool gemm_tuning)
-    : stream(s), allocator(std::move(workspace_allocator)), gemm(gemm_workspace_bytes, s, &allocator, gemm_tuning) {
+    : stream(s),
+      allocator(std::move(workspace_allocator)),
+      gemm(gemm_workspace_bytes, s, &allocator, gemm_tuning) {
   for (auto& buffer : scratch) buffer.use_allocator(&allocator);
   int device = 0;
   FERRY_CUDA_CHECK(cudaGetDevice(&device));
@@ -37,7 +39,9 @@ std::string CudaOps::kernels() const {
   return "cuda, cuDNN " + std::to_string(CudnnAttention::library_version()) + " attention";
 }
 
-void* CudaOps::stream() const { return state_->stream; }
+void* CudaOps::stream() const {
+  return state_->stream;
+}
 
 size_t CudaOps::workspace_bytes() const {
   size_t total = state_->gemm.workspace_bytes();
@@ -47,7 +51,8 @@ size_t CudaOps::workspace_bytes() const {
 
 std::string CudaOps::device_error() {
   int flag = 0;
-  FERRY_CUDA_CHECK(cudaMemcpyAsync(&flag, state_->error_flag.get(), sizeof(int), cudaMemcpyDeviceToHost, state_->stream));
+  FERRY_CUDA_CHECK(
+      cudaMemcpyAsync(&flag, state_->error_flag.get(), sizeof(int), cudaMemcpyDeviceToHost, state_->stream));
   FERRY_CUDA_CHECK(cudaStreamSynchronize(state_->stream));
   if (flag == 0) return "";
   FERRY_CUDA_CHECK(cudaMemsetAsync(state_->error_flag.get(), 0, sizeof(int), state_->stream));
@@ -55,7 +60,8 @@ std::string CudaOps::device_error() {
   if (flag & cuda::kBadTokenId)
     what += "a token id outside the vocabulary reached the embedding (its rows were set to NaN); ";
   if (flag & cuda::kBadTarget)
-    what += "a loss target outside the vocabulary (and not -100) reached the cross-entropy (the loss is NaN); ";
+    what +=
+        "a loss target outside the vocabulary (and not -100) reached the cross-entropy (the loss is NaN); ";
   return what + "tokenize the data with the model's own tokenizer";
 }
 

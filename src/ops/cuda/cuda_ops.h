@@ -97,8 +97,8 @@ class CudaOps final : public Ops {
   void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
                        bool accumulate_dx) override;
 
-  void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx, Tensor dw,
-                            Tensor loss_sum, Tensor logits) override;
+  void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
+                            Tensor dw, Tensor loss_sum, Tensor logits) override;
 
   void add(Tensor a, Tensor b, Tensor out) override;
   void zero(Tensor x) override;

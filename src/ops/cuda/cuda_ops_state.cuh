@@ -20,14 +20,14 @@ enum DeviceErrorBits : int {
 
 // Named scratch buffers: each is used by one op at a time, on the ops' stream.
 enum class Scratch : int {
-  kLogits,    // FLCE: (chunk, Vp) bf16 logits, then dlogits in place
-  kRowLoss,   // FLCE: (T) fp32 per-token losses
-  kPartials,  // column reductions: (splits, cols) fp32
-  kSortKeys,  // embedding backward: 2 x T keys
-  kSortVals,  // embedding backward: 2 x T values
-  kSortTemp,  // embedding backward: CUB's temporary storage
-  kAttention, // attention, forward and backward: flash attention's or cuDNN's workspace
-  kWeightGrad, // linear backward: (out, in) bf16 sum of a bf16 gradient and its product, copied back
+  kLogits,      // FLCE: (chunk, Vp) bf16 logits, then dlogits in place
+  kRowLoss,     // FLCE: (T) fp32 per-token losses
+  kPartials,    // column reductions: (splits, cols) fp32
+  kSortKeys,    // embedding backward: 2 x T keys
+  kSortVals,    // embedding backward: 2 x T values
+  kSortTemp,    // embedding backward: CUB's temporary storage
+  kAttention,   // attention, forward and backward: flash attention's or cuDNN's workspace
+  kWeightGrad,  // linear backward: (out, in) bf16 sum of a bf16 gradient and its product, copied back
   kCount
 };
 
@@ -39,10 +39,11 @@ struct CudaOps::State {
   int sm_count = 1;
   cuda::Gemm gemm;
   cuda::StreamBuffer scratch[static_cast<int>(cuda::Scratch::kCount)];
-  cuda::DeviceMemory error_flag;  // one int, bits of DeviceErrorBits
+  cuda::DeviceMemory error_flag;                    // one int, bits of DeviceErrorBits
   std::unique_ptr<CudnnAttention> cudnn_attention;  // null: cuDNN off or not installed
 
-  State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator, bool gemm_tuning);
+  State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator,
+        bool gemm_tuning);
 
   void* buffer(cuda::Scratch slot, size_t bytes, const char* what) {
     return scratch[static_cast<int>(slot)].get(bytes, stream, what);

@@ -1,7 +1,6 @@
 #include "ops/cuda/cudnn_attention.h"
 
 #include <cuda_runtime.h>
-
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -40,7 +39,9 @@ std::unique_ptr<CudnnAttention> CudnnAttention::make(void* stream) {
   }
 }
 
-std::string CudnnAttention::unavailable_reason() { return cudnn::unavailable_reason(); }
+std::string CudnnAttention::unavailable_reason() {
+  return cudnn::unavailable_reason();
+}
 
 size_t CudnnAttention::library_version() {
   const cudnn::Library* lib = cudnn::library();
@@ -78,11 +79,13 @@ void copy_statistics(const float* from, float* to, const cudnn::AttentionShape& 
   const size_t row = sizeof(float) * static_cast<size_t>(s.seq);
   const size_t lse_pitch = row * static_cast<size_t>(s.batch);
   for (int64_t b = 0; b < s.batch; ++b) {
-    const size_t lse_offset = static_cast<size_t>(b * s.seq), packed_offset = static_cast<size_t>(b * s.q_heads * s.seq);
-    cudaError_t e = to_cudnn ? cudaMemcpy2DAsync(to + packed_offset, row, from + lse_offset, lse_pitch, row,
-                                                 static_cast<size_t>(s.q_heads), cudaMemcpyDeviceToDevice, stream)
-                             : cudaMemcpy2DAsync(to + lse_offset, lse_pitch, from + packed_offset, row, row,
-                                                 static_cast<size_t>(s.q_heads), cudaMemcpyDeviceToDevice, stream);
+    const size_t lse_offset = static_cast<size_t>(b * s.seq),
+                 packed_offset = static_cast<size_t>(b * s.q_heads * s.seq);
+    cudaError_t e = to_cudnn
+                        ? cudaMemcpy2DAsync(to + packed_offset, row, from + lse_offset, lse_pitch, row,
+                                            static_cast<size_t>(s.q_heads), cudaMemcpyDeviceToDevice, stream)
+                        : cudaMemcpy2DAsync(to + lse_offset, lse_pitch, from + packed_offset, row, row,
+                                            static_cast<size_t>(s.q_heads), cudaMemcpyDeviceToDevice, stream);
     if (e != cudaSuccess)
       throw Error(fmt::format("attention: copying the statistics failed: {}", cudaGetErrorString(e)));
   }
@@ -116,7 +119,8 @@ CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p, in
   }
   // cuDNN before 9.16 masks sequences of other lengths only with a padding mask ferry does not build.
   if (cudnn::library()->version < 91600 && row_tokens % 128 != 0) {
-    refusal_ = fmt::format("rows of {} tokens: cuDNN {} needs a multiple of 128", row_tokens, cudnn::library()->version);
+    refusal_ = fmt::format("rows of {} tokens: cuDNN {} needs a multiple of 128", row_tokens,
+                           cudnn::library()->version);
     return nullptr;
   }
   const cudnn::AttentionShape shape{p.tokens / row_tokens, row_tokens, p.q_heads, p.kv_heads, p.head_dim};
@@ -132,12 +136,15 @@ CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p, in
       g->statistics_bytes = shape.batch > 1 ? cudnn::attention_statistics_bytes(shape) : 0;
       g->forward = cudnn::build_attention_forward(lib, handle, shape);
       g->backward = cudnn::build_attention_backward(lib, handle, shape);
-      log_info("attention of {} x {} tokens, {}/{} heads of {}: cuDNN {} (forward: {}, {} B workspace; backward: "
-               "{}, {} B)", shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim, lib.version,
-               g->forward.plan.engine, g->forward_bytes(), g->backward.plan.engine, g->backward_bytes());
+      log_info(
+          "attention of {} x {} tokens, {}/{} heads of {}: cuDNN {} (forward: {}, {} B workspace; backward: "
+          "{}, {} B)",
+          shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim, lib.version,
+          g->forward.plan.engine, g->forward_bytes(), g->backward.plan.engine, g->backward_bytes());
     } catch (const cudnn::Failure& e) {
-      log_warn("attention of {} x {} tokens, {}/{} heads of {}: cuDNN refused it, ferry's own kernels run it: {}",
-               shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim, e.what());
+      log_warn(
+          "attention of {} x {} tokens, {}/{} heads of {}: cuDNN refused it, ferry's own kernels run it: {}",
+          shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim, e.what());
       g.reset();
       refusal_ = e.what();
     }
@@ -159,8 +166,9 @@ bool CudnnAttention::execute(Graphs& g, const cudnn::AttentionGraph& graph, cons
     // Nothing was enqueued: the caller's own kernels run this call and every later one.
     g.failed = true;
     refusal_ = e.what();
-    log_warn("attention of {} x {} tokens: cuDNN failed to run it, ferry's own kernels run it from now on: {}",
-             g.shape.batch, g.shape.seq, e.what());
+    log_warn(
+        "attention of {} x {} tokens: cuDNN failed to run it, ferry's own kernels run it from now on: {}",
+        g.shape.batch, g.shape.seq, e.what());
     return false;
   }
 }
@@ -170,8 +178,9 @@ bool CudnnAttention::workspace_fits(Graphs& g, const char* direction, int64_t ne
   refusal_ = fmt::format("the {} needs {} bytes of workspace, {} given", direction, need, given);
   if (g.told_short_workspace) return false;
   g.told_short_workspace = true;
-  log_warn("attention of {} x {} tokens: ferry's own kernels run it, cuDNN's plan needs more working memory ({})",
-           g.shape.batch, g.shape.seq, refusal_);
+  log_warn(
+      "attention of {} x {} tokens: ferry's own kernels run it, cuDNN's plan needs more working memory ({})",
+      g.shape.batch, g.shape.seq, refusal_);
   return false;
 }
 

@@ -65,10 +65,11 @@ class CudnnAttention {
   // Whether `need` bytes fit in `given`; when not, the refusal says so (logged once per shape).
   bool workspace_fits(Graphs& g, const char* direction, int64_t need, size_t given);
   // Runs one of g's graphs; false (logged, and the shape given up) when cuDNN fails to.
-  bool execute(Graphs& g, const cudnn::AttentionGraph& graph, const cudnn::AttentionTensors& t, void* workspace);
+  bool execute(Graphs& g, const cudnn::AttentionGraph& graph, const cudnn::AttentionTensors& t,
+               void* workspace);
 
   void* stream_;
-  void* handle_ = nullptr;  // cudnnHandle_t
+  void* handle_ = nullptr;                                  // cudnnHandle_t
   using Key = std::tuple<int64_t, int64_t, int, int, int>;  // batch, row_tokens, Hq, Hkv, D
   std::map<Key, std::unique_ptr<Graphs>> built_;
   std::string refusal_;

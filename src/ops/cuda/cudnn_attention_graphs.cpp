@@ -24,11 +24,11 @@ enum Uid : int64_t {
   kDQ,
   kDK,
   kDV,
-  kScale,      // by value
-  kNegInf,     // by value
-  kOne,        // by value
-  kDQAccum,    // fp32 dq, in the graph's own workspace
-  kSoftmaxSum, // rowsum(dout * out), in the graph's own workspace
+  kScale,       // by value
+  kNegInf,      // by value
+  kOne,         // by value
+  kDQAccum,     // fp32 dq, in the graph's own workspace
+  kSoftmaxSum,  // rowsum(dout * out), in the graph's own workspace
   kFirstVirtual = 100,
 };
 
@@ -39,13 +39,17 @@ class GraphBuilder {
 
   const Descriptor& tensor(int64_t uid, std::vector<int64_t> dims, std::vector<int64_t> strides,
                            cudnnDataType_t type, bool by_value = false) {
-    return keep(make_tensor(lib_, TensorSpec{uid, std::move(dims), std::move(strides), type, false, by_value}));
+    return keep(
+        make_tensor(lib_, TensorSpec{uid, std::move(dims), std::move(strides), type, false, by_value}));
   }
-  const Descriptor& scalar(int64_t uid) { return tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, true); }
+  const Descriptor& scalar(int64_t uid) {
+    return tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, true);
+  }
   const Descriptor& virt(std::vector<int64_t> dims, std::vector<int64_t> strides = {},
                          cudnnDataType_t type = CUDNN_DATA_FLOAT) {
     if (strides.empty()) strides = packed_strides(dims);
-    return keep(make_tensor(lib_, TensorSpec{next_virtual_++, std::move(dims), std::move(strides), type, true, false}));
+    return keep(make_tensor(
+        lib_, TensorSpec{next_virtual_++, std::move(dims), std::move(strides), type, true, false}));
   }
   // Ferry's (batch, seq, heads, D) tensors as cuDNN's [b, h, s, d], and transposed [b, h, d, s].
   const Descriptor& bshd(int64_t uid, int64_t heads) {
@@ -53,7 +57,8 @@ class GraphBuilder {
   }
   const Descriptor& bshd_transposed(int64_t uid, int64_t heads) {
     const std::vector<int64_t> st = bshd_strides(heads);
-    return tensor(uid, {s_.batch, heads, s_.head_dim, s_.seq}, {st[0], st[1], st[3], st[2]}, CUDNN_DATA_BFLOAT16);
+    return tensor(uid, {s_.batch, heads, s_.head_dim, s_.seq}, {st[0], st[1], st[3], st[2]},
+                  CUDNN_DATA_BFLOAT16);
   }
   std::vector<int64_t> bshd_strides(int64_t heads) const {
     return {s_.seq * heads * s_.head_dim, s_.head_dim, heads * s_.head_dim, 1};
@@ -64,7 +69,8 @@ class GraphBuilder {
 
   void op(Descriptor d) { ops_.push_back(std::make_unique<Descriptor>(std::move(d))); }
   // A new fp32 [b, Hq, s, s] scores tensor = mode(x [, b]).
-  const Descriptor& scores_pointwise(cudnnPointwiseMode_t mode, const Descriptor& x, const Descriptor* b = nullptr) {
+  const Descriptor& scores_pointwise(cudnnPointwiseMode_t mode, const Descriptor& x,
+                                     const Descriptor* b = nullptr) {
     const Descriptor& y = virt(scores());
     pointwise(mode, x, b, y);
     return y;
@@ -76,7 +82,8 @@ class GraphBuilder {
     return scores_pointwise(CUDNN_POINTWISE_MUL, s0, &scale);
   }
   void pointwise(cudnnPointwiseMode_t mode, const Descriptor& x, const Descriptor* b, const Descriptor& y,
-                 cudnnDataType_t precision = CUDNN_DATA_FLOAT, const Descriptor* t = nullptr, int64_t axis = -1) {
+                 cudnnDataType_t precision = CUDNN_DATA_FLOAT, const Descriptor* t = nullptr,
+                 int64_t axis = -1) {
     op(make_pointwise(lib_, mode, precision, x, b, t, y, axis));
   }
   // y = where(row >= col, x, -inf) over the last two dims of x: the top-left causal mask.
@@ -225,8 +232,8 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   return graph;
 }
 
-void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGraph& graph, const AttentionTensors& t,
-                   void* workspace) {
+void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGraph& graph,
+                   const AttentionTensors& t, void* workspace) {
   // Host values of the by-value scalars: cuDNN reads them when the plan is launched.
   float neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f, scale = t.scale;
   char* own = static_cast<char*>(workspace);
@@ -234,21 +241,50 @@ void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGrap
   pointers.reserve(graph.uids.size());
   for (const int64_t uid : graph.uids) {
     switch (uid) {
-      case kQ: pointers.push_back(t.q); break;
-      case kK: pointers.push_back(t.k); break;
-      case kV: pointers.push_back(t.v); break;
-      case kO: pointers.push_back(t.out); break;
-      case kStats: pointers.push_back(t.stats); break;
-      case kDO: pointers.push_back(t.dout); break;
-      case kDQ: pointers.push_back(t.dq); break;
-      case kDK: pointers.push_back(t.dk); break;
-      case kDV: pointers.push_back(t.dv); break;
-      case kScale: pointers.push_back(&scale); break;
-      case kNegInf: pointers.push_back(&neg_inf); break;
-      case kOne: pointers.push_back(&one); break;
-      case kDQAccum: pointers.push_back(own); break;
-      case kSoftmaxSum: pointers.push_back(own + graph.softmax_sum_offset); break;
-      default: throw Failure("attention graph: a tensor id without an address");
+      case kQ:
+        pointers.push_back(t.q);
+        break;
+      case kK:
+        pointers.push_back(t.k);
+        break;
+      case kV:
+        pointers.push_back(t.v);
+        break;
+      case kO:
+        pointers.push_back(t.out);
+        break;
+      case kStats:
+        pointers.push_back(t.stats);
+        break;
+      case kDO:
+        pointers.push_back(t.dout);
+        break;
+      case kDQ:
+        pointers.push_back(t.dq);
+        break;
+      case kDK:
+        pointers.push_back(t.dk);
+        break;
+      case kDV:
+        pointers.push_back(t.dv);
+        break;
+      case kScale:
+        pointers.push_back(&scale);
+        break;
+      case kNegInf:
+        pointers.push_back(&neg_inf);
+        break;
+      case kOne:
+        pointers.push_back(&one);
+        break;
+      case kDQAccum:
+        pointers.push_back(own);
+        break;
+      case kSoftmaxSum:
+        pointers.push_back(own + graph.softmax_sum_offset);
+        break;
+      default:
+        throw Failure("attention graph: a tensor id without an address");
     }
   }
   execute(lib, handle, graph.plan, graph.uids, pointers, own + graph.own_bytes);

@@ -43,10 +43,11 @@ int64_t attention_statistics_bytes(const AttentionShape& shape);
 
 // Throw Failure when cuDNN has no engine for the graph.
 AttentionGraph build_attention_forward(const Library& lib, cudnnHandle_t handle, const AttentionShape& shape);
-AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle, const AttentionShape& shape);
+AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle,
+                                        const AttentionShape& shape);
 
 // Enqueues `graph` on the handle's stream with the tensors of `t`.
-void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGraph& graph, const AttentionTensors& t,
-                   void* workspace);
+void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGraph& graph,
+                   const AttentionTensors& t, void* workspace);
 
 }  // namespace ferry::cudnn

@@ -155,29 +155,33 @@ Descriptor make_matmul(const Library& lib, const Descriptor& a, const Descriptor
 
 Descriptor make_reshape(const Library& lib, const Descriptor& x, const Descriptor& y) {
   Descriptor op(lib, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
-  op.set_descriptor(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x).set_descriptor(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
+  op.set_descriptor(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x)
+      .set_descriptor(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
   return std::move(op.finalize());
 }
 
 namespace {
 
 // The engine configurations the heuristics of `mode` propose for `graph`, best first.
-std::vector<Descriptor> engine_configs(const Library& lib, const Descriptor& graph, cudnnBackendHeurMode_t mode) {
+std::vector<Descriptor> engine_configs(const Library& lib, const Descriptor& graph,
+                                       cudnnBackendHeurMode_t mode) {
   Descriptor heur(lib, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   heur.set_descriptor(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph)
       .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode)
       .finalize();
   int64_t count = 0;
-  check(lib, lib.get_attribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                               nullptr),
+  check(lib,
+        lib.get_attribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                          nullptr),
         "count heuristic results");
   std::vector<Descriptor> configs;
   for (int64_t i = 0; i < count; ++i) configs.emplace_back(lib, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
   std::vector<cudnnBackendDescriptor_t> raw;
   for (auto& c : configs) raw.push_back(c.get());
   int64_t got = 0;
-  check(lib, lib.get_attribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
-                               raw.data()),
+  check(lib,
+        lib.get_attribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                          &got, raw.data()),
         "read heuristic results");
   configs.resize(static_cast<size_t>(got));
   return configs;
@@ -207,17 +211,20 @@ Plan make_plan(const Library& lib, cudnnHandle_t handle, const std::vector<const
             .set(kExecutionPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle)
             .finalize();
         int64_t got = 0;
-        check(lib, lib.get_attribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got,
-                                     &p.workspace_bytes),
+        check(lib,
+              lib.get_attribute(p.plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                &got, &p.workspace_bytes),
               "read workspace size");
         p.engine = fmt::format("heuristics mode {}, configuration {} of {}", static_cast<int>(mode), i + 1,
                                configs.size());
         return p;
       } catch (const Failure& e) {
-        refusals += fmt::format("\n  heuristics mode {}, configuration {}: {}", static_cast<int>(mode), i + 1, e.what());
+        refusals += fmt::format("\n  heuristics mode {}, configuration {}: {}", static_cast<int>(mode), i + 1,
+                                e.what());
       }
     }
-    if (configs.empty()) refusals += fmt::format("\n  heuristics mode {}: no configuration", static_cast<int>(mode));
+    if (configs.empty())
+      refusals += fmt::format("\n  heuristics mode {}: no configuration", static_cast<int>(mode));
   }
   throw Failure("no cuDNN engine runs this graph:" + refusals);
 }

@@ -70,7 +70,8 @@ Descriptor make_pointwise(const Library& lib, cudnnPointwiseMode_t mode, cudnnDa
                           const Descriptor& x, const Descriptor* b, const Descriptor* t, const Descriptor& y,
                           int64_t axis = -1);
 // y = reduce(x) over the dimensions where y has extent 1 and x does not.
-Descriptor make_reduction(const Library& lib, cudnnReduceTensorOp_t op, const Descriptor& x, const Descriptor& y);
+Descriptor make_reduction(const Library& lib, cudnnReduceTensorOp_t op, const Descriptor& x,
+                          const Descriptor& y);
 // c = a @ b over the last two dimensions, batched (and broadcast) over the others; fp32 math.
 Descriptor make_matmul(const Library& lib, const Descriptor& a, const Descriptor& b, const Descriptor& c);
 

@@ -1,12 +1,11 @@
 #include "ops/cuda/cudnn_library.h"
 
 #include <dlfcn.h>
+#include <fmt/format.h>
 
 #include <cstdlib>
 #include <memory>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "ops/cudnn_search_paths.h"
 
@@ -50,8 +49,10 @@ Loaded load() {
     if (first_error.empty() && candidate == kCudnnGraphLibrary) first_error = why ? why : "dlopen failed";
   }
   if (handle == nullptr) {
-    loaded.reason = fmt::format("{} is not on the library path nor in {} other places ferry looks ({}); set "
-                                "FERRY_CUDNN_LIBRARY to it", kCudnnGraphLibrary, candidates.size() - 1, first_error);
+    loaded.reason = fmt::format(
+        "{} is not on the library path nor in {} other places ferry looks ({}); set "
+        "FERRY_CUDNN_LIBRARY to it",
+        kCudnnGraphLibrary, candidates.size() - 1, first_error);
     return loaded;
   }
   auto lib = std::make_unique<Library>();
@@ -89,8 +90,12 @@ const Loaded& loaded() {
 
 }  // namespace
 
-const Library* library() { return loaded().library.get(); }
+const Library* library() {
+  return loaded().library.get();
+}
 
-const std::string& unavailable_reason() { return loaded().reason; }
+const std::string& unavailable_reason() {
+  return loaded().reason;
+}
 
 }  // namespace ferry::cudnn

@@ -34,7 +34,8 @@ __global__ void add16_kernel(const unsigned short* a, const unsigned short* b, u
     pa.raw = *reinterpret_cast<const uint4*>(a + i);
     pb.raw = *reinterpret_cast<const uint4*>(b + i);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) po.bits[j] = Half16<T>::from(Half16<T>::to(pa.bits[j]) + Half16<T>::to(pb.bits[j]));
+    for (int j = 0; j < 8; ++j)
+      po.bits[j] = Half16<T>::from(Half16<T>::to(pa.bits[j]) + Half16<T>::to(pb.bits[j]));
     *reinterpret_cast<uint4*>(out + i) = po.raw;
   } else {
     const int64_t end = i + 8 < n ? i + 8 : n;
@@ -67,15 +68,26 @@ template <typename Src>
 void convert_from(const void* src, void* dst, DType to, int64_t n, unsigned int blocks, cudaStream_t stream) {
   const auto* s = static_cast<const Src*>(src);
   switch (to) {
-    case DType::F32: convert_kernel<<<blocks, kThreads, 0, stream>>>(s, static_cast<float*>(dst), n); break;
-    case DType::BF16: convert_kernel<<<blocks, kThreads, 0, stream>>>(s, static_cast<bf16*>(dst), n); break;
-    case DType::F16: convert_kernel<<<blocks, kThreads, 0, stream>>>(s, static_cast<__half*>(dst), n); break;
-    case DType::F64: convert_kernel<<<blocks, kThreads, 0, stream>>>(s, static_cast<double*>(dst), n); break;
-    default: FERRY_ASSERT(false, "unreachable: checked by the caller");
+    case DType::F32:
+      convert_kernel<<<blocks, kThreads, 0, stream>>>(s, static_cast<float*>(dst), n);
+      break;
+    case DType::BF16:
+      convert_kernel<<<blocks, kThreads, 0, stream>>>(s, static_cast<bf16*>(dst), n);
+      break;
+    case DType::F16:
+      convert_kernel<<<blocks, kThreads, 0, stream>>>(s, static_cast<__half*>(dst), n);
+      break;
+    case DType::F64:
+      convert_kernel<<<blocks, kThreads, 0, stream>>>(s, static_cast<double*>(dst), n);
+      break;
+    default:
+      FERRY_ASSERT(false, "unreachable: checked by the caller");
   }
 }
 
-bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F64; }
+bool is_float_dtype(DType t) {
+  return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F64;
+}
 
 }  // namespace
 
@@ -85,19 +97,20 @@ void CudaOps::add(Tensor a, Tensor b, Tensor out) {
   CUDA_OPS_EXPECT(a.dtype == DType::F32 || a.dtype == DType::BF16 || a.dtype == DType::F16, op,
                   cuda::describe("a", a) + ": add takes F32, BF16 or F16");
   CUDA_OPS_EXPECT(b.dtype == a.dtype && out.dtype == a.dtype, op,
-                  cuda::describe("a", a) + ", " + cuda::describe("b", b) + " and " + cuda::describe("out", out) +
-                      " must have one dtype");
+                  cuda::describe("a", a) + ", " + cuda::describe("b", b) + " and " +
+                      cuda::describe("out", out) + " must have one dtype");
   const int64_t n = a.numel();
   CUDA_OPS_EXPECT(b.numel() == n && out.numel() == n, op,
-                  cuda::describe("a", a) + ", " + cuda::describe("b", b) + " and " + cuda::describe("out", out) +
-                      " must have the same element count");
+                  cuda::describe("a", a) + ", " + cuda::describe("b", b) + " and " +
+                      cuda::describe("out", out) + " must have the same element count");
   if (n == 0) return;
   CUDA_OPS_EXPECT(!a.empty() && !b.empty() && !out.empty(), op, "a tensor is missing");
   const bool vec = cuda::aligned16(a.data) && cuda::aligned16(b.data) && cuda::aligned16(out.data);
   cudaStream_t stream = state_->stream;
   if (a.dtype == DType::F32) {
     add_f32_kernel<<<cuda::blocks_for((n + 3) / 4, kThreads), kThreads, 0, stream>>>(
-        static_cast<const float*>(a.data), static_cast<const float*>(b.data), static_cast<float*>(out.data), n, vec);
+        static_cast<const float*>(a.data), static_cast<const float*>(b.data), static_cast<float*>(out.data),
+        n, vec);
   } else {
     const auto* pa = static_cast<const unsigned short*>(a.data);
     const auto* pb = static_cast<const unsigned short*>(b.data);
@@ -122,8 +135,9 @@ void CudaOps::zero(Tensor x) {
 // rounding to nearest even, as the CPU backend does.
 void CudaOps::copy(Tensor src, Tensor dst) {
   const char* op = "copy";
-  CUDA_OPS_EXPECT(src.numel() == dst.numel(), op,
-                  cuda::describe("src", src) + " and " + cuda::describe("dst", dst) + ": element counts differ");
+  CUDA_OPS_EXPECT(
+      src.numel() == dst.numel(), op,
+      cuda::describe("src", src) + " and " + cuda::describe("dst", dst) + ": element counts differ");
   const int64_t n = src.numel();
   if (n == 0) return;
   CUDA_OPS_EXPECT(!src.empty() && !dst.empty(), op, "src or dst is missing");
@@ -133,17 +147,26 @@ void CudaOps::copy(Tensor src, Tensor dst) {
     return;
   }
   CUDA_OPS_EXPECT(is_float_dtype(src.dtype) && is_float_dtype(dst.dtype), op,
-                  "cannot convert " + cuda::describe("src", src) + " to " + std::string(dtype_name(dst.dtype)) +
-                      "; only F32, BF16, F16 and F64 convert");
+                  "cannot convert " + cuda::describe("src", src) + " to " +
+                      std::string(dtype_name(dst.dtype)) + "; only F32, BF16, F16 and F64 convert");
   const int64_t per_block = int64_t{kThreads} * 4;
   const int64_t b = (n + per_block - 1) / per_block;
   const unsigned int blocks = static_cast<unsigned int>(b < 65536 ? b : 65536);
   switch (src.dtype) {
-    case DType::F32: convert_from<float>(src.data, dst.data, dst.dtype, n, blocks, stream); break;
-    case DType::BF16: convert_from<bf16>(src.data, dst.data, dst.dtype, n, blocks, stream); break;
-    case DType::F16: convert_from<__half>(src.data, dst.data, dst.dtype, n, blocks, stream); break;
-    case DType::F64: convert_from<double>(src.data, dst.data, dst.dtype, n, blocks, stream); break;
-    default: FERRY_ASSERT(false, "unreachable: checked above");
+    case DType::F32:
+      convert_from<float>(src.data, dst.data, dst.dtype, n, blocks, stream);
+      break;
+    case DType::BF16:
+      convert_from<bf16>(src.data, dst.data, dst.dtype, n, blocks, stream);
+      break;
+    case DType::F16:
+      convert_from<__half>(src.data, dst.data, dst.dtype, n, blocks, stream);
+      break;
+    case DType::F64:
+      convert_from<double>(src.data, dst.data, dst.dtype, n, blocks, stream);
+      break;
+    default:
+      FERRY_ASSERT(false, "unreachable: checked above");
   }
   CHECK_CUDA_LAUNCH();
 }

@@ -19,7 +19,8 @@ using bf16 = __nv_bfloat16;
 // out (T,H) = table (V,H)[ids]; an id outside [0,V) writes a NaN row and flags the error.
 template <int VEC>
 __global__ void embedding_forward_kernel(const int32_t* __restrict__ ids, const bf16* __restrict__ table,
-                                         bf16* __restrict__ out, int64_t T, int64_t H, int64_t V, int* error_flag) {
+                                         bf16* __restrict__ out, int64_t T, int64_t H, int64_t V,
+                                         int* error_flag) {
   const int64_t chunks_per_row = H / VEC;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= T * chunks_per_row) return;
@@ -34,7 +35,8 @@ __global__ void embedding_forward_kernel(const int32_t* __restrict__ ids, const 
     return;
   }
   using Raw = typename cuda::RawOf<VEC>::type;
-  *reinterpret_cast<Raw*>(out + t * H + c) = *reinterpret_cast<const Raw*>(table + static_cast<int64_t>(id) * H + c);
+  *reinterpret_cast<Raw*>(out + t * H + c) =
+      *reinterpret_cast<const Raw*>(table + static_cast<int64_t>(id) * H + c);
 }
 
 // Sort input: keys = id (V for an invalid id, which sorts last and is skipped), values = token.
@@ -59,7 +61,8 @@ __device__ __forceinline__ float load_out(const Out* p) {
 // slice of VEC * blockDim columns (blockIdx.y): dtable[id] = dtable[id] + dout[t0] + dout[t1] + ...
 // in fp32, tokens in order.
 template <int VEC, typename Out>
-__global__ void embedding_backward_kernel(const unsigned int* __restrict__ keys, const unsigned int* __restrict__ tokens,
+__global__ void embedding_backward_kernel(const unsigned int* __restrict__ keys,
+                                          const unsigned int* __restrict__ tokens,
                                           const bf16* __restrict__ dout, Out* __restrict__ dtable, int64_t T,
                                           int64_t H, int64_t V) {
   const int64_t i = blockIdx.x;
@@ -117,20 +120,22 @@ void CudaOps::embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable)
   const int n = static_cast<int>(T);
 
   // Keys and values, double-buffered for the sort: [0, T) in, [T, 2T) out.
-  auto* keys = static_cast<unsigned int*>(state_->buffer(cuda::Scratch::kSortKeys, 2 * T * sizeof(unsigned int),
-                                                          "the embedding backward's sort keys"));
-  auto* vals = static_cast<unsigned int*>(state_->buffer(cuda::Scratch::kSortVals, 2 * T * sizeof(unsigned int),
-                                                          "the embedding backward's sort values"));
-  embedding_keys_kernel<<<cuda::blocks_for(T, 256), 256, 0, stream>>>(ids, T, V, keys, vals, state_->error_flag_ptr());
+  auto* keys = static_cast<unsigned int*>(state_->buffer(
+      cuda::Scratch::kSortKeys, 2 * T * sizeof(unsigned int), "the embedding backward's sort keys"));
+  auto* vals = static_cast<unsigned int*>(state_->buffer(
+      cuda::Scratch::kSortVals, 2 * T * sizeof(unsigned int), "the embedding backward's sort values"));
+  embedding_keys_kernel<<<cuda::blocks_for(T, 256), 256, 0, stream>>>(ids, T, V, keys, vals,
+                                                                      state_->error_flag_ptr());
   CHECK_CUDA_LAUNCH();
 
   int end_bit = 1;  // bits that hold every key in [0, V]
   while (end_bit < 32 && (int64_t{1} << end_bit) <= V) ++end_bit;
   size_t temp_bytes = 0;
-  FERRY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, keys + T, vals, vals + T, n, 0, end_bit,
-                                             stream));
+  FERRY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, keys + T, vals, vals + T, n, 0,
+                                                   end_bit, stream));
   void* temp = state_->buffer(cuda::Scratch::kSortTemp, temp_bytes, "the embedding backward's sort");
-  FERRY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys + T, vals, vals + T, n, 0, end_bit, stream));
+  FERRY_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys, keys + T, vals, vals + T, n, 0,
+                                                   end_bit, stream));
 
   const unsigned int* sorted_keys = keys + T;
   const unsigned int* sorted_tokens = vals + T;

@@ -1,8 +1,5 @@
 // Flash attention entry points: argument checks, the choice of kernels, and the two small kernels
 // of the backward's bookkeeping (delta = rowsum(dout * out), dq accumulator -> bf16).
-#include "ops/cuda/flash_attention.h"
-#include "core/cuda_check.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -11,21 +8,27 @@
 #include <string>
 
 #include "core/check.h"
+#include "core/cuda_check.h"
+#include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_attention_internal.h"
 #include "ops/cuda_ops_sizes.h"
 
 namespace ferry {
 namespace flash {
 
-size_t delta_bytes(int64_t tokens, int q_heads) { return flash_attention_delta_bytes(tokens, q_heads); }
+size_t delta_bytes(int64_t tokens, int q_heads) {
+  return flash_attention_delta_bytes(tokens, q_heads);
+}
 
 namespace {
 
+bool tensor_core_head_dim(int head_dim) {
+  return flash_attention_tensor_core_head_dim(head_dim);
+}
 
-bool tensor_core_head_dim(int head_dim) { return flash_attention_tensor_core_head_dim(head_dim); }
-
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // The checks shared by forward and backward; `op` names the caller in messages.
 void check_params(const char* op, const FlashAttentionParams& p) {
@@ -52,19 +55,23 @@ void check_tensor_core(const char* op, std::initializer_list<const void*> pointe
   FERRY_CUDA_CHECK(cudaGetDevice(&device));
   FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   if (major < 8)
-    raise(op, "head_dim 64 and 128 use bf16 tensor cores, which need compute capability 8.0 or newer (device " +
-                  std::to_string(device) + " has " + std::to_string(major) + ".x)");
+    raise(op,
+          "head_dim 64 and 128 use bf16 tensor cores, which need compute capability 8.0 or newer (device " +
+              std::to_string(device) + " has " + std::to_string(major) + ".x)");
   for (const void* p : pointers)
     if (!aligned16(p))
-      raise(op, "q, k, v, out (and dout, dq, dk, dv) must be 16-byte aligned for head_dim 64 and 128 (rows are read as 16-byte "
-                "pieces); allocate them with cudaMalloc or at aligned offsets");
+      raise(op,
+            "q, k, v, out (and dout, dq, dk, dv) must be 16-byte aligned for head_dim 64 and 128 (rows are "
+            "read as 16-byte "
+            "pieces); allocate them with cudaMalloc or at aligned offsets");
 }
 
 void check_backward(const char* op, const FlashAttentionBackwardParams& p) {
   check_params(op, p.fwd);
   if (p.fwd.tokens > 0 && (!p.dout || !p.dq || !p.dk || !p.dv || !p.workspace))
     raise(op, "a null pointer among dout, dq, dk, dv, workspace");
-  const size_t need = flash_attention_backward_workspace(p.fwd.tokens, p.fwd.q_heads, p.fwd.kv_heads, p.fwd.head_dim);
+  const size_t need =
+      flash_attention_backward_workspace(p.fwd.tokens, p.fwd.q_heads, p.fwd.kv_heads, p.fwd.head_dim);
   if (p.workspace_bytes < need)
     raise(op, "workspace of " + std::to_string(p.workspace_bytes) + " bytes, need " + std::to_string(need) +
                   " (flash_attention_backward_workspace)");
@@ -109,8 +116,8 @@ void flash_attention_backward(const FlashAttentionBackwardParams& p, void* strea
   }
   flash::check_tensor_core(op, {p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.dout, p.dq, p.dk, p.dv});
   flash::compute_delta(p, delta, stream);
-  float* const dq_accum =
-      reinterpret_cast<float*>(static_cast<char*>(p.workspace) + flash::delta_bytes(p.fwd.tokens, p.fwd.q_heads));
+  float* const dq_accum = reinterpret_cast<float*>(static_cast<char*>(p.workspace) +
+                                                   flash::delta_bytes(p.fwd.tokens, p.fwd.q_heads));
   const int64_t count = p.fwd.tokens * p.fwd.q_heads * p.fwd.head_dim;
   FERRY_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, sizeof(float) * count, s));
   flash::backward_tensor_core(p, delta, dq_accum, stream);

@@ -24,13 +24,13 @@ namespace ferry {
 
 // Passed by value into the kernels (a POD).
 struct FlashAttentionParams {
-  const void* q;  // bf16 (T, Hq, D)
-  const void* k;  // bf16 (T, Hkv, D)
-  const void* v;  // bf16 (T, Hkv, D)
-  void* out;      // bf16 (T, Hq, D)
-  float* lse;     // fp32 (Hq, T): natural log-sum-exp of the scaled scores of each query
-  const int32_t* doc_start;  // (T): first token of each token's document
-  int64_t tokens;            // T, < 2^31
+  const void* q;                    // bf16 (T, Hq, D)
+  const void* k;                    // bf16 (T, Hkv, D)
+  const void* v;                    // bf16 (T, Hkv, D)
+  void* out;                        // bf16 (T, Hq, D)
+  float* lse;                       // fp32 (Hq, T): natural log-sum-exp of the scaled scores of each query
+  const int32_t* doc_start;         // (T): first token of each token's document
+  int64_t tokens;                   // T, < 2^31
   int q_heads, kv_heads, head_dim;  // Hq (a multiple of Hkv), Hkv, D in 1..256
   float scale;
 };
@@ -55,9 +55,9 @@ size_t flash_attention_backward_workspace(int64_t tokens, int q_heads, int kv_he
 // FlashAttention-2's backward. One block per (kv head, tile of 128 keys, or 64 where shared memory
 // is short) recomputes P and dS over the query tiles that see its keys, for every query head of
 // the GQA group, and keeps dK, dV in registers; dq is accumulated with fp32 atomics into the
-// workspace and converted to bf16 at the end. dk and dv are deterministic; dq is not (the atomics' order varies run to run, so its fp32
-// sums may differ in the last bits before rounding to bf16). The simple path (other head_dim) is
-// deterministic throughout.
+// workspace and converted to bf16 at the end. dk and dv are deterministic; dq is not (the atomics' order
+// varies run to run, so its fp32 sums may differ in the last bits before rounding to bf16). The simple path
+// (other head_dim) is deterministic throughout.
 void flash_attention_backward(const FlashAttentionBackwardParams& params, void* stream);
 
 // The simple fp32 kernels for any head_dim <= 256, whatever the tensor-core path would choose:

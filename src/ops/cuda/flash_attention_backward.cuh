@@ -38,9 +38,11 @@ struct BackwardTile {
   static constexpr int LD = D + 8;    // K, V, Q, dO rows (bf16)
   static constexpr int LDS = Bq + 8;  // dS^T rows (bf16)
   // Offsets in bf16 elements, then the fp32/int32 per-query vectors.
-  static constexpr int kK = 0, kV = Bc * LD, kQ = 2 * Bc * LD, kDo = kQ + 2 * Bq * LD, kDs = kDo + 2 * Bq * LD;
+  static constexpr int kK = 0, kV = Bc * LD, kQ = 2 * Bc * LD, kDo = kQ + 2 * Bq * LD,
+                       kDs = kDo + 2 * Bq * LD;
   static constexpr int kBf16Elems = kDs + Bc * LDS;
-  static constexpr size_t kVecOffset = sizeof(bf16) * kBf16Elems;  // 16-byte aligned: all counts are multiples of 8
+  static constexpr size_t kVecOffset =
+      sizeof(bf16) * kBf16Elems;  // 16-byte aligned: all counts are multiples of 8
   static constexpr size_t kSmemBytes = kVecOffset + 3 * 2 * Bq * 4;
   // dQ is computed in pieces of 16 queries x kDqCols columns, ideally one per warp.
   static constexpr int kDqCols = DqCols_;
@@ -89,16 +91,19 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const int qt_begin = j0 / Bq, qt_count = (lo - 1) / Bq + 1 - qt_begin;
   const int steps = group * qt_count;  // (query head, query tile) pairs
 
-  load_rows<D, LD, Bc, Tile::Threads>(s_bf16 + Tile::kK, static_cast<const bf16*>(p.k) + kvh * D, kv_stride, j0, T);
-  load_rows<D, LD, Bc, Tile::Threads>(s_bf16 + Tile::kV, static_cast<const bf16*>(p.v) + kvh * D, kv_stride, j0, T);
+  load_rows<D, LD, Bc, Tile::Threads>(s_bf16 + Tile::kK, static_cast<const bf16*>(p.k) + kvh * D, kv_stride,
+                                      j0, T);
+  load_rows<D, LD, Bc, Tile::Threads>(s_bf16 + Tile::kV, static_cast<const bf16*>(p.v) + kvh * D, kv_stride,
+                                      j0, T);
   auto load_step = [&](int stage, int step) {
     const int h = kvh * group + step / qt_count;
     const int t0 = (qt_begin + step % qt_count) * Bq;
     load_rows<D, LD, Bq, Tile::Threads>(s_bf16 + Tile::kQ + stage * Bq * LD,
-                                        static_cast<const bf16*>(p.q) + static_cast<int64_t>(h) * D, q_stride, t0, T);
-    load_rows<D, LD, Bq, Tile::Threads>(s_bf16 + Tile::kDo + stage * Bq * LD,
-                                        static_cast<const bf16*>(bp.dout) + static_cast<int64_t>(h) * D, q_stride,
+                                        static_cast<const bf16*>(p.q) + static_cast<int64_t>(h) * D, q_stride,
                                         t0, T);
+    load_rows<D, LD, Bq, Tile::Threads>(s_bf16 + Tile::kDo + stage * Bq * LD,
+                                        static_cast<const bf16*>(bp.dout) + static_cast<int64_t>(h) * D,
+                                        q_stride, t0, T);
     if (threadIdx.x < Bq) {
       const int t = t0 + threadIdx.x;
       const bool valid = t < T;
@@ -179,10 +184,11 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     // as stored, read transposed.
 #pragma unroll
     for (int kk = 0; kk < Bq / 16; ++kk) {
-      const uint32_t pa[4] = {pack_bf16(st[2 * kk][0], st[2 * kk][1]), pack_bf16(st[2 * kk][2], st[2 * kk][3]),
-                              pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]),
-                              pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-      const uint32_t da[4] = {pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]), pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
+      const uint32_t pa[4] = {
+          pack_bf16(st[2 * kk][0], st[2 * kk][1]), pack_bf16(st[2 * kk][2], st[2 * kk][3]),
+          pack_bf16(st[2 * kk + 1][0], st[2 * kk + 1][1]), pack_bf16(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+      const uint32_t da[4] = {pack_bf16(dpt[2 * kk][0], dpt[2 * kk][1]),
+                              pack_bf16(dpt[2 * kk][2], dpt[2 * kk][3]),
                               pack_bf16(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
                               pack_bf16(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
 #pragma unroll
@@ -235,7 +241,8 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
       for (int nt = 0; nt < Tile::kDqCols / 8; ++nt) {
         const float s0 = odd ? acc[nt][0] : acc[nt][2], s1 = odd ? acc[nt][1] : acc[nt][3];
         const float r0 = __shfl_xor_sync(kFullMask, s0, 1), r1 = __shfl_xor_sync(kFullMask, s1, 1);
-        const float4 four = odd ? make_float4(r0, r1, acc[nt][2], acc[nt][3]) : make_float4(acc[nt][0], acc[nt][1], r0, r1);
+        const float4 four =
+            odd ? make_float4(r0, r1, acc[nt][2], acc[nt][3]) : make_float4(acc[nt][0], acc[nt][1], r0, r1);
         if (t < T) atomicAdd(reinterpret_cast<float4*>(dst + nt * 8), four);
       }
 #else
@@ -243,7 +250,8 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
       for (int r = 0; r < 2; ++r) {
         const int t = t0 + mq * 16 + g + 8 * r;
         if (t >= T) continue;
-        float* const dst = dq_accum + (static_cast<int64_t>(t) * p.q_heads + h) * D + dc * Tile::kDqCols + 2 * tq;
+        float* const dst =
+            dq_accum + (static_cast<int64_t>(t) * p.q_heads + h) * D + dc * Tile::kDqCols + 2 * tq;
 #pragma unroll
         for (int nt = 0; nt < Tile::kDqCols / 8; ++nt) {
           atomicAdd(dst + nt * 8, acc[nt][2 * r]);
@@ -266,7 +274,8 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     for (int dt = 0; dt < kDTiles; ++dt) {
       *reinterpret_cast<uint32_t*>(dk_out + row + dt * 8 + 2 * tq) =
           pack_bf16(p.scale * dk[dt][2 * r], p.scale * dk[dt][2 * r + 1]);
-      *reinterpret_cast<uint32_t*>(dv_out + row + dt * 8 + 2 * tq) = pack_bf16(dv[dt][2 * r], dv[dt][2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dv_out + row + dt * 8 + 2 * tq) =
+          pack_bf16(dv[dt][2 * r], dv[dt][2 * r + 1]);
     }
   }
 }

@@ -1,8 +1,8 @@
 // Launches the tensor-core forward (flash_attention_forward.cuh) with its tile configurations.
 #include <cuda_runtime.h>
 
-#include "ops/cuda/flash_attention_forward.cuh"
 #include "core/cuda_check.h"
+#include "ops/cuda/flash_attention_forward.cuh"
 #include "ops/cuda/flash_attention_internal.h"
 
 namespace ferry::flash {
@@ -13,7 +13,7 @@ void launch_forward(const FlashAttentionParams& p, void* stream) {
   const int tiles = static_cast<int>((p.tokens + Tile::Br - 1) / Tile::Br);
   const auto kernel = forward_kernel<Tile>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(Tile::kSmemBytes)));
+                                        static_cast<int>(Tile::kSmemBytes)));
   kernel<<<dim3(p.q_heads, tiles), Tile::Threads, Tile::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
   FERRY_CUDA_CHECK(cudaGetLastError());
 }

@@ -45,7 +45,8 @@ struct ForwardTile {
 };
 
 template <class Tile>
-__global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks) forward_kernel(const FlashAttentionParams p) {
+__global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
+    forward_kernel(const FlashAttentionParams p) {
   constexpr int D = Tile::D, Br = Tile::Br, Bc = Tile::Bc, LD = Tile::LD, Warps = Tile::Warps;
   constexpr int kScoreTiles = Bc / 8;  // n-tiles of S per warp
   constexpr int kOutTiles = D / 8;     // n-tiles of O per warp
@@ -105,7 +106,8 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks) forward_kernel
   uint32_t qf[kSteps][4];
 #pragma unroll
   for (int ks = 0; ks < kSteps; ++ks)
-    ldmatrix_x4(qf[ks], s_q + (16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + ks * 16 + (lane >> 4) * 8);
+    ldmatrix_x4(qf[ks],
+                s_q + (16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + ks * 16 + (lane >> 4) * 8);
   __syncthreads();  // s_q is stage 1's space from here on
 
   float o[kOutTiles][4];
@@ -127,14 +129,15 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks) forward_kernel
       float s[kScoreTiles][4];
 #pragma unroll
       for (int nt = 0; nt < kScoreTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-      // S = Q K^T. B = K^T, so B fragments are K rows as stored: matrix i = keys (i >> 1) * 8..,
-      // d (i & 1) * 8.. -> registers {0,1} for keys 0..7 and {2,3} for keys 8..15.
+        // S = Q K^T. B = K^T, so B fragments are K rows as stored: matrix i = keys (i >> 1) * 8..,
+        // d (i & 1) * 8.. -> registers {0,1} for keys 0..7 and {2,3} for keys 8..15.
 #pragma unroll
       for (int ks = 0; ks < kSteps; ++ks) {
 #pragma unroll
         for (int np = 0; np < kScoreTiles / 2; ++np) {
           uint32_t b[4];
-          ldmatrix_x4(b, s_k + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + ks * 16 + ((lane >> 3) & 1) * 8);
+          ldmatrix_x4(b,
+                      s_k + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + ks * 16 + ((lane >> 3) & 1) * 8);
           mma_16816(s[2 * np], qf[ks], b[0], b[1]);
           mma_16816(s[2 * np + 1], qf[ks], b[2], b[3]);
         }
@@ -189,7 +192,8 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks) forward_kernel
 #pragma unroll
         for (int dp = 0; dp < D / 16; ++dp) {
           uint32_t b[4];
-          ldmatrix_x4_trans(b, s_v + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 + (lane >> 4) * 8);
+          ldmatrix_x4_trans(
+              b, s_v + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 + (lane >> 4) * 8);
           mma_16816(o[2 * dp], a, b[0], b[1]);
           mma_16816(o[2 * dp + 1], a, b[2], b[3]);
         }
@@ -225,7 +229,9 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks) forward_kernel
     const int i = lane + 32 * it;
     const int rr = i / (D / 8), c = i % (D / 8);
     const int t = w0 + rr;
-    if (t < T) *reinterpret_cast<uint4*>(out + t * q_stride + c * 8) = *reinterpret_cast<const uint4*>(s_o + rr * LD + c * 8);
+    if (t < T)
+      *reinterpret_cast<uint4*>(out + t * q_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(s_o + rr * LD + c * 8);
   }
 }
 

@@ -15,8 +15,8 @@ void forward_tensor_core(const FlashAttentionParams& p, void* stream);
 // start, dq_accum delta_bytes() further. keys_per_block 0 lets the kernel choose; 64 or 128 forces
 // a D = 128 configuration (the bench compares them; 128 raises where shared memory is short).
 size_t delta_bytes(int64_t tokens, int q_heads);
-void backward_tensor_core(const FlashAttentionBackwardParams& p, const float* delta, float* dq_accum, void* stream,
-                          int keys_per_block = 0);
+void backward_tensor_core(const FlashAttentionBackwardParams& p, const float* delta, float* dq_accum,
+                          void* stream, int keys_per_block = 0);
 
 // Simple path; any head_dim in 1..256.
 void forward_simple(const FlashAttentionParams& p, void* stream);

@@ -15,9 +15,9 @@
 // rows 2t..2t+1 of column g, i.e. the transposed matrix).
 #pragma once
 
-#include <cstdint>
-
 #include <cuda_bf16.h>
+
+#include <cstdint>
 
 namespace ferry::flash {
 

@@ -3,17 +3,21 @@
 
 #include <algorithm>
 
-#include "ops/cuda/flash_attention_internal.h"
 #include "core/cuda_check.h"
+#include "ops/cuda/flash_attention_internal.h"
 #include "ops/cuda/flash_attention_simple.cuh"
 
 namespace ferry::flash {
 namespace {
 
-unsigned blocks_for(int64_t items) { return static_cast<unsigned>((items + kSimpleWarps - 1) / kSimpleWarps); }
+unsigned blocks_for(int64_t items) {
+  return static_cast<unsigned>((items + kSimpleWarps - 1) / kSimpleWarps);
+}
 
 // Shared memory for `rows` rows of head_dim fp32 per warp.
-size_t row_bytes(int rows, int head_dim) { return sizeof(float) * rows * kSimpleWarps * head_dim; }
+size_t row_bytes(int rows, int head_dim) {
+  return sizeof(float) * rows * kSimpleWarps * head_dim;
+}
 
 }  // namespace
 
@@ -37,8 +41,8 @@ void compute_delta(const FlashAttentionBackwardParams& p, float* delta, void* st
   constexpr int kThreads = 256;
   const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
   delta_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<const bf16*>(p.fwd.out), static_cast<const bf16*>(p.dout), delta, p.fwd.tokens, p.fwd.q_heads,
-      p.fwd.head_dim);
+      static_cast<const bf16*>(p.fwd.out), static_cast<const bf16*>(p.dout), delta, p.fwd.tokens,
+      p.fwd.q_heads, p.fwd.head_dim);
   FERRY_CUDA_CHECK(cudaGetLastError());
 }
 

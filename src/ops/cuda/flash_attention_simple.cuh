@@ -89,7 +89,8 @@ __global__ void __launch_bounds__(32 * kSimpleWarps) forward_simple_kernel(const
     for (int i = 0; i < kPerLane; ++i) acc[i] *= alpha;
     m = m_new;
     const int n = min(32, t - jb + 1);
-    for (int jj = 0; jj < n; ++jj) add_row(acc, __shfl_sync(kSimpleMask, pr, jj), v + (jb + jj) * kv_stride, D, lane);
+    for (int jj = 0; jj < n; ++jj)
+      add_row(acc, __shfl_sync(kSimpleMask, pr, jj), v + (jb + jj) * kv_stride, D, lane);
   }
   bf16* const out = static_cast<bf16*>(p.out) + item * D;
 #pragma unroll
@@ -130,7 +131,8 @@ __global__ void __launch_bounds__(32 * kSimpleWarps)
       ds = pr * (dot(s_g, v + j * kv_stride, D) - dl);
     }
     const int n = min(32, t - jb + 1);
-    for (int jj = 0; jj < n; ++jj) add_row(acc, __shfl_sync(kSimpleMask, ds, jj), k + (jb + jj) * kv_stride, D, lane);
+    for (int jj = 0; jj < n; ++jj)
+      add_row(acc, __shfl_sync(kSimpleMask, ds, jj), k + (jb + jj) * kv_stride, D, lane);
   }
   bf16* const dq = static_cast<bf16*>(bp.dq) + item * D;
 #pragma unroll
@@ -196,8 +198,8 @@ __global__ void __launch_bounds__(32 * kSimpleWarps)
 }
 
 // delta (Hq, T) = rowsum over d of dout * out, one warp per row (t, h), fp32.
-__global__ void delta_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout, float* __restrict__ delta,
-                             int64_t tokens, int q_heads, int head_dim) {
+__global__ void delta_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout,
+                             float* __restrict__ delta, int64_t tokens, int q_heads, int head_dim) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= tokens * q_heads) return;
@@ -214,7 +216,8 @@ __global__ void delta_kernel(const bf16* __restrict__ out, const bf16* __restric
 }
 
 // dq = bf16(scale * acc), four elements per thread (count is a multiple of 4: head_dim is 64 or 128).
-__global__ void convert_dq_kernel(const float4* __restrict__ acc, uint2* __restrict__ dq, float scale, int64_t quads) {
+__global__ void convert_dq_kernel(const float4* __restrict__ acc, uint2* __restrict__ dq, float scale,
+                                  int64_t quads) {
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < quads;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float4 a = acc[i];

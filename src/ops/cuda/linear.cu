@@ -23,7 +23,8 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 // Returns T after checking x (T,in) and w (out,in), both BF16.
-int64_t check_xw(const char* op, const Tensor& x, const Tensor& w, int64_t* in_features, int64_t* out_features) {
+int64_t check_xw(const char* op, const Tensor& x, const Tensor& w, int64_t* in_features,
+                 int64_t* out_features) {
   cuda::expect_dtype(op, "w", w, DType::BF16);
   CUDA_OPS_EXPECT(w.ndim == 2, op, cuda::describe("w", w) + ": expected (out, in)");
   *out_features = w.shape[0];
@@ -48,7 +49,8 @@ template <typename T>
 void broadcast_rows(const Tensor& bias, const Tensor& residual, const Tensor& y, int64_t rows, int64_t cols,
                     cudaStream_t stream) {
   broadcast_rows_kernel<<<cuda::blocks_for(rows * cols, 256), 256, 0, stream>>>(
-      static_cast<const T*>(bias.data), static_cast<const T*>(residual.data), static_cast<T*>(y.data), rows, cols);
+      static_cast<const T*>(bias.data), static_cast<const T*>(residual.data), static_cast<T*>(y.data), rows,
+      cols);
   CHECK_CUDA_LAUNCH();
 }
 
@@ -69,14 +71,16 @@ void CudaOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, T
   const char* op = "linear_forward";
   int64_t in, out;
   const int64_t T = check_xw(op, x, w, &in, &out);
-  CUDA_OPS_EXPECT(y.dtype == DType::BF16 || y.dtype == DType::F32, op, cuda::describe("y", y) + ": BF16 or F32");
+  CUDA_OPS_EXPECT(y.dtype == DType::BF16 || y.dtype == DType::F32, op,
+                  cuda::describe("y", y) + ": BF16 or F32");
   CUDA_OPS_EXPECT(cuda::expect_matrix(op, "y", y, out, y.dtype) == T, op,
                   cuda::describe("y", y) + " and " + cuda::describe("x", x) + " must have the same rows");
   if (!bias.empty()) {
     cuda::expect_dtype(op, "bias", bias, y.dtype);
     CUDA_OPS_EXPECT(bias.ndim == 1 && bias.shape[0] == out, op,
                     cuda::describe("bias", bias) + ": expected (" + std::to_string(out) + ")");
-    CUDA_OPS_EXPECT(cuda::aligned16(bias.data), op, "bias must be 16-byte aligned (unit layouts align every tensor)");
+    CUDA_OPS_EXPECT(cuda::aligned16(bias.data), op,
+                    "bias must be 16-byte aligned (unit layouts align every tensor)");
   }
   if (!residual.empty()) cuda::expect_addend(op, "residual", residual, "y", y, y.dtype);
   if (T == 0 || out == 0) return;
@@ -179,8 +183,8 @@ void CudaOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor d
     const auto* g = static_cast<const bf16*>(dy.data);
     const bool vec = out % 8 == 0 && cuda::aligned16(g);
     const int splits = cuda::column_splits(T, out, vec ? 8 : 1, state_->sm_count);
-    auto* partials = static_cast<float*>(
-        state_->buffer(cuda::Scratch::kPartials, sizeof(float) * splits * out, "linear's dbias partial sums"));
+    auto* partials = static_cast<float*>(state_->buffer(
+        cuda::Scratch::kPartials, sizeof(float) * splits * out, "linear's dbias partial sums"));
     if (vec)
       cuda::column_sum<8>(ColumnLoader8{g, out}, T, out, partials, splits, dbias.data, dbias.dtype, stream);
     else

@@ -20,8 +20,8 @@ constexpr int kThreads = 256;
 
 template <int G, int VEC>
 __global__ void __launch_bounds__(kThreads)
-    rmsnorm_forward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, float eps, bf16* __restrict__ out,
-                           float* __restrict__ rstd, int64_t R, int D) {
+    rmsnorm_forward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, float eps,
+                           bf16* __restrict__ out, float* __restrict__ rstd, int64_t R, int D) {
   const int lane = threadIdx.x % G;
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / G;
   const bool valid = row < R;  // all lanes stay for the shuffles
@@ -56,8 +56,9 @@ __global__ void __launch_bounds__(kThreads)
 // written, by the same thread (hence neither is __restrict__).
 template <int G, int VEC>
 __global__ void __launch_bounds__(kThreads)
-    rmsnorm_backward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, const float* __restrict__ rstd,
-                            const bf16* __restrict__ dout, const bf16* dres, bf16* dx, int64_t R, int D) {
+    rmsnorm_backward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                            const float* __restrict__ rstd, const bf16* __restrict__ dout, const bf16* dres,
+                            bf16* dx, int64_t R, int D) {
   const int lane = threadIdx.x % G;
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / G;
   const bool valid = row < R;
@@ -127,8 +128,8 @@ struct ForwardLaunch {
   cudaStream_t stream;
   template <int G, int VEC>
   void operator()() const {
-    rmsnorm_forward_kernel<G, VEC><<<cuda::blocks_for(R * G, kThreads), kThreads, 0, stream>>>(x, w, eps, out, rstd,
-                                                                                                R, D);
+    rmsnorm_forward_kernel<G, VEC>
+        <<<cuda::blocks_for(R * G, kThreads), kThreads, 0, stream>>>(x, w, eps, out, rstd, R, D);
   }
 };
 
@@ -144,8 +145,8 @@ struct BackwardLaunch {
   cudaStream_t stream;
   template <int G, int VEC>
   void operator()() const {
-    rmsnorm_backward_kernel<G, VEC><<<cuda::blocks_for(R * G, kThreads), kThreads, 0, stream>>>(x, w, rstd, dout,
-                                                                                                 dres, dx, R, D);
+    rmsnorm_backward_kernel<G, VEC>
+        <<<cuda::blocks_for(R * G, kThreads), kThreads, 0, stream>>>(x, w, rstd, dout, dres, dx, R, D);
   }
 };
 
@@ -175,13 +176,15 @@ void dispatch_rows(int64_t D, bool vec, const F& f) {
     with_vec(std::integral_constant<int, 32>{});
 }
 
-void check_common(const char* op, const Tensor& x, const Tensor& weight, const Tensor& rstd, int64_t* R, int64_t* D) {
+void check_common(const char* op, const Tensor& x, const Tensor& weight, const Tensor& rstd, int64_t* R,
+                  int64_t* D) {
   cuda::expect_dtype(op, "weight", weight, DType::BF16);
   CUDA_OPS_EXPECT(weight.ndim == 1, op, cuda::describe("weight", weight) + ": expected (D)");
   *D = weight.shape[0];
   *R = cuda::expect_matrix(op, "x", x, *D, DType::BF16);
   cuda::expect_dtype(op, "rstd", rstd, DType::F32);
-  CUDA_OPS_EXPECT(rstd.numel() == *R, op, cuda::describe("rstd", rstd) + ": expected " + std::to_string(*R) + " rows");
+  CUDA_OPS_EXPECT(rstd.numel() == *R, op,
+                  cuda::describe("rstd", rstd) + ": expected " + std::to_string(*R) + " rows");
   CUDA_OPS_EXPECT(*D < (int64_t{1} << 30), op, "D is too large");
 }
 
@@ -216,8 +219,9 @@ void CudaOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout
   }
   if (!dweight.empty()) {
     cuda::expect_grad_dtype(op, "dweight", dweight);
-    CUDA_OPS_EXPECT(cuda::same_shape(dweight, weight), op,
-                    cuda::describe("dweight", dweight) + " must have the shape of " + cuda::describe("weight", weight));
+    CUDA_OPS_EXPECT(
+        cuda::same_shape(dweight, weight), op,
+        cuda::describe("dweight", dweight) + " must have the shape of " + cuda::describe("weight", weight));
   }
   if (R == 0 || D == 0) return;
   const auto* xs = static_cast<const bf16*>(x.data);
@@ -238,14 +242,14 @@ void CudaOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout
   if (!dweight.empty()) {
     const int vec = vec_in ? 8 : 1;
     const int splits = cuda::column_splits(R, D, vec, state_->sm_count);
-    auto* partials = static_cast<float*>(
-        state_->buffer(cuda::Scratch::kPartials, sizeof(float) * splits * D, "rmsnorm's dweight partial sums"));
+    auto* partials = static_cast<float*>(state_->buffer(cuda::Scratch::kPartials, sizeof(float) * splits * D,
+                                                        "rmsnorm's dweight partial sums"));
     if (vec_in)
-      cuda::column_sum<8>(DweightLoader<8>{xs, gs, rs, D}, R, D, partials, splits, dweight.data, dweight.dtype,
-                          stream);
+      cuda::column_sum<8>(DweightLoader<8>{xs, gs, rs, D}, R, D, partials, splits, dweight.data,
+                          dweight.dtype, stream);
     else
-      cuda::column_sum<1>(DweightLoader<1>{xs, gs, rs, D}, R, D, partials, splits, dweight.data, dweight.dtype,
-                          stream);
+      cuda::column_sum<1>(DweightLoader<1>{xs, gs, rs, D}, R, D, partials, splits, dweight.data,
+                          dweight.dtype, stream);
   }
 }
 

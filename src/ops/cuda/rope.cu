@@ -55,7 +55,8 @@ void CudaOps::rope(Tensor x, const int32_t* positions, const float* inv_freq, bo
   CUDA_OPS_EXPECT(x.ndim == 3, op, cuda::describe("x", x) + ": expected (T, heads, D)");
   const int64_t T = x.shape[0], heads = x.shape[1], D = x.shape[2];
   CUDA_OPS_EXPECT(D % 2 == 0, op, cuda::describe("x", x) + ": head_dim must be even");
-  CUDA_OPS_EXPECT(heads < (int64_t{1} << 30) && D < (int64_t{1} << 30), op, cuda::describe("x", x) + " is too large");
+  CUDA_OPS_EXPECT(heads < (int64_t{1} << 30) && D < (int64_t{1} << 30), op,
+                  cuda::describe("x", x) + " is too large");
   if (T == 0 || heads == 0 || D == 0) return;
   CUDA_OPS_EXPECT(positions != nullptr && inv_freq != nullptr, op, "positions or inv_freq is null");
   auto* xs = static_cast<bf16*>(x.data);

@@ -35,8 +35,8 @@ __global__ void swiglu_forward_kernel(const bf16* __restrict__ gate, const bf16*
 
 // dgate = dout * up * sig * (1 + g * (1 - sig)),  dup = dout * silu(g); either may be null.
 template <int VEC>
-__device__ __forceinline__ void swiglu_backward_at(const bf16* gate, const bf16* up, const bf16* dout, bf16* dgate,
-                                                   bf16* dup, int64_t i) {
+__device__ __forceinline__ void swiglu_backward_at(const bf16* gate, const bf16* up, const bf16* dout,
+                                                   bf16* dgate, bf16* dup, int64_t i) {
   float g[VEC], u[VEC], d[VEC], dg[VEC], du[VEC];
   cuda::load_bf16<VEC>(gate + i, g);
   cuda::load_bf16<VEC>(up + i, u);
@@ -84,7 +84,8 @@ void CudaOps::swiglu_forward(Tensor gate, Tensor up, Tensor out) {
   const auto* u = static_cast<const bf16*>(up.data);
   auto* y = static_cast<bf16*>(out.data);
   if (all_aligned16({g, u, y}))
-    swiglu_forward_kernel<8><<<cuda::blocks_for((n + 7) / 8, kThreads), kThreads, 0, state_->stream>>>(g, u, y, n);
+    swiglu_forward_kernel<8>
+        <<<cuda::blocks_for((n + 7) / 8, kThreads), kThreads, 0, state_->stream>>>(g, u, y, n);
   else
     swiglu_forward_kernel<1><<<cuda::blocks_for(n, kThreads), kThreads, 0, state_->stream>>>(g, u, y, n);
   CHECK_CUDA_LAUNCH();
@@ -108,7 +109,8 @@ void CudaOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate,
     swiglu_backward_kernel<8>
         <<<cuda::blocks_for((n + 7) / 8, kThreads), kThreads, 0, state_->stream>>>(g, u, d, dg, du, n);
   else
-    swiglu_backward_kernel<1><<<cuda::blocks_for(n, kThreads), kThreads, 0, state_->stream>>>(g, u, d, dg, du, n);
+    swiglu_backward_kernel<1>
+        <<<cuda::blocks_for(n, kThreads), kThreads, 0, state_->stream>>>(g, u, d, dg, du, n);
   CHECK_CUDA_LAUNCH();
 }
 

@@ -5,7 +5,8 @@
 namespace ferry {
 
 std::unique_ptr<Ops> make_cuda_ops(void* /*stream*/, WorkspaceAllocator /*allocator*/) {
-  fail("ops", "this ferry was built without CUDA; rebuild on a machine with the CUDA toolkit (nvcc) to train on "
+  fail("ops",
+       "this ferry was built without CUDA; rebuild on a machine with the CUDA toolkit (nvcc) to train on "
        "the GPU");
 }
 

@@ -17,14 +17,15 @@ namespace {
 constexpr int kThreads = 256;
 
 __device__ __forceinline__ float load_grad(const void* grad, bool bf16, size_t i) {
-  if (bf16) return __uint_as_float(static_cast<unsigned int>(static_cast<const unsigned short*>(grad)[i]) << 16);
+  if (bf16)
+    return __uint_as_float(static_cast<unsigned int>(static_cast<const unsigned short*>(grad)[i]) << 16);
   return static_cast<const float*>(grad)[i];
 }
 
 // adamw.cpp's update_loop body for one element.
 template <bool kLerpSmall>
-__device__ __forceinline__ void update_one(const Scalars& s, float decay_factor, float scale, float& param, float& m,
-                                           float& v, float grad) {
+__device__ __forceinline__ void update_one(const Scalars& s, float decay_factor, float scale, float& param,
+                                           float& m, float& v, float grad) {
   const float lerp_coef = kLerpSmall ? s.lerp_weight : __fsub_rn(s.lerp_weight, 1.0f);
   const float g = __fmul_rn(grad, scale);
   float p = __fmul_rn(param, decay_factor);
@@ -70,10 +71,12 @@ __global__ void __launch_bounds__(kThreads) update_kernel(UpdateArgs a, Scalars 
       *reinterpret_cast<float4*>(a.m + i) = m;
       *reinterpret_cast<float4*>(a.v + i) = v;
       if (a.bf16_out != nullptr) {
-        const unsigned int lo = __bfloat16_as_ushort(__float2bfloat16_rn(p.x)) |
-                                (static_cast<unsigned int>(__bfloat16_as_ushort(__float2bfloat16_rn(p.y))) << 16);
-        const unsigned int hi = __bfloat16_as_ushort(__float2bfloat16_rn(p.z)) |
-                                (static_cast<unsigned int>(__bfloat16_as_ushort(__float2bfloat16_rn(p.w))) << 16);
+        const unsigned int lo =
+            __bfloat16_as_ushort(__float2bfloat16_rn(p.x)) |
+            (static_cast<unsigned int>(__bfloat16_as_ushort(__float2bfloat16_rn(p.y))) << 16);
+        const unsigned int hi =
+            __bfloat16_as_ushort(__float2bfloat16_rn(p.z)) |
+            (static_cast<unsigned int>(__bfloat16_as_ushort(__float2bfloat16_rn(p.w))) << 16);
         *reinterpret_cast<uint2*>(a.bf16_out + i) = make_uint2(lo, hi);
       }
     } else {
@@ -91,10 +94,10 @@ __global__ void __launch_bounds__(kThreads) update_kernel(UpdateArgs a, Scalars 
 }
 
 // One warp per chunk, in clip.cpp's sum_squares order: element i of the chunk goes to column
-// i % kSumsqColumns (128) and lane j owns columns 4j..4j+3, so a row of 128 elements is one coalesced 4-wide load
-// per lane; then (a0 + a1) + (a2 + a3) per lane and a butterfly that folds 16, 8, 4, 2, 1 lanes
-// apart, which is the CPU's halving tree. Squares of floats are exact in double, and every add is
-// an explicitly rounded __dadd_rn.
+// i % kSumsqColumns (128) and lane j owns columns 4j..4j+3, so a row of 128 elements is one coalesced 4-wide
+// load per lane; then (a0 + a1) + (a2 + a3) per lane and a butterfly that folds 16, 8, 4, 2, 1 lanes apart,
+// which is the CPU's halving tree. Squares of floats are exact in double, and every add is an explicitly
+// rounded __dadd_rn.
 constexpr int kSumsqWarps = kThreads / 32;
 
 __device__ __forceinline__ void load4(const void* grad, bool bf16, size_t i, bool vec, float x[4]) {
@@ -125,7 +128,8 @@ __global__ void __launch_bounds__(kThreads)
   if (begin >= n) return;  // the whole warp leaves together
   const size_t count = n - begin < kSumsqChunk ? n - begin : kSumsqChunk;
   const size_t full_rows = count / kSumsqColumns;
-  const bool vec = bf16 ? (reinterpret_cast<uintptr_t>(grad) % 8 == 0) : (reinterpret_cast<uintptr_t>(grad) % 16 == 0);
+  const bool vec =
+      bf16 ? (reinterpret_cast<uintptr_t>(grad) % 8 == 0) : (reinterpret_cast<uintptr_t>(grad) % 16 == 0);
   double a[4] = {0, 0, 0, 0};
   const size_t first = begin + 4 * lane;
 #pragma unroll 8
@@ -157,7 +161,8 @@ __device__ __forceinline__ unsigned int to_bf16_bits(float value) {
 }
 
 // Four elements per thread (16-byte loads, 8-byte stores when `vec`), a grid-stride loop.
-__global__ void __launch_bounds__(kThreads) to_bf16_kernel(const float* master, uint16_t* out, size_t n, bool vec) {
+__global__ void __launch_bounds__(kThreads)
+    to_bf16_kernel(const float* master, uint16_t* out, size_t n, bool vec) {
   const size_t stride = static_cast<size_t>(gridDim.x) * kThreads * 4;
   for (size_t i = (static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x) * 4; i < n; i += stride) {
     if (vec && i + 4 <= n) {
@@ -195,8 +200,8 @@ __global__ void clip_coefficient_kernel(const double* sum, bool clip, float max_
 
 void launch_update(const UpdateArgs& a, const Scalars& s, void* stream) {
   if (a.count == 0) return;
-  const bool vec = reinterpret_cast<uintptr_t>(a.master) % 16 == 0 && reinterpret_cast<uintptr_t>(a.m) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(a.v) % 16 == 0 &&
+  const bool vec = reinterpret_cast<uintptr_t>(a.master) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.m) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(a.grad) % (a.grad_bf16 ? 8 : 16) == 0 &&
                    (a.bf16_out == nullptr || reinterpret_cast<uintptr_t>(a.bf16_out) % 8 == 0);
   const size_t per_block = size_t{kThreads} * 4;
@@ -214,8 +219,8 @@ void launch_sumsq_partials(const void* grad, bool grad_bf16, size_t n, double* p
   if (n == 0) return;
   const size_t chunks = (n + kSumsqChunk - 1) / kSumsqChunk;
   const size_t blocks = (chunks + kSumsqWarps - 1) / kSumsqWarps;
-  sumsq_partials_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      grad, grad_bf16, n, partials);
+  sumsq_partials_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0,
+                          static_cast<cudaStream_t>(stream)>>>(grad, grad_bf16, n, partials);
   FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -227,7 +232,8 @@ void launch_accumulate(const double* partials, size_t count, double* sum, void* 
 
 void launch_clip_coefficient(const double* sum, bool clip, float max_norm_f, float shift, float* coefficient,
                              void* stream) {
-  clip_coefficient_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(sum, clip, max_norm_f, shift, coefficient);
+  clip_coefficient_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(sum, clip, max_norm_f, shift,
+                                                                          coefficient);
   FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -237,14 +243,15 @@ void launch_to_bf16(const float* master, uint16_t* out, size_t n, void* stream) 
   const size_t per_block = size_t{kThreads} * 4;
   size_t blocks = (n + per_block - 1) / per_block;
   if (blocks > 65536) blocks = 65536;
-  to_bf16_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(master, out,
-                                                                                                        n, vec);
+  to_bf16_kernel<<<static_cast<unsigned int>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      master, out, n, vec);
   FERRY_CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_copy_f32(const float* src, float* dst, size_t n, void* stream) {
   if (n == 0) return;
-  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream)));
+  FERRY_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   static_cast<cudaStream_t>(stream)));
 }
 
 void* stream_alloc(size_t bytes, void* stream) {

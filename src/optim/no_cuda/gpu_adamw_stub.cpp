@@ -7,7 +7,8 @@ namespace ferry {
 struct GpuAdamW::State {};
 
 GpuAdamW::GpuAdamW(void* /*stream*/) {
-  fail("optim", "this ferry was built without CUDA; the GPU AdamW needs a build with the CUDA toolkit (nvcc)");
+  fail("optim",
+       "this ferry was built without CUDA; the GPU AdamW needs a build with the CUDA toolkit (nvcc)");
 }
 
 GpuAdamW::~GpuAdamW() = default;
@@ -17,16 +18,24 @@ void GpuAdamW::step(const AdamWUnitBuffers&, std::span<const AdamWSegment>, cons
   fail("optim", "this ferry was built without CUDA");
 }
 
-void GpuAdamW::add_grad_sumsq(const void*, DType, size_t, double*) { fail("optim", "this ferry was built without CUDA"); }
+void GpuAdamW::add_grad_sumsq(const void*, DType, size_t, double*) {
+  fail("optim", "this ferry was built without CUDA");
+}
 
 void GpuAdamW::grad_sumsq_partials(const void*, DType, size_t, double*) {
   fail("optim", "this ferry was built without CUDA");
 }
 
-void GpuAdamW::accumulate(const double*, size_t, double*) { fail("optim", "this ferry was built without CUDA"); }
+void GpuAdamW::accumulate(const double*, size_t, double*) {
+  fail("optim", "this ferry was built without CUDA");
+}
 
-void GpuAdamW::clip_coefficient(const double*, double, float*) { fail("optim", "this ferry was built without CUDA"); }
+void GpuAdamW::clip_coefficient(const double*, double, float*) {
+  fail("optim", "this ferry was built without CUDA");
+}
 
-void GpuAdamW::write_weights(const float*, void*, DType, size_t) { fail("optim", "this ferry was built without CUDA"); }
+void GpuAdamW::write_weights(const float*, void*, DType, size_t) {
+  fail("optim", "this ferry was built without CUDA");
+}
 
 }  // namespace ferry

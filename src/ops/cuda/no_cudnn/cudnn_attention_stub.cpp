@@ -6,11 +6,21 @@ namespace ferry {
 
 struct CudnnAttention::Graphs {};
 
-std::unique_ptr<CudnnAttention> CudnnAttention::make(void*) { return nullptr; }
-std::string CudnnAttention::unavailable_reason() { return "ferry was built without cuDNN's headers"; }
-size_t CudnnAttention::library_version() { return 0; }
+std::unique_ptr<CudnnAttention> CudnnAttention::make(void*) {
+  return nullptr;
+}
+std::string CudnnAttention::unavailable_reason() {
+  return "ferry was built without cuDNN's headers";
+}
+size_t CudnnAttention::library_version() {
+  return 0;
+}
 CudnnAttention::~CudnnAttention() = default;
-bool CudnnAttention::forward(const FlashAttentionParams&, int64_t, void*, size_t) { return false; }
-bool CudnnAttention::backward(const FlashAttentionBackwardParams&, int64_t) { return false; }
+bool CudnnAttention::forward(const FlashAttentionParams&, int64_t, void*, size_t) {
+  return false;
+}
+bool CudnnAttention::backward(const FlashAttentionBackwardParams&, int64_t) {
+  return false;
+}
 
 }  // namespace ferry
