@@ -16,6 +16,7 @@
 #include "io/completion_marker.h"
 #include "train/host_memory_watch.h"
 #include "train/metrics_log.h"
+#include "train/run_evaluation.h"
 
 namespace ferry {
 
@@ -80,7 +81,7 @@ void clear_earlier_run(const fs::path& dir) {
   int checkpoints = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && is_checkpoint_name(name)) {
+    if (entry.is_directory() && (is_checkpoint_name(name) || name == kBestModelDir)) {
       fs::remove_all(entry.path());
       ++checkpoints;
     }

@@ -48,6 +48,13 @@ struct TrainConfig {
   bool packing = true;       // pack documents into sequences (with document masking)
   bool shuffle = true;       // a fresh order every epoch; false: the data's order
 
+  // evaluation: held-out loss and perplexity during and after training (train/run_evaluation.h)
+  std::vector<std::filesystem::path> eval_data;  // files read as `data` is; or
+  double val_split = 0.0;                        // this share of the documents of `data`, held out (seeded)
+  int64_t eval_steps = 0;               // evaluate every this many optimizer steps; 0: only at the end
+  bool save_best = false;               // keep the model of the best evaluation in output_dir/best
+  int64_t early_stopping_patience = 0;  // stop after this many evaluations without a better loss; 0: never
+
   // length of training
   int64_t max_steps = 0;  // 0: derived from epochs
   double epochs = 1.0;

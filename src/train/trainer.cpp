@@ -20,6 +20,7 @@
 #include "train/metrics_log.h"
 #include "train/output_dir.h"
 #include "train/output_dir_claim.h"
+#include "train/run_evaluation.h"
 #include "train/step_executor.h"
 #include "train/training_data.h"
 
@@ -107,6 +108,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   if (data_summary.skipped_malformed > 0)
     log_warn("skipped {} malformed records (skip_malformed: true)", data_summary.skipped_malformed);
   FERRY_CHECK(!documents.empty(), kWhere, "the data holds no documents; check the files in `data:`");
+  const std::vector<Document> eval_documents = evaluation_documents(config, mc, documents);
   const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, config.packing);
   FERRY_CHECK(!rows.empty(), kWhere, "packing produced no sequences");
 
@@ -129,6 +131,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   std::unique_ptr<StepExecutor> executor = make_step_executor(config, std::move(weights), &memory);
   memory.check();
 
+  RunEvaluation evaluation(config, eval_documents.empty()
+                                       ? std::vector<PackedRow>()
+                                       : pack_documents(eval_documents, config.seq_len, config.packing));
   BatchSampler sampler(static_cast<int64_t>(rows.size()), config.seed, config.shuffle);
   const nlohmann::json fingerprint = run_fingerprint(config, rows.size(), data_summary.fingerprint);
   int64_t step = 0;
@@ -259,6 +264,36 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     if (stop_early) {
       summary.final_step = step;
       return summary;
+    }
+    if (evaluation.due(step, total_steps)) {
+      const EvalRecord e = evaluation.run(step, *executor, config.global_batch, executor->micro_batch());
+      summary.evals.push_back(e);
+      metrics << nlohmann::json{{"step", step},
+                                {"eval_loss", e.loss},
+                                {"eval_perplexity", e.perplexity},
+                                {"eval_rows", e.rows},
+                                {"eval_seconds", e.seconds}}
+                     .dump()
+              << "\n";
+      metrics.flush();
+      if (e.best && config.save_best) {
+        executor->finish_updates();
+        const std::filesystem::path best = config.output_dir / kBestModelDir;
+        std::vector<const float*> masters;
+        for (float* b : executor->masters()) masters.push_back(b);
+        write_final_model_dir(best, config.model, model_config, layout, masters, save_dtype,
+                              static_cast<size_t>(config.max_shard_bytes), config.tokenizer,
+                              config.chat_template);
+        write_best_record(best, e);
+        log_info("saved the best model so far (eval loss {:.4f}, step {}) to {}", e.loss, step,
+                 best.string());
+      }
+      if (evaluation.patience_exhausted() && step < total_steps) {
+        log_info("early stopping after step {}: {} evaluations without a loss below {:.4f}", step,
+                 config.early_stopping_patience, *evaluation.best_loss());
+        summary.stopped_early = true;
+        break;
+      }
     }
   }
 
