@@ -106,6 +106,23 @@ TEST_F(RunEvaluationTest, PatienceEndsARunThatStopsImprovingAndWritesItsModel) {
   EXPECT_TRUE(std::filesystem::exists(scratch_ / "patience" / "model.safetensors"));
 }
 
+TEST_F(RunEvaluationTest, ResumeKeepsEachStepsRecordAndItsEvaluationOnce) {
+  const std::vector<std::string> settings = {"val_split=0.1", "eval_steps=2", "save_steps=2",
+                                             "save_total_limit=0"};
+  const TrainSummary full = run_training(config("full", settings));
+  ASSERT_TRUE(full.finished);
+  // Killed after step 6's records, before checkpoint-6: resumed from checkpoint-4.
+  ASSERT_TRUE(run_training(config("cut", settings)).finished);
+  std::filesystem::remove_all(scratch_ / "cut" / "checkpoint-6");
+  std::vector<std::string> resume = settings;
+  resume.push_back("resume=true");
+  const TrainSummary resumed = run_training(config("cut", resume));
+  ASSERT_TRUE(resumed.finished);
+  EXPECT_EQ(test::metric_steps(scratch_ / "cut" / kMetricsFile),
+            (std::vector<int64_t>{1, 2, 2, 3, 4, 4, 5, 6, 6}));
+  EXPECT_EQ(eval_records(scratch_ / "cut" / kMetricsFile), eval_records(scratch_ / "full" / kMetricsFile));
+}
+
 TEST_F(RunEvaluationTest, SettingsWithoutEvaluationDataAreRefused) {
   EXPECT_TRUE(contains(error_of([&] { config("x", {"save_best=true"}); }), "need evaluation data"));
   EXPECT_TRUE(contains(error_of([&] { config("x", {"val_split=0.7"}); }), "between 0 and 0.5"));
