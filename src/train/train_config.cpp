@@ -166,6 +166,10 @@ const std::map<std::string, Setter>& setters() {
          c.seed = static_cast<uint64_t>(seed);
        }},
       {"logging_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.logging_steps = parse_int(n, k); }},
+      {"report_to",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.report_to = parse_choice<ReportTo>(n, k, {{"none", ReportTo::None}, {"tensorboard", ReportTo::TensorBoard}});
+       }},
       {"save_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_steps = parse_int(n, k); }},
       {"save_total_limit", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_total_limit = parse_int(n, k); }},
       {"resume", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.resume = parse_bool(n, k); }},

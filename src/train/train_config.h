@@ -22,6 +22,9 @@ namespace ferry {
 enum class DeviceKind { Auto, Cpu, Sim, Cuda };
 const char* device_kind_name(DeviceKind kind);
 
+// Where the run's scalars go besides the log and metrics.jsonl (report.html is always written).
+enum class ReportTo { None, TensorBoard };
+
 // Which layers' boundary activations go to host memory: the planner's choice, every layer's, none.
 enum class ActivationOffload { Auto, All, None };
 // auto: the planner keeps layers' forward intermediates where memory is left (no recompute in
@@ -75,6 +78,8 @@ struct TrainConfig {
   // bookkeeping
   uint64_t seed = 42;
   int64_t logging_steps = 1;
+  ReportTo report_to =
+      ReportTo::None;            // tensorboard: event files in output_dir/runs (train/tensorboard_log.h)
   int64_t save_steps = 0;        // 0: save only at the end
   int64_t save_total_limit = 2;  // checkpoints kept (0: keep all)
   bool resume = false;           // continue from the newest complete checkpoint in output_dir

@@ -1,10 +1,14 @@
 #include "train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <memory>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
@@ -21,7 +25,9 @@
 #include "train/output_dir.h"
 #include "train/output_dir_claim.h"
 #include "train/run_evaluation.h"
+#include "train/run_report.h"
 #include "train/step_executor.h"
+#include "train/tensorboard_log.h"
 #include "train/training_data.h"
 
 namespace ferry {
@@ -187,6 +193,12 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
 
   cut_metrics_after(config.output_dir / kMetricsFile, step);
   std::ofstream metrics(config.output_dir / kMetricsFile, std::ios::app);
+  const std::unique_ptr<TensorBoardLog> tensorboard =
+      config.report_to == ReportTo::TensorBoard
+          ? std::make_unique<TensorBoardLog>(tensorboard_run_dir(config.output_dir))
+          : nullptr;
+  const auto run_start = std::chrono::steady_clock::now();
+  const std::string device_description = executor->describe();
   AdamWHyper hyper;
   hyper.beta1 = config.adam_beta1;
   hyper.beta2 = config.adam_beta2;
@@ -194,6 +206,26 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   hyper.weight_decay = config.weight_decay;
 
   TrainSummary summary;
+  // report.html, written whenever the run ends: the curves of metrics.jsonl and these facts.
+  auto write_report = [&](const std::string& ending) {
+    double tokens = 0, seconds = 0;
+    for (const StepRecord& r : summary.steps) tokens += static_cast<double>(r.tokens), seconds += r.seconds;
+    std::vector<ReportFact> facts = {
+        {"model", fmt::format("{} from {} ({:.1f}M parameters)", model_config.architecture_name,
+                              config.model.string(), static_cast<double>(parameter_count) / 1e6)},
+        {"device and plan", device_description},
+        {"steps", fmt::format("{} of {}, {} sequences of {} tokens each; {}", step, total_steps,
+                              config.global_batch, config.seq_len, ending)},
+        {"time",
+         fmt::format("{:.1f} s in this call; {:.0f} tokens/s over its {} steps", seconds_since(run_start),
+                     seconds > 0 ? tokens / seconds : 0.0, summary.steps.size())}};
+    if (!summary.steps.empty())
+      facts.push_back({"last training loss", fmt::format("{:.4f}", summary.steps.back().loss)});
+    if (evaluation.best_loss())
+      facts.push_back({"best evaluation loss", fmt::format("{:.4f}", *evaluation.best_loss())});
+    for (const std::string& line : memory.describe()) facts.push_back({"host memory", line});
+    write_run_report(config.output_dir, "ferry run: " + config.output_dir.filename().string(), facts);
+  };
   std::vector<const PackedRow*> step_rows;
   int64_t saved_step = step;  // the newest checkpoint's step
   while (step < total_steps) {
@@ -205,6 +237,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
                  save_checkpoint(config.output_dir, checkpoint_view(), config.save_total_limit).string());
       summary.final_step = step;
       summary.stop_signal = signal;
+      write_report("stopped by a signal");
       return summary;
     }
     const auto start = std::chrono::steady_clock::now();
@@ -250,6 +283,12 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
                    .dump()
             << "\n";
     metrics.flush();
+    if (tensorboard)
+      tensorboard->scalars(
+          step, {{"train/loss", record.loss},
+                 {"train/learning_rate", record.lr},
+                 {"train/grad_norm", record.grad_norm},
+                 {"train/tokens_per_second", static_cast<double>(record.tokens) / record.seconds}});
 
     const bool stop_early =
         hooks.stop_after_steps > 0 && step >= hooks.stop_after_steps && step < total_steps;
@@ -276,6 +315,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
                      .dump()
               << "\n";
       metrics.flush();
+      if (tensorboard) tensorboard->scalars(step, {{"eval/loss", e.loss}, {"eval/perplexity", e.perplexity}});
       if (e.best && config.save_best) {
         executor->finish_updates();
         const std::filesystem::path best = config.output_dir / kBestModelDir;
@@ -308,6 +348,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   for (const std::string& line : memory.describe()) log_info("host memory, {}", line);
   summary.final_step = step;
   summary.finished = true;
+  write_report(summary.stopped_early ? "stopped early (early_stopping_patience)" : "finished");
   return summary;
 }
 
