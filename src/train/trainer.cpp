@@ -83,6 +83,23 @@ void log_stop(int signal, int64_t step, int64_t total_steps, int64_t saved_step)
     log_warn("stopped by {} after step {} of {}; saving a checkpoint", name, step, total_steps);
 }
 
+// RoPE is defined for every position, but a model knows those it was trained on (with the rope
+// scaling its config.json names): a row position past max_position_embeddings would train on
+// positions the model has never seen, silently. Packing restarts positions at each document (and
+// at each part of one cut across rows), so only a document that long reaches them.
+void check_positions(const std::vector<PackedRow>& rows, const ModelConfig& model) {
+  int32_t furthest = 0;
+  for (const PackedRow& row : rows)
+    for (int32_t p : row.positions) furthest = std::max(furthest, p);
+  FERRY_CHECK(furthest < model.max_position_embeddings, kWhere,
+              "a document reaches position {}, but {} handles positions below {} (max_position_embeddings in "
+              "config.json{}); lower seq_len to {}, or give the model a longer context in its config.json "
+              "(max_position_embeddings, with the rope_scaling it was extended with)",
+              furthest, model.architecture_name, model.max_position_embeddings,
+              model.rope_scaling.type == RopeScaling::Type::Llama3 ? ", with llama3 rope scaling" : "",
+              model.max_position_embeddings);
+}
+
 }  // namespace
 
 TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
@@ -116,6 +133,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   FERRY_CHECK(!documents.empty(), kWhere, "the data holds no documents; check the files in `data:`");
   const std::vector<Document> eval_documents = evaluation_documents(config, mc, documents);
   const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, config.packing);
+  check_positions(rows, mc);
   FERRY_CHECK(!rows.empty(), kWhere, "packing produced no sequences");
 
   const int64_t total_steps =
