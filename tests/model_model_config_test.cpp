@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -324,6 +325,58 @@ TEST(RopeInvFreq, DefaultRope) {
   }
 }
 
+// YaRN written out from its definition (transformers' _compute_yarn_parameters) in float64.
+std::vector<double> yarn_inv_freq_reference(double base, int dim, double factor, double original) {
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(base));
+  };
+  const double low = std::max(std::floor(correction_dim(32)), 0.0);
+  const double high = std::min(std::ceil(correction_dim(1)), static_cast<double>(dim - 1));
+  std::vector<double> out;
+  for (int i = 0; i < dim / 2; ++i) {
+    const double plain = 1.0 / std::pow(base, 2.0 * i / dim);
+    const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+    out.push_back(plain / factor * ramp + plain * (1 - ramp));
+  }
+  return out;
+}
+
+// Qwen2.5's documented long-context setting: rope_scaling {"type": "yarn", "factor": 4,
+// "original_max_position_embeddings": 32768} on a model whose max_position_embeddings is 32768.
+TEST(RopeInvFreq, YarnBlendsInterpolatedAndKeptFrequenciesAndRaisesTheTemperature) {
+  json j = json::parse(kQwen25_7B);
+  j["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  const ModelConfig c = parse_model_config(j, "config.json");
+  EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::Yarn);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, 0.1 * std::log(4.0) + 1.0);
+  EXPECT_FLOAT_EQ(attention_scale(c),
+                  static_cast<float>(std::pow(0.1 * std::log(4.0) + 1.0, 2) / std::sqrt(128.0)));
+  const std::vector<float> got = rope_inv_freq(c);
+  const std::vector<double> want = yarn_inv_freq_reference(c.rope_theta, 128, 4.0, 32768);
+  ASSERT_EQ(got.size(), want.size());
+  int kept = 0, interpolated = 0, blended = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], 2e-6 * want[i]) << i;
+    const double plain = 1.0 / std::pow(c.rope_theta, 2.0 * i / 128);
+    if (std::fabs(want[i] - plain) < 1e-12 * plain)
+      ++kept;
+    else if (std::fabs(want[i] - plain / 4) < 1e-12 * plain)
+      ++interpolated;
+    else
+      ++blended;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(interpolated, 0);
+  EXPECT_GT(blended, 0);
+  // Without YaRN the scale is the plain one, bit for bit.
+  EXPECT_EQ(attention_scale(parse(kQwen25_7B)), 1.0f / std::sqrt(128.0f));
+  // An explicit attention_factor wins; an unknown rope type is still refused.
+  j["rope_scaling"]["attention_factor"] = 1.5;
+  EXPECT_DOUBLE_EQ(parse_model_config(j, "config.json").rope_scaling.attention_factor, 1.5);
+  j["rope_scaling"] = {{"type", "longrope"}, {"factor", 4.0}};
+  EXPECT_THROW(parse_model_config(j, "config.json"), Error);
+}
+
 // ---- errors ----
 
 json with(const char* text, const char* key, const json& value) {
@@ -372,9 +425,9 @@ TEST(ModelConfigErrors, MissingKeyAndWrongTypes) {
 
 TEST(ModelConfigErrors, UnsupportedRope) {
   json j = json::parse(kQwen25_7B);
-  j["rope_scaling"] = {{"factor", 4.0}, {"original_max_position_embeddings", 32768}, {"type", "yarn"}};
+  j["rope_scaling"] = {{"factor", 4.0}, {"original_max_position_embeddings", 32768}, {"type", "longrope"}};
   EXPECT_TRUE(throws_with([&] { parse_model_config(j, "config.json"); },
-                          {"rope type 'yarn' (in rope_scaling) is not supported"}));
+                          {"rope type 'longrope' (in rope_scaling) is not supported"}));
   j["rope_scaling"] = {{"factor", 2.0}, {"rope_type", "dynamic"}};
   EXPECT_TRUE(throws_with([&] { parse_model_config(j, "config.json"); }, {"rope type 'dynamic'"}));
   j.erase("rope_scaling");

@@ -178,6 +178,16 @@ LLAMA3_ROPE = {
     "original_max_position_embeddings": 200,
 }
 
+# YaRN at head_dim 16, theta 1e4, original context 4096: the correction range is dimensions
+# [2, 6], so two frequencies are interpolated, three blended and three kept, and the attention
+# temperature is 0.1 ln 4 + 1.
+YARN_ROPE = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "original_max_position_embeddings": 4096,
+}
+
 CASES = {
     "llama3": dict(
         arch="LlamaForCausalLM",
@@ -224,6 +234,18 @@ CASES = {
             use_sliding_window=False,
         ),
         seed=1005,
+    ),
+    "yarn": dict(
+        arch="Qwen3ForCausalLM",
+        config=common_config(
+            intermediate_size=80,
+            head_dim=16,
+            rope_parameters=dict(YARN_ROPE),
+            rms_norm_eps=1e-6,
+            use_sliding_window=False,
+            attention_bias=False,
+        ),
+        seed=1007,
     ),
     "packed": dict(
         arch="LlamaForCausalLM",
@@ -597,6 +619,14 @@ def run_case(name, case, outdir):
         if err > 1e-6 or not any(changed) or set(regimes) != {"kept", "smoothed", "scaled"}:
             print("WARNING llama3 rope scaling is not what the case intends (see rope_llama3 in golden.json)")
 
+    if rp.get("rope_type") == "yarn":
+        rot = [m for m in model.modules() if type(m).__name__.endswith("RotaryEmbedding")][0]
+        rope_info = {
+            "inv_freq_hf": [float(x) for x in rot.inv_freq.to(torch.float64)],
+            "attention_scaling_hf": float(getattr(rot, "attention_scaling", 1.0)),
+        }
+        print("yarn rope:", json.dumps(rope_info))
+
     # 4. training: pick max_norm so clipping is active at every step
     gn0 = None
     with torch.enable_grad():
@@ -696,7 +726,7 @@ def run_case(name, case, outdir):
     if tied_info is not None:
         golden["tied"] = tied_info
     if rope_info is not None:
-        golden["rope_llama3"] = rope_info
+        golden["rope_" + rp.get("rope_type")] = rope_info
     with open(os.path.join(path, "golden.json"), "w") as f:
         json.dump(golden, f, indent=1)
         f.write("\n")

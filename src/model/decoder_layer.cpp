@@ -111,7 +111,7 @@ void forward_into_scratch(Ops& ops, const LayerContext& ctx, const LayerParams& 
   ops.rope(q.view({d.T, d.Hq, d.D}), chunk.positions, ctx.inv_freq, false);
   ops.rope(k.view({d.T, d.Hkv, d.D}), chunk.positions, ctx.inv_freq, false);
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  const float scale = attention_scale(*ctx.config);  // 1/sqrt(head_dim), with YaRN's temperature
   Tensor attn = shaped(s.attn, {d.T, d.Hq, d.D});
   ops.attention_forward(q.view({d.T, d.Hq, d.D}), k.view({d.T, d.Hkv, d.D}), v.view({d.T, d.Hkv, d.D}),
                         AttentionMask(chunk.doc_start, chunk.row_tokens), scale, attn,
@@ -188,7 +188,7 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   Tensor dk = shaped(s.dk, {d.T, KD});
   Tensor dv = shaped(s.dv, {d.T, KD});
   ops.linear_backward(shaped(s.attn, {d.T, QD}), p.o_proj, d_x1, d_attn, g.o_proj, g.o_bias, false);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d.D));
+  const float scale = attention_scale(*ctx.config);  // 1/sqrt(head_dim), with YaRN's temperature
   ops.attention_backward(shaped(s.q, {d.T, d.Hq, d.D}), shaped(s.k, {d.T, d.Hkv, d.D}),
                          shaped(s.v, {d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
                          scale, shaped(s.attn, {d.T, d.Hq, d.D}), shaped(s.lse, {d.Hq, d.T}),

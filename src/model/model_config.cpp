@@ -4,6 +4,7 @@
 // config.json that omits a key means here what it means there.
 #include "model/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -237,9 +238,48 @@ void parse_rope_type(const Keys& keys, const char* where, const std::string& typ
                  s.high_freq_factor);
     return;
   }
+  if (type == "yarn") {
+    RopeScaling& s = c.rope_scaling;
+    s.type = RopeScaling::Type::Yarn;
+    // transformers fills original_max_position_embeddings from max_position_embeddings, and a
+    // missing factor from their ratio.
+    s.original_max_position_embeddings = keys.has("original_max_position_embeddings")
+                                             ? keys.positive("original_max_position_embeddings")
+                                             : c.max_position_embeddings;
+    s.factor = keys.has("factor") && !keys.at("factor").is_null()
+                   ? keys.number("factor")
+                   : static_cast<double>(c.max_position_embeddings) /
+                         static_cast<double>(s.original_max_position_embeddings);
+    if (!(s.factor > 0)) keys.error("{}.factor must be positive, got {}", where, s.factor);
+    auto optional = [&](const char* key, double fallback) {
+      return keys.has(key) && !keys.at(key).is_null() ? keys.number(key) : fallback;
+    };
+    // `or 32` / `or 1` there: a zero or null takes the default too.
+    s.beta_fast = optional("beta_fast", 0.0);
+    if (s.beta_fast == 0) s.beta_fast = 32.0;
+    s.beta_slow = optional("beta_slow", 0.0);
+    if (s.beta_slow == 0) s.beta_slow = 1.0;
+    if (!(s.beta_fast > 0) || !(s.beta_slow > 0))
+      keys.error("{} needs positive beta_fast and beta_slow, got {} and {}", where, s.beta_fast, s.beta_slow);
+    s.truncate = !keys.has("truncate") || keys.at("truncate").is_null() || keys.at("truncate").get<bool>();
+    const auto mscale_of = [](double scale, double mscale) {
+      return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+    };
+    const double mscale = optional("mscale", 0.0), mscale_all_dim = optional("mscale_all_dim", 0.0);
+    if (keys.has("attention_factor") && !keys.at("attention_factor").is_null())
+      s.attention_factor = keys.number("attention_factor");
+    else if (mscale != 0 && mscale_all_dim != 0)
+      s.attention_factor = mscale_of(s.factor, mscale) / mscale_of(s.factor, mscale_all_dim);
+    else
+      s.attention_factor = mscale_of(s.factor, 1.0);
+    if (!(s.attention_factor > 0))
+      keys.error("{}.attention_factor must be positive, got {}", where, s.attention_factor);
+    return;
+  }
   keys.error(
-      "rope type '{}' (in {}) is not supported; ferry implements the default RoPE and 'llama3' scaling", type,
-      where);
+      "rope type '{}' (in {}) is not supported; ferry implements the default RoPE, 'llama3' and 'yarn' "
+      "scaling",
+      type, where);
 }
 
 void parse_rope(const Keys& keys, ModelConfig& c) {
@@ -489,6 +529,54 @@ json model_config_to_json(const ModelConfig& c) {
 #define FERRY_NO_FP_CONTRACT
 #endif
 
+namespace {
+
+// transformers' _compute_yarn_parameters, each tensor step a separate fp32 operation as there:
+// `extrapolation` are the plain frequencies (1 / base^(2i/dim)); the interpolated ones are
+// 1 / (factor * base^(2i/dim)); a linear ramp over the dimensions between the correction range
+// [low, high] (Python doubles, rounded out to whole dimensions) blends them.
+FERRY_NO_FP_CONTRACT std::vector<float> yarn_inv_freq(const ModelConfig& c,
+                                                      const std::vector<float>& extrapolation) {
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+  const RopeScaling& s = c.rope_scaling;
+  const int64_t dim = c.head_dim;
+  const double base = c.rope_theta;
+  const auto correction_dim = [&](double rotations) {
+    return (static_cast<double>(dim) *
+            std::log(static_cast<double>(s.original_max_position_embeddings) / (rotations * 2 * M_PI))) /
+           (2 * std::log(base));
+  };
+  double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+  if (s.truncate) low = std::floor(low), high = std::ceil(high);
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // as there: no division by zero
+  const float factor = static_cast<float>(s.factor);
+  const float low32 = static_cast<float>(low), span32 = static_cast<float>(high - low);
+  std::vector<float> inv_freq(extrapolation.size());
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    const float pos_freq =
+        std::pow(static_cast<float>(base), static_cast<float>(2 * i) / static_cast<float>(dim));
+    const float interpolation = 1.0f / (factor * pos_freq);
+    const float ramp = std::clamp((static_cast<float>(i) - low32) / span32, 0.0f, 1.0f);
+    const float extrapolation_factor = 1.0f - ramp;
+    const float a = interpolation * (1.0f - extrapolation_factor);
+    const float b = extrapolation[i] * extrapolation_factor;
+    inv_freq[i] = a + b;
+  }
+  return inv_freq;
+}
+
+}  // namespace
+
+float attention_scale(const ModelConfig& c) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (c.rope_scaling.type != RopeScaling::Type::Yarn || c.rope_scaling.attention_factor == 1.0) return scale;
+  return scale * static_cast<float>(c.rope_scaling.attention_factor * c.rope_scaling.attention_factor);
+}
+
 FERRY_NO_FP_CONTRACT std::vector<float> rope_inv_freq(const ModelConfig& c) {
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -506,6 +594,7 @@ FERRY_NO_FP_CONTRACT std::vector<float> rope_inv_freq(const ModelConfig& c) {
     const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
     inv_freq[static_cast<size_t>(i)] = 1.0f / std::pow(base, exponent);
   }
+  if (c.rope_scaling.type == RopeScaling::Type::Yarn) return yarn_inv_freq(c, inv_freq);
   if (c.rope_scaling.type != RopeScaling::Type::Llama3) return inv_freq;
 
   // transformers' _compute_llama3_parameters: long wavelengths are divided by `factor`, short ones

@@ -19,12 +19,19 @@ namespace ferry {
 enum class Architecture { Llama, Mistral, Qwen2, Qwen3 };
 
 struct RopeScaling {
-  enum class Type { None, Llama3 };
+  // Llama3: Llama 3.1's smooth division of long wavelengths. Yarn: YaRN (NTK-by-parts) frequencies
+  // and an attention temperature, as transformers' _compute_yarn_parameters (Qwen2.5/Qwen3 long
+  // context, DeepSeek).
+  enum class Type { None, Llama3, Yarn };
   Type type = Type::None;
   double factor = 1.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
+  double low_freq_factor = 1.0;   // llama3
+  double high_freq_factor = 4.0;  // llama3
   int64_t original_max_position_embeddings = 8192;
+  double beta_fast = 32.0;        // yarn: rotations below which a frequency is interpolated
+  double beta_slow = 1.0;         // yarn: rotations above which it is kept
+  bool truncate = true;           // yarn: correction range rounded out to whole dimensions
+  double attention_factor = 1.0;  // yarn: cos and sin are scaled by it (queries and keys alike)
 };
 
 struct ModelConfig {
@@ -67,6 +74,10 @@ nlohmann::json model_config_to_json(const ModelConfig& config);
 
 // RoPE inverse frequencies (head_dim/2 values) exactly as transformers computes them, including
 // the llama3 frequency scaling.
+// The softmax scale of attention: 1/sqrt(head_dim), times the square of YaRN's attention factor
+// (transformers scales cos and sin by it, so every query-key product by its square).
+float attention_scale(const ModelConfig& config);
+
 std::vector<float> rope_inv_freq(const ModelConfig& config);
 
 }  // namespace ferry
