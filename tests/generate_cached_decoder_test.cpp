@@ -9,10 +9,10 @@
 #include "device/device.h"
 #include "generate/cached_decoder.h"
 #include "generate/resident_model.h"
+#include "generate_full_forward.h"
 #include "hf_golden.h"
 #include "model/model_weights.h"
 #include "ops/device_ops.h"
-#include "generate_full_forward.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -59,7 +59,8 @@ TEST_P(CachedDecoderGolden, MatchesFullForwardAndTransformers) {
 
   for (int64_t r = 0; r < g.batch; ++r) {
     SCOPED_TRACE("row " + std::to_string(r));
-    for (int64_t t = 0; t < S; ++t) ASSERT_EQ(positions[static_cast<size_t>(r * S + t)], t) << "one sequence a row";
+    for (int64_t t = 0; t < S; ++t)
+      ASSERT_EQ(positions[static_cast<size_t>(r * S + t)], t) << "one sequence a row";
     const std::vector<int32_t> row(ids.begin() + r * S, ids.begin() + (r + 1) * S);
     const std::vector<float> expected = rows_of(golden, r * S, S, V);
     const std::vector<float> reference = test::full_forward_logits(w, row);
@@ -68,7 +69,8 @@ TEST_P(CachedDecoderGolden, MatchesFullForwardAndTransformers) {
     // All at once (one prefill).
     decoder.truncate(0);
     const std::vector<float> prefill = decoder.feed_all_logits(row);
-    EXPECT_TRUE(test::all_close(prefill, reference, 1e-5, 1e-6 * max_abs(reference), "prefill vs full forward"));
+    EXPECT_TRUE(
+        test::all_close(prefill, reference, 1e-5, 1e-6 * max_abs(reference), "prefill vs full forward"));
     EXPECT_TRUE(test::all_close(prefill, expected, 1e-5, 1e-5 * max_abs(expected), "prefill vs HF"));
 
     // A prompt of 5, then one token at a time (decode), through feed's last-row logits.
@@ -79,7 +81,8 @@ TEST_P(CachedDecoderGolden, MatchesFullForwardAndTransformers) {
       stepped.insert(stepped.end(), last.begin(), last.end());
     }
     EXPECT_EQ(decoder.length(), S);
-    EXPECT_TRUE(test::all_close(stepped, reference, 1e-5, 1e-6 * max_abs(reference), "decode vs full forward"));
+    EXPECT_TRUE(
+        test::all_close(stepped, reference, 1e-5, 1e-6 * max_abs(reference), "decode vs full forward"));
     EXPECT_TRUE(test::all_close(stepped, expected, 1e-5, 1e-5 * max_abs(expected), "decode vs HF"));
 
     // Cut back to 9 tokens and continue: the later logits are the same again.
@@ -90,7 +93,8 @@ TEST_P(CachedDecoderGolden, MatchesFullForwardAndTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, CachedDecoderGolden, ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "tied"));
+INSTANTIATE_TEST_SUITE_P(Cases, CachedDecoderGolden,
+                         ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "tied"));
 
 // A prompt longer than the prefill chunk (CachedDecoder::kChunkTokens) is fed in chunks whose
 // queries attend to the earlier chunks' cache; a qk-norm, GQA model with random weights.
@@ -114,7 +118,8 @@ TEST(CachedDecoder, PrefillAcrossChunksMatchesFullForward) {
   // feed() of the same prompt returns the last row.
   decoder.truncate(0);
   const std::vector<float>& last = decoder.feed(ids);
-  EXPECT_TRUE(test::all_close(last, rows_of(reference, T - 1, 1, V), 1e-4, 1e-5 * max_abs(reference), "last row"));
+  EXPECT_TRUE(
+      test::all_close(last, rows_of(reference, T - 1, 1, V), 1e-4, 1e-5 * max_abs(reference), "last row"));
 }
 
 TEST(CachedDecoder, RefusesWhatTheContextCannotHold) {

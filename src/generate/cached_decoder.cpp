@@ -14,7 +14,8 @@ namespace {
 
 // A view of `buffer`'s memory from element `offset` on.
 Tensor view_at(const DeviceBuffer& buffer, DType dtype, int64_t offset, std::initializer_list<int64_t> dims) {
-  return Tensor(static_cast<char*>(buffer.data()) + static_cast<size_t>(offset) * dtype_size(dtype), dtype, dims);
+  return Tensor(static_cast<char*>(buffer.data()) + static_cast<size_t>(offset) * dtype_size(dtype), dtype,
+                dims);
 }
 
 int64_t chunk_tokens(int64_t context) {
@@ -68,7 +69,8 @@ CachedDecoder::CachedDecoder(const ResidentModel& model, Device& device, Ops& op
   gate_ = DeviceBuffer(device, C * F * es, "generation activations");
   up_ = DeviceBuffer(device, C * F * es, "generation activations");
   act_ = DeviceBuffer(device, C * F * es, "generation activations");
-  rstd_ = DeviceBuffer(device, C * static_cast<size_t>(std::max(c.num_heads, c.num_kv_heads)) * 4, "norm statistics");
+  rstd_ = DeviceBuffer(device, C * static_cast<size_t>(std::max(c.num_heads, c.num_kv_heads)) * 4,
+                       "norm statistics");
   normed_ = DeviceBuffer(device, R * H * es, "generation head");
   logits_ = DeviceBuffer(device, R * V * es, "generation logits");
   if (dtype_ != DType::F32) logits_f32_ = DeviceBuffer(device, R * V * 4, "generation logits");
@@ -90,9 +92,10 @@ void CachedDecoder::truncate(int64_t n) {
 void CachedDecoder::upload_ids(std::span<const int32_t> tokens) {
   const int64_t V = model_.config().vocab_size;
   for (int32_t id : tokens)
-    FERRY_CHECK(id >= 0 && id < V, "generate",
-                "token id {} is outside the model's vocabulary of {}; the tokenizer does not belong to this model",
-                id, V);
+    FERRY_CHECK(
+        id >= 0 && id < V, "generate",
+        "token id {} is outside the model's vocabulary of {}; the tokenizer does not belong to this model",
+        id, V);
   // The pinned staging is reused: the previous chunk's copy must have run.
   device_.synchronize(device_.record(StreamKind::Compute));
   std::memcpy(host_ids_.data(), tokens.data(), tokens.size() * 4);
@@ -102,7 +105,8 @@ void CachedDecoder::upload_ids(std::span<const int32_t> tokens) {
 
 void CachedDecoder::forward_chunk(int64_t T) {
   const ModelConfig& c = model_.config();
-  const int64_t H = c.hidden_size, F = c.intermediate_size, Hq = c.num_heads, Hkv = c.num_kv_heads, D = c.head_dim;
+  const int64_t H = c.hidden_size, F = c.intermediate_size, Hq = c.num_heads, Hkv = c.num_kv_heads,
+                D = c.head_dim;
   const int64_t QD = c.q_dim(), KD = c.kv_dim(), past = length_, S = past + T;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -193,8 +197,8 @@ const std::vector<float>& CachedDecoder::feed(std::span<const int32_t> tokens) {
 
 std::vector<float> CachedDecoder::feed_all_logits(std::span<const int32_t> tokens) {
   const int64_t n = static_cast<int64_t>(tokens.size()), V = model_.config().vocab_size;
-  FERRY_CHECK(length_ + n <= context_, "generate", "{} tokens do not fit the context of {} tokens", length_ + n,
-              context_);
+  FERRY_CHECK(length_ + n <= context_, "generate", "{} tokens do not fit the context of {} tokens",
+              length_ + n, context_);
   std::vector<float> out;
   const int64_t chunk = chunk_tokens(context_);
   for (int64_t start = 0; start < n; start += chunk) {

@@ -59,7 +59,7 @@ class CachedDecoder {
   int64_t length_ = 0;
   DType dtype_;
   std::vector<DeviceBuffer> k_cache_, v_cache_;  // per layer (context, Hkv*D)
-  DeviceBuffer ids_, positions_, inv_freq_;       // (context) int32, (context) int32, (D/2) fp32
+  DeviceBuffer ids_, positions_, inv_freq_;      // (context) int32, (context) int32, (D/2) fp32
   DeviceBuffer x_, x1_, h_, q_, k_pre_, q_pre_, attn_, gate_, up_, act_, rstd_;  // chunk buffers
   DeviceBuffer normed_, logits_, logits_f32_;
   PinnedBuffer host_ids_, host_logits_;

@@ -22,8 +22,8 @@ std::vector<int32_t> eos_ids_of(const nlohmann::json& json, int64_t vocab, const
     values.push_back(*it);
   for (const auto& v : values) {
     FERRY_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < vocab, kWhere,
-                "{}: eos_token_id {} is not a token id of this model (vocabulary of {}); fix the file", source,
-                v.dump(), vocab);
+                "{}: eos_token_id {} is not a token id of this model (vocabulary of {}); fix the file",
+                source, v.dump(), vocab);
     ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
   return ids;
@@ -31,7 +31,8 @@ std::vector<int32_t> eos_ids_of(const nlohmann::json& json, int64_t vocab, const
 
 }  // namespace
 
-GenerationDefaults load_generation_defaults(const std::filesystem::path& model_dir, const ModelConfig& config) {
+GenerationDefaults load_generation_defaults(const std::filesystem::path& model_dir,
+                                            const ModelConfig& config) {
   GenerationDefaults d;
   const auto path = model_dir / "generation_config.json";
   std::error_code ec;
@@ -39,7 +40,8 @@ GenerationDefaults load_generation_defaults(const std::filesystem::path& model_d
   if (std::filesystem::exists(path, ec))
     generation = parse_json(read_text_file(path, kWhere), kWhere, path.string(), "fix or re-download it");
   d.eos_ids = eos_ids_of(generation, config.vocab_size, path.string());
-  if (d.eos_ids.empty()) d.eos_ids = eos_ids_of(config.raw, config.vocab_size, (model_dir / "config.json").string());
+  if (d.eos_ids.empty())
+    d.eos_ids = eos_ids_of(config.raw, config.vocab_size, (model_dir / "config.json").string());
 
   const auto number = [&](const char* key, double fallback) {
     const auto it = generation.find(key);

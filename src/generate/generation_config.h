@@ -31,6 +31,7 @@ struct GenerationDefaults {
 };
 
 // Reads DIR/generation_config.json when present; `config` is the model's config.json.
-GenerationDefaults load_generation_defaults(const std::filesystem::path& model_dir, const ModelConfig& config);
+GenerationDefaults load_generation_defaults(const std::filesystem::path& model_dir,
+                                            const ModelConfig& config);
 
 }  // namespace ferry

@@ -27,10 +27,11 @@ void Generator::reset() {
   cached_.clear();
 }
 
-GenerationResult Generator::generate(const std::vector<int32_t>& prompt, Sampler& sampler, int64_t max_new_tokens,
-                                     const std::function<void(int32_t)>& on_token) {
+GenerationResult Generator::generate(const std::vector<int32_t>& prompt, Sampler& sampler,
+                                     int64_t max_new_tokens, const std::function<void(int32_t)>& on_token) {
   FERRY_CHECK(!prompt.empty(), "generate", "the prompt has no tokens; give some text");
-  FERRY_CHECK(max_new_tokens >= 0, "generate", "max_new_tokens {} is invalid; give 0 or more", max_new_tokens);
+  FERRY_CHECK(max_new_tokens >= 0, "generate", "max_new_tokens {} is invalid; give 0 or more",
+              max_new_tokens);
   GenerationResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
   FERRY_CHECK(r.prompt_tokens <= decoder_.context(), "generate",

@@ -11,12 +11,14 @@ size_t resident_weight_bytes(const ModelLayout& layout, DType dtype) {
   return bytes;
 }
 
-ResidentModel::ResidentModel(Device& device, const ModelConfig& config, DType dtype, const UnitReader& read_unit)
+ResidentModel::ResidentModel(Device& device, const ModelConfig& config, DType dtype,
+                             const UnitReader& read_unit)
     : config_(config), layout_(build_model_layout(config)), dtype_(dtype) {
   int64_t largest = 0;
   for (const auto& u : layout_.units) largest = std::max(largest, u.numel);
   std::vector<float> values(static_cast<size_t>(largest));
-  std::vector<unsigned char> converted(dtype == DType::F32 ? 0 : static_cast<size_t>(largest) * dtype_size(dtype));
+  std::vector<unsigned char> converted(
+      dtype == DType::F32 ? 0 : static_cast<size_t>(largest) * dtype_size(dtype));
   for (size_t u = 0; u < layout_.units.size(); ++u) {
     const size_t count = static_cast<size_t>(layout_.units[u].numel);
     read_unit(u, values.data());
@@ -50,7 +52,8 @@ LayerParams ResidentModel::layer(int64_t index) const {
 }
 
 HeadParams ResidentModel::head() const {
-  return head_params(layout_, units_[layout_.head_unit()].data(), units_[layout_.embedding_unit()].data(), dtype_);
+  return head_params(layout_, units_[layout_.head_unit()].data(), units_[layout_.embedding_unit()].data(),
+                     dtype_);
 }
 
 }  // namespace ferry

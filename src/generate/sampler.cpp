@@ -9,7 +9,8 @@ namespace ferry {
 
 Sampler::Sampler(const SamplingOptions& options) : options_(options), rng_(options.seed) {
   FERRY_CHECK(options.temperature >= 0.0 && std::isfinite(options.temperature), "generate",
-              "temperature {} is invalid; give 0 for greedy decoding or a positive value", options.temperature);
+              "temperature {} is invalid; give 0 for greedy decoding or a positive value",
+              options.temperature);
   FERRY_CHECK(options.top_k >= 0, "generate", "top_k {} is invalid; give 0 (no cut) or a positive count",
               options.top_k);
   FERRY_CHECK(options.top_p > 0.0 && options.top_p <= 1.0, "generate",
@@ -24,7 +25,9 @@ int32_t Sampler::next(const float* logits, int64_t vocab) {
   candidates_.clear();
   const float inv_t = static_cast<float>(1.0 / options_.temperature);
   for (int64_t i = 0; i < vocab; ++i) candidates_.emplace_back(logits[i] * inv_t, static_cast<int32_t>(i));
-  const auto larger = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  const auto larger = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   size_t keep = candidates_.size();
   if (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < keep) {
     keep = static_cast<size_t>(options_.top_k);

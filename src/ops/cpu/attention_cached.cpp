@@ -21,7 +21,8 @@ void CpuOps::attention_cached(Tensor q, Tensor k, Tensor v, float scale, Tensor 
   cpu::expect(q.ndim == 3, op, fmt::format("q is {}, expected (T, Hq, D)", q.shape_string()));
   const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2];
   cpu::expect_f32(op, "k", k);
-  cpu::expect(k.ndim == 3 && k.shape[2] == D, op, fmt::format("k is {}, expected (S, Hkv, {})", k.shape_string(), D));
+  cpu::expect(k.ndim == 3 && k.shape[2] == D, op,
+              fmt::format("k is {}, expected (S, Hkv, {})", k.shape_string(), D));
   const int64_t S = k.shape[0], Hkv = k.shape[1];
   cpu::expect_shape(op, "v", v, {S, Hkv, D});
   cpu::expect_shape(op, "out", out, {T, Hq, D});

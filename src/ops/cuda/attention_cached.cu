@@ -99,14 +99,16 @@ void CudaOps::attention_cached(Tensor q, Tensor k, Tensor v, float scale, Tensor
   cuda::expect_dtype(op, "k", k, DType::BF16);
   cuda::expect_dtype(op, "v", v, DType::BF16);
   cuda::expect_like(op, "out", out, "q", q, DType::BF16);
-  CUDA_OPS_EXPECT(q.ndim == 3 && k.ndim == 3, op, cuda::describe("q", q) + ", " + cuda::describe("k", k) +
-                                                      ": expected (T, Hq, D) and (S, Hkv, D)");
+  CUDA_OPS_EXPECT(
+      q.ndim == 3 && k.ndim == 3, op,
+      cuda::describe("q", q) + ", " + cuda::describe("k", k) + ": expected (T, Hq, D) and (S, Hkv, D)");
   CUDA_OPS_EXPECT(cuda::same_shape(k, v), op, cuda::describe("k", k) + " and v differ");
   const int64_t T = q.shape[0], Hq = q.shape[1], D = q.shape[2], S = k.shape[0], Hkv = k.shape[1];
   CUDA_OPS_EXPECT(k.shape[2] == D, op, "q and k have different head dims");
   CUDA_OPS_EXPECT(S >= T, op, "the cache holds fewer tokens than there are queries");
   CUDA_OPS_EXPECT(Hkv > 0 && Hq % Hkv == 0, op, "query heads must be a multiple of kv heads");
-  CUDA_OPS_EXPECT(D <= kMaxHeadDim, op, "head_dim above " + std::to_string(kMaxHeadDim) + " is not supported");
+  CUDA_OPS_EXPECT(D <= kMaxHeadDim, op,
+                  "head_dim above " + std::to_string(kMaxHeadDim) + " is not supported");
   if (T == 0 || Hq == 0 || D == 0) return;
   const int64_t blocks = T * Hq;
   CUDA_OPS_EXPECT(blocks < (int64_t{1} << 31), op, "too many (query, head) rows for one launch");
