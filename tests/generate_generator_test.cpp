@@ -3,8 +3,10 @@
 // max_new_tokens and at the end of the context; a later prompt that extends the cached tokens
 // feeds only the rest, with the same result as a fresh start.
 #include <algorithm>
+#include <fstream>
 
 #include "device/device.h"
+#include "generate/generation_model.h"
 #include "generate/generator.h"
 #include "generate_full_forward.h"
 #include "hf_golden.h"
@@ -131,6 +133,35 @@ TEST(Generator, ALongerPromptReusesTheCachedTokens) {
   EXPECT_EQ(again.tokens, second.tokens);
   generator.reset();
   EXPECT_EQ(generator.generate(next, greedy, 5).reused_tokens, 0);
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// A model too large for the host is refused from its config.json alone (the directory holds no
+// weights), with the sizes and what to do; so are a missing model and a context past the model's.
+TEST(GenerationModel, RefusesWhatCannotRun) {
+  test::ScratchDir dir("generation-model-refusals");
+  EXPECT_TRUE(test::throws_with([&] { open_generation_model(dir / "none", GenerationBackend::Cpu, 0); },
+                                {"has no config.json", "Hugging Face model directory"}));
+  nlohmann::json config =
+      nlohmann::json::parse(test::read_file(test::fixtures_dir() / "hf" / "llama3" / "config.json"));
+  std::ofstream(dir / "config.json") << config.dump();
+  EXPECT_TRUE(test::throws_with([&] { open_generation_model(dir.path(), GenerationBackend::Cpu, 300); },
+                                {"--context 300", "1 to 256 tokens"}));
+  config["hidden_size"] = 16384;
+  config["intermediate_size"] = 53248;
+  config["num_hidden_layers"] = 126;
+  config["num_attention_heads"] = 128;
+  config["num_key_value_heads"] = 8;
+  config["vocab_size"] = 128256;
+  config.erase("head_dim");
+  std::ofstream(dir / "config.json") << config.dump();
+  EXPECT_TRUE(test::throws_with([&] { open_generation_model(dir.path(), GenerationBackend::Cpu, 16); },
+                                {"does not fit host memory", "fp32 weights take"}));
 }
 
 }  // namespace
