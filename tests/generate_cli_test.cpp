@@ -140,6 +140,8 @@ TEST_F(GenerateCommand, ErrorsSayWhatToDo) {
       run("generate --device cpu --model " + model() + " --prompt hi --temperature 1 --top-p 0", &out, &err),
       2);
   EXPECT_NE(err.find("top_p 0 is invalid"), std::string::npos) << err;
+  EXPECT_EQ(run("generate --device cpu --model " + model() + " --prompt hi --temperature -1", &out, &err), 2);
+  EXPECT_NE(err.find("temperature -1 is invalid"), std::string::npos) << err;
 
   // A model without a chat template: chat and --messages refuse, --prompt falls back to plain text.
   const auto bare = path("bare");

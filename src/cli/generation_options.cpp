@@ -9,12 +9,13 @@ void GenerationArgs::add_to(CLI::App* cmd) {
       ->capture_default_str();
   cmd->add_option("--max-new-tokens", options.max_new_tokens, "most tokens of a reply")
       ->capture_default_str();
-  cmd->add_option("--temperature", temperature,
-                  "sampling temperature; 0 is greedy (default: generation_config.json's, else greedy)");
-  cmd->add_option("--top-k", top_k,
-                  "sample among the k likeliest tokens; 0: all (default: generation_config's)");
-  cmd->add_option("--top-p", top_p,
-                  "sample within this probability mass (default: generation_config's, else 1)");
+  temperature_option =
+      cmd->add_option("--temperature", temperature,
+                      "sampling temperature; 0 is greedy (default: generation_config.json's, else greedy)");
+  top_k_option = cmd->add_option(
+      "--top-k", top_k, "sample among the k likeliest tokens; 0: all (default: generation_config's)");
+  top_p_option = cmd->add_option(
+      "--top-p", top_p, "sample within this probability mass (default: generation_config's, else 1)");
   cmd->add_flag("--greedy", options.greedy,
                 "always take the likeliest token, whatever generation_config says");
   cmd->add_option("--seed", options.seed, "seed of the sampling")->capture_default_str();
@@ -36,9 +37,9 @@ GenerateOptions GenerationArgs::resolve() const {
   o.prompt.tokenizer = tokenizer;
   o.prompt.chat_template = chat_template;
   for (const auto& v : template_variables) o.prompt.template_variables.push_back(parse_template_variable(v));
-  if (temperature >= 0.0) o.temperature = temperature;
-  if (top_k >= 0) o.top_k = top_k;
-  if (top_p >= 0.0) o.top_p = top_p;
+  if (temperature_option->count() > 0) o.temperature = temperature;
+  if (top_k_option->count() > 0) o.top_k = top_k;
+  if (top_p_option->count() > 0) o.top_p = top_p;
   return o;
 }
 

@@ -15,8 +15,10 @@ struct GenerationArgs {
   GenerateOptions options;
   std::string model, tokenizer, chat_template;
   std::vector<std::string> template_variables;
-  double temperature = -1.0, top_p = -1.0;
-  int64_t top_k = -1;
+  double temperature = 0.0, top_p = 1.0;
+  int64_t top_k = 0;
+  // The sampling options, to tell a value given from one left to generation_config.json.
+  CLI::Option *temperature_option = nullptr, *top_k_option = nullptr, *top_p_option = nullptr;
 
   void add_to(CLI::App* cmd);
   // The options with the converted values filled in.

@@ -211,7 +211,7 @@ void chat(const GenerateOptions& options, std::FILE* in, std::FILE* out) {
               "so ferry chat cannot write a conversation as the model reads it; give --chat-template "
               "FILE.jinja, or use ferry generate --prompt for plain text",
               options.model.string());
-  Loaded l = load(s, options.context > 0 ? options.context : 0);
+  Loaded l = load(s, options.context);
   const bool interactive = isatty(fileno(in)) != 0;
   if (interactive)
     std::fprintf(stderr, "Type a message; /reset starts a new conversation, /exit (or Ctrl-D) ends.\n");
