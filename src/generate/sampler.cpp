@@ -29,7 +29,11 @@ int32_t Sampler::next(const float* logits, int64_t vocab) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
   size_t keep = candidates_.size();
-  if (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < keep) {
+  const bool cut = (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < keep) || options_.top_p < 1.0;
+  if (!cut) {
+    // Nothing is cut: the draw needs no order, only the largest logit for a stable softmax.
+    std::iter_swap(candidates_.begin(), std::min_element(candidates_.begin(), candidates_.end(), larger));
+  } else if (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < keep) {
     keep = static_cast<size_t>(options_.top_k);
     std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(keep),
                       candidates_.end(), larger);
