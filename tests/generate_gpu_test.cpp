@@ -88,8 +88,8 @@ TEST_P(GenerateGpu, CachedDecoderTracksTransformers) {
   }
 }
 
-// Greedy tokens on the GPU and on the CPU agree while the CPU's top two logits are clearly apart
-// (bf16 can swap near-ties; the comparison stops at the first one).
+// Greedy tokens on the GPU and on the CPU agree wherever the CPU's top two logits are clearly apart
+// (bf16 can swap near-ties).
 TEST_P(GenerateGpu, GreedyAgreesWithTheCpu) {
   if (!cuda_available()) GTEST_SKIP() << "no GPU";
   const auto dir = test::fixtures_dir() / "hf" / GetParam();
@@ -112,17 +112,21 @@ TEST_P(GenerateGpu, GreedyAgreesWithTheCpu) {
   std::vector<int32_t> sequence = prompt;
   const std::vector<float>* cpu_logits = &cpu_decoder.feed(sequence);
   const std::vector<float>* gpu_logits = &gpu_decoder.feed(sequence);
+  // Both continue with the CPU's choice; a step is compared where the CPU's top two logits are
+  // further apart than the two backends' logits can differ (each within 8% of the largest of the
+  // goldens, CachedDecoderTracksTransformers).
+  const auto argmax = [](const std::vector<float>& l) {
+    return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
+  };
   int compared = 0;
   for (int step = 0; step < 20; ++step) {
     std::vector<float> sorted = *cpu_logits;
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-    if (sorted[0] - sorted[1] < 0.05 * std::max(1.0, max_abs(*cpu_logits))) break;
-    const auto argmax = [](const std::vector<float>& l) {
-      return static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-    };
     const int32_t next = argmax(*cpu_logits);
-    ASSERT_EQ(argmax(*gpu_logits), next) << "step " << step;
-    ++compared;
+    if (sorted[0] - sorted[1] > 0.2 * max_abs(*cpu_logits)) {
+      EXPECT_EQ(argmax(*gpu_logits), next) << "step " << step;
+      ++compared;
+    }
     const std::vector<int32_t> one{next};
     cpu_logits = &cpu_decoder.feed(one);
     gpu_logits = &gpu_decoder.feed(one);
