@@ -171,6 +171,9 @@ class CountingOps final : public Ops {
                           Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) override {
     count(q).attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv);
   }
+  void attention_cached(Tensor q, Tensor k, Tensor v, float scale, Tensor out) override {
+    count(q).attention_cached(q, k, v, scale, out);
+  }
   void swiglu_forward(Tensor gate, Tensor up, Tensor out) override {
     count(gate).swiglu_forward(gate, up, out);
   }

@@ -112,5 +112,6 @@ void bench_swiglu(Bench& b);
 void bench_embedding(Bench& b);
 void bench_flce(Bench& b);
 void bench_adamw(Bench& b);
+void bench_attention_cached(Bench& b);
 
 }  // namespace ferry::bench

@@ -13,6 +13,8 @@ void add_eval_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_profile_command(CLI::App& app);
+void add_generate_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 
 // The process exit code chosen by the command that ran (0 unless it set one).
 int exit_code();

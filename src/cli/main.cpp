@@ -1,4 +1,4 @@
-// ferry's command line: `ferry train | init | eval | demo | tokenize | profile`.
+// ferry's command line: `ferry train | init | eval | generate | chat | demo | tokenize | plan | profile`.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   ferry::cli::add_tokenize_command(app);
   ferry::cli::add_plan_command(app);
   ferry::cli::add_profile_command(app);
+  ferry::cli::add_generate_command(app);
+  ferry::cli::add_chat_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -37,11 +37,9 @@ bool ignorable_extra(const std::string& name, const ModelLayout& layout) {
 
 }  // namespace
 
-ModelWeights load_model_weights(const std::filesystem::path& model_dir) {
-  const ModelConfig config = load_model_config(model_dir);
-  const ModelLayout layout = build_model_layout(config);
+SafetensorsModel open_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                    const ModelLayout& layout) {
   SafetensorsModel file = SafetensorsModel::open(model_dir);
-
   // Names, shapes and dtypes are all checked before the fp32 copy is allocated: a config.json
   // that disagrees with the weights is reported by tensor, not by an allocation of its sizes.
   std::set<std::string> expected;
@@ -61,7 +59,13 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir) {
                 model_dir.string(), name);
   for (const auto& u : layout.units)
     for (const auto& p : u.params) file.check_weight(p.hf_name, p.shape);
+  return file;
+}
 
+ModelWeights load_model_weights(const std::filesystem::path& model_dir) {
+  const ModelConfig config = load_model_config(model_dir);
+  const ModelLayout layout = build_model_layout(config);
+  const SafetensorsModel file = open_model_weights(model_dir, config, layout);
   ModelWeights w = ModelWeights::zeros(config);
   for (size_t i = 0; i < w.layout.units.size(); ++i)
     read_unit_weights(file, w.layout.units[i], w.units[i].data());

@@ -28,6 +28,10 @@ struct ModelWeights {
 // does not know is an error (the checkpoint is for another architecture), except rotary
 // inv_freq buffers and a tied model's duplicate lm_head.weight.
 ModelWeights load_model_weights(const std::filesystem::path& model_dir);
+// The weights of DIR opened, with every name, shape and dtype checked against `layout` (the checks
+// load_model_weights makes before it reads anything): for readers that convert unit by unit.
+SafetensorsModel open_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
+                                    const ModelLayout& layout);
 void read_unit_weights(const SafetensorsModel& file, const UnitLayout& unit, float* dst);
 
 // Writes the parameters of `units` (fp32, laid out by `layout`) as DIR/model*.safetensors in

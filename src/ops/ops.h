@@ -96,6 +96,11 @@ class Ops {
   virtual void attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                   Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) = 0;
 
+  // Attention of the T newest tokens of one sequence over its key/value cache (generation):
+  // k, v (S,Hkv,D) hold positions 0..S-1 (S >= T), q (T,Hq,D) the queries of positions S-T..S-1,
+  // and query t attends keys 0..S-T+t. out (T,Hq,D). Forward only; no lse.
+  virtual void attention_cached(Tensor q, Tensor k, Tensor v, float scale, Tensor out) = 0;
+
   // out = silu(gate) * up, all (T,F).
   virtual void swiglu_forward(Tensor gate, Tensor up, Tensor out) = 0;
   virtual void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) = 0;

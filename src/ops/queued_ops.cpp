@@ -39,6 +39,10 @@ void QueuedOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask m
   enqueue([=](Ops& ops) { ops.attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv); });
 }
 
+void QueuedOps::attention_cached(Tensor q, Tensor k, Tensor v, float scale, Tensor out) {
+  enqueue([=](Ops& ops) { ops.attention_cached(q, k, v, scale, out); });
+}
+
 void QueuedOps::swiglu_forward(Tensor gate, Tensor up, Tensor out) {
   enqueue([=](Ops& ops) { ops.swiglu_forward(gate, up, out); });
 }

@@ -38,6 +38,10 @@ void TracingOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask 
          [&](Ops& ops) { ops.attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv); });
 }
 
+void TracingOps::attention_cached(Tensor q, Tensor k, Tensor v, float scale, Tensor out) {
+  traced("attention_cached", [&](Ops& ops) { ops.attention_cached(q, k, v, scale, out); });
+}
+
 void TracingOps::swiglu_forward(Tensor gate, Tensor up, Tensor out) {
   traced("swiglu_forward", [&](Ops& ops) { ops.swiglu_forward(gate, up, out); });
 }

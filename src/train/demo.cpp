@@ -9,8 +9,9 @@
 
 #include "core/log.h"
 #include "core/thread_pool.h"
-#include "engine/model_step.h"
-#include "model/model_weights.h"
+#include "device/device.h"
+#include "generate/generator.h"
+#include "ops/device_ops.h"
 #include "train/model_init.h"
 #include "train/trainer.h"
 
@@ -61,36 +62,25 @@ ModelConfig demo_model_config() {
   return parse_model_config(json, "demo model");
 }
 
-// Greedy decoding of each prompt; exact match of the whole answer (EOS included).
+// Greedy decoding of each prompt with the generator `ferry generate` uses (KV cache, stop at EOS);
+// exact match of the whole answer (EOS included).
 double exact_match(const std::filesystem::path& model_dir, const std::vector<Example>& examples, bool show) {
-  ModelWeights w = load_model_weights(model_dir);
-  auto ops = make_cpu_ops();
-  const int64_t max_tokens = 2 + 2 * kMaxLength + 1;
-  ModelStep step(w.config, w.layout, *ops, max_tokens, 1);
-  std::vector<float*> params;
-  for (auto& u : w.units) params.push_back(u.data());
-  std::vector<float> logits(static_cast<size_t>(max_tokens * w.config.vocab_size));
-  std::vector<int32_t> positions(max_tokens), doc_start(max_tokens, 0);
-  for (int64_t i = 0; i < max_tokens; ++i) positions[i] = static_cast<int32_t>(i);
+  SimDeviceOptions options;
+  options.require_pinned_host = false;
+  auto device = make_sim_device(options);
+  auto ops = make_device_ops(*device);
+  const ResidentModel model = ResidentModel::load(*device, model_dir, DType::F32);
+  CachedDecoder decoder(model, *device, *ops, 2 + 2 * kMaxLength + 1);
+  Generator generator(decoder, {kEos});
+  Sampler greedy(SamplingOptions{});
 
   int64_t correct = 0;
   for (size_t n = 0; n < examples.size(); ++n) {
-    std::vector<int32_t> ids = examples[n].prompt();
     const std::vector<int32_t> expected = examples[n].answer();
-    std::vector<int32_t> produced;
-    while (produced.size() < expected.size()) {
-      TokenChunk chunk;
-      chunk.tokens = static_cast<int64_t>(ids.size());
-      chunk.ids = ids.data();
-      chunk.positions = positions.data();
-      chunk.doc_start = doc_start.data();
-      step.logits(params, chunk, logits.data());
-      const float* last = logits.data() + (ids.size() - 1) * static_cast<size_t>(w.config.vocab_size);
-      const int32_t next = static_cast<int32_t>(std::max_element(last, last + w.config.vocab_size) - last);
-      produced.push_back(next);
-      ids.push_back(next);
-      if (next == kEos) break;
-    }
+    const GenerationResult r =
+        generator.generate(examples[n].prompt(), greedy, static_cast<int64_t>(expected.size()));
+    std::vector<int32_t> produced = r.tokens;
+    if (r.finish == FinishReason::Stop) produced.push_back(kEos);
     correct += (produced == expected);
     if (show && n < 4) {
       std::string out;

@@ -33,6 +33,8 @@ class CpuOps final : public Ops {
   void attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                           Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) override;
 
+  void attention_cached(Tensor q, Tensor k, Tensor v, float scale, Tensor out) override;
+
   void swiglu_forward(Tensor gate, Tensor up, Tensor out) override;
   void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) override;
 
