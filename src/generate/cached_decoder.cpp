@@ -109,7 +109,7 @@ void CachedDecoder::forward_chunk(int64_t T) {
                 D = c.head_dim;
   const int64_t QD = c.q_dim(), KD = c.kv_dim(), past = length_, S = past + T;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const float scale = attention_scale(c);  // 1/sqrt(head_dim), with YaRN's temperature (model_config.h)
   const int32_t* positions = static_cast<const int32_t*>(positions_.data()) + past;
   const auto* inv_freq = static_cast<const float*>(inv_freq_.data());
   const DType dt = dtype_;
