@@ -157,6 +157,27 @@ TEST_F(TrainingDataTest, MasksFollowTheTemplateAndStopStrings) {
                                                "Then we eat.<|im_end|>"}));
 }
 
+TEST_F(TrainingDataTest, ChatTemplateKwargsReachTheTemplate) {
+  std::ofstream(scratch_ / "vars.jinja") << "{% if preamble is defined %}{{ preamble }}\n{% endif %}{% for m "
+                                            "in messages %}<|im_start|>{{ m.role }}\n"
+                                            "{{ m.content }}<|im_end|>\n{% endfor %}{% if "
+                                            "add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  const ModelConfig model = load_model_config(model_);
+  const Tokenizer tokenizer = Tokenizer::load(model_);
+  auto first_text = [&](const std::vector<std::string>& extra, TrainingDataSummary* s) {
+    std::vector<std::string> overrides = {"data=" + chat_.string(),
+                                          "chat_template=" + (scratch_ / "vars.jinja").string()};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return tokenizer.decode(load_training_documents(config(overrides), model, s)[0].input_ids);
+  };
+  TrainingDataSummary plain, with_vars;
+  EXPECT_EQ(first_text({}, &plain).find("Be brief."), std::string::npos);
+  EXPECT_NE(first_text({"chat_template_kwargs={preamble: Be brief.}"}, &with_vars)
+                .find("Be brief.\n<|im_start|>user"),
+            std::string::npos);
+  EXPECT_NE(plain.fingerprint, with_vars.fingerprint);
+}
+
 TEST_F(TrainingDataTest, ConfigErrors) {
   EXPECT_THROW(config({"data_format=chatml"}), Error);
   EXPECT_EQ(config({"train_on_input=true"}).train_on_prompt, true);

@@ -111,6 +111,8 @@ std::string fingerprint_of(const TrainConfig& config, const ModelConfig& model, 
   field("data_format", data_format_name(config.data_format));
   field("train_on_prompt", config.train_on_prompt ? "true" : "false");
   field("skip_malformed", config.skip_malformed ? "true" : "false");
+  // Template variables change the rendering; a run without any keeps the caches made before them.
+  if (!config.chat_template_kwargs.empty()) field("chat_template_kwargs", config.chat_template_kwargs.dump());
   field("vocab_size", std::to_string(model.vocab_size));
   for (const auto& path : config.data) {
     field("data.extension", path.extension().string());
@@ -199,6 +201,8 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
   options.encoder = &encoder;
   options.chat_template = setup.chat_template ? &*setup.chat_template : nullptr;
   options.chat.stop_strings = setup.stop_strings;
+  for (const auto& [name, value] : config.chat_template_kwargs.items())
+    options.chat.render.extra_variables.emplace_back(name, jinja::from_json(value));
   if (options.chat_template)
     FERRY_CHECK(
         !setup.stop_strings.empty(), kWhere,
@@ -216,6 +220,7 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
                          {"stop_strings", setup.stop_strings},
                          {"data_format", data_format_name(config.data_format)},
                          {"train_on_prompt", config.train_on_prompt},
+                         {"chat_template_kwargs", config.chat_template_kwargs},
                          {"records", stats.records},
                          {"records_by_format", stats.records_by_format},
                          {"skipped_malformed", stats.skipped_malformed},
