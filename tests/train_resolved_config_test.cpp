@@ -1,13 +1,12 @@
 // config.yaml, the resolved configuration a run writes: every key with its value, and read back it
 // is the same configuration.
-#include "train/resolved_config.h"
-
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
 #include <set>
 
 #include "test_util.h"
+#include "train/resolved_config.h"
 
 namespace ferry {
 namespace {

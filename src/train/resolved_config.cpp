@@ -91,7 +91,9 @@ const std::map<std::string, Writer>& writers() {
       {"epochs", value(&TrainConfig::epochs)},
       {"learning_rate", value(&TrainConfig::learning_rate)},
       {"lr_scheduler_type",
-       [](YAML::Emitter& o, const TrainConfig& c) { o << std::string(lr_schedule_name(c.lr_scheduler_type)); }},
+       [](YAML::Emitter& o, const TrainConfig& c) {
+         o << std::string(lr_schedule_name(c.lr_scheduler_type));
+       }},
       {"warmup_steps", value(&TrainConfig::warmup_steps)},
       {"warmup_ratio", value(&TrainConfig::warmup_ratio)},
       {"min_lr_ratio", value(&TrainConfig::min_lr_ratio)},
@@ -120,13 +122,17 @@ const std::map<std::string, Writer>& writers() {
       {"offload_activations",
        [](YAML::Emitter& o, const TrainConfig& c) { o << offload_name(c.offload_activations); }},
       {"recompute",
-       [](YAML::Emitter& o, const TrainConfig& c) { o << (c.recompute == RecomputePolicy::All ? "all" : "auto"); }},
+       [](YAML::Emitter& o, const TrainConfig& c) {
+         o << (c.recompute == RecomputePolicy::All ? "all" : "auto");
+       }},
       {"weight_upload",
        [](YAML::Emitter& o, const TrainConfig& c) {
          o << (c.weight_upload ? weight_upload_name(*c.weight_upload) : "auto");
        }},
       {"update_schedule",
-       [](YAML::Emitter& o, const TrainConfig& c) { o << (c.update_schedule ? update_name(*c.update_schedule) : "auto"); }},
+       [](YAML::Emitter& o, const TrainConfig& c) {
+         o << (c.update_schedule ? update_name(*c.update_schedule) : "auto");
+       }},
       {"resident_layers", value(&TrainConfig::resident_layers)},
       {"trace", path(&TrainConfig::trace)},
       {"trace_steps",
