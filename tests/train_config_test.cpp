@@ -99,6 +99,22 @@ TEST(TrainConfig, ChatTemplateKwargsAreAMappingOfTypedValues) {
                                 {"chat_template_kwargs", "mapping"}));
 }
 
+TEST(TrainConfig, ModelOrgSlashNameIsFoundInTheHuggingFaceCache) {
+  test::ScratchDir dir("config-hub");
+  const auto repo = dir / "hub" / "models--meta-llama--Llama-3.2-1B";
+  std::filesystem::create_directories(repo / "snapshots" / "0123abcd");
+  std::filesystem::create_directories(repo / "refs");
+  std::ofstream(repo / "refs" / "main") << "0123abcd";
+  std::filesystem::create_directories(dir / "project");
+  std::ofstream(dir / "project" / "train.yaml") << "model: meta-llama/Llama-3.2-1B\n";
+  ::setenv("HUGGINGFACE_HUB_CACHE", (dir / "hub").c_str(), 1);
+  EXPECT_EQ(load_train_config(dir / "project" / "train.yaml", {}).model, repo / "snapshots" / "0123abcd");
+  EXPECT_TRUE(
+      test::throws_with([&] { load_train_config(dir / "project" / "train.yaml", {"model=org/none"}); },
+                        {"org/none", (dir / "hub" / "models--org--none").string()}));
+  ::unsetenv("HUGGINGFACE_HUB_CACHE");
+}
+
 TEST(TrainConfig, AMissingFileSaysWhichAndWhy) {
   try {
     load_train_config("/nonexistent/train.yaml", {});

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/text_file.h"
 #include "data/record_formats.h"
+#include "io/hub_cache.h"
 
 namespace ferry {
 
@@ -421,7 +422,11 @@ void resolve_paths(TrainConfig& c, const std::filesystem::path& base) {
   auto resolve = [&](std::filesystem::path& p) {
     if (!p.empty() && p.is_relative()) p = base / p;
   };
-  resolve(c.model);
+  // `model: org/name` with no such folder beside the file names a Hugging Face model, found in the
+  // hub cache (resolve_model_path).
+  std::error_code ec;
+  if (!(looks_like_hub_repo_id(c.model.string()) && !std::filesystem::exists(base / c.model, ec)))
+    resolve(c.model);
   resolve(c.output_dir);
   resolve(c.tokenizer);
   resolve(c.chat_template);
@@ -455,6 +460,7 @@ TrainConfig load_train_config(const std::filesystem::path& yaml_path,
   resolve_paths(c, yaml_path.parent_path());
   apply_overrides(c, overrides, given);
   resolve_batch(c, given);
+  c.model = resolve_model_path(c.model);
   validate_train_config(c);
   return c;
 }
