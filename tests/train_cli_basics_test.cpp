@@ -20,7 +20,8 @@ TEST(CliBasics, InitListAloneShowsEveryArchitecturesPresets) {
     EXPECT_NE(out.find(preset), std::string::npos) << preset << " missing from\n" << out;
   ASSERT_EQ(test::run_command(test::ferry_binary().string() + " init --list --arch qwen3", &out), 0) << out;
   EXPECT_EQ(out.find("llama/"), std::string::npos) << out;
-  EXPECT_NE(test::run_command(test::ferry_binary().string() + " init --preset tiny --out /nonexistent/x", &out), 0);
+  EXPECT_NE(
+      test::run_command(test::ferry_binary().string() + " init --preset tiny --out /nonexistent/x", &out), 0);
   EXPECT_NE(out.find("give --arch"), std::string::npos) << out;
 }
 
