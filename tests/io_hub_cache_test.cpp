@@ -1,12 +1,11 @@
 // `model: org/name` found in a Hugging Face hub cache laid out as huggingface_hub writes it.
-#include "io/hub_cache.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
 
 #include "core/error.h"
+#include "io/hub_cache.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -45,8 +44,9 @@ TEST(HubCache, ResolvesThroughTheEnvironmentOrSaysWhereItLooked) {
   std::ofstream(dir / "home" / "hub" / "models--org--m" / "refs" / "main") << "c0ffee\n";
   ::setenv("HF_HOME", (dir / "home").c_str(), 1);
   EXPECT_EQ(resolve_model_path("org/m"), snapshot);
-  EXPECT_TRUE(test::throws_with([] { resolve_model_path("org/missing"); },
-                                {"org/missing", "models--org--missing", "HF_HOME", "huggingface-cli download"}));
+  EXPECT_TRUE(
+      test::throws_with([] { resolve_model_path("org/missing"); },
+                        {"org/missing", "models--org--missing", "HF_HOME", "huggingface-cli download"}));
   ::unsetenv("HF_HOME");
   // An existing directory, or a path that is no repo id, is left alone.
   EXPECT_EQ(resolve_model_path(dir.path()), dir.path());
