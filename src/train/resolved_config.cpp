@@ -86,6 +86,12 @@ const std::map<std::string, Writer>& writers() {
        }},
       {"gradient_accumulation_steps", value(&TrainConfig::gradient_accumulation_steps)},
       {"packing", value(&TrainConfig::packing)},
+      {"packing_strategy",
+       [](YAML::Emitter& o, const TrainConfig& c) {
+         o << (c.packing_strategy == PackingStrategy::BestFit ? "best_fit"
+               : c.packing_strategy == PackingStrategy::Split ? "split"
+                                                              : "auto");
+       }},
       {"shuffle", value(&TrainConfig::shuffle)},
       {"max_steps", value(&TrainConfig::max_steps)},
       {"epochs", value(&TrainConfig::epochs)},

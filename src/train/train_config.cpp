@@ -174,6 +174,13 @@ const std::map<std::string, Setter>& setters() {
       {"gradient_accumulation_steps",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gradient_accumulation_steps = parse_int(n, k); }},
       {"packing", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.packing = parse_bool(n, k); }},
+      {"packing_strategy",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         // TRL's names (bfd, wrapped) too.
+         c.packing_strategy = parse_choice<PackingStrategy>(
+             n, k, {{"auto", PackingStrategy::Auto}, {"best_fit", PackingStrategy::BestFit}, {"bfd", PackingStrategy::BestFit},
+                    {"split", PackingStrategy::Split}, {"wrapped", PackingStrategy::Split}});
+       }},
       {"shuffle", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.shuffle = parse_bool(n, k); }},
       {"max_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_steps = parse_int(n, k); }},
       {"epochs", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.epochs = parse_double(n, k); }},

@@ -28,6 +28,9 @@ enum class ActivationOffload { Auto, All, None };
 // auto: the planner keeps layers' forward intermediates where memory is left (no recompute in
 // their backward); all: every layer recomputes its forward in the backward.
 enum class RecomputePolicy { Auto, All };
+// How packing fills rows (data/packing.h): split for plain text and best fit (never splitting an
+// example) for everything else (auto), or one of them for all data.
+enum class PackingStrategy { Auto, BestFit, Split };
 
 struct TrainConfig {
   // what to train, on what, and where the result goes
@@ -54,6 +57,7 @@ struct TrainConfig {
   // too must agree).
   int64_t gradient_accumulation_steps = 0;
   bool packing = true;  // pack documents into sequences (with document masking)
+  PackingStrategy packing_strategy = PackingStrategy::Auto;
   bool shuffle = true;  // a fresh order every epoch; false: the data's order
 
   // length of training

@@ -33,7 +33,15 @@ DType resolve_save_dtype(const TrainConfig& config, const ModelConfig& model) {
   return config.save_dtype.value_or(model.dtype);
 }
 
-nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::string& tokenized_data) {
+// A packing the rows were made with: true/false as before best fit existed, so that older
+// checkpoints still resume.
+nlohmann::json packing_fingerprint(PackingMode mode) {
+  if (mode == PackingMode::BestFit) return "best_fit";
+  return mode == PackingMode::Split;
+}
+
+nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::string& tokenized_data,
+                               PackingMode packing) {
   nlohmann::json data = nlohmann::json::array();
   for (const auto& p : c.data) {
     std::error_code ec;
@@ -47,7 +55,7 @@ nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::str
           {"seq_len", c.seq_len},
           {"global_batch", c.global_batch},
           {"micro_batch", c.micro_batch},
-          {"packing", c.packing},
+          {"packing", packing_fingerprint(packing)},
           {"shuffle", c.shuffle},
           {"seed", c.seed}};
 }
@@ -107,7 +115,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   if (data_summary.skipped_malformed > 0)
     log_warn("skipped {} malformed records (skip_malformed: true)", data_summary.skipped_malformed);
   FERRY_CHECK(!documents.empty(), kWhere, "the data holds no documents; check the files in `data:`");
-  const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, config.packing);
+  const PackingMode packing = packing_mode(config, data_summary);
+  const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, packing);
   FERRY_CHECK(!rows.empty(), kWhere, "packing produced no sequences");
 
   const int64_t total_steps =
@@ -130,7 +139,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   memory.check();
 
   BatchSampler sampler(static_cast<int64_t>(rows.size()), config.seed, config.shuffle);
-  const nlohmann::json fingerprint = run_fingerprint(config, rows.size(), data_summary.fingerprint);
+  const nlohmann::json fingerprint = run_fingerprint(config, rows.size(), data_summary.fingerprint, packing);
   int64_t step = 0;
   std::filesystem::create_directories(config.output_dir);
   if (config.resume) {
@@ -159,9 +168,13 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
            model_config.num_layers, model_config.hidden_size, static_cast<double>(parameter_count) / 1e6,
            torch_dtype_name(model_config.dtype));
   log_info(
-      "data: {} documents -> {} sequences of {} tokens; {} steps of {} sequences (micro-batch {}), warmup {}",
-      documents.size(), rows.size(), config.seq_len, total_steps, config.global_batch,
-      executor->micro_batch(), warmup);
+      "data: {} documents -> {} sequences of {} tokens ({}); {} steps of {} sequences (micro-batch {}), "
+      "warmup {}",
+      documents.size(), rows.size(), config.seq_len,
+      packing == PackingMode::BestFit ? "best-fit packing"
+      : packing == PackingMode::Split ? "split packing"
+                                      : "no packing",
+      total_steps, config.global_batch, executor->micro_batch(), warmup);
   log_info("device {}", executor->describe());
 
   auto checkpoint_view = [&]() {
