@@ -17,7 +17,8 @@ namespace {
 void write_gzip(const std::filesystem::path& path, const std::string& content) {
   gzFile f = gzopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, content.data(), static_cast<unsigned>(content.size())), static_cast<int>(content.size()));
+  ASSERT_EQ(gzwrite(f, content.data(), static_cast<unsigned>(content.size())),
+            static_cast<int>(content.size()));
   ASSERT_EQ(gzclose(f), Z_OK);
 }
 
@@ -35,7 +36,8 @@ TEST(GzipData, NamesAndContent) {
 
 TEST(GzipData, EveryReaderReadsIt) {
   test::ScratchDir dir("gzip-readers");
-  write_gzip(dir / "tokens.jsonl.gz", "{\"input_ids\": [1, 2, 3], \"labels\": [-100, 2, 3]}\n{\"input_ids\": [4]}\n");
+  write_gzip(dir / "tokens.jsonl.gz",
+             "{\"input_ids\": [1, 2, 3], \"labels\": [-100, 2, 3]}\n{\"input_ids\": [4]}\n");
   const auto docs = load_token_jsonl(dir / "tokens.jsonl.gz", {});
   ASSERT_EQ(docs.size(), 2u);
   EXPECT_EQ(docs[0].labels, (std::vector<int32_t>{-100, 2, 3}));

@@ -54,7 +54,9 @@ std::string read_gzip(const std::filesystem::path& path) {
 
 }  // namespace
 
-bool is_gzip_path(const std::filesystem::path& path) { return path.extension() == ".gz"; }
+bool is_gzip_path(const std::filesystem::path& path) {
+  return path.extension() == ".gz";
+}
 
 std::string data_extension(const std::filesystem::path& path) {
   return is_gzip_path(path) ? path.stem().extension().string() : path.extension().string();
