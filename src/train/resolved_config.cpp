@@ -1,9 +1,11 @@
 #include "train/resolved_config.h"
 
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
 #include <functional>
 #include <map>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/dtype.h"
@@ -48,7 +50,13 @@ const std::map<std::string, Writer>& writers() {
     return Writer([member](YAML::Emitter& o, const TrainConfig& c) { o << (c.*member).string(); });
   };
   auto value = [](auto member) {
-    return Writer([member](YAML::Emitter& o, const TrainConfig& c) { o << c.*member; });
+    return Writer([member](YAML::Emitter& o, const TrainConfig& c) {
+      // Doubles in their shortest exact form (0.9, not 0.90000000000000002).
+      if constexpr (std::is_same_v<std::decay_t<decltype(c.*member)>, double>)
+        o << fmt::format("{}", c.*member);
+      else
+        o << c.*member;
+    });
   };
   auto optional_size = [](std::optional<int64_t> TrainConfig::*member) {
     return Writer([member](YAML::Emitter& o, const TrainConfig& c) {

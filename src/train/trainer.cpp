@@ -5,7 +5,9 @@
 #include <csignal>
 #include <fstream>
 
+#include "core/byte_size.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "data/batch_sampler.h"
@@ -13,6 +15,7 @@
 #include "engine/model_step.h"
 #include "engine/step_batch.h"
 #include "engine/unit_optimizer.h"
+#include "io/atomic_file.h"
 #include "model/model_weights.h"
 #include "ops/ops.h"
 #include "train/checkpoint.h"
@@ -20,6 +23,9 @@
 #include "train/metrics_log.h"
 #include "train/output_dir.h"
 #include "train/output_dir_claim.h"
+#include "train/progress.h"
+#include "train/resolved_config.h"
+#include "train/run_summary.h"
 #include "train/step_executor.h"
 #include "train/training_data.h"
 
@@ -74,6 +80,16 @@ void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json&
 
 // A stop requested by a signal is taken between steps; the steps done since the newest checkpoint
 // are then saved, so that resume=true loses nothing.
+// "GPU 21.3 GiB, pinned 9.1 GiB, host 80.2 GiB" now, for the step line; empty when nothing is known.
+std::string memory_now(const StepExecutor& executor) {
+  std::string out;
+  if (const auto d = executor.device_memory())
+    out = fmt::format("GPU {}, pinned {}", format_bytes(d->device.in_use), format_bytes(d->pinned.in_use));
+  if (const auto host = read_process_memory())
+    out += fmt::format("{}host {}", out.empty() ? "" : ", ", format_bytes(host->counted()));
+  return out;
+}
+
 void log_stop(int signal, int64_t step, int64_t total_steps, int64_t saved_step) {
   const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
   if (step == 0)
@@ -88,12 +104,17 @@ void log_stop(int signal, int64_t step, int64_t total_steps, int64_t saved_step)
 
 TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   validate_train_config(config);
+  const auto run_start = std::chrono::steady_clock::now();
   FERRY_CHECK(!config.model.empty(), kWhere,
               "no model given; set `model:` to a Hugging Face model directory");
   FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more JSONL files");
   FERRY_CHECK(!config.output_dir.empty(), kWhere, "no output_dir given; set `output_dir:`");
   if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
   const OutputDirLock output_lock = claim_output_dir(config);
+  // The log lines go to train.log too (a resumed run's continue it), and the settings this run uses,
+  // defaults included, to config.yaml: what a run did can be read back after the terminal is gone.
+  const LogFile log_file(config.output_dir / kTrainLogFile, config.resume);
+  write_file_atomic(config.output_dir / kResolvedConfigFile, resolved_config_yaml(config));
   warn_if_unfinished_output(config.model);
 
   // Host memory held to the plan phase by phase; the report is written however the run ends.
@@ -176,6 +197,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
                                       : "no packing",
       total_steps, config.global_batch, executor->micro_batch(), warmup);
   log_info("device {}", executor->describe());
+  RunProgress progress(total_steps, step, executor->predicted_step_seconds());
+  if (!progress.eta_text().empty()) log_info("{} for {} steps", progress.eta_text(), total_steps - step);
+  const int64_t first_step = step;
 
   auto checkpoint_view = [&]() {
     executor->finish_updates();
@@ -245,9 +269,17 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     summary.steps.push_back(record);
     if (hooks.on_step) hooks.on_step(record);
+    progress.step_done(record.seconds);
     if (step % config.logging_steps == 0 || step == total_steps) {
-      log_info("step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.0f} tok/s", step, total_steps,
-               record.loss, record.lr, record.grad_norm, static_cast<double>(record.tokens) / record.seconds);
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      const double epoch = static_cast<double>(step * config.global_batch) / static_cast<double>(rows.size());
+      log_info(
+          "step {}/{} | epoch {:.2f} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.0f} tok/s | {} "
+          "elapsed, {} | {}",
+          step, total_steps, epoch, record.loss, record.lr, record.grad_norm,
+          static_cast<double>(record.tokens) / record.seconds, format_duration(elapsed), progress.eta_text(),
+          memory_now(*executor));
     }
     metrics << nlohmann::json{{"step", step},
                               {"loss", record.loss},
@@ -284,6 +316,24 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
   memory.check();
   for (const std::string& line : memory.describe()) log_info("host memory, {}", line);
+  RunEnd end;
+  end.runtime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  end.steps = step - first_step;
+  for (const StepRecord& r : summary.steps) {
+    end.step_seconds += r.seconds;
+    end.tokens += r.tokens;
+  }
+  end.predicted_step_seconds = executor->predicted_step_seconds();
+  end.measured_step_seconds = progress.measured_step_seconds();
+  if (!summary.steps.empty()) end.final_loss = summary.steps.back().loss;
+  if (const auto d = executor->device_memory()) {
+    end.peak_device_bytes = d->device.peak;
+    end.peak_pinned_bytes = d->pinned.peak;
+  }
+  for (const HostMemoryPhase& phase : memory.phases())
+    if (phase.samples > 0) end.peak_host_bytes = std::max(end.peak_host_bytes.value_or(0), phase.peak);
+  end.model_dir = std::filesystem::absolute(config.output_dir);
+  for (const std::string& line : describe_run_end(end)) log_info("{}", line);
   summary.final_step = step;
   summary.finished = true;
   return summary;
