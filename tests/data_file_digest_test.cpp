@@ -1,11 +1,10 @@
 // Data file digests are remembered by size, mtime and inode: an unchanged file is not read again,
 // a changed one is.
-#include "data/file_digest.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
 
+#include "data/file_digest.h"
 #include "data/sha256.h"
 #include "test_util.h"
 

@@ -66,8 +66,8 @@ std::string remembered_file_sha256(const std::filesystem::path& path, const std:
     return (*it)["sha256"].get<std::string>();
   }
   if (id.size >= kAnnounceBytes)
-    log_info("data: hashing {} ({}) to key its cache; later runs skip this while it is unchanged", path.string(),
-             format_bytes(static_cast<size_t>(id.size)));
+    log_info("data: hashing {} ({}) to key its cache; later runs skip this while it is unchanged",
+             path.string(), format_bytes(static_cast<size_t>(id.size)));
   const std::string digest = sha256_file(path);
   if (reused) *reused = false;
   // A file changed while it was hashed is not remembered.
