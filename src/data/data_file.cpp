@@ -9,13 +9,16 @@
 #include <sstream>
 #include <vector>
 
+#include "core/byte_size.h"
 #include "core/error.h"
+#include "core/log.h"
 
 namespace ferry {
 
 namespace {
 
 constexpr const char* kWhere = "data";
+constexpr uintmax_t kAnnounceBytes = uintmax_t{256} << 20;
 
 std::string read_plain(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -66,6 +69,11 @@ std::string read_data_file(const std::filesystem::path& path) {
   std::error_code ec;
   FERRY_CHECK(!std::filesystem::is_directory(path, ec), kWhere, "{} is a directory; give data files",
               path.string());
+  // A large file takes seconds to read (more to decompress): say so rather than go silent.
+  const auto size = std::filesystem::file_size(path, ec);
+  if (!ec && size >= kAnnounceBytes)
+    log_info("data: reading {} ({}{})", path.string(), format_bytes(size),
+             is_gzip_path(path) ? ", compressed" : "");
   return is_gzip_path(path) ? read_gzip(path) : read_plain(path);
 }
 

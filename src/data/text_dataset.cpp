@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "data/data_file.h"
+#include "data/progress_log.h"
 #include "data/token_dataset.h"
 
 namespace ferry {
@@ -21,6 +22,8 @@ namespace {
 
 constexpr const char* kWhere = "data";
 using nlohmann::ordered_json;
+
+constexpr size_t kProgressBatch = 16384;  // records between progress checks
 
 struct Record {
   int64_t line = 0;  // 1-based line the record starts on
@@ -291,13 +294,22 @@ std::vector<Document> load_file(const std::filesystem::path& path, const TextDat
   s->records_by_format[data_format_name(file_format)] += static_cast<int64_t>(records.size());
   log_debug("[data] {}: {} records, format {}", name, records.size(), data_format_name(file_format));
 
+  // In batches, so that a large file reports its progress (a line every few seconds) instead of
+  // being silent for minutes; the batches change nothing in the result.
   std::vector<Outcome> outcomes(records.size());
-  ThreadPool::global().parallel_for(
-      records.size(),
-      [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) outcomes[i] = process_record(file_format, records[i], options);
-      },
-      8);
+  ProgressLog progress(
+      fmt::format("data: {}: {} records ({})", name, records.size(), data_format_name(file_format)));
+  for (size_t start = 0; start < records.size(); start += kProgressBatch) {
+    const size_t stop = std::min(records.size(), start + kProgressBatch);
+    ThreadPool::global().parallel_for(
+        stop - start,
+        [&](size_t begin, size_t end) {
+          for (size_t i = start + begin; i < start + end; ++i)
+            outcomes[i] = process_record(file_format, records[i], options);
+        },
+        8);
+    progress.update(stop, records.size());
+  }
   for (size_t i = 0; i < records.size(); ++i) {
     Outcome& o = outcomes[i];
     if (!o.fatal.empty()) fail(kWhere, "{}:{}: {}", name, records[i].line, o.fatal);

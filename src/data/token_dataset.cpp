@@ -12,6 +12,7 @@
 #include "core/json_text.h"
 #include "core/log.h"
 #include "data/data_file.h"
+#include "data/progress_log.h"
 
 namespace ferry {
 
@@ -155,7 +156,9 @@ std::vector<Document> load_token_jsonl(const std::filesystem::path& path, const 
 
   TokenDataStats local;
   std::vector<Document> docs;
+  ProgressLog progress(fmt::format("data: {}: parsing token ids (bytes)", name));
   for (size_t pos = 0; pos < content.size();) {
+    if (local.lines % 16384 == 0) progress.update(pos, content.size());
     size_t end = content.find('\n', pos);
     if (end == std::string::npos) end = content.size();
     ++local.lines;
