@@ -1,9 +1,9 @@
 // The estimate of the time left: the plan's step time before a step, then the measured steps
 // without the first one's one-time work.
+#include <gtest/gtest.h>
+
 #include "train/progress.h"
 #include "train/run_summary.h"
-
-#include <gtest/gtest.h>
 
 namespace ferry {
 namespace {
@@ -59,12 +59,11 @@ TEST(RunSummary, SaysTimeSpeedPlanLossMemoryAndWhere) {
   e.peak_pinned_bytes = size_t{1} << 30;
   e.peak_host_bytes = size_t{5} << 30;
   e.model_dir = "/runs/out";
-  EXPECT_EQ(describe_run_end(e), (std::vector<std::string>{
-                                     "done: 10 steps in 2m05s (6554 tok/s over the steps)",
-                                     "step time: 10 s measured, 8 s predicted by the plan (+25%)",
-                                     "final loss: 1.2346",
-                                     "peak memory: GPU 3.00 GiB, pinned 1.00 GiB, host 5.00 GiB",
-                                     "model: /runs/out"}));
+  EXPECT_EQ(describe_run_end(e),
+            (std::vector<std::string>{
+                "done: 10 steps in 2m05s (6554 tok/s over the steps)",
+                "step time: 10 s measured, 8 s predicted by the plan (+25%)", "final loss: 1.2346",
+                "peak memory: GPU 3.00 GiB, pinned 1.00 GiB, host 5.00 GiB", "model: /runs/out"}));
   RunEnd cpu;
   cpu.steps = 1;
   cpu.step_seconds = 2;

@@ -23,8 +23,10 @@ std::vector<std::string> describe_run_end(const RunEnd& e) {
   if (e.final_loss) lines.push_back(fmt::format("final loss: {:.4f}", *e.final_loss));
   std::string memory;
   if (e.peak_device_bytes) memory += fmt::format("GPU {}", format_bytes(*e.peak_device_bytes));
-  if (e.peak_pinned_bytes) memory += fmt::format("{}pinned {}", memory.empty() ? "" : ", ", format_bytes(*e.peak_pinned_bytes));
-  if (e.peak_host_bytes) memory += fmt::format("{}host {}", memory.empty() ? "" : ", ", format_bytes(*e.peak_host_bytes));
+  if (e.peak_pinned_bytes)
+    memory += fmt::format("{}pinned {}", memory.empty() ? "" : ", ", format_bytes(*e.peak_pinned_bytes));
+  if (e.peak_host_bytes)
+    memory += fmt::format("{}host {}", memory.empty() ? "" : ", ", format_bytes(*e.peak_host_bytes));
   if (!memory.empty()) lines.push_back("peak memory: " + memory);
   if (!e.model_dir.empty()) lines.push_back("model: " + e.model_dir.string());
   return lines;

@@ -12,11 +12,11 @@
 namespace ferry {
 
 struct RunEnd {
-  double runtime_seconds = 0.0;  // wall time of the whole run, loading included
-  int64_t steps = 0;             // steps this run executed (not those of a resumed checkpoint)
-  double step_seconds = 0.0;     // the sum of those steps' wall times
-  int64_t tokens = 0;            // tokens those steps processed (padding included)
-  double predicted_step_seconds = 0.0;         // 0: no plan
+  double runtime_seconds = 0.0;                 // wall time of the whole run, loading included
+  int64_t steps = 0;                            // steps this run executed (not those of a resumed checkpoint)
+  double step_seconds = 0.0;                    // the sum of those steps' wall times
+  int64_t tokens = 0;                           // tokens those steps processed (padding included)
+  double predicted_step_seconds = 0.0;          // 0: no plan
   std::optional<double> measured_step_seconds;  // RunProgress::measured_step_seconds
   std::optional<double> final_loss;
   std::optional<size_t> peak_device_bytes;  // none on the cpu trainer
