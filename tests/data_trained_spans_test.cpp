@@ -1,8 +1,7 @@
 // A document printed with its trained tokens marked.
-#include "data/trained_spans.h"
-
 #include <gtest/gtest.h>
 
+#include "data/trained_spans.h"
 #include "data_test_tokenizer.h"
 
 namespace ferry {

@@ -21,8 +21,8 @@ TEST(TokenizeShow, PrintsExamplesWithTrainedSpansAndPacking) {
 )";
   std::ofstream(dir / "train.yaml") << "model: model\ndata: chat.jsonl\noutput_dir: out\nseq_len: 128\n";
   std::string out;
-  ASSERT_EQ(test::run_command(test::ferry_binary().string() + " tokenize --data " + (dir / "train.yaml").string() +
-                                  " --show 1",
+  ASSERT_EQ(test::run_command(test::ferry_binary().string() + " tokenize --data " +
+                                  (dir / "train.yaml").string() + " --show 1",
                               &out),
             0)
       << out;
@@ -30,7 +30,9 @@ TEST(TokenizeShow, PrintsExamplesWithTrainedSpansAndPacking) {
   EXPECT_NE(out.find("user\nIs the cat in?"), std::string::npos) << out;
   EXPECT_NE(out.find("\u27e6It is.<|im_end|>\u27e7"), std::string::npos) << out;
   EXPECT_EQ(out.find("--- example 2"), std::string::npos) << out;
-  EXPECT_NE(out.find("--- packing best_fit: 2 documents -> 2 rows of 128 tokens; 0 split, 0 truncated"), std::string::npos) << out;
+  EXPECT_NE(out.find("--- packing best_fit: 2 documents -> 2 rows of 128 tokens; 0 split, 0 truncated"),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("\"documents\": 2"), std::string::npos) << out;
 
   EXPECT_NE(test::run_command(test::ferry_binary().string() + " tokenize --show 2 --text hi", &out), 0);
