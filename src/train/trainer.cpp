@@ -78,8 +78,6 @@ void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json&
   }
 }
 
-// A stop requested by a signal is taken between steps; the steps done since the newest checkpoint
-// are then saved, so that resume=true loses nothing.
 // "GPU 21.3 GiB, pinned 9.1 GiB, host 80.2 GiB" now, for the step line; empty when nothing is known.
 std::string memory_now(const StepExecutor& executor) {
   std::string out;
@@ -90,6 +88,8 @@ std::string memory_now(const StepExecutor& executor) {
   return out;
 }
 
+// A stop requested by a signal is taken between steps; the steps done since the newest checkpoint
+// are then saved, so that resume=true loses nothing.
 void log_stop(int signal, int64_t step, int64_t total_steps, int64_t saved_step) {
   const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
   if (step == 0)
