@@ -82,7 +82,14 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
       h.beta2 = meta["betas"][1];
       h.eps = meta["eps"];
       h.weight_decay = meta["weight_decay"];
+      // An evaluation between steps reads the weights the next step reads: its loss is the step's
+      // (the same forward kernels), and transformers'.
+      const StepLoss evaluated = engine.evaluate(batch);
+      EXPECT_NEAR(evaluated.mean(), step_loss[static_cast<size_t>(k)],
+                  0.02 * step_loss[static_cast<size_t>(k)])
+          << "evaluation before step " << k + 1;
       const SlidingStepResult r = engine.step(k + 1, batch, h, meta["max_grad_norm"]);
+      EXPECT_NEAR(evaluated.mean(), r.loss, 1e-3 * r.loss) << "evaluation before step " << k + 1;
       EXPECT_NEAR(r.loss, step_loss[static_cast<size_t>(k)], 0.02 * step_loss[static_cast<size_t>(k)])
           << "step " << k + 1;
       EXPECT_NEAR(r.grad_norm, norms[static_cast<size_t>(k)], 0.05 * norms[static_cast<size_t>(k)])

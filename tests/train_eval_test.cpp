@@ -73,5 +73,30 @@ TEST_F(EvalTest, ChatDataScoresAsItsPreTokenizedDocuments) {
   EXPECT_TRUE(std::filesystem::exists(scratch_ / "cache"));  // the tokenized text was cached there
 }
 
+// On a device, `ferry eval` runs the sliding engine of a planned run, forward only: the reference's
+// loss (the sums of micro-chunks are grouped differently, so to float rounding), the same targets.
+TEST_F(EvalTest, OnADeviceItRunsThePlannedEngine) {
+  EvalOptions cpu = options({as_tokens(true)});
+  cpu.device = "cpu";
+  EvalOptions sim = cpu;
+  sim.device = "sim";
+  sim.gpu_memory = "64MiB";
+  const EvalResult reference = run_eval(cpu);
+  const EvalResult engine = run_eval(sim);
+  EXPECT_EQ(engine.counted_tokens, reference.counted_tokens);
+  EXPECT_EQ(engine.rows, reference.rows);
+  EXPECT_NEAR(engine.loss, reference.loss, 1e-6 * reference.loss);
+  EvalOptions unknown = cpu;
+  unknown.device = "tpu";
+  try {
+    run_eval(unknown);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'device' must be one of auto, cpu, sim, cuda; got 'tpu'"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ferry

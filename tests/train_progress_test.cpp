@@ -55,15 +55,17 @@ TEST(RunSummary, SaysTimeSpeedPlanLossMemoryAndWhere) {
   e.predicted_step_seconds = 8.0;
   e.measured_step_seconds = 10.0;
   e.final_loss = 1.23456;
+  e.best_eval_loss = 1.5;
   e.peak_device_bytes = size_t{3} << 30;
   e.peak_pinned_bytes = size_t{1} << 30;
   e.peak_host_bytes = size_t{5} << 30;
   e.model_dir = "/runs/out";
   EXPECT_EQ(describe_run_end(e),
-            (std::vector<std::string>{
-                "done: 10 steps in 2m05s (6554 tok/s over the steps)",
-                "step time: 10 s measured, 8 s predicted by the plan (+25%)", "final loss: 1.2346",
-                "peak memory: GPU 3.00 GiB, pinned 1.00 GiB, host 5.00 GiB", "model: /runs/out"}));
+            (std::vector<std::string>{"done: 10 steps in 2m05s (6554 tok/s over the steps)",
+                                      "step time: 10 s measured, 8 s predicted by the plan (+25%)",
+                                      "final loss: 1.2346", "best evaluation loss: 1.5000",
+                                      "peak memory: GPU 3.00 GiB, pinned 1.00 GiB, host 5.00 GiB",
+                                      "model: /runs/out"}));
   RunEnd cpu;
   cpu.steps = 1;
   cpu.step_seconds = 2;

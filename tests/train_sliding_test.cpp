@@ -107,6 +107,51 @@ RunResult sliding_run(const ModelConfig& config, uint64_t seed, const std::vecto
   return run;
 }
 
+// The plain trainer's evaluation of `batch` after 0..kSteps steps (ModelStep::evaluate).
+std::vector<double> plain_evals(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
+                                double max_norm, const StepBatch& batch) {
+  std::vector<double> evals;
+  const ModelLayout layout = build_model_layout(config);
+  auto ops = make_cpu_ops();
+  ModelStep step(config, layout, *ops, kMicro * kSeq, kGlobal / kMicro);
+  for (int64_t s = 0; s <= kSteps; ++s) {
+    PlainState state = plain_state(config, seed, rows, max_norm, s);
+    std::vector<float*> p;
+    for (auto& u : state.masters) p.push_back(u.data());
+    evals.push_back(step.evaluate(p, batch).loss_sum);
+  }
+  return evals;
+}
+
+// sliding_run with an evaluation of `batch` before the first step and after each: the steps must
+// not change, and each evaluation must give the plain trainer's bits.
+RunResult sliding_run_evaluating(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
+                                 double max_norm, const Plan& plan, const StepBatch& batch,
+                                 std::vector<double>* evals) {
+  std::vector<std::vector<float>> units;
+  init_random_weights(config, seed, units);
+  const ModelLayout layout = build_model_layout(config);
+  auto device = make_sim_device({});
+  auto ops = make_device_ops(*device);
+  SlidingEngine engine(config, layout, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+  for (size_t u = 0; u < units.size(); ++u) engine.host().unit(u).master.assign(units[u]);
+  engine.weights_changed(0);
+  RunResult run;
+  evals->push_back(engine.evaluate(batch).loss_sum);
+  for (int64_t s = 0; s < kSteps; ++s) {
+    const SlidingStepResult r = engine.step(s + 1, batch_for(rows, s), hyper_at(s), max_norm);
+    run.losses.push_back(r.loss);
+    run.norms.push_back(r.grad_norm);
+    evals->push_back(engine.evaluate(batch).loss_sum);
+  }
+  engine.finish_updates();
+  for (size_t u = 0; u < units.size(); ++u) {
+    const HostArray& master = engine.host().unit(u).master;
+    run.masters.emplace_back(master.data(), master.data() + master.size());
+  }
+  return run;
+}
+
 void expect_identical(const RunResult& a, const RunResult& b) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (size_t i = 0; i < a.losses.size(); ++i) {
@@ -258,6 +303,40 @@ TEST_F(SlidingEngineTest, EveryStepLeavesEmbeddingRowsWithoutAGradient) {
     EXPECT_TRUE(std::is_sorted(rows.begin(), rows.end()));
     EXPECT_EQ(std::adjacent_find(rows.begin(), rows.end()), rows.end());
   }
+}
+
+// Evaluation between steps runs the forward uses of the same slots and buffers with the weights of
+// the last update: the plain trainer's loss bit for bit, and the steps around it unchanged, for
+// streamed, offloaded, resident, device-updated, kept-internals and converted-upload plans.
+TEST_F(SlidingEngineTest, EvaluationBetweenStepsGivesThePlainLossAndChangesNoStep) {
+  const StepBatch batch = batch_for(rows_, 7);
+  const std::vector<double> expected = plain_evals(config_, 9, rows_, 0.5, batch);
+  const std::vector<Plan> plans = {
+      make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward),
+      make_plan(layout_, 4, 3, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward),
+      make_plan(layout_, 4, 2, {0, 3, 4, 5}, {1}, UpdateSchedule::AfterBackward),
+      make_plan(layout_, 4, 2, {3}, {1}, UpdateSchedule::AfterBackward, {2, 5}),
+      keeping_internals(make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward), {2, 3}),
+      make_plan(layout_, 4, 2, {0, 1, 2, 3, 4, 5}, {}, UpdateSchedule::AfterBackward, all_units(layout_)),
+      converting_on_upload(make_plan(layout_, 4, 2, {}, {0, 2}, UpdateSchedule::AfterBackward)),
+  };
+  for (size_t k = 0; k < plans.size(); ++k) {
+    SCOPED_TRACE("plan " + std::to_string(k) + ": " + plans[k].describe());
+    std::vector<double> evals;
+    expect_identical(reference_, sliding_run_evaluating(config_, 9, rows_, 0.5, plans[k], batch, &evals));
+    ASSERT_EQ(evals.size(), expected.size());
+    for (size_t s = 0; s < evals.size(); ++s)
+      EXPECT_EQ(evals[s], expected[s]) << "evaluation after step " << s;
+  }
+  // Without clipping, updates run during the backward.
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  const std::vector<double> expected_unclipped = plain_evals(config_, 9, rows_, 0.0, batch);
+  std::vector<double> evals;
+  expect_identical(
+      plain, sliding_run_evaluating(config_, 9, rows_, 0.0,
+                                    make_plan(layout_, 4, 2, {}, {3}, UpdateSchedule::DuringBackward), batch,
+                                    &evals));
+  ASSERT_EQ(evals, expected_unclipped);
 }
 
 TEST(DistinctIds, SortsDropsRepeatsAndRefusesIdsOutsideTheVocabulary) {

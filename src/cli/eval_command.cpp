@@ -29,6 +29,11 @@ void add_eval_command(CLI::App& app) {
   cmd->add_option("--dump-logits", *dump, "write input_ids, position_ids and logits of the first rows here");
   cmd->add_option("--dump-rows", o->dump_rows, "rows to dump")->capture_default_str();
   cmd->add_option("--threads", o->threads, "CPU threads (0: all)")->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "auto (a GPU where one answers, else the fp32 reference on the CPU), cpu, sim or cuda")
+      ->capture_default_str();
+  cmd->add_option("--gpu-memory", o->gpu_memory,
+                  "bound the GPU's memory, as train's gpu_memory (e.g. 24GiB)");
   cmd->callback([o, data, model, dump] {
     o->model = *model;
     o->dump_logits = *dump;

@@ -197,4 +197,15 @@ std::vector<PackedRow> pack_documents(const std::vector<Document>& documents, in
   return pack_documents(documents, seq_len, packing ? PackingMode::Split : PackingMode::None, stats);
 }
 
+PackedRow padding_row(int64_t seq_len) {
+  PackedRow row;
+  const size_t n = static_cast<size_t>(seq_len);
+  row.input_ids.assign(n, 0);
+  row.targets.assign(n, kIgnoreIndex);
+  row.positions.resize(n);
+  for (size_t t = 0; t < n; ++t) row.positions[t] = static_cast<int32_t>(t);
+  row.doc_start.assign(n, 0);
+  return row;
+}
+
 }  // namespace ferry

@@ -62,6 +62,10 @@ struct PackStats {
 // (AttentionMask::row_tokens in ops/ops.h): no token that reaches the loss sees a difference.
 bool attends_as_one_sequence(const PackedRow& row);
 
+// A row that counts nothing (every target kIgnoreIndex): it fills the last micro-chunk of an
+// evaluation whose rows do not divide into micro-chunks, without changing its loss.
+PackedRow padding_row(int64_t seq_len);
+
 // Throws ferry::Error when seq_len < 1. Rows are exactly seq_len long. Split and truncated documents
 // are logged as warnings, with their counts.
 std::vector<PackedRow> pack_documents(const std::vector<Document>& documents, int64_t seq_len,

@@ -159,14 +159,15 @@ void SlidingEngine::issue_load(size_t j) {
   // The embedding's backward claims its slot (after the previous occupant's release) unfilled.
   const bool weights_read = use_reads_weights(uses_, j);
   if (weights_read) {
-    updater_->wait_updated(use.unit, step_ - 1);
+    updater_->wait_updated(use.unit, weights_step());
     upload_weights(use.unit, buffers_.slot_params[static_cast<size_t>(use.slot)].data());
   }
   events_.loaded[j] = device_.record(StreamKind::HostToDevice);
-  if (weights_read) updater_->weights_uploaded(use.unit, events_.loaded[j]);
+  if (weights_read && !evaluating_) updater_->weights_uploaded(use.unit, events_.loaded[j]);
 }
 
 void SlidingEngine::issue_loads_up_to(size_t limit) {
+  if (evaluating_) limit = std::min(limit, head_use());  // no backward follows
   while (events_.next_load < uses_.size() && events_.next_load <= limit) {
     const SlotUse& use = uses_[events_.next_load];
     if (use.load) {
@@ -233,6 +234,22 @@ void SlidingEngine::begin_step(const StepBatch& batch, const AdamWHyper& hyper, 
   std::vector<int32_t> rows = distinct_ids(std::span<const int32_t>(batch.ids.data(), n), config_.vocab_size);
   step_rows_ = static_cast<int64_t>(rows.size());
 
+  upload_tokens(batch, rows);
+  updater_->begin_step(step_, hyper, max_grad_norm, std::move(rows));
+  step_row_ids_ = buffers_.tokens.as<int32_t>() + 4 * stride;
+  for (size_t u = 0; u < roles_.resident.size(); ++u)
+    if (roles_.resident[u])
+      device_.fill_zero(buffers_.resident_grads[u].data(),
+                        static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
+                        StreamKind::Compute);
+
+  events_.reset(uses_.size(), static_cast<size_t>(L), roles_.resident.size());
+  step_hyper_ = hyper;
+}
+
+void SlidingEngine::upload_tokens(const StepBatch& batch, const std::vector<int32_t>& rows) {
+  const int64_t C = batch.chunks(), T = chunk_tokens_;
+  const size_t n = static_cast<size_t>(C * T), stride = static_cast<size_t>(max_chunks_ * T);
   // Token arrays of the step: ids, targets, positions, doc_start, each (max_chunks * T), and the
   // distinct ids.
   if (tokens_free_ >= 0) device_.synchronize(tokens_free_);
@@ -242,25 +259,40 @@ void SlidingEngine::begin_step(const StepBatch& batch, const AdamWHyper& hyper, 
   std::memcpy(host + 2 * stride, batch.positions.data(), n * 4);
   std::memcpy(host + 3 * stride, batch.doc_start.data(), n * 4);
   std::memcpy(host + 4 * stride, rows.data(), rows.size() * 4);
-  updater_->begin_step(step_, hyper, max_grad_norm, std::move(rows));
   device_.copy_to_device(buffers_.tokens.data(), host, kStepTokenArrays * stride * sizeof(int32_t),
                          StreamKind::HostToDevice);
   tokens_free_ = device_.record(StreamKind::HostToDevice);
   device_.wait(StreamKind::Compute, tokens_free_);
-  step_row_ids_ = buffers_.tokens.as<int32_t>() + 4 * stride;
   device_.fill_zero(buffers_.loss.data(), sizeof(float), StreamKind::Compute);
-  for (size_t u = 0; u < roles_.resident.size(); ++u)
-    if (roles_.resident[u])
-      device_.fill_zero(buffers_.resident_grads[u].data(),
-                        static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
-                        StreamKind::Compute);
-
-  events_.reset(uses_.size(), static_cast<size_t>(L), roles_.resident.size());
   step_chunks_ = C;
-  step_hyper_ = hyper;
   step_row_tokens_.resize(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) step_row_tokens_[static_cast<size_t>(c)] = batch.row_tokens(c);
   counted_tokens_ = batch.counted_tokens();
+}
+
+StepLoss SlidingEngine::evaluate(const StepBatch& batch) {
+  FERRY_ASSERT(batch.chunk_tokens() == chunk_tokens_ && batch.chunks() <= max_chunks_);
+  // The weights of every update issued so far: the host's, and the device units' (their update is
+  // ahead on the compute stream).
+  if (step_ > 0) updater_->wait_all_updated(step_);
+  evaluating_ = true;
+  upload_tokens(batch, {});
+  events_.reset(uses_.size(), static_cast<size_t>(config_.num_layers), roles_.resident.size());
+  try {
+    for (size_t i = 0; i <= head_use(); ++i) run_use(i);
+  } catch (...) {
+    evaluating_ = false;
+    throw;
+  }
+  evaluating_ = false;
+  device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
+  device_.copy_to_host(buffers_.loss_host.data(), buffers_.loss.data(), sizeof(float),
+                       StreamKind::DeviceToHost);
+  device_.synchronize(device_.record(StreamKind::DeviceToHost));
+  StepLoss loss;
+  loss.loss_sum = *buffers_.loss_host.as<float>();
+  loss.counted_tokens = counted_tokens_;
+  return loss;
 }
 
 TokenChunk SlidingEngine::chunk(int64_t c) const {
@@ -279,14 +311,14 @@ TokenChunk SlidingEngine::chunk(int64_t c) const {
 
 void SlidingEngine::ensure_resident(size_t u) {
   if (!roles_.resident[u] || events_.resident_uploaded[u] || roles_.device_updated[u]) return;
-  updater_->wait_updated(u, step_ - 1);
+  updater_->wait_updated(u, weights_step());
   // Overwrite the weights once the previous step's last reader is done, not after everything
   // issued so far: the upload then overlaps the compute of the units before this one.
   if (last_read_[u] >= 0) device_.wait(StreamKind::HostToDevice, last_read_[u]);
   upload_weights(u, buffers_.resident_params[u].data());
   const EventId uploaded = device_.record(StreamKind::HostToDevice);
   device_.wait(StreamKind::Compute, uploaded);
-  updater_->weights_uploaded(u, uploaded);
+  if (!evaluating_) updater_->weights_uploaded(u, uploaded);
   events_.resident_uploaded[u] = true;
 }
 
@@ -350,10 +382,11 @@ void SlidingEngine::run_use(size_t i) {
   void* grads = unit_grads_ptr(u, use.slot);
   // Streamed units' gradients start from zero in their slot; resident ones were zeroed at the
   // step's start.
-  if (!forward && !roles_.resident[u])
+  if (!forward && !roles_.resident[u] && !evaluating_)
     device_.fill_zero(grads, static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
                       StreamKind::Compute);
-  const bool sends = !forward;  // every backward unit, the head included, has a gradient to send
+  // Every backward unit, the head included, has a gradient to send; an evaluation has none.
+  const bool sends = !forward && !evaluating_;
   if (u == E && forward)
     embedding_forward(params);
   else if (u == Hd)
@@ -366,7 +399,7 @@ void SlidingEngine::run_use(size_t i) {
     decoder_backward(u, params, grads, before);
   release_use(i, sends);
   // Prefetch the boundary activation the next backward layer reads, while this unit computes.
-  if (i + 1 < uses_.size() && i + 1 > static_cast<size_t>(L) + 1) {
+  if (!evaluating_ && i + 1 < uses_.size() && i + 1 > static_cast<size_t>(L) + 1) {
     const size_t next = uses_[i + 1].unit;
     if (next != E) {
       const int64_t l = static_cast<int64_t>(next) - 1;
@@ -381,7 +414,7 @@ void SlidingEngine::embedding_forward(void* params) {
   before_boundary_write(0);
   const Tensor table = embedding_table(layout_, params, plan_.weight_dtype);
   for (int64_t c = 0; c < step_chunks_; ++c) ops_.embedding_forward(chunk(c).ids, table, activation(0, c));
-  if (boundary_offloaded(0)) offload_boundary(0);
+  if (boundary_offloaded(0) && !evaluating_) offload_boundary(0);
 }
 
 void SlidingEngine::head_step(void* params, void* grads) {
@@ -394,8 +427,9 @@ void SlidingEngine::head_step(void* params, void* grads) {
       head_params(layout_, grads, emb_grads, unit_grad_dtype(Hd));  // E's dtype too (constructor)
   const Tensor loss(buffers_.loss.data(), DType::F32, {1});
   for (int64_t c = 0; c < step_chunks_; ++c)
-    head_forward_backward(ops_, config_, hp, &hg, chunk(c), activation(config_.num_layers, c), grad_scale,
-                          activation_grad(c), buffers_.head_scratch, loss);
+    head_forward_backward(ops_, config_, hp, evaluating_ ? nullptr : &hg, chunk(c),
+                          activation(config_.num_layers, c), grad_scale, activation_grad(c),
+                          buffers_.head_scratch, loss);
 }
 
 void SlidingEngine::decoder_forward(size_t u, void* params) {
@@ -407,7 +441,8 @@ void SlidingEngine::decoder_forward(size_t u, void* params) {
     LayerScratch s = layer_scratch(l, c);
     layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), s);
   }
-  if (boundary_offloaded(l + 1)) offload_boundary(l + 1);
+  if (boundary_offloaded(l + 1) && !evaluating_)
+    offload_boundary(l + 1);  // an evaluation never reads it back
 }
 
 void SlidingEngine::decoder_backward(size_t u, void* params, void* grads, EventId before) {

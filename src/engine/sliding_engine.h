@@ -102,6 +102,12 @@ class SlidingEngine {
   // or the end); copies the device units' state back.
   void finish_updates();
 
+  // Forward only, through the same slots, buffers and ops as a step: the summed loss of `batch`
+  // over the weights of every update issued so far (evaluation between steps). Touches neither
+  // the optimizer state nor the step count; on the simulated device it gives ModelStep::evaluate's
+  // bits.
+  StepLoss evaluate(const StepBatch& batch);
+
  private:
   void* unit_params_ptr(size_t unit, int64_t slot) const;
   void* unit_grads_ptr(size_t unit, int64_t slot) const;
@@ -111,6 +117,14 @@ class SlidingEngine {
   // One step, in the order step() runs it: the step's tokens up and its bookkeeping reset; each
   // use of the slot schedule (a unit's forward, the head, a unit's backward); the loss and norm.
   void begin_step(const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm);
+  // The batch's token arrays up to the device (and `rows`, its distinct ids, beside them); the loss
+  // zeroed; the step's chunk count and counted targets noted.
+  void upload_tokens(const StepBatch& batch, const std::vector<int32_t>& rows);
+  // The use that runs the head: the last of the forward (step_unit_sequence).
+  size_t head_use() const { return static_cast<size_t>(config_.num_layers) + 1; }
+  // The update whose weights the uses read: the previous step's in a step, the last one issued in
+  // an evaluation.
+  int64_t weights_step() const { return evaluating_ ? step_ : step_ - 1; }
   void run_use(size_t use_index);
   SlidingStepResult end_step(double max_grad_norm);
   // The compute of one use, all micro-chunks of the step.
@@ -197,6 +211,7 @@ class SlidingEngine {
 
   // Across steps.
   int64_t step_ = 0;
+  bool evaluating_ = false;         // inside evaluate(): forward uses only, no gradients, no updater events
   EventId tokens_free_ = -1;        // the previous step's tokens left their staging
   std::vector<EventId> last_read_;  // per unit: compute that last read its resident weights
 };

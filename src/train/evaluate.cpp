@@ -1,5 +1,6 @@
 #include "train/evaluate.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -10,8 +11,10 @@
 #include "engine/step_batch.h"
 #include "io/safetensors_writer.h"
 #include "model/model_weights.h"
+#include "train/device_choice.h"
 #include "train/output_dir_claim.h"
 #include "train/profile_cache.h"
+#include "train/step_executor.h"
 #include "train/training_data.h"
 
 namespace ferry {
@@ -39,6 +42,43 @@ EvalResult run_eval(const EvalOptions& o) {
   if (o.max_rows > 0 && static_cast<int64_t>(rows.size()) > o.max_rows)
     rows.resize(static_cast<size_t>(o.max_rows));
   FERRY_CHECK(!rows.empty(), "eval", "the data holds no tokens");
+
+  // The device and plan a training run of this shape would get; eight micro-chunks a batch at most,
+  // so that each streamed layer's weights cross PCIe once for several.
+  TrainConfig run = parse_train_config("", {"device=" + o.device, "gpu_memory=" + o.gpu_memory}, "eval");
+  const int64_t chunks =
+      std::clamp<int64_t>((static_cast<int64_t>(rows.size()) + o.micro_batch - 1) / o.micro_batch, 1, 8);
+  run.model = o.model;
+  run.seq_len = o.seq_len;
+  run.micro_batch = o.micro_batch;
+  run.global_batch = o.micro_batch * chunks;
+  run.max_grad_norm = 0;
+  const bool reference =
+      o.dump_logits.empty() ? choose_device(run, DeviceUse::Train).kind == DeviceKind::Cpu : true;
+  if (!reference) {
+    const std::unique_ptr<StepExecutor> executor = make_step_executor(run, std::move(w));
+    log_info("eval on {}", executor->describe());
+    EvalResult result;
+    double loss_sum = 0.0;
+    const PackedRow padding = padding_row(o.seq_len);  // fills a last micro-chunk, counts nothing
+    std::vector<const PackedRow*> batch_rows;
+    for (size_t begin = 0; begin < rows.size(); begin += static_cast<size_t>(run.global_batch)) {
+      batch_rows.clear();
+      for (size_t r = begin; r < std::min(rows.size(), begin + static_cast<size_t>(run.global_batch)); ++r)
+        batch_rows.push_back(&rows[r]);
+      while (batch_rows.size() % static_cast<size_t>(executor->micro_batch()) != 0)
+        batch_rows.push_back(&padding);
+      const StepLoss loss =
+          executor->evaluate(make_step_batch(batch_rows, o.seq_len, executor->micro_batch()));
+      loss_sum += loss.loss_sum;
+      result.counted_tokens += loss.counted_tokens;
+    }
+    result.rows = static_cast<int64_t>(rows.size());
+    FERRY_CHECK(result.counted_tokens > 0, "eval", "every target in the data is masked; nothing to evaluate");
+    result.loss = loss_sum / static_cast<double>(result.counted_tokens);
+    result.perplexity = std::exp(result.loss);
+    return result;
+  }
 
   auto ops = make_cpu_ops();
   ModelStep step(w.config, w.layout, *ops, o.micro_batch * o.seq_len, 1);

@@ -1,7 +1,7 @@
 // `ferry eval`: loss and perplexity of a model on data as `ferry train` reads it (pre-tokenized, or
 // text formats tokenized with the model's tokenizer and chat template, loss on the targets
-// training would use), optionally writing the logits of the first rows (for comparing with
-// transformers: tools/check_hf_output.py).
+// training would use), on the device a training run would use (forward only), optionally writing the logits
+// of the first rows (for comparing with transformers: tools/check_hf_output.py).
 #pragma once
 
 #include <filesystem>
@@ -26,6 +26,10 @@ struct EvalOptions {
   std::filesystem::path dump_logits;  // when set: input_ids, position_ids, logits of the first rows
   int64_t dump_rows = 2;
   int64_t threads = 0;
+  // As train's device and gpu_memory: auto runs on the GPU where one answers, through the sliding
+  // engine and a plan, as training does; cpu (and any logits dump) runs the fp32 reference.
+  std::string device = "auto";
+  std::string gpu_memory;
 };
 
 struct EvalResult {

@@ -20,7 +20,8 @@ void cut_metrics_after(const std::filesystem::path& metrics_file, int64_t step) 
 
   const std::string original((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 
-  std::map<int64_t, std::string> kept;  // step -> its line
+  // (step, kind) -> its line: a step's training record, and its evaluation's where one ran.
+  std::map<std::pair<int64_t, bool>, std::string> kept;
   size_t begin = 0;
   while (begin < original.size()) {
     size_t end = original.find('\n', begin);
@@ -30,13 +31,13 @@ void cut_metrics_after(const std::filesystem::path& metrics_file, int64_t step) 
     const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) continue;
     const int64_t s = record["step"].get<int64_t>();
-    if (s >= 1 && s <= step) kept[s] = line;
+    if (s >= 1 && s <= step) kept[{s, record.contains("eval_loss")}] = line;
   }
   std::string text;
-  for (const auto& [s, l] : kept) text += l + "\n";
+  for (const auto& [key, l] : kept) text += l + "\n";
   if (text == original) return;
   write_file_atomic(metrics_file, text);
-  log_info("{}: kept the {} steps up to step {}, dropped the lines past it", metrics_file.string(),
+  log_info("{}: kept the {} records up to step {}, dropped the lines past it", metrics_file.string(),
            kept.size(), step);
 }
 

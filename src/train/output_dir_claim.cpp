@@ -17,6 +17,8 @@
 #include "train/host_memory_watch.h"
 #include "train/metrics_log.h"
 #include "train/resolved_config.h"
+#include "train/run_evaluation.h"
+#include "train/run_report.h"
 
 namespace ferry {
 
@@ -82,13 +84,14 @@ void clear_earlier_run(const fs::path& dir) {
   int checkpoints = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && is_checkpoint_name(name)) {
+    if (entry.is_directory() && (is_checkpoint_name(name) || name == kBestModelDir || name == "runs")) {
       fs::remove_all(entry.path());
       ++checkpoints;
     }
   }
   std::error_code ec;
   const bool had_metrics = fs::remove(dir / kMetricsFile, ec);
+  fs::remove(dir / kRunReport, ec);
   if (checkpoints > 0 || had_metrics)
     log_info("overwrite_output_dir: removed the earlier run's {}{} checkpoint(s) from {}",
              had_metrics ? "metrics.jsonl and " : "", checkpoints, dir.string());

@@ -74,6 +74,20 @@ const std::map<std::string, Writer>& writers() {
          for (const auto& p : c.data) o << p.string();
          o << YAML::EndSeq;
        }},
+      {"eval_data",
+       [](YAML::Emitter& o, const TrainConfig& c) {
+         o << YAML::Flow << YAML::BeginSeq;
+         for (const auto& p : c.eval_data) o << p.string();
+         o << YAML::EndSeq;
+       }},
+      {"val_split", value(&TrainConfig::val_split)},
+      {"eval_steps", value(&TrainConfig::eval_steps)},
+      {"save_best", value(&TrainConfig::save_best)},
+      {"early_stopping_patience", value(&TrainConfig::early_stopping_patience)},
+      {"report_to",
+       [](YAML::Emitter& o, const TrainConfig& c) {
+         o << (c.report_to == ReportTo::TensorBoard ? "tensorboard" : "none");
+       }},
       {"data_format", [](YAML::Emitter& o, const TrainConfig& c) { o << data_format_name(c.data_format); }},
       {"output_dir", path(&TrainConfig::output_dir)},
       {"skip_malformed", value(&TrainConfig::skip_malformed)},

@@ -21,6 +21,7 @@ std::vector<std::string> describe_run_end(const RunEnd& e) {
       lines.push_back(fmt::format("step time: {:.4g} s measured", *e.measured_step_seconds));
   }
   if (e.final_loss) lines.push_back(fmt::format("final loss: {:.4f}", *e.final_loss));
+  if (e.best_eval_loss) lines.push_back(fmt::format("best evaluation loss: {:.4f}", *e.best_eval_loss));
   std::string memory;
   if (e.peak_device_bytes) memory += fmt::format("GPU {}", format_bytes(*e.peak_device_bytes));
   if (e.peak_pinned_bytes)

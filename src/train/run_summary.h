@@ -19,6 +19,7 @@ struct RunEnd {
   double predicted_step_seconds = 0.0;          // 0: no plan
   std::optional<double> measured_step_seconds;  // RunProgress::measured_step_seconds
   std::optional<double> final_loss;
+  std::optional<double> best_eval_loss;     // none without evaluation
   std::optional<size_t> peak_device_bytes;  // none on the cpu trainer
   std::optional<size_t> peak_pinned_bytes;
   std::optional<size_t> peak_host_bytes;  // counted resident memory (core/host_memory.h)

@@ -46,6 +46,7 @@ class PlainExecutor final : public StepExecutor {
     return {loss.mean(), loss.counted_tokens, stats.grad_norm};
   }
   void finish_updates() override {}
+  StepLoss evaluate(const StepBatch& batch) override { return step_.evaluate(masters(), batch); }
   std::vector<float*> masters() override { return pointers(weights_.units); }
   std::vector<float*> exp_avg() override { return pointers(optimizer_.m()); }
   std::vector<float*> exp_avg_sq() override { return pointers(optimizer_.v()); }
@@ -105,6 +106,7 @@ class SlidingExecutor final : public StepExecutor {
     return {r.loss, r.counted_tokens, r.grad_norm};
   }
   void finish_updates() override { engine_->finish_updates(); }
+  StepLoss evaluate(const StepBatch& batch) override { return engine_->evaluate(batch); }
   std::vector<float*> masters() override { return collect(&HostUnitState::master); }
   std::vector<float*> exp_avg() override { return collect(&HostUnitState::m); }
   std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v); }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "engine/model_step.h"
 #include "engine/step_batch.h"
 #include "model/model_weights.h"
 #include "optim/adamw.h"
@@ -37,6 +38,9 @@ class StepExecutor {
                             double max_grad_norm) = 0;
   // Waits for every update in flight; afterwards masters/m/v are current.
   virtual void finish_updates() = 0;
+  // Forward only: the summed loss of `batch` (cut into micro_batch() rows per micro-chunk, at
+  // most a step's rows) under the weights of every step run so far; the state is not touched.
+  virtual StepLoss evaluate(const StepBatch& batch) = 0;
   // Per-unit fp32 buffers (laid out by the model layout).
   virtual std::vector<float*> masters() = 0;
   virtual std::vector<float*> exp_avg() = 0;

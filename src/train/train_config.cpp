@@ -124,24 +124,27 @@ nlohmann::ordered_json yaml_to_json(const YAML::Node& node) {
   return s;
 }
 
+// Files: a YAML sequence, or a comma-separated list (which also works on the command line:
+// data=a.jsonl,b.jsonl).
+std::vector<std::filesystem::path> parse_path_list(const YAML::Node& node, const std::string& key) {
+  std::vector<std::filesystem::path> paths;
+  if (node.IsSequence()) {
+    for (const auto& item : node) paths.emplace_back(parse_string(item, key));
+    return paths;
+  }
+  std::stringstream ss(parse_string(node, key));
+  std::string part;
+  while (std::getline(ss, part, ','))
+    if (!part.empty()) paths.emplace_back(part);
+  return paths;
+}
+
 using Setter = std::function<void(TrainConfig&, const YAML::Node&, const std::string&)>;
 
 const std::map<std::string, Setter>& setters() {
   static const std::map<std::string, Setter> table = {
       {"model", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.model = parse_string(n, k); }},
-      {"data",
-       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
-         c.data.clear();
-         if (n.IsSequence()) {
-           for (const auto& item : n) c.data.emplace_back(parse_string(item, k));
-         } else {
-           // A comma-separated list also works on the command line: data=a.jsonl,b.jsonl
-           std::stringstream ss(parse_string(n, k));
-           std::string part;
-           while (std::getline(ss, part, ','))
-             if (!part.empty()) c.data.emplace_back(part);
-         }
-       }},
+      {"data", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.data = parse_path_list(n, k); }},
       {"data_format",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
          const std::string name = parse_string(n, k);
@@ -165,6 +168,13 @@ const std::map<std::string, Setter>& setters() {
          c.chat_template_kwargs = yaml_to_json(n);
        }},
       {"cache_dir", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.cache_dir = parse_string(n, k); }},
+      {"eval_data",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.eval_data = parse_path_list(n, k); }},
+      {"val_split", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.val_split = parse_double(n, k); }},
+      {"eval_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.eval_steps = parse_int(n, k); }},
+      {"save_best", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_best = parse_bool(n, k); }},
+      {"early_stopping_patience",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.early_stopping_patience = parse_int(n, k); }},
       {"seq_len", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.seq_len = parse_int(n, k); }},
       {"global_batch", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.global_batch = parse_int(n, k); }},
       {"micro_batch",
@@ -204,6 +214,10 @@ const std::map<std::string, Setter>& setters() {
          c.seed = static_cast<uint64_t>(seed);
        }},
       {"logging_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.logging_steps = parse_int(n, k); }},
+      {"report_to",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.report_to = parse_choice<ReportTo>(n, k, {{"none", ReportTo::None}, {"tensorboard", ReportTo::TensorBoard}});
+       }},
       {"save_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_steps = parse_int(n, k); }},
       {"save_total_limit", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.save_total_limit = parse_int(n, k); }},
       {"resume", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.resume = parse_bool(n, k); }},
@@ -259,6 +273,8 @@ const std::map<std::string, Setter>& setters() {
 const std::map<std::string, std::string>& aliases() {
   static const std::map<std::string, std::string> table = {
       {"lr", "learning_rate"},
+      {"eval_dataset", "eval_data"},
+      {"val_size", "val_split"},
       {"model_name_or_path", "model"},
       {"dataset", "data"},
       {"train_on_input", "train_on_prompt"},
@@ -441,6 +457,7 @@ void resolve_paths(TrainConfig& c, const std::filesystem::path& base) {
   resolve(c.trace);
   resolve(c.profile);
   for (auto& d : c.data) resolve(d);
+  for (auto& d : c.eval_data) resolve(d);
 }
 
 }  // namespace
@@ -529,6 +546,21 @@ void validate_train_config(const TrainConfig& c) {
       c.update_schedule != UpdateSchedule::DuringBackward || c.max_grad_norm == 0, kWhere,
       "update_schedule: during-backward updates each unit before the global gradient norm is known, so it "
       "cannot clip; set max_grad_norm: 0, or use after-backward");
+  FERRY_CHECK(c.val_split >= 0 && c.val_split <= 0.5, kWhere,
+              "val_split is the share of the documents held out for evaluation, between 0 and 0.5; got {}",
+              c.val_split);
+  FERRY_CHECK(c.eval_data.empty() || c.val_split == 0, kWhere,
+              "give eval_data (files to evaluate on) or val_split (a share of `data` held out), not both");
+  FERRY_CHECK(c.eval_steps >= 0, kWhere, "eval_steps must be >= 0 (0: evaluate at the end only)");
+  FERRY_CHECK(c.early_stopping_patience >= 0, kWhere,
+              "early_stopping_patience must be >= 0 (0: never stop early)");
+  const bool evaluates = !c.eval_data.empty() || c.val_split > 0;
+  FERRY_CHECK(
+      evaluates || (c.eval_steps == 0 && !c.save_best && c.early_stopping_patience == 0), kWhere,
+      "eval_steps, save_best and early_stopping_patience need evaluation data: set eval_data (files) or "
+      "val_split (a share of `data`, e.g. 0.05)");
+  FERRY_CHECK(c.early_stopping_patience == 0 || c.eval_steps > 0, kWhere,
+              "early_stopping_patience counts evaluations during training: set eval_steps too");
   FERRY_CHECK(c.trace.empty() || !c.trace_steps.empty(), kWhere,
               "trace_steps must name at least one step to trace");
   for (int64_t s : c.trace_steps)

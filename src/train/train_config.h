@@ -23,6 +23,9 @@ namespace ferry {
 enum class DeviceKind { Auto, Cpu, Sim, Cuda };
 const char* device_kind_name(DeviceKind kind);
 
+// Where the run's scalars go besides the log and metrics.jsonl (report.html is always written).
+enum class ReportTo { None, TensorBoard };
+
 // Which layers' boundary activations go to host memory: the planner's choice, every layer's, none.
 enum class ActivationOffload { Auto, All, None };
 // auto: the planner keeps layers' forward intermediates where memory is left (no recompute in
@@ -60,6 +63,13 @@ struct TrainConfig {
   PackingStrategy packing_strategy = PackingStrategy::Auto;
   bool shuffle = true;  // a fresh order every epoch; false: the data's order
 
+  // evaluation: held-out loss and perplexity during and after training (train/run_evaluation.h)
+  std::vector<std::filesystem::path> eval_data;  // files read as `data` is; or
+  double val_split = 0.0;                        // this share of the documents of `data`, held out (seeded)
+  int64_t eval_steps = 0;               // evaluate every this many optimizer steps; 0: only at the end
+  bool save_best = false;               // keep the model of the best evaluation in output_dir/best
+  int64_t early_stopping_patience = 0;  // stop after this many evaluations without a better loss; 0: never
+
   // length of training
   int64_t max_steps = 0;  // 0: derived from epochs
   double epochs = 1.0;
@@ -80,6 +90,8 @@ struct TrainConfig {
   // bookkeeping
   uint64_t seed = 42;
   int64_t logging_steps = 1;
+  ReportTo report_to =
+      ReportTo::None;            // tensorboard: event files in output_dir/runs (train/tensorboard_log.h)
   int64_t save_steps = 0;        // 0: save only at the end
   int64_t save_total_limit = 2;  // checkpoints kept (0: keep all)
   bool resume = false;           // continue from the newest complete checkpoint in output_dir

@@ -1,11 +1,15 @@
 #include "train/trainer.h"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <fstream>
+#include <memory>
 
 #include "core/byte_size.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "core/log.h"
@@ -25,8 +29,11 @@
 #include "train/output_dir_claim.h"
 #include "train/progress.h"
 #include "train/resolved_config.h"
+#include "train/run_evaluation.h"
+#include "train/run_report.h"
 #include "train/run_summary.h"
 #include "train/step_executor.h"
+#include "train/tensorboard_log.h"
 #include "train/training_data.h"
 
 namespace ferry {
@@ -100,11 +107,28 @@ void log_stop(int signal, int64_t step, int64_t total_steps, int64_t saved_step)
     log_warn("stopped by {} after step {} of {}; saving a checkpoint", name, step, total_steps);
 }
 
+// RoPE is defined for every position, but a model knows those it was trained on (with the rope
+// scaling its config.json names): a row position past max_position_embeddings would train on
+// positions the model has never seen, silently. Packing restarts positions at each document (and
+// at each part of one cut across rows), so only a document that long reaches them.
+void check_positions(const std::vector<PackedRow>& rows, const ModelConfig& model) {
+  int32_t furthest = 0;
+  for (const PackedRow& row : rows)
+    for (int32_t p : row.positions) furthest = std::max(furthest, p);
+  FERRY_CHECK(furthest < model.max_position_embeddings, kWhere,
+              "a document reaches position {}, but {} handles positions below {} (max_position_embeddings in "
+              "config.json{}); lower seq_len to {}, or give the model a longer context in its config.json "
+              "(max_position_embeddings, with the rope_scaling it was extended with)",
+              furthest, model.architecture_name, model.max_position_embeddings,
+              model.rope_scaling.type == RopeScaling::Type::Llama3 ? ", with llama3 rope scaling" : "",
+              model.max_position_embeddings);
+}
+
 }  // namespace
 
 TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   validate_train_config(config);
-  const auto run_start = std::chrono::steady_clock::now();
+  const auto run_began = std::chrono::steady_clock::now();  // the whole run's, loading included
   FERRY_CHECK(!config.model.empty(), kWhere,
               "no model given; set `model:` to a Hugging Face model directory");
   FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more JSONL files");
@@ -136,8 +160,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   if (data_summary.skipped_malformed > 0)
     log_warn("skipped {} malformed records (skip_malformed: true)", data_summary.skipped_malformed);
   FERRY_CHECK(!documents.empty(), kWhere, "the data holds no documents; check the files in `data:`");
+  const std::vector<Document> eval_documents = evaluation_documents(config, mc, documents);
   const PackingMode packing = packing_mode(config, data_summary);
   const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, packing);
+  check_positions(rows, mc);
   FERRY_CHECK(!rows.empty(), kWhere, "packing produced no sequences");
 
   const int64_t total_steps =
@@ -159,6 +185,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   std::unique_ptr<StepExecutor> executor = make_step_executor(config, std::move(weights), &memory);
   memory.check();
 
+  RunEvaluation evaluation(config, eval_documents.empty()
+                                       ? std::vector<PackedRow>()
+                                       : pack_documents(eval_documents, config.seq_len, packing));
   BatchSampler sampler(static_cast<int64_t>(rows.size()), config.seed, config.shuffle);
   const nlohmann::json fingerprint = run_fingerprint(config, rows.size(), data_summary.fingerprint, packing);
   int64_t step = 0;
@@ -219,6 +248,12 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
 
   cut_metrics_after(config.output_dir / kMetricsFile, step);
   std::ofstream metrics(config.output_dir / kMetricsFile, std::ios::app);
+  const std::unique_ptr<TensorBoardLog> tensorboard =
+      config.report_to == ReportTo::TensorBoard
+          ? std::make_unique<TensorBoardLog>(tensorboard_run_dir(config.output_dir))
+          : nullptr;
+  const auto run_start = std::chrono::steady_clock::now();
+  const std::string device_description = executor->describe();
   AdamWHyper hyper;
   hyper.beta1 = config.adam_beta1;
   hyper.beta2 = config.adam_beta2;
@@ -226,6 +261,26 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   hyper.weight_decay = config.weight_decay;
 
   TrainSummary summary;
+  // report.html, written whenever the run ends: the curves of metrics.jsonl and these facts.
+  auto write_report = [&](const std::string& ending) {
+    double tokens = 0, seconds = 0;
+    for (const StepRecord& r : summary.steps) tokens += static_cast<double>(r.tokens), seconds += r.seconds;
+    std::vector<ReportFact> facts = {
+        {"model", fmt::format("{} from {} ({:.1f}M parameters)", model_config.architecture_name,
+                              config.model.string(), static_cast<double>(parameter_count) / 1e6)},
+        {"device and plan", device_description},
+        {"steps", fmt::format("{} of {}, {} sequences of {} tokens each; {}", step, total_steps,
+                              config.global_batch, config.seq_len, ending)},
+        {"time",
+         fmt::format("{:.1f} s in this call; {:.0f} tokens/s over its {} steps", seconds_since(run_start),
+                     seconds > 0 ? tokens / seconds : 0.0, summary.steps.size())}};
+    if (!summary.steps.empty())
+      facts.push_back({"last training loss", fmt::format("{:.4f}", summary.steps.back().loss)});
+    if (evaluation.best_loss())
+      facts.push_back({"best evaluation loss", fmt::format("{:.4f}", *evaluation.best_loss())});
+    for (const std::string& line : memory.describe()) facts.push_back({"host memory", line});
+    write_run_report(config.output_dir, "ferry run: " + config.output_dir.filename().string(), facts);
+  };
   std::vector<const PackedRow*> step_rows;
   int64_t saved_step = step;  // the newest checkpoint's step
   while (step < total_steps) {
@@ -237,6 +292,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
                  save_checkpoint(config.output_dir, checkpoint_view(), config.save_total_limit).string());
       summary.final_step = step;
       summary.stop_signal = signal;
+      write_report("stopped by a signal");
       return summary;
     }
     const auto start = std::chrono::steady_clock::now();
@@ -272,7 +328,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     progress.step_done(record.seconds);
     if (step % config.logging_steps == 0 || step == total_steps) {
       const double elapsed =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_began).count();
       const double epoch = static_cast<double>(step * config.global_batch) / static_cast<double>(rows.size());
       log_info(
           "step {}/{} | epoch {:.2f} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.0f} tok/s | {} "
@@ -290,6 +346,12 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
                    .dump()
             << "\n";
     metrics.flush();
+    if (tensorboard)
+      tensorboard->scalars(
+          step, {{"train/loss", record.loss},
+                 {"train/learning_rate", record.lr},
+                 {"train/grad_norm", record.grad_norm},
+                 {"train/tokens_per_second", static_cast<double>(record.tokens) / record.seconds}});
 
     const bool stop_early =
         hooks.stop_after_steps > 0 && step >= hooks.stop_after_steps && step < total_steps;
@@ -305,6 +367,37 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
       summary.final_step = step;
       return summary;
     }
+    if (evaluation.due(step, total_steps)) {
+      const EvalRecord e = evaluation.run(step, *executor, config.global_batch, executor->micro_batch());
+      summary.evals.push_back(e);
+      metrics << nlohmann::json{{"step", step},
+                                {"eval_loss", e.loss},
+                                {"eval_perplexity", e.perplexity},
+                                {"eval_rows", e.rows},
+                                {"eval_seconds", e.seconds}}
+                     .dump()
+              << "\n";
+      metrics.flush();
+      if (tensorboard) tensorboard->scalars(step, {{"eval/loss", e.loss}, {"eval/perplexity", e.perplexity}});
+      if (e.best && config.save_best) {
+        executor->finish_updates();
+        const std::filesystem::path best = config.output_dir / kBestModelDir;
+        std::vector<const float*> masters;
+        for (float* b : executor->masters()) masters.push_back(b);
+        write_final_model_dir(best, config.model, model_config, layout, masters, save_dtype,
+                              static_cast<size_t>(config.max_shard_bytes), config.tokenizer,
+                              config.chat_template);
+        write_best_record(best, e);
+        log_info("saved the best model so far (eval loss {:.4f}, step {}) to {}", e.loss, step,
+                 best.string());
+      }
+      if (evaluation.patience_exhausted() && step < total_steps) {
+        log_info("early stopping after step {}: {} evaluations without a loss below {:.4f}", step,
+                 config.early_stopping_patience, *evaluation.best_loss());
+        summary.stopped_early = true;
+        break;
+      }
+    }
   }
 
   executor->finish_updates();
@@ -317,7 +410,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   memory.check();
   for (const std::string& line : memory.describe()) log_info("host memory, {}", line);
   RunEnd end;
-  end.runtime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  end.runtime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_began).count();
   end.steps = step - first_step;
   for (const StepRecord& r : summary.steps) {
     end.step_seconds += r.seconds;
@@ -326,6 +419,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   end.predicted_step_seconds = executor->predicted_step_seconds();
   end.measured_step_seconds = progress.measured_step_seconds();
   if (!summary.steps.empty()) end.final_loss = summary.steps.back().loss;
+  end.best_eval_loss = evaluation.best_loss();
   if (const auto d = executor->device_memory()) {
     end.peak_device_bytes = d->device.peak;
     end.peak_pinned_bytes = d->pinned.peak;
@@ -336,6 +430,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   for (const std::string& line : describe_run_end(end)) log_info("{}", line);
   summary.final_step = step;
   summary.finished = true;
+  write_report(summary.stopped_early ? "stopped early (early_stopping_patience)" : "finished");
   return summary;
 }
 

@@ -5,6 +5,7 @@
 #include <functional>
 #include <vector>
 
+#include "train/run_evaluation.h"
 #include "train/train_config.h"
 
 namespace ferry {
@@ -33,8 +34,10 @@ struct TrainHooks {
 struct TrainSummary {
   std::vector<StepRecord> steps;  // the steps this call ran
   int64_t final_step = 0;
-  bool finished = false;  // reached the last step and wrote the output directory
-  int stop_signal = 0;    // the signal that stopped the run early (hooks.stop_signal), or 0
+  bool finished = false;          // reached the last step and wrote the output directory
+  int stop_signal = 0;            // the signal that stopped the run early (hooks.stop_signal), or 0
+  bool stopped_early = false;     // early_stopping_patience ended it (its output directory is written)
+  std::vector<EvalRecord> evals;  // the evaluations this call ran
 };
 
 TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks = {});
