@@ -79,9 +79,11 @@ void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json&
     if (!saved.contains(key)) continue;
     FERRY_CHECK(
         saved[key] == value, kWhere,
-        "cannot resume exactly from {}: '{}' was {} when it was saved and is {} now; restore the setting "
+        "cannot resume exactly from {}: '{}' was {} when it was saved and is {} now; restore the setting{} "
         "or start a new output_dir",
-        where, key, saved[key].dump(), value.dump());
+        where, key, saved[key].dump(), value.dump(),
+        // Runs saved before best-fit packing existed packed examples by splitting them.
+        key == "packing" && saved[key] == true ? " (packing_strategy: split packs as it did)" : "");
   }
 }
 
