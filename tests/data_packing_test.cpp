@@ -206,5 +206,74 @@ TEST(Packing, InvariantsOnRandomDocuments) {
   }
 }
 
+// Best fit: longest first, each into the tightest row. Lengths 5, 4, 3, 3, 1 in rows of 8: 5+3,
+// 4+3+1 -- two full rows, where split packing would cut the 4 and the second 3.
+TEST(BestFitPacking, NeverSplitsAndFillsTightly) {
+  const std::vector<Document> docs = {doc({1, 1, 1}), doc({2, 2, 2, 2, 2}), doc({3}), doc({4, 4, 4, 4}),
+                                      doc({5, 5, 5}, {X, X, 5})};
+  PackStats stats;
+  const auto rows = pack_documents(docs, 8, PackingMode::BestFit, &stats);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].input_ids, (Ids{2, 2, 2, 2, 2, 1, 1, 1}));
+  EXPECT_EQ(rows[1].input_ids, (Ids{4, 4, 4, 4, 5, 5, 5, 3}));
+  EXPECT_EQ(rows[1].positions, (Ids{0, 1, 2, 3, 0, 1, 2, 0}));
+  EXPECT_EQ(rows[1].doc_start, (Ids{0, 0, 0, 0, 4, 4, 4, 7}));
+  // Each document's own labels, shifted; its last token predicts nothing.
+  EXPECT_EQ(rows[1].targets, (Ids{4, 4, 4, X, X, 5, X, X}));
+  EXPECT_EQ(stats.split_documents, 0);
+  EXPECT_EQ(stats.pad_tokens, 0);
+  EXPECT_EQ(stats.documents, 5);
+  EXPECT_EQ(stats.target_tokens, 4 + 2 + 3 + 1);
+}
+
+TEST(BestFitPacking, TruncatesOnlyWhatCannotFitAnyRowAndCountsIt) {
+  PackStats stats;
+  const auto rows =
+      pack_documents({doc({1, 2, 3, 4, 5, 6}), doc({}), doc({7, 8})}, 4, PackingMode::BestFit, &stats);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].input_ids, (Ids{1, 2, 3, 4}));
+  EXPECT_EQ(rows[1].input_ids, (Ids{7, 8, kPadTokenId, kPadTokenId}));
+  EXPECT_EQ(stats.truncated_documents, 1);
+  EXPECT_EQ(stats.dropped_tokens, 2);
+  EXPECT_EQ(stats.empty_documents, 1);
+  EXPECT_EQ(stats.pad_tokens, 2);
+}
+
+// Every document lands whole in one row (as one contiguous document of it), whatever the lengths.
+TEST(BestFitPacking, EveryDocumentWholeOnRandomLengths) {
+  std::mt19937_64 rng(11);
+  std::vector<Document> docs;
+  int32_t next = 1;
+  for (int d = 0; d < 300; ++d) {
+    Ids ids(1 + rng() % 60);
+    for (auto& id : ids) id = next++;
+    docs.push_back(doc(ids));
+  }
+  PackStats stats;
+  const auto rows = pack_documents(docs, 64, PackingMode::BestFit, &stats);
+  int64_t tokens = 0;
+  for (const auto& d : docs) tokens += static_cast<int64_t>(d.input_ids.size());
+  std::vector<int> seen(static_cast<size_t>(next), 0);
+  for (const auto& row : rows)
+    for (size_t t = 0; t < row.input_ids.size(); ++t) {
+      if (row.input_ids[t] == kPadTokenId) continue;
+      ++seen[static_cast<size_t>(row.input_ids[t])];
+      // Ids rise by one within a document, so a whole document is a run that starts at doc_start.
+      EXPECT_EQ(row.input_ids[t] - row.input_ids[static_cast<size_t>(row.doc_start[t])], row.positions[t]);
+    }
+  for (int32_t id = 1; id < next; ++id) ASSERT_EQ(seen[static_cast<size_t>(id)], 1) << id;
+  for (const auto& d : docs) {
+    // The first token of each document starts a document in some row.
+    bool starts = false;
+    for (const auto& row : rows)
+      for (size_t t = 0; t < row.input_ids.size(); ++t)
+        starts |= row.input_ids[t] == d.input_ids[0] && row.positions[t] == 0;
+    EXPECT_TRUE(starts);
+  }
+  EXPECT_EQ(stats.split_documents, 0);
+  // Best fit on these lengths wastes little: within 5% of the bound ceil(tokens / 64).
+  EXPECT_LE(static_cast<double>(rows.size()), 1.05 * static_cast<double>((tokens + 63) / 64) + 1);
+}
+
 }  // namespace
 }  // namespace ferry

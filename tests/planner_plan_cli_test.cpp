@@ -213,5 +213,42 @@ TEST_F(PlanCommandTest, NominalWithDeviceAutoPlansTheH200) {
   EXPECT_NE(out.find("BF16"), std::string::npos) << out;
 }
 
+// --preset plans a published shape without its files: the same plan as the config.json `init
+// --config-only` writes for it, and without a config file at all.
+TEST_F(PlanCommandTest, PresetPlansWithoutTheModelsFiles) {
+  std::string out;
+  ASSERT_EQ(test::run_command(test::ferry_binary().string() +
+                                  " init --arch llama --preset llama-3.1-8b --config-only --out " +
+                                  (dir_ / "llama8b").string(),
+                              &out),
+            0)
+      << out;
+  const std::string settings =
+      " device=cuda profile= gpu_memory=24GiB host_memory=128GiB seq_len=2048 global_batch=32";
+  int status = -1;
+  const std::string from_dir = plan("--nominal model=" + (dir_ / "llama8b").string() + settings, &status);
+  ASSERT_EQ(status, 0) << from_dir;
+  const std::string from_preset = plan("--nominal --preset llama/llama-3.1-8b" + settings, &status);
+  ASSERT_EQ(status, 0) << from_preset;
+  EXPECT_NE(from_preset.find("model:     preset llama/llama-3.1-8b (LlamaForCausalLM, 32 layers"),
+            std::string::npos)
+      << from_preset;
+  // The same plan and prediction (the memory beside the engine is measured, so it may differ).
+  auto plan_part = [](const std::string& text) {
+    const size_t begin = text.find("\nbatch:");
+    return text.substr(begin, text.find("\nmemory (peak)") - begin);
+  };
+  EXPECT_EQ(plan_part(from_preset), plan_part(from_dir));
+  EXPECT_NE(plan_part(from_preset).find("predicted step time"), std::string::npos) << from_preset;
+
+  ASSERT_EQ(test::run_command(
+                test::ferry_binary().string() + " plan --nominal --preset qwen3/qwen3-8b" + settings, &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("Qwen3ForCausalLM"), std::string::npos) << out;
+  EXPECT_NE(test::run_command(test::ferry_binary().string() + " plan --nominal --preset llama", &out), 0);
+  EXPECT_NE(out.find("--preset takes ARCH/NAME"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace ferry

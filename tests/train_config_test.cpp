@@ -69,6 +69,52 @@ TEST(TrainConfig, FilePathsAreRelativeToTheFileAndCommandLinePathsToTheWorkingDi
   EXPECT_EQ(overridden.output_dir, dir / "project" / "out");  // from the file, still the file's
 }
 
+TEST(TrainConfig, GradientAccumulationStepsGiveTheGlobalBatchAsHuggingFaceDoes) {
+  const TrainConfig c = parse_train_config("per_device_train_batch_size: 4\ngradient_accumulation_steps: 8\n",
+                                           {}, "train.yaml");
+  EXPECT_EQ(c.micro_batch, 4);
+  EXPECT_EQ(c.global_batch, 32);
+  // Agreeing with global_batch is fine; disagreeing is an error naming both.
+  EXPECT_EQ(parse_train_config("global_batch: 32\nmicro_batch: 4\n", {"gradient_accumulation_steps=8"}, "t")
+                .global_batch,
+            32);
+  EXPECT_TRUE(test::throws_with(
+      [] {
+        parse_train_config("global_batch: 16\nmicro_batch: 4\ngradient_accumulation_steps: 8\n", {}, "t");
+      },
+      {"global_batch is 16", "gradient_accumulation_steps 8 is 32"}));
+  EXPECT_TRUE(test::throws_with(
+      [] { parse_train_config("micro_batch: auto\ngradient_accumulation_steps: 2\n", {}, "t"); },
+      {"micro_batch", "auto"}));
+}
+
+TEST(TrainConfig, ChatTemplateKwargsAreAMappingOfTypedValues) {
+  const TrainConfig c = parse_train_config(
+      "chat_template_kwargs: {enable_thinking: false, tools: [a], n: 2}\n", {}, "train.yaml");
+  EXPECT_EQ(c.chat_template_kwargs.dump(), R"({"enable_thinking":false,"tools":["a"],"n":2})");
+  const TrainConfig cleared =
+      parse_train_config("chat_template_kwargs: {x: 1}\n", {"chat_template_kwargs="}, "t");
+  EXPECT_TRUE(cleared.chat_template_kwargs.empty());
+  EXPECT_TRUE(test::throws_with([] { parse_train_config("chat_template_kwargs: true\n", {}, "t"); },
+                                {"chat_template_kwargs", "mapping"}));
+}
+
+TEST(TrainConfig, ModelOrgSlashNameIsFoundInTheHuggingFaceCache) {
+  test::ScratchDir dir("config-hub");
+  const auto repo = dir / "hub" / "models--meta-llama--Llama-3.2-1B";
+  std::filesystem::create_directories(repo / "snapshots" / "0123abcd");
+  std::filesystem::create_directories(repo / "refs");
+  std::ofstream(repo / "refs" / "main") << "0123abcd";
+  std::filesystem::create_directories(dir / "project");
+  std::ofstream(dir / "project" / "train.yaml") << "model: meta-llama/Llama-3.2-1B\n";
+  ::setenv("HUGGINGFACE_HUB_CACHE", (dir / "hub").c_str(), 1);
+  EXPECT_EQ(load_train_config(dir / "project" / "train.yaml", {}).model, repo / "snapshots" / "0123abcd");
+  EXPECT_TRUE(
+      test::throws_with([&] { load_train_config(dir / "project" / "train.yaml", {"model=org/none"}); },
+                        {"org/none", (dir / "hub" / "models--org--none").string()}));
+  ::unsetenv("HUGGINGFACE_HUB_CACHE");
+}
+
 TEST(TrainConfig, AMissingFileSaysWhichAndWhy) {
   try {
     load_train_config("/nonexistent/train.yaml", {});

@@ -11,6 +11,7 @@
 #include "io/completion_marker.h"
 #include "tiny_run.h"
 #include "train/checkpoint.h"
+#include "train/train_config.h"
 #include "train/trainer.h"
 
 namespace ferry {
@@ -36,6 +37,34 @@ TEST_F(RunFilesTest, ResumeCutsMetricsBackToTheCheckpoint) {
   EXPECT_TRUE(test::read_file(scratch_ / "cut" / "model.safetensors") ==
               test::read_file(scratch_ / "full" / "model.safetensors"))
       << "the weights differ";
+}
+
+// train.log holds the run's lines (a resumed run's continue it); config.yaml the settings, every
+// key, and trains the same run when read back.
+TEST_F(RunFilesTest, TheLogAndTheResolvedConfigAreWritten) {
+  TrainHooks stop;
+  stop.stop_after_steps = 2;
+  run_training(config("out", {"save_steps=2"}), stop);
+  const std::string first = test::read_file(scratch_ / "out" / "train.log");
+  EXPECT_TRUE(contains(first, "step 2/")) << first;
+  EXPECT_TRUE(contains(first, "| epoch ")) << first;
+  EXPECT_TRUE(contains(first, " elapsed, ETA ")) << first;
+  ASSERT_TRUE(run_training(config("out", {"save_steps=2", "resume=true"})).finished);
+  const std::string log = test::read_file(scratch_ / "out" / "train.log");
+  EXPECT_EQ(log.rfind(first, 0), 0u) << "the resumed run's lines follow the first run's";
+  EXPECT_TRUE(contains(log, "resumed from")) << log;
+  EXPECT_TRUE(contains(log, "done: ")) << log;
+  EXPECT_TRUE(contains(log, "final loss: ")) << log;
+  EXPECT_TRUE(contains(log, "model: " + fs::absolute(scratch_ / "out").string())) << log;
+
+  const TrainConfig written = load_train_config(scratch_ / "out" / "config.yaml", {});
+  const TrainConfig given = config("out", {"save_steps=2", "resume=true"});
+  EXPECT_EQ(written.model, given.model);
+  EXPECT_EQ(written.data, given.data);
+  EXPECT_EQ(written.seq_len, given.seq_len);
+  EXPECT_EQ(written.learning_rate, given.learning_rate);
+  EXPECT_EQ(written.save_steps, 2);
+  EXPECT_TRUE(written.resume);
 }
 
 TEST_F(RunFilesTest, AnAbsurdTrainerStateIsRefused) {

@@ -157,6 +157,68 @@ TEST_F(TrainingDataTest, MasksFollowTheTemplateAndStopStrings) {
                                                "Then we eat.<|im_end|>"}));
 }
 
+TEST_F(TrainingDataTest, ChatTemplateKwargsReachTheTemplate) {
+  std::ofstream(scratch_ / "vars.jinja") << "{% if preamble is defined %}{{ preamble }}\n{% endif %}{% for m "
+                                            "in messages %}<|im_start|>{{ m.role }}\n"
+                                            "{{ m.content }}<|im_end|>\n{% endfor %}{% if "
+                                            "add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  const ModelConfig model = load_model_config(model_);
+  const Tokenizer tokenizer = Tokenizer::load(model_);
+  auto first_text = [&](const std::vector<std::string>& extra, TrainingDataSummary* s) {
+    std::vector<std::string> overrides = {"data=" + chat_.string(),
+                                          "chat_template=" + (scratch_ / "vars.jinja").string()};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return tokenizer.decode(load_training_documents(config(overrides), model, s)[0].input_ids);
+  };
+  TrainingDataSummary plain, with_vars;
+  EXPECT_EQ(first_text({}, &plain).find("Be brief."), std::string::npos);
+  EXPECT_NE(first_text({"chat_template_kwargs={preamble: Be brief.}"}, &with_vars)
+                .find("Be brief.\n<|im_start|>user"),
+            std::string::npos);
+  EXPECT_NE(plain.fingerprint, with_vars.fingerprint);
+}
+
+// Pre-tokenized files are parsed once and cached like text; unmasked token streams count as plain
+// text (split packing), anything with a prompt mask as examples (best fit).
+TEST_F(TrainingDataTest, PreTokenizedDataIsCachedLikeText) {
+  const ModelConfig model = load_model_config(model_);
+  test::write_token_data(scratch_ / "tokens.jsonl", 12, model.vocab_size, 5);
+  const TrainConfig c = config({"data=" + (scratch_ / "tokens.jsonl").string()});
+  TrainingDataSummary first, second;
+  const auto docs = load_training_documents(c, model, &first);
+  EXPECT_FALSE(first.tokenized);
+  EXPECT_FALSE(first.from_cache);
+  EXPECT_TRUE(std::filesystem::exists(first.cache / "index.json"));
+  const auto again = load_training_documents(c, model, &second);
+  EXPECT_TRUE(second.from_cache);
+  ASSERT_EQ(again.size(), docs.size());
+  for (size_t i = 0; i < docs.size(); ++i) EXPECT_EQ(again[i].labels, docs[i].labels);
+  EXPECT_FALSE(second.plain_text);  // write_token_data masks every odd document's prompt
+  EXPECT_EQ(packing_mode(c, second), PackingMode::BestFit);
+
+  std::ofstream(scratch_ / "stream.jsonl") << "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [4, 5]}\n";
+  TrainingDataSummary stream;
+  load_training_documents(config({"data=" + (scratch_ / "stream.jsonl").string()}), model, &stream);
+  EXPECT_TRUE(stream.plain_text);
+}
+
+TEST_F(TrainingDataTest, ExamplesArePackedBestFitAndPlainTextSplit) {
+  const ModelConfig model = load_model_config(model_);
+  TrainingDataSummary chat, text, chat_cached;
+  load_training_documents(config({"data=" + chat_.string() + "," + alpaca_.string()}), model, &chat);
+  EXPECT_FALSE(chat.plain_text);
+  EXPECT_EQ(packing_mode(config(), chat), PackingMode::BestFit);
+  load_training_documents(config({"data=" + chat_.string() + "," + alpaca_.string()}), model, &chat_cached);
+  EXPECT_TRUE(chat_cached.from_cache);
+  EXPECT_FALSE(chat_cached.plain_text);  // from the cache's index too
+  load_training_documents(config({"data=" + text_.string()}), model, &text);
+  EXPECT_TRUE(text.plain_text);
+  EXPECT_EQ(packing_mode(config(), text), PackingMode::Split);
+  EXPECT_EQ(packing_mode(config({"packing_strategy=best_fit"}), text), PackingMode::BestFit);
+  EXPECT_EQ(packing_mode(config({"packing_strategy=wrapped"}), chat), PackingMode::Split);
+  EXPECT_EQ(packing_mode(config({"packing=false"}), chat), PackingMode::None);
+}
+
 TEST_F(TrainingDataTest, ConfigErrors) {
   EXPECT_THROW(config({"data_format=chatml"}), Error);
   EXPECT_EQ(config({"train_on_input=true"}).train_on_prompt, true);

@@ -1,5 +1,7 @@
 #include <cstdio>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -34,20 +36,28 @@ void add_init_command(CLI::App& app) {
     bool config_only = false;
   };
   auto a = std::make_shared<Args>();
-  cmd->add_option("--arch", a->arch, "llama, mistral, qwen2 or qwen3")->required();
+  cmd->add_option("--arch", a->arch, "llama, mistral, qwen2 or qwen3");
   cmd->add_option("--preset", a->preset, "model shape: tiny, or a real model's (see --list)");
   cmd->add_option("--out", a->out, "directory to create");
   cmd->add_option("--seed", a->seed, "random seed")->capture_default_str();
   cmd->add_option("--dtype", a->dtype, "float32, bfloat16 or float16 (default: the preset's)");
-  cmd->add_flag("--list", a->list, "list the presets of --arch");
+  cmd->add_flag("--list", a->list, "list the presets (of --arch, or of every architecture)");
   cmd->add_flag("--config-only", a->config_only,
                 "write config.json and generation_config.json only, no weights (enough for ferry plan)");
   cmd->callback([a] {
     if (a->list) {
-      for (const auto& p : model_presets(a->arch))
-        std::printf("%-16s %s\n", p.name.c_str(), p.description.c_str());
+      // Without --arch every architecture's presets, each as ARCH/NAME: the form --preset of
+      // `ferry plan` takes.
+      const std::vector<std::string> archs =
+          a->arch.empty() ? std::vector<std::string>{"llama", "mistral", "qwen2", "qwen3"}
+                          : std::vector<std::string>{a->arch};
+      for (const std::string& arch : archs)
+        for (const auto& p : model_presets(arch))
+          std::printf("%-24s %s\n", (arch + "/" + p.name).c_str(), p.description.c_str());
       return;
     }
+    FERRY_CHECK(!a->arch.empty(), "init",
+                "give --arch (llama, mistral, qwen2 or qwen3); ferry init --list shows the presets");
     FERRY_CHECK(!a->preset.empty(), "init", "give --preset (ferry init --arch {} --list shows them)",
                 a->arch);
     FERRY_CHECK(!a->out.empty(), "init", "give --out DIR, the directory to create");

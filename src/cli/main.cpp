@@ -2,12 +2,14 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ferry: full-parameter fine-tuning of large language models on GPUs smaller than the model"};
+  app.set_version_flag("--version", std::string("ferry ") + FERRY_VERSION);
   app.require_subcommand(1);
   ferry::cli::add_train_command(app);
   ferry::cli::add_init_command(app);

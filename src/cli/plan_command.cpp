@@ -2,6 +2,10 @@
 // predicted step time and memory against the budgets, what bounds it, and the next best
 // alternatives -- from the model's config.json and a machine profile alone (no weights, no GPU).
 // With a budget no plan fits, the error names the smallest budgets that work.
+//
+// `ferry plan --preset llama/llama-3.1-8b [CONFIG.yaml] [key=value ...]` plans for a preset's shape
+// (`ferry init --list` shows them), so that planning an 8B needs neither its weights nor its
+// config.json.
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -16,6 +20,7 @@
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
 #include "train/device_choice.h"
+#include "train/model_init.h"
 #include "train/plan_selection.h"
 #include "train/profile_cache.h"
 #include "train/train_config.h"
@@ -188,6 +193,14 @@ MachineProfile plan_profile(const TrainConfig& config, const ModelConfig& model,
   return p;
 }
 
+// "llama/llama-3.1-8b" -> that preset's config.
+ModelConfig preset_model(const std::string& spec) {
+  const size_t slash = spec.find('/');
+  FERRY_CHECK(slash != std::string::npos && slash > 0 && slash + 1 < spec.size(), kWhere,
+              "--preset takes ARCH/NAME, like llama/llama-3.1-8b; ferry init --list shows them");
+  return preset_config(spec.substr(0, slash), spec.substr(slash + 1));
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
@@ -199,19 +212,37 @@ void add_plan_command(CLI::App& app) {
   auto overrides = std::make_shared<std::vector<std::string>>();
   auto alternatives = std::make_shared<size_t>(4);
   auto nominal = std::make_shared<bool>(false);
-  cmd->add_option("config", *config_path, "YAML training configuration (see README: configuration)")
-      ->required();
+  auto preset = std::make_shared<std::string>();
+  cmd->add_option("config", *config_path,
+                  "YAML training configuration (see README: configuration); optional with --preset");
   cmd->add_option("overrides", *overrides, "key=value settings that override the file");
   cmd->add_option("--alternatives", *alternatives, "how many next best plans to show")->capture_default_str();
   cmd->add_flag(
       "--nominal", *nominal,
       "plan with the nominal rates of the lent H200 machine (DESIGN.md §5) instead of a measured profile");
-  cmd->callback([config_path, overrides, alternatives, nominal] {
-    const TrainConfig config = load_train_config(*config_path, *overrides);
-    FERRY_CHECK(
-        !config.model.empty(), kWhere,
-        "no model given; set `model:` to a Hugging Face model directory (only its config.json is read)");
-    const ModelConfig model = load_model_config(config.model);
+  cmd->add_option("--preset", *preset,
+                  "plan for a preset's shape, ARCH/NAME (ferry init --list shows them), instead of `model:`");
+  cmd->callback([config_path, overrides, alternatives, nominal, preset] {
+    // Without a config file, the first key=value lands where the file would be.
+    if (!preset->empty() && config_path->find('=') != std::string::npos) {
+      overrides->insert(overrides->begin(), *config_path);
+      config_path->clear();
+    }
+    FERRY_CHECK(!config_path->empty() || !preset->empty(), kWhere,
+                "give a config file (ferry plan CONFIG.yaml), or --preset ARCH/NAME");
+    TrainConfig config = config_path->empty() ? parse_train_config("", *overrides, "command line")
+                                              : load_train_config(*config_path, *overrides);
+    ModelConfig model;
+    if (!preset->empty()) {
+      model = preset_model(*preset);
+      config.model = "preset " + *preset;
+    } else {
+      FERRY_CHECK(
+          !config.model.empty(), kWhere,
+          "no model given; set `model:` to a Hugging Face model directory (only its config.json is read), or "
+          "give --preset ARCH/NAME");
+      model = load_model_config(config.model);
+    }
     const ModelLayout layout = build_model_layout(model);
     const DeviceChoice choice = choose_device(config, *nominal ? DeviceUse::PlanNominal : DeviceUse::Plan);
     PlanTarget target = choice.target;

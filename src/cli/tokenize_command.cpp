@@ -3,8 +3,13 @@
 //   ferry tokenize --tokenizer MODEL_DIR --text "Hello world"       → [9906, 1917]
 //   ferry tokenize --tokenizer MODEL_DIR --text "Hi" --no-special   → ids without <s> etc.
 //   ferry tokenize --tokenizer MODEL_DIR --decode "[9906, 1917]"    → Hello world
+//   ferry tokenize --data train.yaml --show 3   → the first 3 examples as trained, ⟦trained⟧ marked,
+//                                                 how they pack, and the cache summary
 //
 // One function per mode; the mode is chosen by which input option is given.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -13,6 +18,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/json_text.h"
+#include "data/packing.h"
+#include "data/trained_spans.h"
+#include "model/model_config.h"
 #include "tokenizer/tokenizer.h"
 #include "train/train_config.h"
 #include "train/training_data.h"
@@ -64,11 +72,44 @@ void run_decode_ids(const Tokenizer& tokenizer, const TokenizeOptions& o) {
   std::fputc('\n', stdout);
 }
 
+const char* packing_name(PackingMode mode) {
+  return mode == PackingMode::BestFit ? "best_fit" : mode == PackingMode::Split ? "split" : "none";
+}
+
+// --show N: the first N documents as the model will see them, trained spans marked, and what packing
+// does to the whole data (the same warnings `ferry train` gives).
+void show_examples(const TrainConfig& config, int64_t count, TrainingDataSummary* summary) {
+  const ModelConfig model = load_model_config(config.model);
+  const std::vector<Document> docs = load_training_documents(config, model, summary);
+  const Tokenizer tokenizer = Tokenizer::load(config.tokenizer.empty() ? config.model : config.tokenizer);
+  const size_t shown = std::min(docs.size(), static_cast<size_t>(count));
+  for (size_t i = 0; i < shown; ++i) {
+    int64_t trained = 0;
+    for (int32_t l : docs[i].labels) trained += l != kIgnoreIndex;
+    fmt::print("--- example {} of {}: {} tokens, {} trained (between {} and {}) ---\n{}\n", i + 1,
+               docs.size(), docs[i].input_ids.size(), trained, kTrainedOpen, kTrainedClose,
+               mark_trained_spans(docs[i], tokenizer));
+  }
+  const PackingMode mode = packing_mode(config, *summary);
+  PackStats stats;
+  pack_documents(docs, config.seq_len, mode, &stats);
+  fmt::print(
+      "--- packing {}: {} documents -> {} rows of {} tokens; {} split, {} truncated ({} tokens dropped), {} "
+      "padding tokens ---\n",
+      packing_name(mode), stats.documents, stats.rows, config.seq_len, stats.split_documents,
+      stats.truncated_documents, stats.dropped_tokens, stats.pad_tokens);
+}
+
 // --data CONFIG.yaml [key=value ...]: tokenizes the training data of a config into its cache, so
 // that `ferry train` with the same config starts at once; prints what was built.
-void run_tokenize_data(const std::string& config_path, const std::vector<std::string>& overrides) {
+void run_tokenize_data(const std::string& config_path, const std::vector<std::string>& overrides,
+                       int64_t show) {
   const TrainConfig config = load_train_config(config_path, overrides);
-  const TrainingDataSummary s = prepare_training_data(config);
+  TrainingDataSummary s;
+  if (show > 0)
+    show_examples(config, show, &s);
+  else
+    s = prepare_training_data(config);
   const nlohmann::json out = {
       {"tokenized", s.tokenized},           {"from_cache", s.from_cache},
       {"cache", s.cache.string()},          {"fingerprint", s.fingerprint},
@@ -90,6 +131,10 @@ void add_tokenize_command(CLI::App& app) {
   auto* data_opt = cmd->add_option(
       "--data", *data, "training config (YAML): tokenize its data into the cache ahead of `ferry train`");
   cmd->add_option("overrides", *overrides, "key=value settings for --data's config");
+  auto show = std::make_shared<int64_t>(0);
+  cmd->add_option(
+      "--show", *show,
+      "with --data: print the first N examples with the trained tokens marked, and how they pack");
   auto* text = cmd->add_option("--text", o->text, "text to encode; prints the ids as a JSON array");
   auto* decode = cmd->add_option("--decode", o->decode, "JSON array of ids to decode, like \"[1, 2, 3]\"");
   text->excludes(decode);
@@ -98,11 +143,13 @@ void add_tokenize_command(CLI::App& app) {
   cmd->add_flag("--skip-special", o->skip_special, "decode without special tokens");
   data_opt->excludes(text);
   data_opt->excludes(decode);
-  cmd->callback([o, text, decode, data_opt, data, overrides] {
+  cmd->callback([o, text, decode, data_opt, data, overrides, show] {
+    FERRY_CHECK(*show >= 0, "tokenize", "--show takes a number of examples, got {}", *show);
     if (data_opt->count() > 0) {
-      run_tokenize_data(*data, *overrides);
+      run_tokenize_data(*data, *overrides, *show);
       return;
     }
+    FERRY_CHECK(*show == 0, "tokenize", "--show prints a config's examples: give --data CONFIG.yaml too");
     if (text->count() == 0 && decode->count() == 0)
       fail("tokenize", "give --text TEXT, --decode \"[ids]\" or --data CONFIG.yaml");
     if (o->tokenizer.empty())

@@ -1,15 +1,21 @@
 #include "core/log.h"
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <ctime>
 #include <mutex>
+
+#include "core/error.h"
 
 namespace ferry {
 
 namespace {
 std::atomic<LogLevel> g_level{LogLevel::Info};
 std::mutex g_mutex;
+std::atomic<std::FILE*> g_file{nullptr};  // the open LogFile's, written under g_mutex
 const auto g_start = std::chrono::steady_clock::now();
 }  // namespace
 
@@ -20,11 +26,48 @@ LogLevel log_level() {
   return g_level.load();
 }
 
+bool log_enabled(LogLevel level) {
+  return level >= g_level.load() ||
+         (level >= LogLevel::Info && level != LogLevel::Off && g_file.load() != nullptr);
+}
+
 void log_line(LogLevel level, const std::string& message) {
   static const char* const kTags[] = {"debug", "info", "warn", "error", ""};
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count();
   std::lock_guard<std::mutex> lock(g_mutex);
-  std::fprintf(stderr, "[%8.2fs %s] %s\n", seconds, kTags[static_cast<int>(level)], message.c_str());
+  if (level >= g_level.load())
+    std::fprintf(stderr, "[%8.2fs %s] %s\n", seconds, kTags[static_cast<int>(level)], message.c_str());
+  std::FILE* file = g_file.load();
+  if (file != nullptr && level >= LogLevel::Info) {
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &utc);
+    std::fprintf(file, "%s [%8.2fs %s] %s\n", stamp, seconds, kTags[static_cast<int>(level)],
+                 message.c_str());
+    std::fflush(file);  // a run that dies still leaves its last lines
+  }
+}
+
+LogFile::LogFile(const std::filesystem::path& path, bool append) {
+  file_ = std::fopen(path.c_str(), append ? "a" : "w");
+  FERRY_CHECK(file_ != nullptr, "log", "cannot open the log file {}: {}", path.string(),
+              std::strerror(errno));
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::FILE* expected = nullptr;
+  if (!g_file.compare_exchange_strong(expected, file_)) {
+    std::fclose(file_);
+    file_ = nullptr;
+    fail("log", "a log file is open already; {} cannot be opened beside it", path.string());
+  }
+}
+
+LogFile::~LogFile() {
+  if (file_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_file = nullptr;
+  std::fclose(file_);
 }
 
 }  // namespace ferry

@@ -12,6 +12,8 @@
 #include "core/json_text.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "data/data_file.h"
+#include "data/progress_log.h"
 #include "data/token_dataset.h"
 
 namespace ferry {
@@ -21,22 +23,12 @@ namespace {
 constexpr const char* kWhere = "data";
 using nlohmann::ordered_json;
 
+constexpr size_t kProgressBatch = 16384;  // records between progress checks
+
 struct Record {
   int64_t line = 0;  // 1-based line the record starts on
   std::string_view text;
 };
-
-std::string read_whole_file(const std::filesystem::path& path) {
-  std::error_code ec;
-  FERRY_CHECK(!std::filesystem::is_directory(path, ec), kWhere, "{} is a directory; give data files",
-              path.string());
-  std::ifstream in(path, std::ios::binary);
-  FERRY_CHECK(in.is_open(), kWhere, "cannot open {}: {}", path.string(), std::strerror(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  FERRY_CHECK(!in.bad(), kWhere, "reading {} failed: {}", path.string(), std::strerror(errno));
-  return s.str();
-}
 
 bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v';
@@ -253,11 +245,12 @@ void add_document(Outcome& o, std::vector<Document>* docs, TextDataStats* s) {
 std::vector<Document> load_file(const std::filesystem::path& path, const TextDataOptions& options,
                                 TextDataStats* s) {
   const std::string name = path.string();
-  const std::string content = read_whole_file(path);
+  const std::string content = read_data_file(path);
   ++s->files;
   std::vector<Document> docs;
-  const DataFormat format = path.extension() == ".txt" ? DataFormat::Text : options.format;
-  if (path.extension() == ".txt") {
+  const bool plain_text = data_extension(path) == ".txt";
+  const DataFormat format = plain_text ? DataFormat::Text : options.format;
+  if (plain_text) {
     FERRY_CHECK(options.format == DataFormat::Auto || options.format == DataFormat::Text, kWhere,
                 "{} is a plain text file but data_format is '{}'; use data_format: text or auto", name,
                 data_format_name(options.format));
@@ -301,13 +294,22 @@ std::vector<Document> load_file(const std::filesystem::path& path, const TextDat
   s->records_by_format[data_format_name(file_format)] += static_cast<int64_t>(records.size());
   log_debug("[data] {}: {} records, format {}", name, records.size(), data_format_name(file_format));
 
+  // In batches, so that a large file reports its progress (a line every few seconds) instead of
+  // being silent for minutes; the batches change nothing in the result.
   std::vector<Outcome> outcomes(records.size());
-  ThreadPool::global().parallel_for(
-      records.size(),
-      [&](size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) outcomes[i] = process_record(file_format, records[i], options);
-      },
-      8);
+  ProgressLog progress(
+      fmt::format("data: {}: {} records ({})", name, records.size(), data_format_name(file_format)));
+  for (size_t start = 0; start < records.size(); start += kProgressBatch) {
+    const size_t stop = std::min(records.size(), start + kProgressBatch);
+    ThreadPool::global().parallel_for(
+        stop - start,
+        [&](size_t begin, size_t end) {
+          for (size_t i = start + begin; i < start + end; ++i)
+            outcomes[i] = process_record(file_format, records[i], options);
+        },
+        8);
+    progress.update(stop, records.size());
+  }
   for (size_t i = 0; i < records.size(); ++i) {
     Outcome& o = outcomes[i];
     if (!o.fatal.empty()) fail(kWhere, "{}:{}: {}", name, records[i].line, o.fatal);
@@ -339,15 +341,22 @@ TextDataStats& TextDataStats::operator+=(const TextDataStats& o) {
 }
 
 DataFormat file_data_format(const std::filesystem::path& path, DataFormat configured) {
-  if (path.extension() == ".txt") return DataFormat::Text;
+  if (data_extension(path) == ".txt") return DataFormat::Text;
   if (configured != DataFormat::Auto) return configured;
+  if (is_gzip_path(path)) {  // no peeking into a compressed stream: decompress it whole
+    const std::string content = read_data_file(path);
+    const std::vector<Record> records =
+        starts_json_array(content) ? json_array_records(content, path.string()) : jsonl_records(content);
+    FERRY_CHECK(!records.empty(), kWhere, "{} holds no records", path.string());
+    return detect_file_format(records, path.string());
+  }
   std::ifstream in(path, std::ios::binary);
   FERRY_CHECK(in.is_open(), kWhere, "cannot open {}: {}", path.string(), std::strerror(errno));
   const char first = static_cast<char>(in.peek());
   if (first == '[' || first == ' ' || first == '\n' || first == '\t' || first == '\r' || first == '\xEF') {
     // A JSON array (or leading space / BOM): read it whole.
     in.close();
-    const std::string content = read_whole_file(path);
+    const std::string content = read_data_file(path);
     const std::vector<Record> records =
         starts_json_array(content) ? json_array_records(content, path.string()) : jsonl_records(content);
     FERRY_CHECK(!records.empty(), kWhere, "{} holds no records", path.string());

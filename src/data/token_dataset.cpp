@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "core/json_text.h"
 #include "core/log.h"
+#include "data/data_file.h"
+#include "data/progress_log.h"
 
 namespace ferry {
 
@@ -150,18 +152,18 @@ std::vector<Document> load_token_jsonl(const std::filesystem::path& path, const 
                                        TokenDataStats* stats) {
   check_options(options);
   const std::string name = path.string();
-  std::error_code ec;
-  FERRY_CHECK(!std::filesystem::is_directory(path, ec), "data", "{} is a directory; give a .jsonl file",
-              name);
-  std::ifstream in(path, std::ios::binary);
-  FERRY_CHECK(in.is_open(), "data", "cannot open {}: {}", name, std::strerror(errno));
+  const std::string content = read_data_file(path);
 
   TokenDataStats local;
   std::vector<Document> docs;
-  std::string line;
-  while (std::getline(in, line)) {
+  ProgressLog progress(fmt::format("data: {}: parsing token ids (bytes)", name));
+  for (size_t pos = 0; pos < content.size();) {
+    if (local.lines % 16384 == 0) progress.update(pos, content.size());
+    size_t end = content.find('\n', pos);
+    if (end == std::string::npos) end = content.size();
     ++local.lines;
-    std::string_view text = line;
+    std::string_view text(content.data() + pos, end - pos);
+    pos = end + 1;
     // A UTF-8 byte-order mark at the start of the file is not part of the first record.
     if (local.lines == 1 && text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);
     if (is_blank(text)) continue;
@@ -177,8 +179,6 @@ std::vector<Document> load_token_jsonl(const std::filesystem::path& path, const 
     local.tokens += static_cast<int64_t>(doc.input_ids.size());
     docs.push_back(std::move(doc));
   }
-  FERRY_CHECK(!in.bad(), "data", "reading {} failed at line {}: {}", name, local.lines + 1,
-              std::strerror(errno));
   local.documents = static_cast<int64_t>(docs.size());
   if (local.skipped_malformed > 0)
     log_warn("[data] {}: skipped {} malformed line(s) of {}", name, local.skipped_malformed, local.lines);

@@ -10,6 +10,8 @@
 namespace ferry {
 
 inline constexpr const char* kMetricsFile = "metrics.jsonl";
+// OUTPUT/train.log: the run's log lines (core/log.h's LogFile), continued by a resumed run.
+inline constexpr const char* kTrainLogFile = "train.log";
 
 // Keeps the lines of `metrics_file` whose step is at most `step`, one training record and one
 // evaluation per step (the last written, in step order), and drops every other line: steps past a resumed

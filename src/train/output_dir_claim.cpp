@@ -16,6 +16,7 @@
 #include "io/completion_marker.h"
 #include "train/host_memory_watch.h"
 #include "train/metrics_log.h"
+#include "train/resolved_config.h"
 #include "train/run_evaluation.h"
 #include "train/run_report.h"
 
@@ -51,10 +52,11 @@ bool is_checkpoint_name(const std::string& name) {
 }
 
 // Entries that hold no result of a run: the lock, the tokenized-data cache (keyed by its inputs'
-// fingerprint, so any run may reuse it), and the host memory report (a run refused at its plan
-// leaves one, and the next run writes its own).
+// fingerprint, so any run may reuse it), and what a run refused before its first step leaves and
+// the next run rewrites: the host memory report, the log and the resolved config.
 bool holds_no_result(const std::string& name) {
-  return name == kOutputLockFile || name == ".cache" || name == kHostMemoryReport;
+  return name == kOutputLockFile || name == ".cache" || name == kHostMemoryReport || name == kTrainLogFile ||
+         name == kResolvedConfigFile;
 }
 
 std::vector<std::string> result_entries(const fs::path& dir) {

@@ -93,6 +93,10 @@ class SlidingExecutor final : public StepExecutor {
   }
   ~SlidingExecutor() override { engine_.reset(); }
   std::string describe() const override { return fmt::format("{}: {}", device_->name(), plan_.describe()); }
+  double predicted_step_seconds() const override { return predicted_.step_seconds; }
+  std::optional<DeviceMemoryUse> device_memory() const override {
+    return DeviceMemoryUse{device_->memory(), device_->pinned_memory()};
+  }
   ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
                     double max_grad_norm) override {
     if (trace_) trace_->begin(step);

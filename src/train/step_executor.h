@@ -4,9 +4,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "engine/model_step.h"
 #include "engine/step_batch.h"
 #include "model/model_weights.h"
@@ -20,6 +22,11 @@ struct ExecutedStep {
   double loss = 0.0;  // mean over counted tokens
   int64_t counted_tokens = 0;
   double grad_norm = 0.0;
+};
+
+struct DeviceMemoryUse {
+  MemoryStats device;
+  MemoryStats pinned;
 };
 
 class StepExecutor {
@@ -43,6 +50,10 @@ class StepExecutor {
   // Sequences per micro-chunk the steps' batches must be cut into: the config's micro_batch, or
   // the planner's choice when the config leaves it (`micro_batch: auto`).
   virtual int64_t micro_batch() const = 0;
+  // The plan's predicted step time, for the first time estimates; 0 without a plan (cpu).
+  virtual double predicted_step_seconds() const { return 0.0; }
+  // The device's memory and the pinned host memory it holds (in use and peak); none on cpu.
+  virtual std::optional<DeviceMemoryUse> device_memory() const { return std::nullopt; }
 };
 
 // Chooses the executor from `device` (cpu | sim | cuda | auto); on a device, the plan comes from

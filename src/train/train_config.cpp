@@ -9,11 +9,13 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "core/error.h"
 #include "core/text_file.h"
 #include "data/record_formats.h"
+#include "io/hub_cache.h"
 
 namespace ferry {
 
@@ -95,6 +97,33 @@ std::optional<int64_t> parse_optional_size(const YAML::Node& node, const std::st
   return parse_byte_size(text, key);
 }
 
+// A YAML value as JSON, for values handed on as they are (template variables): true/false are
+// booleans, numbers are numbers, anything else is a string.
+nlohmann::ordered_json yaml_to_json(const YAML::Node& node) {
+  if (node.IsMap()) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::object();
+    for (const auto& item : node) out[item.first.Scalar()] = yaml_to_json(item.second);
+    return out;
+  }
+  if (node.IsSequence()) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& item : node) out.push_back(yaml_to_json(item));
+    return out;
+  }
+  if (!node.IsScalar()) return nullptr;
+  const std::string& s = node.Scalar();
+  if (node.Tag() == "!") return s;  // quoted: a string whatever it looks like
+  if (s == "true" || s == "True") return true;
+  if (s == "false" || s == "False") return false;
+  if (s == "null" || s == "~") return nullptr;
+  int64_t i = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), i);
+  if (ec == std::errc() && end == s.data() + s.size()) return i;
+  double d = 0;
+  if (YAML::convert<double>::decode(node, d) && s.find_first_of("0123456789") != std::string::npos) return d;
+  return s;
+}
+
 // Files: a YAML sequence, or a comma-separated list (which also works on the command line:
 // data=a.jsonl,b.jsonl).
 std::vector<std::filesystem::path> parse_path_list(const YAML::Node& node, const std::string& key) {
@@ -128,6 +157,16 @@ const std::map<std::string, Setter>& setters() {
       {"train_on_prompt", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.train_on_prompt = parse_bool(n, k); }},
       {"tokenizer", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.tokenizer = parse_string(n, k); }},
       {"chat_template", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.chat_template = parse_string(n, k); }},
+      {"chat_template_kwargs",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         // Empty on the command line (chat_template_kwargs=) clears it.
+         if (n.IsScalar() && n.Scalar().empty()) {
+           c.chat_template_kwargs = nlohmann::ordered_json::object();
+           return;
+         }
+         FERRY_CHECK(n.IsMap(), kWhere, "'{}' must be a mapping of template variables, like {{enable_thinking: false}}", k);
+         c.chat_template_kwargs = yaml_to_json(n);
+       }},
       {"cache_dir", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.cache_dir = parse_string(n, k); }},
       {"eval_data",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.eval_data = parse_path_list(n, k); }},
@@ -142,7 +181,16 @@ const std::map<std::string, Setter>& setters() {
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
          c.micro_batch = n.IsScalar() && n.Scalar() == "auto" ? 0 : parse_int(n, k);
        }},
+      {"gradient_accumulation_steps",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gradient_accumulation_steps = parse_int(n, k); }},
       {"packing", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.packing = parse_bool(n, k); }},
+      {"packing_strategy",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         // TRL's names (bfd, wrapped) too.
+         c.packing_strategy = parse_choice<PackingStrategy>(
+             n, k, {{"auto", PackingStrategy::Auto}, {"best_fit", PackingStrategy::BestFit}, {"bfd", PackingStrategy::BestFit},
+                    {"split", PackingStrategy::Split}, {"wrapped", PackingStrategy::Split}});
+       }},
       {"shuffle", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.shuffle = parse_bool(n, k); }},
       {"max_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.max_steps = parse_int(n, k); }},
       {"epochs", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.epochs = parse_double(n, k); }},
@@ -283,7 +331,8 @@ std::string canonical_key(const std::string& key) {
 
 // Sets one key. `where` names the place ("train.yaml:3" or "command line"), which errors from the
 // value's parsing are given too.
-void apply(TrainConfig& c, const std::string& key, const YAML::Node& value, const std::string& where) {
+// Returns the key it set (the canonical name).
+std::string apply(TrainConfig& c, const std::string& key, const YAML::Node& value, const std::string& where) {
   auto it = setters().find(canonical_key(key));
   if (it == setters().end()) {
     const std::string near = nearest_key(key);
@@ -297,6 +346,7 @@ void apply(TrainConfig& c, const std::string& key, const YAML::Node& value, cons
     const std::string prefix = fmt::format("[{}] ", kWhere);
     fail(kWhere, "{}: {}", where, what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what);
   }
+  return it->first;
 }
 
 // The keys of the file by what they set: a key given twice, or under two of its names (lr and
@@ -334,7 +384,9 @@ const char* device_kind_name(DeviceKind kind) {
 
 namespace {
 
-void apply_file(TrainConfig& c, const std::string& yaml_text, const std::string& source) {
+using KeysGiven = std::set<std::string>;  // canonical keys the file or the command line set
+
+void apply_file(TrainConfig& c, const std::string& yaml_text, const std::string& source, KeysGiven& given) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -349,13 +401,13 @@ void apply_file(TrainConfig& c, const std::string& yaml_text, const std::string&
     FERRY_CHECK(item.first.IsScalar(), kWhere, "{}: a key must be a name, not a list or a mapping", where);
     const std::string key = item.first.Scalar();
     seen.add(key, "line " + std::to_string(item.first.Mark().line + 1));
-    apply(c, key, item.second, where);
+    given.insert(apply(c, key, item.second, where));
   }
 }
 
 // On the command line a later key=value wins, as the command line wins over the file: scripts
 // append overrides to a base list.
-void apply_overrides(TrainConfig& c, const std::vector<std::string>& overrides) {
+void apply_overrides(TrainConfig& c, const std::vector<std::string>& overrides, KeysGiven& given) {
   for (const auto& o : overrides) {
     const size_t eq = o.find('=');
     FERRY_CHECK(eq != std::string::npos && eq > 0, kWhere, "override '{}' must look like key=value", o);
@@ -366,8 +418,25 @@ void apply_overrides(TrainConfig& c, const std::vector<std::string>& overrides) 
       fail(kWhere, "override '{}': value is not valid YAML: {}", o, e.what());
     }
     if (!value || value.IsNull()) value = YAML::Node(std::string());
-    apply(c, o.substr(0, eq), value, "command line");
+    given.insert(apply(c, o.substr(0, eq), value, "command line"));
   }
+}
+
+// Hugging Face's batch (per-device batch × accumulation steps) as global_batch. Both spellings given
+// and disagreeing would leave one silently ignored: an error instead.
+void resolve_batch(TrainConfig& c, const KeysGiven& given) {
+  if (!given.contains("gradient_accumulation_steps") || c.gradient_accumulation_steps == 0) return;
+  FERRY_CHECK(
+      c.micro_batch >= 1, kWhere,
+      "gradient_accumulation_steps multiplies per_device_train_batch_size (micro_batch), which is auto; "
+      "set micro_batch to a number, or give global_batch instead");
+  const int64_t global = c.micro_batch * c.gradient_accumulation_steps;
+  FERRY_CHECK(
+      !given.contains("global_batch") || c.global_batch == global, kWhere,
+      "global_batch is {}, but per_device_train_batch_size (micro_batch) {} × gradient_accumulation_steps "
+      "{} is {}; give either global_batch or gradient_accumulation_steps, or make them agree",
+      c.global_batch, c.micro_batch, c.gradient_accumulation_steps, global);
+  c.global_batch = global;
 }
 
 // Makes the config's relative paths relative to `base`.
@@ -376,7 +445,11 @@ void resolve_paths(TrainConfig& c, const std::filesystem::path& base) {
   auto resolve = [&](std::filesystem::path& p) {
     if (!p.empty() && p.is_relative()) p = base / p;
   };
-  resolve(c.model);
+  // `model: org/name` with no such folder beside the file names a Hugging Face model, found in the
+  // hub cache (resolve_model_path).
+  std::error_code ec;
+  if (!(looks_like_hub_repo_id(c.model.string()) && !std::filesystem::exists(base / c.model, ec)))
+    resolve(c.model);
   resolve(c.output_dir);
   resolve(c.tokenizer);
   resolve(c.chat_template);
@@ -392,8 +465,10 @@ void resolve_paths(TrainConfig& c, const std::filesystem::path& base) {
 TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<std::string>& overrides,
                                const std::string& source) {
   TrainConfig c;
-  apply_file(c, yaml_text, source);
-  apply_overrides(c, overrides);
+  KeysGiven given;
+  apply_file(c, yaml_text, source, given);
+  apply_overrides(c, overrides, given);
+  resolve_batch(c, given);
   validate_train_config(c);
   return c;
 }
@@ -401,19 +476,32 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<s
 TrainConfig load_train_config(const std::filesystem::path& yaml_path,
                               const std::vector<std::string>& overrides) {
   TrainConfig c;
-  apply_file(c, read_text_file(yaml_path, kWhere, "check the path"), yaml_path.string());
+  KeysGiven given;
+  apply_file(c, read_text_file(yaml_path, kWhere, "check the path"), yaml_path.string(), given);
   // Relative paths in a config file are relative to the file, as people expect when they move a
   // project directory around; those given on the command line are relative to where the command
   // runs, as the shell completed them.
   resolve_paths(c, yaml_path.parent_path());
-  apply_overrides(c, overrides);
+  apply_overrides(c, overrides, given);
+  resolve_batch(c, given);
+  c.model = resolve_model_path(c.model);
   validate_train_config(c);
   return c;
+}
+
+std::vector<std::string> train_config_keys() {
+  std::vector<std::string> keys;
+  for (const auto& [k, _] : setters()) keys.push_back(k);
+  return keys;
 }
 
 void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.seq_len >= 2, kWhere, "seq_len must be at least 2, got {}", c.seq_len);
   FERRY_CHECK(c.global_batch >= 1, kWhere, "global_batch must be at least 1, got {}", c.global_batch);
+  FERRY_CHECK(c.gradient_accumulation_steps >= 0, kWhere,
+              "gradient_accumulation_steps must be at least 1 (or 0: not given), got {}",
+              c.gradient_accumulation_steps);
+  FERRY_CHECK(c.chat_template_kwargs.is_object(), kWhere, "chat_template_kwargs must be a mapping");
   FERRY_CHECK(c.micro_batch >= 0, kWhere,
               "micro_batch must be at least 1, or auto (the planner picks), got {}", c.micro_batch);
   FERRY_CHECK(c.micro_batch == 0 || c.global_batch % c.micro_batch == 0, kWhere,

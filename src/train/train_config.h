@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ enum class ActivationOffload { Auto, All, None };
 // auto: the planner keeps layers' forward intermediates where memory is left (no recompute in
 // their backward); all: every layer recomputes its forward in the backward.
 enum class RecomputePolicy { Auto, All };
+// How packing fills rows (data/packing.h): split for plain text and best fit (never splitting an
+// example) for everything else (auto), or one of them for all data.
+enum class PackingStrategy { Auto, BestFit, Split };
 
 struct TrainConfig {
   // what to train, on what, and where the result goes
@@ -42,14 +46,22 @@ struct TrainConfig {
   bool train_on_prompt = false;         // train on every token, not only what the assistant produces
   std::filesystem::path tokenizer;      // tokenizer directory or tokenizer.json; empty: the model's
   std::filesystem::path chat_template;  // a .jinja file (or tokenizer_config.json) replacing the model's
-  std::filesystem::path cache_dir;      // tokenized data cache; empty: <output_dir>/.cache
+  // More variables for the chat template, as apply_chat_template(**kwargs) takes them: a mapping,
+  // e.g. {enable_thinking: false} for Qwen3.
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  std::filesystem::path cache_dir;  // tokenized data cache; empty: <output_dir>/.cache
 
   // batch geometry
   int64_t seq_len = 2048;    // tokens per sequence (cutoff_len)
   int64_t global_batch = 8;  // sequences per optimizer step
   int64_t micro_batch = 1;   // sequences per micro-chunk inside a layer; 0 (`auto`): the planner picks
-  bool packing = true;       // pack documents into sequences (with document masking)
-  bool shuffle = true;       // a fresh order every epoch; false: the data's order
+  // Hugging Face's way to give the batch: global_batch = micro_batch (per_device_train_batch_size)
+  // × gradient_accumulation_steps. 0: not given. Set, it decides global_batch (a global_batch given
+  // too must agree).
+  int64_t gradient_accumulation_steps = 0;
+  bool packing = true;  // pack documents into sequences (with document masking)
+  PackingStrategy packing_strategy = PackingStrategy::Auto;
+  bool shuffle = true;  // a fresh order every epoch; false: the data's order
 
   // evaluation: held-out loss and perplexity during and after training (train/run_evaluation.h)
   std::vector<std::filesystem::path> eval_data;  // files read as `data` is; or
@@ -125,5 +137,8 @@ TrainConfig parse_train_config(const std::string& yaml_text, const std::vector<s
                                const std::string& source);
 // Checks values and combinations; throws ferry::Error naming the key and what to do.
 void validate_train_config(const TrainConfig& config);
+
+// Every key a config may set (not the aliases), sorted by name.
+std::vector<std::string> train_config_keys();
 
 }  // namespace ferry

@@ -8,8 +8,10 @@
 #include <fstream>
 #include <memory>
 
+#include "core/byte_size.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "data/batch_sampler.h"
@@ -17,6 +19,7 @@
 #include "engine/model_step.h"
 #include "engine/step_batch.h"
 #include "engine/unit_optimizer.h"
+#include "io/atomic_file.h"
 #include "model/model_weights.h"
 #include "ops/ops.h"
 #include "train/checkpoint.h"
@@ -24,8 +27,11 @@
 #include "train/metrics_log.h"
 #include "train/output_dir.h"
 #include "train/output_dir_claim.h"
+#include "train/progress.h"
+#include "train/resolved_config.h"
 #include "train/run_evaluation.h"
 #include "train/run_report.h"
+#include "train/run_summary.h"
 #include "train/step_executor.h"
 #include "train/tensorboard_log.h"
 #include "train/training_data.h"
@@ -40,7 +46,15 @@ DType resolve_save_dtype(const TrainConfig& config, const ModelConfig& model) {
   return config.save_dtype.value_or(model.dtype);
 }
 
-nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::string& tokenized_data) {
+// A packing the rows were made with: true/false as before best fit existed, so that older
+// checkpoints still resume.
+nlohmann::json packing_fingerprint(PackingMode mode) {
+  if (mode == PackingMode::BestFit) return "best_fit";
+  return mode == PackingMode::Split;
+}
+
+nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::string& tokenized_data,
+                               PackingMode packing) {
   nlohmann::json data = nlohmann::json::array();
   for (const auto& p : c.data) {
     std::error_code ec;
@@ -54,7 +68,7 @@ nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::str
           {"seq_len", c.seq_len},
           {"global_batch", c.global_batch},
           {"micro_batch", c.micro_batch},
-          {"packing", c.packing},
+          {"packing", packing_fingerprint(packing)},
           {"shuffle", c.shuffle},
           {"seed", c.seed}};
 }
@@ -65,10 +79,22 @@ void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json&
     if (!saved.contains(key)) continue;
     FERRY_CHECK(
         saved[key] == value, kWhere,
-        "cannot resume exactly from {}: '{}' was {} when it was saved and is {} now; restore the setting "
+        "cannot resume exactly from {}: '{}' was {} when it was saved and is {} now; restore the setting{} "
         "or start a new output_dir",
-        where, key, saved[key].dump(), value.dump());
+        where, key, saved[key].dump(), value.dump(),
+        // Runs saved before best-fit packing existed packed examples by splitting them.
+        key == "packing" && saved[key] == true ? " (packing_strategy: split packs as it did)" : "");
   }
+}
+
+// "GPU 21.3 GiB, pinned 9.1 GiB, host 80.2 GiB" now, for the step line; empty when nothing is known.
+std::string memory_now(const StepExecutor& executor) {
+  std::string out;
+  if (const auto d = executor.device_memory())
+    out = fmt::format("GPU {}, pinned {}", format_bytes(d->device.in_use), format_bytes(d->pinned.in_use));
+  if (const auto host = read_process_memory())
+    out += fmt::format("{}host {}", out.empty() ? "" : ", ", format_bytes(host->counted()));
+  return out;
 }
 
 // A stop requested by a signal is taken between steps; the steps done since the newest checkpoint
@@ -104,12 +130,17 @@ void check_positions(const std::vector<PackedRow>& rows, const ModelConfig& mode
 
 TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   validate_train_config(config);
+  const auto run_began = std::chrono::steady_clock::now();  // the whole run's, loading included
   FERRY_CHECK(!config.model.empty(), kWhere,
               "no model given; set `model:` to a Hugging Face model directory");
   FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more JSONL files");
   FERRY_CHECK(!config.output_dir.empty(), kWhere, "no output_dir given; set `output_dir:`");
   if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
   const OutputDirLock output_lock = claim_output_dir(config);
+  // The log lines go to train.log too (a resumed run's continue it), and the settings this run uses,
+  // defaults included, to config.yaml: what a run did can be read back after the terminal is gone.
+  const LogFile log_file(config.output_dir / kTrainLogFile, config.resume);
+  write_file_atomic(config.output_dir / kResolvedConfigFile, resolved_config_yaml(config));
   warn_if_unfinished_output(config.model);
 
   // Host memory held to the plan phase by phase; the report is written however the run ends.
@@ -132,7 +163,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     log_warn("skipped {} malformed records (skip_malformed: true)", data_summary.skipped_malformed);
   FERRY_CHECK(!documents.empty(), kWhere, "the data holds no documents; check the files in `data:`");
   const std::vector<Document> eval_documents = evaluation_documents(config, mc, documents);
-  const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, config.packing);
+  const PackingMode packing = packing_mode(config, data_summary);
+  const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, packing);
   check_positions(rows, mc);
   FERRY_CHECK(!rows.empty(), kWhere, "packing produced no sequences");
 
@@ -157,9 +189,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
 
   RunEvaluation evaluation(config, eval_documents.empty()
                                        ? std::vector<PackedRow>()
-                                       : pack_documents(eval_documents, config.seq_len, config.packing));
+                                       : pack_documents(eval_documents, config.seq_len, packing));
   BatchSampler sampler(static_cast<int64_t>(rows.size()), config.seed, config.shuffle);
-  const nlohmann::json fingerprint = run_fingerprint(config, rows.size(), data_summary.fingerprint);
+  const nlohmann::json fingerprint = run_fingerprint(config, rows.size(), data_summary.fingerprint, packing);
   int64_t step = 0;
   std::filesystem::create_directories(config.output_dir);
   if (config.resume) {
@@ -188,10 +220,17 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
            model_config.num_layers, model_config.hidden_size, static_cast<double>(parameter_count) / 1e6,
            torch_dtype_name(model_config.dtype));
   log_info(
-      "data: {} documents -> {} sequences of {} tokens; {} steps of {} sequences (micro-batch {}), warmup {}",
-      documents.size(), rows.size(), config.seq_len, total_steps, config.global_batch,
-      executor->micro_batch(), warmup);
+      "data: {} documents -> {} sequences of {} tokens ({}); {} steps of {} sequences (micro-batch {}), "
+      "warmup {}",
+      documents.size(), rows.size(), config.seq_len,
+      packing == PackingMode::BestFit ? "best-fit packing"
+      : packing == PackingMode::Split ? "split packing"
+                                      : "no packing",
+      total_steps, config.global_batch, executor->micro_batch(), warmup);
   log_info("device {}", executor->describe());
+  RunProgress progress(total_steps, step, executor->predicted_step_seconds());
+  if (!progress.eta_text().empty()) log_info("{} for {} steps", progress.eta_text(), total_steps - step);
+  const int64_t first_step = step;
 
   auto checkpoint_view = [&]() {
     executor->finish_updates();
@@ -288,9 +327,17 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     record.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     summary.steps.push_back(record);
     if (hooks.on_step) hooks.on_step(record);
+    progress.step_done(record.seconds);
     if (step % config.logging_steps == 0 || step == total_steps) {
-      log_info("step {}/{} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.0f} tok/s", step, total_steps,
-               record.loss, record.lr, record.grad_norm, static_cast<double>(record.tokens) / record.seconds);
+      const double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_began).count();
+      const double epoch = static_cast<double>(step * config.global_batch) / static_cast<double>(rows.size());
+      log_info(
+          "step {}/{} | epoch {:.2f} | loss {:.4f} | lr {:.3e} | grad_norm {:.4f} | {:.0f} tok/s | {} "
+          "elapsed, {} | {}",
+          step, total_steps, epoch, record.loss, record.lr, record.grad_norm,
+          static_cast<double>(record.tokens) / record.seconds, format_duration(elapsed), progress.eta_text(),
+          memory_now(*executor));
     }
     metrics << nlohmann::json{{"step", step},
                               {"loss", record.loss},
@@ -364,6 +411,25 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
   memory.check();
   for (const std::string& line : memory.describe()) log_info("host memory, {}", line);
+  RunEnd end;
+  end.runtime_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_began).count();
+  end.steps = step - first_step;
+  for (const StepRecord& r : summary.steps) {
+    end.step_seconds += r.seconds;
+    end.tokens += r.tokens;
+  }
+  end.predicted_step_seconds = executor->predicted_step_seconds();
+  end.measured_step_seconds = progress.measured_step_seconds();
+  if (!summary.steps.empty()) end.final_loss = summary.steps.back().loss;
+  end.best_eval_loss = evaluation.best_loss();
+  if (const auto d = executor->device_memory()) {
+    end.peak_device_bytes = d->device.peak;
+    end.peak_pinned_bytes = d->pinned.peak;
+  }
+  for (const HostMemoryPhase& phase : memory.phases())
+    if (phase.samples > 0) end.peak_host_bytes = std::max(end.peak_host_bytes.value_or(0), phase.peak);
+  end.model_dir = std::filesystem::absolute(config.output_dir);
+  for (const std::string& line : describe_run_end(end)) log_info("{}", line);
   summary.final_step = step;
   summary.finished = true;
   write_report(summary.stopped_early ? "stopped early (early_stopping_patience)" : "finished");

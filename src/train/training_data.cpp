@@ -1,13 +1,16 @@
 #include "train/training_data.h"
 
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/json_text.h"
 #include "core/log.h"
 #include "core/text_file.h"
+#include "data/file_digest.h"
 #include "data/record_formats.h"
 #include "data/sha256.h"
 #include "data/text_dataset.h"
@@ -93,6 +96,31 @@ TextSetup load_text_setup(const TrainConfig& config) {
   return s;
 }
 
+// The data files' bytes, as digests: remembered by size and mtime beside the caches
+// (data/file_digest.h), so that an unchanged 20 GB file is not read again at every start.
+void add_data_files(const TrainConfig& config,
+                    const std::function<void(const std::string&, const std::string&)>& field) {
+  const std::filesystem::path memo = training_cache_root(config) / "file-digests.json";
+  for (const auto& path : config.data) {
+    field("data.extension", path.extension().string());
+    field("data", remembered_file_sha256(path, memo));
+  }
+}
+
+// Pre-tokenized data is keyed like text: its files, and the options that shape its documents.
+std::string token_fingerprint_of(const TrainConfig& config, const ModelConfig& model) {
+  Sha256 h;
+  auto field = [&](const std::string& name, const std::string& value) {
+    h.update(name + "=" + std::to_string(value.size()) + ":" + value + "\n");
+  };
+  field("version", kDataProcessingVersion);
+  field("pre-tokenized", "true");
+  field("skip_malformed", config.skip_malformed ? "true" : "false");
+  field("vocab_size", std::to_string(model.vocab_size));
+  add_data_files(config, field);
+  return h.hex_digest();
+}
+
 std::string fingerprint_of(const TrainConfig& config, const ModelConfig& model, const TextSetup& s) {
   Sha256 h;
   auto field = [&](const std::string& name, const std::string& value) {
@@ -111,11 +139,10 @@ std::string fingerprint_of(const TrainConfig& config, const ModelConfig& model, 
   field("data_format", data_format_name(config.data_format));
   field("train_on_prompt", config.train_on_prompt ? "true" : "false");
   field("skip_malformed", config.skip_malformed ? "true" : "false");
+  // Template variables change the rendering; a run without any keeps the caches made before them.
+  if (!config.chat_template_kwargs.empty()) field("chat_template_kwargs", config.chat_template_kwargs.dump());
   field("vocab_size", std::to_string(model.vocab_size));
-  for (const auto& path : config.data) {
-    field("data.extension", path.extension().string());
-    field("data", sha256_file(path));
-  }
+  add_data_files(config, field);
   return h.hex_digest();
 }
 
@@ -147,7 +174,37 @@ int64_t count_trained(const std::vector<Document>& docs, int64_t* tokens) {
   return trained;
 }
 
+int64_t data_bytes(const TrainConfig& config) {
+  int64_t total = 0;
+  for (const auto& p : config.data) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(p, ec);
+    if (!ec) total += static_cast<int64_t>(size);
+  }
+  return total;
+}
+
+// Whether every record was plain text ({"text": 12} by format): documents that split packing may cut.
+bool only_plain_text(const nlohmann::json& records_by_format) {
+  for (const auto& [format, count] : records_by_format.items())
+    if (format != "text" && count.is_number() && count.get<int64_t>() > 0) return false;
+  return !records_by_format.empty();
+}
+
 }  // namespace
+
+PackingMode packing_mode(const TrainConfig& config, const TrainingDataSummary& data) {
+  if (!config.packing) return PackingMode::None;
+  switch (config.packing_strategy) {
+    case PackingStrategy::BestFit:
+      return PackingMode::BestFit;
+    case PackingStrategy::Split:
+      return PackingMode::Split;
+    case PackingStrategy::Auto:
+      break;
+  }
+  return data.plain_text ? PackingMode::Split : PackingMode::BestFit;
+}
 
 std::filesystem::path training_cache_root(const TrainConfig& config) {
   if (!config.cache_dir.empty()) return config.cache_dir;
@@ -163,14 +220,34 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
   TrainingDataSummary summary;
 
   if (pre_tokenized(config, *format)) {
-    TokenDataOptions options;
-    options.vocab_size = model.vocab_size;
-    options.skip_malformed = config.skip_malformed;
-    TokenDataStats stats;
-    std::vector<Document> docs = load_token_jsonl_files(config.data, options, &stats);
+    summary.fingerprint = token_fingerprint_of(config, model);
+    summary.cache = training_cache_root(config) / summary.fingerprint;
+    std::vector<Document> docs;
+    if (auto cached = read_token_cache(summary.cache, summary.fingerprint)) {
+      summary.from_cache = true;
+      docs = std::move(*cached);
+    } else {
+      log_info("data: reading {} file(s) of pre-tokenized data ({}); cache {}", config.data.size(),
+               format_bytes(data_bytes(config)), summary.cache.string());
+      TokenDataOptions options;
+      options.vocab_size = model.vocab_size;
+      options.skip_malformed = config.skip_malformed;
+      TokenDataStats stats;
+      docs = load_token_jsonl_files(config.data, options, &stats);
+      summary.skipped_malformed = stats.skipped_malformed;
+      nlohmann::json info = {{"data", nlohmann::json::array()},
+                             {"pre_tokenized", true},
+                             {"lines", stats.lines},
+                             {"skipped_malformed", stats.skipped_malformed}};
+      for (const auto& p : config.data) info["data"].push_back(p.string());
+      write_token_cache(summary.cache, summary.fingerprint, docs, info);
+    }
     summary.documents = static_cast<int64_t>(docs.size());
     summary.trained_tokens = count_trained(docs, &summary.tokens);
-    summary.skipped_malformed = stats.skipped_malformed;
+    // Nothing masked: raw token streams (pretraining-style), which split packing may cut.
+    summary.plain_text = summary.trained_tokens == summary.tokens;
+    log_info("data: {} documents, {} tokens ({} trained){}", summary.documents, summary.tokens,
+             summary.trained_tokens, summary.from_cache ? " from the cache " + summary.cache.string() : "");
     if (summary_out) *summary_out = summary;
     return docs;
   }
@@ -180,8 +257,12 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
   summary.fingerprint = fingerprint_of(config, model, setup);
   summary.cache = training_cache_root(config) / summary.fingerprint;
 
-  if (auto cached = read_token_cache(summary.cache, summary.fingerprint)) {
+  nlohmann::json index;
+  if (auto cached = read_token_cache(summary.cache, summary.fingerprint, &index)) {
     summary.from_cache = true;
+    const nlohmann::json info = index.value("info", nlohmann::json::object());
+    summary.plain_text =
+        info.is_object() && only_plain_text(info.value("records_by_format", nlohmann::json::object()));
     summary.documents = static_cast<int64_t>(cached->size());
     summary.trained_tokens = count_trained(*cached, &summary.tokens);
     log_info("data: {} documents, {} tokens ({} trained) from the cache {}", summary.documents,
@@ -199,6 +280,8 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
   options.encoder = &encoder;
   options.chat_template = setup.chat_template ? &*setup.chat_template : nullptr;
   options.chat.stop_strings = setup.stop_strings;
+  for (const auto& [name, value] : config.chat_template_kwargs.items())
+    options.chat.render.extra_variables.emplace_back(name, jinja::from_json(value));
   if (options.chat_template)
     FERRY_CHECK(
         !setup.stop_strings.empty(), kWhere,
@@ -216,6 +299,7 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
                          {"stop_strings", setup.stop_strings},
                          {"data_format", data_format_name(config.data_format)},
                          {"train_on_prompt", config.train_on_prompt},
+                         {"chat_template_kwargs", config.chat_template_kwargs},
                          {"records", stats.records},
                          {"records_by_format", stats.records_by_format},
                          {"skipped_malformed", stats.skipped_malformed},
@@ -228,6 +312,7 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
   summary.tokens = stats.tokens;
   summary.trained_tokens = stats.trained_tokens;
   summary.skipped_malformed = stats.skipped_malformed;
+  summary.plain_text = only_plain_text(nlohmann::json(stats.records_by_format));
   log_info("data: {} records -> {} documents, {} tokens ({} trained); cached in {}", stats.records,
            stats.documents, stats.tokens, stats.trained_tokens, summary.cache.string());
   if (summary_out) *summary_out = summary;
