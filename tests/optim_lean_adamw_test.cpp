@@ -102,7 +102,8 @@ TEST(LeanAdamW, StochasticRoundingAccumulatesUpdatesBelowHalfAnUlp) {
   double mean = 0.0;
   for (size_t i = 0; i < n; ++i) {
     uint16_t p = f32_to_bf16(1.0f);
-    for (int t = 1; t <= 1000; ++t) p = lean::bf16_stochastic(bf16_to_f32(p) + 1e-4f, lean::random32(9, t, i, 0));
+    for (int t = 1; t <= 1000; ++t)
+      p = lean::bf16_stochastic(bf16_to_f32(p) + 1e-4f, lean::random32(9, t, i, 0));
     mean += bf16_to_f32(p);
   }
   mean /= n;
@@ -114,7 +115,7 @@ TEST(LeanAdamW, EightBitMomentsRoundTrip) {
   auto m = test::random_vector(n, 21, -1e-3f, 1e-3f);
   auto v = test::random_vector(n, 22, 0.0f, 1.0f);
   for (float& x : v) x = x * x * x * x * 1e-6f;  // a wide range: 1e-6 down to ~1e-12 and below
-  v[5] = 1e-20f;                                // far below the block's resolution, still nonzero
+  v[5] = 1e-20f;                                 // far below the block's resolution, still nonzero
   v[6] = 0.0f;
   const auto u = test::random_vector(n, 23, 0.0f, 1.0f);
   int8_t qm[kStateBlock];
@@ -168,7 +169,8 @@ struct LeanBuffers {
 // torch.optim.AdamW's documented update in double.
 struct RefAdamW {
   std::vector<double> p, m, v;
-  explicit RefAdamW(const std::vector<float>& init) : p(init.begin(), init.end()), m(init.size()), v(init.size()) {}
+  explicit RefAdamW(const std::vector<float>& init)
+      : p(init.begin(), init.end()), m(init.size()), v(init.size()) {}
   void step(const std::vector<float>& grad, const AdamWHyper& h, int64_t t) {
     const double bc1 = 1.0 - std::pow(h.beta1, double(t)), bc2 = 1.0 - std::pow(h.beta2, double(t));
     for (size_t i = 0; i < p.size(); ++i) {
@@ -195,7 +197,8 @@ TEST(LeanAdamW, EachFormatTracksFp64AdamW) {
   h.weight_decay = 0.01;
   const auto init = test::random_vector(n, 31, -1.0f, 1.0f);
   const AdamWSegment all{0, n, true};
-  for (auto format : {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
+  for (auto format :
+       {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
     SCOPED_TRACE(state_format_name(format));
     LeanBuffers s(format, n, 77);
     lean_write_masters(s.view, init.data(), 0, n);
@@ -227,7 +230,8 @@ TEST(LeanAdamW, ResultDoesNotDependOnThreads) {
   h.weight_decay = 0.1;
   const auto init = test::random_vector(n, 41);
   ThreadPool one(1);
-  for (auto format : {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
+  for (auto format :
+       {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
     SCOPED_TRACE(state_format_name(format));
     LeanBuffers a(format, n, 5), b(format, n, 5);
     lean_write_masters(a.view, init.data(), 0, n);
@@ -250,7 +254,8 @@ TEST(LeanAdamW, RowsMatchTheWholeUnitPass) {
   AdamWHyper h;
   h.lr = 1e-2;
   const auto init = test::random_vector(n, 61);
-  for (auto format : {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
+  for (auto format :
+       {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
     SCOPED_TRACE(state_format_name(format));
     LeanBuffers whole(format, n, 8), by_rows(format, n, 8);
     lean_write_masters(whole.view, init.data(), 0, n);
@@ -259,7 +264,8 @@ TEST(LeanAdamW, RowsMatchTheWholeUnitPass) {
     for (int64_t t = 1; t <= 3; ++t) {
       const auto g = test::random_vector(n, 70 + t);
       std::vector<int32_t> touched, untouched;
-      for (size_t r = 0; r < rows; ++r) ((r * 7 + t) % 3 ? touched : untouched).push_back(static_cast<int32_t>(r));
+      for (size_t r = 0; r < rows; ++r)
+        ((r * 7 + t) % 3 ? touched : untouched).push_back(static_cast<int32_t>(r));
       std::vector<float> dense(n, 0.0f), gathered;
       for (int32_t r : touched)
         for (size_t j = 0; j < row; ++j) {

@@ -45,7 +45,7 @@ void add_init_command(CLI::App& app) {
   cmd->callback([a] {
     if (a->list) {
       for (const auto& p : model_presets(a->arch))
-        std::printf("%-16s %s\n", p.name.c_str(), p.description.c_str());
+        std::printf("%-18s %s\n", p.name.c_str(), p.description.c_str());
       return;
     }
     FERRY_CHECK(!a->preset.empty(), "init", "give --preset (ferry init --arch {} --list shows them)",

@@ -140,7 +140,8 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
       format_bytes(p.device.scratch).c_str(), format_bytes(p.device.ops_workspace).c_str(),
       format_bytes(p.device.other).c_str());
   std::printf("  pinned    %s\n", share(p.host.pinned, 0).c_str());
-  std::printf("  pageable  %s\n", share(p.host.pageable, 0).c_str());
+  std::printf("  pageable  %s  (%s)\n", share(p.host.pageable, 0).c_str(),
+              describe_state_format(best.plan.optimizer_state).c_str());
   std::printf("  beside    %s  (the process beside the engine: runtime, data, an allowance)\n",
               share(p.host.beside, 0).c_str());
   if (p.host.device > 0)

@@ -52,6 +52,16 @@ uint16_t bf16_stochastic(float x, uint32_t random16) {
 namespace {
 
 // The exponent E of hi's bf16 ulp (ulp = 2^E); zeros and subnormals share the smallest normal's.
+// 2^k as a float for the k these encodings need (-149 <= k <= 127), without a libm call: normal
+// powers from their exponent bits, subnormal ones (zeros' compensation units) by ldexp.
+inline float pow2(int k) {
+  if (k < -126) return std::ldexp(1.0f, k);
+  const uint32_t bits = static_cast<uint32_t>(k + 127) << 23;
+  float out;
+  std::memcpy(&out, &bits, 4);
+  return out;
+}
+
 int bf16_ulp_exponent(uint16_t hi) {
   const int e = (hi >> 7) & 0xff;
   return std::max(e, 1) - 127 - 7;
@@ -71,14 +81,14 @@ void encode_compensated(float x, uint16_t* hi, int8_t* c, float u) {
   // a - bf16(a) is exact (the latter is a rounded to fewer bits), at most ulp / 2: in units of
   // ulp / 256 it lies in [-128, 128], and so does k.
   int E = bf16_ulp_exponent(h);
-  const float k = std::floor(std::ldexp(a - bf16_to_f32(h), 8 - E) + u);
+  const float k = std::floor((a - bf16_to_f32(h)) * pow2(8 - E) + u);
   int units = static_cast<int>(k);
   if (units == 128) {
     // hi + ulp / 2 is the next bf16 less 128 units (or 64 of the next binade's): int8 holds that.
-    const float target = bf16_to_f32(h) + std::ldexp(128.0f, E - 8);
+    const float target = bf16_to_f32(h) + 128.0f * pow2(E - 8);
     h = static_cast<uint16_t>(h + 1);
     E = bf16_ulp_exponent(h);
-    units = static_cast<int>(std::ldexp(target - bf16_to_f32(h), 8 - E));
+    units = static_cast<int>((target - bf16_to_f32(h)) * pow2(8 - E));
   }
   *hi = static_cast<uint16_t>(h | (std::signbit(x) ? 0x8000u : 0u));
   *c = static_cast<int8_t>(units);
@@ -88,7 +98,7 @@ float decode_compensated(uint16_t hi, int8_t c) {
   // |hi| has 8 significant bits from 2^(E+7) down to 2^E, c * 2^(E-8) at most 8 from 2^(E-1) down
   // to 2^(E-8): the sum has 16 and is exact in fp32.
   const uint16_t h = hi & 0x7fffu;
-  const float magnitude = bf16_to_f32(h) + std::ldexp(static_cast<float>(c), bf16_ulp_exponent(h) - 8);
+  const float magnitude = bf16_to_f32(h) + static_cast<float>(c) * pow2(bf16_ulp_exponent(h) - 8);
   return (hi & 0x8000u) ? -magnitude : magnitude;
 }
 
@@ -99,7 +109,7 @@ namespace {
 // with 4 exponent bits), rounded stochastically with `u` in [0, 1). Code 0 is zero; below the
 // smallest nonzero code x rounds to it or to zero, unbiased.
 uint8_t encode_f8(float x, int mant, float u) {
-  const float smallest = std::ldexp(1.0f + std::ldexp(1.0f, -mant), -15);
+  const float smallest = (1.0f + pow2(-mant)) * pow2(-15);
   if (!(x > 0.0f)) return 0;
   if (x < smallest) return u < x / smallest ? 1 : 0;
   uint32_t bits;
@@ -116,7 +126,7 @@ float decode_f8(uint8_t code, int mant) {
   if (code == 0) return 0.0f;
   const int e = code >> mant;
   const float m = static_cast<float>(code & ((1u << mant) - 1));
-  return std::ldexp(1.0f + std::ldexp(m, -mant), e - 15);
+  return (1.0f + m * pow2(-mant)) * pow2(e - 15);
 }
 
 constexpr int kMantM = 3;  // m: sign + e4m3 of |m| / max|m|
@@ -203,6 +213,12 @@ struct BlockInput {
 };
 
 // Block [b, b + count) of the unit: decode, the reference's AdamW on the active elements, encode.
+// flatten: every call inside is inlined, so the x86-64-v3 clone (AVX2, FMA: std::fma one instruction,
+// floor one vroundss) covers the whole per-element work; the default clone runs elsewhere, with the
+// same IEEE results (std::fma is exact in software too).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+[[gnu::flatten, gnu::target_clones("arch=haswell", "default")]]
+#endif
 void update_block(const LeanUnitState& s, size_t b, size_t count, const BlockInput& in, const AdamWScalars& sc,
                   float grad_scale, int64_t step, uint16_t* bf16_out, LeanStepStats& stats) {
   const size_t block = b / kStateBlock;
@@ -315,9 +331,9 @@ void lean_write_masters(const LeanUnitState& s, const float* in, size_t begin, s
   }
 }
 
-LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegment> segments, const void* grad,
-                              DType grad_dtype, uint16_t* bf16_out, const AdamWHyper& hyper, int64_t step,
-                              float grad_scale, ThreadPool& pool) {
+LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegment> segments,
+                              const void* grad, DType grad_dtype, uint16_t* bf16_out, const AdamWHyper& hyper,
+                              int64_t step, float grad_scale, ThreadPool& pool) {
   FERRY_ASSERT(step >= 1, "AdamW steps count from 1");
   FERRY_ASSERT(grad_dtype == DType::F32 || grad_dtype == DType::BF16, "gradients are F32 or BF16");
   if (segments.empty()) return {};
@@ -353,9 +369,9 @@ LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegme
   return {updated.load(), lost.load()};
 }
 
-LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<const int32_t> rows, bool decay,
-                              const void* grad, DType grad_dtype, uint16_t* bf16_out, const AdamWHyper& hyper,
-                              int64_t step, float grad_scale, ThreadPool& pool) {
+LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<const int32_t> rows,
+                              bool decay, const void* grad, DType grad_dtype, uint16_t* bf16_out,
+                              const AdamWHyper& hyper, int64_t step, float grad_scale, ThreadPool& pool) {
   FERRY_ASSERT(step >= 1, "AdamW steps count from 1");
   FERRY_ASSERT(row_len % kStateBlock == 0, "rows of whole quantization blocks");
   FERRY_ASSERT(grad == nullptr || grad != static_cast<const void*>(bf16_out),

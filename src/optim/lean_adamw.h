@@ -19,9 +19,10 @@
 //    result, so updates far below bf16's resolution (2^-8 relative) still move it on average.
 //  * bf16c8: the master is bf16 hi (nearest) plus an int8 c in [-128, 127]: value = hi + c *
 //    ulp(hi) / 256, exact in fp32 (a 16-bit significand), c rounded stochastically:
-//    |value - fp32 result| < ulp(hi) / 256 and unbiased. Rounded to nearest instead, a steady update of 3.3 units of ulp/256 would lose
-//    0.3 of them every step (9% of the movement); stochastically it loses nothing on average and
-//    the error is a random walk (optim_lean_adamw_test: 1000 updates stay within 0.3 bf16 ulp).
+//    |value - fp32 result| < ulp(hi) / 256 and unbiased. Rounded to nearest instead, a steady update of 3.3
+//    units of ulp/256 would lose 0.3 of them every step (9% of the movement); stochastically it loses nothing
+//    on average and the error is a random walk (optim_lean_adamw_test: 1000 updates stay within 0.3 bf16
+//    ulp).
 //  * fp32_q8: the fp32 master exactly as adamw_step (nearest rounding); only m and v are 8-bit. An
 //    update under half an fp32 ulp of its master is lost, and counted (LeanStepStats::lost) so the
 //    run can warn.
@@ -47,14 +48,14 @@ namespace ferry {
 struct LeanUnitState {
   OptimizerStateFormat format = OptimizerStateFormat::Fp32Q8;
   size_t numel = 0;
-  uint64_t seed = 0;                 // the unit's stream of random numbers (lean_unit_seed)
-  float* master = nullptr;           // fp32_q8
-  uint16_t* master_bf16 = nullptr;   // bf16c8_q8, bf16sr_q8
-  int8_t* compensation = nullptr;    // bf16c8_q8
-  int8_t* m_q = nullptr;             // (numel)
-  float* m_scale = nullptr;          // (blocks)
-  uint8_t* v_q = nullptr;            // (numel) sqrt(v) quantized
-  float* v_scale = nullptr;          // (blocks)
+  uint64_t seed = 0;                // the unit's stream of random numbers (lean_unit_seed)
+  float* master = nullptr;          // fp32_q8
+  uint16_t* master_bf16 = nullptr;  // bf16c8_q8, bf16sr_q8
+  int8_t* compensation = nullptr;   // bf16c8_q8
+  int8_t* m_q = nullptr;            // (numel)
+  float* m_scale = nullptr;         // (blocks)
+  uint8_t* v_q = nullptr;           // (numel) sqrt(v) quantized
+  float* v_scale = nullptr;         // (blocks)
 };
 
 // The views of a unit's arrays, given their base addresses in state_arrays(format) order (each at
@@ -79,15 +80,16 @@ struct LeanStepStats {
 // buffer itself, as in cpu_adamw.h). The blocks of kStateBlock elements the segments touch are
 // re-encoded whole; elements of such a block outside every segment keep their value up to its
 // re-encoding.
-LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegment> segments, const void* grad,
-                              DType grad_dtype, uint16_t* bf16_out, const AdamWHyper& hyper, int64_t step,
-                              float grad_scale, ThreadPool& pool = ThreadPool::global());
+LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegment> segments,
+                              const void* grad, DType grad_dtype, uint16_t* bf16_out, const AdamWHyper& hyper,
+                              int64_t step, float grad_scale, ThreadPool& pool = ThreadPool::global());
 
 // The same over whole rows of `row_len` elements (a multiple of kStateBlock), as cpu_adamw_rows:
 // row rows[k] takes its gradient from row k of `grad`, or a zero gradient when grad is null.
-LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<const int32_t> rows, bool decay,
-                              const void* grad, DType grad_dtype, uint16_t* bf16_out, const AdamWHyper& hyper,
-                              int64_t step, float grad_scale, ThreadPool& pool = ThreadPool::global());
+LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<const int32_t> rows,
+                              bool decay, const void* grad, DType grad_dtype, uint16_t* bf16_out,
+                              const AdamWHyper& hyper, int64_t step, float grad_scale,
+                              ThreadPool& pool = ThreadPool::global());
 
 // The encodings on their own, for tests and references.
 namespace lean {

@@ -17,7 +17,8 @@ constexpr struct {
     {OptimizerStateFormat::Fp32Q8, "fp32_q8", "lean: fp32 master, 8-bit block-quantized m and v"},
     {OptimizerStateFormat::Bf16C8Q8, "bf16c8_q8",
      "lean: bf16 master with an 8-bit compensation (16-bit significand), 8-bit m and v"},
-    {OptimizerStateFormat::Bf16SrQ8, "bf16sr_q8", "lean: bf16 master with stochastic rounding, 8-bit m and v"},
+    {OptimizerStateFormat::Bf16SrQ8, "bf16sr_q8",
+     "lean: bf16 master with stochastic rounding, 8-bit m and v"},
 };
 
 }  // namespace

@@ -38,12 +38,12 @@ inline constexpr size_t kStateBlock = 64;
 
 // What one array of a unit's state holds.
 enum class StateArrayKind {
-  MasterF32,       // fp32 master, 4 bytes per element
-  MasterBf16,      // bf16 master (the high half), 2 bytes per element
-  Compensation8,   // int8: the master's rounding error in 1/256 of its bf16 ulp
-  MomentF32,       // fp32 m or v
-  MomentQ8,        // int8 m or uint8 sqrt(v), 1 byte per element
-  BlockScaleF32,   // one fp32 scale per kStateBlock elements
+  MasterF32,      // fp32 master, 4 bytes per element
+  MasterBf16,     // bf16 master (the high half), 2 bytes per element
+  Compensation8,  // int8: the master's rounding error in 1/256 of its bf16 ulp
+  MomentF32,      // fp32 m or v
+  MomentQ8,       // int8 m or uint8 sqrt(v), 1 byte per element
+  BlockScaleF32,  // one fp32 scale per kStateBlock elements
 };
 
 struct StateArraySpec {

@@ -192,6 +192,12 @@ const std::map<std::string, Setter>& setters() {
              n, k, {{"auto", std::nullopt}, {"bf16-host-shadow", WeightUpload::HostShadow},
                     {"convert-on-upload", WeightUpload::ConvertOnUpload}});
        }},
+      {"optimizer_state",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.optimizer_state = parse_choice<OptimizerStateFormat>(
+             n, k, {{"fp32", OptimizerStateFormat::Fp32}, {"fp32_q8", OptimizerStateFormat::Fp32Q8},
+                    {"bf16c8_q8", OptimizerStateFormat::Bf16C8Q8}, {"bf16sr_q8", OptimizerStateFormat::Bf16SrQ8}});
+       }},
       {"update_schedule",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
          c.update_schedule = parse_choice<std::optional<UpdateSchedule>>(

@@ -49,7 +49,9 @@ nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::str
           {"micro_batch", c.micro_batch},
           {"packing", c.packing},
           {"shuffle", c.shuffle},
-          {"seed", c.seed}};
+          {"seed", c.seed},
+          // The checkpoint holds the state in this format (a lean format's arrays, or fp32's).
+          {"optimizer_state", state_format_name(c.optimizer_state)}};
 }
 
 void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json& now,
