@@ -244,6 +244,9 @@ TEST(LeanAdamW, ResultDoesNotDependOnThreads) {
       lean_adamw_step(a.view, split, g.data(), DType::BF16, out_a.data(), h, t, 0.5f, one);
       lean_adamw_step(b.view, split, g.data(), DType::BF16, out_b.data(), h, t, 0.5f, ThreadPool::global());
       EXPECT_EQ(out_a, out_b);
+      // The upload copy is the new master in bf16.
+      const auto masters = a.masters();
+      for (size_t i = 0; i < n; i += 97) ASSERT_EQ(out_a[i], f32_to_bf16(masters[i])) << i;
     }
     EXPECT_EQ(a.arrays, b.arrays);
   }

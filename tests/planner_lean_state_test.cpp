@@ -43,7 +43,8 @@ TEST_F(Llama8BSearchTest, LeanStateFitsAHostThatFp32Cannot) {
   const MachineProfile profile = machine(50e9, 5e9);
   PlanRequest r = request(24);
   r.host_budget = 56 * kGiB;
-  EXPECT_TRUE(throws_with([&] { search_plans(config_, layout_, profile, r); }, {"no plan fits", "host_memory"}));
+  EXPECT_TRUE(
+      throws_with([&] { search_plans(config_, layout_, profile, r); }, {"no plan fits", "host_memory"}));
   for (auto format : {OptimizerStateFormat::Bf16SrQ8, OptimizerStateFormat::Bf16C8Q8}) {
     r.optimizer_state = format;
     const SearchResult result = search_plans(config_, layout_, profile, r);

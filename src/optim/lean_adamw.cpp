@@ -3,6 +3,8 @@
 
 #include "optim/lean_adamw.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -265,6 +267,16 @@ float load_grad(const void* grad, DType dtype, size_t k) {
 constexpr size_t kGrainBlocks = 512;
 
 }  // namespace
+
+std::string lost_updates_warning(OptimizerStateFormat format, const LeanStepStats& stats,
+                                 const std::string& unit, int64_t step) {
+  return fmt::format(
+      "optimizer_state {}: at step {}, {} of the {} updates of {} were under half an ulp of their fp32 "
+      "master and were lost to its nearest rounding (said once); if that persists, the learning rate is too "
+      "small for the weights' size in this format: a bf16 format with stochastic rounding (bf16sr_q8, "
+      "bf16c8_q8) keeps such updates on average",
+      state_format_name(format), step, stats.lost, stats.updated, unit);
+}
 
 uint64_t lean_unit_seed(uint64_t run_seed, size_t unit) {
   return (static_cast<uint64_t>(lean::random32(run_seed, 0, unit, 3)) << 32) |

@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
@@ -83,6 +84,10 @@ struct LeanStepStats {
 LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegment> segments,
                               const void* grad, DType grad_dtype, uint16_t* bf16_out, const AdamWHyper& hyper,
                               int64_t step, float grad_scale, ThreadPool& pool = ThreadPool::global());
+
+// The warning a run logs once, the first time a step's updates were lost (stats.lost > 0).
+std::string lost_updates_warning(OptimizerStateFormat format, const LeanStepStats& stats,
+                                 const std::string& unit, int64_t step);
 
 // The same over whole rows of `row_len` elements (a multiple of kStateBlock), as cpu_adamw_rows:
 // row rows[k] takes its gradient from row k of `grad`, or a zero gradient when grad is null.

@@ -13,10 +13,10 @@ namespace ferry {
 // gradients and copy: compute-bound, far from the DRAM roofline that bounds fp32's SIMD pass.
 // Used until the profiler times the lean pass itself.
 inline constexpr double kLeanAdamWParamsPerThread[] = {
-    0.0,     // fp32: measured by the profile
-    30e6,    // fp32_q8 (33 M/s measured)
-    13e6,    // bf16c8_q8 (15 M/s)
-    27e6,    // bf16sr_q8 (30 M/s)
+    0.0,   // fp32: measured by the profile
+    30e6,  // fp32_q8 (33 M/s measured)
+    13e6,  // bf16c8_q8 (15 M/s)
+    27e6,  // bf16sr_q8 (30 M/s)
 };
 
 // fp32: the profile's rate (times 26/24 when ConvertOnUpload writes no bf16 copy). A lean format:

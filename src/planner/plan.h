@@ -73,6 +73,9 @@ struct Plan {
   // updated on the host (the GPU AdamW keeps fp32 state) and weights go up as a bf16 shadow
   // (ConvertOnUpload uploads fp32 masters).
   OptimizerStateFormat optimizer_state = OptimizerStateFormat::Fp32;
+  // The run's seed, from which a lean format's stochastic rounding draws (lean_unit_seed); set by
+  // the trainer, not the search.
+  uint64_t state_seed = 0;
 
   // Every unit ResidentWithOptimizer: the whole model and its optimizer on the GPU, the norm and
   // the clip coefficient computed there too; the host only reads the loss.

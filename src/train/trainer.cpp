@@ -143,7 +143,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     } else {
       memory.enter(kPhaseCheckpointLoad);
       TrainerState state =
-          load_checkpoint(*latest, layout, executor->masters(), executor->exp_avg(), executor->exp_avg_sq());
+          is_exact(executor->state_format())
+              ? load_checkpoint(*latest, layout, executor->masters(), executor->exp_avg(),
+                                executor->exp_avg_sq())
+              : load_checkpoint(*latest, layout, executor->state_format(), executor->lean_state());
       check_resume_fingerprint(state.fingerprint, fingerprint, latest->string());
       step = state.step;
       FERRY_CHECK(
@@ -165,6 +168,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
       documents.size(), rows.size(), config.seq_len, total_steps, config.global_batch,
       executor->micro_batch(), warmup);
   log_info("device {}", executor->describe());
+  // A lean format changes the numbers: said on every run that uses one.
+  if (!is_exact(config.optimizer_state))
+    log_warn("{}: not torch's exact AdamW", describe_state_format(config.optimizer_state));
 
   auto checkpoint_view = [&]() {
     executor->finish_updates();
@@ -177,6 +183,11 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     for (float* b : executor->masters()) view.masters.push_back(b);
     for (float* b : executor->exp_avg()) view.m.push_back(b);
     for (float* b : executor->exp_avg_sq()) view.v.push_back(b);
+    view.optimizer_state = executor->state_format();
+    for (const auto& arrays : executor->lean_state()) {
+      view.lean.emplace_back();
+      for (std::span<std::byte> a : arrays) view.lean.back().push_back(a);
+    }
     const DataPosition pos = sampler.position();
     view.state = TrainerState{step, pos.epoch, pos.index, fingerprint};
     return view;
