@@ -63,7 +63,8 @@ TEST_P(LeanTrainTest, SimulatedDeviceMatchesTheCpuBackendBitForBit) {
   const std::vector<double> sim = losses(config("sim", {"device=sim", "gpu_memory=3MiB", "gpu_slots=2"}));
   ASSERT_EQ(cpu.size(), 6u);
   EXPECT_EQ(cpu, sim);
-  EXPECT_EQ(read_bytes(scratch_ / "cpu" / "model.safetensors"), read_bytes(scratch_ / "sim" / "model.safetensors"));
+  EXPECT_EQ(read_bytes(scratch_ / "cpu" / "model.safetensors"),
+            read_bytes(scratch_ / "sim" / "model.safetensors"));
   EXPECT_LT(cpu.back(), cpu.front());
   // The format is in effect: from step 3 on (the first update has lr 0) the losses leave fp32's.
   const std::vector<double> exact = losses(config("exact", {"device=cpu", "optimizer_state=fp32"}));
@@ -99,10 +100,16 @@ TEST_P(LeanTrainTest, ACheckpointOfAnotherFormatIsRefused) {
   stop.stop_after_steps = 2;
   losses(config("other"), stop);
   const std::string other = std::string(GetParam()) == "bf16sr_q8" ? "fp32_q8" : "bf16sr_q8";
-  EXPECT_TRUE(test::throws_with([&] { run_training(config("other", {"resume=true", "optimizer_state=" + other})); },
-                                {"holds optimizer state in the format", GetParam(), "optimizer_state: " + other}));
-  EXPECT_TRUE(test::throws_with([&] { run_training(config("other", {"resume=true", "optimizer_state=fp32"})); },
-                                {"holds optimizer state in the format", GetParam()}));
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        run_training(config("other", {"resume=true", "optimizer_state=" + other}));
+      },
+      {"holds optimizer state in the format", GetParam(), "optimizer_state: " + other}));
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        run_training(config("other", {"resume=true", "optimizer_state=fp32"}));
+      },
+      {"holds optimizer state in the format", GetParam()}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, LeanTrainTest, ::testing::Values("fp32_q8", "bf16c8_q8", "bf16sr_q8"));

@@ -16,6 +16,7 @@
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
 #include "train/device_choice.h"
+#include "train/model_source.h"
 #include "train/plan_selection.h"
 #include "train/profile_cache.h"
 #include "train/train_config.h"
@@ -212,7 +213,7 @@ void add_plan_command(CLI::App& app) {
     FERRY_CHECK(
         !config.model.empty(), kWhere,
         "no model given; set `model:` to a Hugging Face model directory (only its config.json is read)");
-    const ModelConfig model = load_model_config(config.model);
+    const ModelConfig model = model_source_config(config.model, config.seed);
     const ModelLayout layout = build_model_layout(model);
     const DeviceChoice choice = choose_device(config, *nominal ? DeviceUse::PlanNominal : DeviceUse::Plan);
     PlanTarget target = choice.target;

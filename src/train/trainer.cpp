@@ -18,6 +18,7 @@
 #include "train/checkpoint.h"
 #include "train/host_memory_watch.h"
 #include "train/metrics_log.h"
+#include "train/model_source.h"
 #include "train/output_dir.h"
 #include "train/output_dir_claim.h"
 #include "train/step_executor.h"
@@ -83,7 +84,7 @@ void log_stop(int signal, int64_t step, int64_t total_steps, int64_t saved_step)
 TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   validate_train_config(config);
   FERRY_CHECK(!config.model.empty(), kWhere,
-              "no model given; set `model:` to a Hugging Face model directory");
+              "no model given; set `model:` to a Hugging Face model directory (or preset:ARCH/NAME)");
   FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more JSONL files");
   FERRY_CHECK(!config.output_dir.empty(), kWhere, "no output_dir given; set `output_dir:`");
   if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
@@ -96,7 +97,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   memory.enter(kPhaseModelLoad);
 
   // Everything is read and checked before any long work starts.
-  ModelWeights weights = load_model_weights(config.model);
+  ModelWeights weights = model_source_weights(config.model, config.seed);
+  if (is_preset_model(config.model))
+    log_warn("model {}: {}; the model directories this run writes say so", config.model.string(),
+             weights.config.raw.value("ferry_random_init", std::string()));
   const ModelConfig& mc = weights.config;
   if (mc.sliding_window && *mc.sliding_window < config.seq_len) {
     fail(kWhere,
@@ -177,7 +181,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     CheckpointView view;
     view.config = &model_config;
     view.layout = &layout;
-    view.source_dir = config.model;
+    view.source_dir = model_source_dir(config.model);
     view.save_dtype = save_dtype;
     view.max_shard_bytes = static_cast<size_t>(config.max_shard_bytes);
     for (float* b : executor->masters()) view.masters.push_back(b);
@@ -279,8 +283,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   memory.enter(kPhaseFinalSave);
   std::vector<const float*> masters;
   for (float* b : executor->masters()) masters.push_back(b);
-  write_final_model_dir(config.output_dir, config.model, model_config, layout, masters, save_dtype,
-                        static_cast<size_t>(config.max_shard_bytes), config.tokenizer, config.chat_template);
+  write_final_model_dir(config.output_dir, model_source_dir(config.model), model_config, layout, masters,
+                        save_dtype, static_cast<size_t>(config.max_shard_bytes), config.tokenizer,
+                        config.chat_template);
   log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
   memory.check();
   for (const std::string& line : memory.describe()) log_info("host memory, {}", line);
