@@ -21,11 +21,15 @@ class PresetModelTest : public ::testing::Test {
     test::write_token_data(data_, 60, 320, 11);
   }
   TrainConfig config(const std::string& model, const std::string& out, std::vector<std::string> extra = {}) {
-    std::vector<std::string> overrides = {"model=" + model,        "data=" + data_.string(),
+    std::vector<std::string> overrides = {"model=" + model,
+                                          "data=" + data_.string(),
                                           "output_dir=" + (scratch_ / out).string(),
-                                          "seq_len=32",            "global_batch=4",
-                                          "max_steps=3",           "learning_rate=1e-3",
-                                          "save_dtype=float32",    "threads=2",
+                                          "seq_len=32",
+                                          "global_batch=4",
+                                          "max_steps=3",
+                                          "learning_rate=1e-3",
+                                          "save_dtype=float32",
+                                          "threads=2",
                                           "seed=5"};
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     return parse_train_config("", overrides, "test");

@@ -18,10 +18,11 @@ struct PresetName {
 PresetName parse_preset(const std::filesystem::path& model) {
   const std::string text = model.string().substr(std::string(kPresetModelPrefix).size());
   const size_t slash = text.find('/');
-  FERRY_CHECK(slash != std::string::npos && slash > 0 && slash + 1 < text.size(), kWhere,
-              "'{}' is not a preset: write model: preset:ARCH/NAME, e.g. preset:llama/llama-3.1-8b (ferry init "
-              "--arch ARCH --list shows the names)",
-              model.string());
+  FERRY_CHECK(
+      slash != std::string::npos && slash > 0 && slash + 1 < text.size(), kWhere,
+      "'{}' is not a preset: write model: preset:ARCH/NAME, e.g. preset:llama/llama-3.1-8b (ferry init "
+      "--arch ARCH --list shows the names)",
+      model.string());
   return {text.substr(0, slash), text.substr(slash + 1)};
 }
 
