@@ -58,7 +58,6 @@ class HostArray {
   T* as() {
     return reinterpret_cast<T*>(data_);
   }
-  size_t bytes() const { return count_ * sizeof(float); }
 
  private:
   void release() noexcept;

@@ -140,8 +140,8 @@ class SlidingExecutor final : public StepExecutor {
       out.emplace_back();
       const size_t n = static_cast<size_t>(engine_layout_.units[u].numel);
       for (size_t k = 0; k < specs.size(); ++k)
-        out.back().push_back(std::span(reinterpret_cast<std::byte*>(host.unit(u).lean[k].data()),
-                                       state_array_bytes(specs[k].kind, n)));
+        out.back().push_back(
+            std::span(host.unit(u).lean[k].as<std::byte>(), state_array_bytes(specs[k].kind, n)));
     }
     return out;
   }
