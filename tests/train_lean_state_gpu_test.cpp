@@ -63,7 +63,8 @@ TEST_P(LeanGpuTest, TracksTheExactRunAndResumes) {
   ASSERT_EQ(rest.size(), 4u);
   // The state resumes bit for bit; the GPU's kernels are deterministic for one plan, so the losses
   // are the unbroken run's (a tolerance only for a reduction order the plan search could change).
-  for (size_t i = 0; i < rest.size(); ++i) EXPECT_NEAR(rest[i], lean[4 + i], 1e-6 * lean[4 + i]) << "step " << 5 + i;
+  for (size_t i = 0; i < rest.size(); ++i)
+    EXPECT_NEAR(rest[i], lean[4 + i], 1e-6 * lean[4 + i]) << "step " << 5 + i;
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, LeanGpuTest, ::testing::Values("fp32_q8", "bf16c8_q8", "bf16sr_q8"));

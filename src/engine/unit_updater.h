@@ -45,7 +45,12 @@
 // The math is exactly UnitOptimizer's (the plain trainer's): the same AdamW per parameter, the same
 // global norm (gradient partials are concatenated in unit order), the same clip coefficient.
 //
-// The fp32 arrays are HostArrays: 2 MiB-aligned, advised into transparent huge pages (the
+// With a lean optimizer_state (Plan::optimizer_state, optim/state_format.h) each unit keeps that
+// format's arrays instead of fp32 master, m and v, the update is lean_adamw_step / lean_adamw_rows
+// on them (the plain trainer's UnitOptimizer makes the same calls), and the weights to upload are
+// the decoded masters.
+//
+// The state arrays are HostArrays: 2 MiB-aligned, advised into transparent huge pages (the
 // constructor logs where the kernel refuses), allocated once.
 #pragma once
 
