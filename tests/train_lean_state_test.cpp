@@ -5,6 +5,11 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "device/device.h"
+#include "engine/sliding_engine.h"
+#include "ops/device_ops.h"
+#include "planner/memory_model.h"
+#include "sliding_plans.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/model_init.h"
@@ -110,6 +115,34 @@ TEST_P(LeanTrainTest, ACheckpointOfAnotherFormatIsRefused) {
         run_training(config("other", {"resume=true", "optimizer_state=fp32"}));
       },
       {"holds optimizer state in the format", GetParam()}));
+}
+
+// The engine allocates the host bytes the memory model counts for the format, pinned and pageable.
+TEST_P(LeanTrainTest, AllocatesWhatTheMemoryModelSays) {
+  OptimizerStateFormat format;
+  ASSERT_TRUE(parse_state_format(GetParam(), &format));
+  nlohmann::json json = preset_config("qwen3", "tiny").raw;
+  json["num_hidden_layers"] = 4;
+  const ModelConfig config = parse_model_config(json, "test");
+  const ModelLayout layout = build_model_layout(config);
+  Plan plan = test::make_plan(layout, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward);
+  plan.optimizer_state = format;
+  auto device = make_sim_device({});
+  auto ops = make_device_ops(*device);
+  SlidingEngine engine(config, layout, *device, *ops, plan, test::kMicro * test::kSeq,
+                       test::kGlobal / test::kMicro, false);
+  const HostBytes h =
+      host_bytes(config, layout, plan, test::kMicro * test::kSeq, test::kGlobal / test::kMicro);
+  EXPECT_EQ(device->pinned_memory().in_use, h.pinned);
+  size_t pageable = 0;
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    for (const HostArray* a : engine.host().unit(u).state(format))
+      pageable += HostArray::mapped_bytes(a->size());
+  EXPECT_EQ(pageable, h.pageable);
+  EXPECT_LT(pageable, host_bytes(config, layout,
+                                 test::make_plan(layout, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward),
+                                 test::kMicro * test::kSeq, test::kGlobal / test::kMicro)
+                          .pageable);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, LeanTrainTest, ::testing::Values("fp32_q8", "bf16c8_q8", "bf16sr_q8"));
