@@ -21,6 +21,7 @@
 #include "planner/nominal_profile.h"
 #include "train/device_choice.h"
 #include "train/model_init.h"
+#include "train/model_source.h"
 #include "train/plan_selection.h"
 #include "train/profile_cache.h"
 #include "train/train_config.h"
@@ -145,7 +146,8 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
       format_bytes(p.device.scratch).c_str(), format_bytes(p.device.ops_workspace).c_str(),
       format_bytes(p.device.other).c_str());
   std::printf("  pinned    %s\n", share(p.host.pinned, 0).c_str());
-  std::printf("  pageable  %s\n", share(p.host.pageable, 0).c_str());
+  std::printf("  pageable  %s  (%s)\n", share(p.host.pageable, 0).c_str(),
+              describe_state_format(best.plan.optimizer_state).c_str());
   std::printf("  beside    %s  (the process beside the engine: runtime, data, an allowance)\n",
               share(p.host.beside, 0).c_str());
   if (p.host.device > 0)
@@ -241,7 +243,7 @@ void add_plan_command(CLI::App& app) {
           !config.model.empty(), kWhere,
           "no model given; set `model:` to a Hugging Face model directory (only its config.json is read), or "
           "give --preset ARCH/NAME");
-      model = load_model_config(config.model);
+      model = model_source_config(config.model, config.seed);
     }
     const ModelLayout layout = build_model_layout(model);
     const DeviceChoice choice = choose_device(config, *nominal ? DeviceUse::PlanNominal : DeviceUse::Plan);

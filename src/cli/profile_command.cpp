@@ -12,6 +12,7 @@
 #include "profiler/machine_profiler.h"
 #include "train/device_choice.h"
 #include "train/model_init.h"
+#include "train/model_source.h"
 #include "train/profile_cache.h"
 #include "train/train_config.h"
 
@@ -32,7 +33,7 @@ ModelConfig profiled_model(const TrainConfig& config, const std::string& preset)
               "no model given; set `model:` to a Hugging Face model directory (only its config.json is "
               "read), or give "
               "--preset ARCH/NAME");
-  return load_model_config(config.model);
+  return model_source_config(config.model, config.seed);
 }
 
 std::string rate(double bytes_per_s) {

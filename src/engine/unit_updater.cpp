@@ -17,6 +17,13 @@
 
 namespace ferry {
 
+std::vector<HostArray*> HostUnitState::state(OptimizerStateFormat format) {
+  if (is_exact(format)) return {&master, &m, &v};
+  std::vector<HostArray*> out;
+  for (HostArray& a : lean) out.push_back(&a);
+  return out;
+}
+
 UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all,
                          int64_t max_rows, void* row_gradients)
     : device_(device), layout_(layout), plan_(plan) {
@@ -32,10 +39,24 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
     const auto& unit = layout_.units[u];
     HostUnitState s;
     const size_t n = static_cast<size_t>(unit.numel);
-    s.master = HostArray(n, "fp32 masters");
-    s.m = HostArray(n, "AdamW m");
-    s.v = HostArray(n, "AdamW v");
-    for (const HostArray* a : {&s.master, &s.m, &s.v}) {
+    if (is_exact(format())) {
+      s.master = HostArray(n, "fp32 masters");
+      s.m = HostArray(n, "AdamW m");
+      s.v = HostArray(n, "AdamW v");
+    } else {
+      FERRY_CHECK(
+          plan_.units[u] != UnitPlacement::ResidentWithOptimizer && !converts_on_upload(), "engine",
+          "optimizer_state: {} keeps every unit's state on the host with a bf16 upload copy; the plan "
+          "places {} otherwise: plan it with this optimizer_state",
+          state_format_name(format()), unit.name);
+      std::vector<void*> bases;
+      for (const StateArraySpec& spec : state_arrays(format())) {
+        s.lean.emplace_back(host_array_floats(state_array_bytes(spec.kind, n)), spec.name);
+        bases.push_back(s.lean.back().data());
+      }
+      s.lean_view = lean_unit_view(format(), n, bases, lean_unit_seed(plan_.state_seed, u));
+    }
+    for (const HostArray* a : s.state(format())) {
       if (a->size() * sizeof(float) < HostArray::kHugePage) continue;
       ++arrays;
       advised += a->huge_pages();
@@ -85,7 +106,7 @@ void UnitUpdater::commit_state() {
   const auto commit_start = std::chrono::steady_clock::now();
   size_t committed = 0;
   for (HostUnitState& s : units_)
-    for (HostArray* a : {&s.master, &s.m, &s.v}) {
+    for (HostArray* a : s.state(format())) {
       a->commit(ThreadPool::global());
       committed += HostArray::mapped_bytes(a->size());
     }
@@ -106,7 +127,51 @@ UnitUpdater::~UnitUpdater() {
 void UnitUpdater::refresh_staging(size_t u) {
   if (converts_on_upload()) return;  // the masters are what is uploaded
   HostUnitState& s = units_[u];
+  if (!is_exact(format())) {
+    refresh_staging_range(u, 0, static_cast<size_t>(layout_.units[u].numel));
+    return;
+  }
   convert_from_f32(s.master.data(), plan_.weight_dtype, s.staging.data(), s.master.size());
+}
+
+void UnitUpdater::refresh_staging_range(size_t u, size_t begin, size_t end) {
+  // Decoded in pieces, so that no fp32 copy of a whole unit is held.
+  constexpr size_t kPiece = size_t{1} << 16;
+  HostUnitState& s = units_[u];
+  const size_t wd = dtype_size(plan_.weight_dtype);
+  std::vector<float> piece(std::min(kPiece, end - begin));
+  for (size_t i = begin; i < end; i += kPiece) {
+    const size_t k = std::min(kPiece, end - i);
+    lean_read_masters(s.lean_view, piece.data(), i, i + k);
+    convert_from_f32(piece.data(), plan_.weight_dtype, static_cast<char*>(s.staging.data()) + i * wd, k);
+  }
+}
+
+void UnitUpdater::assign_masters(size_t u, std::span<const float> values) {
+  HostUnitState& s = units_[u];
+  if (is_exact(format())) {
+    s.master.assign(values);
+    return;
+  }
+  FERRY_CHECK(values.size() == static_cast<size_t>(layout_.units[u].numel), "engine",
+              "{} values given for unit {} of {}; the weights do not match the model's layout", values.size(),
+              layout_.units[u].name, layout_.units[u].numel);
+  lean_write_masters(s.lean_view, values.data(), 0, values.size());
+}
+
+void UnitUpdater::read_masters(size_t u, float* out) const {
+  const HostUnitState& s = units_[u];
+  const size_t n = static_cast<size_t>(layout_.units[u].numel);
+  if (is_exact(format()))
+    std::memcpy(out, s.master.data(), n * sizeof(float));
+  else
+    lean_read_masters(s.lean_view, out, 0, n);
+}
+
+void UnitUpdater::note_lost_updates(const LeanStepStats& stats, size_t u, int64_t step) {
+  if (stats.lost == 0 || warned_lost_updates_) return;
+  warned_lost_updates_ = true;
+  log_warn("{}", lost_updates_warning(format(), stats, layout_.units[u].name, step));
 }
 
 void UnitUpdater::refresh_staging(int64_t step) {
@@ -216,6 +281,18 @@ void UnitUpdater::update_rows(const std::vector<int32_t>& rows, bool zero_gradie
   }
   const std::vector<int32_t>& updated = zero_gradient ? complement : rows;
   HostUnitState& s = units_[u];
+  const bool bf16_staging = !converts_on_upload() && plan_.weight_dtype == DType::BF16;
+  if (!is_exact(format())) {
+    const LeanStepStats stats =
+        lean_adamw_rows(s.lean_view, row_len_, updated, segments_[u][0].decay,
+                        zero_gradient ? nullptr : inbox_->row_gradients(), plan_.grad_dtype,
+                        bf16_staging ? s.staging.as<uint16_t>() : nullptr, hyper, step, clip);
+    note_lost_updates(stats, u, step);
+    if (!bf16_staging)
+      for (int32_t r : updated)
+        refresh_staging_range(u, static_cast<size_t>(r) * row_len_, static_cast<size_t>(r + 1) * row_len_);
+    return;
+  }
   AdamWUnitBuffers buffers;
   buffers.master = s.master.data();
   buffers.m = s.m.data();
@@ -258,13 +335,21 @@ void UnitUpdater::update_unit(size_t u, const void* grad, int64_t step, const Ad
   // same pass. Other weight dtypes are converted from the masters after the pass. With
   // ConvertOnUpload the pass writes no weights: the masters are what is uploaded.
   HostUnitState& s = units_[u];
+  const bool bf16_weights = plan_.weight_dtype == DType::BF16;
+  if (!is_exact(format())) {
+    const LeanStepStats stats =
+        lean_adamw_step(s.lean_view, segments_[u], grad, plan_.grad_dtype,
+                        bf16_weights ? s.staging.as<uint16_t>() : nullptr, hyper, step, clip);
+    note_lost_updates(stats, u, step);
+    if (!bf16_weights) refresh_staging(u);
+    return;
+  }
   AdamWUnitBuffers buffers;
   buffers.master = s.master.data();
   buffers.m = s.m.data();
   buffers.v = s.v.data();
   buffers.grad = grad;
   buffers.grad_dtype = plan_.grad_dtype;
-  const bool bf16_weights = plan_.weight_dtype == DType::BF16;
   if (bf16_weights && !converts_on_upload()) buffers.bf16_out = s.staging.as<uint16_t>();
   cpu_adamw_step(buffers, segments_[u], hyper, step, clip);
   if (!bf16_weights) refresh_staging(u);

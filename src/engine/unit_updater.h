@@ -45,7 +45,12 @@
 // The math is exactly UnitOptimizer's (the plain trainer's): the same AdamW per parameter, the same
 // global norm (gradient partials are concatenated in unit order), the same clip coefficient.
 //
-// The fp32 arrays are HostArrays: 2 MiB-aligned, advised into transparent huge pages (the
+// With a lean optimizer_state (Plan::optimizer_state, optim/state_format.h) each unit keeps that
+// format's arrays instead of fp32 master, m and v, the update is lean_adamw_step / lean_adamw_rows
+// on them (the plain trainer's UnitOptimizer makes the same calls), and the weights to upload are
+// the decoded masters.
+//
+// The state arrays are HostArrays: 2 MiB-aligned, advised into transparent huge pages (the
 // constructor logs where the kernel refuses), allocated once.
 #pragma once
 
@@ -64,18 +69,28 @@
 #include "optim/adamw.h"
 #include "optim/cpu_adamw.h"
 #include "optim/host_array.h"
+#include "optim/lean_adamw.h"
 #include "planner/plan.h"
 
 namespace ferry {
 
 struct HostUnitState {
-  HostArray master, m, v;  // fp32, laid out as the unit
+  // fp32 (optimizer_state: fp32): master, m, v, laid out as the unit. A lean format leaves them
+  // empty and keeps its arrays (state_arrays(format), in that order) in `lean`, viewed by
+  // `lean_view`.
+  HostArray master, m, v;
+  std::vector<HostArray> lean;
+  LeanUnitState lean_view;
   // HostShadow: the weights to upload (plan's weight dtype), or, from the gradient's d2h until the
   // update, the gradient (plan's grad dtype, same size). None for a unit updated on the device.
   PinnedBuffer staging;
   // ConvertOnUpload: the registration of its masters as pinned memory (released before the
   // masters are unmapped).
   PinnedRegistration pinned_master;
+
+  // The unit's optimizer state as its arrays, in state_arrays(format) order: fp32's master, m, v,
+  // or a lean format's; each a contiguous mapping whose size depends on the format and numel only.
+  std::vector<HostArray*> state(OptimizerStateFormat format);
 };
 
 class UnitUpdater {
@@ -104,6 +119,14 @@ class UnitUpdater {
 
   // Whether unit u is updated here (not ResidentWithOptimizer).
   bool on_host(size_t u) const { return on_host_[u]; }
+
+  // The optimizer state format (plan's optimizer_state).
+  OptimizerStateFormat format() const { return plan_.optimizer_state; }
+  // Sets unit u's masters from fp32 values (loading a model): the fp32 array, or a lean format's
+  // encoding of them (nearest rounding).
+  void assign_masters(size_t u, std::span<const float> values);
+  // Unit u's masters as fp32 (decoded from a lean format) into `out` (numel floats).
+  void read_masters(size_t u, float* out) const;
 
   // Writes every host-updated unit's staging weights from its master (after loading or resuming)
   // and marks the state as updated through step `step`.
@@ -167,6 +190,10 @@ class UnitUpdater {
   // The pass of step `step` over the rows without a gradient, once per step (worker only).
   void update_rows_without_gradient(const std::vector<int32_t>& rows, int64_t step, const AdamWHyper& hyper);
   void refresh_staging(size_t u);
+  // Elements [begin, end) of unit u's staging weights from its (lean) masters.
+  void refresh_staging_range(size_t u, size_t begin, size_t end);
+  // Says once, the first time a lean update loses updates to its master's rounding.
+  void note_lost_updates(const LeanStepStats& stats, size_t u, int64_t step);
   void rethrow_if_failed();
 
   Device& device_;
@@ -179,7 +206,8 @@ class UnitUpdater {
   size_t row_len_ = 0;                                     // its row length (hidden size)
   std::unique_ptr<GradientInbox> inbox_;                   // where gradients land (engine/gradient_inbox.h)
   std::shared_ptr<const std::vector<int32_t>> step_rows_;  // the current step's rows
-  int64_t zero_rows_step_ = 0;  // the last step whose rows without a gradient are updated (worker only)
+  int64_t zero_rows_step_ = 0;        // the last step whose rows without a gradient are updated (worker only)
+  bool warned_lost_updates_ = false;  // worker only
 
   std::mutex mutex_;
   std::condition_variable changed_;

@@ -41,8 +41,9 @@ HostArray::HostArray(size_t count, const char* what) : count_(count) {
   void* p = mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) {
     fail("engine",
-         "the host could not map {} for {} ({}); the fp32 optimizer state needs 12 bytes per "
-         "parameter of host memory: free memory, or train a smaller model on this machine",
+         "the host could not map {} for {} ({}); the optimizer state needs 12 bytes per parameter of "
+         "host memory in fp32 (4-6 in a lean optimizer_state): free memory, or train a smaller model on "
+         "this machine",
          format_bytes(bytes), what, std::strerror(errno));
   }
   char* base = static_cast<char*>(p);

@@ -52,6 +52,12 @@ class HostArray {
   static constexpr size_t kHugePage = size_t{2} << 20;
   // The bytes an array of `count` floats maps, whole 4 KiB pages (what the memory model counts).
   static size_t mapped_bytes(size_t count);
+  // The bytes as another element type: a lean optimizer state's arrays (bf16, int8, ...) are
+  // HostArrays of host_array_floats(bytes) floats.
+  template <typename T>
+  T* as() {
+    return reinterpret_cast<T*>(data_);
+  }
 
  private:
   void release() noexcept;
@@ -61,6 +67,11 @@ class HostArray {
   size_t mapped_bytes_ = 0;
   bool huge_pages_ = false;
 };
+
+// Floats that hold `bytes` bytes.
+inline size_t host_array_floats(size_t bytes) {
+  return (bytes + sizeof(float) - 1) / sizeof(float);
+}
 
 // The system's transparent-huge-page mode ("always", "madvise" or "never"), from
 // /sys/kernel/mm/transparent_hugepage/enabled; "unavailable" where the file is missing.

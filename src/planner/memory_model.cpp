@@ -47,7 +47,19 @@ size_t layer_internals_bytes(const ModelConfig& config, int64_t chunk_tokens, DT
 }
 
 bool row_sparse_embedding(const ModelLayout& layout, const Plan& plan) {
-  return !layout.tied && plan.units[layout.embedding_unit()] != UnitPlacement::ResidentWithOptimizer;
+  if (layout.tied || plan.units[layout.embedding_unit()] == UnitPlacement::ResidentWithOptimizer)
+    return false;
+  // A lean format's rows must be whole quantization blocks (lean_adamw_rows).
+  const auto& table = layout.units[layout.embedding_unit()].params[0].shape;
+  return is_exact(plan.optimizer_state) ||
+         (table.size() == 2 && static_cast<size_t>(table[1]) % kStateBlock == 0);
+}
+
+size_t state_mapped_bytes(OptimizerStateFormat format, size_t numel) {
+  size_t bytes = 0;
+  for (const StateArraySpec& a : state_arrays(format))
+    bytes += HostArray::mapped_bytes(host_array_floats(state_array_bytes(a.kind, numel)));
+  return bytes;
 }
 
 int64_t max_embedding_rows(const ModelConfig& config, int64_t chunk_tokens, int64_t chunks) {
@@ -194,8 +206,8 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
       continue;
     }
     // fp32 master, m and v of every unit (for a ResidentWithOptimizer unit: the copy checkpoints
-    // read), each in its own huge-page mapping.
-    h.pageable += 3 * HostArray::mapped_bytes(n);
+    // read), or the arrays of a lean format, each in its own huge-page mapping.
+    h.pageable += state_mapped_bytes(plan.optimizer_state, n);
     // One staging buffer per host-updated unit holds the weights to upload, or the gradient from
     // its d2h until the update writes the new weights over it (unit_updater.h).
     if (on_host) h.pinned += n * wd;

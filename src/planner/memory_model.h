@@ -32,7 +32,8 @@ struct DeviceBytes {
 };
 
 struct HostBytes {
-  // fp32 masters, m and v of every unit (12 bytes/param), in huge-page mappings (optim/host_array.h);
+  // fp32 masters, m and v of every unit (12 bytes/param; a lean optimizer_state's arrays instead,
+  // optim/state_format.h), in huge-page mappings (optim/host_array.h);
   // converting on upload, the host-updated units' masters count as pinned instead.
   size_t pageable = 0;
   // Page-locked (DMA) memory: each host-updated unit's staging buffer (its weights to upload, or
@@ -100,7 +101,11 @@ size_t conversion_staging_elements(const ModelLayout& layout, const Plan& plan);
 // embedding updated on the host. Its gradient is zero on every row no token of the step names, so
 // the updater updates those rows ahead, with a zero gradient, while the step computes, and at the
 // step's end only the token rows, from their gathered gradients (unit_updater.h).
+// A lean optimizer state also needs the embedding's rows to be whole quantization blocks.
 bool row_sparse_embedding(const ModelLayout& layout, const Plan& plan);
+// The host bytes one unit's optimizer state maps in `format`: each of its arrays
+// (state_arrays) is a HostArray of its own, whole 4 KiB pages.
+size_t state_mapped_bytes(OptimizerStateFormat format, size_t numel);
 // The int32 arrays of a step's tokens the device holds: ids, targets, positions, doc_start, and
 // the step's distinct ids (the embedding rows it touches), each one entry per token.
 inline constexpr size_t kStepTokenArrays = 5;

@@ -60,11 +60,15 @@ std::string Plan::describe() const {
   for (auto u : units) with_optimizer += (u == UnitPlacement::ResidentWithOptimizer);
   for (auto a : activations) offloaded += (a == ActivationPlacement::OffloadToHost);
   return fmt::format(
-      "{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
-      "the host{}, micro-batch {}, updates {}, weights {} / gradients {} on the GPU, weights uploaded {}",
-      gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute,
-      micro_batch, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
-      weight_upload_name(weight_upload));
+             "{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
+             "the host{}, micro-batch {}, updates {}, weights {} / gradients {} on the GPU, weights uploaded "
+             "{}",
+             gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute,
+             micro_batch, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
+             weight_upload_name(weight_upload)) +
+         (is_exact(optimizer_state)
+              ? std::string()
+              : fmt::format(", optimizer state {} (lean)", state_format_name(optimizer_state)));
 }
 
 }  // namespace ferry

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "optim/state_format.h"
 
 namespace ferry {
 
@@ -67,6 +68,14 @@ struct Plan {
   // ResidentWithOptimizer units always accumulate fp32 gradients.
   DType grad_dtype = DType::BF16;
   WeightUpload weight_upload = WeightUpload::HostShadow;
+  // How the host keeps masters, m and v (config `optimizer_state`; fp32 is exact). A lean format
+  // is the user's choice, never the planner's: it changes the numbers. With one, every unit is
+  // updated on the host (the GPU AdamW keeps fp32 state) and weights go up as a bf16 shadow
+  // (ConvertOnUpload uploads fp32 masters).
+  OptimizerStateFormat optimizer_state = OptimizerStateFormat::Fp32;
+  // The run's seed, from which a lean format's stochastic rounding draws (lean_unit_seed); set by
+  // the trainer, not the search.
+  uint64_t state_seed = 0;
 
   // Every unit ResidentWithOptimizer: the whole model and its optimizer on the GPU, the norm and
   // the clip coefficient computed there too; the host only reads the loss.

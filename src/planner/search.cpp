@@ -133,7 +133,8 @@ class Searcher {
 
   std::vector<Family> families() const {
     std::vector<Family> out;
-    const bool gpu_adamw = profile_ && profile_->compute.gpu_adamw_params_per_s > 0;
+    const bool gpu_adamw =
+        profile_ && profile_->compute.gpu_adamw_params_per_s > 0 && is_exact(r_.optimizer_state);
     const bool per_unit =
         (r_.space.per_unit_gpu_optimizer || r_.gpu_optimizer_layers.value_or(0) > 0) && gpu_adamw;
     std::vector<UnitPlacement> end_units = {UnitPlacement::Streamed, UnitPlacement::ResidentParams};
@@ -145,7 +146,8 @@ class Searcher {
     if (!r_.clipping) updates.push_back(UpdateSchedule::DuringBackward);
     if (r_.update) updates = {*r_.update};
     std::vector<WeightUpload> uploads = {WeightUpload::HostShadow};
-    if (r_.space.convert_on_upload) uploads.push_back(WeightUpload::ConvertOnUpload);
+    if (r_.space.convert_on_upload && is_exact(r_.optimizer_state))
+      uploads.push_back(WeightUpload::ConvertOnUpload);
     if (r_.weight_upload) uploads = {*r_.weight_upload};
     const std::vector<int64_t> slots = r_.slots ? std::vector<int64_t>{*r_.slots} : r_.space.slot_counts;
 
@@ -186,6 +188,7 @@ class Searcher {
     plan.micro_batch = f.micro_batch;
     plan.weight_dtype = r_.weight_dtype;
     plan.grad_dtype = r_.grad_dtype;
+    plan.optimizer_state = r_.optimizer_state;
     plan.activations.assign(static_cast<size_t>(L_), ActivationPlacement::OffloadToHost);
     if (f.everything_on_gpu) {
       plan.units.assign(layout_.units.size(), UnitPlacement::ResidentWithOptimizer);
@@ -445,6 +448,16 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
   FERRY_CHECK(request.gpu_optimizer_layers.value_or(0) == 0 || profile.compute.gpu_adamw_params_per_s > 0,
               "plan", "gpu_optimizer_layers needs a device with a GPU AdamW; the profile of {} has none",
               profile.device_name);
+  FERRY_CHECK(
+      is_exact(request.optimizer_state) || request.gpu_optimizer_layers.value_or(0) == 0, "plan",
+      "gpu_optimizer_layers keeps fp32 state on the GPU; with optimizer_state: {} every unit is updated "
+      "on the host: drop gpu_optimizer_layers, or use optimizer_state: fp32",
+      state_format_name(request.optimizer_state));
+  FERRY_CHECK(
+      is_exact(request.optimizer_state) || request.weight_upload != WeightUpload::ConvertOnUpload, "plan",
+      "weight_upload: convert-on-upload uploads fp32 masters, which optimizer_state: {} does not keep: "
+      "use weight_upload: auto or bf16-host-shadow, or optimizer_state: fp32",
+      state_format_name(request.optimizer_state));
   return Searcher(config, layout, &profile, request).run(alternatives);
 }
 

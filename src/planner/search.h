@@ -98,6 +98,9 @@ struct PlanRequest {
   std::optional<WeightUpload> weight_upload;  // forced weight upload
   std::optional<UpdateSchedule> update;       // forced update schedule (DuringBackward needs !clipping)
   bool allow_optimizer_on_gpu = false;        // the device can run AdamW (CUDA)
+  // The host's optimizer state format (Plan::optimizer_state): a lean one leaves the GPU AdamW and
+  // ConvertOnUpload out of the space.
+  OptimizerStateFormat optimizer_state = OptimizerStateFormat::Fp32;
   SearchSpace space;
 };
 

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "optim/clip.h"
+#include "planner/adamw_rate.h"
 #include "planner/memory_model.h"
 #include "planner/slot_schedule.h"
 
@@ -50,10 +51,7 @@ class ProgramBuilder {
     upload_bytes_per_param_ = plan_.weight_upload == WeightUpload::ConvertOnUpload
                                   ? static_cast<double>(sizeof(float))
                                   : static_cast<double>(dtype_size(plan_.weight_dtype));
-    // The profile times the pass that also writes the bf16 copy; without it (the masters are
-    // uploaded) the bandwidth-bound pass moves 24 bytes/param instead of 26 (cpu_adamw_bench).
-    cpu_adamw_rate_ = profile_.host.cpu_adamw_params_per_s;
-    if (plan_.weight_upload == WeightUpload::ConvertOnUpload) cpu_adamw_rate_ *= 26.0 / 24.0;
+    cpu_adamw_rate_ = host_adamw_params_per_s(profile_.host, plan_);
     bool any_gpu_optimizer = false;
     for (bool g : gpu_optimizer_) any_gpu_optimizer |= g;
     FERRY_CHECK(

@@ -82,20 +82,49 @@ int64_t state_integer(const nlohmann::json& value, const std::filesystem::path& 
   return value.get<int64_t>();
 }
 
+std::string lean_tensor_name(const std::string& unit, const char* array) {
+  return "lean." + unit + "." + array;
+}
+
+// The optimizer state format a checkpoint's optimizer file holds (files without the key: fp32),
+// refused unless it is `expected`.
+void check_state_format(const SafetensorsFile& file, const std::filesystem::path& dir,
+                        OptimizerStateFormat expected) {
+  const auto it = file.metadata().find("optimizer_state");
+  const std::string saved = it == file.metadata().end() ? "fp32" : it->second;
+  FERRY_CHECK(saved == state_format_name(expected), kWhere,
+              "{} holds optimizer state in the format {}, and this run asks for optimizer_state: {}; set "
+              "optimizer_state: {} to resume from it, or start a new output_dir",
+              dir.string(), saved, state_format_name(expected), saved);
+}
+
 // The files of a checkpoint, into its temporary directory; the completion marker last.
 void write_checkpoint_files(const std::filesystem::path& temp_dir, const CheckpointView& view) {
   write_hf_model_dir(temp_dir, view.source_dir, *view.config, *view.layout, view.masters, view.save_dtype,
                      view.max_shard_bytes);
 
   std::vector<TensorToWrite> tensors;
-  const std::pair<const char*, const std::vector<const float*>*> groups[] = {
-      {"master.", &view.masters}, {"exp_avg.", &view.m}, {"exp_avg_sq.", &view.v}};
-  for (const auto& [prefix, buffers] : groups) {
+  if (!is_exact(view.optimizer_state)) {
+    const std::vector<StateArraySpec> specs = state_arrays(view.optimizer_state);
     for (size_t u = 0; u < view.layout->units.size(); ++u)
-      for (const auto& p : view.layout->units[u].params)
-        tensors.push_back(TensorToWrite{prefix + p.hf_name, DType::F32, p.shape, (*buffers)[u] + p.offset});
+      for (size_t k = 0; k < specs.size(); ++k)
+        tensors.push_back(TensorToWrite{lean_tensor_name(view.layout->units[u].name, specs[k].name),
+                                        DType::U8,
+                                        {static_cast<int64_t>(view.lean[u][k].size())},
+                                        view.lean[u][k].data()});
+    write_safetensors(
+        temp_dir / kOptimizerFile, tensors,
+        {{"format", "ferry-optimizer"}, {"optimizer_state", state_format_name(view.optimizer_state)}});
+  } else {
+    const std::pair<const char*, const std::vector<const float*>*> groups[] = {
+        {"master.", &view.masters}, {"exp_avg.", &view.m}, {"exp_avg_sq.", &view.v}};
+    for (const auto& [prefix, buffers] : groups) {
+      for (size_t u = 0; u < view.layout->units.size(); ++u)
+        for (const auto& p : view.layout->units[u].params)
+          tensors.push_back(TensorToWrite{prefix + p.hf_name, DType::F32, p.shape, (*buffers)[u] + p.offset});
+    }
+    write_safetensors(temp_dir / kOptimizerFile, tensors, {{"format", "ferry-optimizer"}});
   }
-  write_safetensors(temp_dir / kOptimizerFile, tensors, {{"format", "ferry-optimizer"}});
 
   nlohmann::json state = {
       {"format_version", kFormatVersion},
@@ -165,9 +194,10 @@ std::optional<std::filesystem::path> find_latest_checkpoint(const std::filesyste
   return all.back().second;
 }
 
-TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout& layout,
-                             const std::vector<float*>& masters, const std::vector<float*>& m,
-                             const std::vector<float*>& v) {
+namespace {
+
+// trainer_state.json of a complete checkpoint, checked.
+TrainerState read_trainer_state(const std::filesystem::path& dir) {
   FERRY_CHECK(
       is_marked_complete(dir), kWhere,
       "{} has no {} marker: it was not written completely; resume from an earlier checkpoint or delete it",
@@ -205,8 +235,42 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
       "{}/{}: the state says step {} but the checkpoint is named for step {}; the checkpoint is corrupt: "
       "resume from an earlier checkpoint (delete this one) or start a new output_dir",
       dir.string(), kStateFile, s.step, *named);
+  return s;
+}
 
+}  // namespace
+
+TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout& layout,
+                             OptimizerStateFormat format,
+                             const std::vector<std::vector<std::span<std::byte>>>& lean) {
+  const TrainerState s = read_trainer_state(dir);
   SafetensorsFile file = SafetensorsFile::open(dir / kOptimizerFile);
+  check_state_format(file, dir, format);
+  const std::vector<StateArraySpec> specs = state_arrays(format);
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    for (size_t k = 0; k < specs.size(); ++k) {
+      const std::string name = lean_tensor_name(layout.units[u].name, specs[k].name);
+      const TensorInfo* info = file.find(name);
+      FERRY_CHECK(info != nullptr, kWhere,
+                  "{}: optimizer state has no tensor '{}'; the checkpoint belongs to another model",
+                  dir.string(), name);
+      FERRY_CHECK(
+          info->dtype == DType::U8 && info->bytes == lean[u][k].size(), kWhere,
+          "{}: tensor '{}' is {} {} ({} bytes), expected U8 of {} bytes; the checkpoint belongs to another "
+          "model",
+          dir.string(), name, dtype_name(info->dtype), shape_to_string(info->shape), info->bytes,
+          lean[u][k].size());
+      std::memcpy(lean[u][k].data(), file.data(*info), info->bytes);
+    }
+  return s;
+}
+
+TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout& layout,
+                             const std::vector<float*>& masters, const std::vector<float*>& m,
+                             const std::vector<float*>& v) {
+  const TrainerState s = read_trainer_state(dir);
+  SafetensorsFile file = SafetensorsFile::open(dir / kOptimizerFile);
+  check_state_format(file, dir, OptimizerStateFormat::Fp32);
   const std::pair<const char*, const std::vector<float*>*> groups[] = {
       {"master.", &masters}, {"exp_avg.", &m}, {"exp_avg_sq.", &v}};
   for (const auto& [prefix, buffers] : groups) {

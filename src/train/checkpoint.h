@@ -1,6 +1,8 @@
 // Resumable checkpoints (DESIGN.md §4): OUTPUT/checkpoint-STEP/ holds a loadable Hugging Face model
 // directory, optimizer.safetensors (fp32 master.<name>, exp_avg.<name>, exp_avg_sq.<name> for every
-// parameter) and trainer_state.json (step, data position, seed, run fingerprint). It is written
+// parameter; with a lean optimizer_state, lean.<unit>.<array> for every unit and array of
+// state_arrays(format), U8 bytes as the run holds them, and __metadata__ optimizer_state) and
+// trainer_state.json (step, data position, seed, run fingerprint). It is written
 // under a temporary name, fsynced, renamed, and marked complete by a COMPLETE file written last;
 // a directory without the marker is never resumed from.
 #pragma once
@@ -8,10 +10,12 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "model/model_config.h"
 #include "model/unit_layout.h"
+#include "optim/state_format.h"
 
 namespace ferry {
 
@@ -28,7 +32,10 @@ struct CheckpointView {
   std::filesystem::path source_dir;  // input model directory (tokenizer files are copied from it)
   DType save_dtype = DType::BF16;
   size_t max_shard_bytes = size_t{5} << 30;
-  std::vector<const float*> masters, m, v;
+  std::vector<const float*> masters, m, v;  // masters: fp32 (decoded from a lean format) for the HF model
+  OptimizerStateFormat optimizer_state = OptimizerStateFormat::Fp32;
+  // A lean format: per unit, its arrays' bytes (state_arrays(optimizer_state) order); m, v unused.
+  std::vector<std::vector<std::span<const std::byte>>> lean;
   TrainerState state;
 };
 
@@ -44,5 +51,11 @@ std::optional<std::filesystem::path> find_latest_checkpoint(const std::filesyste
 TrainerState load_checkpoint(const std::filesystem::path& checkpoint_dir, const ModelLayout& layout,
                              const std::vector<float*>& masters, const std::vector<float*>& m,
                              const std::vector<float*>& v);
+// Reads a checkpoint of a lean optimizer_state into each unit's arrays (state_arrays(format)
+// order, each exactly state_array_bytes long); returns its state. A checkpoint of another format
+// is refused, naming it.
+TrainerState load_checkpoint(const std::filesystem::path& checkpoint_dir, const ModelLayout& layout,
+                             OptimizerStateFormat format,
+                             const std::vector<std::vector<std::span<std::byte>>>& lean);
 
 }  // namespace ferry

@@ -56,6 +56,7 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   if (config.resident_layers >= 0) r.resident_layers = config.resident_layers;
   r.update = config.update_schedule;
   r.weight_upload = config.weight_upload;
+  r.optimizer_state = config.optimizer_state;
   r.allow_optimizer_on_gpu = target.gpu_adamw;
   // The engine runs AdamW on the device for any subset of units (engine/device_optimizer.h).
   r.space.per_unit_gpu_optimizer = target.gpu_adamw;

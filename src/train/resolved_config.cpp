@@ -7,6 +7,7 @@
 #include <map>
 #include <type_traits>
 
+#include "optim/state_format.h"
 #include "core/check.h"
 #include "core/dtype.h"
 #include "data/record_formats.h"
@@ -153,6 +154,8 @@ const std::map<std::string, Writer>& writers() {
        [](YAML::Emitter& o, const TrainConfig& c) {
          o << (c.recompute == RecomputePolicy::All ? "all" : "auto");
        }},
+      {"optimizer_state",
+       [](YAML::Emitter& o, const TrainConfig& c) { o << state_format_name(c.optimizer_state); }},
       {"weight_upload",
        [](YAML::Emitter& o, const TrainConfig& c) {
          o << (c.weight_upload ? weight_upload_name(*c.weight_upload) : "auto");

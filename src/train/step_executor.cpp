@@ -30,8 +30,10 @@ class PlainExecutor final : public StepExecutor {
         micro_batch_(config.micro_batch > 0 ? config.micro_batch : 1),  // auto: the CPU has no memory to plan
         step_(weights_.config, weights_.layout, *ops_, micro_batch_ * config.seq_len,
               config.global_batch / micro_batch_),
-        optimizer_(weights_.layout, config.decay_norms_and_biases) {
+        optimizer_(weights_.layout, config.decay_norms_and_biases, config.optimizer_state, config.seed) {
     for (const auto& u : weights_.layout.units) grads_.emplace_back(static_cast<size_t>(u.numel), 0.0f);
+    // A lean format encodes the loaded weights; the forward then reads what it holds.
+    optimizer_.assign_masters(masters());
   }
   std::string describe() const override {
     return fmt::format("cpu ({} threads, fp32 reference ops)", ThreadPool::global().size());
@@ -50,7 +52,17 @@ class PlainExecutor final : public StepExecutor {
   std::vector<float*> masters() override { return pointers(weights_.units); }
   std::vector<float*> exp_avg() override { return pointers(optimizer_.m()); }
   std::vector<float*> exp_avg_sq() override { return pointers(optimizer_.v()); }
-  void state_loaded(int64_t) override {}
+  OptimizerStateFormat state_format() const override { return optimizer_.format(); }
+  std::vector<std::vector<std::span<std::byte>>> lean_state() override {
+    std::vector<std::vector<std::span<std::byte>>> out;
+    if (is_exact(optimizer_.format())) return out;
+    for (size_t u = 0; u < weights_.units.size(); ++u) {
+      out.emplace_back();
+      for (auto& a : optimizer_.lean_arrays(u)) out.back().push_back(std::as_writable_bytes(std::span(a)));
+    }
+    return out;
+  }
+  void state_loaded(int64_t) override { optimizer_.read_masters(masters()); }
   int64_t micro_batch() const override { return micro_batch_; }
 
  private:
@@ -79,13 +91,15 @@ class SlidingExecutor final : public StepExecutor {
         ops_(make_device_ops(trace_ ? trace_->device() : *device_)),
         plan_(plan),
         predicted_(predicted) {
+    plan_.state_seed = config.seed;  // a lean format's stochastic rounding, as the plain trainer's
+    engine_layout_ = weights.layout;
     engine_ = std::make_unique<SlidingEngine>(
         weights.config, weights.layout, trace_ ? trace_->device() : *device_, *ops_, plan_,
         plan_.micro_batch * config.seq_len, config.global_batch / plan_.micro_batch,
         config.decay_norms_and_biases);
     for (size_t u = 0; u < weights.units.size();
          ++u) {  // into the huge-page masters, freeing each copy as it goes
-      engine_->host().unit(u).master.assign(weights.units[u]);
+      engine_->host().assign_masters(u, weights.units[u]);
       std::vector<float>().swap(weights.units[u]);
     }
     engine_->host().commit_state();  // only now: the loaded copies are gone
@@ -107,9 +121,36 @@ class SlidingExecutor final : public StepExecutor {
   }
   void finish_updates() override { engine_->finish_updates(); }
   StepLoss evaluate(const StepBatch& batch) override { return engine_->evaluate(batch); }
-  std::vector<float*> masters() override { return collect(&HostUnitState::master); }
+  std::vector<float*> masters() override {
+    UnitUpdater& host = engine_->host();
+    if (is_exact(host.format())) return collect(&HostUnitState::master);
+    // Decoded copies: 4 bytes/param more while a checkpoint or the final model is written.
+    decoded_.resize(host.unit_count());
+    std::vector<float*> out;
+    for (size_t u = 0; u < host.unit_count(); ++u) {
+      decoded_[u].resize(static_cast<size_t>(engine_layout_.units[u].numel));
+      host.read_masters(u, decoded_[u].data());
+      out.push_back(decoded_[u].data());
+    }
+    return out;
+  }
   std::vector<float*> exp_avg() override { return collect(&HostUnitState::m); }
   std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v); }
+  OptimizerStateFormat state_format() const override { return plan_.optimizer_state; }
+  std::vector<std::vector<std::span<std::byte>>> lean_state() override {
+    std::vector<std::vector<std::span<std::byte>>> out;
+    UnitUpdater& host = engine_->host();
+    if (is_exact(host.format())) return out;
+    const std::vector<StateArraySpec> specs = state_arrays(host.format());
+    for (size_t u = 0; u < host.unit_count(); ++u) {
+      out.emplace_back();
+      const size_t n = static_cast<size_t>(engine_layout_.units[u].numel);
+      for (size_t k = 0; k < specs.size(); ++k)
+        out.back().push_back(
+            std::span(host.unit(u).lean[k].as<std::byte>(), state_array_bytes(specs[k].kind, n)));
+    }
+    return out;
+  }
   void state_loaded(int64_t step) override { engine_->weights_changed(step); }
   int64_t micro_batch() const override { return plan_.micro_batch; }
 
@@ -127,6 +168,7 @@ class SlidingExecutor final : public StepExecutor {
 
   std::vector<float*> collect(HostArray HostUnitState::*member) {
     std::vector<float*> out;
+    if (!is_exact(engine_->host().format())) return out;
     for (size_t u = 0; u < engine_->host().unit_count(); ++u)
       out.push_back((engine_->host().unit(u).*member).data());
     return out;
@@ -136,6 +178,8 @@ class SlidingExecutor final : public StepExecutor {
   std::unique_ptr<Ops> ops_;
   Plan plan_;
   Prediction predicted_;
+  ModelLayout engine_layout_;
+  std::vector<std::vector<float>> decoded_;  // a lean format's masters as fp32, for writing
   std::unique_ptr<SlidingEngine> engine_;
 };
 

@@ -3,8 +3,10 @@
 // fp32 masters and AdamW state per unit, which is what checkpoints save and resume restores.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,11 +43,17 @@ class StepExecutor {
   // Forward only: the summed loss of `batch` (cut into micro_batch() rows per micro-chunk, at
   // most a step's rows) under the weights of every step run so far; the state is not touched.
   virtual StepLoss evaluate(const StepBatch& batch) = 0;
-  // Per-unit fp32 buffers (laid out by the model layout).
+  // Per-unit fp32 buffers (laid out by the model layout). With a lean optimizer_state, masters()
+  // are decoded copies (refreshed by each call; what the HF model is written from) and exp_avg(),
+  // exp_avg_sq() are empty: the state is lean_state().
   virtual std::vector<float*> masters() = 0;
   virtual std::vector<float*> exp_avg() = 0;
   virtual std::vector<float*> exp_avg_sq() = 0;
-  // Masters/m/v were replaced (resume) as of optimizer step `step`.
+  virtual OptimizerStateFormat state_format() const = 0;
+  // A lean format's arrays per unit, state_arrays(format) order, each state_array_bytes long:
+  // what checkpoints save and resume restores.
+  virtual std::vector<std::vector<std::span<std::byte>>> lean_state() = 0;
+  // Masters/m/v (or the lean state) were replaced (resume) as of optimizer step `step`.
   virtual void state_loaded(int64_t step) = 0;
   // Sequences per micro-chunk the steps' batches must be cut into: the config's micro_batch, or
   // the planner's choice when the config leaves it (`micro_batch: auto`).

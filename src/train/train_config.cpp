@@ -16,6 +16,7 @@
 #include "core/text_file.h"
 #include "data/record_formats.h"
 #include "io/hub_cache.h"
+#include "train/model_source.h"
 
 namespace ferry {
 
@@ -254,6 +255,12 @@ const std::map<std::string, Setter>& setters() {
              n, k, {{"auto", std::nullopt}, {"bf16-host-shadow", WeightUpload::HostShadow},
                     {"convert-on-upload", WeightUpload::ConvertOnUpload}});
        }},
+      {"optimizer_state",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.optimizer_state = parse_choice<OptimizerStateFormat>(
+             n, k, {{"fp32", OptimizerStateFormat::Fp32}, {"fp32_q8", OptimizerStateFormat::Fp32Q8},
+                    {"bf16c8_q8", OptimizerStateFormat::Bf16C8Q8}, {"bf16sr_q8", OptimizerStateFormat::Bf16SrQ8}});
+       }},
       {"update_schedule",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
          c.update_schedule = parse_choice<std::optional<UpdateSchedule>>(
@@ -448,7 +455,9 @@ void resolve_paths(TrainConfig& c, const std::filesystem::path& base) {
   // `model: org/name` with no such folder beside the file names a Hugging Face model, found in the
   // hub cache (resolve_model_path).
   std::error_code ec;
-  if (!(looks_like_hub_repo_id(c.model.string()) && !std::filesystem::exists(base / c.model, ec)))
+  // `model: preset:ARCH/NAME` names no file at all (train/model_source.h).
+  if (!(looks_like_hub_repo_id(c.model.string()) && !std::filesystem::exists(base / c.model, ec)) &&
+      !is_preset_model(c.model))
     resolve(c.model);
   resolve(c.output_dir);
   resolve(c.tokenizer);

@@ -86,6 +86,9 @@ struct TrainConfig {
   double adam_epsilon = 1e-8;
   double max_grad_norm = 1.0;  // 0 disables clipping
   bool decay_norms_and_biases = false;
+  // How the host keeps masters, m and v (optim/state_format.h): fp32, exact, by default; a lean
+  // format only when the config names one.
+  OptimizerStateFormat optimizer_state = OptimizerStateFormat::Fp32;
 
   // bookkeeping
   uint64_t seed = 42;

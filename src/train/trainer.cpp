@@ -25,6 +25,7 @@
 #include "train/checkpoint.h"
 #include "train/host_memory_watch.h"
 #include "train/metrics_log.h"
+#include "train/model_source.h"
 #include "train/output_dir.h"
 #include "train/output_dir_claim.h"
 #include "train/progress.h"
@@ -70,7 +71,9 @@ nlohmann::json run_fingerprint(const TrainConfig& c, size_t rows, const std::str
           {"micro_batch", c.micro_batch},
           {"packing", packing_fingerprint(packing)},
           {"shuffle", c.shuffle},
-          {"seed", c.seed}};
+          {"seed", c.seed},
+          // The checkpoint holds the state in this format (a lean format's arrays, or fp32's).
+          {"optimizer_state", state_format_name(c.optimizer_state)}};
 }
 
 void check_resume_fingerprint(const nlohmann::json& saved, const nlohmann::json& now,
@@ -132,7 +135,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   validate_train_config(config);
   const auto run_began = std::chrono::steady_clock::now();  // the whole run's, loading included
   FERRY_CHECK(!config.model.empty(), kWhere,
-              "no model given; set `model:` to a Hugging Face model directory");
+              "no model given; set `model:` to a Hugging Face model directory (or preset:ARCH/NAME)");
   FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more JSONL files");
   FERRY_CHECK(!config.output_dir.empty(), kWhere, "no output_dir given; set `output_dir:`");
   if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
@@ -149,7 +152,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   memory.enter(kPhaseModelLoad);
 
   // Everything is read and checked before any long work starts.
-  ModelWeights weights = load_model_weights(config.model);
+  ModelWeights weights = model_source_weights(config.model, config.seed);
+  if (is_preset_model(config.model))
+    log_warn("model {}: {}; the model directories this run writes say so", config.model.string(),
+             weights.config.raw.value("ferry_random_init", std::string()));
   const ModelConfig& mc = weights.config;
   if (mc.sliding_window && *mc.sliding_window < config.seq_len) {
     fail(kWhere,
@@ -202,7 +208,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     } else {
       memory.enter(kPhaseCheckpointLoad);
       TrainerState state =
-          load_checkpoint(*latest, layout, executor->masters(), executor->exp_avg(), executor->exp_avg_sq());
+          is_exact(executor->state_format())
+              ? load_checkpoint(*latest, layout, executor->masters(), executor->exp_avg(),
+                                executor->exp_avg_sq())
+              : load_checkpoint(*latest, layout, executor->state_format(), executor->lean_state());
       check_resume_fingerprint(state.fingerprint, fingerprint, latest->string());
       step = state.step;
       FERRY_CHECK(
@@ -231,18 +240,26 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   RunProgress progress(total_steps, step, executor->predicted_step_seconds());
   if (!progress.eta_text().empty()) log_info("{} for {} steps", progress.eta_text(), total_steps - step);
   const int64_t first_step = step;
+  // A lean format changes the numbers: said on every run that uses one.
+  if (!is_exact(config.optimizer_state))
+    log_warn("{}: not torch's exact AdamW", describe_state_format(config.optimizer_state));
 
   auto checkpoint_view = [&]() {
     executor->finish_updates();
     CheckpointView view;
     view.config = &model_config;
     view.layout = &layout;
-    view.source_dir = config.model;
+    view.source_dir = model_source_dir(config.model);
     view.save_dtype = save_dtype;
     view.max_shard_bytes = static_cast<size_t>(config.max_shard_bytes);
     for (float* b : executor->masters()) view.masters.push_back(b);
     for (float* b : executor->exp_avg()) view.m.push_back(b);
     for (float* b : executor->exp_avg_sq()) view.v.push_back(b);
+    view.optimizer_state = executor->state_format();
+    for (const auto& arrays : executor->lean_state()) {
+      view.lean.emplace_back();
+      for (std::span<std::byte> a : arrays) view.lean.back().push_back(a);
+    }
     const DataPosition pos = sampler.position();
     view.state = TrainerState{step, pos.epoch, pos.index, fingerprint};
     return view;
@@ -406,8 +423,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   memory.enter(kPhaseFinalSave);
   std::vector<const float*> masters;
   for (float* b : executor->masters()) masters.push_back(b);
-  write_final_model_dir(config.output_dir, config.model, model_config, layout, masters, save_dtype,
-                        static_cast<size_t>(config.max_shard_bytes), config.tokenizer, config.chat_template);
+  write_final_model_dir(config.output_dir, model_source_dir(config.model), model_config, layout, masters,
+                        save_dtype, static_cast<size_t>(config.max_shard_bytes), config.tokenizer,
+                        config.chat_template);
   log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
   memory.check();
   for (const std::string& line : memory.describe()) log_info("host memory, {}", line);

@@ -18,6 +18,7 @@
 #include "data/token_dataset.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "train/model_source.h"
 
 namespace ferry {
 
@@ -29,6 +30,10 @@ constexpr const char* kDataProcessingVersion = "ferry-data-1";
 
 // The directory holding tokenizer.json (`tokenizer:` may name the file itself).
 std::filesystem::path tokenizer_dir(const TrainConfig& config) {
+  FERRY_CHECK(!config.tokenizer.empty() || !is_preset_model(config.model), kWhere,
+              "model: {} has random weights and no tokenizer, and this data is text: give `tokenizer:` (a "
+              "directory or tokenizer.json of the model family), or pre-tokenized data (input_ids)",
+              config.model.string());
   std::filesystem::path p = config.tokenizer.empty() ? config.model : config.tokenizer;
   std::error_code ec;
   if (std::filesystem::is_regular_file(p, ec)) p = p.parent_path();
@@ -322,7 +327,7 @@ std::vector<Document> load_training_documents(const TrainConfig& config, const M
 TrainingDataSummary prepare_training_data(const TrainConfig& config) {
   FERRY_CHECK(!config.model.empty(), kWhere,
               "no model given; set `model:` to a Hugging Face model directory");
-  const ModelConfig model = load_model_config(config.model);
+  const ModelConfig model = model_source_config(config.model, config.seed);
   TrainingDataSummary summary;
   load_training_documents(config, model, &summary);
   return summary;

@@ -1,0 +1,60 @@
+#include "train/model_source.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "train/model_init.h"
+
+namespace ferry {
+
+namespace {
+
+constexpr const char* kWhere = "model";
+
+struct PresetName {
+  std::string arch, preset;
+};
+
+PresetName parse_preset(const std::filesystem::path& model) {
+  const std::string text = model.string().substr(std::string(kPresetModelPrefix).size());
+  const size_t slash = text.find('/');
+  FERRY_CHECK(
+      slash != std::string::npos && slash > 0 && slash + 1 < text.size(), kWhere,
+      "'{}' is not a preset: write model: preset:ARCH/NAME, e.g. preset:llama/llama-3.1-8b (ferry init "
+      "--arch ARCH --list shows the names)",
+      model.string());
+  return {text.substr(0, slash), text.substr(slash + 1)};
+}
+
+}  // namespace
+
+bool is_preset_model(const std::filesystem::path& model) {
+  return model.string().rfind(kPresetModelPrefix, 0) == 0;
+}
+
+ModelConfig model_source_config(const std::filesystem::path& model, uint64_t seed) {
+  if (!is_preset_model(model)) return load_model_config(model);
+  const PresetName name = parse_preset(model);
+  const ModelConfig preset = preset_config(name.arch, name.preset);
+  nlohmann::json raw = preset.raw;
+  raw["_name_or_path"] = fmt::format("ferry-random-init/{}/{}", name.arch, name.preset);
+  raw["ferry_random_init"] = fmt::format(
+      "random weights (seed {}) of the {} preset {}'s shape, trained by ferry: not the published model", seed,
+      name.arch, name.preset);
+  return parse_model_config(raw, model.string());
+}
+
+ModelWeights model_source_weights(const std::filesystem::path& model, uint64_t seed) {
+  if (!is_preset_model(model)) return load_model_weights(model);
+  ModelWeights w;
+  w.config = model_source_config(model, seed);
+  w.layout = build_model_layout(w.config);
+  init_random_weights(w.config, seed, w.units);
+  return w;
+}
+
+std::filesystem::path model_source_dir(const std::filesystem::path& model) {
+  return is_preset_model(model) ? std::filesystem::path() : model;
+}
+
+}  // namespace ferry

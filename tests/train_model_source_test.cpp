@@ -1,0 +1,92 @@
+// `model: preset:ARCH/NAME` (train/model_source.h): training from a preset's random weights made in
+// memory, as from the directory `ferry init` writes of it, and outputs that say what they hold.
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "test_util.h"
+#include "train/model_init.h"
+#include "train/model_source.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
+
+namespace ferry {
+namespace {
+
+class PresetModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = scratch_ / "train.jsonl";
+    test::write_token_data(data_, 60, 320, 11);
+  }
+  TrainConfig config(const std::string& model, const std::string& out, std::vector<std::string> extra = {}) {
+    std::vector<std::string> overrides = {"model=" + model,
+                                          "data=" + data_.string(),
+                                          "output_dir=" + (scratch_ / out).string(),
+                                          "seq_len=32",
+                                          "global_batch=4",
+                                          "max_steps=3",
+                                          "learning_rate=1e-3",
+                                          "save_dtype=float32",
+                                          "threads=2",
+                                          "seed=5"};
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return parse_train_config("", overrides, "test");
+  }
+  std::vector<double> losses(const TrainConfig& c) {
+    std::vector<double> out;
+    TrainHooks hooks;
+    hooks.on_step = [&](const StepRecord& r) { out.push_back(r.loss); };
+    EXPECT_TRUE(run_training(c, hooks).finished);
+    return out;
+  }
+  test::ScratchDir scratch_{"preset"};
+  std::filesystem::path data_;
+};
+
+TEST_F(PresetModelTest, TrainsAsTheDirectoryFerryInitWrites) {
+  // The tiny preset is fp32, so the directory holds exactly the weights made in memory.
+  write_random_model(preset_config("qwen3", "tiny"), 5, scratch_ / "init");
+  const auto from_dir = losses(config((scratch_ / "init").string(), "a"));
+  const auto from_preset = losses(config("preset:qwen3/tiny", "b"));
+  ASSERT_EQ(from_dir.size(), 3u);
+  EXPECT_EQ(from_dir, from_preset);
+}
+
+TEST_F(PresetModelTest, OutputsSayTheyHoldRandomWeights) {
+  losses(config("preset:qwen3/tiny", "out", {"save_steps=2"}));
+  for (const auto& dir : {scratch_ / "out", scratch_ / "out" / "checkpoint-2"}) {
+    std::ifstream in(dir / "config.json");
+    const nlohmann::json json = nlohmann::json::parse(in);
+    EXPECT_EQ(json.value("_name_or_path", ""), "ferry-random-init/qwen3/tiny") << dir;
+    EXPECT_NE(json.value("ferry_random_init", "").find("not the published model"), std::string::npos) << dir;
+    EXPECT_EQ(json.value("architectures", nlohmann::json()).at(0), "Qwen3ForCausalLM");
+  }
+}
+
+TEST_F(PresetModelTest, BadPresetsAndTextWithoutATokenizerAreClearErrors) {
+  EXPECT_TRUE(test::throws_with([&] { run_training(config("preset:llama", "x")); }, {"preset:ARCH/NAME"}));
+  EXPECT_TRUE(test::throws_with([&] { run_training(config("preset:llama/llama-9b", "y")); },
+                                {"no preset 'llama-9b'", "llama-3.1-8b"}));
+  const auto text = scratch_ / "text.jsonl";
+  std::ofstream(text) << "{\"text\": \"hello\"}\n";
+  TrainConfig c = config("preset:llama/tiny", "z");
+  c.data = {text};
+  EXPECT_TRUE(test::throws_with([&] { run_training(c); }, {"no tokenizer", "tokenizer:"}));
+}
+
+TEST(PresetModel, RealShapesHaveTheirParameterCounts) {
+  // Published sizes: the parameter counts of the shapes, within 1%.
+  const std::pair<const char*, double> shapes[] = {
+      {"preset:mistral/mistral-nemo-12b", 12.25e9}, {"preset:qwen2/qwen2.5-14b", 14.77e9},
+      {"preset:qwen3/qwen3-14b", 14.77e9},          {"preset:mistral/mistral-small-24b", 23.57e9},
+      {"preset:qwen3/qwen3-32b", 32.76e9},          {"preset:llama/llama-3.3-70b", 70.55e9}};
+  for (const auto& [name, params] : shapes) {
+    const ModelConfig c = model_source_config(name, 1);
+    EXPECT_NEAR(static_cast<double>(build_model_layout(c).parameter_count()) / params, 1.0, 0.01) << name;
+  }
+}
+
+}  // namespace
+}  // namespace ferry
