@@ -49,7 +49,9 @@ std::string message_of(const std::function<void()>& f) {
   return {};
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 TEST(UringFileTest, ManyRequestsInFlightReadBackWhatWasWrittenInAnyOrder) {
   test::ScratchDir dir("uring");
@@ -97,7 +99,8 @@ TEST(UringFileTest, MisalignedRequestsAreRefused) {
   EXPECT_TRUE(contains(message_of([&] { file.read(4 * kAlign, buffer.sub(0, kAlign)); }), "past the end"));
   AlignedBytes odd(kAlign);
   EXPECT_TRUE(contains(message_of([&] {
-                         UringFile f(dir / "odd.bin", kAlign, {std::span<std::byte>(odd.data.get() + 16, 64)});
+                         UringFile f(dir / "odd.bin", kAlign,
+                                     {std::span<std::byte>(odd.data.get() + 16, 64)});
                        }),
                        "not aligned"));
 }

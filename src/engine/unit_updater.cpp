@@ -27,14 +27,30 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
       "gradients land in the pinned buffer of the unit's weights, so the gradient dtype ({}) must have the "
       "size of the weight dtype ({}); plan bf16 gradients with bf16 weights",
       dtype_name(plan_.grad_dtype), dtype_name(plan_.weight_dtype));
+  if (plan_.disk_units() > 0) {
+    FERRY_CHECK(plan_.state_on_disk.size() == layout_.units.size(), "engine",
+                "the plan's disk tier names {} units, the model has {}", plan_.state_on_disk.size(),
+                layout_.units.size());
+    FERRY_CHECK(!converts_on_upload(), "engine",
+                "the disk tier needs bf16 host-shadow uploads (converting on upload reads the masters from "
+                "RAM at every upload); set weight_upload: auto");
+    for (size_t u = 0; u < layout_.units.size(); ++u)
+      FERRY_CHECK(!plan_.state_on_disk[u] || (layout_.units[u].kind == UnitKind::Layer &&
+                                              plan_.units[u] != UnitPlacement::ResidentWithOptimizer),
+                  "engine", "the disk tier holds the state of host-updated decoder layers only, not of {}",
+                  layout_.units[u].name);
+    disk_ = std::make_unique<DiskStateTier>(layout_, plan_);
+  }
   size_t arrays = 0, advised = 0, bytes = 0;
   for (size_t u = 0; u < layout_.units.size(); ++u) {
     const auto& unit = layout_.units[u];
     HostUnitState s;
     const size_t n = static_cast<size_t>(unit.numel);
-    s.master = HostArray(n, "fp32 masters");
-    s.m = HostArray(n, "AdamW m");
-    s.v = HostArray(n, "AdamW v");
+    if (!on_disk(u)) {
+      s.master = HostArray(n, "fp32 masters");
+      s.m = HostArray(n, "AdamW m");
+      s.v = HostArray(n, "AdamW v");
+    }
     for (const HostArray* a : {&s.master, &s.m, &s.v}) {
       if (a->size() * sizeof(float) < HostArray::kHugePage) continue;
       ++arrays;
@@ -103,20 +119,60 @@ UnitUpdater::~UnitUpdater() {
   worker_.join();
 }
 
-void UnitUpdater::refresh_staging(size_t u) {
+void UnitUpdater::refresh_staging(size_t u, const float* master) {
   if (converts_on_upload()) return;  // the masters are what is uploaded
-  HostUnitState& s = units_[u];
-  convert_from_f32(s.master.data(), plan_.weight_dtype, s.staging.data(), s.master.size());
+  convert_from_f32(master, plan_.weight_dtype, units_[u].staging.data(),
+                   static_cast<size_t>(layout_.units[u].numel));
 }
 
 void UnitUpdater::refresh_staging(int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t u = 0; u < units_.size(); ++u) {
-    if (on_host_[u]) refresh_staging(u);
+    if (on_host_[u] && on_disk(u))
+      refresh_staging(u, reinterpret_cast<const float*>(disk_->page_in(u)[0].data()));
+    else if (on_host_[u])
+      refresh_staging(u, units_[u].master.data());
     updated_step_[u] = step;
   }
   current_step_ = step;
   norm_step_ = step;
+}
+
+std::vector<std::span<std::byte>> UnitUpdater::ram_arrays(size_t u) {
+  std::vector<std::span<std::byte>> arrays;
+  for (HostArray* a : {&units_[u].master, &units_[u].m, &units_[u].v})
+    arrays.push_back(std::as_writable_bytes(a->span()));
+  return arrays;
+}
+
+void UnitUpdater::copy_state_out(size_t u, const std::vector<std::span<std::byte>>& arrays) {
+  const std::vector<std::span<std::byte>> from = on_disk(u) ? disk_->page_in(u) : ram_arrays(u);
+  FERRY_ASSERT(arrays.size() == from.size(), "a unit's state arrays, as optim/state_arrays.h says");
+  for (size_t a = 0; a < from.size(); ++a) {
+    FERRY_ASSERT(arrays[a].size() == from[a].size());
+    std::memcpy(arrays[a].data(), from[a].data(), from[a].size());
+  }
+}
+
+void UnitUpdater::copy_state_in(size_t u, const std::vector<std::span<const std::byte>>& arrays) {
+  const std::vector<std::span<std::byte>> to = on_disk(u) ? disk_->page_in(u) : ram_arrays(u);
+  FERRY_ASSERT(arrays.size() == to.size(), "a unit's state arrays, as optim/state_arrays.h says");
+  for (size_t a = 0; a < to.size(); ++a) {
+    FERRY_ASSERT(arrays[a].size() == to[a].size());
+    std::memcpy(to[a].data(), arrays[a].data(), to[a].size());
+  }
+  if (on_disk(u)) disk_->page_out(u);
+}
+
+UnitUpdater::StatePointers UnitUpdater::state_for_update(size_t u) {
+  if (!on_disk(u)) return {units_[u].master.data(), units_[u].m.data(), units_[u].v.data()};
+  const std::vector<std::span<std::byte>> arrays = disk_->acquire(u);
+  return {reinterpret_cast<float*>(arrays[0].data()), reinterpret_cast<float*>(arrays[1].data()),
+          reinterpret_cast<float*>(arrays[2].data())};
+}
+
+void UnitUpdater::state_updated(size_t u) {
+  if (on_disk(u)) disk_->release(u);
 }
 
 void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm,
@@ -258,16 +314,18 @@ void UnitUpdater::update_unit(size_t u, const void* grad, int64_t step, const Ad
   // same pass. Other weight dtypes are converted from the masters after the pass. With
   // ConvertOnUpload the pass writes no weights: the masters are what is uploaded.
   HostUnitState& s = units_[u];
+  const StatePointers state = state_for_update(u);
   AdamWUnitBuffers buffers;
-  buffers.master = s.master.data();
-  buffers.m = s.m.data();
-  buffers.v = s.v.data();
+  buffers.master = state.master;
+  buffers.m = state.m;
+  buffers.v = state.v;
   buffers.grad = grad;
   buffers.grad_dtype = plan_.grad_dtype;
   const bool bf16_weights = plan_.weight_dtype == DType::BF16;
   if (bf16_weights && !converts_on_upload()) buffers.bf16_out = s.staging.as<uint16_t>();
   cpu_adamw_step(buffers, segments_[u], hyper, step, clip);
-  if (!bf16_weights) refresh_staging(u);
+  if (!bf16_weights) refresh_staging(u, state.master);
+  state_updated(u);
 }
 
 void UnitUpdater::run() {

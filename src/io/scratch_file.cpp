@@ -22,14 +22,17 @@ constexpr std::string_view kSuffix = ".bin";
 
 // The pid in a scratch file's name; 0 when the name is not one of ours.
 pid_t owner_pid(const std::string& name) {
-  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) || !name.ends_with(kSuffix))
+  if (name.size() <= kPrefix.size() + kSuffix.size() || !name.starts_with(kPrefix) ||
+      !name.ends_with(kSuffix))
     return 0;
   const std::string digits = name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size());
   if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return 0;
   return static_cast<pid_t>(std::stol(digits));
 }
 
-bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno == EPERM; }
+bool process_alive(pid_t pid) {
+  return ::kill(pid, 0) == 0 || errno == EPERM;
+}
 
 }  // namespace
 
@@ -65,6 +68,8 @@ ScratchFile::ScratchFile(const std::filesystem::path& dir) {
   path_ = dir / (std::string(kPrefix) + std::to_string(::getpid()) + std::string(kSuffix));
 }
 
-ScratchFile::~ScratchFile() { ::unlink(path_.c_str()); }
+ScratchFile::~ScratchFile() {
+  ::unlink(path_.c_str());
+}
 
 }  // namespace ferry

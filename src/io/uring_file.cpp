@@ -20,7 +20,9 @@ namespace {
 
 constexpr const char* kWhere = "disk tier";
 
-bool aligned(size_t value) { return value % UringFile::kAlignment == 0; }
+bool aligned(size_t value) {
+  return value % UringFile::kAlignment == 0;
+}
 
 }  // namespace
 
@@ -51,7 +53,8 @@ std::string uring_failure_message(const std::filesystem::path& path, bool is_wri
   const char* text = error == 0 ? "the file is shorter than the state it should hold" : std::strerror(error);
   const char* what_to_do =
       error == ENOSPC || error == EDQUOT || error == EFBIG
-          ? "free space on that disk, or give disk_dir on a disk with room (ferry plan shows the bytes needed)"
+          ? "free space on that disk, or give disk_dir on a disk with room (ferry plan shows the bytes "
+            "needed)"
       : error == EIO ? "the disk reported a hardware or media error; check it (dmesg) or give disk_dir on "
                        "another disk, and resume from the last checkpoint"
                      : "check the disk and disk_dir, and resume from the last checkpoint";
@@ -80,8 +83,8 @@ UringFile::UringFile(std::filesystem::path path, size_t bytes, std::vector<std::
           "bytes, one more copy, and the kernel may cache up to {} of it)",
           path_.string(), format_bytes(bytes_));
   }
-  FERRY_CHECK(fd_ >= 0, kWhere, "cannot open {}: {}; give disk_dir a directory you can write",
-              path_.string(), std::strerror(errno));
+  FERRY_CHECK(fd_ >= 0, kWhere, "cannot open {}: {}; give disk_dir a directory you can write", path_.string(),
+              std::strerror(errno));
   if (options_.create && bytes_ > 0) {
     // fallocate, not ftruncate: the blocks are reserved now, so a full disk is refused here, before
     // training, and not by a write-back in the middle of a step.
@@ -97,13 +100,20 @@ UringFile::UringFile(std::filesystem::path path, size_t bytes, std::vector<std::
   const int init = io_uring_queue_init(options_.queue_depth, &ring_->ring, 0);
   if (init < 0) {
     ::close(fd_);
-    fail(kWhere, "io_uring is not available ({}: {}); the disk tier needs Linux 5.6 or newer with io_uring "
+    fail(kWhere,
+         "io_uring is not available ({}: {}); the disk tier needs Linux 5.6 or newer with io_uring "
          "allowed (containers may forbid it): set disk_memory: 0",
          strerrorname_np(-init), std::strerror(-init));
   }
   if (!buffers_.empty()) {
+    // The kernel registers at most 1 GiB per buffer: larger ones are registered in pieces, and a
+    // request that straddles two goes as a plain one.
     std::vector<iovec> iov;
-    for (const auto& b : buffers_) iov.push_back({b.data(), b.size()});
+    for (const auto& b : buffers_)
+      for (size_t at = 0; at < b.size(); at += kMaxRegisteredBytes) {
+        registered_spans_.push_back(b.subspan(at, std::min(kMaxRegisteredBytes, b.size() - at)));
+        iov.push_back({registered_spans_.back().data(), registered_spans_.back().size()});
+      }
     const int reg = io_uring_register_buffers(&ring_->ring, iov.data(), static_cast<unsigned>(iov.size()));
     registered_ = reg == 0;
     if (!registered_)
@@ -120,12 +130,20 @@ UringFile::~UringFile() {
   ::close(fd_);
 }
 
-int UringFile::buffer_index(const std::byte* data, size_t bytes) const {
-  for (size_t i = 0; i < buffers_.size(); ++i) {
-    const std::byte* begin = buffers_[i].data();
-    if (data >= begin && data + bytes <= begin + buffers_[i].size()) return static_cast<int>(i);
+namespace {
+
+int span_index(const std::vector<std::span<std::byte>>& spans, const std::byte* data, size_t bytes) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const std::byte* begin = spans[i].data();
+    if (data >= begin && data + bytes <= begin + spans[i].size()) return static_cast<int>(i);
   }
   return -1;
+}
+
+}  // namespace
+
+int UringFile::buffer_index(const std::byte* data, size_t bytes) const {
+  return registered_ ? span_index(registered_spans_, data, bytes) : -1;
 }
 
 UringFile::Ticket UringFile::read(size_t offset, std::span<std::byte> into) {
@@ -144,8 +162,8 @@ UringFile::Ticket UringFile::submit(bool is_write, size_t offset, std::byte* dat
   FERRY_CHECK(offset <= bytes_ && bytes <= bytes_ - offset, kWhere,
               "{} {} bytes at offset {} runs past the end of {} ({} bytes)", is_write ? "writing" : "reading",
               bytes, offset, path_.string(), bytes_);
-  const int buffer = buffer_index(data, bytes);
-  FERRY_ASSERT(buffer >= 0, "requests read into and write from the buffers given at construction");
+  FERRY_ASSERT(span_index(buffers_, data, bytes) >= 0,
+               "requests read into and write from the buffers given at construction");
   const Ticket ticket = next_ticket_++;
   auto op = std::make_unique<Operation>();
   for (size_t at = 0; at < bytes; at += options_.max_request_bytes) {
@@ -155,7 +173,7 @@ UringFile::Ticket UringFile::submit(bool is_write, size_t offset, std::byte* dat
     piece->offset = offset + at;
     piece->data = data + at;
     piece->bytes = std::min(options_.max_request_bytes, bytes - at);
-    piece->buffer = registered_ ? buffer : -1;
+    piece->buffer = buffer_index(piece->data, piece->bytes);
     pending_.push_back(piece.get());
     op->pieces.push_back(std::move(piece));
   }

@@ -40,8 +40,8 @@
 namespace ferry {
 
 struct UringFileOptions {
-  unsigned queue_depth = 32;                     // requests in flight at most
-  size_t max_request_bytes = size_t{16} << 20;   // larger transfers are cut into pieces of this size
+  unsigned queue_depth = 32;                    // requests in flight at most
+  size_t max_request_bytes = size_t{16} << 20;  // larger transfers are cut into pieces of this size
   bool create = true;  // create and preallocate the file; false: open an existing file (or device) as it is
 };
 
@@ -89,7 +89,9 @@ class UringFile {
   // Takes one completion (blocking when `block`); returns false when none was ready.
   bool reap(bool block);
   void finish_piece(Piece* piece, int result);
+  // The registered buffer holding [data, data + bytes), or -1 (not registered, or straddling two).
   int buffer_index(const std::byte* data, size_t bytes) const;
+  static constexpr size_t kMaxRegisteredBytes = size_t{1} << 30;
 
   std::filesystem::path path_;
   size_t bytes_ = 0;
@@ -98,6 +100,7 @@ class UringFile {
   bool direct_ = false;
   bool registered_ = false;
   std::vector<std::span<std::byte>> buffers_;
+  std::vector<std::span<std::byte>> registered_spans_;  // buffers_ in pieces of at most kMaxRegisteredBytes
   std::unique_ptr<Ring> ring_;
   std::deque<Piece*> pending_;  // cut but not yet submitted (the queue was full)
   std::unordered_map<Ticket, std::unique_ptr<Operation>> operations_;  // not yet waited for

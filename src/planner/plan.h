@@ -67,10 +67,19 @@ struct Plan {
   // ResidentWithOptimizer units always accumulate fp32 gradients.
   DType grad_dtype = DType::BF16;
   WeightUpload weight_upload = WeightUpload::HostShadow;
+  // The disk tier (engine/disk_state_tier.h): units whose optimizer state lives in a file under
+  // disk_dir instead of host RAM, paged through disk_slots RAM buffers around the CPU updater's
+  // order. Empty (or all false): every unit's state in RAM. Only host-updated decoder layers, with
+  // HostShadow uploads (converting on upload reads the masters from RAM at every upload).
+  std::vector<bool> state_on_disk;
+  int64_t disk_slots = 0;
+  std::string disk_dir;  // set by the caller that knows the config (train/plan_selection.h)
 
   // Every unit ResidentWithOptimizer: the whole model and its optimizer on the GPU, the norm and
   // the clip coefficient computed there too; the host only reads the loss.
   bool optimizer_on_gpu() const;
+  // Units whose state is on disk (state_on_disk).
+  int64_t disk_units() const;
   std::string describe() const;
 };
 
