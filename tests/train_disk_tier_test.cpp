@@ -60,7 +60,9 @@ State plain_state(const ModelConfig& config, const std::vector<PackedRow>& rows,
   return state;
 }
 
-std::span<const std::byte> bytes_of(const std::vector<float>& v) { return std::as_bytes(std::span(v)); }
+std::span<const std::byte> bytes_of(const std::vector<float>& v) {
+  return std::as_bytes(std::span(v));
+}
 
 void put_state(UnitUpdater& host, size_t u, const std::vector<float>& master, const std::vector<float>& m,
                const std::vector<float>& v) {
@@ -74,9 +76,9 @@ State read_state(UnitUpdater& host, const ModelLayout& layout) {
     s.masters.emplace_back(n);
     s.m.emplace_back(n);
     s.v.emplace_back(n);
-    host.copy_state_out(u, {std::as_writable_bytes(std::span(s.masters.back())),
-                            std::as_writable_bytes(std::span(s.m.back())),
-                            std::as_writable_bytes(std::span(s.v.back()))});
+    host.copy_state_out(
+        u, {std::as_writable_bytes(std::span(s.masters.back())),
+            std::as_writable_bytes(std::span(s.m.back())), std::as_writable_bytes(std::span(s.v.back()))});
   }
   return s;
 }
@@ -184,8 +186,8 @@ TEST_F(DiskTierTest, CheckpointStateAndResumeAreExact) {
   test::ScratchDir dir("disk-tier");
   const State reference = plain_state(config_, rows_, 0.5, kSteps);
   const State at2 = plain_state(config_, rows_, 0.5, 2);
-  const Plan plan = on_disk(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), {1, 2, 4}, 2,
-                            dir.path());
+  const Plan plan =
+      on_disk(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), {1, 2, 4}, 2, dir.path());
   // What a checkpoint after step 2 reads is the plain trainer's state.
   {
     std::vector<std::vector<float>> init;

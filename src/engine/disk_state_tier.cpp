@@ -43,8 +43,9 @@ DiskStateTier::DiskStateTier(const ModelLayout& layout, const Plan& plan)
   log_info(
       "disk tier: optimizer state of {} units ({}) in {}, through {} RAM buffers of {}; {}, {} registered "
       "buffers",
-      n_, format_bytes(layout_.file_bytes), scratch_.path().string(), slots_, format_bytes(layout_.slot_bytes),
-      file_->direct() ? "O_DIRECT" : "buffered (no O_DIRECT)", file_->registered() ? "with" : "without");
+      n_, format_bytes(layout_.file_bytes), scratch_.path().string(), slots_,
+      format_bytes(layout_.slot_bytes), file_->direct() ? "O_DIRECT" : "buffered (no O_DIRECT)",
+      file_->registered() ? "with" : "without");
 }
 
 DiskStateTier::~DiskStateTier() = default;

@@ -1,7 +1,5 @@
 #include "planner/memory_model.h"
 
-#include "planner/disk_tier_layout.h"
-
 #include <algorithm>
 
 #include "core/arena.h"
@@ -10,6 +8,7 @@
 #include "ops/cuda_ops_sizes.h"
 #include "optim/clip.h"
 #include "optim/host_array.h"
+#include "planner/disk_tier_layout.h"
 
 namespace ferry {
 

@@ -218,8 +218,7 @@ class ProgramBuilder {
     norm_known_ = last;
     if (++landed_ < layout_.units.size() || plan_.update != UpdateSchedule::AfterBackward) return;
     for (size_t v = 0; v < layout_.units.size(); ++v)
-      if (!gpu_optimizer_[v])
-        next_update_done_[v] = cpu_update(v, landed_update_params(v));
+      if (!gpu_optimizer_[v]) next_update_done_[v] = cpu_update(v, landed_update_params(v));
   }
   // The CPU AdamW of host unit u, after `dep`. A disk unit's update (DiskStateTier::acquire) waits
   // for its state's read, issued as far ahead as the tier's buffers allow -- a buffer is read into
@@ -251,9 +250,10 @@ class ProgramBuilder {
     std::vector<int32_t> deps;
     for (size_t back : {disk_.slots, n})  // the buffer's previous unit, the unit's previous round
       if (k >= back) deps.push_back(disk_write_[k - back]);
-    disk_read_.push_back(graph().add(Lane::Disk, TaskKind::DiskRead,
-                                     static_cast<double>(disk_.region_bytes[u]) / profile_.host.disk_read_bytes_per_s,
-                                     0.0, deps, static_cast<int32_t>(u)));
+    disk_read_.push_back(
+        graph().add(Lane::Disk, TaskKind::DiskRead,
+                    static_cast<double>(disk_.region_bytes[u]) / profile_.host.disk_read_bytes_per_s, 0.0,
+                    deps, static_cast<int32_t>(u)));
   }
   void gpu_adamw(size_t u) {
     next_update_done_[u] =
@@ -400,7 +400,7 @@ class ProgramBuilder {
   int64_t disk_ahead_ = 0;               // reads in flight ahead of the update, at most
   int64_t disk_sequence_ = 0;            // the next disk update's position in the repeating order
   std::vector<int32_t> disk_read_, disk_write_;  // per position: its read and its write-back
-  double embedding_row_params_ = 0;      // its expected token rows' parameters per step
+  double embedding_row_params_ = 0;              // its expected token rows' parameters per step
 
   StepProgram program_;
   std::vector<int32_t> pending_[kLaneCount];  // stream waits not yet attached to a task

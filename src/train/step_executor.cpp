@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <array>
+#include <map>
+#include <span>
+
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "core/log.h"
@@ -77,14 +81,21 @@ class SlidingExecutor final : public StepExecutor {
                    : std::make_unique<StepTrace>(*device_, config.trace, config.trace_steps)),
         ops_(make_device_ops(trace_ ? trace_->device() : *device_)),
         plan_(plan),
-        predicted_(predicted) {
+        predicted_(predicted),
+        layout_(weights.layout) {
     engine_ = std::make_unique<SlidingEngine>(
         weights.config, weights.layout, trace_ ? trace_->device() : *device_, *ops_, plan_,
         plan_.micro_batch * config.seq_len, config.global_batch / plan_.micro_batch,
         config.decay_norms_and_biases);
     for (size_t u = 0; u < weights.units.size();
-         ++u) {  // into the huge-page masters, freeing each copy as it goes
-      engine_->host().unit(u).master.assign(weights.units[u]);
+         ++u) {  // into the huge-page masters (or the disk tier), freeing each copy as it goes
+      if (engine_->host().on_disk(u)) {
+        const std::vector<float> zeros(weights.units[u].size(), 0.0f);
+        engine_->host().copy_state_in(u, {std::as_bytes(std::span(weights.units[u])),
+                                          std::as_bytes(std::span(zeros)), std::as_bytes(std::span(zeros))});
+      } else {
+        engine_->host().unit(u).master.assign(weights.units[u]);
+      }
       std::vector<float>().swap(weights.units[u]);
     }
     engine_->host().commit_state();  // only now: the loaded copies are gone
@@ -94,6 +105,7 @@ class SlidingExecutor final : public StepExecutor {
   std::string describe() const override { return fmt::format("{}: {}", device_->name(), plan_.describe()); }
   ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
                     double max_grad_norm) override {
+    paged_.clear();  // the disk units' state read out for a checkpoint is stale from here on
     if (trace_) trace_->begin(step);
     const SlidingStepResult r = engine_->step(step, batch, hyper, max_grad_norm);
     if (trace_) trace_->end();
@@ -101,10 +113,18 @@ class SlidingExecutor final : public StepExecutor {
     return {r.loss, r.counted_tokens, r.grad_norm};
   }
   void finish_updates() override { engine_->finish_updates(); }
-  std::vector<float*> masters() override { return collect(&HostUnitState::master); }
-  std::vector<float*> exp_avg() override { return collect(&HostUnitState::m); }
-  std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v); }
-  void state_loaded(int64_t step) override { engine_->weights_changed(step); }
+  std::vector<float*> masters() override { return collect(&HostUnitState::master, 0); }
+  std::vector<float*> exp_avg() override { return collect(&HostUnitState::m, 1); }
+  std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v, 2); }
+  void state_loaded(int64_t step) override {
+    // A resume wrote the disk units' state into the copies collect() handed out: back to the tier.
+    for (auto& [u, state] : paged_)
+      engine_->host().copy_state_in(u,
+                                    {std::as_bytes(std::span(state[0])), std::as_bytes(std::span(state[1])),
+                                     std::as_bytes(std::span(state[2]))});
+    paged_.clear();
+    engine_->weights_changed(step);
+  }
   int64_t micro_batch() const override { return plan_.micro_batch; }
 
  private:
@@ -119,10 +139,29 @@ class SlidingExecutor final : public StepExecutor {
              format_bytes(pinned.in_use), format_bytes(predicted_.host.pinned));
   }
 
-  std::vector<float*> collect(HostArray HostUnitState::*member) {
+  // A disk unit's state is read out into copies of the executor's (paged_) for a checkpoint or a
+  // resume, which hold it in RAM until the next step or state_loaded: the disk tier saves RAM
+  // while training, not while saving.
+  std::vector<float*> collect(HostArray HostUnitState::*member, size_t array) {
     std::vector<float*> out;
-    for (size_t u = 0; u < engine_->host().unit_count(); ++u)
-      out.push_back((engine_->host().unit(u).*member).data());
+    UnitUpdater& host = engine_->host();
+    for (size_t u = 0; u < host.unit_count(); ++u) {
+      if (!host.on_disk(u)) {
+        out.push_back((host.unit(u).*member).data());
+        continue;
+      }
+      auto it = paged_.find(u);
+      if (it == paged_.end()) {
+        const size_t n = static_cast<size_t>(layout_.units[u].numel);
+        std::array<std::vector<float>, 3> state{std::vector<float>(n), std::vector<float>(n),
+                                                std::vector<float>(n)};
+        host.copy_state_out(
+            u, {std::as_writable_bytes(std::span(state[0])), std::as_writable_bytes(std::span(state[1])),
+                std::as_writable_bytes(std::span(state[2]))});
+        it = paged_.emplace(u, std::move(state)).first;
+      }
+      out.push_back(it->second[array].data());
+    }
     return out;
   }
   std::unique_ptr<Device> device_;
@@ -131,6 +170,8 @@ class SlidingExecutor final : public StepExecutor {
   Plan plan_;
   Prediction predicted_;
   std::unique_ptr<SlidingEngine> engine_;
+  ModelLayout layout_;
+  std::map<size_t, std::array<std::vector<float>, 3>> paged_;  // disk units' master, m, v (collect)
 };
 
 }  // namespace
@@ -149,6 +190,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
   size_t weight_bytes = 0;
   for (const auto& unit : weights.units) weight_bytes += unit.size() * sizeof(float);
   const HostBeside beside = fill_host_target(target, weight_bytes, true);
+  fill_disk_target(target, config, true);
   // A budget no plan fits is refused before measuring a profile, which needs device memory too.
   check_device_budget(weights.config, weights.layout, plan_request(config, target, 0.0));
   MachineProfile profile;
@@ -169,6 +211,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
   log_info("predicted step time {:.4f} s ({:.0f} tokens/s): {}", chosen.prediction.step_seconds,
            chosen.prediction.tokens_per_second, chosen.explanation);
   for (const std::string& line : describe_advice(selection)) log_info("plan: {}", line);
+  for (const std::string& line : describe_disk(selection)) log_info("plan: {}", line);
   const DeviceBytes& d = chosen.prediction.device;
   const HostBytes& h = chosen.prediction.host;
   log_info(

@@ -175,6 +175,10 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"gpu_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_memory = parse_optional_size(n, k); }},
       {"host_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.host_memory = parse_optional_size(n, k); }},
+      {"disk_memory",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.disk_memory = parse_optional_size(n, k).value_or(0); }},
+      {"disk_layers", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.disk_layers = parse_int(n, k); }},
+      {"disk_dir", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.disk_dir = parse_string(n, k); }},
       {"threads", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.threads = parse_int(n, k); }},
       {"gpu_slots", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_slots = parse_int(n, k); }},
       {"offload_activations",
@@ -367,6 +371,7 @@ void resolve_paths(TrainConfig& c, const std::filesystem::path& base) {
   resolve(c.cache_dir);
   resolve(c.trace);
   resolve(c.profile);
+  resolve(c.disk_dir);
   for (auto& d : c.data) resolve(d);
 }
 
@@ -441,6 +446,14 @@ void validate_train_config(const TrainConfig& c) {
       c.update_schedule != UpdateSchedule::DuringBackward || c.max_grad_norm == 0, kWhere,
       "update_schedule: during-backward updates each unit before the global gradient norm is known, so it "
       "cannot clip; set max_grad_norm: 0, or use after-backward");
+  FERRY_CHECK(c.disk_memory >= 0, kWhere, "disk_memory must be a size such as 100GiB, or 0 for no disk tier");
+  FERRY_CHECK(c.disk_layers >= -1, kWhere, "disk_layers must be >= 0, or -1 for the planner's choice");
+  FERRY_CHECK(
+      c.disk_layers <= 0 || c.disk_memory > 0, kWhere,
+      "disk_layers puts optimizer state on disk: set disk_memory (the most it may take) and disk_dir");
+  FERRY_CHECK(c.disk_memory == 0 || !c.disk_dir.empty(), kWhere,
+              "disk_memory puts optimizer state on disk, but disk_dir names no directory; set disk_dir to a "
+              "directory on a fast local disk (NVMe), or disk_memory: 0");
   FERRY_CHECK(c.trace.empty() || !c.trace_steps.empty(), kWhere,
               "trace_steps must name at least one step to trace");
   for (int64_t s : c.trace_steps)
