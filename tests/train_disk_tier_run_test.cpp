@@ -61,7 +61,8 @@ TEST_F(DiskTierRun, TrainsBitIdenticalToTheAllRamRunAndRemovesItsFile) {
   const std::vector<double> on_disk = losses(sim("disk-run", with_disk));
   ASSERT_EQ(ram.size(), 6u);
   EXPECT_EQ(ram, on_disk);
-  EXPECT_EQ(bytes_of(scratch_ / "ram" / "model.safetensors"), bytes_of(scratch_ / "disk-run" / "model.safetensors"));
+  EXPECT_EQ(bytes_of(scratch_ / "ram" / "model.safetensors"),
+            bytes_of(scratch_ / "disk-run" / "model.safetensors"));
   // The checkpoint holds every unit's state, the disk layer's included.
   EXPECT_EQ(bytes_of(scratch_ / "ram" / "checkpoint-3" / "optimizer.safetensors"),
             bytes_of(scratch_ / "disk-run" / "checkpoint-3" / "optimizer.safetensors"));
@@ -94,7 +95,8 @@ TEST_F(DiskTierRun, BadSettingsAreRefusedWithWhatToDo) {
   EXPECT_TRUE(test::contains(test::error_of([&] { sim("x", {"disk_memory=1GiB"}); }), "disk_dir"));
   EXPECT_TRUE(test::contains(test::error_of([&] { sim("x", {"disk_layers=1"}); }), "disk_memory"));
   // A disk budget too small for the forced layer: no plan.
-  std::vector<std::string> tiny = {"disk_memory=4KiB", "disk_dir=" + (scratch_ / "disk").string(), "disk_layers=1"};
+  std::vector<std::string> tiny = {"disk_memory=4KiB", "disk_dir=" + (scratch_ / "disk").string(),
+                                   "disk_layers=1"};
   const std::string message = test::error_of([&] { run_training(sim("tiny-disk", tiny)); });
   EXPECT_FALSE(message.empty());
 }

@@ -13,6 +13,7 @@
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
 #include "optim/state_arrays.h"
+#include "planner/memory_model.h"
 #include "sliding_plans.h"
 #include "test_util.h"
 #include "train/model_init.h"
@@ -216,6 +217,28 @@ TEST_F(DiskTierTest, CheckpointStateAndResumeAreExact) {
   EXPECT_EQ(resumed.losses, std::vector<double>(reference.losses.begin() + 2, reference.losses.end()));
   EXPECT_EQ(resumed.norms, std::vector<double>(reference.norms.begin() + 2, reference.norms.end()));
   expect_same_state(resumed, reference);
+}
+
+// The memory model is the truth with a disk tier too: the pinned memory is what it says, and the
+// pageable memory is the RAM units' state plus the tier's buffers.
+TEST_F(DiskTierTest, AllocatesWhatTheMemoryModelSays) {
+  test::ScratchDir dir("disk-tier");
+  const Plan plan =
+      on_disk(make_plan(layout_, 4, 2, {4}, {0}, UpdateSchedule::AfterBackward), {1, 3}, 3, dir.path());
+  auto device = make_sim_device({});
+  auto ops = make_device_ops(*device);
+  SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+  const HostBytes h = host_bytes(config_, layout_, plan, kMicro * kSeq, kGlobal / kMicro);
+  EXPECT_EQ(device->pinned_memory().in_use, h.pinned);
+  size_t pageable = 0;
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    EXPECT_EQ(engine.host().on_disk(u), u == 1 || u == 3);
+    pageable += 3 * HostArray::mapped_bytes(engine.host().unit(u).master.size());
+  }
+  const DiskTierLayout& d = engine.host().disk()->layout();
+  pageable += HostArray::mapped_bytes(d.ram_bytes() / sizeof(float));
+  EXPECT_EQ(pageable, h.pageable);
+  EXPECT_EQ(fs::file_size(engine.host().disk()->path()), d.file_bytes);
 }
 
 TEST_F(DiskTierTest, RefusesUnitsItCannotHold) {

@@ -34,7 +34,8 @@ Plan with_state_on_disk(const ModelLayout& layout, Plan plan, int64_t count) {
 namespace {
 
 double disk_seconds(const DiskTierLayout& d, const MachineProfile& profile) {
-  if (d.file_bytes == 0 || profile.host.disk_read_bytes_per_s <= 0 || profile.host.disk_write_bytes_per_s <= 0)
+  if (d.file_bytes == 0 || profile.host.disk_read_bytes_per_s <= 0 ||
+      profile.host.disk_write_bytes_per_s <= 0)
     return 0.0;
   const double bytes = static_cast<double>(d.file_bytes);
   return bytes / profile.host.disk_read_bytes_per_s + bytes / profile.host.disk_write_bytes_per_s;
@@ -72,9 +73,9 @@ std::vector<std::string> describe_disk_tier(const ModelLayout& layout, const Pla
       "disk traffic per step: {} read + {} written back = {:.3g} s at the profile's {:.2f} GB/s read, "
       "{:.2f} GB/s write; the disk is busy {:.3g} s of the {:.3g} s step (the updater's DRAM share of "
       "it is in the CPU's time)",
-      format_bytes(d.file_bytes), format_bytes(d.file_bytes), seconds, profile.host.disk_read_bytes_per_s / 1e9,
-      profile.host.disk_write_bytes_per_s / 1e9, prediction.busy[static_cast<int>(Lane::Disk)],
-      prediction.step_seconds));
+      format_bytes(d.file_bytes), format_bytes(d.file_bytes), seconds,
+      profile.host.disk_read_bytes_per_s / 1e9, profile.host.disk_write_bytes_per_s / 1e9,
+      prediction.busy[static_cast<int>(Lane::Disk)], prediction.step_seconds));
   const double hiding = disk_hiding_tokens(layout, plan, profile, prediction, tokens);
   if (hiding > 0)
     lines.push_back(fmt::format(

@@ -230,6 +230,12 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     // Loading holds the weights in fp32 beside what the process had; every later phase holds the plan.
     watch->plan(kPhaseModelLoad, beside.weights + beside.bytes);
     for (const char* phase : kPhasesOfThePlan) watch->plan(phase, h.total());
+    // The disk tier's state passes through RAM whole where the run reads or writes all of it at
+    // once: the loaded weights before they go to disk, and checkpoints (SlidingExecutor::collect).
+    if (chosen.prediction.disk_bytes > 0)
+      for (const char* phase :
+           {kPhaseStateCommit, kPhaseCheckpointLoad, kPhaseCheckpointSave, kPhaseFinalSave})
+        watch->plan(phase, h.total() + chosen.prediction.disk_bytes);
     watch->enter(kPhaseStateCommit);
   }
   return std::make_unique<SlidingExecutor>(std::move(dev), config, std::move(weights), chosen.plan,

@@ -176,7 +176,10 @@ const std::map<std::string, Setter>& setters() {
       {"gpu_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_memory = parse_optional_size(n, k); }},
       {"host_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.host_memory = parse_optional_size(n, k); }},
       {"disk_memory",
-       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.disk_memory = parse_optional_size(n, k).value_or(0); }},
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         // 0 is the way to say "no disk tier" (the default), unlike the other sizes.
+         c.disk_memory = parse_string(n, k) == "0" ? 0 : parse_optional_size(n, k).value_or(0);
+       }},
       {"disk_layers", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.disk_layers = parse_int(n, k); }},
       {"disk_dir", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.disk_dir = parse_string(n, k); }},
       {"threads", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.threads = parse_int(n, k); }},
