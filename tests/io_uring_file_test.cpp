@@ -126,9 +126,14 @@ TEST(UringFileTest, AReadPastTheEndOfAShortFileIsAnError) {
 }
 
 TEST(UringFileTest, AFullDiskIsAnErrorWithWhatToDo) {
-  // /dev/full answers every write with ENOSPC.
+  // /dev/full answers every write with ENOSPC. It also refuses O_DIRECT (EINVAL), as tmpfs did
+  // before Linux 6.6: the file is then opened buffered, and a line says so.
   AlignedBytes buffer(kAlign);
+  ::testing::internal::CaptureStderr();
   UringFile file("/dev/full", kAlign, {buffer.span()}, {.create = false});
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(file.direct());
+  EXPECT_TRUE(contains(log, "refuses O_DIRECT")) << log;
   const auto t = file.write(0, buffer.span());
   const std::string message = message_of([&] { file.wait(t); });
   EXPECT_TRUE(contains(message, "ENOSPC")) << message;

@@ -78,8 +78,8 @@ TEST_F(DiskPlanTest, TheSearchPutsTheFewestLayersOnDiskThatFitTheHost) {
   const DiskTierLayout d = disk_tier_layout(layout_, plan);
   EXPECT_EQ(s.best.prediction.disk_bytes, d.file_bytes);
   // The disk lane reads and writes each disk layer's 12 bytes/param once a step.
-  EXPECT_NEAR(s.best.prediction.busy[static_cast<int>(Lane::Disk)], 2.0 * static_cast<double>(d.file_bytes) / 2e9,
-              1e-6);
+  EXPECT_NEAR(s.best.prediction.busy[static_cast<int>(Lane::Disk)],
+              2.0 * static_cast<double>(d.file_bytes) / 2e9, 1e-6);
   EXPECT_NE(s.best.prediction.explain().find("disk"), std::string::npos);
 }
 
@@ -108,7 +108,7 @@ TEST_F(DiskPlanTest, TheMemoryModelCountsTheBuffersNotTheDiskUnitsState) {
   const DiskTierLayout d = disk_tier_layout(layout_, disk);
   size_t state = 0;
   for (size_t u : d.order) state += 3 * HostArray::mapped_bytes(static_cast<size_t>(layout_.units[u].numel));
-  EXPECT_EQ(b.pageable, a.pageable - state + 3 * d.slot_bytes);
+  EXPECT_EQ(b.pageable, a.pageable - state + d.slots * d.slot_bytes);
   EXPECT_EQ(b.pinned, a.pinned);
   // Each region holds master, m and v at 4096-byte boundaries, one after another in update order.
   size_t offset = 0;

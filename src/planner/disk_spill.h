@@ -28,8 +28,12 @@
 
 namespace ferry {
 
-// RAM buffers of the tier: one for the unit being updated, one read ahead, one written behind.
-inline constexpr int64_t kDiskSlots = 3;
+// RAM buffers of the tier: the unit being updated, and the next one read ahead (into the buffer of
+// the unit before, once its write-back is done). A third would let the read of the next unit start
+// before that write-back, but the disk does the write and the read in turn either way, and the
+// tier is used only where RAM is short: the buffer (a whole layer's state: 2.6 GB for an 8B
+// layer) is better spent keeping one more layer's state in RAM.
+inline constexpr int64_t kDiskSlots = 2;
 
 // The units whose state the disk tier could hold under `plan`, in index order.
 std::vector<size_t> disk_eligible_units(const ModelLayout& layout, const Plan& plan);
