@@ -124,8 +124,13 @@ UringFile::UringFile(std::filesystem::path path, size_t bytes, std::vector<std::
 
 UringFile::~UringFile() {
   if (!ring_) return;
-  // The buffers belong to the caller: nothing may still write into them after this returns.
-  while (in_flight_ > 0) reap(true);
+  // The buffers belong to the caller: nothing may still write into them after this returns. A
+  // failed wait leaves the requests to io_uring_queue_exit, which cancels and waits for them.
+  try {
+    while (in_flight_ > 0) reap(true);
+  } catch (const Error& e) {
+    log_warn("{}", e.what());
+  }
   io_uring_queue_exit(&ring_->ring);
   ::close(fd_);
 }

@@ -334,11 +334,19 @@ class Searcher {
       min_host_all_on_disk_ = all_host;
       disk_for_min_host_ = all_disk;
     }
-    if (r_.disk_budget == 0) return;
+    if (all_host > r_.host_budget && r_.disk_budget == 0) return;
     for (int64_t k = 1; k <= eligible; ++k) {
       Plan p = with_state_on_disk(layout_, plan, k);
-      if (disk_tier_layout(layout_, p).file_bytes > r_.disk_budget) break;
+      const size_t disk = disk_tier_layout(layout_, p).file_bytes;
       const size_t h = host_total(p, shape);
+      if (disk > r_.disk_budget) {
+        // Past the disk budget: only what it would take, for the refusal.
+        if (h <= r_.host_budget) {
+          min_disk_for_host_ = std::min(min_disk_for_host_, disk);
+          return;
+        }
+        continue;
+      }
       if (h >= host) continue;  // the buffers outweigh one small layer's state
       plan = std::move(p);
       host = h;
@@ -411,7 +419,12 @@ class Searcher {
           gib(min_host_fitting_), gib(r_.host_budget), r_.host_budget_source, gib(min_host_fitting_),
           r_.host_budget_source == "host_memory" ? "" : " on a machine that can give it (free memory)");
       // The disk tier lowers the host's share when the disk budget is what limits it.
-      if (min_host_all_on_disk_ < min_host_fitting_ && disk_for_min_host_ > r_.disk_budget)
+      if (min_disk_for_host_ < std::numeric_limits<size_t>::max())
+        what += fmt::format(
+            ", or keep this host_memory and put optimizer state on disk: disk_memory of at least {} (and "
+            "disk_dir on a disk with that much free)",
+            gib(min_disk_for_host_));
+      else if (min_host_all_on_disk_ < min_host_fitting_ && disk_for_min_host_ > r_.disk_budget)
         what += fmt::format(
             ", or put optimizer state on disk: with disk_memory of at least {} (and disk_dir on a disk "
             "with that much free), host_memory of at least {}",
@@ -450,6 +463,8 @@ class Searcher {
   // With every eligible layer's state on disk, whatever the disk budget: the least host memory,
   // and the disk bytes that takes.
   size_t min_host_all_on_disk_ = std::numeric_limits<size_t>::max(), disk_for_min_host_ = 0;
+  // The least disk with which a plan fits the host budget (past the disk budget).
+  size_t min_disk_for_host_ = std::numeric_limits<size_t>::max();
 };
 
 const char* unit_choice(UnitPlacement p) {
