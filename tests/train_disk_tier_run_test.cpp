@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "test_util.h"
 #include "tiny_run.h"
+#include "train/plan_selection.h"
 #include "train/trainer.h"
 
 namespace ferry {
@@ -94,11 +95,27 @@ TEST_F(DiskTierRun, AStaleFileOfAKilledRunIsRemovedAtTheNextStart) {
 TEST_F(DiskTierRun, BadSettingsAreRefusedWithWhatToDo) {
   EXPECT_TRUE(test::contains(test::error_of([&] { sim("x", {"disk_memory=1GiB"}); }), "disk_dir"));
   EXPECT_TRUE(test::contains(test::error_of([&] { sim("x", {"disk_layers=1"}); }), "disk_memory"));
+  EXPECT_EQ(sim("x", {"disk_memory=0"}).disk_memory, 0) << "0 says: no disk tier";
   // A disk budget too small for the forced layer: no plan.
   std::vector<std::string> tiny = {"disk_memory=4KiB", "disk_dir=" + (scratch_ / "disk").string(),
                                    "disk_layers=1"};
   const std::string message = test::error_of([&] { run_training(sim("tiny-disk", tiny)); });
   EXPECT_FALSE(message.empty());
+}
+
+// The free space under disk_dir bounds the disk budget the search gets (statvfs at planning time).
+TEST_F(DiskTierRun, TheFreeSpaceBoundsTheDiskBudget) {
+  const TrainConfig c = sim("x", {"disk_memory=1GiB", "disk_dir=" + (scratch_ / "disk").string()});
+  PlanTarget target;
+  fill_disk_target(target, c, true);
+  ASSERT_TRUE(target.disk_free.has_value());
+  EXPECT_TRUE(fs::is_directory(scratch_ / "disk"));
+  target.disk_free = size_t{1} << 20;
+  EXPECT_EQ(plan_request(c, target, 0.0).disk_budget, size_t{1} << 20);
+  target.disk_free = size_t{1} << 40;
+  EXPECT_EQ(plan_request(c, target, 0.0).disk_budget, size_t{1} << 30);
+  target.disk_free.reset();  // a machine known by a profile: disk_memory alone
+  EXPECT_EQ(plan_request(c, target, 0.0).disk_budget, size_t{1} << 30);
 }
 
 }  // namespace
