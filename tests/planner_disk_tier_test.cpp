@@ -5,6 +5,7 @@
 // tokens per step would hide it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -144,6 +145,23 @@ TEST_F(DiskPlanTest, ASlowDiskBoundsTheStepAndSaysHowManyTokensWouldHideIt) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_NE(lines[2].find("tokens/step"), std::string::npos) << lines[2];
   EXPECT_NE(lines[2].find("raise global_batch"), std::string::npos) << lines[2];
+}
+
+// Updates during the backward take the disk units in landing order (the last layer first): the
+// tier reads them in that order too, and each crosses the disk once each way a step.
+TEST_F(DiskPlanTest, UpdatesDuringTheBackwardReadTheDiskInLandingOrder) {
+  PlanRequest r = request(24);
+  r.clipping = false;
+  r.update = UpdateSchedule::DuringBackward;
+  r.disk_budget = 500 * kGiB;
+  r.disk_layers = 5;
+  const SearchResult s = search_plans(config_, layout_, with_disk(2e9), r);
+  ASSERT_EQ(s.best.plan.update, UpdateSchedule::DuringBackward);
+  const DiskTierLayout d = disk_tier_layout(layout_, s.best.plan);
+  ASSERT_EQ(d.order.size(), 5u);
+  EXPECT_TRUE(std::is_sorted(d.order.rbegin(), d.order.rend()));
+  EXPECT_NEAR(s.best.prediction.busy[static_cast<int>(Lane::Disk)],
+              2.0 * static_cast<double>(d.file_bytes) / 2e9, 1e-6);
 }
 
 TEST_F(DiskPlanTest, DiskLayersCanBeForced) {
