@@ -219,6 +219,30 @@ TEST_F(DiskTierTest, CheckpointStateAndResumeAreExact) {
   expect_same_state(resumed, reference);
 }
 
+// While the worker waits for the next step's gradients it polls the tier, so the first disk unit
+// of each step is read during the step, not when its update starts: only the first acquire (after
+// loading, which reads state through the tier) finds nothing read ahead.
+TEST_F(DiskTierTest, TheNextStepsFirstDiskUnitIsReadAhead) {
+  test::ScratchDir dir("disk-tier");
+  const Plan plan =
+      on_disk(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), {2, 4}, 2, dir.path());
+  std::vector<std::vector<float>> init;
+  init_random_weights(config_, 9, init);
+  auto device = make_sim_device({});
+  auto ops = make_device_ops(*device);
+  SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    const std::vector<float> zeros(init[u].size(), 0.0f);
+    put_state(engine.host(), u, init[u], zeros, zeros);
+  }
+  engine.weights_changed(0);
+  constexpr int64_t kLongerRun = 10;  // without polling, most steps' first acquire would find nothing read
+  for (int64_t s = 0; s < kLongerRun; ++s) engine.step(s + 1, batch_for(rows_, s), hyper_at(s % kSteps), 0.5);
+  engine.finish_updates();
+  // One more allowed for a write-back slower than a whole step on a loaded machine.
+  EXPECT_LE(engine.host().disk()->unready_acquires(), 2u);
+}
+
 // The memory model is the truth with a disk tier too: the pinned memory is what it says, and the
 // pageable memory is the RAM units' state plus the tier's buffers.
 TEST_F(DiskTierTest, AllocatesWhatTheMemoryModelSays) {

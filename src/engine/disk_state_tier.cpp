@@ -86,6 +86,7 @@ bool DiskStateTier::issue_read(int64_t sequence, bool block) {
 }
 
 void DiskStateTier::read_ahead() {
+  if (paged_ != SIZE_MAX) return;
   while (issued_ < next_ + static_cast<int64_t>(slots_) && issue_read(issued_, false)) {
   }
 }
@@ -94,7 +95,9 @@ std::vector<std::span<std::byte>> DiskStateTier::acquire(size_t u) {
   std::lock_guard<std::mutex> lock(mutex_);
   FERRY_ASSERT(held_ < 0, "one disk unit is updated at a time");
   FERRY_ASSERT(unit_at(next_) == u, "disk-resident units are updated in the planned order");
+  paged_ = SIZE_MAX;  // a step runs: whoever read state between steps is done with it
   if (issued_ <= next_) {
+    ++unready_acquires_;
     issued_ = next_;
     issue_read(next_, true);
   }
@@ -141,6 +144,11 @@ void DiskStateTier::page_out(size_t u) {
   const size_t s = slot_of(next_);
   file_->wait(file_->write(layout_.region_offset[u], slot(s, layout_.region_bytes[u])));
   paged_ = SIZE_MAX;
+}
+
+void DiskStateTier::poll() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  read_ahead();
 }
 
 void DiskStateTier::flush() {

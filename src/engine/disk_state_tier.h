@@ -56,8 +56,15 @@ class DiskStateTier {
   // writes the arrays page_in returned back to the file (after the caller changed them).
   std::vector<std::span<std::byte>> page_in(size_t u);
   void page_out(size_t u);
+  // Issues the reads ahead that were held back by a write-back still in flight, if it has
+  // completed since (never blocks). The updater's worker calls it while it waits for gradients:
+  // otherwise the first unit of the next round would be read only when it is acquired.
+  void poll();
   // Waits for every request in flight (write-backs included).
   void flush();
+  // Acquires that found their unit's read not yet issued (nothing read ahead): the first after a
+  // page_in, else a sign that the reads ahead are held back.
+  size_t unready_acquires() const { return unready_acquires_; }
 
  private:
   size_t unit_at(int64_t sequence) const { return layout_.order[static_cast<size_t>(sequence) % n_]; }
@@ -81,9 +88,12 @@ class DiskStateTier {
   int64_t next_ = 0;    // sequence number (position in the repeating order) of the next acquire
   int64_t issued_ = 0;  // reads are issued for sequence numbers < issued_ (and >= next_, or held)
   int64_t held_ = -1;   // the sequence number acquired and not yet released
+  size_t unready_acquires_ = 0;
   std::vector<UringFile::Ticket> slot_read_, slot_write_;  // per slot; 0: none
   std::vector<UringFile::Ticket> unit_write_;              // per unit: its last write-back
-  size_t paged_ = SIZE_MAX;                                // the unit page_in holds
+  // The unit page_in holds: its slot belongs to the caller (no reads ahead) until page_out or the
+  // next acquire.
+  size_t paged_ = SIZE_MAX;
 };
 
 }  // namespace ferry

@@ -259,6 +259,11 @@ void UringFile::finish_piece(Piece* piece, int result) {
 }
 
 bool UringFile::done(Ticket ticket) {
+  // Completions of some requests (O_DIRECT writes among them) reach the ring only when this thread
+  // enters the kernel to collect them: without this, a request done long ago looks in flight.
+  const int flushed = io_uring_get_events(&ring_->ring);
+  FERRY_CHECK(flushed >= 0 || flushed == -EINTR || flushed == -EAGAIN, kWhere,
+              "collecting completions for {} failed: {}", path_.string(), std::strerror(-flushed));
   while (reap(false)) {
   }
   const auto it = operations_.find(ticket);
