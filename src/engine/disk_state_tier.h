@@ -7,9 +7,10 @@
 // that repeats every step (DiskTierLayout::order), so the tier reads ahead: while unit k is
 // updated, the reads of units k+1 .. k+slots-1 are in flight (or done), and the write-back of k-1
 // is on its way. A slot is read into only once its previous write-back has completed, and a unit
-// is read only once its own last write-back has, so every read sees the last update. The reads of
-// a step's first units are issued at the end of the previous step's updates, so the first update
-// of a step finds its state in RAM when the disk keeps up.
+// is read only once its own last write-back has, so every read sees the last update. A read held
+// back by a write-back still in flight is issued when the updater's worker next polls (poll(): while
+// it waits for gradients), so the first update of a step finds its state in RAM when the disk keeps
+// up.
 //
 // Out of steps (loading weights, checkpoints, resume), page_in(u) / page_out(u) move a unit's
 // state synchronously through a slot; they discard what was read ahead (it is read again), since
