@@ -155,7 +155,16 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
                 share(p.host.device, 0).c_str());
   std::printf("  host      %s  (%s)\n", share(p.host.total(), s.request.host_budget).c_str(),
               s.request.host_budget_source.c_str());
-  std::printf("  disk      %s  (no disk tier yet)\n", share(p.disk_bytes, 0).c_str());
+  if (p.disk_bytes > 0)
+    std::printf("  disk      %s  (optimizer state in disk_dir %s, of disk_memory %s)\n",
+                share(p.disk_bytes, s.request.disk_budget).c_str(), config.disk_dir.string().c_str(),
+                format_bytes(static_cast<size_t>(config.disk_memory)).c_str());
+  else
+    std::printf("  disk      none%s\n", config.disk_memory > 0 ? " (the host budget holds the state)"
+                                                               : " (disk_memory: 0, no disk tier)");
+  const std::vector<std::string> disk = describe_disk(s);
+  if (!disk.empty()) std::printf("\ndisk tier\n");
+  for (const std::string& line : disk) std::printf("  %s\n", line.c_str());
 
   if (!s.result.alternatives.empty()) std::printf("\nnext best alternatives\n");
   for (size_t i = 0; i < s.result.alternatives.size(); ++i) {
@@ -252,6 +261,7 @@ void add_plan_command(CLI::App& app) {
     MachineProfile profile = plan_profile(config, model, choice, *nominal, &source);
     // The process train would be, less its loaded weights; for this machine, what it can give now.
     fill_host_target(target, 0, !*nominal && config.profile.empty());
+    fill_disk_target(target, config, !*nominal && config.profile.empty());
     // Without gpu_memory: the memory of the device the profile describes.
     target.device_budget =
         choice.gpu_memory > 0 ? choice.gpu_memory : static_cast<size_t>(profile.device_memory_bytes);

@@ -23,6 +23,13 @@ std::vector<HostArray*> HostUnitState::state(OptimizerStateFormat format) {
   for (HostArray& a : lean) out.push_back(&a);
   return out;
 }
+namespace {
+
+// How often the worker looks at the disk tier while it waits for gradients: a small fraction of a
+// layer's write-back (~1 s for an 8B layer's 2.6 GB at 2.3 GB/s).
+constexpr std::chrono::milliseconds kDiskPollInterval{2};
+
+}  // namespace
 
 UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& plan, bool decay_all,
                          int64_t max_rows, void* row_gradients)
@@ -34,15 +41,31 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
       "gradients land in the pinned buffer of the unit's weights, so the gradient dtype ({}) must have the "
       "size of the weight dtype ({}); plan bf16 gradients with bf16 weights",
       dtype_name(plan_.grad_dtype), dtype_name(plan_.weight_dtype));
+  if (plan_.disk_units() > 0) {
+    FERRY_CHECK(plan_.state_on_disk.size() == layout_.units.size(), "engine",
+                "the plan's disk tier names {} units, the model has {}", plan_.state_on_disk.size(),
+                layout_.units.size());
+    FERRY_CHECK(!converts_on_upload(), "engine",
+                "the disk tier needs bf16 host-shadow uploads (converting on upload reads the masters from "
+                "RAM at every upload); set weight_upload: auto");
+    for (size_t u = 0; u < layout_.units.size(); ++u)
+      FERRY_CHECK(!plan_.state_on_disk[u] || (layout_.units[u].kind == UnitKind::Layer &&
+                                              plan_.units[u] != UnitPlacement::ResidentWithOptimizer),
+                  "engine", "the disk tier holds the state of host-updated decoder layers only, not of {}",
+                  layout_.units[u].name);
+    disk_ = std::make_unique<DiskStateTier>(layout_, plan_);
+  }
   size_t arrays = 0, advised = 0, bytes = 0;
   for (size_t u = 0; u < layout_.units.size(); ++u) {
     const auto& unit = layout_.units[u];
     HostUnitState s;
     const size_t n = static_cast<size_t>(unit.numel);
     if (is_exact(format())) {
-      s.master = HostArray(n, "fp32 masters");
-      s.m = HostArray(n, "AdamW m");
-      s.v = HostArray(n, "AdamW v");
+      if (!on_disk(u)) {  // a disk unit's state lives in the tier's file and slots
+        s.master = HostArray(n, "fp32 masters");
+        s.m = HostArray(n, "AdamW m");
+        s.v = HostArray(n, "AdamW v");
+      }
     } else {
       FERRY_CHECK(
           plan_.units[u] != UnitPlacement::ResidentWithOptimizer && !converts_on_upload(), "engine",
@@ -124,14 +147,14 @@ UnitUpdater::~UnitUpdater() {
   worker_.join();
 }
 
-void UnitUpdater::refresh_staging(size_t u) {
+void UnitUpdater::refresh_staging(size_t u, const float* master) {
   if (converts_on_upload()) return;  // the masters are what is uploaded
-  HostUnitState& s = units_[u];
   if (!is_exact(format())) {
     refresh_staging_range(u, 0, static_cast<size_t>(layout_.units[u].numel));
     return;
   }
-  convert_from_f32(s.master.data(), plan_.weight_dtype, s.staging.data(), s.master.size());
+  convert_from_f32(master, plan_.weight_dtype, units_[u].staging.data(),
+                   static_cast<size_t>(layout_.units[u].numel));
 }
 
 void UnitUpdater::refresh_staging_range(size_t u, size_t begin, size_t end) {
@@ -177,11 +200,51 @@ void UnitUpdater::note_lost_updates(const LeanStepStats& stats, size_t u, int64_
 void UnitUpdater::refresh_staging(int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t u = 0; u < units_.size(); ++u) {
-    if (on_host_[u]) refresh_staging(u);
+    if (on_host_[u] && on_disk(u))
+      refresh_staging(u, reinterpret_cast<const float*>(disk_->page_in(u)[0].data()));
+    else if (on_host_[u])
+      refresh_staging(u, units_[u].master.data());
     updated_step_[u] = step;
   }
   current_step_ = step;
   norm_step_ = step;
+}
+
+std::vector<std::span<std::byte>> UnitUpdater::ram_arrays(size_t u) {
+  std::vector<std::span<std::byte>> arrays;
+  for (HostArray* a : {&units_[u].master, &units_[u].m, &units_[u].v})
+    arrays.push_back(std::as_writable_bytes(a->span()));
+  return arrays;
+}
+
+void UnitUpdater::copy_state_out(size_t u, const std::vector<std::span<std::byte>>& arrays) {
+  const std::vector<std::span<std::byte>> from = on_disk(u) ? disk_->page_in(u) : ram_arrays(u);
+  FERRY_ASSERT(arrays.size() == from.size(), "a unit's state arrays, as optim/state_arrays.h says");
+  for (size_t a = 0; a < from.size(); ++a) {
+    FERRY_ASSERT(arrays[a].size() == from[a].size());
+    std::memcpy(arrays[a].data(), from[a].data(), from[a].size());
+  }
+}
+
+void UnitUpdater::copy_state_in(size_t u, const std::vector<std::span<const std::byte>>& arrays) {
+  const std::vector<std::span<std::byte>> to = on_disk(u) ? disk_->page_in(u) : ram_arrays(u);
+  FERRY_ASSERT(arrays.size() == to.size(), "a unit's state arrays, as optim/state_arrays.h says");
+  for (size_t a = 0; a < to.size(); ++a) {
+    FERRY_ASSERT(arrays[a].size() == to[a].size());
+    std::memcpy(to[a].data(), arrays[a].data(), to[a].size());
+  }
+  if (on_disk(u)) disk_->page_out(u);
+}
+
+UnitUpdater::StatePointers UnitUpdater::state_for_update(size_t u) {
+  if (!on_disk(u)) return {units_[u].master.data(), units_[u].m.data(), units_[u].v.data()};
+  const std::vector<std::span<std::byte>> arrays = disk_->acquire(u);
+  return {reinterpret_cast<float*>(arrays[0].data()), reinterpret_cast<float*>(arrays[1].data()),
+          reinterpret_cast<float*>(arrays[2].data())};
+}
+
+void UnitUpdater::state_updated(size_t u) {
+  if (on_disk(u)) disk_->release(u);
 }
 
 void UnitUpdater::begin_step(int64_t step, const AdamWHyper& hyper, double max_grad_norm,
@@ -341,18 +404,20 @@ void UnitUpdater::update_unit(size_t u, const void* grad, int64_t step, const Ad
         lean_adamw_step(s.lean_view, segments_[u], grad, plan_.grad_dtype,
                         bf16_weights ? s.staging.as<uint16_t>() : nullptr, hyper, step, clip);
     note_lost_updates(stats, u, step);
-    if (!bf16_weights) refresh_staging(u);
+    if (!bf16_weights) refresh_staging(u, nullptr);
     return;
   }
+  const StatePointers state = state_for_update(u);
   AdamWUnitBuffers buffers;
-  buffers.master = s.master.data();
-  buffers.m = s.m.data();
-  buffers.v = s.v.data();
+  buffers.master = state.master;
+  buffers.m = state.m;
+  buffers.v = state.v;
   buffers.grad = grad;
   buffers.grad_dtype = plan_.grad_dtype;
   if (bf16_weights && !converts_on_upload()) buffers.bf16_out = s.staging.as<uint16_t>();
   cpu_adamw_step(buffers, segments_[u], hyper, step, clip);
-  if (!bf16_weights) refresh_staging(u);
+  if (!bf16_weights) refresh_staging(u, state.master);
+  state_updated(u);
 }
 
 void UnitUpdater::run() {
@@ -360,12 +425,37 @@ void UnitUpdater::run() {
     Landing landing;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      const auto ready = [&] { return stopping_ || !queue_.empty(); };
+      // With a disk tier the worker polls it while it waits (here, and before it waits for a
+      // landing's event): a read ahead that a write-back held back is issued once the write
+      // completes (DiskStateTier::poll), not at the next update -- after the backward, for the
+      // next step's first disk unit.
+      while (disk_ && !ready()) {
+        changed_.wait_for(lock, kDiskPollInterval);
+        lock.unlock();
+        std::exception_ptr failed;
+        try {
+          disk_->poll();  // may find a failed write-back: the run cannot go on without that state
+        } catch (...) {
+          failed = std::current_exception();
+        }
+        lock.lock();
+        if (failed) {
+          error_ = failed;
+          changed_.notify_all();
+          inbox_->abandon();
+          return;
+        }
+      }
+      changed_.wait(lock, ready);
       if (queue_.empty()) return;  // stopping, nothing left
       landing = queue_.front();
       queue_.pop_front();
     }
     try {
+      // Before blocking on the device (often for a whole unit's backward), the disk tier gets to
+      // issue the reads that completed write-backs now allow.
+      if (disk_) disk_->poll();
       device_.synchronize(landing.event);
       if (landing.zero_rows) {
         update_rows_without_gradient(*landing.rows, landing.step, landing.hyper);

@@ -52,6 +52,11 @@
 //
 // The state arrays are HostArrays: 2 MiB-aligned, advised into transparent huge pages (the
 // constructor logs where the kernel refuses), allocated once.
+//
+// Units the plan puts in the disk tier (Plan::state_on_disk) have no arrays here: their state is
+// in a DiskStateTier (engine/disk_state_tier.h), and the worker's update of such a unit is
+// bracketed by acquire (its state read into a RAM slot, read ahead of the order) and release
+// (written back behind). Everything else reaches their state through copy_state_out/_in.
 #pragma once
 
 #include <condition_variable>
@@ -64,6 +69,7 @@
 #include <vector>
 
 #include "device/device.h"
+#include "engine/disk_state_tier.h"
 #include "engine/gradient_inbox.h"
 #include "model/unit_layout.h"
 #include "optim/adamw.h"
@@ -78,7 +84,7 @@ struct HostUnitState {
   // fp32 (optimizer_state: fp32): master, m, v, laid out as the unit. A lean format leaves them
   // empty and keeps its arrays (state_arrays(format), in that order) in `lean`, viewed by
   // `lean_view`.
-  HostArray master, m, v;
+  HostArray master, m, v;  // empty for a unit in the disk tier
   std::vector<HostArray> lean;
   LeanUnitState lean_view;
   // HostShadow: the weights to upload (plan's weight dtype), or, from the gradient's d2h until the
@@ -119,6 +125,14 @@ class UnitUpdater {
 
   // Whether unit u is updated here (not ResidentWithOptimizer).
   bool on_host(size_t u) const { return on_host_[u]; }
+  // Whether unit u's state is in the disk tier (its HostUnitState arrays are empty).
+  bool on_disk(size_t u) const { return disk_ && disk_->holds(u); }
+  // Unit u's state arrays (optim/state_arrays.h), copied out or in, from RAM or the disk tier.
+  // Between steps only (finish_updates first): loading weights, checkpoints, resume.
+  void copy_state_out(size_t u, const std::vector<std::span<std::byte>>& arrays);
+  void copy_state_in(size_t u, const std::vector<std::span<const std::byte>>& arrays);
+  // The disk tier, when the plan has one.
+  const DiskStateTier* disk() const { return disk_.get(); }
 
   // The optimizer state format (plan's optimizer_state).
   OptimizerStateFormat format() const { return plan_.optimizer_state; }
@@ -189,7 +203,18 @@ class UnitUpdater {
                    const AdamWHyper& hyper, float clip);
   // The pass of step `step` over the rows without a gradient, once per step (worker only).
   void update_rows_without_gradient(const std::vector<int32_t>& rows, int64_t step, const AdamWHyper& hyper);
-  void refresh_staging(size_t u);
+  // The unit's staging weights from its masters: `master` (fp32 state), or the lean arrays.
+  void refresh_staging(size_t u, const float* master);
+  // Unit u's state in RAM for an update: its arrays, or for a disk unit a slot (acquired).
+  struct StatePointers {
+    float* master;
+    float* m;
+    float* v;
+  };
+  StatePointers state_for_update(size_t u);
+  void state_updated(size_t u);  // a disk unit's slot goes back to the tier
+  // RAM units: their arrays as byte spans.
+  std::vector<std::span<std::byte>> ram_arrays(size_t u);
   // Elements [begin, end) of unit u's staging weights from its (lean) masters.
   void refresh_staging_range(size_t u, size_t begin, size_t end);
   // Says once, the first time a lean update loses updates to its master's rounding.
@@ -205,6 +230,7 @@ class UnitUpdater {
   size_t sparse_unit_ = SIZE_MAX;                          // the row-sparse embedding, if any
   size_t row_len_ = 0;                                     // its row length (hidden size)
   std::unique_ptr<GradientInbox> inbox_;                   // where gradients land (engine/gradient_inbox.h)
+  std::unique_ptr<DiskStateTier> disk_;                    // the disk tier, when the plan has one
   std::shared_ptr<const std::vector<int32_t>> step_rows_;  // the current step's rows
   int64_t zero_rows_step_ = 0;        // the last step whose rows without a gradient are updated (worker only)
   bool warned_lost_updates_ = false;  // worker only

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "planner/disk_tier_layout.h"
+
 namespace ferry {
 
 namespace {
@@ -17,7 +19,8 @@ double overlap(double start, double end, double from, double to) {
 std::string Prediction::explain() const {
   std::string text = fmt::format("bound by {}: the critical path of the {:.4g} s step is",
                                  lane_name(bottleneck), step_seconds);
-  std::array<int, kLaneCount> lanes = {0, 1, 2, 3, 4};
+  std::array<int, kLaneCount> lanes;
+  for (int l = 0; l < kLaneCount; ++l) lanes[static_cast<size_t>(l)] = l;
   std::sort(lanes.begin(), lanes.end(), [&](int a, int b) { return critical[a] > critical[b]; });
   bool first = true;
   for (int l : lanes) {
@@ -37,10 +40,12 @@ std::string Prediction::explain() const {
                         detail.empty() ? "" : " (" + detail + ")");
     first = false;
   }
-  text += fmt::format("; busy: compute {:.4g} s, h2d {:.4g} s, d2h {:.4g} s, CPU {:.4g} s; GPU idle {:.0f}%",
-                      busy[static_cast<int>(Lane::Compute)], busy[static_cast<int>(Lane::HostToDevice)],
-                      busy[static_cast<int>(Lane::DeviceToHost)], busy[static_cast<int>(Lane::Cpu)],
-                      100.0 * gpu_idle_fraction);
+  text += fmt::format(
+      "; busy: compute {:.4g} s, h2d {:.4g} s, d2h {:.4g} s, CPU {:.4g} s{}; GPU idle {:.0f}%",
+      busy[static_cast<int>(Lane::Compute)], busy[static_cast<int>(Lane::HostToDevice)],
+      busy[static_cast<int>(Lane::DeviceToHost)], busy[static_cast<int>(Lane::Cpu)],
+      disk_bytes > 0 ? fmt::format(", disk {:.4g} s", busy[static_cast<int>(Lane::Disk)]) : std::string(),
+      100.0 * gpu_idle_fraction);
   return text;
 }
 
@@ -90,6 +95,7 @@ Prediction predict(const ModelConfig& config, const ModelLayout& layout, const P
 
   p.device = device_bytes(config, layout, plan, shape.chunk_tokens, shape.chunks);
   p.host = host_bytes(config, layout, plan, shape.chunk_tokens, shape.chunks);
+  p.disk_bytes = disk_tier_layout(layout, plan).file_bytes;
   return p;
 }
 

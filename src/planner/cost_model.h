@@ -10,8 +10,8 @@
 // once the previous step's CPU updates overlap its forward, which takes one step to set in: the
 // second and later steps take the same time).
 //
-// Memory: planner/memory_model.h, the arithmetic the engine allocates by. Disk: 0 -- there is no
-// disk tier yet (DESIGN.md §7).
+// Memory: planner/memory_model.h, the arithmetic the engine allocates by. Disk: the disk tier's
+// file (planner/disk_tier_layout.h), read and written back once per step.
 //
 // The explanation is the steady step's critical path: walking back from the step's end through
 // the predecessor that released each task last, the time is split among the resources (and the
@@ -48,7 +48,7 @@ struct Prediction {
   double gpu_idle_fraction = 0.0;  // 1 - compute busy / step time
   DeviceBytes device;              // peak device memory = device.total()
   HostBytes host;                  // pageable and pinned
-  size_t disk_bytes = 0;           // no disk tier yet
+  size_t disk_bytes = 0;           // the disk tier's file: optimizer state on disk, read + written each step
 
   // "bound by GPU compute: critical path 7.9 s compute (layer backwards 5.2 s, ...), 0.4 s CPU ...".
   std::string explain() const;

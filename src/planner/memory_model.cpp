@@ -8,6 +8,7 @@
 #include "ops/cuda_ops_sizes.h"
 #include "optim/clip.h"
 #include "optim/host_array.h"
+#include "planner/disk_tier_layout.h"
 
 namespace ferry {
 
@@ -206,12 +207,15 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
       continue;
     }
     // fp32 master, m and v of every unit (for a ResidentWithOptimizer unit: the copy checkpoints
-    // read), or the arrays of a lean format, each in its own huge-page mapping.
-    h.pageable += state_mapped_bytes(plan.optimizer_state, n);
+    // read), or the arrays of a lean format, each in its own huge-page mapping -- but for a unit in
+    // the disk tier, whose state passes through the tier's buffers (counted below).
+    const bool on_disk = u < plan.state_on_disk.size() && plan.state_on_disk[u];
+    if (!on_disk) h.pageable += state_mapped_bytes(plan.optimizer_state, n);
     // One staging buffer per host-updated unit holds the weights to upload, or the gradient from
     // its d2h until the update writes the new weights over it (unit_updater.h).
     if (on_host) h.pinned += n * wd;
   }
+  h.pageable += disk_tier_layout(layout, plan).ram_bytes();
   const GradientLanding landing = gradient_landing(layout, plan);
   h.pinned += landing.ring_buffers * landing.ring_elements * gd;
   for (size_t u = 0; u < layout.units.size(); ++u)

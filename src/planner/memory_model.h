@@ -34,7 +34,8 @@ struct DeviceBytes {
 struct HostBytes {
   // fp32 masters, m and v of every unit (12 bytes/param; a lean optimizer_state's arrays instead,
   // optim/state_format.h), in huge-page mappings (optim/host_array.h);
-  // converting on upload, the host-updated units' masters count as pinned instead.
+  // converting on upload, the host-updated units' masters count as pinned instead. Units in the
+  // disk tier count here only through its RAM buffers (planner/disk_tier_layout.h).
   size_t pageable = 0;
   // Page-locked (DMA) memory: each host-updated unit's staging buffer (its weights to upload, or
   // its gradient until the update: 2 bytes/param in bf16) -- or, converting on upload, its

@@ -34,6 +34,8 @@ MachineProfile nominal_profile(const ModelConfig& c, int64_t seq_len, DType weig
   p.host.threads = r.threads;
   p.host.cpu_adamw_params_per_s = r.cpu_adamw_params_per_s;
   p.host.memory_bytes = r.memory_bytes;
+  p.host.disk_read_bytes_per_s = r.disk_read_bytes_per_s;
+  p.host.disk_write_bytes_per_s = r.disk_write_bytes_per_s;
   return p;
 }
 

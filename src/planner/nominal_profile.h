@@ -33,6 +33,8 @@ struct NominalRates {
   double launch_s = 5e-6;  // fixed cost per kernel
   int threads = 16;
   double memory_bytes = 128.0 * 1073741824.0;  // the lent machine's RAM
+  // Its ~64 GiB virtio volume through io_uring with O_DIRECT (DESIGN.md §5).
+  double disk_read_bytes_per_s = 1.89e9, disk_write_bytes_per_s = 2.35e9;
 };
 
 MachineProfile nominal_profile(const ModelConfig& config, int64_t seq_len, DType weight_dtype,

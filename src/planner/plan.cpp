@@ -43,6 +43,12 @@ bool Plan::optimizer_on_gpu() const {
   return true;
 }
 
+int64_t Plan::disk_units() const {
+  int64_t n = 0;
+  for (bool d : state_on_disk) n += d;
+  return n;
+}
+
 std::string Plan::describe() const {
   int64_t internals = 0;
   for (auto a : activations) internals += (a == ActivationPlacement::KeepWithInternals);
@@ -60,15 +66,17 @@ std::string Plan::describe() const {
   for (auto u : units) with_optimizer += (u == UnitPlacement::ResidentWithOptimizer);
   for (auto a : activations) offloaded += (a == ActivationPlacement::OffloadToHost);
   return fmt::format(
-             "{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
-             "the host{}, micro-batch {}, updates {}, weights {} / gradients {} on the GPU, weights uploaded "
-             "{}",
-             gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute,
-             micro_batch, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
-             weight_upload_name(weight_upload)) +
-         (is_exact(optimizer_state)
-              ? std::string()
-              : fmt::format(", optimizer state {} (lean)", state_format_name(optimizer_state)));
+      "{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
+      "the host{}, micro-batch {}, updates {}, weights {} / gradients {} on the GPU, weights uploaded {}{}{}",
+      gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute,
+      micro_batch, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
+      weight_upload_name(weight_upload),
+      is_exact(optimizer_state)
+          ? std::string()
+          : fmt::format(", optimizer state {} (lean)", state_format_name(optimizer_state)),
+      disk_units() > 0 ? fmt::format(", optimizer state of {} of {} units on disk ({} RAM buffers)",
+                                     disk_units(), units.size(), disk_slots)
+                       : std::string());
 }
 
 }  // namespace ferry

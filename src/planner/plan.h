@@ -76,10 +76,19 @@ struct Plan {
   // The run's seed, from which a lean format's stochastic rounding draws (lean_unit_seed); set by
   // the trainer, not the search.
   uint64_t state_seed = 0;
+  // The disk tier (engine/disk_state_tier.h): units whose optimizer state lives in a file under
+  // disk_dir instead of host RAM, paged through disk_slots RAM buffers around the CPU updater's
+  // order. Empty (or all false): every unit's state in RAM. Only host-updated decoder layers, with
+  // HostShadow uploads (converting on upload reads the masters from RAM at every upload).
+  std::vector<bool> state_on_disk;
+  int64_t disk_slots = 0;
+  std::string disk_dir;  // set by the caller that knows the config (train/plan_selection.h)
 
   // Every unit ResidentWithOptimizer: the whole model and its optimizer on the GPU, the norm and
   // the clip coefficient computed there too; the host only reads the loss.
   bool optimizer_on_gpu() const;
+  // Units whose state is on disk (state_on_disk).
+  int64_t disk_units() const;
   std::string describe() const;
 };
 

@@ -48,6 +48,10 @@ struct ComputeProfile {
 // Device memory traffic of the GPU AdamW per parameter (optim/gpu_adamw.h): its measured rate times
 // this is the device memory's rate, which memory-bound passes the profile does not time run at.
 constexpr double kGpuAdamWBytesPerParam = 30.0;
+// Host DRAM traffic of the CPU AdamW pass per parameter, as step_program.cpp already counts it for
+// the pass with the bf16 copy (26 bytes; 24 without it): its rate times this is what the pass
+// takes of the host's memory bandwidth, which the disk tier's DMA shares.
+constexpr double kCpuAdamWBytesPerParam = 26.0;
 
 // Copies between pinned host memory and the device.
 struct TransferProfile {

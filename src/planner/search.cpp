@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "core/error.h"
+#include "planner/disk_spill.h"
+#include "planner/disk_tier_layout.h"
 #include "planner/memory_model.h"
 
 namespace ferry {
@@ -71,7 +73,8 @@ int64_t resident_layer_count(const Plan& plan, UnitPlacement* kind) {
 bool same_plan(const Plan& a, const Plan& b) {
   return a.micro_batch == b.micro_batch && a.gpu_slots == b.gpu_slots && a.units == b.units &&
          a.activations == b.activations && a.update == b.update && a.weight_upload == b.weight_upload &&
-         a.weight_dtype == b.weight_dtype && a.grad_dtype == b.grad_dtype;
+         a.weight_dtype == b.weight_dtype && a.grad_dtype == b.grad_dtype &&
+         a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
 }
 
 bool better(const Candidate& a, const Candidate& b) {
@@ -300,7 +303,13 @@ class Searcher {
 
   // A plan that fits the device: kept if it fits the host too, predicted, and ranked in its family.
   void consider(const Family& f, Plan plan, const StepShape& shape) {
-    const size_t host = host_total(plan, shape);
+    if (r_.disk_layers) {
+      if (static_cast<int64_t>(disk_eligible_units(layout_, plan).size()) < *r_.disk_layers) return;
+      plan = with_state_on_disk(layout_, std::move(plan), *r_.disk_layers);
+      if (disk_tier_layout(layout_, plan).file_bytes > r_.disk_budget) return;
+    }
+    size_t host = host_total(plan, shape);
+    if (r_.host_budget > 0 && host > r_.host_budget && !r_.disk_layers) spill_to_disk(plan, host, shape);
     min_host_fitting_ = std::min(min_host_fitting_, host);
     if (r_.host_budget > 0 && host > r_.host_budget) return;
     if (f.upload == WeightUpload::ConvertOnUpload && !r_.weight_upload && shadow_fits_host(plan, shape))
@@ -313,6 +322,39 @@ class Searcher {
     c.prediction.host = host_of(c.plan, shape);
     ++simulated_;
     if (!family_best_ || better(c, *family_best_)) family_best_ = std::move(c);
+  }
+
+  // The fewest layers' state on disk that brings `plan` under the host budget, within the disk
+  // budget (planner/disk_spill.h); `plan` and `host` become that plan and its host total, or, when
+  // none fits, the leanest the disk budget allows. Also records what all of the eligible layers on
+  // disk would need, for the refusal's advice.
+  void spill_to_disk(Plan& plan, size_t& host, const StepShape& shape) {
+    const int64_t eligible = static_cast<int64_t>(disk_eligible_units(layout_, plan).size());
+    if (eligible == 0) return;
+    const Plan all = with_state_on_disk(layout_, plan, eligible);
+    const size_t all_host = host_total(all, shape), all_disk = disk_tier_layout(layout_, all).file_bytes;
+    if (all_host < min_host_all_on_disk_) {
+      min_host_all_on_disk_ = all_host;
+      disk_for_min_host_ = all_disk;
+    }
+    if (all_host > r_.host_budget && r_.disk_budget == 0) return;
+    for (int64_t k = 1; k <= eligible; ++k) {
+      Plan p = with_state_on_disk(layout_, plan, k);
+      const size_t disk = disk_tier_layout(layout_, p).file_bytes;
+      const size_t h = host_total(p, shape);
+      if (disk > r_.disk_budget) {
+        // Past the disk budget: only what it would take, for the refusal.
+        if (h <= r_.host_budget) {
+          min_disk_for_host_ = std::min(min_disk_for_host_, disk);
+          return;
+        }
+        continue;
+      }
+      if (h >= host) continue;  // the buffers outweigh one small layer's state
+      plan = std::move(p);
+      host = h;
+      if (host <= r_.host_budget) return;
+    }
   }
 
   // Boundaries traded for internals: offloading the first layers' boundaries (a d2h after their
@@ -379,6 +421,17 @@ class Searcher {
           "than the {} host budget ({}); give host_memory of at least {}{}",
           gib(min_host_fitting_), gib(r_.host_budget), r_.host_budget_source, gib(min_host_fitting_),
           r_.host_budget_source == "host_memory" ? "" : " on a machine that can give it (free memory)");
+      // The disk tier lowers the host's share when the disk budget is what limits it.
+      if (min_disk_for_host_ < std::numeric_limits<size_t>::max())
+        what += fmt::format(
+            ", or keep this host_memory and put optimizer state on disk: disk_memory of at least {} (and "
+            "disk_dir on a disk with that much free)",
+            gib(min_disk_for_host_));
+      else if (min_host_all_on_disk_ < min_host_fitting_ && disk_for_min_host_ > r_.disk_budget)
+        what += fmt::format(
+            ", or put optimizer state on disk: with disk_memory of at least {} (and disk_dir on a disk "
+            "with that much free), host_memory of at least {}",
+            gib(disk_for_min_host_), gib(min_host_all_on_disk_));
       // Without clipping, gradients need not wait for the global norm: converting on upload can
       // then pass them through a ring instead of keeping one per unit (2 bytes/param less).
       if (r_.clipping && !r_.update && !r_.weight_upload) {
@@ -410,6 +463,11 @@ class Searcher {
   size_t simulated_ = 0;
   size_t min_device_ = std::numeric_limits<size_t>::max(), host_at_min_device_ = 0;
   size_t min_host_fitting_ = std::numeric_limits<size_t>::max();
+  // With every eligible layer's state on disk, whatever the disk budget: the least host memory,
+  // and the disk bytes that takes.
+  size_t min_host_all_on_disk_ = std::numeric_limits<size_t>::max(), disk_for_min_host_ = 0;
+  // The least disk with which a plan fits the host budget (past the disk budget).
+  size_t min_disk_for_host_ = std::numeric_limits<size_t>::max();
 };
 
 const char* unit_choice(UnitPlacement p) {
@@ -457,6 +515,16 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
       is_exact(request.optimizer_state) || request.weight_upload != WeightUpload::ConvertOnUpload, "plan",
       "weight_upload: convert-on-upload uploads fp32 masters, which optimizer_state: {} does not keep: "
       "use weight_upload: auto or bf16-host-shadow, or optimizer_state: fp32",
+      state_format_name(request.optimizer_state));
+  FERRY_CHECK(
+      !request.disk_layers || (*request.disk_layers >= 0 && *request.disk_layers <= config.num_layers),
+      "plan", "disk_layers must be between 0 and the model's {} layers", config.num_layers);
+  FERRY_CHECK(request.disk_layers.value_or(0) == 0 || request.disk_budget > 0, "plan",
+              "disk_layers puts optimizer state on disk: set disk_memory (and disk_dir) too");
+  FERRY_CHECK(
+      is_exact(request.optimizer_state) || request.disk_layers.value_or(0) == 0, "plan",
+      "the disk tier holds fp32 optimizer state; optimizer_state: {} stays in host memory: drop disk_layers, "
+      "or use optimizer_state: fp32",
       state_format_name(request.optimizer_state));
   return Searcher(config, layout, &profile, request).run(alternatives);
 }
@@ -506,6 +574,9 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
   if (kept != reference_kept)
     parts.push_back(
         fmt::format("{} boundary activations kept on the GPU instead of {}", kept, reference_kept));
+  if (plan.disk_units() != reference.disk_units())
+    parts.push_back(fmt::format("{} layers' optimizer state on disk instead of {}", plan.disk_units(),
+                                reference.disk_units()));
   const int64_t internals = kept_internals(plan), reference_internals = kept_internals(reference);
   if (internals != reference_internals)
     parts.push_back(fmt::format("{} layers not recomputed instead of {}", internals, reference_internals));

@@ -37,6 +37,9 @@
 //     tried only where the shadow does not fit the host budget: for the same device memory it
 //     moves 4 bytes per parameter instead of 2, so it is never faster.
 //   * everything on the GPU (fp32 masters, AdamW state, GPU AdamW) when the device can and it fits.
+//   * optimizer state on disk (PlanRequest::disk_budget): a plan that misses the host budget gets
+//     the fewest layers' state on disk that brings it under, within the disk budget
+//     (planner/disk_spill.h); the cost model charges the disk's time and its share of DRAM.
 // What the engine does not do, the search does not offer: convert-on-upload stays out of the space
 // until SearchSpace turns it on (the engine refuses it). The per-unit GPU optimizer is searched
 // where the device has a GPU AdamW (train/plan_selection.cpp).
@@ -83,6 +86,12 @@ struct PlanRequest {
   // Host memory the process holds beside the engine's buffers (its runtime and libraries, the
   // tokenized data, what checkpoints are written through): in every plan's host total.
   size_t host_beside_engine = 0;
+  // Bytes the disk tier may take (disk_memory, bounded by the free space under disk_dir); 0: no
+  // disk tier.
+  size_t disk_budget = 0;
+  // Forced: this many layers' optimizer state on disk (spread as planner/disk_spill.h spreads
+  // them), whatever the host budget; unset: as few as the host budget needs.
+  std::optional<int64_t> disk_layers;
   // The device's memory is host memory (the simulated device): a plan's device bytes count on the
   // host too.
   bool device_memory_on_host = false;
@@ -120,7 +129,8 @@ struct SearchResult {
 };
 
 // Throws ferry::Error when no plan fits, naming the smallest device budget (gpu_memory) and host
-// budget (host_memory) with which one does. The profile must describe this model shape (the caller
+// budget (host_memory) with which one does, and the disk budget (disk_memory) that would lower the
+// host's. The profile must describe this model shape (the caller
 // checks: train/profile_cache.h).
 SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, const MachineProfile& profile,
                           const PlanRequest& request, size_t alternatives = 4);

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "optim/clip.h"
 #include "planner/adamw_rate.h"
+#include "planner/disk_tier_layout.h"
 #include "planner/memory_model.h"
 #include "planner/slot_schedule.h"
 
@@ -59,6 +60,17 @@ class ProgramBuilder {
         "the plan runs AdamW on the GPU but the profile of {} has no GPU AdamW rate (a device without one); "
         "plan with the optimizer on the CPU",
         profile_.device_name);
+    // The disk tier (engine/disk_state_tier.h): each disk unit's update reads its state ahead and
+    // writes it back behind, on the disk's one lane.
+    disk_ = disk_tier_layout(layout_, plan_);
+    if (!disk_.order.empty()) {
+      FERRY_CHECK(profile_.host.disk_read_bytes_per_s > 0 && profile_.host.disk_write_bytes_per_s > 0,
+                  "cost model",
+                  "the plan keeps optimizer state on disk but the profile of {} has no disk rates; measure "
+                  "them (ferry profile with disk_dir set) or plan without the disk tier (disk_memory: 0)",
+                  profile_.device_name);
+      disk_ahead_ = static_cast<int64_t>(std::min(disk_.slots, disk_.order.size()));
+    }
     update_done_.assign(units, -1);
     last_read_.assign(units, -1);
     gradient_landing_ = gradient_landing(layout_, plan_);
@@ -197,16 +209,49 @@ class ProgramBuilder {
     const bool host_unit = !gpu_optimizer_[u];
     int32_t last = add(Lane::Cpu, TaskKind::GradientLanded, u, 0.0, 0.0, landed);
     if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
-      last = add(Lane::Cpu, TaskKind::CpuAdamW, u, landed_update_params(u) / cpu_adamw_rate_, 0.0);
+      last = cpu_update(u, landed_update_params(u));
       next_update_done_[u] = last;
       if (gradient_landing_.in_ring[u]) ring_updates_.push_back(last);
     }
     norm_known_ = last;
     if (++landed_ < layout_.units.size() || plan_.update != UpdateSchedule::AfterBackward) return;
     for (size_t v = 0; v < layout_.units.size(); ++v)
-      if (!gpu_optimizer_[v])
-        next_update_done_[v] =
-            add(Lane::Cpu, TaskKind::CpuAdamW, v, landed_update_params(v) / cpu_adamw_rate_, 0.0);
+      if (!gpu_optimizer_[v]) next_update_done_[v] = cpu_update(v, landed_update_params(v));
+  }
+  // The CPU AdamW of host unit u, after `dep`. A disk unit's update (DiskStateTier::acquire) waits
+  // for its state's read, issued as far ahead as the tier's buffers allow -- a buffer is read into
+  // once the write-back of its previous unit is done, and a unit once its own last write-back is --
+  // and is followed by its write-back. The disk's DMA also takes host DRAM bandwidth from the
+  // bandwidth-bound AdamW pass: at its rate the pass moves kCpuAdamWBytesPerParam bytes per
+  // parameter, so each byte the disk moves costs the CPU lane 1 / (that x the rate) seconds.
+  int32_t cpu_update(size_t u, double params, int32_t dep = -1) {
+    double seconds = params / cpu_adamw_rate_;
+    if (disk_.order.empty() || disk_.region_bytes[u] == 0)
+      return add(Lane::Cpu, TaskKind::CpuAdamW, u, seconds, 0.0, dep);
+    const int64_t j = disk_sequence_++;
+    FERRY_ASSERT(disk_.order[static_cast<size_t>(j) % disk_.order.size()] == u,
+                 "disk units are updated in the tier's order");
+    while (static_cast<int64_t>(disk_read_.size()) < j + disk_ahead_) read_state(disk_read_.size());
+    const double bytes = static_cast<double>(disk_.region_bytes[u]);
+    seconds += 2.0 * bytes / (kCpuAdamWBytesPerParam * cpu_adamw_rate_);
+    wait(Lane::Cpu, disk_read_[static_cast<size_t>(j)]);
+    const int32_t updated = add(Lane::Cpu, TaskKind::CpuAdamW, u, seconds, 0.0, dep);
+    const int32_t deps[] = {updated};
+    disk_write_.push_back(graph().add(Lane::Disk, TaskKind::DiskWrite,
+                                      bytes / profile_.host.disk_write_bytes_per_s, 0.0, deps,
+                                      static_cast<int32_t>(u)));
+    return updated;
+  }
+  // The read of the disk unit at position k of the repeating order (the tier's sequence number).
+  void read_state(size_t k) {
+    const size_t n = disk_.order.size(), u = disk_.order[k % n];
+    std::vector<int32_t> deps;
+    for (size_t back : {disk_.slots, n})  // the buffer's previous unit, the unit's previous round
+      if (k >= back) deps.push_back(disk_write_[k - back]);
+    disk_read_.push_back(
+        graph().add(Lane::Disk, TaskKind::DiskRead,
+                    static_cast<double>(disk_.region_bytes[u]) / profile_.host.disk_read_bytes_per_s, 0.0,
+                    deps, static_cast<int32_t>(u)));
   }
   void gpu_adamw(size_t u) {
     next_update_done_[u] =
@@ -349,7 +394,11 @@ class ProgramBuilder {
   double recompute_share_ = 1.0;         // of a layer forward's time, what the backward's recompute takes
   double kept_layer_recompute_s_ = 0.0;  // per step: the passes a layer that kept its internals runs again
   bool sparse_embedding_ = false;        // row_sparse_embedding()
-  double embedding_row_params_ = 0;      // its expected token rows' parameters per step
+  DiskTierLayout disk_;                  // the disk tier's units and their bytes (none: empty)
+  int64_t disk_ahead_ = 0;               // reads in flight ahead of the update, at most
+  int64_t disk_sequence_ = 0;            // the next disk update's position in the repeating order
+  std::vector<int32_t> disk_read_, disk_write_;  // per position: its read and its write-back
+  double embedding_row_params_ = 0;              // its expected token rows' parameters per step
 
   StepProgram program_;
   std::vector<int32_t> pending_[kLaneCount];  // stream waits not yet attached to a task

@@ -19,6 +19,8 @@ const char* lane_name(Lane lane) {
       return "d2h copies";
     case Lane::Cpu:
       return "CPU optimizer";
+    case Lane::Disk:
+      return "disk";
   }
   return "?";
 }
@@ -59,6 +61,10 @@ const char* task_kind_name(TaskKind kind) {
       return "CPU gradient landings";
     case TaskKind::CpuAdamW:
       return "CPU AdamW";
+    case TaskKind::DiskRead:
+      return "state reads";
+    case TaskKind::DiskWrite:
+      return "state write-backs";
   }
   return "?";
 }
@@ -79,6 +85,9 @@ Lane task_lane(TaskKind kind) {
     case TaskKind::GradientLanded:
     case TaskKind::CpuAdamW:
       return Lane::Cpu;
+    case TaskKind::DiskRead:
+    case TaskKind::DiskWrite:
+      return Lane::Disk;
     default:
       return Lane::Compute;
   }
@@ -133,7 +142,8 @@ std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates,
   std::vector<TaskTiming> timing(n);
   std::vector<double> end(n, kNotDone);
   size_t next[kLaneCount] = {};
-  int32_t previous[kLaneCount] = {-1, -1, -1, -1, -1};
+  int32_t previous[kLaneCount];
+  std::fill_n(previous, kLaneCount, -1);
   Running running[kLaneCount];
   double now = 0.0;
   size_t finished = 0;

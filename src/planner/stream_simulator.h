@@ -6,7 +6,10 @@
 //             it blocks (waiting for a CPU update before an upload, reading the loss);
 //   Compute   the GPU's compute stream;
 //   H2D, D2H  the copy streams (pinned host memory <-> device);
-//   Cpu       the UnitUpdater's worker thread (filing landed norm partials, AdamW on the thread pool).
+//   Cpu       the UnitUpdater's worker thread (filing landed norm partials, AdamW on the thread pool);
+//   Disk      the disk tier's reads and write-backs of optimizer state (engine/disk_state_tier.h),
+//             timed by the caller from the disk's rates (one request stream: reads and writes
+//             share the drive).
 // A task starts when its lane's previous task has finished and every task it depends on has.
 // A task may depend only on tasks added before it, so the graph has no cycles by construction.
 //
@@ -28,8 +31,8 @@
 
 namespace ferry {
 
-enum class Lane : int { Host, Compute, HostToDevice, DeviceToHost, Cpu };
-constexpr int kLaneCount = 5;
+enum class Lane : int { Host, Compute, HostToDevice, DeviceToHost, Cpu, Disk };
+constexpr int kLaneCount = 6;
 const char* lane_name(Lane lane);
 
 // What a task is, for the explanation of a prediction (the critical path by kind).
@@ -51,8 +54,10 @@ enum class TaskKind : int {
   GpuGradNorm,     // a host unit's gradient-norm partials, before its gradient leaves
   GradientLanded,  // CPU: the updater files a landing's norm partials
   CpuAdamW,
+  DiskRead,   // a disk unit's optimizer state into a RAM buffer, ahead of its update
+  DiskWrite,  // and back, behind it
 };
-constexpr int kTaskKindCount = 17;
+constexpr int kTaskKindCount = 19;
 const char* task_kind_name(TaskKind kind);
 // The lane a kind of task runs on.
 Lane task_lane(TaskKind kind);

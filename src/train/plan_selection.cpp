@@ -2,11 +2,24 @@
 
 #include <fmt/format.h>
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/host_memory.h"
+#include "core/log.h"
 #include "device/memory_ledger.h"
+#include "io/scratch_file.h"
+#include "planner/disk_spill.h"
+#include "profiler/disk_rate.h"
 
 namespace ferry {
+
+namespace {
+
+// The disk probe when the profile has no disk rates: large enough for the drive's sustained rate,
+// small enough to take seconds.
+constexpr size_t kDiskProbeBytes = size_t{256} << 20;
+
+}  // namespace
 
 HostBeside measure_host_beside(size_t loaded_weight_bytes) {
   HostBeside b;
@@ -28,6 +41,17 @@ HostBeside fill_host_target(PlanTarget& target, size_t loaded_weight_bytes, bool
   return beside;
 }
 
+void fill_disk_target(PlanTarget& target, const TrainConfig& config, bool this_machine) {
+  if (config.disk_memory <= 0 || !this_machine) return;
+  std::error_code ec;
+  std::filesystem::create_directories(config.disk_dir, ec);
+  FERRY_CHECK(!ec, "disk tier", "cannot create disk_dir {}: {}; give a directory you can write",
+              config.disk_dir.string(), ec.message());
+  // A dead run's file would otherwise hold space this run's plan is refused for.
+  remove_stale_scratch_files(config.disk_dir);
+  target.disk_free = free_disk_bytes(config.disk_dir);
+}
+
 PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, double ram_bytes) {
   PlanRequest r;
   r.seq_len = config.seq_len;
@@ -46,6 +70,13 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
                                        format_bytes(static_cast<size_t>(ram_bytes)));
   }
   r.host_beside_engine = target.host_beside_engine;
+  r.disk_budget = static_cast<size_t>(config.disk_memory);
+  if (config.disk_layers >= 0) r.disk_layers = config.disk_layers;
+  if (target.disk_free && *target.disk_free < r.disk_budget) {
+    log_info("disk tier: disk_dir {} has {} free, less than disk_memory {}; the plan uses at most that",
+             config.disk_dir.string(), format_bytes(*target.disk_free), format_bytes(r.disk_budget));
+    r.disk_budget = *target.disk_free;
+  }
   r.device_memory_on_host = target.device_memory_on_host;
   r.weight_dtype = target.weight_dtype;
   r.grad_dtype = target.weight_dtype;  // with a bf16 host shadow they land in its buffer (unit_updater.h)
@@ -71,7 +102,20 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
   s.profile = std::move(profile);
   s.profile_source = std::move(source);
   s.request = plan_request(config, target, s.profile.host.memory_bytes);
+  if (s.request.disk_budget > 0 && target.disk_free &&
+      (s.profile.host.disk_read_bytes_per_s <= 0 || s.profile.host.disk_write_bytes_per_s <= 0)) {
+    const DiskRates rates = measure_disk_rates(config.disk_dir, kDiskProbeBytes);
+    s.profile.host.disk_read_bytes_per_s = rates.read_bytes_per_s;
+    s.profile.host.disk_write_bytes_per_s = rates.write_bytes_per_s;
+    log_info("disk tier: measured {} at {:.2f} GB/s read, {:.2f} GB/s write (the profile had no disk rates)",
+             config.disk_dir.string(), rates.read_bytes_per_s / 1e9, rates.write_bytes_per_s / 1e9);
+  }
   s.result = search_plans(model, layout, s.profile, s.request, alternatives);
+  s.result.best.plan.disk_dir = config.disk_dir.string();
+  for (Candidate& c : s.result.alternatives) c.plan.disk_dir = config.disk_dir.string();
+  s.disk_lines = describe_disk_tier(layout, s.result.best.plan, s.profile, s.result.best.prediction,
+                                    s.result.best.shape.tokens(), s.request.host_budget,
+                                    s.request.disk_layers.has_value());
   s.advice = idle_advice(model, layout, s.profile, s.request, s.result.best.prediction);
   return s;
 }
@@ -81,6 +125,10 @@ std::string describe_selection(const PlanSelection& s) {
   return fmt::format("plan: {}; predicted step {:.4g} s ({:.0f} tokens/s), {} (profile: {})",
                      s.result.best.plan.describe(), p.step_seconds, p.tokens_per_second,
                      lane_name(p.bottleneck), s.profile_source);
+}
+
+std::vector<std::string> describe_disk(const PlanSelection& s) {
+  return s.disk_lines;
 }
 
 std::vector<std::string> describe_advice(const PlanSelection& s) {

@@ -12,6 +12,7 @@
 //   5. where that plan leaves the GPU waiting for the CPU AdamW, the settings that would not.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "model/model_config.h"
@@ -36,6 +37,9 @@ struct PlanTarget {
   std::string host_available_source;   // what bounds it: "MemAvailable", a cgroup's limit
   size_t host_beside_engine = 0;       // PlanRequest::host_beside_engine
   bool device_memory_on_host = false;  // PlanRequest::device_memory_on_host (sim)
+  // Bytes free under disk_dir on this machine (statvfs), which bounds the disk tier's budget;
+  // unknown when planning for a machine known by a profile (disk_memory alone bounds it then).
+  std::optional<size_t> disk_free;
 };
 
 struct PlanSelection {
@@ -43,7 +47,8 @@ struct PlanSelection {
   std::string profile_source;  // the file, or "nominal rates (...)"
   PlanRequest request;
   SearchResult result;
-  std::vector<IdleAdvice> advice;  // settings that would keep the GPU busy (planner/idle_advice.h)
+  std::vector<IdleAdvice> advice;       // settings that would keep the GPU busy (planner/idle_advice.h)
+  std::vector<std::string> disk_lines;  // the disk tier: where the state is, its traffic, why (describe_disk)
 };
 
 // Host memory beside the engine (PlanRequest::host_beside_engine): what the process holds at
@@ -64,19 +69,28 @@ HostBeside measure_host_beside(size_t loaded_weight_bytes);
 // `train` and `plan` both fill their targets here, so that they plan the same host budget.
 HostBeside fill_host_target(PlanTarget& target, size_t loaded_weight_bytes, bool this_machine);
 
+// For a disk tier on this machine (disk_memory > 0): creates disk_dir, removes the state files of
+// runs that died there (io/scratch_file.h), and sets target.disk_free from what is free now.
+void fill_disk_target(PlanTarget& target, const TrainConfig& config, bool this_machine);
+
 // The search's request for `config` on `target`: its forced options and budgets. Without
 // `host_memory`, the host budget is what target.host_available leaves (default_host_budget_available),
 // else what `ram_bytes` of physical memory leaves (default_host_budget); with neither, none.
 PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, double ram_bytes);
 
 // 2–4 above, with the profile of 1 (`source` says where it came from, for the log). Throws
-// ferry::Error when no plan fits (with the budgets that would).
+// ferry::Error when no plan fits (with the budgets that would). With a disk tier on this machine
+// and a profile without disk rates, the rates are measured under disk_dir first. The chosen plan
+// and the alternatives carry disk_dir.
 PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, const ModelLayout& layout,
                           const PlanTarget& target, MachineProfile profile, std::string source,
                           size_t alternatives = 4);
 
 // One line for the log: the plan, its predicted step time and tokens/s, the bottleneck.
 std::string describe_selection(const PlanSelection& selection);
+
+// The disk tier's lines (planner/disk_spill.h describe_disk_tier); none without one.
+std::vector<std::string> describe_disk(const PlanSelection& selection);
 
 // The advice, one line each (none without advice): "GPU idle 8% waits for the CPU AdamW after the global
 // norm; predicted with global_batch: 32 (65536 tokens a step): 22731 tokens/s, GPU idle 0%".

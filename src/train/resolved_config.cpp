@@ -7,11 +7,11 @@
 #include <map>
 #include <type_traits>
 
-#include "optim/state_format.h"
 #include "core/check.h"
 #include "core/dtype.h"
 #include "data/record_formats.h"
 #include "optim/lr_schedule.h"
+#include "optim/state_format.h"
 
 namespace ferry {
 
@@ -165,6 +165,9 @@ const std::map<std::string, Writer>& writers() {
          o << (c.update_schedule ? update_name(*c.update_schedule) : "auto");
        }},
       {"resident_layers", value(&TrainConfig::resident_layers)},
+      {"disk_memory", value(&TrainConfig::disk_memory)},
+      {"disk_dir", path(&TrainConfig::disk_dir)},
+      {"disk_layers", value(&TrainConfig::disk_layers)},
       {"trace", path(&TrainConfig::trace)},
       {"trace_steps",
        [](YAML::Emitter& o, const TrainConfig& c) {

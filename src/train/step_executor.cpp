@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <array>
+#include <map>
+#include <span>
+
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "core/log.h"
@@ -90,16 +94,22 @@ class SlidingExecutor final : public StepExecutor {
                    : std::make_unique<StepTrace>(*device_, config.trace, config.trace_steps)),
         ops_(make_device_ops(trace_ ? trace_->device() : *device_)),
         plan_(plan),
-        predicted_(predicted) {
+        predicted_(predicted),
+        layout_(weights.layout) {
     plan_.state_seed = config.seed;  // a lean format's stochastic rounding, as the plain trainer's
-    engine_layout_ = weights.layout;
     engine_ = std::make_unique<SlidingEngine>(
         weights.config, weights.layout, trace_ ? trace_->device() : *device_, *ops_, plan_,
         plan_.micro_batch * config.seq_len, config.global_batch / plan_.micro_batch,
         config.decay_norms_and_biases);
     for (size_t u = 0; u < weights.units.size();
-         ++u) {  // into the huge-page masters, freeing each copy as it goes
-      engine_->host().assign_masters(u, weights.units[u]);
+         ++u) {  // into the huge-page masters (or the disk tier), freeing each copy as it goes
+      if (engine_->host().on_disk(u)) {
+        const std::vector<float> zeros(weights.units[u].size(), 0.0f);
+        engine_->host().copy_state_in(u, {std::as_bytes(std::span(weights.units[u])),
+                                          std::as_bytes(std::span(zeros)), std::as_bytes(std::span(zeros))});
+      } else {
+        engine_->host().assign_masters(u, weights.units[u]);
+      }
       std::vector<float>().swap(weights.units[u]);
     }
     engine_->host().commit_state();  // only now: the loaded copies are gone
@@ -113,6 +123,7 @@ class SlidingExecutor final : public StepExecutor {
   }
   ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
                     double max_grad_norm) override {
+    paged_.clear();  // the disk units' state read out for a checkpoint is stale from here on
     if (trace_) trace_->begin(step);
     const SlidingStepResult r = engine_->step(step, batch, hyper, max_grad_norm);
     if (trace_) trace_->end();
@@ -123,19 +134,19 @@ class SlidingExecutor final : public StepExecutor {
   StepLoss evaluate(const StepBatch& batch) override { return engine_->evaluate(batch); }
   std::vector<float*> masters() override {
     UnitUpdater& host = engine_->host();
-    if (is_exact(host.format())) return collect(&HostUnitState::master);
+    if (is_exact(host.format())) return collect(&HostUnitState::master, 0);
     // Decoded copies: 4 bytes/param more while a checkpoint or the final model is written.
     decoded_.resize(host.unit_count());
     std::vector<float*> out;
     for (size_t u = 0; u < host.unit_count(); ++u) {
-      decoded_[u].resize(static_cast<size_t>(engine_layout_.units[u].numel));
+      decoded_[u].resize(static_cast<size_t>(layout_.units[u].numel));
       host.read_masters(u, decoded_[u].data());
       out.push_back(decoded_[u].data());
     }
     return out;
   }
-  std::vector<float*> exp_avg() override { return collect(&HostUnitState::m); }
-  std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v); }
+  std::vector<float*> exp_avg() override { return collect(&HostUnitState::m, 1); }
+  std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v, 2); }
   OptimizerStateFormat state_format() const override { return plan_.optimizer_state; }
   std::vector<std::vector<std::span<std::byte>>> lean_state() override {
     std::vector<std::vector<std::span<std::byte>>> out;
@@ -144,14 +155,22 @@ class SlidingExecutor final : public StepExecutor {
     const std::vector<StateArraySpec> specs = state_arrays(host.format());
     for (size_t u = 0; u < host.unit_count(); ++u) {
       out.emplace_back();
-      const size_t n = static_cast<size_t>(engine_layout_.units[u].numel);
+      const size_t n = static_cast<size_t>(layout_.units[u].numel);
       for (size_t k = 0; k < specs.size(); ++k)
         out.back().push_back(
             std::span(host.unit(u).lean[k].as<std::byte>(), state_array_bytes(specs[k].kind, n)));
     }
     return out;
   }
-  void state_loaded(int64_t step) override { engine_->weights_changed(step); }
+  void state_loaded(int64_t step) override {
+    // A resume wrote the disk units' state into the copies collect() handed out: back to the tier.
+    for (auto& [u, state] : paged_)
+      engine_->host().copy_state_in(u,
+                                    {std::as_bytes(std::span(state[0])), std::as_bytes(std::span(state[1])),
+                                     std::as_bytes(std::span(state[2]))});
+    paged_.clear();
+    engine_->weights_changed(step);
+  }
   int64_t micro_batch() const override { return plan_.micro_batch; }
 
  private:
@@ -166,11 +185,30 @@ class SlidingExecutor final : public StepExecutor {
              format_bytes(pinned.in_use), format_bytes(predicted_.host.pinned));
   }
 
-  std::vector<float*> collect(HostArray HostUnitState::*member) {
+  // A disk unit's state is read out into copies of the executor's (paged_) for a checkpoint or a
+  // resume, which hold it in RAM until the next step or state_loaded: the disk tier saves RAM
+  // while training, not while saving.
+  std::vector<float*> collect(HostArray HostUnitState::*member, size_t array) {
     std::vector<float*> out;
     if (!is_exact(engine_->host().format())) return out;
-    for (size_t u = 0; u < engine_->host().unit_count(); ++u)
-      out.push_back((engine_->host().unit(u).*member).data());
+    UnitUpdater& host = engine_->host();
+    for (size_t u = 0; u < host.unit_count(); ++u) {
+      if (!host.on_disk(u)) {
+        out.push_back((host.unit(u).*member).data());
+        continue;
+      }
+      auto it = paged_.find(u);
+      if (it == paged_.end()) {
+        const size_t n = static_cast<size_t>(layout_.units[u].numel);
+        std::array<std::vector<float>, 3> state{std::vector<float>(n), std::vector<float>(n),
+                                                std::vector<float>(n)};
+        host.copy_state_out(
+            u, {std::as_writable_bytes(std::span(state[0])), std::as_writable_bytes(std::span(state[1])),
+                std::as_writable_bytes(std::span(state[2]))});
+        it = paged_.emplace(u, std::move(state)).first;
+      }
+      out.push_back(it->second[array].data());
+    }
     return out;
   }
   std::unique_ptr<Device> device_;
@@ -178,9 +216,10 @@ class SlidingExecutor final : public StepExecutor {
   std::unique_ptr<Ops> ops_;
   Plan plan_;
   Prediction predicted_;
-  ModelLayout engine_layout_;
+  ModelLayout layout_;
   std::vector<std::vector<float>> decoded_;  // a lean format's masters as fp32, for writing
   std::unique_ptr<SlidingEngine> engine_;
+  std::map<size_t, std::array<std::vector<float>, 3>> paged_;  // disk units' master, m, v (collect)
 };
 
 }  // namespace
@@ -199,6 +238,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
   size_t weight_bytes = 0;
   for (const auto& unit : weights.units) weight_bytes += unit.size() * sizeof(float);
   const HostBeside beside = fill_host_target(target, weight_bytes, true);
+  fill_disk_target(target, config, true);
   // A budget no plan fits is refused before measuring a profile, which needs device memory too.
   check_device_budget(weights.config, weights.layout, plan_request(config, target, 0.0));
   MachineProfile profile;
@@ -219,6 +259,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
   log_info("predicted step time {:.4f} s ({:.0f} tokens/s): {}", chosen.prediction.step_seconds,
            chosen.prediction.tokens_per_second, chosen.explanation);
   for (const std::string& line : describe_advice(selection)) log_info("plan: {}", line);
+  for (const std::string& line : describe_disk(selection)) log_info("plan: {}", line);
   const DeviceBytes& d = chosen.prediction.device;
   const HostBytes& h = chosen.prediction.host;
   log_info(
@@ -237,6 +278,12 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     // Loading holds the weights in fp32 beside what the process had; every later phase holds the plan.
     watch->plan(kPhaseModelLoad, beside.weights + beside.bytes);
     for (const char* phase : kPhasesOfThePlan) watch->plan(phase, h.total());
+    // The disk tier's state passes through RAM whole where the run reads or writes all of it at
+    // once: the loaded weights before they go to disk, and checkpoints (SlidingExecutor::collect).
+    if (chosen.prediction.disk_bytes > 0)
+      for (const char* phase :
+           {kPhaseStateCommit, kPhaseCheckpointLoad, kPhaseCheckpointSave, kPhaseFinalSave})
+        watch->plan(phase, h.total() + chosen.prediction.disk_bytes);
     watch->enter(kPhaseStateCommit);
   }
   return std::make_unique<SlidingExecutor>(std::move(dev), config, std::move(weights), chosen.plan,

@@ -238,6 +238,13 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"gpu_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_memory = parse_optional_size(n, k); }},
       {"host_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.host_memory = parse_optional_size(n, k); }},
+      {"disk_memory",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         // 0 is the way to say "no disk tier" (the default), unlike the other sizes.
+         c.disk_memory = parse_string(n, k) == "0" ? 0 : parse_optional_size(n, k).value_or(0);
+       }},
+      {"disk_layers", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.disk_layers = parse_int(n, k); }},
+      {"disk_dir", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.disk_dir = parse_string(n, k); }},
       {"threads", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.threads = parse_int(n, k); }},
       {"gpu_slots", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_slots = parse_int(n, k); }},
       {"offload_activations",
@@ -465,6 +472,7 @@ void resolve_paths(TrainConfig& c, const std::filesystem::path& base) {
   resolve(c.cache_dir);
   resolve(c.trace);
   resolve(c.profile);
+  resolve(c.disk_dir);
   for (auto& d : c.data) resolve(d);
   for (auto& d : c.eval_data) resolve(d);
 }
@@ -570,6 +578,18 @@ void validate_train_config(const TrainConfig& c) {
       "val_split (a share of `data`, e.g. 0.05)");
   FERRY_CHECK(c.early_stopping_patience == 0 || c.eval_steps > 0, kWhere,
               "early_stopping_patience counts evaluations during training: set eval_steps too");
+  FERRY_CHECK(c.disk_memory >= 0, kWhere, "disk_memory must be a size such as 100GiB, or 0 for no disk tier");
+  FERRY_CHECK(c.disk_layers >= -1, kWhere, "disk_layers must be >= 0, or -1 for the planner's choice");
+  FERRY_CHECK(
+      c.disk_layers <= 0 || c.disk_memory > 0, kWhere,
+      "disk_layers puts optimizer state on disk: set disk_memory (the most it may take) and disk_dir");
+  FERRY_CHECK(c.disk_memory == 0 || !c.disk_dir.empty(), kWhere,
+              "disk_memory puts optimizer state on disk, but disk_dir names no directory; set disk_dir to a "
+              "directory on a fast local disk (NVMe), or disk_memory: 0");
+  FERRY_CHECK(c.disk_memory == 0 || is_exact(c.optimizer_state), kWhere,
+              "the disk tier holds fp32 optimizer state; optimizer_state: {} is small enough to stay in host "
+              "memory: set disk_memory: 0, or optimizer_state: fp32",
+              state_format_name(c.optimizer_state));
   FERRY_CHECK(c.trace.empty() || !c.trace_steps.empty(), kWhere,
               "trace_steps must name at least one step to trace");
   for (int64_t s : c.trace_steps)

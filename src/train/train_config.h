@@ -110,7 +110,14 @@ struct TrainConfig {
   // Bytes ("200GiB"); bounds the whole process's host memory; empty: what the machine has available
   // less a margin (train/plan_selection.h).
   std::optional<int64_t> host_memory;
-  int64_t gpu_slots = 0;  // GPU slots for streamed units; 0: the planner chooses
+  // The disk tier of optimizer state (engine/disk_state_tier.h): at most disk_memory bytes
+  // ("100GiB") in a scratch file under disk_dir, used when host_memory cannot hold the state; the
+  // planner chooses how much goes there. 0 (the default): no disk tier. The file is removed when
+  // the run ends; checkpoints hold the state as ever.
+  int64_t disk_memory = 0;
+  std::filesystem::path disk_dir;
+  int64_t disk_layers = -1;  // layers whose state is forced onto disk; -1: the planner chooses
+  int64_t gpu_slots = 0;     // GPU slots for streamed units; 0: the planner chooses
   ActivationOffload offload_activations = ActivationOffload::Auto;
   RecomputePolicy recompute = RecomputePolicy::Auto;
   int64_t resident_layers = -1;  // layers kept on the GPU; -1: the planner chooses

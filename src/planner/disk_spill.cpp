@@ -1,0 +1,90 @@
+#include "planner/disk_spill.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/byte_size.h"
+#include "optim/state_arrays.h"
+#include "planner/disk_tier_layout.h"
+
+namespace ferry {
+
+std::vector<size_t> disk_eligible_units(const ModelLayout& layout, const Plan& plan) {
+  std::vector<size_t> units;
+  if (plan.optimizer_on_gpu() || plan.weight_upload != WeightUpload::HostShadow) return units;
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    if (layout.units[u].kind == UnitKind::Layer && plan.units[u] != UnitPlacement::ResidentWithOptimizer)
+      units.push_back(u);
+  return units;
+}
+
+Plan with_state_on_disk(const ModelLayout& layout, Plan plan, int64_t count) {
+  const std::vector<size_t> eligible = disk_eligible_units(layout, plan);
+  const size_t k = static_cast<size_t>(std::clamp<int64_t>(count, 0, static_cast<int64_t>(eligible.size())));
+  plan.state_on_disk.assign(layout.units.size(), false);
+  plan.disk_slots = k > 0 ? kDiskSlots : 0;
+  // The i-th of k at the middle of its share of the eligible layers: 1 of 8 → the 4th; 2 of 8 →
+  // the 2nd and 6th; 8 of 8 → all.
+  for (size_t i = 0; i < k; ++i) plan.state_on_disk[eligible[(2 * i + 1) * eligible.size() / (2 * k)]] = true;
+  return plan;
+}
+
+namespace {
+
+double disk_seconds(const DiskTierLayout& d, const MachineProfile& profile) {
+  if (d.file_bytes == 0 || profile.host.disk_read_bytes_per_s <= 0 ||
+      profile.host.disk_write_bytes_per_s <= 0)
+    return 0.0;
+  const double bytes = static_cast<double>(d.file_bytes);
+  return bytes / profile.host.disk_read_bytes_per_s + bytes / profile.host.disk_write_bytes_per_s;
+}
+
+}  // namespace
+
+double disk_hiding_tokens(const ModelLayout& layout, const Plan& plan, const MachineProfile& profile,
+                          const Prediction& prediction, int64_t tokens) {
+  const double disk = disk_seconds(disk_tier_layout(layout, plan), profile);
+  const double compute = prediction.busy[static_cast<int>(Lane::Compute)];
+  if (disk <= 0 || compute <= 0 || tokens <= 0) return 0.0;
+  return std::ceil(disk / (compute / static_cast<double>(tokens)));
+}
+
+std::vector<std::string> describe_disk_tier(const ModelLayout& layout, const Plan& plan,
+                                            const MachineProfile& profile, const Prediction& prediction,
+                                            int64_t tokens, size_t host_budget, bool forced) {
+  std::vector<std::string> lines;
+  const DiskTierLayout d = disk_tier_layout(layout, plan);
+  if (d.order.empty()) return lines;
+  size_t state = 0;
+  for (const auto& unit : layout.units) state += static_cast<size_t>(unit.numel) * state_bytes_per_param();
+  const size_t eligible = disk_eligible_units(layout, plan).size();
+  lines.push_back(fmt::format(
+      "optimizer state: {} in RAM, {} on disk ({} of {} layers that could go there, spread evenly), through "
+      "{} RAM buffers of {}; why: {}",
+      format_bytes(state - d.file_bytes), format_bytes(d.file_bytes), d.order.size(), eligible, d.slots,
+      format_bytes(d.slot_bytes),
+      forced ? std::string("disk_layers forces it")
+             : fmt::format("the host budget ({}) cannot hold it all, and this is the least on disk that fits",
+                           format_bytes(host_budget))));
+  const double seconds = disk_seconds(d, profile);
+  lines.push_back(fmt::format(
+      "disk traffic per step: {} read + {} written back = {:.3g} s at the profile's {:.2f} GB/s read, "
+      "{:.2f} GB/s write; the disk is busy {:.3g} s of the {:.3g} s step (the updater's DRAM share of "
+      "it is in the CPU's time)",
+      format_bytes(d.file_bytes), format_bytes(d.file_bytes), seconds,
+      profile.host.disk_read_bytes_per_s / 1e9, profile.host.disk_write_bytes_per_s / 1e9,
+      prediction.busy[static_cast<int>(Lane::Disk)], prediction.step_seconds));
+  const double hiding = disk_hiding_tokens(layout, plan, profile, prediction, tokens);
+  if (hiding > 0)
+    lines.push_back(fmt::format(
+        "hiding the disk under the GPU's compute needs >= {:.0f} tokens/step (this step has {}){}", hiding,
+        tokens,
+        hiding > static_cast<double>(tokens)
+            ? "; below that the step waits for the disk: raise global_batch or seq_len, or host_memory"
+            : ""));
+  return lines;
+}
+
+}  // namespace ferry

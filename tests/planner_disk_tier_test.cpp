@@ -1,0 +1,178 @@
+// The planner's disk tier on the 8B shape: the search puts the fewest layers' state on disk that
+// brings a plan under the host budget (spread over the layers), within the disk budget; without a
+// disk budget the refusal names the disk_memory that would do; the memory model counts the tier's
+// buffers instead of its units' state; the cost model charges the disk's time and says how many
+// tokens per step would hide it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "optim/host_array.h"
+#include "planner/disk_spill.h"
+#include "planner/disk_tier_layout.h"
+#include "planner/memory_model.h"
+#include "planner/search.h"
+#include "planner_8b_search_fixture.h"
+
+namespace ferry {
+namespace {
+
+using test::kGiB;
+
+class DiskPlanTest : public test::Llama8BSearchTest {
+ protected:
+  // PCIe 55 GB/s, a 20 G params/s CPU AdamW (fast, so that the disk is what the tier adds), and a
+  // disk of `disk` bytes/s each way.
+  MachineProfile with_disk(double disk) const {
+    MachineProfile p = machine(55e9, 20e9);
+    p.host.disk_read_bytes_per_s = disk;
+    p.host.disk_write_bytes_per_s = disk;
+    return p;
+  }
+  size_t host_of(const Candidate& c, const Plan& plan) const {
+    return host_bytes(config_, layout_, plan, c.shape.chunk_tokens, c.shape.chunks).total();
+  }
+  // The host budget of the best all-RAM plan at 24 GiB of GPU, less `short_by`.
+  size_t tight_host(size_t short_by) const {
+    PlanRequest r = request(24);
+    r.host_budget = 0;
+    const SearchResult ram = search_plans(config_, layout_, with_disk(2e9), r);
+    return ram.best.prediction.host.total() - short_by;
+  }
+};
+
+TEST_F(DiskPlanTest, DiskLayersAreSpreadOverTheLayers) {
+  PlanRequest r = request(24);
+  const SearchResult ram = search_plans(config_, layout_, with_disk(2e9), r);
+  ASSERT_EQ(ram.best.plan.disk_units(), 0) << "a host budget that holds the state uses no disk";
+  Plan p = ram.best.plan;
+  p.weight_upload = WeightUpload::HostShadow;
+  for (auto& u : p.units) u = UnitPlacement::Streamed;
+  const Plan four = with_state_on_disk(layout_, p, 4);
+  std::vector<size_t> on_disk;
+  for (size_t u = 0; u < four.state_on_disk.size(); ++u)
+    if (four.state_on_disk[u]) on_disk.push_back(u);
+  // 32 layers (units 1..32), 4 on disk: the middle of each eighth.
+  EXPECT_EQ(on_disk, (std::vector<size_t>{5, 13, 21, 29}));
+  EXPECT_EQ(four.disk_slots, kDiskSlots);
+  EXPECT_EQ(with_state_on_disk(layout_, p, 32).disk_units(), 32);
+  EXPECT_EQ(with_state_on_disk(layout_, p, 0).disk_units(), 0);
+  // Not with the masters uploaded from RAM.
+  Plan converting = p;
+  converting.weight_upload = WeightUpload::ConvertOnUpload;
+  EXPECT_TRUE(disk_eligible_units(layout_, converting).empty());
+}
+
+TEST_F(DiskPlanTest, TheSearchPutsTheFewestLayersOnDiskThatFitTheHost) {
+  PlanRequest r = request(24);
+  r.host_budget = tight_host(20 * kGiB);
+  r.disk_budget = 500 * kGiB;
+  const SearchResult s = search_plans(config_, layout_, with_disk(2e9), r);
+  const Plan& plan = s.best.plan;
+  const int64_t k = plan.disk_units();
+  ASSERT_GT(k, 0) << plan.describe();
+  EXPECT_LE(s.best.prediction.host.total(), r.host_budget);
+  Plan fewer = with_state_on_disk(layout_, plan, k - 1);
+  EXPECT_GT(host_of(s.best, fewer), r.host_budget) << "one layer fewer on disk would not fit";
+  const DiskTierLayout d = disk_tier_layout(layout_, plan);
+  EXPECT_EQ(s.best.prediction.disk_bytes, d.file_bytes);
+  // The disk lane reads and writes each disk layer's 12 bytes/param once a step.
+  EXPECT_NEAR(s.best.prediction.busy[static_cast<int>(Lane::Disk)],
+              2.0 * static_cast<double>(d.file_bytes) / 2e9, 1e-6);
+  EXPECT_NE(s.best.prediction.explain().find("disk"), std::string::npos);
+}
+
+TEST_F(DiskPlanTest, ADiskBudgetTooSmallIsRefusedWithTheBudgetsThatWork) {
+  PlanRequest r = request(24);
+  r.host_budget = tight_host(20 * kGiB);
+  for (size_t disk : {size_t{0}, size_t{1} << 20}) {
+    r.disk_budget = disk;
+    try {
+      search_plans(config_, layout_, with_disk(2e9), r);
+      FAIL() << "expected a refusal";
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("disk_memory of at least"), std::string::npos) << m;
+      EXPECT_NE(m.find("host_memory of at least"), std::string::npos) << m;
+    }
+  }
+}
+
+TEST_F(DiskPlanTest, TheMemoryModelCountsTheBuffersNotTheDiskUnitsState) {
+  const SearchResult ram = search_plans(config_, layout_, with_disk(2e9), request(24));
+  Plan p = ram.best.plan;
+  const Plan disk = with_state_on_disk(layout_, p, 8);
+  const HostBytes a = host_bytes(config_, layout_, p, kSeq, kGlobal);
+  const HostBytes b = host_bytes(config_, layout_, disk, kSeq, kGlobal);
+  const DiskTierLayout d = disk_tier_layout(layout_, disk);
+  size_t state = 0;
+  for (size_t u : d.order) state += 3 * HostArray::mapped_bytes(static_cast<size_t>(layout_.units[u].numel));
+  EXPECT_EQ(b.pageable, a.pageable - state + d.slots * d.slot_bytes);
+  EXPECT_EQ(b.pinned, a.pinned);
+  // Each region holds master, m and v at 4096-byte boundaries, one after another in update order.
+  size_t offset = 0;
+  for (size_t u : d.order) {
+    EXPECT_EQ(d.region_offset[u], offset);
+    EXPECT_EQ(d.region_offset[u] % 4096, 0u);
+    offset += d.region_bytes[u];
+  }
+  EXPECT_EQ(d.file_bytes, offset);
+}
+
+TEST_F(DiskPlanTest, ASlowDiskBoundsTheStepAndSaysHowManyTokensWouldHideIt) {
+  const SearchResult ram = search_plans(config_, layout_, with_disk(2e9), request(24));
+  const Candidate& c = ram.best;
+  Plan p = c.plan;
+  p.weight_upload = WeightUpload::HostShadow;
+  const Plan disk = with_state_on_disk(layout_, p, 32);  // every layer: 24 bytes/param a step
+  const MachineProfile slow = with_disk(0.5e9), fast = with_disk(1e12);
+  const Prediction on_slow = predict(config_, layout_, disk, slow, c.shape);
+  const Prediction on_fast = predict(config_, layout_, disk, fast, c.shape);
+  const Prediction in_ram = predict(config_, layout_, p, slow, c.shape);
+  EXPECT_GT(on_slow.step_seconds, 2.0 * in_ram.step_seconds) << on_slow.explain();
+  EXPECT_EQ(on_slow.bottleneck, Lane::Disk) << on_slow.explain();
+  EXPECT_NEAR(on_fast.step_seconds, in_ram.step_seconds, 0.05 * in_ram.step_seconds) << on_fast.explain();
+  // b·F/(6·rate) with the measured compute: the disk's seconds over the compute's seconds per token.
+  const int64_t tokens = c.shape.tokens();
+  const double hiding = disk_hiding_tokens(layout_, disk, slow, on_slow, tokens);
+  const double disk_s = 2.0 * static_cast<double>(disk_tier_layout(layout_, disk).file_bytes) / 0.5e9;
+  const double per_token = on_slow.busy[static_cast<int>(Lane::Compute)] / static_cast<double>(tokens);
+  EXPECT_EQ(hiding, std::ceil(disk_s / per_token));
+  EXPECT_GT(hiding, static_cast<double>(tokens));
+  const std::vector<std::string> lines = describe_disk_tier(layout_, disk, slow, on_slow, tokens, 0, true);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[2].find("tokens/step"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("raise global_batch"), std::string::npos) << lines[2];
+}
+
+// Updates during the backward take the disk units in landing order (the last layer first): the
+// tier reads them in that order too, and each crosses the disk once each way a step.
+TEST_F(DiskPlanTest, UpdatesDuringTheBackwardReadTheDiskInLandingOrder) {
+  PlanRequest r = request(24);
+  r.clipping = false;
+  r.update = UpdateSchedule::DuringBackward;
+  r.disk_budget = 500 * kGiB;
+  r.disk_layers = 5;
+  const SearchResult s = search_plans(config_, layout_, with_disk(2e9), r);
+  ASSERT_EQ(s.best.plan.update, UpdateSchedule::DuringBackward);
+  const DiskTierLayout d = disk_tier_layout(layout_, s.best.plan);
+  ASSERT_EQ(d.order.size(), 5u);
+  EXPECT_TRUE(std::is_sorted(d.order.rbegin(), d.order.rend()));
+  EXPECT_NEAR(s.best.prediction.busy[static_cast<int>(Lane::Disk)],
+              2.0 * static_cast<double>(d.file_bytes) / 2e9, 1e-6);
+}
+
+TEST_F(DiskPlanTest, DiskLayersCanBeForced) {
+  PlanRequest r = request(24);
+  r.disk_budget = 500 * kGiB;
+  r.disk_layers = 3;
+  const SearchResult s = search_plans(config_, layout_, with_disk(2e9), r);
+  EXPECT_EQ(s.best.plan.disk_units(), 3);
+  r.disk_budget = 0;
+  EXPECT_THROW(search_plans(config_, layout_, with_disk(2e9), r), Error);
+}
+
+}  // namespace
+}  // namespace ferry

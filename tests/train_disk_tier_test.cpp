@@ -1,0 +1,294 @@
+// The disk tier on the simulated device with a real file: a plan that keeps some layers'
+// optimizer state on disk must give the bits of the plain in-memory trainer (losses, norms, and
+// the masters, m and v of every unit), whatever the update schedule, the number of RAM buffers
+// and which layers are on disk; the state reads back for checkpoints and resumes exactly; the
+// file is gone when the engine is.
+#include <cstring>
+#include <filesystem>
+#include <span>
+
+#include "device/device.h"
+#include "engine/model_step.h"
+#include "engine/sliding_engine.h"
+#include "engine/unit_optimizer.h"
+#include "ops/device_ops.h"
+#include "optim/state_arrays.h"
+#include "planner/memory_model.h"
+#include "sliding_plans.h"
+#include "test_util.h"
+#include "train/model_init.h"
+
+namespace ferry {
+namespace {
+
+namespace fs = std::filesystem;
+using test::batch_for;
+using test::hyper_at;
+using test::kGlobal;
+using test::kMicro;
+using test::kSeq;
+using test::kSteps;
+using test::make_plan;
+using test::make_rows;
+
+struct State {
+  std::vector<std::vector<float>> masters, m, v;
+  std::vector<double> losses, norms;
+};
+
+State plain_state(const ModelConfig& config, const std::vector<PackedRow>& rows, double max_norm,
+                  int64_t steps) {
+  State state;
+  init_random_weights(config, 9, state.masters);
+  const ModelLayout layout = build_model_layout(config);
+  auto ops = make_cpu_ops();
+  ModelStep step(config, layout, *ops, kMicro * kSeq, kGlobal / kMicro);
+  UnitOptimizer opt(layout, false);
+  std::vector<std::vector<float>> grads;
+  for (const auto& u : layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
+  std::vector<float*> p, g;
+  for (auto& u : state.masters) p.push_back(u.data());
+  for (auto& u : grads) g.push_back(u.data());
+  for (int64_t s = 0; s < steps; ++s) {
+    const StepLoss loss = step.run(p, g, batch_for(rows, s));
+    const UpdateStats stats =
+        opt.step(p, std::vector<const float*>(g.begin(), g.end()), hyper_at(s), max_norm, s + 1);
+    state.losses.push_back(loss.mean());
+    state.norms.push_back(stats.grad_norm);
+  }
+  state.m = opt.m();
+  state.v = opt.v();
+  return state;
+}
+
+std::span<const std::byte> bytes_of(const std::vector<float>& v) {
+  return std::as_bytes(std::span(v));
+}
+
+void put_state(UnitUpdater& host, size_t u, const std::vector<float>& master, const std::vector<float>& m,
+               const std::vector<float>& v) {
+  host.copy_state_in(u, {bytes_of(master), bytes_of(m), bytes_of(v)});
+}
+
+State read_state(UnitUpdater& host, const ModelLayout& layout) {
+  State s;
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    const size_t n = static_cast<size_t>(layout.units[u].numel);
+    s.masters.emplace_back(n);
+    s.m.emplace_back(n);
+    s.v.emplace_back(n);
+    host.copy_state_out(
+        u, {std::as_writable_bytes(std::span(s.masters.back())),
+            std::as_writable_bytes(std::span(s.m.back())), std::as_writable_bytes(std::span(s.v.back()))});
+  }
+  return s;
+}
+
+void expect_same_state(const State& actual, const State& expected) {
+  ASSERT_EQ(actual.masters.size(), expected.masters.size());
+  for (size_t u = 0; u < expected.masters.size(); ++u) {
+    EXPECT_EQ(actual.masters[u], expected.masters[u]) << "master of unit " << u;
+    EXPECT_EQ(actual.m[u], expected.m[u]) << "m of unit " << u;
+    EXPECT_EQ(actual.v[u], expected.v[u]) << "v of unit " << u;
+  }
+}
+
+Plan on_disk(Plan p, std::vector<size_t> units, int64_t slots, const fs::path& dir) {
+  p.state_on_disk.assign(p.units.size(), false);
+  for (size_t u : units) p.state_on_disk[u] = true;
+  p.disk_slots = slots;
+  p.disk_dir = dir.string();
+  return p;
+}
+
+class DiskTierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    nlohmann::json json = preset_config("qwen3", "tiny").raw;
+    json["num_hidden_layers"] = 4;
+    config_ = parse_model_config(json, "test");
+    layout_ = build_model_layout(config_);
+    rows_ = make_rows(config_.vocab_size, 5);
+  }
+
+  // Runs `steps` steps from the initial weights (or, with `from`, from that state at step
+  // `first`) and returns the losses, norms and the whole state read back.
+  State run(const Plan& plan, double max_norm, int64_t first = 0, const State* from = nullptr) {
+    std::vector<std::vector<float>> init;
+    init_random_weights(config_, 9, init);
+    auto device = make_sim_device({});
+    auto ops = make_device_ops(*device);
+    SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+    for (size_t u = 0; u < layout_.units.size(); ++u) {
+      const std::vector<float> zeros(init[u].size(), 0.0f);
+      if (from)
+        put_state(engine.host(), u, from->masters[u], from->m[u], from->v[u]);
+      else
+        put_state(engine.host(), u, init[u], zeros, zeros);
+    }
+    engine.weights_changed(first);
+    std::vector<double> losses, norms;
+    for (int64_t s = first; s < kSteps; ++s) {
+      const SlidingStepResult r = engine.step(s + 1, batch_for(rows_, s), hyper_at(s), max_norm);
+      losses.push_back(r.loss);
+      norms.push_back(r.grad_norm);
+    }
+    engine.finish_updates();
+    State state = read_state(engine.host(), layout_);
+    state.losses = losses;
+    state.norms = norms;
+    if (plan.disk_units() > 0) {
+      EXPECT_TRUE(engine.host().disk() != nullptr);
+      EXPECT_TRUE(fs::exists(engine.host().disk()->path()));
+      file_ = engine.host().disk()->path();
+    }
+    return state;
+  }
+
+  void expect_identical(const State& actual, const State& expected) {
+    EXPECT_EQ(actual.losses, expected.losses);
+    EXPECT_EQ(actual.norms, expected.norms);
+    expect_same_state(actual, expected);
+  }
+
+  ModelConfig config_;
+  ModelLayout layout_;
+  std::vector<PackedRow> rows_;
+  fs::path file_;
+};
+
+TEST_F(DiskTierTest, AfterBackwardWithClippingIsBitIdenticalToTheAllRamRun) {
+  test::ScratchDir dir("disk-tier");
+  const State reference = plain_state(config_, rows_, 0.5, kSteps);
+  const Plan ram = make_plan(layout_, 4, 2, {}, {1}, UpdateSchedule::AfterBackward);
+  expect_identical(run(ram, 0.5), reference);
+  for (int64_t slots : {1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << slots << " RAM buffers");
+    expect_identical(run(on_disk(ram, {2, 3}, slots, dir.path()), 0.5), reference);
+    EXPECT_FALSE(fs::exists(file_)) << "the state file goes with the engine";
+  }
+  // Every layer on disk, more buffers than disk units.
+  expect_identical(run(on_disk(ram, {1, 2, 3, 4}, 3, dir.path()), 0.5), reference);
+  expect_identical(run(on_disk(ram, {3}, 3, dir.path()), 0.5), reference);
+}
+
+TEST_F(DiskTierTest, DuringBackwardIsBitIdenticalToTheAllRamRun) {
+  test::ScratchDir dir("disk-tier");
+  const State reference = plain_state(config_, rows_, 0.0, kSteps);
+  const Plan ram = make_plan(layout_, 4, 2, {}, {3}, UpdateSchedule::DuringBackward);
+  for (int64_t slots : {1, 2, 3})
+    expect_identical(run(on_disk(ram, {1, 3, 4}, slots, dir.path()), 0.0), reference);
+  // With resident layers beside the disk ones.
+  const Plan resident = make_plan(layout_, 4, 2, {2, 4}, {}, UpdateSchedule::DuringBackward);
+  expect_identical(run(on_disk(resident, {2, 3}, 2, dir.path()), 0.0), reference);
+}
+
+TEST_F(DiskTierTest, CheckpointStateAndResumeAreExact) {
+  test::ScratchDir dir("disk-tier");
+  const State reference = plain_state(config_, rows_, 0.5, kSteps);
+  const State at2 = plain_state(config_, rows_, 0.5, 2);
+  const Plan plan =
+      on_disk(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), {1, 2, 4}, 2, dir.path());
+  // What a checkpoint after step 2 reads is the plain trainer's state.
+  {
+    std::vector<std::vector<float>> init;
+    init_random_weights(config_, 9, init);
+    auto device = make_sim_device({});
+    auto ops = make_device_ops(*device);
+    SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+    for (size_t u = 0; u < layout_.units.size(); ++u) {
+      const std::vector<float> zeros(init[u].size(), 0.0f);
+      put_state(engine.host(), u, init[u], zeros, zeros);
+    }
+    engine.weights_changed(0);
+    for (int64_t s = 0; s < 2; ++s) engine.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5);
+    engine.finish_updates();
+    expect_same_state(read_state(engine.host(), layout_), at2);
+    // Reading the state between steps does not disturb the next steps.
+    for (int64_t s = 2; s < kSteps; ++s) {
+      const SlidingStepResult r = engine.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5);
+      EXPECT_EQ(r.loss, reference.losses[static_cast<size_t>(s)]);
+    }
+    engine.finish_updates();
+    expect_same_state(read_state(engine.host(), layout_), reference);
+  }
+  // Resumed from that state, the last steps give the reference's bits.
+  State resumed = run(plan, 0.5, 2, &at2);
+  EXPECT_EQ(resumed.losses, std::vector<double>(reference.losses.begin() + 2, reference.losses.end()));
+  EXPECT_EQ(resumed.norms, std::vector<double>(reference.norms.begin() + 2, reference.norms.end()));
+  expect_same_state(resumed, reference);
+}
+
+// While the worker waits for the next step's gradients it polls the tier, so the first disk unit
+// of each step is read during the step, not when its update starts: only the first acquire (after
+// loading, which reads state through the tier) finds nothing read ahead.
+TEST_F(DiskTierTest, TheNextStepsFirstDiskUnitIsReadAhead) {
+  test::ScratchDir dir("disk-tier");
+  const Plan plan =
+      on_disk(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), {2, 4}, 2, dir.path());
+  std::vector<std::vector<float>> init;
+  init_random_weights(config_, 9, init);
+  // Copies of a millisecond each: a step of the tiny model takes tens of milliseconds, as a real
+  // step is long against a write-back, and a loaded machine's slow write-back still fits in it.
+  SimDeviceOptions slow;
+  slow.copy_latency_seconds = 1e-3;
+  auto device = make_sim_device(slow);
+  auto ops = make_device_ops(*device);
+  SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    const std::vector<float> zeros(init[u].size(), 0.0f);
+    put_state(engine.host(), u, init[u], zeros, zeros);
+  }
+  engine.weights_changed(0);
+  constexpr int64_t kLongerRun = 10;  // without polling, most steps' first acquire would find nothing read
+  for (int64_t s = 0; s < kLongerRun; ++s) engine.step(s + 1, batch_for(rows_, s), hyper_at(s % kSteps), 0.5);
+  engine.finish_updates();
+  // Without the polling, every step's (10); on a loaded machine some write-backs take longer than
+  // a step of this tiny model, so only most steps are asked of it here.
+  EXPECT_LE(engine.host().disk()->unready_acquires(), static_cast<size_t>(kLongerRun / 2 + 1));
+}
+
+// The memory model is the truth with a disk tier too: the pinned memory is what it says, and the
+// pageable memory is the RAM units' state plus the tier's buffers.
+TEST_F(DiskTierTest, AllocatesWhatTheMemoryModelSays) {
+  test::ScratchDir dir("disk-tier");
+  const Plan plan =
+      on_disk(make_plan(layout_, 4, 2, {4}, {0}, UpdateSchedule::AfterBackward), {1, 3}, 3, dir.path());
+  auto device = make_sim_device({});
+  auto ops = make_device_ops(*device);
+  SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+  const HostBytes h = host_bytes(config_, layout_, plan, kMicro * kSeq, kGlobal / kMicro);
+  EXPECT_EQ(device->pinned_memory().in_use, h.pinned);
+  size_t pageable = 0;
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    EXPECT_EQ(engine.host().on_disk(u), u == 1 || u == 3);
+    pageable += 3 * HostArray::mapped_bytes(engine.host().unit(u).master.size());
+  }
+  const DiskTierLayout& d = engine.host().disk()->layout();
+  pageable += HostArray::mapped_bytes(d.ram_bytes() / sizeof(float));
+  EXPECT_EQ(pageable, h.pageable);
+  EXPECT_EQ(fs::file_size(engine.host().disk()->path()), d.file_bytes);
+}
+
+TEST_F(DiskTierTest, RefusesUnitsItCannotHold) {
+  test::ScratchDir dir("disk-tier");
+  const Plan base = make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward);
+  auto device = make_sim_device({});
+  auto ops = make_device_ops(*device);
+  auto message = [&](const Plan& plan) -> std::string {
+    try {
+      SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return {};
+  };
+  EXPECT_NE(message(on_disk(base, {0}, 2, dir.path())).find("decoder layers only"), std::string::npos);
+  EXPECT_NE(message(on_disk(base, {1}, 2, "")).find("set disk_dir"), std::string::npos);
+  Plan converting = on_disk(base, {1}, 2, dir.path());
+  converting.weight_upload = WeightUpload::ConvertOnUpload;
+  EXPECT_NE(message(converting).find("host-shadow"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ferry
