@@ -35,6 +35,12 @@ for part in ${PARTS:-tests roundtrip bench train}; do
         timeout 120 python3 tools/check_hf_output.py "$d/model" "$d/logits.safetensors" >> "$L/roundtrip.log" 2>&1
         echo "   $d rc=$?" | tee -a "$L/summary.log"
       done ;;
+    goldens)
+      # HF goldens of the cases in GOLDEN_CASES (tools/make_hf_goldens.py), into $OUT/goldens.tgz.
+      G=$(mktemp -d)
+      args=""; for c in ${GOLDEN_CASES:-yarn}; do args="$args --case $c"; done
+      run goldens 300 python3 tools/make_hf_goldens.py "$G" $args
+      tar -C "$G" -czf "$OUT/goldens.tgz" . ;;
     bench)
       run flash_attention_bench 180 "$B/flash_attention_bench"
       run sdpa_baseline 180 python3 bench/sdpa_baseline.py
@@ -67,19 +73,21 @@ with open("/tmp/markov.jsonl", "w") as f:
         f.write(json.dumps({"input_ids": t}) + "\n")
 PY
       [ -d /tmp/small ] || "$B/ferry" init --arch llama --preset small --dtype float32 --out /tmp/small >> "$L/init.log" 2>&1
-      for mode in resident offloaded converted; do
+      # CURVE_MODES: resident, offloaded, converted, and lean-FORMAT (offloaded with optimizer_state FORMAT).
+      curves=""
+      for mode in ${CURVE_MODES:-resident offloaded converted}; do
         extra=""
         [ "$mode" = offloaded ] && extra="gpu_slots=2 offload_activations=all resident_layers=0 weight_upload=bf16-host-shadow"
         [ "$mode" = converted ] && extra="gpu_slots=2 offload_activations=all resident_layers=0 weight_upload=convert-on-upload"
+        case "$mode" in lean-*) extra="gpu_slots=2 offload_activations=all resident_layers=0 optimizer_state=${mode#lean-}" ;; esac
+        curves="$curves --ferry $mode=/tmp/curve-$mode/metrics.jsonl"
         rm -rf "/tmp/curve-$mode"
         run "losscurve-ferry-$mode" 300 "$B/ferry" train /dev/null model=/tmp/small data=/tmp/markov.jsonl \
           output_dir=/tmp/curve-$mode seq_len=512 global_batch=16 micro_batch=4 max_steps=200 learning_rate=1e-3 \
           warmup_steps=20 weight_decay=0.1 max_grad_norm=1.0 shuffle=false packing=false device=cuda logging_steps=20 $extra
       done
       run losscurve-check 600 python3 tools/loss_curve_check.py --model /tmp/small --data /tmp/markov.jsonl --steps 200 \
-        --ferry resident=/tmp/curve-resident/metrics.jsonl --ferry offloaded=/tmp/curve-offloaded/metrics.jsonl \
-        --ferry converted=/tmp/curve-converted/metrics.jsonl \
-        --report "$L/losscurve.json" ;;
+        $curves --report "$L/losscurve.json" ;;
     train)
       stage train
       python3 - <<'PY'
