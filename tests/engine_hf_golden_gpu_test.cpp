@@ -100,7 +100,7 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, HfGoldenGpu,
-                         ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "tied", "packed"));
+                         ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "tied", "packed", "yarn"));
 
 }  // namespace
 }  // namespace ferry

@@ -144,7 +144,7 @@ TEST_P(HfGolden, LogitsLossGradientsAndThreeAdamWSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, HfGolden,
-                         ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "tied", "packed"));
+                         ::testing::Values("llama3", "mistral", "qwen2", "qwen3", "tied", "packed", "yarn"));
 
 }  // namespace
 }  // namespace ferry

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/error.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -124,6 +125,17 @@ TEST(TrainConfig, AMissingFileSaysWhichAndWhy) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST(TrainConfig, TheDiskTierHoldsExactStateOnly) {
+  try {
+    parse_train_config("", {"disk_memory=100GiB", "disk_dir=/tmp", "optimizer_state=bf16sr_q8"}, "test");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the disk tier holds fp32 optimizer state"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(parse_train_config("", {"disk_memory=100GiB", "disk_dir=/tmp"}, "test"));
 }
 
 }  // namespace

@@ -55,7 +55,8 @@ TEST_P(LeanGpuTest, TracksTheExactRunAndResumes) {
     ASSERT_TRUE(std::isfinite(lean[i]));
     EXPECT_NEAR(lean[i] / exact[i], 1.0, 0.02) << "step " << i + 1;
   }
-  EXPECT_LT(lean.back(), lean.front());
+  // (Random tokens hold nothing to learn in 8 steps: the losses are compared with the exact run's,
+  // not with their own start.)
   TrainHooks stop;
   stop.stop_after_steps = 4;
   losses(config("split", GetParam()), stop);
