@@ -6,24 +6,16 @@
 // `ferry plan --preset llama/llama-3.1-8b [CONFIG.yaml] [key=value ...]` plans for a preset's shape
 // (`ferry init --list` shows them), so that planning an 8B needs neither its weights nor its
 // config.json.
-#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "core/host_memory.h"
-#include "device/device.h"
-#include "device/memory_ledger.h"
 #include "model/unit_layout.h"
-#include "ops/device_ops.h"
-#include "planner/memory_model.h"
-#include "planner/nominal_profile.h"
 #include "train/device_choice.h"
-#include "train/model_init.h"
 #include "train/model_source.h"
+#include "train/plan_report.h"
 #include "train/plan_selection.h"
-#include "train/profile_cache.h"
 #include "train/train_config.h"
 
 namespace ferry::cli {
@@ -31,186 +23,6 @@ namespace ferry::cli {
 namespace {
 
 constexpr const char* kWhere = "plan";
-
-// "0-7 offloaded to the host, 8-31 kept on the GPU": runs of equal values, by layer.
-template <typename T, typename Name>
-std::string runs(const std::vector<T>& values, Name name) {
-  std::string out;
-  for (size_t begin = 0; begin < values.size();) {
-    size_t end = begin;
-    while (end + 1 < values.size() && values[end + 1] == values[begin]) ++end;
-    out += fmt::format("{}{} {}", out.empty() ? "" : ", ",
-                       begin == end ? fmt::format("{}", begin) : fmt::format("{}-{}", begin, end),
-                       name(values[begin]));
-    begin = end + 1;
-  }
-  return out;
-}
-
-const char* unit_words(UnitPlacement p) {
-  switch (p) {
-    case UnitPlacement::Streamed:
-      return "streamed through the slots";
-    case UnitPlacement::ResidentParams:
-      return "resident";
-    case UnitPlacement::ResidentWithOptimizer:
-      return "resident with GPU AdamW";
-  }
-  return "?";
-}
-
-std::string share(size_t bytes, size_t budget) {
-  return budget > 0 ? fmt::format("{:>10} of {:>10} ({:.0f}%)", format_bytes(bytes), format_bytes(budget),
-                                  100.0 * static_cast<double>(bytes) / static_cast<double>(budget))
-                    : fmt::format("{:>10}", format_bytes(bytes));
-}
-
-// How the updated weights reach the GPU, and, where the masters are uploaded, why: the search
-// converts on upload only where the bf16 host shadow does not fit host_memory (unless forced).
-void print_weight_upload(const ModelConfig& model, const ModelLayout& layout, const Candidate& c,
-                         size_t host_budget) {
-  const Plan& p = c.plan;
-  if (p.weight_upload == WeightUpload::HostShadow) {
-    std::printf("  weights uploaded from the bf16 copy the CPU AdamW writes into pinned memory\n");
-    return;
-  }
-  const GradientLanding g = gradient_landing(layout, p);
-  fmt::print(
-      "  weights uploaded as the fp32 masters (pinned), converted to {} on the GPU; gradients land {}\n",
-      dtype_name(p.weight_dtype),
-      g.ring_buffers > 0 ? fmt::format("in a ring of {} layer-sized pinned buffers", g.ring_buffers)
-                         : std::string("in a pinned buffer per unit"));
-  Plan shadow = p;
-  shadow.weight_upload = WeightUpload::HostShadow;
-  const size_t shadow_host = host_bytes(model, layout, shadow, c.shape.chunk_tokens, c.shape.chunks).total();
-  if (host_budget > 0 && shadow_host > host_budget)
-    fmt::print("  (with the bf16 copy this plan would need {} of host memory, more than host_memory {})\n",
-               format_bytes(shadow_host), format_bytes(host_budget));
-}
-
-void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout, const Candidate& c,
-                             size_t host_budget) {
-  const Plan& p = c.plan;
-  std::printf("  %s\n", p.describe().c_str());
-  if (p.optimizer_on_gpu()) return;
-  print_weight_upload(model, layout, c, host_budget);
-  std::vector<UnitPlacement> layers(p.units.begin() + 1, p.units.end() - 1);
-  std::printf("  embedding %s; head %s\n", unit_words(p.units[layout.embedding_unit()]),
-              unit_words(p.units[layout.head_unit()]));
-  std::printf("  layers %s\n", runs(layers, unit_words).c_str());
-  std::printf("  boundary activations of layers %s\n",
-              runs(p.activations, [](ActivationPlacement a) {
-                switch (a) {
-                  case ActivationPlacement::KeepOnGpu:
-                    return "kept on the GPU";
-                  case ActivationPlacement::OffloadToHost:
-                    return "offloaded to the host";
-                  case ActivationPlacement::KeepWithInternals:
-                    return "kept on the GPU with their internals (no recompute)";
-                }
-                return "?";
-              }).c_str());
-  std::printf("  micro-chunks of %lld tokens (micro-batch %lld), %lld per step\n",
-              static_cast<long long>(c.shape.chunk_tokens), static_cast<long long>(p.micro_batch),
-              static_cast<long long>(c.shape.chunks));
-}
-
-void print_selection(const TrainConfig& config, const ModelConfig& model, const ModelLayout& layout,
-                     const PlanTarget& target, const PlanSelection& s) {
-  const Candidate& best = s.result.best;
-  const Prediction& p = best.prediction;
-  std::printf("model:     %s (%s, %lld layers, hidden %lld, %.2fB parameters)\n",
-              config.model.string().c_str(), model.architecture_name.c_str(),
-              static_cast<long long>(model.num_layers), static_cast<long long>(model.hidden_size),
-              static_cast<double>(layout.parameter_count()) / 1e9);
-  std::printf("batch:     %lld sequences of %lld tokens per step (%lld tokens)\n",
-              static_cast<long long>(config.global_batch), static_cast<long long>(config.seq_len),
-              static_cast<long long>(config.global_batch * config.seq_len));
-  std::printf("device:    %s; profile: %s\n", target.device.c_str(), s.profile_source.c_str());
-  std::printf("budgets:   device %s (gpu_memory, %.0f%% kept free), host %s (%s)\n\n",
-              format_bytes(s.request.device_budget).c_str(), 100.0 * s.request.headroom,
-              s.request.host_budget > 0 ? format_bytes(s.request.host_budget).c_str() : "unlimited",
-              s.request.host_budget > 0 ? s.request.host_budget_source.c_str() : "no host_memory");
-
-  std::printf("plan\n");
-  print_candidate_summary(model, layout, best, s.request.host_budget);
-  std::printf("\npredicted step time %.4g s, %.0f tokens/s, GPU idle %.0f%%\n", p.step_seconds,
-              p.tokens_per_second, 100.0 * p.gpu_idle_fraction);
-  std::printf("bottleneck: %s\n  %s\n", lane_name(p.bottleneck), best.explanation.c_str());
-  for (const std::string& line : describe_advice(s)) std::printf("%s\n", line.c_str());
-  std::printf("\nmemory (peak)\n");
-  std::printf(
-      "  GPU       %s  slots %s, resident %s, activations %s, scratch %s, ops workspace %s, other %s\n",
-      share(p.device.total(), s.request.device_budget).c_str(), format_bytes(p.device.slots).c_str(),
-      format_bytes(p.device.resident).c_str(), format_bytes(p.device.activations).c_str(),
-      format_bytes(p.device.scratch).c_str(), format_bytes(p.device.ops_workspace).c_str(),
-      format_bytes(p.device.other).c_str());
-  std::printf("  pinned    %s\n", share(p.host.pinned, 0).c_str());
-  std::printf("  pageable  %s  (%s)\n", share(p.host.pageable, 0).c_str(),
-              describe_state_format(best.plan.optimizer_state).c_str());
-  std::printf("  beside    %s  (the process beside the engine: runtime, data, an allowance)\n",
-              share(p.host.beside, 0).c_str());
-  if (p.host.device > 0)
-    std::printf("  device    %s  (the simulated device's memory is host memory)\n",
-                share(p.host.device, 0).c_str());
-  std::printf("  host      %s  (%s)\n", share(p.host.total(), s.request.host_budget).c_str(),
-              s.request.host_budget_source.c_str());
-  if (p.disk_bytes > 0)
-    std::printf("  disk      %s  (optimizer state in disk_dir %s, of disk_memory %s)\n",
-                share(p.disk_bytes, s.request.disk_budget).c_str(), config.disk_dir.string().c_str(),
-                format_bytes(static_cast<size_t>(config.disk_memory)).c_str());
-  else
-    std::printf("  disk      none%s\n", config.disk_memory > 0 ? " (the host budget holds the state)"
-                                                               : " (disk_memory: 0, no disk tier)");
-  const std::vector<std::string> disk = describe_disk(s);
-  if (!disk.empty()) std::printf("\ndisk tier\n");
-  for (const std::string& line : disk) std::printf("  %s\n", line.c_str());
-
-  if (!s.result.alternatives.empty()) std::printf("\nnext best alternatives\n");
-  for (size_t i = 0; i < s.result.alternatives.size(); ++i) {
-    const Candidate& c = s.result.alternatives[i];
-    std::printf("%zu. step %.4g s, %.0f tokens/s, GPU %s, host %s\n", i + 1, c.prediction.step_seconds,
-                c.prediction.tokens_per_second, format_bytes(c.prediction.device.total()).c_str(),
-                format_bytes(c.prediction.host.total()).c_str());
-    std::printf("   %s\n", c.explanation.c_str());
-  }
-  std::printf("\n%zu plans simulated\n", s.result.simulated);
-}
-
-// The profile to plan with: --nominal's rates, `profile: FILE`, else this machine's (cached, or
-// measured now on the config's device).
-MachineProfile plan_profile(const TrainConfig& config, const ModelConfig& model, const DeviceChoice& choice,
-                            bool nominal, std::string* source) {
-  if (nominal) {
-    MachineProfile p = nominal_profile(model, config.seq_len, choice.target.weight_dtype);
-    *source = p.device_name;
-    return p;
-  }
-  if (!config.profile.empty()) {
-    MachineProfile p = load_profile_file(config, model);
-    *source = config.profile.string();
-    return p;
-  }
-  if (choice.gpu_memory > 0) {  // refused before measuring, which needs device memory too
-    PlanTarget sized = choice.target;
-    sized.device_budget = choice.gpu_memory;
-    check_device_budget(model, build_model_layout(model), plan_request(config, sized, 0.0));
-  }
-  const std::unique_ptr<Device> device = make_chosen_device(choice);
-  const std::unique_ptr<Ops> ops = make_device_ops(*device);
-  ProfileOrigin origin = ProfileOrigin::Measured;
-  MachineProfile p = obtain_profile(config, model, *device, *ops, {}, &origin);
-  *source = fmt::format("{}, {}", p.device_name, origin == ProfileOrigin::Cache ? "cached" : "measured now");
-  return p;
-}
-
-// "llama/llama-3.1-8b" -> that preset's config.
-ModelConfig preset_model(const std::string& spec) {
-  const size_t slash = spec.find('/');
-  FERRY_CHECK(slash != std::string::npos && slash > 0 && slash + 1 < spec.size(), kWhere,
-              "--preset takes ARCH/NAME, like llama/llama-3.1-8b; ferry init --list shows them");
-  return preset_config(spec.substr(0, slash), spec.substr(slash + 1));
-}
 
 }  // namespace
 
