@@ -258,7 +258,7 @@ void SlidingEngine::upload_tokens(const StepBatch& batch, const std::vector<int3
   std::memcpy(host + stride, batch.targets.data(), n * 4);
   std::memcpy(host + 2 * stride, batch.positions.data(), n * 4);
   std::memcpy(host + 3 * stride, batch.doc_start.data(), n * 4);
-  std::memcpy(host + 4 * stride, rows.data(), rows.size() * 4);
+  if (!rows.empty()) std::memcpy(host + 4 * stride, rows.data(), rows.size() * 4);  // none in an evaluation
   device_.copy_to_device(buffers_.tokens.data(), host, kStepTokenArrays * stride * sizeof(int32_t),
                          StreamKind::HostToDevice);
   tokens_free_ = device_.record(StreamKind::HostToDevice);
