@@ -4,7 +4,7 @@
 # Expects the binaries and the Debian libraries they need unpacked in .device/bundle (see
 # tools/make_gpu_bundle.sh) and writes logs to $OUT/logs.
 # Knobs (environment): PARTS, GPU_TESTS, PROFILE_MODELS, MODELS, BUDGETS, GLOBAL_BATCH, MICRO_BATCH,
-# STEPS, TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY, TAG (suffix
+# STEPS, TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY, EXTRA_YAML (more config lines), TAG (suffix
 # of the train logs, for several settings in one call), HAND_TARGET + HAND_PLANS, PEERS, KEEP_LOGS.
 set -u
 root="$(pwd)"
@@ -97,15 +97,21 @@ with open("/tmp/tokens.jsonl", "w") as f:
     for _ in range(256):
         f.write(json.dumps({"input_ids": [rng.randrange(128000) for _ in range(2048)]}) + "\n")
 PY
-      for model in ${MODELS:-llama-3.2-1b}; do
-      [ -d "/tmp/$model" ] || timeout 180 "$B/ferry" init --arch llama --preset "$model" --out "/tmp/$model" >> "$L/init.log" 2>&1
+      # MODELS: llama preset names written to /tmp by `ferry init`, or preset:ARCH/NAME (in-memory random
+      # weights, nothing on disk).
+      for model_spec in ${MODELS:-llama-3.2-1b}; do
+      case "$model_spec" in
+        preset:*) model="${model_spec##*/}"; model_line="model: $model_spec" ;;
+        *) model="$model_spec"; model_line="model: /tmp/$model"
+           [ -d "/tmp/$model" ] || timeout 180 "$B/ferry" init --arch llama --preset "$model" --out "/tmp/$model" >> "$L/init.log" 2>&1 ;;
+      esac
       for budget in ${BUDGETS:-24GiB 130GiB}; do
         name="$model-$budget${TAG:+-$TAG}"
         trace_lines=""
         [ "${TRACE:-1}" = 1 ] && trace_lines="trace: $L/trace-$name.json
 trace_steps: ${TRACE_STEPS:-3}"
         cat > /tmp/train.yaml <<YAML
-model: /tmp/$model
+$model_line
 data: /tmp/tokens.jsonl
 output_dir: /tmp/out-$model-$budget
 seq_len: 2048
@@ -120,6 +126,7 @@ max_grad_norm: ${MAX_GRAD_NORM:-1.0}
 ${HOST_MEMORY:+host_memory: $HOST_MEMORY}
 save_steps: 0
 $trace_lines
+${EXTRA_YAML:-}
 YAML
         # The host memory sampled each second beside the plan (the run writes its own per-phase
         # report, host_memory.json, into its output_dir).
