@@ -1,31 +1,31 @@
 // Where ferry looks for cuDNN's graph library (ops/cuda/cudnn_library.h opens the first that
-// loads), in this order:
-//  1. FERRY_CUDNN_LIBRARY: the library file itself, or the directory holding it;
-//  2. "libcudnn_graph.so.9" by name: LD_LIBRARY_PATH and the system's library cache;
-//  3. CUDNN_PATH and CUDNN_HOME, each's lib64 and lib;
-//  4. the CUDA toolkit: CUDA_HOME's and /usr/local/cuda's lib64 and lib;
-//  5. the nvidia-cudnn wheels PyTorch installs (python3.*/{site,dist}-packages/nvidia/cudnn/lib)
-//     under a virtualenv, a conda prefix, the user's ~/.local, /usr/local and /usr.
-// Most users of ferry also have PyTorch, whose wheels carry cuDNN where the loader does not look;
-// the library's own RUNPATH ($ORIGIN) then finds its engine libraries beside it.
-//
-// Plain C++ (no CUDA): the order is a pure function of the environment and of what the globs
-// match, tested without a GPU.
+// loads): core/library_search.h's order with FERRY_CUDNN_LIBRARY, CUDNN_PATH/CUDNN_HOME and the
+// nvidia-cudnn wheel.
 #pragma once
 
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "core/library_search.h"
+
 namespace ferry {
 
 inline constexpr const char* kCudnnGraphLibrary = "libcudnn_graph.so.9";
 
+inline LibrarySearch cudnn_graph_search() {
+  return {kCudnnGraphLibrary, "FERRY_CUDNN_LIBRARY", {"CUDNN_PATH", "CUDNN_HOME"}, "nvidia/cudnn/lib"};
+}
+
 // `getenv` returns nullptr for an unset variable; `glob` lists the paths a pattern matches.
-std::vector<std::string> cudnn_library_candidates(
+inline std::vector<std::string> cudnn_library_candidates(
     const std::function<const char*(const char*)>& getenv,
-    const std::function<std::vector<std::string>(const std::string&)>& glob);
+    const std::function<std::vector<std::string>(const std::string&)>& glob) {
+  return library_candidates(cudnn_graph_search(), getenv, glob);
+}
 // The same from this process's environment and file system.
-std::vector<std::string> cudnn_library_candidates();
+inline std::vector<std::string> cudnn_library_candidates() {
+  return library_candidates(cudnn_graph_search());
+}
 
 }  // namespace ferry

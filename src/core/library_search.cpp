@@ -1,4 +1,4 @@
-#include "ops/cudnn_search_paths.h"
+#include "core/library_search.h"
 
 #include <glob.h>
 
@@ -20,29 +20,29 @@ std::vector<std::string> glob_paths(const std::string& pattern) {
 
 }  // namespace
 
-std::vector<std::string> cudnn_library_candidates(
-    const std::function<const char*(const char*)>& getenv,
+std::vector<std::string> library_candidates(
+    const LibrarySearch& search, const std::function<const char*(const char*)>& getenv,
     const std::function<std::vector<std::string>(const std::string&)>& glob) {
   std::vector<std::string> out;
   auto add = [&](const std::string& path) {
     if (!path.empty() && std::find(out.begin(), out.end(), path) == out.end()) out.push_back(path);
   };
   auto in_dir = [&](const std::string& dir) {
-    if (!dir.empty()) add(dir + (dir.ends_with("/") ? "" : "/") + kCudnnGraphLibrary);
+    if (!dir.empty()) add(dir + (dir.ends_with("/") ? "" : "/") + search.file);
   };
-  auto var = [&](const char* name) -> std::string {
-    const char* value = getenv(name);
+  auto var = [&](const std::string& name) -> std::string {
+    const char* value = getenv(name.c_str());
     return value != nullptr ? value : "";
   };
 
-  if (const std::string explicit_path = var("FERRY_CUDNN_LIBRARY"); !explicit_path.empty()) {
+  if (const std::string explicit_path = var(search.override_variable); !explicit_path.empty()) {
     if (explicit_path.ends_with(".so") || explicit_path.find(".so.") != std::string::npos)
       add(explicit_path);
     else
       in_dir(explicit_path);
   }
-  add(kCudnnGraphLibrary);
-  for (const char* name : {"CUDNN_PATH", "CUDNN_HOME"}) {
+  add(search.file);
+  for (const std::string& name : search.home_variables) {
     if (const std::string root = var(name); !root.empty()) {
       in_dir(root + "/lib64");
       in_dir(root + "/lib");
@@ -61,13 +61,14 @@ std::vector<std::string> cudnn_library_candidates(
   prefixes.push_back("/usr");
   for (const std::string& prefix : prefixes)
     for (const char* packages : {"site-packages", "dist-packages"})
-      for (const std::string& dir : glob(prefix + "/lib/python3*/" + packages + "/nvidia/cudnn/lib"))
+      for (const std::string& dir : glob(prefix + "/lib/python3*/" + packages + "/" + search.wheel_dir))
         in_dir(dir);
   return out;
 }
 
-std::vector<std::string> cudnn_library_candidates() {
-  return cudnn_library_candidates([](const char* name) { return std::getenv(name); }, glob_paths);
+std::vector<std::string> library_candidates(const LibrarySearch& search) {
+  return library_candidates(
+      search, [](const char* name) { return std::getenv(name); }, glob_paths);
 }
 
 }  // namespace ferry
