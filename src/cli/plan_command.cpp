@@ -36,6 +36,7 @@ void add_plan_command(CLI::App& app) {
   auto alternatives = std::make_shared<size_t>(4);
   auto nominal = std::make_shared<bool>(false);
   auto preset = std::make_shared<std::string>();
+  auto scale = std::make_shared<bool>(false);
   cmd->add_option("config", *config_path,
                   "YAML training configuration (see README: configuration); optional with --preset");
   cmd->add_option("overrides", *overrides, "key=value settings that override the file");
@@ -45,7 +46,10 @@ void add_plan_command(CLI::App& app) {
       "plan with the nominal rates of the lent H200 machine (DESIGN.md §5) instead of a measured profile");
   cmd->add_option("--preset", *preset,
                   "plan for a preset's shape, ARCH/NAME (ferry init --list shows them), instead of `model:`");
-  cmd->callback([config_path, overrides, alternatives, nominal, preset] {
+  cmd->add_flag("--scale-profile", *scale,
+                "with profile=FILE measured for another (preset) shape: scale its compute times to this model's "
+                "shape by FLOPs instead of refusing it (the copy and CPU rates stay as measured)");
+  cmd->callback([config_path, overrides, alternatives, nominal, preset, scale] {
     // Without a config file, the first key=value lands where the file would be.
     if (!preset->empty() && config_path->find('=') != std::string::npos) {
       overrides->insert(overrides->begin(), *config_path);
@@ -70,7 +74,7 @@ void add_plan_command(CLI::App& app) {
     const DeviceChoice choice = choose_device(config, *nominal ? DeviceUse::PlanNominal : DeviceUse::Plan);
     PlanTarget target = choice.target;
     std::string source;
-    MachineProfile profile = plan_profile(config, model, choice, *nominal, &source);
+    MachineProfile profile = plan_profile(config, model, choice, *nominal, &source, *scale);
     // The process train would be, less its loaded weights; for this machine, what it can give now.
     fill_host_target(target, 0, !*nominal && config.profile.empty());
     fill_disk_target(target, config, !*nominal && config.profile.empty());
