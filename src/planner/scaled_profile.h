@@ -7,10 +7,10 @@
 // optimistic for much narrower ones. A profile measured for the shape itself is always better;
 // what a scaled profile is says its device_name, which `ferry plan` prints.
 //
-// Worked example (s2048): Llama-3.1-8B's layer forward is 503 MFLOP per token at S=8192 and 445 at
-// S=2048 (436 in projections + 2 x 2048 x 4096 in attention); Qwen3-32B's is 2 x 787 M + 2 x 2048 x
-// 8192 = 1608 MFLOP, so its measured per-token layer times are the 8B's x 3.61. Fixed costs (launches)
-// do not depend on the shape and are kept; rates per parameter (AdamW, the norm pass) too.
+// Worked example (s2048): Llama-3.1-8B's layer forward is 453 MFLOP per token (2 x 218 M in the
+// projections + 2 x 2048 x 4096 in attention); Qwen3-32B's is 2 x 488 M + 2 x 2048 x 8192 = 1009
+// MFLOP, so its per-token layer times are the 8B's measured ones x 2.23. Fixed costs (launches) do
+// not depend on the shape and are kept; rates per parameter (AdamW, the norm pass) too.
 #pragma once
 
 #include <string>
