@@ -242,11 +242,11 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
                                  executor->predicted_evaluation().seconds_for(evaluation.rows() * config.seq_len)};
   RunProgress progress(total_steps, step, executor->predicted_step_seconds(), evaluation_plan);
   if (evaluation.enabled() && evaluation_plan.predicted_seconds > 0)
-    log_info("evaluation: {} sequences ({} tokens) {}, predicted {} each (forward only)", evaluation.rows(),
+    log_info("evaluation: {} sequences ({} tokens) {}, predicted {:.3g} s each (forward only)", evaluation.rows(),
              evaluation.rows() * config.seq_len,
              config.eval_steps > 0 ? fmt::format("every {} steps and at the end", config.eval_steps)
                                    : std::string("at the end"),
-             format_duration(evaluation_plan.predicted_seconds));
+             evaluation_plan.predicted_seconds);
   if (!progress.eta_text().empty())
     log_info("{} for {} steps{}", progress.eta_text(), total_steps - step,
              progress.evaluations_left() > 0 ? fmt::format(" and {} evaluations", progress.evaluations_left())
