@@ -62,7 +62,8 @@ TEST_F(EvalCostTest, ForwardOnlyIsFasterThanAStepOfTheSameTokens) {
 // partial batch costs a whole one (its weights still cross once).
 TEST_F(EvalCostTest, ScalesWithTheEvaluationTokens) {
   const MachineProfile profile = test::round_profile(config_, kSeq, shape_.tokens(), 0.1, 1e9, 1e9);
-  const EvalPrediction e = predict_evaluation(config_, layout_, plan(UnitPlacement::Streamed), profile, shape_);
+  const EvalPrediction e =
+      predict_evaluation(config_, layout_, plan(UnitPlacement::Streamed), profile, shape_);
   const int64_t batch = shape_.tokens();
   EXPECT_DOUBLE_EQ(e.seconds_for(batch), e.batch_seconds);
   EXPECT_DOUBLE_EQ(e.seconds_for(10 * batch), 10 * e.batch_seconds);

@@ -254,7 +254,8 @@ TEST_F(PlanCommandTest, PresetPlansWithoutTheModelsFiles) {
 // says so, and predicts the evaluation a config asks for; --host-beside pins the process's memory.
 TEST_F(PlanCommandTest, AScaledProfilePlansAnotherShapeAndTheEvaluation) {
   const std::string profile =
-      (test::fixtures_dir().parent_path().parent_path() / "bench/profiles/h200-llama-3.1-8b-s2048.json").string();
+      (test::fixtures_dir().parent_path().parent_path() / "bench/profiles/h200-llama-3.1-8b-s2048.json")
+          .string();
   const std::string settings = " --preset qwen3/qwen3-8b profile=" + profile +
                                " gpu_memory=24GB host_memory=128GiB seq_len=2048 global_batch=32";
   // Without a config file: the preset and the key=values are the whole run.

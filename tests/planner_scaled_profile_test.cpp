@@ -44,7 +44,8 @@ TEST(ScaledProfile, ComputeScalesByFlopsAndTheMachineStays) {
   EXPECT_NEAR(layer, 3.85, 0.01);
   EXPECT_DOUBLE_EQ(s.compute.layer_forward.per_token_s, m.compute.layer_forward.per_token_s * layer);
   EXPECT_DOUBLE_EQ(s.compute.layer_forward.fixed_s, m.compute.layer_forward.fixed_s);
-  EXPECT_NEAR(s.compute.layer_backward_kept.per_token_s / m.compute.layer_backward_kept.per_token_s, layer, 1e-9);
+  EXPECT_NEAR(s.compute.layer_backward_kept.per_token_s / m.compute.layer_backward_kept.per_token_s, layer,
+              1e-9);
   EXPECT_NEAR(s.compute.head.per_token_s / m.compute.head.per_token_s, 2.0, 0.01);  // hidden x vocab doubles
   EXPECT_EQ(s.shape_key, model_shape_key(big, kSeq, DType::BF16));
   EXPECT_NE(s.device_name.find("scaled by FLOPs from its llama/llama-3.1-8b profile"), std::string::npos);

@@ -90,16 +90,19 @@ TEST_F(EvalTest, PacksAsTrainingDoes) {
   TrainingDataSummary summary;
   const auto docs = load_training_documents(train, load_model_config(model_), &summary);
   EXPECT_EQ(packing_mode(train, summary), PackingMode::BestFit);
-  EXPECT_EQ(best_fit.rows, static_cast<int64_t>(pack_documents(docs, chat.seq_len, PackingMode::BestFit).size()));
+  EXPECT_EQ(best_fit.rows,
+            static_cast<int64_t>(pack_documents(docs, chat.seq_len, PackingMode::BestFit).size()));
 
   EvalOptions split = chat;
   split.packing_strategy = "split";
   const EvalResult wrapped = run_eval(split);
   EXPECT_EQ(wrapped.packing, PackingMode::Split);
-  EXPECT_EQ(wrapped.rows, static_cast<int64_t>(pack_documents(docs, chat.seq_len, PackingMode::Split).size()));
+  EXPECT_EQ(wrapped.rows,
+            static_cast<int64_t>(pack_documents(docs, chat.seq_len, PackingMode::Split).size()));
 
   const auto text = scratch_ / "text.jsonl";
-  std::ofstream(text) << R"({"text": "The cat is in. Hello there."})" << "\n";
+  std::ofstream(text) << R"({"text": "The cat is in. Hello there."})"
+                      << "\n";
   EXPECT_EQ(run_eval(options({text})).packing, PackingMode::Split);
 
   EvalOptions bad = chat;

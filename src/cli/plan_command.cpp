@@ -48,12 +48,14 @@ void add_plan_command(CLI::App& app) {
       "plan with the nominal rates of the lent H200 machine (DESIGN.md §5) instead of a measured profile");
   cmd->add_option("--preset", *preset,
                   "plan for a preset's shape, ARCH/NAME (ferry init --list shows them), instead of `model:`");
-  cmd->add_flag("--scale-profile", *scale,
-                "with profile=FILE measured for another (preset) shape: scale its compute times to this model's "
-                "shape by FLOPs instead of refusing it (the copy and CPU rates stay as measured)");
-  cmd->add_option("--host-beside", *beside,
-                  "host memory of the process beside the engine (runtime, data, allowance), e.g. 388MiB, instead of "
-                  "measuring this process: for plans that must not depend on the machine that prints them");
+  cmd->add_flag(
+      "--scale-profile", *scale,
+      "with profile=FILE measured for another (preset) shape: scale its compute times to this model's "
+      "shape by FLOPs instead of refusing it (the copy and CPU rates stay as measured)");
+  cmd->add_option(
+      "--host-beside", *beside,
+      "host memory of the process beside the engine (runtime, data, allowance), e.g. 388MiB, instead of "
+      "measuring this process: for plans that must not depend on the machine that prints them");
   cmd->callback([config_path, overrides, alternatives, nominal, preset, scale, beside] {
     // Without a config file, the first key=value lands where the file would be.
     if (!preset->empty() && config_path->find('=') != std::string::npos) {

@@ -37,15 +37,15 @@ EvalPrediction predict_evaluation(const ModelConfig& config, const ModelLayout& 
                                      : static_cast<double>(dtype_size(plan.weight_dtype));
   const auto numel = [&](size_t u) { return static_cast<double>(layout.units[u].numel); };
   const auto chunks_of = [&](const LinearTime& t, double per_token_share = 1.0) {
-    return static_cast<double>(shape.chunks) * (t.fixed_s + per_token_share * t.per_token_s *
-                                                                    static_cast<double>(shape.chunk_tokens));
+    return static_cast<double>(shape.chunks) *
+           (t.fixed_s + per_token_share * t.per_token_s * static_cast<double>(shape.chunk_tokens));
   };
   const ComputeProfile& compute = profile.compute;
 
   TaskGraph graph;
   graph.reserve(3 * uses.size() + 2);
-  const int32_t tokens = graph.add(Lane::HostToDevice, TaskKind::TokenUpload,
-                                   0.0, kTokenArrays * static_cast<double>(shape.tokens()) * sizeof(int32_t), {});
+  const int32_t tokens = graph.add(Lane::HostToDevice, TaskKind::TokenUpload, 0.0,
+                                   kTokenArrays * static_cast<double>(shape.tokens()) * sizeof(int32_t), {});
   std::vector<int32_t> computed(head_use + 1, -1);  // per use: its forward on the compute stream
   std::vector<int32_t> loaded(head_use + 1, -1);
   std::vector<bool> resident_uploaded(layout.units.size(), false);
@@ -104,8 +104,8 @@ EvalPrediction predict_evaluation(const ModelConfig& config, const ModelLayout& 
   const int32_t loss = graph.add(Lane::DeviceToHost, TaskKind::LossReadback, 0.0, sizeof(float), after_head);
 
   const TransferProfile& t = profile.transfer;
-  const CopyRates rates{t.h2d_bytes_per_s, t.d2h_bytes_per_s, t.duplex_h2d_bytes_per_s, t.duplex_d2h_bytes_per_s,
-                        t.latency_s};
+  const CopyRates rates{t.h2d_bytes_per_s, t.d2h_bytes_per_s, t.duplex_h2d_bytes_per_s,
+                        t.duplex_d2h_bytes_per_s, t.latency_s};
   const std::vector<TaskTiming> timing = simulate(graph, rates, profile.host.memory_sharing);
   EvalPrediction p;
   p.batch_tokens = shape.tokens();

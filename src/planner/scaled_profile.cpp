@@ -18,7 +18,8 @@ LinearTime scaled(const LinearTime& measured, const LinearTime& nominal_from, co
 MachineProfile scale_profile(const MachineProfile& measured, const ModelConfig& measured_shape,
                              const ModelConfig& target, const std::string& measured_name) {
   FERRY_CHECK(model_shape_key(measured_shape, measured.seq_len, measured.weight_dtype) == measured.shape_key,
-              "profile", "the profile was measured for {}, not for {}'s shape; name the shape it was measured for",
+              "profile",
+              "the profile was measured for {}, not for {}'s shape; name the shape it was measured for",
               measured.shape_key, measured_name);
   const MachineProfile from = nominal_profile(measured_shape, measured.seq_len, measured.weight_dtype);
   const MachineProfile to = nominal_profile(target, measured.seq_len, measured.weight_dtype);

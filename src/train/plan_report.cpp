@@ -218,12 +218,14 @@ MachineProfile plan_profile(const TrainConfig& config, const ModelConfig& model,
 std::string preset_of_profile(const MachineProfile& profile, const std::string& source) {
   for (const char* arch : {"llama", "mistral", "qwen2", "qwen3"})
     for (const ModelPreset& p : model_presets(arch))
-      if (model_shape_key(preset_config(arch, p.name), profile.seq_len, profile.weight_dtype) == profile.shape_key)
+      if (model_shape_key(preset_config(arch, p.name), profile.seq_len, profile.weight_dtype) ==
+          profile.shape_key)
         return fmt::format("{}/{}", arch, p.name);
-  fail(kWhere,
-       "{} was measured for the shape {}, which is no preset's (ferry init --list), so it cannot be scaled to "
-       "another shape; measure a profile of this model instead (ferry profile CONFIG.yaml --out FILE)",
-       source, profile.shape_key);
+  fail(
+      kWhere,
+      "{} was measured for the shape {}, which is no preset's (ferry init --list), so it cannot be scaled to "
+      "another shape; measure a profile of this model instead (ferry profile CONFIG.yaml --out FILE)",
+      source, profile.shape_key);
 }
 
 // "llama/llama-3.1-8b" -> that preset's config.

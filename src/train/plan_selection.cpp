@@ -1,8 +1,8 @@
 #include "train/plan_selection.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/byte_size.h"
 #include "core/error.h"
@@ -133,7 +133,8 @@ std::string describe_evaluation(const TrainConfig& config, const PlanSelection& 
                             : std::string("at the end"),
       config.eval_data.empty() ? fmt::format("val_split {:g} of the data", config.val_split)
                                : std::string("eval_data"),
-      e.batch_seconds, e.batch_tokens, e.batch_seconds * 1e6 / static_cast<double>(std::max<int64_t>(1, e.batch_tokens)));
+      e.batch_seconds, e.batch_tokens,
+      e.batch_seconds * 1e6 / static_cast<double>(std::max<int64_t>(1, e.batch_tokens)));
 }
 
 std::string describe_selection(const PlanSelection& s) {

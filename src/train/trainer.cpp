@@ -238,12 +238,13 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
       total_steps, config.global_batch, executor->micro_batch(), warmup);
   log_info("device {}", executor->describe());
   // Evaluations run in batches of a step's rows (RunEvaluation::run below), through the same plan.
-  EvaluationPlan evaluation_plan{evaluation.enabled(), config.eval_steps,
-                                 executor->predicted_evaluation().seconds_for(evaluation.rows() * config.seq_len)};
+  EvaluationPlan evaluation_plan{
+      evaluation.enabled(), config.eval_steps,
+      executor->predicted_evaluation().seconds_for(evaluation.rows() * config.seq_len)};
   RunProgress progress(total_steps, step, executor->predicted_step_seconds(), evaluation_plan);
   if (evaluation.enabled() && evaluation_plan.predicted_seconds > 0)
-    log_info("evaluation: {} sequences ({} tokens) {}, predicted {:.3g} s each (forward only)", evaluation.rows(),
-             evaluation.rows() * config.seq_len,
+    log_info("evaluation: {} sequences ({} tokens) {}, predicted {:.3g} s each (forward only)",
+             evaluation.rows(), evaluation.rows() * config.seq_len,
              config.eval_steps > 0 ? fmt::format("every {} steps and at the end", config.eval_steps)
                                    : std::string("at the end"),
              evaluation_plan.predicted_seconds);
