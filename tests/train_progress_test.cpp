@@ -40,6 +40,31 @@ TEST(Progress, AResumedRunCountsFromItsCheckpointAndNoPredictionMeansNoEstimate)
   EXPECT_EQ(cpu.eta_seconds(), std::optional<double>(13.5));
 }
 
+// Evaluations are in the time left: every eval_steps and after the last step, each predicted until
+// one is measured; the one due after the step just done counts until it has run.
+TEST(Progress, TheTimeLeftIncludesTheEvaluations) {
+  RunProgress p(10, 0, 2.0, EvaluationPlan{true, 4, 3.0});
+  EXPECT_EQ(p.evaluations_left(), 3);  // after steps 4, 8 and 10
+  EXPECT_EQ(p.eta_seconds(), std::optional<double>(10 * 2.0 + 3 * 3.0));
+  for (int s = 1; s <= 4; ++s) p.step_done(2.0);
+  EXPECT_EQ(p.evaluations_left(), 3);  // step 4's has not run yet
+  p.evaluation_done(5.0);
+  EXPECT_EQ(p.evaluations_left(), 2);
+  EXPECT_EQ(p.evaluation_seconds(), std::optional<double>(5.0));  // measured, instead of the prediction
+  EXPECT_EQ(p.eta_seconds(), std::optional<double>(6 * 2.0 + 2 * 5.0));
+
+  RunProgress every_step(3, 0, 1.0, EvaluationPlan{true, 1, 0.5});
+  EXPECT_EQ(every_step.evaluations_left(), 3);
+  RunProgress at_the_end(3, 0, 1.0, EvaluationPlan{true, 0, 0.5});
+  EXPECT_EQ(at_the_end.evaluations_left(), 1);
+  EXPECT_EQ(at_the_end.eta_seconds(), std::optional<double>(3.5));
+  RunProgress none(3, 0, 1.0);
+  EXPECT_EQ(none.evaluations_left(), 0);
+  EXPECT_EQ(none.eta_seconds(), std::optional<double>(3.0));
+  RunProgress resumed(10, 8, 1.0, EvaluationPlan{true, 4, 0.5});  // step 8's evaluation ran before
+  EXPECT_EQ(resumed.evaluations_left(), 1);
+}
+
 }  // namespace
 }  // namespace ferry
 

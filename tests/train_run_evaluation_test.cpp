@@ -50,6 +50,11 @@ TEST_F(RunEvaluationTest, ValSplitEvaluatesAtEvalStepsAndTheEndWithTheReferenceB
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[2].first, 6);
   EXPECT_EQ(records[2].second, cpu.evals[2].loss);
+  // On a device the plan predicts the evaluations, and the time left before step 1 counts them.
+  std::ifstream log_file(scratch_ / "sim" / "train.log");
+  const std::string log((std::istreambuf_iterator<char>(log_file)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(log, "every 2 steps and at the end, predicted ")) << log;
+  EXPECT_TRUE(contains(log, " predicted for 6 steps and 3 evaluations")) << log;
 }
 
 TEST_F(RunEvaluationTest, HeldOutDocumentsLeaveTheTrainingData) {

@@ -24,6 +24,13 @@ void add_eval_command(CLI::App& app) {
                   "cache of tokenized text (default: $FERRY_CACHE_DIR/data or ~/.cache/ferry/data)");
   cmd->add_option("--seq-len", o->seq_len, "tokens per sequence")->capture_default_str();
   cmd->add_option("--micro-batch", o->micro_batch, "sequences per forward pass")->capture_default_str();
+  cmd->add_option(
+         "--packing-strategy", o->packing_strategy,
+         "as train's packing_strategy: auto (best_fit for chat and instruction data, split for plain "
+         "text), best_fit or split")
+      ->capture_default_str();
+  cmd->add_flag(
+      "--no-packing", [o](int64_t) { o->packing = false; }, "one document per sequence, padded");
   cmd->add_option("--max-rows", o->max_rows, "evaluate at most this many sequences (0: all)")
       ->capture_default_str();
   cmd->add_option("--dump-logits", *dump, "write input_ids, position_ids and logits of the first rows here");
@@ -39,8 +46,10 @@ void add_eval_command(CLI::App& app) {
     o->dump_logits = *dump;
     o->data.assign(data->begin(), data->end());
     const EvalResult r = run_eval(*o);
-    std::printf("{\"loss\": %.6f, \"perplexity\": %.4f, \"rows\": %lld, \"tokens\": %lld}\n", r.loss,
-                r.perplexity, static_cast<long long>(r.rows), static_cast<long long>(r.counted_tokens));
+    std::printf(
+        "{\"loss\": %.6f, \"perplexity\": %.4f, \"rows\": %lld, \"tokens\": %lld, \"packing\": \"%s\"}\n",
+        r.loss, r.perplexity, static_cast<long long>(r.rows), static_cast<long long>(r.counted_tokens),
+        packing_mode_name(r.packing));
   });
 }
 

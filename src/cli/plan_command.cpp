@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "model/unit_layout.h"
 #include "train/device_choice.h"
@@ -36,6 +37,8 @@ void add_plan_command(CLI::App& app) {
   auto alternatives = std::make_shared<size_t>(4);
   auto nominal = std::make_shared<bool>(false);
   auto preset = std::make_shared<std::string>();
+  auto scale = std::make_shared<bool>(false);
+  auto beside = std::make_shared<std::string>();
   cmd->add_option("config", *config_path,
                   "YAML training configuration (see README: configuration); optional with --preset");
   cmd->add_option("overrides", *overrides, "key=value settings that override the file");
@@ -45,7 +48,15 @@ void add_plan_command(CLI::App& app) {
       "plan with the nominal rates of the lent H200 machine (DESIGN.md §5) instead of a measured profile");
   cmd->add_option("--preset", *preset,
                   "plan for a preset's shape, ARCH/NAME (ferry init --list shows them), instead of `model:`");
-  cmd->callback([config_path, overrides, alternatives, nominal, preset] {
+  cmd->add_flag(
+      "--scale-profile", *scale,
+      "with profile=FILE measured for another (preset) shape: scale its compute times to this model's "
+      "shape by FLOPs instead of refusing it (the copy and CPU rates stay as measured)");
+  cmd->add_option(
+      "--host-beside", *beside,
+      "host memory of the process beside the engine (runtime, data, allowance), e.g. 388MiB, instead of "
+      "measuring this process: for plans that must not depend on the machine that prints them");
+  cmd->callback([config_path, overrides, alternatives, nominal, preset, scale, beside] {
     // Without a config file, the first key=value lands where the file would be.
     if (!preset->empty() && config_path->find('=') != std::string::npos) {
       overrides->insert(overrides->begin(), *config_path);
@@ -53,6 +64,8 @@ void add_plan_command(CLI::App& app) {
     }
     FERRY_CHECK(!config_path->empty() || !preset->empty(), kWhere,
                 "give a config file (ferry plan CONFIG.yaml), or --preset ARCH/NAME");
+    // The preset stands for the file's `model:`, which then need not exist here (only its shape is read).
+    if (!preset->empty()) overrides->push_back("model=preset:" + *preset);
     TrainConfig config = config_path->empty() ? parse_train_config("", *overrides, "command line")
                                               : load_train_config(*config_path, *overrides);
     ModelConfig model;
@@ -70,9 +83,11 @@ void add_plan_command(CLI::App& app) {
     const DeviceChoice choice = choose_device(config, *nominal ? DeviceUse::PlanNominal : DeviceUse::Plan);
     PlanTarget target = choice.target;
     std::string source;
-    MachineProfile profile = plan_profile(config, model, choice, *nominal, &source);
+    MachineProfile profile = plan_profile(config, model, choice, *nominal, &source, *scale);
     // The process train would be, less its loaded weights; for this machine, what it can give now.
     fill_host_target(target, 0, !*nominal && config.profile.empty());
+    if (!beside->empty())
+      target.host_beside_engine = static_cast<size_t>(parse_byte_size(*beside, "--host-beside", kWhere));
     fill_disk_target(target, config, !*nominal && config.profile.empty());
     // Without gpu_memory: the memory of the device the profile describes.
     target.device_budget =

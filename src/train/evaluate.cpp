@@ -19,6 +19,18 @@
 
 namespace ferry {
 
+const char* packing_mode_name(PackingMode mode) {
+  switch (mode) {
+    case PackingMode::BestFit:
+      return "best_fit";
+    case PackingMode::Split:
+      return "split";
+    case PackingMode::None:
+      return "none";
+  }
+  return "?";
+}
+
 EvalResult run_eval(const EvalOptions& o) {
   FERRY_CHECK(!o.model.empty() && !o.data.empty(), "eval", "give --model DIR and --data FILE");
   FERRY_CHECK(o.seq_len >= 2 && o.micro_batch >= 1, "eval", "seq_len must be >= 2 and micro_batch >= 1");
@@ -38,7 +50,19 @@ EvalResult run_eval(const EvalOptions& o) {
   data.train_on_prompt = o.train_on_prompt;
   data.cache_dir = o.cache_dir.empty() ? default_cache_dir("data") : o.cache_dir;
   if (data.cache_dir.empty()) data.output_dir = ".";  // no cache root known: the working directory's .cache
-  std::vector<PackedRow> rows = pack_documents(load_training_documents(data, w.config), o.seq_len, o.packing);
+  // Packed as training packs the same data (train/training_data.h packing_mode); the strategy is
+  // parsed as train's key is, so a bad value gets train's message.
+  const TrainConfig packing = parse_train_config(
+      "", {"packing=" + std::string(o.packing ? "true" : "false"), "packing_strategy=" + o.packing_strategy},
+      "eval");
+  data.packing = packing.packing;
+  data.packing_strategy = packing.packing_strategy;
+  TrainingDataSummary summary;
+  const std::vector<Document> documents = load_training_documents(data, w.config, &summary);
+  const PackingMode mode = packing_mode(data, summary);
+  std::vector<PackedRow> rows = pack_documents(documents, o.seq_len, mode);
+  log_info("eval: {} documents -> {} sequences of {} tokens ({} packing)", documents.size(), rows.size(),
+           o.seq_len, packing_mode_name(mode));
   if (o.max_rows > 0 && static_cast<int64_t>(rows.size()) > o.max_rows)
     rows.resize(static_cast<size_t>(o.max_rows));
   FERRY_CHECK(!rows.empty(), "eval", "the data holds no tokens");
@@ -59,6 +83,7 @@ EvalResult run_eval(const EvalOptions& o) {
     const std::unique_ptr<StepExecutor> executor = make_step_executor(run, std::move(w));
     log_info("eval on {}", executor->describe());
     EvalResult result;
+    result.packing = mode;
     double loss_sum = 0.0;
     const PackedRow padding = padding_row(o.seq_len);  // fills a last micro-chunk, counts nothing
     std::vector<const PackedRow*> batch_rows;
@@ -86,6 +111,7 @@ EvalResult run_eval(const EvalOptions& o) {
   for (auto& u : w.units) params.push_back(u.data());
 
   EvalResult result;
+  result.packing = mode;
   double loss_sum = 0.0;
   const int64_t V = w.config.vocab_size;
   std::vector<float> dumped;

@@ -12,6 +12,7 @@
 #include "ops/device_ops.h"
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
+#include "planner/scaled_profile.h"
 #include "train/device_choice.h"
 #include "train/model_init.h"
 #include "train/model_source.h"
@@ -133,6 +134,8 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
               p.tokens_per_second, 100.0 * p.gpu_idle_fraction);
   std::printf("bottleneck: %s\n  %s\n", lane_name(p.bottleneck), best.explanation.c_str());
   for (const std::string& line : describe_advice(s)) std::printf("%s\n", line.c_str());
+  const std::string evaluation = describe_evaluation(config, s);
+  if (!evaluation.empty()) std::printf("%s\n", evaluation.c_str());
   std::printf("\nmemory (peak)\n");
   std::printf(
       "  GPU       %s  slots %s, resident %s, activations %s, scratch %s, ops workspace %s, other %s\n",
@@ -175,11 +178,24 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
 // The profile to plan with: --nominal's rates, `profile: FILE`, else this machine's (cached, or
 // measured now on the config's device).
 MachineProfile plan_profile(const TrainConfig& config, const ModelConfig& model, const DeviceChoice& choice,
-                            bool nominal, std::string* source) {
+                            bool nominal, std::string* source, bool scale) {
+  FERRY_CHECK(!scale || (!config.profile.empty() && !nominal), kWhere,
+              "--scale-profile carries a profile file to another shape: give profile=FILE (bench/profiles/ "
+              "holds the lent H200's), without --nominal");
   if (nominal) {
     MachineProfile p = nominal_profile(model, config.seq_len, choice.target.weight_dtype);
     *source = p.device_name;
     return p;
+  }
+  if (scale) {
+    const MachineProfile measured = load_profile(config.profile);
+    if (measured.shape_key != model_shape_key(model, measured.seq_len, measured.weight_dtype)) {
+      const std::string name = preset_of_profile(measured, config.profile.string());
+      MachineProfile p = scale_profile(measured, preset_model(name), model, name);
+      *source = fmt::format("{}, compute scaled by FLOPs from {}", config.profile.string(), name);
+      check_profile_matches_model(p, model, config.seq_len, config.profile.string());
+      return p;
+    }
   }
   if (!config.profile.empty()) {
     MachineProfile p = load_profile_file(config, model);
@@ -197,6 +213,19 @@ MachineProfile plan_profile(const TrainConfig& config, const ModelConfig& model,
   MachineProfile p = obtain_profile(config, model, *device, *ops, {}, &origin);
   *source = fmt::format("{}, {}", p.device_name, origin == ProfileOrigin::Cache ? "cached" : "measured now");
   return p;
+}
+
+std::string preset_of_profile(const MachineProfile& profile, const std::string& source) {
+  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3"})
+    for (const ModelPreset& p : model_presets(arch))
+      if (model_shape_key(preset_config(arch, p.name), profile.seq_len, profile.weight_dtype) ==
+          profile.shape_key)
+        return fmt::format("{}/{}", arch, p.name);
+  fail(
+      kWhere,
+      "{} was measured for the shape {}, which is no preset's (ferry init --list), so it cannot be scaled to "
+      "another shape; measure a profile of this model instead (ferry profile CONFIG.yaml --out FILE)",
+      source, profile.shape_key);
 }
 
 // "llama/llama-3.1-8b" -> that preset's config.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/byte_size.h"
 #include "core/error.h"
 #include "core/host_memory.h"
@@ -117,7 +119,22 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
                                     s.result.best.shape.tokens(), s.request.host_budget,
                                     s.request.disk_layers.has_value());
   s.advice = idle_advice(model, layout, s.profile, s.request, s.result.best.prediction);
+  s.evaluation = predict_evaluation(model, layout, s.result.best.plan, s.profile, s.result.best.shape);
   return s;
+}
+
+std::string describe_evaluation(const TrainConfig& config, const PlanSelection& s) {
+  if (config.eval_data.empty() && config.val_split <= 0) return "";
+  const EvalPrediction& e = s.evaluation;
+  return fmt::format(
+      "evaluation: {} ({}), forward only, predicted {:.3g} s per batch of {} tokens ({:.3g} s per million "
+      "tokens)",
+      config.eval_steps > 0 ? fmt::format("every {} steps and at the end", config.eval_steps)
+                            : std::string("at the end"),
+      config.eval_data.empty() ? fmt::format("val_split {:g} of the data", config.val_split)
+                               : std::string("eval_data"),
+      e.batch_seconds, e.batch_tokens,
+      e.batch_seconds * 1e6 / static_cast<double>(std::max<int64_t>(1, e.batch_tokens)));
 }
 
 std::string describe_selection(const PlanSelection& s) {

@@ -17,6 +17,7 @@
 
 #include "model/model_config.h"
 #include "model/unit_layout.h"
+#include "planner/eval_cost.h"
 #include "planner/idle_advice.h"
 #include "planner/profile.h"
 #include "planner/search.h"
@@ -49,6 +50,7 @@ struct PlanSelection {
   SearchResult result;
   std::vector<IdleAdvice> advice;       // settings that would keep the GPU busy (planner/idle_advice.h)
   std::vector<std::string> disk_lines;  // the disk tier: where the state is, its traffic, why (describe_disk)
+  EvalPrediction evaluation;            // the chosen plan's forward-only batch (planner/eval_cost.h)
 };
 
 // Host memory beside the engine (PlanRequest::host_beside_engine): what the process holds at
@@ -91,6 +93,12 @@ std::string describe_selection(const PlanSelection& selection);
 
 // The disk tier's lines (planner/disk_spill.h describe_disk_tier); none without one.
 std::vector<std::string> describe_disk(const PlanSelection& selection);
+
+// What an evaluation costs, for `ferry plan` and the log: "evaluation: every 200 steps and at the end,
+// forward only, predicted 0.61 s per batch of 16384 tokens (37 s per million tokens)"; empty when
+// the config evaluates nothing (no eval_data, no val_split). The evaluation set's size is known
+// only once the data is read: ferry train logs it with the prediction for the whole set.
+std::string describe_evaluation(const TrainConfig& config, const PlanSelection& selection);
 
 // The advice, one line each (none without advice): "GPU idle 8% waits for the CPU AdamW after the global
 // norm; predicted with global_batch: 32 (65536 tokens a step): 22731 tokens/s, GPU idle 0%".

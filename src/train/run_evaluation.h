@@ -43,6 +43,7 @@ class RunEvaluation {
   RunEvaluation(const TrainConfig& config, std::vector<PackedRow> rows);
 
   bool enabled() const { return !rows_.empty(); }
+  int64_t rows() const { return static_cast<int64_t>(rows_.size()); }
   // Whether optimizer step `step` (1-based) of `total_steps` is followed by an evaluation.
   bool due(int64_t step, int64_t total_steps) const;
   // Evaluates after step `step`, in batches of at most `rows_per_batch` rows cut into micro-chunks

@@ -87,7 +87,7 @@ class PlainExecutor final : public StepExecutor {
 class SlidingExecutor final : public StepExecutor {
  public:
   SlidingExecutor(std::unique_ptr<Device> device, const TrainConfig& config, ModelWeights weights,
-                  const Plan& plan, const Prediction& predicted)
+                  const Plan& plan, const Prediction& predicted, const EvalPrediction& evaluation)
       : device_(std::move(device)),
         trace_(config.trace.empty()
                    ? nullptr
@@ -95,6 +95,7 @@ class SlidingExecutor final : public StepExecutor {
         ops_(make_device_ops(trace_ ? trace_->device() : *device_)),
         plan_(plan),
         predicted_(predicted),
+        evaluation_(evaluation),
         layout_(weights.layout) {
     plan_.state_seed = config.seed;  // a lean format's stochastic rounding, as the plain trainer's
     engine_ = std::make_unique<SlidingEngine>(
@@ -118,6 +119,7 @@ class SlidingExecutor final : public StepExecutor {
   ~SlidingExecutor() override { engine_.reset(); }
   std::string describe() const override { return fmt::format("{}: {}", device_->name(), plan_.describe()); }
   double predicted_step_seconds() const override { return predicted_.step_seconds; }
+  EvalPrediction predicted_evaluation() const override { return evaluation_; }
   std::optional<DeviceMemoryUse> device_memory() const override {
     return DeviceMemoryUse{device_->memory(), device_->pinned_memory()};
   }
@@ -216,6 +218,7 @@ class SlidingExecutor final : public StepExecutor {
   std::unique_ptr<Ops> ops_;
   Plan plan_;
   Prediction predicted_;
+  EvalPrediction evaluation_;
   ModelLayout layout_;
   std::vector<std::vector<float>> decoded_;  // a lean format's masters as fp32, for writing
   std::unique_ptr<SlidingEngine> engine_;
@@ -287,7 +290,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     watch->enter(kPhaseStateCommit);
   }
   return std::make_unique<SlidingExecutor>(std::move(dev), config, std::move(weights), chosen.plan,
-                                           chosen.prediction);
+                                           chosen.prediction, selection.evaluation);
 }
 
 }  // namespace ferry

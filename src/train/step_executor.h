@@ -15,6 +15,7 @@
 #include "engine/step_batch.h"
 #include "model/model_weights.h"
 #include "optim/adamw.h"
+#include "planner/eval_cost.h"
 #include "train/host_memory_watch.h"
 #include "train/train_config.h"
 
@@ -60,6 +61,8 @@ class StepExecutor {
   virtual int64_t micro_batch() const = 0;
   // The plan's predicted step time, for the first time estimates; 0 without a plan (cpu).
   virtual double predicted_step_seconds() const { return 0.0; }
+  // The plan's predicted forward-only batch (planner/eval_cost.h); empty without a plan (cpu).
+  virtual EvalPrediction predicted_evaluation() const { return {}; }
   // The device's memory and the pinned host memory it holds (in use and peak); none on cpu.
   virtual std::optional<DeviceMemoryUse> device_memory() const { return std::nullopt; }
 };

@@ -237,8 +237,21 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
                                       : "no packing",
       total_steps, config.global_batch, executor->micro_batch(), warmup);
   log_info("device {}", executor->describe());
-  RunProgress progress(total_steps, step, executor->predicted_step_seconds());
-  if (!progress.eta_text().empty()) log_info("{} for {} steps", progress.eta_text(), total_steps - step);
+  // Evaluations run in batches of a step's rows (RunEvaluation::run below), through the same plan.
+  EvaluationPlan evaluation_plan{
+      evaluation.enabled(), config.eval_steps,
+      executor->predicted_evaluation().seconds_for(evaluation.rows() * config.seq_len)};
+  RunProgress progress(total_steps, step, executor->predicted_step_seconds(), evaluation_plan);
+  if (evaluation.enabled() && evaluation_plan.predicted_seconds > 0)
+    log_info("evaluation: {} sequences ({} tokens) {}, predicted {:.3g} s each (forward only)",
+             evaluation.rows(), evaluation.rows() * config.seq_len,
+             config.eval_steps > 0 ? fmt::format("every {} steps and at the end", config.eval_steps)
+                                   : std::string("at the end"),
+             evaluation_plan.predicted_seconds);
+  if (!progress.eta_text().empty())
+    log_info("{} for {} steps{}", progress.eta_text(), total_steps - step,
+             progress.evaluations_left() > 0 ? fmt::format(" and {} evaluations", progress.evaluations_left())
+                                             : std::string());
   const int64_t first_step = step;
   // A lean format changes the numbers: said on every run that uses one.
   if (!is_exact(config.optimizer_state))
@@ -388,6 +401,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     }
     if (evaluation.due(step, total_steps)) {
       const EvalRecord e = evaluation.run(step, *executor, config.global_batch, executor->micro_batch());
+      progress.evaluation_done(e.seconds);
       summary.evals.push_back(e);
       metrics << nlohmann::json{{"step", step},
                                 {"eval_loss", e.loss},
