@@ -242,7 +242,7 @@ void reference_step(const LeanUnitState& s, std::span<const AdamWSegment> segmen
       m[j] = lean::dequantize_m(s.m_q[i], s.m_scale[block]);
       v[j] = lean::dequantize_v(s.v_q[i], s.v_scale[block]);
       um[j] = 0.5f;
-      uv[j] = 0.5f;
+      uv[j] = lean::uniform(s.seed, step, i, 1);
       const AdamWSegment* seg = nullptr;
       for (const AdamWSegment& x : segments)
         if (x.offset <= i && i < x.offset + x.count) seg = &x;

@@ -22,7 +22,9 @@ namespace ferry::lean {
 namespace {
 
 constexpr size_t K = kStateBlock;
-constexpr uint32_t kRandomMaster = 0;  // the purpose of the masters' numbers (lean_random.h)
+// The purposes of lean_random.h's numbers: the masters' rounding, v's.
+constexpr uint32_t kRandomMaster = 0;
+constexpr uint32_t kRandomV = 1;
 
 [[gnu::always_inline]] inline uint32_t bits_of(float x) {
   return std::bit_cast<uint32_t>(x);
@@ -267,12 +269,14 @@ void update_block(const LeanUnitState& s, size_t b, size_t count, const BlockInp
     const uint32_t code = m_usable & encode_f8<3>(float_of(mb & 0x7fffffffu) * m_inverse, 0.5f);
     mq[j] = static_cast<int8_t>(select(mask_if(mb >> 31 != 0), 0u - code, code));
   }
-  // Encode sqrt(v) to nearest (quantize_v with u = 1/2); a v > 0 never to 0.
+  // Encode sqrt(v), rounded stochastically (quantize_v with u from lean_random.h, purpose kRandomV);
+  // a v > 0 never to 0.
   const float v_max = block_max(root);
   const uint32_t v_usable = mask_if(usable_scale(v_max));
   const float v_inverse = 1.0f / v_max;
   for (size_t j = 0; j < K; ++j) {
-    const uint32_t code = encode_f8<4>(root[j] * v_inverse, 0.5f);
+    const uint32_t code =
+        encode_f8<4>(root[j] * v_inverse, uniform_from_bits(random_bits(c.key, b + j, kRandomV)));
     const uint32_t vb = bits_of(v[j]);
     const uint32_t nonzero = mask_if(vb != 0 && vb <= 0x7f800000u);
     vq[j] = static_cast<uint8_t>(v_usable & select(nonzero & mask_if(code == 0), 1u, code));
