@@ -156,7 +156,7 @@ template <typename T>
 
 }  // namespace
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(FERRY_NO_CLONES)
 [[gnu::flatten, gnu::target_clones("arch=x86-64-v4", "arch=haswell", "default")]]
 #endif
 void update_block(const LeanUnitState& s, size_t b, size_t count, const BlockInput& in, const StepConstants& c,
