@@ -16,17 +16,21 @@ LeanAdamWProbe::LeanAdamWProbe(OptimizerStateFormat format, size_t params, Threa
     bases.push_back(arrays_.back().data());
   }
   state_ = lean_unit_view(format, n_, bases, 1);
+  // Masters and gradients of ordinary sizes, from one period of 256 values (cheap to write).
+  float masters[256];
+  uint16_t grads[256];
+  for (size_t j = 0; j < 256; ++j) {
+    masters[j] = 0.02f * std::sin(0.37f * static_cast<float>(j));
+    grads[j] = f32_to_bf16(1e-3f * std::cos(0.11f * static_cast<float>(j)));
+  }
   pool.parallel_for(
       n_,
       [&](size_t begin, size_t end) {
-        float masters[256];
         for (size_t i = begin; i < end; i += 256) {
           const size_t count = std::min<size_t>(256, end - i);
-          for (size_t j = 0; j < count; ++j) masters[j] = 0.02f * std::sin(0.37f * static_cast<float>(i + j));
           lean_write_masters(state_, masters, i, i + count);
+          std::copy(grads, grads + count, staging_.get() + i);
         }
-        for (size_t i = begin; i < end; ++i)
-          staging_[i] = f32_to_bf16(1e-3f * std::cos(0.11f * static_cast<float>(i & 1023)));
       },
       size_t{1} << 16);
   // Moments of ordinary size: a few steps from zero (the HostArrays come zero-filled).
