@@ -1,7 +1,9 @@
 // Compiled without FMA contraction (CMakeLists.txt), as adamw.cpp: the per-element arithmetic is the
-// reference's, with its two fused multiply-adds explicit, and -fno-math-errno, so that std::sqrt
+// reference's, with its two fused multiply-adds explicit; with -fno-math-errno, so that std::sqrt
 // is the vector instruction alone (the results are the same IEEE square roots; only errno, which
-// nothing reads, is left unset for negative inputs).
+// nothing reads, is left unset for negative inputs); and with -fno-trapping-math, so that GCC may
+// compute a float operation on every lane where the code selects its result for some (AVX2 has no
+// masked conversions; without it the compensated master's encoding stays scalar there).
 //
 // Every loop below runs over all kStateBlock lanes with no branch: choices are integer masks on
 // the floats' bits (a float ?: lets GCC branch around arithmetic that may trap and keeps it from
