@@ -127,7 +127,7 @@ float quantize_m(const float* m, size_t count, const float* u, int8_t* q) {
   for (size_t i = 0; i < count; ++i) absmax = std::max(absmax, std::fabs(m[i]));
   const bool usable = absmax > 0.0f && std::isfinite(absmax);
   // One division per block: the elements are scaled by the reciprocal (a product may exceed 1 by
-  // an ulp; encode_f8 keeps it on the largest code).
+  // an ulp; it still rounds to the code of 1).
   const float inverse = 1.0f / absmax;
   for (size_t i = 0; i < count; ++i) {
     const uint8_t code = usable ? encode_f8(std::fabs(m[i]) * inverse, kMantM, u[i]) : 0;
