@@ -4,6 +4,8 @@
 //   simd fp32: fp32 gradients in, bf16 copy out  -- 28 + 2 = 30 bytes/param
 //   simd bf16, no copy: bf16 gradients in, no bf16 copy (weight_upload: convert-on-upload) -- 26 - 2 = 24
 //   reference: adamw_step, fp32 gradients, no bf16 copy -- 28 bytes/param
+//   lean FORMAT: lean_adamw_step (optim/lean_adamw.h), bf16 gradients in, bf16 copy out over them
+//                -- adamw_traffic_bytes_per_param(FORMAT) bytes/param (14.25 / 12.25 / 10.25)
 // Two bandwidth yardsticks run on the same pool: a STREAM triad (a = b + s*c, 12 bytes/element) and
 // a "same traffic" pass that reads and writes exactly the bytes of the simd bf16 case with trivial
 // arithmetic, i.e. the DRAM roofline for this access pattern. The roofline fraction printed is
@@ -11,14 +13,19 @@
 //            = t(same-traffic pass) / t(kernel)            (for the simd bf16 case)
 // and, for every line, GB/s divided by the triad's GB/s as a second, STREAM-convention figure.
 //
-//   cpu_adamw_bench [--params=N] [--threads=T] [--steps=K]
+// The lean lines' roofline fraction compares their GB/s with the same-traffic pass's: a lean pass at
+// 100% moves its (fewer) bytes as fast as DRAM moves fp32's.
+//
+//   cpu_adamw_bench [--params=N] [--threads=T] [--steps=K] [--lean-only=1]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -26,6 +33,8 @@
 #include "core/thread_pool.h"
 #include "optim/adamw.h"
 #include "optim/cpu_adamw.h"
+#include "optim/lean_adamw.h"
+#include "optim/state_format.h"
 
 namespace ferry {
 namespace {
@@ -40,6 +49,25 @@ double best_seconds(int steps, const std::function<void()>& fn) {
     const auto start = Clock::now();
     fn();
     best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+// Best of `steps` runs of fn in CPU seconds of the whole process (every thread's), after one
+// untimed run: on a machine shared with other work the wall time measures the share of the cores
+// this process got, the CPU time what the pass costs per thread.
+double best_cpu_seconds(int steps, const std::function<void()>& fn) {
+  const auto cpu_now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < steps; ++i) {
+    const double start = cpu_now();
+    fn();
+    best = std::min(best, cpu_now() - start);
   }
   return best;
 }
@@ -70,10 +98,73 @@ size_t arg_value(int argc, char** argv, const char* name, size_t fallback) {
   return fallback;
 }
 
+// Frees the fp32 buffers before the lean formats allocate theirs.
+void release(std::initializer_list<std::vector<float>*> buffers) {
+  for (std::vector<float>* b : buffers) std::vector<float>().swap(*b);
+}
+
+// One lean format's step over n parameters, as the engine runs it: bf16 gradients in the pinned
+// buffer that receives the new bf16 weights. The state starts as a run's would after a few steps
+// (masters and moments of ordinary size), so the encoders see every code range.
+void bench_lean(OptimizerStateFormat format, ThreadPool& pool, size_t n, int steps, double roof_gbs,
+                double triad_gbs) {
+  std::vector<std::vector<char>> arrays;
+  std::vector<void*> bases;
+  for (const StateArraySpec& a : state_arrays(format)) {
+    arrays.emplace_back(state_array_bytes(a.kind, n));
+    bases.push_back(arrays.back().data());
+  }
+  const LeanUnitState s = lean_unit_view(format, n, bases, 1);
+  std::vector<uint16_t> staging(n);
+  std::vector<float> init(size_t{1} << 16);
+  for (size_t i = 0; i < init.size(); ++i) init[i] = 0.02f * std::sin(0.37f * static_cast<float>(i));
+  pool.parallel_for(
+      n,
+      [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; i += init.size())
+          lean_write_masters(s, init.data(), i, std::min(e, i + init.size()));
+        std::memset(s.m_q + b, 0, e - b);
+        std::memset(s.v_q + b, 0, e - b);
+      },
+      size_t{1} << 16);
+  std::memset(s.m_scale, 0, (n + kStateBlock - 1) / kStateBlock * sizeof(float));
+  std::memset(s.v_scale, 0, (n + kStateBlock - 1) / kStateBlock * sizeof(float));
+  AdamWHyper h;
+  h.lr = 1e-5;
+  h.weight_decay = 0.01;
+  const AdamWSegment all{0, n, true};
+  int64_t step = 1;
+  const auto fill_grads = [&] {
+    pool.parallel_for(
+        n,
+        [&](size_t b, size_t e) {
+          for (size_t i = b; i < e; ++i)
+            staging[i] = f32_to_bf16(1e-3f * std::cos(0.11f * static_cast<float>(i & 1023)));
+        },
+        size_t{1} << 16);
+  };
+  fill_grads();
+  for (int k = 0; k < 3; ++k)
+    lean_adamw_step(s, {&all, 1}, staging.data(), DType::BF16, nullptr, h, step++, 1.0f, pool);
+  // The gradient buffer is overwritten by each step's bf16 copy; the timed steps read those values
+  // as gradients (of the size of the weights, ordinary numbers: the same work per element).
+  const double seconds = best_seconds(steps, [&] {
+    lean_adamw_step(s, {&all, 1}, staging.data(), DType::BF16, staging.data(), h, step++, 1.0f, pool);
+  });
+  const std::string what = std::string("lean ") + state_format_name(format) + ", bf16 grads, bf16 copy";
+  report(what.c_str(), n, seconds, adamw_traffic_bytes_per_param(format), roof_gbs, triad_gbs);
+  const double cpu = best_cpu_seconds(steps, [&] {
+    lean_adamw_step(s, {&all, 1}, staging.data(), DType::BF16, staging.data(), h, step++, 1.0f, pool);
+  });
+  std::printf("%-36s %8.2f ms CPU  %6.3f G params per thread-second of CPU\n", "", cpu * 1e3,
+              static_cast<double>(n) / cpu / 1e9);
+}
+
 int run(int argc, char** argv) {
   const size_t n = arg_value(argc, argv, "params", 100'000'000);
   const size_t threads = arg_value(argc, argv, "threads", 0);
   const int steps = static_cast<int>(arg_value(argc, argv, "steps", 5));
+  const bool lean_only = arg_value(argc, argv, "lean-only", 0) != 0;
   ThreadPool::set_global_threads(threads);
   ThreadPool& pool = ThreadPool::global();  // the reference runs on the global pool; use the same
   std::printf("cpu_adamw_bench: %zu params, %zu threads, SIMD target %s\n", n, pool.size(),
@@ -163,6 +254,13 @@ int run(int argc, char** argv) {
   std::printf("%-36s %8.2f ms  %6.1f GB/s (26 B/param): the roofline\n", "same-traffic pass, no arithmetic",
               traffic_s * 1e3, roof_gbs);
   parallel_fill(pool, master.data(), n, 0.5f);
+  if (lean_only) {
+    release({&master, &m, &v, &grad, &c});
+    for (auto format :
+         {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8})
+      bench_lean(format, pool, n, steps, roof_gbs, triad_gbs);
+    return 0;
+  }
 
   AdamWHyper h;
   h.lr = 1e-5;  // small, so the masters stay finite over many timed steps
@@ -174,6 +272,12 @@ int run(int argc, char** argv) {
                    step++, 1.0f, pool);
   });
   report("simd, bf16 grads, bf16 copy", n, simd_bf16, 26.0, roof_gbs, triad_gbs);
+  const double simd_cpu = best_cpu_seconds(steps, [&] {
+    cpu_adamw_step({master.data(), m.data(), v.data(), grad16.data(), DType::BF16, out.data()}, {&all, 1}, h,
+                   step++, 1.0f, pool);
+  });
+  std::printf("%-36s %8.2f ms CPU  %6.3f G params per thread-second of CPU\n", "", simd_cpu * 1e3,
+              static_cast<double>(n) / simd_cpu / 1e9);
   const double simd_no_copy = best_seconds(steps, [&] {
     cpu_adamw_step({master.data(), m.data(), v.data(), grad16.data(), DType::BF16, nullptr}, {&all, 1}, h,
                    step++, 1.0f, pool);
@@ -192,6 +296,10 @@ int run(int argc, char** argv) {
   std::printf(
       "roofline = GB/s / same-traffic GB/s; triad = GB/s / triad GB/s; simd bf16 is %.2fx the reference\n",
       reference / simd_bf16);
+  release({&master, &m, &v, &grad, &c});
+  for (auto format :
+       {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8})
+    bench_lean(format, pool, n, steps, roof_gbs, triad_gbs);
   return 0;
 }
 

@@ -75,11 +75,24 @@ TEST(LeanStateRate, RooflineScaledAndCappedByTheKernel) {
   Plan plan;
   EXPECT_EQ(host_adamw_params_per_s(host, plan), 5e9);
   plan.optimizer_state = OptimizerStateFormat::Bf16SrQ8;
-  // Roofline: 5e9 * 26 / 10.25 = 12.7e9; the scalar kernel: 16 x 27e6.
-  EXPECT_DOUBLE_EQ(host_adamw_params_per_s(host, plan), 16 * 27e6);
+  // A profile without the lean rate. Roofline: 5e9 * 26 / 10.25 = 12.7e9; the kernel: 16 x 260e6.
+  EXPECT_DOUBLE_EQ(host_adamw_params_per_s(host, plan), 16 * kLeanAdamWParamsPerThread[3]);
   host.threads = 1000;
   host.cpu_adamw_params_per_s = 1e9;
   EXPECT_DOUBLE_EQ(host_adamw_params_per_s(host, plan), 1e9 * 26.0 / 10.25);
+}
+
+TEST(LeanStateRate, MeasuredLeanRateIsTaken) {
+  HostProfile host;
+  host.threads = 16;
+  host.cpu_adamw_params_per_s = 5e9;
+  host.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Bf16C8Q8)] = 3.5e9;
+  Plan plan;
+  plan.optimizer_state = OptimizerStateFormat::Bf16C8Q8;
+  EXPECT_EQ(host_adamw_params_per_s(host, plan), 3.5e9);
+  // The fp32 rate is the fp32 pass's, whatever the lean ones.
+  plan.optimizer_state = OptimizerStateFormat::Fp32;
+  EXPECT_EQ(host_adamw_params_per_s(host, plan), 5e9);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "optim/state_format.h"
 #include "planner/profile.h"
 #include "test_util.h"
 
@@ -33,6 +34,9 @@ MachineProfile sample_profile() {
   p.transfer.latency_s = 8e-6;
   p.host.threads = 16;
   p.host.cpu_adamw_params_per_s = 4.1e9;
+  p.host.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Fp32Q8)] = 5.5e9;
+  p.host.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Bf16C8Q8)] = 4.5e9;
+  p.host.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Bf16SrQ8)] = 6.5e9;
   p.host.memory_bytes = 135e9;
   p.host.disk_read_bytes_per_s = 1.9e9;
   p.host.disk_write_bytes_per_s = 2.3e9;
@@ -68,6 +72,18 @@ TEST(ProfileJson, RoundTripsThroughAFile) {
   EXPECT_TRUE(back.host.memory_sharing_measured);
   EXPECT_EQ(back.host.memory_sharing.cpu_beside_duplex, 0.75);
   EXPECT_EQ(back.host.memory_sharing.duplex_beside_cpu, 0.70);
+  EXPECT_EQ(back.host.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Bf16C8Q8)], 4.5e9);
+}
+
+// Files from before method 6 have no lean AdamW rates: they load as zero ("not measured"); a rate
+// that is there must be positive.
+TEST(ProfileJson, LeanRatesAreOptional) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j["host"].erase("lean_adamw_params_per_s");
+  const MachineProfile p = profile_from_json(j, "old.json");
+  for (double rate : p.host.lean_adamw_params_per_s) EXPECT_EQ(rate, 0.0);
+  j["host"]["lean_adamw_params_per_s"]["bf16sr_q8"] = 0.0;
+  EXPECT_NE(load_error(j).find("\"bf16sr_q8\" must be positive"), std::string::npos) << load_error(j);
 }
 
 // Files from before method 5 have no backward from kept internals: it loads as zero, which the

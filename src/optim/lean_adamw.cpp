@@ -1,5 +1,6 @@
-// Compiled without FMA contraction (CMakeLists.txt), as adamw.cpp: the per-element arithmetic is the
-// reference's, with its two fused multiply-adds explicit.
+// The scalar encoders (the reference of the block kernel, optim/lean_kernel.cpp), the masters'
+// reads and writes, and the thread split of a step. Compiled without FMA contraction
+// (CMakeLists.txt), as adamw.cpp.
 
 #include "optim/lean_adamw.h"
 
@@ -12,34 +13,19 @@
 
 #include "core/error.h"
 #include "optim/adamw_scalars.h"
+#include "optim/lean_kernel.h"
+#include "optim/lean_random.h"
 
 namespace ferry {
 
 namespace lean {
 
-namespace {
-
-// splitmix64's finalizer: a bijection that scatters every input bit over the output.
-uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-}  // namespace
-
 uint32_t random32(uint64_t seed, int64_t step, size_t index, uint32_t purpose) {
-  uint64_t h = mix(seed ^ 0x9e3779b97f4a7c15ull);
-  h = mix(h ^ static_cast<uint64_t>(step) * 0xd1b54a32d192ed03ull);
-  h = mix(h ^ (static_cast<uint64_t>(index) << 2 | purpose));
-  return static_cast<uint32_t>(h >> 32);
+  return random_bits(random_key(seed, step), index, purpose);
 }
 
 float uniform(uint64_t seed, int64_t step, size_t index, uint32_t purpose) {
-  return static_cast<float>(random32(seed, step, index, purpose) >> 8) * 0x1p-24f;
+  return uniform_from_bits(random32(seed, step, index, purpose));
 }
 
 uint16_t bf16_stochastic(float x, uint32_t random16) {
@@ -113,7 +99,7 @@ namespace {
 uint8_t encode_f8(float x, int mant, float u) {
   const float smallest = (1.0f + pow2(-mant)) * pow2(-15);
   if (!(x > 0.0f)) return 0;
-  if (x < smallest) return u < x / smallest ? 1 : 0;
+  if (x < smallest) return u * smallest < x ? 1 : 0;
   uint32_t bits;
   std::memcpy(&bits, &x, 4);
   const int dropped = 23 - mant;
@@ -140,8 +126,11 @@ float quantize_m(const float* m, size_t count, const float* u, int8_t* q) {
   float absmax = 0.0f;
   for (size_t i = 0; i < count; ++i) absmax = std::max(absmax, std::fabs(m[i]));
   const bool usable = absmax > 0.0f && std::isfinite(absmax);
+  // One division per block: the elements are scaled by the reciprocal (a product may exceed 1 by
+  // an ulp; it still rounds to the code of 1).
+  const float inverse = 1.0f / absmax;
   for (size_t i = 0; i < count; ++i) {
-    const uint8_t code = usable ? encode_f8(std::fabs(m[i]) / absmax, kMantM, u[i]) : 0;
+    const uint8_t code = usable ? encode_f8(std::fabs(m[i]) * inverse, kMantM, u[i]) : 0;
     q[i] = static_cast<int8_t>(m[i] < 0.0f ? -static_cast<int>(code) : static_cast<int>(code));
   }
   return usable ? absmax : 0.0f;
@@ -151,8 +140,9 @@ float quantize_v(const float* v, size_t count, const float* u, uint8_t* q) {
   float rootmax = 0.0f;
   for (size_t i = 0; i < count; ++i) rootmax = std::max(rootmax, std::sqrt(v[i]));
   const bool usable = rootmax > 0.0f && std::isfinite(rootmax);
+  const float inverse = 1.0f / rootmax;
   for (size_t i = 0; i < count; ++i) {
-    q[i] = usable ? encode_f8(std::sqrt(v[i]) / rootmax, kMantV, u[i]) : 0;
+    q[i] = usable ? encode_f8(std::sqrt(v[i]) * inverse, kMantV, u[i]) : 0;
     if (usable && v[i] > 0.0f && q[i] == 0) q[i] = 1;  // never read back as zero (a step divides by sqrt(v))
   }
   return usable ? rootmax : 0.0f;
@@ -172,9 +162,6 @@ float dequantize_v(uint8_t q, float scale) {
 
 namespace {
 
-// The purpose of the masters' random numbers (lean_unit_seed uses another).
-constexpr uint32_t kRandomMaster = 0;
-
 float read_master(const LeanUnitState& s, size_t i) {
   switch (s.format) {
     case OptimizerStateFormat::Fp32Q8:
@@ -186,81 +173,39 @@ float read_master(const LeanUnitState& s, size_t i) {
   }
 }
 
-// Stores the new master of element i. Returns false where an update was lost to rounding with no
-// help: the fp32 master of fp32_q8 rounds to nearest, so `value` == the old master although the
-// update was not zero (the caller knows); the stochastically rounded masters lose nothing on average.
-bool write_master(const LeanUnitState& s, size_t i, float value, int64_t step) {
-  switch (s.format) {
-    case OptimizerStateFormat::Fp32Q8: {
-      const bool changed = s.master[i] != value;
-      s.master[i] = value;
-      return changed;
-    }
-    case OptimizerStateFormat::Bf16C8Q8: {
-      lean::encode_compensated(value, &s.master_bf16[i], &s.compensation[i],
-                               lean::uniform(s.seed, step, i, kRandomMaster));
-      return true;
-    }
-    default:
-      s.master_bf16[i] = lean::bf16_stochastic(value, lean::random32(s.seed, step, i, kRandomMaster));
-      return true;
+// Gradients [first, first + count) as fp32 into out[0, count).
+void load_grads(const void* grad, DType dtype, size_t first, size_t count, float* out) {
+  if (dtype == DType::BF16) {
+    const uint16_t* g = static_cast<const uint16_t*>(grad) + first;
+    for (size_t j = 0; j < count; ++j) out[j] = bf16_to_f32(g[j]);
+  } else {
+    std::memcpy(out, static_cast<const float*>(grad) + first, count * sizeof(float));
   }
 }
 
-// The step's per-element inputs for one block: gradient (fp32, unscaled) and weight decay.
-struct BlockInput {
-  float grad[kStateBlock];
-  bool decay[kStateBlock];
-  bool active[kStateBlock];  // named by a segment (others keep their value)
-};
-
-// Block [b, b + count) of the unit: decode, the reference's AdamW on the active elements, encode.
-// flatten: every call inside is inlined, so the x86-64-v3 clone (AVX2, FMA: std::fma one instruction,
-// floor one vroundss) covers the whole per-element work; the default clone runs elsewhere, with the
-// same IEEE results (std::fma is exact in software too).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-[[gnu::flatten, gnu::target_clones("arch=haswell", "default")]]
-#endif
-void update_block(const LeanUnitState& s, size_t b, size_t count, const BlockInput& in, const AdamWScalars& sc,
-                  float grad_scale, int64_t step, uint16_t* bf16_out, LeanStepStats& stats) {
-  const size_t block = b / kStateBlock;
-  float m[kStateBlock], v[kStateBlock], u[kStateBlock];
-  const bool small_lerp = sc.lerp_weight < 0.5f;
-  const float lerp_coef = small_lerp ? sc.lerp_weight : sc.lerp_weight - 1.0f;
-  for (size_t j = 0; j < count; ++j) {
+// Block [b, b + count)'s inputs from the segments, the first of which may reach into it being
+// segments[seg]. Most blocks lie inside one segment: all their lanes are active alike.
+void block_input(std::span<const AdamWSegment> segments, size_t seg, size_t b, size_t count, const void* grad,
+                 DType grad_dtype, lean::BlockInput& in) {
+  std::memset(&in, 0, sizeof(in));
+  if (seg < segments.size() && segments[seg].offset <= b &&
+      b + count <= segments[seg].offset + segments[seg].count) {
+    const uint32_t decay = segments[seg].decay ? ~0u : 0u;
+    for (size_t j = 0; j < count; ++j) {
+      in.active[j] = ~0u;
+      in.decay[j] = decay;
+    }
+    load_grads(grad, grad_dtype, b, count, in.grad);
+    return;
+  }
+  for (size_t j = 0, t = seg; j < count; ++j) {
     const size_t i = b + j;
-    m[j] = lean::dequantize_m(s.m_q[i], s.m_scale[block]);
-    v[j] = lean::dequantize_v(s.v_q[i], s.v_scale[block]);
-    if (!in.active[j]) continue;
-    // adamw.cpp's update_loop, operation for operation.
-    const float g = in.grad[j] * grad_scale;
-    const float before = read_master(s, i);
-    float p = before * (in.decay[j] ? sc.decay_factor : 1.0f);
-    const float decayed = p;
-    const float m_new = std::fma(lerp_coef, g - m[j], small_lerp ? m[j] : g);
-    const float vi = std::fma(sc.one_minus_beta2 * g, g, v[j] * sc.beta2);
-    const float denom = std::sqrt(vi) / sc.bc2_sqrt + sc.eps;
-    p = p + sc.neg_step_size * m_new / denom;
-    m[j] = m_new;
-    v[j] = vi;
-    const bool changed = write_master(s, i, p, step);
-    ++stats.updated;
-    // fp32_q8: p + update rounded back to p (the update under half an fp32 ulp of the master).
-    if (!changed && m_new != 0.0f && p == decayed) ++stats.lost;
-    if (bf16_out != nullptr) {
-      const float stored = read_master(s, i);
-      bf16_out[i] = f32_to_bf16(stored);
-    }
+    while (t < segments.size() && segments[t].offset + segments[t].count <= i) ++t;
+    if (t == segments.size() || segments[t].offset > i) continue;
+    in.active[j] = ~0u;
+    in.decay[j] = segments[t].decay ? ~0u : 0u;
+    load_grads(grad, grad_dtype, i, 1, &in.grad[j]);
   }
-  // Moments round to nearest (u = 1/2), see lean_adamw.h.
-  std::fill(u, u + count, 0.5f);
-  s.m_scale[block] = lean::quantize_m(m, count, u, s.m_q + b);
-  s.v_scale[block] = lean::quantize_v(v, count, u, s.v_q + b);
-}
-
-float load_grad(const void* grad, DType dtype, size_t k) {
-  return dtype == DType::BF16 ? bf16_to_f32(static_cast<const uint16_t*>(grad)[k])
-                              : static_cast<const float*>(grad)[k];
 }
 
 // Blocks below this many are updated on the calling thread.
@@ -349,7 +294,7 @@ LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegme
   FERRY_ASSERT(step >= 1, "AdamW steps count from 1");
   FERRY_ASSERT(grad_dtype == DType::F32 || grad_dtype == DType::BF16, "gradients are F32 or BF16");
   if (segments.empty()) return {};
-  const AdamWScalars sc = adamw_scalars(hyper, step);
+  const lean::StepConstants c{adamw_scalars(hyper, step), grad_scale, lean::random_key(s.seed, step)};
   const size_t first = segments.front().offset / kStateBlock;
   const size_t last = (segments.back().offset + segments.back().count + kStateBlock - 1) / kStateBlock;
   std::atomic<size_t> updated{0}, lost{0};
@@ -357,22 +302,15 @@ LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegme
       last - first,
       [&](size_t lo, size_t hi) {
         LeanStepStats stats;
-        BlockInput in;
+        lean::BlockInput in;
         size_t seg = 0;
         for (size_t k = first + lo; k < first + hi; ++k) {
           const size_t b = k * kStateBlock;
           const size_t count = std::min(kStateBlock, s.numel - b);
           while (seg < segments.size() && segments[seg].offset + segments[seg].count <= b) ++seg;
-          size_t t = seg;
-          for (size_t j = 0; j < count; ++j) {
-            const size_t i = b + j;
-            while (t < segments.size() && segments[t].offset + segments[t].count <= i) ++t;
-            in.active[j] = t < segments.size() && segments[t].offset <= i;
-            in.decay[j] = in.active[j] && segments[t].decay;
-            // Read before bf16_out (possibly the same buffer) is written.
-            in.grad[j] = in.active[j] ? load_grad(grad, grad_dtype, i) : 0.0f;
-          }
-          update_block(s, b, count, in, sc, grad_scale, step, bf16_out, stats);
+          // The gradients are read before bf16_out (possibly the same buffer) is written.
+          block_input(segments, seg, b, count, grad, grad_dtype, in);
+          lean::update_block(s, b, count, in, c, bf16_out, stats);
         }
         updated += stats.updated;
         lost += stats.lost;
@@ -389,23 +327,23 @@ LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<
   FERRY_ASSERT(grad == nullptr || grad != static_cast<const void*>(bf16_out),
                "gathered row gradients must not share the buffer of the bf16 copy");
   if (rows.empty() || row_len == 0) return {};
-  const AdamWScalars sc = adamw_scalars(hyper, step);
+  const lean::StepConstants c{adamw_scalars(hyper, step), grad_scale, lean::random_key(s.seed, step)};
   const size_t blocks_per_row = row_len / kStateBlock;
   std::atomic<size_t> updated{0}, lost{0};
   pool.parallel_for(
       rows.size(),
       [&](size_t lo, size_t hi) {
         LeanStepStats stats;
-        BlockInput in;
-        std::fill(std::begin(in.active), std::end(in.active), true);
-        std::fill(std::begin(in.decay), std::end(in.decay), decay);
+        lean::BlockInput in;
+        std::fill(std::begin(in.active), std::end(in.active), ~0u);
+        std::fill(std::begin(in.decay), std::end(in.decay), decay ? ~0u : 0u);
+        std::fill(std::begin(in.grad), std::end(in.grad), 0.0f);
         for (size_t k = lo; k < hi; ++k) {
           const size_t row = static_cast<size_t>(rows[k]) * row_len;
           for (size_t q = 0; q < blocks_per_row; ++q) {
-            for (size_t j = 0; j < kStateBlock; ++j)
-              in.grad[j] =
-                  grad == nullptr ? 0.0f : load_grad(grad, grad_dtype, k * row_len + q * kStateBlock + j);
-            update_block(s, row + q * kStateBlock, kStateBlock, in, sc, grad_scale, step, bf16_out, stats);
+            if (grad != nullptr)
+              load_grads(grad, grad_dtype, k * row_len + q * kStateBlock, kStateBlock, in.grad);
+            lean::update_block(s, row + q * kStateBlock, kStateBlock, in, c, bf16_out, stats);
           }
         }
         updated += stats.updated;

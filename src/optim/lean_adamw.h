@@ -9,12 +9,16 @@
 //    A linear 8-bit code would read an element 1000 times below its block's largest as 0 or one
 //    step (gradients differ that much within a row); a float code keeps its 4-5 bits. A v > 0
 //    never encodes as 0: an AdamW step divides by sqrt(v), and a zero read back would make the
-//    step m / eps. Both round to nearest: within half a code step (6%, 3%) at every read. Not
-//    stochastically: re-encoded every step, an exponential average accumulates the rounding noise
-//    over its memory (1 / (1 - beta2^2) = 500 steps for v: a random walk of ~70% of sqrt(v)).
-//    Nearest rounding has the opposite flaw, stickiness: v's decay of 0.05% per step in sqrt(v)
-//    never leaves its code, so an element's sqrt(v) decays only as fast as its block's largest
-//    (which is the fp32 scale, exact); v is then over-estimated and the step smaller, never larger.
+//    step m / eps. m rounds to nearest (within half a code step, 6%, at every read): it moves by
+//    10% of (g - m) per step, more than half a code step, so its code follows it. v rounds
+//    stochastically: a step moves sqrt(v) by about 0.05% per unit of g^2 / v (beta2 = 0.999),
+//    never half a code step (1.5-3%), so to nearest an element's v would keep its code and move
+//    only with its block's scale, an early noisy value frozen, with steps larger than AdamW's on
+//    average (1 / sqrt(v) is convex). Rounded up with probability p (the fraction of a code step
+//    it lies above the lower code), E[v] is AdamW's; the variance a step adds is p(1 - p) code
+//    steps^2, at most the step's movement in code steps (from a code, p or 1 - p is that
+//    movement), so over v's memory the noise is a few code steps.
+//    docs/optimizer_state.md has the measurements.
 //  * bf16sr: the master is bf16, rounded stochastically after each update: E[master] is the fp32
 //    result, so updates far below bf16's resolution (2^-8 relative) still move it on average.
 //  * bf16c8: the master is bf16 hi (nearest) plus an int8 c in [-128, 127]: value = hi + c *
@@ -27,9 +31,13 @@
 //    update under half an fp32 ulp of its master is lost, and counted (LeanStepStats::lost) so the
 //    run can warn.
 //
-// Every random number is a hash of (seed, step, element index, purpose), so the result does not
-// depend on how the work is split over threads or which tier holds the arrays: the sliding engine
-// and the plain trainer produce the same bits, and a resumed run continues as an unbroken one.
+// Every random number is a hash of (seed, step, element index, purpose) (optim/lean_random.h), so
+// the result does not depend on how the work is split over threads or which tier holds the arrays:
+// the sliding engine and the plain trainer produce the same bits, and a resumed run continues as an
+// unbroken one.
+//
+// Speed: the work of a block runs in optim/lean_kernel.cpp, vectorized (AVX-512 or AVX2 clone),
+// bit-identical to the scalar encoders below (tests/optim_lean_adamw_test.cpp).
 #pragma once
 
 #include <cstddef>
@@ -108,7 +116,8 @@ uint16_t bf16_stochastic(float x, uint32_t random16);
 void encode_compensated(float x, uint16_t* hi, int8_t* c, float u);
 float decode_compensated(uint16_t hi, int8_t c);
 // One block of m (count <= kStateBlock values) to 8 bits and its scale (max |m|), and v's (max
-// sqrt(v)); `u` supplies the rounding randoms (one per element in [0, 1)).
+// sqrt(v)); `u` supplies the rounding randoms (one per element in [0, 1)). The elements are
+// scaled by the reciprocal of the block's scale (one division per block).
 float quantize_m(const float* m, size_t count, const float* u, int8_t* q);
 float quantize_v(const float* v, size_t count, const float* u, uint8_t* q);
 float dequantize_m(int8_t q, float scale);

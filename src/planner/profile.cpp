@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/json_text.h"
 #include "io/atomic_file.h"
+#include "optim/state_format.h"
 
 namespace ferry {
 
@@ -105,6 +106,11 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
         {"disk_read_bytes_per_s", p.host.disk_read_bytes_per_s},
         {"disk_write_bytes_per_s", p.host.disk_write_bytes_per_s}}},
   };
+  for (auto f :
+       {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
+    const double rate = p.host.lean_adamw_params_per_s[static_cast<int>(f)];
+    if (rate > 0) j["host"]["lean_adamw_params_per_s"][state_format_name(f)] = rate;
+  }
   if (p.host.memory_sharing_measured) {
     const HostMemorySharing& s = p.host.memory_sharing;
     j["host"]["memory_sharing"] = {{"cpu_adamw_beside_copy", s.cpu_beside_copy},
@@ -159,6 +165,14 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   p.host.threads = static_cast<int>(r.positive(h, "threads"));
   p.host.cpu_adamw_params_per_s = r.positive(h, "cpu_adamw_params_per_s");
   p.host.memory_bytes = r.positive(h, "memory_bytes");
+  // Optional in every version: profiles measured before it lack it.
+  if (h.contains("lean_adamw_params_per_s")) {
+    const auto& lean = r.object(h, "lean_adamw_params_per_s");
+    for (auto f :
+         {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8})
+      if (lean.contains(state_format_name(f)))
+        p.host.lean_adamw_params_per_s[static_cast<int>(f)] = r.positive(lean, state_format_name(f));
+  }
   p.host.disk_read_bytes_per_s = r.number(h, "disk_read_bytes_per_s");
   p.host.disk_write_bytes_per_s = r.number(h, "disk_write_bytes_per_s");
   if (version >= 3) {

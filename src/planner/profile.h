@@ -65,8 +65,12 @@ struct TransferProfile {
 struct HostProfile {
   int threads = 0;  // the CPU AdamW's worker threads
   double cpu_adamw_params_per_s =
-      0.0;                    // fused pass: bf16 gradient + fp32 master/m/v → master/m/v + bf16 weights
-  double memory_bytes = 0.0;  // physical RAM
+      0.0;  // fused pass: bf16 gradient + fp32 master/m/v → master/m/v + bf16 weights
+  // The lean AdamW's pass (optim/lean_adamw.h) per lean format, indexed by OptimizerStateFormat
+  // (fp32's entry unused); 0: not measured (profiles from before method 6), the planner then
+  // assumes its per-thread rate (planner/adamw_rate.h).
+  double lean_adamw_params_per_s[4] = {};
+  double memory_bytes = 0.0;           // physical RAM
   double disk_read_bytes_per_s = 0.0;  // 0: not measured (no disk tier in this profile)
   double disk_write_bytes_per_s = 0.0;
   // The CPU AdamW and pinned copies beside each other (host DRAM is shared). Profiles of format 2

@@ -1,4 +1,5 @@
-// measure_host (profiler/machine_profiler.h): the CPU AdamW's rate, RAM, and the disk.
+// measure_host (profiler/machine_profiler.h): the CPU AdamW's rate (fp32 and each lean format), RAM,
+// and the disk.
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "core/thread_pool.h"
 #include "profiler/cpu_adamw_probe.h"
 #include "profiler/disk_rate.h"
+#include "profiler/lean_adamw_probe.h"
 #include "profiler/machine_profiler.h"
 
 namespace ferry {
@@ -29,6 +31,14 @@ double cpu_adamw_rate(const ProfileOptions& options, double memory_bytes, Thread
   return static_cast<double>(probe.params()) / seconds;
 }
 
+// The same for a lean optimizer_state format (profiler/lean_adamw_probe.h), over as many parameters.
+double lean_adamw_rate(OptimizerStateFormat format, const ProfileOptions& options, double memory_bytes,
+                       ThreadPool& pool) {
+  LeanAdamWProbe probe(format, cpu_adamw_probe_params(options, memory_bytes), pool);
+  const double seconds = time_on_host([&] { probe.pass(); }, options.cpu_adamw_timing);
+  return static_cast<double>(probe.params()) / seconds;
+}
+
 }  // namespace
 
 size_t cpu_adamw_probe_params(const ProfileOptions& options, double memory_bytes) {
@@ -43,6 +53,9 @@ HostProfile measure_host(const ProfileOptions& options) {
   h.threads = static_cast<int>(pool.size());
   h.memory_bytes = physical_memory_bytes();
   h.cpu_adamw_params_per_s = cpu_adamw_rate(options, h.memory_bytes, pool);
+  for (auto f :
+       {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8})
+    h.lean_adamw_params_per_s[static_cast<int>(f)] = lean_adamw_rate(f, options, h.memory_bytes, pool);
   if (options.measure_disk) {
     FERRY_CHECK(!options.disk_dir.empty(), "profile",
                 "measuring the disk needs a directory to write a probe file in");

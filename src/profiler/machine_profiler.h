@@ -73,8 +73,9 @@ struct ProfileOptions {
 //   2: the head also timed with fp32 weight gradients (compute.head_f32_grads);
 //   3: the head with 512 MiB logits chunks (kCudaFlceChunkBytes), 2048 tokens of a 128k vocabulary;
 //   4: the head timed on its own, not in turn with the embedding's passes;
-//   5: the backward of a layer that kept its internals (compute.layer_backward_kept).
-inline constexpr int kProfilerMethod = 5;
+//   5: the backward of a layer that kept its internals (compute.layer_backward_kept);
+//   6: the lean AdamW's rate per format (host.lean_adamw_params_per_s).
+inline constexpr int kProfilerMethod = 6;
 
 // ProfileOptions' defaults on a device with native (CUDA) streams. On the simulated device, smaller
 // arrays and shorter samples: its profile plans test runs on this host, and measuring it must take

@@ -1,0 +1,35 @@
+// The lean AdamW's per-block work (optim/lean_adamw.h): decode one block of kStateBlock elements,
+// the reference's fp32 AdamW on each, encode. Written as loops over the block's lanes with integer
+// masks for every choice, which GCC vectorizes (AVX-512, AVX2 clones) into the same IEEE operations
+// the scalar encoders of lean_adamw.h perform one element at a time: the results are bit-identical
+// to them (tests/optim_lean_adamw_test.cpp runs the scalar reference beside it).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "optim/adamw_scalars.h"
+#include "optim/lean_adamw.h"
+
+namespace ferry::lean {
+
+// What one step passes to every block.
+struct StepConstants {
+  AdamWScalars sc;
+  float grad_scale = 1.0f;
+  uint64_t key = 0;  // random_key(unit seed, step)
+};
+
+// One block's per-element inputs; lanes past the block's count are zero.
+struct alignas(64) BlockInput {
+  float grad[kStateBlock];       // fp32, before grad_scale
+  uint32_t decay[kStateBlock];   // all ones where weight decay applies, else 0
+  uint32_t active[kStateBlock];  // all ones where a segment names the element (others keep their value)
+};
+
+// Block [b, b + count) of the unit (b a multiple of kStateBlock, count <= kStateBlock); bf16(new
+// master) into bf16_out[i] for the active elements when bf16_out is not null.
+void update_block(const LeanUnitState& s, size_t b, size_t count, const BlockInput& in,
+                  const StepConstants& c, uint16_t* bf16_out, LeanStepStats& stats);
+
+}  // namespace ferry::lean
