@@ -8,6 +8,7 @@
 #include "planner/adamw_rate.h"
 #include "planner/disk_tier_layout.h"
 #include "planner/memory_model.h"
+#include "planner/sequence_tile.h"
 #include "planner/slot_schedule.h"
 
 namespace ferry {
@@ -100,7 +101,7 @@ class ProgramBuilder {
   // runs again.
   double layer_backward_seconds(int64_t layer) const {
     const ComputeProfile& compute = profile_.compute;
-    const double backward = chunks_of(compute.layer_backward);
+    const double backward = tiled_chunks_of(compute.layer_backward);
     if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals)
       return backward;
     if (compute.layer_backward_kept.per_token_s > 0) return chunks_of(compute.layer_backward_kept);
@@ -109,6 +110,10 @@ class ProgramBuilder {
   }
   double chunks_of(const LinearTime& t) const {
     return static_cast<double>(shape_.chunks) * t.at(shape_.chunk_tokens);
+  }
+  // A layer's or the head's passes, run over the plan's sequence tiles (planner/sequence_tile.h).
+  double tiled_chunks_of(const LinearTime& t) const {
+    return static_cast<double>(shape_.chunks) * tiled_seconds(t, shape_.chunk_tokens, plan_.seq_tile);
   }
 
   // Adds a task on `lane` after the stream waits issued on it and after the host's last block.
@@ -301,13 +306,13 @@ class ProgramBuilder {
         if (boundary_offloaded(0)) offload_boundary(0);
       } else if (u == Hd) {
         add(Lane::Compute, TaskKind::Head, Hd,
-            chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
+            tiled_chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
         sends = true;
       } else if (u != E) {
         const int64_t l = static_cast<int64_t>(u) - 1;
         if (forward) {
           before_boundary_write(l + 1);
-          add(Lane::Compute, TaskKind::LayerForward, u, chunks_of(compute.layer_forward), 0.0);
+          add(Lane::Compute, TaskKind::LayerForward, u, tiled_chunks_of(compute.layer_forward), 0.0);
           if (boundary_offloaded(l + 1)) offload_boundary(l + 1);
         } else {
           if (boundary_offloaded(l)) {

@@ -10,6 +10,7 @@
 #include "io/scratch_file.h"
 #include "planner/disk_spill.h"
 #include "profiler/disk_rate.h"
+#include "train/position_limit.h"
 
 namespace ferry {
 
@@ -57,6 +58,7 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   r.seq_len = config.seq_len;
   r.global_batch = config.global_batch;
   if (config.micro_batch > 0) r.micro_batch = config.micro_batch;
+  if (config.seq_tile >= 0) r.seq_tile = config.seq_tile;
   r.device_budget = target.device_budget;
   if (config.host_memory) r.host_budget = static_cast<size_t>(*config.host_memory);
   if (!config.host_memory && target.host_available > 0) {
@@ -98,6 +100,7 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
 PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, const ModelLayout& layout,
                           const PlanTarget& target, MachineProfile profile, std::string source,
                           size_t alternatives) {
+  check_seq_len_positions(model, config.seq_len);
   PlanSelection s;
   s.profile = std::move(profile);
   s.profile_source = std::move(source);

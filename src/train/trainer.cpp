@@ -36,6 +36,7 @@
 #include "train/step_executor.h"
 #include "train/tensorboard_log.h"
 #include "train/training_data.h"
+#include "train/position_limit.h"
 
 namespace ferry {
 
@@ -163,6 +164,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
          "attention only: set seq_len <= {}",
          mc.architecture_name, *mc.sliding_window, config.seq_len, *mc.sliding_window);
   }
+  check_seq_len_positions(mc, config.seq_len);
   TrainingDataSummary data_summary;
   std::vector<Document> documents = load_training_documents(config, mc, &data_summary);
   if (data_summary.skipped_malformed > 0)

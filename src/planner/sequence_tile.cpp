@@ -1,0 +1,24 @@
+#include "planner/sequence_tile.h"
+
+namespace ferry {
+
+int64_t tile_count(int64_t chunk_tokens, int64_t seq_tile) {
+  if (seq_tile <= 0 || seq_tile >= chunk_tokens) return 1;
+  return (chunk_tokens + seq_tile - 1) / seq_tile;
+}
+
+double tiled_seconds(const LinearTime& t, int64_t chunk_tokens, int64_t seq_tile) {
+  const int64_t tiles = tile_count(chunk_tokens, seq_tile);
+  if (tiles == 1) return t.at(chunk_tokens);
+  return static_cast<double>(tiles) * t.fixed_s +
+         t.per_token_s * static_cast<double>(chunk_tokens + tiles * kTileTailTokens);
+}
+
+std::vector<int64_t> seq_tile_candidates(int64_t chunk_tokens) {
+  std::vector<int64_t> out = {0};
+  if (chunk_tokens <= 2048) return out;
+  for (int64_t tile = 1024; tile <= 16384 && tile < chunk_tokens; tile *= 2) out.push_back(tile);
+  return out;
+}
+
+}  // namespace ferry

@@ -1,0 +1,37 @@
+// Sequence tiles in the planner (model/decoder_layer.h): which tile sizes the search tries, and
+// what a tile costs beside the untiled layer.
+//
+// Memory needs no function here: the memory model carves the layer scratch for the plan's tile
+// (memory_model.cpp), so the token-local tensors count (seq_tile, width) and the attention's
+// (chunk_tokens, width), exactly as the engine allocates them.
+//
+// Time: a tile repeats the layer's token-local kernel launches (all but the attention's), and a
+// GEMM of fewer rows runs below the large-GEMM rate (its last wave of thread blocks is partly
+// idle). The profile times whole micro-chunks (LinearTime: launches + per token) and no GEMM
+// rates per row count, so a tile is charged the chunk's fixed part again and its GEMMs
+// kTileTailTokens more tokens of work: at 4,096-token tiles 3% (an H200's 132 SMs run a 4096 x
+// 14336 GEMM in ~10 waves of 128 x 256 tiles; the tail wave's idle share is of that order).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "planner/profile.h"
+
+namespace ferry {
+
+// Extra tokens of GEMM work charged per tile.
+inline constexpr int64_t kTileTailTokens = 128;
+
+// Tiles of a micro-chunk of `chunk_tokens` tokens with tiles of `seq_tile` (0: one).
+int64_t tile_count(int64_t chunk_tokens, int64_t seq_tile);
+
+// Seconds of one micro-chunk's layer (or head) pass run over tiles: `t` measured untiled.
+double tiled_seconds(const LinearTime& t, int64_t chunk_tokens, int64_t seq_tile);
+
+// The tiles the search tries for chunks of `chunk_tokens`: untiled (0), and powers of two from
+// 1,024 to 16,384 tokens that are shorter than the chunk. A chunk of 2,048 tokens or fewer has
+// (T,F) intermediates of at most tens of MiB for the largest models, so it stays untiled.
+std::vector<int64_t> seq_tile_candidates(int64_t chunk_tokens);
+
+}  // namespace ferry
