@@ -28,20 +28,20 @@ double max_abs(const std::vector<float>& v) {
   return m;
 }
 
-struct Run {
+struct LongRun {
   StepLoss loss;
   std::vector<std::vector<float>> grads;
   std::vector<float> logits_at;  // (positions, V)
 };
 
-Run run(const ModelWeights& w, const Golden& g, int64_t seq_tile) {
+LongRun run(const ModelWeights& w, const Golden& g, int64_t seq_tile) {
   ModelWeights weights = w;
   auto ops = make_cpu_ops();
   const StepBatch batch = golden_batch(g, 1);
   ModelStep step(weights.config, weights.layout, *ops, batch.chunk_tokens(), batch.chunks(), seq_tile);
   std::vector<float*> params;
   for (auto& u : weights.units) params.push_back(u.data());
-  Run r;
+  LongRun r;
   const int64_t V = weights.config.vocab_size;
   std::vector<float> logits(static_cast<size_t>(g.seq * V));
   step.logits(params, batch.chunk(0), logits.data());
@@ -63,7 +63,7 @@ TEST(HfLongGolden, FourThousandTokensUntiledAndTiled) {
   ASSERT_EQ(g.batch, 1);
   ASSERT_EQ(g.seq, 4096);
 
-  const Run untiled = run(w, g, 0);
+  const LongRun untiled = run(w, g, 0);
   const auto expected_logits = g.f32("logits_at");
   EXPECT_TRUE(test::all_close(untiled.logits_at, expected_logits, 1e-5, 1e-5 * max_abs(expected_logits),
                               "logits_at"));
@@ -83,7 +83,7 @@ TEST(HfLongGolden, FourThousandTokensUntiledAndTiled) {
 
   for (int64_t tile : {int64_t{1000}, int64_t{4095}, int64_t{333}}) {
     SCOPED_TRACE("seq_tile " + std::to_string(tile));
-    const Run tiled = run(w, g, tile);
+    const LongRun tiled = run(w, g, tile);
     EXPECT_EQ(tiled.loss.loss_sum, untiled.loss.loss_sum);
     EXPECT_EQ(0, std::memcmp(tiled.logits_at.data(), untiled.logits_at.data(), untiled.logits_at.size() * 4));
     for (size_t u = 0; u < untiled.grads.size(); ++u)
