@@ -45,9 +45,10 @@ TEST(SequenceTile, TileCountsAndTheirCost) {
   EXPECT_DOUBLE_EQ(tiled_seconds(t, 8192, 0), t.at(8192));
   // 2 tiles: the fixed part twice, and 2 * kTileTailTokens more tokens of work.
   EXPECT_DOUBLE_EQ(tiled_seconds(t, 8192, 4096), 2e-3 + 1e-6 * (8192 + 2 * kTileTailTokens));
-  EXPECT_EQ(seq_tile_candidates(2048), std::vector<int64_t>{0});
-  EXPECT_EQ(seq_tile_candidates(8192), (std::vector<int64_t>{0, 1024, 2048, 4096}));
-  EXPECT_EQ(seq_tile_candidates(65536), (std::vector<int64_t>{0, 1024, 2048, 4096, 8192, 16384}));
+  EXPECT_EQ(seq_tile_candidates(2048, 2048), std::vector<int64_t>{0});
+  EXPECT_EQ(seq_tile_candidates(8192, 16384), std::vector<int64_t>{0});
+  EXPECT_EQ(seq_tile_candidates(12288, 12288), (std::vector<int64_t>{0, 1024, 2048, 4096, 8192}));
+  EXPECT_EQ(seq_tile_candidates(65536, 65536), (std::vector<int64_t>{0, 1024, 2048, 4096, 8192, 16384}));
 }
 
 // The scratch is O(tile x width) plus the attention's full-length tensors (q, k, v, attn, their

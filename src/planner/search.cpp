@@ -190,7 +190,7 @@ class Searcher {
             }
       // Each family of this micro-batch once per sequence tile.
       const std::vector<int64_t> tiles =
-          r_.seq_tile ? std::vector<int64_t>{*r_.seq_tile} : seq_tile_candidates(mb * r_.seq_len);
+          r_.seq_tile ? std::vector<int64_t>{*r_.seq_tile} : seq_tile_candidates(r_.seq_len, mb * r_.seq_len);
       const std::vector<Family> untiled(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
       out.resize(first);
       for (int64_t tile : tiles)

@@ -14,9 +14,9 @@ double tiled_seconds(const LinearTime& t, int64_t chunk_tokens, int64_t seq_tile
          t.per_token_s * static_cast<double>(chunk_tokens + tiles * kTileTailTokens);
 }
 
-std::vector<int64_t> seq_tile_candidates(int64_t chunk_tokens) {
+std::vector<int64_t> seq_tile_candidates(int64_t seq_len, int64_t chunk_tokens) {
   std::vector<int64_t> out = {0};
-  if (chunk_tokens <= 2048) return out;
+  if (seq_len <= kTiledFromSeqLen) return out;
   for (int64_t tile = 1024; tile <= 16384 && tile < chunk_tokens; tile *= 2) out.push_back(tile);
   return out;
 }

@@ -29,9 +29,12 @@ int64_t tile_count(int64_t chunk_tokens, int64_t seq_tile);
 // Seconds of one micro-chunk's layer (or head) pass run over tiles: `t` measured untiled.
 double tiled_seconds(const LinearTime& t, int64_t chunk_tokens, int64_t seq_tile);
 
-// The tiles the search tries for chunks of `chunk_tokens`: untiled (0), and powers of two from
-// 1,024 to 16,384 tokens that are shorter than the chunk. A chunk of 2,048 tokens or fewer has
-// (T,F) intermediates of at most tens of MiB for the largest models, so it stays untiled.
-std::vector<int64_t> seq_tile_candidates(int64_t chunk_tokens);
+// The tiles the search tries for sequences of `seq_len` in chunks of `chunk_tokens`: untiled (0),
+// and for sequences longer than kTiledFromSeqLen powers of two from 1,024 to 16,384 tokens that
+// are shorter than the chunk. Up to 8K-token sequences the micro-batch already sizes the (T,F)
+// intermediates (one 8K sequence of an 8B model: 224 MiB each), and tiles would only trade a few
+// percent of compute for memory the search has other uses for.
+inline constexpr int64_t kTiledFromSeqLen = 8192;
+std::vector<int64_t> seq_tile_candidates(int64_t seq_len, int64_t chunk_tokens);
 
 }  // namespace ferry
