@@ -59,14 +59,17 @@ TEST(SequenceTile, DeviceMemoryFallsWithTheTile) {
   const ModelLayout layout = build_model_layout(config);
   size_t previous = 0;
   for (int64_t tile : {16384, 8192, 4096, 2048, 1024}) {
-    const DeviceBytes d = device_bytes(config, layout, streamed_plan(layout, config.num_layers, tile), kLong, 1);
-    const DeviceBytes untiled = device_bytes(config, layout, streamed_plan(layout, config.num_layers, 0), kLong, 1);
+    const DeviceBytes d =
+        device_bytes(config, layout, streamed_plan(layout, config.num_layers, tile), kLong, 1);
+    const DeviceBytes untiled =
+        device_bytes(config, layout, streamed_plan(layout, config.num_layers, 0), kLong, 1);
     EXPECT_LT(d.scratch, untiled.scratch) << tile;
     if (previous > 0) EXPECT_LT(d.scratch, previous) << tile;
     previous = d.scratch;
     if (tile == 4096) EXPECT_LT(d.scratch, 4 * kGiB);
   }
-  EXPECT_GT(device_bytes(config, layout, streamed_plan(layout, config.num_layers, 0), kLong, 1).scratch, 7 * kGiB);
+  EXPECT_GT(device_bytes(config, layout, streamed_plan(layout, config.num_layers, 0), kLong, 1).scratch,
+            7 * kGiB);
 }
 
 // The time of the same plan for each tile: smaller tiles cost more launches and GEMM tails, never
@@ -79,7 +82,8 @@ TEST(SequenceTile, PredictedTimeForEachTile) {
   const StepShape shape{kLong, 1};
   double previous = 0.0, untiled = 0.0;
   for (int64_t tile : {0, 16384, 8192, 4096, 2048, 1024}) {
-    const Prediction p = predict(config, layout, streamed_plan(layout, config.num_layers, tile), profile, shape);
+    const Prediction p =
+        predict(config, layout, streamed_plan(layout, config.num_layers, tile), profile, shape);
     if (tile == 0) untiled = p.step_seconds;
     EXPECT_GE(p.step_seconds, previous) << tile;
     previous = p.step_seconds;

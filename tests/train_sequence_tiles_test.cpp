@@ -72,7 +72,8 @@ TEST_P(SequenceTiles, GiveTheUntiledStepBitForBit) {
   const StepBatch batch = packed_batch(config.vocab_size, 96, 4, 2, 3, rows);
   const StepResult untiled = run_step(config, batch, 0);
   ASSERT_GT(untiled.loss.counted_tokens, 0);
-  for (int64_t tile : {1, 7, 64, 100, 192, 500}) expect_same_bits(untiled, run_step(config, batch, tile), tile);
+  for (int64_t tile : {1, 7, 64, 100, 192, 500})
+    expect_same_bits(untiled, run_step(config, batch, tile), tile);
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, SequenceTiles, ::testing::Values("llama", "qwen2", "qwen3"));

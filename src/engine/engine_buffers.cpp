@@ -102,10 +102,11 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   // KeepWithInternals: each micro-chunk's kept intermediates in a slice of their own, sized as the
   // memory model sizes them (layer_internals_bytes).
   const size_t internals_bytes = layer_internals_bytes(config, chunk_tokens, wd);
-  FERRY_ASSERT(plan.seq_tile <= 0 || plan.seq_tile >= chunk_tokens ||
-                   std::none_of(plan.activations.begin(), plan.activations.end(),
-                                [](ActivationPlacement a) { return a == ActivationPlacement::KeepWithInternals; }),
-               "a plan with sequence tiles keeps no layer internals (whole chunks)");
+  FERRY_ASSERT(
+      plan.seq_tile <= 0 || plan.seq_tile >= chunk_tokens ||
+          std::none_of(plan.activations.begin(), plan.activations.end(),
+                       [](ActivationPlacement a) { return a == ActivationPlacement::KeepWithInternals; }),
+      "a plan with sequence tiles keeps no layer internals (whole chunks)");
   internals_buffers.resize(static_cast<size_t>(L));
   kept_internals.resize(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {

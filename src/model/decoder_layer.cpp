@@ -112,7 +112,8 @@ struct Dims {
 };
 
 Dims dims_of(const ModelConfig& c, int64_t T) {
-  return {T, c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim, c.q_dim(), c.kv_dim()};
+  return {T,          c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads,
+          c.head_dim, c.q_dim(),     c.kv_dim()};
 }
 
 std::vector<Tile> tiles_of(const LayerScratch& s, int64_t T) {
@@ -124,8 +125,8 @@ std::vector<Tile> tiles_of(const LayerScratch& s, int64_t T) {
 
 // The passes that a backward from kept internals (Recompute::NormsActivation) runs again: one
 // function each, so that every run is the same calls and gives the same bits.
-void input_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t, Tensor x_in,
-                LayerScratch& s) {
+void input_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t,
+                Tensor x_in, LayerScratch& s) {
   ops.rmsnorm_forward(rows(x_in, t.t0, t.n, d.H), p.input_norm, static_cast<float>(c.rms_norm_eps),
                       rows(s.h, 0, t.n, d.H), rows(s.rstd1, 0, t.n, 1).view({t.n}));
 }
@@ -150,7 +151,8 @@ void qk_before_rope(Ops& ops, const ModelConfig& c, const LayerParams& p, const 
   const Tensor q_pre = rows(s.q_pre, 0, t.n, d.QD), k_pre = rows(s.k_pre, 0, t.n, d.KD);
   ops.linear_forward(h, p.q_proj, p.q_bias, Tensor(), q_pre);
   ops.linear_forward(h, p.k_proj, p.k_bias, Tensor(), k_pre);
-  ops.rmsnorm_forward(q_pre.view({t.n * d.Hq, d.D}), p.q_norm, eps, rows(s.q, t.t0, t.n, d.QD).view({t.n * d.Hq, d.D}),
+  ops.rmsnorm_forward(q_pre.view({t.n * d.Hq, d.D}), p.q_norm, eps,
+                      rows(s.q, t.t0, t.n, d.QD).view({t.n * d.Hq, d.D}),
                       rows(s.rstd_q, 0, t.n * d.Hq, 1).view({t.n * d.Hq}));
   ops.rmsnorm_forward(k_pre.view({t.n * d.Hkv, d.D}), p.k_norm, eps,
                       rows(s.k, t.t0, t.n, d.KD).view({t.n * d.Hkv, d.D}),
@@ -158,8 +160,8 @@ void qk_before_rope(Ops& ops, const ModelConfig& c, const LayerParams& p, const 
 }
 
 // A: rows of q, k, v for one tile, RoPE applied.
-void project_qkv(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk, const Dims& d,
-                 const Tile& t, Tensor x_in, LayerScratch& s) {
+void project_qkv(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
+                 const Dims& d, const Tile& t, Tensor x_in, LayerScratch& s) {
   const ModelConfig& c = *ctx.config;
   input_norm(ops, c, p, d, t, x_in, s);
   qk_before_rope(ops, c, p, d, t, s);
@@ -172,15 +174,15 @@ void project_qkv(Ops& ops, const LayerContext& ctx, const LayerParams& p, const 
 // B: attention over the whole chunk.
 void attend(Ops& ops, const LayerContext& ctx, const TokenChunk& chunk, const Dims& d, LayerScratch& s) {
   const float scale = attention_scale(*ctx.config);  // 1/sqrt(head_dim), with YaRN's temperature
-  ops.attention_forward(rows(s.q, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.k, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}),
-                        rows(s.v, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}),
-                        AttentionMask(chunk.doc_start, chunk.row_tokens), scale,
-                        rows(s.attn, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.lse, 0, d.Hq, d.T));
+  ops.attention_forward(
+      rows(s.q, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.k, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}),
+      rows(s.v, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
+      scale, rows(s.attn, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.lse, 0, d.Hq, d.T));
 }
 
 // C up to the activation: x1 = x + o_proj(attn), h2 = rmsnorm(x1), gate, up, act for one tile.
-void mlp_inputs(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t, Tensor x_in,
-                LayerScratch& s) {
+void mlp_inputs(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t,
+                Tensor x_in, LayerScratch& s) {
   ops.linear_forward(rows(s.attn, t.t0, t.n, d.QD), p.o_proj, p.o_bias, rows(x_in, t.t0, t.n, d.H),
                      rows(s.x1, 0, t.n, d.H));
   post_attention_norm(ops, c, p, d, t, s);
@@ -217,7 +219,8 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   const Dims d = dims_of(c, checked_tokens(s, chunk));
   const std::vector<Tile> tiles = tiles_of(s, d.T);
   const bool recompute_forward = recompute == Recompute::Forward;
-  FERRY_ASSERT(recompute_forward || tiles.size() == 1, "kept internals are whole chunks: untiled scratch only");
+  FERRY_ASSERT(recompute_forward || tiles.size() == 1,
+               "kept internals are whole chunks: untiled scratch only");
   if (recompute_forward) {
     for (const Tile& t : tiles) project_qkv(ops, ctx, p, chunk, d, t, x_in, s);
     attend(ops, ctx, chunk, d, s);
@@ -235,7 +238,8 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
       mlp_activation(ops, d, t, s);
     }
     const Tensor d_act = rows(s.d_act, 0, t.n, d.F), d_gate = rows(s.d_gate, 0, t.n, d.F),
-                 d_up = rows(s.d_up, 0, t.n, d.F), d_h2 = rows(s.d_h2, 0, t.n, d.H), h2 = rows(s.h2, 0, t.n, d.H);
+                 d_up = rows(s.d_up, 0, t.n, d.F), d_h2 = rows(s.d_h2, 0, t.n, d.H),
+                 h2 = rows(s.h2, 0, t.n, d.H);
     const Tensor dy = rows(dx_out, t.t0, t.n, d.H), d_x1 = rows(dx_in, t.t0, t.n, d.H);
     ops.linear_backward(rows(s.act, 0, t.n, d.F), p.down_proj, dy, d_act, g.down_proj, g.down_bias, false);
     ops.swiglu_backward(rows(s.gate, 0, t.n, d.F), rows(s.up, 0, t.n, d.F), d_act, d_gate, d_up);
@@ -250,8 +254,8 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   const float scale = attention_scale(c);  // 1/sqrt(head_dim), with YaRN's temperature
   ops.attention_backward(
       rows(s.q, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.k, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}),
-      rows(s.v, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens), scale,
-      rows(s.attn, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.lse, 0, d.Hq, d.T),
+      rows(s.v, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
+      scale, rows(s.attn, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.lse, 0, d.Hq, d.T),
       rows(s.d_attn, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.dq, 0, d.T, d.QD).view({d.T, d.Hq, d.D}),
       rows(s.dk, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}), rows(s.dv, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}));
 

@@ -42,13 +42,13 @@ namespace ferry {
 // (tile_tokens rows), or T rows when untiled.
 struct LayerScratch {
   int64_t tile_tokens = 0;  // rows of the token-local tensors; 0: as many as the chunk has
-  Tensor h, rstd1;       // (T,H), (T)
-  Tensor q_pre, rstd_q;  // (T,Hq*D), (T*Hq): q before q_norm (qk_norm models only)
-  Tensor k_pre, rstd_k;  // (T,Hkv*D), (T*Hkv)
-  Tensor q, k, v;        // (T,Hq*D), (T,Hkv*D), (T,Hkv*D): after norm and RoPE
-  Tensor attn, lse;      // (T,Hq*D), (Hq,T)
-  Tensor x1, h2, rstd2;  // (T,H), (T,H), (T)
-  Tensor gate, up, act;  // (T,F) each
+  Tensor h, rstd1;          // (T,H), (T)
+  Tensor q_pre, rstd_q;     // (T,Hq*D), (T*Hq): q before q_norm (qk_norm models only)
+  Tensor k_pre, rstd_k;     // (T,Hkv*D), (T*Hkv)
+  Tensor q, k, v;           // (T,Hq*D), (T,Hkv*D), (T,Hkv*D): after norm and RoPE
+  Tensor attn, lse;         // (T,Hq*D), (Hq,T)
+  Tensor x1, h2, rstd2;     // (T,H), (T,H), (T)
+  Tensor gate, up, act;     // (T,F) each
   // backward only
   Tensor d_act, d_gate, d_up;  // (T,F)
   Tensor d_h2, d_h;            // (T,H)

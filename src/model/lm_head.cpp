@@ -11,7 +11,9 @@ Tensor rows(Tensor t, int64_t r0, int64_t n, int64_t width) {
                 {n, width});
 }
 
-int64_t tile_of(const HeadScratch& s, int64_t T) { return s.tile_tokens > 0 ? s.tile_tokens : T; }
+int64_t tile_of(const HeadScratch& s, int64_t T) {
+  return s.tile_tokens > 0 ? s.tile_tokens : T;
+}
 
 }  // namespace
 
@@ -37,13 +39,13 @@ void head_forward_backward(Ops& ops, const ModelConfig& c, const HeadParams& p, 
     const Tensor logits_t = logits.empty() ? Tensor() : rows(logits, t0, n, V);
     ops.rmsnorm_forward(x_t, p.norm, eps, normed, rstd);
     if (g == nullptr) {
-      ops.linear_cross_entropy(normed, p.lm_head, chunk.targets + t0, grad_scale, Tensor(), Tensor(), loss_sum,
-                               logits_t);
+      ops.linear_cross_entropy(normed, p.lm_head, chunk.targets + t0, grad_scale, Tensor(), Tensor(),
+                               loss_sum, logits_t);
       continue;
     }
     const Tensor d_normed = rows(s.d_normed, 0, n, H);
-    ops.linear_cross_entropy(normed, p.lm_head, chunk.targets + t0, grad_scale, d_normed, g->lm_head, loss_sum,
-                             logits_t);
+    ops.linear_cross_entropy(normed, p.lm_head, chunk.targets + t0, grad_scale, d_normed, g->lm_head,
+                             loss_sum, logits_t);
     ops.rmsnorm_backward(x_t, p.norm, rstd, d_normed, Tensor(), rows(dx, t0, n, H), g->norm);
   }
 }

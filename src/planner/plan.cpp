@@ -56,7 +56,8 @@ std::string Plan::describe() const {
       internals > 0
           ? fmt::format(", {} of {} layers not recomputed (internals kept)", internals, activations.size())
           : std::string();
-  const std::string tile = seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string();
+  const std::string tile =
+      seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string();
   if (optimizer_on_gpu())
     return fmt::format(
         "everything on the GPU (weights {}, fp32 gradients, fp32 masters and AdamW state; GPU AdamW)"
@@ -68,7 +69,8 @@ std::string Plan::describe() const {
   for (auto a : activations) offloaded += (a == ActivationPlacement::OffloadToHost);
   return fmt::format(
       "{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
-      "the host{}, micro-batch {}{}, updates {}, weights {} / gradients {} on the GPU, weights uploaded {}{}{}",
+      "the host{}, micro-batch {}{}, updates {}, weights {} / gradients {} on the GPU, weights uploaded "
+      "{}{}{}",
       gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute,
       micro_batch, tile, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
       weight_upload_name(weight_upload),

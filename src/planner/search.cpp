@@ -45,7 +45,9 @@ struct Family {
 };
 
 // Layers may keep their internals only when untiled (kept internals are whole chunks).
-bool tiled(const Plan& plan, const StepShape& shape) { return tile_count(shape.chunk_tokens, plan.seq_tile) > 1; }
+bool tiled(const Plan& plan, const StepShape& shape) {
+  return tile_count(shape.chunk_tokens, plan.seq_tile) > 1;
+}
 
 int64_t kept_activations(const Plan& plan) {
   int64_t kept = 0;
@@ -76,10 +78,10 @@ int64_t resident_layer_count(const Plan& plan, UnitPlacement* kind) {
 }
 
 bool same_plan(const Plan& a, const Plan& b) {
-  return a.micro_batch == b.micro_batch && a.seq_tile == b.seq_tile && a.gpu_slots == b.gpu_slots && a.units == b.units &&
-         a.activations == b.activations && a.update == b.update && a.weight_upload == b.weight_upload &&
-         a.weight_dtype == b.weight_dtype && a.grad_dtype == b.grad_dtype &&
-         a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
+  return a.micro_batch == b.micro_batch && a.seq_tile == b.seq_tile && a.gpu_slots == b.gpu_slots &&
+         a.units == b.units && a.activations == b.activations && a.update == b.update &&
+         a.weight_upload == b.weight_upload && a.weight_dtype == b.weight_dtype &&
+         a.grad_dtype == b.grad_dtype && a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
 }
 
 bool better(const Candidate& a, const Candidate& b) {
@@ -563,9 +565,10 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
   if (plan.micro_batch != reference.micro_batch)
     parts.push_back(fmt::format("micro-batch {} instead of {}", plan.micro_batch, reference.micro_batch));
   if (plan.seq_tile != reference.seq_tile)
-    parts.push_back(fmt::format("sequence tiles of {} instead of {}",
-                                plan.seq_tile > 0 ? std::to_string(plan.seq_tile) : "the whole chunk",
-                                reference.seq_tile > 0 ? std::to_string(reference.seq_tile) : "the whole chunk"));
+    parts.push_back(
+        fmt::format("sequence tiles of {} instead of {}",
+                    plan.seq_tile > 0 ? std::to_string(plan.seq_tile) : "the whole chunk",
+                    reference.seq_tile > 0 ? std::to_string(reference.seq_tile) : "the whole chunk"));
   if (plan.gpu_slots != reference.gpu_slots)
     parts.push_back(fmt::format("{} slots instead of {}", plan.gpu_slots, reference.gpu_slots));
   if (plan.update != reference.update)

@@ -28,6 +28,7 @@
 #include "train/model_source.h"
 #include "train/output_dir.h"
 #include "train/output_dir_claim.h"
+#include "train/position_limit.h"
 #include "train/progress.h"
 #include "train/resolved_config.h"
 #include "train/run_evaluation.h"
@@ -36,7 +37,6 @@
 #include "train/step_executor.h"
 #include "train/tensorboard_log.h"
 #include "train/training_data.h"
-#include "train/position_limit.h"
 
 namespace ferry {
 
