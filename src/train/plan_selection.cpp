@@ -10,7 +10,6 @@
 #include "io/scratch_file.h"
 #include "planner/disk_spill.h"
 #include "profiler/disk_rate.h"
-#include "train/position_limit.h"
 
 namespace ferry {
 
@@ -100,7 +99,6 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
 PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, const ModelLayout& layout,
                           const PlanTarget& target, MachineProfile profile, std::string source,
                           size_t alternatives) {
-  check_seq_len_positions(model, config.seq_len);
   PlanSelection s;
   s.profile = std::move(profile);
   s.profile_source = std::move(source);

@@ -1,7 +1,8 @@
-// seq_len against the positions a model handles, checked when the config meets the model (before
-// data is read or a plan is searched): a row of seq_len tokens can hold one document that long,
-// whose last positions the model never saw in training (RoPE gives every position an angle, so
-// nothing else would fail). trainer.cpp's check_positions still checks the packed documents.
+// seq_len against the positions a model handles, for `ferry plan`: a plan is for sequences of
+// seq_len tokens, a document that long reaches positions the model never saw in training (RoPE
+// gives every position an angle, so nothing else would fail), and planning reads no documents.
+// Training checks the packed documents themselves (trainer.cpp's check_positions): packing's
+// per-document positions let shorter documents fill longer rows.
 #pragma once
 
 #include <cstdint>

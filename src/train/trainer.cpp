@@ -28,7 +28,6 @@
 #include "train/model_source.h"
 #include "train/output_dir.h"
 #include "train/output_dir_claim.h"
-#include "train/position_limit.h"
 #include "train/progress.h"
 #include "train/resolved_config.h"
 #include "train/run_evaluation.h"
@@ -164,7 +163,6 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
          "attention only: set seq_len <= {}",
          mc.architecture_name, *mc.sliding_window, config.seq_len, *mc.sliding_window);
   }
-  check_seq_len_positions(mc, config.seq_len);
   TrainingDataSummary data_summary;
   std::vector<Document> documents = load_training_documents(config, mc, &data_summary);
   if (data_summary.skipped_malformed > 0)
