@@ -37,6 +37,8 @@ StepBatch packed_batch(int64_t vocab, int64_t seq_len, int64_t rows, int64_t mic
 struct StepResult {
   StepLoss loss;
   std::vector<std::vector<float>> grads;
+  StepLoss evaluated;         // ModelStep::evaluate before the step
+  std::vector<float> logits;  // (rows, seq_len, V), from the evaluation
 };
 
 StepResult run_step(const ModelConfig& config, const StepBatch& batch, int64_t seq_tile) {
@@ -50,6 +52,8 @@ StepResult run_step(const ModelConfig& config, const StepBatch& batch, int64_t s
   std::vector<float*> p, g;
   for (auto& u : params) p.push_back(u.data());
   for (auto& u : r.grads) g.push_back(u.data());
+  r.logits.resize(static_cast<size_t>(batch.rows * batch.seq_len * config.vocab_size));
+  r.evaluated = step.evaluate(p, batch, r.logits.data());
   r.loss = step.run(p, g, batch);
   return r;
 }
@@ -57,6 +61,10 @@ StepResult run_step(const ModelConfig& config, const StepBatch& batch, int64_t s
 void expect_same_bits(const StepResult& untiled, const StepResult& tiled, int64_t tile) {
   EXPECT_EQ(untiled.loss.loss_sum, tiled.loss.loss_sum) << "tile " << tile;
   EXPECT_EQ(untiled.loss.counted_tokens, tiled.loss.counted_tokens);
+  EXPECT_EQ(untiled.evaluated.loss_sum, tiled.evaluated.loss_sum) << "evaluation, tile " << tile;
+  EXPECT_EQ(untiled.evaluated.loss_sum, untiled.loss.loss_sum);
+  EXPECT_EQ(0, std::memcmp(untiled.logits.data(), tiled.logits.data(), untiled.logits.size() * 4))
+      << "logits, tile " << tile;
   ASSERT_EQ(untiled.grads.size(), tiled.grads.size());
   for (size_t u = 0; u < untiled.grads.size(); ++u)
     EXPECT_EQ(0, std::memcmp(untiled.grads[u].data(), tiled.grads[u].data(), untiled.grads[u].size() * 4))
