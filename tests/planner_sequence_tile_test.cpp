@@ -3,6 +3,8 @@
 // picks a tile where the untiled layer does not fit -- the 8B at 65,536 tokens on 24 GiB.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "planner/cost_model.h"
 #include "planner/memory_model.h"
@@ -49,6 +51,32 @@ TEST(SequenceTile, TileCountsAndTheirCost) {
   EXPECT_EQ(seq_tile_candidates(8192, 16384), std::vector<int64_t>{0});
   EXPECT_EQ(seq_tile_candidates(12288, 12288), (std::vector<int64_t>{0, 1024, 2048, 4096, 8192}));
   EXPECT_EQ(seq_tile_candidates(65536, 65536), (std::vector<int64_t>{0, 1024, 2048, 4096, 8192, 16384}));
+}
+
+// A tiled Qwen3 backward computes its q/k projections again (their outputs feed the q/k norms'
+// backward): their share of the layer's weight FLOPs; nothing for Llama or one tile.
+TEST(SequenceTile, QkNormModelsPayTheirQkProjectionsAgainWhenTiled) {
+  nlohmann::json json = {{"architectures", {"Qwen3ForCausalLM"}},
+                         {"model_type", "qwen3"},
+                         {"vocab_size", 151936},
+                         {"hidden_size", 4096},
+                         {"intermediate_size", 12288},
+                         {"num_hidden_layers", 36},
+                         {"num_attention_heads", 32},
+                         {"num_key_value_heads", 8},
+                         {"head_dim", 128},
+                         {"max_position_embeddings", 40960},
+                         {"rms_norm_eps", 1e-6},
+                         {"rope_theta", 1000000.0},
+                         {"tie_word_embeddings", false},
+                         {"torch_dtype", "bfloat16"}};
+  const ModelConfig qwen3 = parse_model_config(json, "qwen3-8b shape");
+  ASSERT_TRUE(qwen3.qk_norm);
+  const double share = 4096.0 * (4096 + 1024) / (4096.0 * (2 * 4096 + 2 * 1024) + 3.0 * 4096 * 12288);
+  EXPECT_DOUBLE_EQ(tiled_backward_extra_share(qwen3, 32768, 4096), share);
+  EXPECT_NEAR(share, 0.11, 0.01);
+  EXPECT_EQ(tiled_backward_extra_share(qwen3, 32768, 0), 0.0);
+  EXPECT_EQ(tiled_backward_extra_share(test::llama_8b(), 32768, 4096), 0.0);
 }
 
 // The scratch is O(tile x width) plus the attention's full-length tensors (q, k, v, attn, their

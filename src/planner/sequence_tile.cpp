@@ -14,6 +14,13 @@ double tiled_seconds(const LinearTime& t, int64_t chunk_tokens, int64_t seq_tile
          t.per_token_s * static_cast<double>(chunk_tokens + tiles * kTileTailTokens);
 }
 
+double tiled_backward_extra_share(const ModelConfig& c, int64_t chunk_tokens, int64_t seq_tile) {
+  if (!c.qk_norm || tile_count(chunk_tokens, seq_tile) == 1) return 0.0;
+  const double H = static_cast<double>(c.hidden_size), F = static_cast<double>(c.intermediate_size);
+  const double Q = static_cast<double>(c.q_dim()), K = static_cast<double>(c.kv_dim());
+  return H * (Q + K) / (H * (2.0 * Q + 2.0 * K) + 3.0 * H * F);
+}
+
 std::vector<int64_t> seq_tile_candidates(int64_t seq_len, int64_t chunk_tokens) {
   std::vector<int64_t> out = {0};
   if (seq_len <= kTiledFromSeqLen) return out;

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/model_config.h"
 #include "planner/profile.h"
 
 namespace ferry {
@@ -28,6 +29,13 @@ int64_t tile_count(int64_t chunk_tokens, int64_t seq_tile);
 
 // Seconds of one micro-chunk's layer (or head) pass run over tiles: `t` measured untiled.
 double tiled_seconds(const LinearTime& t, int64_t chunk_tokens, int64_t seq_tile);
+
+// Of a layer forward's time, the share a tiled backward runs again besides the recompute: with
+// more than one tile the q/k projections of qk_norm models (their inputs to the q/k norms' backward
+// are not kept: decoder_layer.h), as their share of the layer's weight-matrix FLOPs; 0 otherwise.
+// Qwen3-8B: 4096 x (4096 + 1024) of 4096 x (2 x 4096 + 2 x 1024) + 3 x 4096 x 12288, 11%.
+// (The input norm it also runs again is a memory-bound pass, taken as free.)
+double tiled_backward_extra_share(const ModelConfig& config, int64_t chunk_tokens, int64_t seq_tile);
 
 // The tiles the search tries for sequences of `seq_len` in chunks of `chunk_tokens`: untiled (0),
 // and for sequences longer than kTiledFromSeqLen powers of two from 1,024 to 16,384 tokens that

@@ -38,6 +38,7 @@ class ProgramBuilder {
         H * (2.0 * static_cast<double>(config.q_dim()) + 2.0 * static_cast<double>(config.kv_dim())) +
         3.0 * H * F;
     recompute_share_ = 1.0 - H * F / matrices;
+    tiled_extra_share_ = tiled_backward_extra_share(config, shape_.chunk_tokens, plan_.seq_tile);
     // What a layer that kept its internals still runs again (decoder_layer.h): two norms and the
     // activation, memory-bound passes moving (4H + 3F) values and two rstd per token, at the
     // device memory's rate as the GPU AdamW's shows it (it moves about 30 bytes per parameter).
@@ -101,7 +102,8 @@ class ProgramBuilder {
   // runs again.
   double layer_backward_seconds(int64_t layer) const {
     const ComputeProfile& compute = profile_.compute;
-    const double backward = tiled_chunks_of(compute.layer_backward);
+    const double backward =
+        tiled_chunks_of(compute.layer_backward) + tiled_extra_share_ * chunks_of(compute.layer_forward);
     if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals)
       return backward;
     if (compute.layer_backward_kept.per_token_s > 0) return chunks_of(compute.layer_backward_kept);
@@ -396,6 +398,7 @@ class ProgramBuilder {
   std::vector<SlotUse> uses_;
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
   double cpu_adamw_rate_ = 0.0;          // params/s of the host's AdamW pass for this plan
+  double tiled_extra_share_ = 0.0;       // of a layer forward, what a tiled backward runs again besides
   double recompute_share_ = 1.0;         // of a layer forward's time, what the backward's recompute takes
   double kept_layer_recompute_s_ = 0.0;  // per step: the passes a layer that kept its internals runs again
   bool sparse_embedding_ = false;        // row_sparse_embedding()
