@@ -4,6 +4,7 @@
 // contribute nothing, and every op is bit-identical run to run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -549,20 +550,76 @@ TEST_F(OpsReference, IgnoredTargetsContributeNothing) {
 
 // Through the interface the loss is added, rounded to fp32 once, to a one-element accumulator; the
 // gradients are the same bits as the double-sum path's.
-TEST_F(OpsReference, CrossEntropyLossSumAccumulatesInFloat) {
+// The products of ops/cpu/ordered_gemm.h: a row of y or dx does not depend on the rows around it,
+// and dw, dbias take their tokens one after another onto their value, so a linear layer over
+// tokens cut anywhere (one-token pieces included) gives the bits of one call over all of them --
+// what a layer run over sequence tiles relies on. Sizes around the 4-wide and 8-lane edges.
+TEST_F(OpsReference, LinearIsRowInvariantAndSumsGradientsTokenAfterToken) {
+  const int64_t T = 37, in = 33, out = 31;
+  Vec x = random_vector(T * in, 11), w = random_vector(out * in, 12), b = random_vector(out, 13),
+      dy = random_vector(T * out, 14);
+  Vec y(T * out), dx(T * in), dw(out * in, 0.5f), db(out, 0.25f);
+  ops->linear_forward(T2(x, T, in), T2(w, out, in), Tensor::f32(b.data(), {out}), Tensor(), T2(y, T, out));
+  ops->linear_backward(T2(x, T, in), T2(w, out, in), T2(dy, T, out), T2(dx, T, in), T2(dw, out, in),
+                       Tensor::f32(db.data(), {out}), false);
+  for (int64_t piece : {1, 4, 5, 16}) {
+    SCOPED_TRACE("pieces of " + std::to_string(piece));
+    Vec y2(T * out), dx2(T * in), dw2(out * in, 0.5f), db2(out, 0.25f);
+    for (int64_t t0 = 0; t0 < T; t0 += piece) {
+      const int64_t n = std::min(piece, T - t0);
+      const Tensor xs = Tensor::f32(x.data() + t0 * in, {n, in}),
+                   dys = Tensor::f32(dy.data() + t0 * out, {n, out});
+      ops->linear_forward(xs, T2(w, out, in), Tensor::f32(b.data(), {out}), Tensor(),
+                          Tensor::f32(y2.data() + t0 * out, {n, out}));
+      ops->linear_backward(xs, T2(w, out, in), dys, Tensor::f32(dx2.data() + t0 * in, {n, in}),
+                           T2(dw2, out, in), Tensor::f32(db2.data(), {out}), false);
+    }
+    EXPECT_EQ(y2, y);
+    EXPECT_EQ(dx2, dx);
+    EXPECT_EQ(dw2, dw);
+    EXPECT_EQ(db2, db);
+  }
+  // Against a plain double-precision product: the order is fixed, the values are still right.
+  for (int64_t t = 0; t < T; t += 7)
+    for (int64_t o = 0; o < out; o += 5) {
+      double ref = b[o];
+      for (int64_t i = 0; i < in; ++i) ref += static_cast<double>(x[t * in + i]) * w[o * in + i];
+      EXPECT_NEAR(y[t * out + o], ref, 1e-5 * (1 + std::fabs(ref)));
+    }
+}
+
+// loss_sum receives each counted token's loss (double, rounded to fp32) in token order, so two
+// calls over tokens [0, 20) and [20, 33) give one call's bits (a head run over sequence tiles).
+TEST_F(OpsReference, CrossEntropyLossSumAddsEachTokenInOrder) {
   const int64_t T = 33, V = 127, H = 31;
   Vec x = random_vector(T * H, 95, -2, 2), w = random_vector(V * H, 96);
   std::vector<int32_t> tg(T);
   for (int64_t t = 0; t < T; ++t) tg[t] = (t % 6 == 0) ? kIgnoreIndex : int32_t((t * 17 + 2) % V);
   Vec dx1(T * H), dw1(V * H, 0), dx2(T * H), dw2(V * H, 0);
-  const double sum =
-      ce_sum(*ops, T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx1, T, H), T2(dw1, V, H), Tensor());
+  std::vector<double> rows;
+  dynamic_cast<CpuOps&>(*ops).linear_cross_entropy_rows(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f,
+                                                        T2(dx1, T, H), T2(dw1, V, H), Tensor(), rows);
+  float expected = 1.25f;
+  for (int64_t t = 0; t < T; ++t)
+    if (tg[t] != kIgnoreIndex) expected += static_cast<float>(rows[static_cast<size_t>(t)]);
   float acc = 1.25f;
   ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx2, T, H), T2(dw2, V, H),
                             Tensor::f32(&acc, {1}), Tensor());
-  EXPECT_EQ(acc, 1.25f + static_cast<float>(sum));
+  EXPECT_EQ(acc, expected);
   EXPECT_EQ(dx1, dx2);
   EXPECT_EQ(dw1, dw2);
+  // Two calls over consecutive tokens: the same loss, dx and dw, bit for bit.
+  const int64_t A = 20;
+  Vec dx4(T * H), dw4(V * H, 0);
+  float split = 1.25f;
+  ops->linear_cross_entropy(T2(x, A, H), T2(w, V, H), tg.data(), 0.5f, T2(dx4, A, H), T2(dw4, V, H),
+                            Tensor::f32(&split, {1}), Tensor());
+  ops->linear_cross_entropy(Tensor::f32(x.data() + A * H, {T - A, H}), T2(w, V, H), tg.data() + A, 0.5f,
+                            Tensor::f32(dx4.data() + A * H, {T - A, H}), T2(dw4, V, H),
+                            Tensor::f32(&split, {1}), Tensor());
+  EXPECT_EQ(split, acc);
+  EXPECT_EQ(dx4, dx2);
+  EXPECT_EQ(dw4, dw2);
   // No accumulator: gradients only.
   Vec dx3(T * H);
   ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx3, T, H), Tensor(), Tensor(),

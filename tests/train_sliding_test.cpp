@@ -230,6 +230,21 @@ TEST_F(SlidingEngineTest, UpdatesDuringBackwardWithoutClipping) {
                                       make_plan(layout_, 4, 3, {2}, {}, UpdateSchedule::AfterBackward)));
 }
 
+// Sequence tiles (model/decoder_layer.h) inside each micro-chunk of 64 tokens of packed documents:
+// one-token tiles, tiles that do not divide the chunk, the whole chunk, and longer ones give the
+// untiled plain trainer's bits, with offloaded boundaries, resident units and both schedules.
+TEST_F(SlidingEngineTest, SequenceTilesGiveTheUntiledBits) {
+  for (int64_t tile : {1, 7, 64, 100}) {
+    SCOPED_TRACE("seq_tile " + std::to_string(tile));
+    Plan plan = make_plan(layout_, 4, 2, {0, 5}, {1, 2}, UpdateSchedule::AfterBackward);
+    plan.seq_tile = tile;
+    expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, plan));
+  }
+  Plan during = make_plan(layout_, 4, 3, {}, {0}, UpdateSchedule::DuringBackward);
+  during.seq_tile = 24;
+  expect_identical(plain_run(config_, 9, rows_, 0.0), sliding_run(config_, 9, rows_, 0.0, during));
+}
+
 // A backward that skips the recompute reads the intermediates its own forward kept: the same
 // values the recompute would produce, so the same bits. Mixed with offloaded boundaries, resident
 // units, device-updated units, both update schedules, and for every layer.

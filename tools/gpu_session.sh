@@ -4,8 +4,10 @@
 # Expects the binaries and the Debian libraries they need unpacked in .device/bundle (see
 # tools/make_gpu_bundle.sh) and writes logs to $OUT/logs.
 # Knobs (environment): PARTS, GPU_TESTS, PROFILE_MODELS, MODELS, BUDGETS, GLOBAL_BATCH, MICRO_BATCH,
-# STEPS, TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY, EXTRA_YAML (more config lines), TAG (suffix
-# of the train logs, for several settings in one call), HAND_TARGET + HAND_PLANS, PEERS, KEEP_LOGS.
+# STEPS, TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY,
+# EXTRA_YAML (more config lines), TAG (suffix of the train logs, for several settings in one call),
+# HAND_TARGET + HAND_PLANS, PEERS, KEEP_LOGS, SEQ_LEN (train: tokens per sequence and per random
+# document, 2048) and SEQ_TILE (auto).
 set -u
 root="$(pwd)"
 B="$root/.device/bundle"
@@ -90,12 +92,15 @@ PY
         $curves --report "$L/losscurve.json" ;;
     train)
       stage train
-      python3 - <<'PY'
-import json, random
+      # Documents of SEQ_LEN tokens (one fills a row: long-context runs attend over all of it),
+      # 512K tokens in all, at least 32 documents.
+      SEQ_LEN=${SEQ_LEN:-2048} python3 - <<'PY'
+import json, os, random
 rng = random.Random(0)
+n = int(os.environ["SEQ_LEN"])
 with open("/tmp/tokens.jsonl", "w") as f:
-    for _ in range(256):
-        f.write(json.dumps({"input_ids": [rng.randrange(128000) for _ in range(2048)]}) + "\n")
+    for _ in range(max(32, 524288 // n)):
+        f.write(json.dumps({"input_ids": [rng.randrange(128000) for _ in range(n)]}) + "\n")
 PY
       # MODELS: llama preset names written to /tmp by `ferry init`, or preset:ARCH/NAME (in-memory random
       # weights, nothing on disk).
@@ -114,7 +119,8 @@ trace_steps: ${TRACE_STEPS:-3}"
 $model_line
 data: /tmp/tokens.jsonl
 output_dir: /tmp/out-$model-$budget
-seq_len: 2048
+seq_len: ${SEQ_LEN:-2048}
+seq_tile: ${SEQ_TILE:-auto}
 global_batch: ${GLOBAL_BATCH:-16}
 micro_batch: ${MICRO_BATCH:-4}
 max_steps: ${STEPS:-4}

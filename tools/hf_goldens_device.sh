@@ -17,6 +17,7 @@ tar -C "$G" -czf "$OUT/goldens.tgz" .
 {
   for d in "$G"/*/; do
     c=$(basename "$d")
+    [ "$c" = long ] && continue  # stores logits at a few positions only (logits_at), not what the checker reads
     echo "--- check $c"
     python3 tools/check_hf_output.py "$d" "$d/golden.safetensors"; echo "rc=$?"
   done

@@ -256,7 +256,22 @@ CASES = {
         seed=1006,
         documents=[7, 9, 8],
     ),
+    # One 4,096-token sequence (issue 22, long context: ferry's sequence tiles and full-length
+    # attention against transformers). Full logits would be 1.5 MiB, so only LONG_LOGIT_ROWS rows
+    # of them are stored (logits_at, at logit_positions); gradients and steps are stored whole.
+    "long": dict(
+        arch="LlamaForCausalLM",
+        config=common_config(
+            max_position_embeddings=4096,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            rms_norm_eps=1e-5,
+        ),
+        seed=1008,
+        seq_len=4096,
+    ),
 }
+
+LONG_LOGIT_ROWS = 32
 
 
 def config_class(arch):
@@ -382,6 +397,16 @@ def mean_loss(model, batch):
 def make_batch(case, seed):
     g = torch.Generator().manual_seed(seed + 7919)
     docs = case.get("documents")
+    if case.get("seq_len"):
+        s = case["seq_len"]
+        ids = torch.randint(0, VOCAB, (1, s), generator=g, dtype=torch.int64)
+        ids[0, 5] = VOCAB - 1
+        ids[0, s - 7] = 0
+        labels = ids.clone()
+        labels[0, :3] = IGNORE  # a masked prompt
+        labels[0, s // 2] = IGNORE  # and one masked token mid-row
+        pos = torch.arange(s, dtype=torch.int64)[None, :]
+        return Batch(ids, labels, pos)
     if docs is None:
         b, s = 2, 16
         ids = torch.randint(0, VOCAB, (b, s), generator=g, dtype=torch.int64)
@@ -656,12 +681,19 @@ def run_case(name, case, outdir):
         "input_ids": batch.input_ids.contiguous(),
         "labels": batch.labels.contiguous(),
         "position_ids": batch.position_ids.contiguous(),
-        "logits": logits.to(torch.float32).contiguous(),
         "loss": loss.detach().reshape(1).to(torch.float32),
         "grad_norm": torch.tensor(rec["grad_norm"], dtype=torch.float32),
         "lr": torch.tensor(rec["lr"], dtype=torch.float32),
         "step_loss": torch.tensor(rec["loss"], dtype=torch.float32),
     }
+    if case.get("seq_len"):
+        # Rows spread over the sequence, the first and the last ones included.
+        s = batch.input_ids.shape[1]
+        at = torch.linspace(0, s - 1, LONG_LOGIT_ROWS).round().to(torch.int64)
+        out["logit_positions"] = at.contiguous()
+        out["logits_at"] = logits[0, at].to(torch.float32).contiguous()
+    else:
+        out["logits"] = logits.to(torch.float32).contiguous()
     for n, g in rec["grads0"].items():
         out[f"grad.{n}"] = g.to(torch.float32).contiguous()
     for k, params in enumerate(rec["steps"], start=1):
@@ -722,6 +754,10 @@ def run_case(name, case, outdir):
             "one row holding documents of the listed lengths, position_ids reset to 0 at each start; "
             "logits/loss/grads are those of the documents run separately (document-masked attention), "
             "concatenated; each document's first label is -100"
+        )
+    if case.get("seq_len"):
+        golden["semantics"]["logits_at"] = (
+            "logits_at[i] = logits[0, logit_positions[i]]: only these rows of the logits are stored"
         )
     if tied_info is not None:
         golden["tied"] = tied_info

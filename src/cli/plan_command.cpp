@@ -17,6 +17,7 @@
 #include "train/model_source.h"
 #include "train/plan_report.h"
 #include "train/plan_selection.h"
+#include "train/position_limit.h"
 #include "train/train_config.h"
 
 namespace ferry::cli {
@@ -79,6 +80,10 @@ void add_plan_command(CLI::App& app) {
           "give --preset ARCH/NAME");
       model = model_source_config(config.model, config.seed);
     }
+    // A plan is for sequences of seq_len tokens, and no documents are read here to say that none
+    // is that long: positions past the model's are refused now, with the config.json edit that
+    // allows them (training checks the packed documents themselves).
+    check_seq_len_positions(model, config.seq_len);
     const ModelLayout layout = build_model_layout(model);
     const DeviceChoice choice = choose_device(config, *nominal ? DeviceUse::PlanNominal : DeviceUse::Plan);
     PlanTarget target = choice.target;

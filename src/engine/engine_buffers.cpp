@@ -53,8 +53,8 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   const size_t H = static_cast<size_t>(config.hidden_size);
   const size_t act_bytes = round_up(C * T * H * dtype_size(wd));
   Arena measure = Arena::measuring();
-  carve_layer_scratch(measure, config, chunk_tokens, wd, true);
-  carve_head_scratch(measure, config, chunk_tokens, wd);
+  carve_layer_scratch(measure, config, chunk_tokens, wd, true, plan.seq_tile);
+  carve_head_scratch(measure, config, chunk_tokens, wd, plan.seq_tile);
   const size_t scratch_bytes = measure.used() + Arena::kAlignment;
   slot_param_bytes = round_up(largest_streamed * dtype_size(wd));
   slot_grad_bytes = round_up(largest_streamed * dtype_size(gd));
@@ -102,6 +102,11 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   // KeepWithInternals: each micro-chunk's kept intermediates in a slice of their own, sized as the
   // memory model sizes them (layer_internals_bytes).
   const size_t internals_bytes = layer_internals_bytes(config, chunk_tokens, wd);
+  FERRY_ASSERT(
+      plan.seq_tile <= 0 || plan.seq_tile >= chunk_tokens ||
+          std::none_of(plan.activations.begin(), plan.activations.end(),
+                       [](ActivationPlacement a) { return a == ActivationPlacement::KeepWithInternals; }),
+      "a plan with sequence tiles keeps no layer internals (whole chunks)");
   internals_buffers.resize(static_cast<size_t>(L));
   kept_internals.resize(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {
@@ -119,8 +124,8 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   chunk_grads = DeviceBuffer(device, act_bytes, "activation gradients");
   scratch = DeviceBuffer(device, scratch_bytes, "layer scratch");
   Arena arena(scratch.data(), scratch_bytes);
-  layer_scratch = carve_layer_scratch(arena, config, chunk_tokens, wd, true);
-  head_scratch = carve_head_scratch(arena, config, chunk_tokens, wd);
+  layer_scratch = carve_layer_scratch(arena, config, chunk_tokens, wd, true, plan.seq_tile);
+  head_scratch = carve_head_scratch(arena, config, chunk_tokens, wd, plan.seq_tile);
   tokens = DeviceBuffer(device, token_bytes, "token ids");
   tokens_host = PinnedBuffer(device, token_bytes, "token staging");
   loss = DeviceBuffer(device, 256, "loss");

@@ -7,7 +7,7 @@
 namespace ferry {
 
 ModelStep::ModelStep(const ModelConfig& config, const ModelLayout& layout, Ops& ops, int64_t max_chunk_tokens,
-                     int64_t max_chunks)
+                     int64_t max_chunks, int64_t seq_tile)
     : config_(config),
       layout_(layout),
       ops_(ops),
@@ -19,12 +19,12 @@ ModelStep::ModelStep(const ModelConfig& config, const ModelLayout& layout, Ops& 
   chunk_grads_.assign(static_cast<size_t>(max_chunks) * th, 0.0f);
 
   Arena measure = Arena::measuring();
-  carve_layer_scratch(measure, config, max_chunk_tokens, DType::F32, true);
-  carve_head_scratch(measure, config, max_chunk_tokens, DType::F32);
+  carve_layer_scratch(measure, config, max_chunk_tokens, DType::F32, true, seq_tile);
+  carve_head_scratch(measure, config, max_chunk_tokens, DType::F32, seq_tile);
   scratch_.assign(measure.used() / sizeof(float) + Arena::kAlignment, 0.0f);
   Arena arena(scratch_.data(), scratch_.size() * sizeof(float));
-  layer_scratch_ = carve_layer_scratch(arena, config, max_chunk_tokens, DType::F32, true);
-  head_scratch_ = carve_head_scratch(arena, config, max_chunk_tokens, DType::F32);
+  layer_scratch_ = carve_layer_scratch(arena, config, max_chunk_tokens, DType::F32, true, seq_tile);
+  head_scratch_ = carve_head_scratch(arena, config, max_chunk_tokens, DType::F32, seq_tile);
 }
 
 StepLoss ModelStep::run(const std::vector<float*>& params, const std::vector<float*>& grads,

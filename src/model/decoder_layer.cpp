@@ -1,138 +1,79 @@
 #include "model/decoder_layer.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include "core/check.h"
+
 namespace ferry {
+
+namespace {
+
+// The tensors attention reads or writes: whole chunks (T rows) whatever the tile.
+void carve_full_length(Arena& a, const ModelConfig& c, int64_t T, DType dt, LayerScratch& s) {
+  s.q = a.take(dt, {T, c.q_dim()});
+  s.k = a.take(dt, {T, c.kv_dim()});
+  s.v = a.take(dt, {T, c.kv_dim()});
+  s.attn = a.take(dt, {T, c.q_dim()});
+  s.lse = a.take(DType::F32, {c.num_heads, T});
+}
+
+}  // namespace
 
 LayerScratch carve_kept_internals(Arena& a, const ModelConfig& c, int64_t T, DType dt) {
   const int64_t H = c.hidden_size, F = c.intermediate_size, QD = c.q_dim(), KD = c.kv_dim();
   LayerScratch s;
+  s.tile_tokens = T;
   if (c.qk_norm) {
     s.q_pre = a.take(dt, {T, QD});
     s.rstd_q = a.take(DType::F32, {T * c.num_heads});
     s.k_pre = a.take(dt, {T, KD});
     s.rstd_k = a.take(DType::F32, {T * c.num_kv_heads});
   }
-  s.q = a.take(dt, {T, QD});
-  s.k = a.take(dt, {T, KD});
-  s.v = a.take(dt, {T, KD});
-  s.attn = a.take(dt, {T, QD});
-  s.lse = a.take(DType::F32, {c.num_heads, T});
+  carve_full_length(a, c, T, dt, s);
   s.x1 = a.take(dt, {T, H});
   s.gate = a.take(dt, {T, F});
   s.up = a.take(dt, {T, F});
   return s;
 }
 
-LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DType dt, bool with_backward) {
+LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DType dt, bool with_backward,
+                                 int64_t tile_tokens) {
   const int64_t H = c.hidden_size, F = c.intermediate_size, QD = c.q_dim(), KD = c.kv_dim();
-  LayerScratch s = carve_kept_internals(a, c, T, dt);
-  s.h = a.take(dt, {T, H});
-  s.rstd1 = a.take(DType::F32, {T});
-  s.h2 = a.take(dt, {T, H});
-  s.rstd2 = a.take(DType::F32, {T});
-  s.act = a.take(dt, {T, F});
+  const int64_t n = tile_tokens > 0 ? std::min(tile_tokens, T) : T;  // rows of the token-local tensors
+  LayerScratch s;
+  s.tile_tokens = n;
+  if (c.qk_norm) {
+    s.q_pre = a.take(dt, {n, QD});
+    s.rstd_q = a.take(DType::F32, {n * c.num_heads});
+    s.k_pre = a.take(dt, {n, KD});
+    s.rstd_k = a.take(DType::F32, {n * c.num_kv_heads});
+  }
+  carve_full_length(a, c, T, dt, s);
+  s.x1 = a.take(dt, {n, H});
+  s.gate = a.take(dt, {n, F});
+  s.up = a.take(dt, {n, F});
+  s.h = a.take(dt, {n, H});
+  s.rstd1 = a.take(DType::F32, {n});
+  s.h2 = a.take(dt, {n, H});
+  s.rstd2 = a.take(DType::F32, {n});
+  s.act = a.take(dt, {n, F});
   if (with_backward) {
-    s.d_act = a.take(dt, {T, F});
-    s.d_gate = a.take(dt, {T, F});
-    s.d_up = a.take(dt, {T, F});
-    s.d_h2 = a.take(dt, {T, H});
-    s.d_x1 = a.take(dt, {T, H});
-    s.d_h = a.take(dt, {T, H});
+    s.d_act = a.take(dt, {n, F});
+    s.d_gate = a.take(dt, {n, F});
+    s.d_up = a.take(dt, {n, F});
+    s.d_h2 = a.take(dt, {n, H});
+    s.d_h = a.take(dt, {n, H});
     s.d_attn = a.take(dt, {T, QD});
     s.dq = a.take(dt, {T, QD});
     s.dk = a.take(dt, {T, KD});
     s.dv = a.take(dt, {T, KD});
     if (c.qk_norm) {
-      s.dq_pre = a.take(dt, {T, QD});
-      s.dk_pre = a.take(dt, {T, KD});
+      s.dq_pre = a.take(dt, {n, QD});
+      s.dk_pre = a.take(dt, {n, KD});
     }
   }
   return s;
-}
-
-namespace {
-
-struct Dims {
-  int64_t T, H, F, Hq, Hkv, D;
-};
-
-Dims dims_of(const ModelConfig& c, int64_t T) {
-  return {T, c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim};
-}
-
-Tensor shaped(Tensor t, std::initializer_list<int64_t> dims) {
-  Tensor r(t.data, t.dtype, dims);
-  return r;
-}
-
-// The forward's three passes that a backward from kept internals runs again (Recompute::
-// NormsActivation): one function each, so that both runs are the same calls and give the same bits.
-void input_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, Tensor x_in,
-                LayerScratch& s) {
-  ops.rmsnorm_forward(x_in, p.input_norm, static_cast<float>(c.rms_norm_eps), shaped(s.h, {d.T, d.H}),
-                      shaped(s.rstd1, {d.T}));
-}
-void post_attention_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d,
-                         LayerScratch& s) {
-  ops.rmsnorm_forward(shaped(s.x1, {d.T, d.H}), p.post_norm, static_cast<float>(c.rms_norm_eps),
-                      shaped(s.h2, {d.T, d.H}), shaped(s.rstd2, {d.T}));
-}
-void mlp_activation(Ops& ops, const Dims& d, LayerScratch& s) {
-  ops.swiglu_forward(shaped(s.gate, {d.T, d.F}), shaped(s.up, {d.T, d.F}), shaped(s.act, {d.T, d.F}));
-}
-
-// Forward intermediates for T tokens, stored in s; returns nothing but fills s.x1 .. s.act.
-void forward_into_scratch(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
-                          Tensor x_in, LayerScratch& s) {
-  const ModelConfig& c = *ctx.config;
-  const Dims d = dims_of(c, chunk.tokens);
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  input_norm(ops, c, p, d, x_in, s);
-  Tensor h = shaped(s.h, {d.T, d.H});
-
-  Tensor q = shaped(s.q, {d.T, d.Hq * d.D});
-  Tensor k = shaped(s.k, {d.T, d.Hkv * d.D});
-  Tensor v = shaped(s.v, {d.T, d.Hkv * d.D});
-  if (c.qk_norm) {
-    Tensor q_pre = shaped(s.q_pre, {d.T, d.Hq * d.D});
-    Tensor k_pre = shaped(s.k_pre, {d.T, d.Hkv * d.D});
-    ops.linear_forward(h, p.q_proj, p.q_bias, Tensor(), q_pre);
-    ops.linear_forward(h, p.k_proj, p.k_bias, Tensor(), k_pre);
-    ops.rmsnorm_forward(q_pre.view({d.T * d.Hq, d.D}), p.q_norm, eps, q.view({d.T * d.Hq, d.D}),
-                        shaped(s.rstd_q, {d.T * d.Hq}));
-    ops.rmsnorm_forward(k_pre.view({d.T * d.Hkv, d.D}), p.k_norm, eps, k.view({d.T * d.Hkv, d.D}),
-                        shaped(s.rstd_k, {d.T * d.Hkv}));
-  } else {
-    ops.linear_forward(h, p.q_proj, p.q_bias, Tensor(), q);
-    ops.linear_forward(h, p.k_proj, p.k_bias, Tensor(), k);
-  }
-  ops.linear_forward(h, p.v_proj, p.v_bias, Tensor(), v);
-  ops.rope(q.view({d.T, d.Hq, d.D}), chunk.positions, ctx.inv_freq, false);
-  ops.rope(k.view({d.T, d.Hkv, d.D}), chunk.positions, ctx.inv_freq, false);
-
-  const float scale = attention_scale(*ctx.config);  // 1/sqrt(head_dim), with YaRN's temperature
-  Tensor attn = shaped(s.attn, {d.T, d.Hq, d.D});
-  ops.attention_forward(q.view({d.T, d.Hq, d.D}), k.view({d.T, d.Hkv, d.D}), v.view({d.T, d.Hkv, d.D}),
-                        AttentionMask(chunk.doc_start, chunk.row_tokens), scale, attn,
-                        shaped(s.lse, {d.Hq, d.T}));
-  Tensor x1 = shaped(s.x1, {d.T, d.H});
-  ops.linear_forward(attn.view({d.T, d.Hq * d.D}), p.o_proj, p.o_bias, x_in, x1);
-
-  post_attention_norm(ops, c, p, d, s);
-  Tensor h2 = shaped(s.h2, {d.T, d.H});
-  ops.linear_forward(h2, p.gate_proj, p.gate_bias, Tensor(), shaped(s.gate, {d.T, d.F}));
-  ops.linear_forward(h2, p.up_proj, p.up_bias, Tensor(), shaped(s.up, {d.T, d.F}));
-  mlp_activation(ops, d, s);
-}
-
-}  // namespace
-
-void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
-                   Tensor x_in, Tensor x_out, LayerScratch& s) {
-  const Dims d = dims_of(*ctx.config, chunk.tokens);
-  forward_into_scratch(ops, ctx, p, chunk, x_in, s);
-  ops.linear_forward(shaped(s.act, {d.T, d.F}), p.down_proj, p.down_bias, shaped(s.x1, {d.T, d.H}), x_out);
 }
 
 LayerScratch with_kept_internals(const LayerScratch& kept, const LayerScratch& work) {
@@ -152,66 +93,205 @@ LayerScratch with_kept_internals(const LayerScratch& kept, const LayerScratch& w
   return s;
 }
 
+namespace {
+
+// One sequence tile: rows [t0, t0 + n) of the chunk.
+struct Tile {
+  int64_t t0, n;
+};
+
+// Rows [r0, r0 + n) of `t` viewed as (rows, width): a tile of a full-length tensor, or (r0 = 0)
+// the leading rows of a tile-sized one.
+Tensor rows(Tensor t, int64_t r0, int64_t n, int64_t width) {
+  return Tensor(static_cast<char*>(t.data) + static_cast<size_t>(r0 * width) * dtype_size(t.dtype), t.dtype,
+                {n, width});
+}
+
+struct Dims {
+  int64_t T, H, F, Hq, Hkv, D, QD, KD;
+};
+
+Dims dims_of(const ModelConfig& c, int64_t T) {
+  return {T,          c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads,
+          c.head_dim, c.q_dim(),     c.kv_dim()};
+}
+
+std::vector<Tile> tiles_of(const LayerScratch& s, int64_t T) {
+  const int64_t step = s.tile_tokens > 0 ? s.tile_tokens : T;
+  std::vector<Tile> tiles;
+  for (int64_t t0 = 0; t0 < T; t0 += step) tiles.push_back({t0, std::min(step, T - t0)});
+  return tiles;
+}
+
+// The passes that a backward from kept internals (Recompute::NormsActivation) runs again: one
+// function each, so that every run is the same calls and gives the same bits.
+void input_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t,
+                Tensor x_in, LayerScratch& s) {
+  ops.rmsnorm_forward(rows(x_in, t.t0, t.n, d.H), p.input_norm, static_cast<float>(c.rms_norm_eps),
+                      rows(s.h, 0, t.n, d.H), rows(s.rstd1, 0, t.n, 1).view({t.n}));
+}
+void post_attention_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t,
+                         LayerScratch& s) {
+  ops.rmsnorm_forward(rows(s.x1, 0, t.n, d.H), p.post_norm, static_cast<float>(c.rms_norm_eps),
+                      rows(s.h2, 0, t.n, d.H), rows(s.rstd2, 0, t.n, 1).view({t.n}));
+}
+void mlp_activation(Ops& ops, const Dims& d, const Tile& t, LayerScratch& s) {
+  ops.swiglu_forward(rows(s.gate, 0, t.n, d.F), rows(s.up, 0, t.n, d.F), rows(s.act, 0, t.n, d.F));
+}
+// q_pre, k_pre (tile) = projections of h, and q, k (rows of the tile) = their norms (qk_norm).
+void qk_before_rope(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t,
+                    LayerScratch& s) {
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const Tensor h = rows(s.h, 0, t.n, d.H);
+  if (!c.qk_norm) {
+    ops.linear_forward(h, p.q_proj, p.q_bias, Tensor(), rows(s.q, t.t0, t.n, d.QD));
+    ops.linear_forward(h, p.k_proj, p.k_bias, Tensor(), rows(s.k, t.t0, t.n, d.KD));
+    return;
+  }
+  const Tensor q_pre = rows(s.q_pre, 0, t.n, d.QD), k_pre = rows(s.k_pre, 0, t.n, d.KD);
+  ops.linear_forward(h, p.q_proj, p.q_bias, Tensor(), q_pre);
+  ops.linear_forward(h, p.k_proj, p.k_bias, Tensor(), k_pre);
+  ops.rmsnorm_forward(q_pre.view({t.n * d.Hq, d.D}), p.q_norm, eps,
+                      rows(s.q, t.t0, t.n, d.QD).view({t.n * d.Hq, d.D}),
+                      rows(s.rstd_q, 0, t.n * d.Hq, 1).view({t.n * d.Hq}));
+  ops.rmsnorm_forward(k_pre.view({t.n * d.Hkv, d.D}), p.k_norm, eps,
+                      rows(s.k, t.t0, t.n, d.KD).view({t.n * d.Hkv, d.D}),
+                      rows(s.rstd_k, 0, t.n * d.Hkv, 1).view({t.n * d.Hkv}));
+}
+
+// A: rows of q, k, v for one tile, RoPE applied.
+void project_qkv(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
+                 const Dims& d, const Tile& t, Tensor x_in, LayerScratch& s) {
+  const ModelConfig& c = *ctx.config;
+  input_norm(ops, c, p, d, t, x_in, s);
+  qk_before_rope(ops, c, p, d, t, s);
+  ops.linear_forward(rows(s.h, 0, t.n, d.H), p.v_proj, p.v_bias, Tensor(), rows(s.v, t.t0, t.n, d.KD));
+  const int32_t* positions = chunk.positions + t.t0;
+  ops.rope(rows(s.q, t.t0, t.n, d.QD).view({t.n, d.Hq, d.D}), positions, ctx.inv_freq, false);
+  ops.rope(rows(s.k, t.t0, t.n, d.KD).view({t.n, d.Hkv, d.D}), positions, ctx.inv_freq, false);
+}
+
+// B: attention over the whole chunk.
+void attend(Ops& ops, const LayerContext& ctx, const TokenChunk& chunk, const Dims& d, LayerScratch& s) {
+  const float scale = attention_scale(*ctx.config);  // 1/sqrt(head_dim), with YaRN's temperature
+  ops.attention_forward(
+      rows(s.q, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.k, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}),
+      rows(s.v, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
+      scale, rows(s.attn, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.lse, 0, d.Hq, d.T));
+}
+
+// C up to the activation: x1 = x + o_proj(attn), h2 = rmsnorm(x1), gate, up, act for one tile.
+void mlp_inputs(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t,
+                Tensor x_in, LayerScratch& s) {
+  ops.linear_forward(rows(s.attn, t.t0, t.n, d.QD), p.o_proj, p.o_bias, rows(x_in, t.t0, t.n, d.H),
+                     rows(s.x1, 0, t.n, d.H));
+  post_attention_norm(ops, c, p, d, t, s);
+  const Tensor h2 = rows(s.h2, 0, t.n, d.H);
+  ops.linear_forward(h2, p.gate_proj, p.gate_bias, Tensor(), rows(s.gate, 0, t.n, d.F));
+  ops.linear_forward(h2, p.up_proj, p.up_bias, Tensor(), rows(s.up, 0, t.n, d.F));
+  mlp_activation(ops, d, t, s);
+}
+
+int64_t checked_tokens(const LayerScratch& s, const TokenChunk& chunk) {
+  FERRY_ASSERT(chunk.tokens <= s.q.dim(0), "chunk longer than the layer scratch was carved for");
+  return chunk.tokens;
+}
+
+}  // namespace
+
+void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
+                   Tensor x_in, Tensor x_out, LayerScratch& s) {
+  const Dims d = dims_of(*ctx.config, checked_tokens(s, chunk));
+  const std::vector<Tile> tiles = tiles_of(s, d.T);
+  for (const Tile& t : tiles) project_qkv(ops, ctx, p, chunk, d, t, x_in, s);
+  attend(ops, ctx, chunk, d, s);
+  for (const Tile& t : tiles) {
+    mlp_inputs(ops, *ctx.config, p, d, t, x_in, s);
+    ops.linear_forward(rows(s.act, 0, t.n, d.F), p.down_proj, p.down_bias, rows(s.x1, 0, t.n, d.H),
+                       rows(x_out, t.t0, t.n, d.H));
+  }
+}
+
 void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, const LayerParams& g,
                     const TokenChunk& chunk, Tensor x_in, Tensor dx_out, Tensor dx_in, LayerScratch& s,
                     Recompute recompute) {
   const ModelConfig& c = *ctx.config;
-  const Dims d = dims_of(c, chunk.tokens);
-  if (recompute == Recompute::Forward) {
-    forward_into_scratch(ops, ctx, p, chunk, x_in, s);
-  } else {
-    input_norm(ops, c, p, d, x_in, s);
-    post_attention_norm(ops, c, p, d, s);
-    mlp_activation(ops, d, s);
+  const Dims d = dims_of(c, checked_tokens(s, chunk));
+  const std::vector<Tile> tiles = tiles_of(s, d.T);
+  const bool recompute_forward = recompute == Recompute::Forward;
+  FERRY_ASSERT(recompute_forward || tiles.size() == 1,
+               "kept internals are whole chunks: untiled scratch only");
+  if (recompute_forward) {
+    for (const Tile& t : tiles) project_qkv(ops, ctx, p, chunk, d, t, x_in, s);
+    attend(ops, ctx, chunk, d, s);
   }
 
-  // MLP: x' = x1 + down(act), act = silu(gate) * up, gate/up = proj(h2), h2 = rmsnorm(x1).
-  // Where two gradients meet (gate and up into h2; the residual and the norm into x1) the second
-  // op adds its part in its epilogue (ops.h), so no temporary and no add pass.
-  Tensor d_act = shaped(s.d_act, {d.T, d.F});
-  Tensor d_gate = shaped(s.d_gate, {d.T, d.F});
-  Tensor d_up = shaped(s.d_up, {d.T, d.F});
-  Tensor d_h2 = shaped(s.d_h2, {d.T, d.H});
-  Tensor d_x1 = shaped(s.d_x1, {d.T, d.H});
-  Tensor h2 = shaped(s.h2, {d.T, d.H});
-  ops.linear_backward(shaped(s.act, {d.T, d.F}), p.down_proj, dx_out, d_act, g.down_proj, g.down_bias, false);
-  ops.swiglu_backward(shaped(s.gate, {d.T, d.F}), shaped(s.up, {d.T, d.F}), d_act, d_gate, d_up);
-  ops.linear_backward(h2, p.gate_proj, d_gate, d_h2, g.gate_proj, g.gate_bias, false);
-  ops.linear_backward(h2, p.up_proj, d_up, d_h2, g.up_proj, g.up_bias, true);
-  ops.rmsnorm_backward(shaped(s.x1, {d.T, d.H}), p.post_norm, shaped(s.rstd2, {d.T}), d_h2, dx_out, d_x1,
-                       g.post_norm);
-
-  // Attention: x1 = x + o_proj(attn).
-  const int64_t QD = d.Hq * d.D, KD = d.Hkv * d.D;
-  Tensor d_attn = shaped(s.d_attn, {d.T, QD});
-  Tensor dq = shaped(s.dq, {d.T, QD});
-  Tensor dk = shaped(s.dk, {d.T, KD});
-  Tensor dv = shaped(s.dv, {d.T, KD});
-  ops.linear_backward(shaped(s.attn, {d.T, QD}), p.o_proj, d_x1, d_attn, g.o_proj, g.o_bias, false);
-  const float scale = attention_scale(*ctx.config);  // 1/sqrt(head_dim), with YaRN's temperature
-  ops.attention_backward(shaped(s.q, {d.T, d.Hq, d.D}), shaped(s.k, {d.T, d.Hkv, d.D}),
-                         shaped(s.v, {d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
-                         scale, shaped(s.attn, {d.T, d.Hq, d.D}), shaped(s.lse, {d.Hq, d.T}),
-                         d_attn.view({d.T, d.Hq, d.D}), dq.view({d.T, d.Hq, d.D}), dk.view({d.T, d.Hkv, d.D}),
-                         dv.view({d.T, d.Hkv, d.D}));
-  ops.rope(dq.view({d.T, d.Hq, d.D}), chunk.positions, ctx.inv_freq, true);
-  ops.rope(dk.view({d.T, d.Hkv, d.D}), chunk.positions, ctx.inv_freq, true);
-  if (c.qk_norm) {
-    Tensor dq_pre = shaped(s.dq_pre, {d.T, QD});
-    Tensor dk_pre = shaped(s.dk_pre, {d.T, KD});
-    ops.rmsnorm_backward(shaped(s.q_pre, {d.T * d.Hq, d.D}), p.q_norm, shaped(s.rstd_q, {d.T * d.Hq}),
-                         dq.view({d.T * d.Hq, d.D}), Tensor(), dq_pre.view({d.T * d.Hq, d.D}), g.q_norm);
-    ops.rmsnorm_backward(shaped(s.k_pre, {d.T * d.Hkv, d.D}), p.k_norm, shaped(s.rstd_k, {d.T * d.Hkv}),
-                         dk.view({d.T * d.Hkv, d.D}), Tensor(), dk_pre.view({d.T * d.Hkv, d.D}), g.k_norm);
-    dq = dq_pre;
-    dk = dk_pre;
+  // Per tile, the MLP and o_proj backward: x' = x1 + down(act), act = silu(gate) * up, gate/up =
+  // proj(h2), h2 = rmsnorm(x1), x1 = x + o_proj(attn). Where two gradients meet (gate and up into
+  // h2; the residual and the norm into x1) the second op adds its part in its epilogue (ops.h), so
+  // no temporary and no add pass. d_x1 goes to dx_in's rows (it may be dx_out's, already read).
+  for (const Tile& t : tiles) {
+    if (recompute_forward) {
+      mlp_inputs(ops, c, p, d, t, x_in, s);
+    } else {
+      post_attention_norm(ops, c, p, d, t, s);
+      mlp_activation(ops, d, t, s);
+    }
+    const Tensor d_act = rows(s.d_act, 0, t.n, d.F), d_gate = rows(s.d_gate, 0, t.n, d.F),
+                 d_up = rows(s.d_up, 0, t.n, d.F), d_h2 = rows(s.d_h2, 0, t.n, d.H),
+                 h2 = rows(s.h2, 0, t.n, d.H);
+    const Tensor dy = rows(dx_out, t.t0, t.n, d.H), d_x1 = rows(dx_in, t.t0, t.n, d.H);
+    ops.linear_backward(rows(s.act, 0, t.n, d.F), p.down_proj, dy, d_act, g.down_proj, g.down_bias, false);
+    ops.swiglu_backward(rows(s.gate, 0, t.n, d.F), rows(s.up, 0, t.n, d.F), d_act, d_gate, d_up);
+    ops.linear_backward(h2, p.gate_proj, d_gate, d_h2, g.gate_proj, g.gate_bias, false);
+    ops.linear_backward(h2, p.up_proj, d_up, d_h2, g.up_proj, g.up_bias, true);
+    ops.rmsnorm_backward(rows(s.x1, 0, t.n, d.H), p.post_norm, rows(s.rstd2, 0, t.n, 1).view({t.n}), d_h2, dy,
+                         d_x1, g.post_norm);
+    ops.linear_backward(rows(s.attn, t.t0, t.n, d.QD), p.o_proj, d_x1, rows(s.d_attn, t.t0, t.n, d.QD),
+                        g.o_proj, g.o_bias, false);
   }
-  Tensor h = shaped(s.h, {d.T, d.H});
-  Tensor d_h = shaped(s.d_h, {d.T, d.H});
-  ops.linear_backward(h, p.q_proj, dq, d_h, g.q_proj, g.q_bias, false);
-  ops.linear_backward(h, p.k_proj, dk, d_h, g.k_proj, g.k_bias, true);
-  ops.linear_backward(h, p.v_proj, dv, d_h, g.v_proj, g.v_bias, true);
-  ops.rmsnorm_backward(x_in, p.input_norm, shaped(s.rstd1, {d.T}), d_h, d_x1, dx_in, g.input_norm);
+
+  const float scale = attention_scale(c);  // 1/sqrt(head_dim), with YaRN's temperature
+  ops.attention_backward(
+      rows(s.q, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.k, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}),
+      rows(s.v, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
+      scale, rows(s.attn, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.lse, 0, d.Hq, d.T),
+      rows(s.d_attn, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.dq, 0, d.T, d.QD).view({d.T, d.Hq, d.D}),
+      rows(s.dk, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}), rows(s.dv, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}));
+
+  // Per tile, the projections' and the input norm's backward. With more than one tile, h (and
+  // q_pre, k_pre with their statistics) hold the last tile's values, so they are computed again;
+  // q and k are dead after the attention backward, so the q/k norms' outputs may land there.
+  // Kept internals hold neither h nor (for its rows) anything else to trust but q_pre, k_pre.
+  const bool h_is_stale = tiles.size() > 1 || !recompute_forward;
+  const bool qk_pre_is_stale = tiles.size() > 1;
+  for (const Tile& t : tiles) {
+    if (h_is_stale) input_norm(ops, c, p, d, t, x_in, s);
+    if (c.qk_norm && qk_pre_is_stale) qk_before_rope(ops, c, p, d, t, s);
+    Tensor dq = rows(s.dq, t.t0, t.n, d.QD), dk = rows(s.dk, t.t0, t.n, d.KD);
+    const Tensor dv = rows(s.dv, t.t0, t.n, d.KD);
+    const int32_t* positions = chunk.positions + t.t0;
+    ops.rope(dq.view({t.n, d.Hq, d.D}), positions, ctx.inv_freq, true);
+    ops.rope(dk.view({t.n, d.Hkv, d.D}), positions, ctx.inv_freq, true);
+    if (c.qk_norm) {
+      const Tensor dq_pre = rows(s.dq_pre, 0, t.n, d.QD), dk_pre = rows(s.dk_pre, 0, t.n, d.KD);
+      ops.rmsnorm_backward(rows(s.q_pre, 0, t.n, d.QD).view({t.n * d.Hq, d.D}), p.q_norm,
+                           rows(s.rstd_q, 0, t.n * d.Hq, 1).view({t.n * d.Hq}), dq.view({t.n * d.Hq, d.D}),
+                           Tensor(), dq_pre.view({t.n * d.Hq, d.D}), g.q_norm);
+      ops.rmsnorm_backward(rows(s.k_pre, 0, t.n, d.KD).view({t.n * d.Hkv, d.D}), p.k_norm,
+                           rows(s.rstd_k, 0, t.n * d.Hkv, 1).view({t.n * d.Hkv}), dk.view({t.n * d.Hkv, d.D}),
+                           Tensor(), dk_pre.view({t.n * d.Hkv, d.D}), g.k_norm);
+      dq = dq_pre;
+      dk = dk_pre;
+    }
+    const Tensor h = rows(s.h, 0, t.n, d.H), d_h = rows(s.d_h, 0, t.n, d.H);
+    const Tensor d_x1 = rows(dx_in, t.t0, t.n, d.H);
+    ops.linear_backward(h, p.q_proj, dq, d_h, g.q_proj, g.q_bias, false);
+    ops.linear_backward(h, p.k_proj, dk, d_h, g.k_proj, g.k_bias, true);
+    ops.linear_backward(h, p.v_proj, dv, d_h, g.v_proj, g.v_bias, true);
+    ops.rmsnorm_backward(rows(x_in, t.t0, t.n, d.H), p.input_norm, rows(s.rstd1, 0, t.n, 1).view({t.n}), d_h,
+                         d_x1, d_x1, g.input_norm);
+  }
 }
 
 }  // namespace ferry

@@ -1,5 +1,8 @@
 // The head unit: final RMSNorm, LM head and cross-entropy, forward and backward in one pass
-// (the head is the last unit, so its backward follows its forward at once).
+// (the head is the last unit, so its backward follows its forward at once). Every pass is
+// token-local, so it runs over sequence tiles of HeadScratch::tile_tokens tokens (decoder_layer.h):
+// the vocabulary-wide logits are chunked inside linear_cross_entropy, and the norm's (T,H) input
+// and gradient exist one tile at a time.
 #pragma once
 
 #include "core/arena.h"
@@ -11,12 +14,15 @@
 namespace ferry {
 
 struct HeadScratch {
-  Tensor normed;    // (T,H)
-  Tensor rstd;      // (T)
-  Tensor d_normed;  // (T,H)
+  int64_t tile_tokens = 0;  // rows of each tensor below (one tile); 0: as many as the chunk has
+  Tensor normed;            // (tile,H)
+  Tensor rstd;              // (tile)
+  Tensor d_normed;          // (tile,H)
 };
 
-HeadScratch carve_head_scratch(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype);
+// tile_tokens 0 or >= tokens: untiled.
+HeadScratch carve_head_scratch(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype,
+                               int64_t tile_tokens = 0);
 
 // loss_sum (F32, 1 element, in the ops' memory) += the summed cross-entropy over the chunk's
 // counted targets. With `grads` given: dx (T,H) = grad_scale * d(sum)/dx and

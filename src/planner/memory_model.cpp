@@ -166,8 +166,9 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   if (offloaded) b.activations += 2 * act;  // staging ring
   b.activations += 2 * act;                 // head input, activation gradients
   Arena measure = Arena::measuring();
-  carve_layer_scratch(measure, config, chunk_tokens, plan.weight_dtype, true);
-  carve_head_scratch(measure, config, chunk_tokens, plan.weight_dtype);
+  // With sequence tiles the token-local tensors are (seq_tile, width), the attention's full-length.
+  carve_layer_scratch(measure, config, chunk_tokens, plan.weight_dtype, true, plan.seq_tile);
+  carve_head_scratch(measure, config, chunk_tokens, plan.weight_dtype, plan.seq_tile);
   b.scratch = measure.used() + Arena::kAlignment;
   b.other = round_to_256(kStepTokenArrays * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) +
             round_to_256(static_cast<size_t>(config.head_dim) * 2) + 256;

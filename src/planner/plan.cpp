@@ -56,20 +56,23 @@ std::string Plan::describe() const {
       internals > 0
           ? fmt::format(", {} of {} layers not recomputed (internals kept)", internals, activations.size())
           : std::string();
+  const std::string tile =
+      seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string();
   if (optimizer_on_gpu())
     return fmt::format(
         "everything on the GPU (weights {}, fp32 gradients, fp32 masters and AdamW state; GPU AdamW)"
-        "{}, micro-batch {}",
-        dtype_name(weight_dtype), no_recompute, micro_batch);
+        "{}, micro-batch {}{}",
+        dtype_name(weight_dtype), no_recompute, micro_batch, tile);
   int64_t resident = 0, with_optimizer = 0, offloaded = 0;
   for (auto u : units) resident += (u != UnitPlacement::Streamed);
   for (auto u : units) with_optimizer += (u == UnitPlacement::ResidentWithOptimizer);
   for (auto a : activations) offloaded += (a == ActivationPlacement::OffloadToHost);
   return fmt::format(
       "{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
-      "the host{}, micro-batch {}, updates {}, weights {} / gradients {} on the GPU, weights uploaded {}{}{}",
+      "the host{}, micro-batch {}{}, updates {}, weights {} / gradients {} on the GPU, weights uploaded "
+      "{}{}{}",
       gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute,
-      micro_batch, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
+      micro_batch, tile, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
       weight_upload_name(weight_upload),
       is_exact(optimizer_state)
           ? std::string()

@@ -58,7 +58,11 @@ enum class UpdateSchedule {
 };
 
 struct Plan {
-  int64_t micro_batch = 1;                       // sequences per micro-chunk
+  int64_t micro_batch = 1;  // sequences per micro-chunk
+  // Tokens per sequence tile: a layer's and the head's token-local passes run over tiles of this
+  // many tokens of a micro-chunk (model/decoder_layer.h); 0: untiled, one tile per micro-chunk.
+  // Layers keeping their internals (KeepWithInternals) need an untiled plan.
+  int64_t seq_tile = 0;
   int64_t gpu_slots = 2;                         // slots for streamed units (>= 2 for overlap)
   std::vector<UnitPlacement> units;              // one per unit of the model layout
   std::vector<ActivationPlacement> activations;  // one per decoder layer (+1: the head's input)

@@ -10,6 +10,7 @@
 #include "planner/disk_spill.h"
 #include "planner/disk_tier_layout.h"
 #include "planner/memory_model.h"
+#include "planner/sequence_tile.h"
 
 namespace ferry {
 
@@ -40,7 +41,13 @@ struct Family {
   // updates after the backward, their next forward needs no CPU update, which gives the CPU a head
   // start on the layers after them.
   bool first_layers = false;
+  int64_t seq_tile = 0;  // Plan::seq_tile
 };
+
+// Layers may keep their internals only when untiled (kept internals are whole chunks).
+bool tiled(const Plan& plan, const StepShape& shape) {
+  return tile_count(shape.chunk_tokens, plan.seq_tile) > 1;
+}
 
 int64_t kept_activations(const Plan& plan) {
   int64_t kept = 0;
@@ -71,10 +78,10 @@ int64_t resident_layer_count(const Plan& plan, UnitPlacement* kind) {
 }
 
 bool same_plan(const Plan& a, const Plan& b) {
-  return a.micro_batch == b.micro_batch && a.gpu_slots == b.gpu_slots && a.units == b.units &&
-         a.activations == b.activations && a.update == b.update && a.weight_upload == b.weight_upload &&
-         a.weight_dtype == b.weight_dtype && a.grad_dtype == b.grad_dtype &&
-         a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
+  return a.micro_batch == b.micro_batch && a.seq_tile == b.seq_tile && a.gpu_slots == b.gpu_slots &&
+         a.units == b.units && a.activations == b.activations && a.update == b.update &&
+         a.weight_upload == b.weight_upload && a.weight_dtype == b.weight_dtype &&
+         a.grad_dtype == b.grad_dtype && a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
 }
 
 bool better(const Candidate& a, const Candidate& b) {
@@ -155,6 +162,7 @@ class Searcher {
     const std::vector<int64_t> slots = r_.slots ? std::vector<int64_t>{*r_.slots} : r_.space.slot_counts;
 
     for (int64_t mb : micro_batches()) {
+      const size_t first = out.size();
       if (r_.allow_optimizer_on_gpu && gpu_adamw && r_.resident_layers.value_or(L_) == L_ &&
           r_.gpu_optimizer_layers.value_or(L_) == L_ && !r_.offload_activations.value_or(false)) {
         Family f;
@@ -182,6 +190,16 @@ class Searcher {
                 }
               }
             }
+      // Each family of this micro-batch once per sequence tile.
+      const std::vector<int64_t> tiles =
+          r_.seq_tile ? std::vector<int64_t>{*r_.seq_tile} : seq_tile_candidates(r_.seq_len, mb * r_.seq_len);
+      const std::vector<Family> untiled(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
+      out.resize(first);
+      for (int64_t tile : tiles)
+        for (Family f : untiled) {
+          f.seq_tile = tile;
+          out.push_back(f);
+        }
     }
     return out;
   }
@@ -189,6 +207,7 @@ class Searcher {
   Plan make_plan(const Family& f, int64_t resident_layers) const {
     Plan plan;
     plan.micro_batch = f.micro_batch;
+    plan.seq_tile = f.seq_tile;
     plan.weight_dtype = r_.weight_dtype;
     plan.grad_dtype = r_.grad_dtype;
     plan.optimizer_state = r_.optimizer_state;
@@ -259,7 +278,7 @@ class Searcher {
   // intermediates as well, which saves each of them the backward's recompute (the cost model
   // credits it). Every layer saves the same, so the count is what fits.
   void keep_internals(Plan& plan, const StepShape& shape) const {
-    if (!r_.space.keep_internals) return;
+    if (!r_.space.keep_internals || tiled(plan, shape)) return;
     const size_t per_layer = static_cast<size_t>(shape.chunks) *
                              layer_internals_bytes(config_, shape.chunk_tokens, plan.weight_dtype);
     const size_t base = device_total(plan, shape);
@@ -365,7 +384,7 @@ class Searcher {
   // host DRAM beside the CPU AdamW, against the recompute.
   std::vector<Plan> internals_for_boundaries(const Plan& plan, const StepShape& shape) const {
     std::vector<Plan> traded;
-    if (!r_.space.keep_internals || r_.offload_activations.has_value()) return traded;
+    if (!r_.space.keep_internals || r_.offload_activations.has_value() || tiled(plan, shape)) return traded;
     const int64_t kept = kept_internals(plan);
     int64_t offloaded = 0;
     for (int64_t k = kept + 1; k <= L_; ++k) {
@@ -545,6 +564,11 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
   }
   if (plan.micro_batch != reference.micro_batch)
     parts.push_back(fmt::format("micro-batch {} instead of {}", plan.micro_batch, reference.micro_batch));
+  if (plan.seq_tile != reference.seq_tile)
+    parts.push_back(
+        fmt::format("sequence tiles of {} instead of {}",
+                    plan.seq_tile > 0 ? std::to_string(plan.seq_tile) : "the whole chunk",
+                    reference.seq_tile > 0 ? std::to_string(reference.seq_tile) : "the whole chunk"));
   if (plan.gpu_slots != reference.gpu_slots)
     parts.push_back(fmt::format("{} slots instead of {}", plan.gpu_slots, reference.gpu_slots));
   if (plan.update != reference.update)

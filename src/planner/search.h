@@ -78,9 +78,12 @@ struct PlanRequest {
   int64_t seq_len = 2048;
   int64_t global_batch = 8;            // sequences per step
   std::optional<int64_t> micro_batch;  // forced; unset: the search picks a divisor of global_batch
-  size_t device_budget = 0;            // bytes the engine may allocate on the device
-  double headroom = 0.05;              // fraction of the device budget left free
-  size_t host_budget = 0;              // bytes of host memory (HostBytes::total); 0: no limit
+  // Forced tokens per sequence tile (Plan::seq_tile; 0: untiled); unset: the search tries
+  // planner/sequence_tile.h's candidates.
+  std::optional<int64_t> seq_tile;
+  size_t device_budget = 0;  // bytes the engine may allocate on the device
+  double headroom = 0.05;    // fraction of the device budget left free
+  size_t host_budget = 0;    // bytes of host memory (HostBytes::total); 0: no limit
   // Where host_budget comes from, for the refusal: "host_memory", or the default's source.
   std::string host_budget_source = "host_memory";
   // Host memory the process holds beside the engine's buffers (its runtime and libraries, the

@@ -8,6 +8,7 @@
 #include "planner/adamw_rate.h"
 #include "planner/disk_tier_layout.h"
 #include "planner/memory_model.h"
+#include "planner/sequence_tile.h"
 #include "planner/slot_schedule.h"
 
 namespace ferry {
@@ -37,6 +38,7 @@ class ProgramBuilder {
         H * (2.0 * static_cast<double>(config.q_dim()) + 2.0 * static_cast<double>(config.kv_dim())) +
         3.0 * H * F;
     recompute_share_ = 1.0 - H * F / matrices;
+    tiled_extra_share_ = tiled_backward_extra_share(config, shape_.chunk_tokens, plan_.seq_tile);
     // What a layer that kept its internals still runs again (decoder_layer.h): two norms and the
     // activation, memory-bound passes moving (4H + 3F) values and two rstd per token, at the
     // device memory's rate as the GPU AdamW's shows it (it moves about 30 bytes per parameter).
@@ -100,7 +102,8 @@ class ProgramBuilder {
   // runs again.
   double layer_backward_seconds(int64_t layer) const {
     const ComputeProfile& compute = profile_.compute;
-    const double backward = chunks_of(compute.layer_backward);
+    const double backward =
+        tiled_chunks_of(compute.layer_backward) + tiled_extra_share_ * chunks_of(compute.layer_forward);
     if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals)
       return backward;
     if (compute.layer_backward_kept.per_token_s > 0) return chunks_of(compute.layer_backward_kept);
@@ -109,6 +112,10 @@ class ProgramBuilder {
   }
   double chunks_of(const LinearTime& t) const {
     return static_cast<double>(shape_.chunks) * t.at(shape_.chunk_tokens);
+  }
+  // A layer's or the head's passes, run over the plan's sequence tiles (planner/sequence_tile.h).
+  double tiled_chunks_of(const LinearTime& t) const {
+    return static_cast<double>(shape_.chunks) * tiled_seconds(t, shape_.chunk_tokens, plan_.seq_tile);
   }
 
   // Adds a task on `lane` after the stream waits issued on it and after the host's last block.
@@ -301,13 +308,13 @@ class ProgramBuilder {
         if (boundary_offloaded(0)) offload_boundary(0);
       } else if (u == Hd) {
         add(Lane::Compute, TaskKind::Head, Hd,
-            chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
+            tiled_chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
         sends = true;
       } else if (u != E) {
         const int64_t l = static_cast<int64_t>(u) - 1;
         if (forward) {
           before_boundary_write(l + 1);
-          add(Lane::Compute, TaskKind::LayerForward, u, chunks_of(compute.layer_forward), 0.0);
+          add(Lane::Compute, TaskKind::LayerForward, u, tiled_chunks_of(compute.layer_forward), 0.0);
           if (boundary_offloaded(l + 1)) offload_boundary(l + 1);
         } else {
           if (boundary_offloaded(l)) {
@@ -391,6 +398,7 @@ class ProgramBuilder {
   std::vector<SlotUse> uses_;
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
   double cpu_adamw_rate_ = 0.0;          // params/s of the host's AdamW pass for this plan
+  double tiled_extra_share_ = 0.0;       // of a layer forward, what a tiled backward runs again besides
   double recompute_share_ = 1.0;         // of a layer forward's time, what the backward's recompute takes
   double kept_layer_recompute_s_ = 0.0;  // per step: the passes a layer that kept its internals runs again
   bool sparse_embedding_ = false;        // row_sparse_embedding()

@@ -59,6 +59,7 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   r.seq_len = config.seq_len;
   r.global_batch = config.global_batch;
   if (config.micro_batch > 0) r.micro_batch = config.micro_batch;
+  if (config.seq_tile >= 0) r.seq_tile = config.seq_tile;
   r.device_budget = target.device_budget;
   if (config.host_memory) r.host_budget = static_cast<size_t>(*config.host_memory);
   if (!config.host_memory && target.host_available > 0) {

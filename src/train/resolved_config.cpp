@@ -107,6 +107,15 @@ const std::map<std::string, Writer>& writers() {
          else
            o << c.micro_batch;
        }},
+      {"seq_tile",
+       [](YAML::Emitter& o, const TrainConfig& c) {
+         if (c.seq_tile < 0)
+           o << "auto";
+         else if (c.seq_tile == 0)
+           o << "off";
+         else
+           o << c.seq_tile;
+       }},
       {"gradient_accumulation_steps", value(&TrainConfig::gradient_accumulation_steps)},
       {"packing", value(&TrainConfig::packing)},
       {"packing_strategy",

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <map>
 #include <span>
@@ -32,8 +33,9 @@ class PlainExecutor final : public StepExecutor {
       : weights_(std::move(weights)),
         ops_(make_cpu_ops()),
         micro_batch_(config.micro_batch > 0 ? config.micro_batch : 1),  // auto: the CPU has no memory to plan
+        // seq_tile auto: untiled, the CPU has no memory to plan (any tiling gives the same bits).
         step_(weights_.config, weights_.layout, *ops_, micro_batch_ * config.seq_len,
-              config.global_batch / micro_batch_),
+              config.global_batch / micro_batch_, std::max<int64_t>(config.seq_tile, 0)),
         optimizer_(weights_.layout, config.decay_norms_and_biases, config.optimizer_state, config.seed) {
     for (const auto& u : weights_.layout.units) grads_.emplace_back(static_cast<size_t>(u.numel), 0.0f);
     // A lean format encodes the loaded weights; the forward then reads what it holds.

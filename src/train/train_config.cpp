@@ -182,6 +182,11 @@ const std::map<std::string, Setter>& setters() {
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
          c.micro_batch = n.IsScalar() && n.Scalar() == "auto" ? 0 : parse_int(n, k);
        }},
+      {"seq_tile",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         const std::string word = n.IsScalar() ? n.Scalar() : std::string();
+         c.seq_tile = word == "auto" ? -1 : word == "off" ? 0 : parse_int(n, k);
+       }},
       {"gradient_accumulation_steps",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gradient_accumulation_steps = parse_int(n, k); }},
       {"packing", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.packing = parse_bool(n, k); }},
@@ -296,6 +301,7 @@ const std::map<std::string, std::string>& aliases() {
       {"max_seq_len", "seq_len"},
       {"num_train_epochs", "epochs"},
       {"per_device_train_batch_size", "micro_batch"},
+      {"sequence_tile", "seq_tile"},
       {"grad_clip", "max_grad_norm"},
       {"scheduler", "lr_scheduler_type"},
   };
@@ -519,6 +525,9 @@ void validate_train_config(const TrainConfig& c) {
               "gradient_accumulation_steps must be at least 1 (or 0: not given), got {}",
               c.gradient_accumulation_steps);
   FERRY_CHECK(c.chat_template_kwargs.is_object(), kWhere, "chat_template_kwargs must be a mapping");
+  FERRY_CHECK(c.seq_tile >= -1, kWhere,
+              "seq_tile must be a number of tokens, auto (the planner picks) or off (untiled), got {}",
+              c.seq_tile);
   FERRY_CHECK(c.micro_batch >= 0, kWhere,
               "micro_batch must be at least 1, or auto (the planner picks), got {}", c.micro_batch);
   FERRY_CHECK(c.micro_batch == 0 || c.global_batch % c.micro_batch == 0, kWhere,

@@ -55,6 +55,10 @@ struct TrainConfig {
   int64_t seq_len = 2048;    // tokens per sequence (cutoff_len)
   int64_t global_batch = 8;  // sequences per optimizer step
   int64_t micro_batch = 1;   // sequences per micro-chunk inside a layer; 0 (`auto`): the planner picks
+  // Tokens per sequence tile inside a layer (model/decoder_layer.h: the MLP, projections, norms and
+  // head run a tile at a time, attention over the whole sequence): -1 (`auto`): the planner picks;
+  // 0 (`off`): untiled.
+  int64_t seq_tile = -1;
   // Hugging Face's way to give the batch: global_batch = micro_batch (per_device_train_batch_size)
   // × gradient_accumulation_steps. 0: not given. Set, it decides global_batch (a global_batch given
   // too must agree).

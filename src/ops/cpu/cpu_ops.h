@@ -7,9 +7,12 @@
 // Determinism: every result is bit-identical run to run for the same inputs. Work is split with
 // ThreadPool::global() so that each output element is computed by exactly one thread in a fixed
 // order (no atomics, no per-thread partials whose combination depends on the partition), which
-// makes the results independent of the thread count too -- except the matrix products, which are
-// OpenBLAS's and deterministic for a given OpenBLAS thread count.
+// makes the results independent of the thread count too. The matrix products (ordered_gemm.h) are
+// also independent of how many rows a call has, so a layer cut into sequence tiles gives the bits
+// of the uncut layer.
 #pragma once
+
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -47,6 +50,9 @@ class CpuOps final : public Ops {
   // The summed loss in double (the reference computation behind linear_cross_entropy).
   double linear_cross_entropy_sum(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
                                   Tensor dw, Tensor logits);
+  // Each token's loss in double (0 where the target is ignored), behind both of the above.
+  void linear_cross_entropy_rows(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
+                                 Tensor dw, Tensor logits, std::vector<double>& row_loss);
 
   void add(Tensor a, Tensor b, Tensor out) override;
   void zero(Tensor x) override;

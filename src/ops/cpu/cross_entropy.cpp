@@ -1,7 +1,8 @@
 // Fused lm_head + cross-entropy: logits = x @ w^T are formed a chunk of tokens at a time, so the
 // memory is (chunk, V) instead of (T, V), turned into the loss and, when asked, in place into
-// dlogits = grad_scale * (softmax - onehot), which two sgemms carry back to dx and dw.
-#include <cblas.h>
+// dlogits = grad_scale * (softmax - onehot), which two products carry back to dx and dw. The
+// products are ordered_gemm.h's and the loss is added token by token, so the head run over
+// sequence tiles gives the uncut head's bits.
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "ops/cpu/check.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/ordered_gemm.h"
 #include "ops/cpu/vec_math.h"
 #include "ops/cpu/workspace.h"
 
@@ -42,18 +44,34 @@ FERRY_VECTOR_CLONES double softmax_row(float* row, int64_t V, int32_t target, co
 
 }  // namespace
 
-// loss_sum (1) += the chunk's summed loss, computed in double and rounded to fp32 once.
+// loss_sum (1) += each counted token's loss (computed in double, rounded to fp32), in token order:
+// a sum over tokens that does not depend on where the caller cut them.
 void CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
                                   Tensor dw, Tensor loss_sum, Tensor logits) {
   if (!loss_sum.empty()) cpu::expect_numel("linear_cross_entropy", "loss_sum", loss_sum, 1);
-  const double sum = linear_cross_entropy_sum(x, w, targets, grad_scale, dx, dw, logits);
-  if (!loss_sum.empty()) loss_sum.f32()[0] += static_cast<float>(sum);
+  std::vector<double> row_loss;
+  linear_cross_entropy_rows(x, w, targets, grad_scale, dx, dw, logits, row_loss);
+  if (loss_sum.empty()) return;
+  float sum = loss_sum.f32()[0];
+  for (int64_t t = 0; t < static_cast<int64_t>(row_loss.size()); ++t)
+    if (targets[t] != kIgnoreIndex) sum += static_cast<float>(row_loss[static_cast<size_t>(t)]);
+  loss_sum.f32()[0] = sum;
 }
 
-// x (T,H), w (V,H), targets (T) -> sum over counted tokens of (logsumexp(logits_t) - logits_t[target]).
-// dx (T,H) assigned and dw (V,H) accumulated, each when given; logits (T,V) written when given.
 double CpuOps::linear_cross_entropy_sum(Tensor x, Tensor w, const int32_t* targets, float grad_scale,
                                         Tensor dx, Tensor dw, Tensor logits) {
+  std::vector<double> row_loss;
+  linear_cross_entropy_rows(x, w, targets, grad_scale, dx, dw, logits, row_loss);
+  double total = 0.0;  // in token order, whatever the partition
+  for (double l : row_loss) total += l;
+  return total;
+}
+
+// x (T,H), w (V,H), targets (T) -> row_loss (T): logsumexp(logits_t) - logits_t[target] at counted
+// tokens, 0 elsewhere. dx (T,H) assigned and dw (V,H) accumulated, each when given; logits (T,V)
+// written when given.
+void CpuOps::linear_cross_entropy_rows(Tensor x, Tensor w, const int32_t* targets, float grad_scale,
+                                       Tensor dx, Tensor dw, Tensor logits, std::vector<double>& row_loss) {
   const char* op = "linear_cross_entropy";
   cpu::expect_f32(op, "w", w);
   cpu::expect(w.ndim == 2, op, fmt::format("w is {}, expected (V, H)", w.shape_string()));
@@ -65,10 +83,8 @@ double CpuOps::linear_cross_entropy_sum(Tensor x, Tensor w, const int32_t* targe
     cpu::expect(cpu::expect_matrix(op, "logits", logits, V) == T, op,
                 fmt::format("logits is {}, expected ({}, {})", logits.shape_string(), T, V));
   }
-  constexpr int64_t kMax = 0x7fffffff;
-  cpu::expect(T <= kMax && V <= kMax && H <= kMax, op,
-              fmt::format("x {} or w {} is too large for sgemm", x.shape_string(), w.shape_string()));
-  if (T == 0) return 0.0;
+  row_loss.assign(static_cast<size_t>(T), 0.0);
+  if (T == 0) return;
   cpu::expect(targets != nullptr, op, "targets is null");
   cpu::expect(V > 0, op, fmt::format("w is {}: the vocabulary is empty", w.shape_string()));
   // Targets come from the data: one outside the vocabulary means data and model disagree.
@@ -83,17 +99,14 @@ double CpuOps::linear_cross_entropy_sum(Tensor x, Tensor w, const int32_t* targe
   const bool want_grad = !dx.empty() || !dw.empty();
   const float* xs = x.f32();
   const float* ws = w.f32();
-  const int iV = static_cast<int>(V), iH = static_cast<int>(H);
   const int64_t C = std::min(T, chunk_tokens(V));
   float* buf = cpu::scratch(cpu::Scratch::kA, static_cast<size_t>(C * V));  // (C,V): logits, then dlogits
-  std::vector<double> row_loss(static_cast<size_t>(T), 0.0);
 
   for (int64_t t0 = 0; t0 < T; t0 += C) {
     const int64_t n = std::min(C, T - t0);
     const float* xc = xs + t0 * H;
     if (H > 0) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n), iV, iH, 1.0f, xc, iH, ws, iH,
-                  0.0f, buf, iV);
+      cpu::ordered_gemm_xwt(xc, ws, buf, n, V, H);
     } else {
       std::fill(buf, buf + n * V, 0.0f);
     }
@@ -117,18 +130,12 @@ double CpuOps::linear_cross_entropy_sum(Tensor x, Tensor w, const int32_t* targe
     if (!want_grad || H == 0) continue;
     // dx (n,H) = dlogits (n,V) @ w (V,H);  dw (V,H) += dlogits^T @ x (n,H).
     if (!dx.empty()) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(n), iH, iV, 1.0f, buf, iV, ws,
-                  iH, 0.0f, dx.f32() + t0 * H, iH);
+      cpu::ordered_gemm_dyw(buf, ws, dx.f32() + t0 * H, n, V, H);
     }
     if (!dw.empty()) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iV, iH, static_cast<int>(n), 1.0f, buf, iV, xc, iH,
-                  1.0f, dw.f32(), iH);
+      cpu::ordered_gemm_dw(buf, xc, dw.f32(), n, V, H);
     }
   }
-
-  double total = 0.0;  // in token order, whatever the partition
-  for (double l : row_loss) total += l;
-  return total;
 }
 
 }  // namespace ferry

@@ -1,19 +1,15 @@
-// Linear layer y = x @ w^T + bias through OpenBLAS sgemm (row-major), and its backward.
-//
-// sgemm is called from the calling thread only: OpenBLAS runs its own threads, and nesting it in
-// the ferry pool would oversubscribe the cores.
+// Linear layer y = x @ w^T + bias and its backward, through the ordered products of
+// ops/cpu/ordered_gemm.h: rows independent of one another and weight gradients added token after
+// token, so a layer cut into sequence tiles gives the uncut layer's bits.
 //
 // The residual of the forward and the accumulated dx of the backward are added after the product
-// with CpuOps::add, never through sgemm's beta: beta = 1 would fold the addend into OpenBLAS's
-// blocked accumulation and change the bits, while the reference must equal the product followed
-// by add() exactly (ops.h).
-#include <cblas.h>
-
+// with CpuOps::add, so the result equals the product followed by add() exactly (ops.h).
 #include <algorithm>
 
 #include "core/thread_pool.h"
 #include "ops/cpu/check.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cpu/ordered_gemm.h"
 #include "ops/cpu/workspace.h"
 
 namespace ferry {
@@ -27,12 +23,7 @@ int64_t check_xw(const char* op, const Tensor& x, const Tensor& w, int64_t* in_f
   cpu::expect(w.ndim == 2, op, fmt::format("w is {}, expected (out, in)", w.shape_string()));
   *out_features = w.shape[0];
   *in_features = w.shape[1];
-  const int64_t T = cpu::expect_matrix(op, "x", x, *in_features);
-  // sgemm takes int dims.
-  constexpr int64_t kMax = 0x7fffffff;
-  cpu::expect(T <= kMax && *in_features <= kMax && *out_features <= kMax, op,
-              fmt::format("x {} or w {} is too large for sgemm", x.shape_string(), w.shape_string()));
-  return T;
+  return cpu::expect_matrix(op, "x", x, *in_features);
 }
 
 }  // namespace
@@ -57,9 +48,7 @@ void CpuOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Te
   if (in == 0) {
     std::fill(ys, ys + T * out, 0.0f);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T), static_cast<int>(out),
-                static_cast<int>(in), 1.0f, x.f32(), static_cast<int>(in), w.f32(), static_cast<int>(in),
-                0.0f, ys, static_cast<int>(out));
+    cpu::ordered_gemm_xwt(x.f32(), w.f32(), ys, T, out, in);
   }
   if (!bias.empty()) {
     const float* b = bias.f32();
@@ -89,24 +78,22 @@ void CpuOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw
   if (!dw.empty()) cpu::expect_like(op, "dw", dw, "w", w);
   if (!dbias.empty()) cpu::expect_shape(op, "dbias", dbias, {out});
   if (T == 0) return;
-  const int iT = static_cast<int>(T), iin = static_cast<int>(in), iout = static_cast<int>(out);
 
   if (!dx.empty() && in > 0) {
     float* product = accumulate_dx ? cpu::scratch(cpu::Scratch::kA, static_cast<size_t>(T * in)) : dx.f32();
     if (out == 0) {
       std::fill(product, product + T * in, 0.0f);
     } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, iin, iout, 1.0f, dy.f32(), iout, w.f32(),
-                  iin, 0.0f, product, iin);
+      cpu::ordered_gemm_dyw(dy.f32(), w.f32(), product, T, out, in);
     }
     if (accumulate_dx) add(dx, Tensor::f32(product, {T, in}), dx);
   }
   if (!dw.empty() && in > 0 && out > 0) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iout, iin, iT, 1.0f, dy.f32(), iout, x.f32(), iin,
-                1.0f, dw.f32(), iin);
+    cpu::ordered_gemm_dw(dy.f32(), x.f32(), dw.f32(), T, out, in);
   }
   if (!dbias.empty() && out > 0) {
-    // Each column is summed over the rows in row order by one thread: independent of thread count.
+    // Each column adds the rows in row order onto its value, by one thread: independent of the
+    // thread count and of how the caller cut the rows (ordered_gemm.h).
     const float* g = dy.f32();
     float* db = dbias.f32();
     ThreadPool::global().parallel_for(
@@ -116,12 +103,12 @@ void CpuOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw
           float acc[kBlock];
           for (size_t b0 = c0; b0 < c1; b0 += kBlock) {
             const size_t n = std::min(kBlock, c1 - b0);
-            for (size_t i = 0; i < n; ++i) acc[i] = 0.0f;
+            for (size_t i = 0; i < n; ++i) acc[i] = db[b0 + i];
             for (int64_t t = 0; t < T; ++t) {
               const float* gr = g + t * out + b0;
               for (size_t i = 0; i < n; ++i) acc[i] += gr[i];
             }
-            for (size_t i = 0; i < n; ++i) db[b0 + i] += acc[i];
+            for (size_t i = 0; i < n; ++i) db[b0 + i] = acc[i];
           }
         },
         16);

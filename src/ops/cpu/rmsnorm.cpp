@@ -112,19 +112,21 @@ void CpuOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout,
         D,
         [&](size_t c0, size_t c1) {
           // Sums are kept in a small stack block of columns so that the inner loop over a row
-          // segment vectorises while every column still adds its rows in order.
+          // segment vectorises while every column still adds its rows in order, onto the value
+          // it holds: two calls over rows A then B give one call's bits over [A; B]
+          // (ops/cpu/ordered_gemm.h says why that matters).
           constexpr size_t kBlock = 256;
           float acc[kBlock];
           for (size_t b0 = c0; b0 < c1; b0 += kBlock) {
             const size_t n = std::min(kBlock, c1 - b0);
-            for (size_t i = 0; i < n; ++i) acc[i] = 0.0f;
+            for (size_t i = 0; i < n; ++i) acc[i] = dw[b0 + i];
             for (int64_t r = 0; r < R; ++r) {
               const float* xr = xs + r * D + b0;
               const float* gr = gs + r * D + b0;
               const float s = rs[r];
               for (size_t i = 0; i < n; ++i) acc[i] += gr[i] * (xr[i] * s);
             }
-            for (size_t i = 0; i < n; ++i) dw[b0 + i] += acc[i];
+            for (size_t i = 0; i < n; ++i) dw[b0 + i] = acc[i];
           }
         },
         16);
