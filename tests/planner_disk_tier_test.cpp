@@ -3,6 +3,7 @@
 // disk budget the refusal names the disk_memory that would do; the memory model counts the tier's
 // buffers instead of its units' state; the cost model charges the disk's time and says how many
 // tokens per step would hide it.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "optim/host_array.h"
+#include "optim/state_arrays.h"
 #include "planner/disk_spill.h"
 #include "planner/disk_tier_layout.h"
 #include "planner/memory_model.h"
@@ -145,6 +147,58 @@ TEST_F(DiskPlanTest, ASlowDiskBoundsTheStepAndSaysHowManyTokensWouldHideIt) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_NE(lines[2].find("tokens/step"), std::string::npos) << lines[2];
   EXPECT_NE(lines[2].find("raise global_batch"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("disk-bound"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[1].find("s of GPU compute"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("24 bytes/param of fp32 state"), std::string::npos) << lines[1];
+  // With the sequence length, also as the global_batch that hides it.
+  const std::vector<std::string> with_seq =
+      describe_disk_tier(layout_, disk, slow, on_slow, tokens, 0, true, 4096);
+  const std::string batch =
+      fmt::format("global_batch >= {} at seq_len 4096", static_cast<int64_t>(std::ceil(hiding / 4096)));
+  EXPECT_NE(with_seq[2].find(batch), std::string::npos) << with_seq[2];
+  // A fast disk hides: said so, not "disk-bound".
+  const std::vector<std::string> hidden = describe_disk_tier(layout_, disk, fast, on_fast, tokens, 0, true);
+  ASSERT_EQ(hidden.size(), 3u);
+  EXPECT_NE(hidden[2].find("the disk hides"), std::string::npos) << hidden[2];
+}
+
+// A lean format's arrays go to disk as they are: each at a 4096-byte boundary of its region (an
+// 8-bit moment's scales are numel/16 bytes), the disk traffic is the format's bytes and not fp32's,
+// and the memory model drops the format's mappings for the disk units.
+TEST_F(DiskPlanTest, ALeanFormatsArraysAreAlignedAndCountedAtTheirBytes) {
+  PlanRequest r = request(24);
+  r.optimizer_state = OptimizerStateFormat::Bf16SrQ8;
+  const SearchResult ram = search_plans(config_, layout_, with_disk(2e9), r);
+  Plan p = ram.best.plan;
+  ASSERT_EQ(p.optimizer_state, OptimizerStateFormat::Bf16SrQ8);
+  const Plan disk = with_state_on_disk(layout_, p, 4);
+  const DiskTierLayout d = disk_tier_layout(layout_, disk);
+  ASSERT_EQ(d.order.size(), 4u);
+  size_t state = 0;
+  for (size_t u : d.order) {
+    const size_t n = static_cast<size_t>(layout_.units[u].numel);
+    EXPECT_EQ(d.array_bytes[u], unit_state_array_bytes(OptimizerStateFormat::Bf16SrQ8, n));
+    ASSERT_EQ(d.array_offset[u].size(), 5u);
+    for (size_t off : d.array_offset[u]) EXPECT_EQ(off % 4096, 0u);
+    EXPECT_EQ(d.region_bytes[u] % 4096, 0u);
+    EXPECT_GE(d.region_bytes[u], state_bytes(OptimizerStateFormat::Bf16SrQ8, n));
+    EXPECT_LT(d.region_bytes[u], state_bytes(OptimizerStateFormat::Bf16SrQ8, n) + 5 * 4096);
+    state += state_mapped_bytes(OptimizerStateFormat::Bf16SrQ8, n);
+  }
+  const HostBytes a = host_bytes(config_, layout_, p, kSeq, kGlobal);
+  const HostBytes b = host_bytes(config_, layout_, disk, kSeq, kGlobal);
+  EXPECT_EQ(b.pageable, a.pageable - state + d.ram_bytes());
+  const Prediction on_disk = predict(config_, layout_, disk, with_disk(2e9), ram.best.shape);
+  EXPECT_NEAR(on_disk.busy[static_cast<int>(Lane::Disk)], 2.0 * static_cast<double>(d.file_bytes) / 2e9,
+              1e-6);
+  const Plan fp32 = [&] {
+    Plan q = disk;
+    q.optimizer_state = OptimizerStateFormat::Fp32;
+    return q;
+  }();
+  EXPECT_LT(static_cast<double>(d.file_bytes),
+            0.36 * static_cast<double>(disk_tier_layout(layout_, fp32).file_bytes))
+      << "4.125 bytes/param against 12";
 }
 
 // Updates during the backward take the disk units in landing order (the last layer first): the

@@ -521,11 +521,6 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
       "plan", "disk_layers must be between 0 and the model's {} layers", config.num_layers);
   FERRY_CHECK(request.disk_layers.value_or(0) == 0 || request.disk_budget > 0, "plan",
               "disk_layers puts optimizer state on disk: set disk_memory (and disk_dir) too");
-  FERRY_CHECK(
-      is_exact(request.optimizer_state) || request.disk_layers.value_or(0) == 0, "plan",
-      "the disk tier holds fp32 optimizer state; optimizer_state: {} stays in host memory: drop disk_layers, "
-      "or use optimizer_state: fp32",
-      state_format_name(request.optimizer_state));
   return Searcher(config, layout, &profile, request).run(alternatives);
 }
 

@@ -115,7 +115,7 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
   for (Candidate& c : s.result.alternatives) c.plan.disk_dir = config.disk_dir.string();
   s.disk_lines = describe_disk_tier(layout, s.result.best.plan, s.profile, s.result.best.prediction,
                                     s.result.best.shape.tokens(), s.request.host_budget,
-                                    s.request.disk_layers.has_value());
+                                    s.request.disk_layers.has_value(), config.seq_len);
   s.advice = idle_advice(model, layout, s.profile, s.request, s.result.best.prediction);
   return s;
 }

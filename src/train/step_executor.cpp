@@ -16,6 +16,7 @@
 #include "engine/step_trace.h"
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
+#include "optim/state_arrays.h"
 #include "planner/memory_model.h"
 #include "train/device_choice.h"
 #include "train/plan_selection.h"
@@ -101,15 +102,10 @@ class SlidingExecutor final : public StepExecutor {
         weights.config, weights.layout, trace_ ? trace_->device() : *device_, *ops_, plan_,
         plan_.micro_batch * config.seq_len, config.global_batch / plan_.micro_batch,
         config.decay_norms_and_biases);
-    for (size_t u = 0; u < weights.units.size();
-         ++u) {  // into the huge-page masters (or the disk tier), freeing each copy as it goes
-      if (engine_->host().on_disk(u)) {
-        const std::vector<float> zeros(weights.units[u].size(), 0.0f);
-        engine_->host().copy_state_in(u, {std::as_bytes(std::span(weights.units[u])),
-                                          std::as_bytes(std::span(zeros)), std::as_bytes(std::span(zeros))});
-      } else {
-        engine_->host().assign_masters(u, weights.units[u]);
-      }
+    // Into the huge-page masters (or, for a disk unit, through the tier's buffer into its file),
+    // freeing each copy as it goes.
+    for (size_t u = 0; u < weights.units.size(); ++u) {
+      engine_->host().assign_masters(u, weights.units[u]);
       std::vector<float>().swap(weights.units[u]);
     }
     engine_->host().commit_state();  // only now: the loaded copies are gone
@@ -154,6 +150,10 @@ class SlidingExecutor final : public StepExecutor {
     if (is_exact(host.format())) return out;
     const std::vector<StateArraySpec> specs = state_arrays(host.format());
     for (size_t u = 0; u < host.unit_count(); ++u) {
+      if (host.on_disk(u)) {
+        out.push_back(paged(u));
+        continue;
+      }
       out.emplace_back();
       const size_t n = static_cast<size_t>(layout_.units[u].numel);
       for (size_t k = 0; k < specs.size(); ++k)
@@ -164,10 +164,11 @@ class SlidingExecutor final : public StepExecutor {
   }
   void state_loaded(int64_t step) override {
     // A resume wrote the disk units' state into the copies collect() handed out: back to the tier.
-    for (auto& [u, state] : paged_)
-      engine_->host().copy_state_in(u,
-                                    {std::as_bytes(std::span(state[0])), std::as_bytes(std::span(state[1])),
-                                     std::as_bytes(std::span(state[2]))});
+    for (auto& [u, arrays] : paged_) {
+      std::vector<std::span<const std::byte>> in;
+      for (const std::vector<std::byte>& a : arrays) in.push_back(std::span(a));
+      engine_->host().copy_state_in(u, in);
+    }
     paged_.clear();
     engine_->weights_changed(step);
   }
@@ -192,24 +193,24 @@ class SlidingExecutor final : public StepExecutor {
     std::vector<float*> out;
     if (!is_exact(engine_->host().format())) return out;
     UnitUpdater& host = engine_->host();
-    for (size_t u = 0; u < host.unit_count(); ++u) {
-      if (!host.on_disk(u)) {
-        out.push_back((host.unit(u).*member).data());
-        continue;
-      }
-      auto it = paged_.find(u);
-      if (it == paged_.end()) {
-        const size_t n = static_cast<size_t>(layout_.units[u].numel);
-        std::array<std::vector<float>, 3> state{std::vector<float>(n), std::vector<float>(n),
-                                                std::vector<float>(n)};
-        host.copy_state_out(
-            u, {std::as_writable_bytes(std::span(state[0])), std::as_writable_bytes(std::span(state[1])),
-                std::as_writable_bytes(std::span(state[2]))});
-        it = paged_.emplace(u, std::move(state)).first;
-      }
-      out.push_back(it->second[array].data());
-    }
+    for (size_t u = 0; u < host.unit_count(); ++u)
+      out.push_back(host.on_disk(u) ? reinterpret_cast<float*>(paged(u)[array].data())
+                                    : (host.unit(u).*member).data());
     return out;
+  }
+  // Disk unit u's state arrays (the format's, optim/state_arrays.h), copied out of the tier once.
+  std::vector<std::span<std::byte>> paged(size_t u) {
+    auto it = paged_.find(u);
+    if (it == paged_.end()) {
+      std::vector<std::vector<std::byte>> arrays;
+      for (size_t bytes :
+           unit_state_array_bytes(plan_.optimizer_state, static_cast<size_t>(layout_.units[u].numel)))
+        arrays.emplace_back(bytes);
+      std::vector<std::span<std::byte>> spans(arrays.begin(), arrays.end());
+      engine_->host().copy_state_out(u, spans);
+      it = paged_.emplace(u, std::move(arrays)).first;
+    }
+    return std::vector<std::span<std::byte>>(it->second.begin(), it->second.end());
   }
   std::unique_ptr<Device> device_;
   std::unique_ptr<StepTrace> trace_;  // config `trace:`; nullptr without
@@ -219,7 +220,9 @@ class SlidingExecutor final : public StepExecutor {
   ModelLayout layout_;
   std::vector<std::vector<float>> decoded_;  // a lean format's masters as fp32, for writing
   std::unique_ptr<SlidingEngine> engine_;
-  std::map<size_t, std::array<std::vector<float>, 3>> paged_;  // disk units' master, m, v (collect)
+  // Disk units' state arrays (paged): std::vector<std::byte> allocates with operator new, aligned
+  // for the floats of fp32 state.
+  std::map<size_t, std::vector<std::vector<std::byte>>> paged_;
 };
 
 }  // namespace
