@@ -133,6 +133,11 @@ class UnitUpdater {
   // Between steps only (finish_updates first): loading weights, checkpoints, resume.
   void copy_state_out(size_t u, const std::vector<std::span<std::byte>>& arrays);
   void copy_state_in(size_t u, const std::vector<std::span<const std::byte>>& arrays);
+  // Disk unit u's state arrays in the tier's RAM buffer, valid until the next call that reaches the
+  // tier (any of these, a step): checkpoints stream the disk units' state through it instead of a
+  // copy. Between steps only. After changing the arrays, disk_state_written(u) stores them.
+  std::vector<std::span<std::byte>> disk_state(size_t u) { return disk_->page_in(u); }
+  void disk_state_written(size_t u) { disk_->page_out(u); }
   // The disk tier, when the plan has one.
   const DiskStateTier* disk() const { return disk_.get(); }
 

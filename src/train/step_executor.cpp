@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <array>
-#include <map>
 #include <span>
 
 #include "core/error.h"
@@ -16,7 +14,6 @@
 #include "engine/step_trace.h"
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
-#include "optim/state_arrays.h"
 #include "planner/memory_model.h"
 #include "train/device_choice.h"
 #include "train/plan_selection.h"
@@ -119,7 +116,6 @@ class SlidingExecutor final : public StepExecutor {
   }
   ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
                     double max_grad_norm) override {
-    paged_.clear();  // the disk units' state read out for a checkpoint is stale from here on
     if (trace_) trace_->begin(step);
     const SlidingStepResult r = engine_->step(step, batch, hyper, max_grad_norm);
     if (trace_) trace_->end();
@@ -130,19 +126,23 @@ class SlidingExecutor final : public StepExecutor {
   StepLoss evaluate(const StepBatch& batch) override { return engine_->evaluate(batch); }
   std::vector<float*> masters() override {
     UnitUpdater& host = engine_->host();
-    if (is_exact(host.format())) return collect(&HostUnitState::master, 0);
+    if (is_exact(host.format())) return collect(&HostUnitState::master);
     // Decoded copies: 4 bytes/param more while a checkpoint or the final model is written.
     decoded_.resize(host.unit_count());
     std::vector<float*> out;
     for (size_t u = 0; u < host.unit_count(); ++u) {
+      if (host.on_disk(u)) {  // decoded one unit at a time as it is written (streamed_state)
+        out.push_back(nullptr);
+        continue;
+      }
       decoded_[u].resize(static_cast<size_t>(layout_.units[u].numel));
       host.read_masters(u, decoded_[u].data());
       out.push_back(decoded_[u].data());
     }
     return out;
   }
-  std::vector<float*> exp_avg() override { return collect(&HostUnitState::m, 1); }
-  std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v, 2); }
+  std::vector<float*> exp_avg() override { return collect(&HostUnitState::m); }
+  std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v); }
   OptimizerStateFormat state_format() const override { return plan_.optimizer_state; }
   std::vector<std::vector<std::span<std::byte>>> lean_state() override {
     std::vector<std::vector<std::span<std::byte>>> out;
@@ -150,11 +150,8 @@ class SlidingExecutor final : public StepExecutor {
     if (is_exact(host.format())) return out;
     const std::vector<StateArraySpec> specs = state_arrays(host.format());
     for (size_t u = 0; u < host.unit_count(); ++u) {
-      if (host.on_disk(u)) {
-        out.push_back(paged(u));
-        continue;
-      }
       out.emplace_back();
+      if (host.on_disk(u)) continue;  // streamed_state
       const size_t n = static_cast<size_t>(layout_.units[u].numel);
       for (size_t k = 0; k < specs.size(); ++k)
         out.back().push_back(
@@ -162,16 +159,28 @@ class SlidingExecutor final : public StepExecutor {
     }
     return out;
   }
-  void state_loaded(int64_t step) override {
-    // A resume wrote the disk units' state into the copies collect() handed out: back to the tier.
-    for (auto& [u, arrays] : paged_) {
-      std::vector<std::span<const std::byte>> in;
-      for (const std::vector<std::byte>& a : arrays) in.push_back(std::span(a));
-      engine_->host().copy_state_in(u, in);
+  // The disk units' state through the tier's own RAM buffer (UnitUpdater::disk_state), which the
+  // memory model counts: a checkpoint or a resume holds no copy of it, and a save reads each unit
+  // from the disk once per tensor group at most (the tier keeps the unit it read last).
+  StreamedState streamed_state() override {
+    UnitUpdater& host = engine_->host();
+    if (host.disk() == nullptr) return {};
+    StreamedState s;
+    s.arrays = [&host](size_t u) { return host.disk_state(u); };
+    s.store = [&host](size_t u) { host.disk_state_written(u); };
+    if (is_exact(host.format())) {
+      s.masters = [&host](size_t u) { return reinterpret_cast<const float*>(host.disk_state(u)[0].data()); };
+    } else {
+      // Decoded into one unit's fp32, not 4 bytes/param of every disk unit at once.
+      s.masters = [this, &host](size_t u) {
+        decoded_disk_unit_.resize(static_cast<size_t>(layout_.units[u].numel));
+        host.read_masters(u, decoded_disk_unit_.data());
+        return static_cast<const float*>(decoded_disk_unit_.data());
+      };
     }
-    paged_.clear();
-    engine_->weights_changed(step);
+    return s;
   }
+  void state_loaded(int64_t step) override { engine_->weights_changed(step); }
   int64_t micro_batch() const override { return plan_.micro_batch; }
 
  private:
@@ -186,31 +195,14 @@ class SlidingExecutor final : public StepExecutor {
              format_bytes(pinned.in_use), format_bytes(predicted_.host.pinned));
   }
 
-  // A disk unit's state is read out into copies of the executor's (paged_) for a checkpoint or a
-  // resume, which hold it in RAM until the next step or state_loaded: the disk tier saves RAM
-  // while training, not while saving.
-  std::vector<float*> collect(HostArray HostUnitState::*member, size_t array) {
+  // fp32 state: the arrays `member` of every unit; nullptr for a disk unit (streamed_state).
+  std::vector<float*> collect(HostArray HostUnitState::*member) {
     std::vector<float*> out;
     if (!is_exact(engine_->host().format())) return out;
     UnitUpdater& host = engine_->host();
     for (size_t u = 0; u < host.unit_count(); ++u)
-      out.push_back(host.on_disk(u) ? reinterpret_cast<float*>(paged(u)[array].data())
-                                    : (host.unit(u).*member).data());
+      out.push_back(host.on_disk(u) ? nullptr : (host.unit(u).*member).data());
     return out;
-  }
-  // Disk unit u's state arrays (the format's, optim/state_arrays.h), copied out of the tier once.
-  std::vector<std::span<std::byte>> paged(size_t u) {
-    auto it = paged_.find(u);
-    if (it == paged_.end()) {
-      std::vector<std::vector<std::byte>> arrays;
-      for (size_t bytes :
-           unit_state_array_bytes(plan_.optimizer_state, static_cast<size_t>(layout_.units[u].numel)))
-        arrays.emplace_back(bytes);
-      std::vector<std::span<std::byte>> spans(arrays.begin(), arrays.end());
-      engine_->host().copy_state_out(u, spans);
-      it = paged_.emplace(u, std::move(arrays)).first;
-    }
-    return std::vector<std::span<std::byte>>(it->second.begin(), it->second.end());
   }
   std::unique_ptr<Device> device_;
   std::unique_ptr<StepTrace> trace_;  // config `trace:`; nullptr without
@@ -220,9 +212,7 @@ class SlidingExecutor final : public StepExecutor {
   ModelLayout layout_;
   std::vector<std::vector<float>> decoded_;  // a lean format's masters as fp32, for writing
   std::unique_ptr<SlidingEngine> engine_;
-  // Disk units' state arrays (paged): std::vector<std::byte> allocates with operator new, aligned
-  // for the floats of fp32 state.
-  std::map<size_t, std::vector<std::vector<std::byte>>> paged_;
+  std::vector<float> decoded_disk_unit_;  // a lean format's masters of one disk unit, as fp32
 };
 
 }  // namespace
@@ -281,12 +271,11 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     // Loading holds the weights in fp32 beside what the process had; every later phase holds the plan.
     watch->plan(kPhaseModelLoad, beside.weights + beside.bytes);
     for (const char* phase : kPhasesOfThePlan) watch->plan(phase, h.total());
-    // The disk tier's state passes through RAM whole where the run reads or writes all of it at
-    // once: the loaded weights before they go to disk, and checkpoints (SlidingExecutor::collect).
+    // The disk units' loaded weights are held in RAM until the tier has them (the state commit).
+    // Checkpoints and resumes stream the tier's state through its own buffer (streamed_state):
+    // they hold the plan.
     if (chosen.prediction.disk_bytes > 0)
-      for (const char* phase :
-           {kPhaseStateCommit, kPhaseCheckpointLoad, kPhaseCheckpointSave, kPhaseFinalSave})
-        watch->plan(phase, h.total() + chosen.prediction.disk_bytes);
+      watch->plan(kPhaseStateCommit, h.total() + chosen.prediction.disk_bytes);
     watch->enter(kPhaseStateCommit);
   }
   return std::make_unique<SlidingExecutor>(std::move(dev), config, std::move(weights), chosen.plan,
