@@ -7,15 +7,18 @@
 #include "core/host_memory.h"
 #include "core/log.h"
 #include "device/memory_ledger.h"
+#include "io/filesystem_id.h"
 #include "io/scratch_file.h"
 #include "planner/disk_spill.h"
 #include "profiler/disk_rate.h"
+#include "train/disk_rate_cache.h"
+#include "train/profile_cache.h"
 
 namespace ferry {
 
 namespace {
 
-// The disk probe when the profile has no disk rates: large enough for the drive's sustained rate,
+// The disk probe, once per filesystem (train/disk_rate_cache.h): large enough for the drive's sustained rate,
 // small enough to take seconds.
 constexpr size_t kDiskProbeBytes = size_t{256} << 20;
 
@@ -102,13 +105,13 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
   s.profile = std::move(profile);
   s.profile_source = std::move(source);
   s.request = plan_request(config, target, s.profile.host.memory_bytes);
-  if (s.request.disk_budget > 0 && target.disk_free &&
-      (s.profile.host.disk_read_bytes_per_s <= 0 || s.profile.host.disk_write_bytes_per_s <= 0)) {
-    const DiskRates rates = measure_disk_rates(config.disk_dir, kDiskProbeBytes);
+  // On this machine the disk is disk_dir's, whatever disk the profile measured (its cache's): its
+  // rates come from the per-filesystem cache, measured once (train/disk_rate_cache.h).
+  if (s.request.disk_budget > 0 && target.disk_free) {
+    const DiskRates rates = obtain_disk_rates(config.disk_dir, filesystem_id(config.disk_dir),
+                                              default_cache_dir("disk-rates"), kDiskProbeBytes);
     s.profile.host.disk_read_bytes_per_s = rates.read_bytes_per_s;
     s.profile.host.disk_write_bytes_per_s = rates.write_bytes_per_s;
-    log_info("disk tier: measured {} at {:.2f} GB/s read, {:.2f} GB/s write (the profile had no disk rates)",
-             config.disk_dir.string(), rates.read_bytes_per_s / 1e9, rates.write_bytes_per_s / 1e9);
   }
   s.result = search_plans(model, layout, s.profile, s.request, alternatives);
   s.result.best.plan.disk_dir = config.disk_dir.string();
