@@ -100,6 +100,19 @@ TEST_F(DiskPlanTest, ADiskBudgetTooSmallIsRefusedWithTheBudgetsThatWork) {
       EXPECT_NE(m.find("host_memory of at least"), std::string::npos) << m;
     }
   }
+  // A disk budget bounded by the free space under disk_dir (train/plan_selection.h plan_request):
+  // the refusal says so, with the smallest disk and host budgets that work.
+  r.disk_budget = size_t{1} << 20;
+  r.disk_budget_source = "what is free in disk_dir /scratch (disk_memory is 100.00 GiB): free space there";
+  try {
+    search_plans(config_, layout_, with_disk(2e9), r);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("disk_memory of at least"), std::string::npos) << m;
+    EXPECT_NE(m.find("the disk budget is 1.00 MiB, what is free in disk_dir /scratch"), std::string::npos)
+        << m;
+  }
 }
 
 TEST_F(DiskPlanTest, TheMemoryModelCountsTheBuffersNotTheDiskUnitsState) {

@@ -141,8 +141,10 @@ TEST_F(DiskTierRun, TheFreeSpaceBoundsTheDiskBudget) {
   EXPECT_TRUE(fs::is_directory(scratch_ / "disk"));
   target.disk_free = size_t{1} << 20;
   EXPECT_EQ(plan_request(c, target, 0.0).disk_budget, size_t{1} << 20);
+  EXPECT_TRUE(test::contains(plan_request(c, target, 0.0).disk_budget_source, "what is free in disk_dir"));
   target.disk_free = size_t{1} << 40;
   EXPECT_EQ(plan_request(c, target, 0.0).disk_budget, size_t{1} << 30);
+  EXPECT_EQ(plan_request(c, target, 0.0).disk_budget_source, "disk_memory");
   target.disk_free.reset();  // a machine known by a profile: disk_memory alone
   EXPECT_EQ(plan_request(c, target, 0.0).disk_budget, size_t{1} << 30);
 }

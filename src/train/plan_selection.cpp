@@ -79,6 +79,9 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
     log_info("disk tier: disk_dir {} has {} free, less than disk_memory {}; the plan uses at most that",
              config.disk_dir.string(), format_bytes(*target.disk_free), format_bytes(r.disk_budget));
     r.disk_budget = *target.disk_free;
+    r.disk_budget_source =
+        fmt::format("what is free in disk_dir {} (disk_memory is {}): free space there",
+                    config.disk_dir.string(), format_bytes(static_cast<size_t>(config.disk_memory)));
   }
   r.device_memory_on_host = target.device_memory_on_host;
   r.weight_dtype = target.weight_dtype;
