@@ -31,7 +31,7 @@ struct TensorToWrite {
   // returns is used as `f32_source` (with `fetch_f32`) or as `data`; it need stay valid only until
   // the next fetch. For state not in RAM (the disk tier's), brought in one unit at a time through
   // a buffer the run has anyway, so that writing it needs no copy of it in memory.
-  std::function<const void*()> fetch;
+  std::function<const void*()> fetch = nullptr;
   bool fetch_f32 = false;
 };
 
