@@ -166,13 +166,22 @@ TEST_F(DiskPlanTest, ASlowDiskBoundsTheStepAndSaysHowManyTokensWouldHideIt) {
   // With the sequence length, also as the global_batch that hides it.
   const std::vector<std::string> with_seq =
       describe_disk_tier(layout_, disk, slow, on_slow, tokens, 0, true, 4096);
-  const std::string batch =
-      fmt::format("global_batch >= {} at seq_len 4096", static_cast<int64_t>(std::ceil(hiding / 4096)));
+  const std::string batch = fmt::format("global_batch >= {} at seq_len 4096",
+                                        disk_hiding_global_batch(hiding, 4096, disk.micro_batch));
   EXPECT_NE(with_seq[2].find(batch), std::string::npos) << with_seq[2];
   // A fast disk hides: said so, not "disk-bound".
   const std::vector<std::string> hidden = describe_disk_tier(layout_, disk, fast, on_fast, tokens, 0, true);
   ASSERT_EQ(hidden.size(), 3u);
   EXPECT_NE(hidden[2].find("the disk hides"), std::string::npos) << hidden[2];
+}
+
+TEST(DiskHidingGlobalBatch, RoundsUpToWholeSequencesAndMicroBatches) {
+  EXPECT_EQ(disk_hiding_global_batch(235028, 2048, 2), 116);  // 114.76 sequences → 115 → 116
+  EXPECT_EQ(disk_hiding_global_batch(235028, 2048, 1), 115);
+  EXPECT_EQ(disk_hiding_global_batch(4096, 2048, 1), 2);
+  EXPECT_EQ(disk_hiding_global_batch(4097, 2048, 4), 4);
+  EXPECT_EQ(disk_hiding_global_batch(0, 2048, 1), 0);
+  EXPECT_EQ(disk_hiding_global_batch(1000, 0, 1), 0);
 }
 
 // A lean format's arrays go to disk as they are: each at a 4096-byte boundary of its region (an

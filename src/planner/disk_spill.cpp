@@ -49,6 +49,13 @@ size_t disk_params(const ModelLayout& layout, const DiskTierLayout& d) {
 
 }  // namespace
 
+int64_t disk_hiding_global_batch(double hiding_tokens, int64_t seq_len, int64_t micro_batch) {
+  if (hiding_tokens <= 0 || seq_len <= 0) return 0;
+  const int64_t m = std::max<int64_t>(micro_batch, 1);
+  const auto sequences = static_cast<int64_t>(std::ceil(hiding_tokens / static_cast<double>(seq_len)));
+  return (sequences + m - 1) / m * m;
+}
+
 double disk_hiding_tokens(const ModelLayout& layout, const Plan& plan, const MachineProfile& profile,
                           const Prediction& prediction, int64_t tokens) {
   const double disk = disk_seconds(disk_tier_layout(layout, plan), profile);
@@ -89,11 +96,9 @@ std::vector<std::string> describe_disk_tier(const ModelLayout& layout, const Pla
       prediction.step_seconds));
   const double hiding = disk_hiding_tokens(layout, plan, profile, prediction, tokens);
   if (hiding <= 0) return lines;
+  const int64_t global = disk_hiding_global_batch(hiding, seq_len, plan.micro_batch);
   const std::string batch =
-      seq_len > 0
-          ? fmt::format(" (global_batch >= {} at seq_len {})",
-                        static_cast<int64_t>(std::ceil(hiding / static_cast<double>(seq_len))), seq_len)
-          : std::string();
+      global > 0 ? fmt::format(" (global_batch >= {} at seq_len {})", global, seq_len) : std::string();
   if (hiding > static_cast<double>(tokens))
     lines.push_back(fmt::format(
         "disk-bound: the step waits {:.3g} s for the disk beyond its compute; the disk hides under the GPU's "

@@ -51,6 +51,12 @@ Plan with_state_on_disk(const ModelLayout& layout, Plan plan, int64_t count);
 double disk_hiding_tokens(const ModelLayout& layout, const Plan& plan, const MachineProfile& profile,
                           const Prediction& prediction, int64_t tokens);
 
+// The smallest global_batch (sequences of seq_len, a multiple of micro_batch) with at least
+// `hiding_tokens` tokens per step: 235,028 tokens at seq_len 2048, micro-batch 2 → 116. 0 when
+// either is unknown. To first order, since the step's compute grows with its tokens and the disk's
+// bytes do not; the boundaries a larger step keeps are the plan's to fit again.
+int64_t disk_hiding_global_batch(double hiding_tokens, int64_t seq_len, int64_t micro_batch);
+
 // `ferry plan`'s lines about the tier: where the state is (RAM, disk: how many layers), why (the
 // host budget, or `forced` by disk_layers), the bytes streamed per step and the disk's time against
 // the GPU's compute, and the tokens per step that would hide it (with `seq_len` > 0, also as a
