@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "optim/host_array.h"
 #include "optim/state_arrays.h"
+#include "planner/disk_batch.h"
 #include "planner/disk_spill.h"
 #include "planner/disk_tier_layout.h"
 #include "planner/memory_model.h"
@@ -173,6 +174,46 @@ TEST_F(DiskPlanTest, ASlowDiskBoundsTheStepAndSaysHowManyTokensWouldHideIt) {
   const std::vector<std::string> hidden = describe_disk_tier(layout_, disk, fast, on_fast, tokens, 0, true);
   ASSERT_EQ(hidden.size(), 3u);
   EXPECT_NE(hidden[2].find("the disk hides"), std::string::npos) << hidden[2];
+}
+
+// A disk-bound plan at doubling global batches under the same budgets: each option is the search's
+// best plan at that batch, and the list ends where the disk is hidden or nothing fits. More tokens
+// per step need not be faster: here (8192-token sequences, a host budget 20 GiB short) each doubling
+// offloads more boundaries, puts more layers' state on disk and lowers the tokens/s -- why the list
+// is the search's answers and not the hiding-token rule of thumb.
+TEST_F(DiskPlanTest, LargerStepsUnderTheSameBudgetsAreListedUntilTheDiskHidesOrNothingFits) {
+  PlanRequest r = request(24);
+  r.host_budget = tight_host(20 * kGiB);
+  r.disk_budget = 500 * kGiB;
+  const MachineProfile profile = with_disk(2e9);
+  const SearchResult base = search_plans(config_, layout_, profile, r);
+  ASSERT_EQ(base.best.prediction.bottleneck, Lane::Disk) << base.best.prediction.explain();
+  const std::vector<DiskBatchOption> options = disk_batch_options(config_, layout_, profile, r, 3);
+  ASSERT_FALSE(options.empty());
+  EXPECT_LE(options.size(), 3u);
+  int64_t batch = r.global_batch;
+  for (size_t i = 0; i < options.size(); ++i) {
+    const DiskBatchOption& o = options[i];
+    batch *= 2;
+    EXPECT_EQ(o.global_batch, batch);
+    if (!o.fits) {
+      EXPECT_EQ(i + 1, options.size()) << "nothing larger is tried";
+      continue;
+    }
+    PlanRequest at = r;
+    at.global_batch = batch;
+    const SearchResult s = search_plans(config_, layout_, profile, at, 0);
+    EXPECT_EQ(o.step_seconds, s.best.prediction.step_seconds);
+    EXPECT_EQ(o.disk_layers, s.best.plan.disk_units());
+    EXPECT_EQ(o.tokens_per_second, s.best.prediction.tokens_per_second);
+    if (!o.disk_bound) EXPECT_EQ(i + 1, options.size()) << "the disk is hidden: the list ends";
+  }
+  const std::vector<std::string> lines = describe_disk_batch_options(options, kSeq);
+  ASSERT_EQ(lines.size(), options.size());
+  EXPECT_NE(lines[0].find(fmt::format("global_batch {} (", 2 * r.global_batch)), std::string::npos)
+      << lines[0];
+  r.disk_budget = 0;
+  EXPECT_TRUE(disk_batch_options(config_, layout_, profile, r).empty()) << "no disk tier, nothing to say";
 }
 
 TEST(DiskHidingGlobalBatch, RoundsUpToWholeSequencesAndMicroBatches) {
