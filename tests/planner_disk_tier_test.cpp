@@ -206,7 +206,9 @@ TEST_F(DiskPlanTest, LargerStepsUnderTheSameBudgetsAreListedUntilTheDiskHidesOrN
     EXPECT_EQ(o.step_seconds, s.best.prediction.step_seconds);
     EXPECT_EQ(o.disk_layers, s.best.plan.disk_units());
     EXPECT_EQ(o.tokens_per_second, s.best.prediction.tokens_per_second);
-    if (!o.disk_bound) EXPECT_EQ(i + 1, options.size()) << "the disk is hidden: the list ends";
+    if (!o.disk_bound) {
+      EXPECT_EQ(i + 1, options.size()) << "the disk is hidden: the list ends";
+    }
   }
   const std::vector<std::string> lines = describe_disk_batch_options(options, kSeq);
   ASSERT_EQ(lines.size(), options.size());
