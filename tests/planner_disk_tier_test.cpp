@@ -3,6 +3,7 @@
 // disk budget the refusal names the disk_memory that would do; the memory model counts the tier's
 // buffers instead of its units' state; the cost model charges the disk's time and says how many
 // tokens per step would hide it.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 
 #include "core/error.h"
 #include "optim/host_array.h"
+#include "optim/state_arrays.h"
+#include "planner/disk_batch.h"
 #include "planner/disk_spill.h"
 #include "planner/disk_tier_layout.h"
 #include "planner/memory_model.h"
@@ -98,6 +101,19 @@ TEST_F(DiskPlanTest, ADiskBudgetTooSmallIsRefusedWithTheBudgetsThatWork) {
       EXPECT_NE(m.find("host_memory of at least"), std::string::npos) << m;
     }
   }
+  // A disk budget bounded by the free space under disk_dir (train/plan_selection.h plan_request):
+  // the refusal says so, with the smallest disk and host budgets that work.
+  r.disk_budget = size_t{1} << 20;
+  r.disk_budget_source = "what is free in disk_dir /scratch (disk_memory is 100.00 GiB): free space there";
+  try {
+    search_plans(config_, layout_, with_disk(2e9), r);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("disk_memory of at least"), std::string::npos) << m;
+    EXPECT_NE(m.find("the disk budget is 1.00 MiB, what is free in disk_dir /scratch"), std::string::npos)
+        << m;
+  }
 }
 
 TEST_F(DiskPlanTest, TheMemoryModelCountsTheBuffersNotTheDiskUnitsState) {
@@ -145,6 +161,109 @@ TEST_F(DiskPlanTest, ASlowDiskBoundsTheStepAndSaysHowManyTokensWouldHideIt) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_NE(lines[2].find("tokens/step"), std::string::npos) << lines[2];
   EXPECT_NE(lines[2].find("raise global_batch"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("disk-bound"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[1].find("s of GPU compute"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("24 bytes/param of fp32 state"), std::string::npos) << lines[1];
+  // With the sequence length, also as the global_batch that hides it.
+  const std::vector<std::string> with_seq =
+      describe_disk_tier(layout_, disk, slow, on_slow, tokens, 0, true, 4096);
+  const std::string batch = fmt::format("global_batch >= {} at seq_len 4096",
+                                        disk_hiding_global_batch(hiding, 4096, disk.micro_batch));
+  EXPECT_NE(with_seq[2].find(batch), std::string::npos) << with_seq[2];
+  // A fast disk hides: said so, not "disk-bound".
+  const std::vector<std::string> hidden = describe_disk_tier(layout_, disk, fast, on_fast, tokens, 0, true);
+  ASSERT_EQ(hidden.size(), 3u);
+  EXPECT_NE(hidden[2].find("the disk hides"), std::string::npos) << hidden[2];
+}
+
+// A disk-bound plan at doubling global batches under the same budgets: each option is the search's
+// best plan at that batch, and the list ends where the disk is hidden or nothing fits. More tokens
+// per step need not be faster: here (8192-token sequences, a host budget 20 GiB short) each doubling
+// offloads more boundaries, puts more layers' state on disk and lowers the tokens/s -- why the list
+// is the search's answers and not the hiding-token rule of thumb.
+TEST_F(DiskPlanTest, LargerStepsUnderTheSameBudgetsAreListedUntilTheDiskHidesOrNothingFits) {
+  PlanRequest r = request(24);
+  r.host_budget = tight_host(20 * kGiB);
+  r.disk_budget = 500 * kGiB;
+  const MachineProfile profile = with_disk(2e9);
+  const SearchResult base = search_plans(config_, layout_, profile, r);
+  ASSERT_EQ(base.best.prediction.bottleneck, Lane::Disk) << base.best.prediction.explain();
+  const std::vector<DiskBatchOption> options = disk_batch_options(config_, layout_, profile, r, 3);
+  ASSERT_FALSE(options.empty());
+  EXPECT_LE(options.size(), 3u);
+  int64_t batch = r.global_batch;
+  for (size_t i = 0; i < options.size(); ++i) {
+    const DiskBatchOption& o = options[i];
+    batch *= 2;
+    EXPECT_EQ(o.global_batch, batch);
+    if (!o.fits) {
+      EXPECT_EQ(i + 1, options.size()) << "nothing larger is tried";
+      continue;
+    }
+    PlanRequest at = r;
+    at.global_batch = batch;
+    const SearchResult s = search_plans(config_, layout_, profile, at, 0);
+    EXPECT_EQ(o.step_seconds, s.best.prediction.step_seconds);
+    EXPECT_EQ(o.disk_layers, s.best.plan.disk_units());
+    EXPECT_EQ(o.tokens_per_second, s.best.prediction.tokens_per_second);
+    if (!o.disk_bound) {
+      EXPECT_EQ(i + 1, options.size()) << "the disk is hidden: the list ends";
+    }
+  }
+  const std::vector<std::string> lines = describe_disk_batch_options(options, kSeq);
+  ASSERT_EQ(lines.size(), options.size());
+  EXPECT_NE(lines[0].find(fmt::format("global_batch {} (", 2 * r.global_batch)), std::string::npos)
+      << lines[0];
+  r.disk_budget = 0;
+  EXPECT_TRUE(disk_batch_options(config_, layout_, profile, r).empty()) << "no disk tier, nothing to say";
+}
+
+TEST(DiskHidingGlobalBatch, RoundsUpToWholeSequencesAndMicroBatches) {
+  EXPECT_EQ(disk_hiding_global_batch(235028, 2048, 2), 116);  // 114.76 sequences → 115 → 116
+  EXPECT_EQ(disk_hiding_global_batch(235028, 2048, 1), 115);
+  EXPECT_EQ(disk_hiding_global_batch(4096, 2048, 1), 2);
+  EXPECT_EQ(disk_hiding_global_batch(4097, 2048, 4), 4);
+  EXPECT_EQ(disk_hiding_global_batch(0, 2048, 1), 0);
+  EXPECT_EQ(disk_hiding_global_batch(1000, 0, 1), 0);
+}
+
+// A lean format's arrays go to disk as they are: each at a 4096-byte boundary of its region (an
+// 8-bit moment's scales are numel/16 bytes), the disk traffic is the format's bytes and not fp32's,
+// and the memory model drops the format's mappings for the disk units.
+TEST_F(DiskPlanTest, ALeanFormatsArraysAreAlignedAndCountedAtTheirBytes) {
+  PlanRequest r = request(24);
+  r.optimizer_state = OptimizerStateFormat::Bf16SrQ8;
+  const SearchResult ram = search_plans(config_, layout_, with_disk(2e9), r);
+  Plan p = ram.best.plan;
+  ASSERT_EQ(p.optimizer_state, OptimizerStateFormat::Bf16SrQ8);
+  const Plan disk = with_state_on_disk(layout_, p, 4);
+  const DiskTierLayout d = disk_tier_layout(layout_, disk);
+  ASSERT_EQ(d.order.size(), 4u);
+  size_t state = 0;
+  for (size_t u : d.order) {
+    const size_t n = static_cast<size_t>(layout_.units[u].numel);
+    EXPECT_EQ(d.array_bytes[u], unit_state_array_bytes(OptimizerStateFormat::Bf16SrQ8, n));
+    ASSERT_EQ(d.array_offset[u].size(), 5u);
+    for (size_t off : d.array_offset[u]) EXPECT_EQ(off % 4096, 0u);
+    EXPECT_EQ(d.region_bytes[u] % 4096, 0u);
+    EXPECT_GE(d.region_bytes[u], state_bytes(OptimizerStateFormat::Bf16SrQ8, n));
+    EXPECT_LT(d.region_bytes[u], state_bytes(OptimizerStateFormat::Bf16SrQ8, n) + 5 * 4096);
+    state += state_mapped_bytes(OptimizerStateFormat::Bf16SrQ8, n);
+  }
+  const HostBytes a = host_bytes(config_, layout_, p, kSeq, kGlobal);
+  const HostBytes b = host_bytes(config_, layout_, disk, kSeq, kGlobal);
+  EXPECT_EQ(b.pageable, a.pageable - state + d.ram_bytes());
+  const Prediction on_disk = predict(config_, layout_, disk, with_disk(2e9), ram.best.shape);
+  EXPECT_NEAR(on_disk.busy[static_cast<int>(Lane::Disk)], 2.0 * static_cast<double>(d.file_bytes) / 2e9,
+              1e-6);
+  const Plan fp32 = [&] {
+    Plan q = disk;
+    q.optimizer_state = OptimizerStateFormat::Fp32;
+    return q;
+  }();
+  EXPECT_LT(static_cast<double>(d.file_bytes),
+            0.36 * static_cast<double>(disk_tier_layout(layout_, fp32).file_bytes))
+      << "4.125 bytes/param against 12";
 }
 
 // Updates during the backward take the disk units in landing order (the last layer first): the

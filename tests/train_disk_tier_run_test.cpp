@@ -80,6 +80,35 @@ TEST_F(DiskTierRun, ResumesFromACheckpointWrittenWithTheTier) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest[i], full[3 + i]) << "step " << 4 + i;
 }
 
+// A lean optimizer_state on disk: the tier moves the format's arrays as opaque bytes (each padded
+// to the O_DIRECT alignment in the file), so the run has the all-RAM lean run's bits -- losses,
+// saved model, checkpoint -- and a resume from a checkpoint written with the tier continues it.
+TEST_F(DiskTierRun, ALeanFormatOnDiskIsBitIdenticalToTheAllRamLeanRun) {
+  for (const std::string format : {"bf16c8_q8", "fp32_q8"}) {
+    SCOPED_TRACE(format);
+    const std::string lean = "optimizer_state=" + format;
+    const std::vector<double> ram = losses(sim("lean-ram-" + format, {lean, "save_steps=3"}));
+    std::vector<std::string> with_disk = disk();
+    with_disk.insert(with_disk.end(), {lean, "save_steps=3"});
+    const std::vector<double> on_disk = losses(sim("lean-disk-" + format, with_disk));
+    ASSERT_EQ(ram.size(), 6u);
+    EXPECT_EQ(ram, on_disk);
+    EXPECT_EQ(bytes_of(scratch_ / ("lean-ram-" + format) / "model.safetensors"),
+              bytes_of(scratch_ / ("lean-disk-" + format) / "model.safetensors"));
+    EXPECT_EQ(bytes_of(scratch_ / ("lean-ram-" + format) / "checkpoint-3" / "optimizer.safetensors"),
+              bytes_of(scratch_ / ("lean-disk-" + format) / "checkpoint-3" / "optimizer.safetensors"));
+    EXPECT_EQ(state_files(scratch_ / "disk"), 0u);
+
+    std::vector<std::string> split = disk();
+    split.push_back(lean);
+    losses(sim("lean-split-" + format, split), 3);
+    split.push_back("resume=true");
+    const std::vector<double> rest = losses(sim("lean-split-" + format, split));
+    ASSERT_EQ(rest.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest[i], ram[3 + i]) << "step " << 4 + i;
+  }
+}
+
 TEST_F(DiskTierRun, AStaleFileOfAKilledRunIsRemovedAtTheNextStart) {
   fs::create_directories(scratch_ / "disk");
   const pid_t child = ::fork();
@@ -112,8 +141,10 @@ TEST_F(DiskTierRun, TheFreeSpaceBoundsTheDiskBudget) {
   EXPECT_TRUE(fs::is_directory(scratch_ / "disk"));
   target.disk_free = size_t{1} << 20;
   EXPECT_EQ(plan_request(c, target, 0.0).disk_budget, size_t{1} << 20);
+  EXPECT_TRUE(test::contains(plan_request(c, target, 0.0).disk_budget_source, "what is free in disk_dir"));
   target.disk_free = size_t{1} << 40;
   EXPECT_EQ(plan_request(c, target, 0.0).disk_budget, size_t{1} << 30);
+  EXPECT_EQ(plan_request(c, target, 0.0).disk_budget_source, "disk_memory");
   target.disk_free.reset();  // a machine known by a profile: disk_memory alone
   EXPECT_EQ(plan_request(c, target, 0.0).disk_budget, size_t{1} << 30);
 }

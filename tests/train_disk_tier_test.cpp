@@ -270,6 +270,56 @@ TEST_F(DiskTierTest, AllocatesWhatTheMemoryModelSays) {
   EXPECT_EQ(fs::file_size(engine.host().disk()->path()), d.file_bytes);
 }
 
+// A lean format's arrays on disk (opaque bytes, each padded for O_DIRECT): the same losses, norms
+// and state bytes as the same lean plan all in RAM, in both update schedules, with the masters
+// loaded (encoded) through the tier.
+TEST_F(DiskTierTest, ALeanFormatOnDiskIsBitIdenticalToItInRam) {
+  test::ScratchDir dir("disk-tier");
+  struct LeanRun {
+    std::vector<double> losses, norms;
+    std::vector<std::vector<std::vector<std::byte>>> arrays;  // per unit, per array
+  };
+  const auto run_lean = [&](const Plan& plan, double max_norm) {
+    std::vector<std::vector<float>> init;
+    init_random_weights(config_, 9, init);
+    auto device = make_sim_device({});
+    auto ops = make_device_ops(*device);
+    SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+    for (size_t u = 0; u < layout_.units.size(); ++u) engine.host().assign_masters(u, init[u]);
+    engine.weights_changed(0);
+    LeanRun r;
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const SlidingStepResult step = engine.step(s + 1, batch_for(rows_, s), hyper_at(s), max_norm);
+      r.losses.push_back(step.loss);
+      r.norms.push_back(step.grad_norm);
+    }
+    engine.finish_updates();
+    for (size_t u = 0; u < layout_.units.size(); ++u) {
+      r.arrays.emplace_back();
+      std::vector<std::span<std::byte>> spans;
+      for (size_t bytes :
+           unit_state_array_bytes(plan.optimizer_state, static_cast<size_t>(layout_.units[u].numel)))
+        r.arrays.back().emplace_back(bytes);
+      for (auto& a : r.arrays.back()) spans.emplace_back(a);
+      engine.host().copy_state_out(u, spans);
+    }
+    EXPECT_EQ(engine.host().disk() != nullptr, plan.disk_units() > 0);
+    return r;
+  };
+  for (const UpdateSchedule schedule : {UpdateSchedule::AfterBackward, UpdateSchedule::DuringBackward}) {
+    SCOPED_TRACE(static_cast<int>(schedule));
+    const double max_norm = schedule == UpdateSchedule::AfterBackward ? 0.5 : 0.0;
+    Plan ram = make_plan(layout_, 4, 2, {}, {}, schedule);
+    ram.optimizer_state = OptimizerStateFormat::Bf16C8Q8;
+    ram.state_seed = 11;
+    const LeanRun in_ram = run_lean(ram, max_norm);
+    const LeanRun on_file = run_lean(on_disk(ram, {1, 3, 4}, 2, dir.path()), max_norm);
+    EXPECT_EQ(on_file.losses, in_ram.losses);
+    EXPECT_EQ(on_file.norms, in_ram.norms);
+    EXPECT_TRUE(on_file.arrays == in_ram.arrays) << "the lean state's bytes";
+  }
+}
+
 TEST_F(DiskTierTest, RefusesUnitsItCannotHold) {
   test::ScratchDir dir("disk-tier");
   const Plan base = make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward);

@@ -131,8 +131,11 @@ void DiskStateTier::forget_read_ahead() {
 std::vector<std::span<std::byte>> DiskStateTier::page_in(size_t u) {
   std::lock_guard<std::mutex> lock(mutex_);
   FERRY_ASSERT(held_ < 0 && holds(u), "page_in is for disk units, between steps");
-  forget_read_ahead();
   const size_t s = slot_of(next_);
+  // The unit paged in last, not written since: its slot holds the file's bytes. A checkpoint asks
+  // for a unit's arrays once per tensor, and reads it from the disk once.
+  if (paged_ == u) return arrays_in(s, u);
+  forget_read_ahead();
   file_->wait(file_->read(layout_.region_offset[u], slot(s, layout_.region_bytes[u])));
   paged_ = u;
   return arrays_in(s, u);

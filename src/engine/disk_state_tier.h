@@ -53,8 +53,9 @@ class DiskStateTier {
   // The updater is done with u: its slot is written back (asynchronously).
   void release(size_t u);
 
-  // No unit acquired: unit u's state, read now, valid until the next call to the tier. page_out
-  // writes the arrays page_in returned back to the file (after the caller changed them).
+  // No unit acquired: unit u's state, read now (or still in the slot from the last page_in of u),
+  // valid until the next call to the tier. page_out writes the arrays page_in returned back to the
+  // file; a caller that changed them must call it before asking the tier for anything else.
   std::vector<std::span<std::byte>> page_in(size_t u);
   void page_out(size_t u);
   // Issues the reads ahead that were held back by a write-back still in flight, if it has

@@ -13,6 +13,7 @@
 #include "device/trace/trace_scope.h"
 #include "optim/clip.h"
 #include "optim/cpu_adamw.h"
+#include "optim/state_arrays.h"
 #include "planner/memory_model.h"
 
 namespace ferry {
@@ -72,6 +73,8 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
           "optimizer_state: {} keeps every unit's state on the host with a bf16 upload copy; the plan "
           "places {} otherwise: plan it with this optimizer_state",
           state_format_name(format()), unit.name);
+    }
+    if (!is_exact(format()) && !on_disk(u)) {
       std::vector<void*> bases;
       for (const StateArraySpec& spec : state_arrays(format())) {
         s.lean.emplace_back(host_array_floats(state_array_bytes(spec.kind, n)), spec.name);
@@ -147,17 +150,17 @@ UnitUpdater::~UnitUpdater() {
   worker_.join();
 }
 
-void UnitUpdater::refresh_staging(size_t u, const float* master) {
+void UnitUpdater::refresh_staging(size_t u, const float* master, const LeanUnitState* lean) {
   if (converts_on_upload()) return;  // the masters are what is uploaded
   if (!is_exact(format())) {
-    refresh_staging_range(u, 0, static_cast<size_t>(layout_.units[u].numel));
+    refresh_staging_range(u, *lean, 0, static_cast<size_t>(layout_.units[u].numel));
     return;
   }
   convert_from_f32(master, plan_.weight_dtype, units_[u].staging.data(),
                    static_cast<size_t>(layout_.units[u].numel));
 }
 
-void UnitUpdater::refresh_staging_range(size_t u, size_t begin, size_t end) {
+void UnitUpdater::refresh_staging_range(size_t u, const LeanUnitState& lean, size_t begin, size_t end) {
   // Decoded in pieces, so that no fp32 copy of a whole unit is held.
   constexpr size_t kPiece = size_t{1} << 16;
   HostUnitState& s = units_[u];
@@ -165,26 +168,52 @@ void UnitUpdater::refresh_staging_range(size_t u, size_t begin, size_t end) {
   std::vector<float> piece(std::min(kPiece, end - begin));
   for (size_t i = begin; i < end; i += kPiece) {
     const size_t k = std::min(kPiece, end - i);
-    lean_read_masters(s.lean_view, piece.data(), i, i + k);
+    lean_read_masters(lean, piece.data(), i, i + k);
     convert_from_f32(piece.data(), plan_.weight_dtype, static_cast<char*>(s.staging.data()) + i * wd, k);
   }
 }
 
+LeanUnitState UnitUpdater::lean_view_of(size_t u, const std::vector<std::span<std::byte>>& arrays) const {
+  std::vector<void*> bases;
+  for (const std::span<std::byte>& a : arrays) bases.push_back(a.data());
+  return lean_unit_view(format(), static_cast<size_t>(layout_.units[u].numel), bases,
+                        lean_unit_seed(plan_.state_seed, u));
+}
+
 void UnitUpdater::assign_masters(size_t u, std::span<const float> values) {
   HostUnitState& s = units_[u];
+  FERRY_CHECK(values.size() == static_cast<size_t>(layout_.units[u].numel), "engine",
+              "{} values given for unit {} of {}; the weights do not match the model's layout", values.size(),
+              layout_.units[u].name, layout_.units[u].numel);
+  if (on_disk(u)) {
+    // A fresh state (zero moments, as a RAM unit's new arrays) with these masters, into the file.
+    const std::vector<std::span<std::byte>> arrays = disk_->page_in(u);
+    for (const std::span<std::byte>& a : arrays) std::memset(a.data(), 0, a.size());
+    if (is_exact(format()))
+      std::memcpy(arrays[0].data(), values.data(), values.size_bytes());
+    else
+      lean_write_masters(lean_view_of(u, arrays), values.data(), 0, values.size());
+    disk_->page_out(u);
+    return;
+  }
   if (is_exact(format())) {
     s.master.assign(values);
     return;
   }
-  FERRY_CHECK(values.size() == static_cast<size_t>(layout_.units[u].numel), "engine",
-              "{} values given for unit {} of {}; the weights do not match the model's layout", values.size(),
-              layout_.units[u].name, layout_.units[u].numel);
   lean_write_masters(s.lean_view, values.data(), 0, values.size());
 }
 
-void UnitUpdater::read_masters(size_t u, float* out) const {
+void UnitUpdater::read_masters(size_t u, float* out) {
   const HostUnitState& s = units_[u];
   const size_t n = static_cast<size_t>(layout_.units[u].numel);
+  if (on_disk(u)) {
+    const std::vector<std::span<std::byte>> arrays = disk_->page_in(u);
+    if (is_exact(format()))
+      std::memcpy(out, arrays[0].data(), n * sizeof(float));
+    else
+      lean_read_masters(lean_view_of(u, arrays), out, 0, n);
+    return;
+  }
   if (is_exact(format()))
     std::memcpy(out, s.master.data(), n * sizeof(float));
   else
@@ -200,10 +229,13 @@ void UnitUpdater::note_lost_updates(const LeanStepStats& stats, size_t u, int64_
 void UnitUpdater::refresh_staging(int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t u = 0; u < units_.size(); ++u) {
-    if (on_host_[u] && on_disk(u))
-      refresh_staging(u, reinterpret_cast<const float*>(disk_->page_in(u)[0].data()));
-    else if (on_host_[u])
-      refresh_staging(u, units_[u].master.data());
+    if (on_host_[u] && on_disk(u)) {
+      const std::vector<std::span<std::byte>> arrays = disk_->page_in(u);
+      const LeanUnitState lean = is_exact(format()) ? LeanUnitState{} : lean_view_of(u, arrays);
+      refresh_staging(u, reinterpret_cast<const float*>(arrays[0].data()), &lean);
+    } else if (on_host_[u]) {
+      refresh_staging(u, units_[u].master.data(), &units_[u].lean_view);
+    }
     updated_step_[u] = step;
   }
   current_step_ = step;
@@ -211,9 +243,14 @@ void UnitUpdater::refresh_staging(int64_t step) {
 }
 
 std::vector<std::span<std::byte>> UnitUpdater::ram_arrays(size_t u) {
+  // The arrays' own lengths, not their mappings' (a HostArray holds whole floats; a lean array
+  // of an odd byte count is rounded up).
+  const std::vector<size_t> bytes =
+      unit_state_array_bytes(format(), static_cast<size_t>(layout_.units[u].numel));
+  const std::vector<HostArray*> state = units_[u].state(format());
   std::vector<std::span<std::byte>> arrays;
-  for (HostArray* a : {&units_[u].master, &units_[u].m, &units_[u].v})
-    arrays.push_back(std::as_writable_bytes(a->span()));
+  for (size_t a = 0; a < state.size(); ++a)
+    arrays.push_back(std::as_writable_bytes(state[a]->span()).first(bytes[a]));
   return arrays;
 }
 
@@ -353,7 +390,8 @@ void UnitUpdater::update_rows(const std::vector<int32_t>& rows, bool zero_gradie
     note_lost_updates(stats, u, step);
     if (!bf16_staging)
       for (int32_t r : updated)
-        refresh_staging_range(u, static_cast<size_t>(r) * row_len_, static_cast<size_t>(r + 1) * row_len_);
+        refresh_staging_range(u, s.lean_view, static_cast<size_t>(r) * row_len_,
+                              static_cast<size_t>(r + 1) * row_len_);
     return;
   }
   AdamWUnitBuffers buffers;
@@ -400,11 +438,14 @@ void UnitUpdater::update_unit(size_t u, const void* grad, int64_t step, const Ad
   HostUnitState& s = units_[u];
   const bool bf16_weights = plan_.weight_dtype == DType::BF16;
   if (!is_exact(format())) {
+    // A disk unit's arrays are a slot of the tier's for the update (read ahead, written back behind).
+    const LeanUnitState lean = on_disk(u) ? lean_view_of(u, disk_->acquire(u)) : s.lean_view;
     const LeanStepStats stats =
-        lean_adamw_step(s.lean_view, segments_[u], grad, plan_.grad_dtype,
+        lean_adamw_step(lean, segments_[u], grad, plan_.grad_dtype,
                         bf16_weights ? s.staging.as<uint16_t>() : nullptr, hyper, step, clip);
     note_lost_updates(stats, u, step);
-    if (!bf16_weights) refresh_staging(u, nullptr);
+    if (!bf16_weights) refresh_staging(u, nullptr, &lean);
+    state_updated(u);
     return;
   }
   const StatePointers state = state_for_update(u);
@@ -416,7 +457,7 @@ void UnitUpdater::update_unit(size_t u, const void* grad, int64_t step, const Ad
   buffers.grad_dtype = plan_.grad_dtype;
   if (bf16_weights && !converts_on_upload()) buffers.bf16_out = s.staging.as<uint16_t>();
   cpu_adamw_step(buffers, segments_[u], hyper, step, clip);
-  if (!bf16_weights) refresh_staging(u, state.master);
+  if (!bf16_weights) refresh_staging(u, state.master, nullptr);
   state_updated(u);
 }
 

@@ -53,10 +53,12 @@
 // The state arrays are HostArrays: 2 MiB-aligned, advised into transparent huge pages (the
 // constructor logs where the kernel refuses), allocated once.
 //
-// Units the plan puts in the disk tier (Plan::state_on_disk) have no arrays here: their state is
-// in a DiskStateTier (engine/disk_state_tier.h), and the worker's update of such a unit is
-// bracketed by acquire (its state read into a RAM slot, read ahead of the order) and release
-// (written back behind). Everything else reaches their state through copy_state_out/_in.
+// Units the plan puts in the disk tier (Plan::state_on_disk) have no arrays here, in any format:
+// their state is in a DiskStateTier (engine/disk_state_tier.h) as the format's opaque arrays, and
+// the worker's update of such a unit is bracketed by acquire (its state read into a RAM slot, read
+// ahead of the order) and release (written back behind); a lean format's view of the unit is made
+// over the slot for the update. Everything else reaches their state through copy_state_out/_in,
+// assign_masters and read_masters.
 #pragma once
 
 #include <condition_variable>
@@ -131,6 +133,11 @@ class UnitUpdater {
   // Between steps only (finish_updates first): loading weights, checkpoints, resume.
   void copy_state_out(size_t u, const std::vector<std::span<std::byte>>& arrays);
   void copy_state_in(size_t u, const std::vector<std::span<const std::byte>>& arrays);
+  // Disk unit u's state arrays in the tier's RAM buffer, valid until the next call that reaches the
+  // tier (any of these, a step): checkpoints stream the disk units' state through it instead of a
+  // copy. Between steps only. After changing the arrays, disk_state_written(u) stores them.
+  std::vector<std::span<std::byte>> disk_state(size_t u) { return disk_->page_in(u); }
+  void disk_state_written(size_t u) { disk_->page_out(u); }
   // The disk tier, when the plan has one.
   const DiskStateTier* disk() const { return disk_.get(); }
 
@@ -139,8 +146,9 @@ class UnitUpdater {
   // Sets unit u's masters from fp32 values (loading a model): the fp32 array, or a lean format's
   // encoding of them (nearest rounding).
   void assign_masters(size_t u, std::span<const float> values);
-  // Unit u's masters as fp32 (decoded from a lean format) into `out` (numel floats).
-  void read_masters(size_t u, float* out) const;
+  // Unit u's masters as fp32 (decoded from a lean format) into `out` (numel floats); a disk
+  // unit's are read from the tier (between steps only).
+  void read_masters(size_t u, float* out);
 
   // Writes every host-updated unit's staging weights from its master (after loading or resuming)
   // and marks the state as updated through step `step`.
@@ -203,8 +211,11 @@ class UnitUpdater {
                    const AdamWHyper& hyper, float clip);
   // The pass of step `step` over the rows without a gradient, once per step (worker only).
   void update_rows_without_gradient(const std::vector<int32_t>& rows, int64_t step, const AdamWHyper& hyper);
-  // The unit's staging weights from its masters: `master` (fp32 state), or the lean arrays.
-  void refresh_staging(size_t u, const float* master);
+  // The unit's staging weights from its masters: `master` (fp32 state), or the lean arrays `lean`
+  // views (the unit's own, or a disk unit's slot).
+  void refresh_staging(size_t u, const float* master, const LeanUnitState* lean);
+  // A lean unit's view of `arrays` (state_arrays(format()) order): a disk unit's slot.
+  LeanUnitState lean_view_of(size_t u, const std::vector<std::span<std::byte>>& arrays) const;
   // Unit u's state in RAM for an update: its arrays, or for a disk unit a slot (acquired).
   struct StatePointers {
     float* master;
@@ -215,8 +226,8 @@ class UnitUpdater {
   void state_updated(size_t u);  // a disk unit's slot goes back to the tier
   // RAM units: their arrays as byte spans.
   std::vector<std::span<std::byte>> ram_arrays(size_t u);
-  // Elements [begin, end) of unit u's staging weights from its (lean) masters.
-  void refresh_staging_range(size_t u, size_t begin, size_t end);
+  // Elements [begin, end) of unit u's staging weights from its lean masters, viewed by `lean`.
+  void refresh_staging_range(size_t u, const LeanUnitState& lean, size_t begin, size_t end);
   // Says once, the first time a lean update loses updates to its master's rounding.
   void note_lost_updates(const LeanStepStats& stats, size_t u, int64_t step);
   void rethrow_if_failed();

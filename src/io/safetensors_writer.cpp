@@ -33,8 +33,9 @@ size_t tensor_bytes(const fs::path& path, const TensorToWrite& t) {
   uint64_t bytes;
   FERRY_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &bytes),
               "safetensors", "{}: tensor '{}' is larger than 2^64 bytes", path.string(), t.name);
-  FERRY_ASSERT(bytes == 0 || (t.data != nullptr) != (t.f32_source != nullptr),
-               "a tensor to write has one source");
+  FERRY_ASSERT(
+      bytes == 0 || (t.data != nullptr) + (t.f32_source != nullptr) + static_cast<bool>(t.fetch) == 1,
+      "a tensor to write has one source");
   return static_cast<size_t>(bytes);
 }
 
@@ -126,8 +127,10 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
   out.write(text);
   for (size_t i : order) {
     const TensorToWrite& t = tensors[i];
-    if (t.f32_source == nullptr) {
-      out.write(t.data, bytes[i]);
+    const void* fetched = t.fetch && bytes[i] > 0 ? t.fetch() : nullptr;
+    const float* f32 = t.fetch ? (t.fetch_f32 ? static_cast<const float*>(fetched) : nullptr) : t.f32_source;
+    if (f32 == nullptr) {
+      out.write(t.fetch ? fetched : t.data, bytes[i]);
       continue;
     }
     constexpr size_t kPiece = size_t{4} << 20;  // elements converted at a time
@@ -135,7 +138,7 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
     std::vector<uint8_t> piece(std::min(count, kPiece) * dtype_size(t.dtype));
     for (size_t at = 0; at < count; at += kPiece) {
       const size_t n = std::min(kPiece, count - at);
-      convert_from_f32(t.f32_source + at, t.dtype, piece.data(), n);
+      convert_from_f32(f32 + at, t.dtype, piece.data(), n);
       out.write(piece.data(), n * dtype_size(t.dtype));
     }
   }

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -26,6 +27,12 @@ struct TensorToWrite {
   // Instead of `data`: fp32 values converted to `dtype` as they are written, a few MiB at a time,
   // so that saving a model needs no second copy of it in memory.
   const float* f32_source = nullptr;
+  // Instead of either pointer: called right before the tensor's bytes are written, and what it
+  // returns is used as `f32_source` (with `fetch_f32`) or as `data`; it need stay valid only until
+  // the next fetch. For state not in RAM (the disk tier's), brought in one unit at a time through
+  // a buffer the run has anyway, so that writing it needs no copy of it in memory.
+  std::function<const void*()> fetch = nullptr;
+  bool fetch_f32 = false;
 };
 
 // Writes one file. Header keys follow the given order, after "__metadata__" (omitted when empty).

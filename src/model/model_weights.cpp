@@ -73,7 +73,8 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir) {
 }
 
 void save_model_weights(const std::filesystem::path& dir, const ModelLayout& layout,
-                        const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes) {
+                        const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes,
+                        const UnitFetch& fetch) {
   FERRY_ASSERT(units.size() == layout.units.size());
   // Converted as written (TensorToWrite::f32_source): an 8B model saved in bf16 would otherwise
   // need 16 GB more host memory at the very end of a run whose plan used nearly all of it.
@@ -81,7 +82,13 @@ void save_model_weights(const std::filesystem::path& dir, const ModelLayout& lay
   for (size_t i = 0; i < layout.units.size(); ++i) {
     for (const auto& p : layout.units[i].params) {
       TensorToWrite t{p.hf_name, dtype, p.shape, nullptr};
-      t.f32_source = units[i] + p.offset;
+      if (units[i] != nullptr) {
+        t.f32_source = units[i] + p.offset;
+      } else {
+        FERRY_ASSERT(fetch, "a unit not in RAM needs a fetch");
+        t.fetch = [&fetch, i, offset = p.offset] { return fetch(i) + offset; };
+        t.fetch_f32 = true;
+      }
       tensors.push_back(std::move(t));
     }
   }

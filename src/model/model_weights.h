@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -34,9 +35,14 @@ SafetensorsModel open_model_weights(const std::filesystem::path& model_dir, cons
                                     const ModelLayout& layout);
 void read_unit_weights(const SafetensorsModel& file, const UnitLayout& unit, float* dst);
 
-// Writes the parameters of `units` (fp32, laid out by `layout`) as DIR/model*.safetensors in
-// `dtype`, sharded past max_shard_bytes, with an index when sharded.
+// Unit u's fp32 values, fetched right before they are written and valid until the next call: for
+// the units a writer's caller does not hold in RAM (the disk tier's), given as nullptr.
+using UnitFetch = std::function<const float*(size_t unit)>;
+
+// Writes the parameters of `units` (fp32, laid out by `layout`; a nullptr unit from `fetch`) as
+// DIR/model*.safetensors in `dtype`, sharded past max_shard_bytes, with an index when sharded.
 void save_model_weights(const std::filesystem::path& dir, const ModelLayout& layout,
-                        const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes);
+                        const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes,
+                        const UnitFetch& fetch = {});
 
 }  // namespace ferry

@@ -5,7 +5,8 @@
 // state there only when the host budget cannot hold it, and then as little as fits: for each
 // candidate plan that misses the host budget, the fewest layers whose state on disk brings it
 // under, within the disk budget. A unit's state is read before its CPU update and written back
-// after it, every step: 2 x 12 bytes/param of exact fp32 state per step cross the disk, so a
+// after it, every step: 2 x b bytes/param cross the disk per step (b = 12 for exact fp32 state,
+// 4.125 to 6.125 for a lean format: optim/state_format.h, each array padded for O_DIRECT), so a
 // step hides them under its compute only with enough tokens (disk_hiding_tokens).
 //
 // Which layers: host-updated decoder layers (the engine's tier holds those: engine/unit_updater.h)
@@ -50,11 +51,19 @@ Plan with_state_on_disk(const ModelLayout& layout, Plan plan, int64_t count);
 double disk_hiding_tokens(const ModelLayout& layout, const Plan& plan, const MachineProfile& profile,
                           const Prediction& prediction, int64_t tokens);
 
-// `ferry plan`'s lines about the tier: where the state is (RAM, disk), the disk traffic per step
-// and its time, why (the host budget, or `forced` by disk_layers), and the tokens per step that
-// would hide it. None without a disk tier.
+// The smallest global_batch (sequences of seq_len, a multiple of micro_batch) with at least
+// `hiding_tokens` tokens per step: 235,028 tokens at seq_len 2048, micro-batch 2 → 116. 0 when
+// either is unknown. To first order, since the step's compute grows with its tokens and the disk's
+// bytes do not; the boundaries a larger step keeps are the plan's to fit again.
+int64_t disk_hiding_global_batch(double hiding_tokens, int64_t seq_len, int64_t micro_batch);
+
+// `ferry plan`'s lines about the tier: where the state is (RAM, disk: how many layers), why (the
+// host budget, or `forced` by disk_layers), the bytes streamed per step and the disk's time against
+// the GPU's compute, and the tokens per step that would hide it (with `seq_len` > 0, also as a
+// global_batch) -- saying "disk-bound" when this step has fewer. None without a disk tier.
 std::vector<std::string> describe_disk_tier(const ModelLayout& layout, const Plan& plan,
                                             const MachineProfile& profile, const Prediction& prediction,
-                                            int64_t tokens, size_t host_budget, bool forced);
+                                            int64_t tokens, size_t host_budget, bool forced,
+                                            int64_t seq_len = 0);
 
 }  // namespace ferry

@@ -29,7 +29,8 @@ DiskTierLayout disk_tier_layout(const ModelLayout& layout, const Plan& plan) {
   if (plan.update == UpdateSchedule::DuringBackward) std::reverse(d.order.begin(), d.order.end());
   for (size_t u : d.order) {
     size_t region = 0;
-    for (size_t bytes : unit_state_array_bytes(static_cast<size_t>(layout.units[u].numel))) {
+    for (size_t bytes :
+         unit_state_array_bytes(plan.optimizer_state, static_cast<size_t>(layout.units[u].numel))) {
       d.array_offset[u].push_back(region);
       d.array_bytes[u].push_back(bytes);
       region += aligned(bytes);

@@ -3,9 +3,12 @@
 //
 // The file holds one region per disk-resident unit, in the order the CPU updater updates them
 // (the units are read in that order, so consecutive reads are sequential on the disk); a region
-// holds the unit's state arrays (optim/state_arrays.h) one after another, each starting at a
-// multiple of UringFile::kAlignment (O_DIRECT). A RAM slot holds one region, so the slots are
-// sized to the largest one.
+// holds the unit's state arrays in the plan's format (optim/state_arrays.h: fp32's three, or a
+// lean format's bf16 master, 8-bit moments and their block scales) one after another, each
+// starting at a multiple of UringFile::kAlignment (O_DIRECT wants the file offset, the buffer
+// address and the length aligned; a lean unit's scale array is numel/16 bytes, rarely a multiple
+// of 4096, so each array is padded to the next). A RAM slot holds one region, so the slots are
+// sized to the largest one and every array in a slot starts aligned too.
 //
 // The updater's order: after the backward, units in index order (embedding, layer 0, 1, ...);
 // during the backward, as gradients land (head, last layer, ..., layer 0).

@@ -441,16 +441,20 @@ class Searcher {
           gib(min_host_fitting_), gib(r_.host_budget), r_.host_budget_source, gib(min_host_fitting_),
           r_.host_budget_source == "host_memory" ? "" : " on a machine that can give it (free memory)");
       // The disk tier lowers the host's share when the disk budget is what limits it.
+      const std::string disk_now =
+          r_.disk_budget > 0
+              ? fmt::format("; the disk budget is {}, {}", gib(r_.disk_budget), r_.disk_budget_source)
+              : std::string();
       if (min_disk_for_host_ < std::numeric_limits<size_t>::max())
         what += fmt::format(
             ", or keep this host_memory and put optimizer state on disk: disk_memory of at least {} (and "
-            "disk_dir on a disk with that much free)",
-            gib(min_disk_for_host_));
+            "disk_dir on a disk with that much free{})",
+            gib(min_disk_for_host_), disk_now);
       else if (min_host_all_on_disk_ < min_host_fitting_ && disk_for_min_host_ > r_.disk_budget)
         what += fmt::format(
             ", or put optimizer state on disk: with disk_memory of at least {} (and disk_dir on a disk "
-            "with that much free), host_memory of at least {}",
-            gib(disk_for_min_host_), gib(min_host_all_on_disk_));
+            "with that much free{}), host_memory of at least {}",
+            gib(disk_for_min_host_), disk_now, gib(min_host_all_on_disk_));
       // Without clipping, gradients need not wait for the global norm: converting on upload can
       // then pass them through a ring instead of keeping one per unit (2 bytes/param less).
       if (r_.clipping && !r_.update && !r_.weight_upload) {
@@ -540,11 +544,6 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
       "plan", "disk_layers must be between 0 and the model's {} layers", config.num_layers);
   FERRY_CHECK(request.disk_layers.value_or(0) == 0 || request.disk_budget > 0, "plan",
               "disk_layers puts optimizer state on disk: set disk_memory (and disk_dir) too");
-  FERRY_CHECK(
-      is_exact(request.optimizer_state) || request.disk_layers.value_or(0) == 0, "plan",
-      "the disk tier holds fp32 optimizer state; optimizer_state: {} stays in host memory: drop disk_layers, "
-      "or use optimizer_state: fp32",
-      state_format_name(request.optimizer_state));
   return Searcher(config, layout, &profile, request).run(alternatives);
 }
 

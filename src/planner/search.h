@@ -92,6 +92,8 @@ struct PlanRequest {
   // Bytes the disk tier may take (disk_memory, bounded by the free space under disk_dir); 0: no
   // disk tier.
   size_t disk_budget = 0;
+  // Where disk_budget comes from, for the refusal: "disk_memory", or the free space that bounds it.
+  std::string disk_budget_source = "disk_memory";
   // Forced: this many layers' optimizer state on disk (spread as planner/disk_spill.h spreads
   // them), whatever the host budget; unset: as few as the host budget needs.
   std::optional<int64_t> disk_layers;

@@ -5,12 +5,14 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/check.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
 #include "io/completion_marker.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
+#include "optim/state_arrays.h"
 #include "train/output_dir.h"
 
 namespace ferry {
@@ -101,27 +103,48 @@ void check_state_format(const SafetensorsFile& file, const std::filesystem::path
 // The files of a checkpoint, into its temporary directory; the completion marker last.
 void write_checkpoint_files(const std::filesystem::path& temp_dir, const CheckpointView& view) {
   write_hf_model_dir(temp_dir, view.source_dir, *view.config, *view.layout, view.masters, view.save_dtype,
-                     view.max_shard_bytes);
+                     view.max_shard_bytes, view.streamed.masters);
 
   std::vector<TensorToWrite> tensors;
   if (!is_exact(view.optimizer_state)) {
     const std::vector<StateArraySpec> specs = state_arrays(view.optimizer_state);
-    for (size_t u = 0; u < view.layout->units.size(); ++u)
-      for (size_t k = 0; k < specs.size(); ++k)
-        tensors.push_back(TensorToWrite{lean_tensor_name(view.layout->units[u].name, specs[k].name),
-                                        DType::U8,
-                                        {static_cast<int64_t>(view.lean[u][k].size())},
-                                        view.lean[u][k].data()});
+    for (size_t u = 0; u < view.layout->units.size(); ++u) {
+      const std::vector<size_t> bytes =
+          unit_state_array_bytes(view.optimizer_state, static_cast<size_t>(view.layout->units[u].numel));
+      for (size_t k = 0; k < specs.size(); ++k) {
+        TensorToWrite t{lean_tensor_name(view.layout->units[u].name, specs[k].name),
+                        DType::U8,
+                        {static_cast<int64_t>(bytes[k])},
+                        nullptr};
+        if (!view.lean[u].empty()) {
+          FERRY_ASSERT(view.lean[u][k].size() == bytes[k], "a lean array of state_array_bytes");
+          t.data = view.lean[u][k].data();
+        } else {
+          t.fetch = [&view, u, k] { return static_cast<const void*>(view.streamed.arrays(u)[k].data()); };
+        }
+        tensors.push_back(std::move(t));
+      }
+    }
     write_safetensors(
         temp_dir / kOptimizerFile, tensors,
         {{"format", "ferry-optimizer"}, {"optimizer_state", state_format_name(view.optimizer_state)}});
   } else {
     const std::pair<const char*, const std::vector<const float*>*> groups[] = {
         {"master.", &view.masters}, {"exp_avg.", &view.m}, {"exp_avg_sq.", &view.v}};
-    for (const auto& [prefix, buffers] : groups) {
+    for (size_t k = 0; k < 3; ++k) {
+      const auto& [prefix, buffers] = groups[k];
       for (size_t u = 0; u < view.layout->units.size(); ++u)
-        for (const auto& p : view.layout->units[u].params)
-          tensors.push_back(TensorToWrite{prefix + p.hf_name, DType::F32, p.shape, (*buffers)[u] + p.offset});
+        for (const auto& p : view.layout->units[u].params) {
+          TensorToWrite t{prefix + p.hf_name, DType::F32, p.shape, nullptr};
+          if ((*buffers)[u] != nullptr)
+            t.data = (*buffers)[u] + p.offset;
+          else  // the arrays are master, m, v: the groups' order
+            t.fetch = [&view, u, k, offset = p.offset] {
+              return static_cast<const void*>(
+                  reinterpret_cast<const float*>(view.streamed.arrays(u)[k].data()) + offset);
+            };
+          tensors.push_back(std::move(t));
+        }
     }
     write_safetensors(temp_dir / kOptimizerFile, tensors, {{"format", "ferry-optimizer"}});
   }
@@ -242,12 +265,16 @@ TrainerState read_trainer_state(const std::filesystem::path& dir) {
 
 TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout& layout,
                              OptimizerStateFormat format,
-                             const std::vector<std::vector<std::span<std::byte>>>& lean) {
+                             const std::vector<std::vector<std::span<std::byte>>>& given,
+                             const StreamedState& streamed) {
   const TrainerState s = read_trainer_state(dir);
   SafetensorsFile file = SafetensorsFile::open(dir / kOptimizerFile);
   check_state_format(file, dir, format);
   const std::vector<StateArraySpec> specs = state_arrays(format);
-  for (size_t u = 0; u < layout.units.size(); ++u)
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    // A streamed unit's arrays are the buffer's: filled whole, then stored.
+    const bool stream = given[u].empty();
+    const std::vector<std::span<std::byte>> lean = stream ? streamed.arrays(u) : given[u];
     for (size_t k = 0; k < specs.size(); ++k) {
       const std::string name = lean_tensor_name(layout.units[u].name, specs[k].name);
       const TensorInfo* info = file.find(name);
@@ -255,27 +282,36 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
                   "{}: optimizer state has no tensor '{}'; the checkpoint belongs to another model",
                   dir.string(), name);
       FERRY_CHECK(
-          info->dtype == DType::U8 && info->bytes == lean[u][k].size(), kWhere,
+          info->dtype == DType::U8 && info->bytes == lean[k].size(), kWhere,
           "{}: tensor '{}' is {} {} ({} bytes), expected U8 of {} bytes; the checkpoint belongs to another "
           "model",
           dir.string(), name, dtype_name(info->dtype), shape_to_string(info->shape), info->bytes,
-          lean[u][k].size());
-      std::memcpy(lean[u][k].data(), file.data(*info), info->bytes);
+          lean[k].size());
+      std::memcpy(lean[k].data(), file.data(*info), info->bytes);
     }
+    if (stream) streamed.store(u);
+  }
   return s;
 }
 
 TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout& layout,
                              const std::vector<float*>& masters, const std::vector<float*>& m,
-                             const std::vector<float*>& v) {
+                             const std::vector<float*>& v, const StreamedState& streamed) {
   const TrainerState s = read_trainer_state(dir);
   SafetensorsFile file = SafetensorsFile::open(dir / kOptimizerFile);
   check_state_format(file, dir, OptimizerStateFormat::Fp32);
-  const std::pair<const char*, const std::vector<float*>*> groups[] = {
-      {"master.", &masters}, {"exp_avg.", &m}, {"exp_avg_sq.", &v}};
-  for (const auto& [prefix, buffers] : groups) {
-    for (size_t u = 0; u < layout.units.size(); ++u) {
-      float* base = (*buffers)[u];
+  const char* prefixes[] = {"master.", "exp_avg.", "exp_avg_sq."};
+  // Unit by unit, so that a streamed unit's three arrays are filled in its buffer and stored once.
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    const bool stream = masters[u] == nullptr;
+    const std::vector<std::span<std::byte>> arrays =
+        stream ? streamed.arrays(u) : std::vector<std::span<std::byte>>{};
+    for (size_t k = 0; k < 3; ++k) {
+      const std::string prefix = prefixes[k];
+      float* base = stream ? reinterpret_cast<float*>(arrays[k].data())
+                           : (k == 0   ? masters
+                              : k == 1 ? m
+                                       : v)[u];
       std::fill(base, base + layout.units[u].numel, 0.0f);
       for (const auto& p : layout.units[u].params) {
         const std::string name = prefix + p.hf_name;
@@ -290,6 +326,7 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
         std::memcpy(base + p.offset, file.data(*info), info->bytes);
       }
     }
+    if (stream) streamed.store(u);
   }
   return s;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -26,6 +27,18 @@ struct TrainerState {
   nlohmann::json fingerprint;  // what must match for an exact resume (data, batch geometry, seed)
 };
 
+// The state of the units a run does not hold in RAM (the disk tier's), one unit at a time through a
+// buffer the run has anyway (the tier's), so that saving or resuming needs no RAM copy of it
+// (DESIGN.md §2: host memory is held to the plan). Each call's result is valid until the next call.
+struct StreamedState {
+  // Unit u's state arrays (state_arrays(format) order, each state_array_bytes long).
+  std::function<std::vector<std::span<std::byte>>(size_t u)> arrays;
+  // Unit u's masters as fp32 (for a lean format decoded into a buffer of one unit's size).
+  std::function<const float*(size_t u)> masters;
+  // The arrays the last arrays(u) gave were overwritten (resume): store them.
+  std::function<void(size_t u)> store;
+};
+
 struct CheckpointView {
   const ModelConfig* config = nullptr;
   const ModelLayout* layout = nullptr;
@@ -36,6 +49,9 @@ struct CheckpointView {
   OptimizerStateFormat optimizer_state = OptimizerStateFormat::Fp32;
   // A lean format: per unit, its arrays' bytes (state_arrays(optimizer_state) order); m, v unused.
   std::vector<std::vector<std::span<const std::byte>>> lean;
+  // A unit whose masters are nullptr (and whose m, v are nullptr, or lean arrays empty) is written
+  // from `streamed`, read as its tensors are written.
+  StreamedState streamed;
   TrainerState state;
 };
 
@@ -47,15 +63,17 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, c
 // The newest complete checkpoint in output_dir, if any.
 std::optional<std::filesystem::path> find_latest_checkpoint(const std::filesystem::path& output_dir);
 
-// Reads a checkpoint into masters/m/v (fp32 buffers laid out by `layout`); returns its state.
+// Reads a checkpoint into masters/m/v (fp32 buffers laid out by `layout`; a unit whose buffers are
+// nullptr into `streamed`'s arrays, then stored); returns its state.
 TrainerState load_checkpoint(const std::filesystem::path& checkpoint_dir, const ModelLayout& layout,
                              const std::vector<float*>& masters, const std::vector<float*>& m,
-                             const std::vector<float*>& v);
+                             const std::vector<float*>& v, const StreamedState& streamed = {});
 // Reads a checkpoint of a lean optimizer_state into each unit's arrays (state_arrays(format)
-// order, each exactly state_array_bytes long); returns its state. A checkpoint of another format
-// is refused, naming it.
+// order, each exactly state_array_bytes long; a unit without arrays into `streamed`'s, then
+// stored); returns its state. A checkpoint of another format is refused, naming it.
 TrainerState load_checkpoint(const std::filesystem::path& checkpoint_dir, const ModelLayout& layout,
                              OptimizerStateFormat format,
-                             const std::vector<std::vector<std::span<std::byte>>>& lean);
+                             const std::vector<std::vector<std::span<std::byte>>>& lean,
+                             const StreamedState& streamed = {});
 
 }  // namespace ferry

@@ -9,15 +9,18 @@
 #include "core/host_memory.h"
 #include "core/log.h"
 #include "device/memory_ledger.h"
+#include "io/filesystem_id.h"
 #include "io/scratch_file.h"
 #include "planner/disk_spill.h"
 #include "profiler/disk_rate.h"
+#include "train/disk_rate_cache.h"
+#include "train/profile_cache.h"
 
 namespace ferry {
 
 namespace {
 
-// The disk probe when the profile has no disk rates: large enough for the drive's sustained rate,
+// The disk probe, once per filesystem (train/disk_rate_cache.h): large enough for the drive's sustained rate,
 // small enough to take seconds.
 constexpr size_t kDiskProbeBytes = size_t{256} << 20;
 
@@ -79,6 +82,9 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
     log_info("disk tier: disk_dir {} has {} free, less than disk_memory {}; the plan uses at most that",
              config.disk_dir.string(), format_bytes(*target.disk_free), format_bytes(r.disk_budget));
     r.disk_budget = *target.disk_free;
+    r.disk_budget_source =
+        fmt::format("what is free in disk_dir {} (disk_memory is {}): free space there",
+                    config.disk_dir.string(), format_bytes(static_cast<size_t>(config.disk_memory)));
   }
   r.device_memory_on_host = target.device_memory_on_host;
   r.weight_dtype = target.weight_dtype;
@@ -105,20 +111,20 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
   s.profile = std::move(profile);
   s.profile_source = std::move(source);
   s.request = plan_request(config, target, s.profile.host.memory_bytes);
-  if (s.request.disk_budget > 0 && target.disk_free &&
-      (s.profile.host.disk_read_bytes_per_s <= 0 || s.profile.host.disk_write_bytes_per_s <= 0)) {
-    const DiskRates rates = measure_disk_rates(config.disk_dir, kDiskProbeBytes);
+  // On this machine the disk is disk_dir's, whatever disk the profile measured (its cache's): its
+  // rates come from the per-filesystem cache, measured once (train/disk_rate_cache.h).
+  if (s.request.disk_budget > 0 && target.disk_free) {
+    const DiskRates rates = obtain_disk_rates(config.disk_dir, filesystem_id(config.disk_dir),
+                                              default_cache_dir("disk-rates"), kDiskProbeBytes);
     s.profile.host.disk_read_bytes_per_s = rates.read_bytes_per_s;
     s.profile.host.disk_write_bytes_per_s = rates.write_bytes_per_s;
-    log_info("disk tier: measured {} at {:.2f} GB/s read, {:.2f} GB/s write (the profile had no disk rates)",
-             config.disk_dir.string(), rates.read_bytes_per_s / 1e9, rates.write_bytes_per_s / 1e9);
   }
   s.result = search_plans(model, layout, s.profile, s.request, alternatives);
   s.result.best.plan.disk_dir = config.disk_dir.string();
   for (Candidate& c : s.result.alternatives) c.plan.disk_dir = config.disk_dir.string();
   s.disk_lines = describe_disk_tier(layout, s.result.best.plan, s.profile, s.result.best.prediction,
                                     s.result.best.shape.tokens(), s.request.host_budget,
-                                    s.request.disk_layers.has_value());
+                                    s.request.disk_layers.has_value(), config.seq_len);
   s.advice = idle_advice(model, layout, s.profile, s.request, s.result.best.prediction);
   s.evaluation = predict_evaluation(model, layout, s.result.best.plan, s.profile, s.result.best.shape);
   return s;

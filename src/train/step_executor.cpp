@@ -104,15 +104,10 @@ class SlidingExecutor final : public StepExecutor {
         weights.config, weights.layout, trace_ ? trace_->device() : *device_, *ops_, plan_,
         plan_.micro_batch * config.seq_len, config.global_batch / plan_.micro_batch,
         config.decay_norms_and_biases);
-    for (size_t u = 0; u < weights.units.size();
-         ++u) {  // into the huge-page masters (or the disk tier), freeing each copy as it goes
-      if (engine_->host().on_disk(u)) {
-        const std::vector<float> zeros(weights.units[u].size(), 0.0f);
-        engine_->host().copy_state_in(u, {std::as_bytes(std::span(weights.units[u])),
-                                          std::as_bytes(std::span(zeros)), std::as_bytes(std::span(zeros))});
-      } else {
-        engine_->host().assign_masters(u, weights.units[u]);
-      }
+    // Into the huge-page masters (or, for a disk unit, through the tier's buffer into its file),
+    // freeing each copy as it goes.
+    for (size_t u = 0; u < weights.units.size(); ++u) {
+      engine_->host().assign_masters(u, weights.units[u]);
       std::vector<float>().swap(weights.units[u]);
     }
     engine_->host().commit_state();  // only now: the loaded copies are gone
@@ -127,7 +122,6 @@ class SlidingExecutor final : public StepExecutor {
   }
   ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
                     double max_grad_norm) override {
-    paged_.clear();  // the disk units' state read out for a checkpoint is stale from here on
     if (trace_) trace_->begin(step);
     const SlidingStepResult r = engine_->step(step, batch, hyper, max_grad_norm);
     if (trace_) trace_->end();
@@ -138,19 +132,23 @@ class SlidingExecutor final : public StepExecutor {
   StepLoss evaluate(const StepBatch& batch) override { return engine_->evaluate(batch); }
   std::vector<float*> masters() override {
     UnitUpdater& host = engine_->host();
-    if (is_exact(host.format())) return collect(&HostUnitState::master, 0);
+    if (is_exact(host.format())) return collect(&HostUnitState::master);
     // Decoded copies: 4 bytes/param more while a checkpoint or the final model is written.
     decoded_.resize(host.unit_count());
     std::vector<float*> out;
     for (size_t u = 0; u < host.unit_count(); ++u) {
+      if (host.on_disk(u)) {  // decoded one unit at a time as it is written (streamed_state)
+        out.push_back(nullptr);
+        continue;
+      }
       decoded_[u].resize(static_cast<size_t>(layout_.units[u].numel));
       host.read_masters(u, decoded_[u].data());
       out.push_back(decoded_[u].data());
     }
     return out;
   }
-  std::vector<float*> exp_avg() override { return collect(&HostUnitState::m, 1); }
-  std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v, 2); }
+  std::vector<float*> exp_avg() override { return collect(&HostUnitState::m); }
+  std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v); }
   OptimizerStateFormat state_format() const override { return plan_.optimizer_state; }
   std::vector<std::vector<std::span<std::byte>>> lean_state() override {
     std::vector<std::vector<std::span<std::byte>>> out;
@@ -159,6 +157,7 @@ class SlidingExecutor final : public StepExecutor {
     const std::vector<StateArraySpec> specs = state_arrays(host.format());
     for (size_t u = 0; u < host.unit_count(); ++u) {
       out.emplace_back();
+      if (host.on_disk(u)) continue;  // streamed_state
       const size_t n = static_cast<size_t>(layout_.units[u].numel);
       for (size_t k = 0; k < specs.size(); ++k)
         out.back().push_back(
@@ -166,15 +165,28 @@ class SlidingExecutor final : public StepExecutor {
     }
     return out;
   }
-  void state_loaded(int64_t step) override {
-    // A resume wrote the disk units' state into the copies collect() handed out: back to the tier.
-    for (auto& [u, state] : paged_)
-      engine_->host().copy_state_in(u,
-                                    {std::as_bytes(std::span(state[0])), std::as_bytes(std::span(state[1])),
-                                     std::as_bytes(std::span(state[2]))});
-    paged_.clear();
-    engine_->weights_changed(step);
+  // The disk units' state through the tier's own RAM buffer (UnitUpdater::disk_state), which the
+  // memory model counts: a checkpoint or a resume holds no copy of it, and a save reads each unit
+  // from the disk once per tensor group at most (the tier keeps the unit it read last).
+  StreamedState streamed_state() override {
+    UnitUpdater& host = engine_->host();
+    if (host.disk() == nullptr) return {};
+    StreamedState s;
+    s.arrays = [&host](size_t u) { return host.disk_state(u); };
+    s.store = [&host](size_t u) { host.disk_state_written(u); };
+    if (is_exact(host.format())) {
+      s.masters = [&host](size_t u) { return reinterpret_cast<const float*>(host.disk_state(u)[0].data()); };
+    } else {
+      // Decoded into one unit's fp32, not 4 bytes/param of every disk unit at once.
+      s.masters = [this, &host](size_t u) {
+        decoded_disk_unit_.resize(static_cast<size_t>(layout_.units[u].numel));
+        host.read_masters(u, decoded_disk_unit_.data());
+        return static_cast<const float*>(decoded_disk_unit_.data());
+      };
+    }
+    return s;
   }
+  void state_loaded(int64_t step) override { engine_->weights_changed(step); }
   int64_t micro_batch() const override { return plan_.micro_batch; }
 
  private:
@@ -189,30 +201,13 @@ class SlidingExecutor final : public StepExecutor {
              format_bytes(pinned.in_use), format_bytes(predicted_.host.pinned));
   }
 
-  // A disk unit's state is read out into copies of the executor's (paged_) for a checkpoint or a
-  // resume, which hold it in RAM until the next step or state_loaded: the disk tier saves RAM
-  // while training, not while saving.
-  std::vector<float*> collect(HostArray HostUnitState::*member, size_t array) {
+  // fp32 state: the arrays `member` of every unit; nullptr for a disk unit (streamed_state).
+  std::vector<float*> collect(HostArray HostUnitState::*member) {
     std::vector<float*> out;
     if (!is_exact(engine_->host().format())) return out;
     UnitUpdater& host = engine_->host();
-    for (size_t u = 0; u < host.unit_count(); ++u) {
-      if (!host.on_disk(u)) {
-        out.push_back((host.unit(u).*member).data());
-        continue;
-      }
-      auto it = paged_.find(u);
-      if (it == paged_.end()) {
-        const size_t n = static_cast<size_t>(layout_.units[u].numel);
-        std::array<std::vector<float>, 3> state{std::vector<float>(n), std::vector<float>(n),
-                                                std::vector<float>(n)};
-        host.copy_state_out(
-            u, {std::as_writable_bytes(std::span(state[0])), std::as_writable_bytes(std::span(state[1])),
-                std::as_writable_bytes(std::span(state[2]))});
-        it = paged_.emplace(u, std::move(state)).first;
-      }
-      out.push_back(it->second[array].data());
-    }
+    for (size_t u = 0; u < host.unit_count(); ++u)
+      out.push_back(host.on_disk(u) ? nullptr : (host.unit(u).*member).data());
     return out;
   }
   std::unique_ptr<Device> device_;
@@ -224,7 +219,7 @@ class SlidingExecutor final : public StepExecutor {
   ModelLayout layout_;
   std::vector<std::vector<float>> decoded_;  // a lean format's masters as fp32, for writing
   std::unique_ptr<SlidingEngine> engine_;
-  std::map<size_t, std::array<std::vector<float>, 3>> paged_;  // disk units' master, m, v (collect)
+  std::vector<float> decoded_disk_unit_;  // a lean format's masters of one disk unit, as fp32
 };
 
 }  // namespace
@@ -283,12 +278,11 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     // Loading holds the weights in fp32 beside what the process had; every later phase holds the plan.
     watch->plan(kPhaseModelLoad, beside.weights + beside.bytes);
     for (const char* phase : kPhasesOfThePlan) watch->plan(phase, h.total());
-    // The disk tier's state passes through RAM whole where the run reads or writes all of it at
-    // once: the loaded weights before they go to disk, and checkpoints (SlidingExecutor::collect).
+    // The disk units' loaded weights are held in RAM until the tier has them (the state commit).
+    // Checkpoints and resumes stream the tier's state through its own buffer (streamed_state):
+    // they hold the plan.
     if (chosen.prediction.disk_bytes > 0)
-      for (const char* phase :
-           {kPhaseStateCommit, kPhaseCheckpointLoad, kPhaseCheckpointSave, kPhaseFinalSave})
-        watch->plan(phase, h.total() + chosen.prediction.disk_bytes);
+      watch->plan(kPhaseStateCommit, h.total() + chosen.prediction.disk_bytes);
     watch->enter(kPhaseStateCommit);
   }
   return std::make_unique<SlidingExecutor>(std::move(dev), config, std::move(weights), chosen.plan,

@@ -16,6 +16,7 @@
 #include "model/model_weights.h"
 #include "optim/adamw.h"
 #include "planner/eval_cost.h"
+#include "train/checkpoint.h"
 #include "train/host_memory_watch.h"
 #include "train/train_config.h"
 
@@ -46,7 +47,8 @@ class StepExecutor {
   virtual StepLoss evaluate(const StepBatch& batch) = 0;
   // Per-unit fp32 buffers (laid out by the model layout). With a lean optimizer_state, masters()
   // are decoded copies (refreshed by each call; what the HF model is written from) and exp_avg(),
-  // exp_avg_sq() are empty: the state is lean_state().
+  // exp_avg_sq() are empty: the state is lean_state(). A unit whose state is not in RAM (the disk
+  // tier's) is nullptr here and has no lean arrays: it is reached through streamed_state().
   virtual std::vector<float*> masters() = 0;
   virtual std::vector<float*> exp_avg() = 0;
   virtual std::vector<float*> exp_avg_sq() = 0;
@@ -54,6 +56,8 @@ class StepExecutor {
   // A lean format's arrays per unit, state_arrays(format) order, each state_array_bytes long:
   // what checkpoints save and resume restores.
   virtual std::vector<std::vector<std::span<std::byte>>> lean_state() = 0;
+  // The units left out above, one at a time (train/checkpoint.h); empty functions when none is.
+  virtual StreamedState streamed_state() { return {}; }
   // Masters/m/v (or the lean state) were replaced (resume) as of optimizer step `step`.
   virtual void state_loaded(int64_t step) = 0;
   // Sequences per micro-chunk the steps' batches must be cut into: the config's micro_batch, or

@@ -595,10 +595,6 @@ void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.disk_memory == 0 || !c.disk_dir.empty(), kWhere,
               "disk_memory puts optimizer state on disk, but disk_dir names no directory; set disk_dir to a "
               "directory on a fast local disk (NVMe), or disk_memory: 0");
-  FERRY_CHECK(c.disk_memory == 0 || is_exact(c.optimizer_state), kWhere,
-              "the disk tier holds fp32 optimizer state; optimizer_state: {} is small enough to stay in host "
-              "memory: set disk_memory: 0, or optimizer_state: fp32",
-              state_format_name(c.optimizer_state));
   FERRY_CHECK(c.trace.empty() || !c.trace_steps.empty(), kWhere,
               "trace_steps must name at least one step to trace");
   for (int64_t s : c.trace_steps)

@@ -207,11 +207,11 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
                config.output_dir.string());
     } else {
       memory.enter(kPhaseCheckpointLoad);
-      TrainerState state =
-          is_exact(executor->state_format())
-              ? load_checkpoint(*latest, layout, executor->masters(), executor->exp_avg(),
-                                executor->exp_avg_sq())
-              : load_checkpoint(*latest, layout, executor->state_format(), executor->lean_state());
+      TrainerState state = is_exact(executor->state_format())
+                               ? load_checkpoint(*latest, layout, executor->masters(), executor->exp_avg(),
+                                                 executor->exp_avg_sq(), executor->streamed_state())
+                               : load_checkpoint(*latest, layout, executor->state_format(),
+                                                 executor->lean_state(), executor->streamed_state());
       check_resume_fingerprint(state.fingerprint, fingerprint, latest->string());
       step = state.step;
       FERRY_CHECK(
@@ -273,6 +273,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
       view.lean.emplace_back();
       for (std::span<std::byte> a : arrays) view.lean.back().push_back(a);
     }
+    view.streamed = executor->streamed_state();
     const DataPosition pos = sampler.position();
     view.state = TrainerState{step, pos.epoch, pos.index, fingerprint};
     return view;
@@ -419,7 +420,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
         for (float* b : executor->masters()) masters.push_back(b);
         write_final_model_dir(best, config.model, model_config, layout, masters, save_dtype,
                               static_cast<size_t>(config.max_shard_bytes), config.tokenizer,
-                              config.chat_template);
+                              config.chat_template, executor->streamed_state().masters);
         write_best_record(best, e);
         log_info("saved the best model so far (eval loss {:.4f}, step {}) to {}", e.loss, step,
                  best.string());
@@ -439,7 +440,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   for (float* b : executor->masters()) masters.push_back(b);
   write_final_model_dir(config.output_dir, model_source_dir(config.model), model_config, layout, masters,
                         save_dtype, static_cast<size_t>(config.max_shard_bytes), config.tokenizer,
-                        config.chat_template);
+                        config.chat_template, executor->streamed_state().masters);
   log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
   memory.check();
   for (const std::string& line : memory.describe()) log_info("host memory, {}", line);

@@ -1,0 +1,53 @@
+#include "planner/disk_batch.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace ferry {
+
+std::vector<DiskBatchOption> disk_batch_options(const ModelConfig& config, const ModelLayout& layout,
+                                                const MachineProfile& profile, const PlanRequest& request,
+                                                size_t max_options) {
+  std::vector<DiskBatchOption> options;
+  if (request.disk_budget == 0) return options;
+  PlanRequest r = request;
+  for (size_t i = 0; i < max_options; ++i) {
+    r.global_batch *= 2;  // a multiple of a forced micro-batch when the request's is
+    DiskBatchOption o;
+    o.global_batch = r.global_batch;
+    try {
+      const SearchResult s = search_plans(config, layout, profile, r, 0);
+      o.fits = true;
+      o.disk_layers = s.best.plan.disk_units();
+      o.step_seconds = s.best.prediction.step_seconds;
+      o.tokens_per_second = s.best.prediction.tokens_per_second;
+      o.disk_bound = s.best.prediction.bottleneck == Lane::Disk;
+    } catch (const Error&) {
+      // No plan under these budgets: a larger step only needs more.
+    }
+    options.push_back(o);
+    if (!o.fits || !o.disk_bound) break;
+  }
+  return options;
+}
+
+std::vector<std::string> describe_disk_batch_options(const std::vector<DiskBatchOption>& options,
+                                                     int64_t seq_len) {
+  std::vector<std::string> lines;
+  for (const DiskBatchOption& o : options) {
+    const std::string head =
+        fmt::format("global_batch {} ({} tokens/step): ", o.global_batch, o.global_batch * seq_len);
+    if (!o.fits)
+      lines.push_back(head +
+                      "no plan fits these budgets (a larger step's boundary activations need host memory "
+                      "that the optimizer state on disk can no longer free)");
+    else
+      lines.push_back(head + fmt::format("{:.3g} s/step, {:.0f} tokens/s, {} layers' state on disk, {}",
+                                         o.step_seconds, o.tokens_per_second, o.disk_layers,
+                                         o.disk_bound ? "still disk-bound" : "the disk hidden"));
+  }
+  return lines;
+}
+
+}  // namespace ferry
