@@ -50,6 +50,14 @@ TEST_F(ProfileTiming, NegativeFixedPartIsRefittedThroughTheOrigin) {
   EXPECT_NEAR(t.per_token_s, (100 * 0.9e-3 + 200 * 2.1e-3) / (100.0 * 100 + 200.0 * 200), 1e-15);
 }
 
+TEST_F(ProfileTiming, OnePointIsProportional) {
+  // A long sequence where only one micro-chunk fits the device.
+  const TimedTokens points[] = {{65536, 1.5}};
+  const LinearTime t = fit_linear_time(points, "test");
+  EXPECT_EQ(t.fixed_s, 0.0);
+  EXPECT_DOUBLE_EQ(t.per_token_s, 1.5 / 65536);
+}
+
 TEST_F(ProfileTiming, TimeThatDoesNotGrowIsModelledAsProportional) {
   const TimedTokens points[] = {{100, 2e-5}, {200, 1.8e-5}, {400, 1.9e-5}};
   const LinearTime t = fit_linear_time(points, "test");

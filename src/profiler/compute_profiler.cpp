@@ -386,7 +386,12 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
           "profile: micro-chunks of {} sequences need {} of device memory, {} can be used; measured without",
           m, format_bytes(need), format_bytes(usable));
   }
-  if (tokens.size() < 2) {
+  // A single micro-chunk is enough where its fixed part cannot matter: one sequence this long.
+  constexpr int64_t kOneChunkTokens = 16384;
+  if (tokens.size() == 1 && tokens.front() >= kOneChunkTokens)
+    log_info("profile: one micro-chunk of {} tokens fits; its times are taken as proportional to the tokens",
+             tokens.front());
+  else if (tokens.size() < 2) {
     const int64_t T = micro[1] * seq_len;
     fail(kWhere,
          "measuring the compute times needs micro-chunks of {} and {} sequences of {} tokens, which take {} "

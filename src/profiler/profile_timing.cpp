@@ -103,7 +103,14 @@ double median(std::vector<double> values) {
 }
 
 LinearTime fit_linear_time(std::span<const TimedTokens> points, const std::string& what) {
-  FERRY_ASSERT(points.size() >= 2, "a line needs two points");
+  FERRY_ASSERT(!points.empty(), "a fit needs a point");
+  if (points.size() == 1) {
+    // Long sequences, where only one micro-chunk fits: at that many tokens a call's fixed part
+    // (launches, ~ms) is a small share of it, so the time is taken as proportional.
+    const TimedTokens& p = points.front();
+    FERRY_ASSERT(p.tokens > 0 && std::isfinite(p.seconds) && p.seconds >= 0.0);
+    return {0.0, std::max(p.seconds, 1e-9) / static_cast<double>(p.tokens)};
+  }
   double st = 0, sy = 0;
   for (const auto& p : points) {
     FERRY_ASSERT(p.tokens > 0 && std::isfinite(p.seconds) && p.seconds >= 0.0);
