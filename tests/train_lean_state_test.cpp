@@ -138,6 +138,9 @@ TEST_P(LeanTrainTest, AllocatesWhatTheMemoryModelSays) {
   for (size_t u = 0; u < layout.units.size(); ++u)
     for (const HostArray* a : engine.host().unit(u).state(format))
       pageable += HostArray::mapped_bytes(a->size());
+  // The engine's arrays, and the buffer a save decodes one tensor of masters into.
+  EXPECT_GT(lean_save_scratch_bytes(layout, plan), 0u);
+  pageable += lean_save_scratch_bytes(layout, plan);
   EXPECT_EQ(pageable, h.pageable);
   EXPECT_LT(pageable, host_bytes(config, layout,
                                  test::make_plan(layout, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward),

@@ -203,21 +203,22 @@ void UnitUpdater::assign_masters(size_t u, std::span<const float> values) {
   lean_write_masters(s.lean_view, values.data(), 0, values.size());
 }
 
-void UnitUpdater::read_masters(size_t u, float* out) {
+void UnitUpdater::read_masters(size_t u, float* out, size_t begin, size_t end) {
   const HostUnitState& s = units_[u];
-  const size_t n = static_cast<size_t>(layout_.units[u].numel);
+  FERRY_ASSERT(begin <= end && end <= static_cast<size_t>(layout_.units[u].numel));
   if (on_disk(u)) {
     const std::vector<std::span<std::byte>> arrays = disk_->page_in(u);
     if (is_exact(format()))
-      std::memcpy(out, arrays[0].data(), n * sizeof(float));
+      std::memcpy(out, reinterpret_cast<const float*>(arrays[0].data()) + begin,
+                  (end - begin) * sizeof(float));
     else
-      lean_read_masters(lean_view_of(u, arrays), out, 0, n);
+      lean_read_masters(lean_view_of(u, arrays), out, begin, end);
     return;
   }
   if (is_exact(format()))
-    std::memcpy(out, s.master.data(), n * sizeof(float));
+    std::memcpy(out, s.master.data() + begin, (end - begin) * sizeof(float));
   else
-    lean_read_masters(s.lean_view, out, 0, n);
+    lean_read_masters(s.lean_view, out, begin, end);
 }
 
 void UnitUpdater::note_lost_updates(const LeanStepStats& stats, size_t u, int64_t step) {

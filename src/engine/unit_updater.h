@@ -148,7 +148,11 @@ class UnitUpdater {
   void assign_masters(size_t u, std::span<const float> values);
   // Unit u's masters as fp32 (decoded from a lean format) into `out` (numel floats); a disk
   // unit's are read from the tier (between steps only).
-  void read_masters(size_t u, float* out);
+  void read_masters(size_t u, float* out) {
+    read_masters(u, out, 0, static_cast<size_t>(layout_.units[u].numel));
+  }
+  // Elements [begin, end) of unit u's masters as fp32 into out (a disk unit is paged in once and kept).
+  void read_masters(size_t u, float* out, size_t begin, size_t end);
 
   // Writes every host-updated unit's staging weights from its master (after loading or resuming)
   // and marks the state as updated through step `step`.

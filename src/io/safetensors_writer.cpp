@@ -33,9 +33,10 @@ size_t tensor_bytes(const fs::path& path, const TensorToWrite& t) {
   uint64_t bytes;
   FERRY_CHECK(!__builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &bytes),
               "safetensors", "{}: tensor '{}' is larger than 2^64 bytes", path.string(), t.name);
-  FERRY_ASSERT(
-      bytes == 0 || (t.data != nullptr) + (t.f32_source != nullptr) + static_cast<bool>(t.fetch) == 1,
-      "a tensor to write has one source");
+  FERRY_ASSERT(bytes == 0 || (t.data != nullptr) + (t.f32_source != nullptr) + static_cast<bool>(t.fetch) +
+                                     static_cast<bool>(t.f32_pieces) ==
+                                 1,
+               "a tensor to write has one source");
   return static_cast<size_t>(bytes);
 }
 
@@ -127,18 +128,16 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
   out.write(text);
   for (size_t i : order) {
     const TensorToWrite& t = tensors[i];
-    const void* fetched = t.fetch && bytes[i] > 0 ? t.fetch() : nullptr;
-    const float* f32 = t.fetch ? (t.fetch_f32 ? static_cast<const float*>(fetched) : nullptr) : t.f32_source;
-    if (f32 == nullptr) {
-      out.write(t.fetch ? fetched : t.data, bytes[i]);
+    if (t.f32_source == nullptr && !t.f32_pieces) {
+      out.write(t.fetch && bytes[i] > 0 ? t.fetch() : t.data, bytes[i]);
       continue;
     }
-    constexpr size_t kPiece = size_t{4} << 20;  // elements converted at a time
     const size_t count = bytes[i] / dtype_size(t.dtype);
-    std::vector<uint8_t> piece(std::min(count, kPiece) * dtype_size(t.dtype));
-    for (size_t at = 0; at < count; at += kPiece) {
-      const size_t n = std::min(kPiece, count - at);
-      convert_from_f32(f32 + at, t.dtype, piece.data(), n);
+    std::vector<uint8_t> piece(std::min(count, kF32Piece) * dtype_size(t.dtype));
+    for (size_t at = 0; at < count; at += kF32Piece) {
+      const size_t n = std::min(kF32Piece, count - at);
+      const float* f32 = t.f32_pieces ? t.f32_pieces(at, n) : t.f32_source + at;
+      convert_from_f32(f32, t.dtype, piece.data(), n);
       out.write(piece.data(), n * dtype_size(t.dtype));
     }
   }

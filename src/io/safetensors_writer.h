@@ -28,12 +28,18 @@ struct TensorToWrite {
   // so that saving a model needs no second copy of it in memory.
   const float* f32_source = nullptr;
   // Instead of either pointer: called right before the tensor's bytes are written, and what it
-  // returns is used as `f32_source` (with `fetch_f32`) or as `data`; it need stay valid only until
-  // the next fetch. For state not in RAM (the disk tier's), brought in one unit at a time through
-  // a buffer the run has anyway, so that writing it needs no copy of it in memory.
+  // returns is used as `data`; it need stay valid only until the next fetch. For state not in RAM
+  // (the disk tier's), brought in one unit at a time through a buffer the run has anyway, so that
+  // writing it needs no copy of it in memory.
   std::function<const void*()> fetch = nullptr;
-  bool fetch_f32 = false;
+  // Instead of all three: fp32 values [at, at + count) of the tensor, asked for a piece (kF32Piece
+  // elements) at a time as they are converted and written, each valid until the next call: masters
+  // on disk, or decoded from a lean format into a buffer of one piece.
+  std::function<const float*(size_t at, size_t count)> f32_pieces = nullptr;
 };
+
+// Elements converted (and, with f32_pieces, fetched) at a time.
+inline constexpr size_t kF32Piece = size_t{4} << 20;
 
 // Writes one file. Header keys follow the given order, after "__metadata__" (omitted when empty).
 void write_safetensors(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,

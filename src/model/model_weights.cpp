@@ -86,8 +86,9 @@ void save_model_weights(const std::filesystem::path& dir, const ModelLayout& lay
         t.f32_source = units[i] + p.offset;
       } else {
         FERRY_ASSERT(fetch, "a unit not in RAM needs a fetch");
-        t.fetch = [&fetch, i, offset = p.offset] { return fetch(i) + offset; };
-        t.fetch_f32 = true;
+        t.f32_pieces = [&fetch, i, offset = static_cast<size_t>(p.offset)](size_t at, size_t count) {
+          return fetch(i, offset + at, count);
+        };
       }
       tensors.push_back(std::move(t));
     }

@@ -35,9 +35,12 @@ SafetensorsModel open_model_weights(const std::filesystem::path& model_dir, cons
                                     const ModelLayout& layout);
 void read_unit_weights(const SafetensorsModel& file, const UnitLayout& unit, float* dst);
 
-// Unit u's fp32 values, fetched right before they are written and valid until the next call: for
-// the units a writer's caller does not hold in RAM (the disk tier's), given as nullptr.
-using UnitFetch = std::function<const float*(size_t unit)>;
+// `count` fp32 values of unit u from element `offset` (a piece of one tensor, at most kF32Piece
+// elements: io/safetensors_writer.h), fetched right before they are written and valid until the
+// next call: for the units a writer's caller does not hold as fp32 in RAM (the disk tier's, a lean
+// format's), given as nullptr. A piece at a time, so a lean format is decoded into a buffer of one
+// piece, not of every unit.
+using UnitFetch = std::function<const float*(size_t unit, size_t offset, size_t count)>;
 
 // Writes the parameters of `units` (fp32, laid out by `layout`; a nullptr unit from `fetch`) as
 // DIR/model*.safetensors in `dtype`, sharded past max_shard_bytes, with an index when sharded.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/arena.h"
+#include "io/safetensors_writer.h"
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
 #include "ops/cuda_ops_sizes.h"
@@ -193,6 +194,14 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   return b;
 }
 
+size_t lean_save_scratch_bytes(const ModelLayout& layout, const Plan& plan) {
+  if (is_exact(plan.optimizer_state)) return 0;
+  size_t largest = 0;
+  for (const UnitLayout& unit : layout.units)
+    for (const auto& p : unit.params) largest = std::max(largest, static_cast<size_t>(p.numel));
+  return std::min(largest, kF32Piece) * sizeof(float);
+}
+
 HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
                      int64_t chunk_tokens, int64_t chunks) {
   const size_t wd = dtype_size(plan.weight_dtype), gd = dtype_size(plan.grad_dtype);
@@ -217,6 +226,7 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
     if (on_host) h.pinned += n * wd;
   }
   h.pageable += disk_tier_layout(layout, plan).ram_bytes();
+  h.pageable += lean_save_scratch_bytes(layout, plan);
   const GradientLanding landing = gradient_landing(layout, plan);
   h.pinned += landing.ring_buffers * landing.ring_elements * gd;
   for (size_t u = 0; u < layout.units.size(); ++u)

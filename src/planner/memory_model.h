@@ -132,6 +132,11 @@ size_t cuda_ops_workspace_bytes(const ModelConfig& config, int64_t chunk_tokens,
 // The device bytes of `plan` for micro-chunks of `chunk_tokens` tokens, `chunks` per step.
 DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
                          int64_t chunk_tokens, int64_t chunks);
+// A lean format's masters are written (checkpoints, the final model) decoded a piece at a time
+// (io/safetensors_writer.h kF32Piece elements, or the largest tensor if smaller) into one fp32
+// buffer (train/step_executor.cpp, streamed_state): its bytes, 0 for fp32 state. Counted in
+// host_bytes' pageable.
+size_t lean_save_scratch_bytes(const ModelLayout& layout, const Plan& plan);
 HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
                      int64_t chunk_tokens, int64_t chunks);
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/model_config.h"
+#include "model/model_weights.h"
 #include "model/unit_layout.h"
 #include "optim/state_format.h"
 
@@ -33,8 +34,9 @@ struct TrainerState {
 struct StreamedState {
   // Unit u's state arrays (state_arrays(format) order, each state_array_bytes long).
   std::function<std::vector<std::span<std::byte>>(size_t u)> arrays;
-  // Unit u's masters as fp32 (for a lean format decoded into a buffer of one unit's size).
-  std::function<const float*(size_t u)> masters;
+  // A range of unit u's masters as fp32 (model/model_weights.h UnitFetch): the disk units', and a
+  // lean format's every unit, decoded one tensor at a time.
+  UnitFetch masters;
   // The arrays the last arrays(u) gave were overwritten (resume): store them.
   std::function<void(size_t u)> store;
 };
@@ -45,7 +47,7 @@ struct CheckpointView {
   std::filesystem::path source_dir;  // input model directory (tokenizer files are copied from it)
   DType save_dtype = DType::BF16;
   size_t max_shard_bytes = size_t{5} << 30;
-  std::vector<const float*> masters, m, v;  // masters: fp32 (decoded from a lean format) for the HF model
+  std::vector<const float*> masters, m, v;  // masters: fp32 for the HF model (nullptr: streamed.masters)
   OptimizerStateFormat optimizer_state = OptimizerStateFormat::Fp32;
   // A lean format: per unit, its arrays' bytes (state_arrays(optimizer_state) order); m, v unused.
   std::vector<std::vector<std::span<const std::byte>>> lean;

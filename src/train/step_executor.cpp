@@ -133,19 +133,9 @@ class SlidingExecutor final : public StepExecutor {
   std::vector<float*> masters() override {
     UnitUpdater& host = engine_->host();
     if (is_exact(host.format())) return collect(&HostUnitState::master);
-    // Decoded copies: 4 bytes/param more while a checkpoint or the final model is written.
-    decoded_.resize(host.unit_count());
-    std::vector<float*> out;
-    for (size_t u = 0; u < host.unit_count(); ++u) {
-      if (host.on_disk(u)) {  // decoded one unit at a time as it is written (streamed_state)
-        out.push_back(nullptr);
-        continue;
-      }
-      decoded_[u].resize(static_cast<size_t>(layout_.units[u].numel));
-      host.read_masters(u, decoded_[u].data());
-      out.push_back(decoded_[u].data());
-    }
-    return out;
+    // A lean format's masters are decoded one tensor at a time as they are written
+    // (streamed_state), not into 4 bytes/param of fp32 copies.
+    return std::vector<float*>(host.unit_count(), nullptr);
   }
   std::vector<float*> exp_avg() override { return collect(&HostUnitState::m); }
   std::vector<float*> exp_avg_sq() override { return collect(&HostUnitState::v); }
@@ -168,20 +158,27 @@ class SlidingExecutor final : public StepExecutor {
   // The disk units' state through the tier's own RAM buffer (UnitUpdater::disk_state), which the
   // memory model counts: a checkpoint or a resume holds no copy of it, and a save reads each unit
   // from the disk once per tensor group at most (the tier keeps the unit it read last).
+  //
+  // A lean format's masters (every unit's) are decoded a piece at a time into one fp32 buffer
+  // (planner/memory_model.h lean_save_scratch_bytes counts it).
   StreamedState streamed_state() override {
     UnitUpdater& host = engine_->host();
-    if (host.disk() == nullptr) return {};
+    const bool exact = is_exact(host.format());
+    if (host.disk() == nullptr && exact) return {};
     StreamedState s;
-    s.arrays = [&host](size_t u) { return host.disk_state(u); };
-    s.store = [&host](size_t u) { host.disk_state_written(u); };
-    if (is_exact(host.format())) {
-      s.masters = [&host](size_t u) { return reinterpret_cast<const float*>(host.disk_state(u)[0].data()); };
+    if (host.disk() != nullptr) {
+      s.arrays = [&host](size_t u) { return host.disk_state(u); };
+      s.store = [&host](size_t u) { host.disk_state_written(u); };
+    }
+    if (exact) {
+      s.masters = [&host](size_t u, size_t offset, size_t) {
+        return reinterpret_cast<const float*>(host.disk_state(u)[0].data()) + offset;
+      };
     } else {
-      // Decoded into one unit's fp32, not 4 bytes/param of every disk unit at once.
-      s.masters = [this, &host](size_t u) {
-        decoded_disk_unit_.resize(static_cast<size_t>(layout_.units[u].numel));
-        host.read_masters(u, decoded_disk_unit_.data());
-        return static_cast<const float*>(decoded_disk_unit_.data());
+      s.masters = [this, &host](size_t u, size_t offset, size_t count) {
+        decoded_tensor_.resize(count);
+        host.read_masters(u, decoded_tensor_.data(), offset, offset + count);
+        return static_cast<const float*>(decoded_tensor_.data());
       };
     }
     return s;
@@ -217,9 +214,8 @@ class SlidingExecutor final : public StepExecutor {
   Prediction predicted_;
   EvalPrediction evaluation_;
   ModelLayout layout_;
-  std::vector<std::vector<float>> decoded_;  // a lean format's masters as fp32, for writing
   std::unique_ptr<SlidingEngine> engine_;
-  std::vector<float> decoded_disk_unit_;  // a lean format's masters of one disk unit, as fp32
+  std::vector<float> decoded_tensor_;  // a piece of a lean format's masters, as fp32, for writing
 };
 
 }  // namespace
