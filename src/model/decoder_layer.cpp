@@ -18,22 +18,30 @@ void carve_full_length(Arena& a, const ModelConfig& c, int64_t T, DType dt, Laye
   s.lse = a.take(DType::F32, {c.num_heads, T});
 }
 
+// What a layer keeps between its forward and its backward of `rows` token-local rows, beside
+// attention's: q/k before their norm (qk-norm models) and the MLP's inputs.
+void carve_qk_norm_inputs(Arena& a, const ModelConfig& c, int64_t rows, DType dt, LayerScratch& s) {
+  if (!c.qk_norm) return;
+  s.q_pre = a.take(dt, {rows, c.q_dim()});
+  s.rstd_q = a.take(DType::F32, {rows * c.num_heads});
+  s.k_pre = a.take(dt, {rows, c.kv_dim()});
+  s.rstd_k = a.take(DType::F32, {rows * c.num_kv_heads});
+}
+
+void carve_mlp_inputs(Arena& a, const ModelConfig& c, int64_t rows, DType dt, LayerScratch& s) {
+  s.x1 = a.take(dt, {rows, c.hidden_size});
+  s.gate = a.take(dt, {rows, c.intermediate_size});
+  s.up = a.take(dt, {rows, c.intermediate_size});
+}
+
 }  // namespace
 
 LayerScratch carve_kept_internals(Arena& a, const ModelConfig& c, int64_t T, DType dt) {
-  const int64_t H = c.hidden_size, F = c.intermediate_size, QD = c.q_dim(), KD = c.kv_dim();
   LayerScratch s;
   s.tile_tokens = T;
-  if (c.qk_norm) {
-    s.q_pre = a.take(dt, {T, QD});
-    s.rstd_q = a.take(DType::F32, {T * c.num_heads});
-    s.k_pre = a.take(dt, {T, KD});
-    s.rstd_k = a.take(DType::F32, {T * c.num_kv_heads});
-  }
+  carve_qk_norm_inputs(a, c, T, dt, s);
   carve_full_length(a, c, T, dt, s);
-  s.x1 = a.take(dt, {T, H});
-  s.gate = a.take(dt, {T, F});
-  s.up = a.take(dt, {T, F});
+  carve_mlp_inputs(a, c, T, dt, s);
   return s;
 }
 
@@ -43,16 +51,9 @@ LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DTyp
   const int64_t n = tile_tokens > 0 ? std::min(tile_tokens, T) : T;  // rows of the token-local tensors
   LayerScratch s;
   s.tile_tokens = n;
-  if (c.qk_norm) {
-    s.q_pre = a.take(dt, {n, QD});
-    s.rstd_q = a.take(DType::F32, {n * c.num_heads});
-    s.k_pre = a.take(dt, {n, KD});
-    s.rstd_k = a.take(DType::F32, {n * c.num_kv_heads});
-  }
+  carve_qk_norm_inputs(a, c, n, dt, s);
   carve_full_length(a, c, T, dt, s);
-  s.x1 = a.take(dt, {n, H});
-  s.gate = a.take(dt, {n, F});
-  s.up = a.take(dt, {n, F});
+  carve_mlp_inputs(a, c, n, dt, s);
   s.h = a.take(dt, {n, H});
   s.rstd1 = a.take(DType::F32, {n});
   s.h2 = a.take(dt, {n, H});
