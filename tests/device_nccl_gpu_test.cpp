@@ -1,6 +1,5 @@
 // NCCL through the collective seam on the GPUs of this machine (one or more): the sums, shards and
 // gathers ThreadCollective's tests check, against sums computed on the host.
-#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
