@@ -8,16 +8,17 @@
 
 namespace ferry {
 
-// Per thread, the lean AdamW (optim/lean_kernel.cpp, vectorized; its AVX-512 clone), timed by
-// cpu_adamw_bench on one core of a 2-core development machine (AMD EPYC, Zen 4) in CPU time,
-// 16M parameters, bf16 gradients and copy: compute-bound there, at a third of the DRAM rate its
-// traffic would allow. Used for profiles that did not time the lean pass (host.
-// lean_adamw_params_per_s of 0: measured before profiler method 6).
+// Per thread, the lean AdamW (optim/lean_kernel.cpp, vectorized) as the lent H200 machine's
+// profile measured it on its 16 threads (profiler method 6, 2026-12-01: 2.10, 1.31 and 1.77 G
+// params/s in all). One core of the 2-core development machine computes 2-2.5x as many per thread
+// (fp32_q8 325 M, bf16c8_q8 190 M, bf16sr_q8 280 M, cpu_adamw_bench): the H200 host's threads share
+// cores and DRAM. Used for profiles that did not time the lean pass (host.lean_adamw_params_per_s
+// of 0: measured before profiler method 6), such as the stored H200 profiles (bench/profiles/).
 inline constexpr double kLeanAdamWParamsPerThread[] = {
     0.0,    // fp32: measured by the profile
-    300e6,  // fp32_q8 (325-330 M measured)
-    180e6,  // bf16c8_q8 (190-200 M)
-    260e6,  // bf16sr_q8 (280-285 M)
+    131e6,  // fp32_q8
+    82e6,   // bf16c8_q8
+    111e6,  // bf16sr_q8
 };
 
 // fp32: the profile's rate (times 26/24 when ConvertOnUpload writes no bf16 copy). A lean format:
