@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 #include "device/device.h"
@@ -20,6 +21,11 @@ namespace ferry {
 
 // Element types a collective sums: F32 and BF16 (the gradients' and the weights' types).
 bool collective_type_supported(DType type);
+
+// out[i] = the sum over ranks r, in rank order, of parts[r][offset + i] for i < count, added in fp32
+// and rounded once to `type`: the sums of the CPU backends (thread and MPI), equal bit for bit.
+void sum_in_rank_order(const std::vector<const void*>& parts, size_t offset, size_t count, DType type,
+                       void* out);
 
 class Collective {
  public:

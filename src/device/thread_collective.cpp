@@ -34,20 +34,6 @@ std::string describe_call(const ThreadCommunicator::Call& c) {
   return s;
 }
 
-float load(const void* base, size_t i, DType type) {
-  if (type == DType::F32) return static_cast<const float*>(base)[i];
-  return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
-}
-
-void store(std::byte* base, size_t i, DType type, float value) {
-  if (type == DType::F32)
-    std::memcpy(base + i * 4, &value, 4);
-  else {
-    const uint16_t h = f32_to_bf16(value);
-    std::memcpy(base + i * 2, &h, 2);
-  }
-}
-
 class ThreadRank final : public Collective {
  public:
   ThreadRank(ThreadCommunicator& comm, int rank, Device& device)
@@ -157,12 +143,9 @@ std::vector<std::byte> ThreadCommunicator::compute(int rank) const {
       // Rank r's shard of a reduce-scatter starts at r * count in every rank's send buffer.
       const size_t offset = mine.kind == Kind::ReduceScatter ? static_cast<size_t>(rank) * n : 0;
       out.resize(n * esize);
-      for (size_t i = 0; i < n; ++i) {
-        float sum = 0.0f;
-        for (int r = 0; r < size_; ++r)
-          sum += load(posted_[static_cast<size_t>(r)].send, offset + i, mine.type);
-        store(out.data(), i, mine.type, sum);
-      }
+      std::vector<const void*> parts;
+      for (const Call& c : posted_) parts.push_back(c.send);
+      sum_in_rank_order(parts, offset, n, mine.type, out.data());
       break;
     }
     case Kind::AllGather:

@@ -66,26 +66,6 @@ std::string describe_call(const Call& c) {
   return s;
 }
 
-float load(const std::byte* base, size_t i, DType type) {
-  if (type == DType::F32) {
-    float v;
-    std::memcpy(&v, base + i * 4, 4);
-    return v;
-  }
-  uint16_t h;
-  std::memcpy(&h, base + i * 2, 2);
-  return bf16_to_f32(h);
-}
-
-void store(std::byte* base, size_t i, DType type, float value) {
-  if (type == DType::F32) {
-    std::memcpy(base + i * 4, &value, 4);
-    return;
-  }
-  const uint16_t h = f32_to_bf16(value);
-  std::memcpy(base + i * 2, &h, 2);
-}
-
 // MPI counts are ints: byte transfers past 1 GiB go as several calls.
 constexpr size_t kChunk = size_t{1} << 30;
 
@@ -147,11 +127,9 @@ void run(const Call& call, const void* send_v, void* recv, MpiWorld world) {
         allgather_bytes(send, bytes, parts.data(), world.size);
       }
       std::vector<std::byte> result(bytes);
-      for (size_t i = 0; i < count; ++i) {
-        float sum = 0.0f;
-        for (size_t r = 0; r < n; ++r) sum += load(parts.data() + r * bytes, i, type);
-        store(result.data(), i, type, sum);
-      }
+      std::vector<const void*> blocks;
+      for (size_t r = 0; r < n; ++r) blocks.push_back(parts.data() + r * bytes);
+      sum_in_rank_order(blocks, 0, count, type, result.data());
       std::memcpy(out, result.data(), bytes);
       return;
     }
