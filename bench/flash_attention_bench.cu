@@ -13,7 +13,9 @@
 // 3. Times cuDNN's fused attention (ops/cuda/cudnn_attention.h) at the same shapes when cuDNN is
 //    installed: the path CudaOps takes for rows that are causal sequences.
 //
-// Usage: flash_attention_bench [--no-check] [--iters N]
+// 4. With --long: one sequence of 16K to 256K tokens a row instead (long-context training).
+//
+// Usage: flash_attention_bench [--no-check] [--long] [--iters N]
 // bench/sdpa_baseline.py times PyTorch's scaled_dot_product_attention at the same shapes.
 #include <cuda_runtime.h>
 
@@ -240,16 +242,94 @@ double time_ms(int warmup, int iters, const Body& body) {
   return ms / iters;
 }
 
+void print_header() {
+  std::printf("  %6s %5s | %9s %8s %6s | %9s %8s %6s | %9s %8s %6s\n", "seq", "batch", "fwd ms", "TFLOP/s",
+              "%peak", "bwd ms", "TFLOP/s", "%peak", "f+b ms", "TFLOP/s", "%peak");
+}
+
+// Times ferry's kernels (and cuDNN's, when given) on T tokens packed as sequences of S, Hq 32,
+// Hkv 8, D 128. `packed_shapes` (the short sequences): three warm-up runs, forward+backward timed
+// as one, and the backward's main kernel alone in its two configurations; otherwise (one sequence
+// of up to 256K tokens, seconds a call) one warm-up run and forward+backward as the sum.
+void time_packed(int64_t T, int64_t S, int iters, CudnnAttention* cudnn, bool packed_shapes) {
+  const int warmup = packed_shapes ? 3 : 1;
+  const auto time_both = [&](const auto& fwd_body, const auto& bwd_body, double fwd_ms, double bwd_ms) {
+    if (!packed_shapes) return fwd_ms + bwd_ms;
+    return time_ms(warmup, iters, [&] {
+      fwd_body();
+      bwd_body();
+    });
+  };
+  const int Hq = 32, Hkv = 8, D = 128;
+  std::vector<int64_t> starts;
+  for (int64_t s = S; s < T; s += S) starts.push_back(s);
+  Problem p(T, Hq, Hkv, D, doc_start(T, starts));
+  const double fwd_flops = static_cast<double>(T / S) * 4.0 * S * S * D * Hq / 2.0;
+  const double bwd_flops = 2.5 * fwd_flops;
+  const auto fp = p.params();
+  const auto bp = p.backward_params();
+  const auto own_fwd = [&] { flash_attention_forward(fp, nullptr); };
+  const auto own_bwd = [&] { flash_attention_backward(bp, nullptr); };
+  const double fwd = time_ms(warmup, iters, own_fwd);
+  const double bwd = time_ms(warmup, iters, own_bwd);
+  const double both = time_both(own_fwd, own_bwd, fwd, bwd);
+  auto tf = [](double flops, double ms) { return flops / (ms * 1e-3) / 1e12; };
+  std::printf("  %6lld %5lld | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%%\n",
+              static_cast<long long>(S), static_cast<long long>(T / S), fwd, tf(fwd_flops, fwd),
+              100 * tf(fwd_flops, fwd) / kPeakTflops, bwd, tf(bwd_flops, bwd),
+              100 * tf(bwd_flops, bwd) / kPeakTflops, both, tf(fwd_flops + bwd_flops, both),
+              100 * tf(fwd_flops + bwd_flops, both) / kPeakTflops);
+  std::fflush(stdout);
+  if (cudnn != nullptr) {
+    DeviceMem ws(attention_workspace_bytes(T, Hq, D));
+    auto cbp = bp;
+    cbp.workspace = ws.p;
+    cbp.workspace_bytes = ws.bytes;
+    if (!cudnn->forward(fp, S, ws.p, ws.bytes) || !cudnn->backward(cbp, S)) {
+      std::printf("  %6s %5s   cuDNN refused: %s\n", "", "", cudnn->last_refusal().c_str());
+    } else {
+      const auto cudnn_fwd = [&] { cudnn->forward(fp, S, ws.p, ws.bytes); };
+      const auto cudnn_bwd = [&] { cudnn->backward(cbp, S); };
+      const double cf = time_ms(warmup, iters, cudnn_fwd);
+      const double cb = time_ms(warmup, iters, cudnn_bwd);
+      const double cboth = time_both(cudnn_fwd, cudnn_bwd, cf, cb);
+      std::printf("  %6s %5s | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%%  cuDNN\n", "",
+                  "", cf, tf(fwd_flops, cf), 100 * tf(fwd_flops, cf) / kPeakTflops, cb, tf(bwd_flops, cb),
+                  100 * tf(bwd_flops, cb) / kPeakTflops, cboth, tf(fwd_flops + bwd_flops, cboth),
+                  100 * tf(fwd_flops + bwd_flops, cboth) / kPeakTflops);
+    }
+    std::fflush(stdout);
+  }
+  if (!packed_shapes) return;
+  // The backward's main kernel alone (no delta, zeroing or dq conversion), in its two D = 128
+  // configurations; the workspace already holds delta from the runs above, and dq_accum only
+  // collects garbage here.
+  const float* delta = static_cast<const float*>(p.ws->p);
+  float* dq_accum = reinterpret_cast<float*>(static_cast<char*>(p.ws->p) + flash::delta_bytes(T, Hq));
+  for (int keys : {128, 64}) {
+    try {
+      const double ms =
+          time_ms(3, iters, [&] { flash::backward_tensor_core(bp, delta, dq_accum, nullptr, keys); });
+      std::printf("  %6s %5s   backward kernel only, %3d keys per block: %9.3f ms %8.1f TFLOP/s %5.1f%%\n",
+                  "", "", keys, ms, tf(bwd_flops, ms), 100 * tf(bwd_flops, ms) / kPeakTflops);
+    } catch (const std::exception& e) {
+      std::printf("  %6s %5s   backward kernel only, %3d keys per block: %s\n", "", "", keys, e.what());
+    }
+  }
+}
+
 int run(int argc, char** argv) {
-  bool check = true;
+  bool check = true, long_sequences = false;
   int iters = 20;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--no-check") == 0)
       check = false;
+    else if (std::strcmp(argv[i], "--long") == 0)
+      long_sequences = true;
     else if (std::strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
       iters = std::max(1, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s [--no-check] [--iters N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--no-check] [--long] [--iters N]\n", argv[0]);
       return 2;
     }
   }
@@ -269,72 +349,22 @@ int run(int argc, char** argv) {
     }
   }
 
-  const int64_t T = 16384;
-  const int Hq = 32, Hkv = 8, D = 128;
   std::unique_ptr<CudnnAttention> cudnn = CudnnAttention::make(nullptr);
   if (cudnn == nullptr)
     std::printf("cuDNN: not timed (%s)\n", CudnnAttention::unavailable_reason().c_str());
   else
     std::printf("cuDNN %zu: timed after ferry's kernels\n", CudnnAttention::library_version());
-  std::printf("timing: T %lld tokens, Hq %d, Hkv %d, D %d, causal within each sequence, %d iterations\n",
-              static_cast<long long>(T), Hq, Hkv, D, iters);
-  std::printf("  %6s %5s | %9s %8s %6s | %9s %8s %6s | %9s %8s %6s\n", "seq", "batch", "fwd ms", "TFLOP/s",
-              "%peak", "bwd ms", "TFLOP/s", "%peak", "f+b ms", "TFLOP/s", "%peak");
-  for (int64_t S : {2048, 4096, 8192}) {
-    std::vector<int64_t> starts;
-    for (int64_t s = S; s < T; s += S) starts.push_back(s);
-    Problem p(T, Hq, Hkv, D, doc_start(T, starts));
-    const double fwd_flops = static_cast<double>(T / S) * 4.0 * S * S * D * Hq / 2.0;
-    const double bwd_flops = 2.5 * fwd_flops;
-    const auto fp = p.params();
-    const auto bp = p.backward_params();
-    const double fwd = time_ms(3, iters, [&] { flash_attention_forward(fp, nullptr); });
-    const double bwd = time_ms(3, iters, [&] { flash_attention_backward(bp, nullptr); });
-    const double both = time_ms(3, iters, [&] {
-      flash_attention_forward(fp, nullptr);
-      flash_attention_backward(bp, nullptr);
-    });
-    auto tf = [](double flops, double ms) { return flops / (ms * 1e-3) / 1e12; };
-    std::printf("  %6lld %5lld | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%%\n",
-                static_cast<long long>(S), static_cast<long long>(T / S), fwd, tf(fwd_flops, fwd),
-                100 * tf(fwd_flops, fwd) / kPeakTflops, bwd, tf(bwd_flops, bwd),
-                100 * tf(bwd_flops, bwd) / kPeakTflops, both, tf(fwd_flops + bwd_flops, both),
-                100 * tf(fwd_flops + bwd_flops, both) / kPeakTflops);
-    if (cudnn != nullptr) {
-      DeviceMem ws(attention_workspace_bytes(T, Hq, D));
-      auto cbp = bp;
-      cbp.workspace = ws.p;
-      cbp.workspace_bytes = ws.bytes;
-      if (!cudnn->forward(fp, S, ws.p, ws.bytes) || !cudnn->backward(cbp, S)) {
-        std::printf("  %6s %5s   cuDNN refused: %s\n", "", "", cudnn->last_refusal().c_str());
-      } else {
-        const double cf = time_ms(3, iters, [&] { cudnn->forward(fp, S, ws.p, ws.bytes); });
-        const double cb = time_ms(3, iters, [&] { cudnn->backward(cbp, S); });
-        const double cboth = time_ms(3, iters, [&] {
-          cudnn->forward(fp, S, ws.p, ws.bytes);
-          cudnn->backward(cbp, S);
-        });
-        std::printf("  %6s %5s | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%%  cuDNN\n",
-                    "", "", cf, tf(fwd_flops, cf), 100 * tf(fwd_flops, cf) / kPeakTflops, cb,
-                    tf(bwd_flops, cb), 100 * tf(bwd_flops, cb) / kPeakTflops, cboth,
-                    tf(fwd_flops + bwd_flops, cboth), 100 * tf(fwd_flops + bwd_flops, cboth) / kPeakTflops);
-      }
-    }
-    // The backward's main kernel alone (no delta, zeroing or dq conversion), in its two D = 128
-    // configurations; the workspace already holds delta from the runs above, and dq_accum only
-    // collects garbage here.
-    const float* delta = static_cast<const float*>(p.ws->p);
-    float* dq_accum = reinterpret_cast<float*>(static_cast<char*>(p.ws->p) + flash::delta_bytes(T, Hq));
-    for (int keys : {128, 64}) {
-      try {
-        const double ms =
-            time_ms(3, iters, [&] { flash::backward_tensor_core(bp, delta, dq_accum, nullptr, keys); });
-        std::printf("  %6s %5s   backward kernel only, %3d keys per block: %9.3f ms %8.1f TFLOP/s %5.1f%%\n",
-                    "", "", keys, ms, tf(bwd_flops, ms), 100 * tf(bwd_flops, ms) / kPeakTflops);
-      } catch (const std::exception& e) {
-        std::printf("  %6s %5s   backward kernel only, %3d keys per block: %s\n", "", "", keys, e.what());
-      }
-    }
+  if (long_sequences) {
+    // One sequence a row, as long-context training runs: where attention outgrows the layer's
+    // GEMMs (issue: 256K tokens on a 24 GiB GPU), and the profiler's warm-up runs it ~30 times.
+    std::printf("timing: one sequence of S tokens, Hq 32, Hkv 8, D 128, causal, %d iterations\n", iters);
+    print_header();
+    for (int64_t S : {16384, 32768, 65536, 131072, 262144}) time_packed(S, S, iters, cudnn.get(), false);
+  } else {
+    std::printf("timing: T 16384 tokens, Hq 32, Hkv 8, D 128, causal within each sequence, %d iterations\n",
+                iters);
+    print_header();
+    for (int64_t S : {2048, 4096, 8192}) time_packed(16384, S, iters, cudnn.get(), true);
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 // measure_compute (profiler/machine_profiler.h): the compute stream's times for one model shape.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
 
@@ -408,11 +409,25 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   TimingOptions steady = options.timing;
   steady.warmup_runs = std::max(steady.warmup_runs, ops.calls_to_steady_speed());
   steady.soak_seconds = options.compute_soak_seconds;
+  // At long sequences each call takes seconds and the GEMM tuning's warm-up runs it ~30 times:
+  // each part says what it measured, so a profile of minutes is not silent.
+  const auto part_start = std::chrono::steady_clock::now();
+  const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   const LayerTimes layer = time_layer(device, ops, shape, tokens, fill, steady);
+  log_info(
+      "profile: one layer at {} tokens: forward {:.4g} s, backward {:.4g} s (from kept internals {:.4g} s); "
+      "measured in {:.1f} s",
+      tokens.back(), layer.forward.at(tokens.back()), layer.backward.at(tokens.back()),
+      layer.backward_kept.at(tokens.back()), seconds_since(part_start));
   c.layer_forward = layer.forward;
   c.layer_backward = layer.backward;
   c.layer_backward_kept = layer.backward_kept;
+  const auto ends_start = std::chrono::steady_clock::now();
   const EndTimes ends = time_ends(device, ops, shape, tokens, fill, steady);
+  log_info("profile: the head at {} tokens: {:.4g} s forward+backward; measured in {:.1f} s", tokens.back(),
+           ends.head.at(tokens.back()), seconds_since(ends_start));
   c.embedding_forward = ends.embedding_forward;
   c.embedding_backward = ends.embedding_backward;
   c.head = ends.head;
