@@ -3,6 +3,7 @@
 # kernel benchmarks with their PyTorch counterparts, and end-to-end training beside the peers.
 # Expects the binaries and the Debian libraries they need unpacked in .device/bundle (see
 # tools/make_gpu_bundle.sh) and writes logs to $OUT/logs.
+# PARTS: tests roundtrip goldens bench adamw attention_long profiles losscurve train.
 # Knobs (environment): PARTS, GPU_TESTS, PROFILE_MODELS, MODELS, BUDGETS, GLOBAL_BATCH, MICRO_BATCH,
 # STEPS, TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY,
 # EXTRA_YAML (more config lines), TAG (suffix of the train logs, for several settings in one call),
@@ -50,6 +51,12 @@ for part in ${PARTS:-tests roundtrip bench train}; do
       run kernel_bench 180 "$B/ferry_kernel_bench" --kernel all
       run cpu_adamw_bench 120 "$B/cpu_adamw_bench"
       run torch_cpu_adamw 120 python3 bench/torch_cpu_adamw.py ;;
+    adamw)
+      # The CPU AdamW kernels alone, exact and lean, on this host's threads.
+      run cpu_adamw_bench 180 "$B/cpu_adamw_bench" ;;
+    attention_long)
+      # Attention over one sequence of 16K-256K tokens: ferry's kernels and cuDNN's.
+      run flash_attention_long 300 "$B/flash_attention_bench" --no-check --long --iters 2 ;;
     profiles)
       # The machine profile of each shape (bench/profiles/ keeps the lent H200's).
       mkdir -p "$OUT/profiles"
