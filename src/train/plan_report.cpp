@@ -102,6 +102,8 @@ void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout
                     return "offloaded to the host";
                   case ActivationPlacement::KeepWithInternals:
                     return "kept on the GPU with their internals (no recompute)";
+                  case ActivationPlacement::Recompute:
+                    return "recomputed in the backward from the kept one below";
                 }
                 return "?";
               }).c_str());
