@@ -136,11 +136,11 @@ void print_recompute_reason(const ModelConfig& model, const ModelLayout& layout,
                            profile.compute.layer_forward.at(c.shape.chunk_tokens) *
                            static_cast<double>(recomputed);
   std::printf(
-      "  why one boundary in %lld: each boundary is %s; keeping the %lld recomputed ones on the host would "
+      "  why one boundary in %lld%s: each boundary is %s; keeping the %lld recomputed ones on the host would "
       "need %s of host memory (budget %s), on the GPU %s more; their recompute costs %lld layer forwards, "
       "~%.3g s of GPU compute per step (counted in the prediction)\n",
-      static_cast<long long>(groups.recompute_buffers + 1), format_bytes(act).c_str(),
-      static_cast<long long>(recomputed), format_bytes(host_total).c_str(),
+      static_cast<long long>(groups.recompute_buffers + 1), request.keep_every ? " (keep_every, forced)" : "",
+      format_bytes(act).c_str(), static_cast<long long>(recomputed), format_bytes(host_total).c_str(),
       request.host_budget > 0 ? format_bytes(request.host_budget).c_str() : "unlimited",
       format_bytes(static_cast<size_t>(recomputed - groups.recompute_buffers) * act).c_str(),
       static_cast<long long>(recomputed), forward_s);
