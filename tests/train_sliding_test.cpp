@@ -273,6 +273,21 @@ TEST_F(SlidingEngineTest, EveryKthBoundaryKeptTheRestRecomputedGivesTheSameBits)
       }
     }
   }
+  // Slow copies keep each reload in flight while the layers above still compute: the reload of a
+  // group's kept boundary must not land in the staging buffer the group above still reads.
+  SimDeviceOptions slow;
+  slow.h2d_bytes_per_second = 2e8;
+  slow.d2h_bytes_per_second = 2e8;
+  slow.copy_latency_seconds = 50e-6;
+  for (int64_t k : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "slow copies, K " << k);
+    expect_identical(
+        reference_,
+        sliding_run(
+            config_, 9, rows_, 0.5,
+            keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), k),
+            slow));
+  }
   const RunResult plain = plain_run(config_, 9, rows_, 0.0);
   for (int64_t k : {2, 3}) {
     SCOPED_TRACE(::testing::Message() << "during the backward, K " << k);
