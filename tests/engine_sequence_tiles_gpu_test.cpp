@@ -26,7 +26,7 @@ struct Steps {
   std::vector<double> losses, norms;
 };
 
-Steps run_steps(const ModelWeights& w, const test::Golden& golden, int64_t seq_tile) {
+Steps run_steps(const ModelWeights& w, const test::Golden& golden, int64_t seq_tile, int64_t keep_every = 1) {
   const nlohmann::json& meta = golden.meta;
   const StepBatch batch = test::golden_batch(golden, 1);
   auto device = make_cuda_device(0, size_t{4} << 30);
@@ -39,6 +39,8 @@ Steps run_steps(const ModelWeights& w, const test::Golden& golden, int64_t seq_t
   if (w.layout.tied) plan.units[0] = UnitPlacement::ResidentParams;
   plan.activations.assign(static_cast<size_t>(w.config.num_layers), ActivationPlacement::OffloadToHost);
   plan.activations.back() = ActivationPlacement::KeepOnGpu;
+  for (size_t b = 0; b < plan.activations.size(); ++b)
+    if (b % static_cast<size_t>(keep_every) != 0) plan.activations[b] = ActivationPlacement::Recompute;
   plan.update = UpdateSchedule::AfterBackward;
   SlidingEngine engine(w.config, w.layout, *device, *ops, plan, golden.seq, golden.batch, false);
   for (size_t u = 0; u < w.units.size(); ++u) engine.host().unit(u).master.assign(w.units[u]);
@@ -79,6 +81,32 @@ TEST_P(SequenceTilesGpu, TiledStepsTrackTheUntiledAndTransformers) {
       EXPECT_NEAR(tiled.norms[k], norms[k], 0.05 * norms[k]) << "step " << k + 1;
       EXPECT_NEAR(tiled.losses[k], untiled.losses[k], 0.01 * untiled.losses[k]) << "step " << k + 1;
       EXPECT_NEAR(tiled.norms[k], untiled.norms[k], 0.03 * untiled.norms[k]) << "step " << k + 1;
+    }
+  }
+}
+
+// One boundary in K kept, the others recomputed in the backward (planner/boundary_groups.h): the
+// recompute runs the same kernels on the same inputs as the forward, so the steps track the plan
+// that keeps every boundary as closely as two runs of that plan do (the backward's fp32 atomics
+// aside), tiled and untiled, and transformers as the golden test asks.
+TEST_P(SequenceTilesGpu, RecomputedBoundariesTrackEveryBoundaryKept) {
+  if (!cuda_available()) GTEST_SKIP() << "no GPU";
+  const auto dir = test::fixtures_dir() / "hf" / GetParam();
+  if (!std::filesystem::exists(dir / "golden.safetensors")) GTEST_SKIP() << "no fixture at " << dir;
+  const ModelWeights w = load_model_weights(dir);
+  const test::Golden golden(dir);
+  const auto step_loss = golden.f32("step_loss"), norms = golden.f32("grad_norm");
+  for (int64_t tile : {int64_t{0}, golden.seq >= 4096 ? int64_t{1000} : int64_t{7}}) {
+    const Steps all_kept = run_steps(w, golden, tile);
+    for (int64_t keep_every : {2, 3}) {
+      SCOPED_TRACE(::testing::Message() << "seq_tile " << tile << ", keep_every " << keep_every);
+      const Steps recomputed = run_steps(w, golden, tile, keep_every);
+      for (size_t k = 0; k < 3; ++k) {
+        EXPECT_NEAR(recomputed.losses[k], step_loss[k], 0.02 * step_loss[k]) << "step " << k + 1;
+        EXPECT_NEAR(recomputed.norms[k], norms[k], 0.05 * norms[k]) << "step " << k + 1;
+        EXPECT_NEAR(recomputed.losses[k], all_kept.losses[k], 1e-3 * all_kept.losses[k]) << "step " << k + 1;
+        EXPECT_NEAR(recomputed.norms[k], all_kept.norms[k], 1e-2 * all_kept.norms[k]) << "step " << k + 1;
+      }
     }
   }
 }

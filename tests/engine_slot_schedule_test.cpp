@@ -1,3 +1,5 @@
+#include "core/error.h"
+#include "planner/boundary_groups.h"
 #include "planner/slot_schedule.h"
 #include "test_util.h"
 
@@ -22,6 +24,46 @@ void expect_consistent(const std::vector<size_t>& seq, const std::vector<bool>& 
     if (uses[i].load) occupant[static_cast<size_t>(uses[i].slot)] = static_cast<int64_t>(seq[i]);
     EXPECT_EQ(occupant[static_cast<size_t>(uses[i].slot)], static_cast<int64_t>(seq[i])) << "use " << i;
   }
+}
+
+// Recomputed boundaries (planner/boundary_groups.h): each group's layers run forward again, from
+// its kept boundary up, just before the group's backwards. Five layers keeping every second
+// boundary: groups {4}, {2, 3}, {0, 1}.
+TEST(SlotSchedule, RecomputedBoundariesPrecedeTheirGroupsBackward) {
+  const BoundaryGroups g = boundary_groups(keep_every_kth(5, 2, ActivationPlacement::OffloadToHost));
+  const StepSequence seq = step_sequence(5, g.recomputed);
+  EXPECT_EQ(seq.units, (std::vector<size_t>{0, 1, 2, 3, 4, 5, 6, 5, 3, 4, 3, 1, 2, 1, 0}));
+  using P = UsePass;
+  EXPECT_EQ(seq.passes,
+            (std::vector<UsePass>{P::Forward, P::Forward, P::Forward, P::Forward, P::Forward, P::Forward,
+                                  P::Head, P::Backward, P::Recompute, P::Backward, P::Backward, P::Recompute,
+                                  P::Backward, P::Backward, P::Backward}));
+  // Three layers in one group of four: 0 .. 2 forward again before the backward of 3.
+  const StepSequence one =
+      step_sequence(4, boundary_groups(keep_every_kth(4, 7, ActivationPlacement::KeepOnGpu)).recomputed);
+  EXPECT_EQ(one.units, (std::vector<size_t>{0, 1, 2, 3, 4, 5, 1, 2, 3, 4, 3, 2, 1, 0}));
+  EXPECT_EQ(step_sequence(3, {}).units, step_unit_sequence(3));
+  for (int64_t slots : {1, 2, 3, 5}) {
+    expect_consistent(seq.units, std::vector<bool>(7, false), slots);
+    expect_consistent(one.units, std::vector<bool>(6, false), slots);
+  }
+}
+
+TEST(BoundaryGroups, BuffersAndStagingFollowThePlacements) {
+  using A = ActivationPlacement;
+  const BoundaryGroups g = boundary_groups({A::OffloadToHost, A::Recompute, A::Recompute, A::KeepOnGpu,
+                                            A::Recompute, A::OffloadToHost, A::OffloadToHost, A::Recompute});
+  EXPECT_EQ(g.recompute_buffers, 2);
+  EXPECT_EQ(g.recompute_buffer, (std::vector<int64_t>{-1, 0, 1, -1, 0, -1, -1, 0}));
+  EXPECT_EQ(g.group_base, (std::vector<int64_t>{0, 0, 0, 3, 3, 5, 6, 6}));
+  // Offloaded boundaries take the two staging buffers in turn, whatever lies between them.
+  EXPECT_EQ(g.staging, (std::vector<int64_t>{0, -1, -1, -1, -1, 1, 0, -1}));
+  EXPECT_TRUE(g.any_offloaded);
+  EXPECT_EQ(boundary_group_size({A::KeepOnGpu, A::KeepOnGpu}), 1);
+  EXPECT_EQ(boundary_group_size(keep_every_kth(32, 4, A::OffloadToHost)), 4);
+  EXPECT_EQ(boundary_group_size(keep_every_kth(32, 5, A::OffloadToHost)), 5);  // the last group has 2
+  EXPECT_THROW(boundary_groups({A::Recompute, A::KeepOnGpu}), Error);
+  EXPECT_THROW(keep_every_kth(4, 0, A::KeepOnGpu), Error);
 }
 
 TEST(SlotSchedule, OccupancyIsConsistent) {

@@ -127,6 +127,26 @@ TEST_F(PlanCommandTest, ForcedOptionsShowInThePlan) {
   EXPECT_NE(out.find("0-1 offloaded to the host"), std::string::npos) << out;
 }
 
+// keep_every: one boundary in K kept, the others recomputed; the plan names the kept ones, why,
+// and what the recompute costs. A K below 1 is refused with what to write.
+TEST_F(PlanCommandTest, AForcedKeepEveryShowsWhatItKeepsAndWhy) {
+  int status = -1;
+  const std::string out = plan("keep_every=2 offload_activations=all", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("one boundary in 2 kept (1 of 2 recomputed in the backward)"), std::string::npos) << out;
+  EXPECT_NE(
+      out.find("boundary activations: one in 2 kept, the others recomputed in the backward from the kept "
+               "one below; kept: 0 offloaded to the host"),
+      std::string::npos)
+      << out;
+  EXPECT_NE(out.find("why one boundary in 2 (keep_every, forced)"), std::string::npos) << out;
+  EXPECT_NE(out.find("their recompute costs 1 layer forwards"), std::string::npos) << out;
+  EXPECT_NE(out.find("model FLOPs utilisation"), std::string::npos) << out;
+  const std::string bad = plan("keep_every=0", &status);
+  EXPECT_NE(status, 0) << bad;
+  EXPECT_NE(bad.find("keep_every must be a number of layers"), std::string::npos) << bad;
+}
+
 TEST_F(PlanCommandTest, RecomputeAllKeepsNoLayersInternals) {
   int status = -1;
   const std::string kept = plan("gpu_memory=1GiB", &status);

@@ -122,10 +122,11 @@ class EngineReading {
     const std::string_view scope = span.scope, op = span.name;
     const ScheduleRecorder::Entry* copy = work.copies.empty() ? nullptr : &entry(work.copies.front());
     if (op == "fill_zero") return not_modelled(kMemsets);
-    // A use of a unit: run_use's scope, "<unit> forward", "<unit> backward" or "<unit> loss" (the head).
+    // A use of a unit: run_use's scope, "<unit> forward", "<unit> recompute" (a forward again in
+    // the backward), "<unit> backward" or "<unit> loss" (the head).
     int use = -1;
     bool forward = false;
-    if ((use = unit_before(scope, " forward")) >= 0)
+    if ((use = unit_before(scope, " forward")) >= 0 || (use = unit_before(scope, " recompute")) >= 0)
       forward = true;
     else if ((use = unit_before(scope, " backward")) < 0)
       use = unit_before(scope, " loss");

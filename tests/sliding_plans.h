@@ -80,6 +80,14 @@ inline Plan keeping_internals(Plan p, std::vector<int64_t> layers) {
   return p;
 }
 
+// The plan keeping only every K-th boundary (0, K, 2K, ...), where it placed it; the others
+// recomputed in the backward (planner/boundary_groups.h).
+inline Plan keeping_every(Plan p, int64_t keep_every) {
+  for (size_t b = 0; b < p.activations.size(); ++b)
+    if (b % static_cast<size_t>(keep_every) != 0) p.activations[b] = ActivationPlacement::Recompute;
+  return p;
+}
+
 // The plan with its fp32 masters uploaded and converted on the device (no host weight copy).
 inline Plan converting_on_upload(Plan p) {
   p.weight_upload = WeightUpload::ConvertOnUpload;

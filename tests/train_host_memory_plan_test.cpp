@@ -174,6 +174,22 @@ TEST(HostMemoryPlan, EveryPhaseHoldsWhatThePlanSays) {
   EXPECT_GT(planned, 8 * kFixed);
 }
 
+// One boundary in 2 kept (on the host), the others recomputed in the backward (keep_every: 2): the
+// run trains with the plan it was forced to, and every phase holds what that plan counts (the
+// recomputed boundaries' buffers on the simulated device, which are host memory here, and no
+// pinned buffer for them).
+TEST(HostMemoryPlan, RecomputedBoundariesHoldThePlan) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine are host memory no plan counts";
+#endif
+  test::ScratchDir scratch("host-memory-plan-recompute");
+  prepare(scratch.path());
+  auto phases = run_within_plan(scratch.path(), {"keep_every=2", "offload_activations=all"}, "train");
+  EXPECT_EQ(phases.count("steady state"), 1u);
+  const std::string log = test::read_file(scratch.path() / "train.log");
+  EXPECT_NE(log.find("one boundary in 2 kept (4 of 8 recomputed in the backward)"), std::string::npos) << log;
+}
+
 // With 6 of the 8 layers' state on disk (0.9 GB of the 2.4 GB), a checkpoint, a resume from it and
 // the final save hold the plan too: the disk units' state streams through the tier's own buffer
 // (one layer's state, counted by the plan) instead of being read into RAM whole, which put these

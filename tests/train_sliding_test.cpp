@@ -27,6 +27,7 @@ using test::all_units;
 using test::batch_for;
 using test::converting_on_upload;
 using test::hyper_at;
+using test::keeping_every;
 using test::keeping_internals;
 using test::kGlobal;
 using test::kMicro;
@@ -245,6 +246,58 @@ TEST_F(SlidingEngineTest, SequenceTilesGiveTheUntiledBits) {
   expect_identical(plain_run(config_, 9, rows_, 0.0), sliding_run(config_, 9, rows_, 0.0, during));
 }
 
+// Every K-th boundary kept (on the GPU or the host), the others recomputed in the backward from
+// their group's kept one: the same forwards on the same inputs, so the plain trainer's losses, norms
+// and masters bit for bit -- for K that divides the 4 layers and K that does not (3: groups {0..2},
+// {3}; 5: one group), with one slot (every recomputed layer uploaded again for its backward) and
+// more, tiled and untiled, with resident and device-updated units, and both update schedules.
+TEST_F(SlidingEngineTest, EveryKthBoundaryKeptTheRestRecomputedGivesTheSameBits) {
+  for (int64_t k : {2, 3, 5}) {
+    const std::vector<Plan> plans = {
+        keeping_every(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), k),
+        keeping_every(make_plan(layout_, 4, 1, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), k),
+        keeping_every(make_plan(layout_, 4, 3, {0, 5}, {0, 2}, UpdateSchedule::AfterBackward), k),
+        keeping_every(make_plan(layout_, 4, 2, {3}, {0, 3}, UpdateSchedule::AfterBackward, {2, 5}), k),
+        keeping_every(
+            converting_on_upload(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward)),
+            k),
+    };
+    for (size_t p = 0; p < plans.size(); ++p) {
+      for (int64_t tile : {0, 7}) {
+        if (tile > 0 && p > 1) continue;  // tiles with everything on the GPU and everything on the host
+        Plan plan = plans[p];
+        plan.seq_tile = tile;
+        SCOPED_TRACE(::testing::Message()
+                     << "K " << k << ", plan " << p << ", seq_tile " << tile << ": " << plan.describe());
+        expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, plan));
+      }
+    }
+  }
+  // Slow copies keep each reload in flight while the layers above still compute: the reload of a
+  // group's kept boundary must not land in the staging buffer the group above still reads.
+  SimDeviceOptions slow;
+  slow.h2d_bytes_per_second = 2e8;
+  slow.d2h_bytes_per_second = 2e8;
+  slow.copy_latency_seconds = 50e-6;
+  for (int64_t k : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "slow copies, K " << k);
+    expect_identical(
+        reference_,
+        sliding_run(
+            config_, 9, rows_, 0.5,
+            keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), k),
+            slow));
+  }
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  for (int64_t k : {2, 3}) {
+    SCOPED_TRACE(::testing::Message() << "during the backward, K " << k);
+    expect_identical(
+        plain, sliding_run(config_, 9, rows_, 0.0,
+                           keeping_every(
+                               make_plan(layout_, 4, 2, {}, {0, 2, 3}, UpdateSchedule::DuringBackward), k)));
+  }
+}
+
 // A backward that skips the recompute reads the intermediates its own forward kept: the same
 // values the recompute would produce, so the same bits. Mixed with offloaded boundaries, resident
 // units, device-updated units, both update schedules, and for every layer.
@@ -334,6 +387,7 @@ TEST_F(SlidingEngineTest, EvaluationBetweenStepsGivesThePlainLossAndChangesNoSte
       keeping_internals(make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward), {2, 3}),
       make_plan(layout_, 4, 2, {0, 1, 2, 3, 4, 5}, {}, UpdateSchedule::AfterBackward, all_units(layout_)),
       converting_on_upload(make_plan(layout_, 4, 2, {}, {0, 2}, UpdateSchedule::AfterBackward)),
+      keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 3),
   };
   for (size_t k = 0; k < plans.size(); ++k) {
     SCOPED_TRACE("plan " + std::to_string(k) + ": " + plans[k].describe());
@@ -487,6 +541,8 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
       keeping_internals(make_plan(layout_, 4, 2, {3}, {0}, UpdateSchedule::AfterBackward, {5}), {1, 3}),
       converting_on_upload(make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::DuringBackward)),
       converting_on_upload(make_plan(layout_, 4, 3, {}, {}, UpdateSchedule::AfterBackward, {2})),
+      keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 2),
+      keeping_every(make_plan(layout_, 4, 1, {}, {}, UpdateSchedule::AfterBackward), 3),
   };
   for (size_t k = 0; k < plans.size(); ++k) {
     SCOPED_TRACE(::testing::Message() << "plan " << k << ": " << plans[k].describe());

@@ -138,6 +138,19 @@ TEST_F(StepProgramMirrorTest, StreamedAndOffloadedUnits) {
          {kRowGather}});
 }
 
+TEST_F(StepProgramMirrorTest, RecomputedBoundaries) {
+  using test::keeping_every;
+  using test::make_plan;
+  check({"one slot, every second boundary kept on the host, the others recomputed",
+         keeping_every(make_plan(layout_, 4, 1, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 2),
+         0.5,
+         {kRowGather}});
+  check({"three slots, every third boundary kept (on the GPU, on the host), resident head",
+         keeping_every(make_plan(layout_, 4, 3, {5}, {3}, UpdateSchedule::DuringBackward), 3),
+         0.0,
+         {kRowGather}});
+}
+
 TEST_F(StepProgramMirrorTest, ResidentUnitsAndKeptInternals) {
   check({"resident embedding, layer 2 and head; offloaded boundaries; layer 2 keeps its internals",
          test::keeping_internals(

@@ -6,6 +6,7 @@
 #include "core/arena.h"
 #include "core/error.h"
 #include "optim/clip.h"
+#include "planner/boundary_groups.h"
 #include "planner/memory_model.h"
 
 namespace ferry {
@@ -90,11 +91,14 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   kept_activations.resize(static_cast<size_t>(L));
   host_activations.resize(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {
-    if (boundary_on_gpu(plan.activations[static_cast<size_t>(l)]))
+    const ActivationPlacement a = plan.activations[static_cast<size_t>(l)];
+    if (boundary_on_gpu(a))
       kept_activations[static_cast<size_t>(l)] = DeviceBuffer(device, act_bytes, "boundary activation");
-    else
+    else if (a == ActivationPlacement::OffloadToHost)
       host_activations[static_cast<size_t>(l)] = PinnedBuffer(device, act_bytes, "offloaded activation");
   }
+  for (int64_t r = 0; r < boundary_groups(plan.activations).recompute_buffers; ++r)
+    recompute_activations.emplace_back(device, act_bytes, "recomputed activation");
   if (any_offloaded) {
     staging_activations[0] = DeviceBuffer(device, act_bytes, "activation staging");
     staging_activations[1] = DeviceBuffer(device, act_bytes, "activation staging");

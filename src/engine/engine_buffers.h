@@ -42,6 +42,8 @@ struct EngineBuffers {
   std::vector<DeviceBuffer> kept_activations;  // per boundary that stays on the GPU
   DeviceBuffer staging_activations[2];         // ring for offloaded boundaries
   std::vector<PinnedBuffer> host_activations;  // per offloaded boundary
+  // Recomputed boundaries, each group's in turn (BoundaryGroups::recompute_buffer).
+  std::vector<DeviceBuffer> recompute_activations;
   DeviceBuffer head_input, chunk_grads;
 
   // KeepWithInternals: per such layer one buffer, carved per micro-chunk.

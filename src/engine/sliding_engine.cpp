@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "device/trace/trace_scope.h"
 #include "optim/device_adamw.h"
+#include "planner/boundary_groups.h"
 #include "planner/memory_model.h"
 
 namespace ferry {
@@ -36,6 +37,7 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
       device_(device),
       ops_(ops),
       plan_(checked_plan(plan, config, layout)),
+      boundaries_(boundary_groups(plan_.activations)),
       chunk_tokens_(chunk_tokens),
       max_chunks_(max_chunks),
       roles_(layout_, plan_),
@@ -46,8 +48,9 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   FERRY_CHECK(!layout_.tied || unit_grad_dtype(E) == unit_grad_dtype(Hd), "engine",
               "with tied embeddings the head and the embedding need one gradient dtype: place both "
               "ResidentWithOptimizer (fp32 gradients), or neither, or plan fp32 gradients");
-  uses_ = schedule_slots(step_unit_sequence(config_.num_layers), roles_.resident,
-                         std::max<int64_t>(1, plan_.gpu_slots));
+  const StepSequence sequence = step_sequence(config_.num_layers, boundaries_.recomputed);
+  uses_ = schedule_slots(sequence.units, roles_.resident, std::max<int64_t>(1, plan_.gpu_slots));
+  passes_ = sequence.passes;
   if (buffers_.conversion_staging.bytes() > 0)
     weight_writer_ = make_device_adamw(device_, StreamKind::HostToDevice);
   if (buffers_.host_partial_count > 0) norm_partials_ = make_device_adamw(device_);
@@ -116,8 +119,13 @@ Tensor SlidingEngine::activation(int64_t b, int64_t chunk) const {
     base = buffers_.head_input.data();
   else if (boundary_on_gpu(plan_.activations[static_cast<size_t>(b)]))
     base = buffers_.kept_activations[static_cast<size_t>(b)].data();
+  else if (boundaries_.recomputed[static_cast<size_t>(b)])
+    base =
+        buffers_
+            .recompute_activations[static_cast<size_t>(boundaries_.recompute_buffer[static_cast<size_t>(b)])]
+            .data();
   else
-    base = buffers_.staging_activations[b % 2].data();
+    base = buffers_.staging_activations[staging_of(b)].data();
   return Tensor(static_cast<char*>(base) + static_cast<size_t>(chunk * T * H) * dtype_size(dt), dt, {T, H});
 }
 
@@ -327,35 +335,45 @@ bool SlidingEngine::boundary_offloaded(int64_t b) const {
          plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
 }
 
+size_t SlidingEngine::staging_of(int64_t b) const {
+  return static_cast<size_t>(boundaries_.staging[static_cast<size_t>(b)]);
+}
+
 size_t SlidingEngine::boundary_bytes() const {
   return static_cast<size_t>(step_chunks_ * chunk_tokens_ * config_.hidden_size) *
          dtype_size(plan_.weight_dtype);
 }
 
 void SlidingEngine::before_boundary_write(int64_t b) {
-  if (boundary_offloaded(b) && events_.staging_free[b % 2] >= 0)
-    device_.wait(StreamKind::Compute, events_.staging_free[b % 2]);
+  if (boundary_offloaded(b) && events_.staging_free[staging_of(b)] >= 0)
+    device_.wait(StreamKind::Compute, events_.staging_free[staging_of(b)]);
 }
 
 void SlidingEngine::offload_boundary(int64_t b) {
   const TraceScope scope(device_, "offload activation");
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
   device_.copy_to_host(buffers_.host_activations[static_cast<size_t>(b)].data(),
-                       buffers_.staging_activations[b % 2].data(), boundary_bytes(),
+                       buffers_.staging_activations[staging_of(b)].data(), boundary_bytes(),
                        StreamKind::DeviceToHost);
   events_.offload_done[static_cast<size_t>(b)] = device_.record(StreamKind::DeviceToHost);
-  events_.staging_free[b % 2] = events_.offload_done[static_cast<size_t>(b)];
+  events_.staging_free[staging_of(b)] = events_.offload_done[static_cast<size_t>(b)];
 }
 
 void SlidingEngine::reload_boundary(int64_t b, EventId staging_readers_done) {
   const TraceScope scope(device_, "reload activation");
   device_.wait(StreamKind::HostToDevice, staging_readers_done);
   device_.wait(StreamKind::HostToDevice, events_.offload_done[static_cast<size_t>(b)]);
-  device_.copy_to_device(buffers_.staging_activations[b % 2].data(),
+  device_.copy_to_device(buffers_.staging_activations[staging_of(b)].data(),
                          buffers_.host_activations[static_cast<size_t>(b)].data(), boundary_bytes(),
                          StreamKind::HostToDevice);
   events_.activation_back[static_cast<size_t>(b)] = device_.record(StreamKind::HostToDevice);
-  events_.staging_free[b % 2] = -1;
+  events_.staging_free[staging_of(b)] = -1;
+}
+
+void SlidingEngine::await_boundary(int64_t b, EventId before) {
+  if (!boundary_offloaded(b)) return;
+  if (events_.activation_back[static_cast<size_t>(b)] < 0) reload_boundary(b, before);
+  device_.wait(StreamKind::Compute, events_.activation_back[static_cast<size_t>(b)]);
 }
 
 void SlidingEngine::run_use(size_t i) {
@@ -363,8 +381,13 @@ void SlidingEngine::run_use(size_t i) {
   const SlotUse& use = uses_[i];
   const size_t u = use.unit, E = layout_.embedding_unit(), Hd = layout_.head_unit();
   const int64_t L = config_.num_layers;
-  const bool forward = i <= static_cast<size_t>(L);
-  const TraceScope scope(device_, layout_.units[u].name, u == Hd ? "loss" : forward ? "forward" : "backward");
+  const UsePass pass = passes_[i];
+  const bool forward = pass == UsePass::Forward;
+  const TraceScope scope(device_, layout_.units[u].name,
+                         pass == UsePass::Head        ? "loss"
+                         : forward                    ? "forward"
+                         : pass == UsePass::Recompute ? "recompute"
+                                                      : "backward");
   if (use.slot >= 0) {
     for (int64_t j = static_cast<int64_t>(i); j >= 0; --j) {  // the load that put u in this slot
       const SlotUse& prior = uses_[static_cast<size_t>(j)];
@@ -382,11 +405,12 @@ void SlidingEngine::run_use(size_t i) {
   void* grads = unit_grads_ptr(u, use.slot);
   // Streamed units' gradients start from zero in their slot; resident ones were zeroed at the
   // step's start.
-  if (!forward && !roles_.resident[u] && !evaluating_)
+  const bool computes_gradients = pass == UsePass::Head || pass == UsePass::Backward;
+  if (computes_gradients && !roles_.resident[u] && !evaluating_)
     device_.fill_zero(grads, static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
                       StreamKind::Compute);
   // Every backward unit, the head included, has a gradient to send; an evaluation has none.
-  const bool sends = !forward && !evaluating_;
+  const bool sends = computes_gradients && !evaluating_;
   if (u == E && forward)
     embedding_forward(params);
   else if (u == Hd)
@@ -395,10 +419,13 @@ void SlidingEngine::run_use(size_t i) {
     embedding_backward(grads);
   else if (forward)
     decoder_forward(u, params);
+  else if (pass == UsePass::Recompute)
+    recompute_boundary(u, params, before);
   else
     decoder_backward(u, params, grads, before);
   release_use(i, sends);
-  // Prefetch the boundary activation the next backward layer reads, while this unit computes.
+  // Prefetch the boundary activation the next backward or recompute use reads, while this unit
+  // computes.
   if (!evaluating_ && i + 1 < uses_.size() && i + 1 > static_cast<size_t>(L) + 1) {
     const size_t next = uses_[i + 1].unit;
     if (next != E) {
@@ -445,12 +472,22 @@ void SlidingEngine::decoder_forward(size_t u, void* params) {
     offload_boundary(l + 1);  // an evaluation never reads it back
 }
 
+void SlidingEngine::recompute_boundary(size_t u, void* params, EventId before) {
+  const int64_t l = static_cast<int64_t>(u) - 1;
+  FERRY_ASSERT(boundaries_.recomputed[static_cast<size_t>(l + 1)],
+               "a recompute use writes a recomputed boundary");
+  await_boundary(l, before);
+  const LayerParams p = layer_params(layout_.units[u], params, plan_.weight_dtype);
+  const LayerContext ctx{&config_, static_cast<const float*>(buffers_.inv_freq.data())};
+  for (int64_t c = 0; c < step_chunks_; ++c) {
+    LayerScratch s = layer_scratch(l, c);
+    layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), s);
+  }
+}
+
 void SlidingEngine::decoder_backward(size_t u, void* params, void* grads, EventId before) {
   const int64_t l = static_cast<int64_t>(u) - 1;
-  if (boundary_offloaded(l)) {
-    if (events_.activation_back[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
-    device_.wait(StreamKind::Compute, events_.activation_back[static_cast<size_t>(l)]);
-  }
+  await_boundary(l, before);
   const LayerParams p = layer_params(layout_.units[u], params, plan_.weight_dtype);
   const LayerParams g = layer_params(layout_.units[u], grads, unit_grad_dtype(u));
   const LayerContext ctx{&config_, static_cast<const float*>(buffers_.inv_freq.data())};

@@ -39,7 +39,9 @@
 //    with a 2-buffer staging ring on the GPU. KeepWithInternals also keeps the layer's forward
 //    intermediates that GEMMs and the attention wrote, per micro-chunk (layer_internals_bytes
 //    each): its backward runs again only the norms and the activation (decoder_layer.h), which
-//    gives the same bits.
+//    gives the same bits. Recompute keeps the boundary nowhere: the backward runs the forward of
+//    the layers of its group again from the group's kept boundary (planner/boundary_groups.h),
+//    which gives the same bits too.
 //  * UpdateSchedule: AfterBackward (clipping needs the global norm) updates the host units after
 //    the backward, embedding first, overlapped with the next step's forward, and the device units
 //    at the step's end; DuringBackward (no clipping) updates each unit as its gradient lands.
@@ -68,6 +70,7 @@
 #include "model/model_config.h"
 #include "model/unit_layout.h"
 #include "ops/ops.h"
+#include "planner/boundary_groups.h"
 #include "planner/plan.h"
 #include "planner/slot_schedule.h"
 
@@ -132,6 +135,9 @@ class SlidingEngine {
   void decoder_forward(size_t unit, void* params);
   void head_step(void* params, void* grads);  // forward, loss and backward of the head
   void decoder_backward(size_t unit, void* params, void* grads, EventId before);
+  // The layer's forward again in the backward, from its input boundary (reloaded if offloaded),
+  // writing its output boundary, a recomputed one (planner/boundary_groups.h).
+  void recompute_boundary(size_t unit, void* params, EventId before);
   void embedding_backward(void* grads);
   // After a use's compute: its gradient sent (or handed to the device optimizer), the event after
   // which its slot may be reused recorded.
@@ -140,8 +146,13 @@ class SlidingEngine {
   TokenChunk chunk(int64_t c) const;
   // A resident unit's weights uploaded once per step, after its last update.
   void ensure_resident(size_t unit);
-  // Offloaded boundaries pass through a ring of two staging buffers on the device.
+  // Offloaded boundaries pass through a ring of two staging buffers on the device, taken in turn
+  // (BoundaryGroups::staging).
   bool boundary_offloaded(int64_t boundary) const;
+  size_t staging_of(int64_t boundary) const;
+  // Before a use reads boundary `boundary`: if offloaded, its reload issued (unless prefetched) and
+  // waited for on the compute stream.
+  void await_boundary(int64_t boundary, EventId before);
   size_t boundary_bytes() const;  // one boundary activation, every micro-chunk of the step
   void before_boundary_write(int64_t boundary);
   void offload_boundary(int64_t boundary);
@@ -166,6 +177,7 @@ class SlidingEngine {
   Device& device_;
   Ops& ops_;
   Plan plan_;
+  BoundaryGroups boundaries_;  // where each boundary waits for the backward
   int64_t chunk_tokens_;
   int64_t max_chunks_;
   UnitRoles roles_;
@@ -173,6 +185,7 @@ class SlidingEngine {
   // Destroyed before the buffers: its worker writes into pinned ones until it is joined.
   std::unique_ptr<UnitUpdater> updater_;
   std::vector<SlotUse> uses_;
+  std::vector<UsePass> passes_;                 // per use: what it computes (step_sequence)
   std::unique_ptr<DeviceAdamW> weight_writer_;  // ConvertOnUpload: writes fp32 pieces as weights (h2d stream)
   // The units updated on the device, if any (after the buffers it refers to: destroyed first).
   std::unique_ptr<DeviceOptimizer> device_optimizer_;

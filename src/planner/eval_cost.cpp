@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "planner/boundary_groups.h"
 #include "planner/slot_schedule.h"
 #include "planner/stream_simulator.h"
 
@@ -30,7 +31,8 @@ EvalPrediction predict_evaluation(const ModelConfig& config, const ModelLayout& 
   for (size_t u = 0; u < resident.size(); ++u) resident[u] = plan.units[u] != UnitPlacement::Streamed;
   // The step's schedule; an evaluation runs its forward uses, up to and including the head's.
   const std::vector<SlotUse> uses =
-      schedule_slots(step_unit_sequence(L), resident, std::max<int64_t>(1, plan.gpu_slots));
+      schedule_slots(step_sequence(L, boundary_groups(plan.activations).recomputed).units, resident,
+                     std::max<int64_t>(1, plan.gpu_slots));
   const size_t head_use = static_cast<size_t>(L) + 1;
   const double bytes_per_param = plan.weight_upload == WeightUpload::ConvertOnUpload
                                      ? static_cast<double>(sizeof(float))

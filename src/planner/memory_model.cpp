@@ -9,6 +9,7 @@
 #include "ops/cuda_ops_sizes.h"
 #include "optim/clip.h"
 #include "optim/host_array.h"
+#include "planner/boundary_groups.h"
 #include "planner/disk_tier_layout.h"
 
 namespace ferry {
@@ -159,13 +160,15 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   for (auto a : plan.activations) {
     if (boundary_on_gpu(a))
       b.activations += act;
-    else
+    else if (a == ActivationPlacement::OffloadToHost)
       offloaded = true;
     if (a == ActivationPlacement::KeepWithInternals)
       b.activations += static_cast<size_t>(chunks) * layer_internals;
   }
   if (offloaded) b.activations += 2 * act;  // staging ring
-  b.activations += 2 * act;                 // head input, activation gradients
+  // Recomputed boundaries: one buffer per position in the longest group (planner/boundary_groups.h).
+  b.activations += static_cast<size_t>(boundary_groups(plan.activations).recompute_buffers) * act;
+  b.activations += 2 * act;  // head input, activation gradients
   Arena measure = Arena::measuring();
   // With sequence tiles the token-local tensors are (seq_tile, width), the attention's full-length.
   carve_layer_scratch(measure, config, chunk_tokens, plan.weight_dtype, true, plan.seq_tile);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "planner/boundary_groups.h"
+
 namespace ferry {
 
 const char* placement_name(UnitPlacement p) {
@@ -24,6 +26,8 @@ const char* activation_name(ActivationPlacement p) {
       return "host";
     case ActivationPlacement::KeepWithInternals:
       return "gpu+internals";
+    case ActivationPlacement::Recompute:
+      return "recomputed";
   }
   return "?";
 }
@@ -58,20 +62,26 @@ std::string Plan::describe() const {
           : std::string();
   const std::string tile =
       seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string();
+  int64_t recomputed = 0;
+  for (auto a : activations) recomputed += (a == ActivationPlacement::Recompute);
+  const std::string groups =
+      recomputed > 0 ? fmt::format(", one boundary in {} kept ({} of {} recomputed in the backward)",
+                                   boundary_group_size(activations), recomputed, activations.size())
+                     : std::string();
   if (optimizer_on_gpu())
     return fmt::format(
         "everything on the GPU (weights {}, fp32 gradients, fp32 masters and AdamW state; GPU AdamW)"
-        "{}, micro-batch {}{}",
-        dtype_name(weight_dtype), no_recompute, micro_batch, tile);
+        "{}{}, micro-batch {}{}",
+        dtype_name(weight_dtype), no_recompute, groups, micro_batch, tile);
   int64_t resident = 0, with_optimizer = 0, offloaded = 0;
   for (auto u : units) resident += (u != UnitPlacement::Streamed);
   for (auto u : units) with_optimizer += (u == UnitPlacement::ResidentWithOptimizer);
   for (auto a : activations) offloaded += (a == ActivationPlacement::OffloadToHost);
   return fmt::format(
       "{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
-      "the host{}, micro-batch {}{}, updates {}, weights {} / gradients {} on the GPU, weights uploaded "
+      "the host{}{}, micro-batch {}{}, updates {}, weights {} / gradients {} on the GPU, weights uploaded "
       "{}{}{}",
-      gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute,
+      gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute, groups,
       micro_batch, tile, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
       weight_upload_name(weight_upload),
       is_exact(optimizer_state)

@@ -43,10 +43,14 @@ enum class ActivationPlacement {
   // recompute but for the norms and the activation (memory-bound passes) for that many bytes of
   // device memory.
   KeepWithInternals,
+  // Not kept: the backward recomputes it, with the forward of the layers below it, from the
+  // nearest kept boundary below (planner/boundary_groups.h); the forward's copy lives in a GPU
+  // buffer shared with the other groups. Never the first boundary.
+  Recompute,
 };
-// Whether the boundary activation stays in device memory.
+// Whether the boundary activation stays in device memory from its forward to its backward.
 inline bool boundary_on_gpu(ActivationPlacement a) {
-  return a != ActivationPlacement::OffloadToHost;
+  return a == ActivationPlacement::KeepOnGpu || a == ActivationPlacement::KeepWithInternals;
 }
 
 enum class UpdateSchedule {

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "planner/boundary_groups.h"
 #include "planner/disk_spill.h"
 #include "planner/disk_tier_layout.h"
 #include "planner/memory_model.h"
@@ -41,12 +42,18 @@ struct Family {
   // updates after the backward, their next forward needs no CPU update, which gives the CPU a head
   // start on the layers after them.
   bool first_layers = false;
-  int64_t seq_tile = 0;  // Plan::seq_tile
+  int64_t seq_tile = 0;    // Plan::seq_tile
+  int64_t keep_every = 1;  // one boundary in this many kept, the others recomputed
 };
 
 // Layers may keep their internals only when untiled (kept internals are whole chunks).
 bool tiled(const Plan& plan, const StepShape& shape) {
   return tile_count(shape.chunk_tokens, plan.seq_tile) > 1;
+}
+
+bool recomputes_boundaries(const Plan& plan) {
+  return std::find(plan.activations.begin(), plan.activations.end(), ActivationPlacement::Recompute) !=
+         plan.activations.end();
 }
 
 int64_t kept_activations(const Plan& plan) {
@@ -190,16 +197,20 @@ class Searcher {
                 }
               }
             }
-      // Each family of this micro-batch once per sequence tile.
+      // Each family of this micro-batch once per sequence tile and per K of kept boundaries.
       const std::vector<int64_t> tiles =
           r_.seq_tile ? std::vector<int64_t>{*r_.seq_tile} : seq_tile_candidates(r_.seq_len, mb * r_.seq_len);
+      const std::vector<int64_t> keeps =
+          r_.keep_every ? std::vector<int64_t>{*r_.keep_every} : keep_every_candidates(r_.seq_len, L_);
       const std::vector<Family> untiled(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
       out.resize(first);
       for (int64_t tile : tiles)
-        for (Family f : untiled) {
-          f.seq_tile = tile;
-          out.push_back(f);
-        }
+        for (int64_t keep : keeps)
+          for (Family f : untiled) {
+            f.seq_tile = tile;
+            f.keep_every = keep;
+            out.push_back(f);
+          }
     }
     return out;
   }
@@ -211,10 +222,10 @@ class Searcher {
     plan.weight_dtype = r_.weight_dtype;
     plan.grad_dtype = r_.grad_dtype;
     plan.optimizer_state = r_.optimizer_state;
-    plan.activations.assign(static_cast<size_t>(L_), ActivationPlacement::OffloadToHost);
+    plan.activations = keep_every_kth(L_, f.keep_every, ActivationPlacement::OffloadToHost);
     if (f.everything_on_gpu) {
       plan.units.assign(layout_.units.size(), UnitPlacement::ResidentWithOptimizer);
-      plan.activations.assign(static_cast<size_t>(L_), ActivationPlacement::KeepOnGpu);
+      plan.activations = keep_every_kth(L_, f.keep_every, ActivationPlacement::KeepOnGpu);
       return plan;
     }
     plan.gpu_slots = f.slots;
@@ -234,7 +245,7 @@ class Searcher {
                 : f.layers;
     }
     if (r_.offload_activations == false)
-      plan.activations.assign(static_cast<size_t>(L_), ActivationPlacement::KeepOnGpu);
+      plan.activations = keep_every_kth(L_, f.keep_every, ActivationPlacement::KeepOnGpu);
     return plan;
   }
 
@@ -251,8 +262,8 @@ class Searcher {
   size_t host_total(const Plan& plan, const StepShape& shape) const { return host_of(plan, shape).total(); }
 
   // Keeps the last layers' boundary activations on the GPU while they fit (the backward reads the
-  // last ones first). Keeping all of them also frees the two staging buffers; memory left after
-  // that keeps layers' internals too (keep_internals).
+  // last ones first); recomputed boundaries stay so. Keeping all of them also frees the two
+  // staging buffers; memory left after that keeps layers' internals too (keep_internals).
   void keep_activations(Plan& plan, const StepShape& shape) const {
     if (r_.offload_activations == true) return;
     if (r_.offload_activations == false) {
@@ -260,7 +271,8 @@ class Searcher {
       return;
     }
     Plan all = plan;
-    all.activations.assign(static_cast<size_t>(L_), ActivationPlacement::KeepOnGpu);
+    for (ActivationPlacement& a : all.activations)
+      if (a != ActivationPlacement::Recompute) a = ActivationPlacement::KeepOnGpu;
     if (device_total(all, shape) <= device_limit_) {
       plan = all;
       keep_internals(plan, shape);
@@ -269,16 +281,20 @@ class Searcher {
     const size_t act = round_to_256(static_cast<size_t>(shape.tokens() * config_.hidden_size) *
                                     dtype_size(plan.weight_dtype));
     const size_t base = device_total(plan, shape);
-    const int64_t room = base <= device_limit_ ? static_cast<int64_t>((device_limit_ - base) / act) : 0;
-    for (int64_t l = L_ - 1; l >= std::max<int64_t>(0, L_ - room); --l)
-      plan.activations[static_cast<size_t>(l)] = ActivationPlacement::KeepOnGpu;
+    int64_t room = base <= device_limit_ ? static_cast<int64_t>((device_limit_ - base) / act) : 0;
+    for (int64_t l = L_ - 1; l >= 0 && room > 0; --l) {
+      ActivationPlacement& a = plan.activations[static_cast<size_t>(l)];
+      if (a == ActivationPlacement::Recompute) continue;
+      a = ActivationPlacement::KeepOnGpu;
+      --room;
+    }
   }
 
   // Every boundary on the GPU and memory to spare: the last layers keep their forward
   // intermediates as well, which saves each of them the backward's recompute (the cost model
   // credits it). Every layer saves the same, so the count is what fits.
   void keep_internals(Plan& plan, const StepShape& shape) const {
-    if (!r_.space.keep_internals || tiled(plan, shape)) return;
+    if (!r_.space.keep_internals || tiled(plan, shape) || recomputes_boundaries(plan)) return;
     const size_t per_layer = static_cast<size_t>(shape.chunks) *
                              layer_internals_bytes(config_, shape.chunk_tokens, plan.weight_dtype);
     const size_t base = device_total(plan, shape);
@@ -384,7 +400,9 @@ class Searcher {
   // host DRAM beside the CPU AdamW, against the recompute.
   std::vector<Plan> internals_for_boundaries(const Plan& plan, const StepShape& shape) const {
     std::vector<Plan> traded;
-    if (!r_.space.keep_internals || r_.offload_activations.has_value() || tiled(plan, shape)) return traded;
+    if (!r_.space.keep_internals || r_.offload_activations.has_value() || tiled(plan, shape) ||
+        recomputes_boundaries(plan))
+      return traded;
     const int64_t kept = kept_internals(plan);
     int64_t offloaded = 0;
     for (int64_t k = kept + 1; k <= L_; ++k) {
@@ -515,6 +533,9 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
       !request.micro_batch || (*request.micro_batch >= 1 && request.global_batch % *request.micro_batch == 0),
       "plan", "micro_batch must divide global_batch ({})", request.global_batch);
   FERRY_CHECK(!request.slots || *request.slots >= 1, "plan", "gpu_slots must be at least 1");
+  FERRY_CHECK(!request.keep_every || *request.keep_every >= 1, "plan",
+              "keep_every must be at least 1 (every boundary activation kept), got {}",
+              request.keep_every.value_or(0));
   FERRY_CHECK(!request.resident_layers ||
                   (*request.resident_layers >= 0 && *request.resident_layers <= config.num_layers),
               "plan", "resident_layers must be between 0 and the model's {} layers", config.num_layers);
@@ -549,6 +570,14 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
 
 void check_device_budget(const ModelConfig& config, const ModelLayout& layout, const PlanRequest& request) {
   Searcher(config, layout, nullptr, request).check_device();
+}
+
+std::vector<int64_t> keep_every_candidates(int64_t seq_len, int64_t layers) {
+  std::vector<int64_t> out = {1};
+  if (seq_len <= kTiledFromSeqLen) return out;
+  for (int64_t k : {2, 3, 4, 8})
+    if (k <= layers) out.push_back(k);
+  return out;
 }
 
 std::string plan_difference(const Plan& plan, const Plan& reference) {
@@ -593,6 +622,11 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
       resident_from_the_first(plan) != resident_from_the_first(reference))
     parts.push_back(resident_from_the_first(plan) ? "the first layers resident instead of the last"
                                                   : "the last layers resident instead of the first");
+  const int64_t group = boundary_group_size(plan.activations),
+                reference_group = boundary_group_size(reference.activations);
+  if (group != reference_group)
+    parts.push_back(fmt::format("one boundary in {} kept (the others recomputed) instead of one in {}", group,
+                                reference_group));
   const int64_t kept = kept_activations(plan), reference_kept = kept_activations(reference);
   if (kept != reference_kept)
     parts.push_back(

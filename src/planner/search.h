@@ -30,6 +30,13 @@
 //     the fewest first boundaries offloaded that makes room (a layer's internals weigh about ten
 //     boundaries), which the cost model weighs (the copies, their share of host DRAM) against the
 //     recompute saved.
+//   * every K-th boundary kept, the others recomputed in the backward (planner/boundary_groups.h):
+//     K is a family axis like the sequence tile, tried for long sequences (keep_every_candidates).
+//     The kept boundaries are placed as above (the last ones on the GPU while they fit); the
+//     recomputed ones cost K - 1 buffers on the GPU and K - 1 more layer forwards per K layers (and
+//     the uploads the slots cannot save), and free host or GPU memory of L - L/K boundaries, which
+//     long sequences need: at 128K tokens an 8B's boundaries are 1 GiB each. No layer keeps its
+//     internals in such a plan.
 //   * update schedule: after the backward (overlapped with the next forward) always; during the
 //     backward only without clipping (the global norm must be known before any update: exactness
 //     first).
@@ -81,6 +88,9 @@ struct PlanRequest {
   // Forced tokens per sequence tile (Plan::seq_tile; 0: untiled); unset: the search tries
   // planner/sequence_tile.h's candidates.
   std::optional<int64_t> seq_tile;
+  // Forced: one boundary activation in this many kept, the others recomputed (1: all kept); unset:
+  // the search tries keep_every_candidates.
+  std::optional<int64_t> keep_every;
   size_t device_budget = 0;  // bytes the engine may allocate on the device
   double headroom = 0.05;    // fraction of the device budget left free
   size_t host_budget = 0;    // bytes of host memory (HostBytes::total); 0: no limit
@@ -154,6 +164,11 @@ size_t default_host_budget(double physical_bytes);
 // (the page cache of the files it writes, the kernel, other processes) -- 5% of it, at least
 // 2 GiB. 120 GiB → 114 GiB; 24 GiB → 22 GiB; never 0.
 size_t default_host_budget_available(size_t available_bytes);
+
+// The K the search tries (one boundary in K kept): 1, and for sequences longer than
+// kTiledFromSeqLen tokens (as sequence tiles; there one sequence's boundary weighs 64 MiB at 8B)
+// 2, 3, 4 and 8.
+std::vector<int64_t> keep_every_candidates(int64_t seq_len, int64_t layers);
 
 // "3 slots instead of 2, 20 resident layers instead of 24" (what `plan` changes from `reference`).
 std::string plan_difference(const Plan& plan, const Plan& reference);

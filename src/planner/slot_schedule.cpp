@@ -6,13 +6,31 @@
 
 namespace ferry {
 
-std::vector<size_t> step_unit_sequence(int64_t layers) {
-  std::vector<size_t> seq;
-  const size_t head = static_cast<size_t>(layers) + 1;
-  for (size_t u = 0; u <= head; ++u) seq.push_back(u);                                  // E, L0 .. L(n-1), H
-  for (int64_t l = layers - 1; l >= 0; --l) seq.push_back(static_cast<size_t>(l) + 1);  // L(n-1) .. L0
-  seq.push_back(0);                                                                     // E (backward)
+StepSequence step_sequence(int64_t layers, const std::vector<bool>& recomputed) {
+  FERRY_ASSERT(recomputed.empty() || static_cast<int64_t>(recomputed.size()) == layers);
+  auto is_recomputed = [&](int64_t b) { return !recomputed.empty() && recomputed[static_cast<size_t>(b)]; };
+  StepSequence seq;
+  auto use = [&](size_t unit, UsePass pass) {
+    seq.units.push_back(unit);
+    seq.passes.push_back(pass);
+  };
+  const auto layer_unit = [](int64_t l) { return static_cast<size_t>(l) + 1; };
+  use(0, UsePass::Forward);  // E
+  for (int64_t l = 0; l < layers; ++l) use(layer_unit(l), UsePass::Forward);
+  use(layer_unit(layers), UsePass::Head);
+  for (int64_t m = layers - 1; m >= 0;) {
+    int64_t k = m;  // the group k .. m: boundary k kept, k+1 .. m recomputed
+    while (k > 0 && is_recomputed(k)) --k;
+    for (int64_t l = k; l < m; ++l) use(layer_unit(l), UsePass::Recompute);
+    for (int64_t l = m; l >= k; --l) use(layer_unit(l), UsePass::Backward);
+    m = k - 1;
+  }
+  use(0, UsePass::Backward);  // E
   return seq;
+}
+
+std::vector<size_t> step_unit_sequence(int64_t layers) {
+  return step_sequence(layers, {}).units;
 }
 
 bool use_reads_weights(const std::vector<SlotUse>& uses, size_t j) {

@@ -3,7 +3,10 @@
 // alone and printed in the plan. It lives in the planner because the cost model replays the
 // engine's schedule with the same function (planner/cost_model.h).
 //
-// A step uses units in the order  E, L0 .. L(n-1), H, L(n-1) .. L0, E  (forward, head, backward).
+// A step uses units in the order  E, L0 .. L(n-1), H, L(n-1) .. L0, E  (forward, head, backward);
+// with recomputed boundaries (planner/boundary_groups.h) the backward of each group of layers
+// k .. m is preceded by the forwards of k .. m-1 that recompute the group's boundaries, which
+// read the layers' weights like any use: L(m-1) .. is then  L(k) .. L(m-1), L(m) .. L(k).
 // Resident units never occupy a slot. Eviction is Belady's: the slot whose unit is needed again
 // furthest in the future (or never) is reused, which is optimal for a known sequence. A unit whose
 // weights change between two uses (an update between steps) is always reloaded: schedules are per
@@ -26,10 +29,26 @@ struct SlotUse {
 std::vector<SlotUse> schedule_slots(const std::vector<size_t>& sequence, const std::vector<bool>& resident,
                                     int64_t slots);
 
-// The order of unit uses in one step of a model with `layers` decoder layers.
+// What a use of a unit computes.
+enum class UsePass {
+  Forward,    // the embedding's or a layer's forward
+  Head,       // the head's forward, loss and backward
+  Recompute,  // a layer's forward again in the backward, rewriting a recomputed boundary
+  Backward,   // a layer's or the embedding's backward
+};
+
+struct StepSequence {
+  std::vector<size_t> units;    // the unit of each use
+  std::vector<UsePass> passes;  // what each use computes
+};
+
+// The uses of one step of a model with `layers` decoder layers; `recomputed` (empty: none) says per
+// boundary whether the backward recomputes it (BoundaryGroups::recomputed).
+StepSequence step_sequence(int64_t layers, const std::vector<bool>& recomputed);
+// The units of step_sequence(layers, {}): every boundary kept.
 std::vector<size_t> step_unit_sequence(int64_t layers);
 
-// Whether use j of a step's schedule (step_unit_sequence order) reads its unit's weights: all but
+// Whether use j of a step's schedule (step_sequence order) reads its unit's weights: all but
 // the embedding's backward (the last use), whose scatter into the gradient reads none; its slot
 // is claimed, not filled.
 bool use_reads_weights(const std::vector<SlotUse>& uses, size_t j);

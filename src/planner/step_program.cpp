@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "optim/clip.h"
 #include "planner/adamw_rate.h"
+#include "planner/boundary_groups.h"
 #include "planner/disk_tier_layout.h"
 #include "planner/memory_model.h"
 #include "planner/sequence_tile.h"
@@ -48,7 +49,10 @@ class ProgramBuilder {
                            ((4.0 * H + 3.0 * F) * static_cast<double>(dtype_size(plan_.weight_dtype)) + 8.0);
       kept_layer_recompute_s_ = bytes / (kGpuAdamWBytesPerParam * profile_.compute.gpu_adamw_params_per_s);
     }
-    uses_ = schedule_slots(step_unit_sequence(L_), resident_, std::max<int64_t>(1, plan_.gpu_slots));
+    groups_ = boundary_groups(plan_.activations);
+    const StepSequence sequence = step_sequence(L_, groups_.recomputed);
+    uses_ = schedule_slots(sequence.units, resident_, std::max<int64_t>(1, plan_.gpu_slots));
+    passes_ = sequence.passes;
     activation_bytes_ = static_cast<double>(shape_.tokens() * config.hidden_size) *
                         static_cast<double>(dtype_size(plan_.weight_dtype));
     upload_bytes_per_param_ = plan_.weight_upload == WeightUpload::ConvertOnUpload
@@ -195,17 +199,23 @@ class ProgramBuilder {
     const int32_t done =
         add(Lane::DeviceToHost, TaskKind::ActivationOffload, static_cast<size_t>(b), 0.0, activation_bytes_);
     offload_done_[static_cast<size_t>(b)] = done;
-    staging_free_[b % 2] = done;
+    staging_free_[staging_of(b)] = done;
   }
+  size_t staging_of(int64_t b) const { return static_cast<size_t>(groups_.staging[static_cast<size_t>(b)]); }
   void before_boundary_write(int64_t b) {
-    if (boundary_offloaded(b)) wait(Lane::Compute, staging_free_[b % 2]);
+    if (boundary_offloaded(b)) wait(Lane::Compute, staging_free_[staging_of(b)]);
   }
   void reload_boundary(int64_t b, int32_t staging_readers_done) {
     wait(Lane::HostToDevice, staging_readers_done);
     wait(Lane::HostToDevice, offload_done_[static_cast<size_t>(b)]);
     activation_back_[static_cast<size_t>(b)] =
         add(Lane::HostToDevice, TaskKind::ActivationReload, static_cast<size_t>(b), 0.0, activation_bytes_);
-    staging_free_[b % 2] = -1;
+    staging_free_[staging_of(b)] = -1;
+  }
+  void await_boundary(int64_t b, int32_t before) {
+    if (!boundary_offloaded(b)) return;
+    if (activation_back_[static_cast<size_t>(b)] < 0) reload_boundary(b, before);
+    wait(Lane::Compute, activation_back_[static_cast<size_t>(b)]);
   }
 
   // The updater's worker: one FIFO of landings (a host unit's gradient, or a device unit's norm
@@ -300,7 +310,7 @@ class ProgramBuilder {
       ensure_resident(u);
       if (layout_.tied && u == Hd) ensure_resident(E);
       const int32_t before = last_compute_;
-      const bool forward = i <= static_cast<size_t>(L_);
+      const bool forward = passes_[i] == UsePass::Forward;
       bool sends = false;
       if (u == E && forward) {
         before_boundary_write(0);
@@ -316,11 +326,11 @@ class ProgramBuilder {
           before_boundary_write(l + 1);
           add(Lane::Compute, TaskKind::LayerForward, u, tiled_chunks_of(compute.layer_forward), 0.0);
           if (boundary_offloaded(l + 1)) offload_boundary(l + 1);
+        } else if (passes_[i] == UsePass::Recompute) {  // SlidingEngine::recompute_boundary
+          await_boundary(l, before);
+          add(Lane::Compute, TaskKind::LayerForward, u, tiled_chunks_of(compute.layer_forward), 0.0);
         } else {
-          if (boundary_offloaded(l)) {
-            if (activation_back_[static_cast<size_t>(l)] < 0) reload_boundary(l, before);
-            wait(Lane::Compute, activation_back_[static_cast<size_t>(l)]);
-          }
+          await_boundary(l, before);
           add(Lane::Compute, TaskKind::LayerBackward, u, layer_backward_seconds(l), 0.0);
           sends = true;
         }
@@ -396,6 +406,8 @@ class ProgramBuilder {
   std::vector<bool> resident_, gpu_optimizer_;
   bool all_on_gpu_ = false;
   std::vector<SlotUse> uses_;
+  std::vector<UsePass> passes_;  // per use (step_sequence)
+  BoundaryGroups groups_;        // recomputed boundaries, staging buffers
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
   double cpu_adamw_rate_ = 0.0;          // params/s of the host's AdamW pass for this plan
   double tiled_extra_share_ = 0.0;       // of a layer forward, what a tiled backward runs again besides

@@ -13,9 +13,9 @@
 //     download, or its compute), and is issued up to gpu_slots - 1 uses ahead (Belady schedule,
 //     planner/slot_schedule.h); a resident unit is re-uploaded once per step, just before its
 //     first use, after its update;
-//   * offloaded boundaries go through a ring of two staging buffers: the forward that writes
-//     boundary b waits until boundary b-2 has left the staging buffer; the backward's reload of
-//     boundary l is issued one use ahead, after the compute that last read its staging buffer;
+//   * offloaded boundaries go through a ring of two staging buffers, taken in turn: the forward
+//     that writes one waits until the offloaded boundary before the previous one has left it; the backward's
+//     reload of boundary l is issued one use ahead, after the compute that last read its staging buffer;
 //   * each backward's gradient gets its norm partials on the compute stream, then both are copied
 //     to the host and handed to the CPU worker, which files the partials in landing order; then either
 //     the update at once (DuringBackward), or, once every gradient of the step has been taken in
@@ -34,7 +34,10 @@
 //     its backward claims a slot without uploading weights.
 //
 // A layer's backward includes the recompute of its forward (the profile's layer_backward), except
-// for a layer that keeps its internals (ActivationPlacement::KeepWithInternals).
+// for a layer that keeps its internals (ActivationPlacement::KeepWithInternals). A recomputed
+// boundary (planner/boundary_groups.h) costs one more layer forward in the backward (a
+// Recompute use, before its group's backwards), whose weights that use reads too: the slot
+// schedule uploads them once more where the slots cannot hold the group.
 #pragma once
 
 #include <cstdint>

@@ -10,8 +10,10 @@
 #include "device/memory_ledger.h"
 #include "model/unit_layout.h"
 #include "ops/device_ops.h"
+#include "planner/boundary_groups.h"
 #include "planner/disk_batch.h"
 #include "planner/memory_model.h"
+#include "planner/model_flops.h"
 #include "planner/nominal_profile.h"
 #include "planner/scaled_profile.h"
 #include "train/device_choice.h"
@@ -26,6 +28,12 @@ namespace ferry {
 namespace {
 
 constexpr const char* kWhere = "plan";
+
+bool recomputes_any(const Plan& plan) {
+  for (ActivationPlacement a : plan.activations)
+    if (a == ActivationPlacement::Recompute) return true;
+  return false;
+}
 
 // "0-7 offloaded to the host, 8-31 kept on the GPU": runs of equal values, by layer.
 template <typename T, typename Name>
@@ -83,6 +91,61 @@ void print_weight_upload(const ModelConfig& model, const ModelLayout& layout, co
                format_bytes(shadow_host), format_bytes(host_budget));
 }
 
+// "0, 4, 8 offloaded to the host, 12-28 kept on the GPU": the kept boundaries of a plan that
+// recomputes the others, in runs of equal placement.
+std::string kept_boundary_runs(const std::vector<ActivationPlacement>& activations) {
+  std::string out;
+  std::vector<size_t> run;
+  const auto flush = [&] {
+    if (run.empty()) return;
+    std::string layers;
+    for (size_t b : run) layers += fmt::format("{}{}", layers.empty() ? "" : " ", b);
+    out +=
+        fmt::format("{}{} {}", out.empty() ? "" : "; ", layers,
+                    activations[run.front()] == ActivationPlacement::OffloadToHost ? "offloaded to the host"
+                                                                                   : "kept on the GPU");
+    run.clear();
+  };
+  for (size_t b = 0; b < activations.size(); ++b) {
+    if (activations[b] == ActivationPlacement::Recompute) continue;
+    if (!run.empty() && boundary_on_gpu(activations[run.front()]) != boundary_on_gpu(activations[b])) flush();
+    run.push_back(b);
+  }
+  flush();
+  return out;
+}
+
+// Why a plan recomputes boundaries: what keeping all of them (the recomputed ones offloaded like
+// the kept ones, or kept on the GPU) would need against the budgets, and what the recompute costs.
+void print_recompute_reason(const ModelConfig& model, const ModelLayout& layout, const Candidate& c,
+                            const PlanRequest& request, const MachineProfile& profile) {
+  const Plan& p = c.plan;
+  const BoundaryGroups groups = boundary_groups(p.activations);
+  int64_t recomputed = 0;
+  for (bool r : groups.recomputed) recomputed += r;
+  if (recomputed == 0) return;
+  Plan all = p;
+  for (ActivationPlacement& a : all.activations)
+    if (a == ActivationPlacement::Recompute) a = ActivationPlacement::OffloadToHost;
+  const HostBytes host = host_bytes(model, layout, all, c.shape.chunk_tokens, c.shape.chunks);
+  const size_t host_total = host.total() + request.host_beside_engine +
+                            (request.device_memory_on_host ? c.prediction.device.total() : 0);
+  const size_t act =
+      round_to_256(static_cast<size_t>(c.shape.tokens() * model.hidden_size) * dtype_size(p.weight_dtype));
+  const double forward_s = static_cast<double>(c.shape.chunks) *
+                           profile.compute.layer_forward.at(c.shape.chunk_tokens) *
+                           static_cast<double>(recomputed);
+  std::printf(
+      "  why one boundary in %lld%s: each boundary is %s; keeping the %lld recomputed ones on the host would "
+      "need %s of host memory (budget %s), on the GPU %s more; their recompute costs %lld layer forwards, "
+      "~%.3g s of GPU compute per step (counted in the prediction)\n",
+      static_cast<long long>(groups.recompute_buffers + 1), request.keep_every ? " (keep_every, forced)" : "",
+      format_bytes(act).c_str(), static_cast<long long>(recomputed), format_bytes(host_total).c_str(),
+      request.host_budget > 0 ? format_bytes(request.host_budget).c_str() : "unlimited",
+      format_bytes(static_cast<size_t>(recomputed - groups.recompute_buffers) * act).c_str(),
+      static_cast<long long>(recomputed), forward_s);
+}
+
 void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout, const Candidate& c,
                              size_t host_budget) {
   const Plan& p = c.plan;
@@ -93,18 +156,27 @@ void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout
   std::printf("  embedding %s; head %s\n", unit_words(p.units[layout.embedding_unit()]),
               unit_words(p.units[layout.head_unit()]));
   std::printf("  layers %s\n", runs(layers, unit_words).c_str());
-  std::printf("  boundary activations of layers %s\n",
-              runs(p.activations, [](ActivationPlacement a) {
-                switch (a) {
-                  case ActivationPlacement::KeepOnGpu:
-                    return "kept on the GPU";
-                  case ActivationPlacement::OffloadToHost:
-                    return "offloaded to the host";
-                  case ActivationPlacement::KeepWithInternals:
-                    return "kept on the GPU with their internals (no recompute)";
-                }
-                return "?";
-              }).c_str());
+  if (recomputes_any(p))
+    std::printf(
+        "  boundary activations: one in %lld kept, the others recomputed in the backward from the kept one "
+        "below; kept: %s\n",
+        static_cast<long long>(boundary_group_size(p.activations)),
+        kept_boundary_runs(p.activations).c_str());
+  else
+    std::printf("  boundary activations of layers %s\n",
+                runs(p.activations, [](ActivationPlacement a) {
+                  switch (a) {
+                    case ActivationPlacement::KeepOnGpu:
+                      return "kept on the GPU";
+                    case ActivationPlacement::OffloadToHost:
+                      return "offloaded to the host";
+                    case ActivationPlacement::KeepWithInternals:
+                      return "kept on the GPU with their internals (no recompute)";
+                    case ActivationPlacement::Recompute:
+                      return "recomputed in the backward from the kept one below";
+                  }
+                  return "?";
+                }).c_str());
   std::printf("  micro-chunks of %lld tokens (micro-batch %lld), %lld per step\n",
               static_cast<long long>(c.shape.chunk_tokens), static_cast<long long>(p.micro_batch),
               static_cast<long long>(c.shape.chunks));
@@ -131,8 +203,16 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
 
   std::printf("plan\n");
   print_candidate_summary(model, layout, best, s.request.host_budget);
+  print_recompute_reason(model, layout, best, s.request, s.profile);
   std::printf("\npredicted step time %.4g s, %.0f tokens/s, GPU idle %.0f%%\n", p.step_seconds,
               p.tokens_per_second, 100.0 * p.gpu_idle_fraction);
+  const double flops =
+      training_flops_per_token(model, static_cast<double>(layout.parameter_count()), config.seq_len);
+  std::printf(
+      "model FLOPs utilisation %.1f%% of the H200's %.0f TFLOP/s dense bf16 peak (%.1f GFLOP per token: "
+      "6 per parameter and causal attention, recomputes not counted)\n",
+      100.0 * p.tokens_per_second * flops / kH200DenseBf16FlopsPerS, kH200DenseBf16FlopsPerS / 1e12,
+      flops / 1e9);
   std::printf("bottleneck: %s\n  %s\n", lane_name(p.bottleneck), best.explanation.c_str());
   for (const std::string& line : describe_advice(s)) std::printf("%s\n", line.c_str());
   const std::string evaluation = describe_evaluation(config, s);

@@ -63,6 +63,7 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   r.global_batch = config.global_batch;
   if (config.micro_batch > 0) r.micro_batch = config.micro_batch;
   if (config.seq_tile >= 0) r.seq_tile = config.seq_tile;
+  if (config.keep_every >= 1) r.keep_every = config.keep_every;
   r.device_budget = target.device_budget;
   if (config.host_memory) r.host_budget = static_cast<size_t>(*config.host_memory);
   if (!config.host_memory && target.host_available > 0) {

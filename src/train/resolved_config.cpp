@@ -116,6 +116,13 @@ const std::map<std::string, Writer>& writers() {
          else
            o << c.seq_tile;
        }},
+      {"keep_every",
+       [](YAML::Emitter& o, const TrainConfig& c) {
+         if (c.keep_every < 0)
+           o << "auto";
+         else
+           o << c.keep_every;
+       }},
       {"gradient_accumulation_steps", value(&TrainConfig::gradient_accumulation_steps)},
       {"packing", value(&TrainConfig::packing)},
       {"packing_strategy",

@@ -187,6 +187,10 @@ const std::map<std::string, Setter>& setters() {
          const std::string word = n.IsScalar() ? n.Scalar() : std::string();
          c.seq_tile = word == "auto" ? -1 : word == "off" ? 0 : parse_int(n, k);
        }},
+      {"keep_every",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.keep_every = n.IsScalar() && n.Scalar() == "auto" ? -1 : parse_int(n, k);
+       }},
       {"gradient_accumulation_steps",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gradient_accumulation_steps = parse_int(n, k); }},
       {"packing", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.packing = parse_bool(n, k); }},
@@ -528,6 +532,11 @@ void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(c.seq_tile >= -1, kWhere,
               "seq_tile must be a number of tokens, auto (the planner picks) or off (untiled), got {}",
               c.seq_tile);
+  FERRY_CHECK(
+      c.keep_every == -1 || c.keep_every >= 1, kWhere,
+      "keep_every must be a number of layers (1: every boundary activation kept) or auto (the planner "
+      "picks), got {}",
+      c.keep_every);
   FERRY_CHECK(c.micro_batch >= 0, kWhere,
               "micro_batch must be at least 1, or auto (the planner picks), got {}", c.micro_batch);
   FERRY_CHECK(c.micro_batch == 0 || c.global_batch % c.micro_batch == 0, kWhere,

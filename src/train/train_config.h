@@ -59,6 +59,10 @@ struct TrainConfig {
   // head run a tile at a time, attention over the whole sequence): -1 (`auto`): the planner picks;
   // 0 (`off`): untiled.
   int64_t seq_tile = -1;
+  // One boundary activation in this many kept (on the GPU or the host), the others recomputed in
+  // the backward from the kept one below (planner/boundary_groups.h): -1 (`auto`): the planner
+  // picks; 1: every boundary kept.
+  int64_t keep_every = -1;
   // Hugging Face's way to give the batch: global_batch = micro_batch (per_device_train_batch_size)
   // × gradient_accumulation_steps. 0: not given. Set, it decides global_batch (a global_batch given
   // too must agree).

@@ -1,0 +1,48 @@
+#include "planner/boundary_groups.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace ferry {
+
+BoundaryGroups boundary_groups(const std::vector<ActivationPlacement>& activations) {
+  const size_t n = activations.size();
+  BoundaryGroups g;
+  g.staging.assign(n, -1);
+  g.recompute_buffer.assign(n, -1);
+  g.group_base.assign(n, 0);
+  g.recomputed.assign(n, false);
+  FERRY_CHECK(n == 0 || activations[0] != ActivationPlacement::Recompute, "plan",
+              "boundary 0 (the embedding's output) cannot be recomputed: keep it on the GPU or the host");
+  int64_t offloaded = 0, base = 0;
+  for (size_t b = 0; b < n; ++b) {
+    const ActivationPlacement a = activations[b];
+    if (a == ActivationPlacement::OffloadToHost) g.staging[b] = offloaded++ % 2;
+    if (a == ActivationPlacement::Recompute) {
+      g.recomputed[b] = true;
+      g.recompute_buffer[b] = static_cast<int64_t>(b) - base - 1;
+      g.recompute_buffers = std::max(g.recompute_buffers, g.recompute_buffer[b] + 1);
+    } else {
+      base = static_cast<int64_t>(b);
+    }
+    g.group_base[b] = base;
+  }
+  g.any_offloaded = offloaded > 0;
+  return g;
+}
+
+std::vector<ActivationPlacement> keep_every_kth(int64_t layers, int64_t keep_every,
+                                                ActivationPlacement kept) {
+  FERRY_CHECK(keep_every >= 1, "plan", "keep_every must be at least 1 (every boundary kept), not {}",
+              keep_every);
+  std::vector<ActivationPlacement> a(static_cast<size_t>(layers), ActivationPlacement::Recompute);
+  for (int64_t b = 0; b < layers; b += keep_every) a[static_cast<size_t>(b)] = kept;
+  return a;
+}
+
+int64_t boundary_group_size(const std::vector<ActivationPlacement>& activations) {
+  return boundary_groups(activations).recompute_buffers + 1;
+}
+
+}  // namespace ferry
