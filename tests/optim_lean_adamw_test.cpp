@@ -90,7 +90,7 @@ TEST(LeanAdamW, StochasticRoundingIsUnbiased) {
     const size_t trials = 200000;
     double sum = 0.0;
     for (size_t k = 0; k < trials; ++k)
-      sum += bf16_to_f32(lean::bf16_stochastic(x, lean::random32(7, 1, k, 0)));
+      sum += bf16_to_f32(lean::bf16_stochastic(x, lean::random16(7, 1, k, 0)));
     const double sigma = bf16_ulp(x) / 2.0 / std::sqrt(static_cast<double>(trials));
     EXPECT_NEAR(sum / trials, x, 5.0 * sigma) << x;
   }
@@ -106,7 +106,7 @@ TEST(LeanAdamW, StochasticRoundingAccumulatesUpdatesBelowHalfAnUlp) {
   for (size_t i = 0; i < n; ++i) {
     uint16_t p = f32_to_bf16(1.0f);
     for (int t = 1; t <= 1000; ++t)
-      p = lean::bf16_stochastic(bf16_to_f32(p) + 1e-4f, lean::random32(9, t, i, 0));
+      p = lean::bf16_stochastic(bf16_to_f32(p) + 1e-4f, lean::random16(9, t, i, 0));
     mean += bf16_to_f32(p);
   }
   mean /= n;
@@ -266,7 +266,7 @@ void reference_step(const LeanUnitState& s, std::span<const AdamWSegment> segmen
                                    lean::uniform(s.seed, step, i, 0));
           break;
         default:
-          s.master_bf16[i] = lean::bf16_stochastic(p, lean::random32(s.seed, step, i, 0));
+          s.master_bf16[i] = lean::bf16_stochastic(p, lean::random16(s.seed, step, i, 0));
       }
       if (bf16_out != nullptr) {
         float stored;

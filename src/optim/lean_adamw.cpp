@@ -20,12 +20,13 @@ namespace ferry {
 
 namespace lean {
 
-uint32_t random32(uint64_t seed, int64_t step, size_t index, uint32_t purpose) {
-  return random_bits(random_key(seed, step), index, purpose);
+uint32_t random16(uint64_t seed, int64_t step, size_t index, uint32_t purpose) {
+  const uint64_t key = random_key(seed, step);
+  return purpose_bits(random_bits(span_key(key, index), index), purpose);
 }
 
 float uniform(uint64_t seed, int64_t step, size_t index, uint32_t purpose) {
-  return uniform_from_bits(random32(seed, step, index, purpose));
+  return uniform_from_bits16(random16(seed, step, index, purpose));
 }
 
 uint16_t bf16_stochastic(float x, uint32_t random16) {
@@ -187,9 +188,16 @@ void load_grads(const void* grad, DType dtype, size_t first, size_t count, float
 // segments[seg]. Most blocks lie inside one segment: all their lanes are active alike.
 void block_input(std::span<const AdamWSegment> segments, size_t seg, size_t b, size_t count, const void* grad,
                  DType grad_dtype, lean::BlockInput& in) {
-  std::memset(&in, 0, sizeof(in));
-  if (seg < segments.size() && segments[seg].offset <= b &&
-      b + count <= segments[seg].offset + segments[seg].count) {
+  const bool inside = seg < segments.size() && segments[seg].offset <= b &&
+                      b + count <= segments[seg].offset + segments[seg].count;
+  if (inside && count == kStateBlock) {
+    in.uniform = true;
+    in.decay_all = segments[seg].decay;
+    load_grads(grad, grad_dtype, b, count, in.grad);
+    return;
+  }
+  in = lean::BlockInput{};
+  if (inside) {
     const uint32_t decay = segments[seg].decay ? ~0u : 0u;
     for (size_t j = 0; j < count; ++j) {
       in.active[j] = ~0u;
@@ -224,8 +232,12 @@ std::string lost_updates_warning(OptimizerStateFormat format, const LeanStepStat
 }
 
 uint64_t lean_unit_seed(uint64_t run_seed, size_t unit) {
-  return (static_cast<uint64_t>(lean::random32(run_seed, 0, unit, 3)) << 32) |
-         lean::random32(run_seed, 1, unit, 3);
+  // The 32 high bits of splitmix64 over (run seed, 0 or 1, unit) (the bits of the first random
+  // numbers of the lean formats, kept so that a unit's stream is what it was).
+  const auto half = [&](int64_t which) {
+    return lean::mix64(lean::random_key(run_seed, which) ^ (static_cast<uint64_t>(unit) << 2 | 3)) >> 32;
+  };
+  return half(0) << 32 | half(1);
 }
 
 LeanUnitState lean_unit_view(OptimizerStateFormat format, size_t numel, std::span<void* const> arrays,
@@ -335,8 +347,8 @@ LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<
       [&](size_t lo, size_t hi) {
         LeanStepStats stats;
         lean::BlockInput in;
-        std::fill(std::begin(in.active), std::end(in.active), ~0u);
-        std::fill(std::begin(in.decay), std::end(in.decay), decay ? ~0u : 0u);
+        in.uniform = true;  // whole blocks, every lane updated
+        in.decay_all = decay;
         std::fill(std::begin(in.grad), std::end(in.grad), 0.0f);
         for (size_t k = lo; k < hi; ++k) {
           const size_t row = static_cast<size_t>(rows[k]) * row_len;

@@ -106,8 +106,9 @@ LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<
 
 // The encodings on their own, for tests and references.
 namespace lean {
-// 32 random bits from (seed, step, index, purpose), and a uniform number in [0, 1) from them.
-uint32_t random32(uint64_t seed, int64_t step, size_t index, uint32_t purpose);
+// The 16 random bits of (seed, step, index) for `purpose` (0: the master's rounding, 1: v's;
+// optim/lean_random.h), and a uniform number in (0, 1) from them.
+uint32_t random16(uint64_t seed, int64_t step, size_t index, uint32_t purpose);
 float uniform(uint64_t seed, int64_t step, size_t index, uint32_t purpose);
 // bf16 of x rounded stochastically with 16 random bits: up with probability (x - down) / ulp.
 uint16_t bf16_stochastic(float x, uint32_t random16);

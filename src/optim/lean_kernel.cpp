@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/error.h"
 #include "optim/lean_random.h"
 
 namespace ferry::lean {
@@ -24,9 +25,6 @@ namespace ferry::lean {
 namespace {
 
 constexpr size_t K = kStateBlock;
-// The purposes of lean_random.h's numbers: the masters' rounding, v's.
-constexpr uint32_t kRandomMaster = 0;
-constexpr uint32_t kRandomV = 1;
 
 [[gnu::always_inline]] inline uint32_t bits_of(float x) {
   return std::bit_cast<uint32_t>(x);
@@ -88,18 +86,6 @@ template <int kMant>
   return positive & select(small, small_code, code);
 }
 
-// The largest of K non-negative floats by their bits, NaN and -0 counted as 0 (std::max over the
-// values skips NaN as these do); exact, so any lane order gives it.
-[[gnu::always_inline]] inline float block_max(const float* x) {
-  uint32_t best = 0;
-  for (size_t j = 0; j < K; ++j) {
-    const uint32_t b = bits_of(x[j]);
-    const uint32_t key = b & mask_if(b <= 0x7f800000u);
-    best = best > key ? best : key;
-  }
-  return float_of(best);
-}
-
 [[gnu::always_inline]] inline bool usable_scale(float scale) {
   const uint32_t b = bits_of(scale);
   return b != 0 && b < 0x7f800000u;
@@ -146,14 +132,158 @@ template <int kMant>
   return select(finite, hi | c << 16, bf16_nearest(xb));
 }
 
-// memcpy of `count` elements, of a constant size for a whole block (inlined: the variable one is a
-// call per array per block).
-template <typename T>
-[[gnu::always_inline]] inline void copy_lanes(T* dst, const T* src, size_t count) {
-  if (count == K)
-    std::memcpy(dst, src, K * sizeof(T));
+// One block's work on kStateBlock lanes of each array: the unit's own for a whole block, a padded
+// copy for a partial one. kMasked: some lanes are inactive (in.active, in.decay say which); else
+// every lane is updated with in.decay_all, and the choices fold away. Two passes over the lanes:
+// decode, update and encode the master (with its bf16 copy into `out`) while the block's largest
+// |m| and sqrt(v) are taken; then m and v are encoded against them.
+template <OptimizerStateFormat F, bool kMasked>
+[[gnu::always_inline]] inline void update_lanes(float* __restrict master, uint16_t* __restrict hi,
+                                                int8_t* __restrict comp, int8_t* __restrict mq,
+                                                uint8_t* __restrict vq, uint16_t* __restrict out,
+                                                float* __restrict m_scale, float* __restrict v_scale,
+                                                const BlockInput& in, const StepConstants& c, uint32_t span,
+                                                uint32_t first_index, LeanStepStats& stats) {
+  const AdamWScalars& sc = c.sc;
+  const bool small_lerp = sc.lerp_weight < 0.5f;
+  const float lerp_coef = small_lerp ? sc.lerp_weight : sc.lerp_weight - 1.0f;
+  const uint32_t small_lerp_mask = mask_if(small_lerp);
+  const uint32_t uniform_decay = bits_of(in.decay_all ? sc.decay_factor : 1.0f);
+  const float m_in = *m_scale, v_in = *v_scale;
+  alignas(64) float m[K], root[K];
+  alignas(64) uint32_t v_bits[K], v_random[K];
+  uint32_t m_max = 0, v_max = 0;
+  uint32_t lost = 0, updated = 0;
+  for (size_t j = 0; j < K; ++j) {
+    const uint32_t active = kMasked ? in.active[j] : ~0u;
+    const uint32_t random = random_bits(span, first_index + static_cast<uint32_t>(j));
+    // Decode (lean_adamw.cpp's dequantize_m, dequantize_v, the master's decoding).
+    const int32_t qs = mq[j];
+    const uint32_t qm = static_cast<uint32_t>(qs < 0 ? -qs : qs);
+    const float mi = float_of(bits_of(decode_f8<3>(qm) * m_in) ^ (qs < 0 ? 0x80000000u : 0u));
+    const float ri = decode_f8<4>(vq[j]) * v_in;
+    const float vi = ri * ri;
+    float before;
+    if constexpr (F == OptimizerStateFormat::Fp32Q8)
+      before = master[j];
+    else if constexpr (F == OptimizerStateFormat::Bf16C8Q8)
+      before = decode_c8(hi[j], comp[j]);
+    else
+      before = float_of(static_cast<uint32_t>(hi[j]) << 16);
+    // adamw.cpp's update_loop, operation for operation.
+    const float g = in.grad[j] * c.grad_scale;
+    const uint32_t decay =
+        kMasked ? select(in.decay[j], bits_of(sc.decay_factor), bits_of(1.0f)) : uniform_decay;
+    const float decayed = before * float_of(decay);
+    const float m_new =
+        std::fma(lerp_coef, g - mi, float_of(select(small_lerp_mask, bits_of(mi), bits_of(g))));
+    const float v_new = std::fma(sc.one_minus_beta2 * g, g, vi * sc.beta2);
+    const float v_kept = float_of(select(active, bits_of(v_new), bits_of(vi)));
+    // One square root for the step and for v's encoding: an active lane's v is v_new.
+    const float r = std::sqrt(v_kept);
+    const float denom = r / sc.bc2_sqrt + sc.eps;
+    const float p_new = decayed + sc.neg_step_size * m_new / denom;
+    const float m_kept = float_of(select(active, bits_of(m_new), bits_of(mi)));
+    const float p = float_of(select(active, bits_of(p_new), bits_of(before)));
+    // fp32_q8: p + update rounded back to p (the update under half an fp32 ulp of the master).
+    if constexpr (F == OptimizerStateFormat::Fp32Q8)
+      lost += active & static_cast<uint32_t>(p_new == before) & static_cast<uint32_t>(m_new != 0.0f) &
+              static_cast<uint32_t>(p_new == decayed);
+    updated += active & 1u;
+
+    // The new master, and its bf16 copy (the decoded master rounded to nearest).
+    uint32_t copy;
+    if constexpr (F == OptimizerStateFormat::Fp32Q8) {
+      master[j] = p;
+      copy = bf16_nearest(bits_of(p));
+    } else if constexpr (F == OptimizerStateFormat::Bf16C8Q8) {
+      const uint32_t encoded = encode_c8(p, uniform_from_bits16(purpose_bits(random, 0)));
+      const uint32_t kept =
+          kMasked ? select(active, encoded, hi[j] | (static_cast<uint32_t>(comp[j]) & 0xffu) << 16) : encoded;
+      hi[j] = static_cast<uint16_t>(kept);
+      comp[j] = static_cast<int8_t>(kept >> 16);
+      copy = bf16_nearest(bits_of(decode_c8(kept & 0xffffu, static_cast<int8_t>(kept >> 16))));
+    } else {
+      // lean_adamw.cpp's bf16_stochastic: NaN and infinity keep f32_to_bf16's handling.
+      const uint32_t pb = bits_of(p);
+      const uint32_t special = mask_if((pb & 0x7f800000u) == 0x7f800000u);
+      const uint32_t rounded = select(special, bf16_nearest(pb), (pb + purpose_bits(random, 0)) >> 16);
+      const uint32_t kept = kMasked ? select(active, rounded, hi[j]) : rounded;
+      hi[j] = static_cast<uint16_t>(kept);
+      // bf16_nearest of a bf16 value: itself, a NaN quieted.
+      copy = kept | (mask_if((kept & 0x7fffu) > 0x7f80u) & 0x40u);
+    }
+    out[j] = static_cast<uint16_t>(kMasked ? select(active, copy, out[j]) : copy);
+
+    m[j] = m_kept;
+    root[j] = r;
+    v_bits[j] = bits_of(v_kept);
+    v_random[j] = purpose_bits(random, 1);
+    // The block's largest |m| and sqrt(v) by their bits, NaN and -0 counted as 0 (std::max over the
+    // values skips NaN as these do); exact, so any lane order gives them.
+    const uint32_t ma = bits_of(m_kept) & 0x7fffffffu;
+    const uint32_t m_key = ma & mask_if(ma <= 0x7f800000u);
+    m_max = m_max > m_key ? m_max : m_key;
+    const uint32_t rb = bits_of(r);
+    const uint32_t r_key = rb & mask_if(rb <= 0x7f800000u);
+    v_max = v_max > r_key ? v_max : r_key;
+  }
+
+  // Encode m to nearest (lean_adamw.cpp's quantize_m with u = 1/2), and sqrt(v) rounded
+  // stochastically (quantize_v with the high 16 random bits); a v > 0 never to 0.
+  const uint32_t m_usable = mask_if(usable_scale(float_of(m_max)));
+  const float m_inverse = 1.0f / float_of(m_max);
+  const uint32_t v_usable = mask_if(usable_scale(float_of(v_max)));
+  const float v_inverse = 1.0f / float_of(v_max);
+  for (size_t j = 0; j < K; ++j) {
+    const uint32_t mb = bits_of(m[j]);
+    const uint32_t m_code = m_usable & encode_f8<3>(float_of(mb & 0x7fffffffu) * m_inverse, 0.5f);
+    mq[j] = static_cast<int8_t>(select(mask_if(mb >> 31 != 0), 0u - m_code, m_code));
+    const uint32_t v_code = encode_f8<4>(root[j] * v_inverse, uniform_from_bits16(v_random[j]));
+    const uint32_t vb = v_bits[j];
+    const uint32_t nonzero = mask_if(vb != 0 && vb <= 0x7f800000u);
+    vq[j] = static_cast<uint8_t>(v_usable & select(nonzero & mask_if(v_code == 0), 1u, v_code));
+  }
+  *m_scale = float_of(m_usable & m_max);
+  *v_scale = float_of(v_usable & v_max);
+  stats.updated += updated;
+  stats.lost += lost;
+}
+
+template <OptimizerStateFormat F>
+[[gnu::always_inline]] inline void update_format(float* master, uint16_t* hi, int8_t* comp, int8_t* mq,
+                                                 uint8_t* vq, uint16_t* out, float* m_scale, float* v_scale,
+                                                 const BlockInput& in, const StepConstants& c, uint32_t span,
+                                                 uint32_t first_index, bool masked, LeanStepStats& stats) {
+  if (masked)
+    update_lanes<F, true>(master, hi, comp, mq, vq, out, m_scale, v_scale, in, c, span, first_index, stats);
   else
-    std::memcpy(dst, src, count * sizeof(T));
+    update_lanes<F, false>(master, hi, comp, mq, vq, out, m_scale, v_scale, in, c, span, first_index, stats);
+}
+
+[[gnu::always_inline]] inline void update_any(OptimizerStateFormat format, float* master, uint16_t* hi,
+                                              int8_t* comp, int8_t* mq, uint8_t* vq, uint16_t* out,
+                                              float* m_scale, float* v_scale, const BlockInput& in,
+                                              const StepConstants& c, uint32_t span, uint32_t first_index,
+                                              bool masked, LeanStepStats& stats) {
+  switch (format) {
+    case OptimizerStateFormat::Fp32Q8:
+      update_format<OptimizerStateFormat::Fp32Q8>(master, hi, comp, mq, vq, out, m_scale, v_scale, in, c,
+                                                  span, first_index, masked, stats);
+      break;
+    case OptimizerStateFormat::Bf16C8Q8:
+      update_format<OptimizerStateFormat::Bf16C8Q8>(master, hi, comp, mq, vq, out, m_scale, v_scale, in, c,
+                                                    span, first_index, masked, stats);
+      break;
+    default:
+      update_format<OptimizerStateFormat::Bf16SrQ8>(master, hi, comp, mq, vq, out, m_scale, v_scale, in, c,
+                                                    span, first_index, masked, stats);
+  }
+}
+
+template <typename T>
+T* at(T* base, size_t b) {
+  return base == nullptr ? nullptr : base + b;
 }
 
 }  // namespace
@@ -164,131 +294,42 @@ template <typename T>
 void update_block(const LeanUnitState& s, size_t b, size_t count, const BlockInput& in, const StepConstants& c,
                   uint16_t* bf16_out, LeanStepStats& stats) {
   const size_t block = b / K;
-  const AdamWScalars& sc = c.sc;
-  const OptimizerStateFormat format = s.format;
-  alignas(64) int8_t mq[K] = {};
+  const uint32_t span = span_key(c.key, b);
+  const uint32_t first = static_cast<uint32_t>(b);
+  if (count == K) {
+    // The unit's arrays in place; without a bf16 copy its lanes go to a scratch block.
+    alignas(64) uint16_t scratch[K];
+    update_any(s.format, at(s.master, b), at(s.master_bf16, b), at(s.compensation, b), s.m_q + b, s.v_q + b,
+               bf16_out != nullptr ? bf16_out + b : scratch, s.m_scale + block, s.v_scale + block, in, c,
+               span, first, !in.uniform, stats);
+    return;
+  }
+  // The last block of a unit: its `count` elements in zero-padded lanes, the others inactive.
+  alignas(64) float master[K] = {};
+  alignas(64) uint16_t hi[K] = {}, out[K] = {};
+  alignas(64) int8_t comp[K] = {}, mq[K] = {};
   alignas(64) uint8_t vq[K] = {};
-  alignas(64) uint16_t hi[K] = {};
-  alignas(64) int8_t comp[K] = {};
-  alignas(64) uint16_t out[K] = {};
-  alignas(64) float before[K] = {}, p[K], m[K], v[K], root[K];
-  alignas(64) uint32_t master_bits[K];
-  copy_lanes(mq, s.m_q + b, count);
-  copy_lanes(vq, s.v_q + b, count);
-  if (format == OptimizerStateFormat::Fp32Q8) {
-    copy_lanes(before, s.master + b, count);
-  } else {
-    copy_lanes(hi, s.master_bf16 + b, count);
-    if (format == OptimizerStateFormat::Bf16C8Q8) {
-      copy_lanes(comp, s.compensation + b, count);
-      for (size_t j = 0; j < K; ++j) before[j] = decode_c8(hi[j], comp[j]);
-    } else {
-      for (size_t j = 0; j < K; ++j) before[j] = float_of(static_cast<uint32_t>(hi[j]) << 16);
-    }
-  }
-  if (bf16_out != nullptr) copy_lanes(out, bf16_out + b, count);
-
-  // The random numbers of the bf16 masters' stochastic rounding.
-  if (format != OptimizerStateFormat::Fp32Q8)
-    for (size_t j = 0; j < K; ++j) master_bits[j] = random_bits(c.key, b + j, kRandomMaster);
-
-  const float m_scale = s.m_scale[block], v_scale = s.v_scale[block];
-  const bool small_lerp = sc.lerp_weight < 0.5f;
-  const float lerp_coef = small_lerp ? sc.lerp_weight : sc.lerp_weight - 1.0f;
-  const uint32_t small_lerp_mask = mask_if(small_lerp);
-  // Only the fp32 master loses updates to rounding; the others round stochastically.
-  const uint32_t fp32_master = format == OptimizerStateFormat::Fp32Q8 ? 1u : 0u;
-  size_t lost = 0, updated = 0;
-  for (size_t j = 0; j < K; ++j) {
-    // Decode (lean_adamw.cpp's dequantize_m, dequantize_v).
-    const uint32_t qm = static_cast<uint32_t>(mq[j] < 0 ? -mq[j] : mq[j]);
-    const float mi = float_of(bits_of(decode_f8<3>(qm) * m_scale) ^ (mq[j] < 0 ? 0x80000000u : 0u));
-    const float ri = decode_f8<4>(vq[j]) * v_scale;
-    const float vi = ri * ri;
-    // adamw.cpp's update_loop, operation for operation.
-    const float g = in.grad[j] * c.grad_scale;
-    const float decayed = before[j] * float_of(select(in.decay[j], bits_of(sc.decay_factor), bits_of(1.0f)));
-    const float m_new =
-        std::fma(lerp_coef, g - mi, float_of(select(small_lerp_mask, bits_of(mi), bits_of(g))));
-    const float v_new = std::fma(sc.one_minus_beta2 * g, g, vi * sc.beta2);
-    const uint32_t active = in.active[j];
-    v[j] = float_of(select(active, bits_of(v_new), bits_of(vi)));
-    // One square root for the step and for v's encoding: an active lane's v is v_new.
-    root[j] = std::sqrt(v[j]);
-    const float denom = root[j] / sc.bc2_sqrt + sc.eps;
-    const float p_new = decayed + sc.neg_step_size * m_new / denom;
-    m[j] = float_of(select(active, bits_of(m_new), bits_of(mi)));
-    p[j] = float_of(select(active, bits_of(p_new), bits_of(before[j])));
-    // fp32_q8: p + update rounded back to p (the update under half an fp32 ulp of the master).
-    lost += active & fp32_master & static_cast<uint32_t>(p_new == before[j]) &
-            static_cast<uint32_t>(m_new != 0.0f) & static_cast<uint32_t>(p_new == decayed);
-    updated += active & 1u;
-  }
-
-  // The new masters, and their bf16 copy (the decoded master rounded to nearest).
-  alignas(64) uint32_t copy[K];
-  if (format == OptimizerStateFormat::Fp32Q8) {
-    for (size_t j = 0; j < K; ++j) copy[j] = bf16_nearest(bits_of(p[j]));
-    copy_lanes(s.master + b, p, count);
-  } else if (format == OptimizerStateFormat::Bf16C8Q8) {
-    alignas(64) uint32_t encoded[K];
-    for (size_t j = 0; j < K; ++j) encoded[j] = encode_c8(p[j], uniform_from_bits(master_bits[j]));
-    for (size_t j = 0; j < K; ++j) {
-      const uint32_t kept =
-          select(in.active[j], encoded[j], hi[j] | (static_cast<uint32_t>(comp[j]) & 0xffu) << 16);
-      hi[j] = static_cast<uint16_t>(kept);
-      comp[j] = static_cast<int8_t>(kept >> 16);
-      copy[j] = bf16_nearest(bits_of(decode_c8(hi[j], comp[j])));
-    }
-    copy_lanes(s.master_bf16 + b, hi, count);
-    copy_lanes(s.compensation + b, comp, count);
-  } else {
-    for (size_t j = 0; j < K; ++j) {
-      // lean_adamw.cpp's bf16_stochastic: NaN and infinity keep f32_to_bf16's handling.
-      const uint32_t pb = bits_of(p[j]);
-      const uint32_t special = mask_if((pb & 0x7f800000u) == 0x7f800000u);
-      const uint32_t rounded = select(special, bf16_nearest(pb), (pb + (master_bits[j] & 0xffffu)) >> 16);
-      hi[j] = static_cast<uint16_t>(select(in.active[j], rounded, hi[j]));
-      copy[j] = bf16_nearest(static_cast<uint32_t>(hi[j]) << 16);
-    }
-    copy_lanes(s.master_bf16 + b, hi, count);
-  }
-  if (bf16_out != nullptr) {
-    for (size_t j = 0; j < K; ++j) out[j] = static_cast<uint16_t>(select(in.active[j], copy[j], out[j]));
-    copy_lanes(bf16_out + b, out, count);
-  }
-
-  // Encode m to nearest (lean_adamw.cpp's quantize_m with u = 1/2).
-  const float m_max = [&] {
-    alignas(64) float magnitude[K];
-    for (size_t j = 0; j < K; ++j) magnitude[j] = float_of(bits_of(m[j]) & 0x7fffffffu);
-    return block_max(magnitude);
-  }();
-  const uint32_t m_usable = mask_if(usable_scale(m_max));
-  const float m_inverse = 1.0f / m_max;
-  for (size_t j = 0; j < K; ++j) {
-    const uint32_t mb = bits_of(m[j]);
-    const uint32_t code = m_usable & encode_f8<3>(float_of(mb & 0x7fffffffu) * m_inverse, 0.5f);
-    mq[j] = static_cast<int8_t>(select(mask_if(mb >> 31 != 0), 0u - code, code));
-  }
-  // Encode sqrt(v), rounded stochastically (quantize_v with u from lean_random.h, purpose kRandomV);
-  // a v > 0 never to 0.
-  const float v_max = block_max(root);
-  const uint32_t v_usable = mask_if(usable_scale(v_max));
-  const float v_inverse = 1.0f / v_max;
-  for (size_t j = 0; j < K; ++j) {
-    const uint32_t code =
-        encode_f8<4>(root[j] * v_inverse, uniform_from_bits(random_bits(c.key, b + j, kRandomV)));
-    const uint32_t vb = bits_of(v[j]);
-    const uint32_t nonzero = mask_if(vb != 0 && vb <= 0x7f800000u);
-    vq[j] = static_cast<uint8_t>(v_usable & select(nonzero & mask_if(code == 0), 1u, code));
-  }
-  copy_lanes(s.m_q + b, mq, count);
-  copy_lanes(s.v_q + b, vq, count);
-  s.m_scale[block] = float_of(m_usable & bits_of(m_max));
-  s.v_scale[block] = float_of(v_usable & bits_of(v_max));
-  stats.updated += updated;
-  stats.lost += lost;
+  const auto copy_in = [count](auto* to, const auto* from) {
+    if (from != nullptr) std::memcpy(to, from, count * sizeof(*to));
+  };
+  const auto copy_out = [count](auto* to, const auto* from) {
+    if (to != nullptr) std::memcpy(to, from, count * sizeof(*from));
+  };
+  copy_in(master, at(s.master, b));
+  copy_in(hi, at(s.master_bf16, b));
+  copy_in(comp, at(s.compensation, b));
+  copy_in(mq, s.m_q + b);
+  copy_in(vq, s.v_q + b);
+  copy_in(out, at(bf16_out, b));
+  FERRY_ASSERT(!in.uniform, "a partial block's lanes past its count are inactive");
+  update_any(s.format, master, hi, comp, mq, vq, out, s.m_scale + block, s.v_scale + block, in, c, span,
+             first, true, stats);
+  copy_out(at(s.master, b), master);
+  copy_out(at(s.master_bf16, b), hi);
+  copy_out(at(s.compensation, b), comp);
+  copy_out(s.m_q + b, mq);
+  copy_out(s.v_q + b, vq);
+  copy_out(at(bf16_out, b), out);
 }
 
 }  // namespace ferry::lean

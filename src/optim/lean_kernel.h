@@ -25,6 +25,11 @@ struct alignas(64) BlockInput {
   float grad[kStateBlock];       // fp32, before grad_scale
   uint32_t decay[kStateBlock];   // all ones where weight decay applies, else 0
   uint32_t active[kStateBlock];  // all ones where a segment names the element (others keep their value)
+  // A whole block (kStateBlock elements) that one segment names: every lane active, weight decay
+  // as `decay_all`, and the two masks above are not read (most blocks; the kernel then has no
+  // per-lane choices to make).
+  bool uniform = false;
+  bool decay_all = false;
 };
 
 // Block [b, b + count) of the unit (b a multiple of kStateBlock, count <= kStateBlock); bf16(new
