@@ -253,7 +253,7 @@ void reference_step(const LeanUnitState& s, std::span<const AdamWSegment> segmen
       float p = before * (seg->decay ? sc.decay_factor : 1.0f);
       const float m_new = std::fma(lerp_coef, g - m[j], small_lerp ? m[j] : g);
       const float vi = std::fma(sc.one_minus_beta2 * g, g, v[j] * sc.beta2);
-      const float denom = std::sqrt(vi) / sc.bc2_sqrt + sc.eps;
+      const float denom = std::sqrt(vi) * (1.0f / sc.bc2_sqrt) + sc.eps;
       p = p + sc.neg_step_size * m_new / denom;
       m[j] = m_new;
       v[j] = vi;
@@ -315,6 +315,37 @@ TEST(LeanAdamW, KernelMatchesScalarReferenceBitForBit) {
       ASSERT_EQ(out_fast, out_ref) << "step " << t;
     }
   }
+}
+
+// The compensated master's carry (c rounded up to 128 units, so hi moves to the next bf16) where
+// the next bf16 lies in the next binade, whose units are twice as large: masters at powers of two
+// stepped down by just under half a bf16 ulp of the binade below (one AdamW step moves each by
+// about lr), of both signs, so that most elements' rounding carries across the binade's edge.
+TEST(LeanAdamW, KernelMatchesScalarReferenceAtBinadeCarries) {
+  const size_t n = 64 * kStateBlock;
+  AdamWHyper h;
+  h.lr = std::ldexp(1.0, -9) + std::ldexp(1.0, -21);  // half an ulp of [0.5, 1) less 2^-21
+  h.weight_decay = 0.0;
+  std::vector<float> init(n), g(n);
+  for (size_t i = 0; i < n; ++i) {
+    const bool negative = i % 2 == 1;
+    init[i] = negative ? -1.0f : 1.0f;
+    g[i] = negative ? -0.5f : 0.5f;
+  }
+  LeanBuffers fast(OptimizerStateFormat::Bf16C8Q8, n, 17), ref(OptimizerStateFormat::Bf16C8Q8, n, 17);
+  lean_write_masters(fast.view, init.data(), 0, n);
+  lean_write_masters(ref.view, init.data(), 0, n);
+  const AdamWSegment all{0, n, false};
+  std::vector<uint16_t> out_ref(n), out_fast(n);
+  reference_step(ref.view, {&all, 1}, g, &out_ref, h, 1, 1.0f);
+  lean_adamw_step(fast.view, {&all, 1}, g.data(), DType::F32, out_fast.data(), h, 1, 1.0f);
+  EXPECT_EQ(fast.arrays, ref.arrays);
+  EXPECT_EQ(out_fast, out_ref);
+  // Most elements carried: hi is 1.0 (or -1.0) again, with c = -64 units of the upper binade.
+  size_t carried = 0;
+  for (size_t i = 0; i < n; ++i)
+    carried += (fast.view.master_bf16[i] & 0x7fffu) == 0x3f80u && fast.view.compensation[i] == -64;
+  EXPECT_GT(carried, n / 2);
 }
 
 // The step's size against fp64 AdamW's late in a run whose gradients fall (as a training run's do)

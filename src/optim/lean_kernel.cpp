@@ -119,11 +119,13 @@ template <int kMant>
   // floor(y) from the truncation (std::floor keeps this loop from vectorizing).
   const int32_t truncated = static_cast<int32_t>(y);
   const int32_t units = truncated - static_cast<int32_t>(static_cast<float>(truncated) > y);
-  // units == 128: hi + ulp / 2 is the next bf16 less 128 units (or 64 of the next binade's).
-  const float target = float_of(h << 16) + 128.0f * float_of(pow2_bits(e - 8));
+  // units == 128: hi + ulp / 2 is the next bf16 less 128 units, or 64 of the next binade's where
+  // the ulp doubles (the scalar encoder computes these differences, exact in fp32); past the
+  // largest bf16 (the next is infinity) its difference is -infinity, which converts to c = 0.
   const uint32_t h_up = h + 1;
-  const float up = (target - float_of(h_up << 16)) * float_of(pow2_bits(8 - ulp_exponent(h_up)));
-  const int32_t units_up = static_cast<int32_t>(clamp256(up));
+  const uint32_t same_ulp = mask_if(ulp_exponent(h_up) == e);
+  const uint32_t units_up = select(mask_if(h_up == 0x7f80u), 0u,
+                                   select(same_ulp, static_cast<uint32_t>(-128), static_cast<uint32_t>(-64)));
   const uint32_t carry = mask_if(units == 128);
   const uint32_t hi = select(carry, h_up, h) | (xb >> 16 & 0x8000u);
   const uint32_t c =
@@ -170,7 +172,7 @@ template <OptimizerStateFormat F, bool kMasked>
       before = decode_c8(hi[j], comp[j]);
     else
       before = float_of(static_cast<uint32_t>(hi[j]) << 16);
-    // adamw.cpp's update_loop, operation for operation.
+    // adamw.cpp's update_loop, operation for operation but for the multiply by 1 / bc2_sqrt.
     const float g = in.grad[j] * c.grad_scale;
     const uint32_t decay =
         kMasked ? select(in.decay[j], bits_of(sc.decay_factor), bits_of(1.0f)) : uniform_decay;
@@ -181,7 +183,7 @@ template <OptimizerStateFormat F, bool kMasked>
     const float v_kept = float_of(select(active, bits_of(v_new), bits_of(vi)));
     // One square root for the step and for v's encoding: an active lane's v is v_new.
     const float r = std::sqrt(v_kept);
-    const float denom = r / sc.bc2_sqrt + sc.eps;
+    const float denom = r * c.inverse_bc2_sqrt + sc.eps;
     const float p_new = decayed + sc.neg_step_size * m_new / denom;
     const float m_kept = float_of(select(active, bits_of(m_new), bits_of(mi)));
     const float p = float_of(select(active, bits_of(p_new), bits_of(before)));
@@ -207,7 +209,9 @@ template <OptimizerStateFormat F, bool kMasked>
       // lean_adamw.cpp's bf16_stochastic: NaN and infinity keep f32_to_bf16's handling.
       const uint32_t pb = bits_of(p);
       const uint32_t special = mask_if((pb & 0x7f800000u) == 0x7f800000u);
-      const uint32_t rounded = select(special, bf16_nearest(pb), (pb + purpose_bits(random, 0)) >> 16);
+      // bf16_nearest of an infinity or a NaN: its high half, a NaN quieted.
+      const uint32_t nan_quiet = mask_if((pb & 0x7fffffffu) > 0x7f800000u) & 0x40u;
+      const uint32_t rounded = select(special, (pb >> 16) | nan_quiet, (pb + purpose_bits(random, 0)) >> 16);
       const uint32_t kept = kMasked ? select(active, rounded, hi[j]) : rounded;
       hi[j] = static_cast<uint16_t>(kept);
       // bf16_nearest of a bf16 value: itself, a NaN quieted.

@@ -15,9 +15,15 @@ namespace ferry::lean {
 
 // What one step passes to every block.
 struct StepConstants {
+  StepConstants(const AdamWScalars& scalars, float scale, uint64_t random_key)
+      : sc(scalars), grad_scale(scale), key(random_key), inverse_bc2_sqrt(1.0f / scalars.bc2_sqrt) {}
   AdamWScalars sc;
   float grad_scale = 1.0f;
   uint64_t key = 0;  // random_key(unit seed, step)
+  // sqrt(v) / bc2_sqrt is computed as sqrt(v) * (1 / bc2_sqrt): within an ulp of the quotient, far
+  // below v's 8-bit code, and a multiply where the division took as long as the rest of the
+  // update's arithmetic.
+  float inverse_bc2_sqrt = 1.0f;
 };
 
 // One block's per-element inputs; lanes past the block's count are zero.
