@@ -309,6 +309,7 @@ LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegme
   const lean::StepConstants c{adamw_scalars(hyper, step), grad_scale, lean::random_key(s.seed, step)};
   const size_t first = segments.front().offset / kStateBlock;
   const size_t last = (segments.back().offset + segments.back().count + kStateBlock - 1) / kStateBlock;
+  const lean::BlockKernel update_block = lean::block_kernel();
   std::atomic<size_t> updated{0}, lost{0};
   pool.parallel_for(
       last - first,
@@ -322,7 +323,7 @@ LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegme
           while (seg < segments.size() && segments[seg].offset + segments[seg].count <= b) ++seg;
           // The gradients are read before bf16_out (possibly the same buffer) is written.
           block_input(segments, seg, b, count, grad, grad_dtype, in);
-          lean::update_block(s, b, count, in, c, bf16_out, stats);
+          update_block(s, b, count, in, c, bf16_out, stats);
         }
         updated += stats.updated;
         lost += stats.lost;
@@ -341,6 +342,7 @@ LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<
   if (rows.empty() || row_len == 0) return {};
   const lean::StepConstants c{adamw_scalars(hyper, step), grad_scale, lean::random_key(s.seed, step)};
   const size_t blocks_per_row = row_len / kStateBlock;
+  const lean::BlockKernel update_block = lean::block_kernel();
   std::atomic<size_t> updated{0}, lost{0};
   pool.parallel_for(
       rows.size(),
@@ -355,7 +357,7 @@ LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<
           for (size_t q = 0; q < blocks_per_row; ++q) {
             if (grad != nullptr)
               load_grads(grad, grad_dtype, k * row_len + q * kStateBlock, kStateBlock, in.grad);
-            lean::update_block(s, row + q * kStateBlock, kStateBlock, in, c, bf16_out, stats);
+            update_block(s, row + q * kStateBlock, kStateBlock, in, c, bf16_out, stats);
           }
         }
         updated += stats.updated;

@@ -1,6 +1,6 @@
 // The lean AdamW's per-block work (optim/lean_adamw.h): decode one block of kStateBlock elements,
 // the reference's fp32 AdamW on each, encode. Written as loops over the block's lanes with integer
-// masks for every choice, which GCC vectorizes (AVX-512, AVX2 clones) into the same IEEE operations
+// masks for every choice, which GCC vectorizes (AVX-512, AVX2 kernels) into the same IEEE operations
 // the scalar encoders of lean_adamw.h perform one element at a time: the results are bit-identical
 // to them (tests/optim_lean_adamw_test.cpp runs the scalar reference beside it).
 #pragma once
@@ -40,7 +40,15 @@ struct alignas(64) BlockInput {
 
 // Block [b, b + count) of the unit (b a multiple of kStateBlock, count <= kStateBlock); bf16(new
 // master) into bf16_out[i] for the active elements when bf16_out is not null.
-void update_block(const LeanUnitState& s, size_t b, size_t count, const BlockInput& in,
-                  const StepConstants& c, uint16_t* bf16_out, LeanStepStats& stats);
+using BlockKernel = void (*)(const LeanUnitState& s, size_t b, size_t count, const BlockInput& in,
+                             const StepConstants& c, uint16_t* bf16_out, LeanStepStats& stats);
+
+// The block kernel compiled for the best instruction set that the CPU has and Highway's target
+// mask allows (hwy::SupportedTargets: AVX-512, AVX2, or the baseline), read at every call: with
+// AVX3 masked (hwy::SetSupportedTargetsForTest) an AVX-512 machine runs the AVX2 kernel, for the
+// lean AdamW as for cpu_adamw. Every kernel gives the same bits.
+BlockKernel block_kernel();
+// Its instruction set, for benches and logs.
+const char* block_kernel_target();
 
 }  // namespace ferry::lean

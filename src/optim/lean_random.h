@@ -38,7 +38,7 @@ inline uint32_t span_key(uint64_t key, uint64_t index) {
 
 // A bijection of 32 bits with full avalanche (two multiply-xorshift rounds; the constants of
 // C. Wellons' "lowbias32").
-[[gnu::always_inline]] inline uint32_t hash32(uint32_t x) {
+inline uint32_t hash32(uint32_t x) {
   x ^= x >> 16;
   x *= 0x7feb352du;
   x ^= x >> 15;
@@ -48,19 +48,19 @@ inline uint32_t span_key(uint64_t key, uint64_t index) {
 }
 
 // The 32 random bits of element `index` in the step whose key gave `span` (span_key).
-[[gnu::always_inline]] inline uint32_t random_bits(uint32_t span, uint64_t index) {
+inline uint32_t random_bits(uint32_t span, uint64_t index) {
   return hash32(static_cast<uint32_t>(index) ^ span);
 }
 
 // The two purposes' 16 bits of an element's 32: 0, the master's rounding; 1, v's.
-[[gnu::always_inline]] inline uint32_t purpose_bits(uint32_t bits, uint32_t purpose) {
+inline uint32_t purpose_bits(uint32_t bits, uint32_t purpose) {
   return purpose == 0 ? bits & 0xffffu : bits >> 16;
 }
 
 // 16 random bits as a uniform number in (0, 1): the midpoints (2k + 1) / 2^17, so that a rounding
 // that adds it below a grid of 2^-8 (the compensation) is exactly unbiased and one below a finer
 // grid (v's 19 dropped bits) is unbiased to within 2^-17 of a code step.
-[[gnu::always_inline]] inline float uniform_from_bits16(uint32_t bits16) {
+inline float uniform_from_bits16(uint32_t bits16) {
   return static_cast<float>(static_cast<int32_t>(2 * bits16 + 1)) * 0x1p-17f;
 }
 
