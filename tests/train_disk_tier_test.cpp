@@ -219,6 +219,40 @@ TEST_F(DiskTierTest, CheckpointStateAndResumeAreExact) {
   expect_same_state(resumed, reference);
 }
 
+// Loading the weights (assign_masters, as `ferry train` does) writes each disk unit's first state
+// through the tier's slots in turn without reading the file, and converts its staging weights
+// then, so that nothing is read before the first step's reads ahead: the run is the plain
+// trainer's, bit for bit, with 1 to 3 slots.
+TEST_F(DiskTierTest, LoadingTheWeightsWritesTheStateWithoutReadingIt) {
+  test::ScratchDir dir("disk-tier");
+  const State reference = plain_state(config_, rows_, 0.5, kSteps);
+  const Plan ram = make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward);
+  for (int64_t slots : {1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << slots << " RAM buffers");
+    std::vector<std::vector<float>> init;
+    init_random_weights(config_, 9, init);
+    auto device = make_sim_device({});
+    auto ops = make_device_ops(*device);
+    SlidingEngine engine(config_, layout_, *device, *ops, on_disk(ram, {1, 2, 4}, slots, dir.path()),
+                         kMicro * kSeq, kGlobal / kMicro, false);
+    for (size_t u = 0; u < layout_.units.size(); ++u) engine.host().assign_masters(u, init[u]);
+    engine.weights_changed(0);
+    EXPECT_EQ(engine.host().disk()->region_reads(), 0u);
+    State state;
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const SlidingStepResult r = engine.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5);
+      state.losses.push_back(r.loss);
+      state.norms.push_back(r.grad_norm);
+    }
+    engine.finish_updates();
+    const State read = read_state(engine.host(), layout_);
+    state.masters = read.masters;
+    state.m = read.m;
+    state.v = read.v;
+    expect_identical(state, reference);
+  }
+}
+
 // While the worker waits for the next step's gradients it polls the tier, so the first disk unit
 // of each step is read during the step, not when its update starts: only the first acquire (after
 // loading, which reads state through the tier) finds nothing read ahead.
