@@ -143,6 +143,13 @@ class UnitUpdater {
   }
   // The disk tier, when the plan has one.
   const DiskStateTier* disk() const { return disk_.get(); }
+  // Unit u's weights as the run uploads them (its staging buffer), when that is `dtype`, else
+  // nullptr. Between steps (finish_updates first) they are the masters converted to the weight
+  // dtype: every update writes that copy beside the masters, and loading or resuming refreshes it.
+  const void* staged_weights(size_t u, DType dtype) const {
+    if (!on_host_[u] || converts_on_upload() || dtype != plan_.weight_dtype) return nullptr;
+    return units_[u].staging.data();
+  }
   // Waits for the disk tier's writes in flight (the first state assign_masters wrote behind).
   void wait_disk_writes() {
     if (disk_) disk_->flush();

@@ -39,6 +39,9 @@ struct StreamedState {
   UnitFetch masters;
   // The arrays the last arrays(u) gave were overwritten (resume): store them.
   std::function<void(size_t u)> store;
+  // A unit's weights in a dtype without reading its state (the disk units' upload copy), or
+  // nullptr: a save then reads each disk unit once, for its optimizer state.
+  UnitBytes encoded;
 };
 
 struct CheckpointView {
