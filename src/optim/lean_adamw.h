@@ -31,12 +31,12 @@
 //    update under half an fp32 ulp of its master is lost, and counted (LeanStepStats::lost) so the
 //    run can warn.
 //
-// Every random number is a hash of (seed, step, element index, purpose) (optim/lean_random.h), so
-// the result does not depend on how the work is split over threads or which tier holds the arrays:
-// the sliding engine and the plain trainer produce the same bits, and a resumed run continues as an
-// unbroken one.
+// Every random number is a hash of (seed, step, element index) (optim/lean_random.h: 32 bits per
+// element, 16 for each rounding), so the result does not depend on how the work is split over
+// threads or which tier holds the arrays: the sliding engine and the plain trainer produce the same
+// bits, and a resumed run continues as an unbroken one.
 //
-// Speed: the work of a block runs in optim/lean_kernel.cpp, vectorized (AVX-512 or AVX2 clone),
+// Speed: the work of a block runs in optim/lean_kernel.cpp, vectorized (an AVX-512 or AVX2 kernel),
 // bit-identical to the scalar encoders below (tests/optim_lean_adamw_test.cpp).
 #pragma once
 

@@ -29,6 +29,9 @@ namespace ferry::lean {
 #undef FERRY_LEAN_TARGET
 
 #ifdef FERRY_LEAN_X86_KERNELS
+// The instruction sets of x86-64-v3 (haswell) and v4 as lists of extensions, not as arch=: GCC
+// inlines the headers' functions (std::fma, lean_random.h) into a function of another target only
+// when the two share their arch and tuning, and a call per lane would not vectorize.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,bmi,bmi2,lzcnt,movbe,f16c,popcnt")
 #define FERRY_LEAN_TARGET avx2
