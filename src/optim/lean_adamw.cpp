@@ -310,6 +310,7 @@ LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegme
   const size_t first = segments.front().offset / kStateBlock;
   const size_t last = (segments.back().offset + segments.back().count + kStateBlock - 1) / kStateBlock;
   const lean::BlockKernel update_block = lean::block_kernel();
+  const lean::RunKernel update_run = lean::run_kernel();
   std::atomic<size_t> updated{0}, lost{0};
   pool.parallel_for(
       last - first,
@@ -317,13 +318,25 @@ LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegme
         LeanStepStats stats;
         lean::BlockInput in;
         size_t seg = 0;
-        for (size_t k = first + lo; k < first + hi; ++k) {
+        for (size_t k = first + lo; k < first + hi;) {
           const size_t b = k * kStateBlock;
-          const size_t count = std::min(kStateBlock, s.numel - b);
           while (seg < segments.size() && segments[seg].offset + segments[seg].count <= b) ++seg;
+          // The whole blocks from here that segments[seg] names, in one call.
+          if (seg < segments.size() && segments[seg].offset <= b) {
+            const size_t end = std::min(segments[seg].offset + segments[seg].count, s.numel) / kStateBlock;
+            const size_t run_end = std::min(first + hi, end);
+            if (run_end > k) {
+              update_run(s, b, run_end - k, grad, b, grad_dtype == DType::BF16, segments[seg].decay, c,
+                         bf16_out, stats);
+              k = run_end;
+              continue;
+            }
+          }
+          const size_t count = std::min(kStateBlock, s.numel - b);
           // The gradients are read before bf16_out (possibly the same buffer) is written.
           block_input(segments, seg, b, count, grad, grad_dtype, in);
           update_block(s, b, count, in, c, bf16_out, stats);
+          ++k;
         }
         updated += stats.updated;
         lost += stats.lost;
@@ -342,24 +355,15 @@ LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<
   if (rows.empty() || row_len == 0) return {};
   const lean::StepConstants c{adamw_scalars(hyper, step), grad_scale, lean::random_key(s.seed, step)};
   const size_t blocks_per_row = row_len / kStateBlock;
-  const lean::BlockKernel update_block = lean::block_kernel();
+  const lean::RunKernel update_run = lean::run_kernel();
   std::atomic<size_t> updated{0}, lost{0};
   pool.parallel_for(
       rows.size(),
       [&](size_t lo, size_t hi) {
         LeanStepStats stats;
-        lean::BlockInput in;
-        in.uniform = true;  // whole blocks, every lane updated
-        in.decay_all = decay;
-        std::fill(std::begin(in.grad), std::end(in.grad), 0.0f);
-        for (size_t k = lo; k < hi; ++k) {
-          const size_t row = static_cast<size_t>(rows[k]) * row_len;
-          for (size_t q = 0; q < blocks_per_row; ++q) {
-            if (grad != nullptr)
-              load_grads(grad, grad_dtype, k * row_len + q * kStateBlock, kStateBlock, in.grad);
-            update_block(s, row + q * kStateBlock, kStateBlock, in, c, bf16_out, stats);
-          }
-        }
+        for (size_t k = lo; k < hi; ++k)
+          update_run(s, static_cast<size_t>(rows[k]) * row_len, blocks_per_row, grad, k * row_len,
+                     grad_dtype == DType::BF16, decay, c, bf16_out, stats);
         updated += stats.updated;
         lost += stats.lost;
       },

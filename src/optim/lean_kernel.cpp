@@ -56,6 +56,15 @@ BlockKernel block_kernel() {
   return baseline::update_block;
 }
 
+RunKernel run_kernel() {
+#ifdef FERRY_LEAN_X86_KERNELS
+  const int64_t targets = hwy::SupportedTargets();
+  if ((targets & (HWY_AVX3 | HWY_AVX3_DL)) != 0) return avx512::update_run;
+  if ((targets & HWY_AVX2) != 0) return avx2::update_run;
+#endif
+  return baseline::update_run;
+}
+
 const char* block_kernel_target() {
 #ifdef FERRY_LEAN_X86_KERNELS
   if (block_kernel() == avx512::update_block) return "AVX-512 (x86-64-v4)";

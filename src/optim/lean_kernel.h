@@ -43,11 +43,20 @@ struct alignas(64) BlockInput {
 using BlockKernel = void (*)(const LeanUnitState& s, size_t b, size_t count, const BlockInput& in,
                              const StepConstants& c, uint16_t* bf16_out, LeanStepStats& stats);
 
+// Whole blocks [b, b + blocks * kStateBlock) that one segment names: every lane updated, with weight
+// decay as `decay`, gradient elements [grad_first, grad_first + blocks * kStateBlock) of `grad`
+// (bf16 when grad_bf16, else fp32; null: zeros), each block's read before its bf16 copy is written
+// (`grad` may be bf16_out). The same bits as the block kernel over those blocks.
+using RunKernel = void (*)(const LeanUnitState& s, size_t b, size_t blocks, const void* grad,
+                           size_t grad_first, bool grad_bf16, bool decay, const StepConstants& c,
+                           uint16_t* bf16_out, LeanStepStats& stats);
+
 // The block kernel compiled for the best instruction set that the CPU has and Highway's target
 // mask allows (hwy::SupportedTargets: AVX-512, AVX2, or the baseline), read at every call: with
 // AVX3 masked (hwy::SetSupportedTargetsForTest) an AVX-512 machine runs the AVX2 kernel, for the
 // lean AdamW as for cpu_adamw. Every kernel gives the same bits.
 BlockKernel block_kernel();
+RunKernel run_kernel();  // the same instruction set's
 // Its instruction set, for benches and logs.
 const char* block_kernel_target();
 

@@ -325,4 +325,30 @@ T* at(T* base, size_t b) {
   copy_out(at(bf16_out, b), out);
 }
 
+// The kernel for a run of whole blocks that one segment names (optim/lean_kernel.h RunKernel): one
+// call, so the constants of the block's work are set up once, not per block.
+[[gnu::flatten]] void update_run(const LeanUnitState& s, size_t b, size_t blocks, const void* grad,
+                                 size_t grad_first, bool grad_bf16, bool decay, const StepConstants& c,
+                                 uint16_t* bf16_out, LeanStepStats& stats) {
+  BlockInput in;
+  in.uniform = true;
+  in.decay_all = decay;
+  if (grad == nullptr) std::fill(std::begin(in.grad), std::end(in.grad), 0.0f);
+  alignas(64) uint16_t scratch[K];
+  for (size_t k = 0; k < blocks; ++k) {
+    const size_t first = b + k * K, block = first / K;
+    // The block's gradients, read before its bf16 copy (maybe over them) is written.
+    if (grad != nullptr && grad_bf16) {
+      const uint16_t* g = static_cast<const uint16_t*>(grad) + grad_first + k * K;
+      for (size_t j = 0; j < K; ++j) in.grad[j] = float_of(static_cast<uint32_t>(g[j]) << 16);
+    } else if (grad != nullptr) {
+      std::memcpy(in.grad, static_cast<const float*>(grad) + grad_first + k * K, sizeof(in.grad));
+    }
+    update_any(s.format, at(s.master, first), at(s.master_bf16, first), at(s.compensation, first),
+               s.m_q + first, s.v_q + first, bf16_out != nullptr ? bf16_out + first : scratch,
+               s.m_scale + block, s.v_scale + block, in, c, span_key(c.key, first),
+               static_cast<uint32_t>(first), false, stats);
+  }
+}
+
 }  // namespace FERRY_LEAN_TARGET
