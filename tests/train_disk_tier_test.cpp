@@ -253,6 +253,41 @@ TEST_F(DiskTierTest, LoadingTheWeightsWritesTheStateWithoutReadingIt) {
   }
 }
 
+// A resume overwrites each disk unit's arrays whole (train/checkpoint.h StreamedState::fresh_arrays):
+// through UnitUpdater::disk_state_new they are not read first, the staging weights come from them,
+// and the resumed steps read nothing before their own reads ahead; the last steps give the plain
+// trainer's bits.
+TEST_F(DiskTierTest, AResumeWritesTheStateWithoutReadingIt) {
+  test::ScratchDir dir("disk-tier");
+  const State reference = plain_state(config_, rows_, 0.5, kSteps);
+  const State at2 = plain_state(config_, rows_, 0.5, 2);
+  const Plan plan =
+      on_disk(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), {1, 2, 4}, 2, dir.path());
+  auto device = make_sim_device({});
+  auto ops = make_device_ops(*device);
+  SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+  UnitUpdater& host = engine.host();
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    if (!host.on_disk(u)) {
+      put_state(host, u, at2.masters[u], at2.m[u], at2.v[u]);
+      continue;
+    }
+    const std::vector<std::span<std::byte>> arrays = host.disk_state_new(u);
+    ASSERT_EQ(arrays.size(), 3u);
+    const std::vector<float>* from[3] = {&at2.masters[u], &at2.m[u], &at2.v[u]};
+    for (size_t k = 0; k < 3; ++k) std::memcpy(arrays[k].data(), from[k]->data(), arrays[k].size());
+    host.disk_state_written(u);
+  }
+  engine.weights_changed(2);
+  EXPECT_EQ(host.disk()->region_reads(), 0u);
+  std::vector<double> losses;
+  for (int64_t s = 2; s < kSteps; ++s)
+    losses.push_back(engine.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5).loss);
+  engine.finish_updates();
+  EXPECT_EQ(losses, std::vector<double>(reference.losses.begin() + 2, reference.losses.end()));
+  expect_same_state(read_state(host, layout_), reference);
+}
+
 // While the worker waits for the next step's gradients it polls the tier, so the first disk unit
 // of each step is read during the step, not when its update starts: only the first acquire (after
 // loading, which reads state through the tier) finds nothing read ahead.

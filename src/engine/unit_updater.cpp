@@ -231,6 +231,27 @@ void UnitUpdater::assign_masters(size_t u, std::span<const float> values) {
   lean_write_masters(s.lean_view, values.data(), 0, values.size());
 }
 
+std::vector<std::span<std::byte>> UnitUpdater::disk_state_new(size_t u) {
+  new_disk_state_ = disk_->page_new(u);
+  new_disk_unit_ = u;
+  return new_disk_state_;
+}
+
+void UnitUpdater::disk_state_written(size_t u) {
+  staging_current_[u] = 0;
+  if (new_disk_unit_ != u) {
+    disk_->page_out(u);
+    return;
+  }
+  // Arrays from disk_state_new: the staging weights from them now, as assign_masters does.
+  const LeanUnitState lean = is_exact(format()) ? LeanUnitState{} : lean_view_of(u, new_disk_state_);
+  if (on_host_[u]) refresh_staging(u, reinterpret_cast<const float*>(new_disk_state_[0].data()), &lean);
+  disk_->store_new(u);
+  staging_current_[u] = on_host_[u] ? 1 : 0;
+  new_disk_unit_ = SIZE_MAX;
+  new_disk_state_.clear();
+}
+
 void UnitUpdater::read_masters(size_t u, float* out, size_t begin, size_t end) {
   const HostUnitState& s = units_[u];
   FERRY_ASSERT(begin <= end && end <= static_cast<size_t>(layout_.units[u].numel));

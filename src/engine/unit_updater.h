@@ -137,10 +137,10 @@ class UnitUpdater {
   // tier (any of these, a step): checkpoints stream the disk units' state through it instead of a
   // copy. Between steps only. After changing the arrays, disk_state_written(u) stores them.
   std::vector<std::span<std::byte>> disk_state(size_t u) { return disk_->page_in(u); }
-  void disk_state_written(size_t u) {
-    staging_current_[u] = 0;
-    disk_->page_out(u);
-  }
+  // The same for arrays the caller overwrites whole (a resume): not read from the disk first, and
+  // disk_state_written(u) converts the staging weights from them before it writes them behind.
+  std::vector<std::span<std::byte>> disk_state_new(size_t u);
+  void disk_state_written(size_t u);
   // The disk tier, when the plan has one.
   const DiskStateTier* disk() const { return disk_.get(); }
   // Unit u's weights as the run uploads them (its staging buffer), when that is `dtype`, else
@@ -263,6 +263,8 @@ class UnitUpdater {
   // unchanged since; the next refresh_staging skips it (and clears this). Bytes, not bits: the
   // worker clears them (state_for_update) as the caller's thread does.
   std::vector<uint8_t> staging_current_;
+  std::vector<std::span<std::byte>> new_disk_state_;       // what disk_state_new gave, until written
+  size_t new_disk_unit_ = SIZE_MAX;                        // its unit
   std::vector<std::vector<AdamWSegment>> segments_;        // per unit: its parameters and their decay
   size_t sparse_unit_ = SIZE_MAX;                          // the row-sparse embedding, if any
   size_t row_len_ = 0;                                     // its row length (hidden size)

@@ -276,7 +276,9 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
   for (size_t u = 0; u < layout.units.size(); ++u) {
     // A streamed unit's arrays are the buffer's: filled whole, then stored.
     const bool stream = given[u].empty();
-    const std::vector<std::span<std::byte>> lean = stream ? streamed.arrays(u) : given[u];
+    const std::vector<std::span<std::byte>> lean = !stream                 ? given[u]
+                                                   : streamed.fresh_arrays ? streamed.fresh_arrays(u)
+                                                                           : streamed.arrays(u);
     for (size_t k = 0; k < specs.size(); ++k) {
       const std::string name = lean_tensor_name(layout.units[u].name, specs[k].name);
       const TensorInfo* info = file.find(name);
@@ -306,8 +308,9 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
   // Unit by unit, so that a streamed unit's three arrays are filled in its buffer and stored once.
   for (size_t u = 0; u < layout.units.size(); ++u) {
     const bool stream = masters[u] == nullptr;
-    const std::vector<std::span<std::byte>> arrays =
-        stream ? streamed.arrays(u) : std::vector<std::span<std::byte>>{};
+    const std::vector<std::span<std::byte>> arrays = !stream ? std::vector<std::span<std::byte>>{}
+                                                     : streamed.fresh_arrays ? streamed.fresh_arrays(u)
+                                                                             : streamed.arrays(u);
     for (size_t k = 0; k < 3; ++k) {
       const std::string prefix = prefixes[k];
       float* base = stream ? reinterpret_cast<float*>(arrays[k].data())

@@ -170,6 +170,7 @@ class SlidingExecutor final : public StepExecutor {
     if (host.disk() != nullptr) {
       s.arrays = [&host](size_t u) { return host.disk_state(u); };
       s.store = [&host](size_t u) { host.disk_state_written(u); };
+      s.fresh_arrays = [&host](size_t u) { return host.disk_state_new(u); };
       s.encoded = [&host](size_t u, DType dtype) {
         return host.on_disk(u) ? host.staged_weights(u, dtype) : nullptr;
       };
