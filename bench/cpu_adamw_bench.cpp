@@ -16,7 +16,13 @@
 // The lean lines' roofline fraction compares their GB/s with the same-traffic pass's: a lean pass at
 // 100% moves its (fewer) bytes as fast as DRAM moves fp32's.
 //
-//   cpu_adamw_bench [--params=N] [--threads=T] [--steps=K] [--lean-only=1]
+// --avx2=1 masks Highway's AVX-512 targets (hwy::SetSupportedTargetsForTest: DisableTargets does
+// not change a dispatch already made), which both the exact kernel and the lean one
+// (optim/lean_kernel.h block_kernel) honour: the rates of a host without AVX-512.
+//
+//   cpu_adamw_bench [--params=N] [--threads=T] [--steps=K] [--lean-only=1] [--avx2=1]
+#include <hwy/targets.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,6 +40,7 @@
 #include "optim/adamw.h"
 #include "optim/cpu_adamw.h"
 #include "optim/lean_adamw.h"
+#include "optim/lean_kernel.h"
 #include "optim/state_format.h"
 
 namespace ferry {
@@ -165,10 +172,12 @@ int run(int argc, char** argv) {
   const size_t threads = arg_value(argc, argv, "threads", 0);
   const int steps = static_cast<int>(arg_value(argc, argv, "steps", 5));
   const bool lean_only = arg_value(argc, argv, "lean-only", 0) != 0;
+  if (arg_value(argc, argv, "avx2", 0) != 0)
+    hwy::SetSupportedTargetsForTest(hwy::SupportedTargets() & ~(HWY_AVX3 | HWY_AVX3_DL));
   ThreadPool::set_global_threads(threads);
   ThreadPool& pool = ThreadPool::global();  // the reference runs on the global pool; use the same
-  std::printf("cpu_adamw_bench: %zu params, %zu threads, SIMD target %s\n", n, pool.size(),
-              cpu_adamw_target());
+  std::printf("cpu_adamw_bench: %zu params, %zu threads, SIMD target %s, lean kernel %s\n", n, pool.size(),
+              cpu_adamw_target(), lean::block_kernel_target());
 
   // Correctness first: the kernel against the reference on a slice, bit for bit.
   {

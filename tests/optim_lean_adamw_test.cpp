@@ -1,6 +1,8 @@
 // The lean optimizer state formats (optim/state_format.h, optim/lean_adamw.h) against scalar
 // references: their byte sizes, the compensated master against fp64 over 1000 updates, stochastic
 // rounding's mean, the 8-bit moments' round trip, and the whole lean AdamW against fp64 AdamW.
+#include <hwy/targets.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "optim/adamw_scalars.h"
 #include "optim/lean_adamw.h"
+#include "optim/lean_kernel.h"
 #include "optim/state_format.h"
 #include "test_util.h"
 
@@ -90,7 +93,7 @@ TEST(LeanAdamW, StochasticRoundingIsUnbiased) {
     const size_t trials = 200000;
     double sum = 0.0;
     for (size_t k = 0; k < trials; ++k)
-      sum += bf16_to_f32(lean::bf16_stochastic(x, lean::random32(7, 1, k, 0)));
+      sum += bf16_to_f32(lean::bf16_stochastic(x, lean::random16(7, 1, k, 0)));
     const double sigma = bf16_ulp(x) / 2.0 / std::sqrt(static_cast<double>(trials));
     EXPECT_NEAR(sum / trials, x, 5.0 * sigma) << x;
   }
@@ -106,7 +109,7 @@ TEST(LeanAdamW, StochasticRoundingAccumulatesUpdatesBelowHalfAnUlp) {
   for (size_t i = 0; i < n; ++i) {
     uint16_t p = f32_to_bf16(1.0f);
     for (int t = 1; t <= 1000; ++t)
-      p = lean::bf16_stochastic(bf16_to_f32(p) + 1e-4f, lean::random32(9, t, i, 0));
+      p = lean::bf16_stochastic(bf16_to_f32(p) + 1e-4f, lean::random16(9, t, i, 0));
     mean += bf16_to_f32(p);
   }
   mean /= n;
@@ -253,7 +256,7 @@ void reference_step(const LeanUnitState& s, std::span<const AdamWSegment> segmen
       float p = before * (seg->decay ? sc.decay_factor : 1.0f);
       const float m_new = std::fma(lerp_coef, g - m[j], small_lerp ? m[j] : g);
       const float vi = std::fma(sc.one_minus_beta2 * g, g, v[j] * sc.beta2);
-      const float denom = std::sqrt(vi) / sc.bc2_sqrt + sc.eps;
+      const float denom = std::sqrt(vi) * (1.0f / sc.bc2_sqrt) + sc.eps;
       p = p + sc.neg_step_size * m_new / denom;
       m[j] = m_new;
       v[j] = vi;
@@ -266,7 +269,7 @@ void reference_step(const LeanUnitState& s, std::span<const AdamWSegment> segmen
                                    lean::uniform(s.seed, step, i, 0));
           break;
         default:
-          s.master_bf16[i] = lean::bf16_stochastic(p, lean::random32(s.seed, step, i, 0));
+          s.master_bf16[i] = lean::bf16_stochastic(p, lean::random16(s.seed, step, i, 0));
       }
       if (bf16_out != nullptr) {
         float stored;
@@ -279,7 +282,23 @@ void reference_step(const LeanUnitState& s, std::span<const AdamWSegment> segmen
   }
 }
 
-// The vectorized kernel gives the scalar reference's bits: every array and the bf16 copy, over
+// Highway's targets masked down to each instruction set the lean block kernel is compiled for
+// (optim/lean_kernel.h block_kernel): AVX-512, AVX2, the baseline, as far as the CPU has them.
+std::vector<int64_t> kernel_target_masks() {
+  const int64_t all = hwy::SupportedTargets();
+  return {all, all & ~(HWY_AVX3 | HWY_AVX3_DL), all & ~(HWY_AVX3 | HWY_AVX3_DL | HWY_AVX2)};
+}
+
+// Runs the kernel of one mask while it lives.
+struct KernelTarget {
+  explicit KernelTarget(int64_t mask) { hwy::SetSupportedTargetsForTest(mask); }
+  ~KernelTarget() { hwy::SetSupportedTargetsForTest(0); }
+  KernelTarget(const KernelTarget&) = delete;
+  KernelTarget& operator=(const KernelTarget&) = delete;
+};
+
+// The vectorized kernel, for every instruction set, gives the scalar reference's bits: every array
+// and the bf16 copy, over
 // steps with segments that start and end inside blocks, a gap, a partial last block, bf16
 // gradients in the copy's own buffer, and values that reach the encoders' edges (zeros, tiny and
 // huge elements next to ordinary ones).
@@ -293,27 +312,64 @@ TEST(LeanAdamW, KernelMatchesScalarReferenceBitForBit) {
   for (size_t i = 5; i < n; i += 41) init[i] *= 1e-30f;
   for (size_t i = 9; i < n; i += 53) init[i] *= 1e20f;
   const AdamWSegment segments[3] = {{3, 500, true}, {503, 1000, false}, {1600, n - 1600, true}};
-  for (auto format :
-       {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
-    SCOPED_TRACE(state_format_name(format));
-    LeanBuffers fast(format, n, 13), ref(format, n, 13);
+  for (const int64_t mask : kernel_target_masks())
+    for (auto format :
+         {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
+      const KernelTarget target(mask);
+      SCOPED_TRACE(std::string(state_format_name(format)) + " on " + lean::block_kernel_target());
+      LeanBuffers fast(format, n, 13), ref(format, n, 13);
+      lean_write_masters(fast.view, init.data(), 0, n);
+      lean_write_masters(ref.view, init.data(), 0, n);
+      std::vector<uint16_t> out_ref(n, 0x1234);
+      std::vector<uint16_t> out_fast = out_ref;
+      for (int64_t t = 1; t <= 6; ++t) {
+        auto g = test::random_vector(n, 90 + t, -1.0f, 1.0f);
+        for (size_t i = 0; i < n; i += 7) g[i] *= 1e-6f;
+        for (size_t i = 0; i < n; i += 11) g[i] = 0.0f;
+        for (size_t i = 0; i < n; ++i) g[i] = bf16_to_f32(f32_to_bf16(g[i]));
+        reference_step(ref.view, segments, g, &out_ref, h, t, 0.7f);
+        // bf16 gradients in the copy's buffer, where the segments name them.
+        for (const AdamWSegment& seg : segments)
+          for (size_t i = seg.offset; i < seg.offset + seg.count; ++i) out_fast[i] = f32_to_bf16(g[i]);
+        lean_adamw_step(fast.view, segments, out_fast.data(), DType::BF16, out_fast.data(), h, t, 0.7f);
+        ASSERT_EQ(fast.arrays, ref.arrays) << "step " << t;
+        ASSERT_EQ(out_fast, out_ref) << "step " << t;
+      }
+    }
+}
+
+// The compensated master's carry (c rounded up to 128 units, so hi moves to the next bf16) where
+// the next bf16 lies in the next binade, whose units are twice as large: masters at powers of two
+// stepped down by just under half a bf16 ulp of the binade below (one AdamW step moves each by
+// about lr), of both signs, so that most elements' rounding carries across the binade's edge.
+TEST(LeanAdamW, KernelMatchesScalarReferenceAtBinadeCarries) {
+  const size_t n = 64 * kStateBlock;
+  AdamWHyper h;
+  h.lr = std::ldexp(1.0, -9) + std::ldexp(1.0, -21);  // half an ulp of [0.5, 1) less 2^-21
+  h.weight_decay = 0.0;
+  std::vector<float> init(n), g(n);
+  for (size_t i = 0; i < n; ++i) {
+    const bool negative = i % 2 == 1;
+    init[i] = negative ? -1.0f : 1.0f;
+    g[i] = negative ? -0.5f : 0.5f;
+  }
+  for (const int64_t mask : kernel_target_masks()) {
+    const KernelTarget target(mask);
+    SCOPED_TRACE(lean::block_kernel_target());
+    LeanBuffers fast(OptimizerStateFormat::Bf16C8Q8, n, 17), ref(OptimizerStateFormat::Bf16C8Q8, n, 17);
     lean_write_masters(fast.view, init.data(), 0, n);
     lean_write_masters(ref.view, init.data(), 0, n);
-    std::vector<uint16_t> out_ref(n, 0x1234);
-    std::vector<uint16_t> out_fast = out_ref;
-    for (int64_t t = 1; t <= 6; ++t) {
-      auto g = test::random_vector(n, 90 + t, -1.0f, 1.0f);
-      for (size_t i = 0; i < n; i += 7) g[i] *= 1e-6f;
-      for (size_t i = 0; i < n; i += 11) g[i] = 0.0f;
-      for (size_t i = 0; i < n; ++i) g[i] = bf16_to_f32(f32_to_bf16(g[i]));
-      reference_step(ref.view, segments, g, &out_ref, h, t, 0.7f);
-      // bf16 gradients in the copy's buffer, where the segments name them.
-      for (const AdamWSegment& seg : segments)
-        for (size_t i = seg.offset; i < seg.offset + seg.count; ++i) out_fast[i] = f32_to_bf16(g[i]);
-      lean_adamw_step(fast.view, segments, out_fast.data(), DType::BF16, out_fast.data(), h, t, 0.7f);
-      ASSERT_EQ(fast.arrays, ref.arrays) << "step " << t;
-      ASSERT_EQ(out_fast, out_ref) << "step " << t;
-    }
+    const AdamWSegment all{0, n, false};
+    std::vector<uint16_t> out_ref(n), out_fast(n);
+    reference_step(ref.view, {&all, 1}, g, &out_ref, h, 1, 1.0f);
+    lean_adamw_step(fast.view, {&all, 1}, g.data(), DType::F32, out_fast.data(), h, 1, 1.0f);
+    EXPECT_EQ(fast.arrays, ref.arrays);
+    EXPECT_EQ(out_fast, out_ref);
+    // Most elements carried: hi is 1.0 (or -1.0) again, with c = -64 units of the upper binade.
+    size_t carried = 0;
+    for (size_t i = 0; i < n; ++i)
+      carried += (fast.view.master_bf16[i] & 0x7fffu) == 0x3f80u && fast.view.compensation[i] == -64;
+    EXPECT_GT(carried, n / 2);
   }
 }
 

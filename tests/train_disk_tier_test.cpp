@@ -219,6 +219,75 @@ TEST_F(DiskTierTest, CheckpointStateAndResumeAreExact) {
   expect_same_state(resumed, reference);
 }
 
+// Loading the weights (assign_masters, as `ferry train` does) writes each disk unit's first state
+// through the tier's slots in turn without reading the file, and converts its staging weights
+// then, so that nothing is read before the first step's reads ahead: the run is the plain
+// trainer's, bit for bit, with 1 to 3 slots.
+TEST_F(DiskTierTest, LoadingTheWeightsWritesTheStateWithoutReadingIt) {
+  test::ScratchDir dir("disk-tier");
+  const State reference = plain_state(config_, rows_, 0.5, kSteps);
+  const Plan ram = make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward);
+  for (int64_t slots : {1, 2, 3}) {
+    SCOPED_TRACE(::testing::Message() << slots << " RAM buffers");
+    std::vector<std::vector<float>> init;
+    init_random_weights(config_, 9, init);
+    auto device = make_sim_device({});
+    auto ops = make_device_ops(*device);
+    SlidingEngine engine(config_, layout_, *device, *ops, on_disk(ram, {1, 2, 4}, slots, dir.path()),
+                         kMicro * kSeq, kGlobal / kMicro, false);
+    for (size_t u = 0; u < layout_.units.size(); ++u) engine.host().assign_masters(u, init[u]);
+    engine.weights_changed(0);
+    EXPECT_EQ(engine.host().disk()->region_reads(), 0u);
+    State state;
+    for (int64_t s = 0; s < kSteps; ++s) {
+      const SlidingStepResult r = engine.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5);
+      state.losses.push_back(r.loss);
+      state.norms.push_back(r.grad_norm);
+    }
+    engine.finish_updates();
+    const State read = read_state(engine.host(), layout_);
+    state.masters = read.masters;
+    state.m = read.m;
+    state.v = read.v;
+    expect_identical(state, reference);
+  }
+}
+
+// A resume overwrites each disk unit's arrays whole (train/checkpoint.h StreamedState::fresh_arrays):
+// through UnitUpdater::disk_state_new they are not read first, the staging weights come from them,
+// and the resumed steps read nothing before their own reads ahead; the last steps give the plain
+// trainer's bits.
+TEST_F(DiskTierTest, AResumeWritesTheStateWithoutReadingIt) {
+  test::ScratchDir dir("disk-tier");
+  const State reference = plain_state(config_, rows_, 0.5, kSteps);
+  const State at2 = plain_state(config_, rows_, 0.5, 2);
+  const Plan plan =
+      on_disk(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), {1, 2, 4}, 2, dir.path());
+  auto device = make_sim_device({});
+  auto ops = make_device_ops(*device);
+  SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+  UnitUpdater& host = engine.host();
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    if (!host.on_disk(u)) {
+      put_state(host, u, at2.masters[u], at2.m[u], at2.v[u]);
+      continue;
+    }
+    const std::vector<std::span<std::byte>> arrays = host.disk_state_new(u);
+    ASSERT_EQ(arrays.size(), 3u);
+    const std::vector<float>* from[3] = {&at2.masters[u], &at2.m[u], &at2.v[u]};
+    for (size_t k = 0; k < 3; ++k) std::memcpy(arrays[k].data(), from[k]->data(), arrays[k].size());
+    host.disk_state_written(u);
+  }
+  engine.weights_changed(2);
+  EXPECT_EQ(host.disk()->region_reads(), 0u);
+  std::vector<double> losses;
+  for (int64_t s = 2; s < kSteps; ++s)
+    losses.push_back(engine.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5).loss);
+  engine.finish_updates();
+  EXPECT_EQ(losses, std::vector<double>(reference.losses.begin() + 2, reference.losses.end()));
+  expect_same_state(read_state(host, layout_), reference);
+}
+
 // While the worker waits for the next step's gradients it polls the tier, so the first disk unit
 // of each step is read during the step, not when its update starts: only the first acquire (after
 // loading, which reads state through the tier) finds nothing read ahead.

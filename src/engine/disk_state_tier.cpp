@@ -81,6 +81,7 @@ bool DiskStateTier::issue_read(int64_t sequence, bool block) {
     *t = 0;
   }
   slot_read_[s] = file_->read(layout_.region_offset[u], slot(s, layout_.region_bytes[u]));
+  ++region_reads_;
   ++issued_;
   return true;
 }
@@ -93,7 +94,7 @@ void DiskStateTier::read_ahead() {
 
 std::vector<std::span<std::byte>> DiskStateTier::acquire(size_t u) {
   std::lock_guard<std::mutex> lock(mutex_);
-  FERRY_ASSERT(held_ < 0, "one disk unit is updated at a time");
+  FERRY_ASSERT(held_ < 0 && new_unit_ == SIZE_MAX, "one disk unit is updated at a time");
   FERRY_ASSERT(unit_at(next_) == u, "disk-resident units are updated in the planned order");
   paged_ = SIZE_MAX;  // a step runs: whoever read state between steps is done with it
   if (issued_ <= next_) {
@@ -130,13 +131,14 @@ void DiskStateTier::forget_read_ahead() {
 
 std::vector<std::span<std::byte>> DiskStateTier::page_in(size_t u) {
   std::lock_guard<std::mutex> lock(mutex_);
-  FERRY_ASSERT(held_ < 0 && holds(u), "page_in is for disk units, between steps");
+  FERRY_ASSERT(held_ < 0 && holds(u) && new_unit_ == SIZE_MAX, "page_in is for disk units, between steps");
   const size_t s = slot_of(next_);
   // The unit paged in last, not written since: its slot holds the file's bytes. A checkpoint asks
   // for a unit's arrays once per tensor, and reads it from the disk once.
   if (paged_ == u) return arrays_in(s, u);
   forget_read_ahead();
   file_->wait(file_->read(layout_.region_offset[u], slot(s, layout_.region_bytes[u])));
+  ++region_reads_;
   paged_ = u;
   return arrays_in(s, u);
 }
@@ -147,6 +149,34 @@ void DiskStateTier::page_out(size_t u) {
   const size_t s = slot_of(next_);
   file_->wait(file_->write(layout_.region_offset[u], slot(s, layout_.region_bytes[u])));
   paged_ = SIZE_MAX;
+}
+
+std::vector<std::span<std::byte>> DiskStateTier::page_new(size_t u) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  FERRY_ASSERT(held_ < 0 && holds(u) && new_unit_ == SIZE_MAX, "page_new is for disk units, between steps");
+  if (paged_ != kFilling) {
+    // Reads ahead (or a page_in's slot) hold slots: done with them first.
+    forget_read_ahead();
+    paged_ = kFilling;
+  }
+  const size_t s = next_new_slot_;
+  next_new_slot_ = (next_new_slot_ + 1) % slots_;
+  // The slot's last write has left it.
+  if (slot_write_[s] != 0) file_->wait(slot_write_[s]);
+  slot_write_[s] = 0;
+  new_unit_ = u;
+  new_slot_ = s;
+  return arrays_in(s, u);
+}
+
+void DiskStateTier::store_new(size_t u) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  FERRY_ASSERT(new_unit_ == u && paged_ == kFilling, "store_new writes what page_new handed out");
+  const UringFile::Ticket t =
+      file_->write(layout_.region_offset[u], slot(new_slot_, layout_.region_bytes[u]));
+  slot_write_[new_slot_] = t;
+  unit_write_[u] = t;
+  new_unit_ = SIZE_MAX;
 }
 
 void DiskStateTier::poll() {

@@ -58,6 +58,13 @@ class DiskStateTier {
   // file; a caller that changed them must call it before asking the tier for anything else.
   std::vector<std::span<std::byte>> page_in(size_t u);
   void page_out(size_t u);
+  // No unit acquired: a slot for unit u's first state, not read from the file (the caller writes
+  // every array), until store_new(u) writes it there without waiting. The slots are taken in
+  // turn, so the caller fills unit k + 1 while unit k is written: a run's start writes its state
+  // at the disk's rate instead of reading every region first and waiting for each write.
+  // Anything else the tier does waits for these writes first.
+  std::vector<std::span<std::byte>> page_new(size_t u);
+  void store_new(size_t u);
   // Issues the reads ahead that were held back by a write-back still in flight, if it has
   // completed since (never blocks). The updater's worker calls it while it waits for gradients:
   // otherwise the first unit of the next round would be read only when it is acquired.
@@ -67,6 +74,8 @@ class DiskStateTier {
   // Acquires that found their unit's read not yet issued (nothing read ahead): the first after a
   // page_in, else a sign that the reads ahead are held back.
   size_t unready_acquires() const { return unready_acquires_; }
+  // Reads of a unit's region from the file so far (reads ahead, acquires, page_in misses).
+  size_t region_reads() const { return region_reads_; }
 
  private:
   size_t unit_at(int64_t sequence) const { return layout_.order[static_cast<size_t>(sequence) % n_]; }
@@ -91,11 +100,15 @@ class DiskStateTier {
   int64_t issued_ = 0;  // reads are issued for sequence numbers < issued_ (and >= next_, or held)
   int64_t held_ = -1;   // the sequence number acquired and not yet released
   size_t unready_acquires_ = 0;
+  size_t region_reads_ = 0;
   std::vector<UringFile::Ticket> slot_read_, slot_write_;  // per slot; 0: none
   std::vector<UringFile::Ticket> unit_write_;              // per unit: its last write-back
   // The unit page_in holds: its slot belongs to the caller (no reads ahead) until page_out or the
-  // next acquire.
+  // next acquire; kFilling while page_new hands out slots (no reads ahead either).
+  static constexpr size_t kFilling = SIZE_MAX - 1;
   size_t paged_ = SIZE_MAX;
+  size_t new_unit_ = SIZE_MAX, new_slot_ = 0;  // page_new's unit, and the slot it has
+  size_t next_new_slot_ = 0;                   // the slot the next page_new takes
 };
 
 }  // namespace ferry

@@ -123,6 +123,7 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
   inbox_ = std::make_unique<GradientInbox>(device_, layout_, plan_, sparse_unit_, max_rows, row_len_,
                                            row_gradients);
   step_rows_ = std::make_shared<const std::vector<int32_t>>();
+  staging_current_.assign(units_.size(), 0);
   updated_step_.assign(units_.size(), 0);
   partials_.resize(units_.size());
   worker_ = std::thread([this] { run(); });
@@ -152,22 +153,34 @@ UnitUpdater::~UnitUpdater() {
 
 void UnitUpdater::refresh_staging(size_t u, const float* master, const LeanUnitState* lean) {
   if (converts_on_upload()) return;  // the masters are what is uploaded
+  const size_t n = static_cast<size_t>(layout_.units[u].numel);
   if (!is_exact(format())) {
-    refresh_staging_range(u, *lean, 0, static_cast<size_t>(layout_.units[u].numel));
+    // Over the pool's threads in pieces of whole decode pieces (refresh_staging_range).
+    ThreadPool::global().parallel_for((n + kStagingPiece - 1) / kStagingPiece,
+                                      [&](size_t lo, size_t hi) {
+                                        refresh_staging_range(u, *lean, lo * kStagingPiece,
+                                                              std::min(n, hi * kStagingPiece));
+                                      },
+                                      16);
     return;
   }
-  convert_from_f32(master, plan_.weight_dtype, units_[u].staging.data(),
-                   static_cast<size_t>(layout_.units[u].numel));
+  const size_t wd = dtype_size(plan_.weight_dtype);
+  auto* staging = static_cast<char*>(units_[u].staging.data());
+  ThreadPool::global().parallel_for(
+      n,
+      [&](size_t lo, size_t hi) {
+        convert_from_f32(master + lo, plan_.weight_dtype, staging + lo * wd, hi - lo);
+      },
+      size_t{1} << 20);
 }
 
 void UnitUpdater::refresh_staging_range(size_t u, const LeanUnitState& lean, size_t begin, size_t end) {
   // Decoded in pieces, so that no fp32 copy of a whole unit is held.
-  constexpr size_t kPiece = size_t{1} << 16;
   HostUnitState& s = units_[u];
   const size_t wd = dtype_size(plan_.weight_dtype);
-  std::vector<float> piece(std::min(kPiece, end - begin));
-  for (size_t i = begin; i < end; i += kPiece) {
-    const size_t k = std::min(kPiece, end - i);
+  std::vector<float> piece(std::min(kStagingPiece, end - begin));
+  for (size_t i = begin; i < end; i += kStagingPiece) {
+    const size_t k = std::min(kStagingPiece, end - i);
     lean_read_masters(lean, piece.data(), i, i + k);
     convert_from_f32(piece.data(), plan_.weight_dtype, static_cast<char*>(s.staging.data()) + i * wd, k);
   }
@@ -186,14 +199,29 @@ void UnitUpdater::assign_masters(size_t u, std::span<const float> values) {
               "{} values given for unit {} of {}; the weights do not match the model's layout", values.size(),
               layout_.units[u].name, layout_.units[u].numel);
   if (on_disk(u)) {
-    // A fresh state (zero moments, as a RAM unit's new arrays) with these masters, into the file.
-    const std::vector<std::span<std::byte>> arrays = disk_->page_in(u);
-    for (const std::span<std::byte>& a : arrays) std::memset(a.data(), 0, a.size());
-    if (is_exact(format()))
-      std::memcpy(arrays[0].data(), values.data(), values.size_bytes());
-    else
-      lean_write_masters(lean_view_of(u, arrays), values.data(), 0, values.size());
-    disk_->page_out(u);
+    // A fresh state (zero moments, as a RAM unit's new arrays) with these masters, into a slot
+    // that is not read first; the staging weights from it; then written behind, while the next
+    // unit is filled.
+    const std::vector<std::span<std::byte>> arrays = disk_->page_new(u);
+    ThreadPool& pool = ThreadPool::global();
+    for (size_t a = is_exact(format()) ? 1 : 0; a < arrays.size(); ++a)
+      pool.parallel_for(
+          arrays[a].size(), [&](size_t lo, size_t hi) { std::memset(arrays[a].data() + lo, 0, hi - lo); },
+          size_t{1} << 22);
+    const LeanUnitState lean = is_exact(format()) ? LeanUnitState{} : lean_view_of(u, arrays);
+    auto* master = reinterpret_cast<float*>(arrays[0].data());
+    pool.parallel_for(
+        values.size(),
+        [&](size_t lo, size_t hi) {
+          if (is_exact(format()))
+            std::memcpy(master + lo, values.data() + lo, (hi - lo) * sizeof(float));
+          else
+            lean_write_masters(lean, values.data() + lo, lo, hi);
+        },
+        kStagingPiece);
+    if (on_host_[u]) refresh_staging(u, master, &lean);
+    disk_->store_new(u);
+    staging_current_[u] = on_host_[u] ? 1 : 0;
     return;
   }
   if (is_exact(format())) {
@@ -201,6 +229,27 @@ void UnitUpdater::assign_masters(size_t u, std::span<const float> values) {
     return;
   }
   lean_write_masters(s.lean_view, values.data(), 0, values.size());
+}
+
+std::vector<std::span<std::byte>> UnitUpdater::disk_state_new(size_t u) {
+  new_disk_state_ = disk_->page_new(u);
+  new_disk_unit_ = u;
+  return new_disk_state_;
+}
+
+void UnitUpdater::disk_state_written(size_t u) {
+  staging_current_[u] = 0;
+  if (new_disk_unit_ != u) {
+    disk_->page_out(u);
+    return;
+  }
+  // Arrays from disk_state_new: the staging weights from them now, as assign_masters does.
+  const LeanUnitState lean = is_exact(format()) ? LeanUnitState{} : lean_view_of(u, new_disk_state_);
+  if (on_host_[u]) refresh_staging(u, reinterpret_cast<const float*>(new_disk_state_[0].data()), &lean);
+  disk_->store_new(u);
+  staging_current_[u] = on_host_[u] ? 1 : 0;
+  new_disk_unit_ = SIZE_MAX;
+  new_disk_state_.clear();
 }
 
 void UnitUpdater::read_masters(size_t u, float* out, size_t begin, size_t end) {
@@ -230,7 +279,9 @@ void UnitUpdater::note_lost_updates(const LeanStepStats& stats, size_t u, int64_
 void UnitUpdater::refresh_staging(int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t u = 0; u < units_.size(); ++u) {
-    if (on_host_[u] && on_disk(u)) {
+    if (on_host_[u] && on_disk(u) && staging_current_[u]) {
+      staging_current_[u] = 0;  // assign_masters wrote them from this state
+    } else if (on_host_[u] && on_disk(u)) {
       const std::vector<std::span<std::byte>> arrays = disk_->page_in(u);
       const LeanUnitState lean = is_exact(format()) ? LeanUnitState{} : lean_view_of(u, arrays);
       refresh_staging(u, reinterpret_cast<const float*>(arrays[0].data()), &lean);
@@ -265,6 +316,7 @@ void UnitUpdater::copy_state_out(size_t u, const std::vector<std::span<std::byte
 }
 
 void UnitUpdater::copy_state_in(size_t u, const std::vector<std::span<const std::byte>>& arrays) {
+  staging_current_[u] = 0;
   const std::vector<std::span<std::byte>> to = on_disk(u) ? disk_->page_in(u) : ram_arrays(u);
   FERRY_ASSERT(arrays.size() == to.size(), "a unit's state arrays, as optim/state_arrays.h says");
   for (size_t a = 0; a < to.size(); ++a) {
@@ -276,6 +328,7 @@ void UnitUpdater::copy_state_in(size_t u, const std::vector<std::span<const std:
 
 UnitUpdater::StatePointers UnitUpdater::state_for_update(size_t u) {
   if (!on_disk(u)) return {units_[u].master.data(), units_[u].m.data(), units_[u].v.data()};
+  staging_current_[u] = 0;
   const std::vector<std::span<std::byte>> arrays = disk_->acquire(u);
   return {reinterpret_cast<float*>(arrays[0].data()), reinterpret_cast<float*>(arrays[1].data()),
           reinterpret_cast<float*>(arrays[2].data())};

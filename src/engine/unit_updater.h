@@ -137,14 +137,30 @@ class UnitUpdater {
   // tier (any of these, a step): checkpoints stream the disk units' state through it instead of a
   // copy. Between steps only. After changing the arrays, disk_state_written(u) stores them.
   std::vector<std::span<std::byte>> disk_state(size_t u) { return disk_->page_in(u); }
-  void disk_state_written(size_t u) { disk_->page_out(u); }
+  // The same for arrays the caller overwrites whole (a resume): not read from the disk first, and
+  // disk_state_written(u) converts the staging weights from them before it writes them behind.
+  std::vector<std::span<std::byte>> disk_state_new(size_t u);
+  void disk_state_written(size_t u);
   // The disk tier, when the plan has one.
   const DiskStateTier* disk() const { return disk_.get(); }
+  // Unit u's weights as the run uploads them (its staging buffer), when that is `dtype`, else
+  // nullptr. Between steps (finish_updates first) they are the masters converted to the weight
+  // dtype: every update writes that copy beside the masters, and loading or resuming refreshes it.
+  const void* staged_weights(size_t u, DType dtype) const {
+    if (!on_host_[u] || converts_on_upload() || dtype != plan_.weight_dtype) return nullptr;
+    return units_[u].staging.data();
+  }
+  // Waits for the disk tier's writes in flight (the first state assign_masters wrote behind).
+  void wait_disk_writes() {
+    if (disk_) disk_->flush();
+  }
 
   // The optimizer state format (plan's optimizer_state).
   OptimizerStateFormat format() const { return plan_.optimizer_state; }
   // Sets unit u's masters from fp32 values (loading a model): the fp32 array, or a lean format's
-  // encoding of them (nearest rounding).
+  // encoding of them (nearest rounding). A disk unit's fresh state is written through a slot of
+  // the tier without reading the file (DiskStateTier::page_new), and its staging weights are
+  // converted from that slot there and then, so that refresh_staging does not read it back.
   void assign_masters(size_t u, std::span<const float> values);
   // Unit u's masters as fp32 (decoded from a lean format) into `out` (numel floats); a disk
   // unit's are read from the tier (between steps only).
@@ -230,7 +246,9 @@ class UnitUpdater {
   void state_updated(size_t u);  // a disk unit's slot goes back to the tier
   // RAM units: their arrays as byte spans.
   std::vector<std::span<std::byte>> ram_arrays(size_t u);
-  // Elements [begin, end) of unit u's staging weights from its lean masters, viewed by `lean`.
+  // Elements [begin, end) of unit u's staging weights from its lean masters, viewed by `lean`,
+  // decoded kStagingPiece at a time.
+  static constexpr size_t kStagingPiece = size_t{1} << 16;
   void refresh_staging_range(size_t u, const LeanUnitState& lean, size_t begin, size_t end);
   // Says once, the first time a lean update loses updates to its master's rounding.
   void note_lost_updates(const LeanStepStats& stats, size_t u, int64_t step);
@@ -241,6 +259,12 @@ class UnitUpdater {
   Plan plan_;
   std::vector<HostUnitState> units_;
   std::vector<bool> on_host_;
+  // Per unit: a disk unit whose staging weights assign_masters wrote from the state it wrote,
+  // unchanged since; the next refresh_staging skips it (and clears this). Bytes, not bits: the
+  // worker clears them (state_for_update) as the caller's thread does.
+  std::vector<uint8_t> staging_current_;
+  std::vector<std::span<std::byte>> new_disk_state_;       // what disk_state_new gave, until written
+  size_t new_disk_unit_ = SIZE_MAX;                        // its unit
   std::vector<std::vector<AdamWSegment>> segments_;        // per unit: its parameters and their decay
   size_t sparse_unit_ = SIZE_MAX;                          // the row-sparse embedding, if any
   size_t row_len_ = 0;                                     // its row length (hidden size)

@@ -74,16 +74,20 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir) {
 
 void save_model_weights(const std::filesystem::path& dir, const ModelLayout& layout,
                         const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes,
-                        const UnitFetch& fetch) {
+                        const UnitFetch& fetch, const UnitBytes& encoded) {
   FERRY_ASSERT(units.size() == layout.units.size());
   // Converted as written (TensorToWrite::f32_source): an 8B model saved in bf16 would otherwise
   // need 16 GB more host memory at the very end of a run whose plan used nearly all of it.
   std::vector<TensorToWrite> tensors;
   for (size_t i = 0; i < layout.units.size(); ++i) {
+    const auto* bytes =
+        units[i] == nullptr && encoded ? static_cast<const std::byte*>(encoded(i, dtype)) : nullptr;
     for (const auto& p : layout.units[i].params) {
       TensorToWrite t{p.hf_name, dtype, p.shape, nullptr};
       if (units[i] != nullptr) {
         t.f32_source = units[i] + p.offset;
+      } else if (bytes != nullptr) {
+        t.data = bytes + static_cast<size_t>(p.offset) * dtype_size(dtype);
       } else {
         FERRY_ASSERT(fetch, "a unit not in RAM needs a fetch");
         t.f32_pieces = [&fetch, i, offset = static_cast<size_t>(p.offset)](size_t at, size_t count) {

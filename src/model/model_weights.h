@@ -41,11 +41,16 @@ void read_unit_weights(const SafetensorsModel& file, const UnitLayout& unit, flo
 // format's), given as nullptr. A piece at a time, so a lean format is decoded into a buffer of one
 // piece, not of every unit.
 using UnitFetch = std::function<const float*(size_t unit, size_t offset, size_t count)>;
+// Unit u's parameters already encoded in `dtype` (laid out by the layout's element offsets), or
+// nullptr: the run's bf16 upload copy of a unit, which equals its masters converted to that dtype
+// between steps, so that saving a disk unit's weights need not read its state from the disk.
+using UnitBytes = std::function<const void*(size_t unit, DType dtype)>;
 
-// Writes the parameters of `units` (fp32, laid out by `layout`; a nullptr unit from `fetch`) as
-// DIR/model*.safetensors in `dtype`, sharded past max_shard_bytes, with an index when sharded.
+// Writes the parameters of `units` (fp32, laid out by `layout`; a nullptr unit from `encoded` where
+// it has the unit's bytes, else from `fetch`) as DIR/model*.safetensors in `dtype`, sharded past
+// max_shard_bytes, with an index when sharded.
 void save_model_weights(const std::filesystem::path& dir, const ModelLayout& layout,
                         const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes,
-                        const UnitFetch& fetch = {});
+                        const UnitFetch& fetch = {}, const UnitBytes& encoded = {});
 
 }  // namespace ferry

@@ -20,12 +20,13 @@ namespace ferry {
 
 namespace lean {
 
-uint32_t random32(uint64_t seed, int64_t step, size_t index, uint32_t purpose) {
-  return random_bits(random_key(seed, step), index, purpose);
+uint32_t random16(uint64_t seed, int64_t step, size_t index, uint32_t purpose) {
+  const uint64_t key = random_key(seed, step);
+  return purpose_bits(random_bits(span_key(key, index), index), purpose);
 }
 
 float uniform(uint64_t seed, int64_t step, size_t index, uint32_t purpose) {
-  return uniform_from_bits(random32(seed, step, index, purpose));
+  return uniform_from_bits16(random16(seed, step, index, purpose));
 }
 
 uint16_t bf16_stochastic(float x, uint32_t random16) {
@@ -187,9 +188,16 @@ void load_grads(const void* grad, DType dtype, size_t first, size_t count, float
 // segments[seg]. Most blocks lie inside one segment: all their lanes are active alike.
 void block_input(std::span<const AdamWSegment> segments, size_t seg, size_t b, size_t count, const void* grad,
                  DType grad_dtype, lean::BlockInput& in) {
-  std::memset(&in, 0, sizeof(in));
-  if (seg < segments.size() && segments[seg].offset <= b &&
-      b + count <= segments[seg].offset + segments[seg].count) {
+  const bool inside = seg < segments.size() && segments[seg].offset <= b &&
+                      b + count <= segments[seg].offset + segments[seg].count;
+  if (inside && count == kStateBlock) {
+    in.uniform = true;
+    in.decay_all = segments[seg].decay;
+    load_grads(grad, grad_dtype, b, count, in.grad);
+    return;
+  }
+  in = lean::BlockInput{};
+  if (inside) {
     const uint32_t decay = segments[seg].decay ? ~0u : 0u;
     for (size_t j = 0; j < count; ++j) {
       in.active[j] = ~0u;
@@ -224,8 +232,12 @@ std::string lost_updates_warning(OptimizerStateFormat format, const LeanStepStat
 }
 
 uint64_t lean_unit_seed(uint64_t run_seed, size_t unit) {
-  return (static_cast<uint64_t>(lean::random32(run_seed, 0, unit, 3)) << 32) |
-         lean::random32(run_seed, 1, unit, 3);
+  // The 32 high bits of splitmix64 over (run seed, 0 or 1, unit) (the bits of the first random
+  // numbers of the lean formats, kept so that a unit's stream is what it was).
+  const auto half = [&](int64_t which) {
+    return lean::mix64(lean::random_key(run_seed, which) ^ (static_cast<uint64_t>(unit) << 2 | 3)) >> 32;
+  };
+  return half(0) << 32 | half(1);
 }
 
 LeanUnitState lean_unit_view(OptimizerStateFormat format, size_t numel, std::span<void* const> arrays,
@@ -297,6 +309,8 @@ LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegme
   const lean::StepConstants c{adamw_scalars(hyper, step), grad_scale, lean::random_key(s.seed, step)};
   const size_t first = segments.front().offset / kStateBlock;
   const size_t last = (segments.back().offset + segments.back().count + kStateBlock - 1) / kStateBlock;
+  const lean::BlockKernel update_block = lean::block_kernel();
+  const lean::RunKernel update_run = lean::run_kernel();
   std::atomic<size_t> updated{0}, lost{0};
   pool.parallel_for(
       last - first,
@@ -304,13 +318,25 @@ LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegme
         LeanStepStats stats;
         lean::BlockInput in;
         size_t seg = 0;
-        for (size_t k = first + lo; k < first + hi; ++k) {
+        for (size_t k = first + lo; k < first + hi;) {
           const size_t b = k * kStateBlock;
-          const size_t count = std::min(kStateBlock, s.numel - b);
           while (seg < segments.size() && segments[seg].offset + segments[seg].count <= b) ++seg;
+          // The whole blocks from here that segments[seg] names, in one call.
+          if (seg < segments.size() && segments[seg].offset <= b) {
+            const size_t end = std::min(segments[seg].offset + segments[seg].count, s.numel) / kStateBlock;
+            const size_t run_end = std::min(first + hi, end);
+            if (run_end > k) {
+              update_run(s, b, run_end - k, grad, b, grad_dtype == DType::BF16, segments[seg].decay, c,
+                         bf16_out, stats);
+              k = run_end;
+              continue;
+            }
+          }
+          const size_t count = std::min(kStateBlock, s.numel - b);
           // The gradients are read before bf16_out (possibly the same buffer) is written.
           block_input(segments, seg, b, count, grad, grad_dtype, in);
-          lean::update_block(s, b, count, in, c, bf16_out, stats);
+          update_block(s, b, count, in, c, bf16_out, stats);
+          ++k;
         }
         updated += stats.updated;
         lost += stats.lost;
@@ -329,23 +355,15 @@ LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<
   if (rows.empty() || row_len == 0) return {};
   const lean::StepConstants c{adamw_scalars(hyper, step), grad_scale, lean::random_key(s.seed, step)};
   const size_t blocks_per_row = row_len / kStateBlock;
+  const lean::RunKernel update_run = lean::run_kernel();
   std::atomic<size_t> updated{0}, lost{0};
   pool.parallel_for(
       rows.size(),
       [&](size_t lo, size_t hi) {
         LeanStepStats stats;
-        lean::BlockInput in;
-        std::fill(std::begin(in.active), std::end(in.active), ~0u);
-        std::fill(std::begin(in.decay), std::end(in.decay), decay ? ~0u : 0u);
-        std::fill(std::begin(in.grad), std::end(in.grad), 0.0f);
-        for (size_t k = lo; k < hi; ++k) {
-          const size_t row = static_cast<size_t>(rows[k]) * row_len;
-          for (size_t q = 0; q < blocks_per_row; ++q) {
-            if (grad != nullptr)
-              load_grads(grad, grad_dtype, k * row_len + q * kStateBlock, kStateBlock, in.grad);
-            lean::update_block(s, row + q * kStateBlock, kStateBlock, in, c, bf16_out, stats);
-          }
-        }
+        for (size_t k = lo; k < hi; ++k)
+          update_run(s, static_cast<size_t>(rows[k]) * row_len, blocks_per_row, grad, k * row_len,
+                     grad_dtype == DType::BF16, decay, c, bf16_out, stats);
         updated += stats.updated;
         lost += stats.lost;
       },

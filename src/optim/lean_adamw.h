@@ -31,12 +31,12 @@
 //    update under half an fp32 ulp of its master is lost, and counted (LeanStepStats::lost) so the
 //    run can warn.
 //
-// Every random number is a hash of (seed, step, element index, purpose) (optim/lean_random.h), so
-// the result does not depend on how the work is split over threads or which tier holds the arrays:
-// the sliding engine and the plain trainer produce the same bits, and a resumed run continues as an
-// unbroken one.
+// Every random number is a hash of (seed, step, element index) (optim/lean_random.h: 32 bits per
+// element, 16 for each rounding), so the result does not depend on how the work is split over
+// threads or which tier holds the arrays: the sliding engine and the plain trainer produce the same
+// bits, and a resumed run continues as an unbroken one.
 //
-// Speed: the work of a block runs in optim/lean_kernel.cpp, vectorized (AVX-512 or AVX2 clone),
+// Speed: the work of a block runs in optim/lean_kernel.cpp, vectorized (an AVX-512 or AVX2 kernel),
 // bit-identical to the scalar encoders below (tests/optim_lean_adamw_test.cpp).
 #pragma once
 
@@ -106,8 +106,9 @@ LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<
 
 // The encodings on their own, for tests and references.
 namespace lean {
-// 32 random bits from (seed, step, index, purpose), and a uniform number in [0, 1) from them.
-uint32_t random32(uint64_t seed, int64_t step, size_t index, uint32_t purpose);
+// The 16 random bits of (seed, step, index) for `purpose` (0: the master's rounding, 1: v's;
+// optim/lean_random.h), and a uniform number in (0, 1) from them.
+uint32_t random16(uint64_t seed, int64_t step, size_t index, uint32_t purpose);
 float uniform(uint64_t seed, int64_t step, size_t index, uint32_t purpose);
 // bf16 of x rounded stochastically with 16 random bits: up with probability (x - down) / ulp.
 uint16_t bf16_stochastic(float x, uint32_t random16);

@@ -103,7 +103,7 @@ void check_state_format(const SafetensorsFile& file, const std::filesystem::path
 // The files of a checkpoint, into its temporary directory; the completion marker last.
 void write_checkpoint_files(const std::filesystem::path& temp_dir, const CheckpointView& view) {
   write_hf_model_dir(temp_dir, view.source_dir, *view.config, *view.layout, view.masters, view.save_dtype,
-                     view.max_shard_bytes, view.streamed.masters);
+                     view.max_shard_bytes, view.streamed.masters, view.streamed.encoded);
 
   std::vector<TensorToWrite> tensors;
   if (!is_exact(view.optimizer_state)) {
@@ -131,9 +131,11 @@ void write_checkpoint_files(const std::filesystem::path& temp_dir, const Checkpo
   } else {
     const std::pair<const char*, const std::vector<const float*>*> groups[] = {
         {"master.", &view.masters}, {"exp_avg.", &view.m}, {"exp_avg_sq.", &view.v}};
-    for (size_t k = 0; k < 3; ++k) {
-      const auto& [prefix, buffers] = groups[k];
-      for (size_t u = 0; u < view.layout->units.size(); ++u)
+    // Unit by unit (a resume reads the tensors by name), so that a streamed unit's three arrays
+    // come from one read of its state.
+    for (size_t u = 0; u < view.layout->units.size(); ++u)
+      for (size_t k = 0; k < 3; ++k) {
+        const auto& [prefix, buffers] = groups[k];
         for (const auto& p : view.layout->units[u].params) {
           TensorToWrite t{prefix + p.hf_name, DType::F32, p.shape, nullptr};
           if ((*buffers)[u] != nullptr)
@@ -145,7 +147,7 @@ void write_checkpoint_files(const std::filesystem::path& temp_dir, const Checkpo
             };
           tensors.push_back(std::move(t));
         }
-    }
+      }
     write_safetensors(temp_dir / kOptimizerFile, tensors, {{"format", "ferry-optimizer"}});
   }
 
@@ -274,7 +276,9 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
   for (size_t u = 0; u < layout.units.size(); ++u) {
     // A streamed unit's arrays are the buffer's: filled whole, then stored.
     const bool stream = given[u].empty();
-    const std::vector<std::span<std::byte>> lean = stream ? streamed.arrays(u) : given[u];
+    const std::vector<std::span<std::byte>> lean = !stream                 ? given[u]
+                                                   : streamed.fresh_arrays ? streamed.fresh_arrays(u)
+                                                                           : streamed.arrays(u);
     for (size_t k = 0; k < specs.size(); ++k) {
       const std::string name = lean_tensor_name(layout.units[u].name, specs[k].name);
       const TensorInfo* info = file.find(name);
@@ -304,8 +308,9 @@ TrainerState load_checkpoint(const std::filesystem::path& dir, const ModelLayout
   // Unit by unit, so that a streamed unit's three arrays are filled in its buffer and stored once.
   for (size_t u = 0; u < layout.units.size(); ++u) {
     const bool stream = masters[u] == nullptr;
-    const std::vector<std::span<std::byte>> arrays =
-        stream ? streamed.arrays(u) : std::vector<std::span<std::byte>>{};
+    const std::vector<std::span<std::byte>> arrays = !stream ? std::vector<std::span<std::byte>>{}
+                                                     : streamed.fresh_arrays ? streamed.fresh_arrays(u)
+                                                                             : streamed.arrays(u);
     for (size_t k = 0; k < 3; ++k) {
       const std::string prefix = prefixes[k];
       float* base = stream ? reinterpret_cast<float*>(arrays[k].data())

@@ -37,8 +37,14 @@ struct StreamedState {
   // A range of unit u's masters as fp32 (model/model_weights.h UnitFetch): the disk units', and a
   // lean format's every unit, decoded one tensor at a time.
   UnitFetch masters;
-  // The arrays the last arrays(u) gave were overwritten (resume): store them.
+  // The arrays the last arrays(u) or fresh_arrays(u) gave were overwritten (resume): store them.
   std::function<void(size_t u)> store;
+  // For a resume, which overwrites every array whole: unit u's arrays not read first (the disk
+  // tier's DiskStateTier::page_new), then store(u). Where absent, arrays(u).
+  std::function<std::vector<std::span<std::byte>>(size_t u)> fresh_arrays;
+  // A unit's weights in a dtype without reading its state (the disk units' upload copy), or
+  // nullptr: a save then reads each disk unit once, for its optimizer state.
+  UnitBytes encoded;
 };
 
 struct CheckpointView {

@@ -106,7 +106,7 @@ std::string config_json_text(const ModelConfig& config, DType dtype,
 void write_hf_model_dir(const std::filesystem::path& out_dir, const std::filesystem::path& source_dir,
                         const ModelConfig& config, const ModelLayout& layout,
                         const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes,
-                        const UnitFetch& fetch) {
+                        const UnitFetch& fetch, const UnitBytes& encoded) {
   std::error_code ec;
   if (!source_dir.empty() && std::filesystem::exists(out_dir) &&
       std::filesystem::equivalent(out_dir, source_dir, ec)) {
@@ -116,7 +116,7 @@ void write_hf_model_dir(const std::filesystem::path& out_dir, const std::filesys
          out_dir.string());
   }
   std::filesystem::create_directories(out_dir);
-  save_model_weights(out_dir, layout, units, dtype, max_shard_bytes, fetch);
+  save_model_weights(out_dir, layout, units, dtype, max_shard_bytes, fetch, encoded);
   write_file_atomic(out_dir / "config.json", config_json_text(config, dtype, source_dir));
   if (!source_dir.empty()) copy_model_files(source_dir, out_dir);
   sync_directory(out_dir);
@@ -126,10 +126,10 @@ void write_final_model_dir(const std::filesystem::path& out_dir, const std::file
                            const ModelConfig& config, const ModelLayout& layout,
                            const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes,
                            const std::filesystem::path& tokenizer, const std::filesystem::path& chat_template,
-                           const UnitFetch& fetch) {
+                           const UnitFetch& fetch, const UnitBytes& encoded) {
   unmark_complete(out_dir);
   try {
-    write_hf_model_dir(out_dir, source_dir, config, layout, units, dtype, max_shard_bytes, fetch);
+    write_hf_model_dir(out_dir, source_dir, config, layout, units, dtype, max_shard_bytes, fetch, encoded);
     write_tokenizer_overrides(out_dir, tokenizer, chat_template);
   } catch (const std::exception& e) {
     // Error (a full disk, from AtomicFile) or filesystem_error (a directory operation).

@@ -15,11 +15,12 @@ namespace ferry {
 
 // `source_dir` is the model directory training started from (its non-weight files are copied);
 // it may be empty for a model created from scratch. `units` are fp32 buffers laid out by `layout`;
-// a nullptr unit is fetched when written (model/model_weights.h UnitFetch: the disk tier's units).
+// a nullptr unit is written from `encoded` where it has the unit's bytes in `dtype`, else fetched
+// when written (model/model_weights.h UnitFetch, UnitBytes: the disk tier's units).
 void write_hf_model_dir(const std::filesystem::path& out_dir, const std::filesystem::path& source_dir,
                         const ModelConfig& config, const ModelLayout& layout,
                         const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes,
-                        const UnitFetch& fetch = {});
+                        const UnitFetch& fetch = {}, const UnitBytes& encoded = {});
 
 // Where the run overrode the model's tokenizer or chat template (`tokenizer:`, `chat_template:`;
 // either may be empty), the output directory serves what was trained with: tokenizer.json,
@@ -37,7 +38,7 @@ void write_final_model_dir(const std::filesystem::path& out_dir, const std::file
                            const ModelConfig& config, const ModelLayout& layout,
                            const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes,
                            const std::filesystem::path& tokenizer, const std::filesystem::path& chat_template,
-                           const UnitFetch& fetch = {});
+                           const UnitFetch& fetch = {}, const UnitBytes& encoded = {});
 
 // The config.json text for `config` saved in `dtype`: the input's bytes when nothing changed,
 // else the input's keys with the dtype keys edited.

@@ -156,8 +156,9 @@ class SlidingExecutor final : public StepExecutor {
     return out;
   }
   // The disk units' state through the tier's own RAM buffer (UnitUpdater::disk_state), which the
-  // memory model counts: a checkpoint or a resume holds no copy of it, and a save reads each unit
-  // from the disk once per tensor group at most (the tier keeps the unit it read last).
+  // memory model counts: a checkpoint or a resume holds no copy of it. A save writes a disk unit's
+  // weights from its upload copy (UnitUpdater::staged_weights) and reads its state once, for the
+  // optimizer file, whose tensors come unit by unit (the tier keeps the unit it read last).
   //
   // A lean format's masters (every unit's) are decoded a piece at a time into one fp32 buffer
   // (planner/memory_model.h lean_save_scratch_bytes counts it).
@@ -169,6 +170,10 @@ class SlidingExecutor final : public StepExecutor {
     if (host.disk() != nullptr) {
       s.arrays = [&host](size_t u) { return host.disk_state(u); };
       s.store = [&host](size_t u) { host.disk_state_written(u); };
+      s.fresh_arrays = [&host](size_t u) { return host.disk_state_new(u); };
+      s.encoded = [&host](size_t u, DType dtype) {
+        return host.on_disk(u) ? host.staged_weights(u, dtype) : nullptr;
+      };
     }
     if (exact) {
       s.masters = [&host](size_t u, size_t offset, size_t) {

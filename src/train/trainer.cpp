@@ -418,9 +418,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
         const std::filesystem::path best = config.output_dir / kBestModelDir;
         std::vector<const float*> masters;
         for (float* b : executor->masters()) masters.push_back(b);
+        const StreamedState streamed = executor->streamed_state();
         write_final_model_dir(best, config.model, model_config, layout, masters, save_dtype,
                               static_cast<size_t>(config.max_shard_bytes), config.tokenizer,
-                              config.chat_template, executor->streamed_state().masters);
+                              config.chat_template, streamed.masters, streamed.encoded);
         write_best_record(best, e);
         log_info("saved the best model so far (eval loss {:.4f}, step {}) to {}", e.loss, step,
                  best.string());
@@ -438,9 +439,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   memory.enter(kPhaseFinalSave);
   std::vector<const float*> masters;
   for (float* b : executor->masters()) masters.push_back(b);
+  const StreamedState streamed = executor->streamed_state();
   write_final_model_dir(config.output_dir, model_source_dir(config.model), model_config, layout, masters,
                         save_dtype, static_cast<size_t>(config.max_shard_bytes), config.tokenizer,
-                        config.chat_template, executor->streamed_state().masters);
+                        config.chat_template, streamed.masters, streamed.encoded);
   log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
   memory.check();
   for (const std::string& line : memory.describe()) log_info("host memory, {}", line);
