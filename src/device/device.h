@@ -215,5 +215,7 @@ std::vector<std::unique_ptr<Device>> make_sim_devices(int count, const SimDevice
 // Throws ferry::Error in a build without CUDA or when no GPU is present.
 std::unique_ptr<Device> make_cuda_device(int index, size_t memory_capacity);
 bool cuda_available();
+// The GPUs this process sees (CUDA_VISIBLE_DEVICES applied); 0 without CUDA or a GPU.
+int cuda_device_count();
 
 }  // namespace ferry

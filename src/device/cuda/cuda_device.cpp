@@ -422,12 +422,16 @@ class CudaDevice final : public Device {
 }  // namespace
 
 bool cuda_available() {
+  return cuda_device_count() > 0;
+}
+
+int cuda_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
-  return count > 0;
+  return count;
 }
 
 std::unique_ptr<Device> make_cuda_device(int index, size_t memory_capacity) {
