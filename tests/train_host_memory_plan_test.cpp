@@ -249,9 +249,10 @@ TEST(HostMemoryPlan, TwoDevicesHoldThePlanAndTheHostBytesOfOne) {
   const auto [planned1, peak1] = one["steady state"];
   const auto [planned2, peak2] = two["steady state"];
   EXPECT_GT(planned1, 8 * kFixed);  // the optimizer state dominates
-  const double host1 = static_cast<double>(planned1 - devices1), host2 = static_cast<double>(planned2 - devices2);
-  EXPECT_NEAR(host2, host1, 16.0 * kMiB) << "planned beside the devices: " << host1 << " for one, " << host2
-                                         << " for two";
+  const double host1 = static_cast<double>(planned1 - devices1),
+               host2 = static_cast<double>(planned2 - devices2);
+  EXPECT_NEAR(host2, host1, 16.0 * kMiB)
+      << "planned beside the devices: " << host1 << " for one, " << host2 << " for two";
   const double held1 = static_cast<double>(peak1) - static_cast<double>(devices1),
                held2 = static_cast<double>(peak2) - static_cast<double>(devices2);
   EXPECT_NEAR(held2, held1, kFraction * host1 + static_cast<double>(kFixed))
