@@ -30,8 +30,8 @@ std::string describe_collectives(const MachineProfile& profile, int64_t devices)
       "uploads 1/{} of a unit and all-gathers the rest, all-reduces each gradient and sends 1/{} down",
       devices, rate.bus_bytes_per_s / 1e9, rate.latency_s * 1e6,
       rate.measured ? "measured"
-                    : "FALLBACK, not measured: the profile has no collective rate; `ferry profile gpus=N` "
-                      "on a machine of several GPUs measures it",
+                    : "FALLBACK, not measured: the profile has no collective rate; `ferry train gpus=N` "
+                      "measures it on the devices before planning",
       devices, devices);
 }
 

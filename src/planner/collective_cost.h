@@ -17,8 +17,9 @@
 
 namespace ferry {
 
-// Assumed until `ferry profile` measures a group of devices: an all-reduce bus bandwidth below
-// what NVLink-connected H100/H200 reach (~350-450 GB/s) and above PCIe peer copies (~25-50 GB/s).
+// Assumed until a run of several devices measures them (profiler/collective_profiler.h): an all-reduce bus
+// bandwidth below what NVLink-connected H100/H200 reach (~350-450 GB/s) and above PCIe peer copies (~25-50
+// GB/s).
 constexpr double kFallbackBusBytesPerSecond = 100e9;
 constexpr double kFallbackCollectiveLatencySeconds = 20e-6;
 

@@ -19,6 +19,7 @@
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
 #include "planner/memory_model.h"
+#include "profiler/collective_profiler.h"
 #include "train/device_choice.h"
 #include "train/device_group.h"
 #include "train/plan_selection.h"
@@ -278,8 +279,8 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
   }
   FERRY_CHECK(config.trace.empty() || choice.devices == 1, "trace",
               "trace records one device's streams; trace a run of gpus: 1");
-  std::vector<std::unique_ptr<Device>> devices = make_chosen_devices(choice);
-  Device* dev = devices.front().get();
+  DeviceGroup group = join_devices(choice, make_chosen_devices(choice));
+  Device* dev = group.devices.front().get();
   PlanTarget target = choice.target;
   target.device_budget = dev->memory().capacity - std::min(dev->memory().capacity, dev->memory().in_use);
   size_t weight_bytes = 0;
@@ -298,6 +299,21 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     source = origin == ProfileOrigin::File    ? config.profile.string()
              : origin == ProfileOrigin::Cache ? fmt::format("{}, cached", profile.device_name)
                                               : fmt::format("{}, measured now", profile.device_name);
+  }
+  if (group.devices.size() > 1 && profile.collective.bus_bytes_per_s <= 0) {
+    // Measured here, with the devices at hand, where the profile has no rate: the planner charges
+    // the gradients' all-reduce and the weights' all-gather at it (planner/collective_cost.h).
+    std::vector<Collective*> compute;
+    for (const auto& handles : group.collective_pointers())
+      compute.push_back(handles[static_cast<size_t>(StreamKind::Compute)]);
+    // The simulated devices' memory is host memory, which the planning phase holds to its plan:
+    // a small buffer there (their rate is the host's memcpy, reached at a few MiB).
+    const size_t bytes = choice.kind == DeviceKind::Sim ? size_t{8} << 20 : size_t{256} << 20;
+    profile.collective = measure_collectives(group.device_pointers(), compute, bytes);
+    log_info(
+        "collectives over {} devices: all-reduce bus bandwidth {:.1f} GB/s, latency {:.0f} us (measured now)",
+        profile.collective.devices, profile.collective.bus_bytes_per_s / 1e9,
+        profile.collective.latency_s * 1e6);
   }
   const PlanSelection selection =
       select_plan(config, weights.config, weights.layout, target, std::move(profile), std::move(source));
@@ -332,9 +348,8 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
       watch->plan(kPhaseStateCommit, h.total() + chosen.prediction.disk_bytes);
     watch->enter(kPhaseStateCommit);
   }
-  return std::make_unique<SlidingExecutor>(join_devices(choice, std::move(devices)), config,
-                                           std::move(weights), chosen.plan, chosen.prediction,
-                                           selection.evaluation);
+  return std::make_unique<SlidingExecutor>(std::move(group), config, std::move(weights), chosen.plan,
+                                           chosen.prediction, selection.evaluation);
 }
 
 }  // namespace ferry
