@@ -2,6 +2,8 @@
 // trains, saves, and resumes from its checkpoint as if uninterrupted, on two devices or on one;
 // uneven splits and configurations several devices cannot run are refused with what to change.
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 
 #include "core/error.h"
 #include "test_util.h"
@@ -84,6 +86,20 @@ TEST_F(GpusRunTest, UnevenSharesAndOneDeviceOptionsAreRefused) {
                        "convert-on-upload"));
   EXPECT_TRUE(contains(error_of([&] { run_training(sim("x", {"gpus=auto"})); }), "gpus: auto"));
   EXPECT_TRUE(contains(error_of([&] { run_training(sim("x", {"gpus=2", "trace=t.json"})); }), "trace"));
+}
+
+TEST_F(GpusRunTest, AJobOfSeveralProcessesIsRefusedSayingWhatRunsInstead) {
+  // As torchrun would start rank 1 of 2: each process would otherwise train alone.
+  setenv("RANK", "1", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_ADDR", "127.0.0.1", 1);
+  const std::string error = error_of([&] { run_training(sim("job", {"gpus=2"})); });
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  unsetenv("MASTER_ADDR");
+  EXPECT_TRUE(contains(error, "rank 1 of 2 processes")) << error;
+  EXPECT_TRUE(contains(error, "gpus: N")) << error;
+  EXPECT_FALSE(std::filesystem::exists(scratch_ / "job")) << "nothing is written";
 }
 
 }  // namespace
