@@ -25,7 +25,7 @@ namespace {
 
 constexpr int64_t kRows = 8, kChunks = kRows / test::kMicro, kSteps = 3;
 
-struct Run {
+struct Trained {
   std::vector<double> losses, norms;
   std::vector<std::vector<float>> masters;
 };
@@ -45,10 +45,11 @@ Plan bf16_plan(const ModelLayout& layout, int64_t layers) {
 }
 
 template <typename Engine>
-Run run(Engine& engine, const std::vector<std::vector<float>>& weights, const std::vector<PackedRow>& rows) {
+Trained train_steps(Engine& engine, const std::vector<std::vector<float>>& weights,
+                    const std::vector<PackedRow>& rows) {
   for (size_t u = 0; u < weights.size(); ++u) engine.host().unit(u).master.assign(weights[u]);
   engine.weights_changed(0);
-  Run out;
+  Trained out;
   for (int64_t s = 0; s < kSteps; ++s) {
     const SlidingStepResult r = engine.step(s + 1, batch_at(rows, s), test::hyper_at(s), 1.0);
     out.losses.push_back(r.loss);
@@ -62,8 +63,8 @@ Run run(Engine& engine, const std::vector<std::vector<float>>& weights, const st
   return out;
 }
 
-Run group_run(int gpus, const ModelConfig& config, const std::vector<std::vector<float>>& weights,
-              const std::vector<PackedRow>& rows) {
+Trained group_run(int gpus, const ModelConfig& config, const std::vector<std::vector<float>>& weights,
+                  const std::vector<PackedRow>& rows) {
   std::vector<std::unique_ptr<Device>> devices;
   std::vector<Device*> raw;
   std::vector<std::unique_ptr<Ops>> ops;
@@ -83,7 +84,7 @@ Run group_run(int gpus, const ModelConfig& config, const std::vector<std::vector
   const ModelLayout layout = build_model_layout(config);
   DeviceGroupEngine engine(config, layout, raw, raw_ops, handles, bf16_plan(layout, config.num_layers),
                            test::kMicro * test::kSeq, kChunks, false);
-  return run(engine, weights, rows);
+  return train_steps(engine, weights, rows);
 }
 
 class DeviceGroupGpu : public ::testing::Test {
@@ -102,16 +103,16 @@ class DeviceGroupGpu : public ::testing::Test {
     auto ops = make_device_ops(*device);
     SlidingEngine engine(config_, layout, *device, *ops, bf16_plan(layout, config_.num_layers),
                          test::kMicro * test::kSeq, kChunks, false);
-    one_ = run(engine, weights_, rows_);
+    one_ = train_steps(engine, weights_, rows_);
   }
   ModelConfig config_;
   std::vector<std::vector<float>> weights_;
   std::vector<PackedRow> rows_;
-  Run one_;
+  Trained one_;
 };
 
 TEST_F(DeviceGroupGpu, AGroupOfOneGpuTrainsAsTheOneDeviceEngine) {
-  const Run group = group_run(1, config_, weights_, rows_);
+  const Trained group = group_run(1, config_, weights_, rows_);
   // The forward is deterministic and step 1 reads the same weights: the same loss bits. After it,
   // the attention's dq (summed with atomics on the tensor-core path, ops_flash_attention_gpu_test)
   // may differ in its last bits from run to run, so the rest is held to bf16 rounding.
@@ -130,7 +131,7 @@ TEST_F(DeviceGroupGpu, AGroupOfOneGpuTrainsAsTheOneDeviceEngine) {
 TEST_F(DeviceGroupGpu, EveryGpuOfTheMachineTrainsAsOneWithinBf16Rounding) {
   const int gpus = cuda_device_count();
   if (gpus < 2 || kChunks % gpus != 0) GTEST_SKIP() << gpus << " GPU(s): a group of one is the test above";
-  const Run group = group_run(gpus, config_, weights_, rows_);
+  const Trained group = group_run(gpus, config_, weights_, rows_);
   // Step 1 reads the same weights: its loss differs by fp32 summation only.
   EXPECT_NEAR(one_.losses[0], group.losses[0], 1e-5 * one_.losses[0]);
   for (size_t s = 0; s < one_.losses.size(); ++s) {

@@ -288,6 +288,20 @@ TEST_F(DeviceGroupTest, EvaluatesOnRankZeroInPieces) {
   EXPECT_EQ(loss.counted_tokens, batch.counted_tokens());
 }
 
+TEST(DeviceGroupTied, TiedEmbeddingsSumTheHeadsAndTheEmbeddingsGradientsOnEveryDevice) {
+  // The tied table is resident; the head adds its lm_head gradient into the embedding's buffer on
+  // each device, and the sum of both crosses the devices once.
+  ModelConfig config = preset_config("llama", "tiny");
+  nlohmann::json json = config.raw;
+  json["tie_word_embeddings"] = true;
+  config = parse_model_config(json, "test");
+  const ModelLayout layout = build_model_layout(config);
+  ASSERT_TRUE(layout.tied);
+  const auto rows = make_rows(config.vocab_size, 6);
+  const Plan plan = make_plan(layout, config.num_layers, 2, {0}, {1}, UpdateSchedule::AfterBackward);
+  expect_identical(split_reference(config, 4, rows, 1.0, 2), group_run(config, 4, rows, 1.0, 2, plan));
+}
+
 TEST(DeviceGroupSplit, UnevenMicroChunksAreRefusedNamingTheGlobalBatchThatWould) {
   EXPECT_EQ(chunks_per_device(8, 4), 2);
   try {
