@@ -72,6 +72,7 @@ Trained group_run(int gpus, const ModelConfig& config, const std::vector<std::ve
   for (int r = 0; r < gpus; ++r) {
     devices.push_back(make_cuda_device(r, size_t{2} << 30));
     raw.push_back(devices.back().get());
+    devices.back()->bind_thread();  // the ops' library handles belong to the thread's current device
     ops.push_back(make_device_ops(*devices.back()));
     raw_ops.push_back(ops.back().get());
   }

@@ -39,6 +39,11 @@ class Device {
   virtual std::string name() const = 0;
   // Which accelerator of the host this is (several GPUs later).
   virtual int index() const = 0;
+  // Makes this device the calling host thread's own (CUDA: cudaSetDevice), so that what the
+  // thread issues next -- the ops' kernels, their libraries' handles -- goes to it. A thread that
+  // drives one of several devices calls it first (engine/device_group_engine.h); a no-op where
+  // streams are host threads.
+  virtual void bind_thread() {}
 
   // Device memory. Allocation beyond the capacity throws ferry::Error with the numbers.
   // Planned resources are allocated once; nothing is allocated per step.

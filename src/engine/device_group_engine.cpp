@@ -34,6 +34,7 @@ DeviceGroupEngine::DeviceGroupEngine(const ModelConfig& config, const ModelLayou
     share.collectives = collectives[static_cast<size_t>(r)];
     share.host = r == 0 ? nullptr : &engines_.front()->host();
     share.group_max_chunks = max_chunks;
+    devices[static_cast<size_t>(r)]->bind_thread();
     engines_.push_back(std::make_unique<SlidingEngine>(config, layout, *devices[static_cast<size_t>(r)],
                                                        *ops[static_cast<size_t>(r)], plan, chunk_tokens,
                                                        share_chunks, decay_all, &share));
@@ -45,11 +46,17 @@ DeviceGroupEngine::~DeviceGroupEngine() {
 }
 
 void DeviceGroupEngine::weights_changed(int64_t step) {
-  for (auto& e : engines_) e->weights_changed(step);  // rank 0 first: it refreshes the staging
+  for (size_t r = 0; r < engines_.size(); ++r) {  // rank 0 first: it refreshes the staging
+    devices_[r]->bind_thread();
+    engines_[r]->weights_changed(step);
+  }
 }
 
 void DeviceGroupEngine::finish_updates() {
-  for (auto& e : engines_) e->finish_updates();
+  for (size_t r = 0; r < engines_.size(); ++r) {
+    devices_[r]->bind_thread();
+    engines_[r]->finish_updates();
+  }
 }
 
 SlidingStepResult DeviceGroupEngine::step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
@@ -68,6 +75,7 @@ SlidingStepResult DeviceGroupEngine::step(int64_t step, const StepBatch& batch, 
   std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
   auto run = [&](int r) {
     try {
+      devices_[static_cast<size_t>(r)]->bind_thread();
       results[static_cast<size_t>(r)] = engines_[static_cast<size_t>(r)]->step(
           step, shares[static_cast<size_t>(r)], group, hyper, max_grad_norm);
     } catch (...) {
@@ -85,6 +93,7 @@ SlidingStepResult DeviceGroupEngine::step(int64_t step, const StepBatch& batch, 
 
 StepLoss DeviceGroupEngine::evaluate(const StepBatch& batch) {
   const int64_t piece = max_chunks_ / size();
+  devices_.front()->bind_thread();
   StepLoss total;
   for (int64_t first = 0; first < batch.chunks(); first += piece) {
     const StepLoss part =

@@ -20,6 +20,7 @@ double seconds_per_all_reduce(const std::vector<Device*>& devices,
   std::vector<std::exception_ptr> errors(n);
   auto run = [&](size_t r, int calls) {
     try {
+      devices[r]->bind_thread();
       for (int i = 0; i < calls; ++i)
         collectives[r]->all_reduce(buffers[r].data(), buffers[r].data(), count, DType::BF16,
                                    StreamKind::Compute);

@@ -114,6 +114,7 @@ class SlidingExecutor final : public StepExecutor {
     } else {
       std::vector<Ops*> ops;
       for (auto& d : group_.devices) {
+        d->bind_thread();  // the ops' library handles belong to the thread's current device
         ops_.push_back(make_device_ops(*d));
         ops.push_back(ops_.back().get());
       }

@@ -122,6 +122,7 @@ class CudaDevice final : public Device {
 
   std::string name() const override { return name_; }
   int index() const override { return index_; }
+  void bind_thread() override { activate(); }
 
   void* allocate(size_t bytes, const char* what) override {
     if (bytes == 0) return nullptr;
