@@ -118,6 +118,20 @@ TEST_F(PlanCommandTest, AProfileFromAnOlderFerryPlansWithAWarning) {
   EXPECT_EQ(plan("", &status).find("older ferry"), std::string::npos);
 }
 
+// `ferry plan gpus=N` plans each device's share from the stored profile, without the devices; a
+// profile that never measured collectives plans them with the fallback rate, and says so.
+TEST_F(PlanCommandTest, SeveralDevicesArePlannedFromTheProfileWithTheCollectivesFallbackMarked) {
+  int status = -1;
+  const std::string out = plan("gpus=2", &status);
+  ASSERT_EQ(status, 0) << out;
+  for (const char* expected : {"devices:   2, each running 2 sequences", "FALLBACK, not measured",
+                               "on each of 2 devices, one host state"})
+    EXPECT_NE(out.find(expected), std::string::npos) << "missing '" << expected << "' in:\n" << out;
+  const std::string odd = plan("gpus=2 global_batch=3", &status);
+  EXPECT_NE(status, 0);
+  EXPECT_NE(odd.find("multiple of gpus"), std::string::npos) << odd;
+}
+
 TEST_F(PlanCommandTest, ForcedOptionsShowInThePlan) {
   int status = -1;
   const std::string out = plan("gpu_slots=3 offload_activations=all micro_batch=2", &status);

@@ -226,5 +226,54 @@ TEST(HostMemoryPlan, ALeanFormatsSavesHoldThePlan) {
     EXPECT_EQ(phases.count(phase), 1u) << "no phase '" << phase << "' in the report";
 }
 
+// What the log's host memory plan gives the simulated devices' memory (host memory on them):
+// "... + the simulated device's 1.70 GiB; budget ...".
+size_t simulated_device_bytes(const std::string& log) {
+  const std::string key = "the simulated device's ";
+  const size_t at = log.find(key);
+  if (at == std::string::npos) return 0;
+  std::istringstream in(log.substr(at + key.size()));
+  double value = 0;
+  std::string unit;
+  in >> value >> unit;
+  const std::map<std::string, double> scale = {
+      {"bytes", 1.0}, {"KiB", 1024.0}, {"MiB", 1024.0 * 1024}, {"GiB", 1024.0 * 1024 * 1024}};
+  const std::string name = unit.substr(0, unit.find_first_of(";,)"));
+  EXPECT_EQ(scale.count(name), 1u) << unit;
+  return scale.count(name) ? static_cast<size_t>(value * scale.at(name)) : 0;
+}
+
+// Two simulated devices in one process hold one host state: beside the devices' own memory (host
+// memory on the simulated device, which each device holds for its share), the plan of gpus=2 is
+// gpus=1's but for the second device's pinned token staging and norm partials (KiBs beside 2.4 GB
+// of optimizer state), the run holds that plan at every phase, and its steady state holds the
+// host bytes of one device.
+TEST(HostMemoryPlan, TwoDevicesHoldThePlanAndTheHostBytesOfOne) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's shadow memory and quarantine are host memory no plan counts";
+#endif
+  test::ScratchDir scratch("host-memory-plan-gpus");
+  prepare(scratch.path());
+  auto one = run_within_plan(scratch.path(), {"overwrite_output_dir=true"}, "one");
+  const size_t devices1 = simulated_device_bytes(test::read_file(scratch.path() / "one.log"));
+  auto two = run_within_plan(scratch.path(), {"gpus=2", "overwrite_output_dir=true"}, "two");
+  const size_t devices2 = simulated_device_bytes(test::read_file(scratch.path() / "two.log"));
+  ASSERT_EQ(one.count("steady state"), 1u);
+  ASSERT_EQ(two.count("steady state"), 1u);
+  ASSERT_GT(devices1, 0u);
+  ASSERT_GT(devices2, 0u);
+  const auto [planned1, peak1] = one["steady state"];
+  const auto [planned2, peak2] = two["steady state"];
+  EXPECT_GT(planned1, 8 * kFixed);  // the optimizer state dominates
+  const double host1 = static_cast<double>(planned1 - devices1),
+               host2 = static_cast<double>(planned2 - devices2);
+  EXPECT_NEAR(host2, host1, 16.0 * kMiB)
+      << "planned beside the devices: " << host1 << " for one, " << host2 << " for two";
+  const double held1 = static_cast<double>(peak1) - static_cast<double>(devices1),
+               held2 = static_cast<double>(peak2) - static_cast<double>(devices2);
+  EXPECT_NEAR(held2, held1, kFraction * host1 + static_cast<double>(kFixed))
+      << "held beside the devices: " << held1 << " by one, " << held2 << " by two";
+}
+
 }  // namespace
 }  // namespace ferry

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ferry {
 
@@ -38,6 +39,11 @@ class Device {
   virtual std::string name() const = 0;
   // Which accelerator of the host this is (several GPUs later).
   virtual int index() const = 0;
+  // Makes this device the calling host thread's own (CUDA: cudaSetDevice), so that what the
+  // thread issues next -- the ops' kernels, their libraries' handles -- goes to it. A thread that
+  // drives one of several devices calls it first (engine/device_group_engine.h); a no-op where
+  // streams are host threads.
+  virtual void bind_thread() {}
 
   // Device memory. Allocation beyond the capacity throws ferry::Error with the numbers.
   // Planned resources are allocated once; nothing is allocated per step.
@@ -196,13 +202,25 @@ struct SimDeviceOptions {
   // Copies between host and device must name pinned memory of this device on the host side, as
   // the interface asks (CUDA would silently stage pageable memory through a synchronous copy).
   bool require_pinned_host = true;
+  // Which device of the host this is (Device::index).
+  int index = 0;
+  // Pinned memory of the other devices of a group (make_sim_devices) counts as pinned here too: a
+  // group shares one host state, whose staging one device allocated and every device copies from,
+  // as CUDA's pinned memory is usable by every GPU of the process.
+  std::function<bool(const void* pointer, size_t bytes)> pinned_elsewhere;
 };
 
 // The CPU-backed device: streams are worker threads, memory is host memory under a hard cap.
 std::unique_ptr<Device> make_sim_device(const SimDeviceOptions& options);
+// `count` simulated devices of one host (indices 0..count-1), each with `options`, whose pinned
+// memory each of them may copy from and to (SimDeviceOptions::pinned_elsewhere). Destroy them
+// together.
+std::vector<std::unique_ptr<Device>> make_sim_devices(int count, const SimDeviceOptions& options);
 // The CUDA device `index`, memory capped at `memory_capacity` bytes (0: the card's free memory).
 // Throws ferry::Error in a build without CUDA or when no GPU is present.
 std::unique_ptr<Device> make_cuda_device(int index, size_t memory_capacity);
 bool cuda_available();
+// The GPUs this process sees (CUDA_VISIBLE_DEVICES applied); 0 without CUDA or a GPU.
+int cuda_device_count();
 
 }  // namespace ferry

@@ -215,9 +215,11 @@ void SimDevice::check_device_range(const void* pointer, size_t bytes, const char
 }
 
 void SimDevice::check_host_range(const void* pointer, size_t bytes, const char* op, const char* role) const {
-  FERRY_CHECK(!options_.require_pinned_host || pinned_.contains(pointer, bytes), kWhere,
-              "{}: the {} ({} at {}) is not inside pinned memory of this device; allocate it with "
-              "allocate_pinned",
+  FERRY_CHECK(!options_.require_pinned_host || pinned_.contains(pointer, bytes) ||
+                  (options_.pinned_elsewhere && options_.pinned_elsewhere(pointer, bytes)),
+              kWhere,
+              "{}: the {} ({} at {}) is not inside pinned memory of this device (or of its group); "
+              "allocate it with allocate_pinned",
               op, role, format_bytes(bytes), pointer);
 }
 
@@ -386,6 +388,26 @@ void SimDevice::rethrow_stream_error() {
 
 std::unique_ptr<Device> make_sim_device(const SimDeviceOptions& options) {
   return std::make_unique<SimDevice>(options);
+}
+
+std::vector<std::unique_ptr<Device>> make_sim_devices(int count, const SimDeviceOptions& options) {
+  FERRY_CHECK(count >= 1, kWhere, "a group of {} simulated devices: give 1 or more", count);
+  // Filled once every device exists; each device's check reads it only when a copy is issued.
+  auto group = std::make_shared<std::vector<const SimDevice*>>();
+  std::vector<std::unique_ptr<Device>> devices;
+  for (int r = 0; r < count; ++r) {
+    SimDeviceOptions o = options;
+    o.index = r;
+    o.pinned_elsewhere = [group, r](const void* pointer, size_t bytes) {
+      for (size_t q = 0; q < group->size(); ++q)
+        if (static_cast<int>(q) != r && (*group)[q]->holds_pinned(pointer, bytes)) return true;
+      return false;
+    };
+    auto device = std::make_unique<SimDevice>(o);
+    group->push_back(device.get());
+    devices.push_back(std::move(device));
+  }
+  return devices;
 }
 
 }  // namespace ferry

@@ -40,7 +40,7 @@ class SimDevice final : public Device {
   ~SimDevice() override;
 
   std::string name() const override { return "sim"; }
-  int index() const override { return 0; }
+  int index() const override { return options_.index; }
 
   void* allocate(size_t bytes, const char* what) override;
   void release(void* pointer) override;
@@ -51,6 +51,8 @@ class SimDevice final : public Device {
   void register_pinned(void* pointer, size_t bytes, const char* what) override;
   void unregister_pinned(void* pointer) override;
   MemoryStats pinned_memory() const override { return pinned_.stats(); }
+  // Whether [pointer, pointer + bytes) lies inside pinned memory this device allocated or registered.
+  bool holds_pinned(const void* pointer, size_t bytes) const { return pinned_.contains(pointer, bytes); }
 
   void copy_to_device(void* device_dst, const void* host_src, size_t bytes, StreamKind stream) override;
   void copy_to_host(void* host_dst, const void* device_src, size_t bytes, StreamKind stream) override;

@@ -28,7 +28,7 @@ ModelStep::ModelStep(const ModelConfig& config, const ModelLayout& layout, Ops& 
 }
 
 StepLoss ModelStep::run(const std::vector<float*>& params, const std::vector<float*>& grads,
-                        const StepBatch& batch) {
+                        const StepBatch& batch, int64_t scale_tokens) {
   FERRY_ASSERT(params.size() == layout_.units.size() && grads.size() == layout_.units.size());
   const int64_t T = batch.chunk_tokens(), H = config_.hidden_size, C = batch.chunks(), L = config_.num_layers;
   FERRY_ASSERT(T <= max_chunk_tokens_ && C <= max_chunks_, "step larger than the executor was sized for");
@@ -61,8 +61,8 @@ StepLoss ModelStep::run(const std::vector<float*>& params, const std::vector<flo
   // Head: loss and its gradient, scaled by 1 / (counted tokens of the whole step).
   StepLoss result;
   result.counted_tokens = batch.counted_tokens();
-  const float grad_scale =
-      result.counted_tokens > 0 ? 1.0f / static_cast<float>(result.counted_tokens) : 0.0f;
+  const int64_t scale_by = scale_tokens > 0 ? scale_tokens : result.counted_tokens;
+  const float grad_scale = scale_by > 0 ? 1.0f / static_cast<float>(scale_by) : 0.0f;
   const HeadParams hp = head_params(layout_, params[head], params[emb], DType::F32);
   const HeadParams hg = head_params(layout_, grads[head], grads[emb], DType::F32);
   float loss_sum = 0.0f;

@@ -32,8 +32,11 @@ class ModelStep {
             int64_t max_chunks, int64_t seq_tile = 0);
 
   // Zeroes `grads`, then computes the step: loss and grads of (summed loss / counted tokens).
-  // params and grads hold one fp32 buffer per unit, laid out by the layout.
-  StepLoss run(const std::vector<float*>& params, const std::vector<float*>& grads, const StepBatch& batch);
+  // params and grads hold one fp32 buffer per unit, laid out by the layout. `scale_tokens` > 0
+  // divides by that many tokens instead: a part of a step split over several devices, scaled by
+  // the whole step's counted tokens (the reference of engine/device_group_engine.h's tests).
+  StepLoss run(const std::vector<float*>& params, const std::vector<float*>& grads, const StepBatch& batch,
+               int64_t scale_tokens = 0);
 
   // Forward only, chunk by chunk: the summed loss of the batch. When logits_out is given it
   // receives (rows, seq_len, V) logits.

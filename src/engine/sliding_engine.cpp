@@ -31,7 +31,8 @@ const Plan& checked_plan(const Plan& plan, const ModelConfig& config, const Mode
 }  // namespace
 
 SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layout, Device& device, Ops& ops,
-                             const Plan& plan, int64_t chunk_tokens, int64_t max_chunks, bool decay_all)
+                             const Plan& plan, int64_t chunk_tokens, int64_t max_chunks, bool decay_all,
+                             const DeviceShare* share)
     : config_(config),
       layout_(layout),
       device_(device),
@@ -41,7 +42,8 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
       chunk_tokens_(chunk_tokens),
       max_chunks_(max_chunks),
       roles_(layout_, plan_),
-      buffers_(device_, config_, layout_, plan_, roles_, chunk_tokens_, max_chunks_) {
+      buffers_(device_, config_, layout_, plan_, roles_, chunk_tokens_, max_chunks_),
+      share_(share ? std::optional<DeviceShare>(*share) : std::nullopt) {
   const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
   // The head writes the lm_head gradient of a tied model into the embedding's buffer, through one
   // view of one dtype.
@@ -54,9 +56,22 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   if (buffers_.conversion_staging.bytes() > 0)
     weight_writer_ = make_device_adamw(device_, StreamKind::HostToDevice);
   if (buffers_.host_partial_count > 0) norm_partials_ = make_device_adamw(device_);
-  updater_ = std::make_unique<UnitUpdater>(device_, layout_, plan_, decay_all,
-                                           max_embedding_rows(config_, chunk_tokens_, max_chunks_),
-                                           buffers_.shared_row_gradients());
+  if (share_) check_group_plan();
+  if (share_ && !owns_host()) {
+    updater_ = share_->host;
+  } else {
+    // A group's row gradients come from every device's share: one buffer of the updater's own,
+    // sized for the group's step (no device's boundary buffer holds them).
+    own_updater_ = std::make_unique<UnitUpdater>(
+        device_, layout_, plan_, decay_all,
+        max_embedding_rows(config_, chunk_tokens_, share_ ? share_->group_max_chunks : max_chunks_),
+        share_ ? nullptr : buffers_.shared_row_gradients());
+    updater_ = own_updater_.get();
+  }
+  if (share_) {
+    landing_fence_ = DeviceBuffer(device_, sizeof(float), "landing fence");
+    device_.fill_zero(landing_fence_.data(), sizeof(float), StreamKind::DeviceToHost);
+  }
   last_read_.assign(layout_.units.size(), -1);
   if (roles_.any_device_updated())
     device_optimizer_ = std::make_unique<DeviceOptimizer>(device_, ops_, layout_, plan_, *updater_,
@@ -90,7 +105,7 @@ void SlidingEngine::weights_changed(int64_t step) {
   // the device units' state is replaced, not downloaded.
   if (step_ > 0) updater_->wait_all_updated(step_);
   device_.synchronize_all();
-  updater_->refresh_staging(step);
+  if (owns_host()) updater_->refresh_staging(step);
   step_ = step;
   if (device_optimizer_) device_optimizer_->upload_state();
 }
@@ -138,6 +153,7 @@ Tensor SlidingEngine::activation_grad(int64_t chunk) const {
 }
 
 void SlidingEngine::upload_weights(size_t u, void* device_dst) {
+  if (share_ && !evaluating_) return upload_weight_shard(u, device_dst);
   const size_t n = static_cast<size_t>(layout_.units[u].numel);
   const DType wd = plan_.weight_dtype;
   if (!updater_->converts_on_upload()) {
@@ -171,7 +187,7 @@ void SlidingEngine::issue_load(size_t j) {
     upload_weights(use.unit, buffers_.slot_params[static_cast<size_t>(use.slot)].data());
   }
   events_.loaded[j] = device_.record(StreamKind::HostToDevice);
-  if (weights_read && !evaluating_) updater_->weights_uploaded(use.unit, events_.loaded[j]);
+  if (weights_read && !evaluating_ && owns_host()) updater_->weights_uploaded(use.unit, events_.loaded[j]);
 }
 
 void SlidingEngine::issue_loads_up_to(size_t limit) {
@@ -187,6 +203,7 @@ void SlidingEngine::issue_loads_up_to(size_t limit) {
 }
 
 EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
+  if (share_) return send_gradient_shard(unit, slot);
   const TraceScope scope(device_, "gradients", layout_.units[unit].name);
   const size_t bytes = static_cast<size_t>(layout_.units[unit].numel) * dtype_size(plan_.grad_dtype);
   const char* grads = static_cast<const char*>(unit_grads_ptr(unit, slot));
@@ -230,20 +247,44 @@ SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, cons
   FERRY_CHECK(
       max_grad_norm <= 0 || plan_.update == UpdateSchedule::AfterBackward, "engine",
       "gradient clipping needs the global norm before any update: use the after-backward update schedule");
+  FERRY_ASSERT(!share_, "a device of a group runs its share of a step with the group's GroupStep");
+  GroupStep group;
+  group.counted_tokens = batch.counted_tokens();
+  group.rows = distinct_ids(std::span<const int32_t>(batch.ids.data(), batch.ids.size()), config_.vocab_size);
   step_ = step;
-  begin_step(batch, hyper, max_grad_norm);
+  begin_step(batch, std::move(group), hyper, max_grad_norm);
   for (size_t i = 0; i < uses_.size(); ++i) run_use(i);
   return end_step(max_grad_norm);
 }
 
-void SlidingEngine::begin_step(const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm) {
-  const int64_t C = batch.chunks(), T = chunk_tokens_, L = config_.num_layers;
-  const size_t n = static_cast<size_t>(C * T), stride = static_cast<size_t>(max_chunks_ * T);
-  std::vector<int32_t> rows = distinct_ids(std::span<const int32_t>(batch.ids.data(), n), config_.vocab_size);
-  step_rows_ = static_cast<int64_t>(rows.size());
+SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& share, const GroupStep& group,
+                                      const AdamWHyper& hyper, double max_grad_norm) {
+  FERRY_ASSERT(share_.has_value() && step == step_ + 1, "steps must be consecutive");
+  FERRY_ASSERT(share.chunk_tokens() == chunk_tokens_ && share.chunks() <= max_chunks_);
+  FERRY_CHECK(
+      max_grad_norm <= 0 || plan_.update == UpdateSchedule::AfterBackward, "engine",
+      "gradient clipping needs the global norm before any update: use the after-backward update schedule");
+  step_ = step;
+  begin_step(share, group, hyper, max_grad_norm);
+  for (size_t i = 0; i < uses_.size(); ++i) run_use(i);
+  return end_step(max_grad_norm);
+}
 
-  upload_tokens(batch, rows);
-  updater_->begin_step(step_, hyper, max_grad_norm, std::move(rows));
+void SlidingEngine::begin_step(const StepBatch& batch, GroupStep group, const AdamWHyper& hyper,
+                               double max_grad_norm) {
+  const int64_t T = chunk_tokens_, L = config_.num_layers;
+  const size_t stride = static_cast<size_t>(max_chunks_ * T);
+  // This device's rows of the step's: all of them alone; in a group, its share (device_share.h).
+  const RowShard mine = share_
+                            ? row_shard(static_cast<int64_t>(group.rows.size()), share_->rank, share_->size)
+                            : RowShard{0, static_cast<int64_t>(group.rows.size())};
+  step_rows_ = mine.end - mine.begin;
+  step_row_offset_ = mine.begin;
+  FERRY_ASSERT(static_cast<size_t>(step_rows_) <= stride);
+
+  upload_tokens(batch, std::vector<int32_t>(group.rows.begin() + mine.begin, group.rows.begin() + mine.end));
+  counted_tokens_ = group.counted_tokens;
+  if (owns_host()) updater_->begin_step(step_, hyper, max_grad_norm, std::move(group.rows));
   step_row_ids_ = buffers_.tokens.as<int32_t>() + 4 * stride;
   for (size_t u = 0; u < roles_.resident.size(); ++u)
     if (roles_.resident[u])
@@ -326,7 +367,7 @@ void SlidingEngine::ensure_resident(size_t u) {
   upload_weights(u, buffers_.resident_params[u].data());
   const EventId uploaded = device_.record(StreamKind::HostToDevice);
   device_.wait(StreamKind::Compute, uploaded);
-  if (!evaluating_) updater_->weights_uploaded(u, uploaded);
+  if (!evaluating_ && owns_host()) updater_->weights_uploaded(u, uploaded);
   events_.resident_uploaded[u] = true;
 }
 
@@ -526,6 +567,10 @@ SlidingStepResult SlidingEngine::end_step(double max_grad_norm) {
   const AdamWHyper& hyper = step_hyper_;
   const bool all_on_device = plan_.optimizer_on_gpu();
   if (all_on_device) device_optimizer_->update_all(step_, hyper, max_grad_norm);
+  if (share_) {  // the group's summed loss (in rank order)
+    share_->on(StreamKind::Compute)
+        .all_reduce(buffers_.loss.data(), buffers_.loss.data(), 1, DType::F32, StreamKind::Compute);
+  }
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
   device_.copy_to_host(buffers_.loss_host.data(), buffers_.loss.data(), sizeof(float),
                        StreamKind::DeviceToHost);

@@ -57,10 +57,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "device/device.h"
 #include "engine/device_optimizer.h"
+#include "engine/device_share.h"
 #include "engine/engine_buffers.h"
 #include "engine/model_step.h"
 #include "engine/step_batch.h"
@@ -85,9 +87,12 @@ struct SlidingStepResult {
 class SlidingEngine {
  public:
   // `max_chunks` micro-chunks of `chunk_tokens` tokens per step at most. Allocates every device
-  // and pinned buffer now, once; throws ferry::Error when the device budget is too small.
+  // and pinned buffer now, once; throws ferry::Error when the device budget is too small. With a
+  // `share`, this engine is one device of a group (engine/device_share.h): max_chunks is its
+  // share of a step, and the host state is the group's.
   SlidingEngine(const ModelConfig& config, const ModelLayout& layout, Device& device, Ops& ops,
-                const Plan& plan, int64_t chunk_tokens, int64_t max_chunks, bool decay_all);
+                const Plan& plan, int64_t chunk_tokens, int64_t max_chunks, bool decay_all,
+                const DeviceShare* share = nullptr);
   ~SlidingEngine();
 
   // Host state of the optimizer (fp32 masters, m, v per unit; for units updated on the device,
@@ -100,6 +105,10 @@ class SlidingEngine {
   // norm are known; the CPU update of this step may still be running (overlapping the next step's
   // forward), and the device units' update is issued to the compute stream.
   SlidingStepResult step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm);
+  // In a group: this device's share of step `step` (its micro-chunks), with what the whole step
+  // says. Every rank of the group calls it, each from its own thread; the result is the group's.
+  SlidingStepResult step(int64_t step, const StepBatch& share, const GroupStep& group,
+                         const AdamWHyper& hyper, double max_grad_norm);
 
   // Waits until the host's masters, m and v hold every update issued so far (before a checkpoint
   // or the end); copies the device units' state back.
@@ -119,7 +128,7 @@ class SlidingEngine {
   Tensor activation_grad(int64_t chunk) const;
   // One step, in the order step() runs it: the step's tokens up and its bookkeeping reset; each
   // use of the slot schedule (a unit's forward, the head, a unit's backward); the loss and norm.
-  void begin_step(const StepBatch& batch, const AdamWHyper& hyper, double max_grad_norm);
+  void begin_step(const StepBatch& batch, GroupStep group, const AdamWHyper& hyper, double max_grad_norm);
   // The batch's token arrays up to the device (and `rows`, its distinct ids, beside them); the loss
   // zeroed; the step's chunk count and counted targets noted.
   void upload_tokens(const StepBatch& batch, const std::vector<int32_t>& rows);
@@ -171,6 +180,12 @@ class SlidingEngine {
   // Issues the upload of unit u's current weights into device_dst (h2d stream): its staging
   // buffer, or its masters converted on the device (WeightUpload::ConvertOnUpload).
   void upload_weights(size_t u, void* device_dst);
+  // In a group (sliding_engine_group.cpp): whether this engine holds the group's host state and
+  // talks to its updater (alone: always); the device share's uploads and gradients.
+  bool owns_host() const { return !share_ || share_->rank == 0; }
+  void check_group_plan() const;
+  void upload_weight_shard(size_t u, void* device_dst);
+  EventId send_gradient_shard(size_t unit, int64_t slot);
 
   ModelConfig config_;
   ModelLayout layout_;
@@ -182,8 +197,12 @@ class SlidingEngine {
   int64_t max_chunks_;
   UnitRoles roles_;
   EngineBuffers buffers_;
-  // Destroyed before the buffers: its worker writes into pinned ones until it is joined.
-  std::unique_ptr<UnitUpdater> updater_;
+  std::optional<DeviceShare> share_;  // in a group of devices; empty alone
+  DeviceBuffer landing_fence_;        // in a group: the one float the d2h stream's fence reduces
+  // Destroyed before the buffers: its worker writes into pinned ones until it is joined. A group's
+  // rank 0 owns the group's; the other ranks use it.
+  std::unique_ptr<UnitUpdater> own_updater_;
+  UnitUpdater* updater_ = nullptr;
   std::vector<SlotUse> uses_;
   std::vector<UsePass> passes_;                 // per use: what it computes (step_sequence)
   std::unique_ptr<DeviceAdamW> weight_writer_;  // ConvertOnUpload: writes fp32 pieces as weights (h2d stream)
@@ -220,6 +239,7 @@ class SlidingEngine {
   AdamWHyper step_hyper_;
   int64_t counted_tokens_ = 0;             // targets the step's loss counts
   int64_t step_rows_ = 0;                  // the step's distinct token ids (embedding rows touched)
+  int64_t step_row_offset_ = 0;            // in a group: where this device's share of them begins
   const int32_t* step_row_ids_ = nullptr;  // on the device, sorted
 
   // Across steps.

@@ -70,4 +70,22 @@ std::vector<int32_t> distinct_ids(std::span<const int32_t> ids, int64_t vocab) {
   return rows;
 }
 
+StepBatch chunk_slice(const StepBatch& batch, int64_t first, int64_t count) {
+  FERRY_ASSERT(first >= 0 && count >= 0 && first + count <= batch.chunks());
+  StepBatch out;
+  out.seq_len = batch.seq_len;
+  out.micro_batch = batch.micro_batch;
+  out.rows = count * batch.micro_batch;
+  const auto begin = static_cast<ptrdiff_t>(first * batch.chunk_tokens()),
+             end = static_cast<ptrdiff_t>((first + count) * batch.chunk_tokens());
+  out.ids.assign(batch.ids.begin() + begin, batch.ids.begin() + end);
+  out.targets.assign(batch.targets.begin() + begin, batch.targets.begin() + end);
+  out.positions.assign(batch.positions.begin() + begin, batch.positions.begin() + end);
+  out.doc_start.assign(batch.doc_start.begin() + begin, batch.doc_start.begin() + end);
+  if (!batch.chunk_rows_are_sequences.empty())
+    out.chunk_rows_are_sequences.assign(batch.chunk_rows_are_sequences.begin() + first,
+                                        batch.chunk_rows_are_sequences.begin() + first + count);
+  return out;
+}
+
 }  // namespace ferry

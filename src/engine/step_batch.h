@@ -33,6 +33,10 @@ struct StepBatch {
 
 StepBatch make_step_batch(const std::vector<const PackedRow*>& rows, int64_t seq_len, int64_t micro_batch);
 
+// Micro-chunks [first, first + count) of `batch` as a batch of their own: one device's share of a
+// step run by several devices (engine/device_group_engine.h).
+StepBatch chunk_slice(const StepBatch& batch, int64_t first, int64_t count);
+
 // The distinct token ids among `ids`, sorted: the embedding rows a step's gradient touches.
 // Throws ferry::Error for an id outside [0, vocab).
 std::vector<int32_t> distinct_ids(std::span<const int32_t> ids, int64_t vocab);

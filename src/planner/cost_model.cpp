@@ -71,7 +71,11 @@ Prediction predict(const ModelConfig& config, const ModelLayout& layout, const P
   const double from = last > 0 ? timing[static_cast<size_t>(program.step_end[last - 1])].end : 0.0;
   const double to = timing[static_cast<size_t>(program.step_end[last])].end;
   p.step_seconds = to - from;
-  p.tokens_per_second = p.step_seconds > 0 ? static_cast<double>(shape.tokens()) / p.step_seconds : 0.0;
+  // The run's tokens: every device of a group runs a step of `shape` (Plan::devices).
+  p.tokens_per_second =
+      p.step_seconds > 0
+          ? static_cast<double>(shape.tokens() * std::max<int64_t>(1, plan.devices)) / p.step_seconds
+          : 0.0;
 
   for (size_t id = 0; id < program.graph.size(); ++id) {
     const SimTask& t = program.graph.task(static_cast<int32_t>(id));

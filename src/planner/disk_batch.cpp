@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ferry {
@@ -15,7 +17,7 @@ std::vector<DiskBatchOption> disk_batch_options(const ModelConfig& config, const
   for (size_t i = 0; i < max_options; ++i) {
     r.global_batch *= 2;  // a multiple of a forced micro-batch when the request's is
     DiskBatchOption o;
-    o.global_batch = r.global_batch;
+    o.global_batch = r.global_batch * std::max<int64_t>(1, r.devices);  // the step's, every device's share
     try {
       const SearchResult s = search_plans(config, layout, profile, r, 0);
       o.fits = true;

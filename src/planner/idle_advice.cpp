@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ferry {
@@ -35,8 +37,10 @@ std::vector<IdleAdvice> idle_advice(const ModelConfig& config, const ModelLayout
     larger.global_batch = request.global_batch * factor;
     const std::optional<Prediction> p = best_prediction(config, layout, profile, larger);
     if (!p || p->gpu_idle_fraction > threshold) continue;
-    advice.push_back({fmt::format("global_batch: {}", larger.global_batch),
-                      fmt::format("{} tokens a step", larger.global_batch * larger.seq_len), *p});
+    // The request's batch is one device's share (PlanRequest::devices); the config's is the step's.
+    const int64_t step_batch = larger.global_batch * std::max<int64_t>(1, request.devices);
+    advice.push_back({fmt::format("global_batch: {}", step_batch),
+                      fmt::format("{} tokens a step", step_batch * larger.seq_len), *p});
     break;
   }
   if (request.clipping) {

@@ -234,17 +234,23 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   h.pinned += landing.ring_buffers * landing.ring_elements * gd;
   for (size_t u = 0; u < layout.units.size(); ++u)
     if (landing.dedicated[u]) h.pinned += static_cast<size_t>(layout.units[u].numel) * gd;
+  // Each device of a group (Plan::devices) has its own pinned buffers for its share of the step
+  // (`chunks` is a device's): offloaded boundaries, token staging, norm partials' readback.
+  const size_t devices = static_cast<size_t>(std::max<int64_t>(1, plan.devices));
   const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
   for (auto a : plan.activations)
-    if (a == ActivationPlacement::OffloadToHost) h.pinned += act;
+    if (a == ActivationPlacement::OffloadToHost) h.pinned += act * devices;
   // tokens, loss
   h.pinned +=
-      round_to_256(kStepTokenArrays * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256;
-  // The gradients of the embedding rows the step's tokens touch, gathered on the device.
-  if (row_sparse_embedding(layout, plan) && !row_gradients_share_an_offloaded_boundary(plan))
-    h.pinned +=
-        static_cast<size_t>(max_embedding_rows(config, chunk_tokens, chunks) * config.hidden_size) * gd;
-  h.pinned += host_unit_norm_partials(layout, plan) * sizeof(double);  // their readback
+      (round_to_256(kStepTokenArrays * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256) *
+      devices;
+  // The gradients of the embedding rows the step's tokens touch, gathered on the device; a group's
+  // come from every device into one buffer of their own, sized for the whole step.
+  if (row_sparse_embedding(layout, plan) && (devices > 1 || !row_gradients_share_an_offloaded_boundary(plan)))
+    h.pinned += static_cast<size_t>(max_embedding_rows(config, chunk_tokens, chunks * plan.devices) *
+                                    config.hidden_size) *
+                gd;
+  h.pinned += host_unit_norm_partials(layout, plan) * sizeof(double) * devices;  // their readback
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
   if (g.staging_elements > 0) {
     h.pinned += g.staging_elements * sizeof(float) + 256;                   // state transfers; clip and norm

@@ -80,7 +80,7 @@ std::string Plan::describe() const {
   return fmt::format(
       "{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
       "the host{}{}, micro-batch {}{}, updates {}, weights {} / gradients {} on the GPU, weights uploaded "
-      "{}{}{}",
+      "{}{}{}{}",
       gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute, groups,
       micro_batch, tile, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
       weight_upload_name(weight_upload),
@@ -89,7 +89,8 @@ std::string Plan::describe() const {
           : fmt::format(", optimizer state {} (lean)", state_format_name(optimizer_state)),
       disk_units() > 0 ? fmt::format(", optimizer state of {} of {} units on disk ({} RAM buffers)",
                                      disk_units(), units.size(), disk_slots)
-                       : std::string());
+                       : std::string(),
+      devices > 1 ? fmt::format("; on each of {} devices, one host state", devices) : std::string());
 }
 
 }  // namespace ferry

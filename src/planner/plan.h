@@ -91,6 +91,11 @@ struct Plan {
   std::vector<bool> state_on_disk;
   int64_t disk_slots = 0;
   std::string disk_dir;  // set by the caller that knows the config (train/plan_selection.h)
+  // Devices that run the plan together (engine/device_group_engine.h), each with the slots,
+  // residency and activations above for its share of a step (micro_batch and the step shape are
+  // per device), one host state for all. Several devices update every unit on the host and upload
+  // from the bf16 staging (HostShadow); their plan never keeps a unit's optimizer on a device.
+  int64_t devices = 1;
 
   // Every unit ResidentWithOptimizer: the whole model and its optimizer on the GPU, the norm and
   // the clip coefficient computed there too; the host only reads the loss.

@@ -111,6 +111,10 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
     const double rate = p.host.lean_adamw_params_per_s[static_cast<int>(f)];
     if (rate > 0) j["host"]["lean_adamw_params_per_s"][state_format_name(f)] = rate;
   }
+  if (p.collective.bus_bytes_per_s > 0)
+    j["collective"] = {{"bus_bytes_per_s", p.collective.bus_bytes_per_s},
+                       {"latency_s", p.collective.latency_s},
+                       {"devices", p.collective.devices}};
   if (p.host.memory_sharing_measured) {
     const HostMemorySharing& s = p.host.memory_sharing;
     j["host"]["memory_sharing"] = {{"cpu_adamw_beside_copy", s.cpu_beside_copy},
@@ -183,6 +187,12 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
     s.copy_beside_cpu = r.fraction(m, "copy_beside_cpu_adamw");
     s.duplex_beside_cpu = r.fraction(m, "duplex_beside_cpu_adamw");
     p.host.memory_sharing_measured = true;
+  }
+  if (j.contains("collective")) {  // measured on machines of several GPUs only
+    const auto& c = r.object(j, "collective");
+    p.collective.bus_bytes_per_s = r.positive(c, "bus_bytes_per_s");
+    p.collective.latency_s = r.number(c, "latency_s");
+    p.collective.devices = static_cast<int>(r.positive(c, "devices"));
   }
   return p;
 }

@@ -79,6 +79,15 @@ struct HostProfile {
   bool memory_sharing_measured = false;
 };
 
+// Collectives between the devices of a host (planner/collective_cost.h): NCCL's all-reduce bus
+// bandwidth as nccl-tests reports it, measured on a machine of several GPUs. 0: not measured (one
+// GPU, or a profile from before it); the planner then uses a stated fallback.
+struct CollectiveProfile {
+  double bus_bytes_per_s = 0.0;
+  double latency_s = 0.0;
+  int devices = 0;  // how many devices the measurement spanned
+};
+
 struct MachineProfile {
   // 2: grad_norm_params_per_s; the host no longer sums norms. 3: host.memory_sharing (format 2
   // still loads, without it).
@@ -95,6 +104,7 @@ struct MachineProfile {
   ComputeProfile compute;
   TransferProfile transfer;
   HostProfile host;
+  CollectiveProfile collective;  // optional in every version
 };
 
 // Names what the compute times depend on: layer and vocabulary shape, sequence length and the

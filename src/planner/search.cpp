@@ -217,6 +217,7 @@ class Searcher {
 
   Plan make_plan(const Family& f, int64_t resident_layers) const {
     Plan plan;
+    plan.devices = r_.devices;
     plan.micro_batch = f.micro_batch;
     plan.seq_tile = f.seq_tile;
     plan.weight_dtype = r_.weight_dtype;
@@ -256,7 +257,8 @@ class Searcher {
   HostBytes host_of(const Plan& plan, const StepShape& shape) const {
     HostBytes h = host_bytes(config_, layout_, plan, shape.chunk_tokens, shape.chunks);
     h.beside = r_.host_beside_engine;
-    if (r_.device_memory_on_host) h.device = device_total(plan, shape);
+    // Every simulated device's memory is host memory.
+    if (r_.device_memory_on_host) h.device = device_total(plan, shape) * static_cast<size_t>(r_.devices);
     return h;
   }
   size_t host_total(const Plan& plan, const StepShape& shape) const { return host_of(plan, shape).total(); }

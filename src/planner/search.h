@@ -85,6 +85,8 @@ struct PlanRequest {
   int64_t seq_len = 2048;
   int64_t global_batch = 8;            // sequences per step
   std::optional<int64_t> micro_batch;  // forced; unset: the search picks a divisor of global_batch
+  // Devices sharing the step (Plan::devices): global_batch above is then each one's share.
+  int64_t devices = 1;
   // Forced tokens per sequence tile (Plan::seq_tile; 0: untiled); unset: the search tries
   // planner/sequence_tile.h's candidates.
   std::optional<int64_t> seq_tile;

@@ -7,6 +7,7 @@
 #include "optim/clip.h"
 #include "planner/adamw_rate.h"
 #include "planner/boundary_groups.h"
+#include "planner/collective_cost.h"
 #include "planner/disk_tier_layout.h"
 #include "planner/memory_model.h"
 #include "planner/sequence_tile.h"
@@ -25,6 +26,8 @@ class ProgramBuilder {
   ProgramBuilder(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
                  const MachineProfile& profile, const StepShape& shape)
       : layout_(layout), plan_(plan), profile_(profile), shape_(shape), L_(config.num_layers) {
+    devices_ = std::max<int64_t>(1, plan_.devices);
+    collective_ = collective_rate(profile_);
     const size_t units = layout_.units.size();
     resident_.assign(units, false);
     gpu_optimizer_.assign(units, false);
@@ -85,7 +88,9 @@ class ProgramBuilder {
     sparse_embedding_ = row_sparse_embedding(layout_, plan_);
     if (sparse_embedding_) {
       const double V = static_cast<double>(config.vocab_size);
-      const double rows = V * -std::expm1(static_cast<double>(shape_.tokens()) * std::log1p(-1.0 / V));
+      // The whole step's rows: every device's tokens (shape_ is one device's share).
+      const double tokens = static_cast<double>(shape_.tokens() * devices_);
+      const double rows = V * -std::expm1(tokens * std::log1p(-1.0 / V));
       embedding_row_params_ = rows * static_cast<double>(config.hidden_size);
     }
   }
@@ -165,13 +170,25 @@ class ProgramBuilder {
         uploaded);
   }
 
+  double devices_d() const { return static_cast<double>(devices_); }
+  // Several devices: after a device's upload of its 1/N of unit u, the all-gather of the rest (on
+  // the h2d stream, behind the upload); the task after which the slot holds the unit.
+  int32_t gather_weights(size_t u, int32_t uploaded) {
+    if (devices_ <= 1) return uploaded;
+    return add(Lane::HostToDevice, TaskKind::WeightGather, u,
+               all_gather_seconds(numel(u) * static_cast<double>(dtype_size(plan_.weight_dtype)), devices_,
+                                  collective_),
+               0.0);
+  }
+
   void issue_load(size_t j) {
     const SlotUse& use = uses_[j];
     if (use.previous_use >= 0) wait(Lane::HostToDevice, released_[static_cast<size_t>(use.previous_use)]);
     const bool weights_read = use_reads_weights(uses_, j);
     if (weights_read) host_wait(update_done_[use.unit]);
     loaded_[j] = add(Lane::HostToDevice, TaskKind::WeightUpload, use.unit, 0.0,
-                     weights_read ? numel(use.unit) * upload_bytes_per_param_ : 0.0);
+                     weights_read ? numel(use.unit) * upload_bytes_per_param_ / devices_d() : 0.0);
+    if (weights_read) loaded_[j] = gather_weights(use.unit, loaded_[j]);
     if (weights_read) weights_uploaded(use.unit, loaded_[j]);
   }
   void issue_loads_up_to(size_t limit) {
@@ -188,8 +205,8 @@ class ProgramBuilder {
     if (!resident_[u] || resident_uploaded_[u] || gpu_optimizer_[u]) return;
     host_wait(update_done_[u]);
     wait(Lane::HostToDevice, last_read_[u]);
-    const int32_t uploaded =
-        add(Lane::HostToDevice, TaskKind::ResidentUpload, u, 0.0, numel(u) * upload_bytes_per_param_);
+    const int32_t uploaded = gather_weights(u, add(Lane::HostToDevice, TaskKind::ResidentUpload, u, 0.0,
+                                                   numel(u) * upload_bytes_per_param_ / devices_d()));
     wait(Lane::Compute, uploaded);
     weights_uploaded(u, uploaded);
     resident_uploaded_[u] = true;
@@ -355,6 +372,13 @@ class ProgramBuilder {
       } else if (sends) {
         // SlidingEngine::send_gradients: the norm partials on the device, then the gradient (of
         // the row-sparse embedding: its token rows, gathered) and the partials down.
+        // Several devices (SlidingEngine::send_gradient_shard): the gradient all-reduced first, and
+        // each device sends its 1/N of it down.
+        if (devices_ > 1)
+          add(Lane::Compute, TaskKind::GradientReduce, u,
+              all_reduce_seconds(numel(u) * static_cast<double>(dtype_size(plan_.grad_dtype)), devices_,
+                                 collective_),
+              0.0);
         add(Lane::Compute, TaskKind::GpuGradNorm, u, numel(u) / profile_.compute.grad_norm_params_per_s, 0.0);
         wait(Lane::DeviceToHost, last_compute_);
         // UnitUpdater::reserve_gradient_buffer: a ring buffer is free once the update of the
@@ -362,9 +386,10 @@ class ProgramBuilder {
         const size_t ring = gradient_landing_.ring_buffers;
         if (gradient_landing_.in_ring[u] && ring_updates_.size() >= ring)
           wait(Lane::DeviceToHost, ring_updates_[ring_updates_.size() - ring]);
-        released_[i] = add(Lane::DeviceToHost, TaskKind::GradientDownload, u, 0.0,
-                           landed_update_params(u) * static_cast<double>(dtype_size(plan_.grad_dtype)) +
-                               numel(u) * sizeof(double) / static_cast<double>(kGradNormChunk));
+        released_[i] =
+            add(Lane::DeviceToHost, TaskKind::GradientDownload, u, 0.0,
+                landed_update_params(u) * static_cast<double>(dtype_size(plan_.grad_dtype)) / devices_d() +
+                    numel(u) * sizeof(double) / static_cast<double>(kGradNormChunk));
         landing(u, released_[i]);
       } else {
         released_[i] = last_compute_;
@@ -419,6 +444,8 @@ class ProgramBuilder {
   int64_t disk_sequence_ = 0;            // the next disk update's position in the repeating order
   std::vector<int32_t> disk_read_, disk_write_;  // per position: its read and its write-back
   double embedding_row_params_ = 0;              // its expected token rows' parameters per step
+  int64_t devices_ = 1;                          // Plan::devices: this program is one device's
+  CollectiveRate collective_;
 
   StepProgram program_;
   std::vector<int32_t> pending_[kLaneCount];  // stream waits not yet attached to a task

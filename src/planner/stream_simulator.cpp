@@ -65,6 +65,10 @@ const char* task_kind_name(TaskKind kind) {
       return "state reads";
     case TaskKind::DiskWrite:
       return "state write-backs";
+    case TaskKind::WeightGather:
+      return "weight all-gathers";
+    case TaskKind::GradientReduce:
+      return "gradient all-reduces";
   }
   return "?";
 }
@@ -77,6 +81,7 @@ Lane task_lane(TaskKind kind) {
     case TaskKind::WeightUpload:
     case TaskKind::ResidentUpload:
     case TaskKind::ActivationReload:
+    case TaskKind::WeightGather:
       return Lane::HostToDevice;
     case TaskKind::ActivationOffload:
     case TaskKind::GradientDownload:

@@ -56,8 +56,12 @@ enum class TaskKind : int {
   CpuAdamW,
   DiskRead,   // a disk unit's optimizer state into a RAM buffer, ahead of its update
   DiskWrite,  // and back, behind it
+  // Several devices (engine/device_share.h): the all-gather of a unit's weight shards after its
+  // upload (h2d stream), and the all-reduce of its gradient before it leaves (compute stream).
+  WeightGather,
+  GradientReduce,
 };
-constexpr int kTaskKindCount = 19;
+constexpr int kTaskKindCount = 21;
 const char* task_kind_name(TaskKind kind);
 // The lane a kind of task runs on.
 Lane task_lane(TaskKind kind);

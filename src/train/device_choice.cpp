@@ -31,6 +31,23 @@ DeviceChoice choose_device(const TrainConfig& config, DeviceUse use) {
   c.target.weight_dtype = c.kind == DeviceKind::Cuda ? DType::BF16 : DType::F32;
   c.target.gpu_adamw = c.kind == DeviceKind::Cuda;
   c.target.device_memory_on_host = c.kind == DeviceKind::Sim;
+  c.devices = static_cast<int>(config.gpus);
+  if (config.gpus == 0) {  // auto
+    FERRY_CHECK(
+        c.kind == DeviceKind::Cuda && use != DeviceUse::PlanNominal && config.profile.empty(), "gpus",
+        "gpus: auto counts the GPUs this machine has; give a number for device: {}{}", c.target.device,
+        use == DeviceUse::PlanNominal || !config.profile.empty() ? " or a machine known by its profile" : "");
+    c.devices = cuda_device_count();
+    FERRY_CHECK(c.devices > 0, "gpus", "gpus: auto found no GPU; check CUDA_VISIBLE_DEVICES and the driver");
+  }
+  FERRY_CHECK(
+      c.devices == 1 || c.kind != DeviceKind::Cpu, "gpus",
+      "gpus: {} trains on several devices; device: cpu is the one-process reference (use device: sim or "
+      "cuda)",
+      c.devices);
+  FERRY_CHECK(c.devices == 1 || use != DeviceUse::Profile, "gpus",
+              "ferry profile measures one device; run it with gpus=1 (every device of a host is alike)");
+  c.target.devices = c.devices;
   return c;
 }
 
@@ -41,6 +58,24 @@ std::unique_ptr<Device> make_chosen_device(const DeviceChoice& choice) {
   SimDeviceOptions options;
   if (choice.gpu_memory > 0) options.memory_capacity = choice.gpu_memory;
   return make_sim_device(options);
+}
+
+std::vector<std::unique_ptr<Device>> make_chosen_devices(const DeviceChoice& choice) {
+  FERRY_ASSERT(choice.kind == DeviceKind::Sim || choice.kind == DeviceKind::Cuda,
+               "devices are made for sim or cuda only");
+  std::vector<std::unique_ptr<Device>> devices;
+  if (choice.kind == DeviceKind::Cuda) {
+    const int visible = cuda_device_count();
+    FERRY_CHECK(choice.devices <= visible, "gpus",
+                "gpus: {} asks for more GPUs than this process sees ({}); lower gpus or check "
+                "CUDA_VISIBLE_DEVICES",
+                choice.devices, visible);
+    for (int r = 0; r < choice.devices; ++r) devices.push_back(make_cuda_device(r, choice.gpu_memory));
+    return devices;
+  }
+  SimDeviceOptions options;
+  if (choice.gpu_memory > 0) options.memory_capacity = choice.gpu_memory;
+  return make_sim_devices(choice.devices, options);
 }
 
 }  // namespace ferry

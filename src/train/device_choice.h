@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device/device.h"
 #include "train/plan_selection.h"
@@ -27,6 +28,7 @@ enum class DeviceUse {
 struct DeviceChoice {
   DeviceKind kind = DeviceKind::Cpu;  // never Auto
   size_t gpu_memory = 0;              // the config's gpu_memory in bytes; 0: the device's own memory
+  int devices = 1;                    // the config's gpus, `auto` resolved (target.devices too)
   // The plan's target on it (device budget left 0: the device's memory when made, else gpu_memory).
   PlanTarget target;
 };
@@ -36,5 +38,8 @@ DeviceChoice choose_device(const TrainConfig& config, DeviceUse use);
 
 // The device of `choice` (sim or cuda), capped at gpu_memory when given.
 std::unique_ptr<Device> make_chosen_device(const DeviceChoice& choice);
+// The choice's `devices` devices (indices 0..devices-1), each capped at gpu_memory; simulated
+// ones share their pinned memory (make_sim_devices).
+std::vector<std::unique_ptr<Device>> make_chosen_devices(const DeviceChoice& choice);
 
 }  // namespace ferry

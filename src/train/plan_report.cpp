@@ -11,6 +11,7 @@
 #include "model/unit_layout.h"
 #include "ops/device_ops.h"
 #include "planner/boundary_groups.h"
+#include "planner/collective_cost.h"
 #include "planner/disk_batch.h"
 #include "planner/memory_model.h"
 #include "planner/model_flops.h"
@@ -196,6 +197,12 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
               static_cast<long long>(config.global_batch), static_cast<long long>(config.seq_len),
               static_cast<long long>(config.global_batch * config.seq_len));
   std::printf("device:    %s; profile: %s\n", target.device.c_str(), s.profile_source.c_str());
+  if (target.devices > 1)
+    std::printf(
+        "devices:   %lld, each running %lld sequences of every step with its own slots; one host state\n"
+        "           %s\n",
+        static_cast<long long>(target.devices), static_cast<long long>(config.global_batch / target.devices),
+        describe_collectives(s.profile, target.devices).c_str());
   std::printf("budgets:   device %s (gpu_memory, %.0f%% kept free), host %s (%s)\n\n",
               format_bytes(s.request.device_budget).c_str(), 100.0 * s.request.headroom,
               s.request.host_budget > 0 ? format_bytes(s.request.host_budget).c_str() : "unlimited",

@@ -61,6 +61,20 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   PlanRequest r;
   r.seq_len = config.seq_len;
   r.global_batch = config.global_batch;
+  if (target.devices > 1) {
+    // Each device plans its share of the step; they update every unit on the host, from the one
+    // bf16 staging (engine/device_share.h).
+    FERRY_CHECK(config.global_batch % target.devices == 0, "plan",
+                "global_batch ({}) must be a multiple of gpus ({}): each device runs an equal share",
+                config.global_batch, target.devices);
+    FERRY_CHECK(
+        config.weight_upload.value_or(WeightUpload::HostShadow) == WeightUpload::HostShadow, "plan",
+        "gpus: {} uploads weights from the bf16 host staging; weight_upload: convert-on-upload is for "
+        "one device (use weight_upload: auto)",
+        target.devices);
+    r.devices = target.devices;
+    r.global_batch = config.global_batch / target.devices;
+  }
   if (config.micro_batch > 0) r.micro_batch = config.micro_batch;
   if (config.seq_tile >= 0) r.seq_tile = config.seq_tile;
   if (config.keep_every >= 1) r.keep_every = config.keep_every;
@@ -98,9 +112,14 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   r.update = config.update_schedule;
   r.weight_upload = config.weight_upload;
   r.optimizer_state = config.optimizer_state;
-  r.allow_optimizer_on_gpu = target.gpu_adamw;
-  // The engine runs AdamW on the device for any subset of units (engine/device_optimizer.h).
-  r.space.per_unit_gpu_optimizer = target.gpu_adamw;
+  r.allow_optimizer_on_gpu = target.gpu_adamw && r.devices == 1;
+  // The engine runs AdamW on the device for any subset of units (engine/device_optimizer.h); not
+  // on several devices, which share one host state.
+  r.space.per_unit_gpu_optimizer = r.allow_optimizer_on_gpu;
+  if (r.devices > 1) {
+    r.space.convert_on_upload = false;
+    r.weight_upload = WeightUpload::HostShadow;
+  }
   r.space.keep_internals = config.recompute == RecomputePolicy::Auto;
   return r;
 }

@@ -41,6 +41,8 @@ struct PlanTarget {
   // Bytes free under disk_dir on this machine (statvfs), which bounds the disk tier's budget;
   // unknown when planning for a machine known by a profile (disk_memory alone bounds it then).
   std::optional<size_t> disk_free;
+  // Devices training together (config `gpus`, `auto` resolved): device_budget is each one's.
+  int64_t devices = 1;
 };
 
 struct PlanSelection {

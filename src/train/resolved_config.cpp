@@ -161,6 +161,13 @@ const std::map<std::string, Writer>& writers() {
       {"max_shard_size", value(&TrainConfig::max_shard_bytes)},
       {"device", [](YAML::Emitter& o, const TrainConfig& c) { o << device_kind_name(c.device); }},
       {"gpu_memory", optional_size(&TrainConfig::gpu_memory)},
+      {"gpus",
+       [](YAML::Emitter& o, const TrainConfig& c) {
+         if (c.gpus == 0)
+           o << "auto";
+         else
+           o << c.gpus;
+       }},
       {"host_memory", optional_size(&TrainConfig::host_memory)},
       {"threads", value(&TrainConfig::threads)},
       {"gpu_slots", value(&TrainConfig::gpu_slots)},

@@ -12,13 +12,16 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "device/device.h"
+#include "engine/device_group_engine.h"
 #include "engine/model_step.h"
 #include "engine/sliding_engine.h"
 #include "engine/step_trace.h"
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
 #include "planner/memory_model.h"
+#include "profiler/collective_profiler.h"
 #include "train/device_choice.h"
+#include "train/device_group.h"
 #include "train/plan_selection.h"
 #include "train/profile_cache.h"
 
@@ -85,53 +88,90 @@ class PlainExecutor final : public StepExecutor {
   std::vector<std::vector<float>> grads_;
 };
 
-// The sliding engine on a device.
+// The sliding engine on a device, or on a group of devices with one host state (`gpus: N`,
+// engine/device_group_engine.h).
 class SlidingExecutor final : public StepExecutor {
  public:
-  SlidingExecutor(std::unique_ptr<Device> device, const TrainConfig& config, ModelWeights weights,
-                  const Plan& plan, const Prediction& predicted, const EvalPrediction& evaluation)
-      : device_(std::move(device)),
+  SlidingExecutor(DeviceGroup group, const TrainConfig& config, ModelWeights weights, const Plan& plan,
+                  const Prediction& predicted, const EvalPrediction& evaluation)
+      : group_(std::move(group)),
+        device_(group_.devices.front().get()),
         trace_(config.trace.empty()
                    ? nullptr
                    : std::make_unique<StepTrace>(*device_, config.trace, config.trace_steps)),
-        ops_(make_device_ops(trace_ ? trace_->device() : *device_)),
         plan_(plan),
         predicted_(predicted),
         evaluation_(evaluation),
         layout_(weights.layout) {
     plan_.state_seed = config.seed;  // a lean format's stochastic rounding, as the plain trainer's
-    engine_ = std::make_unique<SlidingEngine>(
-        weights.config, weights.layout, trace_ ? trace_->device() : *device_, *ops_, plan_,
-        plan_.micro_batch * config.seq_len, config.global_batch / plan_.micro_batch,
-        config.decay_norms_and_biases);
+    const int64_t chunk_tokens = plan_.micro_batch * config.seq_len,
+                  chunks = config.global_batch / plan_.micro_batch;
+    if (group_.devices.size() == 1) {
+      ops_.push_back(make_device_ops(trace_ ? trace_->device() : *device_));
+      engine_ = std::make_unique<SlidingEngine>(weights.config, weights.layout,
+                                                trace_ ? trace_->device() : *device_, *ops_.front(), plan_,
+                                                chunk_tokens, chunks, config.decay_norms_and_biases);
+    } else {
+      std::vector<Ops*> ops;
+      for (auto& d : group_.devices) {
+        d->bind_thread();  // the ops' library handles belong to the thread's current device
+        ops_.push_back(make_device_ops(*d));
+        ops.push_back(ops_.back().get());
+      }
+      group_engine_ = std::make_unique<DeviceGroupEngine>(
+          weights.config, weights.layout, group_.device_pointers(), ops, group_.collective_pointers(), plan_,
+          chunk_tokens, chunks, config.decay_norms_and_biases);
+    }
     // Into the huge-page masters (or, for a disk unit, through the tier's buffer into its file),
     // freeing each copy as it goes.
     for (size_t u = 0; u < weights.units.size(); ++u) {
-      engine_->host().assign_masters(u, weights.units[u]);
+      host().assign_masters(u, weights.units[u]);
       std::vector<float>().swap(weights.units[u]);
     }
-    engine_->host().commit_state();  // only now: the loaded copies are gone
-    engine_->weights_changed(0);
+    host().commit_state();  // only now: the loaded copies are gone
+    weights_changed(0);
   }
-  ~SlidingExecutor() override { engine_.reset(); }
-  std::string describe() const override { return fmt::format("{}: {}", device_->name(), plan_.describe()); }
+  ~SlidingExecutor() override {
+    engine_.reset();
+    group_engine_.reset();
+  }
+  std::string describe() const override {
+    return group_.devices.size() == 1
+               ? fmt::format("{}: {}", device_->name(), plan_.describe())
+               : fmt::format("{} x {}: {}", group_.devices.size(), device_->name(), plan_.describe());
+  }
   double predicted_step_seconds() const override { return predicted_.step_seconds; }
   EvalPrediction predicted_evaluation() const override { return evaluation_; }
+  // Device 0's (each device of a group holds the same buffers for its share); the pinned memory of
+  // every device, which one host holds.
   std::optional<DeviceMemoryUse> device_memory() const override {
-    return DeviceMemoryUse{device_->memory(), device_->pinned_memory()};
+    DeviceMemoryUse use{device_->memory(), device_->pinned_memory()};
+    for (size_t r = 1; r < group_.devices.size(); ++r) {
+      use.pinned.in_use += group_.devices[r]->pinned_memory().in_use;
+      use.pinned.peak += group_.devices[r]->pinned_memory().peak;
+    }
+    return use;
   }
   ExecutedStep step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
                     double max_grad_norm) override {
     if (trace_) trace_->begin(step);
-    const SlidingStepResult r = engine_->step(step, batch, hyper, max_grad_norm);
+    const SlidingStepResult r = engine_ ? engine_->step(step, batch, hyper, max_grad_norm)
+                                        : group_engine_->step(step, batch, hyper, max_grad_norm);
     if (trace_) trace_->end();
     if (step == kMemoryReportStep) log_memory();
     return {r.loss, r.counted_tokens, r.grad_norm};
   }
-  void finish_updates() override { engine_->finish_updates(); }
-  StepLoss evaluate(const StepBatch& batch) override { return engine_->evaluate(batch); }
+  void finish_updates() override {
+    if (engine_)
+      engine_->finish_updates();
+    else
+      group_engine_->finish_updates();
+  }
+  StepLoss evaluate(const StepBatch& batch) override {
+    return engine_ ? engine_->evaluate(batch) : group_engine_->evaluate(batch);
+  }
   std::vector<float*> masters() override {
-    UnitUpdater& host = engine_->host();
+    UnitUpdater& host = this->host();
     if (is_exact(host.format())) return collect(&HostUnitState::master);
     // A lean format's masters are decoded one tensor at a time as they are written
     // (streamed_state), not into 4 bytes/param of fp32 copies.
@@ -142,7 +182,7 @@ class SlidingExecutor final : public StepExecutor {
   OptimizerStateFormat state_format() const override { return plan_.optimizer_state; }
   std::vector<std::vector<std::span<std::byte>>> lean_state() override {
     std::vector<std::vector<std::span<std::byte>>> out;
-    UnitUpdater& host = engine_->host();
+    UnitUpdater& host = this->host();
     if (is_exact(host.format())) return out;
     const std::vector<StateArraySpec> specs = state_arrays(host.format());
     for (size_t u = 0; u < host.unit_count(); ++u) {
@@ -163,7 +203,7 @@ class SlidingExecutor final : public StepExecutor {
   // A lean format's masters (every unit's) are decoded a piece at a time into one fp32 buffer
   // (planner/memory_model.h lean_save_scratch_bytes counts it).
   StreamedState streamed_state() override {
-    UnitUpdater& host = engine_->host();
+    UnitUpdater& host = this->host();
     const bool exact = is_exact(host.format());
     if (host.disk() == nullptr && exact) return {};
     StreamedState s;
@@ -188,7 +228,7 @@ class SlidingExecutor final : public StepExecutor {
     }
     return s;
   }
-  void state_loaded(int64_t step) override { engine_->weights_changed(step); }
+  void state_loaded(int64_t step) override { weights_changed(step); }
   int64_t micro_batch() const override { return plan_.micro_batch; }
 
  private:
@@ -196,8 +236,16 @@ class SlidingExecutor final : public StepExecutor {
   // step after), so the memory in use then is the run's peak, to set beside the planner's
   // prediction. The devices' own peak counters also include a profile measurement, when one ran.
   static constexpr int64_t kMemoryReportStep = 3;
+  UnitUpdater& host() { return engine_ ? engine_->host() : group_engine_->host(); }
+  void weights_changed(int64_t step) {
+    if (engine_)
+      engine_->weights_changed(step);
+    else
+      group_engine_->weights_changed(step);
+  }
   void log_memory() const {
-    const MemoryStats device = device_->memory(), pinned = device_->pinned_memory();
+    const DeviceMemoryUse use = *device_memory();
+    const MemoryStats device = use.device, pinned = use.pinned;
     log_info("memory in use after step {}: device {} (predicted {}), pinned {} (predicted {})",
              kMemoryReportStep, format_bytes(device.in_use), format_bytes(predicted_.device.total()),
              format_bytes(pinned.in_use), format_bytes(predicted_.host.pinned));
@@ -206,20 +254,22 @@ class SlidingExecutor final : public StepExecutor {
   // fp32 state: the arrays `member` of every unit; nullptr for a disk unit (streamed_state).
   std::vector<float*> collect(HostArray HostUnitState::*member) {
     std::vector<float*> out;
-    if (!is_exact(engine_->host().format())) return out;
-    UnitUpdater& host = engine_->host();
+    if (!is_exact(host().format())) return out;
+    UnitUpdater& host = this->host();
     for (size_t u = 0; u < host.unit_count(); ++u)
       out.push_back(host.on_disk(u) ? nullptr : (host.unit(u).*member).data());
     return out;
   }
-  std::unique_ptr<Device> device_;
-  std::unique_ptr<StepTrace> trace_;  // config `trace:`; nullptr without
-  std::unique_ptr<Ops> ops_;
+  DeviceGroup group_;                      // the devices (one, or `gpus`) and their collectives
+  Device* device_;                         // the first
+  std::unique_ptr<StepTrace> trace_;       // config `trace:`; nullptr without
+  std::vector<std::unique_ptr<Ops>> ops_;  // per device
   Plan plan_;
   Prediction predicted_;
   EvalPrediction evaluation_;
   ModelLayout layout_;
-  std::unique_ptr<SlidingEngine> engine_;
+  std::unique_ptr<SlidingEngine> engine_;            // one device
+  std::unique_ptr<DeviceGroupEngine> group_engine_;  // several
   std::vector<float> decoded_tensor_;  // a piece of a lean format's masters, as fp32, for writing
 };
 
@@ -233,7 +283,10 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
                 "the cpu backend has no streams to trace; trace with device: sim or cuda");
     return std::make_unique<PlainExecutor>(config, std::move(weights));
   }
-  std::unique_ptr<Device> dev = make_chosen_device(choice);
+  FERRY_CHECK(config.trace.empty() || choice.devices == 1, "trace",
+              "trace records one device's streams; trace a run of gpus: 1");
+  DeviceGroup group = join_devices(choice, make_chosen_devices(choice));
+  Device* dev = group.devices.front().get();
   PlanTarget target = choice.target;
   target.device_budget = dev->memory().capacity - std::min(dev->memory().capacity, dev->memory().in_use);
   size_t weight_bytes = 0;
@@ -252,6 +305,21 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     source = origin == ProfileOrigin::File    ? config.profile.string()
              : origin == ProfileOrigin::Cache ? fmt::format("{}, cached", profile.device_name)
                                               : fmt::format("{}, measured now", profile.device_name);
+  }
+  if (group.devices.size() > 1 && profile.collective.bus_bytes_per_s <= 0) {
+    // Measured here, with the devices at hand, where the profile has no rate: the planner charges
+    // the gradients' all-reduce and the weights' all-gather at it (planner/collective_cost.h).
+    std::vector<Collective*> compute;
+    for (const auto& handles : group.collective_pointers())
+      compute.push_back(handles[static_cast<size_t>(StreamKind::Compute)]);
+    // The simulated devices' memory is host memory, which the planning phase holds to its plan:
+    // a small buffer there (their rate is the host's memcpy, reached at a few MiB).
+    const size_t bytes = choice.kind == DeviceKind::Sim ? size_t{8} << 20 : size_t{256} << 20;
+    profile.collective = measure_collectives(group.device_pointers(), compute, bytes);
+    log_info(
+        "collectives over {} devices: all-reduce bus bandwidth {:.1f} GB/s, latency {:.0f} us (measured now)",
+        profile.collective.devices, profile.collective.bus_bytes_per_s / 1e9,
+        profile.collective.latency_s * 1e6);
   }
   const PlanSelection selection =
       select_plan(config, weights.config, weights.layout, target, std::move(profile), std::move(source));
@@ -286,7 +354,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
       watch->plan(kPhaseStateCommit, h.total() + chosen.prediction.disk_bytes);
     watch->enter(kPhaseStateCommit);
   }
-  return std::make_unique<SlidingExecutor>(std::move(dev), config, std::move(weights), chosen.plan,
+  return std::make_unique<SlidingExecutor>(std::move(group), config, std::move(weights), chosen.plan,
                                            chosen.prediction, selection.evaluation);
 }
 

@@ -246,6 +246,11 @@ const std::map<std::string, Setter>& setters() {
              n, k, {{"auto", DeviceKind::Auto}, {"cpu", DeviceKind::Cpu}, {"sim", DeviceKind::Sim}, {"cuda", DeviceKind::Cuda}});
        }},
       {"gpu_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gpu_memory = parse_optional_size(n, k); }},
+      {"gpus",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.gpus = n.IsScalar() && n.Scalar() == "auto" ? 0 : parse_int(n, k);
+         FERRY_CHECK(c.gpus >= 0, kWhere, "gpus: {}: give the number of devices (1 or more) or auto", c.gpus);
+       }},
       {"host_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.host_memory = parse_optional_size(n, k); }},
       {"disk_memory",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
@@ -541,6 +546,14 @@ void validate_train_config(const TrainConfig& c) {
               "micro_batch must be at least 1, or auto (the planner picks), got {}", c.micro_batch);
   FERRY_CHECK(c.micro_batch == 0 || c.global_batch % c.micro_batch == 0, kWhere,
               "global_batch ({}) must be a multiple of micro_batch ({})", c.global_batch, c.micro_batch);
+  FERRY_CHECK(c.gpus == 0 || c.micro_batch == 0 || c.global_batch % (c.micro_batch * c.gpus) == 0, kWhere,
+              "global_batch ({}) must be a multiple of micro_batch x gpus ({} x {}): each device runs an "
+              "equal share of a step's micro-batches",
+              c.global_batch, c.micro_batch, c.gpus);
+  FERRY_CHECK(c.gpus == 1 || c.device != DeviceKind::Cpu, kWhere,
+              "gpus: {} trains on several devices; device: cpu is the one-process reference (use device: "
+              "sim or cuda)",
+              c.gpus);
   FERRY_CHECK(c.max_steps >= 0, kWhere, "max_steps must be >= 0");
   FERRY_CHECK(c.max_steps > 0 || c.epochs > 0, kWhere, "set max_steps or epochs to a positive value");
   FERRY_CHECK(c.learning_rate >= 0, kWhere, "learning_rate must be >= 0, got {}", c.learning_rate);

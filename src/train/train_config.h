@@ -115,6 +115,11 @@ struct TrainConfig {
   // execution
   DeviceKind device = DeviceKind::Auto;
   std::optional<int64_t> gpu_memory;  // bytes ("24GiB"); bounds the (simulated) GPU; empty: all of it
+  // Devices that train together with one host state (engine/device_group_engine.h): on cuda the
+  // first `gpus` visible GPUs (0, written `auto`: every visible one), on sim that many simulated
+  // devices. Each runs global_batch / gpus sequences a step, so global_batch must be a multiple of
+  // micro_batch x gpus. gpu_memory bounds each device.
+  int64_t gpus = 1;
   // Bytes ("200GiB"); bounds the whole process's host memory; empty: what the machine has available
   // less a margin (train/plan_selection.h).
   std::optional<int64_t> host_memory;

@@ -16,6 +16,7 @@
 #include "core/thread_pool.h"
 #include "data/batch_sampler.h"
 #include "data/packing.h"
+#include "device/launch_env.h"
 #include "engine/model_step.h"
 #include "engine/step_batch.h"
 #include "engine/unit_optimizer.h"
@@ -133,6 +134,13 @@ void check_positions(const std::vector<PackedRow>& rows, const ModelConfig& mode
 
 TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   validate_train_config(config);
+  // Under a launcher of several processes each would train alone into the same output_dir: say
+  // what runs instead (docs/several_gpus.md, "Not built yet").
+  const LaunchEnv job = launch_env();
+  FERRY_CHECK(!job.distributed(), kWhere,
+              "ferry train was started as rank {} of {} processes ({}); jobs of several processes are not "
+              "supported yet: start one process and give it the host's devices with gpus: N (or gpus: auto)",
+              job.rank, job.world_size, job.launcher);
   const auto run_began = std::chrono::steady_clock::now();  // the whole run's, loading included
   FERRY_CHECK(!config.model.empty(), kWhere,
               "no model given; set `model:` to a Hugging Face model directory (or preset:ARCH/NAME)");

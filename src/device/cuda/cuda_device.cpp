@@ -122,6 +122,7 @@ class CudaDevice final : public Device {
 
   std::string name() const override { return name_; }
   int index() const override { return index_; }
+  void bind_thread() override { activate(); }
 
   void* allocate(size_t bytes, const char* what) override {
     if (bytes == 0) return nullptr;
@@ -422,12 +423,16 @@ class CudaDevice final : public Device {
 }  // namespace
 
 bool cuda_available() {
+  return cuda_device_count() > 0;
+}
+
+int cuda_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     (void)cudaGetLastError();
-    return false;
+    return 0;
   }
-  return count > 0;
+  return count;
 }
 
 std::unique_ptr<Device> make_cuda_device(int index, size_t memory_capacity) {

@@ -8,6 +8,10 @@ bool cuda_available() {
   return false;
 }
 
+int cuda_device_count() {
+  return 0;
+}
+
 std::unique_ptr<Device> make_cuda_device(int, size_t) {
   raise("cuda",
         "this ferry was built without CUDA; rebuild on a machine with the CUDA toolkit, or train "
