@@ -2,7 +2,7 @@
 # One batched run on the GPU machine (the `device` tool): GPU tests, the transformers round trip,
 # kernel benchmarks with their PyTorch counterparts, and end-to-end training beside the peers.
 # Expects the binaries and the Debian libraries they need unpacked in .device/bundle (see
-# tools/make_gpu_bundle.sh) and writes logs to $OUT/logs.
+# tools/make_gpu_bundle.sh) and writes its logs to $OUT/logs.tgz (and $OUT/summary.log).
 # PARTS: tests roundtrip goldens bench adamw attention_long profiles losscurve train.
 # Knobs (environment): PARTS, GPU_TESTS, PROFILE_MODELS, MODELS, BUDGETS, GLOBAL_BATCH, MICRO_BATCH,
 # STEPS, TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY,
@@ -15,7 +15,10 @@ B="$root/.device/bundle"
 export LD_LIBRARY_PATH="$B/lib:${LD_LIBRARY_PATH:-}"
 export FERRY_FIXTURES_DIR="$root/tests/fixtures"
 export PYTHONUNBUFFERED=1
-L="$OUT/logs"
+# The logs gather outside $OUT (the device tool returns at most 8 files from it) and are packed
+# into $OUT/logs.tgz at the end of every session, so a call of several sessions returns them all
+# whichever ends it.
+L="${GPU_LOGS_DIR:-/tmp/ferry-gpu-logs}/logs"
 mkdir -p "$L"
 stage() { echo "== $1 $(date +%T)" | tee -a "$L/summary.log"; }
 run() {  # NAME TIMEOUT COMMAND...
@@ -163,5 +166,8 @@ YAML
       [ "${PEERS:-}" = none ] || run peer_gpu 600 python3 .device/peer_baselines.py ${PEERS:-llama3.2-1b:gpu:8:2048:2:4} ;;
   esac
 done
-# Several sessions in one device call: all but the last set KEEP_LOGS=1, the last packs them all.
-[ "${KEEP_LOGS:-0}" = 1 ] || { tar -czf "$OUT/logs.tgz" -C "$OUT" logs && cp "$L/summary.log" "$OUT/summary.log" && rm -rf "$L"; }
+# Several sessions in one device call: all but the last set KEEP_LOGS=1 (the next one adds to the
+# same logs); each packs what has gathered so far, and the last also clears it.
+touch "$L/summary.log"
+tar -czf "$OUT/logs.tgz" -C "$(dirname "$L")" logs && cp "$L/summary.log" "$OUT/summary.log"
+[ "${KEEP_LOGS:-0}" = 1 ] || rm -rf "$L"
