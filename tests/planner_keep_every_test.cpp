@@ -88,11 +88,47 @@ TEST_F(KeepEveryTest, AForcedKHoldsAndShortSequencesKeepEveryBoundary) {
   for (const Candidate& c : forced.alternatives) EXPECT_EQ(boundary_group_size(c.plan.activations), 4);
 
   EXPECT_EQ(keep_every_candidates(8192, 32), (std::vector<int64_t>{1}));
+  EXPECT_EQ(keep_every_candidates(2048, 32, /*host_bound=*/true), (std::vector<int64_t>{1, 2, 3, 4, 8}));
   EXPECT_EQ(keep_every_candidates(65536, 32), (std::vector<int64_t>{1, 2, 3, 4, 8}));
   EXPECT_EQ(keep_every_candidates(65536, 3), (std::vector<int64_t>{1, 2, 3}));
   PlanRequest zero = request(65536);
   zero.keep_every = 0;
   EXPECT_THROW(search(zero), Error);
+}
+
+// 65,536 tokens a step in rows of 2048: the step's boundaries weigh 512 MiB a layer, as one long
+// row's. With a host that holds the state but not every boundary beside it, every boundary kept
+// needs the disk tier (disk-bound, the state streamed each step) or does not fit; one boundary in K
+// puts less state on disk and is faster. With room for every boundary, every boundary stays kept (no
+// recompute).
+TEST_F(KeepEveryTest, ShortRowsRecomputeBoundariesWhereTheHostIsTheBound) {
+  PlanRequest r = request(2048);
+  r.global_batch = 32;
+  r.micro_batch = 4;
+  r.host_budget = 105 * kGiB;
+  r.disk_budget = 40 * kGiB;
+  PlanRequest every_kept = r;
+  every_kept.keep_every = 1;
+  double disk_step = 0.0;
+  int64_t every_kept_disk_units = 1 << 30;
+  try {
+    const SearchResult kept = search(every_kept);
+    EXPECT_GT(kept.best.plan.disk_units(), 0) << kept.best.plan.describe();
+    disk_step = kept.best.prediction.step_seconds;
+    every_kept_disk_units = kept.best.plan.disk_units();
+  } catch (const Error&) {
+    disk_step = 1e30;  // refused: no plan keeps every boundary
+  }
+  const SearchResult chosen = search(r);
+  const Plan& p = chosen.best.plan;
+  EXPECT_GT(boundary_group_size(p.activations), 1) << p.describe();
+  EXPECT_LT(p.disk_units(), every_kept_disk_units) << p.describe();
+  EXPECT_LT(chosen.best.prediction.step_seconds, disk_step);
+  EXPECT_LE(chosen.best.prediction.host.total(), 105 * kGiB);
+
+  r.host_budget = 200 * kGiB;
+  const SearchResult roomy = search(r);
+  EXPECT_EQ(boundary_group_size(roomy.best.plan.activations), 1) << roomy.best.plan.describe();
 }
 
 }  // namespace

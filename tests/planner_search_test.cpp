@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "planner/boundary_groups.h"
 #include "planner/memory_model.h"
 #include "planner/search.h"
 #include "planner_8b_search_fixture.h"
@@ -125,7 +126,13 @@ TEST_F(SearchTest, ForcedOptionsAreConstraints) {
 
   r = request(24);
   r.offload_activations = false;  // 32 x 512 MiB of activations cannot stay on a 24 GiB GPU
+  r.keep_every = 1;
   EXPECT_THROW(search_plans(config_, layout_, fast_cpu_slow_link(), r), Error);
+  // Unless some are recomputed: one boundary in K kept, all of them on the GPU.
+  r.keep_every.reset();
+  const Plan kept_on_gpu = search_plans(config_, layout_, fast_cpu_slow_link(), r).best.plan;
+  EXPECT_GT(boundary_group_size(kept_on_gpu.activations), 1) << kept_on_gpu.describe();
+  for (auto a : kept_on_gpu.activations) EXPECT_NE(a, ActivationPlacement::OffloadToHost);
 }
 
 TEST_F(SearchTest, ClippingKeepsTheUpdatesAfterTheBackward) {

@@ -100,9 +100,16 @@ bool better(const Candidate& a, const Candidate& b) {
 class Searcher {
  public:
   // Without a profile the searcher only sizes plans (check_device_budget).
+  // `host_bound`: the K of kept boundaries is searched for short sequences too
+  // (keep_every_candidates).
   Searcher(const ModelConfig& config, const ModelLayout& layout, const MachineProfile* profile,
-           const PlanRequest& r)
-      : config_(config), layout_(layout), profile_(profile), r_(r), L_(config.num_layers) {
+           const PlanRequest& r, bool host_bound = false)
+      : config_(config),
+        layout_(layout),
+        profile_(profile),
+        r_(r),
+        L_(config.num_layers),
+        host_bound_(host_bound) {
     device_limit_ = static_cast<size_t>(static_cast<double>(r.device_budget) * (1.0 - r.headroom));
   }
 
@@ -200,8 +207,8 @@ class Searcher {
       // Each family of this micro-batch once per sequence tile and per K of kept boundaries.
       const std::vector<int64_t> tiles =
           r_.seq_tile ? std::vector<int64_t>{*r_.seq_tile} : seq_tile_candidates(r_.seq_len, mb * r_.seq_len);
-      const std::vector<int64_t> keeps =
-          r_.keep_every ? std::vector<int64_t>{*r_.keep_every} : keep_every_candidates(r_.seq_len, L_);
+      const std::vector<int64_t> keeps = r_.keep_every ? std::vector<int64_t>{*r_.keep_every}
+                                                       : keep_every_candidates(r_.seq_len, L_, host_bound_);
       const std::vector<Family> untiled(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
       out.resize(first);
       for (int64_t tile : tiles)
@@ -500,6 +507,7 @@ class Searcher {
   const MachineProfile* profile_;
   const PlanRequest& r_;
   const int64_t L_;
+  const bool host_bound_;
   size_t device_limit_ = 0;
   std::vector<Candidate> bests_;
   std::optional<Candidate> family_best_;
@@ -567,16 +575,28 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
       "plan", "disk_layers must be between 0 and the model's {} layers", config.num_layers);
   FERRY_CHECK(request.disk_layers.value_or(0) == 0 || request.disk_budget > 0, "plan",
               "disk_layers puts optimizer state on disk: set disk_memory (and disk_dir) too");
-  return Searcher(config, layout, &profile, request).run(alternatives);
+  if (request.keep_every || request.seq_len > kTiledFromSeqLen)
+    return Searcher(config, layout, &profile, request).run(alternatives);
+  // Short sequences keep every boundary unless that costs the host's RAM: where the best such plan
+  // puts optimizer state on disk, or none fits, one boundary in K is tried too (a batch of short
+  // rows has as many boundary bytes as one long row of its tokens). Searched only then, since the
+  // K axis multiplies the search.
+  std::optional<SearchResult> every_kept;
+  try {
+    every_kept = Searcher(config, layout, &profile, request).run(alternatives);
+  } catch (const Error&) {
+  }
+  if (every_kept && every_kept->best.plan.disk_units() == 0) return *every_kept;
+  return Searcher(config, layout, &profile, request, /*host_bound=*/true).run(alternatives);
 }
 
 void check_device_budget(const ModelConfig& config, const ModelLayout& layout, const PlanRequest& request) {
   Searcher(config, layout, nullptr, request).check_device();
 }
 
-std::vector<int64_t> keep_every_candidates(int64_t seq_len, int64_t layers) {
+std::vector<int64_t> keep_every_candidates(int64_t seq_len, int64_t layers, bool host_bound) {
   std::vector<int64_t> out = {1};
-  if (seq_len <= kTiledFromSeqLen) return out;
+  if (seq_len <= kTiledFromSeqLen && !host_bound) return out;
   for (int64_t k : {2, 3, 4, 8})
     if (k <= layers) out.push_back(k);
   return out;

@@ -31,7 +31,9 @@
 //     boundaries), which the cost model weighs (the copies, their share of host DRAM) against the
 //     recompute saved.
 //   * every K-th boundary kept, the others recomputed in the backward (planner/boundary_groups.h):
-//     K is a family axis like the sequence tile, tried for long sequences (keep_every_candidates).
+//     K is a family axis like the sequence tile, tried for long sequences (keep_every_candidates),
+//     and for short ones where keeping every boundary costs the host's RAM: the best plan with
+//     every boundary kept needs the disk tier, or none fits (search_plans searches again).
 //     The kept boundaries are placed as above (the last ones on the GPU while they fit); the
 //     recomputed ones cost K - 1 buffers on the GPU and K - 1 more layer forwards per K layers (and
 //     the uploads the slots cannot save), and free host or GPU memory of L - L/K boundaries, which
@@ -168,9 +170,9 @@ size_t default_host_budget(double physical_bytes);
 size_t default_host_budget_available(size_t available_bytes);
 
 // The K the search tries (one boundary in K kept): 1, and for sequences longer than
-// kTiledFromSeqLen tokens (as sequence tiles; there one sequence's boundary weighs 64 MiB at 8B)
-// 2, 3, 4 and 8.
-std::vector<int64_t> keep_every_candidates(int64_t seq_len, int64_t layers);
+// kTiledFromSeqLen tokens (as sequence tiles; there one sequence's boundary weighs 64 MiB at 8B),
+// or for any length where the host is the bound (`host_bound`), 2, 3, 4 and 8 (at most the layers).
+std::vector<int64_t> keep_every_candidates(int64_t seq_len, int64_t layers, bool host_bound = false);
 
 // "3 slots instead of 2, 20 resident layers instead of 24" (what `plan` changes from `reference`).
 std::string plan_difference(const Plan& plan, const Plan& reference);

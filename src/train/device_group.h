@@ -28,7 +28,8 @@ struct DeviceGroup {
   std::vector<std::array<Collective*, kStreamCount>> collective_pointers() const;
 };
 
-// Joins `devices` (made by make_chosen_devices(choice)) with collectives of the choice's kind.
+// Joins `devices` (made by make_chosen_devices(choice)) with collectives of the choice's kind;
+// one device gets none (the plain engine issues no collectives).
 // Throws ferry::Error where NCCL cannot be opened, saying why.
 DeviceGroup join_devices(const DeviceChoice& choice, std::vector<std::unique_ptr<Device>> devices);
 
