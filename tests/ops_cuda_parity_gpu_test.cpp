@@ -826,6 +826,80 @@ TEST_F(CudaParity, AttentionThroughOps) {
   EXPECT_TRUE(gout.guards() && glse.guards() && gdq.guards() && gdk.guards() && gdv.guards());
 }
 
+// One group of KV heads' attention (decoder_layer.h, head_groups): q, k, v hold the group's heads
+// only, out and dout are the layer's full (T, Hq, D) tensors seen from the group's first head
+// (ops.h). The group's columns must match the ungrouped reference's, every other column keep what
+// it held, for the own kernels (document mask; head_dim 64 and 128 on tensor cores, 40 on the
+// simple path) and cuDNN where it runs (rows that are whole sequences).
+TEST_F(CudaParity, AttentionOfOneHeadGroupWritesItsColumns) {
+  const int64_t T = 256, Hq = 8, Hkv = 4, G = 4, gHq = Hq / G, gHkv = Hkv / G;
+  for (const int64_t D : {64, 128, 40}) {
+    for (const bool whole_rows : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "head_dim " << D << (whole_rows ? ", rows of whole sequences" : ""));
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      Vec q = uniform(T * Hq * D, 21), k = uniform(T * Hkv * D, 22), v = uniform(T * Hkv * D, 23);
+      Vec dout = uniform(T * Hq * D, 24);
+      round_bf16(q), round_bf16(k), round_bf16(v), round_bf16(dout);
+      std::vector<int32_t> doc(T);
+      for (int64_t t = 0; t < T; ++t) doc[t] = whole_rows ? 0 : (t < 100 ? 0 : 100);
+      Vec out_ref(T * Hq * D), lse_ref(Hq * T), dq_ref(q.size()), dk_ref(k.size()), dv_ref(v.size());
+      cpu_->attention_forward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
+                              H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T));
+      cpu_->attention_backward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
+                               H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T), H3(dout, T, Hq, D),
+                               H3(dq_ref, T, Hq, D), H3(dk_ref, T, Hkv, D), H3(dv_ref, T, Hkv, D));
+      const int64_t g = 2;  // heads 4..5 of q, KV head 2
+      // Columns [c0, c0 + width) of every row of a (T, row) array.
+      auto columns = [&](const Vec& x, int64_t row, int64_t c0, int64_t width) {
+        Vec out(static_cast<size_t>(T * width));
+        for (int64_t t = 0; t < T; ++t) std::copy_n(x.begin() + t * row + c0, width, out.begin() + t * width);
+        return out;
+      };
+      const Vec qg = columns(q, Hq * D, g * gHq * D, gHq * D),
+                kg = columns(k, Hkv * D, g * gHkv * D, gHkv * D),
+                vg = columns(v, Hkv * D, g * gHkv * D, gHkv * D);
+      Vec lse_g(lse_ref.begin() + g * gHq * T, lse_ref.begin() + (g + 1) * gHq * T);
+      const Vec sentinel(static_cast<size_t>(T * Hq * D), 7.0f);
+      DeviceInts gdoc(doc);
+      DeviceTensor gq = upload(DType::BF16, {T, gHq, D}, qg), gk = upload(DType::BF16, {T, gHkv, D}, kg);
+      DeviceTensor gv = upload(DType::BF16, {T, gHkv, D}, vg), gdo = upload(DType::BF16, {T, Hq, D}, dout);
+      DeviceTensor gout = upload(DType::BF16, {T, Hq, D}, sentinel), glse(DType::F32, {gHq, T});
+      DeviceTensor gdq(DType::BF16, {T, gHq, D}), gdk(DType::BF16, {T, gHkv, D}),
+          gdv(DType::BF16, {T, gHkv, D});
+      auto from_group = [&](DeviceTensor& full) {
+        return Tensor(static_cast<char*>(full.view().data) + static_cast<size_t>(g * gHq * D) * 2,
+                      DType::BF16, {T, Hq, D});
+      };
+      const AttentionMask mask(gdoc.get(), whole_rows ? T : 0);
+      gpu_->attention_forward(gq.view(), gk.view(), gv.view(), mask, scale, from_group(gout), glse.view());
+      gpu_->attention_backward(gq.view(), gk.view(), gv.view(), mask, scale, from_group(gout), glse.view(),
+                               from_group(gdo), gdq.view(), gdk.view(), gdv.view());
+      sync();
+      const Vec out = gout.download();
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t c = 0; c < Hq * D; ++c)
+          if (c < g * gHq * D || c >= (g + 1) * gHq * D)
+            ASSERT_EQ(out[static_cast<size_t>(t * Hq * D + c)], 7.0f) << "token " << t << ", column " << c;
+      double vmax = 0;
+      for (float x : v) vmax = std::max<double>(vmax, std::fabs(x));
+      const Vec out_g_ref = columns(out_ref, Hq * D, g * gHq * D, gHq * D);
+      EXPECT_TRUE(within("out", columns(out, Hq * D, g * gHq * D, gHq * D), out_g_ref,
+                         bounds(out_g_ref, 0.0, {}, 2 * 2 * u * vmax)));
+      EXPECT_TRUE(within("lse", glse.download(), lse_g, bounds(lse_g, 0.0, {}, 1e-3)));
+      auto grad_check = [](const char* name, const Vec& got, const Vec& ref) {
+        double m = 0;
+        for (float x : ref) m = std::max<double>(m, std::fabs(x));
+        return within(name, got, ref, bounds(ref, 0.0, {}, m / 32), 1.0 / 64);
+      };
+      EXPECT_TRUE(grad_check("dq", gdq.download(), columns(dq_ref, Hq * D, g * gHq * D, gHq * D)));
+      EXPECT_TRUE(grad_check("dk", gdk.download(), columns(dk_ref, Hkv * D, g * gHkv * D, gHkv * D)));
+      EXPECT_TRUE(grad_check("dv", gdv.download(), columns(dv_ref, Hkv * D, g * gHkv * D, gHkv * D)));
+      EXPECT_TRUE(gout.guards() && glse.guards() && gdq.guards() && gdk.guards() && gdv.guards());
+    }
+  }
+}
+
 // ------------------------------------------------------------------------- GPU AdamW, clipping
 
 std::string first_difference(const char* name, const Vec& got, const Vec& ref) {

@@ -54,7 +54,7 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   const size_t H = static_cast<size_t>(config.hidden_size);
   const size_t act_bytes = round_up(C * T * H * dtype_size(wd));
   Arena measure = Arena::measuring();
-  carve_layer_scratch(measure, config, chunk_tokens, wd, true, plan.seq_tile);
+  carve_layer_scratch(measure, config, chunk_tokens, wd, true, plan.seq_tile, plan.head_groups);
   carve_head_scratch(measure, config, chunk_tokens, wd, plan.seq_tile);
   const size_t scratch_bytes = measure.used() + Arena::kAlignment;
   slot_param_bytes = round_up(largest_streamed * dtype_size(wd));
@@ -111,6 +111,11 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
           std::none_of(plan.activations.begin(), plan.activations.end(),
                        [](ActivationPlacement a) { return a == ActivationPlacement::KeepWithInternals; }),
       "a plan with sequence tiles keeps no layer internals (whole chunks)");
+  FERRY_ASSERT(plan.head_groups == 1 || std::none_of(plan.activations.begin(), plan.activations.end(),
+                                                     [](ActivationPlacement a) {
+                                                       return a == ActivationPlacement::KeepWithInternals;
+                                                     }),
+               "a plan with head groups keeps no layer internals (every head's)");
   internals_buffers.resize(static_cast<size_t>(L));
   kept_internals.resize(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {
@@ -128,7 +133,7 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   chunk_grads = DeviceBuffer(device, act_bytes, "activation gradients");
   scratch = DeviceBuffer(device, scratch_bytes, "layer scratch");
   Arena arena(scratch.data(), scratch_bytes);
-  layer_scratch = carve_layer_scratch(arena, config, chunk_tokens, wd, true, plan.seq_tile);
+  layer_scratch = carve_layer_scratch(arena, config, chunk_tokens, wd, true, plan.seq_tile, plan.head_groups);
   head_scratch = carve_head_scratch(arena, config, chunk_tokens, wd, plan.seq_tile);
   tokens = DeviceBuffer(device, token_bytes, "token ids");
   tokens_host = PinnedBuffer(device, token_bytes, "token staging");

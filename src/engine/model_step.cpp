@@ -7,7 +7,7 @@
 namespace ferry {
 
 ModelStep::ModelStep(const ModelConfig& config, const ModelLayout& layout, Ops& ops, int64_t max_chunk_tokens,
-                     int64_t max_chunks, int64_t seq_tile)
+                     int64_t max_chunks, int64_t seq_tile, int64_t head_groups)
     : config_(config),
       layout_(layout),
       ops_(ops),
@@ -19,11 +19,12 @@ ModelStep::ModelStep(const ModelConfig& config, const ModelLayout& layout, Ops& 
   chunk_grads_.assign(static_cast<size_t>(max_chunks) * th, 0.0f);
 
   Arena measure = Arena::measuring();
-  carve_layer_scratch(measure, config, max_chunk_tokens, DType::F32, true, seq_tile);
+  carve_layer_scratch(measure, config, max_chunk_tokens, DType::F32, true, seq_tile, head_groups);
   carve_head_scratch(measure, config, max_chunk_tokens, DType::F32, seq_tile);
   scratch_.assign(measure.used() / sizeof(float) + Arena::kAlignment, 0.0f);
   Arena arena(scratch_.data(), scratch_.size() * sizeof(float));
-  layer_scratch_ = carve_layer_scratch(arena, config, max_chunk_tokens, DType::F32, true, seq_tile);
+  layer_scratch_ =
+      carve_layer_scratch(arena, config, max_chunk_tokens, DType::F32, true, seq_tile, head_groups);
   head_scratch_ = carve_head_scratch(arena, config, max_chunk_tokens, DType::F32, seq_tile);
 }
 

@@ -27,9 +27,10 @@ class ModelStep {
  public:
   // Sized for micro-chunks of up to `max_chunk_tokens` tokens and steps of up to `max_chunks`
   // chunks, the layers and the head run over sequence tiles of `seq_tile` tokens (0: untiled;
-  // decoder_layer.h). All memory is allocated here, once.
+  // decoder_layer.h), attention over `head_groups` groups of KV heads in turn. All memory is
+  // allocated here, once.
   ModelStep(const ModelConfig& config, const ModelLayout& layout, Ops& ops, int64_t max_chunk_tokens,
-            int64_t max_chunks, int64_t seq_tile = 0);
+            int64_t max_chunks, int64_t seq_tile = 0, int64_t head_groups = 1);
 
   // Zeroes `grads`, then computes the step: loss and grads of (summed loss / counted tokens).
   // params and grads hold one fp32 buffer per unit, laid out by the layout. `scale_tokens` > 0

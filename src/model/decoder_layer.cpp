@@ -4,28 +4,38 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/error.h"
 
 namespace ferry {
 
+void check_head_groups(const ModelConfig& c, int64_t head_groups) {
+  FERRY_CHECK(head_groups >= 1 && c.num_kv_heads % head_groups == 0, "head_groups",
+              "{} groups of KV heads: the model has {} KV heads, and the groups must split them evenly; "
+              "use a divisor of {} (1: all heads at once)",
+              head_groups, c.num_kv_heads, c.num_kv_heads);
+}
+
 namespace {
 
-// The tensors attention reads or writes: whole chunks (T rows) whatever the tile.
-void carve_full_length(Arena& a, const ModelConfig& c, int64_t T, DType dt, LayerScratch& s) {
-  s.q = a.take(dt, {T, c.q_dim()});
-  s.k = a.take(dt, {T, c.kv_dim()});
-  s.v = a.take(dt, {T, c.kv_dim()});
+// The tensors attention reads or writes: whole chunks (T rows) whatever the tile; q, k, v one
+// group's heads (all of them when head_groups is 1), the output and its statistics every head's.
+void carve_full_length(Arena& a, const ModelConfig& c, int64_t T, DType dt, int64_t groups, LayerScratch& s) {
+  s.q = a.take(dt, {T, c.q_dim() / groups});
+  s.k = a.take(dt, {T, c.kv_dim() / groups});
+  s.v = a.take(dt, {T, c.kv_dim() / groups});
   s.attn = a.take(dt, {T, c.q_dim()});
   s.lse = a.take(DType::F32, {c.num_heads, T});
 }
 
 // What a layer keeps between its forward and its backward of `rows` token-local rows, beside
-// attention's: q/k before their norm (qk-norm models) and the MLP's inputs.
-void carve_qk_norm_inputs(Arena& a, const ModelConfig& c, int64_t rows, DType dt, LayerScratch& s) {
+// attention's: q/k before their norm (qk-norm models, one group's heads) and the MLP's inputs.
+void carve_qk_norm_inputs(Arena& a, const ModelConfig& c, int64_t rows, DType dt, int64_t groups,
+                          LayerScratch& s) {
   if (!c.qk_norm) return;
-  s.q_pre = a.take(dt, {rows, c.q_dim()});
-  s.rstd_q = a.take(DType::F32, {rows * c.num_heads});
-  s.k_pre = a.take(dt, {rows, c.kv_dim()});
-  s.rstd_k = a.take(DType::F32, {rows * c.num_kv_heads});
+  s.q_pre = a.take(dt, {rows, c.q_dim() / groups});
+  s.rstd_q = a.take(DType::F32, {rows * c.num_heads / groups});
+  s.k_pre = a.take(dt, {rows, c.kv_dim() / groups});
+  s.rstd_k = a.take(DType::F32, {rows * c.num_kv_heads / groups});
 }
 
 void carve_mlp_inputs(Arena& a, const ModelConfig& c, int64_t rows, DType dt, LayerScratch& s) {
@@ -39,20 +49,23 @@ void carve_mlp_inputs(Arena& a, const ModelConfig& c, int64_t rows, DType dt, La
 LayerScratch carve_kept_internals(Arena& a, const ModelConfig& c, int64_t T, DType dt) {
   LayerScratch s;
   s.tile_tokens = T;
-  carve_qk_norm_inputs(a, c, T, dt, s);
-  carve_full_length(a, c, T, dt, s);
+  carve_qk_norm_inputs(a, c, T, dt, 1, s);
+  carve_full_length(a, c, T, dt, 1, s);
   carve_mlp_inputs(a, c, T, dt, s);
   return s;
 }
 
 LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DType dt, bool with_backward,
-                                 int64_t tile_tokens) {
-  const int64_t H = c.hidden_size, F = c.intermediate_size, QD = c.q_dim(), KD = c.kv_dim();
-  const int64_t n = tile_tokens > 0 ? std::min(tile_tokens, T) : T;  // rows of the token-local tensors
+                                 int64_t tile_tokens, int64_t head_groups) {
+  check_head_groups(c, head_groups);
+  const int64_t H = c.hidden_size, F = c.intermediate_size, QD = c.q_dim();
+  const int64_t gQD = QD / head_groups, gKD = c.kv_dim() / head_groups;  // one group's widths
+  const int64_t n = tile_tokens > 0 ? std::min(tile_tokens, T) : T;      // rows of the token-local tensors
   LayerScratch s;
   s.tile_tokens = n;
-  carve_qk_norm_inputs(a, c, n, dt, s);
-  carve_full_length(a, c, T, dt, s);
+  s.head_groups = head_groups;
+  carve_qk_norm_inputs(a, c, n, dt, head_groups, s);
+  carve_full_length(a, c, T, dt, head_groups, s);
   carve_mlp_inputs(a, c, n, dt, s);
   s.h = a.take(dt, {n, H});
   s.rstd1 = a.take(DType::F32, {n});
@@ -66,18 +79,19 @@ LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DTyp
     s.d_h2 = a.take(dt, {n, H});
     s.d_h = a.take(dt, {n, H});
     s.d_attn = a.take(dt, {T, QD});
-    s.dq = a.take(dt, {T, QD});
-    s.dk = a.take(dt, {T, KD});
-    s.dv = a.take(dt, {T, KD});
+    s.dq = a.take(dt, {T, gQD});
+    s.dk = a.take(dt, {T, gKD});
+    s.dv = a.take(dt, {T, gKD});
     if (c.qk_norm) {
-      s.dq_pre = a.take(dt, {n, QD});
-      s.dk_pre = a.take(dt, {n, KD});
+      s.dq_pre = a.take(dt, {n, gQD});
+      s.dk_pre = a.take(dt, {n, gKD});
     }
   }
   return s;
 }
 
 LayerScratch with_kept_internals(const LayerScratch& kept, const LayerScratch& work) {
+  FERRY_ASSERT(work.head_groups == 1, "kept internals hold every head: a scratch of one head group only");
   LayerScratch s = work;
   s.q_pre = kept.q_pre;
   s.rstd_q = kept.rstd_q;
@@ -108,13 +122,53 @@ Tensor rows(Tensor t, int64_t r0, int64_t n, int64_t width) {
                 {n, width});
 }
 
+// The layer's sizes, and one head group's: gHq query heads, gHkv KV heads, gQD = gHq * D and
+// gKD = gHkv * D columns of q and k/v (all heads when G = 1).
 struct Dims {
   int64_t T, H, F, Hq, Hkv, D, QD, KD;
+  int64_t G, gHq, gHkv, gQD, gKD;
 };
 
-Dims dims_of(const ModelConfig& c, int64_t T) {
-  return {T,          c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads,
-          c.head_dim, c.q_dim(),     c.kv_dim()};
+Dims dims_of(const ModelConfig& c, int64_t T, int64_t G) {
+  return {T,
+          c.hidden_size,
+          c.intermediate_size,
+          c.num_heads,
+          c.num_kv_heads,
+          c.head_dim,
+          c.q_dim(),
+          c.kv_dim(),
+          G,
+          c.num_heads / G,
+          c.num_kv_heads / G,
+          c.q_dim() / G,
+          c.kv_dim() / G};
+}
+
+// Rows [r0, r0 + n) of a weight (out, in) or a bias (out); empty stays empty.
+Tensor weight_rows(Tensor w, int64_t r0, int64_t n) {
+  if (w.empty()) return w;
+  if (w.ndim == 1) return rows(w, r0, n, 1).view({n});
+  return rows(w, r0, n, w.dim(1));
+}
+
+// The q/k/v projections of group g's heads: contiguous rows of q_proj, k_proj, v_proj (and of
+// their biases), since a head's D rows are consecutive and a group's heads are too. Applied to a
+// layer's parameters or to its gradients alike.
+struct QkvRows {
+  Tensor q_proj, q_bias, k_proj, k_bias, v_proj, v_bias;
+};
+QkvRows qkv_rows(const LayerParams& p, const Dims& d, int64_t g) {
+  return {weight_rows(p.q_proj, g * d.gQD, d.gQD), weight_rows(p.q_bias, g * d.gQD, d.gQD),
+          weight_rows(p.k_proj, g * d.gKD, d.gKD), weight_rows(p.k_bias, g * d.gKD, d.gKD),
+          weight_rows(p.v_proj, g * d.gKD, d.gKD), weight_rows(p.v_bias, g * d.gKD, d.gKD)};
+}
+
+// The layer's full (T, Hq, D) attention output (or its gradient) seen from group g's first head:
+// the wider out/dout view of ops.h attention_forward, whose first gHq heads are the group's.
+Tensor group_heads(Tensor full, const Dims& d, int64_t g) {
+  return Tensor(static_cast<char*>(full.data) + static_cast<size_t>(g * d.gQD) * dtype_size(full.dtype),
+                full.dtype, {d.T, d.Hq, d.D});
 }
 
 std::vector<Tile> tiles_of(const LayerScratch& s, int64_t T) {
@@ -139,46 +193,59 @@ void post_attention_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, c
 void mlp_activation(Ops& ops, const Dims& d, const Tile& t, LayerScratch& s) {
   ops.swiglu_forward(rows(s.gate, 0, t.n, d.F), rows(s.up, 0, t.n, d.F), rows(s.act, 0, t.n, d.F));
 }
-// q_pre, k_pre (tile) = projections of h, and q, k (rows of the tile) = their norms (qk_norm).
-void qk_before_rope(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t,
-                    LayerScratch& s) {
+// q_pre, k_pre (tile) = projections of h, and q, k (rows of the tile) = their norms (qk_norm), for
+// the heads of w's rows (one group's).
+void qk_before_rope(Ops& ops, const ModelConfig& c, const LayerParams& p, const QkvRows& w, const Dims& d,
+                    const Tile& t, LayerScratch& s) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   const Tensor h = rows(s.h, 0, t.n, d.H);
   if (!c.qk_norm) {
-    ops.linear_forward(h, p.q_proj, p.q_bias, Tensor(), rows(s.q, t.t0, t.n, d.QD));
-    ops.linear_forward(h, p.k_proj, p.k_bias, Tensor(), rows(s.k, t.t0, t.n, d.KD));
+    ops.linear_forward(h, w.q_proj, w.q_bias, Tensor(), rows(s.q, t.t0, t.n, d.gQD));
+    ops.linear_forward(h, w.k_proj, w.k_bias, Tensor(), rows(s.k, t.t0, t.n, d.gKD));
     return;
   }
-  const Tensor q_pre = rows(s.q_pre, 0, t.n, d.QD), k_pre = rows(s.k_pre, 0, t.n, d.KD);
-  ops.linear_forward(h, p.q_proj, p.q_bias, Tensor(), q_pre);
-  ops.linear_forward(h, p.k_proj, p.k_bias, Tensor(), k_pre);
-  ops.rmsnorm_forward(q_pre.view({t.n * d.Hq, d.D}), p.q_norm, eps,
-                      rows(s.q, t.t0, t.n, d.QD).view({t.n * d.Hq, d.D}),
-                      rows(s.rstd_q, 0, t.n * d.Hq, 1).view({t.n * d.Hq}));
-  ops.rmsnorm_forward(k_pre.view({t.n * d.Hkv, d.D}), p.k_norm, eps,
-                      rows(s.k, t.t0, t.n, d.KD).view({t.n * d.Hkv, d.D}),
-                      rows(s.rstd_k, 0, t.n * d.Hkv, 1).view({t.n * d.Hkv}));
+  const Tensor q_pre = rows(s.q_pre, 0, t.n, d.gQD), k_pre = rows(s.k_pre, 0, t.n, d.gKD);
+  ops.linear_forward(h, w.q_proj, w.q_bias, Tensor(), q_pre);
+  ops.linear_forward(h, w.k_proj, w.k_bias, Tensor(), k_pre);
+  ops.rmsnorm_forward(q_pre.view({t.n * d.gHq, d.D}), p.q_norm, eps,
+                      rows(s.q, t.t0, t.n, d.gQD).view({t.n * d.gHq, d.D}),
+                      rows(s.rstd_q, 0, t.n * d.gHq, 1).view({t.n * d.gHq}));
+  ops.rmsnorm_forward(k_pre.view({t.n * d.gHkv, d.D}), p.k_norm, eps,
+                      rows(s.k, t.t0, t.n, d.gKD).view({t.n * d.gHkv, d.D}),
+                      rows(s.rstd_k, 0, t.n * d.gHkv, 1).view({t.n * d.gHkv}));
 }
 
-// A: rows of q, k, v for one tile, RoPE applied.
+// A: rows of group g's q, k, v for one tile, RoPE applied; h = rmsnorm(x) first where `norm_input`
+// (it holds this tile's rows already otherwise).
 void project_qkv(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
-                 const Dims& d, const Tile& t, Tensor x_in, LayerScratch& s) {
+                 const Dims& d, int64_t g, const Tile& t, bool norm_input, Tensor x_in, LayerScratch& s) {
   const ModelConfig& c = *ctx.config;
-  input_norm(ops, c, p, d, t, x_in, s);
-  qk_before_rope(ops, c, p, d, t, s);
-  ops.linear_forward(rows(s.h, 0, t.n, d.H), p.v_proj, p.v_bias, Tensor(), rows(s.v, t.t0, t.n, d.KD));
+  const QkvRows w = qkv_rows(p, d, g);
+  if (norm_input) input_norm(ops, c, p, d, t, x_in, s);
+  qk_before_rope(ops, c, p, w, d, t, s);
+  ops.linear_forward(rows(s.h, 0, t.n, d.H), w.v_proj, w.v_bias, Tensor(), rows(s.v, t.t0, t.n, d.gKD));
   const int32_t* positions = chunk.positions + t.t0;
-  ops.rope(rows(s.q, t.t0, t.n, d.QD).view({t.n, d.Hq, d.D}), positions, ctx.inv_freq, false);
-  ops.rope(rows(s.k, t.t0, t.n, d.KD).view({t.n, d.Hkv, d.D}), positions, ctx.inv_freq, false);
+  ops.rope(rows(s.q, t.t0, t.n, d.gQD).view({t.n, d.gHq, d.D}), positions, ctx.inv_freq, false);
+  ops.rope(rows(s.k, t.t0, t.n, d.gKD).view({t.n, d.gHkv, d.D}), positions, ctx.inv_freq, false);
 }
 
-// B: attention over the whole chunk.
-void attend(Ops& ops, const LayerContext& ctx, const TokenChunk& chunk, const Dims& d, LayerScratch& s) {
+// A for every tile of group g. h is computed again for each tile when there are several (it holds
+// the last tile's), and for the first group when there is one.
+void project_group(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
+                   const Dims& d, int64_t g, const std::vector<Tile>& tiles, bool h_is_fresh, Tensor x_in,
+                   LayerScratch& s) {
+  for (const Tile& t : tiles)
+    project_qkv(ops, ctx, p, chunk, d, g, t, tiles.size() > 1 || !h_is_fresh, x_in, s);
+}
+
+// B: group g's attention over the whole chunk, into its heads' columns of attn and rows of lse.
+void attend(Ops& ops, const LayerContext& ctx, const TokenChunk& chunk, const Dims& d, int64_t g,
+            LayerScratch& s) {
   const float scale = attention_scale(*ctx.config);  // 1/sqrt(head_dim), with YaRN's temperature
   ops.attention_forward(
-      rows(s.q, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.k, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}),
-      rows(s.v, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
-      scale, rows(s.attn, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.lse, 0, d.Hq, d.T));
+      rows(s.q, 0, d.T, d.gQD).view({d.T, d.gHq, d.D}), rows(s.k, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}),
+      rows(s.v, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
+      scale, group_heads(s.attn, d, g), rows(s.lse, g * d.gHq, d.gHq, d.T));
 }
 
 // C up to the activation: x1 = x + o_proj(attn), h2 = rmsnorm(x1), gate, up, act for one tile.
@@ -198,14 +265,23 @@ int64_t checked_tokens(const LayerScratch& s, const TokenChunk& chunk) {
   return chunk.tokens;
 }
 
+// A and B for every group in turn: attn and lse whole, q, k, v (and h, q_pre, k_pre) the last
+// group's.
+void project_and_attend(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
+                        const Dims& d, const std::vector<Tile>& tiles, Tensor x_in, LayerScratch& s) {
+  for (int64_t g = 0; g < d.G; ++g) {
+    project_group(ops, ctx, p, chunk, d, g, tiles, /*h_is_fresh=*/g > 0, x_in, s);
+    attend(ops, ctx, chunk, d, g, s);
+  }
+}
+
 }  // namespace
 
 void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
                    Tensor x_in, Tensor x_out, LayerScratch& s) {
-  const Dims d = dims_of(*ctx.config, checked_tokens(s, chunk));
+  const Dims d = dims_of(*ctx.config, checked_tokens(s, chunk), s.head_groups);
   const std::vector<Tile> tiles = tiles_of(s, d.T);
-  for (const Tile& t : tiles) project_qkv(ops, ctx, p, chunk, d, t, x_in, s);
-  attend(ops, ctx, chunk, d, s);
+  project_and_attend(ops, ctx, p, chunk, d, tiles, x_in, s);
   for (const Tile& t : tiles) {
     mlp_inputs(ops, *ctx.config, p, d, t, x_in, s);
     ops.linear_forward(rows(s.act, 0, t.n, d.F), p.down_proj, p.down_bias, rows(s.x1, 0, t.n, d.H),
@@ -217,15 +293,12 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
                     const TokenChunk& chunk, Tensor x_in, Tensor dx_out, Tensor dx_in, LayerScratch& s,
                     Recompute recompute) {
   const ModelConfig& c = *ctx.config;
-  const Dims d = dims_of(c, checked_tokens(s, chunk));
+  const Dims d = dims_of(c, checked_tokens(s, chunk), s.head_groups);
   const std::vector<Tile> tiles = tiles_of(s, d.T);
   const bool recompute_forward = recompute == Recompute::Forward;
-  FERRY_ASSERT(recompute_forward || tiles.size() == 1,
-               "kept internals are whole chunks: untiled scratch only");
-  if (recompute_forward) {
-    for (const Tile& t : tiles) project_qkv(ops, ctx, p, chunk, d, t, x_in, s);
-    attend(ops, ctx, chunk, d, s);
-  }
+  FERRY_ASSERT(recompute_forward || (tiles.size() == 1 && d.G == 1),
+               "kept internals are whole chunks of every head: untiled scratch of one head group only");
+  if (recompute_forward) project_and_attend(ops, ctx, p, chunk, d, tiles, x_in, s);
 
   // Per tile, the MLP and o_proj backward: x' = x1 + down(act), act = silu(gate) * up, gate/up =
   // proj(h2), h2 = rmsnorm(x1), x1 = x + o_proj(attn). Where two gradients meet (gate and up into
@@ -252,46 +325,57 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
                         g.o_proj, g.o_bias, false);
   }
 
+  // Per group, last first (its q, k, v are still in the scratch; the others' are computed again):
+  // D, the attention backward, then per tile (E) the projections' and the input norm's backward.
+  // With more than one tile, h (and q_pre, k_pre with their statistics) hold the last tile's
+  // values, so they are computed again; q and k are dead after the attention backward, so the q/k
+  // norms' outputs may land there. Kept internals hold neither h nor (for its rows) anything else
+  // to trust but q_pre, k_pre.
   const float scale = attention_scale(c);  // 1/sqrt(head_dim), with YaRN's temperature
-  ops.attention_backward(
-      rows(s.q, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.k, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}),
-      rows(s.v, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
-      scale, rows(s.attn, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.lse, 0, d.Hq, d.T),
-      rows(s.d_attn, 0, d.T, d.QD).view({d.T, d.Hq, d.D}), rows(s.dq, 0, d.T, d.QD).view({d.T, d.Hq, d.D}),
-      rows(s.dk, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}), rows(s.dv, 0, d.T, d.KD).view({d.T, d.Hkv, d.D}));
-
-  // Per tile, the projections' and the input norm's backward. With more than one tile, h (and
-  // q_pre, k_pre with their statistics) hold the last tile's values, so they are computed again;
-  // q and k are dead after the attention backward, so the q/k norms' outputs may land there.
-  // Kept internals hold neither h nor (for its rows) anything else to trust but q_pre, k_pre.
   const bool h_is_stale = tiles.size() > 1 || !recompute_forward;
   const bool qk_pre_is_stale = tiles.size() > 1;
-  for (const Tile& t : tiles) {
-    if (h_is_stale) input_norm(ops, c, p, d, t, x_in, s);
-    if (c.qk_norm && qk_pre_is_stale) qk_before_rope(ops, c, p, d, t, s);
-    Tensor dq = rows(s.dq, t.t0, t.n, d.QD), dk = rows(s.dk, t.t0, t.n, d.KD);
-    const Tensor dv = rows(s.dv, t.t0, t.n, d.KD);
-    const int32_t* positions = chunk.positions + t.t0;
-    ops.rope(dq.view({t.n, d.Hq, d.D}), positions, ctx.inv_freq, true);
-    ops.rope(dk.view({t.n, d.Hkv, d.D}), positions, ctx.inv_freq, true);
-    if (c.qk_norm) {
-      const Tensor dq_pre = rows(s.dq_pre, 0, t.n, d.QD), dk_pre = rows(s.dk_pre, 0, t.n, d.KD);
-      ops.rmsnorm_backward(rows(s.q_pre, 0, t.n, d.QD).view({t.n * d.Hq, d.D}), p.q_norm,
-                           rows(s.rstd_q, 0, t.n * d.Hq, 1).view({t.n * d.Hq}), dq.view({t.n * d.Hq, d.D}),
-                           Tensor(), dq_pre.view({t.n * d.Hq, d.D}), g.q_norm);
-      ops.rmsnorm_backward(rows(s.k_pre, 0, t.n, d.KD).view({t.n * d.Hkv, d.D}), p.k_norm,
-                           rows(s.rstd_k, 0, t.n * d.Hkv, 1).view({t.n * d.Hkv}), dk.view({t.n * d.Hkv, d.D}),
-                           Tensor(), dk_pre.view({t.n * d.Hkv, d.D}), g.k_norm);
-      dq = dq_pre;
-      dk = dk_pre;
+  for (int64_t grp = d.G - 1; grp >= 0; --grp) {
+    if (grp != d.G - 1) project_group(ops, ctx, p, chunk, d, grp, tiles, /*h_is_fresh=*/true, x_in, s);
+    ops.attention_backward(
+        rows(s.q, 0, d.T, d.gQD).view({d.T, d.gHq, d.D}), rows(s.k, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}),
+        rows(s.v, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
+        scale, group_heads(s.attn, d, grp), rows(s.lse, grp * d.gHq, d.gHq, d.T),
+        group_heads(s.d_attn, d, grp), rows(s.dq, 0, d.T, d.gQD).view({d.T, d.gHq, d.D}),
+        rows(s.dk, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}),
+        rows(s.dv, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}));
+
+    const QkvRows w = qkv_rows(p, d, grp), gw = qkv_rows(g, d, grp);
+    for (const Tile& t : tiles) {
+      if (h_is_stale) input_norm(ops, c, p, d, t, x_in, s);
+      if (c.qk_norm && qk_pre_is_stale) qk_before_rope(ops, c, p, w, d, t, s);
+      Tensor dq = rows(s.dq, t.t0, t.n, d.gQD), dk = rows(s.dk, t.t0, t.n, d.gKD);
+      const Tensor dv = rows(s.dv, t.t0, t.n, d.gKD);
+      const int32_t* positions = chunk.positions + t.t0;
+      ops.rope(dq.view({t.n, d.gHq, d.D}), positions, ctx.inv_freq, true);
+      ops.rope(dk.view({t.n, d.gHkv, d.D}), positions, ctx.inv_freq, true);
+      if (c.qk_norm) {
+        const Tensor dq_pre = rows(s.dq_pre, 0, t.n, d.gQD), dk_pre = rows(s.dk_pre, 0, t.n, d.gKD);
+        ops.rmsnorm_backward(rows(s.q_pre, 0, t.n, d.gQD).view({t.n * d.gHq, d.D}), p.q_norm,
+                             rows(s.rstd_q, 0, t.n * d.gHq, 1).view({t.n * d.gHq}),
+                             dq.view({t.n * d.gHq, d.D}), Tensor(), dq_pre.view({t.n * d.gHq, d.D}),
+                             g.q_norm);
+        ops.rmsnorm_backward(rows(s.k_pre, 0, t.n, d.gKD).view({t.n * d.gHkv, d.D}), p.k_norm,
+                             rows(s.rstd_k, 0, t.n * d.gHkv, 1).view({t.n * d.gHkv}),
+                             dk.view({t.n * d.gHkv, d.D}), Tensor(), dk_pre.view({t.n * d.gHkv, d.D}),
+                             g.k_norm);
+        dq = dq_pre;
+        dk = dk_pre;
+      }
+      // d_h is this group's share of d/dh; the input norm's backward is linear in it, so each
+      // group adds its share to d_x1 (and to the norm's weight gradient) in turn.
+      const Tensor h = rows(s.h, 0, t.n, d.H), d_h = rows(s.d_h, 0, t.n, d.H);
+      const Tensor d_x1 = rows(dx_in, t.t0, t.n, d.H);
+      ops.linear_backward(h, w.q_proj, dq, d_h, gw.q_proj, gw.q_bias, false);
+      ops.linear_backward(h, w.k_proj, dk, d_h, gw.k_proj, gw.k_bias, true);
+      ops.linear_backward(h, w.v_proj, dv, d_h, gw.v_proj, gw.v_bias, true);
+      ops.rmsnorm_backward(rows(x_in, t.t0, t.n, d.H), p.input_norm, rows(s.rstd1, 0, t.n, 1).view({t.n}),
+                           d_h, d_x1, d_x1, g.input_norm);
     }
-    const Tensor h = rows(s.h, 0, t.n, d.H), d_h = rows(s.d_h, 0, t.n, d.H);
-    const Tensor d_x1 = rows(dx_in, t.t0, t.n, d.H);
-    ops.linear_backward(h, p.q_proj, dq, d_h, g.q_proj, g.q_bias, false);
-    ops.linear_backward(h, p.k_proj, dk, d_h, g.k_proj, g.k_bias, true);
-    ops.linear_backward(h, p.v_proj, dv, d_h, g.v_proj, g.v_bias, true);
-    ops.rmsnorm_backward(rows(x_in, t.t0, t.n, d.H), p.input_norm, rows(s.rstd1, 0, t.n, 1).view({t.n}), d_h,
-                         d_x1, d_x1, g.input_norm);
   }
 }
 

@@ -25,6 +25,27 @@
 // from x when there is more than one tile. Every parameter's gradient receives its tiles in token
 // order, and the CPU backend sums a gradient token after token onto its value
 // (ops/cpu/ordered_gemm.h), so on the CPU any tiling gives the bits of the untiled layer.
+//
+// Head groups (issue 22, long context): with the tiles, what is left of a layer's scratch is
+// attention's, O(T x heads x D): at 256K tokens of an 8B model q and the output are 2 GiB each, k
+// and v 0.5, their gradients as much again, and the attention backward's fp32 dq accumulators
+// (ops/cuda_ops_sizes.h) 4 GiB each. With `head_groups` G (dividing the KV heads), A and B run for
+// one group of G's KV heads and their query heads at a time, and so do D and E in the backward:
+// q, k, v, dq, dk, dv (and q/k before their norms) hold one group's heads (1/G of their size, and
+// the attention workspace with them), while the attention output and its gradient stay whole (T,
+// Hq*D): each group writes (reads) its heads' columns (the wider out/dout of ops.h), so o_proj and
+// everything after it run as before. A group's q/k/v are the rows of q_proj/k_proj/v_proj of its
+// heads (contiguous), its q/k norms and RoPE are per head. The backward runs the groups last first:
+// the last group's q, k, v are still in the scratch from the recompute, the others' projections
+// are computed again before their attention backward (G - 1 of G q/k/v projections more).
+//
+// Bits with G > 1 against G = 1, on the CPU: attention is per KV head, and every output element of
+// a product is its own sum (ordered_gemm.h), so the output x', attn, lse, dq/dk/dv and the
+// gradients of q_proj, k_proj, v_proj (and biases), o_proj and the MLP are the same bits. Three
+// sums are split across groups and differ by rounding (fp32: ~1e-6 relative): d/dh (a sum over
+// all heads' columns of q/k/v_proj) reaches dx_in as G partial input-norm backwards, and the
+// input norm's and the q/k norms' weight gradients add their rows group after group. On the GPU,
+// dx_in (bf16) takes G roundings instead of one.
 #pragma once
 
 #include <vector>
@@ -39,27 +60,33 @@ namespace ferry {
 
 // Activations of one layer for T tokens: forward intermediates, then backward temporaries. q, k,
 // v, attn, lse, d_attn, dq, dk, dv are full-length (T rows); the others are one sequence tile's
-// (tile_tokens rows), or T rows when untiled.
+// (tile_tokens rows), or T rows when untiled. Hq, Hkv below are one head group's heads (all of
+// them when head_groups is 1), but for attn, lse and d_attn, which hold every head.
 struct LayerScratch {
   int64_t tile_tokens = 0;  // rows of the token-local tensors; 0: as many as the chunk has
+  int64_t head_groups = 1;  // groups of KV heads attention runs in, one at a time
   Tensor h, rstd1;          // (T,H), (T)
   Tensor q_pre, rstd_q;     // (T,Hq*D), (T*Hq): q before q_norm (qk_norm models only)
   Tensor k_pre, rstd_k;     // (T,Hkv*D), (T*Hkv)
   Tensor q, k, v;           // (T,Hq*D), (T,Hkv*D), (T,Hkv*D): after norm and RoPE
-  Tensor attn, lse;         // (T,Hq*D), (Hq,T)
+  Tensor attn, lse;         // (T,Hq*D), (Hq,T) of every head
   Tensor x1, h2, rstd2;     // (T,H), (T,H), (T)
   Tensor gate, up, act;     // (T,F) each
   // backward only
   Tensor d_act, d_gate, d_up;  // (T,F)
   Tensor d_h2, d_h;            // (T,H)
-  Tensor d_attn, dq, dk, dv;   // (T,Hq*D), (T,Hq*D), (T,Hkv*D), (T,Hkv*D)
+  Tensor d_attn, dq, dk, dv;   // (T,Hq*D) of every head, (T,Hq*D), (T,Hkv*D), (T,Hkv*D)
   Tensor dq_pre, dk_pre;       // (T,Hq*D), (T,Hkv*D) (qk_norm models only)
 };
 
+// Raises ferry::Error unless `head_groups` splits the model's KV heads evenly.
+void check_head_groups(const ModelConfig& config, int64_t head_groups);
+
 // Carves the scratch for chunks of up to `tokens` tokens from `arena` (a measuring arena gives its
-// size), the token-local tensors for tiles of `tile_tokens` (0 or >= tokens: untiled).
+// size), the token-local tensors for tiles of `tile_tokens` (0 or >= tokens: untiled), attention's
+// q, k, v and gradients for one of `head_groups` groups of heads.
 LayerScratch carve_layer_scratch(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype,
-                                 bool with_backward, int64_t tile_tokens = 0);
+                                 bool with_backward, int64_t tile_tokens = 0, int64_t head_groups = 1);
 // Carves what a layer keeps from its forward to skip the backward's recompute: the outputs of the
 // GEMMs and the attention (q_pre, k_pre and their norms' rstd for qk_norm models; q, k, v, attn,
 // lse, x1, gate, up). The other fields stay empty.
@@ -67,7 +94,7 @@ LayerScratch carve_kept_internals(Arena& arena, const ModelConfig& config, int64
 // `work` (a full scratch, with_backward) with the fields of `kept` (carve_kept_internals) in place
 // of its own: the scratch a forward that keeps its internals, and the backward that reads them,
 // run in. The norms' outputs, the activation and the backward temporaries stay `work`'s. Kept
-// internals are whole chunks, so `work` must be untiled.
+// internals are whole chunks of every head, so `work` must be untiled, of one head group.
 LayerScratch with_kept_internals(const LayerScratch& kept, const LayerScratch& work);
 
 // What layer_backward computes again before the backward proper.

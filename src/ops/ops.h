@@ -89,10 +89,15 @@ class Ops {
   virtual void rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) = 0;
 
   // Causal attention with grouped query heads (Hq a multiple of Hkv) and document masking.
-  // q (T,Hq,D), k v (T,Hkv,D), out (T,Hq,D), lse (Hq,T) fp32 = log-sum-exp of scaled scores.
+  // q (T,Hq,D), k v (T,Hkv,D), out (T,Ho,D), lse (Hq,T) fp32 = log-sum-exp of scaled scores.
+  // Ho >= Hq: out's rows may be wider than q's, and the op writes heads 0..Hq-1 of each row and
+  // leaves the others. A layer that attends one group of KV heads at a time (decoder_layer.h,
+  // head_groups) passes its full (T, Hq_all, D) output seen from the group's first head, so each
+  // group fills its own columns; that view's last row reaches past the buffer by the heads after
+  // the group, which the op never touches. Ho == Hq is the plain contiguous case.
   virtual void attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                  Tensor lse) = 0;
-  // dq dk dv assigned, same shapes as q k v.
+  // dq dk dv assigned, same shapes as q k v; dout has out's shape (the same heads of rows as wide).
   virtual void attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                   Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) = 0;
 

@@ -18,7 +18,8 @@ size_t round_to_256(size_t bytes) {
   return (bytes + 255) / 256 * 256;
 }
 
-size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DType grad_dtype) {
+size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DType grad_dtype,
+                                int64_t head_groups) {
   const size_t T = static_cast<size_t>(chunk_tokens);
   const size_t H = static_cast<size_t>(c.hidden_size), F = static_cast<size_t>(c.intermediate_size);
   const size_t q_dim = static_cast<size_t>(c.q_dim());
@@ -29,8 +30,9 @@ size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DTyp
   const size_t flce_tokens =
       std::min(static_cast<size_t>(fused_cross_entropy_chunk_tokens(kCudaFlceChunkBytes, c.vocab_size)), T);
   bytes += round_to_256(2 * flce_tokens * Vp) + round_to_256(4 * T);
-  // Attention: the flash backward's delta and fp32 dq, or cuDNN's fused attention's.
-  bytes += attention_workspace_bytes(chunk_tokens, c.num_heads, c.head_dim);
+  // Attention: the flash backward's delta and fp32 dq, or cuDNN's fused attention's, for one
+  // group's query heads (decoder_layer.h: head groups).
+  bytes += attention_workspace_bytes(chunk_tokens, static_cast<int>(c.num_heads / head_groups), c.head_dim);
   bytes += round_to_256(32 * T);  // embedding backward: keys, values, CUB storage
   bytes += round_to_256(4 * 1024 * std::max({H, q_dim, kv_dim}));  // rmsnorm dweight / linear dbias partials
   if (grad_dtype != DType::F32) bytes += round_to_256(2 * std::max({H * F, H * q_dim, H * kv_dim}));
@@ -171,7 +173,9 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   b.activations += 2 * act;  // head input, activation gradients
   Arena measure = Arena::measuring();
   // With sequence tiles the token-local tensors are (seq_tile, width), the attention's full-length.
-  carve_layer_scratch(measure, config, chunk_tokens, plan.weight_dtype, true, plan.seq_tile);
+  // With head groups q, k, v and their gradients are one group's (decoder_layer.h).
+  carve_layer_scratch(measure, config, chunk_tokens, plan.weight_dtype, true, plan.seq_tile,
+                      plan.head_groups);
   carve_head_scratch(measure, config, chunk_tokens, plan.weight_dtype, plan.seq_tile);
   b.scratch = measure.used() + Arena::kAlignment;
   b.other = round_to_256(kStepTokenArrays * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) +
@@ -192,8 +196,8 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
     bf16_layer_grads |= plan.grad_dtype != DType::F32 &&
                         plan.units[layout.layer_unit(l)] != UnitPlacement::ResidentWithOptimizer;
   if (plan.weight_dtype == DType::BF16)
-    b.ops_workspace =
-        cuda_ops_workspace_bytes(config, chunk_tokens, bf16_layer_grads ? plan.grad_dtype : DType::F32);
+    b.ops_workspace = cuda_ops_workspace_bytes(
+        config, chunk_tokens, bf16_layer_grads ? plan.grad_dtype : DType::F32, plan.head_groups);
   return b;
 }
 

@@ -126,8 +126,10 @@ bool row_gradients_share_an_offloaded_boundary(const Plan& plan);
 // layer weight gradient. Llama-3.1-8B at 8192 tokens per chunk: 32 MiB (cuBLASLt) + 501 MiB
 // (2048 tokens x 128256 x 2 bytes of logits) + 290 MiB (attention: 8192 x 32 heads x (2 + 256) x 4
 // bytes + 32 MiB) + 16 MiB (partials: 1024 x 4096 x 4) + 112 MiB (14336 x 4096 x 2 bytes) + <1 MiB
-// ≈ 951 MiB.
-size_t cuda_ops_workspace_bytes(const ModelConfig& config, int64_t chunk_tokens, DType grad_dtype);
+// ≈ 951 MiB. Attention in `head_groups` groups of KV heads (decoder_layer.h) runs on 1/head_groups
+// of the query heads at a time, and its workspace is sized for them.
+size_t cuda_ops_workspace_bytes(const ModelConfig& config, int64_t chunk_tokens, DType grad_dtype,
+                                int64_t head_groups = 1);
 
 // The device bytes of `plan` for micro-chunks of `chunk_tokens` tokens, `chunks` per step.
 DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,

@@ -61,7 +61,8 @@ std::string Plan::describe() const {
           ? fmt::format(", {} of {} layers not recomputed (internals kept)", internals, activations.size())
           : std::string();
   const std::string tile =
-      seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string();
+      (seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string()) +
+      (head_groups > 1 ? fmt::format(", attention in {} groups of KV heads", head_groups) : std::string());
   int64_t recomputed = 0;
   for (auto a : activations) recomputed += (a == ActivationPlacement::Recompute);
   const std::string groups =

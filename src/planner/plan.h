@@ -67,6 +67,10 @@ struct Plan {
   // many tokens of a micro-chunk (model/decoder_layer.h); 0: untiled, one tile per micro-chunk.
   // Layers keeping their internals (KeepWithInternals) need an untiled plan.
   int64_t seq_tile = 0;
+  // Groups of KV heads a layer's attention runs in, one at a time (model/decoder_layer.h): q, k, v,
+  // their gradients and the attention workspace hold 1/head_groups of the heads. 1: all at once.
+  // Divides the model's KV heads; layers keeping their internals need 1.
+  int64_t head_groups = 1;
   int64_t gpu_slots = 2;                         // slots for streamed units (>= 2 for overlap)
   std::vector<UnitPlacement> units;              // one per unit of the model layout
   std::vector<ActivationPlacement> activations;  // one per decoder layer (+1: the head's input)

@@ -7,9 +7,11 @@
 #include <limits>
 
 #include "core/error.h"
+#include "model/decoder_layer.h"
 #include "planner/boundary_groups.h"
 #include "planner/disk_spill.h"
 #include "planner/disk_tier_layout.h"
+#include "planner/head_groups.h"
 #include "planner/memory_model.h"
 #include "planner/sequence_tile.h"
 
@@ -42,13 +44,15 @@ struct Family {
   // updates after the backward, their next forward needs no CPU update, which gives the CPU a head
   // start on the layers after them.
   bool first_layers = false;
-  int64_t seq_tile = 0;    // Plan::seq_tile
-  int64_t keep_every = 1;  // one boundary in this many kept, the others recomputed
+  int64_t seq_tile = 0;     // Plan::seq_tile
+  int64_t keep_every = 1;   // one boundary in this many kept, the others recomputed
+  int64_t head_groups = 1;  // Plan::head_groups
 };
 
-// Layers may keep their internals only when untiled (kept internals are whole chunks).
+// Layers may keep their internals only when untiled and in one head group (kept internals are
+// whole chunks of every head).
 bool tiled(const Plan& plan, const StepShape& shape) {
-  return tile_count(shape.chunk_tokens, plan.seq_tile) > 1;
+  return tile_count(shape.chunk_tokens, plan.seq_tile) > 1 || plan.head_groups > 1;
 }
 
 bool recomputes_boundaries(const Plan& plan) {
@@ -85,9 +89,9 @@ int64_t resident_layer_count(const Plan& plan, UnitPlacement* kind) {
 }
 
 bool same_plan(const Plan& a, const Plan& b) {
-  return a.micro_batch == b.micro_batch && a.seq_tile == b.seq_tile && a.gpu_slots == b.gpu_slots &&
-         a.units == b.units && a.activations == b.activations && a.update == b.update &&
-         a.weight_upload == b.weight_upload && a.weight_dtype == b.weight_dtype &&
+  return a.micro_batch == b.micro_batch && a.seq_tile == b.seq_tile && a.head_groups == b.head_groups &&
+         a.gpu_slots == b.gpu_slots && a.units == b.units && a.activations == b.activations &&
+         a.update == b.update && a.weight_upload == b.weight_upload && a.weight_dtype == b.weight_dtype &&
          a.grad_dtype == b.grad_dtype && a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
 }
 
@@ -204,20 +208,25 @@ class Searcher {
                 }
               }
             }
-      // Each family of this micro-batch once per sequence tile and per K of kept boundaries.
+      // Each family of this micro-batch once per sequence tile, per K of kept boundaries and per
+      // count of head groups.
       const std::vector<int64_t> tiles =
           r_.seq_tile ? std::vector<int64_t>{*r_.seq_tile} : seq_tile_candidates(r_.seq_len, mb * r_.seq_len);
       const std::vector<int64_t> keeps = r_.keep_every ? std::vector<int64_t>{*r_.keep_every}
                                                        : keep_every_candidates(r_.seq_len, L_, host_bound_);
+      const std::vector<int64_t> groups =
+          r_.head_groups ? std::vector<int64_t>{*r_.head_groups} : head_group_candidates(config_, r_.seq_len);
       const std::vector<Family> untiled(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
       out.resize(first);
       for (int64_t tile : tiles)
         for (int64_t keep : keeps)
-          for (Family f : untiled) {
-            f.seq_tile = tile;
-            f.keep_every = keep;
-            out.push_back(f);
-          }
+          for (int64_t group : groups)
+            for (Family f : untiled) {
+              f.seq_tile = tile;
+              f.keep_every = keep;
+              f.head_groups = group;
+              out.push_back(f);
+            }
     }
     return out;
   }
@@ -227,6 +236,7 @@ class Searcher {
     plan.devices = r_.devices;
     plan.micro_batch = f.micro_batch;
     plan.seq_tile = f.seq_tile;
+    plan.head_groups = f.head_groups;
     plan.weight_dtype = r_.weight_dtype;
     plan.grad_dtype = r_.grad_dtype;
     plan.optimizer_state = r_.optimizer_state;
@@ -546,6 +556,7 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
   FERRY_CHECK(!request.keep_every || *request.keep_every >= 1, "plan",
               "keep_every must be at least 1 (every boundary activation kept), got {}",
               request.keep_every.value_or(0));
+  if (request.head_groups) check_head_groups(config, *request.head_groups);
   FERRY_CHECK(!request.resident_layers ||
                   (*request.resident_layers >= 0 && *request.resident_layers <= config.num_layers),
               "plan", "resident_layers must be between 0 and the model's {} layers", config.num_layers);
@@ -575,7 +586,7 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
       "plan", "disk_layers must be between 0 and the model's {} layers", config.num_layers);
   FERRY_CHECK(request.disk_layers.value_or(0) == 0 || request.disk_budget > 0, "plan",
               "disk_layers puts optimizer state on disk: set disk_memory (and disk_dir) too");
-  if (request.keep_every || request.seq_len > kTiledFromSeqLen)
+  if (request.keep_every || request.head_groups.value_or(1) > 1 || request.seq_len > kTiledFromSeqLen)
     return Searcher(config, layout, &profile, request).run(alternatives);
   // Short sequences keep every boundary unless that costs the host's RAM: where the best such plan
   // puts optimizer state on disk, or none fits, one boundary in K is tried too (a batch of short
@@ -619,6 +630,9 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
         fmt::format("sequence tiles of {} instead of {}",
                     plan.seq_tile > 0 ? std::to_string(plan.seq_tile) : "the whole chunk",
                     reference.seq_tile > 0 ? std::to_string(reference.seq_tile) : "the whole chunk"));
+  if (plan.head_groups != reference.head_groups)
+    parts.push_back(fmt::format("attention in {} groups of KV heads instead of {}", plan.head_groups,
+                                reference.head_groups));
   if (plan.gpu_slots != reference.gpu_slots)
     parts.push_back(fmt::format("{} slots instead of {}", plan.gpu_slots, reference.gpu_slots));
   if (plan.update != reference.update)

@@ -95,6 +95,9 @@ struct PlanRequest {
   // Forced: one boundary activation in this many kept, the others recomputed (1: all kept); unset:
   // the search tries keep_every_candidates.
   std::optional<int64_t> keep_every;
+  // Forced groups of KV heads attention runs in (Plan::head_groups; 1: all heads at once); unset:
+  // the search tries planner/head_groups.h's candidates.
+  std::optional<int64_t> head_groups;
   size_t device_budget = 0;  // bytes the engine may allocate on the device
   double headroom = 0.05;    // fraction of the device budget left free
   size_t host_budget = 0;    // bytes of host memory (HostBytes::total); 0: no limit

@@ -9,6 +9,7 @@
 #include "planner/boundary_groups.h"
 #include "planner/collective_cost.h"
 #include "planner/disk_tier_layout.h"
+#include "planner/head_groups.h"
 #include "planner/memory_model.h"
 #include "planner/sequence_tile.h"
 #include "planner/slot_schedule.h"
@@ -43,6 +44,7 @@ class ProgramBuilder {
         3.0 * H * F;
     recompute_share_ = 1.0 - H * F / matrices;
     tiled_extra_share_ = tiled_backward_extra_share(config, shape_.chunk_tokens, plan_.seq_tile);
+    grouped_extra_share_ = head_groups_backward_extra_share(config, plan_.head_groups);
     // What a layer that kept its internals still runs again (decoder_layer.h): two norms and the
     // activation, memory-bound passes moving (4H + 3F) values and two rstd per token, at the
     // device memory's rate as the GPU AdamW's shows it (it moves about 30 bytes per parameter).
@@ -111,8 +113,8 @@ class ProgramBuilder {
   // runs again.
   double layer_backward_seconds(int64_t layer) const {
     const ComputeProfile& compute = profile_.compute;
-    const double backward =
-        tiled_chunks_of(compute.layer_backward) + tiled_extra_share_ * chunks_of(compute.layer_forward);
+    const double backward = tiled_chunks_of(compute.layer_backward) +
+                            (tiled_extra_share_ + grouped_extra_share_) * chunks_of(compute.layer_forward);
     if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals)
       return backward;
     if (compute.layer_backward_kept.per_token_s > 0) return chunks_of(compute.layer_backward_kept);
@@ -436,6 +438,8 @@ class ProgramBuilder {
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
   double cpu_adamw_rate_ = 0.0;          // params/s of the host's AdamW pass for this plan
   double tiled_extra_share_ = 0.0;       // of a layer forward, what a tiled backward runs again besides
+  double grouped_extra_share_ = 0.0;     // of a layer forward, what a backward in head groups runs again
+                                         // (planner/head_groups.h)
   double recompute_share_ = 1.0;         // of a layer forward's time, what the backward's recompute takes
   double kept_layer_recompute_s_ = 0.0;  // per step: the passes a layer that kept its internals runs again
   bool sparse_embedding_ = false;        // row_sparse_embedding()

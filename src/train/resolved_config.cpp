@@ -123,6 +123,13 @@ const std::map<std::string, Writer>& writers() {
          else
            o << c.keep_every;
        }},
+      {"head_groups",
+       [](YAML::Emitter& o, const TrainConfig& c) {
+         if (c.head_groups < 0)
+           o << "auto";
+         else
+           o << c.head_groups;
+       }},
       {"gradient_accumulation_steps", value(&TrainConfig::gradient_accumulation_steps)},
       {"packing", value(&TrainConfig::packing)},
       {"packing_strategy",

@@ -36,9 +36,11 @@ class PlainExecutor final : public StepExecutor {
       : weights_(std::move(weights)),
         ops_(make_cpu_ops()),
         micro_batch_(config.micro_batch > 0 ? config.micro_batch : 1),  // auto: the CPU has no memory to plan
-        // seq_tile auto: untiled, the CPU has no memory to plan (any tiling gives the same bits).
+        // seq_tile auto: untiled, the CPU has no memory to plan (any tiling gives the same bits);
+        // head_groups auto: one group, likewise.
         step_(weights_.config, weights_.layout, *ops_, micro_batch_ * config.seq_len,
-              config.global_batch / micro_batch_, std::max<int64_t>(config.seq_tile, 0)),
+              config.global_batch / micro_batch_, std::max<int64_t>(config.seq_tile, 0),
+              std::max<int64_t>(config.head_groups, 1)),
         optimizer_(weights_.layout, config.decay_norms_and_biases, config.optimizer_state, config.seed) {
     for (const auto& u : weights_.layout.units) grads_.emplace_back(static_cast<size_t>(u.numel), 0.0f);
     // A lean format encodes the loaded weights; the forward then reads what it holds.

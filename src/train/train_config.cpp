@@ -191,6 +191,10 @@ const std::map<std::string, Setter>& setters() {
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
          c.keep_every = n.IsScalar() && n.Scalar() == "auto" ? -1 : parse_int(n, k);
        }},
+      {"head_groups",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.head_groups = n.IsScalar() && n.Scalar() == "auto" ? -1 : parse_int(n, k);
+       }},
       {"gradient_accumulation_steps",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.gradient_accumulation_steps = parse_int(n, k); }},
       {"packing", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.packing = parse_bool(n, k); }},
@@ -542,6 +546,10 @@ void validate_train_config(const TrainConfig& c) {
       "keep_every must be a number of layers (1: every boundary activation kept) or auto (the planner "
       "picks), got {}",
       c.keep_every);
+  FERRY_CHECK(c.head_groups == -1 || c.head_groups >= 1, kWhere,
+              "head_groups must be a number of groups of KV heads (1: all heads at once; a divisor of the "
+              "model's num_key_value_heads) or auto (the planner picks), got {}",
+              c.head_groups);
   FERRY_CHECK(c.micro_batch >= 0, kWhere,
               "micro_batch must be at least 1, or auto (the planner picks), got {}", c.micro_batch);
   FERRY_CHECK(c.micro_batch == 0 || c.global_batch % c.micro_batch == 0, kWhere,

@@ -63,6 +63,9 @@ struct TrainConfig {
   // the backward from the kept one below (planner/boundary_groups.h): -1 (`auto`): the planner
   // picks; 1: every boundary kept.
   int64_t keep_every = -1;
+  // Groups of KV heads a layer's attention runs in, one at a time (model/decoder_layer.h): -1
+  // (`auto`): the planner picks; 1: all heads at once; else a divisor of the model's KV heads.
+  int64_t head_groups = -1;
   // Hugging Face's way to give the batch: global_batch = micro_batch (per_device_train_batch_size)
   // × gradient_accumulation_steps. 0: not given. Set, it decides global_batch (a global_batch given
   // too must agree).

@@ -29,6 +29,7 @@ namespace {
 
 struct Dims {
   int64_t T, Hq, Hkv, D, group;  // group = query heads per kv head
+  int64_t Ho;                    // heads per row of out and dout (>= Hq: ops.h)
 };
 
 // Calls body(item, scratch) for item in [0, count), items dealt round-robin to the pool's threads.
@@ -50,8 +51,9 @@ int64_t padded_ld(int64_t T) {
   return (T + 15) / 16 * 16 + 16;
 }
 
+// x's rows are `row` floats apart (heads * D, or more for a group's heads of a wider tensor).
 const float* transpose_heads(cpu::Scratch slot, const float* x, int64_t T, int64_t heads, int64_t D,
-                             int64_t ld) {
+                             int64_t ld, int64_t row) {
   float* out = cpu::scratch(slot, static_cast<size_t>(heads * D * ld));
   ThreadPool::global().parallel_for(
       heads * D,
@@ -59,7 +61,7 @@ const float* transpose_heads(cpu::Scratch slot, const float* x, int64_t T, int64
         for (size_t r = r0; r < r1; ++r) {
           const int64_t h = r / D, d = r % D;
           float* dst = out + r * ld;
-          for (int64_t t = 0; t < T; ++t) dst[t] = x[(t * heads + h) * D + d];
+          for (int64_t t = 0; t < T; ++t) dst[t] = x[t * row + h * D + d];
         }
       },
       4);
@@ -67,14 +69,14 @@ const float* transpose_heads(cpu::Scratch slot, const float* x, int64_t T, int64
 }
 
 // (T, heads, D) -> (heads, T, D): a head's rows contiguous, read in streams by the weighted sums.
-const float* head_major(cpu::Scratch slot, const float* x, int64_t T, int64_t heads, int64_t D) {
+const float* head_major(cpu::Scratch slot, const float* x, int64_t T, int64_t heads, int64_t D, int64_t row) {
   float* out = cpu::scratch(slot, static_cast<size_t>(heads * T * D));
   ThreadPool::global().parallel_for(
       heads * T,
       [&](size_t r0, size_t r1) {
         for (size_t r = r0; r < r1; ++r) {
           const int64_t h = r / T, t = r % T;
-          std::copy(x + (t * heads + h) * D, x + (t * heads + h + 1) * D, out + r * D);
+          std::copy(x + t * row + h * D, x + t * row + (h + 1) * D, out + r * D);
         }
       },
       16);
@@ -204,13 +206,18 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
   cpu::expect(q.ndim == 3 && k.ndim == 3, op,
               fmt::format("q is {} and k is {}, expected (T, Hq, D) and (T, Hkv, D)", q.shape_string(),
                           k.shape_string()));
-  Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], 0};
+  Dims d{q.shape[0], q.shape[1], k.shape[1], q.shape[2], 0, 0};
   cpu::expect(k.shape[0] == d.T && k.shape[2] == d.D && d.Hkv > 0 && d.Hq % d.Hkv == 0, op,
               fmt::format("q is {} and k is {}: need the same T and D, and Hq a multiple of Hkv",
                           q.shape_string(), k.shape_string()));
   d.group = d.Hq / d.Hkv;
   cpu::expect_like(op, "v", v, "k", k);
-  cpu::expect_like(op, "out", out, "q", q);
+  cpu::expect_f32(op, "out", out);
+  cpu::expect(out.ndim == 3 && out.shape[0] == d.T && out.shape[1] >= d.Hq && out.shape[2] == d.D, op,
+              fmt::format("out is {} and q is {}: need (T, Ho, D) with Ho >= Hq (a wider out is a group of "
+                          "heads' columns of a layer's output, ops.h)",
+                          out.shape_string(), q.shape_string()));
+  d.Ho = out.shape[1];
   cpu::expect_shape(op, "lse", lse, {d.Hq, d.T});
   check_doc_start(op, doc_start, d.T);
   return d;
@@ -218,7 +225,7 @@ Dims check_qkv(const char* op, const Tensor& q, const Tensor& k, const Tensor& v
 
 }  // namespace
 
-// q (T,Hq,D), k v (T,Hkv,D) -> out (T,Hq,D), lse (Hq,T).
+// q (T,Hq,D), k v (T,Hkv,D) -> out (T,Ho,D) (its first Hq heads of each row), lse (Hq,T).
 void CpuOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                Tensor lse) {
   const char* op = "attention_forward";
@@ -229,17 +236,17 @@ void CpuOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask,
   const float* qs = q.f32();
   float* os = out.f32();
   float* ls = lse.f32();
-  const int64_t qstride = d.Hq * D;  // floats per token
+  const int64_t qstride = d.Hq * D, ostride = d.Ho * D;  // floats per token
   const int64_t ld = padded_ld(T);
-  const float* kt = transpose_heads(cpu::Scratch::kA, k.f32(), T, d.Hkv, D, ld);  // (Hkv, D, ld)
-  const float* vh = head_major(cpu::Scratch::kB, v.f32(), T, d.Hkv, D);           // (Hkv, T, D)
+  const float* kt = transpose_heads(cpu::Scratch::kA, k.f32(), T, d.Hkv, D, ld, d.Hkv * D);  // (Hkv, D, ld)
+  const float* vh = head_major(cpu::Scratch::kB, v.f32(), T, d.Hkv, D, d.Hkv * D);           // (Hkv, T, D)
 
   // Item = (head h, query t); scratch = scores (T).
   for_rows_cyclic(d.Hq * T, static_cast<size_t>(T), [&](int64_t item, float* s) {
     const int64_t h = item / T, t = item % T, kvh = h / d.group;
     const int64_t j0 = doc_start[t];
     ls[h * T + t] = forward_row(qs + t * qstride + h * D, kt + kvh * D * ld + j0, ld, vh + (kvh * T + j0) * D,
-                                D, D, t - j0 + 1, scale, s, os + t * qstride + h * D);
+                                D, D, t - j0 + 1, scale, s, os + t * ostride + h * D);
   });
 }
 
@@ -254,7 +261,7 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask
   const char* op = "attention_backward";
   const int32_t* doc_start = mask.doc_start;
   const Dims d = check_qkv(op, q, k, v, doc_start, out, lse);
-  cpu::expect_like(op, "dout", dout, "q", q);
+  cpu::expect_like(op, "dout", dout, "out", out);
   cpu::expect_like(op, "dq", dq, "q", q);
   cpu::expect_like(op, "dk", dk, "k", k);
   cpu::expect_like(op, "dv", dv, "v", v);
@@ -266,7 +273,7 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask
   const float* os = out.f32();
   const float* ls = lse.f32();
   const float* gs = dout.f32();
-  const int64_t qstride = d.Hq * D, kstride = d.Hkv * D;
+  const int64_t qstride = d.Hq * D, kstride = d.Hkv * D, ostride = d.Ho * D;
   const int64_t ld = padded_ld(T);
 
   // delta (Hq,T) = rowsum(dout * out).
@@ -276,8 +283,8 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask
       [&](size_t i0, size_t i1) {
         for (size_t i = i0; i < i1; ++i) {
           const int64_t h = i / T, t = i % T;
-          const float* g = gs + t * qstride + h * D;
-          const float* o = os + t * qstride + h * D;
+          const float* g = gs + t * ostride + h * D;
+          const float* o = os + t * ostride + h * D;
           float sum = 0.0f;
           for (int64_t c = 0; c < D; ++c) sum += g[c] * o[c];
           delta[i] = sum;
@@ -287,14 +294,14 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask
 
   // Pass 1: the dq row of (h, t) over keys j in [doc_start[t], t].
   {
-    const float* kt = transpose_heads(cpu::Scratch::kA, ks, T, d.Hkv, D, ld);  // (Hkv, D, ld)
-    const float* vt = transpose_heads(cpu::Scratch::kB, vs, T, d.Hkv, D, ld);
-    const float* kh = head_major(cpu::Scratch::kC, ks, T, d.Hkv, D);  // (Hkv, T, D)
+    const float* kt = transpose_heads(cpu::Scratch::kA, ks, T, d.Hkv, D, ld, kstride);  // (Hkv, D, ld)
+    const float* vt = transpose_heads(cpu::Scratch::kB, vs, T, d.Hkv, D, ld, kstride);
+    const float* kh = head_major(cpu::Scratch::kC, ks, T, d.Hkv, D, kstride);  // (Hkv, T, D)
     float* dqs = dq.f32();
     for_rows_cyclic(d.Hq * T, static_cast<size_t>(2 * T), [&](int64_t item, float* scratch) {
       const int64_t h = item / T, t = item % T, kvh = h / d.group;
       const int64_t j0 = doc_start[t];
-      dq_row(qs + t * qstride + h * D, gs + t * qstride + h * D, kt + kvh * D * ld + j0,
+      dq_row(qs + t * qstride + h * D, gs + t * ostride + h * D, kt + kvh * D * ld + j0,
              vt + kvh * D * ld + j0, ld, kh + (kvh * T + j0) * D, D, D, t - j0 + 1, scale, ls[h * T + t],
              delta[h * T + t], scratch, scratch + T, dqs + t * qstride + h * D);
     });
@@ -303,10 +310,10 @@ void CpuOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask
   // Pass 2: the dk and dv rows of (kv head g, key j), over the group's query heads, then the
   // queries t in [j, e) of j's document (contiguous, so it ends where doc_start passes j).
   {
-    const float* qt = transpose_heads(cpu::Scratch::kA, qs, T, d.Hq, D, ld);  // (Hq, D, ld)
-    const float* gt = transpose_heads(cpu::Scratch::kB, gs, T, d.Hq, D, ld);
-    const float* qh = head_major(cpu::Scratch::kC, qs, T, d.Hq, D);  // (Hq, T, D)
-    const float* gh = head_major(cpu::Scratch::kD, gs, T, d.Hq, D);
+    const float* qt = transpose_heads(cpu::Scratch::kA, qs, T, d.Hq, D, ld, qstride);  // (Hq, D, ld)
+    const float* gt = transpose_heads(cpu::Scratch::kB, gs, T, d.Hq, D, ld, ostride);
+    const float* qh = head_major(cpu::Scratch::kC, qs, T, d.Hq, D, qstride);  // (Hq, T, D)
+    const float* gh = head_major(cpu::Scratch::kD, gs, T, d.Hq, D, ostride);
     // end[j] = one past the last token of j's document.
     std::vector<int64_t> end(static_cast<size_t>(T));
     for (int64_t t = T - 1; t >= 0; --t)

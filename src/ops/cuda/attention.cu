@@ -11,7 +11,8 @@ namespace ferry {
 
 namespace {
 
-// Returns (T, Hq, Hkv, D) after checking q (T,Hq,D), k v (T,Hkv,D) in bf16 and lse (Hq,T) fp32.
+// Returns (T, Hq, Hkv, D) after checking q (T,Hq,D), k v (T,Hkv,D) in bf16, out (T,Ho,D) with
+// Ho >= Hq (a group of heads' columns of a wider output, ops.h) and lse (Hq,T) fp32.
 FlashAttentionParams attention_params(const char* op, const Tensor& q, const Tensor& k, const Tensor& v,
                                       const int32_t* doc_start, float scale, const Tensor& out,
                                       const Tensor& lse) {
@@ -23,7 +24,10 @@ FlashAttentionParams attention_params(const char* op, const Tensor& q, const Ten
                   cuda::describe("k", k) + " does not match " + cuda::describe("q", q));
   const int64_t Hkv = k.shape[1];
   cuda::expect_like(op, "v", v, "k", k, DType::BF16);
-  cuda::expect_like(op, "out", out, "q", q, DType::BF16);
+  cuda::expect_dtype(op, "out", out, DType::BF16);
+  CUDA_OPS_EXPECT(
+      out.ndim == 3 && out.shape[0] == T && out.shape[1] >= Hq && out.shape[2] == D, op,
+      cuda::describe("out", out) + ": expected (T, Ho, D) with Ho >= Hq, beside " + cuda::describe("q", q));
   cuda::expect_dtype(op, "lse", lse, DType::F32);
   CUDA_OPS_EXPECT(lse.numel() == Hq * T, op, cuda::describe("lse", lse) + ": expected (Hq, T)");
   CUDA_OPS_EXPECT(Hkv > 0 && Hq % Hkv == 0, op, "Hq must be a multiple of Hkv");
@@ -39,6 +43,7 @@ FlashAttentionParams attention_params(const char* op, const Tensor& q, const Ten
   p.kv_heads = static_cast<int>(Hkv);
   p.head_dim = static_cast<int>(D);
   p.scale = scale;
+  p.out_heads = static_cast<int>(out.shape[1]);
   return p;
 }
 
@@ -68,7 +73,7 @@ void CudaOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mas
   const char* op = "attention_backward";
   FlashAttentionBackwardParams p{};
   p.fwd = attention_params(op, q, k, v, mask.doc_start, scale, out, lse);
-  cuda::expect_like(op, "dout", dout, "q", q, DType::BF16);
+  cuda::expect_like(op, "dout", dout, "out", out, DType::BF16);
   cuda::expect_like(op, "dq", dq, "q", q, DType::BF16);
   cuda::expect_like(op, "dk", dk, "k", k, DType::BF16);
   cuda::expect_like(op, "dv", dv, "v", v, DType::BF16);

@@ -123,8 +123,13 @@ CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p, in
                            cudnn::library()->version);
     return nullptr;
   }
-  const cudnn::AttentionShape shape{p.tokens / row_tokens, row_tokens, p.q_heads, p.kv_heads, p.head_dim};
-  const Key key{shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim};
+  const cudnn::AttentionShape shape{p.tokens / row_tokens,
+                                    row_tokens,
+                                    p.q_heads,
+                                    p.kv_heads,
+                                    p.head_dim,
+                                    static_cast<int>(out_row_elements(p) / p.head_dim)};
+  const Key key{shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim, shape.out_heads};
   auto it = built_.find(key);
   if (it == built_.end()) {
     std::unique_ptr<Graphs> g;

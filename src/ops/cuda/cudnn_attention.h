@@ -69,8 +69,8 @@ class CudnnAttention {
                void* workspace);
 
   void* stream_;
-  void* handle_ = nullptr;                                  // cudnnHandle_t
-  using Key = std::tuple<int64_t, int64_t, int, int, int>;  // batch, row_tokens, Hq, Hkv, D
+  void* handle_ = nullptr;                                       // cudnnHandle_t
+  using Key = std::tuple<int64_t, int64_t, int, int, int, int>;  // batch, row_tokens, Hq, Hkv, D, Ho
   std::map<Key, std::unique_ptr<Graphs>> built_;
   std::string refusal_;
 };

@@ -55,6 +55,12 @@ class GraphBuilder {
   const Descriptor& bshd(int64_t uid, int64_t heads) {
     return tensor(uid, {s_.batch, heads, s_.seq, s_.head_dim}, bshd_strides(heads), CUDNN_DATA_BFLOAT16);
   }
+  // out and dout: Hq heads of rows out_heads wide.
+  const Descriptor& bshd_out(int64_t uid) {
+    const int64_t row = static_cast<int64_t>(s_.out_heads) * s_.head_dim;
+    return tensor(uid, {s_.batch, s_.q_heads, s_.seq, s_.head_dim}, {s_.seq * row, s_.head_dim, row, 1},
+                  CUDNN_DATA_BFLOAT16);
+  }
   const Descriptor& bshd_transposed(int64_t uid, int64_t heads) {
     const std::vector<int64_t> st = bshd_strides(heads);
     return tensor(uid, {s_.batch, heads, s_.head_dim, s_.seq}, {st[0], st[1], st[3], st[2]},
@@ -138,7 +144,7 @@ AttentionGraph build_attention_forward(const Library& lib, cudnnHandle_t handle,
   const Descriptor& q = g.bshd(kQ, Hq);
   const Descriptor& kt = g.bshd_transposed(kK, Hkv);
   const Descriptor& v = g.bshd(kV, Hkv);
-  const Descriptor& o = g.bshd(kO, Hq);
+  const Descriptor& o = g.bshd_out(kO);
   const Descriptor& stats = g.tensor(kStats, g.rows(), {}, CUDNN_DATA_FLOAT);
   const Descriptor& scale = g.scalar(kScale);
   const Descriptor& neg_inf = g.scalar(kNegInf);
@@ -171,8 +177,8 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   const Descriptor& q = g.bshd(kQ, Hq);
   const Descriptor& kt = g.bshd_transposed(kK, Hkv);
   const Descriptor& vt = g.bshd_transposed(kV, Hkv);
-  const Descriptor& o = g.bshd(kO, Hq);
-  const Descriptor& dout = g.bshd(kDO, Hq);
+  const Descriptor& o = g.bshd_out(kO);
+  const Descriptor& dout = g.bshd_out(kDO);
   const Descriptor& stats = g.tensor(kStats, g.rows(), {}, CUDNN_DATA_FLOAT);
   const Descriptor& dq = g.bshd(kDQ, Hq);
   const Descriptor& dk = g.bshd(kDK, Hkv);

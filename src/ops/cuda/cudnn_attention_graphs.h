@@ -1,7 +1,9 @@
 // The cuDNN graphs of causal attention over a batch of whole sequences (cudnn_attention.h): the
 // forward (out and its statistics) and the backward (dq, dk, dv), as the fused flash attention
 // engines recognise them, on ferry's own layouts:
-//   q, out, dout, dq  bf16 (batch, seq, Hq, D)   -> cuDNN [b, h, s, d] with strides {s Hq D, D, Hq D, 1}
+//   q, dq             bf16 (batch, seq, Hq, D)   -> cuDNN [b, h, s, d] with strides {s Hq D, D, Hq D, 1}
+//   out, dout         bf16 rows of Ho >= Hq heads, the first Hq used (a group of heads' columns of a
+//                     wider output, ops.h): strides {s Ho D, D, Ho D, 1}
 //   k, v, dk, dv      bf16 (batch, seq, Hkv, D)  -> likewise with Hkv
 //   stats             fp32 [b, Hq, s, 1] packed: the only layout cuDNN 9.x takes, so a batch of
 //                     more than one row goes through a copy to and from ferry's lse (Hq, b * s)
@@ -17,6 +19,7 @@ namespace ferry::cudnn {
 struct AttentionShape {
   int64_t batch = 0, seq = 0;
   int q_heads = 0, kv_heads = 0, head_dim = 0;
+  int out_heads = 0;  // heads per row of out and dout (Ho >= q_heads)
 };
 
 // Device addresses of the tensors of one call (the backward's own fields null in the forward).

@@ -27,20 +27,33 @@ struct FlashAttentionParams {
   const void* q;                    // bf16 (T, Hq, D)
   const void* k;                    // bf16 (T, Hkv, D)
   const void* v;                    // bf16 (T, Hkv, D)
-  void* out;                        // bf16 (T, Hq, D)
+  void* out;                        // bf16 (T, Hq, D), rows out_row_elements() apart
   float* lse;                       // fp32 (Hq, T): natural log-sum-exp of the scaled scores of each query
   const int32_t* doc_start;         // (T): first token of each token's document
   int64_t tokens;                   // T, < 2^31
   int q_heads, kv_heads, head_dim;  // Hq (a multiple of Hkv), Hkv, D in 1..256
   float scale;
+  // Heads per token row of out and dout: 0 or q_heads for the plain (T, Hq, D) layout; more for a
+  // group of heads' columns of a wider output (ops.h attention_forward), out then pointing at the
+  // group's first head.
+  int out_heads;
 };
+
+// Elements from one token's row of out (and dout) to the next's.
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    inline int64_t
+    out_row_elements(const FlashAttentionParams& p) {
+  return static_cast<int64_t>(p.out_heads > 0 ? p.out_heads : p.q_heads) * p.head_dim;
+}
 
 // out and lse assigned.
 void flash_attention_forward(const FlashAttentionParams& params, void* stream);
 
 struct FlashAttentionBackwardParams {
   FlashAttentionParams fwd;  // q k v doc_start and the forward's out and lse (read only here)
-  const void* dout;          // bf16 (T, Hq, D)
+  const void* dout;          // bf16 (T, Hq, D), rows out_row_elements() apart (as out's)
   void* dq;                  // bf16 (T, Hq, D), assigned
   void* dk;                  // bf16 (T, Hkv, D), assigned
   void* dv;                  // bf16 (T, Hkv, D), assigned

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
                                         t0, T);
     load_rows<D, LD, Bq, Tile::Threads>(s_bf16 + Tile::kDo + stage * Bq * LD,
                                         static_cast<const bf16*>(bp.dout) + static_cast<int64_t>(h) * D,
-                                        q_stride, t0, T);
+                                        out_row_elements(p), t0, T);
     if (threadIdx.x < Bq) {
       const int t = t0 + threadIdx.x;
       const bool valid = t < T;

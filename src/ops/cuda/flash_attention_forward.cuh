@@ -224,13 +224,14 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   }
   __syncwarp();
   bf16* const out = static_cast<bf16*>(p.out) + static_cast<int64_t>(h) * D;
+  const int64_t out_stride = out_row_elements(p);
 #pragma unroll
   for (int it = 0; it < 16 * (D / 8) / 32; ++it) {
     const int i = lane + 32 * it;
     const int rr = i / (D / 8), c = i % (D / 8);
     const int t = w0 + rr;
     if (t < T)
-      *reinterpret_cast<uint4*>(out + t * q_stride + c * 8) =
+      *reinterpret_cast<uint4*>(out + t * out_stride + c * 8) =
           *reinterpret_cast<const uint4*>(s_o + rr * LD + c * 8);
   }
 }

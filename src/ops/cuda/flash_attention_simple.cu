@@ -42,7 +42,7 @@ void compute_delta(const FlashAttentionBackwardParams& p, float* delta, void* st
   const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
   delta_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       static_cast<const bf16*>(p.fwd.out), static_cast<const bf16*>(p.dout), delta, p.fwd.tokens,
-      p.fwd.q_heads, p.fwd.head_dim);
+      p.fwd.q_heads, p.fwd.head_dim, out_row_elements(p.fwd));
   FERRY_CUDA_CHECK(cudaGetLastError());
 }
 

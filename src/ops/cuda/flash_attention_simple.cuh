@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(32 * kSimpleWarps) forward_simple_kernel(const
     for (int jj = 0; jj < n; ++jj)
       add_row(acc, __shfl_sync(kSimpleMask, pr, jj), v + (jb + jj) * kv_stride, D, lane);
   }
-  bf16* const out = static_cast<bf16*>(p.out) + item * D;
+  bf16* const out = static_cast<bf16*>(p.out) + t * out_row_elements(p) + static_cast<int64_t>(h) * D;
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) {
     const int d = lane + 32 * i;
@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(32 * kSimpleWarps)
   const bf16* const k = static_cast<const bf16*>(p.k) + static_cast<int64_t>(kvh) * D;
   const bf16* const v = static_cast<const bf16*>(p.v) + static_cast<int64_t>(kvh) * D;
   stage_row(s_q, static_cast<const bf16*>(p.q) + item * D, D, lane);
-  stage_row(s_g, static_cast<const bf16*>(bp.dout) + item * D, D, lane);
+  stage_row(s_g, static_cast<const bf16*>(bp.dout) + t * out_row_elements(p) + static_cast<int64_t>(h) * D, D,
+            lane);
   const float lse = p.lse[static_cast<int64_t>(h) * T + t];
   const float dl = delta[static_cast<int64_t>(h) * T + t];
 
@@ -156,7 +157,7 @@ __global__ void __launch_bounds__(32 * kSimpleWarps)
   float* const s_v = s_rows + (kSimpleWarps + warp) * D;
   const int j = static_cast<int>(item / p.kv_heads), kvh = static_cast<int>(item % p.kv_heads);
   const int group = Hq / p.kv_heads;
-  const int64_t q_stride = static_cast<int64_t>(Hq) * D;
+  const int64_t q_stride = static_cast<int64_t>(Hq) * D, g_stride = out_row_elements(p);
   stage_row(s_k, static_cast<const bf16*>(p.k) + item * D, D, lane);
   stage_row(s_v, static_cast<const bf16*>(p.v) + item * D, D, lane);
 
@@ -175,13 +176,12 @@ __global__ void __launch_bounds__(32 * kSimpleWarps)
       if (sees) {
         const int64_t hi = static_cast<int64_t>(h) * T + t;
         pr = expf(p.scale * dot(s_k, q + t * q_stride, D) - p.lse[hi]);
-        ds = pr * (dot(s_v, g + t * q_stride, D) - delta[hi]);
+        ds = pr * (dot(s_v, g + t * g_stride, D) - delta[hi]);
       }
       const int n = 32 - __clz(seen);  // lanes past the last one that sees j contribute 0
       for (int i = 0; i < n; ++i) {
-        const int64_t row = (tb + i) * q_stride;
-        add_row(vacc, __shfl_sync(kSimpleMask, pr, i), g + row, D, lane);
-        add_row(kacc, __shfl_sync(kSimpleMask, ds, i), q + row, D, lane);
+        add_row(vacc, __shfl_sync(kSimpleMask, pr, i), g + (tb + i) * g_stride, D, lane);
+        add_row(kacc, __shfl_sync(kSimpleMask, ds, i), q + (tb + i) * q_stride, D, lane);
       }
     }
   }
@@ -197,14 +197,17 @@ __global__ void __launch_bounds__(32 * kSimpleWarps)
   }
 }
 
-// delta (Hq, T) = rowsum over d of dout * out, one warp per row (t, h), fp32.
+// delta (Hq, T) = rowsum over d of dout * out, one warp per row (t, h), fp32. out's and dout's
+// token rows are `out_stride` elements apart.
 __global__ void delta_kernel(const bf16* __restrict__ out, const bf16* __restrict__ dout,
-                             float* __restrict__ delta, int64_t tokens, int q_heads, int head_dim) {
+                             float* __restrict__ delta, int64_t tokens, int q_heads, int head_dim,
+                             int64_t out_stride) {
   const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= tokens * q_heads) return;
-  const bf16* const o = out + row * head_dim;
-  const bf16* const g = dout + row * head_dim;
+  const int64_t at = (row / q_heads) * out_stride + (row % q_heads) * head_dim;
+  const bf16* const o = out + at;
+  const bf16* const g = dout + at;
   float sum = 0.0f;
   for (int d = lane; d < head_dim; d += 32) sum += __bfloat162float(o[d]) * __bfloat162float(g[d]);
 #pragma unroll
