@@ -13,6 +13,7 @@
 #include "planner/boundary_groups.h"
 #include "planner/collective_cost.h"
 #include "planner/disk_batch.h"
+#include "planner/head_groups.h"
 #include "planner/memory_model.h"
 #include "planner/model_flops.h"
 #include "planner/nominal_profile.h"
@@ -147,6 +148,33 @@ void print_recompute_reason(const ModelConfig& model, const ModelLayout& layout,
       static_cast<long long>(recomputed), forward_s);
 }
 
+// Why a plan runs attention in groups of KV heads: what the layer scratch and the ops' workspace
+// take with one group and with the plan's, what the plan would need of the GPU with one group,
+// and what the backward's second pass over the q/k/v projections costs.
+void print_head_groups_reason(const ModelConfig& model, const ModelLayout& layout, const Candidate& c,
+                              const PlanRequest& request, const MachineProfile& profile) {
+  const Plan& p = c.plan;
+  if (p.head_groups <= 1) return;
+  Plan one = p;
+  one.head_groups = 1;
+  const DeviceBytes grouped = device_bytes(model, layout, p, c.shape.chunk_tokens, c.shape.chunks);
+  const DeviceBytes whole = device_bytes(model, layout, one, c.shape.chunk_tokens, c.shape.chunks);
+  const double extra_s =
+      head_groups_backward_extra_share(model, p.head_groups) * static_cast<double>(c.shape.chunks) *
+      profile.compute.layer_forward.at(c.shape.chunk_tokens) * static_cast<double>(model.num_layers);
+  std::printf(
+      "  why %lld groups of KV heads%s: attention's q, k, v, their gradients and its workspace for %lld of "
+      "%lld heads at a time: layer scratch and ops workspace %s instead of %s with all heads at once, "
+      "which would need %s of GPU (budget %s); the backward computes %lld of %lld groups' q/k/v "
+      "projections again, ~%.3g s of GPU compute per step (counted in the prediction)\n",
+      static_cast<long long>(p.head_groups), request.head_groups ? " (head_groups, forced)" : "",
+      static_cast<long long>(model.num_heads / p.head_groups), static_cast<long long>(model.num_heads),
+      format_bytes(grouped.scratch + grouped.ops_workspace).c_str(),
+      format_bytes(whole.scratch + whole.ops_workspace).c_str(), format_bytes(whole.total()).c_str(),
+      format_bytes(request.device_budget).c_str(), static_cast<long long>(p.head_groups - 1),
+      static_cast<long long>(p.head_groups), extra_s);
+}
+
 void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout, const Candidate& c,
                              size_t host_budget) {
   const Plan& p = c.plan;
@@ -211,6 +239,7 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
   std::printf("plan\n");
   print_candidate_summary(model, layout, best, s.request.host_budget);
   print_recompute_reason(model, layout, best, s.request, s.profile);
+  print_head_groups_reason(model, layout, best, s.request, s.profile);
   std::printf("\npredicted step time %.4g s, %.0f tokens/s, GPU idle %.0f%%\n", p.step_seconds,
               p.tokens_per_second, 100.0 * p.gpu_idle_fraction);
   const double flops =
