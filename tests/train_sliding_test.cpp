@@ -533,7 +533,7 @@ TEST_F(SlidingEngineTest, CheckpointStateAndResumeWithDeviceUnits) {
 // The memory model is the truth: after construction the device holds exactly device_bytes() and
 // the pinned host memory is exactly host_bytes().pinned, for every kind of plan.
 TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
-  const std::vector<Plan> plans = {
+  std::vector<Plan> plans = {
       make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward),
       make_plan(layout_, 4, 3, {0, 5}, {0, 1, 3}, UpdateSchedule::AfterBackward),
       make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward, {2, 5}),
@@ -544,6 +544,14 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
       keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 2),
       keeping_every(make_plan(layout_, 4, 1, {}, {}, UpdateSchedule::AfterBackward), 3),
   };
+  // Attention in two groups of KV heads (model/decoder_layer.h), untiled and tiled.
+  for (const int64_t tile : {0, 7}) {
+    Plan grouped =
+        keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 2);
+    grouped.head_groups = 2;
+    grouped.seq_tile = tile;
+    plans.push_back(grouped);
+  }
   for (size_t k = 0; k < plans.size(); ++k) {
     SCOPED_TRACE(::testing::Message() << "plan " << k << ": " << plans[k].describe());
     auto device = make_sim_device({});
