@@ -129,7 +129,8 @@ struct Problem {
             Hq,
             Hkv,
             D,
-            scale};
+            scale,
+            static_cast<int>(Hq)};
   }
   FlashAttentionBackwardParams backward_params() const {
     return {params(), ddout->p, dq->p, dk->p, dv->p, ws->p, ws->bytes};

@@ -879,8 +879,9 @@ TEST_F(CudaParity, AttentionOfOneHeadGroupWritesItsColumns) {
       const Vec out = gout.download();
       for (int64_t t = 0; t < T; ++t)
         for (int64_t c = 0; c < Hq * D; ++c)
-          if (c < g * gHq * D || c >= (g + 1) * gHq * D)
+          if (c < g * gHq * D || c >= (g + 1) * gHq * D) {
             ASSERT_EQ(out[static_cast<size_t>(t * Hq * D + c)], 7.0f) << "token " << t << ", column " << c;
+          }
       double vmax = 0;
       for (float x : v) vmax = std::max<double>(vmax, std::fabs(x));
       const Vec out_g_ref = columns(out_ref, Hq * D, g * gHq * D, gHq * D);

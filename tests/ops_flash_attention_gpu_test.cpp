@@ -343,7 +343,8 @@ struct Problem {
                                 c.Hq,
                                 c.Hkv,
                                 c.D,
-                                scale};
+                                scale,
+                                c.Hq};
   }
   FlashAttentionBackwardParams backward_params() const {
     return FlashAttentionBackwardParams{params(),    d_dout->get(), d_dq->get(),  d_dk->get(),

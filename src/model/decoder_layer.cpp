@@ -130,19 +130,11 @@ struct Dims {
 };
 
 Dims dims_of(const ModelConfig& c, int64_t T, int64_t G) {
-  return {T,
-          c.hidden_size,
-          c.intermediate_size,
-          c.num_heads,
-          c.num_kv_heads,
-          c.head_dim,
-          c.q_dim(),
-          c.kv_dim(),
-          G,
-          c.num_heads / G,
-          c.num_kv_heads / G,
-          c.q_dim() / G,
-          c.kv_dim() / G};
+  Dims d{};
+  d.T = T, d.H = c.hidden_size, d.F = c.intermediate_size, d.D = c.head_dim;
+  d.Hq = c.num_heads, d.Hkv = c.num_kv_heads, d.QD = c.q_dim(), d.KD = c.kv_dim();
+  d.G = G, d.gHq = d.Hq / G, d.gHkv = d.Hkv / G, d.gQD = d.QD / G, d.gKD = d.KD / G;
+  return d;
 }
 
 // Rows [r0, r0 + n) of a weight (out, in) or a bias (out); empty stays empty.
