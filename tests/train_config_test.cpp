@@ -49,6 +49,17 @@ TEST(TrainConfig, AutoLeavesTheChoiceToFerry) {
   EXPECT_FALSE(written.weight_upload.has_value());
 }
 
+// head_groups (model/decoder_layer.h): auto leaves the count to the planner; a count is kept as
+// given (the model's KV heads check it where the layer is carved); zero or negative is refused.
+TEST(TrainConfig, HeadGroupsAreAutoOrACount) {
+  EXPECT_EQ(parse_train_config("", {}, "t").head_groups, -1);
+  EXPECT_EQ(parse_train_config("head_groups: auto\n", {}, "t").head_groups, -1);
+  EXPECT_EQ(parse_train_config("head_groups: 4\n", {}, "t").head_groups, 4);
+  EXPECT_EQ(parse_train_config("", {"head_groups=8"}, "t").head_groups, 8);
+  EXPECT_TRUE(test::throws_with([] { parse_train_config("head_groups: 0\n", {}, "t"); },
+                                {"head_groups", "divisor", "got 0"}));
+}
+
 TEST(TrainConfig, FilePathsAreRelativeToTheFileAndCommandLinePathsToTheWorkingDirectory) {
   test::ScratchDir dir("train-config-paths");
   std::filesystem::create_directories(dir / "project");
