@@ -26,6 +26,23 @@ void expect_consistent(const std::vector<size_t>& seq, const std::vector<bool>& 
   }
 }
 
+// Offloaded boundaries share one staging buffer unless two adjacent boundaries are both offloaded
+// (a layer would then read one while it writes the other): one in K >= 2 kept, or offloaded ones
+// between boundaries kept on the GPU, take one; every boundary offloaded takes two, in turn.
+TEST(SlotSchedule, OneStagingBufferUnlessTwoAdjacentBoundariesAreOffloaded) {
+  using A = ActivationPlacement;
+  const BoundaryGroups every_second = boundary_groups(keep_every_kth(6, 2, A::OffloadToHost));
+  EXPECT_EQ(every_second.staging_buffers, 1);
+  EXPECT_EQ(every_second.staging, (std::vector<int64_t>{0, -1, 0, -1, 0, -1}));
+  EXPECT_EQ(boundary_groups({A::OffloadToHost, A::KeepOnGpu, A::OffloadToHost}).staging_buffers, 1);
+  const BoundaryGroups every_one = boundary_groups(keep_every_kth(4, 1, A::OffloadToHost));
+  EXPECT_EQ(every_one.staging_buffers, 2);
+  EXPECT_EQ(every_one.staging, (std::vector<int64_t>{0, 1, 0, 1}));
+  EXPECT_EQ(boundary_groups({A::KeepOnGpu, A::OffloadToHost, A::OffloadToHost, A::KeepOnGpu}).staging_buffers,
+            2);
+  EXPECT_EQ(boundary_groups({A::KeepOnGpu, A::KeepOnGpu}).staging_buffers, 0);
+}
+
 // Recomputed boundaries (planner/boundary_groups.h): each group's layers run forward again, from
 // its kept boundary up, just before the group's backwards. Five layers keeping every second
 // boundary: groups {4}, {2, 3}, {0, 1}.

@@ -100,8 +100,8 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   for (int64_t r = 0; r < boundary_groups(plan.activations).recompute_buffers; ++r)
     recompute_activations.emplace_back(device, act_bytes, "recomputed activation");
   if (any_offloaded) {
-    staging_activations[0] = DeviceBuffer(device, act_bytes, "activation staging");
-    staging_activations[1] = DeviceBuffer(device, act_bytes, "activation staging");
+    for (int64_t s = 0; s < boundary_groups(plan.activations).staging_buffers; ++s)
+      staging_activations[s] = DeviceBuffer(device, act_bytes, "activation staging");
   }
   // KeepWithInternals: each micro-chunk's kept intermediates in a slice of their own, sized as the
   // memory model sizes them (layer_internals_bytes).

@@ -40,7 +40,7 @@ struct EngineBuffers {
 
   // Boundary activations (every micro-chunk of a step each).
   std::vector<DeviceBuffer> kept_activations;  // per boundary that stays on the GPU
-  DeviceBuffer staging_activations[2];         // ring for offloaded boundaries
+  DeviceBuffer staging_activations[2];  // ring for offloaded boundaries (one or two: boundary_groups.h)
   std::vector<PinnedBuffer> host_activations;  // per offloaded boundary
   // Recomputed boundaries, each group's in turn (BoundaryGroups::recompute_buffer).
   std::vector<DeviceBuffer> recompute_activations;

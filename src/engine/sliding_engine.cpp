@@ -376,6 +376,13 @@ bool SlidingEngine::boundary_offloaded(int64_t b) const {
          plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
 }
 
+bool SlidingEngine::reads_the_one_staging_buffer(size_t i) const {
+  const size_t u = uses_[i].unit;
+  const bool reads_its_input = passes_[i] == UsePass::Backward || passes_[i] == UsePass::Recompute;
+  return boundaries_.staging_buffers == 1 && reads_its_input && u != layout_.embedding_unit() &&
+         u != layout_.head_unit() && boundary_offloaded(static_cast<int64_t>(u) - 1);
+}
+
 size_t SlidingEngine::staging_of(int64_t b) const {
   return static_cast<size_t>(boundaries_.staging[static_cast<size_t>(b)]);
 }
@@ -466,13 +473,13 @@ void SlidingEngine::run_use(size_t i) {
     decoder_backward(u, params, grads, before);
   release_use(i, sends);
   // Prefetch the boundary activation the next backward or recompute use reads, while this unit
-  // computes.
+  // computes -- or, with one staging buffer that this unit reads, once it has (boundary_groups.h).
   if (!evaluating_ && i + 1 < uses_.size() && i + 1 > static_cast<size_t>(L) + 1) {
     const size_t next = uses_[i + 1].unit;
     if (next != E) {
       const int64_t l = static_cast<int64_t>(next) - 1;
       if (boundary_offloaded(l) && events_.activation_back[static_cast<size_t>(l)] < 0)
-        reload_boundary(l, before);
+        reload_boundary(l, reads_the_one_staging_buffer(i) ? device_.record(StreamKind::Compute) : before);
     }
   }
   issue_loads_up_to(i + static_cast<size_t>(std::max<int64_t>(1, plan_.gpu_slots - 1)));

@@ -159,6 +159,9 @@ class SlidingEngine {
   // (BoundaryGroups::staging).
   bool boundary_offloaded(int64_t boundary) const;
   size_t staging_of(int64_t boundary) const;
+  // Whether use i reads its input boundary from the one staging buffer of a plan that has one, so
+  // the next boundary's reload must wait for it (planner/boundary_groups.h).
+  bool reads_the_one_staging_buffer(size_t i) const;
   // Before a use reads boundary `boundary`: if offloaded, its reload issued (unless prefetched) and
   // waited for on the compute stream.
   void await_boundary(int64_t boundary, EventId before);

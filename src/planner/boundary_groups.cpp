@@ -15,10 +15,15 @@ BoundaryGroups boundary_groups(const std::vector<ActivationPlacement>& activatio
   g.recomputed.assign(n, false);
   FERRY_CHECK(n == 0 || activations[0] != ActivationPlacement::Recompute, "plan",
               "boundary 0 (the embedding's output) cannot be recomputed: keep it on the GPU or the host");
+  const auto offloaded_at = [&](size_t b) { return activations[b] == ActivationPlacement::OffloadToHost; };
+  for (size_t b = 0; b < n; ++b) {
+    if (offloaded_at(b)) g.staging_buffers = std::max<int64_t>(g.staging_buffers, 1);
+    if (b + 1 < n && offloaded_at(b) && offloaded_at(b + 1)) g.staging_buffers = 2;
+  }
   int64_t offloaded = 0, base = 0;
   for (size_t b = 0; b < n; ++b) {
     const ActivationPlacement a = activations[b];
-    if (a == ActivationPlacement::OffloadToHost) g.staging[b] = offloaded++ % 2;
+    if (a == ActivationPlacement::OffloadToHost) g.staging[b] = offloaded++ % g.staging_buffers;
     if (a == ActivationPlacement::Recompute) {
       g.recomputed[b] = true;
       g.recompute_buffer[b] = static_cast<int64_t>(b) - base - 1;

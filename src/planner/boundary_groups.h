@@ -15,7 +15,14 @@
 // Offloaded boundaries pass through a ring of two staging buffers, taken in turn by the offloaded
 // boundaries in layer order (the staging index): two offloaded boundaries in a row never share a
 // staging buffer, whatever lies between them, so the backward's reload of one never overwrites the
-// other while a group's layers still read it.
+// other while a group's layers still read it. Where no two adjacent boundaries are both offloaded
+// (every boundary kept with one in K >= 2 recomputed, or offloaded ones between boundaries kept on
+// the GPU), no layer reads one offloaded boundary while it writes another, and one staging buffer
+// serves them all: the forward writes the next offloaded boundary there once the d2h of the one
+// before it completed (many layer passes earlier), and the backward reloads a boundary there once
+// the use that reads the one before it completed -- a reload no longer hidden behind that use, but
+// behind the recompute or backward it feeds (a boundary's h2d against a layer's compute: 39 ms of
+// ~6 s at 256K tokens of an 8B), for a boundary-sized buffer less on the GPU (2 GiB there).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +38,7 @@ struct BoundaryGroups {
   std::vector<int64_t> group_base;        // per boundary: the kept boundary its group starts at
   std::vector<bool> recomputed;           // per boundary: ActivationPlacement::Recompute
   int64_t recompute_buffers = 0;          // GPU buffers for recomputed boundaries (the longest run)
+  int64_t staging_buffers = 0;  // 0 (nothing offloaded), 1, or 2 (two adjacent boundaries offloaded)
   bool any_offloaded = false;
 };
 

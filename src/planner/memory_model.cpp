@@ -158,18 +158,15 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
               (round_to_256(largest_streamed * wd) + round_to_256(largest_streamed * gd));
   const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
   const size_t layer_internals = layer_internals_bytes(config, chunk_tokens, plan.weight_dtype);
-  bool offloaded = false;
   for (auto a : plan.activations) {
-    if (boundary_on_gpu(a))
-      b.activations += act;
-    else if (a == ActivationPlacement::OffloadToHost)
-      offloaded = true;
+    if (boundary_on_gpu(a)) b.activations += act;
     if (a == ActivationPlacement::KeepWithInternals)
       b.activations += static_cast<size_t>(chunks) * layer_internals;
   }
-  if (offloaded) b.activations += 2 * act;  // staging ring
-  // Recomputed boundaries: one buffer per position in the longest group (planner/boundary_groups.h).
-  b.activations += static_cast<size_t>(boundary_groups(plan.activations).recompute_buffers) * act;
+  // Offloaded boundaries' staging (one or two buffers), and recomputed boundaries: one buffer per
+  // position in the longest group (planner/boundary_groups.h).
+  const BoundaryGroups groups = boundary_groups(plan.activations);
+  b.activations += static_cast<size_t>(groups.staging_buffers + groups.recompute_buffers) * act;
   b.activations += 2 * act;  // head input, activation gradients
   Arena measure = Arena::measuring();
   // With sequence tiles the token-local tensors are (seq_tile, width), the attention's full-length.

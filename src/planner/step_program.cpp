@@ -396,13 +396,18 @@ class ProgramBuilder {
       } else {
         released_[i] = last_compute_;
       }
-      // Prefetch the boundary activation the next backward layer reads, while this unit computes.
+      // Prefetch the boundary activation the next backward layer reads, while this unit computes --
+      // or, with one staging buffer that this unit reads, once it has (boundary_groups.h).
       if (i + 1 < uses && i + 1 > static_cast<size_t>(L_) + 1) {
         const size_t next = uses_[i + 1].unit;
         if (next != E) {
           const int64_t l = static_cast<int64_t>(next) - 1;
+          const bool reads_input = passes_[i] == UsePass::Backward || passes_[i] == UsePass::Recompute;
+          const bool staging_busy = groups_.staging_buffers == 1 && reads_input && u != E &&
+                                    u != layout_.head_unit() &&
+                                    boundary_offloaded(static_cast<int64_t>(u) - 1);
           if (boundary_offloaded(l) && activation_back_[static_cast<size_t>(l)] < 0)
-            reload_boundary(l, before);
+            reload_boundary(l, staging_busy ? last_compute_ : before);
         }
       }
       issue_loads_up_to(i + prefetch);
