@@ -41,6 +41,10 @@ TEST(SlotSchedule, OneStagingBufferUnlessTwoAdjacentBoundariesAreOffloaded) {
   EXPECT_EQ(boundary_groups({A::KeepOnGpu, A::OffloadToHost, A::OffloadToHost, A::KeepOnGpu}).staging_buffers,
             2);
   EXPECT_EQ(boundary_groups({A::KeepOnGpu, A::KeepOnGpu}).staging_buffers, 0);
+  // Plan::one_staging_buffer false: two in turn whatever the placement.
+  const BoundaryGroups two = boundary_groups(keep_every_kth(6, 2, A::OffloadToHost), false);
+  EXPECT_EQ(two.staging_buffers, 2);
+  EXPECT_EQ(two.staging, (std::vector<int64_t>{0, -1, 1, -1, 0, -1}));
 }
 
 // Recomputed boundaries (planner/boundary_groups.h): each group's layers run forward again, from

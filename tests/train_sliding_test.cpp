@@ -280,13 +280,13 @@ TEST_F(SlidingEngineTest, EveryKthBoundaryKeptTheRestRecomputedGivesTheSameBits)
   slow.d2h_bytes_per_second = 2e8;
   slow.copy_latency_seconds = 50e-6;
   for (int64_t k : {2, 4}) {
-    SCOPED_TRACE(::testing::Message() << "slow copies, K " << k);
-    expect_identical(
-        reference_,
-        sliding_run(
-            config_, 9, rows_, 0.5,
-            keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), k),
-            slow));
+    for (const bool one_staging_buffer : {true, false}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "slow copies, K " << k << ", one staging buffer " << one_staging_buffer);
+      Plan plan = keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), k);
+      plan.one_staging_buffer = one_staging_buffer;
+      expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, plan, slow));
+    }
   }
   const RunResult plain = plain_run(config_, 9, rows_, 0.0);
   for (int64_t k : {2, 3}) {
@@ -544,6 +544,10 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
       keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 2),
       keeping_every(make_plan(layout_, 4, 1, {}, {}, UpdateSchedule::AfterBackward), 3),
   };
+  Plan two_staging =
+      keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 2);
+  two_staging.one_staging_buffer = false;
+  plans.push_back(two_staging);
   // Attention in two groups of KV heads (model/decoder_layer.h), untiled and tiled.
   for (const int64_t tile : {0, 7}) {
     Plan grouped =

@@ -100,7 +100,7 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   for (int64_t r = 0; r < boundary_groups(plan.activations).recompute_buffers; ++r)
     recompute_activations.emplace_back(device, act_bytes, "recomputed activation");
   if (any_offloaded) {
-    for (int64_t s = 0; s < boundary_groups(plan.activations).staging_buffers; ++s)
+    for (int64_t s = 0; s < boundary_groups(plan.activations, plan.one_staging_buffer).staging_buffers; ++s)
       staging_activations[s] = DeviceBuffer(device, act_bytes, "activation staging");
   }
   // KeepWithInternals: each micro-chunk's kept intermediates in a slice of their own, sized as the

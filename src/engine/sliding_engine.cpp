@@ -38,7 +38,7 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
       device_(device),
       ops_(ops),
       plan_(checked_plan(plan, config, layout)),
-      boundaries_(boundary_groups(plan_.activations)),
+      boundaries_(boundary_groups(plan_.activations, plan_.one_staging_buffer)),
       chunk_tokens_(chunk_tokens),
       max_chunks_(max_chunks),
       roles_(layout_, plan_),

@@ -6,7 +6,7 @@
 
 namespace ferry {
 
-BoundaryGroups boundary_groups(const std::vector<ActivationPlacement>& activations) {
+BoundaryGroups boundary_groups(const std::vector<ActivationPlacement>& activations, bool one_staging_buffer) {
   const size_t n = activations.size();
   BoundaryGroups g;
   g.staging.assign(n, -1);
@@ -18,7 +18,7 @@ BoundaryGroups boundary_groups(const std::vector<ActivationPlacement>& activatio
   const auto offloaded_at = [&](size_t b) { return activations[b] == ActivationPlacement::OffloadToHost; };
   for (size_t b = 0; b < n; ++b) {
     if (offloaded_at(b)) g.staging_buffers = std::max<int64_t>(g.staging_buffers, 1);
-    if (b + 1 < n && offloaded_at(b) && offloaded_at(b + 1)) g.staging_buffers = 2;
+    if (offloaded_at(b) && (!one_staging_buffer || (b + 1 < n && offloaded_at(b + 1)))) g.staging_buffers = 2;
   }
   int64_t offloaded = 0, base = 0;
   for (size_t b = 0; b < n; ++b) {

@@ -43,8 +43,10 @@ struct BoundaryGroups {
 };
 
 // Throws ferry::Error when the first boundary (the embedding's output, which nothing below could
-// recompute) is placed Recompute.
-BoundaryGroups boundary_groups(const std::vector<ActivationPlacement>& activations);
+// recompute) is placed Recompute. `one_staging_buffer` (Plan::one_staging_buffer): offloaded
+// boundaries share one staging buffer where the placement allows it; false: two in turn.
+BoundaryGroups boundary_groups(const std::vector<ActivationPlacement>& activations,
+                               bool one_staging_buffer = true);
 
 // Every `keep_every`-th boundary (0, K, 2K, ...) placed `kept`, the others Recompute; 1: all kept.
 std::vector<ActivationPlacement> keep_every_kth(int64_t layers, int64_t keep_every, ActivationPlacement kept);

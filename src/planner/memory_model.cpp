@@ -165,7 +165,7 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   }
   // Offloaded boundaries' staging (one or two buffers), and recomputed boundaries: one buffer per
   // position in the longest group (planner/boundary_groups.h).
-  const BoundaryGroups groups = boundary_groups(plan.activations);
+  const BoundaryGroups groups = boundary_groups(plan.activations, plan.one_staging_buffer);
   b.activations += static_cast<size_t>(groups.staging_buffers + groups.recompute_buffers) * act;
   b.activations += 2 * act;  // head input, activation gradients
   Arena measure = Arena::measuring();

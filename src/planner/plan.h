@@ -71,6 +71,10 @@ struct Plan {
   // their gradients and the attention workspace hold 1/head_groups of the heads. 1: all at once.
   // Divides the model's KV heads; layers keeping their internals need 1.
   int64_t head_groups = 1;
+  // Offloaded boundaries share one staging buffer on the device where no two adjacent ones are
+  // offloaded (planner/boundary_groups.h): a boundary-sized buffer less, for reloads that wait for
+  // the use reading the buffer. false: two in turn, whatever the placement.
+  bool one_staging_buffer = true;
   int64_t gpu_slots = 2;                         // slots for streamed units (>= 2 for overlap)
   std::vector<UnitPlacement> units;              // one per unit of the model layout
   std::vector<ActivationPlacement> activations;  // one per decoder layer (+1: the head's input)

@@ -44,9 +44,10 @@ struct Family {
   // updates after the backward, their next forward needs no CPU update, which gives the CPU a head
   // start on the layers after them.
   bool first_layers = false;
-  int64_t seq_tile = 0;     // Plan::seq_tile
-  int64_t keep_every = 1;   // one boundary in this many kept, the others recomputed
-  int64_t head_groups = 1;  // Plan::head_groups
+  int64_t seq_tile = 0;            // Plan::seq_tile
+  int64_t keep_every = 1;          // one boundary in this many kept, the others recomputed
+  int64_t head_groups = 1;         // Plan::head_groups
+  bool one_staging_buffer = true;  // Plan::one_staging_buffer
 };
 
 // Layers may keep their internals only when untiled and in one head group (kept internals are
@@ -90,9 +91,10 @@ int64_t resident_layer_count(const Plan& plan, UnitPlacement* kind) {
 
 bool same_plan(const Plan& a, const Plan& b) {
   return a.micro_batch == b.micro_batch && a.seq_tile == b.seq_tile && a.head_groups == b.head_groups &&
-         a.gpu_slots == b.gpu_slots && a.units == b.units && a.activations == b.activations &&
-         a.update == b.update && a.weight_upload == b.weight_upload && a.weight_dtype == b.weight_dtype &&
-         a.grad_dtype == b.grad_dtype && a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
+         a.one_staging_buffer == b.one_staging_buffer && a.gpu_slots == b.gpu_slots && a.units == b.units &&
+         a.activations == b.activations && a.update == b.update && a.weight_upload == b.weight_upload &&
+         a.weight_dtype == b.weight_dtype && a.grad_dtype == b.grad_dtype &&
+         a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
 }
 
 bool better(const Candidate& a, const Candidate& b) {
@@ -218,15 +220,19 @@ class Searcher {
           r_.head_groups ? std::vector<int64_t>{*r_.head_groups} : head_group_candidates(config_, r_.seq_len);
       const std::vector<Family> untiled(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
       out.resize(first);
+      // One staging buffer or two where K > 1 would let one serve (planner/boundary_groups.h): the
+      // second saves the backward's reloads their wait, the first a boundary of GPU memory.
       for (int64_t tile : tiles)
         for (int64_t keep : keeps)
           for (int64_t group : groups)
-            for (Family f : untiled) {
-              f.seq_tile = tile;
-              f.keep_every = keep;
-              f.head_groups = group;
-              out.push_back(f);
-            }
+            for (const bool one_staging : keep > 1 ? std::vector<bool>{true, false} : std::vector<bool>{true})
+              for (Family f : untiled) {
+                f.seq_tile = tile;
+                f.keep_every = keep;
+                f.head_groups = group;
+                f.one_staging_buffer = one_staging;
+                out.push_back(f);
+              }
     }
     return out;
   }
@@ -237,6 +243,7 @@ class Searcher {
     plan.micro_batch = f.micro_batch;
     plan.seq_tile = f.seq_tile;
     plan.head_groups = f.head_groups;
+    plan.one_staging_buffer = f.one_staging_buffer;
     plan.weight_dtype = r_.weight_dtype;
     plan.grad_dtype = r_.grad_dtype;
     plan.optimizer_state = r_.optimizer_state;
@@ -630,6 +637,9 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
         fmt::format("sequence tiles of {} instead of {}",
                     plan.seq_tile > 0 ? std::to_string(plan.seq_tile) : "the whole chunk",
                     reference.seq_tile > 0 ? std::to_string(reference.seq_tile) : "the whole chunk"));
+  if (plan.one_staging_buffer != reference.one_staging_buffer)
+    parts.push_back(plan.one_staging_buffer ? "one staging buffer for offloaded boundaries instead of two"
+                                            : "two staging buffers for offloaded boundaries instead of one");
   if (plan.head_groups != reference.head_groups)
     parts.push_back(fmt::format("attention in {} groups of KV heads instead of {}", plan.head_groups,
                                 reference.head_groups));

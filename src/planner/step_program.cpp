@@ -54,7 +54,7 @@ class ProgramBuilder {
                            ((4.0 * H + 3.0 * F) * static_cast<double>(dtype_size(plan_.weight_dtype)) + 8.0);
       kept_layer_recompute_s_ = bytes / (kGpuAdamWBytesPerParam * profile_.compute.gpu_adamw_params_per_s);
     }
-    groups_ = boundary_groups(plan_.activations);
+    groups_ = boundary_groups(plan_.activations, plan_.one_staging_buffer);
     const StepSequence sequence = step_sequence(L_, groups_.recomputed);
     uses_ = schedule_slots(sequence.units, resident_, std::max<int64_t>(1, plan_.gpu_slots));
     passes_ = sequence.passes;

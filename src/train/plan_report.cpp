@@ -188,9 +188,12 @@ void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout
   if (recomputes_any(p))
     std::printf(
         "  boundary activations: one in %lld kept, the others recomputed in the backward from the kept one "
-        "below; kept: %s\n",
-        static_cast<long long>(boundary_group_size(p.activations)),
-        kept_boundary_runs(p.activations).c_str());
+        "below; kept: %s%s\n",
+        static_cast<long long>(boundary_group_size(p.activations)), kept_boundary_runs(p.activations).c_str(),
+        boundary_groups(p.activations, p.one_staging_buffer).staging_buffers == 1
+            ? " (offloaded ones through one staging buffer on the GPU: each reload waits for the use reading "
+              "it)"
+            : "");
   else
     std::printf("  boundary activations of layers %s\n",
                 runs(p.activations, [](ActivationPlacement a) {
