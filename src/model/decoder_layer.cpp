@@ -221,8 +221,9 @@ void project_qkv(Ops& ops, const LayerContext& ctx, const LayerParams& p, const 
   ops.rope(rows(s.k, t.t0, t.n, d.gKD).view({t.n, d.gHkv, d.D}), positions, ctx.inv_freq, false);
 }
 
-// A for every tile of group g. h is computed again for each tile when there are several (it holds
-// the last tile's), and for the first group when there is one.
+// A for every tile of group g. h = rmsnorm(x) runs for each tile when there are several (h holds
+// only the last tile's rows), and for the one tile unless `h_is_fresh` (an earlier group's A, or
+// the recompute, left it there).
 void project_group(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
                    const Dims& d, int64_t g, const std::vector<Tile>& tiles, bool h_is_fresh, Tensor x_in,
                    LayerScratch& s) {
