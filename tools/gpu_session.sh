@@ -5,7 +5,7 @@
 # tools/make_gpu_bundle.sh) and writes its logs to $OUT/logs.tgz (and $OUT/summary.log).
 # PARTS: tests roundtrip goldens bench adamw attention_long profiles losscurve train.
 # Knobs (environment): PARTS, GPU_TESTS, PROFILE_MODELS, MODELS, BUDGETS, GLOBAL_BATCH, MICRO_BATCH,
-# STEPS, TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY,
+# STEPS, TRAIN_TIMEOUT (seconds a run may take, 420), TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY,
 # EXTRA_YAML (more config lines), TAG (suffix of the train logs, for several settings in one call),
 # HAND_TARGET + HAND_PLANS, PEERS, KEEP_LOGS, SEQ_LEN (train: tokens per sequence and per random
 # document, 2048) and SEQ_TILE (auto).
@@ -151,7 +151,7 @@ ${EXTRA_YAML:-}
 YAML
         # The host memory sampled each second beside the plan (the run writes its own per-phase
         # report, host_memory.json, into its output_dir).
-        run "train-$name" 420 tools/sample_rss.sh "$L/rss-$name.log" "$B/ferry" train /tmp/train.yaml
+        run "train-$name" "${TRAIN_TIMEOUT:-420}" tools/sample_rss.sh "$L/rss-$name.log" "$B/ferry" train /tmp/train.yaml
         cp "/tmp/out-$model-$budget/host_memory.json" "$L/host_memory-$name.json" 2>/dev/null
         # Hand-written plans beside the planner's, for one model and budget (HAND_TARGET=MODEL@BUDGET):
         # HAND_PLANS lists override sets separated by '|', e.g. "gpu_slots=3|resident_layers=0".
