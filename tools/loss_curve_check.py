@@ -58,7 +58,7 @@ def parse_args():
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--ferry", action="append", default=[], help="LABEL=metrics.jsonl (repeatable)")
     p.add_argument("--heldout", help="records never trained on: compare the trained models' loss on them")
-    p.add_argument("--seed-orders", type=int, default=2,
+    p.add_argument("--seed-orders", type=int, default=5,
                    help="bf16 references on shuffled record orders that measure the seed noise (with --heldout)")
     p.add_argument("--report", help="write the curves and the verdict as JSON here")
     return p.parse_args()
