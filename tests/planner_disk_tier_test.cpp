@@ -137,6 +137,46 @@ TEST_F(DiskPlanTest, TheMemoryModelCountsTheBuffersNotTheDiskUnitsState) {
   EXPECT_EQ(d.file_bytes, offset);
 }
 
+// The run starts from the model's weights loaded in fp32 (4 bytes/param of every unit), which
+// become the optimizer state unit by unit beside the pinned buffers and the tier's buffers
+// (HostBytes::start). With most layers' state on disk that is more than the steady total, and the
+// host budget must hold it: no disk lowers it below the loaded weights and the process beside them.
+TEST_F(DiskPlanTest, TheStartHoldsTheLoadedWeightsAndTheBudgetMustToo) {
+  const SearchResult ram = search_plans(config_, layout_, with_disk(2e9), request(24));
+  const int64_t eligible = static_cast<int64_t>(disk_eligible_units(layout_, ram.best.plan).size());
+  const Plan all_on_disk = with_state_on_disk(layout_, ram.best.plan, eligible);
+  const HostBytes h = host_bytes(config_, layout_, all_on_disk, kSeq, kGlobal);
+  size_t loaded = 0;
+  for (const UnitLayout& u : layout_.units) loaded += static_cast<size_t>(u.numel) * sizeof(float);
+  EXPECT_EQ(h.loaded_weights, loaded);
+  EXPECT_EQ(h.start(),
+            h.pinned + h.beside + h.device + disk_tier_layout(layout_, all_on_disk).ram_bytes() + loaded);
+  ASSERT_GT(h.start(), h.total()) << "every layer's state on disk: the loaded 8B outweighs what stays in RAM";
+  EXPECT_EQ(h.peak(), h.start());
+  // All in RAM the state (12 bytes/param) outweighs the loaded weights (4): the total is the peak.
+  const HostBytes in_ram = host_bytes(config_, layout_, ram.best.plan, kSeq, kGlobal);
+  EXPECT_EQ(in_ram.peak(), in_ram.total());
+
+  // No plan starts under the loaded weights and the process beside them, whatever the disk takes.
+  PlanRequest r = request(24);
+  r.disk_budget = 500 * kGiB;
+  r.host_budget = loaded + r.host_beside_engine - 1;
+  try {
+    search_plans(config_, layout_, with_disk(2e9), r);
+    FAIL() << "expected a refusal: the loaded weights alone exceed the host budget";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the model's weights in fp32"), std::string::npos) << e.what();
+  }
+  // Every layer's state forced to disk, the start is what binds: the plan chosen starts within the
+  // budget.
+  r.disk_layers = eligible;
+  r.host_budget = h.start() + r.host_beside_engine;
+  const SearchResult s = search_plans(config_, layout_, with_disk(2e9), r);
+  const HostBytes& chosen = s.best.prediction.host;
+  EXPECT_LE(chosen.peak(), r.host_budget);
+  EXPECT_GT(chosen.start(), chosen.total()) << s.best.plan.describe();
+}
+
 TEST_F(DiskPlanTest, ASlowDiskBoundsTheStepAndSaysHowManyTokensWouldHideIt) {
   const SearchResult ram = search_plans(config_, layout_, with_disk(2e9), request(24));
   const Candidate& c = ram.best;

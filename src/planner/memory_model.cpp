@@ -228,7 +228,10 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
     // its d2h until the update writes the new weights over it (unit_updater.h).
     if (on_host) h.pinned += n * wd;
   }
-  h.pageable += disk_tier_layout(layout, plan).ram_bytes();
+  h.disk_tier_buffers = disk_tier_layout(layout, plan).ram_bytes();
+  h.pageable += h.disk_tier_buffers;
+  for (const UnitLayout& unit : layout.units)
+    h.loaded_weights += static_cast<size_t>(unit.numel) * sizeof(float);
   h.pageable += lean_save_scratch_bytes(layout, plan);
   const GradientLanding landing = gradient_landing(layout, plan);
   h.pinned += landing.ring_buffers * landing.ring_elements * gd;

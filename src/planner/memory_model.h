@@ -4,6 +4,7 @@
 // (round_to_256 on the device), so a prediction of peak memory is this sum and nothing else.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -47,8 +48,20 @@ struct HostBytes {
   // checkpoint writing), and the device's bytes where its memory is host memory (SimDevice).
   size_t beside = 0;
   size_t device = 0;
+  // At the start, the model's weights as loaded (fp32, 4 bytes/param of every unit) become the
+  // optimizer state unit by unit: each unit's loaded copy is freed once its masters hold it, and m
+  // and v are written only after the last (train/step_executor.cpp). Until then the process holds
+  // the pinned buffers, the disk tier's RAM buffers and at most every loaded weight (a unit's
+  // masters take its loaded copy's place, never more: 4 bytes/param or a lean format's fewer).
+  size_t loaded_weights = 0;
+  size_t disk_tier_buffers = 0;
   size_t engine() const { return pageable + pinned; }
   size_t total() const { return pageable + pinned + beside + device; }
+  // The most the process holds while the loaded weights become the state (the state commit).
+  size_t start() const { return pinned + beside + device + disk_tier_buffers + loaded_weights; }
+  // What the host budget must hold: the run's steady total, or its start where that is more (most
+  // of the state on disk, or a lean format with few pinned buffers).
+  size_t peak() const { return std::max(total(), start()); }
 };
 
 // The GPU optimizer's (ResidentWithOptimizer units') buffers beside their weights and state.

@@ -343,15 +343,20 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
       format_bytes(beside.bytes - kHostGrowthAllowance), format_bytes(kHostGrowthAllowance),
       h.device > 0 ? fmt::format(" + the simulated device's {}", format_bytes(h.device)) : std::string(),
       format_bytes(selection.request.host_budget), selection.request.host_budget_source);
+  if (h.start() > h.total())
+    log_info(
+        "host memory plan at the start: {} (the loaded weights in fp32, {}, held while they become the "
+        "optimizer "
+        "state, beside the pinned buffers)",
+        format_bytes(h.start()), format_bytes(h.loaded_weights));
   if (watch != nullptr) {
     // Loading holds the weights in fp32 beside what the process had; every later phase holds the plan.
     watch->plan(kPhaseModelLoad, beside.weights + beside.bytes);
     for (const char* phase : kPhasesOfThePlan) watch->plan(phase, h.total());
-    // The disk units' loaded weights are held in RAM until the tier has them (the state commit).
-    // Checkpoints and resumes stream the tier's state through its own buffer (streamed_state):
-    // they hold the plan.
-    if (chosen.prediction.disk_bytes > 0)
-      watch->plan(kPhaseStateCommit, h.total() + chosen.prediction.disk_bytes);
+    // The loaded weights become the state unit by unit (HostBytes::start): the disk units' are
+    // held until the tier has them. Checkpoints and resumes stream the tier's state through its
+    // own buffer (streamed_state): they hold the plan.
+    watch->plan(kPhaseStateCommit, h.peak());
     watch->enter(kPhaseStateCommit);
   }
   return std::make_unique<SlidingExecutor>(std::move(group), config, std::move(weights), chosen.plan,
