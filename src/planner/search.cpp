@@ -464,7 +464,7 @@ class Searcher {
       lower = "global_batch or seq_len";
       what = fmt::format(
           "every plan that fits the device needs at least {} of host memory (optimizer state, pinned "
-          "buffers and the process beside them; at the start, the model's weights in fp32 while they "
+          "buffers and the process beside them; at the start, one unit's weights in fp32 while they "
           "become the optimizer state), more "
           "than the {} host budget ({}); give host_memory of at least {}{}",
           gib(min_host_fitting_), gib(r_.host_budget), r_.host_budget_source, gib(min_host_fitting_),

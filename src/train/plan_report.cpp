@@ -243,8 +243,8 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
               s.request.host_budget_source.c_str());
   if (p.host.start() > p.host.total())
     std::printf(
-        "  at start  %s  (the model's weights loaded in fp32, %s, held while they become the optimizer "
-        "state: more than the steady total)\n",
+        "  at start  %s  (the weights read one unit at a time into a %s fp32 buffer while the masters are "
+        "written, before the moments: more than the steady total)\n",
         share(p.host.start(), s.request.host_budget).c_str(), format_bytes(p.host.loaded_weights).c_str());
   if (p.disk_bytes > 0)
     std::printf("  disk      %s  (optimizer state in disk_dir %s, of disk_memory %s)\n",
