@@ -223,9 +223,14 @@ struct InitJob {
   uint64_t seed;
 };
 
-// The jobs of unit u's parameters into `dst` (the unit's numel values). Each parameter gets its own
-// generator, seeded from (seed, the parameter's index in the model), so that filling in parallel,
-// or one unit at a time, gives the same values as filling in order.
+// Values drawn by one generator: a parameter's in pieces of this many, so that one unit's few large
+// parameters (an 8B's embedding is one of 525M values) fill on every thread.
+constexpr int64_t kInitPiece = int64_t{1} << 20;
+
+// The jobs of unit u's parameters into `dst` (the unit's numel values). Each piece of each
+// parameter gets its own generator, seeded from (seed, the parameter's index in the model, the
+// piece), so that filling in parallel, or one unit at a time, gives the same values as filling in
+// order.
 void add_unit_jobs(const ModelLayout& layout, uint64_t seed, size_t u, float* dst,
                    std::vector<InitJob>& jobs) {
   uint64_t index = 0;
@@ -233,12 +238,15 @@ void add_unit_jobs(const ModelLayout& layout, uint64_t seed, size_t u, float* ds
   for (const auto& p : layout.units[u].params) {
     const bool is_bias = p.name.size() >= 4 && p.name.compare(p.name.size() - 4, 4, "bias") == 0;
     const bool is_norm = p.name.find("norm") != std::string::npos;
-    jobs.push_back(
-        {dst + p.offset, p.numel, is_bias ? 2 : (is_norm ? 1 : 0), seed * 0x9E3779B97F4A7C15ull + (++index)});
+    const uint64_t param_seed = seed * 0x9E3779B97F4A7C15ull + (++index);
+    for (int64_t at = 0; at < p.numel; at += kInitPiece)
+      jobs.push_back({dst + p.offset + at, std::min(kInitPiece, p.numel - at),
+                      is_bias ? 2 : (is_norm ? 1 : 0),
+                      param_seed ^ (static_cast<uint64_t>(at / kInitPiece) * 0xD1B54A32D192ED03ull)});
   }
 }
 
-// The jobs in parallel, one parameter (one generator's stream) per task.
+// The jobs in parallel, one piece (one generator's stream) per task.
 void run_jobs(const ModelConfig& config, const std::vector<InitJob>& jobs) {
   const float std_dev = static_cast<float>(config.initializer_range);
   ThreadPool::global().parallel_for(jobs.size(), [&](size_t begin, size_t end) {
