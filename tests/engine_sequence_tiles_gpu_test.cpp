@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "device/device.h"
 #include "engine/sliding_engine.h"
@@ -61,24 +62,44 @@ Steps run_steps(const ModelWeights& w, const test::Golden& golden, int64_t seq_t
   return out;
 }
 
-class SequenceTilesGpu : public ::testing::TestWithParam<std::string> {};
+// The golden case of the parameter, its weights, and transformers' losses and norms; skips where
+// no GPU or no fixture is.
+class SequenceTilesGpu : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!cuda_available()) GTEST_SKIP() << "no GPU";
+    const auto dir = test::fixtures_dir() / "hf" / GetParam();
+    if (!std::filesystem::exists(dir / "golden.safetensors")) GTEST_SKIP() << "no fixture at " << dir;
+    weights_.emplace(load_model_weights(dir));
+    golden_.emplace(dir);
+    step_loss_ = golden_->f32("step_loss");
+    norms_ = golden_->f32("grad_norm");
+  }
+  Steps run(int64_t seq_tile, int64_t keep_every = 1) const {
+    return run_steps(*weights_, *golden_, seq_tile, keep_every);
+  }
+  // The tile that cuts the case's rows unevenly: 1,000 of the long case's 4,096 tokens, else 7.
+  int64_t uneven_tile() const { return golden_->seq >= 4096 ? 1000 : 7; }
+  // Loss within 2% and gradient norm within 5% of transformers' float64 run at step k + 1.
+  void expect_tracks_transformers(const Steps& run, size_t k) const {
+    EXPECT_NEAR(run.losses[k], step_loss_[k], 0.02 * step_loss_[k]) << "step " << k + 1;
+    EXPECT_NEAR(run.norms[k], norms_[k], 0.05 * norms_[k]) << "step " << k + 1;
+  }
+
+  std::optional<ModelWeights> weights_;
+  std::optional<test::Golden> golden_;
+  std::vector<float> step_loss_, norms_;
+};
 
 TEST_P(SequenceTilesGpu, TiledStepsTrackTheUntiledAndTransformers) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU";
-  const auto dir = test::fixtures_dir() / "hf" / GetParam();
-  if (!std::filesystem::exists(dir / "golden.safetensors")) GTEST_SKIP() << "no fixture at " << dir;
-  const ModelWeights w = load_model_weights(dir);
-  const test::Golden golden(dir);
-  const auto step_loss = golden.f32("step_loss"), norms = golden.f32("grad_norm");
-  const Steps untiled = run_steps(w, golden, 0);
+  const Steps untiled = run(0);
   const std::vector<int64_t> tiles =
-      golden.seq >= 4096 ? std::vector<int64_t>{1000} : std::vector<int64_t>{5, 7};
+      golden_->seq >= 4096 ? std::vector<int64_t>{1000} : std::vector<int64_t>{5, 7};
   for (int64_t tile : tiles) {
     SCOPED_TRACE("seq_tile " + std::to_string(tile));
-    const Steps tiled = run_steps(w, golden, tile);
+    const Steps tiled = run(tile);
     for (size_t k = 0; k < 3; ++k) {
-      EXPECT_NEAR(tiled.losses[k], step_loss[k], 0.02 * step_loss[k]) << "step " << k + 1;
-      EXPECT_NEAR(tiled.norms[k], norms[k], 0.05 * norms[k]) << "step " << k + 1;
+      expect_tracks_transformers(tiled, k);
       EXPECT_NEAR(tiled.losses[k], untiled.losses[k], 0.01 * untiled.losses[k]) << "step " << k + 1;
       EXPECT_NEAR(tiled.norms[k], untiled.norms[k], 0.03 * untiled.norms[k]) << "step " << k + 1;
     }
@@ -90,20 +111,13 @@ TEST_P(SequenceTilesGpu, TiledStepsTrackTheUntiledAndTransformers) {
 // that keeps every boundary as closely as two runs of that plan do (the backward's fp32 atomics
 // aside), tiled and untiled, and transformers as the golden test asks.
 TEST_P(SequenceTilesGpu, RecomputedBoundariesTrackEveryBoundaryKept) {
-  if (!cuda_available()) GTEST_SKIP() << "no GPU";
-  const auto dir = test::fixtures_dir() / "hf" / GetParam();
-  if (!std::filesystem::exists(dir / "golden.safetensors")) GTEST_SKIP() << "no fixture at " << dir;
-  const ModelWeights w = load_model_weights(dir);
-  const test::Golden golden(dir);
-  const auto step_loss = golden.f32("step_loss"), norms = golden.f32("grad_norm");
-  for (int64_t tile : {int64_t{0}, golden.seq >= 4096 ? int64_t{1000} : int64_t{7}}) {
-    const Steps all_kept = run_steps(w, golden, tile);
+  for (int64_t tile : {int64_t{0}, uneven_tile()}) {
+    const Steps all_kept = run(tile);
     for (int64_t keep_every : {2, 3}) {
       SCOPED_TRACE(::testing::Message() << "seq_tile " << tile << ", keep_every " << keep_every);
-      const Steps recomputed = run_steps(w, golden, tile, keep_every);
+      const Steps recomputed = run(tile, keep_every);
       for (size_t k = 0; k < 3; ++k) {
-        EXPECT_NEAR(recomputed.losses[k], step_loss[k], 0.02 * step_loss[k]) << "step " << k + 1;
-        EXPECT_NEAR(recomputed.norms[k], norms[k], 0.05 * norms[k]) << "step " << k + 1;
+        expect_tracks_transformers(recomputed, k);
         EXPECT_NEAR(recomputed.losses[k], all_kept.losses[k], 1e-3 * all_kept.losses[k]) << "step " << k + 1;
         EXPECT_NEAR(recomputed.norms[k], all_kept.norms[k], 1e-2 * all_kept.norms[k]) << "step " << k + 1;
       }

@@ -137,6 +137,39 @@ TEST_F(DiskPlanTest, TheMemoryModelCountsTheBuffersNotTheDiskUnitsState) {
   EXPECT_EQ(d.file_bytes, offset);
 }
 
+// The run reads its weights one unit at a time into one fp32 buffer (ModelWeights::deferred) and
+// writes each unit's masters from it; the moments of the units in RAM come after the last
+// (HostBytes::start). The start is the steady total less those moments plus the largest unit's
+// buffer: below the total while the moments outweigh the buffer (all in RAM: 8 bytes/param
+// against one unit's 4), above it where nothing but the buffer is left to count (every unit's
+// state on disk, which the search's host budget must then hold).
+TEST_F(DiskPlanTest, TheStartHoldsOneUnitsWeightsBesideTheMastersBeforeTheMoments) {
+  const SearchResult ram = search_plans(config_, layout_, with_disk(2e9), request(24));
+  size_t largest = 0, moments = 0;
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    const size_t n = static_cast<size_t>(layout_.units[u].numel);
+    largest = std::max(largest, n * sizeof(float));
+    if (ram.best.plan.units[u] != UnitPlacement::ResidentWithOptimizer)
+      moments += 2 * HostArray::mapped_bytes(n);
+  }
+  const HostBytes in_ram = host_bytes(config_, layout_, ram.best.plan, kSeq, kGlobal);
+  EXPECT_EQ(in_ram.loaded_weights, largest);
+  EXPECT_EQ(in_ram.moments, moments);
+  EXPECT_EQ(in_ram.start(), in_ram.total() - moments + largest);
+  EXPECT_EQ(in_ram.peak(), in_ram.total());
+
+  Plan all_on_disk = ram.best.plan;
+  all_on_disk.state_on_disk.assign(layout_.units.size(), true);
+  for (size_t u = 0; u < layout_.units.size(); ++u)
+    if (all_on_disk.units[u] == UnitPlacement::ResidentWithOptimizer) all_on_disk.state_on_disk[u] = false;
+  const HostBytes disk = host_bytes(config_, layout_, all_on_disk, kSeq, kGlobal);
+  if (disk.moments == 0) {
+    EXPECT_EQ(disk.peak(), disk.total() + largest);
+  } else {
+    EXPECT_EQ(disk.peak(), std::max(disk.total(), disk.total() - disk.moments + largest));
+  }
+}
+
 TEST_F(DiskPlanTest, ASlowDiskBoundsTheStepAndSaysHowManyTokensWouldHideIt) {
   const SearchResult ram = search_plans(config_, layout_, with_disk(2e9), request(24));
   const Candidate& c = ram.best;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "core/error.h"
@@ -13,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "device/device.h"
 #include "ops/device_ops.h"
+#include "planner/sequence_tile.h"
 #include "profiler/disk_rate.h"
 #include "profiler/machine_profiler.h"
 #include "test_util.h"
@@ -228,6 +230,58 @@ TEST(MachineProfiler, ComputeProfileTimesEachPassAsTheEngineRunsIt) {
   }
   EXPECT_EQ(ops.head_weight_gradients().size(), 2u) << "the head with fp32 gradients has buffers of its own";
   EXPECT_EQ(rig.device->memory().in_use, 0u);
+}
+
+// Where not even one sequence fits the device whole, the layer is timed in the largest sequence
+// tiles that fit (as a plan at that length runs it), within the cap, and its times are taken back
+// to the untiled layer's: the planner's charge for the tiled forward (planner/sequence_tile.h) is
+// then the time measured, which on the counting clock is the untiled forward's (tiles issue the
+// same rows). The tiled backward runs the input norm again per tile, so it is charged more than
+// the untiled one, by less than a forward.
+TEST(MachineProfiler, TimesTheLayerInSequenceTilesWhereNoWholeSequenceFits) {
+  const ModelConfig config = preset_config("llama", "tiny");
+  constexpr int64_t kLong = 1024;
+  const auto measure = [&](size_t capacity) {
+    SimDeviceOptions sim;
+    sim.memory_capacity = capacity;
+    SimRig rig(sim);
+    CountingOps ops(*rig.ops);
+    ProfileOptions options = quick_options();
+    options.timing.clock = [&ops] { return ops.seconds(); };
+    options.gpu_adamw_params = 64 * 64;
+    options.micro_batches = {1, 2};
+    options.one_chunk_tokens = kLong;
+    const ComputeProfile c = measure_compute(*rig.device, ops, config, kLong, options);
+    EXPECT_LE(rig.device->memory().peak, capacity);
+    return c;
+  };
+  const ComputeProfile whole = measure(size_t{256} << 20);
+  ASSERT_EQ(whole.layer_tile_tokens, 0);
+  // The smallest capacity that measures (a bisection between one that cannot and one that holds
+  // whole sequences) needs tiles: smaller ones than whole sequences need.
+  std::optional<ComputeProfile> tiled;
+  size_t fails = size_t{256} << 10, holds = size_t{16} << 20;
+  while (holds - fails > size_t{128} << 10) {
+    const size_t capacity = (fails + holds) / 2;
+    try {
+      tiled = measure(capacity);
+      holds = capacity;
+    } catch (const Error&) {
+      fails = capacity;
+    }
+  }
+  ASSERT_TRUE(tiled.has_value() && tiled->layer_tile_tokens > 0)
+      << "the smallest capacity that measures, " << holds << " bytes, timed whole sequences";
+  const int64_t tile = tiled->layer_tile_tokens;
+  EXPECT_LT(tile, kLong);
+  EXPECT_GE(tile, 256);
+  EXPECT_NEAR(tiled_seconds(tiled->layer_forward, kLong, tile), whole.layer_forward.at(kLong),
+              1e-9 * whole.layer_forward.at(kLong));
+  const double backward = tiled_seconds(tiled->layer_backward, kLong, tile);
+  EXPECT_GT(backward, whole.layer_backward.at(kLong));
+  EXPECT_LT(backward, whole.layer_backward.at(kLong) + whole.layer_forward.at(kLong));
+  EXPECT_EQ(tiled->layer_backward_kept.at(kLong), tiled->layer_backward.at(kLong))
+      << "kept internals are whole chunks: no such pass is timed in tiles";
 }
 
 // Each share is the rate beside the other over the rate alone, kept within (0, 1]: a sample where

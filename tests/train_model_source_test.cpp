@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "model/model_weights.h"
 #include "test_util.h"
 #include "train/model_init.h"
 #include "train/model_source.h"
@@ -74,6 +75,40 @@ TEST_F(PresetModelTest, BadPresetsAndTextWithoutATokenizerAreClearErrors) {
   TrainConfig c = config("preset:llama/tiny", "z");
   c.data = {text};
   EXPECT_TRUE(test::throws_with([&] { run_training(c); }, {"no tokenizer", "tokenizer:"}));
+}
+
+// A run reads its weights one unit at a time (ModelWeights::deferred): each unit, in any order,
+// is what reading them all gives -- a preset's drawn alone as when drawn with the others, a
+// directory's read alone -- and a directory whose tensors disagree with its config is refused
+// before anything is read, as it is when read whole.
+TEST_F(PresetModelTest, DeferredUnitsAreTheWeightsReadWhole) {
+  const ModelWeights deferred = deferred_model_source_weights("preset:llama/tiny", 5);
+  ASSERT_TRUE(deferred.deferred());
+  std::vector<std::vector<float>> whole;
+  init_random_weights(deferred.config, 5, whole);
+  std::vector<float> unit;
+  for (size_t u = whole.size(); u-- > 0;) {
+    deferred.loader(u, unit);
+    EXPECT_EQ(unit, whole[u]) << "unit " << u;
+  }
+  const ModelWeights other_seed = model_source_weights("preset:llama/tiny", 6);
+  ASSERT_FALSE(other_seed.deferred());
+  EXPECT_NE(other_seed.units[1], whole[1]);
+
+  const std::filesystem::path dir = scratch_ / "tiny";
+  write_random_model(preset_config("llama", "tiny"), 7, dir);
+  const ModelWeights read = load_model_weights(dir);
+  const ModelWeights lazily = deferred_model_source_weights(dir, 0);
+  ASSERT_TRUE(lazily.deferred());
+  for (size_t u = read.units.size(); u-- > 0;) {
+    lazily.loader(u, unit);
+    EXPECT_EQ(unit, read.units[u]) << "unit " << u;
+  }
+  nlohmann::json cfg;
+  std::ifstream(dir / "config.json") >> cfg;
+  cfg["intermediate_size"] = 2 * cfg["intermediate_size"].get<int>();
+  std::ofstream(dir / "config.json") << cfg.dump();
+  EXPECT_THROW(deferred_model_source_weights(dir, 0), Error);
 }
 
 TEST(PresetModel, RealShapesHaveTheirParameterCounts) {

@@ -5,7 +5,7 @@
 # tools/make_gpu_bundle.sh) and writes its logs to $OUT/logs.tgz (and $OUT/summary.log).
 # PARTS: tests roundtrip goldens bench adamw attention_long profiles losscurve train.
 # Knobs (environment): PARTS, GPU_TESTS, PROFILE_MODELS, MODELS, BUDGETS, GLOBAL_BATCH, MICRO_BATCH,
-# STEPS, TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY,
+# STEPS, TRAIN_TIMEOUT (seconds a run may take, 420), TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY,
 # EXTRA_YAML (more config lines), TAG (suffix of the train logs, for several settings in one call),
 # HAND_TARGET + HAND_PLANS, PEERS, KEEP_LOGS, SEQ_LEN (train: tokens per sequence and per random
 # document, 2048) and SEQ_TILE (auto).
@@ -70,19 +70,23 @@ for part in ${PARTS:-tests roundtrip bench train}; do
       done ;;
     losscurve)
       # 200 steps of a small model on Markov-chain data against transformers: resident, offloaded,
-      # and offloaded with the fp32 masters uploaded and converted on the GPU.
+      # and offloaded with the fp32 masters uploaded and converted on the GPU; then the loss on
+      # held-out records of the same chain.
       stage losscurve
       python3 - <<'PY'
 import json, random
 rng = random.Random(1)
 vocab, seq = 2048, 512
 succ = [[rng.randrange(vocab) for _ in range(4)] for _ in range(vocab)]
-with open("/tmp/markov.jsonl", "w") as f:
-    for _ in range(1024):
-        t = [rng.randrange(vocab)]
-        while len(t) < seq:
-            t.append(succ[t[-1]][min(3, int(rng.expovariate(1.5)))])
-        f.write(json.dumps({"input_ids": t}) + "\n")
+def write(path, n):  # n records of the same chain; the held-out ones follow the training ones
+    with open(path, "w") as f:
+        for _ in range(n):
+            t = [rng.randrange(vocab)]
+            while len(t) < seq:
+                t.append(succ[t[-1]][min(3, int(rng.expovariate(1.5)))])
+            f.write(json.dumps({"input_ids": t}) + "\n")
+write("/tmp/markov.jsonl", 1024)
+write("/tmp/markov-heldout.jsonl", 128)
 PY
       [ -d /tmp/small ] || "$B/ferry" init --arch llama --preset small --dtype float32 --out /tmp/small >> "$L/init.log" 2>&1
       # CURVE_MODES: resident, offloaded, converted, and lean-FORMAT (offloaded with optimizer_state FORMAT).
@@ -96,10 +100,11 @@ PY
         rm -rf "/tmp/curve-$mode"
         run "losscurve-ferry-$mode" 300 "$B/ferry" train /dev/null model=/tmp/small data=/tmp/markov.jsonl \
           output_dir=/tmp/curve-$mode seq_len=512 global_batch=16 micro_batch=4 max_steps=200 learning_rate=1e-3 \
-          warmup_steps=20 weight_decay=0.1 max_grad_norm=1.0 shuffle=false packing=false device=cuda logging_steps=20 $extra
+          warmup_steps=20 weight_decay=0.1 max_grad_norm=1.0 shuffle=false packing=false device=cuda logging_steps=20 \
+          eval_data=/tmp/markov-heldout.jsonl $extra
       done
       run losscurve-check 600 python3 tools/loss_curve_check.py --model /tmp/small --data /tmp/markov.jsonl --steps 200 \
-        $curves --report "$L/losscurve.json" ;;
+        --heldout /tmp/markov-heldout.jsonl $curves --report "$L/losscurve.json" ;;
     train)
       stage train
       # Documents of SEQ_LEN tokens (one fills a row: long-context runs attend over all of it),
@@ -146,7 +151,7 @@ ${EXTRA_YAML:-}
 YAML
         # The host memory sampled each second beside the plan (the run writes its own per-phase
         # report, host_memory.json, into its output_dir).
-        run "train-$name" 420 tools/sample_rss.sh "$L/rss-$name.log" "$B/ferry" train /tmp/train.yaml
+        run "train-$name" "${TRAIN_TIMEOUT:-420}" tools/sample_rss.sh "$L/rss-$name.log" "$B/ferry" train /tmp/train.yaml
         cp "/tmp/out-$model-$budget/host_memory.json" "$L/host_memory-$name.json" 2>/dev/null
         # Hand-written plans beside the planner's, for one model and budget (HAND_TARGET=MODEL@BUDGET):
         # HAND_PLANS lists override sets separated by '|', e.g. "gpu_slots=3|resident_layers=0".

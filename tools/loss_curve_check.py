@@ -20,6 +20,14 @@ that round differently drift apart by about that much. The tolerance is derived 
     per 10-step window of mean loss: |ferry - ref_bf16| <= 2 * max_window |ref_bf16 - ref_fp32| + 0.01
     step 1 (same weights, same batch, no update yet): |ferry - ref_fp32| <= 1% of the loss
 
+With --heldout FILE (records as --data's, none of them trained on), the trained models' held-out
+loss is compared too. ferry's is the last `eval_loss` in its metrics (train with
+`eval_data=FILE`). The seed noise is how far the bf16 reference's held-out loss moves when only the
+order of the training records changes (--seed-orders more references, each on the records shuffled
+with its own seed):
+
+    |ferry - ref_bf16| <= max(seed noise, 2 * |ref_bf16 - ref_fp32|)
+
 Exit status 0 when every ferry curve passes, 1 otherwise. Needs torch and transformers (the GPU
 machine).
 """
@@ -27,6 +35,7 @@ machine).
 import argparse
 import json
 import math
+import random
 import sys
 
 import torch
@@ -48,6 +57,9 @@ def parse_args():
     p.add_argument("--eps", type=float, default=1e-8)
     p.add_argument("--max-grad-norm", type=float, default=1.0)
     p.add_argument("--ferry", action="append", default=[], help="LABEL=metrics.jsonl (repeatable)")
+    p.add_argument("--heldout", help="records never trained on: compare the trained models' loss on them")
+    p.add_argument("--seed-orders", type=int, default=5,
+                   help="bf16 references on shuffled record orders that measure the seed noise (with --heldout)")
     p.add_argument("--report", help="write the curves and the verdict as JSON here")
     return p.parse_args()
 
@@ -58,19 +70,41 @@ def read_records(path):
 
 
 def read_ferry_losses(path, steps):
+    """The step losses and the last held-out loss (None when the run evaluated nothing)."""
     losses = {}
+    heldout = None
     with open(path) as f:
         for line in f:
             if line.strip():
                 r = json.loads(line)
-                losses[int(r["step"])] = float(r["loss"])
+                if "eval_loss" in r:
+                    heldout = float(r["eval_loss"])
+                elif "loss" in r:
+                    losses[int(r["step"])] = float(r["loss"])
     missing = [s for s in range(1, steps + 1) if s not in losses]
     if missing:
         sys.exit(f"{path}: no loss for steps {missing[:5]}... (did ferry run {steps} steps?)")
-    return [losses[s] for s in range(1, steps + 1)]
+    return [losses[s] for s in range(1, steps + 1)], heldout
 
 
-def train_reference(args, records, bf16):
+@torch.no_grad()
+def heldout_loss(model, records, micro_batch, bf16):
+    """Mean loss over every predicted token of `records`, as ferry's evaluation counts it."""
+    model.eval()
+    total, counted = 0.0, 0
+    for start in range(0, len(records), micro_batch):
+        chunk = torch.tensor(records[start:start + micro_batch], dtype=torch.long, device="cuda")
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(input_ids=chunk).logits
+        total += torch.nn.functional.cross_entropy(
+            logits[:, :-1].float().reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1), reduction="sum").item()
+        counted += chunk[:, 1:].numel()
+    model.train()
+    return total / counted
+
+
+def train_reference(args, records, bf16, heldout=None):
+    """The step losses of one reference run, and its held-out loss after the last step (or None)."""
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -107,7 +141,7 @@ def train_reference(args, records, bf16):
         sched.step()
         opt.zero_grad(set_to_none=True)
         losses.append(total / counted)
-    return losses
+    return losses, (heldout_loss(model, heldout, args.micro_batch, bf16) if heldout else None)
 
 
 def windows(curve, size=10):
@@ -120,13 +154,18 @@ def main():
     lengths = {len(r) for r in records}
     if len(lengths) != 1:
         sys.exit(f"{args.data}: records must all have seq_len tokens (found lengths {sorted(lengths)[:5]})")
-    ferry = {}
+    heldout = read_records(args.heldout) if args.heldout else None
+    if heldout and {len(r) for r in heldout} != lengths:
+        sys.exit(f"{args.heldout}: held-out records must have the training records' length {lengths.pop()}")
+    ferry, ferry_heldout = {}, {}
     for item in args.ferry:
         label, _, path = item.partition("=")
-        ferry[label] = read_ferry_losses(path, args.steps)
+        ferry[label], ferry_heldout[label] = read_ferry_losses(path, args.steps)
+        if heldout and ferry_heldout[label] is None:
+            sys.exit(f"{path}: no eval_loss; train with eval_data={args.heldout} to compare held-out losses")
 
-    ref32 = train_reference(args, records, bf16=False)
-    ref16 = train_reference(args, records, bf16=True)
+    ref32, held32 = train_reference(args, records, bf16=False, heldout=heldout)
+    ref16, held16 = train_reference(args, records, bf16=True, heldout=heldout)
     w32, w16 = windows(ref32), windows(ref16)
     noise = max(abs(a - b) for a, b in zip(w16, w32))
     tolerance = 2 * noise + 0.01
@@ -135,15 +174,39 @@ def main():
 
     ok = True
     report = {"reference_fp32": ref32, "reference_bf16": ref16, "noise": noise, "tolerance": tolerance, "ferry": {}}
+    if heldout:
+        # The same training records in other orders: the spread a change of the data seed alone makes.
+        shuffled = []
+        for seed in range(1, args.seed_orders + 1):
+            order = list(records)
+            random.Random(seed).shuffle(order)
+            shuffled.append(train_reference(args, order, bf16=True, heldout=heldout)[1])
+        seed_noise = max((abs(h - held16) for h in shuffled), default=0.0)
+        held_tolerance = max(seed_noise, 2 * abs(held16 - held32))
+        report.update({"heldout_fp32": held32, "heldout_bf16": held16, "heldout_shuffled_bf16": shuffled,
+                       "heldout_seed_noise": seed_noise, "heldout_tolerance": held_tolerance})
+        print(f"held-out: reference fp32 {held32:.4f}, bf16 {held16:.4f}, bf16 on {len(shuffled)} other record "
+              f"orders {', '.join(f'{h:.4f}' for h in shuffled)}; seed noise {seed_noise:.4f}; "
+              f"tolerance {held_tolerance:.4f}")
     for label, curve in ferry.items():
         wf = windows(curve)
         worst = max(abs(a - b) for a, b in zip(wf, w16))
         first = abs(curve[0] - ref32[0])
         passed = worst <= tolerance and first <= 0.01 * ref32[0] and all(math.isfinite(x) for x in curve)
+        entry = {"losses": curve, "max_window_diff": worst, "step1_diff": first}
+        held_text = ""
+        if heldout:
+            held_diff = abs(ferry_heldout[label] - held16)
+            passed &= held_diff <= held_tolerance
+            entry.update({"heldout": ferry_heldout[label], "heldout_diff": held_diff})
+            held_text = (f"; held-out {ferry_heldout[label]:.4f}, |ferry - ref_bf16| {held_diff:.4f} "
+                         f"(tolerance {held_tolerance:.4f})")
         ok &= passed
-        report["ferry"][label] = {"losses": curve, "max_window_diff": worst, "step1_diff": first, "pass": passed}
+        entry["pass"] = passed
+        report["ferry"][label] = entry
         print(f"{label}: {curve[0]:.4f} -> {curve[-1]:.4f}; max window |ferry - ref_bf16| {worst:.4f} "
-              f"(tolerance {tolerance:.4f}); step 1 |ferry - ref_fp32| {first:.5f}; {'PASS' if passed else 'FAIL'}")
+              f"(tolerance {tolerance:.4f}); step 1 |ferry - ref_fp32| {first:.5f}{held_text}; "
+              f"{'PASS' if passed else 'FAIL'}")
     print("step   ref_fp32  ref_bf16  " + "  ".join(f"{label:>10}" for label in ferry))
     for s in list(range(0, args.steps, 20)) + [args.steps - 1]:
         print(f"{s + 1:4d}   {ref32[s]:8.4f}  {ref16[s]:8.4f}  " +

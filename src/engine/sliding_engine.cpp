@@ -242,30 +242,28 @@ EventId SlidingEngine::send_gradients(size_t unit, int64_t slot) {
 
 SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& batch, const AdamWHyper& hyper,
                                       double max_grad_norm) {
+  FERRY_ASSERT(!share_, "a device of a group runs its share of a step with the group's GroupStep");
+  GroupStep group;
+  group.counted_tokens = batch.counted_tokens();
+  group.rows = distinct_ids(std::span<const int32_t>(batch.ids.data(), batch.ids.size()), config_.vocab_size);
+  return run_step(step, batch, std::move(group), hyper, max_grad_norm);
+}
+
+SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& share, const GroupStep& group,
+                                      const AdamWHyper& hyper, double max_grad_norm) {
+  FERRY_ASSERT(share_.has_value(), "a step with a GroupStep is a device of a group's share");
+  return run_step(step, share, group, hyper, max_grad_norm);
+}
+
+SlidingStepResult SlidingEngine::run_step(int64_t step, const StepBatch& batch, GroupStep group,
+                                          const AdamWHyper& hyper, double max_grad_norm) {
   FERRY_ASSERT(step == step_ + 1, "steps must be consecutive");
   FERRY_ASSERT(batch.chunk_tokens() == chunk_tokens_ && batch.chunks() <= max_chunks_);
   FERRY_CHECK(
       max_grad_norm <= 0 || plan_.update == UpdateSchedule::AfterBackward, "engine",
       "gradient clipping needs the global norm before any update: use the after-backward update schedule");
-  FERRY_ASSERT(!share_, "a device of a group runs its share of a step with the group's GroupStep");
-  GroupStep group;
-  group.counted_tokens = batch.counted_tokens();
-  group.rows = distinct_ids(std::span<const int32_t>(batch.ids.data(), batch.ids.size()), config_.vocab_size);
   step_ = step;
   begin_step(batch, std::move(group), hyper, max_grad_norm);
-  for (size_t i = 0; i < uses_.size(); ++i) run_use(i);
-  return end_step(max_grad_norm);
-}
-
-SlidingStepResult SlidingEngine::step(int64_t step, const StepBatch& share, const GroupStep& group,
-                                      const AdamWHyper& hyper, double max_grad_norm) {
-  FERRY_ASSERT(share_.has_value() && step == step_ + 1, "steps must be consecutive");
-  FERRY_ASSERT(share.chunk_tokens() == chunk_tokens_ && share.chunks() <= max_chunks_);
-  FERRY_CHECK(
-      max_grad_norm <= 0 || plan_.update == UpdateSchedule::AfterBackward, "engine",
-      "gradient clipping needs the global norm before any update: use the after-backward update schedule");
-  step_ = step;
-  begin_step(share, group, hyper, max_grad_norm);
   for (size_t i = 0; i < uses_.size(); ++i) run_use(i);
   return end_step(max_grad_norm);
 }

@@ -126,6 +126,10 @@ class SlidingEngine {
   Tensor activation(int64_t boundary, int64_t chunk) const;
   // The gradient flowing back into chunk `chunk`'s current boundary, (T,H).
   Tensor activation_grad(int64_t chunk) const;
+  // What both step() overloads run, once the step's GroupStep is known: the checks, then
+  // begin_step, every use and end_step.
+  SlidingStepResult run_step(int64_t step, const StepBatch& batch, GroupStep group, const AdamWHyper& hyper,
+                             double max_grad_norm);
   // One step, in the order step() runs it: the step's tokens up and its bookkeeping reset; each
   // use of the slot schedule (a unit's forward, the head, a unit's backward); the loss and norm.
   void begin_step(const StepBatch& batch, GroupStep group, const AdamWHyper& hyper, double max_grad_norm);

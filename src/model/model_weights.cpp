@@ -1,5 +1,6 @@
 #include "model/model_weights.h"
 
+#include <memory>
 #include <set>
 
 #include "core/error.h"
@@ -70,6 +71,25 @@ ModelWeights load_model_weights(const std::filesystem::path& model_dir) {
   for (size_t i = 0; i < w.layout.units.size(); ++i)
     read_unit_weights(file, w.layout.units[i], w.units[i].data());
   return w;
+}
+
+ModelWeights deferred_model_weights(const std::filesystem::path& model_dir) {
+  ModelWeights w;
+  w.config = load_model_config(model_dir);
+  w.layout = build_model_layout(w.config);
+  auto file = std::make_shared<const SafetensorsModel>(open_model_weights(model_dir, w.config, w.layout));
+  w.loader = [file, layout = w.layout](size_t unit, std::vector<float>& out) {
+    out.assign(static_cast<size_t>(layout.units[unit].numel), 0.0f);
+    read_unit_weights(*file, layout.units[unit], out.data());
+  };
+  return w;
+}
+
+void ModelWeights::load_all() {
+  if (!deferred()) return;
+  units.resize(layout.units.size());
+  for (size_t u = 0; u < units.size(); ++u) loader(u, units[u]);
+  loader = nullptr;
 }
 
 void save_model_weights(const std::filesystem::path& dir, const ModelLayout& layout,

@@ -14,10 +14,21 @@ namespace ferry {
 
 class SafetensorsModel;
 
+// Unit u's fp32 values into `out` (resized to the unit's numel).
+using UnitLoader = std::function<void(size_t unit, std::vector<float>& out)>;
+
 struct ModelWeights {
   ModelConfig config;
   ModelLayout layout;
   std::vector<std::vector<float>> units;  // units[i] holds layout.units[i].numel values
+  // Set where `units` is empty: the units are read on demand, one at a time, so that a run whose
+  // state takes the weights over unit by unit holds one unit's fp32 copy, not the model's
+  // (4 bytes/param: 30 GiB at 8B, more than the state of a run with most of it on disk).
+  UnitLoader loader;
+
+  bool deferred() const { return units.empty() && static_cast<bool>(loader); }
+  // Reads every unit that `loader` defers into `units`.
+  void load_all();
 
   static ModelWeights zeros(const ModelConfig& config);
   float* param(size_t unit, std::string_view short_name);
@@ -29,6 +40,8 @@ struct ModelWeights {
 // does not know is an error (the checkpoint is for another architecture), except rotary
 // inv_freq buffers and a tied model's duplicate lm_head.weight.
 ModelWeights load_model_weights(const std::filesystem::path& model_dir);
+// The same checks, and a loader that reads each unit when asked (ModelWeights::deferred).
+ModelWeights deferred_model_weights(const std::filesystem::path& model_dir);
 // The weights of DIR opened, with every name, shape and dtype checked against `layout` (the checks
 // load_model_weights makes before it reads anything): for readers that convert unit by unit.
 SafetensorsModel open_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config,

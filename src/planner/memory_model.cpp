@@ -67,6 +67,15 @@ size_t state_mapped_bytes(OptimizerStateFormat format, size_t numel) {
   return bytes;
 }
 
+size_t master_mapped_bytes(OptimizerStateFormat format, size_t numel) {
+  size_t bytes = 0;
+  for (const StateArraySpec& a : state_arrays(format))
+    if (a.kind == StateArrayKind::MasterF32 || a.kind == StateArrayKind::MasterBf16 ||
+        a.kind == StateArrayKind::Compensation8)
+      bytes += HostArray::mapped_bytes(host_array_floats(state_array_bytes(a.kind, numel)));
+  return bytes;
+}
+
 int64_t max_embedding_rows(const ModelConfig& config, int64_t chunk_tokens, int64_t chunks) {
   return std::min(config.vocab_size, chunk_tokens * chunks);
 }
@@ -218,18 +227,25 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
       // the gradient lands in a buffer of its own or in the ring (counted below).
       h.pinned += HostArray::mapped_bytes(n);
       h.pageable += 2 * HostArray::mapped_bytes(n);
+      h.moments += 2 * HostArray::mapped_bytes(n);
       continue;
     }
     // fp32 master, m and v of every unit (for a ResidentWithOptimizer unit: the copy checkpoints
     // read), or the arrays of a lean format, each in its own huge-page mapping -- but for a unit in
     // the disk tier, whose state passes through the tier's buffers (counted below).
     const bool on_disk = u < plan.state_on_disk.size() && plan.state_on_disk[u];
-    if (!on_disk) h.pageable += state_mapped_bytes(plan.optimizer_state, n);
+    if (!on_disk) {
+      h.pageable += state_mapped_bytes(plan.optimizer_state, n);
+      h.moments += state_mapped_bytes(plan.optimizer_state, n) - master_mapped_bytes(plan.optimizer_state, n);
+    }
     // One staging buffer per host-updated unit holds the weights to upload, or the gradient from
     // its d2h until the update writes the new weights over it (unit_updater.h).
     if (on_host) h.pinned += n * wd;
   }
   h.pageable += disk_tier_layout(layout, plan).ram_bytes();
+  // The run reads its weights one unit at a time into one buffer (train/step_executor.cpp).
+  for (const UnitLayout& unit : layout.units)
+    h.loaded_weights = std::max(h.loaded_weights, static_cast<size_t>(unit.numel) * sizeof(float));
   h.pageable += lean_save_scratch_bytes(layout, plan);
   const GradientLanding landing = gradient_landing(layout, plan);
   h.pinned += landing.ring_buffers * landing.ring_elements * gd;

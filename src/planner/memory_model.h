@@ -4,6 +4,7 @@
 // (round_to_256 on the device), so a prediction of peak memory is this sum and nothing else.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -47,8 +48,20 @@ struct HostBytes {
   // checkpoint writing), and the device's bytes where its memory is host memory (SimDevice).
   size_t beside = 0;
   size_t device = 0;
+  // At the start, the model's weights are read one unit at a time into one fp32 buffer (of the
+  // largest unit: ModelWeights::deferred) and written into the masters unit by unit; the moments
+  // (m and v, a lean format's codes and scales) of the units in RAM are written only after the
+  // last (train/step_executor.cpp). Until then the process holds the total less those moments,
+  // plus that buffer.
+  size_t loaded_weights = 0;
+  size_t moments = 0;
   size_t engine() const { return pageable + pinned; }
   size_t total() const { return pageable + pinned + beside + device; }
+  // The most the process holds while the weights become the state (the state commit).
+  size_t start() const { return total() - moments + loaded_weights; }
+  // What the host budget must hold: the run's steady total, or its start where that is more (most
+  // of the state on disk, or a lean format with few pinned buffers).
+  size_t peak() const { return std::max(total(), start()); }
 };
 
 // The GPU optimizer's (ResidentWithOptimizer units') buffers beside their weights and state.
@@ -107,6 +120,8 @@ bool row_sparse_embedding(const ModelLayout& layout, const Plan& plan);
 // The host bytes one unit's optimizer state maps in `format`: each of its arrays
 // (state_arrays) is a HostArray of its own, whole 4 KiB pages.
 size_t state_mapped_bytes(OptimizerStateFormat format, size_t numel);
+// Of those, the master's arrays (the fp32 master, or a lean format's bf16 master and compensation).
+size_t master_mapped_bytes(OptimizerStateFormat format, size_t numel);
 // The int32 arrays of a step's tokens the device holds: ids, targets, positions, doc_start, and
 // the step's distinct ids (the embedding rows it touches), each one entry per token.
 inline constexpr size_t kStepTokenArrays = 5;

@@ -89,6 +89,7 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
         {"layer_forward", linear_json(p.compute.layer_forward)},
         {"layer_backward", linear_json(p.compute.layer_backward)},
         {"layer_backward_kept", linear_json(p.compute.layer_backward_kept)},
+        {"layer_tile_tokens", p.compute.layer_tile_tokens},
         {"head", linear_json(p.compute.head)},
         {"head_f32_grads", linear_json(p.compute.head_f32_grads)},
         {"gpu_adamw_params_per_s", p.compute.gpu_adamw_params_per_s},
@@ -153,6 +154,8 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   p.compute.layer_forward = r.linear(c, "layer_forward");
   p.compute.layer_backward = r.linear(c, "layer_backward");
   if (c.contains("layer_backward_kept")) p.compute.layer_backward_kept = r.linear(c, "layer_backward_kept");
+  if (c.contains("layer_tile_tokens"))
+    p.compute.layer_tile_tokens = static_cast<int64_t>(r.number(c, "layer_tile_tokens"));
   p.compute.head = r.linear(c, "head");
   p.compute.head_f32_grads = c.contains("head_f32_grads") ? r.linear(c, "head_f32_grads") : p.compute.head;
   p.compute.gpu_adamw_params_per_s = r.number(c, "gpu_adamw_params_per_s");

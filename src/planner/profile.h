@@ -34,6 +34,10 @@ struct ComputeProfile {
   // that did not measure it: the cost model then takes layer_backward less the recompute's share of
   // layer_forward.
   LinearTime layer_backward_kept;
+  // Where no micro-chunk of whole sequences fit the device, the layer was timed with its token-local
+  // tensors in tiles of this many tokens, and its times taken back to the untiled layer's as the
+  // planner charges a tile (planner/sequence_tile.h); 0: timed untiled.
+  int64_t layer_tile_tokens = 0;
   LinearTime head;  // final norm + LM head + loss, forward and backward in one fused pass
   // The head when its weight gradient accumulates in fp32: where the head (or, tied, the embedding)
   // keeps its optimizer on the device, or everything does. Equal to `head` where gradients are

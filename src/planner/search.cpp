@@ -285,7 +285,8 @@ class Searcher {
     if (r_.device_memory_on_host) h.device = device_total(plan, shape) * static_cast<size_t>(r_.devices);
     return h;
   }
-  size_t host_total(const Plan& plan, const StepShape& shape) const { return host_of(plan, shape).total(); }
+  // What the host budget must hold: the steady total, or the start where the loaded weights weigh more.
+  size_t host_total(const Plan& plan, const StepShape& shape) const { return host_of(plan, shape).peak(); }
 
   // Keeps the last layers' boundary activations on the GPU while they fit (the backward reads the
   // last ones first); recomputed boundaries stay so. Keeping all of them also frees the two
@@ -480,7 +481,8 @@ class Searcher {
       lower = "global_batch or seq_len";
       what = fmt::format(
           "every plan that fits the device needs at least {} of host memory (optimizer state, pinned "
-          "buffers and the process beside them), more "
+          "buffers and the process beside them; at the start, one unit's weights in fp32 while they "
+          "become the optimizer state), more "
           "than the {} host budget ({}); give host_memory of at least {}{}",
           gib(min_host_fitting_), gib(r_.host_budget), r_.host_budget_source, gib(min_host_fitting_),
           r_.host_budget_source == "host_memory" ? "" : " on a machine that can give it (free memory)");

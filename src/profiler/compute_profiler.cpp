@@ -12,6 +12,8 @@
 #include "model/unit_params.h"
 #include "optim/clip.h"
 #include "optim/device_adamw.h"
+#include "planner/memory_model.h"
+#include "planner/sequence_tile.h"
 #include "profiler/machine_profiler.h"
 #include "profiler/random_device_fill.h"
 
@@ -46,10 +48,11 @@ struct Shape {
   static size_t token_bytes(int64_t tokens) {
     return round_up(4 * static_cast<size_t>(tokens) * sizeof(int32_t));
   }
-  // One layer's weights, gradients, scratch, four activations (x_in, x_out, dx_out, dx_in), tokens.
-  size_t layer_phase_bytes(int64_t tokens) const {
+  // One layer's weights, gradients, scratch (its token-local tensors in tiles of `tile` tokens; 0:
+  // untiled), four activations (x_in, x_out, dx_out, dx_in), tokens.
+  size_t layer_phase_bytes(int64_t tokens, int64_t tile = 0) const {
     Arena measure = Arena::measuring();
-    carve_layer_scratch(measure, config, tokens, wd, true);
+    carve_layer_scratch(measure, config, tokens, wd, true, tile);
     const size_t u = layout.layer_unit(0);
     return unit_bytes(u, wd) + unit_bytes(u, gd) + measure.used() + Arena::kAlignment +
            4 * activation_bytes(tokens) + token_bytes(tokens) + 1024;
@@ -116,8 +119,12 @@ struct LayerTimes {
   LinearTime forward, backward, backward_kept;
 };
 
+// The layer's times at each of `tokens`; with `tile` > 0 its token-local tensors run in tiles of
+// that many tokens (as a plan with seq_tile runs them), and each time is taken back to the untiled
+// layer's by the tile's charge in the planner (planner/sequence_tile.h), which adds it again for
+// any tile a plan chooses.
 LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vector<int64_t>& tokens,
-                      RandomDeviceFill& fill, const TimingOptions& timing) {
+                      int64_t tile, RandomDeviceFill& fill, const TimingOptions& timing) {
   const int64_t most = tokens.back(), H = s.config.hidden_size;
   const UnitLayout& unit = s.layout.units[s.layout.layer_unit(0)];
   DeviceBuffer params(device, s.unit_bytes(s.layout.layer_unit(0), s.wd), "profile layer weights");
@@ -125,7 +132,7 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
   fill.unit(params.data(), s.wd, unit, static_cast<float>(s.config.initializer_range));
   device.fill_zero(grads.data(), grads.bytes(), StreamKind::Compute);
   Arena measure = Arena::measuring();
-  carve_layer_scratch(measure, s.config, most, s.wd, true);
+  carve_layer_scratch(measure, s.config, most, s.wd, true, tile);
   DeviceBuffer scratch(device, measure.used() + Arena::kAlignment, "profile layer scratch");
   DeviceBuffer x_in(device, s.activation_bytes(most), "profile layer input");
   DeviceBuffer x_out(device, s.activation_bytes(most), "profile layer output");
@@ -154,18 +161,32 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
   std::vector<TimedTokens> forward, backward, backward_kept;
   for (const int64_t T : tokens) {
     Arena arena(scratch.data(), scratch.bytes());
-    LayerScratch ls = carve_layer_scratch(arena, s.config, T, s.wd, true);
+    LayerScratch ls = carve_layer_scratch(arena, s.config, T, s.wd, true, tile);
     const TokenChunk chunk = chunk_tokens.chunk(T);
     const Tensor in = rows(x_in, s.wd, T, H), out = rows(x_out, s.wd, T, H);
     const Tensor d_out = rows(dx_out, s.wd, T, H), d_in = rows(dx_in, s.wd, T, H);
-    const std::function<void()> runs[] = {
+    std::vector<std::function<void()>> runs = {
         [&] { layer_forward(ops, ctx, p, chunk, in, out, ls); },
-        [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls); },
-        [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls, Recompute::NormsActivation); }};
+        [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls); }};
+    // Kept internals are whole chunks (decoder_layer.h): a tiled layer has no such backward.
+    if (tile == 0)
+      runs.push_back(
+          [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls, Recompute::NormsActivation); });
     const std::vector<double> seconds = time_each_on_device(device, runs, timing);
-    forward.push_back({T, seconds[0]});
-    backward.push_back({T, seconds[1]});
-    backward_kept.push_back({T, seconds[2]});
+    // A tiled pass as the planner charges it (planner/sequence_tile.h, step_program.cpp): the
+    // untiled per-token time over T plus kTileTailTokens a tile, the backward plus the share of a
+    // forward that a tiled backward runs again. Inverted here, for one measurement whose time is
+    // taken as proportional to the tokens.
+    const int64_t tiles = tile_count(T, tile);
+    const double to_untiled =
+        tiles == 1 ? 1.0 : static_cast<double>(T) / static_cast<double>(T + tiles * kTileTailTokens);
+    const double f = seconds[0] * to_untiled;
+    const double b = (seconds[1] - tiled_backward_extra_share(s.config, T, tile) * f) * to_untiled;
+    forward.push_back({T, f});
+    backward.push_back({T, b});
+    // Without the kept-internals run, its time is the full backward's: an upper bound that no plan at
+    // this length uses, since the kept internals of a chunk that needs tiles do not fit either.
+    backward_kept.push_back({T, tile == 0 ? seconds[2] : b});
   }
   return {fit_linear_time(forward, "layer forward"), fit_linear_time(backward, "layer backward"),
           fit_linear_time(backward_kept, "layer backward from kept internals")};
@@ -374,21 +395,41 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   FERRY_CHECK(micro.size() >= 2 && micro.front() >= 1, kWhere,
               "the compute times need two or more micro-batch sizes >= 1 to fit fixed + per-token seconds");
   // An eighth stays free for the ops' own working memory (the CUDA ops allocate their GEMM
-  // workspace and the fused cross-entropy's logits from the device on first use).
-  const size_t usable = free_device_bytes(device) / 8 * 7;
+  // workspace and the fused cross-entropy's logits from the device on first use), and at least
+  // what the memory model says they take: at long sequences attention's fp32 accumulators are more.
+  const size_t free = free_device_bytes(device);
+  const auto fits = [&](int64_t T, int64_t tile) {
+    const size_t need = std::max(shape.layer_phase_bytes(T, tile), shape.ends_phase_bytes(T));
+    const size_t ops_workspace = wd == DType::F32 ? 0 : cuda_ops_workspace_bytes(config, T, shape.gd);
+    return need <= free / 8 * 7 && need + ops_workspace <= free;
+  };
   std::vector<int64_t> tokens;
   for (const int64_t m : micro) {
     const int64_t T = m * seq_len;
-    const size_t need = std::max(shape.layer_phase_bytes(T), shape.ends_phase_bytes(T));
-    if (need <= usable)
+    if (fits(T, 0))
       tokens.push_back(T);
     else
       log_info(
-          "profile: micro-chunks of {} sequences need {} of device memory, {} can be used; measured without",
-          m, format_bytes(need), format_bytes(usable));
+          "profile: micro-chunks of {} sequences need more device memory than {} of {} free; measured "
+          "without",
+          m, format_bytes(free / 8 * 7), format_bytes(free));
   }
   // A single micro-chunk is enough where its fixed part cannot matter: one sequence this long.
-  constexpr int64_t kOneChunkTokens = 16384;
+  // Where not even one fits whole, its layer runs in the largest sequence tiles that fit, as a
+  // plan at this length runs it (model/decoder_layer.h).
+  const int64_t kOneChunkTokens = options.one_chunk_tokens;
+  // Thinner tiles than this run GEMMs too short to say what a plan's tiles cost.
+  constexpr int64_t kSmallestTile = 256;
+  int64_t tile = 0;
+  if (tokens.empty() && seq_len >= kOneChunkTokens) {
+    for (int64_t t = seq_len / 2; t >= kSmallestTile && tile == 0; t /= 2)
+      if (fits(seq_len, t)) tile = t;
+    if (tile > 0) {
+      tokens.push_back(seq_len);
+      log_info("profile: one sequence of {} tokens fits with its layer in tiles of {} tokens; measured so",
+               seq_len, tile);
+    }
+  }
   if (tokens.size() == 1 && tokens.front() >= kOneChunkTokens)
     log_info("profile: one micro-chunk of {} tokens fits; its times are taken as proportional to the tokens",
              tokens.front());
@@ -399,7 +440,8 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
          "of device "
          "memory; {} can be used (7/8 of the free memory): lower seq_len or raise gpu_memory",
          micro[0], micro[1], seq_len,
-         format_bytes(std::max(shape.layer_phase_bytes(T), shape.ends_phase_bytes(T))), format_bytes(usable));
+         format_bytes(std::max(shape.layer_phase_bytes(T), shape.ends_phase_bytes(T))),
+         format_bytes(free / 8 * 7));
   }
 
   RandomDeviceFill fill(device, options.seed);
@@ -415,7 +457,7 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  const LayerTimes layer = time_layer(device, ops, shape, tokens, fill, steady);
+  const LayerTimes layer = time_layer(device, ops, shape, tokens, tile, fill, steady);
   log_info(
       "profile: one layer at {} tokens: forward {:.4g} s, backward {:.4g} s (from kept internals {:.4g} s); "
       "measured in {:.1f} s",
@@ -424,6 +466,7 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   c.layer_forward = layer.forward;
   c.layer_backward = layer.backward;
   c.layer_backward_kept = layer.backward_kept;
+  c.layer_tile_tokens = tile;
   const auto ends_start = std::chrono::steady_clock::now();
   const EndTimes ends = time_ends(device, ops, shape, tokens, fill, steady);
   log_info("profile: the head at {} tokens: {:.4g} s forward+backward; measured in {:.1f} s", tokens.back(),

@@ -40,6 +40,10 @@ struct ProfileOptions {
   // few MiB (64 MiB at 55 GB/s is 1.2 ms against ~10 us of per-copy latency, which the fit removes).
   size_t copy_bytes = size_t{64} << 20;
   size_t small_copy_bytes = size_t{4} << 10;  // the latency copy
+  // One micro-chunk of whole sequences of at least this many tokens is timed alone, its times taken
+  // as proportional to the tokens (the fixed part of a pass cannot matter there); where not even
+  // one fits whole, its layer is timed in sequence tiles (ComputeProfile::layer_tile_tokens).
+  int64_t one_chunk_tokens = 16384;
   // The compute times' soak (TimingOptions::soak_seconds) before each measurement's samples.
   double compute_soak_seconds = 1.5;
   int64_t gpu_adamw_params = int64_t{64}

@@ -213,32 +213,45 @@ ModelConfig preset_config(const std::string& arch, const std::string& preset) {
   return parse_model_config(model_config_to_json(c), "preset " + preset);
 }
 
-void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<std::vector<float>>& units) {
-  const ModelLayout layout = build_model_layout(config);
-  units.resize(layout.units.size());
-  // Each parameter gets its own generator, seeded from (seed, parameter index), so that filling in
-  // parallel gives the same values as filling in order.
-  struct Job {
-    float* dst;
-    int64_t count;
-    int kind;  // 0 normal, 1 ones, 2 zeros
-    uint64_t seed;
-  };
-  std::vector<Job> jobs;
+namespace {
+
+// One parameter's fill: its values, what they are, and its generator's seed.
+struct InitJob {
+  float* dst;
+  int64_t count;
+  int kind;  // 0 normal, 1 ones, 2 zeros
+  uint64_t seed;
+};
+
+// Values drawn by one generator: a parameter's in pieces of this many, so that one unit's few large
+// parameters (an 8B's embedding is one of 525M values) fill on every thread.
+constexpr int64_t kInitPiece = int64_t{1} << 20;
+
+// The jobs of unit u's parameters into `dst` (the unit's numel values). Each piece of each
+// parameter gets its own generator, seeded from (seed, the parameter's index in the model, the
+// piece), so that filling in parallel, or one unit at a time, gives the same values as filling in
+// order.
+void add_unit_jobs(const ModelLayout& layout, uint64_t seed, size_t u, float* dst,
+                   std::vector<InitJob>& jobs) {
   uint64_t index = 0;
-  for (size_t u = 0; u < layout.units.size(); ++u) {
-    units[u].assign(static_cast<size_t>(layout.units[u].numel), 0.0f);
-    for (const auto& p : layout.units[u].params) {
-      const bool is_bias = p.name.size() >= 4 && p.name.compare(p.name.size() - 4, 4, "bias") == 0;
-      const bool is_norm = p.name.find("norm") != std::string::npos;
-      jobs.push_back({units[u].data() + p.offset, p.numel, is_bias ? 2 : (is_norm ? 1 : 0),
-                      seed * 0x9E3779B97F4A7C15ull + (++index)});
-    }
+  for (size_t e = 0; e < u; ++e) index += layout.units[e].params.size();
+  for (const auto& p : layout.units[u].params) {
+    const bool is_bias = p.name.size() >= 4 && p.name.compare(p.name.size() - 4, 4, "bias") == 0;
+    const bool is_norm = p.name.find("norm") != std::string::npos;
+    const uint64_t param_seed = seed * 0x9E3779B97F4A7C15ull + (++index);
+    for (int64_t at = 0; at < p.numel; at += kInitPiece)
+      jobs.push_back({dst + p.offset + at, std::min(kInitPiece, p.numel - at),
+                      is_bias ? 2 : (is_norm ? 1 : 0),
+                      param_seed ^ (static_cast<uint64_t>(at / kInitPiece) * 0xD1B54A32D192ED03ull)});
   }
+}
+
+// The jobs in parallel, one piece (one generator's stream) per task.
+void run_jobs(const ModelConfig& config, const std::vector<InitJob>& jobs) {
   const float std_dev = static_cast<float>(config.initializer_range);
   ThreadPool::global().parallel_for(jobs.size(), [&](size_t begin, size_t end) {
     for (size_t j = begin; j < end; ++j) {
-      const Job& job = jobs[j];
+      const InitJob& job = jobs[j];
       if (job.kind == 1) std::fill(job.dst, job.dst + job.count, 1.0f);
       if (job.kind != 0) continue;
       std::mt19937_64 rng(job.seed);
@@ -252,6 +265,27 @@ void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<s
       }
     }
   });
+}
+
+}  // namespace
+
+void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<std::vector<float>>& units) {
+  const ModelLayout layout = build_model_layout(config);
+  units.resize(layout.units.size());
+  std::vector<InitJob> jobs;
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    units[u].assign(static_cast<size_t>(layout.units[u].numel), 0.0f);
+    add_unit_jobs(layout, seed, u, units[u].data(), jobs);
+  }
+  run_jobs(config, jobs);
+}
+
+void init_random_unit(const ModelConfig& config, const ModelLayout& layout, uint64_t seed, size_t unit,
+                      std::vector<float>& out) {
+  out.assign(static_cast<size_t>(layout.units[unit].numel), 0.0f);
+  std::vector<InitJob> jobs;
+  add_unit_jobs(layout, seed, unit, out.data(), jobs);
+  run_jobs(config, jobs);
 }
 
 namespace {

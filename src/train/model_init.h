@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/model_config.h"
+#include "model/unit_layout.h"
 
 namespace ferry {
 
@@ -24,6 +25,10 @@ ModelConfig preset_config(const std::string& arch, const std::string& preset);
 // Fills parameters as transformers' _init_weights does: linear and embedding weights
 // ~ N(0, initializer_range), norm weights 1, biases 0. Deterministic in `seed`.
 void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<std::vector<float>>& units);
+// Unit `unit`'s values of init_random_weights(config, seed), alone, into `out`: for a run that
+// reads its weights one unit at a time.
+void init_random_unit(const ModelConfig& config, const ModelLayout& layout, uint64_t seed, size_t unit,
+                      std::vector<float>& out);
 
 // Creates DIR with config.json, model.safetensors (in config.dtype) and generation_config.json.
 void write_random_model(const ModelConfig& config, uint64_t seed, const std::filesystem::path& out_dir);

@@ -45,11 +45,19 @@ ModelConfig model_source_config(const std::filesystem::path& model, uint64_t see
 }
 
 ModelWeights model_source_weights(const std::filesystem::path& model, uint64_t seed) {
-  if (!is_preset_model(model)) return load_model_weights(model);
+  ModelWeights w = deferred_model_source_weights(model, seed);
+  w.load_all();
+  return w;
+}
+
+ModelWeights deferred_model_source_weights(const std::filesystem::path& model, uint64_t seed) {
+  if (!is_preset_model(model)) return deferred_model_weights(model);
   ModelWeights w;
   w.config = model_source_config(model, seed);
   w.layout = build_model_layout(w.config);
-  init_random_weights(w.config, seed, w.units);
+  w.loader = [config = w.config, layout = w.layout, seed](size_t unit, std::vector<float>& out) {
+    init_random_unit(config, layout, seed, unit, out);
+  };
   return w;
 }
 

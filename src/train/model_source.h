@@ -23,6 +23,9 @@ bool is_preset_model(const std::filesystem::path& model);
 ModelConfig model_source_config(const std::filesystem::path& model, uint64_t seed);
 // The model's weights in fp32: read from the directory, or the preset's random initialisation.
 ModelWeights model_source_weights(const std::filesystem::path& model, uint64_t seed);
+// The same weights, read (or drawn) one unit at a time when asked (ModelWeights::deferred), after
+// every check that reading them all would make.
+ModelWeights deferred_model_source_weights(const std::filesystem::path& model, uint64_t seed);
 // The directory whose tokenizer and generation files an output copies: `model`, or empty for a
 // preset (it has none).
 std::filesystem::path model_source_dir(const std::filesystem::path& model);

@@ -273,6 +273,11 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
                 share(p.host.device, 0).c_str());
   std::printf("  host      %s  (%s)\n", share(p.host.total(), s.request.host_budget).c_str(),
               s.request.host_budget_source.c_str());
+  if (p.host.start() > p.host.total())
+    std::printf(
+        "  at start  %s  (the weights read one unit at a time into a %s fp32 buffer while the masters are "
+        "written, before the moments: more than the steady total)\n",
+        share(p.host.start(), s.request.host_budget).c_str(), format_bytes(p.host.loaded_weights).c_str());
   if (p.disk_bytes > 0)
     std::printf("  disk      %s  (optimizer state in disk_dir %s, of disk_memory %s)\n",
                 share(p.disk_bytes, s.request.disk_budget).c_str(), config.disk_dir.string().c_str(),

@@ -29,11 +29,17 @@ namespace ferry {
 
 namespace {
 
+// `w` with every unit in RAM (the CPU backend steps the fp32 weights themselves).
+ModelWeights loaded(ModelWeights w) {
+  w.load_all();
+  return w;
+}
+
 // The CPU backend in host memory: ModelStep + UnitOptimizer, the reference every schedule matches.
 class PlainExecutor final : public StepExecutor {
  public:
   PlainExecutor(const TrainConfig& config, ModelWeights weights)
-      : weights_(std::move(weights)),
+      : weights_(loaded(std::move(weights))),
         ops_(make_cpu_ops()),
         micro_batch_(config.micro_batch > 0 ? config.micro_batch : 1),  // auto: the CPU has no memory to plan
         // seq_tile auto: untiled, the CPU has no memory to plan (any tiling gives the same bits);
@@ -125,11 +131,19 @@ class SlidingExecutor final : public StepExecutor {
           chunk_tokens, chunks, config.decay_norms_and_biases);
     }
     // Into the huge-page masters (or, for a disk unit, through the tier's buffer into its file),
-    // freeing each copy as it goes.
-    for (size_t u = 0; u < weights.units.size(); ++u) {
-      host().assign_masters(u, weights.units[u]);
-      std::vector<float>().swap(weights.units[u]);
+    // freeing each copy as it goes; deferred weights are read one unit at a time into one buffer
+    // (HostBytes::loaded_weights counts the largest unit).
+    std::vector<float> unit_values;
+    for (size_t u = 0; u < layout_.units.size(); ++u) {
+      if (weights.deferred()) {
+        weights.loader(u, unit_values);
+        host().assign_masters(u, unit_values);
+      } else {
+        host().assign_masters(u, weights.units[u]);
+        std::vector<float>().swap(weights.units[u]);
+      }
     }
+    std::vector<float>().swap(unit_values);
     host().commit_state();  // only now: the loaded copies are gone
     weights_changed(0);
   }
@@ -291,7 +305,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
   Device* dev = group.devices.front().get();
   PlanTarget target = choice.target;
   target.device_budget = dev->memory().capacity - std::min(dev->memory().capacity, dev->memory().in_use);
-  size_t weight_bytes = 0;
+  size_t weight_bytes = 0;  // deferred weights are read after planning, one unit at a time
   for (const auto& unit : weights.units) weight_bytes += unit.size() * sizeof(float);
   const HostBeside beside = fill_host_target(target, weight_bytes, true);
   fill_disk_target(target, config, true);
@@ -345,15 +359,19 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
       format_bytes(beside.bytes - kHostGrowthAllowance), format_bytes(kHostGrowthAllowance),
       h.device > 0 ? fmt::format(" + the simulated device's {}", format_bytes(h.device)) : std::string(),
       format_bytes(selection.request.host_budget), selection.request.host_budget_source);
+  if (h.start() > h.total())
+    log_info(
+        "host memory plan at the start: {} (the weights read one unit at a time into a {} fp32 buffer while "
+        "the masters are written, before the moments)",
+        format_bytes(h.start()), format_bytes(h.loaded_weights));
   if (watch != nullptr) {
     // Loading holds the weights in fp32 beside what the process had; every later phase holds the plan.
     watch->plan(kPhaseModelLoad, beside.weights + beside.bytes);
     for (const char* phase : kPhasesOfThePlan) watch->plan(phase, h.total());
-    // The disk units' loaded weights are held in RAM until the tier has them (the state commit).
-    // Checkpoints and resumes stream the tier's state through its own buffer (streamed_state):
-    // they hold the plan.
-    if (chosen.prediction.disk_bytes > 0)
-      watch->plan(kPhaseStateCommit, h.total() + chosen.prediction.disk_bytes);
+    // The loaded weights become the state unit by unit (HostBytes::start): the disk units' are
+    // held until the tier has them. Checkpoints and resumes stream the tier's state through its
+    // own buffer (streamed_state): they hold the plan.
+    watch->plan(kPhaseStateCommit, h.peak());
     watch->enter(kPhaseStateCommit);
   }
   return std::make_unique<SlidingExecutor>(std::move(group), config, std::move(weights), chosen.plan,

@@ -160,7 +160,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   memory.enter(kPhaseModelLoad);
 
   // Everything is read and checked before any long work starts.
-  ModelWeights weights = model_source_weights(config.model, config.seed);
+  // Checked now, read unit by unit as the run's state takes them over (ModelWeights::deferred).
+  ModelWeights weights = deferred_model_source_weights(config.model, config.seed);
   if (is_preset_model(config.model))
     log_warn("model {}: {}; the model directories this run writes say so", config.model.string(),
              weights.config.raw.value("ferry_random_init", std::string()));
