@@ -19,6 +19,7 @@
 #include "engine/unit_optimizer.h"
 #include "model/decoder_layer.h"
 #include "ops/device_ops.h"
+#include "packed_batch.h"
 #include "sliding_plans.h"
 #include "test_util.h"
 #include "train/model_init.h"
@@ -34,27 +35,6 @@ ModelConfig tiny_with_heads(const char* preset, int64_t heads, int64_t kv_heads,
   json["head_dim"] = 16;
   json["num_hidden_layers"] = layers;
   return parse_model_config(json, "test");
-}
-
-// Packed random documents of 3..70 tokens in rows of seq_len, their first label ignored.
-StepBatch packed_batch(int64_t vocab, int64_t seq_len, int64_t rows, int64_t micro_batch, uint64_t seed,
-                       std::vector<PackedRow>& storage) {
-  std::mt19937_64 rng(seed);
-  std::vector<Document> docs;
-  for (int d = 0; d < 40; ++d) {
-    Document doc;
-    const int n = 3 + static_cast<int>(rng() % 68);
-    for (int i = 0; i < n; ++i) {
-      const int32_t id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
-      doc.input_ids.push_back(id);
-      doc.labels.push_back(i == 0 ? kIgnoreIndex : id);
-    }
-    docs.push_back(doc);
-  }
-  storage = pack_documents(docs, seq_len, true);
-  std::vector<const PackedRow*> picked;
-  for (int64_t r = 0; r < rows; ++r) picked.push_back(&storage[static_cast<size_t>(r) % storage.size()]);
-  return make_step_batch(picked, seq_len, micro_batch);
 }
 
 struct StepResult {
@@ -119,7 +99,7 @@ TEST_P(HeadGroups, MatchOneGroupWhereTheSumsAgreeAndToRoundingWhereTheyAreSplit)
   const ModelLayout layout = build_model_layout(config);
   std::vector<PackedRow> rows;
   // Two micro-chunks of 2 rows of 96 tokens: 192 tokens per chunk, several documents each.
-  const StepBatch batch = packed_batch(config.vocab_size, 96, 4, 2, 3, rows);
+  const StepBatch batch = test::packed_batch(config.vocab_size, 96, 4, 2, 3, rows);
   for (int64_t tile : {0, 7, 64}) {
     const StepResult one = run_step(config, batch, tile, 1);
     ASSERT_GT(one.loss.counted_tokens, 0);
@@ -136,10 +116,11 @@ TEST_P(HeadGroups, MatchOneGroupWhereTheSumsAgreeAndToRoundingWhereTheyAreSplit)
       const UnitLayout& last = layout.units[layout.layer_unit(config.num_layers - 1)];
       const std::vector<float>& a = one.grads[layout.layer_unit(config.num_layers - 1)];
       const std::vector<float>& b = grouped.grads[layout.layer_unit(config.num_layers - 1)];
-      for (const ParamSlot& p : last.params)
-        if (!split_across_groups(p.name))
-          EXPECT_TRUE(same_bits(a.data() + p.offset, b.data() + p.offset, p.numel))
-              << "last layer's " << p.name;
+      for (const ParamSlot& p : last.params) {
+        if (split_across_groups(p.name)) continue;
+        EXPECT_TRUE(same_bits(a.data() + p.offset, b.data() + p.offset, p.numel))
+            << "last layer's " << p.name;
+      }
       for (size_t u = 0; u < one.grads.size(); ++u)
         expect_close(one.grads[u], grouped.grads[u], layout.units[u].name);
     }
@@ -150,7 +131,7 @@ TEST_P(HeadGroups, SequenceTilesGiveTheUntiledBitsInGroups) {
   const Heads h = GetParam();
   const ModelConfig config = tiny_with_heads(h.preset, h.heads, h.kv_heads);
   std::vector<PackedRow> rows;
-  const StepBatch batch = packed_batch(config.vocab_size, 96, 4, 2, 7, rows);
+  const StepBatch batch = test::packed_batch(config.vocab_size, 96, 4, 2, 7, rows);
   const int64_t groups = h.kv_heads;
   const StepResult untiled = run_step(config, batch, 0, groups);
   for (int64_t tile : {1, 7, 100}) {

@@ -7,32 +7,12 @@
 
 #include "data/packing.h"
 #include "engine/model_step.h"
+#include "packed_batch.h"
 #include "test_util.h"
 #include "train/model_init.h"
 
 namespace ferry {
 namespace {
-
-// Packed random documents of 3..70 tokens in rows of seq_len, their first label ignored.
-StepBatch packed_batch(int64_t vocab, int64_t seq_len, int64_t rows, int64_t micro_batch, uint64_t seed,
-                       std::vector<PackedRow>& storage) {
-  std::mt19937_64 rng(seed);
-  std::vector<Document> docs;
-  for (int d = 0; d < 40; ++d) {
-    Document doc;
-    const int n = 3 + static_cast<int>(rng() % 68);
-    for (int i = 0; i < n; ++i) {
-      const int32_t id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
-      doc.input_ids.push_back(id);
-      doc.labels.push_back(i == 0 ? kIgnoreIndex : id);
-    }
-    docs.push_back(doc);
-  }
-  storage = pack_documents(docs, seq_len, true);
-  std::vector<const PackedRow*> picked;
-  for (int64_t r = 0; r < rows; ++r) picked.push_back(&storage[static_cast<size_t>(r) % storage.size()]);
-  return make_step_batch(picked, seq_len, micro_batch);
-}
 
 struct StepResult {
   StepLoss loss;
@@ -77,7 +57,7 @@ TEST_P(SequenceTiles, GiveTheUntiledStepBitForBit) {
   const ModelConfig config = preset_config(GetParam(), "tiny");
   std::vector<PackedRow> rows;
   // Two micro-chunks of 2 rows of 96 tokens: 192 tokens per chunk, several documents each.
-  const StepBatch batch = packed_batch(config.vocab_size, 96, 4, 2, 3, rows);
+  const StepBatch batch = test::packed_batch(config.vocab_size, 96, 4, 2, 3, rows);
   const StepResult untiled = run_step(config, batch, 0);
   ASSERT_GT(untiled.loss.counted_tokens, 0);
   for (int64_t tile : {1, 7, 64, 100, 192, 500})
