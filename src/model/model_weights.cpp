@@ -64,12 +64,8 @@ SafetensorsModel open_model_weights(const std::filesystem::path& model_dir, cons
 }
 
 ModelWeights load_model_weights(const std::filesystem::path& model_dir) {
-  const ModelConfig config = load_model_config(model_dir);
-  const ModelLayout layout = build_model_layout(config);
-  const SafetensorsModel file = open_model_weights(model_dir, config, layout);
-  ModelWeights w = ModelWeights::zeros(config);
-  for (size_t i = 0; i < w.layout.units.size(); ++i)
-    read_unit_weights(file, w.layout.units[i], w.units[i].data());
+  ModelWeights w = deferred_model_weights(model_dir);
+  w.load_all();
   return w;
 }
 

@@ -60,20 +60,29 @@ bool row_sparse_embedding(const ModelLayout& layout, const Plan& plan) {
          (table.size() == 2 && static_cast<size_t>(table[1]) % kStateBlock == 0);
 }
 
-size_t state_mapped_bytes(OptimizerStateFormat format, size_t numel) {
+namespace {
+
+// The mapped bytes of the arrays of `format` that `counted` picks, for a unit of `numel` elements.
+template <typename Pick>
+size_t mapped_arrays_bytes(OptimizerStateFormat format, size_t numel, Pick counted) {
   size_t bytes = 0;
   for (const StateArraySpec& a : state_arrays(format))
-    bytes += HostArray::mapped_bytes(host_array_floats(state_array_bytes(a.kind, numel)));
+    if (counted(a.kind))
+      bytes += HostArray::mapped_bytes(host_array_floats(state_array_bytes(a.kind, numel)));
   return bytes;
 }
 
+}  // namespace
+
+size_t state_mapped_bytes(OptimizerStateFormat format, size_t numel) {
+  return mapped_arrays_bytes(format, numel, [](StateArrayKind) { return true; });
+}
+
 size_t master_mapped_bytes(OptimizerStateFormat format, size_t numel) {
-  size_t bytes = 0;
-  for (const StateArraySpec& a : state_arrays(format))
-    if (a.kind == StateArrayKind::MasterF32 || a.kind == StateArrayKind::MasterBf16 ||
-        a.kind == StateArrayKind::Compensation8)
-      bytes += HostArray::mapped_bytes(host_array_floats(state_array_bytes(a.kind, numel)));
-  return bytes;
+  return mapped_arrays_bytes(format, numel, [](StateArrayKind k) {
+    return k == StateArrayKind::MasterF32 || k == StateArrayKind::MasterBf16 ||
+           k == StateArrayKind::Compensation8;
+  });
 }
 
 int64_t max_embedding_rows(const ModelConfig& config, int64_t chunk_tokens, int64_t chunks) {
@@ -221,6 +230,8 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   HostBytes h;
   for (size_t u = 0; u < layout.units.size(); ++u) {
     const size_t n = static_cast<size_t>(layout.units[u].numel);
+    // The run reads its weights one unit at a time into one buffer (train/step_executor.cpp).
+    h.loaded_weights = std::max(h.loaded_weights, n * sizeof(float));
     const bool on_host = plan.units[u] != UnitPlacement::ResidentWithOptimizer;
     if (on_host && plan.weight_upload == WeightUpload::ConvertOnUpload) {
       // The fp32 masters' mappings registered as pinned (uploaded as they are), m and v pageable;
@@ -235,17 +246,15 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
     // the disk tier, whose state passes through the tier's buffers (counted below).
     const bool on_disk = u < plan.state_on_disk.size() && plan.state_on_disk[u];
     if (!on_disk) {
-      h.pageable += state_mapped_bytes(plan.optimizer_state, n);
-      h.moments += state_mapped_bytes(plan.optimizer_state, n) - master_mapped_bytes(plan.optimizer_state, n);
+      const size_t state = state_mapped_bytes(plan.optimizer_state, n);
+      h.pageable += state;
+      h.moments += state - master_mapped_bytes(plan.optimizer_state, n);
     }
     // One staging buffer per host-updated unit holds the weights to upload, or the gradient from
     // its d2h until the update writes the new weights over it (unit_updater.h).
     if (on_host) h.pinned += n * wd;
   }
   h.pageable += disk_tier_layout(layout, plan).ram_bytes();
-  // The run reads its weights one unit at a time into one buffer (train/step_executor.cpp).
-  for (const UnitLayout& unit : layout.units)
-    h.loaded_weights = std::max(h.loaded_weights, static_cast<size_t>(unit.numel) * sizeof(float));
   h.pageable += lean_save_scratch_bytes(layout, plan);
   const GradientLanding landing = gradient_landing(layout, plan);
   h.pinned += landing.ring_buffers * landing.ring_elements * gd;

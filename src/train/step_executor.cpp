@@ -368,9 +368,9 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     // Loading holds the weights in fp32 beside what the process had; every later phase holds the plan.
     watch->plan(kPhaseModelLoad, beside.weights + beside.bytes);
     for (const char* phase : kPhasesOfThePlan) watch->plan(phase, h.total());
-    // The loaded weights become the state unit by unit (HostBytes::start): the disk units' are
-    // held until the tier has them. Checkpoints and resumes stream the tier's state through its
-    // own buffer (streamed_state): they hold the plan.
+    // The weights become the state unit by unit, the moments after the last (HostBytes::start).
+    // Checkpoints and resumes stream the tier's state through its own buffer (streamed_state):
+    // they hold the plan.
     watch->plan(kPhaseStateCommit, h.peak());
     watch->enter(kPhaseStateCommit);
   }
