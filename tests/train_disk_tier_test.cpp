@@ -8,6 +8,7 @@
 #include <span>
 
 #include "device/device.h"
+#include "engine/disk_state_tier.h"
 #include "engine/model_step.h"
 #include "engine/sliding_engine.h"
 #include "engine/unit_optimizer.h"
@@ -286,6 +287,29 @@ TEST_F(DiskTierTest, AResumeWritesTheStateWithoutReadingIt) {
   engine.finish_updates();
   EXPECT_EQ(losses, std::vector<double>(reference.losses.begin() + 2, reference.losses.end()));
   expect_same_state(read_state(host, layout_), reference);
+}
+
+// A new tier's file holds nothing yet: the worker's polls before the state is written read
+// nothing ahead (it would read unwritten regions into the slots the state is then written through).
+TEST_F(DiskTierTest, ANewTierReadsNothingAheadBeforeItsStateIsWritten) {
+  test::ScratchDir dir("disk-tier");
+  const Plan plan =
+      on_disk(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), {1, 2, 4}, 2, dir.path());
+  DiskStateTier tier(layout_, plan);
+  tier.poll();
+  tier.poll();
+  EXPECT_EQ(tier.region_reads(), 0u);
+  for (size_t u : tier.layout().order) {
+    tier.page_new(u);
+    tier.store_new(u);
+  }
+  tier.poll();
+  EXPECT_EQ(tier.region_reads(), 0u);
+  // The first acquire reads its unit and the ones after it ahead, as every step does.
+  tier.acquire(tier.layout().order[0]);
+  EXPECT_EQ(tier.region_reads(), 2u);
+  tier.release(tier.layout().order[0]);
+  tier.flush();
 }
 
 // While the worker waits for the next step's gradients it polls the tier, so the first disk unit

@@ -104,9 +104,11 @@ class DiskStateTier {
   std::vector<UringFile::Ticket> slot_read_, slot_write_;  // per slot; 0: none
   std::vector<UringFile::Ticket> unit_write_;              // per unit: its last write-back
   // The unit page_in holds: its slot belongs to the caller (no reads ahead) until page_out or the
-  // next acquire; kFilling while page_new hands out slots (no reads ahead either).
+  // next acquire; kFilling while page_new hands out slots (no reads ahead either), and from the
+  // start until the first acquire: the file holds no state before it is written, and a read ahead
+  // then would read unwritten regions into the slots the state is written through.
   static constexpr size_t kFilling = SIZE_MAX - 1;
-  size_t paged_ = SIZE_MAX;
+  size_t paged_ = kFilling;
   size_t new_unit_ = SIZE_MAX, new_slot_ = 0;  // page_new's unit, and the slot it has
   size_t next_new_slot_ = 0;                   // the slot the next page_new takes
 };
