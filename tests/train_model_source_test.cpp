@@ -66,6 +66,25 @@ TEST_F(PresetModelTest, OutputsSayTheyHoldRandomWeights) {
   }
 }
 
+// preset:DIR trains random weights of the shape DIR's config.json gives: here a preset's config
+// with a longer context, which trains as the preset does and whose outputs keep the edit and say
+// what they hold.
+TEST_F(PresetModelTest, ADirectorysConfigIsAShapeOfOnesOwn) {
+  const std::filesystem::path dir = scratch_ / "long";
+  ModelConfig longer = preset_config("qwen3", "tiny");
+  longer.raw["max_position_embeddings"] = 4 * longer.raw["max_position_embeddings"].get<int64_t>();
+  write_model_config_only(parse_model_config(longer.raw, "test"), dir);
+  EXPECT_EQ(losses(config("preset:" + dir.string(), "a")), losses(config("preset:qwen3/tiny", "b")));
+  std::ifstream in(scratch_ / "a" / "config.json");
+  const nlohmann::json json = nlohmann::json::parse(in);
+  EXPECT_EQ(json.at("max_position_embeddings"), longer.raw["max_position_embeddings"]);
+  EXPECT_EQ(json.value("_name_or_path", ""), "ferry-random-init/long");
+  EXPECT_NE(json.value("ferry_random_init", "").find("not the published model"), std::string::npos);
+  // A directory without a config.json is no shape: the error says what to write.
+  EXPECT_TRUE(test::throws_with([&] { run_training(config("preset:" + scratch_.path().string(), "c")); },
+                                {"preset:DIR", "config.json"}));
+}
+
 TEST_F(PresetModelTest, BadPresetsAndTextWithoutATokenizerAreClearErrors) {
   EXPECT_TRUE(test::throws_with([&] { run_training(config("preset:llama", "x")); }, {"preset:ARCH/NAME"}));
   EXPECT_TRUE(test::throws_with([&] { run_training(config("preset:llama/llama-9b", "y")); },

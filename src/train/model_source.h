@@ -1,5 +1,6 @@
 // Where a run's model comes from (`model:`): a Hugging Face model directory, or `preset:ARCH/NAME`
-// -- one of ferry init's presets (train/model_init.h), its weights made at random in memory from
+// -- one of ferry init's presets (train/model_init.h), or preset:DIR, the shape of DIR's
+// config.json -- its weights made at random in memory from
 // the run's seed, for benchmarks of shapes whose weights the disk cannot hold (a 70B model is 140 GB
 // of bf16). Such a run trains random weights, not the published model, and every model directory it
 // writes says so: config.json carries "ferry_random_init" and an _name_or_path naming the preset.
@@ -16,8 +17,12 @@ namespace ferry {
 
 inline constexpr const char* kPresetModelPrefix = "preset:";
 
-// Whether `model` names a preset ("preset:llama/llama-3.1-8b").
+// Whether `model` names a preset ("preset:llama/llama-3.1-8b"), or random weights of a
+// directory's config.json ("preset:DIR": a shape of one's own, e.g. a preset's config from
+// `ferry init --config-only` with a longer max_position_embeddings).
 bool is_preset_model(const std::filesystem::path& model);
+// preset:DIR's directory (one holding a config.json), or empty.
+std::filesystem::path preset_config_dir(const std::filesystem::path& model);
 // The model's configuration: config.json of the directory, or the preset's, labelled (see above).
 // A malformed or unknown preset is an error listing the presets.
 ModelConfig model_source_config(const std::filesystem::path& model, uint64_t seed);
