@@ -49,9 +49,8 @@ ModelConfig model_source_config(const std::filesystem::path& model, uint64_t see
     shape = fmt::format("{} preset {}", name.arch, name.preset);
     raw["_name_or_path"] = fmt::format("ferry-random-init/{}/{}", name.arch, name.preset);
   }
-  raw["ferry_random_init"] =
-      fmt::format("random weights (seed {}) of the {}'s shape, trained by ferry: not the published model", seed,
-                  shape);
+  raw["ferry_random_init"] = fmt::format(
+      "random weights (seed {}) of the {}'s shape, trained by ferry: not the published model", seed, shape);
   return parse_model_config(raw, model.string());
 }
 
