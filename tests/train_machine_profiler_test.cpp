@@ -14,6 +14,7 @@
 #include "core/thread_pool.h"
 #include "device/device.h"
 #include "ops/device_ops.h"
+#include "planner/head_groups.h"
 #include "planner/sequence_tile.h"
 #include "profiler/disk_rate.h"
 #include "profiler/machine_profiler.h"
@@ -135,15 +136,16 @@ TEST(MachineProfiler, SimProfileIsCompleteAndPlausible) {
 }
 
 // Ops that issue another Ops' work and count it: a clock that advances 1/1024 s (exact in binary,
-// so equal work reads as equal times) per row
-// of each op's tokens (the first dim of its activation; of its only tensor for add, zero and
-// copy), and the weight-gradient buffers the head's cross-entropy was given. A pass timed on this
-// clock costs a + b * tokens exactly, so the fits are lines, and how the passes compare says how
-// much work each issues, whatever the machine's load.
+// so equal work reads as equal times) per element of each op's activation (of its only tensor for
+// add, zero and copy), per row and output feature of a product, and the weight-gradient buffers
+// the head's cross-entropy was given. A pass timed on this clock costs a + b * tokens exactly, so
+// the fits are lines, and how the passes compare says how much work each issues, whatever the
+// machine's load; the same work split in sequence tiles (rows) or head groups (columns) counts the
+// same.
 class CountingOps final : public Ops {
  public:
   explicit CountingOps(Ops& inner) : inner_(inner) {}
-  double seconds() const { return static_cast<double>(rows_) / 1024.0; }
+  double seconds() const { return static_cast<double>(work_) / 1024.0; }
   const std::set<const void*>& head_weight_gradients() const { return head_weight_gradients_; }
 
   const char* name() const override { return inner_.name(); }
@@ -183,11 +185,11 @@ class CountingOps final : public Ops {
     count(gate).swiglu_backward(gate, up, dout, dgate, dup);
   }
   void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) override {
-    count(x).linear_forward(x, w, bias, residual, y);
+    count(x, w.shape[0]).linear_forward(x, w, bias, residual, y);
   }
   void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
                        bool accumulate_dx) override {
-    count(x).linear_backward(x, w, dy, dx, dw, dbias, accumulate_dx);
+    count(x, w.shape[0]).linear_backward(x, w, dy, dx, dw, dbias, accumulate_dx);
   }
   void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
                             Tensor dw, Tensor loss_sum, Tensor logits) override {
@@ -199,13 +201,17 @@ class CountingOps final : public Ops {
   void copy(Tensor src, Tensor dst) override { count(src).copy(src, dst); }
 
  private:
-  Ops& count(const Tensor& rows_of) {
-    rows_ += rows_of.shape[0];
+  Ops& count(const Tensor& elements_of) {
+    work_ += elements_of.numel();
+    return inner_;
+  }
+  Ops& count(const Tensor& x, int64_t out_features) {
+    work_ += x.shape[0] * out_features;
     return inner_;
   }
 
   Ops& inner_;
-  int64_t rows_ = 0;  // issued from the measuring thread only
+  int64_t work_ = 0;  // issued from the measuring thread only
   std::set<const void*> head_weight_gradients_;
 };
 
@@ -232,56 +238,98 @@ TEST(MachineProfiler, ComputeProfileTimesEachPassAsTheEngineRunsIt) {
   EXPECT_EQ(rig.device->memory().in_use, 0u);
 }
 
-// Where not even one sequence fits the device whole, the layer is timed in the largest sequence
-// tiles that fit (as a plan at that length runs it), within the cap, and its times are taken back
-// to the untiled layer's: the planner's charge for the tiled forward (planner/sequence_tile.h) is
-// then the time measured, which on the counting clock is the untiled forward's (tiles issue the
-// same rows). The tiled backward runs the input norm again per tile, so it is charged more than
-// the untiled one, by less than a forward.
-TEST(MachineProfiler, TimesTheLayerInSequenceTilesWhereNoWholeSequenceFits) {
-  const ModelConfig config = preset_config("llama", "tiny");
-  constexpr int64_t kLong = 1024;
-  const auto measure = [&](size_t capacity) {
-    SimDeviceOptions sim;
-    sim.memory_capacity = capacity;
-    SimRig rig(sim);
-    CountingOps ops(*rig.ops);
-    ProfileOptions options = quick_options();
-    options.timing.clock = [&ops] { return ops.seconds(); };
-    options.gpu_adamw_params = 64 * 64;
-    options.micro_batches = {1, 2};
-    options.one_chunk_tokens = kLong;
-    const ComputeProfile c = measure_compute(*rig.device, ops, config, kLong, options);
-    EXPECT_LE(rig.device->memory().peak, capacity);
-    return c;
-  };
-  const ComputeProfile whole = measure(size_t{256} << 20);
-  ASSERT_EQ(whole.layer_tile_tokens, 0);
-  // The smallest capacity that measures (a bisection between one that cannot and one that holds
-  // whole sequences) needs tiles: smaller ones than whole sequences need.
-  std::optional<ComputeProfile> tiled;
+// measure_compute of a tiny llama's layer at kLongSequence tokens in one micro-chunk, on the
+// counting clock, within `capacity` bytes of simulated device memory.
+constexpr int64_t kLongSequence = 1024;
+ComputeProfile measure_long(const ModelConfig& config, size_t capacity) {
+  SimDeviceOptions sim;
+  sim.memory_capacity = capacity;
+  SimRig rig(sim);
+  CountingOps ops(*rig.ops);
+  ProfileOptions options = quick_options();
+  options.timing.clock = [&ops] { return ops.seconds(); };
+  options.gpu_adamw_params = 64 * 64;
+  options.micro_batches = {1, 2};
+  options.one_chunk_tokens = kLongSequence;
+  const ComputeProfile c = measure_compute(*rig.device, ops, config, kLongSequence, options);
+  EXPECT_LE(rig.device->memory().peak, capacity);
+  return c;
+}
+
+// The profile at the smallest capacity that measures (a bisection between one that cannot and one
+// that holds whole sequences).
+ComputeProfile measure_long_in_least_memory(const ModelConfig& config) {
+  std::optional<ComputeProfile> least;
   size_t fails = size_t{256} << 10, holds = size_t{16} << 20;
-  while (holds - fails > size_t{128} << 10) {
+  while (holds - fails > size_t{64} << 10) {
     const size_t capacity = (fails + holds) / 2;
     try {
-      tiled = measure(capacity);
+      least = measure_long(config, capacity);
       holds = capacity;
     } catch (const Error&) {
       fails = capacity;
     }
   }
-  ASSERT_TRUE(tiled.has_value() && tiled->layer_tile_tokens > 0)
-      << "the smallest capacity that measures, " << holds << " bytes, timed whole sequences";
-  const int64_t tile = tiled->layer_tile_tokens;
-  EXPECT_LT(tile, kLong);
+  EXPECT_TRUE(least.has_value()) << "nothing measured under " << holds << " bytes";
+  return least.value_or(ComputeProfile{});
+}
+
+ModelConfig tiny_llama_with_kv_heads(int64_t kv_heads) {
+  nlohmann::json raw = preset_config("llama", "tiny").raw;
+  raw["num_key_value_heads"] = kv_heads;
+  return parse_model_config(raw, "test");
+}
+
+// Where not even one sequence fits the device whole, the layer is timed in the largest sequence
+// tiles that fit (as a plan at that length runs it), within the cap, and its times are taken back
+// to the untiled layer's: the planner's charge for the tiled forward (planner/sequence_tile.h) is
+// then the time measured, which on the counting clock is the untiled forward's (tiles issue the
+// same work). The tiled backward runs the input norm again per tile, so it is charged more than
+// the untiled one, by less than a forward. (One KV head: attention runs in one group.)
+TEST(MachineProfiler, TimesTheLayerInSequenceTilesWhereNoWholeSequenceFits) {
+  const ModelConfig config = tiny_llama_with_kv_heads(1);
+  const ComputeProfile whole = measure_long(config, size_t{256} << 20);
+  ASSERT_EQ(whole.layer_tile_tokens, 0);
+  const ComputeProfile tiled = measure_long_in_least_memory(config);
+  ASSERT_GT(tiled.layer_tile_tokens, 0) << "the smallest capacity that measures timed whole sequences";
+  EXPECT_EQ(tiled.layer_head_groups, 1);
+  const int64_t tile = tiled.layer_tile_tokens;
+  EXPECT_LT(tile, kLongSequence);
   EXPECT_GE(tile, 256);
-  EXPECT_NEAR(tiled_seconds(tiled->layer_forward, kLong, tile), whole.layer_forward.at(kLong),
-              1e-9 * whole.layer_forward.at(kLong));
-  const double backward = tiled_seconds(tiled->layer_backward, kLong, tile);
-  EXPECT_GT(backward, whole.layer_backward.at(kLong));
-  EXPECT_LT(backward, whole.layer_backward.at(kLong) + whole.layer_forward.at(kLong));
-  EXPECT_EQ(tiled->layer_backward_kept.at(kLong), tiled->layer_backward.at(kLong))
+  EXPECT_NEAR(tiled_seconds(tiled.layer_forward, kLongSequence, tile), whole.layer_forward.at(kLongSequence),
+              1e-9 * whole.layer_forward.at(kLongSequence));
+  const double backward = tiled_seconds(tiled.layer_backward, kLongSequence, tile);
+  EXPECT_GT(backward, whole.layer_backward.at(kLongSequence));
+  EXPECT_LT(backward, whole.layer_backward.at(kLongSequence) + whole.layer_forward.at(kLongSequence));
+  EXPECT_EQ(tiled.layer_backward_kept.at(kLongSequence), tiled.layer_backward.at(kLongSequence))
       << "kept internals are whole chunks: no such pass is timed in tiles";
+}
+
+// Where the smallest tiles still leave attention's tensors too large, attention runs in groups of
+// KV heads too (as a plan at that length runs it): q, k, v and their gradients shrink to one
+// group's. The forward, taken back to one group's, is the untiled forward on the counting clock
+// (groups split the same work by columns) but for the input norm each further group computes
+// again for its tiles (a memory-bound pass the planner does not charge); the planner's backward
+// charge (the tiles' and the groups' shares of a forward added back, planner/head_groups.h) lies
+// between the untiled backward and it plus a forward.
+TEST(MachineProfiler, TimesAttentionInHeadGroupsWhereNoTileFitsWithEveryHead) {
+  const ModelConfig config = tiny_llama_with_kv_heads(2);
+  const ComputeProfile whole = measure_long(config, size_t{256} << 20);
+  const ComputeProfile least = measure_long_in_least_memory(config);
+  ASSERT_EQ(least.layer_head_groups, 2) << "the least memory that measures needs attention in groups";
+  const int64_t tile = least.layer_tile_tokens;
+  ASSERT_GT(tile, 0);
+  const double forward = whole.layer_forward.at(kLongSequence);
+  const double norms_again = static_cast<double>(kLongSequence * config.hidden_size) / 1024.0;
+  const double grouped_forward = tiled_seconds(least.layer_forward, kLongSequence, tile);
+  EXPECT_GE(grouped_forward, forward * (1 - 1e-9));
+  EXPECT_LE(grouped_forward, (forward + norms_again) * (1 + 1e-9));
+  const double charge = tiled_seconds(least.layer_backward, kLongSequence, tile) +
+                        (tiled_backward_extra_share(config, kLongSequence, tile) +
+                         head_groups_backward_extra_share(config, 2)) *
+                            least.layer_forward.at(kLongSequence);
+  EXPECT_GT(charge, whole.layer_backward.at(kLongSequence));
+  EXPECT_LT(charge, whole.layer_backward.at(kLongSequence) + forward);
 }
 
 // Each share is the rate beside the other over the rate alone, kept within (0, 1]: a sample where

@@ -4,12 +4,15 @@
 
 namespace ferry {
 
-std::vector<int64_t> head_group_candidates(const ModelConfig& c, int64_t seq_len) {
+std::vector<int64_t> head_group_counts(const ModelConfig& c) {
   std::vector<int64_t> out = {1};
-  if (seq_len <= kTiledFromSeqLen) return out;
   for (int64_t g : {2, 4, 8})
     if (g <= c.num_kv_heads && c.num_kv_heads % g == 0) out.push_back(g);
   return out;
+}
+
+std::vector<int64_t> head_group_candidates(const ModelConfig& c, int64_t seq_len) {
+  return seq_len <= kTiledFromSeqLen ? std::vector<int64_t>{1} : head_group_counts(c);
 }
 
 double head_groups_backward_extra_share(const ModelConfig& c, int64_t head_groups) {

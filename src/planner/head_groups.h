@@ -19,6 +19,8 @@
 
 namespace ferry {
 
+// 1, and the divisors 2, 4 and 8 of the model's KV heads.
+std::vector<int64_t> head_group_counts(const ModelConfig& config);
 // The group counts the search tries for sequences of `seq_len`: 1, and for sequences longer than
 // kTiledFromSeqLen (planner/sequence_tile.h) the divisors 2, 4 and 8 of the KV heads. Below that
 // attention's tensors are a small share of a layer's scratch (8K tokens of an 8B model: 64 MiB

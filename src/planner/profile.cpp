@@ -90,6 +90,7 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
         {"layer_backward", linear_json(p.compute.layer_backward)},
         {"layer_backward_kept", linear_json(p.compute.layer_backward_kept)},
         {"layer_tile_tokens", p.compute.layer_tile_tokens},
+        {"layer_head_groups", p.compute.layer_head_groups},
         {"head", linear_json(p.compute.head)},
         {"head_f32_grads", linear_json(p.compute.head_f32_grads)},
         {"gpu_adamw_params_per_s", p.compute.gpu_adamw_params_per_s},
@@ -156,6 +157,8 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   if (c.contains("layer_backward_kept")) p.compute.layer_backward_kept = r.linear(c, "layer_backward_kept");
   if (c.contains("layer_tile_tokens"))
     p.compute.layer_tile_tokens = static_cast<int64_t>(r.number(c, "layer_tile_tokens"));
+  if (c.contains("layer_head_groups"))
+    p.compute.layer_head_groups = static_cast<int64_t>(r.number(c, "layer_head_groups"));
   p.compute.head = r.linear(c, "head");
   p.compute.head_f32_grads = c.contains("head_f32_grads") ? r.linear(c, "head_f32_grads") : p.compute.head;
   p.compute.gpu_adamw_params_per_s = r.number(c, "gpu_adamw_params_per_s");

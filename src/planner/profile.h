@@ -38,6 +38,9 @@ struct ComputeProfile {
   // tensors in tiles of this many tokens, and its times taken back to the untiled layer's as the
   // planner charges a tile (planner/sequence_tile.h); 0: timed untiled.
   int64_t layer_tile_tokens = 0;
+  // ... and with its attention in this many groups of KV heads, its times taken back to one
+  // group's as the planner charges groups (planner/head_groups.h); 1: one group.
+  int64_t layer_head_groups = 1;
   LinearTime head;  // final norm + LM head + loss, forward and backward in one fused pass
   // The head when its weight gradient accumulates in fp32: where the head (or, tied, the embedding)
   // keeps its optimizer on the device, or everything does. Equal to `head` where gradients are

@@ -12,6 +12,7 @@
 #include "model/unit_params.h"
 #include "optim/clip.h"
 #include "optim/device_adamw.h"
+#include "planner/head_groups.h"
 #include "planner/memory_model.h"
 #include "planner/sequence_tile.h"
 #include "profiler/machine_profiler.h"
@@ -49,10 +50,11 @@ struct Shape {
     return round_up(4 * static_cast<size_t>(tokens) * sizeof(int32_t));
   }
   // One layer's weights, gradients, scratch (its token-local tensors in tiles of `tile` tokens; 0:
-  // untiled), four activations (x_in, x_out, dx_out, dx_in), tokens.
-  size_t layer_phase_bytes(int64_t tokens, int64_t tile = 0) const {
+  // untiled; attention in `head_groups` groups of KV heads), four activations (x_in, x_out, dx_out,
+  // dx_in), tokens.
+  size_t layer_phase_bytes(int64_t tokens, int64_t tile = 0, int64_t head_groups = 1) const {
     Arena measure = Arena::measuring();
-    carve_layer_scratch(measure, config, tokens, wd, true, tile);
+    carve_layer_scratch(measure, config, tokens, wd, true, tile, head_groups);
     const size_t u = layout.layer_unit(0);
     return unit_bytes(u, wd) + unit_bytes(u, gd) + measure.used() + Arena::kAlignment +
            4 * activation_bytes(tokens) + token_bytes(tokens) + 1024;
@@ -120,11 +122,13 @@ struct LayerTimes {
 };
 
 // The layer's times at each of `tokens`; with `tile` > 0 its token-local tensors run in tiles of
-// that many tokens (as a plan with seq_tile runs them), and each time is taken back to the untiled
-// layer's by the tile's charge in the planner (planner/sequence_tile.h), which adds it again for
-// any tile a plan chooses.
+// that many tokens (as a plan with seq_tile runs them), and with `head_groups` > 1 its attention
+// in groups of KV heads (as a plan with head_groups runs it); each time is taken back to the
+// untiled layer's of one group by the planner's charges for tiles (planner/sequence_tile.h) and
+// groups (planner/head_groups.h), which add them again for what a plan chooses.
 LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vector<int64_t>& tokens,
-                      int64_t tile, RandomDeviceFill& fill, const TimingOptions& timing) {
+                      int64_t tile, int64_t head_groups, RandomDeviceFill& fill,
+                      const TimingOptions& timing) {
   const int64_t most = tokens.back(), H = s.config.hidden_size;
   const UnitLayout& unit = s.layout.units[s.layout.layer_unit(0)];
   DeviceBuffer params(device, s.unit_bytes(s.layout.layer_unit(0), s.wd), "profile layer weights");
@@ -132,7 +136,7 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
   fill.unit(params.data(), s.wd, unit, static_cast<float>(s.config.initializer_range));
   device.fill_zero(grads.data(), grads.bytes(), StreamKind::Compute);
   Arena measure = Arena::measuring();
-  carve_layer_scratch(measure, s.config, most, s.wd, true, tile);
+  carve_layer_scratch(measure, s.config, most, s.wd, true, tile, head_groups);
   DeviceBuffer scratch(device, measure.used() + Arena::kAlignment, "profile layer scratch");
   DeviceBuffer x_in(device, s.activation_bytes(most), "profile layer input");
   DeviceBuffer x_out(device, s.activation_bytes(most), "profile layer output");
@@ -161,32 +165,36 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
   std::vector<TimedTokens> forward, backward, backward_kept;
   for (const int64_t T : tokens) {
     Arena arena(scratch.data(), scratch.bytes());
-    LayerScratch ls = carve_layer_scratch(arena, s.config, T, s.wd, true, tile);
+    LayerScratch ls = carve_layer_scratch(arena, s.config, T, s.wd, true, tile, head_groups);
     const TokenChunk chunk = chunk_tokens.chunk(T);
     const Tensor in = rows(x_in, s.wd, T, H), out = rows(x_out, s.wd, T, H);
     const Tensor d_out = rows(dx_out, s.wd, T, H), d_in = rows(dx_in, s.wd, T, H);
     std::vector<std::function<void()>> runs = {
         [&] { layer_forward(ops, ctx, p, chunk, in, out, ls); },
         [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls); }};
-    // Kept internals are whole chunks (decoder_layer.h): a tiled layer has no such backward.
-    if (tile == 0)
+    // Kept internals are whole chunks of every head (decoder_layer.h): a tiled or grouped layer has
+    // no such backward.
+    const bool plain = tile == 0 && head_groups == 1;
+    if (plain)
       runs.push_back(
           [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls, Recompute::NormsActivation); });
     const std::vector<double> seconds = time_each_on_device(device, runs, timing);
     // A tiled pass as the planner charges it (planner/sequence_tile.h, step_program.cpp): the
-    // untiled per-token time over T plus kTileTailTokens a tile, the backward plus the share of a
-    // forward that a tiled backward runs again. Inverted here, for one measurement whose time is
-    // taken as proportional to the tokens.
+    // untiled per-token time over T plus kTileTailTokens a tile, the backward plus the shares of a
+    // forward that a tiled backward and one in head groups run again. Inverted here, for one
+    // measurement whose time is taken as proportional to the tokens.
     const int64_t tiles = tile_count(T, tile);
     const double to_untiled =
         tiles == 1 ? 1.0 : static_cast<double>(T) / static_cast<double>(T + tiles * kTileTailTokens);
     const double f = seconds[0] * to_untiled;
-    const double b = (seconds[1] - tiled_backward_extra_share(s.config, T, tile) * f) * to_untiled;
+    const double again = tiled_backward_extra_share(s.config, T, tile) +
+                         head_groups_backward_extra_share(s.config, head_groups);
+    const double b = (seconds[1] - again * f) * to_untiled;
     forward.push_back({T, f});
     backward.push_back({T, b});
     // Without the kept-internals run, its time is the full backward's: an upper bound that no plan at
     // this length uses, since the kept internals of a chunk that needs tiles do not fit either.
-    backward_kept.push_back({T, tile == 0 ? seconds[2] : b});
+    backward_kept.push_back({T, plain ? seconds[2] : b});
   }
   return {fit_linear_time(forward, "layer forward"), fit_linear_time(backward, "layer backward"),
           fit_linear_time(backward_kept, "layer backward from kept internals")};
@@ -398,15 +406,15 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   // workspace and the fused cross-entropy's logits from the device on first use), and at least
   // what the memory model says they take: at long sequences attention's fp32 accumulators are more.
   const size_t free = free_device_bytes(device);
-  const auto fits = [&](int64_t T, int64_t tile) {
-    const size_t need = std::max(shape.layer_phase_bytes(T, tile), shape.ends_phase_bytes(T));
-    const size_t ops_workspace = wd == DType::F32 ? 0 : cuda_ops_workspace_bytes(config, T, shape.gd);
+  const auto fits = [&](int64_t T, int64_t tile, int64_t groups) {
+    const size_t need = std::max(shape.layer_phase_bytes(T, tile, groups), shape.ends_phase_bytes(T));
+    const size_t ops_workspace = wd == DType::F32 ? 0 : cuda_ops_workspace_bytes(config, T, shape.gd, groups);
     return need <= free / 8 * 7 && need + ops_workspace <= free;
   };
   std::vector<int64_t> tokens;
   for (const int64_t m : micro) {
     const int64_t T = m * seq_len;
-    if (fits(T, 0))
+    if (fits(T, 0, 1))
       tokens.push_back(T);
     else
       log_info(
@@ -415,19 +423,28 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
           m, format_bytes(free / 8 * 7), format_bytes(free));
   }
   // A single micro-chunk is enough where its fixed part cannot matter: one sequence this long.
-  // Where not even one fits whole, its layer runs in the largest sequence tiles that fit, as a
-  // plan at this length runs it (model/decoder_layer.h).
+  // Where not even one fits whole, its layer runs in the largest sequence tiles that fit, and its
+  // attention in the fewest groups of KV heads with them, as a plan at this length runs it
+  // (model/decoder_layer.h).
   const int64_t kOneChunkTokens = options.one_chunk_tokens;
   // Thinner tiles than this run GEMMs too short to say what a plan's tiles cost.
   constexpr int64_t kSmallestTile = 256;
-  int64_t tile = 0;
+  int64_t tile = 0, head_groups = 1;
   if (tokens.empty() && seq_len >= kOneChunkTokens) {
+    const std::vector<int64_t> group_counts = head_group_counts(config);
     for (int64_t t = seq_len / 2; t >= kSmallestTile && tile == 0; t /= 2)
-      if (fits(seq_len, t)) tile = t;
+      for (const int64_t g : group_counts)
+        if (fits(seq_len, t, g)) {
+          tile = t;
+          head_groups = g;
+          break;
+        }
     if (tile > 0) {
       tokens.push_back(seq_len);
-      log_info("profile: one sequence of {} tokens fits with its layer in tiles of {} tokens; measured so",
-               seq_len, tile);
+      log_info(
+          "profile: one sequence of {} tokens fits with its layer in tiles of {} tokens, attention in {} "
+          "group(s) of KV heads; measured so",
+          seq_len, tile, head_groups);
     }
   }
   if (tokens.size() == 1 && tokens.front() >= kOneChunkTokens)
@@ -457,7 +474,7 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  const LayerTimes layer = time_layer(device, ops, shape, tokens, tile, fill, steady);
+  const LayerTimes layer = time_layer(device, ops, shape, tokens, tile, head_groups, fill, steady);
   log_info(
       "profile: one layer at {} tokens: forward {:.4g} s, backward {:.4g} s (from kept internals {:.4g} s); "
       "measured in {:.1f} s",
@@ -467,6 +484,7 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   c.layer_backward = layer.backward;
   c.layer_backward_kept = layer.backward_kept;
   c.layer_tile_tokens = tile;
+  c.layer_head_groups = head_groups;
   const auto ends_start = std::chrono::steady_clock::now();
   const EndTimes ends = time_ends(device, ops, shape, tokens, fill, steady);
   log_info("profile: the head at {} tokens: {:.4g} s forward+backward; measured in {:.1f} s", tokens.back(),
