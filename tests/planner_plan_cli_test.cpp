@@ -53,6 +53,26 @@ class PlanCommandTest : public ::testing::Test {
   test::ScratchDir dir_{"plan_cli"};
 };
 
+// Without a config file the key=value settings are the whole config: the same plan as the file's.
+TEST_F(PlanCommandTest, KeyValueSettingsAloneAreTheConfig) {
+  int status = -1;
+  const std::string from_file = plan("", &status);
+  ASSERT_EQ(status, 0) << from_file;
+  std::string out;
+  const std::string d = dir_.path().string();
+  status = test::run_command(test::ferry_binary().string() + " plan model=" + d + "/model output_dir=" + d +
+                                 "/out device=sim seq_len=64 global_batch=4 micro_batch=auto profile=" + d +
+                                 "/profile.json gpu_memory=64MiB host_memory=1GiB max_steps=1",
+                             &out);
+  ASSERT_EQ(status, 0) << out;
+  // The plan and its prediction (the memory beside the engine is each process's own, measured).
+  const auto plan_lines = [](const std::string& text) {
+    const size_t from = text.find("plan\n");
+    return text.substr(from, text.find("memory (peak)") - from);
+  };
+  EXPECT_EQ(plan_lines(out), plan_lines(from_file));
+}
+
 TEST_F(PlanCommandTest, PrintsThePlanItsPredictionAndTheAlternatives) {
   int status = -1;
   const std::string out = plan("", &status);

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -149,7 +150,18 @@ class CountingOps final : public Ops {
   const std::set<const void*>& head_weight_gradients() const { return head_weight_gradients_; }
 
   const char* name() const override { return inner_.name(); }
-  int calls_to_steady_speed() const override { return inner_.calls_to_steady_speed(); }
+  int calls_to_steady_speed() const override {
+    return steady_calls_ > 0 ? steady_calls_ : inner_.calls_to_steady_speed();
+  }
+  // Says the ops reach their steady speed after `calls` calls of a problem (as the CUDA ops' GEMM
+  // tuning does), and counts the calls of each layer GEMM problem from now on.
+  void reach_steady_speed_after(int calls) { steady_calls_ = calls; }
+  // The fewest calls any layer GEMM problem (rows, output and input features) had.
+  int64_t fewest_layer_gemm_calls() const {
+    int64_t fewest = INT64_MAX;
+    for (const auto& [problem, calls] : gemm_calls_) fewest = std::min(fewest, calls);
+    return fewest;
+  }
   std::string kernels() const override { return inner_.kernels(); }
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override {
     count(out).embedding_forward(ids, table, out);
@@ -185,6 +197,7 @@ class CountingOps final : public Ops {
     count(gate).swiglu_backward(gate, up, dout, dgate, dup);
   }
   void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) override {
+    ++gemm_calls_[{x.shape[0], w.shape[0], w.shape[1]}];
     count(x, w.shape[0]).linear_forward(x, w, bias, residual, y);
   }
   void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
@@ -212,6 +225,8 @@ class CountingOps final : public Ops {
 
   Ops& inner_;
   int64_t work_ = 0;  // issued from the measuring thread only
+  int steady_calls_ = 0;
+  std::map<std::array<int64_t, 3>, int64_t> gemm_calls_;
   std::set<const void*> head_weight_gradients_;
 };
 
@@ -241,11 +256,15 @@ TEST(MachineProfiler, ComputeProfileTimesEachPassAsTheEngineRunsIt) {
 // measure_compute of a tiny llama's layer at kLongSequence tokens in one micro-chunk, on the
 // counting clock, within `capacity` bytes of simulated device memory.
 constexpr int64_t kLongSequence = 1024;
-ComputeProfile measure_long(const ModelConfig& config, size_t capacity) {
+// With `steady_calls`, the ops say they reach their steady speed after that many calls of a
+// problem, and `fewest_gemm_calls` gets the fewest calls a layer GEMM problem had.
+ComputeProfile measure_long(const ModelConfig& config, size_t capacity, int steady_calls = 0,
+                            int64_t* fewest_gemm_calls = nullptr) {
   SimDeviceOptions sim;
   sim.memory_capacity = capacity;
   SimRig rig(sim);
   CountingOps ops(*rig.ops);
+  ops.reach_steady_speed_after(steady_calls);
   ProfileOptions options = quick_options();
   options.timing.clock = [&ops] { return ops.seconds(); };
   options.gpu_adamw_params = 64 * 64;
@@ -253,12 +272,13 @@ ComputeProfile measure_long(const ModelConfig& config, size_t capacity) {
   options.one_chunk_tokens = kLongSequence;
   const ComputeProfile c = measure_compute(*rig.device, ops, config, kLongSequence, options);
   EXPECT_LE(rig.device->memory().peak, capacity);
+  if (fewest_gemm_calls) *fewest_gemm_calls = ops.fewest_layer_gemm_calls();
   return c;
 }
 
 // The profile at the smallest capacity that measures (a bisection between one that cannot and one
-// that holds whole sequences).
-ComputeProfile measure_long_in_least_memory(const ModelConfig& config) {
+// that holds whole sequences), and that capacity.
+ComputeProfile measure_long_in_least_memory(const ModelConfig& config, size_t* capacity_used = nullptr) {
   std::optional<ComputeProfile> least;
   size_t fails = size_t{256} << 10, holds = size_t{16} << 20;
   while (holds - fails > size_t{64} << 10) {
@@ -271,6 +291,7 @@ ComputeProfile measure_long_in_least_memory(const ModelConfig& config) {
     }
   }
   EXPECT_TRUE(least.has_value()) << "nothing measured under " << holds << " bytes";
+  if (capacity_used) *capacity_used = holds;
   return least.value_or(ComputeProfile{});
 }
 
@@ -303,6 +324,21 @@ TEST(MachineProfiler, TimesTheLayerInSequenceTilesWhereNoWholeSequenceFits) {
   EXPECT_LT(backward, whole.layer_backward.at(kLongSequence) + whole.layer_forward.at(kLongSequence));
   EXPECT_EQ(tiled.layer_backward_kept.at(kLongSequence), tiled.layer_backward.at(kLongSequence))
       << "kept internals are whole chunks: no such pass is timed in tiles";
+}
+
+// A layer in tiles calls each GEMM problem once per tile, so it warms up in fewer layer calls: as
+// many as every problem needs to reach its steady speed before the timed runs, whole or in tiles.
+TEST(MachineProfiler, WarmsEachGemmProblemUpAsOftenAsTheOpsNeedWholeOrInTiles) {
+  const ModelConfig config = tiny_llama_with_kv_heads(1);
+  constexpr int kSteadyCalls = 12;
+  int64_t whole_calls = 0, tiled_calls = 0;
+  ASSERT_EQ(measure_long(config, size_t{256} << 20, kSteadyCalls, &whole_calls).layer_tile_tokens, 0);
+  size_t least = 0;
+  measure_long_in_least_memory(config, &least);
+  const ComputeProfile tiled = measure_long(config, least, kSteadyCalls, &tiled_calls);
+  ASSERT_GT(tiled.layer_tile_tokens, 0);
+  EXPECT_GE(whole_calls, kSteadyCalls);
+  EXPECT_GE(tiled_calls, kSteadyCalls);
 }
 
 // Where the smallest tiles still leave attention's tensors too large, attention runs in groups of

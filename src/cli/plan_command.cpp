@@ -5,7 +5,8 @@
 //
 // `ferry plan --preset llama/llama-3.1-8b [CONFIG.yaml] [key=value ...]` plans for a preset's shape
 // (`ferry init --list` shows them), so that planning an 8B needs neither its weights nor its
-// config.json.
+// config.json. Without a file, the key=value settings are the whole config (model=DIR ...).
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -59,12 +60,14 @@ void add_plan_command(CLI::App& app) {
       "measuring this process: for plans that must not depend on the machine that prints them");
   cmd->callback([config_path, overrides, alternatives, nominal, preset, scale, beside] {
     // Without a config file, the first key=value lands where the file would be.
-    if (!preset->empty() && config_path->find('=') != std::string::npos) {
+    std::error_code ec;
+    if (config_path->find('=') != std::string::npos && !std::filesystem::exists(*config_path, ec)) {
       overrides->insert(overrides->begin(), *config_path);
       config_path->clear();
     }
-    FERRY_CHECK(!config_path->empty() || !preset->empty(), kWhere,
-                "give a config file (ferry plan CONFIG.yaml), or --preset ARCH/NAME");
+    FERRY_CHECK(!config_path->empty() || !preset->empty() || !overrides->empty(), kWhere,
+                "give a config file (ferry plan CONFIG.yaml), --preset ARCH/NAME, or the config as key=value "
+                "(model=DIR ...)");
     // The preset stands for the file's `model:`, which then need not exist here (only its shape is read).
     if (!preset->empty()) overrides->push_back("model=preset:" + *preset);
     TrainConfig config = config_path->empty() ? parse_train_config("", *overrides, "command line")
