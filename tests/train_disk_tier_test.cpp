@@ -14,6 +14,7 @@
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
 #include "optim/state_arrays.h"
+#include "plain_trainer.h"
 #include "planner/memory_model.h"
 #include "sliding_plans.h"
 #include "test_util.h"
@@ -32,34 +33,12 @@ using test::kSteps;
 using test::make_plan;
 using test::make_rows;
 
-struct State {
-  std::vector<std::vector<float>> masters, m, v;
-  std::vector<double> losses, norms;
-};
+using State = test::PlainState;
 
+// The plain trainer's state after `steps` steps from the engine runs' initial weights (seed 9).
 State plain_state(const ModelConfig& config, const std::vector<PackedRow>& rows, double max_norm,
                   int64_t steps) {
-  State state;
-  init_random_weights(config, 9, state.masters);
-  const ModelLayout layout = build_model_layout(config);
-  auto ops = make_cpu_ops();
-  ModelStep step(config, layout, *ops, kMicro * kSeq, kGlobal / kMicro);
-  UnitOptimizer opt(layout, false);
-  std::vector<std::vector<float>> grads;
-  for (const auto& u : layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
-  std::vector<float*> p, g;
-  for (auto& u : state.masters) p.push_back(u.data());
-  for (auto& u : grads) g.push_back(u.data());
-  for (int64_t s = 0; s < steps; ++s) {
-    const StepLoss loss = step.run(p, g, batch_for(rows, s));
-    const UpdateStats stats =
-        opt.step(p, std::vector<const float*>(g.begin(), g.end()), hyper_at(s), max_norm, s + 1);
-    state.losses.push_back(loss.mean());
-    state.norms.push_back(stats.grad_norm);
-  }
-  state.m = opt.m();
-  state.v = opt.v();
-  return state;
+  return test::plain_state(config, 9, rows, max_norm, steps);
 }
 
 std::span<const std::byte> bytes_of(const std::vector<float>& v) {

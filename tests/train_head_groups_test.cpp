@@ -20,6 +20,7 @@
 #include "model/decoder_layer.h"
 #include "ops/device_ops.h"
 #include "packed_batch.h"
+#include "plain_trainer.h"
 #include "sliding_plans.h"
 #include "test_util.h"
 #include "train/model_init.h"
@@ -186,25 +187,8 @@ struct TrainRun {
 };
 
 TrainRun plain_run(const ModelConfig& config, const std::vector<PackedRow>& rows, int64_t head_groups) {
-  TrainRun run;
-  init_random_weights(config, 9, run.masters);
-  const ModelLayout layout = build_model_layout(config);
-  auto ops = make_cpu_ops();
-  ModelStep step(config, layout, *ops, kMicro * kSeq, kGlobal / kMicro, 0, head_groups);
-  UnitOptimizer opt(layout, false);
-  std::vector<std::vector<float>> grads;
-  for (const auto& u : layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
-  std::vector<float*> p, g;
-  for (auto& u : run.masters) p.push_back(u.data());
-  for (auto& u : grads) g.push_back(u.data());
-  for (int64_t s = 0; s < kSteps; ++s) {
-    const StepLoss loss = step.run(p, g, batch_for(rows, s));
-    const UpdateStats stats =
-        opt.step(p, std::vector<const float*>(g.begin(), g.end()), hyper_at(s), 0.5, s + 1);
-    run.losses.push_back(loss.mean());
-    run.norms.push_back(stats.grad_norm);
-  }
-  return run;
+  test::PlainState state = test::plain_state(config, 9, rows, 0.5, kSteps, head_groups);
+  return {std::move(state.losses), std::move(state.norms), std::move(state.masters)};
 }
 
 TrainRun sliding_run(const ModelConfig& config, const std::vector<PackedRow>& rows, const Plan& plan) {

@@ -13,6 +13,7 @@
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
 #include "optim/lr_schedule.h"
+#include "plain_trainer.h"
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
 #include "planner/search.h"
@@ -41,37 +42,8 @@ struct RunResult {
   std::vector<std::vector<float>> masters;
 };
 
-// The plain trainer (ModelStep + UnitOptimizer) for `steps` steps: its losses, norms and whole
-// optimizer state.
-struct PlainState {
-  std::vector<std::vector<float>> masters, m, v;
-  std::vector<double> losses, norms;
-};
-
-PlainState plain_state(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
-                       double max_norm, int64_t steps) {
-  PlainState state;
-  init_random_weights(config, seed, state.masters);
-  const ModelLayout layout = build_model_layout(config);
-  auto ops = make_cpu_ops();
-  ModelStep step(config, layout, *ops, kMicro * kSeq, kGlobal / kMicro);
-  UnitOptimizer opt(layout, false);
-  std::vector<std::vector<float>> grads;
-  for (const auto& u : layout.units) grads.emplace_back(static_cast<size_t>(u.numel), 0.0f);
-  std::vector<float*> p, g;
-  for (auto& u : state.masters) p.push_back(u.data());
-  for (auto& u : grads) g.push_back(u.data());
-  for (int64_t s = 0; s < steps; ++s) {
-    const StepLoss loss = step.run(p, g, batch_for(rows, s));
-    const UpdateStats stats =
-        opt.step(p, std::vector<const float*>(g.begin(), g.end()), hyper_at(s), max_norm, s + 1);
-    state.losses.push_back(loss.mean());
-    state.norms.push_back(stats.grad_norm);
-  }
-  state.m = opt.m();
-  state.v = opt.v();
-  return state;
-}
+using test::plain_state;
+using test::PlainState;
 
 RunResult plain_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
                     double max_norm) {
