@@ -14,9 +14,9 @@
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
 #include "optim/state_arrays.h"
-#include "plain_trainer.h"
 #include "planner/memory_model.h"
 #include "sliding_plans.h"
+#include "sliding_runs.h"
 #include "test_util.h"
 #include "train/model_init.h"
 

@@ -20,8 +20,8 @@
 #include "model/decoder_layer.h"
 #include "ops/device_ops.h"
 #include "packed_batch.h"
-#include "plain_trainer.h"
 #include "sliding_plans.h"
+#include "sliding_runs.h"
 #include "test_util.h"
 #include "train/model_init.h"
 
@@ -181,47 +181,13 @@ using test::kSteps;
 using test::make_plan;
 using test::make_rows;
 
-struct TrainRun {
-  std::vector<double> losses, norms;
-  std::vector<std::vector<float>> masters;
-};
-
-TrainRun plain_run(const ModelConfig& config, const std::vector<PackedRow>& rows, int64_t head_groups) {
-  test::PlainState state = test::plain_state(config, 9, rows, 0.5, kSteps, head_groups);
-  return {std::move(state.losses), std::move(state.norms), std::move(state.masters)};
-}
-
-TrainRun sliding_run(const ModelConfig& config, const std::vector<PackedRow>& rows, const Plan& plan) {
-  std::vector<std::vector<float>> units;
-  init_random_weights(config, 9, units);
-  const ModelLayout layout = build_model_layout(config);
-  auto device = make_sim_device({});
-  auto ops = make_device_ops(*device);
-  SlidingEngine engine(config, layout, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
-  for (size_t u = 0; u < units.size(); ++u) engine.host().unit(u).master.assign(units[u]);
-  engine.weights_changed(0);
-  TrainRun run;
-  for (int64_t s = 0; s < kSteps; ++s) {
-    const SlidingStepResult r = engine.step(s + 1, batch_for(rows, s), hyper_at(s), 0.5);
-    run.losses.push_back(r.loss);
-    run.norms.push_back(r.grad_norm);
-  }
-  engine.finish_updates();
-  for (size_t u = 0; u < units.size(); ++u) {
-    const HostArray& master = engine.host().unit(u).master;
-    run.masters.emplace_back(master.data(), master.data() + master.size());
-  }
-  EXPECT_LE(device->memory().peak, device->memory().capacity);
-  return run;
-}
-
 TEST(HeadGroupsOnTheSimulatedDevice, GiveThePlainTrainersBitsInTheSameGroups) {
   const ModelConfig config = tiny_with_heads("qwen3", 8, 4, 4);
   const ModelLayout layout = build_model_layout(config);
   const std::vector<PackedRow> rows = make_rows(config.vocab_size, 5);
-  const TrainRun one = plain_run(config, rows, 1);
+  const test::RunResult one = test::plain_run(config, 9, rows, 0.5);
   for (int64_t groups : {2, 4}) {
-    const TrainRun plain = plain_run(config, rows, groups);
+    const test::RunResult plain = test::plain_run(config, 9, rows, 0.5, groups);
     const std::vector<Plan> plans = {
         make_plan(layout, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward),
         keeping_every(make_plan(layout, 4, 2, {0, 5}, {0, 2}, UpdateSchedule::AfterBackward), 2),
@@ -233,7 +199,7 @@ TEST(HeadGroupsOnTheSimulatedDevice, GiveThePlainTrainersBitsInTheSameGroups) {
         plan.head_groups = groups;
         plan.seq_tile = tile;
         SCOPED_TRACE(::testing::Message() << groups << " groups, plan " << i << ": " << plan.describe());
-        const TrainRun sliding = sliding_run(config, rows, plan);
+        const test::RunResult sliding = test::sliding_run(config, 9, rows, 0.5, plan);
         ASSERT_EQ(plain.losses.size(), sliding.losses.size());
         for (size_t s = 0; s < plain.losses.size(); ++s) {
           EXPECT_EQ(plain.losses[s], sliding.losses[s]) << "loss of step " << s + 1;

@@ -13,11 +13,11 @@
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
 #include "optim/lr_schedule.h"
-#include "plain_trainer.h"
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
 #include "planner/search.h"
 #include "sliding_plans.h"
+#include "sliding_runs.h"
 #include "test_util.h"
 #include "train/model_init.h"
 
@@ -37,48 +37,11 @@ using test::kSteps;
 using test::make_plan;
 using test::make_rows;
 
-struct RunResult {
-  std::vector<double> losses, norms;
-  std::vector<std::vector<float>> masters;
-};
-
+using test::plain_run;
 using test::plain_state;
 using test::PlainState;
-
-RunResult plain_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
-                    double max_norm) {
-  PlainState state = plain_state(config, seed, rows, max_norm, kSteps);
-  RunResult run;
-  run.losses = std::move(state.losses);
-  run.norms = std::move(state.norms);
-  run.masters = std::move(state.masters);
-  return run;
-}
-
-RunResult sliding_run(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
-                      double max_norm, const Plan& plan, const SimDeviceOptions& sim = {}) {
-  std::vector<std::vector<float>> units;
-  init_random_weights(config, seed, units);
-  const ModelLayout layout = build_model_layout(config);
-  auto device = make_sim_device(sim);
-  auto ops = make_device_ops(*device);
-  SlidingEngine engine(config, layout, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
-  for (size_t u = 0; u < units.size(); ++u) engine.host().unit(u).master.assign(units[u]);
-  engine.weights_changed(0);
-  RunResult run;
-  for (int64_t s = 0; s < kSteps; ++s) {
-    const SlidingStepResult r = engine.step(s + 1, batch_for(rows, s), hyper_at(s), max_norm);
-    run.losses.push_back(r.loss);
-    run.norms.push_back(r.grad_norm);
-  }
-  engine.finish_updates();
-  for (size_t u = 0; u < units.size(); ++u) {
-    const HostArray& master = engine.host().unit(u).master;
-    run.masters.emplace_back(master.data(), master.data() + master.size());
-  }
-  EXPECT_LE(device->memory().peak, device->memory().capacity);
-  return run;
-}
+using test::RunResult;
+using test::sliding_run;
 
 // The plain trainer's evaluation of `batch` after 0..kSteps steps (ModelStep::evaluate).
 std::vector<double> plain_evals(const ModelConfig& config, uint64_t seed, const std::vector<PackedRow>& rows,
