@@ -79,6 +79,8 @@ TEST_F(PresetModelTest, ADirectorysConfigIsAShapeOfOnesOwn) {
   const nlohmann::json json = nlohmann::json::parse(in);
   EXPECT_EQ(json.at("max_position_embeddings"), longer.raw["max_position_embeddings"]);
   EXPECT_EQ(json.value("_name_or_path", ""), "ferry-random-init/long");
+  EXPECT_EQ(model_source_config("preset:" + dir.string() + "/", 5).raw.value("_name_or_path", ""),
+            "ferry-random-init/long");
   EXPECT_NE(json.value("ferry_random_init", "").find("not the published model"), std::string::npos);
   // A directory without a config.json is no shape: the error says what to write.
   EXPECT_TRUE(test::throws_with([&] { run_training(config("preset:" + scratch_.path().string(), "c")); },

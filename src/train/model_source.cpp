@@ -56,7 +56,8 @@ ModelConfig model_source_config(const std::filesystem::path& model, uint64_t see
 
 std::filesystem::path preset_config_dir(const std::filesystem::path& model) {
   if (!is_preset_model(model)) return {};
-  const std::filesystem::path dir = model.string().substr(std::string(kPresetModelPrefix).size());
+  std::filesystem::path dir = model.string().substr(std::string(kPresetModelPrefix).size());
+  if (!dir.has_filename()) dir = dir.parent_path();  // "preset:DIR/": the name labels the outputs
   std::error_code ec;
   return std::filesystem::is_regular_file(dir / "config.json", ec) ? dir : std::filesystem::path();
 }
