@@ -4,6 +4,8 @@
 #include <atomic>
 #include <cstdio>
 #include <numeric>
+#include <thread>
+#include <vector>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -19,6 +21,33 @@ TEST(ThreadPool, CoversRangeOnce) {
     for (size_t i = b; i < e; ++i) hits[i]++;
   });
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ThreadPool, EveryPieceRunsOnceWhenOneThreadIsSlow) {
+  // The thread that takes piece 0 holds it until every other piece is done: the other threads
+  // take all the rest from the shared counter (a static slice per thread would leave the slow
+  // thread's slice waiting, and this would never finish).
+  ThreadPool pool(4);
+  const size_t pieces = 200;
+  std::vector<std::atomic<int>> hits(pieces);
+  std::atomic<size_t> done{0};
+  pool.for_each_piece(pieces, [&](size_t k) {
+    if (k == 0) {
+      while (done.load() < pieces - 1) std::this_thread::yield();
+    }
+    hits[k]++;
+    done++;
+  });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  EXPECT_EQ(done.load(), pieces);
+}
+
+TEST(ThreadPool, PiecesRunOnTheCallerWithoutWorkers) {
+  ThreadPool pool(1);
+  std::vector<size_t> order;
+  pool.for_each_piece(5, [&](size_t k) { order.push_back(k); });
+  EXPECT_EQ(order, (std::vector<size_t>{0, 1, 2, 3, 4}));
+  pool.for_each_piece(0, [&](size_t) { FAIL() << "no pieces, no calls"; });
 }
 
 TEST(ThreadPool, CarriesWorkerErrorsToCaller) {

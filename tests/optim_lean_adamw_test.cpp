@@ -414,13 +414,14 @@ TEST(LeanAdamW, StepSizeDoesNotDriftFromAdamW) {
 }
 
 TEST(LeanAdamW, ResultDoesNotDependOnThreads) {
-  // Segments with and without decay and bf16 gradients, over 1 thread and over the global pool.
-  const size_t n = 300 * kStateBlock + 17;
+  // Segments with and without decay and bf16 gradients, over 1 thread and over a pool of 4 that
+  // takes the blocks in pieces of 1024 (several pieces, the last partial, a segment's end inside one).
+  const size_t n = 5000 * kStateBlock + 17;
   AdamWHyper h;
   h.lr = 1e-2;
   h.weight_decay = 0.1;
   const auto init = test::random_vector(n, 41);
-  ThreadPool one(1);
+  ThreadPool one(1), four(4);
   for (auto format :
        {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
     SCOPED_TRACE(state_format_name(format));
@@ -433,7 +434,7 @@ TEST(LeanAdamW, ResultDoesNotDependOnThreads) {
       std::vector<uint16_t> g(n), out_a(n), out_b(n);
       for (size_t i = 0; i < n; ++i) g[i] = f32_to_bf16(g32[i]);
       lean_adamw_step(a.view, split, g.data(), DType::BF16, out_a.data(), h, t, 0.5f, one);
-      lean_adamw_step(b.view, split, g.data(), DType::BF16, out_b.data(), h, t, 0.5f, ThreadPool::global());
+      lean_adamw_step(b.view, split, g.data(), DType::BF16, out_b.data(), h, t, 0.5f, four);
       EXPECT_EQ(out_a, out_b);
       // The upload copy is the new master in bf16.
       const auto masters = a.masters();

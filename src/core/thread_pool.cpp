@@ -127,6 +127,20 @@ void ThreadPool::parallel_for(size_t count, const std::function<void(size_t, siz
   });
 }
 
+void ThreadPool::for_each_piece(size_t pieces, const std::function<void(size_t)>& body) {
+  if (pieces == 0) return;
+  if (pieces == 1 || workers_.empty()) {
+    for (size_t k = 0; k < pieces; ++k) body(k);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  run_on_all([&](size_t, size_t) {
+    for (size_t k = next.fetch_add(1, std::memory_order_relaxed); k < pieces;
+         k = next.fetch_add(1, std::memory_order_relaxed))
+      body(k);
+  });
+}
+
 ThreadPool& ThreadPool::global() {
   static ThreadPool pool(g_global_threads.load());
   return pool;

@@ -1,8 +1,11 @@
-// A persistent pool of worker threads with a static, deterministic partition of work.
-//
-// The same range is always cut into the same pieces for the same thread count, so results that
-// depend on summation order are reproducible run to run. An exception thrown by a worker is
-// carried to the calling thread and rethrown there.
+// A persistent pool of worker threads, with two ways to share out work:
+//  * parallel_for: a static, deterministic partition. The same range is always cut into the same
+//    pieces for the same thread count, so results that depend on summation order are reproducible
+//    run to run.
+//  * for_each_piece: the threads take pieces from a shared counter, so a thread slowed by other
+//    work costs its share of the pieces, not the whole pass; for work whose result does not depend
+//    on which thread does which piece.
+// An exception thrown by a worker is carried to the calling thread and rethrown there.
 #pragma once
 
 #include <condition_variable>
@@ -29,6 +32,13 @@ class ThreadPool {
   // Calls body(begin, end) on contiguous pieces of [0, count) in parallel and waits for all.
   // Pieces hold at least `grain` items. The calling thread takes part.
   void parallel_for(size_t count, const std::function<void(size_t, size_t)>& body, size_t grain = 1);
+
+  // Calls body(k) once for every k in [0, pieces) and waits for all. Each thread, the calling one
+  // included, takes the next k from a shared counter until none is left: a thread that other work
+  // slows (the engine's host thread, the CUDA driver, a busy hyperthread sibling) takes fewer
+  // pieces instead of holding up the pass, as one static slice per thread would. The pieces should
+  // be many more than the threads and each long enough to dwarf an atomic increment.
+  void for_each_piece(size_t pieces, const std::function<void(size_t)>& body);
 
   // Runs body(piece, pieces) on every thread, piece = 0..pieces-1.
   void run_on_all(const std::function<void(size_t, size_t)>& body);

@@ -241,19 +241,6 @@ constexpr size_t kGrain = size_t{1} << 15;
 // the range starts on one, and no two threads write one line.
 constexpr size_t kBlock = size_t{1} << 18;
 
-// Runs fn(k) for k in [0, blocks) on the pool's threads, each taking the next block from a shared
-// counter until none is left: a thread slowed by other work (the engine's host thread, the CUDA
-// driver) takes fewer blocks instead of holding up the pass, as a static slice per thread would.
-template <typename Fn>
-void for_each_block(ThreadPool& pool, size_t blocks, const Fn& fn) {
-  std::atomic<size_t> next{0};
-  pool.run_on_all([&](size_t, size_t) {
-    for (size_t k = next.fetch_add(1, std::memory_order_relaxed); k < blocks;
-         k = next.fetch_add(1, std::memory_order_relaxed))
-      fn(k);
-  });
-}
-
 }  // namespace
 
 size_t check_adamw_unit(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> segments, int64_t step) {
@@ -302,7 +289,7 @@ void cpu_adamw_step(const AdamWUnitBuffers& unit, std::span<const AdamWSegment> 
   // 6.2 alone. Each element's update is independent, so who updates it changes no bit.
   // Blocks are cut at multiples of kBlock, so every cut falls on a cache line of every buffer.
   const size_t first = begin / kBlock * kBlock;
-  for_each_block(pool, (end - first + kBlock - 1) / kBlock, [&](size_t k) {
+  pool.for_each_piece((end - first + kBlock - 1) / kBlock, [&](size_t k) {
     const size_t lo = first + k * kBlock;
     run(std::max(begin, lo), std::min(end, lo + kBlock));
   });
@@ -341,8 +328,8 @@ void cpu_adamw_rows(const AdamWUnitBuffers& unit, size_t row_len, std::span<cons
   }
   // Blocks of whole rows, about kBlock elements each.
   const size_t block_rows = std::max<size_t>(1, kBlock / row_len);
-  for_each_block(pool, (rows.size() + block_rows - 1) / block_rows,
-                 [&](size_t k) { run(k * block_rows, std::min(rows.size(), (k + 1) * block_rows)); });
+  pool.for_each_piece((rows.size() + block_rows - 1) / block_rows,
+                      [&](size_t k) { run(k * block_rows, std::min(rows.size(), (k + 1) * block_rows)); });
 }
 
 const char* cpu_adamw_target() {
