@@ -120,6 +120,40 @@ TEST_F(ProfileTiming, DeviceTimingWarmsUpFirst) {
   EXPECT_NEAR(time_on_device(*device, slow_start, o), 0.030, 1e-12) << "a short warm-up times the slow calls";
 }
 
+// Work on tuning ops warms up until a run makes no tuning call: here its first 4 runs tune (30 ms
+// each), so 5 warm-up runs time it at its steady 1 ms, where warmup_runs alone (1) would not; the
+// cap stops a warm-up whose tuning never ends.
+TEST_F(ProfileTiming, DeviceTimingWarmsUpUntilARunTunesNothing) {
+  auto device = make_sim_device({});
+  WorkClock clock;
+  TimingOptions o;
+  o.repeats = 3;
+  o.min_sample_seconds = 0.0;
+  o.clock = clock.reader();
+  o.warmup_runs = 1;
+  o.max_warmup_runs = 31;
+  int calls = 0;
+  int64_t tuning = 0;
+  o.tuning_calls = [&] { return tuning; };
+  const std::function<void()> tuned_in_four = [&] {
+    const int call = ++calls;
+    if (call <= 4) tuning += 3;  // three products on trial in each of the first runs
+    device->host_task(StreamKind::Compute, [&clock, call] { clock.advance(call <= 4 ? 0.030 : 0.001); });
+  };
+  EXPECT_EQ(warm_up(*device, tuned_in_four, o), 5) << "4 runs that tune, then one that does not";
+  calls = 0;
+  tuning = 0;
+  EXPECT_NEAR(time_on_device(*device, tuned_in_four, o), 0.001, 1e-12);
+  EXPECT_EQ(calls, 5 + 1 + 3) << "the warm-up, a sizing run, then one run per sample";
+
+  o.max_warmup_runs = 3;
+  const std::function<void()> always_tuning = [&] { ++tuning; };
+  EXPECT_EQ(warm_up(*device, always_tuning, o), 3) << "capped";
+  o.tuning_calls = nullptr;
+  o.warmup_runs = 2;
+  EXPECT_EQ(warm_up(*device, always_tuning, o), 2) << "without a tuning count: warmup_runs";
+}
+
 // A device that runs fast at first and slows under sustained load (a GPU boosting, then held to its
 // power cap): 1 ms a call during its first 60 ms of work, 4 ms after. Training sees the slow
 // speed; the soak makes the samples see it too.

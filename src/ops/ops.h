@@ -66,6 +66,10 @@ class Ops {
   // GEMM candidates on their first calls (ops/cuda/cuda_gemm.cuh). A measurement of speed (the
   // machine profile) warms up this many times first.
   virtual int calls_to_steady_speed() const { return 1; }
+  // How many calls so far ran a product whose tuning was not finished (a candidate on trial, or
+  // the trials' times not yet read): a measurement of speed warms up until a run adds none, which
+  // at most calls_to_steady_speed() runs reach. 0 for a backend without tuning.
+  virtual int64_t tuning_calls() const { return 0; }
   // What a measurement of the ops' speed depends on besides the device: the backend and any
   // library it hands ops to ("cuda", "cuda, cuDNN 91400 attention"). A machine profile records it,
   // and a cached one measured with other kernels is measured again.

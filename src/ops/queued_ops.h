@@ -24,6 +24,7 @@ class QueuedOps final : public Ops {
 
   const char* name() const override { return name_.c_str(); }
   int calls_to_steady_speed() const override { return inner_->calls_to_steady_speed(); }
+  int64_t tuning_calls() const override { return inner_->tuning_calls(); }
   std::string kernels() const override { return inner_->kernels(); }
 
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override;

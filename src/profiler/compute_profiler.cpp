@@ -464,27 +464,20 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   RandomDeviceFill fill(device, options.seed);
   ComputeProfile c;
   // The layer and the head are timed at the speed training reaches, after the ops' warm-up (GEMM
-  // tuning: timed in the middle of it, a 1B layer's backward measured 60% slow).
+  // tuning: timed in the middle of it, a 1B layer's backward measured 60% slow), which runs until
+  // a run tunes nothing: a problem called once a run is tuned in ~31 runs, one called in every
+  // tile of a long sequence (or every head group) in as many times fewer.
   TimingOptions steady = options.timing;
-  steady.warmup_runs = std::max(steady.warmup_runs, ops.calls_to_steady_speed());
+  steady.tuning_calls = [&ops] { return ops.tuning_calls(); };
+  steady.max_warmup_runs = std::max(steady.warmup_runs, ops.calls_to_steady_speed());
   steady.soak_seconds = options.compute_soak_seconds;
-  // At long sequences each call takes seconds and the GEMM tuning's warm-up runs it ~30 times:
-  // each part says what it measured, so a profile of minutes is not silent.
+  // At long sequences each call takes seconds: each part says what it measured, so a profile of
+  // minutes is not silent.
   const auto part_start = std::chrono::steady_clock::now();
   const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  // A layer in tiles issues each GEMM problem once per tile (the projections of each head group
-  // as often again): where the tiles split the sequence evenly, each problem reaches the ops'
-  // steady speed in that many times fewer layer calls (at 128K tokens in 16 tiles, 2 instead of
-  // 31, each of seconds). An uneven last tile is a problem of its own, called once a pass.
-  TimingOptions layer_steady = steady;
-  if (tile > 0 && seq_len % tile == 0) {
-    const int64_t tiles = tile_count(seq_len, tile);
-    layer_steady.warmup_runs = std::max(options.timing.warmup_runs,
-                                        static_cast<int>((ops.calls_to_steady_speed() + tiles - 1) / tiles));
-  }
-  const LayerTimes layer = time_layer(device, ops, shape, tokens, tile, head_groups, fill, layer_steady);
+  const LayerTimes layer = time_layer(device, ops, shape, tokens, tile, head_groups, fill, steady);
   log_info(
       "profile: one layer at {} tokens: forward {:.4g} s, backward {:.4g} s (from kept internals {:.4g} s); "
       "measured in {:.1f} s",

@@ -36,6 +36,18 @@ double timing_now(const TimingOptions& options) {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
 }
 
+int warm_up(Device& device, const std::function<void()>& issue, const TimingOptions& options) {
+  const int at_least = std::max(1, options.warmup_runs);
+  const int at_most = std::max(at_least, options.max_warmup_runs);
+  for (int runs = 1;; ++runs) {
+    const int64_t before = options.tuning_calls ? options.tuning_calls() : 0;
+    issue();
+    device.synchronize_all();
+    const bool tuned = !options.tuning_calls || options.tuning_calls() == before;
+    if (runs >= at_most || (runs >= at_least && tuned)) return runs;
+  }
+}
+
 int64_t runs_per_sample(double seconds_per_run, const TimingOptions& options) {
   // Capped so that work measured as ~0 (a clock tick) does not ask for millions of runs.
   constexpr int64_t kMaxRuns = 4096;
@@ -49,8 +61,7 @@ std::vector<double> time_each_on_device(Device& device, std::span<const std::fun
                                         const TimingOptions& options) {
   std::vector<int64_t> runs;
   for (const auto& issue : issues) {
-    for (int w = 0; w < std::max(1, options.warmup_runs); ++w) issue();
-    device.synchronize_all();
+    warm_up(device, issue, options);
     const double start = timing_now(options);
     issue();
     device.synchronize_all();

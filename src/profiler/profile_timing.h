@@ -21,7 +21,7 @@ namespace ferry {
 
 struct TimingOptions {
   int repeats = 5;                   // samples per measurement; the median is kept
-  int warmup_runs = 1;               // untimed runs first (Ops::calls_to_steady_speed)
+  int warmup_runs = 1;               // untimed runs first, at least
   double min_sample_seconds = 0.02;  // each sample runs the work enough times to last at least this
   // A measurement stops taking samples (keeping at least 3) once it has run this long, so that a
   // slow backend (the CPU reference on the simulated device) is measured in seconds.
@@ -35,10 +35,20 @@ struct TimingOptions {
   // A test gives a clock that its work advances, so that what it asserts about the times does not
   // depend on how busy the machine is.
   std::function<double()> clock;
+  // The ops' count of calls made while a GEMM was being tuned (Ops::tuning_calls), when the work
+  // runs on tuning ops: the warm-up goes on past warmup_runs until a run adds none, up to
+  // max_warmup_runs (Ops::calls_to_steady_speed: a problem called once a run needs that many).
+  // A layer in tiles calls each problem once per tile, so it is tuned in as many times fewer runs.
+  std::function<int64_t()> tuning_calls;
+  int max_warmup_runs = 1;
 };
 
 // Seconds on options.clock, or on the steady clock.
 double timing_now(const TimingOptions& options);
+
+// The untimed warm-up runs of `issue` (options.warmup_runs, then on while a run makes GEMM tuning
+// calls, up to options.max_warmup_runs), each followed by synchronize_all. Returns how many ran.
+int warm_up(Device& device, const std::function<void()>& issue, const TimingOptions& options);
 
 // Seconds of one run of `issue`, which queues work on the device and returns: untimed warm-up runs
 // (first-use allocations, plan caches, GEMM tuning), one run to size the batch, then the median

@@ -224,6 +224,7 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   if (it == cache_.end()) it = cache_.emplace(key, make_plan(key)).first;
   Plan& plan = *it->second;
   if (!plan.tuned) collect_trials(plan);
+  if (!plan.tuned) tuning_calls_.fetch_add(1, std::memory_order_relaxed);
   const bool tuning = !plan.tuned && plan.trials_issued < plan.algos.size() * kTuneSamples;
   size_t algo = algo_for_call(plan);
   const bool trial = tuning && !plan.failed[plan.trials_issued % plan.algos.size()];

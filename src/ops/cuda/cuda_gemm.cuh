@@ -25,6 +25,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
@@ -91,6 +92,8 @@ class Gemm {
 
   void matmul(const MatmulArgs& args, cudaStream_t stream);
   size_t workspace_bytes() const { return workspace_bytes_; }
+  // Calls so far that ran while their problem's tuning was not finished (Ops::tuning_calls).
+  int64_t tuning_calls() const { return tuning_calls_.load(std::memory_order_relaxed); }
 
  private:
   struct Key {
@@ -129,6 +132,7 @@ class Gemm {
   StreamBuffer workspace_;
   size_t workspace_bytes_ = 0;
   bool tune_ = true;
+  std::atomic<int64_t> tuning_calls_{0};
   std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> cache_;
 };
 

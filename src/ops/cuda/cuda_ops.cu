@@ -39,6 +39,10 @@ std::string CudaOps::kernels() const {
   return "cuda, cuDNN " + std::to_string(CudnnAttention::library_version()) + " attention";
 }
 
+int64_t CudaOps::tuning_calls() const {
+  return state_->gemm.tuning_calls();
+}
+
 void* CudaOps::stream() const {
   return state_->stream;
 }

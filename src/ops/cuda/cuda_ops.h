@@ -75,6 +75,7 @@ class CudaOps final : public Ops {
   int calls_to_steady_speed() const override {
     return options_.gemm_tuning ? kGemmTuneAlgos * kGemmTuneSamples + 1 : 1;
   }
+  int64_t tuning_calls() const override;
 
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override;
   void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override;
