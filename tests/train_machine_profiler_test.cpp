@@ -154,8 +154,10 @@ class CountingOps final : public Ops {
     return steady_calls_ > 0 ? steady_calls_ : inner_.calls_to_steady_speed();
   }
   // Says the ops reach their steady speed after `calls` calls of a problem (as the CUDA ops' GEMM
-  // tuning does), and counts the calls of each layer GEMM problem from now on.
+  // tuning does: each of a layer GEMM problem's first `calls` calls counts as a tuning call), and
+  // counts the calls of each layer GEMM problem from now on.
   void reach_steady_speed_after(int calls) { steady_calls_ = calls; }
+  int64_t tuning_calls() const override { return tuning_calls_; }
   // The fewest calls any layer GEMM problem (rows, output and input features) had.
   int64_t fewest_layer_gemm_calls() const {
     int64_t fewest = INT64_MAX;
@@ -197,7 +199,7 @@ class CountingOps final : public Ops {
     count(gate).swiglu_backward(gate, up, dout, dgate, dup);
   }
   void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) override {
-    ++gemm_calls_[{x.shape[0], w.shape[0], w.shape[1]}];
+    if (++gemm_calls_[{x.shape[0], w.shape[0], w.shape[1]}] <= steady_calls_) ++tuning_calls_;
     count(x, w.shape[0]).linear_forward(x, w, bias, residual, y);
   }
   void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
@@ -226,6 +228,7 @@ class CountingOps final : public Ops {
   Ops& inner_;
   int64_t work_ = 0;  // issued from the measuring thread only
   int steady_calls_ = 0;
+  int64_t tuning_calls_ = 0;
   std::map<std::array<int64_t, 3>, int64_t> gemm_calls_;
   std::set<const void*> head_weight_gradients_;
 };
@@ -326,8 +329,9 @@ TEST(MachineProfiler, TimesTheLayerInSequenceTilesWhereNoWholeSequenceFits) {
       << "kept internals are whole chunks: no such pass is timed in tiles";
 }
 
-// A layer in tiles calls each GEMM problem once per tile, so it warms up in fewer layer calls: as
-// many as every problem needs to reach its steady speed before the timed runs, whole or in tiles.
+// The warm-up goes on until a run makes no tuning call, so every GEMM problem reaches its steady
+// speed before the timed runs, whole or in tiles (where each problem is called once per tile, and
+// so tuned in fewer layer calls).
 TEST(MachineProfiler, WarmsEachGemmProblemUpAsOftenAsTheOpsNeedWholeOrInTiles) {
   const ModelConfig config = tiny_llama_with_kv_heads(1);
   constexpr int kSteadyCalls = 12;
