@@ -71,6 +71,24 @@ TEST_F(MemoryModelPlans, TheWeightGradientProductServesBf16LayerGradientsOnly) {
   EXPECT_EQ(on_gpu.ops_workspace, cuda_ops_workspace_bytes(config_, 8192, DType::F32));
 }
 
+// A layer's internals on the host: its boundary's pinned buffer and one for its internals of every
+// micro-chunk; on the device no internals of its own, but a staging ring of one layer's internals
+// for one such layer and of two for more.
+TEST_F(MemoryModelPlans, InternalsOnTheHostArePinnedAndStagedThroughARing) {
+  const int64_t T = 8192, chunks = 8;
+  const size_t internals = static_cast<size_t>(chunks) * layer_internals_bytes(config_, T, DType::BF16);
+  const Plan base = plan(UnitPlacement::Streamed);
+  Plan one = base, three = base;
+  one.activations[0] = ActivationPlacement::OffloadWithInternals;
+  for (size_t l : {0, 2, 5}) three.activations[l] = ActivationPlacement::OffloadWithInternals;
+  const HostBytes host = host_bytes(config_, layout_, base, T, chunks);
+  EXPECT_EQ(host_bytes(config_, layout_, one, T, chunks).pinned, host.pinned + internals);
+  EXPECT_EQ(host_bytes(config_, layout_, three, T, chunks).pinned, host.pinned + 3 * internals);
+  const DeviceBytes device = device_bytes(config_, layout_, base, T, chunks);
+  EXPECT_EQ(device_bytes(config_, layout_, one, T, chunks).activations, device.activations + internals);
+  EXPECT_EQ(device_bytes(config_, layout_, three, T, chunks).activations, device.activations + 2 * internals);
+}
+
 // Converting on upload without clipping: the 32 layers' gradients take turns in three layer-sized
 // buffers, the 525 M-parameter head keeps one of its own, the untied embedding's token rows land
 // in the row-gradient buffer; the fp32 masters are pinned, m and v pageable. The host then holds

@@ -4,6 +4,7 @@
 // and an impossible budget names the smallest one that works.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -188,6 +189,7 @@ TEST_F(SearchTest, WithClippingTheGpuOptimizerLayersComeFirst) {
 // gives a plan that recomputes every layer, and a slower one.
 TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
   PlanRequest r = request(400);
+  r.space.internals_on_host = false;  // the GPU's share alone
   const SearchResult with = search_plans(config_, layout_, slow_cpu_fast_link(), r);
   int64_t kept = 0;
   for (auto a : with.best.plan.activations) kept += a == ActivationPlacement::KeepWithInternals;
@@ -216,7 +218,8 @@ TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
 // trades them, offloading no more boundaries than the kept layers need, and the plan is predicted
 // faster than the same plan recomputing those layers.
 TEST_F(SearchTest, BoundariesAreTradedForInternalsWhenTheLinkIsFast) {
-  const PlanRequest r = request(kTradeBudgetGiB);
+  PlanRequest r = request(kTradeBudgetGiB);
+  r.space.internals_on_host = false;  // the host's share: SpareHostMemoryTakesLayersInternals
   const MachineProfile compute_bound = machine(55e9, 20e9);
   const SearchResult result = search_plans(config_, layout_, compute_bound, r);
   const Plan& best = result.best.plan;
@@ -247,6 +250,30 @@ TEST_F(SearchTest, BoundariesAreTradedForInternalsWhenTheLinkIsFast) {
   ASSERT_LE(device(recomputing), limit);
   EXPECT_LT(result.best.prediction.step_seconds,
             predict(config_, layout_, recomputing, compute_bound, result.best.shape).step_seconds);
+}
+
+// With host memory to spare and a fast link, some of the layers that recompute send their
+// internals to the host instead (the first ones, whose reloads have the most time), predicted
+// faster than the same search without that choice; a host budget without room for one layer's
+// internals keeps them all off the host.
+TEST_F(SearchTest, SpareHostMemoryTakesLayersInternals) {
+  PlanRequest r = request(kTradeBudgetGiB);
+  r.space.per_unit_gpu_optimizer = false;
+  const MachineProfile compute_bound = machine(55e9, 20e9);
+  const SearchResult with = search_plans(config_, layout_, compute_bound, r);
+  const auto on_host = [](const Plan& p) {
+    return std::count(p.activations.begin(), p.activations.end(), ActivationPlacement::OffloadWithInternals);
+  };
+  ASSERT_GT(on_host(with.best.plan), 0) << with.best.plan.describe();
+  EXPECT_EQ(with.best.plan.activations[0], ActivationPlacement::OffloadWithInternals);
+  r.space.internals_on_host = false;
+  const SearchResult without = search_plans(config_, layout_, compute_bound, r);
+  EXPECT_EQ(on_host(without.best.plan), 0);
+  EXPECT_LT(with.best.prediction.step_seconds, without.best.prediction.step_seconds);
+  r.space.internals_on_host = true;
+  r.host_budget = without.best.prediction.host.total() + 1 * kGiB;
+  const SearchResult tight = search_plans(config_, layout_, compute_bound, r);
+  EXPECT_EQ(on_host(tight.best.plan), 0) << tight.best.plan.describe();
 }
 
 TEST_F(SearchTest, EverythingOnTheGpuWhenItFitsAndTheDeviceCan) {

@@ -48,6 +48,10 @@ inline Lane stream_lane(int stream) {
       return Lane::HostToDevice;
     case StreamKind::DeviceToHost:
       return Lane::DeviceToHost;
+    case StreamKind::BulkHostToDevice:
+      return Lane::BulkHostToDevice;
+    case StreamKind::BulkDeviceToHost:
+      return Lane::BulkDeviceToHost;
   }
   return Lane::Compute;
 }
@@ -61,7 +65,13 @@ class EngineReading {
     // The engine allocates one pinned buffer per offloaded boundary, in layer order.
     size_t k = 0;
     for (const void* buffer : recorder.pinned("offloaded activation")) {
-      while (k < plan.activations.size() && plan.activations[k] != ActivationPlacement::OffloadToHost) ++k;
+      while (k < plan.activations.size() && !boundary_on_host(plan.activations[k])) ++k;
+      boundary_of_[buffer] = static_cast<int32_t>(k++);
+    }
+    // And one per layer whose internals go to the host, in layer order.
+    k = 0;
+    for (const void* buffer : recorder.pinned("offloaded layer internals")) {
+      while (k < plan.activations.size() && plan.activations[k] != ActivationPlacement::OffloadWithInternals) ++k;
       boundary_of_[buffer] = static_cast<int32_t>(k++);
     }
     for (const TraceSpan& span : spans) {
@@ -143,6 +153,12 @@ class EngineReading {
         if ((u = unit_after(scope, "gradients ")) >= 0) return {TaskKind::GradientDownload, u};
         if (scope == "offload activation" && copy) return {TaskKind::ActivationOffload, boundary(copy->dst)};
         if (use >= 0 && !forward) return {TaskKind::GradientDownload, use};  // a device unit's partials
+        break;
+      case StreamKind::BulkHostToDevice:
+        if (scope == "reload internals" && copy) return {TaskKind::InternalsReload, boundary(copy->src)};
+        break;
+      case StreamKind::BulkDeviceToHost:
+        if (scope == "offload internals" && copy) return {TaskKind::InternalsOffload, boundary(copy->dst)};
         break;
       case StreamKind::Compute: {
         if ((u = unit_after(scope, "update ")) >= 0) return {TaskKind::GpuAdamW, u};

@@ -80,6 +80,12 @@ inline Plan keeping_internals(Plan p, std::vector<int64_t> layers) {
   return p;
 }
 
+// The plan with these layers' boundaries and internals offloaded to the host (no recompute).
+inline Plan offloading_internals(Plan p, std::vector<int64_t> layers) {
+  for (int64_t l : layers) p.activations[static_cast<size_t>(l)] = ActivationPlacement::OffloadWithInternals;
+  return p;
+}
+
 // The plan keeping only every K-th boundary (0, K, 2K, ...), where it placed it; the others
 // recomputed in the backward (planner/boundary_groups.h).
 inline Plan keeping_every(Plan p, int64_t keep_every) {

@@ -109,6 +109,8 @@ inline std::string task_label(TaskKind kind, int32_t subject, const ModelLayout&
   if (subject < 0) return label;
   if (kind == TaskKind::ActivationOffload || kind == TaskKind::ActivationReload)
     return label + " boundary " + std::to_string(subject);
+  if (kind == TaskKind::InternalsOffload || kind == TaskKind::InternalsReload)
+    return label + " layer " + std::to_string(subject);
   return label + " " + layout.units[static_cast<size_t>(subject)].name;
 }
 

@@ -76,11 +76,11 @@ Trained group_run(int gpus, const ModelConfig& config, const std::vector<std::ve
     ops.push_back(make_device_ops(*devices.back()));
     raw_ops.push_back(ops.back().get());
   }
-  std::array<std::vector<std::unique_ptr<Collective>>, kStreamCount> comms;
+  std::array<std::vector<std::unique_ptr<Collective>>, kCollectiveStreamCount> comms;
   for (auto& c : comms) c = nccl_collectives(raw);
-  std::vector<std::array<Collective*, kStreamCount>> handles(static_cast<size_t>(gpus));
+  std::vector<std::array<Collective*, kCollectiveStreamCount>> handles(static_cast<size_t>(gpus));
   for (int r = 0; r < gpus; ++r)
-    for (size_t s = 0; s < kStreamCount; ++s)
+    for (size_t s = 0; s < kCollectiveStreamCount; ++s)
       handles[static_cast<size_t>(r)][s] = comms[s][static_cast<size_t>(r)].get();
   const ModelLayout layout = build_model_layout(config);
   DeviceGroupEngine engine(config, layout, raw, raw_ops, handles, bf16_plan(layout, config.num_layers),

@@ -101,15 +101,15 @@ RunState split_reference(const ModelConfig& config, uint64_t seed, const std::ve
 struct SimGroup {
   std::vector<std::unique_ptr<Device>> devices;
   std::vector<std::unique_ptr<Ops>> ops;
-  std::array<std::unique_ptr<ThreadCommunicator>, kStreamCount> comms;
-  std::vector<std::array<std::unique_ptr<Collective>, kStreamCount>> handles;
+  std::array<std::unique_ptr<ThreadCommunicator>, kCollectiveStreamCount> comms;
+  std::vector<std::array<std::unique_ptr<Collective>, kCollectiveStreamCount>> handles;
 
   explicit SimGroup(int n, const SimDeviceOptions& options = {}) : devices(make_sim_devices(n, options)) {
     for (auto& c : comms) c = std::make_unique<ThreadCommunicator>(n, std::chrono::seconds(60));
     handles.resize(static_cast<size_t>(n));
     for (int r = 0; r < n; ++r) {
       ops.push_back(make_device_ops(*devices[static_cast<size_t>(r)]));
-      for (int s = 0; s < kStreamCount; ++s)
+      for (int s = 0; s < kCollectiveStreamCount; ++s)
         handles[static_cast<size_t>(r)][static_cast<size_t>(s)] =
             comms[static_cast<size_t>(s)]->join(r, *devices[static_cast<size_t>(r)]);
     }
@@ -117,7 +117,7 @@ struct SimGroup {
   std::unique_ptr<DeviceGroupEngine> engine(const ModelConfig& config, const Plan& plan) {
     std::vector<Device*> d;
     std::vector<Ops*> o;
-    std::vector<std::array<Collective*, kStreamCount>> c;
+    std::vector<std::array<Collective*, kCollectiveStreamCount>> c;
     for (size_t r = 0; r < devices.size(); ++r) {
       d.push_back(devices[r].get());
       o.push_back(ops[r].get());

@@ -30,6 +30,7 @@ using test::converting_on_upload;
 using test::hyper_at;
 using test::keeping_every;
 using test::keeping_internals;
+using test::offloading_internals;
 using test::kGlobal;
 using test::kMicro;
 using test::kSeq;
@@ -258,6 +259,40 @@ TEST_F(SlidingEngineTest, LayersThatKeepTheirInternalsSkipTheRecomputeExactly) {
                                                  {0, 1, 2, 3})));
 }
 
+// Internals sent to the host after the forward and fetched back before the backward are the bits
+// the forward wrote: one layer (one staging buffer) or several (a ring of two, adjacent layers
+// taking turns), beside GPU-kept internals, offloaded boundaries, resident and device-updated
+// units, both update schedules, and with slow copies that keep the reloads in flight while the
+// layers above still compute.
+TEST_F(SlidingEngineTest, LayersWithInternalsOnTheHostSkipTheRecomputeExactly) {
+  SimDeviceOptions slow;
+  slow.h2d_bytes_per_second = 2e8;
+  slow.d2h_bytes_per_second = 2e8;
+  slow.copy_latency_seconds = 50e-6;
+  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
+                                           offloading_internals(make_plan(layout_, 4, 2, {}, {},
+                                                                          UpdateSchedule::AfterBackward),
+                                                                {1})));
+  expect_identical(
+      reference_,
+      sliding_run(config_, 9, rows_, 0.5,
+                  offloading_internals(
+                      keeping_internals(make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward), {3}),
+                      {0, 1, 2}),
+                  slow));
+  expect_identical(
+      reference_,
+      sliding_run(config_, 9, rows_, 0.5,
+                  offloading_internals(
+                      make_plan(layout_, 4, 2, {3}, {1}, UpdateSchedule::AfterBackward, {2, 5}), {0, 1, 3})));
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                      offloading_internals(make_plan(layout_, 4, 3, {}, {},
+                                                                     UpdateSchedule::DuringBackward),
+                                                           {0, 1, 2, 3}),
+                                      slow));
+}
+
 // Uploading the fp32 masters (converted on the device) instead of a copy the CPU wrote gives the
 // same weights. Without clipping the decoder layers' gradients take turns in a ring of three
 // buffers (four layers: the ring wraps every step), and a slow d2h with copy latency makes the
@@ -320,6 +355,7 @@ TEST_F(SlidingEngineTest, EvaluationBetweenStepsGivesThePlainLossAndChangesNoSte
       make_plan(layout_, 4, 2, {0, 3, 4, 5}, {1}, UpdateSchedule::AfterBackward),
       make_plan(layout_, 4, 2, {3}, {1}, UpdateSchedule::AfterBackward, {2, 5}),
       keeping_internals(make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward), {2, 3}),
+      offloading_internals(make_plan(layout_, 4, 2, {}, {3}, UpdateSchedule::AfterBackward), {0, 2}),
       make_plan(layout_, 4, 2, {0, 1, 2, 3, 4, 5}, {}, UpdateSchedule::AfterBackward, all_units(layout_)),
       converting_on_upload(make_plan(layout_, 4, 2, {}, {0, 2}, UpdateSchedule::AfterBackward)),
       keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 3),

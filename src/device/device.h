@@ -17,8 +17,19 @@
 
 namespace ferry {
 
-enum class StreamKind : int { Compute = 0, HostToDevice = 1, DeviceToHost = 2 };
-constexpr int kStreamCount = 3;
+// The compute stream, the copy streams, and a second copy stream per direction for bulk copies
+// (a layer's internals, ten boundaries' worth) that would otherwise queue in front of the weights
+// and boundaries the next compute waits for; two streams of one direction share its link.
+enum class StreamKind : int {
+  Compute = 0,
+  HostToDevice = 1,
+  DeviceToHost = 2,
+  BulkHostToDevice = 3,
+  BulkDeviceToHost = 4,
+};
+constexpr int kStreamCount = 5;
+// The streams collectives run on (the first three): the bulk copy streams have none.
+constexpr int kCollectiveStreamCount = 3;
 
 // An event recorded on a stream: complete once all work issued to that stream before it is done.
 using EventId = int64_t;

@@ -20,7 +20,7 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 constexpr const char* kWhere = "sim device";
-const char* const kStreamNames[kStreamCount] = {"compute", "h2d", "d2h"};
+const char* const kStreamNames[kStreamCount] = {"compute", "h2d", "d2h", "bulk-h2d", "bulk-d2h"};
 
 // Set on a stream's worker thread: work running there must not issue work to the device.
 thread_local bool t_on_stream_thread = false;

@@ -19,7 +19,7 @@ int64_t chunks_per_device(int64_t chunks, int devices) {
 
 DeviceGroupEngine::DeviceGroupEngine(const ModelConfig& config, const ModelLayout& layout,
                                      const std::vector<Device*>& devices, const std::vector<Ops*>& ops,
-                                     const std::vector<std::array<Collective*, kStreamCount>>& collectives,
+                                     const std::vector<std::array<Collective*, kCollectiveStreamCount>>& collectives,
                                      const Plan& plan, int64_t chunk_tokens, int64_t max_chunks,
                                      bool decay_all)
     : devices_(devices), max_chunks_(max_chunks), vocab_(config.vocab_size) {

@@ -30,7 +30,7 @@ class DeviceGroupEngine {
   // `max_chunks` micro-chunks a step at most, over the whole group.
   DeviceGroupEngine(const ModelConfig& config, const ModelLayout& layout, const std::vector<Device*>& devices,
                     const std::vector<Ops*>& ops,
-                    const std::vector<std::array<Collective*, kStreamCount>>& collectives, const Plan& plan,
+                    const std::vector<std::array<Collective*, kCollectiveStreamCount>>& collectives, const Plan& plan,
                     int64_t chunk_tokens, int64_t max_chunks, bool decay_all);
   ~DeviceGroupEngine();
   DeviceGroupEngine(const DeviceGroupEngine&) = delete;

@@ -33,7 +33,7 @@ struct DeviceShare {
   // in one order on every rank, whatever the streams' interleaving (NCCL's rule, and the CPU
   // backends'), so the weights' all-gather on the h2d stream runs beside the gradients'
   // all-reduce on the compute stream.
-  std::array<Collective*, kStreamCount> collectives{};
+  std::array<Collective*, kCollectiveStreamCount> collectives{};
   // The group's one host state: null for rank 0, whose engine makes it; rank 0's for the others.
   UnitUpdater* host = nullptr;
   // The most micro-chunks one step of the whole group has: the embedding's row gradients of a step

@@ -62,7 +62,7 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   const bool any_streamed = largest_streamed > 0;
   const int64_t slots = any_streamed ? plan.gpu_slots : 0;
   bool any_offloaded = false;
-  for (auto a : plan.activations) any_offloaded |= a == ActivationPlacement::OffloadToHost;
+  for (auto a : plan.activations) any_offloaded |= boundary_on_host(a);
   const size_t token_bytes = round_up(kStepTokenArrays * C * T * sizeof(int32_t));
   const size_t needed = device_bytes(config, layout, plan, chunk_tokens, max_chunks).total();
   const MemoryStats mem = device.memory();
@@ -94,7 +94,7 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
     const ActivationPlacement a = plan.activations[static_cast<size_t>(l)];
     if (boundary_on_gpu(a))
       kept_activations[static_cast<size_t>(l)] = DeviceBuffer(device, act_bytes, "boundary activation");
-    else if (a == ActivationPlacement::OffloadToHost)
+    else if (boundary_on_host(a))
       host_activations[static_cast<size_t>(l)] = PinnedBuffer(device, act_bytes, "offloaded activation");
   }
   for (int64_t r = 0; r < boundary_groups(plan.activations).recompute_buffers; ++r)
@@ -105,27 +105,35 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   }
   // KeepWithInternals: each micro-chunk's kept intermediates in a slice of their own, sized as the
   // memory model sizes them (layer_internals_bytes).
-  const size_t internals_bytes = layer_internals_bytes(config, chunk_tokens, wd);
-  FERRY_ASSERT(
-      plan.seq_tile <= 0 || plan.seq_tile >= chunk_tokens ||
-          std::none_of(plan.activations.begin(), plan.activations.end(),
-                       [](ActivationPlacement a) { return a == ActivationPlacement::KeepWithInternals; }),
-      "a plan with sequence tiles keeps no layer internals (whole chunks)");
-  FERRY_ASSERT(plan.head_groups == 1 || std::none_of(plan.activations.begin(), plan.activations.end(),
-                                                     [](ActivationPlacement a) {
-                                                       return a == ActivationPlacement::KeepWithInternals;
-                                                     }),
+  internals_bytes = layer_internals_bytes(config, chunk_tokens, wd);
+  const bool any_internals = std::any_of(plan.activations.begin(), plan.activations.end(),
+                                         [](ActivationPlacement a) { return keeps_internals(a); });
+  FERRY_ASSERT(plan.seq_tile <= 0 || plan.seq_tile >= chunk_tokens || !any_internals,
+               "a plan with sequence tiles keeps no layer internals (whole chunks)");
+  FERRY_ASSERT(plan.head_groups == 1 || !any_internals,
                "a plan with head groups keeps no layer internals (every head's)");
+  const auto carve_chunks = [&](void* base, std::vector<LayerScratch>& out) {
+    for (size_t c = 0; c < C; ++c) {
+      Arena slice(static_cast<char*>(base) + c * internals_bytes, internals_bytes);
+      out.push_back(carve_kept_internals(slice, config, chunk_tokens, wd));
+    }
+  };
   internals_buffers.resize(static_cast<size_t>(L));
   kept_internals.resize(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {
     if (plan.activations[static_cast<size_t>(l)] != ActivationPlacement::KeepWithInternals) continue;
     DeviceBuffer& buffer = internals_buffers[static_cast<size_t>(l)];
     buffer = DeviceBuffer(device, static_cast<size_t>(C) * internals_bytes, "layer internals");
-    for (size_t c = 0; c < C; ++c) {
-      Arena slice(buffer.as<char>() + c * internals_bytes, internals_bytes);
-      kept_internals[static_cast<size_t>(l)].push_back(carve_kept_internals(slice, config, chunk_tokens, wd));
-    }
+    carve_chunks(buffer.data(), kept_internals[static_cast<size_t>(l)]);
+  }
+  host_internals.resize(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l)
+    if (plan.activations[static_cast<size_t>(l)] == ActivationPlacement::OffloadWithInternals)
+      host_internals[static_cast<size_t>(l)] =
+          PinnedBuffer(device, static_cast<size_t>(C) * internals_bytes, "offloaded layer internals");
+  for (int64_t r = 0; r < boundary_groups(plan.activations).internals_staging_buffers; ++r) {
+    internals_staging[r] = DeviceBuffer(device, static_cast<size_t>(C) * internals_bytes, "layer internals staging");
+    carve_chunks(internals_staging[r].data(), staged_internals[r]);
   }
   if (const size_t pieces = conversion_staging_elements(layout, plan); pieces > 0)
     conversion_staging = DeviceBuffer(device, round_up(pieces * sizeof(float)), "fp32 weight upload staging");

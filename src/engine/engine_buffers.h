@@ -49,6 +49,13 @@ struct EngineBuffers {
   // KeepWithInternals: per such layer one buffer, carved per micro-chunk.
   std::vector<DeviceBuffer> internals_buffers;
   std::vector<std::vector<LayerScratch>> kept_internals;
+  // OffloadWithInternals: per such layer a pinned buffer of every micro-chunk's internals, and
+  // their ring of one or two staging buffers on the device (boundary_groups.h), carved per
+  // micro-chunk as kept_internals are; micro-chunk c's internals start at c × internals_bytes.
+  size_t internals_bytes = 0;  // one micro-chunk's (layer_internals_bytes)
+  std::vector<PinnedBuffer> host_internals;
+  DeviceBuffer internals_staging[2];
+  std::vector<LayerScratch> staged_internals[2];
   // Working memory of one micro-chunk's layer and head, shared by every layer.
   DeviceBuffer scratch;
   LayerScratch layer_scratch;

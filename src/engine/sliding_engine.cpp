@@ -53,6 +53,13 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   const StepSequence sequence = step_sequence(config_.num_layers, boundaries_.recomputed);
   uses_ = schedule_slots(sequence.units, roles_.resident, std::max<int64_t>(1, plan_.gpu_slots));
   passes_ = sequence.passes;
+  for (size_t k = boundaries_.internals_on_host.size(); k-- > 0;) {
+    const int64_t l = boundaries_.internals_on_host[k];
+    internals_descending_.push_back(l);
+    for (size_t i = static_cast<size_t>(config_.num_layers) + 2; i < uses_.size(); ++i)
+      if (passes_[i] == UsePass::Backward && uses_[i].unit == layout_.layer_unit(l))
+        internals_reader_.push_back(static_cast<int64_t>(i));
+  }
   if (buffers_.conversion_staging.bytes() > 0)
     weight_writer_ = make_device_adamw(device_, StreamKind::HostToDevice);
   if (buffers_.host_partial_count > 0) norm_partials_ = make_device_adamw(device_);
@@ -79,13 +86,26 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
 }
 
 bool SlidingEngine::keeps_internals(int64_t layer) const {
-  return plan_.activations[static_cast<size_t>(layer)] == ActivationPlacement::KeepWithInternals;
+  return ferry::keeps_internals(plan_.activations[static_cast<size_t>(layer)]);
+}
+
+bool SlidingEngine::internals_on_host(int64_t layer) const {
+  return boundaries_.internals_staging[static_cast<size_t>(layer)] >= 0;
+}
+
+size_t SlidingEngine::internals_staging_of(int64_t layer) const {
+  return static_cast<size_t>(boundaries_.internals_staging[static_cast<size_t>(layer)]);
 }
 
 LayerScratch SlidingEngine::layer_scratch(int64_t layer, int64_t chunk) const {
   if (!keeps_internals(layer)) return buffers_.layer_scratch;
-  return with_kept_internals(buffers_.kept_internals[static_cast<size_t>(layer)][static_cast<size_t>(chunk)],
-                             buffers_.layer_scratch);
+  // An evaluation keeps nothing for a backward, and leaves the staging buffers alone.
+  if (internals_on_host(layer) && evaluating_) return buffers_.layer_scratch;
+  const LayerScratch& kept =
+      internals_on_host(layer)
+          ? buffers_.staged_internals[internals_staging_of(layer)][static_cast<size_t>(chunk)]
+          : buffers_.kept_internals[static_cast<size_t>(layer)][static_cast<size_t>(chunk)];
+  return with_kept_internals(kept, buffers_.layer_scratch);
 }
 
 DType SlidingEngine::unit_grad_dtype(size_t u) const {
@@ -370,8 +390,7 @@ void SlidingEngine::ensure_resident(size_t u) {
 }
 
 bool SlidingEngine::boundary_offloaded(int64_t b) const {
-  return b < config_.num_layers &&
-         plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
+  return b < config_.num_layers && boundary_on_host(plan_.activations[static_cast<size_t>(b)]);
 }
 
 bool SlidingEngine::reads_the_one_staging_buffer(size_t i) const {
@@ -422,7 +441,56 @@ void SlidingEngine::await_boundary(int64_t b, EventId before) {
   device_.wait(StreamKind::Compute, events_.activation_back[static_cast<size_t>(b)]);
 }
 
+size_t SlidingEngine::internals_step_bytes() const {
+  return static_cast<size_t>(step_chunks_) * buffers_.internals_bytes;
+}
+
+void SlidingEngine::offload_internals(int64_t l) {
+  const TraceScope scope(device_, "offload internals");
+  device_.wait(StreamKind::BulkDeviceToHost, device_.record(StreamKind::Compute));
+  device_.copy_to_host(buffers_.host_internals[static_cast<size_t>(l)].data(),
+                       buffers_.internals_staging[internals_staging_of(l)].data(), internals_step_bytes(),
+                       StreamKind::BulkDeviceToHost);
+  events_.internals_offload_done[static_cast<size_t>(l)] = device_.record(StreamKind::BulkDeviceToHost);
+  events_.internals_staging_free[internals_staging_of(l)] = events_.internals_offload_done[static_cast<size_t>(l)];
+}
+
+void SlidingEngine::reload_internals(size_t k, EventId readers_done) {
+  const TraceScope scope(device_, "reload internals");
+  const int64_t l = internals_descending_[k];
+  device_.wait(StreamKind::BulkHostToDevice, readers_done);
+  device_.wait(StreamKind::BulkHostToDevice, events_.internals_offload_done[static_cast<size_t>(l)]);
+  device_.copy_to_device(buffers_.internals_staging[internals_staging_of(l)].data(),
+                         buffers_.host_internals[static_cast<size_t>(l)].data(), internals_step_bytes(),
+                         StreamKind::BulkHostToDevice);
+  events_.internals_back[static_cast<size_t>(l)] = device_.record(StreamKind::BulkHostToDevice);
+  ++events_.next_internals_reload;
+}
+
+void SlidingEngine::prefetch_internals(size_t use_index, EventId before) {
+  // A staging buffer is free for the next layer's reload once the backward that read it before
+  // (ring buffers back in the order) is done: a use before this one, which `before` follows.
+  const size_t ring = static_cast<size_t>(boundaries_.internals_staging_buffers);
+  while (events_.next_internals_reload < internals_descending_.size()) {
+    const size_t k = events_.next_internals_reload;
+    if (k >= ring && internals_reader_[k - ring] >= static_cast<int64_t>(use_index)) return;
+    reload_internals(k, before);
+  }
+}
+
+void SlidingEngine::await_internals(int64_t l, EventId before) {
+  if (!internals_on_host(l)) return;
+  if (events_.internals_back[static_cast<size_t>(l)] < 0) {
+    FERRY_ASSERT(internals_descending_[events_.next_internals_reload] == l, "internals reloaded in backward order");
+    reload_internals(events_.next_internals_reload, before);
+  }
+  device_.wait(StreamKind::Compute, events_.internals_back[static_cast<size_t>(l)]);
+}
+
 void SlidingEngine::run_use(size_t i) {
+  // The compute issued before this use, before it waits for its weights: what the staging buffer
+  // of an internals reload waits for (prefetch_internals), no later.
+  const EventId previous_compute = device_.record(StreamKind::Compute);
   issue_loads_up_to(i);
   const SlotUse& use = uses_[i];
   const size_t u = use.unit, E = layout_.embedding_unit(), Hd = layout_.head_unit();
@@ -481,6 +549,8 @@ void SlidingEngine::run_use(size_t i) {
     }
   }
   issue_loads_up_to(i + static_cast<size_t>(std::max<int64_t>(1, plan_.gpu_slots - 1)));
+  // Internals on the host come back behind the weights, as early as their staging buffer allows.
+  if (!evaluating_ && i > static_cast<size_t>(L)) prefetch_internals(i, previous_compute);
 }
 
 void SlidingEngine::embedding_forward(void* params) {
@@ -510,10 +580,14 @@ void SlidingEngine::decoder_forward(size_t u, void* params) {
   const LayerParams p = layer_params(layout_.units[u], params, plan_.weight_dtype);
   const LayerContext ctx{&config_, static_cast<const float*>(buffers_.inv_freq.data())};
   before_boundary_write(l + 1);
+  const bool sends_internals = internals_on_host(l) && !evaluating_;
+  const EventId staging_free = sends_internals ? events_.internals_staging_free[internals_staging_of(l)] : -1;
+  if (staging_free >= 0) device_.wait(StreamKind::Compute, staging_free);
   for (int64_t c = 0; c < step_chunks_; ++c) {
     LayerScratch s = layer_scratch(l, c);
     layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), s);
   }
+  if (sends_internals) offload_internals(l);
   if (boundary_offloaded(l + 1) && !evaluating_)
     offload_boundary(l + 1);  // an evaluation never reads it back
 }
@@ -536,6 +610,7 @@ void SlidingEngine::decoder_backward(size_t u, void* params, void* grads, EventI
   await_boundary(l, before);
   const LayerParams p = layer_params(layout_.units[u], params, plan_.weight_dtype);
   const LayerParams g = layer_params(layout_.units[u], grads, unit_grad_dtype(u));
+  await_internals(l, before);
   const LayerContext ctx{&config_, static_cast<const float*>(buffers_.inv_freq.data())};
   const Recompute recompute = keeps_internals(l) ? Recompute::NormsActivation : Recompute::Forward;
   for (int64_t c = 0; c < step_chunks_; ++c) {

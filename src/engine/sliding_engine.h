@@ -175,8 +175,19 @@ class SlidingEngine {
   void reload_boundary(int64_t boundary, EventId staging_readers_done);
   void issue_loads_up_to(size_t limit);
   void issue_load(size_t use_index);
-  // Whether the plan keeps the layer's forward intermediates (ActivationPlacement::KeepWithInternals).
+  // Whether the plan keeps the layer's forward intermediates, on the GPU or on the host.
   bool keeps_internals(int64_t layer) const;
+  // Internals on the host (ActivationPlacement::OffloadWithInternals, boundary_groups.h): the
+  // forward writes them into their staging buffer once its previous d2h is done and sends them
+  // down; the backward's reloads come back in backward order, each once the layer that last read
+  // its staging buffer is done, issued behind the weights (prefetch_internals).
+  bool internals_on_host(int64_t layer) const;
+  size_t internals_staging_of(int64_t layer) const;
+  size_t internals_step_bytes() const;  // one layer's internals, every micro-chunk of the step
+  void offload_internals(int64_t layer);
+  void reload_internals(size_t k, EventId readers_done);  // k: index in internals_descending_
+  void prefetch_internals(size_t use_index, EventId before);
+  void await_internals(int64_t layer, EventId before);
   // The scratch of (layer, micro-chunk)'s forward and backward: the shared one, with the layer's
   // kept intermediates in place of its own fields where the layer keeps them.
   LayerScratch layer_scratch(int64_t layer, int64_t chunk) const;
@@ -212,6 +223,8 @@ class SlidingEngine {
   UnitUpdater* updater_ = nullptr;
   std::vector<SlotUse> uses_;
   std::vector<UsePass> passes_;                 // per use: what it computes (step_sequence)
+  // Layers with internals on the host, last first (the backward's order), and each one's backward use.
+  std::vector<int64_t> internals_descending_, internals_reader_;
   std::unique_ptr<DeviceAdamW> weight_writer_;  // ConvertOnUpload: writes fp32 pieces as weights (h2d stream)
   // The units updated on the device, if any (after the buffers it refers to: destroyed first).
   std::unique_ptr<DeviceOptimizer> device_optimizer_;
@@ -229,6 +242,10 @@ class SlidingEngine {
     std::vector<EventId> activation_back;  // per boundary: reloaded for the backward
     std::vector<EventId> offload_done;     // per boundary: its offload left the staging buffer
     std::vector<bool> resident_uploaded;   // per unit: uploaded this step
+    // Internals on the host: per layer their d2h and their reload; per staging buffer its last d2h.
+    std::vector<EventId> internals_offload_done, internals_back;
+    EventId internals_staging_free[2] = {-1, -1};
+    size_t next_internals_reload = 0;  // into internals_descending_
     void reset(size_t uses, size_t boundaries, size_t units) {
       loaded.assign(uses, -1);
       released.assign(uses, -1);
@@ -237,6 +254,10 @@ class SlidingEngine {
       activation_back.assign(boundaries, -1);
       offload_done.assign(boundaries, -1);
       resident_uploaded.assign(units, false);
+      internals_offload_done.assign(boundaries, -1);
+      internals_back.assign(boundaries, -1);
+      internals_staging_free[0] = internals_staging_free[1] = -1;  // the last step's backward read them
+      next_internals_reload = 0;
     }
   };
   StepEvents events_;

@@ -11,7 +11,7 @@ namespace ferry {
 void SlidingEngine::check_group_plan() const {
   FERRY_CHECK(share_->size >= 1 && share_->rank >= 0 && share_->rank < share_->size, "engine",
               "rank {} of a group of {} devices", share_->rank, share_->size);
-  for (int s = 0; s < kStreamCount; ++s)
+  for (int s = 0; s < kCollectiveStreamCount; ++s)
     FERRY_CHECK(share_->collectives[static_cast<size_t>(s)] != nullptr &&
                     share_->collectives[static_cast<size_t>(s)]->size() == share_->size,
                 "engine", "a device of a group of {} needs a communicator of {} ranks for each stream",

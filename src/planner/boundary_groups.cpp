@@ -15,7 +15,7 @@ BoundaryGroups boundary_groups(const std::vector<ActivationPlacement>& activatio
   g.recomputed.assign(n, false);
   FERRY_CHECK(n == 0 || activations[0] != ActivationPlacement::Recompute, "plan",
               "boundary 0 (the embedding's output) cannot be recomputed: keep it on the GPU or the host");
-  const auto offloaded_at = [&](size_t b) { return activations[b] == ActivationPlacement::OffloadToHost; };
+  const auto offloaded_at = [&](size_t b) { return boundary_on_host(activations[b]); };
   for (size_t b = 0; b < n; ++b) {
     if (offloaded_at(b)) g.staging_buffers = std::max<int64_t>(g.staging_buffers, 1);
     if (offloaded_at(b) && (!one_staging_buffer || (b + 1 < n && offloaded_at(b + 1)))) g.staging_buffers = 2;
@@ -23,7 +23,8 @@ BoundaryGroups boundary_groups(const std::vector<ActivationPlacement>& activatio
   int64_t offloaded = 0, base = 0;
   for (size_t b = 0; b < n; ++b) {
     const ActivationPlacement a = activations[b];
-    if (a == ActivationPlacement::OffloadToHost) g.staging[b] = offloaded++ % g.staging_buffers;
+    if (boundary_on_host(a)) g.staging[b] = offloaded++ % g.staging_buffers;
+    if (a == ActivationPlacement::OffloadWithInternals) g.internals_on_host.push_back(static_cast<int64_t>(b));
     if (a == ActivationPlacement::Recompute) {
       g.recomputed[b] = true;
       g.recompute_buffer[b] = static_cast<int64_t>(b) - base - 1;
@@ -34,6 +35,11 @@ BoundaryGroups boundary_groups(const std::vector<ActivationPlacement>& activatio
     g.group_base[b] = base;
   }
   g.any_offloaded = offloaded > 0;
+  g.internals_staging.assign(n, -1);
+  g.internals_staging_buffers = std::min<int64_t>(2, static_cast<int64_t>(g.internals_on_host.size()));
+  for (size_t k = 0; k < g.internals_on_host.size(); ++k)
+    g.internals_staging[static_cast<size_t>(g.internals_on_host[k])] =
+        static_cast<int64_t>(k) % g.internals_staging_buffers;
   return g;
 }
 

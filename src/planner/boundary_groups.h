@@ -23,6 +23,13 @@
 // the use that reads the one before it completed -- a reload no longer hidden behind that use, but
 // behind the recompute or backward it feeds (a boundary's h2d against a layer's compute: 39 ms of
 // ~6 s at 256K tokens of an 8B), for a boundary-sized buffer less on the GPU (2 GiB there).
+//
+// Internals on the host (ActivationPlacement::OffloadWithInternals) pass through a ring of their own
+// on the device, each buffer one layer's internals of every micro-chunk, taken in turn by such
+// layers in layer order: one buffer for one such layer, two for more. The forward writes a layer's
+// internals there once the d2h of the previous layer in that buffer completed; the backward
+// reloads them once the backward of the layer that last read the buffer completed, so with two
+// buffers a reload overlaps the backwards between the two layers sharing a buffer.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +47,9 @@ struct BoundaryGroups {
   int64_t recompute_buffers = 0;          // GPU buffers for recomputed boundaries (the longest run)
   int64_t staging_buffers = 0;  // 0 (nothing offloaded), 1, or 2 (two adjacent boundaries offloaded)
   bool any_offloaded = false;
+  std::vector<int64_t> internals_staging;  // per layer: its internals' staging buffer if on the host, else -1
+  int64_t internals_staging_buffers = 0;   // 0, 1 (one such layer) or 2
+  std::vector<int64_t> internals_on_host;  // the layers whose internals go to the host, in layer order
 };
 
 // Throws ferry::Error when the first boundary (the embedding's output, which nothing below could

@@ -41,9 +41,14 @@ std::string Prediction::explain() const {
     first = false;
   }
   text += fmt::format(
-      "; busy: compute {:.4g} s, h2d {:.4g} s, d2h {:.4g} s, CPU {:.4g} s{}; GPU idle {:.0f}%",
+      "; busy: compute {:.4g} s, h2d {:.4g} s, d2h {:.4g} s{}, CPU {:.4g} s{}; GPU idle {:.0f}%",
       busy[static_cast<int>(Lane::Compute)], busy[static_cast<int>(Lane::HostToDevice)],
-      busy[static_cast<int>(Lane::DeviceToHost)], busy[static_cast<int>(Lane::Cpu)],
+      busy[static_cast<int>(Lane::DeviceToHost)],
+      busy[static_cast<int>(Lane::BulkHostToDevice)] + busy[static_cast<int>(Lane::BulkDeviceToHost)] > 0
+          ? fmt::format(", internals h2d {:.4g} s, d2h {:.4g} s", busy[static_cast<int>(Lane::BulkHostToDevice)],
+                        busy[static_cast<int>(Lane::BulkDeviceToHost)])
+          : std::string(),
+      busy[static_cast<int>(Lane::Cpu)],
       disk_bytes > 0 ? fmt::format(", disk {:.4g} s", busy[static_cast<int>(Lane::Disk)]) : std::string(),
       100.0 * gpu_idle_fraction);
   return text;

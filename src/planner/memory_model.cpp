@@ -90,8 +90,7 @@ int64_t max_embedding_rows(const ModelConfig& config, int64_t chunk_tokens, int6
 }
 
 bool row_gradients_share_an_offloaded_boundary(const Plan& plan) {
-  return std::find(plan.activations.begin(), plan.activations.end(), ActivationPlacement::OffloadToHost) !=
-         plan.activations.end();
+  return std::any_of(plan.activations.begin(), plan.activations.end(), boundary_on_host);
 }
 
 size_t host_unit_norm_partials(const ModelLayout& layout, const Plan& plan) {
@@ -181,10 +180,12 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
     if (a == ActivationPlacement::KeepWithInternals)
       b.activations += static_cast<size_t>(chunks) * layer_internals;
   }
-  // Offloaded boundaries' staging (one or two buffers), and recomputed boundaries: one buffer per
-  // position in the longest group (planner/boundary_groups.h).
+  // Offloaded boundaries' staging (one or two buffers), recomputed boundaries: one buffer per
+  // position in the longest group, and internals on the host: their ring of one or two layers'
+  // internals (planner/boundary_groups.h).
   const BoundaryGroups groups = boundary_groups(plan.activations, plan.one_staging_buffer);
   b.activations += static_cast<size_t>(groups.staging_buffers + groups.recompute_buffers) * act;
+  b.activations += static_cast<size_t>(groups.internals_staging_buffers * chunks) * layer_internals;
   b.activations += 2 * act;  // head input, activation gradients
   Arena measure = Arena::measuring();
   // With sequence tiles the token-local tensors are (seq_tile, width), the attention's full-length.
@@ -264,8 +265,11 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   // (`chunks` is a device's): offloaded boundaries, token staging, norm partials' readback.
   const size_t devices = static_cast<size_t>(std::max<int64_t>(1, plan.devices));
   const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
-  for (auto a : plan.activations)
-    if (a == ActivationPlacement::OffloadToHost) h.pinned += act * devices;
+  const size_t internals = static_cast<size_t>(chunks) * layer_internals_bytes(config, chunk_tokens, plan.weight_dtype);
+  for (auto a : plan.activations) {
+    if (boundary_on_host(a)) h.pinned += act * devices;
+    if (a == ActivationPlacement::OffloadWithInternals) h.pinned += internals * devices;
+  }
   // tokens, loss
   h.pinned +=
       (round_to_256(kStepTokenArrays * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) + 256) *

@@ -26,6 +26,8 @@ const char* activation_name(ActivationPlacement p) {
       return "host";
     case ActivationPlacement::KeepWithInternals:
       return "gpu+internals";
+    case ActivationPlacement::OffloadWithInternals:
+      return "host+internals";
     case ActivationPlacement::Recompute:
       return "recomputed";
   }
@@ -54,12 +56,14 @@ int64_t Plan::disk_units() const {
 }
 
 std::string Plan::describe() const {
-  int64_t internals = 0;
-  for (auto a : activations) internals += (a == ActivationPlacement::KeepWithInternals);
+  int64_t internals = 0, on_host = 0;
+  for (auto a : activations) internals += keeps_internals(a);
+  for (auto a : activations) on_host += (a == ActivationPlacement::OffloadWithInternals);
   const std::string no_recompute =
-      internals > 0
-          ? fmt::format(", {} of {} layers not recomputed (internals kept)", internals, activations.size())
-          : std::string();
+      internals > 0 ? fmt::format(", {} of {} layers not recomputed (internals kept{})", internals,
+                                  activations.size(),
+                                  on_host > 0 ? fmt::format(", {} on the host", on_host) : std::string())
+                    : std::string();
   const std::string tile =
       (seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string()) +
       (head_groups > 1 ? fmt::format(", attention in {} groups of KV heads", head_groups) : std::string());
@@ -77,7 +81,7 @@ std::string Plan::describe() const {
   int64_t resident = 0, with_optimizer = 0, offloaded = 0;
   for (auto u : units) resident += (u != UnitPlacement::Streamed);
   for (auto u : units) with_optimizer += (u == UnitPlacement::ResidentWithOptimizer);
-  for (auto a : activations) offloaded += (a == ActivationPlacement::OffloadToHost);
+  for (auto a : activations) offloaded += boundary_on_host(a);
   return fmt::format(
       "{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
       "the host{}{}, micro-batch {}{}, updates {}, weights {} / gradients {} on the GPU, weights uploaded "

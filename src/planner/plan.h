@@ -43,6 +43,11 @@ enum class ActivationPlacement {
   // recompute but for the norms and the activation (memory-bound passes) for that many bytes of
   // device memory.
   KeepWithInternals,
+  // The boundary offloaded as OffloadToHost, and the internals KeepWithInternals keeps, of every
+  // micro-chunk, too: d2h after the forward from a ring of device staging buffers (one or two, each
+  // a layer's internals: boundary_groups.h), h2d back before the backward. The backward skips the
+  // recompute as KeepWithInternals does, for host memory and PCIe time instead of device memory.
+  OffloadWithInternals,
   // Not kept: the backward recomputes it, with the forward of the layers below it, from the
   // nearest kept boundary below (planner/boundary_groups.h); the forward's copy lives in a GPU
   // buffer shared with the other groups. Never the first boundary.
@@ -51,6 +56,14 @@ enum class ActivationPlacement {
 // Whether the boundary activation stays in device memory from its forward to its backward.
 inline bool boundary_on_gpu(ActivationPlacement a) {
   return a == ActivationPlacement::KeepOnGpu || a == ActivationPlacement::KeepWithInternals;
+}
+// Whether the boundary activation waits in pinned host memory.
+inline bool boundary_on_host(ActivationPlacement a) {
+  return a == ActivationPlacement::OffloadToHost || a == ActivationPlacement::OffloadWithInternals;
+}
+// Whether the layer keeps its forward's internals, wherever, so that its backward skips the recompute.
+inline bool keeps_internals(ActivationPlacement a) {
+  return a == ActivationPlacement::KeepWithInternals || a == ActivationPlacement::OffloadWithInternals;
 }
 
 enum class UpdateSchedule {
@@ -65,7 +78,7 @@ struct Plan {
   int64_t micro_batch = 1;  // sequences per micro-chunk
   // Tokens per sequence tile: a layer's and the head's token-local passes run over tiles of this
   // many tokens of a micro-chunk (model/decoder_layer.h); 0: untiled, one tile per micro-chunk.
-  // Layers keeping their internals (KeepWithInternals) need an untiled plan.
+  // Layers keeping their internals (KeepWithInternals, OffloadWithInternals) need an untiled plan.
   int64_t seq_tile = 0;
   // Groups of KV heads a layer's attention runs in, one at a time (model/decoder_layer.h): q, k, v,
   // their gradients and the attention workspace hold 1/head_groups of the heads. 1: all at once.

@@ -69,8 +69,17 @@ int64_t kept_activations(const Plan& plan) {
 
 int64_t kept_internals(const Plan& plan) {
   int64_t kept = 0;
-  for (auto a : plan.activations) kept += a == ActivationPlacement::KeepWithInternals;
+  for (auto a : plan.activations) kept += keeps_internals(a);
   return kept;
+}
+
+// The counts of layers with internals on the host the search tries, up to `most`: every count up
+// to 4, then steps of about a third (the step time changes smoothly with the count).
+std::vector<int64_t> host_internals_counts(int64_t most) {
+  std::vector<int64_t> counts;
+  for (int64_t n = 1; n <= most; n = n < 4 ? n + 1 : n + std::max<int64_t>(1, n / 3)) counts.push_back(n);
+  if (!counts.empty() && counts.back() != most) counts.push_back(most);
+  return counts;
 }
 
 // Whether the plan's resident layers include layer 0 but not the last layer.
@@ -359,6 +368,10 @@ class Searcher {
       for (Plan& traded : internals_for_boundaries(plan, shape)) consider(f, std::move(traded), shape);
       consider(f, std::move(plan), shape);
     }
+    if (family_best_) {
+      const Plan best = family_best_->plan;
+      for (Plan& p : internals_on_host(best, shape)) consider(f, std::move(p), shape);
+    }
     if (family_best_) bests_.push_back(std::move(*family_best_));
     family_best_.reset();
   }
@@ -445,6 +458,59 @@ class Searcher {
       traded.push_back(std::move(p));
     }
     return traded;
+  }
+
+  // Internals on the host (OffloadWithInternals): `plan` with some of its recomputing layers' internals
+  // sent to the host after their forward and fetched back for their backward. The layers are taken
+  // from the first up (their reloads come last in the backward, with the most time to arrive), every
+  // one or every other one (the forward's d2h carries a layer's internals in about twice a layer's
+  // forward), as many as the host budget holds. Their staging ring takes device memory, made where
+  // needed by offloading the first boundaries kept on the GPU, then by un-keeping the first GPU
+  // internals; the cost model weighs what is left.
+  std::vector<Plan> internals_on_host(const Plan& plan, const StepShape& shape) const {
+    std::vector<Plan> out;
+    if (!r_.space.internals_on_host || !r_.space.keep_internals || r_.offload_activations.has_value() ||
+        tiled(plan, shape) || recomputes_boundaries(plan) || plan.disk_units() > 0)
+      return out;
+    std::vector<int64_t> candidates;
+    for (int64_t l = 0; l < L_; ++l)
+      if (!keeps_internals(plan.activations[static_cast<size_t>(l)])) candidates.push_back(l);
+    const size_t per_layer =
+        static_cast<size_t>(shape.chunks) * layer_internals_bytes(config_, shape.chunk_tokens, plan.weight_dtype);
+    int64_t most = static_cast<int64_t>(candidates.size());
+    if (r_.host_budget > 0) {
+      const size_t host = host_total(plan, shape);
+      most = std::min<int64_t>(most, host < r_.host_budget ? static_cast<int64_t>((r_.host_budget - host) / per_layer) : 0);
+    }
+    for (const int64_t stride : {1, 2}) {
+      const int64_t reachable = (static_cast<int64_t>(candidates.size()) + stride - 1) / stride;
+      for (const int64_t n : host_internals_counts(std::min(most, reachable))) {
+        Plan p = plan;
+        for (int64_t k = 0; k < n; ++k)
+          p.activations[static_cast<size_t>(candidates[static_cast<size_t>(k * stride)])] =
+              ActivationPlacement::OffloadWithInternals;
+        if (!make_device_room(p, shape)) break;  // more layers only need more room
+        if (r_.host_budget > 0 && host_total(p, shape) > r_.host_budget) break;
+        out.push_back(std::move(p));
+      }
+    }
+    return out;
+  }
+  // Frees device memory until `plan` fits: the first boundaries kept on the GPU offloaded, then the
+  // first layers keeping internals on the GPU keep only their boundary. false: it never fits.
+  bool make_device_room(Plan& plan, const StepShape& shape) const {
+    for (const ActivationPlacement from : {ActivationPlacement::KeepOnGpu, ActivationPlacement::KeepWithInternals}) {
+      for (int64_t l = 0; l < L_ && device_total(plan, shape) > device_limit_; ++l) {
+        ActivationPlacement& a = plan.activations[static_cast<size_t>(l)];
+        if (a == from) a = from == ActivationPlacement::KeepOnGpu ? ActivationPlacement::OffloadToHost
+                                                                   : ActivationPlacement::KeepOnGpu;
+      }
+    }
+    for (int64_t l = 0; l < L_ && device_total(plan, shape) > device_limit_; ++l) {
+      ActivationPlacement& a = plan.activations[static_cast<size_t>(l)];
+      if (a == ActivationPlacement::KeepOnGpu) a = ActivationPlacement::OffloadToHost;
+    }
+    return device_total(plan, shape) <= device_limit_;
   }
 
   // Converting on upload doubles the upload bytes, and the DMA then reads the masters from the same
@@ -685,6 +751,12 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
   const int64_t internals = kept_internals(plan), reference_internals = kept_internals(reference);
   if (internals != reference_internals)
     parts.push_back(fmt::format("{} layers not recomputed instead of {}", internals, reference_internals));
+  const auto on_host = [](const Plan& p) {
+    return std::count(p.activations.begin(), p.activations.end(), ActivationPlacement::OffloadWithInternals);
+  };
+  if (on_host(plan) != on_host(reference))
+    parts.push_back(
+        fmt::format("{} layers' internals on the host instead of {}", on_host(plan), on_host(reference)));
   if (parts.empty()) return "the same plan";
   return fmt::format("{}", fmt::join(parts, ", "));
 }

@@ -29,7 +29,13 @@
 //     boundaries traded for internals: for each larger count of such layers, the same plan with
 //     the fewest first boundaries offloaded that makes room (a layer's internals weigh about ten
 //     boundaries), which the cost model weighs (the copies, their share of host DRAM) against the
-//     recompute saved.
+//     recompute saved. Last, internals on the host: in each family's best plan, some of the
+//     layers that still recompute (from the first one up, every one or every other one, counts
+//     up to what the host budget holds) send their internals to pinned host memory after their
+//     forward and fetch them back before their backward (OffloadWithInternals), which needs a
+//     ring of one or two layers' internals on the GPU, made where needed by offloading the first
+//     boundaries kept on the GPU, then by un-keeping the first layers' GPU internals; the cost
+//     model weighs the copies (a layer's internals are ten boundaries) against the recompute.
 //   * every K-th boundary kept, the others recomputed in the backward (planner/boundary_groups.h):
 //     K is a family axis like the sequence tile, tried for long sequences (keep_every_candidates),
 //     and for short ones where keeping every boundary costs the host's RAM: the best plan with
@@ -81,6 +87,8 @@ struct SearchSpace {
   bool convert_on_upload = true;
   // ActivationPlacement::KeepWithInternals for the last layers where memory is left.
   bool keep_internals = true;
+  // ActivationPlacement::OffloadWithInternals for some of the other layers where the host has room.
+  bool internals_on_host = true;
 };
 
 struct PlanRequest {

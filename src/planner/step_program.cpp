@@ -60,6 +60,17 @@ class ProgramBuilder {
     passes_ = sequence.passes;
     activation_bytes_ = static_cast<double>(shape_.tokens() * config.hidden_size) *
                         static_cast<double>(dtype_size(plan_.weight_dtype));
+    internals_bytes_ = static_cast<double>(shape_.chunks) *
+                       static_cast<double>(layer_internals_bytes(config, shape_.chunk_tokens, plan_.weight_dtype));
+    for (size_t k = groups_.internals_on_host.size(); k-- > 0;) {
+      const int64_t l = groups_.internals_on_host[k];
+      internals_descending_.push_back(l);
+      for (size_t i = static_cast<size_t>(L_) + 2; i < uses_.size(); ++i)
+        if (passes_[i] == UsePass::Backward && uses_[i].unit == layout_.layer_unit(l))
+          internals_reader_.push_back(static_cast<int64_t>(i));
+    }
+    FERRY_ASSERT(internals_reader_.size() == internals_descending_.size(),
+                 "every layer with internals on the host has a backward");
     upload_bytes_per_param_ = plan_.weight_upload == WeightUpload::ConvertOnUpload
                                   ? static_cast<double>(sizeof(float))
                                   : static_cast<double>(dtype_size(plan_.weight_dtype));
@@ -115,8 +126,7 @@ class ProgramBuilder {
     const ComputeProfile& compute = profile_.compute;
     const double backward = tiled_chunks_of(compute.layer_backward) +
                             (tiled_extra_share_ + grouped_extra_share_) * chunks_of(compute.layer_forward);
-    if (plan_.activations[static_cast<size_t>(layer)] != ActivationPlacement::KeepWithInternals)
-      return backward;
+    if (!keeps_internals(plan_.activations[static_cast<size_t>(layer)])) return backward;
     if (compute.layer_backward_kept.per_token_s > 0) return chunks_of(compute.layer_backward_kept);
     const double skipped = recompute_share_ * chunks_of(compute.layer_forward) - kept_layer_recompute_s_;
     return std::max(0.0, backward - std::max(0.0, skipped));
@@ -157,7 +167,11 @@ class ProgramBuilder {
   }
 
   bool boundary_offloaded(int64_t b) const {
-    return b < L_ && plan_.activations[static_cast<size_t>(b)] == ActivationPlacement::OffloadToHost;
+    return b < L_ && boundary_on_host(plan_.activations[static_cast<size_t>(b)]);
+  }
+  bool internals_on_host(int64_t l) const { return groups_.internals_staging[static_cast<size_t>(l)] >= 0; }
+  size_t internals_staging_of(int64_t l) const {
+    return static_cast<size_t>(groups_.internals_staging[static_cast<size_t>(l)]);
   }
 
   // The parameters a host unit's update at the step's end covers: the token rows alone for the
@@ -236,6 +250,39 @@ class ProgramBuilder {
     if (activation_back_[static_cast<size_t>(b)] < 0) reload_boundary(b, before);
     wait(Lane::Compute, activation_back_[static_cast<size_t>(b)]);
   }
+  // SlidingEngine::offload_internals and the internals' reloads, as the engine issues them.
+  void before_internals_write(int64_t l) { wait(Lane::Compute, internals_staging_free_[internals_staging_of(l)]); }
+  void offload_internals(int64_t l) {
+    wait(Lane::BulkDeviceToHost, last_compute_);
+    const int32_t done =
+        add(Lane::BulkDeviceToHost, TaskKind::InternalsOffload, static_cast<size_t>(l), 0.0, internals_bytes_);
+    internals_offload_done_[static_cast<size_t>(l)] = done;
+    internals_staging_free_[internals_staging_of(l)] = done;
+  }
+  void reload_internals(size_t k, int32_t readers_done) {
+    const int64_t l = internals_descending_[k];
+    wait(Lane::BulkHostToDevice, readers_done);
+    wait(Lane::BulkHostToDevice, internals_offload_done_[static_cast<size_t>(l)]);
+    internals_back_[static_cast<size_t>(l)] =
+        add(Lane::BulkHostToDevice, TaskKind::InternalsReload, static_cast<size_t>(l), 0.0, internals_bytes_);
+    ++next_internals_reload_;
+  }
+  void prefetch_internals(size_t use, int32_t before) {
+    const size_t ring = static_cast<size_t>(groups_.internals_staging_buffers);
+    while (next_internals_reload_ < internals_descending_.size()) {
+      const size_t k = next_internals_reload_;
+      if (k >= ring && internals_reader_[k - ring] >= static_cast<int64_t>(use)) return;
+      reload_internals(k, before);
+    }
+  }
+  void await_internals(int64_t l, int32_t before) {
+    if (!internals_on_host(l)) return;
+    if (internals_back_[static_cast<size_t>(l)] < 0) {
+      FERRY_ASSERT(internals_descending_[next_internals_reload_] == l, "internals reload in backward order");
+      reload_internals(next_internals_reload_, before);
+    }
+    wait(Lane::Compute, internals_back_[static_cast<size_t>(l)]);
+  }
 
   // The updater's worker: one FIFO of landings (a host unit's gradient, or a device unit's norm
   // partials). It computes the global norm after the step's last landing (and, during the
@@ -308,6 +355,9 @@ class ProgramBuilder {
     next_load_ = 0;
     activation_back_.assign(static_cast<size_t>(L_), -1);
     offload_done_.assign(static_cast<size_t>(L_), -1);
+    internals_back_.assign(static_cast<size_t>(L_), -1);
+    internals_offload_done_.assign(static_cast<size_t>(L_), -1);
+    next_internals_reload_ = 0;
     resident_uploaded_.assign(units, false);
     next_update_done_ = update_done_;
     landed_ = 0;
@@ -343,13 +393,16 @@ class ProgramBuilder {
         const int64_t l = static_cast<int64_t>(u) - 1;
         if (forward) {
           before_boundary_write(l + 1);
+          if (internals_on_host(l)) before_internals_write(l);
           add(Lane::Compute, TaskKind::LayerForward, u, tiled_chunks_of(compute.layer_forward), 0.0);
+          if (internals_on_host(l)) offload_internals(l);
           if (boundary_offloaded(l + 1)) offload_boundary(l + 1);
         } else if (passes_[i] == UsePass::Recompute) {  // SlidingEngine::recompute_boundary
           await_boundary(l, before);
           add(Lane::Compute, TaskKind::LayerForward, u, tiled_chunks_of(compute.layer_forward), 0.0);
         } else {
           await_boundary(l, before);
+          await_internals(l, before);
           add(Lane::Compute, TaskKind::LayerBackward, u, layer_backward_seconds(l), 0.0);
           sends = true;
         }
@@ -411,6 +464,8 @@ class ProgramBuilder {
         }
       }
       issue_loads_up_to(i + prefetch);
+      // Internals on the host come back behind the weights, as early as their staging buffer allows.
+      if (i > static_cast<size_t>(L_)) prefetch_internals(i, before);
     }
 
     if (all_on_gpu_) {  // DeviceOptimizer::update_all: norm, clip and every unit, on the device
@@ -441,6 +496,9 @@ class ProgramBuilder {
   std::vector<UsePass> passes_;  // per use (step_sequence)
   BoundaryGroups groups_;        // recomputed boundaries, staging buffers
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
+  double internals_bytes_ = 0.0;  // one layer's internals, every micro-chunk of the step
+  // Layers with internals on the host, last first (the backward's order), and each one's backward use.
+  std::vector<int64_t> internals_descending_, internals_reader_;
   double cpu_adamw_rate_ = 0.0;          // params/s of the host's AdamW pass for this plan
   double tiled_extra_share_ = 0.0;       // of a layer forward, what a tiled backward runs again besides
   double grouped_extra_share_ = 0.0;     // of a layer forward, what a backward in head groups runs again
@@ -465,9 +523,12 @@ class ProgramBuilder {
   GradientLanding gradient_landing_;   // ConvertOnUpload's gradient buffers
   std::vector<int32_t> ring_updates_;  // the CPU updates of the gradients that landed in the ring, in order
   int32_t staging_free_[2] = {-1, -1};
+  int32_t internals_staging_free_[2] = {-1, -1};
   int32_t tokens_free_ = -1;
   // per step
   std::vector<int32_t> loaded_, released_, activation_back_, offload_done_, next_update_done_;
+  std::vector<int32_t> internals_back_, internals_offload_done_;
+  size_t next_internals_reload_ = 0;
   std::vector<bool> resident_uploaded_;
   size_t next_load_ = 0, landed_ = 0;
   int32_t norm_known_ = -1;

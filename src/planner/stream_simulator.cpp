@@ -21,6 +21,10 @@ const char* lane_name(Lane lane) {
       return "CPU optimizer";
     case Lane::Disk:
       return "disk";
+    case Lane::BulkHostToDevice:
+      return "bulk h2d copies";
+    case Lane::BulkDeviceToHost:
+      return "bulk d2h copies";
   }
   return "?";
 }
@@ -69,6 +73,10 @@ const char* task_kind_name(TaskKind kind) {
       return "weight all-gathers";
     case TaskKind::GradientReduce:
       return "gradient all-reduces";
+    case TaskKind::InternalsOffload:
+      return "internals offloads";
+    case TaskKind::InternalsReload:
+      return "internals reloads";
   }
   return "?";
 }
@@ -93,6 +101,10 @@ Lane task_lane(TaskKind kind) {
     case TaskKind::DiskRead:
     case TaskKind::DiskWrite:
       return Lane::Disk;
+    case TaskKind::InternalsReload:
+      return Lane::BulkHostToDevice;
+    case TaskKind::InternalsOffload:
+      return Lane::BulkDeviceToHost;
     default:
       return Lane::Compute;
   }
@@ -129,7 +141,8 @@ int32_t TaskGraph::add(Lane lane, TaskKind kind, double seconds, double bytes, s
 namespace {
 
 bool is_copy(Lane lane) {
-  return lane == Lane::HostToDevice || lane == Lane::DeviceToHost;
+  return lane == Lane::HostToDevice || lane == Lane::DeviceToHost || lane == Lane::BulkHostToDevice ||
+         lane == Lane::BulkDeviceToHost;
 }
 
 struct Running {
@@ -202,10 +215,13 @@ std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates,
     }
     if (finished == n) break;
     const int h2d = static_cast<int>(Lane::HostToDevice), d2h = static_cast<int>(Lane::DeviceToHost);
+    const int bulk_h2d = static_cast<int>(Lane::BulkHostToDevice), bulk_d2h = static_cast<int>(Lane::BulkDeviceToHost);
     const int cpu = static_cast<int>(Lane::Cpu);
     auto moving = [&](int l) { return running[l].task >= 0 && running[l].latency_left <= 0.0; };
-    const bool duplex = moving(h2d) && moving(d2h);
-    const int copies_moving = static_cast<int>(moving(h2d)) + static_cast<int>(moving(d2h));
+    const int up = static_cast<int>(moving(h2d)) + static_cast<int>(moving(bulk_h2d));
+    const int down = static_cast<int>(moving(d2h)) + static_cast<int>(moving(bulk_d2h));
+    const bool duplex = up > 0 && down > 0;
+    const int copies_moving = static_cast<int>(up > 0) + static_cast<int>(down > 0);  // directions
     const bool cpu_working = running[cpu].task >= 0 && running[cpu].latency_left > 0.0;
     // How fast each lane progresses: seconds of work per second (the CPU slows while copies move),
     // and bytes per second for a copy past its latency (slower while the CPU works).
@@ -218,8 +234,12 @@ std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates,
     const double copy_share = !cpu_working ? 1.0
                               : duplex     ? sharing.duplex_beside_cpu
                                            : sharing.copy_beside_cpu;
-    byte_rate[h2d] = (duplex ? rates.duplex_h2d_bytes_per_s : rates.h2d_bytes_per_s) * copy_share;
-    byte_rate[d2h] = (duplex ? rates.duplex_d2h_bytes_per_s : rates.d2h_bytes_per_s) * copy_share;
+    byte_rate[h2d] = (duplex ? rates.duplex_h2d_bytes_per_s : rates.h2d_bytes_per_s) * copy_share /
+                     std::max(1, up);
+    byte_rate[d2h] = (duplex ? rates.duplex_d2h_bytes_per_s : rates.d2h_bytes_per_s) * copy_share /
+                     std::max(1, down);
+    byte_rate[bulk_h2d] = byte_rate[h2d];
+    byte_rate[bulk_d2h] = byte_rate[d2h];
     double step = kNotDone;
     for (int l = 0; l < kLaneCount; ++l) {
       if (running[l].task < 0) continue;

@@ -1,11 +1,12 @@
 // A discrete-event simulation of the engine's timelines, the core of the cost model
 // (planner/cost_model.h). Pure arithmetic: no clock, no threads.
 //
-// Five lanes, each a FIFO that runs one task at a time in the order the tasks were added:
+// Seven lanes, each a FIFO that runs one task at a time in the order the tasks were added:
 //   Host      the thread that issues the step; its tasks take no time, they are the points where
 //             it blocks (waiting for a CPU update before an upload, reading the loss);
 //   Compute   the GPU's compute stream;
 //   H2D, D2H  the copy streams (pinned host memory <-> device);
+//   bulk H2D, bulk D2H  the second copy stream of each direction (layers' internals on the host);
 //   Cpu       the UnitUpdater's worker thread (filing landed norm partials, AdamW on the thread pool);
 //   Disk      the disk tier's reads and write-backs of optimizer state (engine/disk_state_tier.h),
 //             timed by the caller from the disk's rates (one request stream: reads and writes
@@ -14,7 +15,8 @@
 // A task may depend only on tasks added before it, so the graph has no cycles by construction.
 //
 // Copies share the PCIe link: while an h2d and a d2h copy both move bytes, each runs at its duplex
-// rate, otherwise at its rate alone. Copies and the CPU lane also share host DRAM: the DMA reads and
+// rate, otherwise at its rate alone; two copies of one direction (its two lanes) split that rate
+// evenly. Copies and the CPU lane also share host DRAM: the DMA reads and
 // writes the memory the CPU AdamW streams through, so while both run, each goes at a fraction of its
 // rate (HostMemorySharing). Fluid model: rates are re-evaluated whenever a task starts or ends. A
 // copy first spends the link's latency, then moves its bytes.
@@ -31,8 +33,8 @@
 
 namespace ferry {
 
-enum class Lane : int { Host, Compute, HostToDevice, DeviceToHost, Cpu, Disk };
-constexpr int kLaneCount = 6;
+enum class Lane : int { Host, Compute, HostToDevice, DeviceToHost, Cpu, Disk, BulkHostToDevice, BulkDeviceToHost };
+constexpr int kLaneCount = 8;
 const char* lane_name(Lane lane);
 
 // What a task is, for the explanation of a prediction (the critical path by kind).
@@ -60,8 +62,11 @@ enum class TaskKind : int {
   // upload (h2d stream), and the all-reduce of its gradient before it leaves (compute stream).
   WeightGather,
   GradientReduce,
+  // A layer's internals to the host after its forward and back before its backward (bulk lanes).
+  InternalsOffload,
+  InternalsReload,
 };
-constexpr int kTaskKindCount = 21;
+constexpr int kTaskKindCount = 23;
 const char* task_kind_name(TaskKind kind);
 // The lane a kind of task runs on.
 Lane task_lane(TaskKind kind);
@@ -89,7 +94,8 @@ struct SimTask {
   double seconds = 0.0;  // compute and CPU tasks; copies add CopyRates::latency_s themselves
   double bytes = 0.0;    // copies only
   // What the task works on, so that a graph can be read against the engine it mirrors: a unit
-  // (ModelLayout::units), or for an activation copy the boundary (the input of that layer);
+  // (ModelLayout::units), or for an activation or internals copy the boundary (the input of that
+  // layer) or the layer;
   // -1 for the step's tokens, the loss and host waits.
   int32_t subject = -1;
   int32_t first_dep = 0, dep_count = 0;

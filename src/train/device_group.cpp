@@ -16,10 +16,10 @@ std::vector<Device*> DeviceGroup::device_pointers() const {
   return out;
 }
 
-std::vector<std::array<Collective*, kStreamCount>> DeviceGroup::collective_pointers() const {
-  std::vector<std::array<Collective*, kStreamCount>> out;
+std::vector<std::array<Collective*, kCollectiveStreamCount>> DeviceGroup::collective_pointers() const {
+  std::vector<std::array<Collective*, kCollectiveStreamCount>> out;
   for (const auto& rank : collectives) {
-    std::array<Collective*, kStreamCount> handles{};
+    std::array<Collective*, kCollectiveStreamCount> handles{};
     for (size_t s = 0; s < handles.size(); ++s) handles[s] = rank[s].get();
     out.push_back(handles);
   }
@@ -36,7 +36,7 @@ DeviceGroup join_devices(const DeviceChoice& choice, std::vector<std::unique_ptr
   // raised the flagship's host use beside the engine from 129 to 478 MiB.
   if (n == 1) return g;
   if (choice.kind == DeviceKind::Sim) {
-    for (size_t s = 0; s < kStreamCount; ++s) {
+    for (size_t s = 0; s < kCollectiveStreamCount; ++s) {
       g.thread_comms[s] = std::make_unique<ThreadCommunicator>(static_cast<int>(n));
       for (size_t r = 0; r < n; ++r)
         g.collectives[r][s] = g.thread_comms[s]->join(static_cast<int>(r), *g.devices[r]);
@@ -45,7 +45,7 @@ DeviceGroup join_devices(const DeviceChoice& choice, std::vector<std::unique_ptr
   }
   const std::string why = nccl_unavailable_reason();
   FERRY_CHECK(why.empty(), "gpus", "gpus: {} needs NCCL between the GPUs: {}", n, why);
-  for (size_t s = 0; s < kStreamCount; ++s) {
+  for (size_t s = 0; s < kCollectiveStreamCount; ++s) {
     std::vector<std::unique_ptr<Collective>> comm = nccl_collectives(g.device_pointers());
     for (size_t r = 0; r < n; ++r) g.collectives[r][s] = std::move(comm[r]);
   }

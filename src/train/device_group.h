@@ -15,9 +15,9 @@ namespace ferry {
 
 struct DeviceGroup {
   std::vector<std::unique_ptr<Device>> devices;
-  std::array<std::unique_ptr<ThreadCommunicator>, kStreamCount> thread_comms;  // sim only
+  std::array<std::unique_ptr<ThreadCommunicator>, kCollectiveStreamCount> thread_comms;  // sim only
   // Per rank, one handle per stream (StreamKind order); destroyed before the devices.
-  std::vector<std::array<std::unique_ptr<Collective>, kStreamCount>> collectives;
+  std::vector<std::array<std::unique_ptr<Collective>, kCollectiveStreamCount>> collectives;
 
   DeviceGroup() = default;
   DeviceGroup(DeviceGroup&&) = default;
@@ -25,7 +25,7 @@ struct DeviceGroup {
   ~DeviceGroup();
 
   std::vector<Device*> device_pointers() const;
-  std::vector<std::array<Collective*, kStreamCount>> collective_pointers() const;
+  std::vector<std::array<Collective*, kCollectiveStreamCount>> collective_pointers() const;
 };
 
 // Joins `devices` (made by make_chosen_devices(choice)) with collectives of the choice's kind;

@@ -104,8 +104,7 @@ std::string kept_boundary_runs(const std::vector<ActivationPlacement>& activatio
     for (size_t b : run) layers += fmt::format("{}{}", layers.empty() ? "" : " ", b);
     out +=
         fmt::format("{}{} {}", out.empty() ? "" : "; ", layers,
-                    activations[run.front()] == ActivationPlacement::OffloadToHost ? "offloaded to the host"
-                                                                                   : "kept on the GPU");
+                    boundary_on_host(activations[run.front()]) ? "offloaded to the host" : "kept on the GPU");
     run.clear();
   };
   for (size_t b = 0; b < activations.size(); ++b) {
@@ -204,6 +203,8 @@ void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout
                       return "offloaded to the host";
                     case ActivationPlacement::KeepWithInternals:
                       return "kept on the GPU with their internals (no recompute)";
+                    case ActivationPlacement::OffloadWithInternals:
+                      return "offloaded to the host with their internals (no recompute)";
                     case ActivationPlacement::Recompute:
                       return "recomputed in the backward from the kept one below";
                   }

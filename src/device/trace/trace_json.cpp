@@ -36,7 +36,8 @@ nlohmann::json complete_event(const std::string& name, const char* category, Tra
 
 bool on_stream(TraceTrack track) {
   return track == TraceTrack::Compute || track == TraceTrack::HostToDevice ||
-         track == TraceTrack::DeviceToHost;
+         track == TraceTrack::DeviceToHost || track == TraceTrack::BulkHostToDevice ||
+         track == TraceTrack::BulkDeviceToHost;
 }
 
 }  // namespace

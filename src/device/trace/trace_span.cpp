@@ -14,6 +14,10 @@ const char* trace_track_name(TraceTrack track) {
       return "d2h";
     case TraceTrack::CpuUpdate:
       return "cpu update";
+    case TraceTrack::BulkHostToDevice:
+      return "bulk h2d";
+    case TraceTrack::BulkDeviceToHost:
+      return "bulk d2h";
   }
   return "?";
 }
@@ -26,6 +30,10 @@ TraceTrack stream_track(StreamKind stream) {
       return TraceTrack::HostToDevice;
     case StreamKind::DeviceToHost:
       return TraceTrack::DeviceToHost;
+    case StreamKind::BulkHostToDevice:
+      return TraceTrack::BulkHostToDevice;
+    case StreamKind::BulkDeviceToHost:
+      return TraceTrack::BulkDeviceToHost;
   }
   return TraceTrack::Compute;
 }

@@ -11,10 +11,18 @@ namespace ferry {
 
 // The rows of the timeline: the host thread that issues the work, the three streams, and the CPU
 // updater's worker (a second worker would get a track of its own).
-enum class TraceTrack : int { Host = 0, Compute = 1, HostToDevice = 2, DeviceToHost = 3, CpuUpdate = 4 };
-constexpr int kTraceTrackCount = 5;
+enum class TraceTrack : int {
+  Host = 0,
+  Compute = 1,
+  HostToDevice = 2,
+  DeviceToHost = 3,
+  CpuUpdate = 4,
+  BulkHostToDevice = 5,
+  BulkDeviceToHost = 6,
+};
+constexpr int kTraceTrackCount = 7;
 
-// "host", "compute", "h2d", "d2h", "cpu update".
+// "host", "compute", "h2d", "d2h", "cpu update", "bulk h2d", "bulk d2h".
 const char* trace_track_name(TraceTrack track);
 TraceTrack stream_track(StreamKind stream);
 
