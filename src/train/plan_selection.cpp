@@ -110,6 +110,7 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   if (config.offload_activations != ActivationOffload::Auto)
     r.offload_activations = config.offload_activations == ActivationOffload::All;
   if (config.resident_layers >= 0) r.resident_layers = config.resident_layers;
+  r.space.internals_on_host = config.internals_on_host;
   r.update = config.update_schedule;
   r.weight_upload = config.weight_upload;
   r.optimizer_state = config.optimizer_state;

@@ -180,6 +180,7 @@ const std::map<std::string, Writer>& writers() {
       {"gpu_slots", value(&TrainConfig::gpu_slots)},
       {"offload_activations",
        [](YAML::Emitter& o, const TrainConfig& c) { o << offload_name(c.offload_activations); }},
+      {"internals_on_host", value(&TrainConfig::internals_on_host)},
       {"recompute",
        [](YAML::Emitter& o, const TrainConfig& c) {
          o << (c.recompute == RecomputePolicy::All ? "all" : "auto");

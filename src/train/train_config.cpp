@@ -270,6 +270,8 @@ const std::map<std::string, Setter>& setters() {
          c.offload_activations = parse_choice<ActivationOffload>(
              n, k, {{"auto", ActivationOffload::Auto}, {"all", ActivationOffload::All}, {"none", ActivationOffload::None}});
        }},
+      {"internals_on_host",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.internals_on_host = parse_bool(n, k); }},
       {"recompute",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
          c.recompute = parse_choice<RecomputePolicy>(n, k, {{"auto", RecomputePolicy::Auto}, {"all", RecomputePolicy::All}});
