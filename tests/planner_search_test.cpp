@@ -189,7 +189,6 @@ TEST_F(SearchTest, WithClippingTheGpuOptimizerLayersComeFirst) {
 // gives a plan that recomputes every layer, and a slower one.
 TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
   PlanRequest r = request(400);
-  r.space.internals_on_host = false;  // the GPU's share alone
   const SearchResult with = search_plans(config_, layout_, slow_cpu_fast_link(), r);
   int64_t kept = 0;
   for (auto a : with.best.plan.activations) kept += a == ActivationPlacement::KeepWithInternals;
@@ -218,8 +217,7 @@ TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
 // trades them, offloading no more boundaries than the kept layers need, and the plan is predicted
 // faster than the same plan recomputing those layers.
 TEST_F(SearchTest, BoundariesAreTradedForInternalsWhenTheLinkIsFast) {
-  PlanRequest r = request(kTradeBudgetGiB);
-  r.space.internals_on_host = false;  // the host's share: SpareHostMemoryTakesLayersInternals
+  const PlanRequest r = request(kTradeBudgetGiB);
   const MachineProfile compute_bound = machine(55e9, 20e9);
   const SearchResult result = search_plans(config_, layout_, compute_bound, r);
   const Plan& best = result.best.plan;
@@ -252,13 +250,14 @@ TEST_F(SearchTest, BoundariesAreTradedForInternalsWhenTheLinkIsFast) {
             predict(config_, layout_, recomputing, compute_bound, result.best.shape).step_seconds);
 }
 
-// With host memory to spare and a fast link, some of the layers that recompute send their
-// internals to the host instead (the first ones, whose reloads have the most time), predicted
+// Asked for (it is off by default), with host memory to spare and a fast link, some of the layers
+// that recompute send their internals to the host instead (the first ones, whose reloads have the most time), predicted
 // faster than the same search without that choice; a host budget without room for one layer's
 // internals keeps them all off the host.
 TEST_F(SearchTest, SpareHostMemoryTakesLayersInternals) {
   PlanRequest r = request(kTradeBudgetGiB);
   r.space.per_unit_gpu_optimizer = false;
+  r.space.internals_on_host = true;
   const MachineProfile compute_bound = machine(55e9, 20e9);
   const SearchResult with = search_plans(config_, layout_, compute_bound, r);
   const auto on_host = [](const Plan& p) {

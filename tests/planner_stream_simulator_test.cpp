@@ -70,16 +70,19 @@ TEST(StreamSimulator, DuplexCopiesRunAtTheSharedRate) {
   EXPECT_NEAR(t[up].end, 40.0 / 60.0 + 0.6, 1e-12);
 }
 
-// Two copies of one direction, on its two lanes, split its rate: 100 B and 40 B down at 100 B/s
-// alone. Together at 50 B/s each for 0.8 s (the 40 B are down, 60 B of the 100 are not), then the
-// rest alone at 100 B/s: 0.6 s more, so the large one ends at 1.4 s, as it would alone.
-TEST(StreamSimulator, TwoCopiesOfOneDirectionSplitItsRate) {
+// Two copies of one direction, on its two lanes, take its copy engine in turn: 100 B of internals
+// down from t = 0, then a 40 B gradient, ready at 0.1 s, waits until 1 s and ends at 1.4 s -- the
+// internals copy is what released it.
+TEST(StreamSimulator, TheTwoLanesOfOneDirectionTakeItsEngineInTurn) {
   TaskGraph g;
   const int32_t internals = g.add(Lane::BulkDeviceToHost, TaskKind::InternalsOffload, 0.0, 100.0, {});
-  const int32_t gradient = g.add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0, 40.0, {});
+  const int32_t compute = g.add(Lane::Compute, TaskKind::LayerForward, 0.1, 0.0, {});
+  const int32_t gradient = g.add(Lane::DeviceToHost, TaskKind::GradientDownload, 0.0, 40.0, {{compute}});
   const auto t = simulate(g, link(100.0, 60.0));
-  EXPECT_NEAR(t[gradient].end, 0.8, 1e-12);
-  EXPECT_NEAR(t[internals].end, 1.4, 1e-12);
+  EXPECT_NEAR(t[internals].end, 1.0, 1e-12);
+  EXPECT_NEAR(t[gradient].start, 1.0, 1e-12);
+  EXPECT_NEAR(t[gradient].end, 1.4, 1e-12);
+  EXPECT_EQ(t[gradient].binding, internals);
 }
 
 // Host DRAM shared: a copy (100 B at 100 B/s alone) beside 1 s of CPU work. While both run the copy

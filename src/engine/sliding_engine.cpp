@@ -587,9 +587,11 @@ void SlidingEngine::decoder_forward(size_t u, void* params) {
     LayerScratch s = layer_scratch(l, c);
     layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), s);
   }
-  if (sends_internals) offload_internals(l);
+  // The boundary first: the direction's copy engine takes copies in the order they are issued, and
+  // the next forward's staging buffer waits for the boundary, not for the internals.
   if (boundary_offloaded(l + 1) && !evaluating_)
     offload_boundary(l + 1);  // an evaluation never reads it back
+  if (sends_internals) offload_internals(l);
 }
 
 void SlidingEngine::recompute_boundary(size_t u, void* params, EventId before) {

@@ -463,8 +463,9 @@ class Searcher {
   // Internals on the host (OffloadWithInternals): `plan` with some of its recomputing layers' internals
   // sent to the host after their forward and fetched back for their backward. The layers are taken
   // from the first up (their reloads come last in the backward, with the most time to arrive), every
-  // one or every other one (the forward's d2h carries a layer's internals in about twice a layer's
-  // forward), as many as the host budget holds. Their staging ring takes device memory, made where
+  // one to every fourth one (the forward's d2h carries a layer's internals in two to three layers'
+  // forwards on the H200, and the boundaries' offloads wait behind it), as many as the host budget
+  // holds. Their staging ring takes device memory, made where
   // needed by offloading the first boundaries kept on the GPU, then by un-keeping the first GPU
   // internals; the cost model weighs what is left.
   std::vector<Plan> internals_on_host(const Plan& plan, const StepShape& shape) const {
@@ -482,7 +483,7 @@ class Searcher {
       const size_t host = host_total(plan, shape);
       most = std::min<int64_t>(most, host < r_.host_budget ? static_cast<int64_t>((r_.host_budget - host) / per_layer) : 0);
     }
-    for (const int64_t stride : {1, 2}) {
+    for (const int64_t stride : {1, 2, 3, 4}) {
       const int64_t reachable = (static_cast<int64_t>(candidates.size()) + stride - 1) / stride;
       for (const int64_t n : host_internals_counts(std::min(most, reachable))) {
         Plan p = plan;

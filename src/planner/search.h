@@ -30,7 +30,7 @@
 //     the fewest first boundaries offloaded that makes room (a layer's internals weigh about ten
 //     boundaries), which the cost model weighs (the copies, their share of host DRAM) against the
 //     recompute saved. Last, internals on the host: in each family's best plan, some of the
-//     layers that still recompute (from the first one up, every one or every other one, counts
+//     layers that still recompute (from the first one up, every one to every fourth one, counts
 //     up to what the host budget holds) send their internals to pinned host memory after their
 //     forward and fetch them back before their backward (OffloadWithInternals), which needs a
 //     ring of one or two layers' internals on the GPU, made where needed by offloading the first
@@ -88,7 +88,10 @@ struct SearchSpace {
   // ActivationPlacement::KeepWithInternals for the last layers where memory is left.
   bool keep_internals = true;
   // ActivationPlacement::OffloadWithInternals for some of the other layers where the host has room.
-  bool internals_on_host = true;
+  // Off unless asked for (config internals_on_host): on the H200 the plans it chose ran 2.8-3.6%
+  // slower than without it, where the cost model predicted them up to 1.6% faster
+  // (docs/performance.md, calls 15a-15b).
+  bool internals_on_host = false;
 };
 
 struct PlanRequest {

@@ -395,8 +395,8 @@ class ProgramBuilder {
           before_boundary_write(l + 1);
           if (internals_on_host(l)) before_internals_write(l);
           add(Lane::Compute, TaskKind::LayerForward, u, tiled_chunks_of(compute.layer_forward), 0.0);
-          if (internals_on_host(l)) offload_internals(l);
           if (boundary_offloaded(l + 1)) offload_boundary(l + 1);
+          if (internals_on_host(l)) offload_internals(l);
         } else if (passes_[i] == UsePass::Recompute) {  // SlidingEngine::recompute_boundary
           await_boundary(l, before);
           add(Lane::Compute, TaskKind::LayerForward, u, tiled_chunks_of(compute.layer_forward), 0.0);

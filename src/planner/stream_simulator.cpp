@@ -145,6 +145,22 @@ bool is_copy(Lane lane) {
          lane == Lane::BulkDeviceToHost;
 }
 
+// The other copy lane of the same direction (its copy engine's other stream); -1 for other lanes.
+int engine_partner(int lane) {
+  switch (static_cast<Lane>(lane)) {
+    case Lane::HostToDevice:
+      return static_cast<int>(Lane::BulkHostToDevice);
+    case Lane::BulkHostToDevice:
+      return static_cast<int>(Lane::HostToDevice);
+    case Lane::DeviceToHost:
+      return static_cast<int>(Lane::BulkDeviceToHost);
+    case Lane::BulkDeviceToHost:
+      return static_cast<int>(Lane::DeviceToHost);
+    default:
+      return -1;
+  }
+}
+
 struct Running {
   int32_t task = -1;
   double latency_left = 0.0;  // seconds (all of a compute/CPU task's time, a copy's latency)
@@ -170,13 +186,19 @@ std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates,
   auto try_start = [&](int l) {
     const auto& queue = graph.lane_tasks(static_cast<Lane>(l));
     if (running[l].task >= 0 || next[l] >= queue.size()) return false;
+    const int partner = engine_partner(l);
+    if (partner >= 0 && running[partner].task >= 0) return false;  // the direction's engine is busy
     const int32_t id = queue[next[l]];
     const SimTask& t = graph.task(id);
     const int32_t* deps = graph.deps(id);
-    // The lane predecessor has finished (the lane is idle); of it and the dependencies, the one
-    // that finished last is the binding one.
+    // The lane predecessor has finished (the lane is idle); of it, the copy engine's last copy
+    // from the other lane and the dependencies, the one that finished last is the binding one.
     int32_t binding = previous[l];
     double released = binding >= 0 ? end[static_cast<size_t>(binding)] : -1.0;
+    if (partner >= 0 && previous[partner] >= 0 && end[static_cast<size_t>(previous[partner])] > released) {
+      binding = previous[partner];
+      released = end[static_cast<size_t>(binding)];
+    }
     for (int32_t k = 0; k < t.dep_count; ++k) {
       const double e = end[static_cast<size_t>(deps[k])];
       if (e == kNotDone) return false;
@@ -218,10 +240,9 @@ std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates,
     const int bulk_h2d = static_cast<int>(Lane::BulkHostToDevice), bulk_d2h = static_cast<int>(Lane::BulkDeviceToHost);
     const int cpu = static_cast<int>(Lane::Cpu);
     auto moving = [&](int l) { return running[l].task >= 0 && running[l].latency_left <= 0.0; };
-    const int up = static_cast<int>(moving(h2d)) + static_cast<int>(moving(bulk_h2d));
-    const int down = static_cast<int>(moving(d2h)) + static_cast<int>(moving(bulk_d2h));
-    const bool duplex = up > 0 && down > 0;
-    const int copies_moving = static_cast<int>(up > 0) + static_cast<int>(down > 0);  // directions
+    const bool up = moving(h2d) || moving(bulk_h2d), down = moving(d2h) || moving(bulk_d2h);
+    const bool duplex = up && down;
+    const int copies_moving = static_cast<int>(up) + static_cast<int>(down);  // one per direction at most
     const bool cpu_working = running[cpu].task >= 0 && running[cpu].latency_left > 0.0;
     // How fast each lane progresses: seconds of work per second (the CPU slows while copies move),
     // and bytes per second for a copy past its latency (slower while the CPU works).
@@ -234,10 +255,8 @@ std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates,
     const double copy_share = !cpu_working ? 1.0
                               : duplex     ? sharing.duplex_beside_cpu
                                            : sharing.copy_beside_cpu;
-    byte_rate[h2d] = (duplex ? rates.duplex_h2d_bytes_per_s : rates.h2d_bytes_per_s) * copy_share /
-                     std::max(1, up);
-    byte_rate[d2h] = (duplex ? rates.duplex_d2h_bytes_per_s : rates.d2h_bytes_per_s) * copy_share /
-                     std::max(1, down);
+    byte_rate[h2d] = (duplex ? rates.duplex_h2d_bytes_per_s : rates.h2d_bytes_per_s) * copy_share;
+    byte_rate[d2h] = (duplex ? rates.duplex_d2h_bytes_per_s : rates.d2h_bytes_per_s) * copy_share;
     byte_rate[bulk_h2d] = byte_rate[h2d];
     byte_rate[bulk_d2h] = byte_rate[d2h];
     double step = kNotDone;

@@ -15,8 +15,10 @@
 // A task may depend only on tasks added before it, so the graph has no cycles by construction.
 //
 // Copies share the PCIe link: while an h2d and a d2h copy both move bytes, each runs at its duplex
-// rate, otherwise at its rate alone; two copies of one direction (its two lanes) split that rate
-// evenly. Copies and the CPU lane also share host DRAM: the DMA reads and
+// rate, otherwise at its rate alone. The two lanes of one direction share its copy engine: one
+// copy at a time, the first that is ready (the main lane's on a tie), at the direction's full
+// rate -- on the H200 a 0.5 GB boundary offload issued on its stream behind a 5.6 GB internals
+// copy on the other waited for all of it (docs/performance.md, call 15b). Copies and the CPU lane also share host DRAM: the DMA reads and
 // writes the memory the CPU AdamW streams through, so while both run, each goes at a fraction of its
 // rate (HostMemorySharing). Fluid model: rates are re-evaluated whenever a task starts or ends. A
 // copy first spends the link's latency, then moves its bytes.

@@ -136,8 +136,8 @@ struct TrainConfig {
   int64_t gpu_slots = 0;     // GPU slots for streamed units; 0: the planner chooses
   ActivationOffload offload_activations = ActivationOffload::Auto;
   // Whether the planner may send layers' forward internals to pinned host memory instead of
-  // recomputing them (ActivationPlacement::OffloadWithInternals); false: never.
-  bool internals_on_host = true;
+  // recomputing them (ActivationPlacement::OffloadWithInternals); false (the default): never.
+  bool internals_on_host = false;
   RecomputePolicy recompute = RecomputePolicy::Auto;
   int64_t resident_layers = -1;  // layers kept on the GPU; -1: the planner chooses
   // When the CPU updates a unit; empty (auto): the planner's choice. During-backward is exact only
