@@ -59,7 +59,9 @@ struct ProfileOptions {
                                  .min_sample_seconds = 0.05,
                                  .max_seconds = 2.0,
                                  .soak_seconds = 0.0,
-                                 .clock = {}};
+                                 .clock = {},
+                                 .tuning_calls = {},
+                                 .max_warmup_runs = 1};
   // The CPU AdamW beside pinned copies: seconds of each sample, and samples of each figure (the
   // median is kept).
   double memory_sharing_sample_seconds = 0.4;
