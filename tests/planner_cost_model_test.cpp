@@ -260,7 +260,6 @@ TEST_F(CostModelTest, AGpuOptimizerNeedsAGpuAdamWRate) {
       Error);
 }
 
-
 // Internals on the host beside offloaded boundaries, on the stored H200 profile of the 8B: each
 // 5.6 GB internals copy holds its direction's copy engine for ~0.1 s, so the boundary offloads
 // behind it, and the forwards waiting for their staging buffers, stall. Measured (call 15b, the
@@ -270,8 +269,8 @@ TEST_F(CostModelTest, AGpuOptimizerNeedsAGpuAdamWRate) {
 TEST(CostModel, InternalsOnTheHostBesideOffloadedBoundariesStallTheForward) {
   const ModelConfig c = test::llama_8b();
   const ModelLayout layout = build_model_layout(c);
-  const MachineProfile profile =
-      load_profile(test::fixtures_dir().parent_path().parent_path() / "bench/profiles/h200-llama-3.1-8b-s2048.json");
+  const MachineProfile profile = load_profile(test::fixtures_dir().parent_path().parent_path() /
+                                              "bench/profiles/h200-llama-3.1-8b-s2048.json");
   Plan p;
   p.micro_batch = 8;
   p.gpu_slots = 2;

@@ -251,8 +251,8 @@ TEST_F(SearchTest, BoundariesAreTradedForInternalsWhenTheLinkIsFast) {
 }
 
 // Asked for (it is off by default), with host memory to spare and a fast link, some of the layers
-// that recompute send their internals to the host instead (the first ones, whose reloads have the most time), predicted
-// faster than the same search without that choice; a host budget without room for one layer's
+// that recompute send their internals to the host instead (the first ones, whose reloads have the most time),
+// predicted faster than the same search without that choice; a host budget without room for one layer's
 // internals keeps them all off the host.
 TEST_F(SearchTest, SpareHostMemoryTakesLayersInternals) {
   PlanRequest r = request(kTradeBudgetGiB);

@@ -71,7 +71,8 @@ class EngineReading {
     // And one per layer whose internals go to the host, in layer order.
     k = 0;
     for (const void* buffer : recorder.pinned("offloaded layer internals")) {
-      while (k < plan.activations.size() && plan.activations[k] != ActivationPlacement::OffloadWithInternals) ++k;
+      while (k < plan.activations.size() && plan.activations[k] != ActivationPlacement::OffloadWithInternals)
+        ++k;
       boundary_of_[buffer] = static_cast<int32_t>(k++);
     }
     for (const TraceSpan& span : spans) {

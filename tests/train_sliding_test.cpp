@@ -30,13 +30,13 @@ using test::converting_on_upload;
 using test::hyper_at;
 using test::keeping_every;
 using test::keeping_internals;
-using test::offloading_internals;
 using test::kGlobal;
 using test::kMicro;
 using test::kSeq;
 using test::kSteps;
 using test::make_plan;
 using test::make_rows;
+using test::offloading_internals;
 
 using test::plain_run;
 using test::plain_state;
@@ -269,28 +269,28 @@ TEST_F(SlidingEngineTest, LayersWithInternalsOnTheHostSkipTheRecomputeExactly) {
   slow.h2d_bytes_per_second = 2e8;
   slow.d2h_bytes_per_second = 2e8;
   slow.copy_latency_seconds = 50e-6;
-  expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5,
-                                           offloading_internals(make_plan(layout_, 4, 2, {}, {},
-                                                                          UpdateSchedule::AfterBackward),
-                                                                {1})));
-  expect_identical(
-      reference_,
-      sliding_run(config_, 9, rows_, 0.5,
-                  offloading_internals(
-                      keeping_internals(make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward), {3}),
-                      {0, 1, 2}),
-                  slow));
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               offloading_internals(
+                                   make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), {1})));
+  expect_identical(reference_,
+                   sliding_run(config_, 9, rows_, 0.5,
+                               offloading_internals(
+                                   keeping_internals(
+                                       make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward), {3}),
+                                   {0, 1, 2}),
+                               slow));
   expect_identical(
       reference_,
       sliding_run(config_, 9, rows_, 0.5,
                   offloading_internals(
                       make_plan(layout_, 4, 2, {3}, {1}, UpdateSchedule::AfterBackward, {2, 5}), {0, 1, 3})));
   const RunResult plain = plain_run(config_, 9, rows_, 0.0);
-  expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
-                                      offloading_internals(make_plan(layout_, 4, 3, {}, {},
-                                                                     UpdateSchedule::DuringBackward),
-                                                           {0, 1, 2, 3}),
-                                      slow));
+  expect_identical(
+      plain, sliding_run(config_, 9, rows_, 0.0,
+                         offloading_internals(
+                             make_plan(layout_, 4, 3, {}, {}, UpdateSchedule::DuringBackward), {0, 1, 2, 3}),
+                         slow));
 }
 
 // Uploading the fp32 masters (converted on the device) instead of a copy the CPU wrote gives the

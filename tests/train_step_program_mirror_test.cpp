@@ -162,12 +162,14 @@ TEST_F(StepProgramMirrorTest, ResidentUnitsAndKeptInternals) {
 TEST_F(StepProgramMirrorTest, InternalsOnTheHost) {
   check({"layers 0, 1 and 3 send their internals to the host (a ring of two), layer 2 keeps its own",
          test::offloading_internals(
-             test::keeping_internals(test::make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), {2}),
+             test::keeping_internals(test::make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward),
+                                     {2}),
              {0, 1, 3}),
          0.5,
          {kRowGather}});
   check({"one layer's internals on the host (one staging buffer), updates during the backward",
-         test::offloading_internals(test::make_plan(layout_, 4, 2, {4}, {0}, UpdateSchedule::DuringBackward), {2}),
+         test::offloading_internals(test::make_plan(layout_, 4, 2, {4}, {0}, UpdateSchedule::DuringBackward),
+                                    {2}),
          0.0,
          {kRowGather}});
 }

@@ -70,8 +70,8 @@ def main():
         for length, b, e, prev, nxt in gaps[: args.gaps]:
             name = lambda s: "(step edge)" if s is None else s.get("args", {}).get("scope", s["name"])
             print(f"  {length / 1e3:8.3f} ms at +{(b - lo) / 1e3:.3f} ms: after {name(prev)}, before {name(nxt)}")
-            for track in ("host", "h2d", "d2h", "cpu update"):
-                cat = "device" if track in ("h2d", "d2h") else "host"
+            for track in ("host", "h2d", "d2h", "bulk h2d", "bulk d2h", "cpu update"):
+                cat = "device" if track.endswith(("h2d", "d2h")) else "host"
                 work = {}
                 for s in by_track.get((track, cat), []):
                     share = union([(s["ts"], s["ts"] + s["dur"])], b, e)

@@ -17,11 +17,11 @@ int64_t chunks_per_device(int64_t chunks, int devices) {
   return chunks / devices;
 }
 
-DeviceGroupEngine::DeviceGroupEngine(const ModelConfig& config, const ModelLayout& layout,
-                                     const std::vector<Device*>& devices, const std::vector<Ops*>& ops,
-                                     const std::vector<std::array<Collective*, kCollectiveStreamCount>>& collectives,
-                                     const Plan& plan, int64_t chunk_tokens, int64_t max_chunks,
-                                     bool decay_all)
+DeviceGroupEngine::DeviceGroupEngine(
+    const ModelConfig& config, const ModelLayout& layout, const std::vector<Device*>& devices,
+    const std::vector<Ops*>& ops,
+    const std::vector<std::array<Collective*, kCollectiveStreamCount>>& collectives, const Plan& plan,
+    int64_t chunk_tokens, int64_t max_chunks, bool decay_all)
     : devices_(devices), max_chunks_(max_chunks), vocab_(config.vocab_size) {
   const int n = static_cast<int>(devices.size());
   FERRY_CHECK(n >= 1 && ops.size() == devices.size() && collectives.size() == devices.size(), "engine",

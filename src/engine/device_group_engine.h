@@ -30,8 +30,8 @@ class DeviceGroupEngine {
   // `max_chunks` micro-chunks a step at most, over the whole group.
   DeviceGroupEngine(const ModelConfig& config, const ModelLayout& layout, const std::vector<Device*>& devices,
                     const std::vector<Ops*>& ops,
-                    const std::vector<std::array<Collective*, kCollectiveStreamCount>>& collectives, const Plan& plan,
-                    int64_t chunk_tokens, int64_t max_chunks, bool decay_all);
+                    const std::vector<std::array<Collective*, kCollectiveStreamCount>>& collectives,
+                    const Plan& plan, int64_t chunk_tokens, int64_t max_chunks, bool decay_all);
   ~DeviceGroupEngine();
   DeviceGroupEngine(const DeviceGroupEngine&) = delete;
   DeviceGroupEngine& operator=(const DeviceGroupEngine&) = delete;

@@ -132,7 +132,8 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
       host_internals[static_cast<size_t>(l)] =
           PinnedBuffer(device, static_cast<size_t>(C) * internals_bytes, "offloaded layer internals");
   for (int64_t r = 0; r < boundary_groups(plan.activations).internals_staging_buffers; ++r) {
-    internals_staging[r] = DeviceBuffer(device, static_cast<size_t>(C) * internals_bytes, "layer internals staging");
+    internals_staging[r] =
+        DeviceBuffer(device, static_cast<size_t>(C) * internals_bytes, "layer internals staging");
     carve_chunks(internals_staging[r].data(), staged_internals[r]);
   }
   if (const size_t pieces = conversion_staging_elements(layout, plan); pieces > 0)

@@ -452,7 +452,8 @@ void SlidingEngine::offload_internals(int64_t l) {
                        buffers_.internals_staging[internals_staging_of(l)].data(), internals_step_bytes(),
                        StreamKind::BulkDeviceToHost);
   events_.internals_offload_done[static_cast<size_t>(l)] = device_.record(StreamKind::BulkDeviceToHost);
-  events_.internals_staging_free[internals_staging_of(l)] = events_.internals_offload_done[static_cast<size_t>(l)];
+  events_.internals_staging_free[internals_staging_of(l)] =
+      events_.internals_offload_done[static_cast<size_t>(l)];
 }
 
 void SlidingEngine::reload_internals(size_t k, EventId readers_done) {
@@ -481,7 +482,8 @@ void SlidingEngine::prefetch_internals(size_t use_index, EventId before) {
 void SlidingEngine::await_internals(int64_t l, EventId before) {
   if (!internals_on_host(l)) return;
   if (events_.internals_back[static_cast<size_t>(l)] < 0) {
-    FERRY_ASSERT(internals_descending_[events_.next_internals_reload] == l, "internals reloaded in backward order");
+    FERRY_ASSERT(internals_descending_[events_.next_internals_reload] == l,
+                 "internals reloaded in backward order");
     reload_internals(events_.next_internals_reload, before);
   }
   device_.wait(StreamKind::Compute, events_.internals_back[static_cast<size_t>(l)]);

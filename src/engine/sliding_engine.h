@@ -222,7 +222,7 @@ class SlidingEngine {
   std::unique_ptr<UnitUpdater> own_updater_;
   UnitUpdater* updater_ = nullptr;
   std::vector<SlotUse> uses_;
-  std::vector<UsePass> passes_;                 // per use: what it computes (step_sequence)
+  std::vector<UsePass> passes_;  // per use: what it computes (step_sequence)
   // Layers with internals on the host, last first (the backward's order), and each one's backward use.
   std::vector<int64_t> internals_descending_, internals_reader_;
   std::unique_ptr<DeviceAdamW> weight_writer_;  // ConvertOnUpload: writes fp32 pieces as weights (h2d stream)

@@ -24,7 +24,8 @@ BoundaryGroups boundary_groups(const std::vector<ActivationPlacement>& activatio
   for (size_t b = 0; b < n; ++b) {
     const ActivationPlacement a = activations[b];
     if (boundary_on_host(a)) g.staging[b] = offloaded++ % g.staging_buffers;
-    if (a == ActivationPlacement::OffloadWithInternals) g.internals_on_host.push_back(static_cast<int64_t>(b));
+    if (a == ActivationPlacement::OffloadWithInternals)
+      g.internals_on_host.push_back(static_cast<int64_t>(b));
     if (a == ActivationPlacement::Recompute) {
       g.recomputed[b] = true;
       g.recompute_buffer[b] = static_cast<int64_t>(b) - base - 1;

@@ -265,7 +265,8 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   // (`chunks` is a device's): offloaded boundaries, token staging, norm partials' readback.
   const size_t devices = static_cast<size_t>(std::max<int64_t>(1, plan.devices));
   const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
-  const size_t internals = static_cast<size_t>(chunks) * layer_internals_bytes(config, chunk_tokens, plan.weight_dtype);
+  const size_t internals =
+      static_cast<size_t>(chunks) * layer_internals_bytes(config, chunk_tokens, plan.weight_dtype);
   for (auto a : plan.activations) {
     if (boundary_on_host(a)) h.pinned += act * devices;
     if (a == ActivationPlacement::OffloadWithInternals) h.pinned += internals * devices;

@@ -60,10 +60,10 @@ std::string Plan::describe() const {
   for (auto a : activations) internals += keeps_internals(a);
   for (auto a : activations) on_host += (a == ActivationPlacement::OffloadWithInternals);
   const std::string no_recompute =
-      internals > 0 ? fmt::format(", {} of {} layers not recomputed (internals kept{})", internals,
-                                  activations.size(),
-                                  on_host > 0 ? fmt::format(", {} on the host", on_host) : std::string())
-                    : std::string();
+      internals > 0
+          ? fmt::format(", {} of {} layers not recomputed (internals kept{})", internals, activations.size(),
+                        on_host > 0 ? fmt::format(", {} on the host", on_host) : std::string())
+          : std::string();
   const std::string tile =
       (seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string()) +
       (head_groups > 1 ? fmt::format(", attention in {} groups of KV heads", head_groups) : std::string());

@@ -476,12 +476,13 @@ class Searcher {
     std::vector<int64_t> candidates;
     for (int64_t l = 0; l < L_; ++l)
       if (!keeps_internals(plan.activations[static_cast<size_t>(l)])) candidates.push_back(l);
-    const size_t per_layer =
-        static_cast<size_t>(shape.chunks) * layer_internals_bytes(config_, shape.chunk_tokens, plan.weight_dtype);
+    const size_t per_layer = static_cast<size_t>(shape.chunks) *
+                             layer_internals_bytes(config_, shape.chunk_tokens, plan.weight_dtype);
     int64_t most = static_cast<int64_t>(candidates.size());
     if (r_.host_budget > 0) {
       const size_t host = host_total(plan, shape);
-      most = std::min<int64_t>(most, host < r_.host_budget ? static_cast<int64_t>((r_.host_budget - host) / per_layer) : 0);
+      most = std::min<int64_t>(
+          most, host < r_.host_budget ? static_cast<int64_t>((r_.host_budget - host) / per_layer) : 0);
     }
     for (const int64_t stride : {1, 2, 3, 4}) {
       const int64_t reachable = (static_cast<int64_t>(candidates.size()) + stride - 1) / stride;
@@ -500,11 +501,13 @@ class Searcher {
   // Frees device memory until `plan` fits: the first boundaries kept on the GPU offloaded, then the
   // first layers keeping internals on the GPU keep only their boundary. false: it never fits.
   bool make_device_room(Plan& plan, const StepShape& shape) const {
-    for (const ActivationPlacement from : {ActivationPlacement::KeepOnGpu, ActivationPlacement::KeepWithInternals}) {
+    for (const ActivationPlacement from :
+         {ActivationPlacement::KeepOnGpu, ActivationPlacement::KeepWithInternals}) {
       for (int64_t l = 0; l < L_ && device_total(plan, shape) > device_limit_; ++l) {
         ActivationPlacement& a = plan.activations[static_cast<size_t>(l)];
-        if (a == from) a = from == ActivationPlacement::KeepOnGpu ? ActivationPlacement::OffloadToHost
-                                                                   : ActivationPlacement::KeepOnGpu;
+        if (a == from)
+          a = from == ActivationPlacement::KeepOnGpu ? ActivationPlacement::OffloadToHost
+                                                     : ActivationPlacement::KeepOnGpu;
       }
     }
     for (int64_t l = 0; l < L_ && device_total(plan, shape) > device_limit_; ++l) {

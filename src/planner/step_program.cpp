@@ -60,8 +60,9 @@ class ProgramBuilder {
     passes_ = sequence.passes;
     activation_bytes_ = static_cast<double>(shape_.tokens() * config.hidden_size) *
                         static_cast<double>(dtype_size(plan_.weight_dtype));
-    internals_bytes_ = static_cast<double>(shape_.chunks) *
-                       static_cast<double>(layer_internals_bytes(config, shape_.chunk_tokens, plan_.weight_dtype));
+    internals_bytes_ =
+        static_cast<double>(shape_.chunks) *
+        static_cast<double>(layer_internals_bytes(config, shape_.chunk_tokens, plan_.weight_dtype));
     for (size_t k = groups_.internals_on_host.size(); k-- > 0;) {
       const int64_t l = groups_.internals_on_host[k];
       internals_descending_.push_back(l);
@@ -251,11 +252,13 @@ class ProgramBuilder {
     wait(Lane::Compute, activation_back_[static_cast<size_t>(b)]);
   }
   // SlidingEngine::offload_internals and the internals' reloads, as the engine issues them.
-  void before_internals_write(int64_t l) { wait(Lane::Compute, internals_staging_free_[internals_staging_of(l)]); }
+  void before_internals_write(int64_t l) {
+    wait(Lane::Compute, internals_staging_free_[internals_staging_of(l)]);
+  }
   void offload_internals(int64_t l) {
     wait(Lane::BulkDeviceToHost, last_compute_);
-    const int32_t done =
-        add(Lane::BulkDeviceToHost, TaskKind::InternalsOffload, static_cast<size_t>(l), 0.0, internals_bytes_);
+    const int32_t done = add(Lane::BulkDeviceToHost, TaskKind::InternalsOffload, static_cast<size_t>(l), 0.0,
+                             internals_bytes_);
     internals_offload_done_[static_cast<size_t>(l)] = done;
     internals_staging_free_[internals_staging_of(l)] = done;
   }

@@ -237,7 +237,8 @@ std::vector<TaskTiming> simulate(const TaskGraph& graph, const CopyRates& rates,
     }
     if (finished == n) break;
     const int h2d = static_cast<int>(Lane::HostToDevice), d2h = static_cast<int>(Lane::DeviceToHost);
-    const int bulk_h2d = static_cast<int>(Lane::BulkHostToDevice), bulk_d2h = static_cast<int>(Lane::BulkDeviceToHost);
+    const int bulk_h2d = static_cast<int>(Lane::BulkHostToDevice),
+              bulk_d2h = static_cast<int>(Lane::BulkDeviceToHost);
     const int cpu = static_cast<int>(Lane::Cpu);
     auto moving = [&](int l) { return running[l].task >= 0 && running[l].latency_left <= 0.0; };
     const bool up = moving(h2d) || moving(bulk_h2d), down = moving(d2h) || moving(bulk_d2h);

@@ -18,10 +18,10 @@
 // rate, otherwise at its rate alone. The two lanes of one direction share its copy engine: one
 // copy at a time, the first that is ready (the main lane's on a tie), at the direction's full
 // rate -- on the H200 a 0.5 GB boundary offload issued on its stream behind a 5.6 GB internals
-// copy on the other waited for all of it (docs/performance.md, call 15b). Copies and the CPU lane also share host DRAM: the DMA reads and
-// writes the memory the CPU AdamW streams through, so while both run, each goes at a fraction of its
-// rate (HostMemorySharing). Fluid model: rates are re-evaluated whenever a task starts or ends. A
-// copy first spends the link's latency, then moves its bytes.
+// copy on the other waited for all of it (docs/performance.md, call 15b). Copies and the CPU lane also share
+// host DRAM: the DMA reads and writes the memory the CPU AdamW streams through, so while both run, each goes
+// at a fraction of its rate (HostMemorySharing). Fluid model: rates are re-evaluated whenever a task starts
+// or ends. A copy first spends the link's latency, then moves its bytes.
 //
 // For every task the simulation keeps the predecessor that released it last (its "binding"
 // predecessor); walking those back from the end of a step gives the step's critical path.
@@ -35,7 +35,16 @@
 
 namespace ferry {
 
-enum class Lane : int { Host, Compute, HostToDevice, DeviceToHost, Cpu, Disk, BulkHostToDevice, BulkDeviceToHost };
+enum class Lane : int {
+  Host,
+  Compute,
+  HostToDevice,
+  DeviceToHost,
+  Cpu,
+  Disk,
+  BulkHostToDevice,
+  BulkDeviceToHost
+};
 constexpr int kLaneCount = 8;
 const char* lane_name(Lane lane);
 
