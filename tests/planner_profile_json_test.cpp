@@ -134,7 +134,7 @@ TEST(ProfileJson, TheMeasuringMethodIsZeroWhereUnrecordedAndACountElsewhere) {
   nlohmann::json j = profile_to_json(sample_profile());
   j.erase("method");
   EXPECT_EQ(profile_from_json(j, "old.json").method, 0);
-  for (const nlohmann::json bad : {nlohmann::json(-1), nlohmann::json(1.5), nlohmann::json("2")}) {
+  for (const nlohmann::json& bad : {nlohmann::json(-1), nlohmann::json(1.5), nlohmann::json("2")}) {
     j["method"] = bad;
     EXPECT_NE(load_error(j).find("h200.json: method must be a non-negative integer"), std::string::npos)
         << load_error(j);

@@ -92,9 +92,13 @@ TEST(SequenceTile, DeviceMemoryFallsWithTheTile) {
     const DeviceBytes untiled =
         device_bytes(config, layout, streamed_plan(layout, config.num_layers, 0), kLong, 1);
     EXPECT_LT(d.scratch, untiled.scratch) << tile;
-    if (previous > 0) EXPECT_LT(d.scratch, previous) << tile;
+    if (previous > 0) {
+      EXPECT_LT(d.scratch, previous) << tile;
+    }
     previous = d.scratch;
-    if (tile == 4096) EXPECT_LT(d.scratch, 4 * kGiB);
+    if (tile == 4096) {
+      EXPECT_LT(d.scratch, 4 * kGiB);
+    }
   }
   EXPECT_GT(device_bytes(config, layout, streamed_plan(layout, config.num_layers, 0), kLong, 1).scratch,
             7 * kGiB);
@@ -115,7 +119,9 @@ TEST(SequenceTile, PredictedTimeForEachTile) {
     if (tile == 0) untiled = p.step_seconds;
     EXPECT_GE(p.step_seconds, previous) << tile;
     previous = p.step_seconds;
-    if (tile == 4096) EXPECT_LT(p.step_seconds, 1.05 * untiled);
+    if (tile == 4096) {
+      EXPECT_LT(p.step_seconds, 1.05 * untiled);
+    }
     std::printf("seq_tile %6lld: %.3f s per step\n", static_cast<long long>(tile), p.step_seconds);
   }
 }
