@@ -465,9 +465,9 @@ class Searcher {
   // from the first up (their reloads come last in the backward, with the most time to arrive), every
   // one to every fourth one (the forward's d2h carries a layer's internals in two to three layers'
   // forwards on the H200, and the boundaries' offloads wait behind it), as many as the host budget
-  // holds. Their staging ring takes device memory, made where
-  // needed by offloading the first boundaries kept on the GPU, then by un-keeping the first GPU
-  // internals; the cost model weighs what is left.
+  // holds. Their staging ring takes device memory, made where needed by offloading the first
+  // boundaries kept on the GPU, then by un-keeping the first GPU internals; the cost model weighs
+  // what is left.
   std::vector<Plan> internals_on_host(const Plan& plan, const StepShape& shape) const {
     std::vector<Plan> out;
     if (!r_.space.internals_on_host || !r_.space.keep_internals || r_.offload_activations.has_value() ||
