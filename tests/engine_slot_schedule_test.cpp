@@ -87,6 +87,25 @@ TEST(BoundaryGroups, BuffersAndStagingFollowThePlacements) {
   EXPECT_THROW(keep_every_kth(4, 0, A::KeepOnGpu), Error);
 }
 
+// Internals on the host take the ring's buffers in layer order and come back last layer first,
+// each reload's staging buffer freed by the backward use of the layer before it in that buffer.
+TEST(BoundaryGroups, InternalsOnTheHostTakeTheirRingInTurnAndComeBackLastFirst) {
+  using A = ActivationPlacement;
+  const BoundaryGroups g = boundary_groups({A::OffloadWithInternals, A::OffloadToHost,
+                                            A::OffloadWithInternals, A::KeepOnGpu, A::OffloadWithInternals});
+  EXPECT_EQ(g.internals_on_host, (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(g.internals_staging, (std::vector<int64_t>{0, -1, 1, -1, 0}));
+  EXPECT_EQ(g.internals_staging_buffers, 2);
+  EXPECT_EQ(g.staging, (std::vector<int64_t>{0, 1, 0, -1, 1}));  // their boundaries are offloaded too
+  EXPECT_EQ(boundary_groups({A::KeepOnGpu, A::OffloadWithInternals}).internals_staging_buffers, 1);
+  const StepSequence seq = step_sequence(5, g.recomputed);
+  const std::vector<SlotUse> uses = schedule_slots(seq.units, std::vector<bool>(7, false), 2);
+  const InternalsReloads r = internals_reloads(g.internals_on_host, uses, seq.passes);
+  EXPECT_EQ(r.layers, (std::vector<int64_t>{4, 2, 0}));
+  // E, L0..L4, H, then the backwards L4 (use 7) .. L0 (use 11).
+  EXPECT_EQ(r.reader, (std::vector<int64_t>{7, 9, 11}));
+}
+
 TEST(SlotSchedule, OccupancyIsConsistent) {
   for (int64_t layers : {1, 2, 5, 32})
     for (int64_t slots : {1, 2, 3, 4}) {

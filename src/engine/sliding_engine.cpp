@@ -53,13 +53,7 @@ SlidingEngine::SlidingEngine(const ModelConfig& config, const ModelLayout& layou
   const StepSequence sequence = step_sequence(config_.num_layers, boundaries_.recomputed);
   uses_ = schedule_slots(sequence.units, roles_.resident, std::max<int64_t>(1, plan_.gpu_slots));
   passes_ = sequence.passes;
-  for (size_t k = boundaries_.internals_on_host.size(); k-- > 0;) {
-    const int64_t l = boundaries_.internals_on_host[k];
-    internals_descending_.push_back(l);
-    for (size_t i = static_cast<size_t>(config_.num_layers) + 2; i < uses_.size(); ++i)
-      if (passes_[i] == UsePass::Backward && uses_[i].unit == layout_.layer_unit(l))
-        internals_reader_.push_back(static_cast<int64_t>(i));
-  }
+  reloads_ = internals_reloads(boundaries_.internals_on_host, uses_, passes_);
   if (buffers_.conversion_staging.bytes() > 0)
     weight_writer_ = make_device_adamw(device_, StreamKind::HostToDevice);
   if (buffers_.host_partial_count > 0) norm_partials_ = make_device_adamw(device_);
@@ -458,7 +452,7 @@ void SlidingEngine::offload_internals(int64_t l) {
 
 void SlidingEngine::reload_internals(size_t k, EventId readers_done) {
   const TraceScope scope(device_, "reload internals");
-  const int64_t l = internals_descending_[k];
+  const int64_t l = reloads_.layers[k];
   device_.wait(StreamKind::BulkHostToDevice, readers_done);
   device_.wait(StreamKind::BulkHostToDevice, events_.internals_offload_done[static_cast<size_t>(l)]);
   device_.copy_to_device(buffers_.internals_staging[internals_staging_of(l)].data(),
@@ -472,9 +466,9 @@ void SlidingEngine::prefetch_internals(size_t use_index, EventId before) {
   // A staging buffer is free for the next layer's reload once the backward that read it before
   // (ring buffers back in the order) is done: a use before this one, which `before` follows.
   const size_t ring = static_cast<size_t>(boundaries_.internals_staging_buffers);
-  while (events_.next_internals_reload < internals_descending_.size()) {
+  while (events_.next_internals_reload < reloads_.layers.size()) {
     const size_t k = events_.next_internals_reload;
-    if (k >= ring && internals_reader_[k - ring] >= static_cast<int64_t>(use_index)) return;
+    if (k >= ring && reloads_.reader[k - ring] >= static_cast<int64_t>(use_index)) return;
     reload_internals(k, before);
   }
 }
@@ -482,8 +476,7 @@ void SlidingEngine::prefetch_internals(size_t use_index, EventId before) {
 void SlidingEngine::await_internals(int64_t l, EventId before) {
   if (!internals_on_host(l)) return;
   if (events_.internals_back[static_cast<size_t>(l)] < 0) {
-    FERRY_ASSERT(internals_descending_[events_.next_internals_reload] == l,
-                 "internals reloaded in backward order");
+    FERRY_ASSERT(reloads_.layers[events_.next_internals_reload] == l, "internals reloaded in backward order");
     reload_internals(events_.next_internals_reload, before);
   }
   device_.wait(StreamKind::Compute, events_.internals_back[static_cast<size_t>(l)]);

@@ -185,7 +185,7 @@ class SlidingEngine {
   size_t internals_staging_of(int64_t layer) const;
   size_t internals_step_bytes() const;  // one layer's internals, every micro-chunk of the step
   void offload_internals(int64_t layer);
-  void reload_internals(size_t k, EventId readers_done);  // k: index in internals_descending_
+  void reload_internals(size_t k, EventId readers_done);  // k: index in reloads_.layers
   void prefetch_internals(size_t use_index, EventId before);
   void await_internals(int64_t layer, EventId before);
   // The scratch of (layer, micro-chunk)'s forward and backward: the shared one, with the layer's
@@ -222,9 +222,8 @@ class SlidingEngine {
   std::unique_ptr<UnitUpdater> own_updater_;
   UnitUpdater* updater_ = nullptr;
   std::vector<SlotUse> uses_;
-  std::vector<UsePass> passes_;  // per use: what it computes (step_sequence)
-  // Layers with internals on the host, last first (the backward's order), and each one's backward use.
-  std::vector<int64_t> internals_descending_, internals_reader_;
+  std::vector<UsePass> passes_;                 // per use: what it computes (step_sequence)
+  InternalsReloads reloads_;                    // layers with internals on the host, in the backward's order
   std::unique_ptr<DeviceAdamW> weight_writer_;  // ConvertOnUpload: writes fp32 pieces as weights (h2d stream)
   // The units updated on the device, if any (after the buffers it refers to: destroyed first).
   std::unique_ptr<DeviceOptimizer> device_optimizer_;
@@ -245,7 +244,7 @@ class SlidingEngine {
     // Internals on the host: per layer their d2h and their reload; per staging buffer its last d2h.
     std::vector<EventId> internals_offload_done, internals_back;
     EventId internals_staging_free[2] = {-1, -1};
-    size_t next_internals_reload = 0;  // into internals_descending_
+    size_t next_internals_reload = 0;  // into reloads_.layers
     void reset(size_t uses, size_t boundaries, size_t units) {
       loaded.assign(uses, -1);
       released.assign(uses, -1);

@@ -33,6 +33,20 @@ std::vector<size_t> step_unit_sequence(int64_t layers) {
   return step_sequence(layers, {}).units;
 }
 
+InternalsReloads internals_reloads(const std::vector<int64_t>& internals_on_host,
+                                   const std::vector<SlotUse>& uses, const std::vector<UsePass>& passes) {
+  InternalsReloads r;
+  r.layers.assign(internals_on_host.rbegin(), internals_on_host.rend());
+  for (const int64_t l : r.layers) {
+    const size_t unit = static_cast<size_t>(l) + 1;  // step_sequence's units: the embedding, then the layers
+    size_t i = 0;
+    while (i < uses.size() && !(passes[i] == UsePass::Backward && uses[i].unit == unit)) ++i;
+    FERRY_ASSERT(i < uses.size(), "every layer with internals on the host has a backward");
+    r.reader.push_back(static_cast<int64_t>(i));
+  }
+  return r;
+}
+
 bool use_reads_weights(const std::vector<SlotUse>& uses, size_t j) {
   return !(uses[j].unit == 0 && j + 1 == uses.size());
 }

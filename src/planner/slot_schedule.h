@@ -53,4 +53,14 @@ std::vector<size_t> step_unit_sequence(int64_t layers);
 // is claimed, not filled.
 bool use_reads_weights(const std::vector<SlotUse>& uses, size_t j);
 
+// The layers whose internals wait on the host (BoundaryGroups::internals_on_host) in the order the
+// backward reloads them, last first, and the backward use (step_sequence order) of each: the use
+// after which its staging buffer is free for the next reload into it.
+struct InternalsReloads {
+  std::vector<int64_t> layers;
+  std::vector<int64_t> reader;
+};
+InternalsReloads internals_reloads(const std::vector<int64_t>& internals_on_host,
+                                   const std::vector<SlotUse>& uses, const std::vector<UsePass>& passes);
+
 }  // namespace ferry

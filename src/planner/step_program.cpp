@@ -63,15 +63,7 @@ class ProgramBuilder {
     internals_bytes_ =
         static_cast<double>(shape_.chunks) *
         static_cast<double>(layer_internals_bytes(config, shape_.chunk_tokens, plan_.weight_dtype));
-    for (size_t k = groups_.internals_on_host.size(); k-- > 0;) {
-      const int64_t l = groups_.internals_on_host[k];
-      internals_descending_.push_back(l);
-      for (size_t i = static_cast<size_t>(L_) + 2; i < uses_.size(); ++i)
-        if (passes_[i] == UsePass::Backward && uses_[i].unit == layout_.layer_unit(l))
-          internals_reader_.push_back(static_cast<int64_t>(i));
-    }
-    FERRY_ASSERT(internals_reader_.size() == internals_descending_.size(),
-                 "every layer with internals on the host has a backward");
+    reloads_ = internals_reloads(groups_.internals_on_host, uses_, passes_);
     upload_bytes_per_param_ = plan_.weight_upload == WeightUpload::ConvertOnUpload
                                   ? static_cast<double>(sizeof(float))
                                   : static_cast<double>(dtype_size(plan_.weight_dtype));
@@ -263,7 +255,7 @@ class ProgramBuilder {
     internals_staging_free_[internals_staging_of(l)] = done;
   }
   void reload_internals(size_t k, int32_t readers_done) {
-    const int64_t l = internals_descending_[k];
+    const int64_t l = reloads_.layers[k];
     wait(Lane::BulkHostToDevice, readers_done);
     wait(Lane::BulkHostToDevice, internals_offload_done_[static_cast<size_t>(l)]);
     internals_back_[static_cast<size_t>(l)] =
@@ -272,16 +264,16 @@ class ProgramBuilder {
   }
   void prefetch_internals(size_t use, int32_t before) {
     const size_t ring = static_cast<size_t>(groups_.internals_staging_buffers);
-    while (next_internals_reload_ < internals_descending_.size()) {
+    while (next_internals_reload_ < reloads_.layers.size()) {
       const size_t k = next_internals_reload_;
-      if (k >= ring && internals_reader_[k - ring] >= static_cast<int64_t>(use)) return;
+      if (k >= ring && reloads_.reader[k - ring] >= static_cast<int64_t>(use)) return;
       reload_internals(k, before);
     }
   }
   void await_internals(int64_t l, int32_t before) {
     if (!internals_on_host(l)) return;
     if (internals_back_[static_cast<size_t>(l)] < 0) {
-      FERRY_ASSERT(internals_descending_[next_internals_reload_] == l, "internals reload in backward order");
+      FERRY_ASSERT(reloads_.layers[next_internals_reload_] == l, "internals reload in backward order");
       reload_internals(next_internals_reload_, before);
     }
     wait(Lane::Compute, internals_back_[static_cast<size_t>(l)]);
@@ -499,9 +491,8 @@ class ProgramBuilder {
   std::vector<UsePass> passes_;  // per use (step_sequence)
   BoundaryGroups groups_;        // recomputed boundaries, staging buffers
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
-  double internals_bytes_ = 0.0;  // one layer's internals, every micro-chunk of the step
-  // Layers with internals on the host, last first (the backward's order), and each one's backward use.
-  std::vector<int64_t> internals_descending_, internals_reader_;
+  double internals_bytes_ = 0.0;         // one layer's internals, every micro-chunk of the step
+  InternalsReloads reloads_;             // layers with internals on the host, in the backward's order
   double cpu_adamw_rate_ = 0.0;          // params/s of the host's AdamW pass for this plan
   double tiled_extra_share_ = 0.0;       // of a layer forward, what a tiled backward runs again besides
   double grouped_extra_share_ = 0.0;     // of a layer forward, what a backward in head groups runs again
