@@ -89,6 +89,43 @@ TEST_F(MemoryModelPlans, InternalsOnTheHostArePinnedAndStagedThroughARing) {
   EXPECT_EQ(device_bytes(config_, layout_, three, T, chunks).activations, device.activations + 2 * internals);
 }
 
+// In sweeps (Plan::sweeps) the boundaries and kept internals hold one sweep's micro-chunks (the last
+// sweep of 8 chunks in 3 holds 2, the buffers 3), the token arrays the step's; the activation
+// gradients hold at least the step's embedding rows where the host updates the embedding from them
+// (65,536 rows of a 128,256 vocabulary for 8 chunks of 8,192 tokens: 8 times one sweep's tokens in
+// 8 sweeps), and one sweep's where the GPU updates it.
+TEST_F(MemoryModelPlans, SweepsHoldOneSweepsActivationsAndTheStepsTokens) {
+  const int64_t T = 8192, chunks = 8;
+  const size_t H = static_cast<size_t>(config_.hidden_size);
+  Plan whole = plan(UnitPlacement::ResidentParams);
+  for (size_t l = 0; l < whole.activations.size(); ++l)
+    whole.activations[l] = l % 2 ? ActivationPlacement::KeepWithInternals : ActivationPlacement::KeepOnGpu;
+  Plan three = whole, eight = whole;
+  three.sweeps = 3;
+  eight.sweeps = 8;
+  EXPECT_EQ(sweep_chunks(three, chunks), 3);
+  EXPECT_EQ(sweep_chunks(eight, chunks), 1);
+  const auto boundary = [&](int64_t c) { return round_to_256(static_cast<size_t>(c * T) * H * 2); };
+  const size_t internals = layer_internals_bytes(config_, T, DType::BF16);
+  const int64_t L = config_.num_layers;
+  const auto expected_activations = [&](int64_t held, size_t gradients) {
+    // every boundary, every other layer's internals, the head input, the activation gradients
+    return static_cast<size_t>(L) * boundary(held) + static_cast<size_t>(L / 2 * held) * internals +
+           boundary(held) + gradients;
+  };
+  EXPECT_EQ(device_bytes(config_, layout_, whole, T, chunks).activations,
+            expected_activations(chunks, boundary(chunks)));
+  const size_t rows = round_to_256(static_cast<size_t>(chunks * T) * H * 2);
+  EXPECT_EQ(device_bytes(config_, layout_, three, T, chunks).activations, expected_activations(3, rows));
+  EXPECT_EQ(activation_gradient_bytes(config_, layout_, eight, T, chunks), rows);
+  EXPECT_EQ(device_bytes(config_, layout_, eight, T, chunks).activations, expected_activations(1, rows));
+  EXPECT_EQ(device_bytes(config_, layout_, eight, T, chunks).other,
+            device_bytes(config_, layout_, whole, T, chunks).other);
+  // With the embedding's optimizer on the GPU its gradient never leaves whole-table: one sweep's.
+  eight.units[layout_.embedding_unit()] = UnitPlacement::ResidentWithOptimizer;
+  EXPECT_EQ(activation_gradient_bytes(config_, layout_, eight, T, chunks), boundary(1));
+}
+
 // Converting on upload without clipping: the 32 layers' gradients take turns in three layer-sized
 // buffers, the 525 M-parameter head keeps one of its own, the untied embedding's token rows land
 // in the row-gradient buffer; the fp32 masters are pinned, m and v pageable. The host then holds

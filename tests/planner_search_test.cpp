@@ -217,7 +217,10 @@ TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
 // trades them, offloading no more boundaries than the kept layers need, and the plan is predicted
 // faster than the same plan recomputing those layers.
 TEST_F(SearchTest, BoundariesAreTradedForInternalsWhenTheLinkIsFast) {
-  const PlanRequest r = request(kTradeBudgetGiB);
+  // (The whole model resident, the step in sweeps holds one sequence's internals per layer and beats
+  // both here: AWholeModelThatFitsRunsTheStepInSweeps.)
+  PlanRequest r = request(kTradeBudgetGiB);
+  r.space.sweeps = false;
   const MachineProfile compute_bound = machine(55e9, 20e9);
   const SearchResult result = search_plans(config_, layout_, compute_bound, r);
   const Plan& best = result.best.plan;
@@ -273,6 +276,40 @@ TEST_F(SearchTest, SpareHostMemoryTakesLayersInternals) {
   r.host_budget = without.best.prediction.host.total() + 1 * kGiB;
   const SearchResult tight = search_plans(config_, layout_, compute_bound, r);
   EXPECT_EQ(on_host(tight.best.plan), 0) << tight.best.plan.describe();
+}
+
+// Where the whole model fits the device but a whole step's internals beside it do not, the step
+// runs in sweeps: every unit resident, the first layers with their optimizer on the GPU (the CPU
+// updates the last ones, whose next forward comes latest), every boundary on the GPU, more layers
+// keeping their internals than the best plan without sweeps, and predicted faster than it. A
+// budget that cannot hold the whole model gets no sweeps.
+TEST_F(SearchTest, AWholeModelThatFitsRunsTheStepInSweeps) {
+  PlanRequest r = request(139);
+  r.micro_batch.reset();
+  const MachineProfile h200_like = machine(55e9, 4.5e9);
+  const SearchResult with = search_plans(config_, layout_, h200_like, r);
+  const Plan& best = with.best.plan;
+  ASSERT_GT(best.sweeps, 1) << best.describe();
+  EXPECT_EQ(with.best.shape.chunks % best.sweeps, 0);
+  EXPECT_TRUE(sweeps_refusal(best).empty());
+  int64_t on_gpu = 0;
+  for (int64_t l = 0; l < config_.num_layers; ++l)
+    on_gpu += best.units[layout_.layer_unit(l)] == UnitPlacement::ResidentWithOptimizer;
+  EXPECT_GT(on_gpu, 0) << best.describe();
+  for (int64_t l = 0; l < config_.num_layers; ++l)
+    EXPECT_EQ(best.units[layout_.layer_unit(l)] == UnitPlacement::ResidentWithOptimizer, l < on_gpu) << l;
+  const auto kept = [](const Plan& p) {
+    return std::count_if(p.activations.begin(), p.activations.end(),
+                         [](ActivationPlacement a) { return keeps_internals(a); });
+  };
+  r.space.sweeps = false;
+  const SearchResult without = search_plans(config_, layout_, h200_like, r);
+  EXPECT_EQ(without.best.plan.sweeps, 1);
+  EXPECT_GT(kept(best), kept(without.best.plan));
+  EXPECT_LT(with.best.prediction.step_seconds, without.best.prediction.step_seconds);
+  r.space.sweeps = true;
+  r.device_budget = 24 * kGiB;
+  EXPECT_EQ(search_plans(config_, layout_, h200_like, r).best.plan.sweeps, 1);
 }
 
 TEST_F(SearchTest, EverythingOnTheGpuWhenItFitsAndTheDeviceCan) {

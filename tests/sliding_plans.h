@@ -100,6 +100,12 @@ inline Plan converting_on_upload(Plan p) {
   return p;
 }
 
+// The plan running each step in `sweeps` sweeps of its micro-chunks (Plan::sweeps).
+inline Plan in_sweeps(Plan p, int64_t sweeps) {
+  p.sweeps = sweeps;
+  return p;
+}
+
 inline std::vector<size_t> all_units(const ModelLayout& layout) {
   std::vector<size_t> units(layout.units.size());
   for (size_t u = 0; u < units.size(); ++u) units[u] = u;

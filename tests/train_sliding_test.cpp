@@ -167,6 +167,63 @@ TEST_F(SlidingEngineTest, UpdatesDuringBackwardWithoutClipping) {
                                       make_plan(layout_, 4, 3, {2}, {}, UpdateSchedule::AfterBackward)));
 }
 
+// Sweeps (Plan::sweeps): the step's three micro-chunks run forward and backward through the whole
+// resident model in three sweeps of one, or two sweeps of two and one, the gradients summed across
+// them on the device: the plain trainer's bits, with host- and device-updated units, kept
+// internals, recomputed boundaries, everything on the device, and both update schedules.
+TEST_F(SlidingEngineTest, SweepsOfTheStepsMicroChunksGiveTheSameBits) {
+  using test::in_sweeps;
+  const std::vector<size_t> everything = all_units(layout_);
+  for (int64_t sweeps : {2, 3}) {
+    SCOPED_TRACE("sweeps " + std::to_string(sweeps));
+    const std::vector<Plan> plans = {
+        in_sweeps(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward), sweeps),
+        in_sweeps(make_plan(layout_, 4, 2, {0, 3, 4, 5}, {}, UpdateSchedule::AfterBackward, {1, 2}), sweeps),
+        in_sweeps(keeping_internals(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward),
+                                    {1, 3}),
+                  sweeps),
+        in_sweeps(keeping_every(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward), 2),
+                  sweeps),
+        in_sweeps(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, everything), sweeps),
+    };
+    for (const Plan& plan : plans) {
+      SCOPED_TRACE(plan.describe());
+      expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, plan));
+    }
+    const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+    expect_identical(plain, sliding_run(config_, 9, rows_, 0.0,
+                                        in_sweeps(make_plan(layout_, 4, 2, {0, 1, 4, 5}, {},
+                                                            UpdateSchedule::DuringBackward, {2, 3}),
+                                                  sweeps)));
+  }
+}
+
+// A plan in sweeps that streams a unit, offloads a boundary, or asks for no sweep at all is refused
+// before anything is allocated, saying why.
+TEST_F(SlidingEngineTest, SweepsNeedEveryUnitResidentAndEveryBoundaryOnTheDevice) {
+  using test::in_sweeps;
+  const std::vector<size_t> everything = all_units(layout_);
+  const auto refusal = [&](const Plan& plan) {
+    auto device = make_sim_device({});
+    auto ops = make_device_ops(*device);
+    try {
+      SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string streamed =
+      refusal(in_sweeps(make_plan(layout_, 4, 2, {0, 1, 2, 3, 5}, {}, UpdateSchedule::AfterBackward), 3));
+  EXPECT_NE(streamed.find("keeps every unit resident"), std::string::npos) << streamed;
+  const std::string offloaded =
+      refusal(in_sweeps(make_plan(layout_, 4, 2, everything, {1}, UpdateSchedule::AfterBackward), 3));
+  EXPECT_NE(offloaded.find("every boundary activation on the GPU"), std::string::npos) << offloaded;
+  const std::string none =
+      refusal(in_sweeps(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward), 0));
+  EXPECT_NE(none.find("at least 1"), std::string::npos) << none;
+}
+
 // Sequence tiles (model/decoder_layer.h) inside each micro-chunk of 64 tokens of packed documents:
 // one-token tiles, tiles that do not divide the chunk, the whole chunk, and longer ones give the
 // untiled plain trainer's bits, with offloaded boundaries, resident units and both schedules.
@@ -359,6 +416,10 @@ TEST_F(SlidingEngineTest, EvaluationBetweenStepsGivesThePlainLossAndChangesNoSte
       make_plan(layout_, 4, 2, {0, 1, 2, 3, 4, 5}, {}, UpdateSchedule::AfterBackward, all_units(layout_)),
       converting_on_upload(make_plan(layout_, 4, 2, {}, {0, 2}, UpdateSchedule::AfterBackward)),
       keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 3),
+      test::in_sweeps(keeping_internals(make_plan(layout_, 4, 2, all_units(layout_), {},
+                                                  UpdateSchedule::AfterBackward, {2, 3}),
+                                        {0, 3}),
+                      2),
   };
   for (size_t k = 0; k < plans.size(); ++k) {
     SCOPED_TRACE("plan " + std::to_string(k) + ": " + plans[k].describe());
@@ -514,6 +575,12 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
       converting_on_upload(make_plan(layout_, 4, 3, {}, {}, UpdateSchedule::AfterBackward, {2})),
       keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 2),
       keeping_every(make_plan(layout_, 4, 1, {}, {}, UpdateSchedule::AfterBackward), 3),
+      // Activations for one sweep's micro-chunks; the gathered embedding rows for the step's.
+      test::in_sweeps(keeping_internals(make_plan(layout_, 4, 2, all_units(layout_), {},
+                                                  UpdateSchedule::AfterBackward, {2}),
+                                        {1, 3}),
+                      3),
+      test::in_sweeps(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, all_units(layout_)), 2),
   };
   Plan two_staging =
       keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 2);

@@ -215,6 +215,21 @@ TEST_F(StepProgramMirrorTest, OptimizerOnTheDevice) {
          {kDeviceNormPartials, kDeviceNormSum}});
 }
 
+TEST_F(StepProgramMirrorTest, Sweeps) {
+  check({"three sweeps of one micro-chunk: host-updated and device-updated units, kept internals, clipped",
+         test::in_sweeps(test::keeping_internals(test::make_plan(layout_, 4, 2, {0, 1, 4, 5}, {},
+                                                                 UpdateSchedule::AfterBackward, {2, 3}),
+                                                 {1, 3}),
+                         3),
+         0.5,
+         {kRowGather, kDeviceNormPartials, kClipUpload}});
+  check({"two sweeps of two and one micro-chunks, updates during the last one's backward",
+         test::in_sweeps(
+             test::make_plan(layout_, 4, 2, test::all_units(layout_), {}, UpdateSchedule::DuringBackward), 2),
+         0.0,
+         {kRowGather}});
+}
+
 // The tied table is used by the first unit and the last: resident, and the head's gradient lands
 // in the embedding's buffer.
 TEST_F(StepProgramMirrorTest, TiedEmbeddings) {

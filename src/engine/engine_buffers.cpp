@@ -50,7 +50,8 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
 
   // Everything the device must hold, measured first so that a budget that is too small is refused
   // with the numbers before anything is allocated.
-  const size_t T = static_cast<size_t>(chunk_tokens), C = static_cast<size_t>(max_chunks);
+  // Activations hold one sweep's micro-chunks (Plan::sweeps), the token arrays the step's.
+  const size_t T = static_cast<size_t>(chunk_tokens), C = static_cast<size_t>(sweep_chunks(plan, max_chunks));
   const size_t H = static_cast<size_t>(config.hidden_size);
   const size_t act_bytes = round_up(C * T * H * dtype_size(wd));
   Arena measure = Arena::measuring();
@@ -63,7 +64,7 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   const int64_t slots = any_streamed ? plan.gpu_slots : 0;
   bool any_offloaded = false;
   for (auto a : plan.activations) any_offloaded |= boundary_on_host(a);
-  const size_t token_bytes = round_up(kStepTokenArrays * C * T * sizeof(int32_t));
+  const size_t token_bytes = round_up(kStepTokenArrays * static_cast<size_t>(max_chunks) * T * sizeof(int32_t));
   const size_t needed = device_bytes(config, layout, plan, chunk_tokens, max_chunks).total();
   const MemoryStats mem = device.memory();
   if (needed > mem.capacity - std::min(mem.capacity, mem.in_use)) {
@@ -139,7 +140,9 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   if (const size_t pieces = conversion_staging_elements(layout, plan); pieces > 0)
     conversion_staging = DeviceBuffer(device, round_up(pieces * sizeof(float)), "fp32 weight upload staging");
   head_input = DeviceBuffer(device, act_bytes, "head input");
-  chunk_grads = DeviceBuffer(device, act_bytes, "activation gradients");
+  chunk_grads = DeviceBuffer(
+      device, round_up(activation_gradient_bytes(config, layout, plan, chunk_tokens, max_chunks)),
+      "activation gradients");
   scratch = DeviceBuffer(device, scratch_bytes, "layer scratch");
   Arena arena(scratch.data(), scratch_bytes);
   layer_scratch = carve_layer_scratch(arena, config, chunk_tokens, wd, true, plan.seq_tile, plan.head_groups);

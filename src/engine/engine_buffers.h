@@ -38,13 +38,16 @@ struct EngineBuffers {
   std::vector<DeviceBuffer> slot_params, slot_grads;
   std::vector<DeviceBuffer> resident_params, resident_grads;  // indexed by unit (empty if streamed)
 
-  // Boundary activations (every micro-chunk of a step each).
+  // Boundary activations (every micro-chunk of a sweep each: Plan::sweeps, sweep_chunks).
   std::vector<DeviceBuffer> kept_activations;  // per boundary that stays on the GPU
   DeviceBuffer staging_activations[2];  // ring for offloaded boundaries (one or two: boundary_groups.h)
   std::vector<PinnedBuffer> host_activations;  // per offloaded boundary
   // Recomputed boundaries, each group's in turn (BoundaryGroups::recompute_buffer).
   std::vector<DeviceBuffer> recompute_activations;
-  DeviceBuffer head_input, chunk_grads;
+  DeviceBuffer head_input;
+  // The activation gradients of a sweep's micro-chunks; also where the row-sparse embedding's
+  // token rows are gathered (activation_gradient_bytes).
+  DeviceBuffer chunk_grads;
 
   // KeepWithInternals: per such layer one buffer, carved per micro-chunk.
   std::vector<DeviceBuffer> internals_buffers;

@@ -25,6 +25,8 @@ const Plan& checked_plan(const Plan& plan, const ModelConfig& config, const Mode
   FERRY_CHECK(
       !layout.tied || plan.units[layout.embedding_unit()] != UnitPlacement::Streamed, "engine",
       "tied embeddings are used by the first and the last unit: the plan must keep the embedding resident");
+  const std::string sweeps = sweeps_refusal(plan);
+  FERRY_CHECK(sweeps.empty(), "engine", "the plan runs {} sweeps, but {}", plan.sweeps, sweeps);
   return plan;
 }
 
@@ -91,8 +93,9 @@ size_t SlidingEngine::internals_staging_of(int64_t layer) const {
   return static_cast<size_t>(boundaries_.internals_staging[static_cast<size_t>(layer)]);
 }
 
-LayerScratch SlidingEngine::layer_scratch(int64_t layer, int64_t chunk) const {
+LayerScratch SlidingEngine::layer_scratch(int64_t layer, int64_t step_chunk) const {
   if (!keeps_internals(layer)) return buffers_.layer_scratch;
+  const int64_t chunk = step_chunk - sweep_begin_;  // the buffers hold the sweep's
   // An evaluation keeps nothing for a backward, and leaves the staging buffers alone.
   if (internals_on_host(layer) && evaluating_) return buffers_.layer_scratch;
   const LayerScratch& kept =
@@ -140,8 +143,9 @@ void* SlidingEngine::unit_grads_ptr(size_t unit, int64_t slot) const {
 }
 
 // Boundary `b` is the input of layer b (b < L); b == L is the head's input.
-Tensor SlidingEngine::activation(int64_t b, int64_t chunk) const {
+Tensor SlidingEngine::activation(int64_t b, int64_t step_chunk) const {
   const int64_t L = config_.num_layers, T = chunk_tokens_, H = config_.hidden_size;
+  const int64_t chunk = step_chunk - sweep_begin_;  // the buffers hold the sweep's
   const DType dt = plan_.weight_dtype;
   void* base;
   if (b == L)
@@ -158,8 +162,9 @@ Tensor SlidingEngine::activation(int64_t b, int64_t chunk) const {
   return Tensor(static_cast<char*>(base) + static_cast<size_t>(chunk * T * H) * dtype_size(dt), dt, {T, H});
 }
 
-Tensor SlidingEngine::activation_grad(int64_t chunk) const {
+Tensor SlidingEngine::activation_grad(int64_t step_chunk) const {
   const int64_t T = chunk_tokens_, H = config_.hidden_size;
+  const int64_t chunk = step_chunk - sweep_begin_;
   const DType dt = plan_.weight_dtype;
   return Tensor(
       static_cast<char*>(buffers_.chunk_grads.data()) + static_cast<size_t>(chunk * T * H) * dtype_size(dt),
@@ -278,8 +283,20 @@ SlidingStepResult SlidingEngine::run_step(int64_t step, const StepBatch& batch, 
       "gradient clipping needs the global norm before any update: use the after-backward update schedule");
   step_ = step;
   begin_step(batch, std::move(group), hyper, max_grad_norm);
-  for (size_t i = 0; i < uses_.size(); ++i) run_use(i);
+  run_sweeps(uses_.size());
   return end_step(max_grad_norm);
+}
+
+void SlidingEngine::run_sweeps(size_t uses) {
+  const int64_t per_sweep = sweep_chunks(plan_, max_chunks_);
+  sweep_begin_ = 0;
+  do {
+    sweep_end_ = std::min(step_chunks_, sweep_begin_ + per_sweep);
+    last_sweep_ = sweep_end_ == step_chunks_;
+    for (size_t i = 0; i < uses; ++i) run_use(i);
+    sweep_begin_ = sweep_end_;
+  } while (sweep_begin_ < step_chunks_);
+  sweep_begin_ = 0;
 }
 
 void SlidingEngine::begin_step(const StepBatch& batch, GroupStep group, const AdamWHyper& hyper,
@@ -340,7 +357,7 @@ StepLoss SlidingEngine::evaluate(const StepBatch& batch) {
   upload_tokens(batch, {});
   events_.reset(uses_.size(), static_cast<size_t>(config_.num_layers), roles_.resident.size());
   try {
-    for (size_t i = 0; i <= head_use(); ++i) run_use(i);
+    run_sweeps(head_use() + 1);
   } catch (...) {
     evaluating_ = false;
     throw;
@@ -399,7 +416,7 @@ size_t SlidingEngine::staging_of(int64_t b) const {
 }
 
 size_t SlidingEngine::boundary_bytes() const {
-  return static_cast<size_t>(step_chunks_ * chunk_tokens_ * config_.hidden_size) *
+  return static_cast<size_t>((sweep_end_ - sweep_begin_) * chunk_tokens_ * config_.hidden_size) *
          dtype_size(plan_.weight_dtype);
 }
 
@@ -436,7 +453,7 @@ void SlidingEngine::await_boundary(int64_t b, EventId before) {
 }
 
 size_t SlidingEngine::internals_step_bytes() const {
-  return static_cast<size_t>(step_chunks_) * buffers_.internals_bytes;
+  return static_cast<size_t>(sweep_end_ - sweep_begin_) * buffers_.internals_bytes;
 }
 
 void SlidingEngine::offload_internals(int64_t l) {
@@ -518,8 +535,9 @@ void SlidingEngine::run_use(size_t i) {
   if (computes_gradients && !roles_.resident[u] && !evaluating_)
     device_.fill_zero(grads, static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
                       StreamKind::Compute);
-  // Every backward unit, the head included, has a gradient to send; an evaluation has none.
-  const bool sends = computes_gradients && !evaluating_;
+  // Every backward unit, the head included, has a gradient to send once the step's last sweep has
+  // added its share; an evaluation has none.
+  const bool sends = computes_gradients && !evaluating_ && last_sweep_;
   if (u == E && forward)
     embedding_forward(params);
   else if (u == Hd)
@@ -551,7 +569,7 @@ void SlidingEngine::run_use(size_t i) {
 void SlidingEngine::embedding_forward(void* params) {
   before_boundary_write(0);
   const Tensor table = embedding_table(layout_, params, plan_.weight_dtype);
-  for (int64_t c = 0; c < step_chunks_; ++c) ops_.embedding_forward(chunk(c).ids, table, activation(0, c));
+  for (int64_t c = sweep_begin_; c < sweep_end_; ++c) ops_.embedding_forward(chunk(c).ids, table, activation(0, c));
   if (boundary_offloaded(0) && !evaluating_) offload_boundary(0);
 }
 
@@ -564,7 +582,7 @@ void SlidingEngine::head_step(void* params, void* grads) {
   const HeadParams hg =
       head_params(layout_, grads, emb_grads, unit_grad_dtype(Hd));  // E's dtype too (constructor)
   const Tensor loss(buffers_.loss.data(), DType::F32, {1});
-  for (int64_t c = 0; c < step_chunks_; ++c)
+  for (int64_t c = sweep_begin_; c < sweep_end_; ++c)
     head_forward_backward(ops_, config_, hp, evaluating_ ? nullptr : &hg, chunk(c),
                           activation(config_.num_layers, c), grad_scale, activation_grad(c),
                           buffers_.head_scratch, loss);
@@ -578,7 +596,7 @@ void SlidingEngine::decoder_forward(size_t u, void* params) {
   const bool sends_internals = internals_on_host(l) && !evaluating_;
   const EventId staging_free = sends_internals ? events_.internals_staging_free[internals_staging_of(l)] : -1;
   if (staging_free >= 0) device_.wait(StreamKind::Compute, staging_free);
-  for (int64_t c = 0; c < step_chunks_; ++c) {
+  for (int64_t c = sweep_begin_; c < sweep_end_; ++c) {
     LayerScratch s = layer_scratch(l, c);
     layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), s);
   }
@@ -596,7 +614,7 @@ void SlidingEngine::recompute_boundary(size_t u, void* params, EventId before) {
   await_boundary(l, before);
   const LayerParams p = layer_params(layout_.units[u], params, plan_.weight_dtype);
   const LayerContext ctx{&config_, static_cast<const float*>(buffers_.inv_freq.data())};
-  for (int64_t c = 0; c < step_chunks_; ++c) {
+  for (int64_t c = sweep_begin_; c < sweep_end_; ++c) {
     LayerScratch s = layer_scratch(l, c);
     layer_forward(ops_, ctx, p, chunk(c), activation(l, c), activation(l + 1, c), s);
   }
@@ -610,7 +628,7 @@ void SlidingEngine::decoder_backward(size_t u, void* params, void* grads, EventI
   await_internals(l, before);
   const LayerContext ctx{&config_, static_cast<const float*>(buffers_.inv_freq.data())};
   const Recompute recompute = keeps_internals(l) ? Recompute::NormsActivation : Recompute::Forward;
-  for (int64_t c = 0; c < step_chunks_; ++c) {
+  for (int64_t c = sweep_begin_; c < sweep_end_; ++c) {
     LayerScratch s = layer_scratch(l, c);
     layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c), activation_grad(c), activation_grad(c), s,
                    recompute);
@@ -620,7 +638,7 @@ void SlidingEngine::decoder_backward(size_t u, void* params, void* grads, EventI
 void SlidingEngine::embedding_backward(void* grads) {
   const size_t E = layout_.embedding_unit();
   const Tensor dtable = embedding_table(layout_, grads, unit_grad_dtype(E));
-  for (int64_t c = 0; c < step_chunks_; ++c)
+  for (int64_t c = sweep_begin_; c < sweep_end_; ++c)
     ops_.embedding_backward(chunk(c).ids, activation_grad(c), dtable);
 }
 

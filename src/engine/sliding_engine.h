@@ -123,9 +123,10 @@ class SlidingEngine {
  private:
   void* unit_params_ptr(size_t unit, int64_t slot) const;
   void* unit_grads_ptr(size_t unit, int64_t slot) const;
-  Tensor activation(int64_t boundary, int64_t chunk) const;
-  // The gradient flowing back into chunk `chunk`'s current boundary, (T,H).
-  Tensor activation_grad(int64_t chunk) const;
+  // Boundary `boundary` of micro-chunk `step_chunk` (of the step's, in the sweep being run).
+  Tensor activation(int64_t boundary, int64_t step_chunk) const;
+  // The gradient flowing back into micro-chunk `step_chunk`'s current boundary, (T,H).
+  Tensor activation_grad(int64_t step_chunk) const;
   // What both step() overloads run, once the step's GroupStep is known: the checks, then
   // begin_step, every use and end_step.
   SlidingStepResult run_step(int64_t step, const StepBatch& batch, GroupStep group, const AdamWHyper& hyper,
@@ -142,6 +143,9 @@ class SlidingEngine {
   // an evaluation.
   int64_t weights_step() const { return evaluating_ ? step_ : step_ - 1; }
   void run_use(size_t use_index);
+  // Uses 0 .. uses - 1 of the schedule for each sweep of the step's micro-chunks in turn
+  // (Plan::sweeps): all of them for a step, the forward's and the head's for an evaluation.
+  void run_sweeps(size_t uses);
   SlidingStepResult end_step(double max_grad_norm);
   // The compute of one use, all micro-chunks of the step.
   void embedding_forward(void* params);
@@ -190,7 +194,7 @@ class SlidingEngine {
   void await_internals(int64_t layer, EventId before);
   // The scratch of (layer, micro-chunk)'s forward and backward: the shared one, with the layer's
   // kept intermediates in place of its own fields where the layer keeps them.
-  LayerScratch layer_scratch(int64_t layer, int64_t chunk) const;
+  LayerScratch layer_scratch(int64_t layer, int64_t step_chunk) const;
   DType unit_grad_dtype(size_t unit) const;  // UnitRoles::grad_dtype
   // Copies the unit's gradient to the host and hands it to the updater; returns the event after
   // which the slot's gradient buffer may be reused.
@@ -262,6 +266,11 @@ class SlidingEngine {
   StepEvents events_;
   // What the step's batch says, set by begin_step.
   int64_t step_chunks_ = 0;               // micro-chunks in this step
+  // The sweep being run (Plan::sweeps): its micro-chunks [sweep_begin_, sweep_end_) of the step's,
+  // which the activation buffers hold from their start; whether it is the step's last (the one
+  // after whose backward gradients are complete and go to the optimizer).
+  int64_t sweep_begin_ = 0, sweep_end_ = 0;
+  bool last_sweep_ = true;
   std::vector<int64_t> step_row_tokens_;  // per micro-chunk: TokenChunk::row_tokens
   AdamWHyper step_hyper_;
   int64_t counted_tokens_ = 0;             // targets the step's loss counts

@@ -150,6 +150,18 @@ GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& pla
   return g;
 }
 
+size_t activation_gradient_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
+                                 int64_t chunk_tokens, int64_t chunks) {
+  const size_t H = static_cast<size_t>(config.hidden_size);
+  const size_t sweep =
+      static_cast<size_t>(sweep_chunks(plan, chunks) * chunk_tokens) * H * dtype_size(plan.weight_dtype);
+  const size_t rows = row_sparse_embedding(layout, plan)
+                          ? static_cast<size_t>(max_embedding_rows(config, chunk_tokens, chunks)) * H *
+                                dtype_size(plan.grad_dtype)
+                          : 0;
+  return round_to_256(std::max(sweep, rows));
+}
+
 DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
                          int64_t chunk_tokens, int64_t chunks) {
   const size_t wd = dtype_size(plan.weight_dtype), gd = dtype_size(plan.grad_dtype);
@@ -173,20 +185,21 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   if (largest_streamed > 0)
     b.slots = static_cast<size_t>(plan.gpu_slots) *
               (round_to_256(largest_streamed * wd) + round_to_256(largest_streamed * gd));
-  const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
+  // Activations hold one sweep's micro-chunks (Plan::sweeps; the step's, in one sweep).
+  const int64_t held = sweep_chunks(plan, chunks);
+  const size_t act = round_to_256(static_cast<size_t>(held * chunk_tokens * config.hidden_size) * wd);
   const size_t layer_internals = layer_internals_bytes(config, chunk_tokens, plan.weight_dtype);
   for (auto a : plan.activations) {
     if (boundary_on_gpu(a)) b.activations += act;
-    if (a == ActivationPlacement::KeepWithInternals)
-      b.activations += static_cast<size_t>(chunks) * layer_internals;
+    if (a == ActivationPlacement::KeepWithInternals) b.activations += static_cast<size_t>(held) * layer_internals;
   }
   // Offloaded boundaries' staging (one or two buffers), recomputed boundaries: one buffer per
   // position in the longest group, and internals on the host: their ring of one or two layers'
   // internals (planner/boundary_groups.h).
   const BoundaryGroups groups = boundary_groups(plan.activations, plan.one_staging_buffer);
   b.activations += static_cast<size_t>(groups.staging_buffers + groups.recompute_buffers) * act;
-  b.activations += static_cast<size_t>(groups.internals_staging_buffers * chunks) * layer_internals;
-  b.activations += 2 * act;  // head input, activation gradients
+  b.activations += static_cast<size_t>(groups.internals_staging_buffers * held) * layer_internals;
+  b.activations += act + activation_gradient_bytes(config, layout, plan, chunk_tokens, chunks);  // head input
   Arena measure = Arena::measuring();
   // With sequence tiles the token-local tensors are (seq_tile, width), the attention's full-length.
   // With head groups q, k, v and their gradients are one group's (decoder_layer.h).
@@ -264,9 +277,10 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   // Each device of a group (Plan::devices) has its own pinned buffers for its share of the step
   // (`chunks` is a device's): offloaded boundaries, token staging, norm partials' readback.
   const size_t devices = static_cast<size_t>(std::max<int64_t>(1, plan.devices));
-  const size_t act = round_to_256(static_cast<size_t>(chunks * chunk_tokens * config.hidden_size) * wd);
+  const int64_t held = sweep_chunks(plan, chunks);
+  const size_t act = round_to_256(static_cast<size_t>(held * chunk_tokens * config.hidden_size) * wd);
   const size_t internals =
-      static_cast<size_t>(chunks) * layer_internals_bytes(config, chunk_tokens, plan.weight_dtype);
+      static_cast<size_t>(held) * layer_internals_bytes(config, chunk_tokens, plan.weight_dtype);
   for (auto a : plan.activations) {
     if (boundary_on_host(a)) h.pinned += act * devices;
     if (a == ActivationPlacement::OffloadWithInternals) h.pinned += internals * devices;

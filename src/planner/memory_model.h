@@ -146,6 +146,12 @@ bool row_gradients_share_an_offloaded_boundary(const Plan& plan);
 size_t cuda_ops_workspace_bytes(const ModelConfig& config, int64_t chunk_tokens, DType grad_dtype,
                                 int64_t head_groups = 1);
 
+// The activation-gradient buffer: one sweep's micro-chunks of (tokens, hidden) (Plan::sweeps), and
+// at least the step's embedding rows where their gradients are gathered in it (the row-sparse
+// embedding, unit_updater.h: at most one row per token of the step, which one sweep may not hold).
+size_t activation_gradient_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
+                                 int64_t chunk_tokens, int64_t chunks);
+
 // The device bytes of `plan` for micro-chunks of `chunk_tokens` tokens, `chunks` per step.
 DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, const Plan& plan,
                          int64_t chunk_tokens, int64_t chunks);

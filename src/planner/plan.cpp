@@ -55,6 +55,19 @@ int64_t Plan::disk_units() const {
   return n;
 }
 
+std::string sweeps_refusal(const Plan& plan) {
+  if (plan.sweeps <= 1) return plan.sweeps == 1 ? std::string() : "sweeps must be at least 1";
+  for (auto u : plan.units)
+    if (u == UnitPlacement::Streamed)
+      return "a plan in sweeps keeps every unit resident (a streamed unit's weights would cross PCIe twice "
+             "per sweep, and its gradient has no buffer that lasts the step)";
+  for (auto a : plan.activations)
+    if (boundary_on_host(a))
+      return "a plan in sweeps keeps every boundary activation on the GPU (none offloaded)";
+  if (plan.devices > 1) return "a plan in sweeps runs on one device";
+  return std::string();
+}
+
 std::string Plan::describe() const {
   int64_t internals = 0, on_host = 0;
   for (auto a : activations) internals += keeps_internals(a);
@@ -65,6 +78,7 @@ std::string Plan::describe() const {
                         on_host > 0 ? fmt::format(", {} on the host", on_host) : std::string())
           : std::string();
   const std::string tile =
+      (sweeps > 1 ? fmt::format(", in {} sweeps (gradients summed on the GPU)", sweeps) : std::string()) +
       (seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string()) +
       (head_groups > 1 ? fmt::format(", attention in {} groups of KV heads", head_groups) : std::string());
   int64_t recomputed = 0;

@@ -117,6 +117,15 @@ struct Plan {
   // per device), one host state for all. Several devices update every unit on the host and upload
   // from the bf16 staging (HostShadow); their plan never keeps a unit's optimizer on a device.
   int64_t devices = 1;
+  // Sweeps a step runs: the step's micro-chunks split into this many consecutive shares, each run
+  // forward and backward through every unit before the next (gradient accumulation), the
+  // gradients summed on the GPU across them and the optimizer run after the last. The kept
+  // activations then hold one sweep's micro-chunks instead of the step's: a whole step's
+  // boundaries and internals need not fit at once, so layers stop recomputing. It needs every unit
+  // resident (weights and gradients on the GPU: streamed weights would cross PCIe twice per sweep)
+  // and every boundary on the GPU; in the same micro-chunk order, a layer's gradient is the sum of
+  // one sweep's (bit for bit). 1: layer-major over the whole step.
+  int64_t sweeps = 1;
 
   // Every unit ResidentWithOptimizer: the whole model and its optimizer on the GPU, the norm and
   // the clip coefficient computed there too; the host only reads the loss.
@@ -125,6 +134,15 @@ struct Plan {
   int64_t disk_units() const;
   std::string describe() const;
 };
+
+// The micro-chunks of one sweep (Plan::sweeps) of a step of `chunks`: what the activation buffers
+// hold. The last sweep of a step with fewer chunks may hold fewer.
+inline int64_t sweep_chunks(const Plan& plan, int64_t chunks) {
+  const int64_t sweeps = plan.sweeps > 1 ? plan.sweeps : 1;
+  return (chunks + sweeps - 1) / sweeps;
+}
+// Why `plan` cannot run in sweeps (a sentence), or empty when it can (or has one sweep).
+std::string sweeps_refusal(const Plan& plan);
 
 const char* placement_name(UnitPlacement placement);
 const char* activation_name(ActivationPlacement placement);

@@ -48,6 +48,9 @@ struct Family {
   int64_t keep_every = 1;          // one boundary in this many kept, the others recomputed
   int64_t head_groups = 1;         // Plan::head_groups
   bool one_staging_buffer = true;  // Plan::one_staging_buffer
+  // Plan::sweeps. Above 1 every layer is resident: the first ones with their optimizer on the GPU
+  // (as many as the count the family enumerates), the others with their weights only.
+  int64_t sweeps = 1;
 };
 
 // Layers may keep their internals only when untiled and in one head group (kept internals are
@@ -99,7 +102,8 @@ int64_t resident_layer_count(const Plan& plan, UnitPlacement* kind) {
 }
 
 bool same_plan(const Plan& a, const Plan& b) {
-  return a.micro_batch == b.micro_batch && a.seq_tile == b.seq_tile && a.head_groups == b.head_groups &&
+  return a.micro_batch == b.micro_batch && a.sweeps == b.sweeps && a.seq_tile == b.seq_tile &&
+         a.head_groups == b.head_groups &&
          a.one_staging_buffer == b.one_staging_buffer && a.gpu_slots == b.gpu_slots && a.units == b.units &&
          a.activations == b.activations && a.update == b.update && a.weight_upload == b.weight_upload &&
          a.weight_dtype == b.weight_dtype && a.grad_dtype == b.grad_dtype &&
@@ -170,6 +174,20 @@ class Searcher {
     return out;
   }
 
+  // The sweeps (Plan::sweeps) tried for micro-batch `mb`: every divisor above 1 of the step's
+  // micro-chunks, where the whole model can be resident (no forced resident layer count below the
+  // model's, no offloaded activations, one device).
+  std::vector<int64_t> sweep_counts(int64_t mb) const {
+    std::vector<int64_t> out;
+    if (!r_.space.sweeps || r_.resident_layers.value_or(L_) != L_ || r_.offload_activations.value_or(false) ||
+        r_.devices > 1)
+      return out;
+    const int64_t chunks = r_.global_batch / mb;
+    for (int64_t n = 2; n <= chunks; ++n)
+      if (chunks % n == 0 && r_.sweeps.value_or(n) == n) out.push_back(n);
+    return out;
+  }
+
   std::vector<Family> families() const {
     std::vector<Family> out;
     const bool gpu_adamw =
@@ -217,8 +235,24 @@ class Searcher {
                       update == UpdateSchedule::AfterBackward && !r_.resident_layers)
                     out.push_back({false, mb, s, update, upload, e, h, kind, true});
                 }
+                // The whole model resident, the step in sweeps (one slot count stands for all:
+                // nothing streams).
+                if (e != UnitPlacement::Streamed && h != UnitPlacement::Streamed &&
+                    s == families_slots_front())
+                  for (int64_t sweeps : sweep_counts(mb)) {
+                    Family f{false, mb, s, update, upload, e, h, resident_kinds.back(), true};
+                    f.sweeps = sweeps;
+                    out.push_back(f);
+                  }
               }
             }
+      for (int64_t sweeps : sweep_counts(mb))
+        if (!out.empty() && out[first].everything_on_gpu && out[first].micro_batch == mb &&
+            out[first].sweeps == 1) {
+          Family f = out[first];
+          f.sweeps = sweeps;
+          out.push_back(f);
+        }
       // Each family of this micro-batch once per sequence tile, per K of kept boundaries and per
       // count of head groups.
       const std::vector<int64_t> tiles =
@@ -243,12 +277,19 @@ class Searcher {
                 out.push_back(f);
               }
     }
+    // Forced sweeps are a constraint like the other forced options.
+    if (r_.sweeps)
+      out.erase(std::remove_if(out.begin(), out.end(), [&](const Family& f) { return f.sweeps != *r_.sweeps; }),
+                out.end());
     return out;
   }
 
+  // `resident_layers`: of a family in sweeps, the first layers keeping their optimizer on the GPU
+  // (a forced gpu_optimizer_layers count: the last ones), every layer being resident.
   Plan make_plan(const Family& f, int64_t resident_layers) const {
     Plan plan;
     plan.devices = r_.devices;
+    plan.sweeps = f.sweeps;
     plan.micro_batch = f.micro_batch;
     plan.seq_tile = f.seq_tile;
     plan.head_groups = f.head_groups;
@@ -269,7 +310,14 @@ class Searcher {
     plan.units[layout_.embedding_unit()] = f.embedding;
     plan.units[layout_.head_unit()] = f.head;
     const int64_t on_gpu = r_.gpu_optimizer_layers.value_or(0);
-    if (f.first_layers) {
+    if (f.sweeps > 1) {
+      for (int64_t l = 0; l < L_; ++l) {
+        const bool gpu = r_.gpu_optimizer_layers ? l >= L_ - on_gpu : l < resident_layers;
+        plan.units[layout_.layer_unit(l)] =
+            gpu ? UnitPlacement::ResidentWithOptimizer : UnitPlacement::ResidentParams;
+      }
+      plan.activations = keep_every_kth(L_, f.keep_every, ActivationPlacement::KeepOnGpu);
+    } else if (f.first_layers) {
       for (int64_t l = 0; l < resident_layers; ++l) plan.units[layout_.layer_unit(l)] = f.layers;
     } else {
       for (int64_t l = L_ - 1; l >= L_ - resident_layers; --l)
@@ -331,7 +379,7 @@ class Searcher {
   // credits it). Every layer saves the same, so the count is what fits.
   void keep_internals(Plan& plan, const StepShape& shape) const {
     if (!r_.space.keep_internals || tiled(plan, shape) || recomputes_boundaries(plan)) return;
-    const size_t per_layer = static_cast<size_t>(shape.chunks) *
+    const size_t per_layer = static_cast<size_t>(sweep_chunks(plan, shape.chunks)) *
                              layer_internals_bytes(config_, shape.chunk_tokens, plan.weight_dtype);
     const size_t base = device_total(plan, shape);
     if (base > device_limit_) return;
@@ -346,13 +394,17 @@ class Searcher {
     std::vector<int64_t> counts;
     if (f.everything_on_gpu)
       counts = {L_};
+    else if (f.sweeps > 1 && (r_.gpu_optimizer_layers || f.layers != UnitPlacement::ResidentWithOptimizer))
+      counts = {0};  // the forced count, or none with the optimizer on the GPU
     else if (r_.resident_layers)
       counts = {std::min(*r_.resident_layers, L_)};
     else
       for (int64_t n = r_.gpu_optimizer_layers.value_or(0); n <= L_; ++n) counts.push_back(n);
     for (int64_t n : counts) {
       // No resident layer: the layers' kind means nothing, the params family stands for both.
-      if (n == 0 && f.layers == UnitPlacement::ResidentWithOptimizer && !f.everything_on_gpu) continue;
+      // (In sweeps every layer is resident: none with the GPU optimizer is a plan of its own.)
+      if (n == 0 && f.layers == UnitPlacement::ResidentWithOptimizer && !f.everything_on_gpu && f.sweeps == 1)
+        continue;
       Plan plan = make_plan(f, n);
       const bool streams = std::any_of(plan.units.begin(), plan.units.end(),
                                        [](UnitPlacement u) { return u == UnitPlacement::Streamed; });
@@ -364,6 +416,11 @@ class Searcher {
         host_at_min_device_ = host_total(plan, shape);
       }
       if (lean_device > device_limit_) continue;
+      if (plan.sweeps > 1) {  // every boundary is on the GPU already; internals where room is left
+        keep_internals(plan, shape);
+        consider(f, std::move(plan), shape);
+        continue;
+      }
       keep_activations(plan, shape);
       for (Plan& traded : internals_for_boundaries(plan, shape)) consider(f, std::move(traded), shape);
       consider(f, std::move(plan), shape);
@@ -471,7 +528,7 @@ class Searcher {
   std::vector<Plan> internals_on_host(const Plan& plan, const StepShape& shape) const {
     std::vector<Plan> out;
     if (!r_.space.internals_on_host || !r_.space.keep_internals || r_.offload_activations.has_value() ||
-        tiled(plan, shape) || recomputes_boundaries(plan) || plan.disk_units() > 0)
+        tiled(plan, shape) || recomputes_boundaries(plan) || plan.disk_units() > 0 || plan.sweeps > 1)
       return out;
     std::vector<int64_t> candidates;
     for (int64_t l = 0; l < L_; ++l)
@@ -585,9 +642,9 @@ class Searcher {
       }
     }
     fail("plan", "no plan fits: {} -- or lower {}{}", what, lower,
-         r_.slots || r_.resident_layers || r_.offload_activations
+         r_.slots || r_.resident_layers || r_.offload_activations || r_.sweeps.value_or(1) > 1
              ? ", or drop the forced gpu_slots / resident_layers / "
-               "offload_activations"
+               "offload_activations / sweeps"
              : "");
   }
 
@@ -636,6 +693,17 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
               "keep_every must be at least 1 (every boundary activation kept), got {}",
               request.keep_every.value_or(0));
   if (request.head_groups) check_head_groups(config, *request.head_groups);
+  if (request.sweeps) {
+    FERRY_CHECK(*request.sweeps >= 1, "plan", "sweeps must be at least 1 (1: none), got {}", *request.sweeps);
+    const int64_t chunks = request.global_batch / request.micro_batch.value_or(1);
+    FERRY_CHECK(request.micro_batch ? chunks % *request.sweeps == 0 : request.global_batch % *request.sweeps == 0,
+                "plan",
+                "sweeps: {} must divide the step's micro-chunks (global_batch / micro_batch = {}): choose a "
+                "divisor of it, or sweeps: auto",
+                *request.sweeps, request.micro_batch ? chunks : request.global_batch);
+    FERRY_CHECK(*request.sweeps == 1 || request.devices == 1, "plan",
+                "sweeps run on one device; with gpus: {} use sweeps: 1 or auto", request.devices);
+  }
   FERRY_CHECK(!request.resident_layers ||
                   (*request.resident_layers >= 0 && *request.resident_layers <= config.num_layers),
               "plan", "resident_layers must be between 0 and the model's {} layers", config.num_layers);
@@ -704,6 +772,8 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
   }
   if (plan.micro_batch != reference.micro_batch)
     parts.push_back(fmt::format("micro-batch {} instead of {}", plan.micro_batch, reference.micro_batch));
+  if (plan.sweeps != reference.sweeps)
+    parts.push_back(fmt::format("{} sweeps instead of {}", plan.sweeps, reference.sweeps));
   if (plan.seq_tile != reference.seq_tile)
     parts.push_back(
         fmt::format("sequence tiles of {} instead of {}",

@@ -45,6 +45,13 @@
 //     the uploads the slots cannot save), and free host or GPU memory of L - L/K boundaries, which
 //     long sequences need: at 128K tokens an 8B's boundaries are 1 GiB each. No layer keeps its
 //     internals in such a plan.
+//   * sweeps (Plan::sweeps): where the whole model can be resident, the step's micro-chunks also
+//     run in 2 or more sweeps (every divisor of their count), each a forward and a backward of every
+//     unit, the gradients summed on the GPU. The activations then hold one sweep's micro-chunks, so
+//     the memory a whole step's would take keeps more layers' internals (no recompute) and the
+//     layers' optimizer state: only the first sweep's forward can hide the CPU's update, so the
+//     first layers keep their optimizer on the GPU (every count is tried) and the CPU updates the
+//     others, whose forward comes later.
 //   * update schedule: after the backward (overlapped with the next forward) always; during the
 //     backward only without clipping (the global norm must be known before any update: exactness
 //     first).
@@ -92,6 +99,8 @@ struct SearchSpace {
   // slower than without it, where the cost model predicted them up to 1.6% faster
   // (docs/performance.md, calls 15a-15b).
   bool internals_on_host = false;
+  // Plan::sweeps above 1 where the whole model can be resident.
+  bool sweeps = true;
 };
 
 struct PlanRequest {
@@ -109,6 +118,9 @@ struct PlanRequest {
   // Forced groups of KV heads attention runs in (Plan::head_groups; 1: all heads at once); unset:
   // the search tries planner/head_groups.h's candidates.
   std::optional<int64_t> head_groups;
+  // Forced sweeps of a step's micro-chunks (Plan::sweeps; 1: none); unset: the search tries every
+  // divisor of the step's micro-chunks where the whole model can be resident.
+  std::optional<int64_t> sweeps;
   size_t device_budget = 0;  // bytes the engine may allocate on the device
   double headroom = 0.05;    // fraction of the device budget left free
   size_t host_budget = 0;    // bytes of host memory (HostBytes::total); 0: no limit

@@ -50,18 +50,23 @@ class ProgramBuilder {
     // device memory's rate as the GPU AdamW's shows it (it moves about 30 bytes per parameter).
     // Without a GPU AdamW rate they are taken as free (a few percent of the recompute they replace).
     if (profile_.compute.gpu_adamw_params_per_s > 0) {
-      const double bytes = static_cast<double>(shape_.tokens()) *
+      const double bytes = static_cast<double>(shape_.chunk_tokens) *
                            ((4.0 * H + 3.0 * F) * static_cast<double>(dtype_size(plan_.weight_dtype)) + 8.0);
-      kept_layer_recompute_s_ = bytes / (kGpuAdamWBytesPerParam * profile_.compute.gpu_adamw_params_per_s);
+      kept_layer_recompute_per_chunk_s_ =
+          bytes / (kGpuAdamWBytesPerParam * profile_.compute.gpu_adamw_params_per_s);
     }
+    sweep_chunks_ = sweep_chunks(plan_, shape_.chunks);
+    chunks_now_ = sweep_chunks_;
     groups_ = boundary_groups(plan_.activations, plan_.one_staging_buffer);
     const StepSequence sequence = step_sequence(L_, groups_.recomputed);
     uses_ = schedule_slots(sequence.units, resident_, std::max<int64_t>(1, plan_.gpu_slots));
     passes_ = sequence.passes;
-    activation_bytes_ = static_cast<double>(shape_.tokens() * config.hidden_size) *
+    // What an offloaded boundary's and a layer's internals' copies move: one sweep's (a plan in
+    // sweeps offloads none: sweeps_refusal).
+    activation_bytes_ = static_cast<double>(sweep_chunks_ * shape_.chunk_tokens * config.hidden_size) *
                         static_cast<double>(dtype_size(plan_.weight_dtype));
     internals_bytes_ =
-        static_cast<double>(shape_.chunks) *
+        static_cast<double>(sweep_chunks_) *
         static_cast<double>(layer_internals_bytes(config, shape_.chunk_tokens, plan_.weight_dtype));
     reloads_ = internals_reloads(groups_.internals_on_host, uses_, passes_);
     upload_bytes_per_param_ = plan_.weight_upload == WeightUpload::ConvertOnUpload
@@ -121,15 +126,17 @@ class ProgramBuilder {
                             (tiled_extra_share_ + grouped_extra_share_) * chunks_of(compute.layer_forward);
     if (!keeps_internals(plan_.activations[static_cast<size_t>(layer)])) return backward;
     if (compute.layer_backward_kept.per_token_s > 0) return chunks_of(compute.layer_backward_kept);
-    const double skipped = recompute_share_ * chunks_of(compute.layer_forward) - kept_layer_recompute_s_;
+    const double skipped = recompute_share_ * chunks_of(compute.layer_forward) -
+                           static_cast<double>(chunks_now_) * kept_layer_recompute_per_chunk_s_;
     return std::max(0.0, backward - std::max(0.0, skipped));
   }
+  // A use's compute over the micro-chunks of the sweep being built (the step's, in one sweep).
   double chunks_of(const LinearTime& t) const {
-    return static_cast<double>(shape_.chunks) * t.at(shape_.chunk_tokens);
+    return static_cast<double>(chunks_now_) * t.at(shape_.chunk_tokens);
   }
   // A layer's or the head's passes, run over the plan's sequence tiles (planner/sequence_tile.h).
   double tiled_chunks_of(const LinearTime& t) const {
-    return static_cast<double>(shape_.chunks) * tiled_seconds(t, shape_.chunk_tokens, plan_.seq_tile);
+    return static_cast<double>(chunks_now_) * tiled_seconds(t, shape_.chunk_tokens, plan_.seq_tile);
   }
 
   // Adds a task on `lane` after the stream waits issued on it and after the host's last block.
@@ -338,8 +345,6 @@ class ProgramBuilder {
 
   void step() {
     const size_t units = layout_.units.size(), uses = uses_.size();
-    const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
-    const auto& compute = profile_.compute;
     host_wait(tokens_free_);
     tokens_free_ = add(Lane::HostToDevice, TaskKind::TokenUpload, kNoSubject, 0.0,
                        static_cast<double>(kStepTokenArrays * shape_.tokens()) * sizeof(int32_t));
@@ -359,6 +364,20 @@ class ProgramBuilder {
     norm_known_ = -1;
     const size_t prefetch = static_cast<size_t>(std::max<int64_t>(1, plan_.gpu_slots - 1));
 
+    // SlidingEngine::run_sweeps: every use once per sweep; gradients leave after the last.
+    int64_t begin = 0;
+    do {
+      chunks_now_ = std::min(sweep_chunks_, shape_.chunks - begin);
+      begin += sweep_chunks_;
+      sweep(uses, prefetch, /*last_sweep=*/begin >= shape_.chunks);
+    } while (begin < shape_.chunks);
+    chunks_now_ = sweep_chunks_;
+    finish_step();
+  }
+
+  void sweep(size_t uses, size_t prefetch, bool last_sweep) {
+    const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
+    const auto& compute = profile_.compute;
     for (size_t i = 0; i < uses; ++i) {
       issue_loads_up_to(i);
       const SlotUse& use = uses_[i];
@@ -383,7 +402,7 @@ class ProgramBuilder {
       } else if (u == Hd) {
         add(Lane::Compute, TaskKind::Head, Hd,
             tiled_chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
-        sends = true;
+        sends = last_sweep;
       } else if (u != E) {
         const int64_t l = static_cast<int64_t>(u) - 1;
         if (forward) {
@@ -399,11 +418,11 @@ class ProgramBuilder {
           await_boundary(l, before);
           await_internals(l, before);
           add(Lane::Compute, TaskKind::LayerBackward, u, layer_backward_seconds(l), 0.0);
-          sends = true;
+          sends = last_sweep;
         }
       } else {
         add(Lane::Compute, TaskKind::EmbeddingBackward, E, chunks_of(compute.embedding_backward), 0.0);
-        sends = true;
+        sends = last_sweep;
       }
       if (resident_[u]) last_read_[u] = last_compute_;
       if (layout_.tied && u == Hd) last_read_[E] = last_compute_;
@@ -462,7 +481,12 @@ class ProgramBuilder {
       // Internals on the host come back behind the weights, as early as their staging buffer allows.
       if (i > static_cast<size_t>(L_)) prefetch_internals(i, before);
     }
+  }
 
+  // After the last sweep: the GPU optimizer of a plan with everything there, the loss and the norm
+  // read, the device units' updates beside host units.
+  void finish_step() {
+    const size_t units = layout_.units.size();
     if (all_on_gpu_) {  // DeviceOptimizer::update_all: norm, clip and every unit, on the device
       for (size_t u = 0; u < units; ++u) gpu_adamw(u);
     }
@@ -498,7 +522,10 @@ class ProgramBuilder {
   double grouped_extra_share_ = 0.0;     // of a layer forward, what a backward in head groups runs again
                                          // (planner/head_groups.h)
   double recompute_share_ = 1.0;         // of a layer forward's time, what the backward's recompute takes
-  double kept_layer_recompute_s_ = 0.0;  // per step: the passes a layer that kept its internals runs again
+  // per micro-chunk: the passes a layer that kept its internals runs again
+  double kept_layer_recompute_per_chunk_s_ = 0.0;
+  int64_t sweep_chunks_ = 1;  // micro-chunks per sweep (Plan::sweeps)
+  int64_t chunks_now_ = 1;    // micro-chunks of the sweep being built
   bool sparse_embedding_ = false;        // row_sparse_embedding()
   DiskTierLayout disk_;                  // the disk tier's units and their bytes (none: empty)
   int64_t disk_ahead_ = 0;               // reads in flight ahead of the update, at most

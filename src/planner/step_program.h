@@ -26,6 +26,8 @@
 //     updater like a gradient. Their GPU AdamW runs on the compute stream: right after their
 //     backward without clipping; with it, once the host has the step's norm, ahead of the next
 //     forward; every unit on the GPU: all of them at the end of the backward.
+//   * a plan in sweeps (Plan::sweeps) repeats the uses once per sweep, over its micro-chunks; the
+//     gradients leave (and the updater hears of them) only after the last sweep's.
 // Not modelled, because they are below the profile's resolution: the memsets of gradient
 // buffers, the host's batch assembly between steps, event bookkeeping.
 //   * the untied embedding updated on the host is row-sparse (unit_updater.h): its rows without a

@@ -213,6 +213,12 @@ void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout
   std::printf("  micro-chunks of %lld tokens (micro-batch %lld), %lld per step\n",
               static_cast<long long>(c.shape.chunk_tokens), static_cast<long long>(p.micro_batch),
               static_cast<long long>(c.shape.chunks));
+  if (p.sweeps > 1)
+    std::printf(
+        "  in %lld sweeps of %lld micro-chunk%s: each a forward and a backward of every unit, the "
+        "gradients summed on the GPU, the optimizer after the last\n",
+        static_cast<long long>(p.sweeps), static_cast<long long>(sweep_chunks(p, c.shape.chunks)),
+        sweep_chunks(p, c.shape.chunks) == 1 ? "" : "s");
 }
 
 }  // namespace

@@ -78,6 +78,7 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   if (config.micro_batch > 0) r.micro_batch = config.micro_batch;
   if (config.seq_tile >= 0) r.seq_tile = config.seq_tile;
   if (config.keep_every >= 1) r.keep_every = config.keep_every;
+  if (config.sweeps >= 1) r.sweeps = config.sweeps;
   if (config.head_groups >= 1) r.head_groups = config.head_groups;
   r.device_budget = target.device_budget;
   if (config.host_memory) r.host_budget = static_cast<size_t>(*config.host_memory);

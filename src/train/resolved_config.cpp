@@ -123,6 +123,13 @@ const std::map<std::string, Writer>& writers() {
          else
            o << c.keep_every;
        }},
+      {"sweeps",
+       [](YAML::Emitter& o, const TrainConfig& c) {
+         if (c.sweeps < 0)
+           o << "auto";
+         else
+           o << c.sweeps;
+       }},
       {"head_groups",
        [](YAML::Emitter& o, const TrainConfig& c) {
          if (c.head_groups < 0)

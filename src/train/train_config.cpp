@@ -191,6 +191,10 @@ const std::map<std::string, Setter>& setters() {
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
          c.keep_every = n.IsScalar() && n.Scalar() == "auto" ? -1 : parse_int(n, k);
        }},
+      {"sweeps",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.sweeps = n.IsScalar() && n.Scalar() == "auto" ? -1 : parse_int(n, k);
+       }},
       {"head_groups",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
          c.head_groups = n.IsScalar() && n.Scalar() == "auto" ? -1 : parse_int(n, k);
@@ -548,6 +552,10 @@ void validate_train_config(const TrainConfig& c) {
       "keep_every must be a number of layers (1: every boundary activation kept) or auto (the planner "
       "picks), got {}",
       c.keep_every);
+  FERRY_CHECK(c.sweeps == -1 || c.sweeps >= 1, kWhere,
+              "sweeps must be a number of sweeps of a step's micro-chunks (1: none, the whole step "
+              "layer by layer) or auto (the planner picks), got {}",
+              c.sweeps);
   FERRY_CHECK(c.head_groups == -1 || c.head_groups >= 1, kWhere,
               "head_groups must be a number of groups of KV heads (1: all heads at once; a divisor of the "
               "model's num_key_value_heads) or auto (the planner picks), got {}",

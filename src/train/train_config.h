@@ -63,6 +63,9 @@ struct TrainConfig {
   // the backward from the kept one below (planner/boundary_groups.h): -1 (`auto`): the planner
   // picks; 1: every boundary kept.
   int64_t keep_every = -1;
+  // Sweeps of a step's micro-chunks through the whole resident model (Plan::sweeps): -1 (`auto`):
+  // the planner picks; 1: none (layer-major over the whole step); N: every plan runs N.
+  int64_t sweeps = -1;
   // Groups of KV heads a layer's attention runs in, one at a time (model/decoder_layer.h): -1
   // (`auto`): the planner picks; 1: all heads at once; else a divisor of the model's KV heads.
   int64_t head_groups = -1;
