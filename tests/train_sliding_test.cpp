@@ -222,6 +222,10 @@ TEST_F(SlidingEngineTest, SweepsNeedEveryUnitResidentAndEveryBoundaryOnTheDevice
   const std::string none =
       refusal(in_sweeps(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward), 0));
   EXPECT_NE(none.find("at least 1"), std::string::npos) << none;
+  // (Not about sweeps: kept internals beside recomputed boundaries are refused as well.)
+  const std::string mixed = refusal(
+      keeping_internals(keeping_every(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), 2), {3}));
+  EXPECT_NE(mixed.find("one or the other"), std::string::npos) << mixed;
 }
 
 // Sequence tiles (model/decoder_layer.h) inside each micro-chunk of 64 tokens of packed documents:
