@@ -223,8 +223,8 @@ TEST_F(SlidingEngineTest, SweepsNeedEveryUnitResidentAndEveryBoundaryOnTheDevice
       refusal(in_sweeps(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward), 0));
   EXPECT_NE(none.find("at least 1"), std::string::npos) << none;
   // (Not about sweeps: kept internals beside recomputed boundaries are refused as well.)
-  const std::string mixed = refusal(
-      keeping_internals(keeping_every(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), 2), {3}));
+  const std::string mixed = refusal(keeping_internals(
+      keeping_every(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward), 2), {3}));
   EXPECT_NE(mixed.find("one or the other"), std::string::npos) << mixed;
 }
 
@@ -580,10 +580,10 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
       keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 2),
       keeping_every(make_plan(layout_, 4, 1, {}, {}, UpdateSchedule::AfterBackward), 3),
       // Activations for one sweep's micro-chunks; the gathered embedding rows for the step's.
-      test::in_sweeps(keeping_internals(make_plan(layout_, 4, 2, all_units(layout_), {},
-                                                  UpdateSchedule::AfterBackward, {2}),
-                                        {1, 3}),
-                      3),
+      test::in_sweeps(
+          keeping_internals(
+              make_plan(layout_, 4, 2, all_units(layout_), {}, UpdateSchedule::AfterBackward, {2}), {1, 3}),
+          3),
       test::in_sweeps(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, all_units(layout_)), 2),
   };
   Plan two_staging =

@@ -64,7 +64,8 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   const int64_t slots = any_streamed ? plan.gpu_slots : 0;
   bool any_offloaded = false;
   for (auto a : plan.activations) any_offloaded |= boundary_on_host(a);
-  const size_t token_bytes = round_up(kStepTokenArrays * static_cast<size_t>(max_chunks) * T * sizeof(int32_t));
+  const size_t token_bytes =
+      round_up(kStepTokenArrays * static_cast<size_t>(max_chunks) * T * sizeof(int32_t));
   const size_t needed = device_bytes(config, layout, plan, chunk_tokens, max_chunks).total();
   const MemoryStats mem = device.memory();
   if (needed > mem.capacity - std::min(mem.capacity, mem.in_use)) {

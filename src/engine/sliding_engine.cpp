@@ -31,9 +31,10 @@ const Plan& checked_plan(const Plan& plan, const ModelConfig& config, const Mode
                                  [](ActivationPlacement a) { return keeps_internals(a); });
   const bool recomputes = std::find(plan.activations.begin(), plan.activations.end(),
                                     ActivationPlacement::Recompute) != plan.activations.end();
-  FERRY_CHECK(!(keeps && recomputes), "engine",
-              "the plan keeps some layers' internals and recomputes some boundaries (keep_every > 1): a "
-              "plan does one or the other; keep every boundary (keep_every: 1) or no internals (recompute: all)");
+  FERRY_CHECK(
+      !(keeps && recomputes), "engine",
+      "the plan keeps some layers' internals and recomputes some boundaries (keep_every > 1): a "
+      "plan does one or the other; keep every boundary (keep_every: 1) or no internals (recompute: all)");
   const std::string sweeps = sweeps_refusal(plan);
   FERRY_CHECK(sweeps.empty(), "engine", "the plan runs {} sweeps, but {}", plan.sweeps, sweeps);
   return plan;
@@ -578,7 +579,8 @@ void SlidingEngine::run_use(size_t i) {
 void SlidingEngine::embedding_forward(void* params) {
   before_boundary_write(0);
   const Tensor table = embedding_table(layout_, params, plan_.weight_dtype);
-  for (int64_t c = sweep_begin_; c < sweep_end_; ++c) ops_.embedding_forward(chunk(c).ids, table, activation(0, c));
+  for (int64_t c = sweep_begin_; c < sweep_end_; ++c)
+    ops_.embedding_forward(chunk(c).ids, table, activation(0, c));
   if (boundary_offloaded(0) && !evaluating_) offload_boundary(0);
 }
 

@@ -265,7 +265,7 @@ class SlidingEngine {
   };
   StepEvents events_;
   // What the step's batch says, set by begin_step.
-  int64_t step_chunks_ = 0;               // micro-chunks in this step
+  int64_t step_chunks_ = 0;  // micro-chunks in this step
   // The sweep being run (Plan::sweeps): its micro-chunks [sweep_begin_, sweep_end_) of the step's,
   // which the activation buffers hold from their start; whether it is the step's last (the one
   // after whose backward gradients are complete and go to the optimizer).

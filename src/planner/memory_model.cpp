@@ -191,7 +191,8 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   const size_t layer_internals = layer_internals_bytes(config, chunk_tokens, plan.weight_dtype);
   for (auto a : plan.activations) {
     if (boundary_on_gpu(a)) b.activations += act;
-    if (a == ActivationPlacement::KeepWithInternals) b.activations += static_cast<size_t>(held) * layer_internals;
+    if (a == ActivationPlacement::KeepWithInternals)
+      b.activations += static_cast<size_t>(held) * layer_internals;
   }
   // Offloaded boundaries' staging (one or two buffers), recomputed boundaries: one buffer per
   // position in the longest group, and internals on the host: their ring of one or two layers'

@@ -103,11 +103,10 @@ int64_t resident_layer_count(const Plan& plan, UnitPlacement* kind) {
 
 bool same_plan(const Plan& a, const Plan& b) {
   return a.micro_batch == b.micro_batch && a.sweeps == b.sweeps && a.seq_tile == b.seq_tile &&
-         a.head_groups == b.head_groups &&
-         a.one_staging_buffer == b.one_staging_buffer && a.gpu_slots == b.gpu_slots && a.units == b.units &&
-         a.activations == b.activations && a.update == b.update && a.weight_upload == b.weight_upload &&
-         a.weight_dtype == b.weight_dtype && a.grad_dtype == b.grad_dtype &&
-         a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
+         a.head_groups == b.head_groups && a.one_staging_buffer == b.one_staging_buffer &&
+         a.gpu_slots == b.gpu_slots && a.units == b.units && a.activations == b.activations &&
+         a.update == b.update && a.weight_upload == b.weight_upload && a.weight_dtype == b.weight_dtype &&
+         a.grad_dtype == b.grad_dtype && a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
 }
 
 bool better(const Candidate& a, const Candidate& b) {
@@ -279,8 +278,9 @@ class Searcher {
     }
     // Forced sweeps are a constraint like the other forced options.
     if (r_.sweeps)
-      out.erase(std::remove_if(out.begin(), out.end(), [&](const Family& f) { return f.sweeps != *r_.sweeps; }),
-                out.end());
+      out.erase(
+          std::remove_if(out.begin(), out.end(), [&](const Family& f) { return f.sweeps != *r_.sweeps; }),
+          out.end());
     return out;
   }
 
@@ -696,11 +696,12 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
   if (request.sweeps) {
     FERRY_CHECK(*request.sweeps >= 1, "plan", "sweeps must be at least 1 (1: none), got {}", *request.sweeps);
     const int64_t chunks = request.global_batch / request.micro_batch.value_or(1);
-    FERRY_CHECK(request.micro_batch ? chunks % *request.sweeps == 0 : request.global_batch % *request.sweeps == 0,
-                "plan",
-                "sweeps: {} must divide the step's micro-chunks (global_batch / micro_batch = {}): choose a "
-                "divisor of it, or sweeps: auto",
-                *request.sweeps, request.micro_batch ? chunks : request.global_batch);
+    FERRY_CHECK(
+        request.micro_batch ? chunks % *request.sweeps == 0 : request.global_batch % *request.sweeps == 0,
+        "plan",
+        "sweeps: {} must divide the step's micro-chunks (global_batch / micro_batch = {}): choose a "
+        "divisor of it, or sweeps: auto",
+        *request.sweeps, request.micro_batch ? chunks : request.global_batch);
     FERRY_CHECK(*request.sweeps == 1 || request.devices == 1, "plan",
                 "sweeps run on one device; with gpus: {} use sweeps: 1 or auto", request.devices);
   }

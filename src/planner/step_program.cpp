@@ -515,21 +515,21 @@ class ProgramBuilder {
   std::vector<UsePass> passes_;  // per use (step_sequence)
   BoundaryGroups groups_;        // recomputed boundaries, staging buffers
   double activation_bytes_ = 0.0, upload_bytes_per_param_ = 0.0;
-  double internals_bytes_ = 0.0;         // one layer's internals, every micro-chunk of the step
-  InternalsReloads reloads_;             // layers with internals on the host, in the backward's order
-  double cpu_adamw_rate_ = 0.0;          // params/s of the host's AdamW pass for this plan
-  double tiled_extra_share_ = 0.0;       // of a layer forward, what a tiled backward runs again besides
-  double grouped_extra_share_ = 0.0;     // of a layer forward, what a backward in head groups runs again
-                                         // (planner/head_groups.h)
-  double recompute_share_ = 1.0;         // of a layer forward's time, what the backward's recompute takes
+  double internals_bytes_ = 0.0;      // one layer's internals, every micro-chunk of the step
+  InternalsReloads reloads_;          // layers with internals on the host, in the backward's order
+  double cpu_adamw_rate_ = 0.0;       // params/s of the host's AdamW pass for this plan
+  double tiled_extra_share_ = 0.0;    // of a layer forward, what a tiled backward runs again besides
+  double grouped_extra_share_ = 0.0;  // of a layer forward, what a backward in head groups runs again
+                                      // (planner/head_groups.h)
+  double recompute_share_ = 1.0;      // of a layer forward's time, what the backward's recompute takes
   // per micro-chunk: the passes a layer that kept its internals runs again
   double kept_layer_recompute_per_chunk_s_ = 0.0;
-  int64_t sweep_chunks_ = 1;  // micro-chunks per sweep (Plan::sweeps)
-  int64_t chunks_now_ = 1;    // micro-chunks of the sweep being built
-  bool sparse_embedding_ = false;        // row_sparse_embedding()
-  DiskTierLayout disk_;                  // the disk tier's units and their bytes (none: empty)
-  int64_t disk_ahead_ = 0;               // reads in flight ahead of the update, at most
-  int64_t disk_sequence_ = 0;            // the next disk update's position in the repeating order
+  int64_t sweep_chunks_ = 1;                     // micro-chunks per sweep (Plan::sweeps)
+  int64_t chunks_now_ = 1;                       // micro-chunks of the sweep being built
+  bool sparse_embedding_ = false;                // row_sparse_embedding()
+  DiskTierLayout disk_;                          // the disk tier's units and their bytes (none: empty)
+  int64_t disk_ahead_ = 0;                       // reads in flight ahead of the update, at most
+  int64_t disk_sequence_ = 0;                    // the next disk update's position in the repeating order
   std::vector<int32_t> disk_read_, disk_write_;  // per position: its read and its write-back
   double embedding_row_params_ = 0;              // its expected token rows' parameters per step
   int64_t devices_ = 1;                          // Plan::devices: this program is one device's
