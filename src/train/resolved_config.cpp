@@ -67,6 +67,15 @@ const std::map<std::string, Writer>& writers() {
         o << "auto";
     });
   };
+  // A count the planner picks where it is negative (`auto`).
+  auto count_or_auto = [](int64_t TrainConfig::*member) {
+    return Writer([member](YAML::Emitter& o, const TrainConfig& c) {
+      if (c.*member < 0)
+        o << "auto";
+      else
+        o << c.*member;
+    });
+  };
   static const std::map<std::string, Writer> table = {
       {"model", path(&TrainConfig::model)},
       {"data",
@@ -116,27 +125,9 @@ const std::map<std::string, Writer>& writers() {
          else
            o << c.seq_tile;
        }},
-      {"keep_every",
-       [](YAML::Emitter& o, const TrainConfig& c) {
-         if (c.keep_every < 0)
-           o << "auto";
-         else
-           o << c.keep_every;
-       }},
-      {"sweeps",
-       [](YAML::Emitter& o, const TrainConfig& c) {
-         if (c.sweeps < 0)
-           o << "auto";
-         else
-           o << c.sweeps;
-       }},
-      {"head_groups",
-       [](YAML::Emitter& o, const TrainConfig& c) {
-         if (c.head_groups < 0)
-           o << "auto";
-         else
-           o << c.head_groups;
-       }},
+      {"keep_every", count_or_auto(&TrainConfig::keep_every)},
+      {"sweeps", count_or_auto(&TrainConfig::sweeps)},
+      {"head_groups", count_or_auto(&TrainConfig::head_groups)},
       {"gradient_accumulation_steps", value(&TrainConfig::gradient_accumulation_steps)},
       {"packing", value(&TrainConfig::packing)},
       {"packing_strategy",
