@@ -65,8 +65,8 @@ TEST(TrainConfig, SweepsAreAutoOrACount) {
   EXPECT_EQ(parse_train_config("sweeps: auto\n", {}, "t").sweeps, -1);
   EXPECT_EQ(parse_train_config("sweeps: 1\n", {}, "t").sweeps, 1);
   EXPECT_EQ(parse_train_config("", {"sweeps=8"}, "t").sweeps, 8);
-  EXPECT_TRUE(test::throws_with([] { parse_train_config("sweeps: 0\n", {}, "t"); },
-                                {"sweeps", "1: none", "got 0"}));
+  EXPECT_TRUE(
+      test::throws_with([] { parse_train_config("sweeps: 0\n", {}, "t"); }, {"sweeps", "1: none", "got 0"}));
 }
 
 TEST(TrainConfig, FilePathsAreRelativeToTheFileAndCommandLinePathsToTheWorkingDirectory) {
