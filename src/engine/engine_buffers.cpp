@@ -108,8 +108,7 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   // KeepWithInternals: each micro-chunk's kept intermediates in a slice of their own, sized as the
   // memory model sizes them (layer_internals_bytes).
   internals_bytes = layer_internals_bytes(config, chunk_tokens, wd);
-  const bool any_internals = std::any_of(plan.activations.begin(), plan.activations.end(),
-                                         [](ActivationPlacement a) { return keeps_internals(a); });
+  const bool any_internals = keeps_any_internals(plan);
   FERRY_ASSERT(plan.seq_tile <= 0 || plan.seq_tile >= chunk_tokens || !any_internals,
                "a plan with sequence tiles keeps no layer internals (whole chunks)");
   FERRY_ASSERT(plan.head_groups == 1 || !any_internals,
@@ -141,9 +140,9 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   if (const size_t pieces = conversion_staging_elements(layout, plan); pieces > 0)
     conversion_staging = DeviceBuffer(device, round_up(pieces * sizeof(float)), "fp32 weight upload staging");
   head_input = DeviceBuffer(device, act_bytes, "head input");
-  chunk_grads = DeviceBuffer(
-      device, round_up(activation_gradient_bytes(config, layout, plan, chunk_tokens, max_chunks)),
-      "activation gradients");
+  chunk_grads =
+      DeviceBuffer(device, activation_gradient_bytes(config, layout, plan, chunk_tokens, max_chunks),
+                   "activation gradients");
   scratch = DeviceBuffer(device, scratch_bytes, "layer scratch");
   Arena arena(scratch.data(), scratch_bytes);
   layer_scratch = carve_layer_scratch(arena, config, chunk_tokens, wd, true, plan.seq_tile, plan.head_groups);

@@ -27,12 +27,8 @@ const Plan& checked_plan(const Plan& plan, const ModelConfig& config, const Mode
       "tied embeddings are used by the first and the last unit: the plan must keep the embedding resident");
   // A recompute group's forwards write its boundaries through the shared scratch, which a layer
   // keeping its internals would have to own (the search never mixes them: planner/search.h).
-  const bool keeps = std::any_of(plan.activations.begin(), plan.activations.end(),
-                                 [](ActivationPlacement a) { return keeps_internals(a); });
-  const bool recomputes = std::find(plan.activations.begin(), plan.activations.end(),
-                                    ActivationPlacement::Recompute) != plan.activations.end();
   FERRY_CHECK(
-      !(keeps && recomputes), "engine",
+      !(keeps_any_internals(plan) && recomputes_boundaries(plan)), "engine",
       "the plan keeps some layers' internals and recomputes some boundaries (keep_every > 1): a "
       "plan does one or the other; keep every boundary (keep_every: 1) or no internals (recompute: all)");
   const std::string sweeps = sweeps_refusal(plan);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "planner/boundary_groups.h"
 
 namespace ferry {
@@ -53,6 +55,16 @@ int64_t Plan::disk_units() const {
   int64_t n = 0;
   for (bool d : state_on_disk) n += d;
   return n;
+}
+
+bool recomputes_boundaries(const Plan& plan) {
+  return std::find(plan.activations.begin(), plan.activations.end(), ActivationPlacement::Recompute) !=
+         plan.activations.end();
+}
+
+bool keeps_any_internals(const Plan& plan) {
+  return std::any_of(plan.activations.begin(), plan.activations.end(),
+                     [](ActivationPlacement a) { return keeps_internals(a); });
 }
 
 std::string sweeps_refusal(const Plan& plan) {

@@ -141,6 +141,10 @@ inline int64_t sweep_chunks(const Plan& plan, int64_t chunks) {
   const int64_t sweeps = plan.sweeps > 1 ? plan.sweeps : 1;
   return (chunks + sweeps - 1) / sweeps;
 }
+// Whether some boundary is recomputed in the backward (ActivationPlacement::Recompute), or some
+// layer keeps its forward's internals (keeps_internals): a plan does one or the other.
+bool recomputes_boundaries(const Plan& plan);
+bool keeps_any_internals(const Plan& plan);
 // Why `plan` cannot run in sweeps (a sentence), or empty when it can (or has one sweep).
 std::string sweeps_refusal(const Plan& plan);
 

@@ -59,11 +59,6 @@ bool tiled(const Plan& plan, const StepShape& shape) {
   return tile_count(shape.chunk_tokens, plan.seq_tile) > 1 || plan.head_groups > 1;
 }
 
-bool recomputes_boundaries(const Plan& plan) {
-  return std::find(plan.activations.begin(), plan.activations.end(), ActivationPlacement::Recompute) !=
-         plan.activations.end();
-}
-
 int64_t kept_activations(const Plan& plan) {
   int64_t kept = 0;
   for (auto a : plan.activations) kept += boundary_on_gpu(a);
