@@ -224,15 +224,16 @@ constexpr size_t kGrainBlocks = 512;
 // (the fp32 pass, which took pieces already, 96%).
 constexpr size_t kPieceBlocks = 1024;
 
-// Runs body(lo, hi) over [0, blocks) in pieces of kPieceBlocks, on the pool's threads when there
-// is enough work to wake them.
-void for_each_block_range(ThreadPool& pool, size_t blocks, const std::function<void(size_t, size_t)>& body) {
-  if (blocks < kGrainBlocks || pool.size() == 1) {
-    body(0, blocks);
+// Runs body(lo, hi) over [0, items) in pieces of `piece` items, on the pool's threads when the
+// work (blocks_per_item blocks an item) is enough to wake them.
+void for_each_range(ThreadPool& pool, size_t items, size_t piece, size_t blocks_per_item,
+                    const std::function<void(size_t, size_t)>& body) {
+  if (items * blocks_per_item < kGrainBlocks || pool.size() == 1) {
+    body(0, items);
     return;
   }
-  pool.for_each_piece((blocks + kPieceBlocks - 1) / kPieceBlocks,
-                      [&](size_t k) { body(k * kPieceBlocks, std::min(blocks, (k + 1) * kPieceBlocks)); });
+  pool.for_each_piece((items + piece - 1) / piece,
+                      [&](size_t k) { body(k * piece, std::min(items, (k + 1) * piece)); });
 }
 
 }  // namespace
@@ -328,7 +329,7 @@ LeanStepStats lean_adamw_step(const LeanUnitState& s, std::span<const AdamWSegme
   const lean::BlockKernel update_block = lean::block_kernel();
   const lean::RunKernel update_run = lean::run_kernel();
   std::atomic<size_t> updated{0}, lost{0};
-  for_each_block_range(pool, last - first, [&](size_t lo, size_t hi) {
+  for_each_range(pool, last - first, kPieceBlocks, 1, [&](size_t lo, size_t hi) {
     LeanStepStats stats;
     lean::BlockInput in;
     size_t seg = 0;
@@ -380,12 +381,7 @@ LeanStepStats lean_adamw_rows(const LeanUnitState& s, size_t row_len, std::span<
     updated += stats.updated;
     lost += stats.lost;
   };
-  if (rows.size() * blocks_per_row < kGrainBlocks || pool.size() == 1)
-    run_rows(0, rows.size());
-  else
-    pool.for_each_piece((rows.size() + piece_rows - 1) / piece_rows, [&](size_t k) {
-      run_rows(k * piece_rows, std::min(rows.size(), (k + 1) * piece_rows));
-    });
+  for_each_range(pool, rows.size(), piece_rows, blocks_per_row, run_rows);
   return {updated.load(), lost.load()};
 }
 
