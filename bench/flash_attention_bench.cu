@@ -13,6 +13,9 @@
 // 3. Times cuDNN's fused attention (ops/cuda/cudnn_attention.h) at the same shapes when cuDNN is
 //    installed: the path CudaOps takes for rows that are causal sequences.
 //
+//    Then packed documents of random lengths (mean 128, 512, 2048): the own kernels against
+//    cuDNN's ragged batch (AttentionMask::segment_bounds), the path of packed rows.
+//
 // 4. With --long: one sequence of 16K to 256K tokens a row instead (long-context training).
 //
 // Usage: flash_attention_bench [--no-check] [--long] [--iters N]
@@ -319,6 +322,65 @@ void time_packed(int64_t T, int64_t S, int iters, CudnnAttention* cudnn, bool pa
   }
 }
 
+// Times ferry's kernels and cuDNN's ragged batch (AttentionMask::segment_bounds) on T tokens of
+// packed documents of random lengths 1..2 * mean_len (a fixed seed), Hq 32, Hkv 8, D 128: what a
+// run with packing: true on short documents runs. FLOPs count each document's causal pairs.
+void time_documents(int64_t T, int64_t mean_len, int iters, CudnnAttention* cudnn) {
+  const int Hq = 32, Hkv = 8, D = 128;
+  std::mt19937_64 rng(static_cast<uint64_t>(mean_len));
+  std::uniform_int_distribution<int64_t> length(1, 2 * mean_len);
+  std::vector<int64_t> starts;
+  std::vector<int32_t> bounds = {0};
+  double pairs = 0;
+  int64_t longest = 0;
+  for (int64_t t = 0; t < T;) {
+    const int64_t len = std::min(length(rng), T - t);
+    pairs += 0.5 * static_cast<double>(len) * static_cast<double>(len + 1);
+    longest = std::max(longest, len);
+    t += len;
+    bounds.push_back(static_cast<int32_t>(t));
+    if (t < T) starts.push_back(t);
+  }
+  Problem p(T, Hq, Hkv, D, doc_start(T, starts));
+  const double fwd_flops = 4.0 * D * Hq * pairs, bwd_flops = 2.5 * fwd_flops;
+  auto tf = [](double flops, double ms) { return flops / (ms * 1e-3) / 1e12; };
+  const auto fp = p.params();
+  const auto bp = p.backward_params();
+  auto report = [&](const char* who, double fwd, double bwd, double both) {
+    std::printf("  %6lld %5zu | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%%  %s\n",
+                static_cast<long long>(mean_len), bounds.size() - 1, fwd, tf(fwd_flops, fwd),
+                100 * tf(fwd_flops, fwd) / kPeakTflops, bwd, tf(bwd_flops, bwd),
+                100 * tf(bwd_flops, bwd) / kPeakTflops, both, tf(fwd_flops + bwd_flops, both),
+                100 * tf(fwd_flops + bwd_flops, both) / kPeakTflops, who);
+    std::fflush(stdout);
+  };
+  const auto own_fwd = [&] { flash_attention_forward(fp, nullptr); };
+  const auto own_bwd = [&] { flash_attention_backward(bp, nullptr); };
+  report("own", time_ms(3, iters, own_fwd), time_ms(3, iters, own_bwd), time_ms(3, iters, [&] {
+           own_fwd();
+           own_bwd();
+         }));
+  if (cudnn == nullptr) return;
+  DeviceMem d_bounds(bounds.size() * sizeof(int32_t));
+  BENCH_CUDA(cudaMemcpy(d_bounds.p, bounds.data(), bounds.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  const AttentionSegments segments{static_cast<const int32_t*>(d_bounds.p),
+                                   static_cast<int64_t>(bounds.size()) - 1, longest};
+  DeviceMem ws(attention_workspace_bytes(T, Hq, D));
+  auto cbp = bp;
+  cbp.workspace = ws.p;
+  cbp.workspace_bytes = ws.bytes;
+  if (!cudnn->forward(fp, segments, ws.p, ws.bytes) || !cudnn->backward(cbp, segments)) {
+    std::printf("  %6s %5s   cuDNN refused the segments: %s\n", "", "", cudnn->last_refusal().c_str());
+    return;
+  }
+  const auto cudnn_fwd = [&] { cudnn->forward(fp, segments, ws.p, ws.bytes); };
+  const auto cudnn_bwd = [&] { cudnn->backward(cbp, segments); };
+  report("cuDNN, ragged", time_ms(3, iters, cudnn_fwd), time_ms(3, iters, cudnn_bwd), time_ms(3, iters, [&] {
+           cudnn_fwd();
+           cudnn_bwd();
+         }));
+}
+
 int run(int argc, char** argv) {
   bool check = true, long_sequences = false;
   int iters = 20;
@@ -366,6 +428,12 @@ int run(int argc, char** argv) {
                 iters);
     print_header();
     for (int64_t S : {2048, 4096, 8192}) time_packed(16384, S, iters, cudnn.get(), true);
+    std::printf(
+        "timing: T 16384 tokens of packed documents of 1..2x the mean length (first column), Hq 32, "
+        "Hkv 8, D 128, causal within each document, %d iterations\n",
+        iters);
+    std::printf("  %6s %5s\n", "mean", "docs");
+    for (int64_t mean : {128, 512, 2048}) time_documents(16384, mean, iters, cudnn.get());
   }
   return 0;
 }

@@ -150,6 +150,77 @@ TEST(Packing, RowsThatAttendAsOneSequence) {
   EXPECT_TRUE(attends_as_one_sequence(rows[1]));
 }
 
+// Segments for attention: each document starts one; a one-token document without a target joins
+// the segment before it (or starts the row's first).
+TEST(Packing, AttentionSegmentsStartAtDocumentsThatReachSomething) {
+  // Two documents, then padding that joins the second.
+  auto rows = pack_documents({doc({1, 2, 3}), doc({4, 5})}, 8, true);
+  ASSERT_EQ(rows[0].doc_start, (Ids{0, 0, 0, 3, 3, 5, 6, 7}));
+  EXPECT_EQ(attention_segments(rows[0]), (Ids{0, 3}));
+  // A one-token document in the middle joins the one before it.
+  rows = pack_documents({doc({1, 2}), doc({3}), doc({4, 5, 6})}, 8, true);
+  ASSERT_EQ(rows[0].doc_start, (Ids{0, 0, 2, 3, 3, 3, 6, 7}));
+  EXPECT_EQ(attention_segments(rows[0]), (Ids{0, 3}));
+  // ... unless it has a target (made by hand): it reaches the loss, so it is a segment.
+  PackedRow r = rows[0];
+  r.targets[2] = 9;
+  EXPECT_EQ(attention_segments(r), (Ids{0, 2, 3}));
+  // Split rows: a one-token first part of a split document predicts nothing in its row; the
+  // continuation starts the next row.
+  rows = pack_documents({doc({1, 2, 3}), doc({4, 5, 6, 7, 8}), doc({9, 10}), doc({11, 12})}, 4, true);
+  ASSERT_EQ(rows.size(), 3u);
+  ASSERT_EQ(rows[0].doc_start, (Ids{0, 0, 0, 3}));
+  EXPECT_EQ(attention_segments(rows[0]), (Ids{0}));
+  EXPECT_EQ(attention_segments(rows[1]), (Ids{0}));
+  ASSERT_EQ(rows[2].doc_start, (Ids{0, 0, 2, 2}));
+  EXPECT_EQ(attention_segments(rows[2]), (Ids{0, 2}));
+  // Best fit, padded: rows {5, 3} and {4, 3, 1}, whose last one-token document joins the 3.
+  rows = pack_documents(
+      {doc({1, 1, 1}), doc({2, 2, 2, 2, 2}), doc({3}), doc({4, 4, 4, 4}), doc({5, 5, 5}, {X, X, 5})}, 8,
+      PackingMode::BestFit);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(attention_segments(rows[0]), (Ids{0, 5}));
+  ASSERT_EQ(rows[1].doc_start, (Ids{0, 0, 0, 0, 4, 4, 4, 7}));
+  EXPECT_EQ(attention_segments(rows[1]), (Ids{0, 4}));
+  rows = pack_documents({doc({1, 2}), doc({3, 4, 5})}, 8, PackingMode::BestFit);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(attention_segments(rows[0]), (Ids{0, 3}));
+  // A row of padding is one segment; so are tokens that reach nothing at a row's start, which
+  // the next document then follows.
+  EXPECT_EQ(attention_segments(padding_row(5)), (Ids{0}));
+  r = PackedRow{Ids{0, 0, 7, 8, 9}, Ids{X, X, 8, 9, X}, Ids{0, 0, 0, 1, 2}, Ids{0, 1, 2, 2, 2}};
+  EXPECT_EQ(attention_segments(r), (Ids{0, 2}));
+  EXPECT_EQ(attention_segments(PackedRow{Ids{1}, Ids{X}, Ids{0}, Ids{0}}), (Ids{0}));
+  // Rows that attend as one sequence are one segment.
+  rows = pack_documents({doc({1, 2, 3}), doc({4, 5, 6, 7, 8, 9}), doc({1})}, 5, false);
+  for (const PackedRow& row : rows) {
+    ASSERT_TRUE(attends_as_one_sequence(row));
+    EXPECT_EQ(attention_segments(row), (Ids{0}));
+  }
+}
+
+// What AttentionMask::segment_bounds promises of attention_segments' cut (ops/ops.h): each segment
+// starts a document, and its other tokens are that document's or reach nothing.
+void expect_segments_keep_documents(const PackedRow& row) {
+  const Ids starts = attention_segments(row);
+  ASSERT_FALSE(starts.empty());
+  EXPECT_EQ(starts[0], 0);
+  if (attends_as_one_sequence(row)) {
+    EXPECT_EQ(starts, (Ids{0}));
+  }
+  const auto n = static_cast<int32_t>(row.doc_start.size());
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int32_t begin = starts[i], end = i + 1 < starts.size() ? starts[i + 1] : n;
+    ASSERT_LT(begin, end);
+    ASSERT_EQ(row.doc_start[begin], begin);
+    for (int32_t t = begin + 1; t < end; ++t) {
+      if (row.doc_start[t] == begin) continue;
+      const bool alone = row.doc_start[t] == t && (t + 1 == n || row.doc_start[t + 1] != t);
+      EXPECT_TRUE(alone && row.targets[t] == X) << "token " << t << " in the segment at " << begin;
+    }
+  }
+}
+
 TEST(Packing, InvariantsOnRandomDocuments) {
   std::mt19937_64 rng(3);
   std::vector<Document> docs;
@@ -186,6 +257,7 @@ TEST(Packing, InvariantsOnRandomDocuments) {
             ASSERT_EQ(row.doc_start[t + 1], row.doc_start[t]);
           }
         }
+        expect_segments_keep_documents(row);
         for (int64_t t = 0; t < seq_len; ++t)
           if (!(row.input_ids[t] == 0 && row.doc_start[t] == t && row.targets[t] == X))
             kept.push_back(row.input_ids[t]);
@@ -254,6 +326,7 @@ TEST(BestFitPacking, EveryDocumentWholeOnRandomLengths) {
   int64_t tokens = 0;
   for (const auto& d : docs) tokens += static_cast<int64_t>(d.input_ids.size());
   std::vector<int> seen(static_cast<size_t>(next), 0);
+  for (const auto& row : rows) expect_segments_keep_documents(row);
   for (const auto& row : rows)
     for (size_t t = 0; t < row.input_ids.size(); ++t) {
       if (row.input_ids[t] == kPadTokenId) continue;

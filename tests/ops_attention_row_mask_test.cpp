@@ -1,8 +1,9 @@
 // AttentionMask::row_tokens (ops/ops.h): rows that data/packing.h's attends_as_one_sequence accepts
-// may be attended as plain causal sequences. On the reference attention, the row-causal mask gives
-// the exact mask's outputs at every token that reaches the loss, and the exact gradients when dout
-// is zero at the tokens that do not (as the loss makes it) -- bit for bit, since the extra keys
-// only add exact zeros.
+// may be attended as plain causal sequences; and AttentionMask::segment_bounds: the segments of
+// data/packing.h's attention_segments may each be attended as one. On the reference attention,
+// either mask gives the exact mask's outputs at every token that reaches the loss, and the exact
+// gradients when dout is zero at the tokens that do not (as the loss makes it) -- bit for bit,
+// since the extra keys only add exact zeros.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,81 @@ Document doc(int n, int first_id) {
   for (int i = 0; i < n; ++i) d.input_ids.push_back(first_id + i);
   d.labels = d.input_ids;
   return d;
+}
+
+struct Result {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+// Attention of T tokens of Hq/Hkv heads of D under `doc_start`, forward and backward, on the
+// reference ops, with the same random inputs every call; dout zero at the tokens that do not reach.
+Result reference_attention(const std::vector<int32_t>& doc_start, const std::vector<bool>& reaches,
+                           int64_t Hq, int64_t Hkv, int64_t D) {
+  const int64_t T = static_cast<int64_t>(doc_start.size());
+  const size_t nq = static_cast<size_t>(T * Hq * D), nk = static_cast<size_t>(T * Hkv * D);
+  std::vector<float> q = test::random_vector(nq, 1), k = test::random_vector(nk, 2),
+                     v = test::random_vector(nk, 3), dout = test::random_vector(nq, 4);
+  for (int64_t t = 0; t < T; ++t)
+    if (!reaches[static_cast<size_t>(t)])
+      for (int64_t i = 0; i < Hq * D; ++i) dout[static_cast<size_t>(t * Hq * D + i)] = 0.0f;
+  auto ops = make_cpu_ops();
+  Result r{std::vector<float>(nq), std::vector<float>(static_cast<size_t>(Hq * T)), std::vector<float>(nq),
+           std::vector<float>(nk), std::vector<float>(nk)};
+  const Tensor tq = Tensor::f32(q.data(), {T, Hq, D}), tk = Tensor::f32(k.data(), {T, Hkv, D}),
+               tv = Tensor::f32(v.data(), {T, Hkv, D}), tout = Tensor::f32(r.out.data(), {T, Hq, D}),
+               tlse = Tensor::f32(r.lse.data(), {Hq, T});
+  ops->attention_forward(tq, tk, tv, doc_start.data(), 0.35f, tout, tlse);
+  ops->attention_backward(tq, tk, tv, doc_start.data(), 0.35f, tout, tlse,
+                          Tensor::f32(dout.data(), {T, Hq, D}), Tensor::f32(r.dq.data(), {T, Hq, D}),
+                          Tensor::f32(r.dk.data(), {T, Hkv, D}), Tensor::f32(r.dv.data(), {T, Hkv, D}));
+  return r;
+}
+
+TEST(AttentionSegmentMask, SegmentCausalMatchesTheExactMaskWhereItMatters) {
+  constexpr int64_t R = 40, Hq = 4, Hkv = 2, D = 8;
+  // Best-fit rows: several documents to a row, one-token documents (which predict nothing), padding.
+  const std::vector<PackedRow> rows = pack_documents(
+      {doc(9, 1), doc(1, 20), doc(12, 30), doc(1, 50), doc(7, 60), doc(25, 70), doc(3, 100), doc(1, 110)}, R,
+      PackingMode::BestFit);
+  std::vector<int32_t> exact, segment_causal;
+  std::vector<bool> reaches;
+  int64_t segments = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const PackedRow& row = rows[r];
+    std::vector<int32_t> starts = attention_segments(row);
+    ASSERT_FALSE(starts.empty());
+    ASSERT_EQ(starts[0], 0);
+    segments += static_cast<int64_t>(starts.size());
+    size_t seg = 0;
+    for (int64_t t = 0; t < R; ++t) {
+      while (seg + 1 < starts.size() && starts[seg + 1] <= t) ++seg;
+      const int32_t base = static_cast<int32_t>(static_cast<int64_t>(r) * R);
+      exact.push_back(base + row.doc_start[t]);
+      segment_causal.push_back(base + starts[seg]);
+      // A document of one token without a target reaches nothing: nothing attends to it, and it
+      // predicts nothing.
+      const bool alone = row.doc_start[t] == t && (t + 1 == R || row.doc_start[t + 1] != t);
+      reaches.push_back(!(alone && row.targets[t] == kIgnoreIndex));
+    }
+  }
+  // More segments than rows (several documents a row), fewer than documents and pads.
+  EXPECT_GT(segments, static_cast<int64_t>(rows.size()));
+  const Result a = reference_attention(exact, reaches, Hq, Hkv, D);
+  const Result b = reference_attention(segment_causal, reaches, Hq, Hkv, D);
+  const int64_t T = static_cast<int64_t>(exact.size());
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < Hq * D; ++i) {
+      const size_t e = static_cast<size_t>(t * Hq * D + i);
+      if (reaches[static_cast<size_t>(t)]) {
+        ASSERT_EQ(a.out[e], b.out[e]) << "out at token " << t;
+      }
+      ASSERT_EQ(a.dq[e], b.dq[e]) << "dq at token " << t;
+    }
+  }
+  for (size_t e = 0; e < a.dk.size(); ++e) {
+    ASSERT_EQ(a.dk[e], b.dk[e]) << "dk element " << e;
+    ASSERT_EQ(a.dv[e], b.dv[e]) << "dv element " << e;
+  }
 }
 
 TEST(AttentionRowMask, RowCausalMatchesTheExactMaskWhereItMatters) {

@@ -36,8 +36,8 @@ class CostModelTest : public ::testing::Test {
     for (const auto& u : layout_.units) n += static_cast<double>(u.numel);
     return n;
   }
-  // ids, targets, positions, doc_start and the distinct ids
-  double token_bytes() const { return 5.0 * static_cast<double>(shape_.tokens()) * sizeof(int32_t); }
+  // ids, targets, positions, doc_start, the distinct ids and the segment bounds (kStepTokenArrays)
+  double token_bytes() const { return 6.0 * static_cast<double>(shape_.tokens()) * sizeof(int32_t); }
 };
 
 // Nothing crosses PCIe but the tokens and the loss; the step is the compute stream's work in order:

@@ -13,6 +13,7 @@
 #include "engine/unit_optimizer.h"
 #include "ops/device_ops.h"
 #include "optim/lr_schedule.h"
+#include "packed_batch.h"
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
 #include "planner/search.h"
@@ -476,6 +477,88 @@ TEST(StepBatchRows, ChunksSayWhetherEveryRowAttendsAsOneSequence) {
   ASSERT_EQ(batch.chunks(), 2);
   EXPECT_EQ(batch.chunk(0).row_tokens, kRowTokens);
   EXPECT_EQ(batch.chunk(1).row_tokens, 0);
+}
+
+// A step's chunks carry their rows' causal segments (attention_segments), as bounds relative to
+// the chunk laid out like doc_start, which a device's slice of the chunks keeps.
+TEST(StepBatchRows, ChunksCarryTheirRowsSegments) {
+  auto doc = [](int n) {
+    Document d;
+    for (int i = 0; i < n; ++i) d.input_ids.push_back(1 + i);
+    d.labels = d.input_ids;
+    return d;
+  };
+  using Ids = std::vector<int32_t>;
+  constexpr int64_t kRowTokens = 8, kT = 2 * kRowTokens;
+  // Two documents, then padding that joins the second; one document and padding; one filling it.
+  const std::vector<PackedRow> packed = pack_documents({doc(3), doc(4)}, kRowTokens, true);
+  const std::vector<PackedRow> whole = pack_documents({doc(5), doc(8)}, kRowTokens, false);
+  ASSERT_EQ(attention_segments(packed[0]), (Ids{0, 3}));
+  const StepBatch batch = make_step_batch({&packed[0], &whole[0], &whole[1], &packed[0]}, kRowTokens, 2);
+  ASSERT_EQ(batch.chunks(), 2);
+  ASSERT_EQ(batch.segment_bounds.size(), static_cast<size_t>(2 * kT));
+  Ids expected(2 * kT, 0);
+  for (const auto& [at, value] : std::vector<std::pair<int, int32_t>>{
+           {0, 0}, {1, 3}, {2, 8}, {3, 16}, {kT, 0}, {kT + 1, 8}, {kT + 2, 11}, {kT + 3, 16}})
+    expected[static_cast<size_t>(at)] = value;
+  EXPECT_EQ(batch.segment_bounds, expected);
+  EXPECT_EQ(batch.chunk_segments, (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(batch.chunk_longest_segment, (std::vector<int64_t>{8, 8}));
+  for (int64_t c = 0; c < batch.chunks(); ++c) {
+    const TokenChunk t = batch.chunk(c);
+    EXPECT_EQ(t.segments, 3);
+    EXPECT_EQ(t.longest_segment, 8);
+    EXPECT_EQ(t.segment_bounds, batch.segment_bounds.data() + c * kT);
+  }
+  // The second chunk alone, as a device of a group runs it.
+  const StepBatch second = chunk_slice(batch, 1, 1);
+  EXPECT_EQ(second.segment_bounds, Ids(expected.begin() + kT, expected.end()));
+  EXPECT_EQ(second.chunk(0).segments, 3);
+  EXPECT_EQ(second.chunk(0).longest_segment, 8);
+
+  // Rows of one token: a chunk of T tokens in T segments has no room for its T + 1 bounds, so it
+  // keeps none and attention uses doc_start.
+  const std::vector<PackedRow> single = pack_documents({doc(4)}, 1, true);
+  for (int64_t micro : {1, 2}) {
+    const StepBatch b = make_step_batch({&single[0], &single[1], &single[2], &single[3]}, 1, micro);
+    for (int64_t c = 0; c < b.chunks(); ++c) {
+      EXPECT_EQ(b.chunk(c).segments, 0);
+      EXPECT_EQ(b.chunk(c).longest_segment, 0);
+      EXPECT_EQ(b.chunk(c).segment_bounds, nullptr);
+    }
+    EXPECT_EQ(b.segment_bounds, Ids(4, 0));
+  }
+  // Rows of two one-token documents: the second joins the first, so a row is one segment.
+  const std::vector<PackedRow> pairs = pack_documents({doc(1), doc(1), doc(1), doc(1)}, 2, true);
+  const StepBatch b = make_step_batch({&pairs[0], &pairs[1]}, 2, 2);
+  EXPECT_EQ(b.segment_bounds, (Ids{0, 2, 4, 0}));
+  EXPECT_EQ(b.chunk(0).segments, 2);
+  EXPECT_EQ(b.chunk(0).longest_segment, 2);
+
+  // Random packed rows: each segment starts a document, and its other tokens are that document's
+  // or reach nothing (AttentionMask::segment_bounds' promise, ops/ops.h).
+  std::vector<PackedRow> storage;
+  const StepBatch random = test::packed_batch(1000, 64, 12, 3, 5, storage);
+  const int64_t T = random.chunk_tokens();
+  for (int64_t c = 0; c < random.chunks(); ++c) {
+    const TokenChunk t = random.chunk(c);
+    ASSERT_GT(t.segments, 1);
+    ASSERT_EQ(t.segment_bounds[0], 0);
+    ASSERT_EQ(t.segment_bounds[t.segments], T);
+    int64_t longest = 0;
+    for (int64_t i = 0; i < t.segments; ++i) {
+      const int32_t begin = t.segment_bounds[i], end = t.segment_bounds[i + 1];
+      ASSERT_LT(begin, end);
+      longest = std::max<int64_t>(longest, end - begin);
+      ASSERT_EQ(t.doc_start[begin], begin);
+      for (int32_t k = begin + 1; k < end; ++k) {
+        if (t.doc_start[k] == begin) continue;
+        const bool alone = t.doc_start[k] == k && (k + 1 == T || t.doc_start[k + 1] != k);
+        EXPECT_TRUE(alone && t.targets[k] == kIgnoreIndex) << "chunk " << c << " token " << k;
+      }
+    }
+    EXPECT_EQ(t.longest_segment, longest);
+  }
 }
 
 TEST_F(SlidingEngineTest, ClippingNeedsTheAfterBackwardSchedule) {

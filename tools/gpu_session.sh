@@ -8,7 +8,8 @@
 # STEPS, TRAIN_TIMEOUT (seconds a run may take, 420), TRACE (0: no trace), TRACE_STEPS, MAX_GRAD_NORM (0: no clipping, as the peers train), HOST_MEMORY,
 # EXTRA_YAML (more config lines), TAG (suffix of the train logs, for several settings in one call),
 # HAND_TARGET + HAND_PLANS, PEERS, KEEP_LOGS, SEQ_LEN (train: tokens per sequence and per random
-# document, 2048) and SEQ_TILE (auto).
+# document, 2048), DOC_LEN (train: documents of 1 to 2 * DOC_LEN tokens instead, packed several to
+# a row) and SEQ_TILE (auto).
 set -u
 root="$(pwd)"
 B="$root/.device/bundle"
@@ -108,14 +109,18 @@ PY
     train)
       stage train
       # Documents of SEQ_LEN tokens (one fills a row: long-context runs attend over all of it),
-      # 512K tokens in all, at least 32 documents.
-      SEQ_LEN=${SEQ_LEN:-2048} python3 - <<'PY'
+      # 512K tokens in all, at least 32 documents; with DOC_LEN, documents of 1 to 2 * DOC_LEN tokens
+      # instead, which packing lays several to a row.
+      SEQ_LEN=${SEQ_LEN:-2048} DOC_LEN=${DOC_LEN:-0} python3 - <<'PY'
 import json, os, random
 rng = random.Random(0)
-n = int(os.environ["SEQ_LEN"])
+n, mean = int(os.environ["SEQ_LEN"]), int(os.environ["DOC_LEN"])
 with open("/tmp/tokens.jsonl", "w") as f:
-    for _ in range(max(32, 524288 // n)):
-        f.write(json.dumps({"input_ids": [rng.randrange(128000) for _ in range(n)]}) + "\n")
+    total, docs = 0, 0
+    while total < 524288 or docs < 32:
+        length = rng.randint(1, 2 * mean) if mean > 0 else n
+        f.write(json.dumps({"input_ids": [rng.randrange(128000) for _ in range(length)]}) + "\n")
+        total, docs = total + length, docs + 1
 PY
       # MODELS: llama preset names written to /tmp by `ferry init`, or preset:ARCH/NAME (in-memory random
       # weights, nothing on disk).

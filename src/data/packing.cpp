@@ -166,6 +166,19 @@ bool attends_as_one_sequence(const PackedRow& row) {
   return true;
 }
 
+std::vector<int32_t> attention_segments(const PackedRow& row) {
+  const size_t n = row.doc_start.size();
+  std::vector<int32_t> starts;
+  size_t end = 0;
+  for (size_t t = 0; t < n; t = end) {
+    // The document [t, end): the run of tokens sharing t's doc_start.
+    for (end = t + 1; end < n && row.doc_start[end] == row.doc_start[t];) ++end;
+    const bool reaches_nothing = end == t + 1 && row.targets[t] == kIgnoreIndex;
+    if (starts.empty() || !reaches_nothing) starts.push_back(static_cast<int32_t>(t));
+  }
+  return starts;
+}
+
 std::vector<PackedRow> pack_documents(const std::vector<Document>& documents, int64_t seq_len,
                                       PackingMode mode, PackStats* stats) {
   FERRY_CHECK(seq_len >= 1, "data", "seq_len is {}; it must be at least 1", seq_len);

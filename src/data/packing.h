@@ -62,6 +62,14 @@ struct PackStats {
 // (AttentionMask::row_tokens in ops/ops.h): no token that reaches the loss sees a difference.
 bool attends_as_one_sequence(const PackedRow& row);
 
+// The row cut into segments that attention may treat as causal sequences of their own
+// (AttentionMask::segment_bounds in ops/ops.h): the offset within the row of each segment's first
+// token, the first 0 (for a row of at least one token). Each document starts a segment, except a
+// document of one token without a target, which reaches nothing and joins the segment before it
+// (padding, a last one-token document); one at the row's start starts the first segment, and the
+// like of it that follow join that one. A row that attends_as_one_sequence is the one segment {0}.
+std::vector<int32_t> attention_segments(const PackedRow& row);
+
 // A row that counts nothing (every target kIgnoreIndex): it fills the last micro-chunk of an
 // evaluation whose rows do not divide into micro-chunks, without changing its loss.
 PackedRow padding_row(int64_t seq_len);

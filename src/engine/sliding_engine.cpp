@@ -334,8 +334,8 @@ void SlidingEngine::begin_step(const StepBatch& batch, GroupStep group, const Ad
 void SlidingEngine::upload_tokens(const StepBatch& batch, const std::vector<int32_t>& rows) {
   const int64_t C = batch.chunks(), T = chunk_tokens_;
   const size_t n = static_cast<size_t>(C * T), stride = static_cast<size_t>(max_chunks_ * T);
-  // Token arrays of the step: ids, targets, positions, doc_start, each (max_chunks * T), and the
-  // distinct ids.
+  // Token arrays of the step, each (max_chunks * T): ids, targets, positions, doc_start, the
+  // distinct ids, and the chunks' segment bounds (kStepTokenArrays).
   if (tokens_free_ >= 0) device_.synchronize(tokens_free_);
   int32_t* host = buffers_.tokens_host.as<int32_t>();
   std::memcpy(host, batch.ids.data(), n * 4);
@@ -343,6 +343,9 @@ void SlidingEngine::upload_tokens(const StepBatch& batch, const std::vector<int3
   std::memcpy(host + 2 * stride, batch.positions.data(), n * 4);
   std::memcpy(host + 3 * stride, batch.doc_start.data(), n * 4);
   if (!rows.empty()) std::memcpy(host + 4 * stride, rows.data(), rows.size() * 4);  // none in an evaluation
+  // A batch built by hand may have no segments; its chunks then claim none (below).
+  const bool has_segments = batch.segment_bounds.size() == n;
+  if (has_segments) std::memcpy(host + 5 * stride, batch.segment_bounds.data(), n * 4);
   device_.copy_to_device(buffers_.tokens.data(), host, kStepTokenArrays * stride * sizeof(int32_t),
                          StreamKind::HostToDevice);
   tokens_free_ = device_.record(StreamKind::HostToDevice);
@@ -350,7 +353,13 @@ void SlidingEngine::upload_tokens(const StepBatch& batch, const std::vector<int3
   device_.fill_zero(buffers_.loss.data(), sizeof(float), StreamKind::Compute);
   step_chunks_ = C;
   step_row_tokens_.resize(static_cast<size_t>(C));
-  for (int64_t c = 0; c < C; ++c) step_row_tokens_[static_cast<size_t>(c)] = batch.row_tokens(c);
+  step_segments_.resize(static_cast<size_t>(C));
+  step_longest_segment_.resize(static_cast<size_t>(C));
+  for (int64_t c = 0; c < C; ++c) {
+    step_row_tokens_[static_cast<size_t>(c)] = batch.row_tokens(c);
+    step_segments_[static_cast<size_t>(c)] = has_segments ? batch.segments(c) : 0;
+    step_longest_segment_[static_cast<size_t>(c)] = has_segments ? batch.longest_segment(c) : 0;
+  }
   counted_tokens_ = batch.counted_tokens();
 }
 
@@ -390,6 +399,11 @@ TokenChunk SlidingEngine::chunk(int64_t c) const {
   t.positions = dev_tokens + 2 * stride + o;
   t.doc_start = dev_tokens + 3 * stride + o;
   t.row_tokens = step_row_tokens_[static_cast<size_t>(c)];
+  t.segments = step_segments_[static_cast<size_t>(c)];
+  if (t.segments > 0) {
+    t.segment_bounds = dev_tokens + 5 * stride + o;
+    t.longest_segment = step_longest_segment_[static_cast<size_t>(c)];
+  }
   return t;
 }
 

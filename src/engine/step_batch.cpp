@@ -1,10 +1,30 @@
 #include "engine/step_batch.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "data/packing.h"
 #include "ops/ops.h"
 
 namespace ferry {
+
+namespace {
+
+// Chunk c's segments from their starts within it: the chunk's end closes the last, and a chunk
+// whose n + 1 bounds would not fit its T entries keeps none (attention then uses doc_start).
+void set_chunk_segments(StepBatch& b, int64_t c, std::vector<int32_t>& bounds) {
+  const int64_t T = b.chunk_tokens();
+  bounds.push_back(static_cast<int32_t>(T));
+  const auto n = static_cast<int64_t>(bounds.size()) - 1;
+  if (n + 1 > T) return;
+  int32_t longest = 0;
+  for (size_t i = 0; i + 1 < bounds.size(); ++i) longest = std::max(longest, bounds[i + 1] - bounds[i]);
+  std::copy(bounds.begin(), bounds.end(), b.segment_bounds.begin() + static_cast<ptrdiff_t>(c * T));
+  b.chunk_segments[static_cast<size_t>(c)] = n;
+  b.chunk_longest_segment[static_cast<size_t>(c)] = longest;
+}
+
+}  // namespace
 
 TokenChunk StepBatch::chunk(int64_t c) const {
   FERRY_ASSERT(c >= 0 && c < chunks());
@@ -16,12 +36,27 @@ TokenChunk StepBatch::chunk(int64_t c) const {
   t.positions = positions.data() + begin;
   t.doc_start = doc_start.data() + begin;
   t.row_tokens = row_tokens(c);
+  t.segments = segments(c);
+  if (t.segments > 0) {
+    t.segment_bounds = segment_bounds.data() + begin;
+    t.longest_segment = longest_segment(c);
+  }
   return t;
 }
 
 int64_t StepBatch::row_tokens(int64_t c) const {
   const auto i = static_cast<size_t>(c);
   return i < chunk_rows_are_sequences.size() && chunk_rows_are_sequences[i] ? seq_len : 0;
+}
+
+int64_t StepBatch::segments(int64_t c) const {
+  const auto i = static_cast<size_t>(c);
+  return i < chunk_segments.size() ? chunk_segments[i] : 0;
+}
+
+int64_t StepBatch::longest_segment(int64_t c) const {
+  const auto i = static_cast<size_t>(c);
+  return i < chunk_longest_segment.size() ? chunk_longest_segment[i] : 0;
 }
 
 int64_t StepBatch::counted_tokens() const {
@@ -42,6 +77,10 @@ StepBatch make_step_batch(const std::vector<const PackedRow*>& rows, int64_t seq
   b.positions.reserve(total);
   b.doc_start.reserve(total);
   b.chunk_rows_are_sequences.assign(static_cast<size_t>(b.chunks()), 1);
+  b.segment_bounds.assign(total, 0);
+  b.chunk_segments.assign(static_cast<size_t>(b.chunks()), 0);
+  b.chunk_longest_segment.assign(static_cast<size_t>(b.chunks()), 0);
+  std::vector<int32_t> bounds;  // the current chunk's, gathered row by row
   for (int64_t r = 0; r < b.rows; ++r) {
     const PackedRow& row = *rows[static_cast<size_t>(r)];
     if (!attends_as_one_sequence(row)) b.chunk_rows_are_sequences[static_cast<size_t>(r / micro_batch)] = 0;
@@ -51,6 +90,9 @@ StepBatch make_step_batch(const std::vector<const PackedRow*>& rows, int64_t seq
     b.targets.insert(b.targets.end(), row.targets.begin(), row.targets.end());
     b.positions.insert(b.positions.end(), row.positions.begin(), row.positions.end());
     for (int32_t s : row.doc_start) b.doc_start.push_back(row_offset + s);
+    if (r % micro_batch == 0) bounds.clear();
+    for (int32_t s : attention_segments(row)) bounds.push_back(row_offset + s);
+    if ((r + 1) % micro_batch == 0) set_chunk_segments(b, r / micro_batch, bounds);
   }
   return b;
 }
@@ -85,6 +127,14 @@ StepBatch chunk_slice(const StepBatch& batch, int64_t first, int64_t count) {
   if (!batch.chunk_rows_are_sequences.empty())
     out.chunk_rows_are_sequences.assign(batch.chunk_rows_are_sequences.begin() + first,
                                         batch.chunk_rows_are_sequences.begin() + first + count);
+  // Bounds are relative to their chunk's first token, so a chunk's slice keeps them as they are.
+  if (!batch.chunk_segments.empty()) {
+    out.segment_bounds.assign(batch.segment_bounds.begin() + begin, batch.segment_bounds.begin() + end);
+    out.chunk_segments.assign(batch.chunk_segments.begin() + first,
+                              batch.chunk_segments.begin() + first + count);
+    out.chunk_longest_segment.assign(batch.chunk_longest_segment.begin() + first,
+                                     batch.chunk_longest_segment.begin() + first + count);
+  }
   return out;
 }
 

@@ -231,14 +231,24 @@ void project_group(Ops& ops, const LayerContext& ctx, const LayerParams& p, cons
     project_qkv(ops, ctx, p, chunk, d, g, t, tiles.size() > 1 || !h_is_fresh, x_in, s);
 }
 
+// The chunk's mask for attention, forward and backward alike: the exact documents, with what the
+// host knows of their shape (whole rows, causal segments) that lets a backend skip doc_start.
+AttentionMask attention_mask(const TokenChunk& chunk) {
+  AttentionMask mask(chunk.doc_start, chunk.row_tokens);
+  mask.segment_bounds = chunk.segment_bounds;
+  mask.segments = chunk.segments;
+  mask.longest_segment = chunk.longest_segment;
+  return mask;
+}
+
 // B: group g's attention over the whole chunk, into its heads' columns of attn and rows of lse.
 void attend(Ops& ops, const LayerContext& ctx, const TokenChunk& chunk, const Dims& d, int64_t g,
             LayerScratch& s) {
   const float scale = attention_scale(*ctx.config);  // 1/sqrt(head_dim), with YaRN's temperature
-  ops.attention_forward(
-      rows(s.q, 0, d.T, d.gQD).view({d.T, d.gHq, d.D}), rows(s.k, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}),
-      rows(s.v, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
-      scale, group_heads(s.attn, d, g), rows(s.lse, g * d.gHq, d.gHq, d.T));
+  ops.attention_forward(rows(s.q, 0, d.T, d.gQD).view({d.T, d.gHq, d.D}),
+                        rows(s.k, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}),
+                        rows(s.v, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}), attention_mask(chunk), scale,
+                        group_heads(s.attn, d, g), rows(s.lse, g * d.gHq, d.gHq, d.T));
 }
 
 // C up to the activation: x1 = x + o_proj(attn), h2 = rmsnorm(x1), gate, up, act for one tile.
@@ -331,10 +341,9 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
     if (grp != d.G - 1) project_group(ops, ctx, p, chunk, d, grp, tiles, /*h_is_fresh=*/true, x_in, s);
     ops.attention_backward(
         rows(s.q, 0, d.T, d.gQD).view({d.T, d.gHq, d.D}), rows(s.k, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}),
-        rows(s.v, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}), AttentionMask(chunk.doc_start, chunk.row_tokens),
-        scale, group_heads(s.attn, d, grp), rows(s.lse, grp * d.gHq, d.gHq, d.T),
-        group_heads(s.d_attn, d, grp), rows(s.dq, 0, d.T, d.gQD).view({d.T, d.gHq, d.D}),
-        rows(s.dk, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}),
+        rows(s.v, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}), attention_mask(chunk), scale,
+        group_heads(s.attn, d, grp), rows(s.lse, grp * d.gHq, d.gHq, d.T), group_heads(s.d_attn, d, grp),
+        rows(s.dq, 0, d.T, d.gQD).view({d.T, d.gHq, d.D}), rows(s.dk, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}),
         rows(s.dv, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}));
 
     const QkvRows w = qkv_rows(p, d, grp), gw = qkv_rows(g, d, grp);

@@ -53,6 +53,16 @@ struct AttentionMask {
   // doc_start. Outputs at those trailing tokens are then unspecified; every other output, and
   // every gradient when their dout is zero (as the loss makes it), is the exact mask's.
   int64_t row_tokens = 0;
+  // 0, or n > 0 when the caller knows on the host that the T tokens fall into n segments, each a
+  // causal sequence: segment i is tokens [segment_bounds[i], segment_bounds[i + 1]) (n + 1 bounds
+  // in the memory the ops run on, the first 0, the last T), every token belongs to the document
+  // that starts its segment, except tokens that reach nothing (documents of one token without a
+  // loss target, such as padding), which may sit at the end of the segment before them. A backend
+  // may then attend causally within each segment and ignore doc_start, with the same guarantee as
+  // row_tokens. longest_segment is the most tokens a segment has.
+  const int32_t* segment_bounds = nullptr;
+  int64_t segments = 0;
+  int64_t longest_segment = 0;
 
   AttentionMask(const int32_t* starts, int64_t rows = 0)
       : doc_start(starts), row_tokens(rows) {}  // NOLINT: implicit

@@ -122,9 +122,10 @@ bool row_sparse_embedding(const ModelLayout& layout, const Plan& plan);
 size_t state_mapped_bytes(OptimizerStateFormat format, size_t numel);
 // Of those, the master's arrays (the fp32 master, or a lean format's bf16 master and compensation).
 size_t master_mapped_bytes(OptimizerStateFormat format, size_t numel);
-// The int32 arrays of a step's tokens the device holds: ids, targets, positions, doc_start, and
-// the step's distinct ids (the embedding rows it touches), each one entry per token.
-inline constexpr size_t kStepTokenArrays = 5;
+// The int32 arrays of a step's tokens the device holds: ids, targets, positions, doc_start, the
+// step's distinct ids (the embedding rows it touches), and the chunks' attention segment bounds
+// (StepBatch::segment_bounds), each one entry per token.
+inline constexpr size_t kStepTokenArrays = 6;
 // The most rows a step's embedding gradient has: distinct token ids, at most one per token.
 int64_t max_embedding_rows(const ModelConfig& config, int64_t chunk_tokens, int64_t chunks);
 // Where they land: in the pinned buffer of an offloaded boundary activation when the plan has

@@ -47,6 +47,10 @@ FlashAttentionParams attention_params(const char* op, const Tensor& q, const Ten
   return p;
 }
 
+AttentionSegments segments_of(const AttentionMask& mask) {
+  return AttentionSegments{mask.segment_bounds, mask.segments, mask.longest_segment};
+}
+
 // Attention's working memory at its one size for these dims (the planner's); *bytes gets the size.
 void* attention_workspace(CudaOps::State& state, const FlashAttentionParams& p, size_t* bytes) {
   *bytes = attention_workspace_bytes(p.tokens, p.q_heads, p.head_dim);
@@ -60,10 +64,12 @@ void CudaOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask
   const FlashAttentionParams p =
       attention_params("attention_forward", q, k, v, mask.doc_start, scale, out, lse);
   if (p.tokens == 0 || p.q_heads == 0) return;
-  if (CudnnAttention* cudnn = state_->cudnn_attention.get(); cudnn != nullptr && mask.row_tokens > 0) {
+  if (CudnnAttention* cudnn = state_->cudnn_attention.get();
+      cudnn != nullptr && (mask.row_tokens > 0 || mask.segments > 0)) {
     size_t bytes = 0;
     void* workspace = attention_workspace(*state_, p, &bytes);
-    if (cudnn->forward(p, mask.row_tokens, workspace, bytes)) return;
+    if (mask.row_tokens > 0 && cudnn->forward(p, mask.row_tokens, workspace, bytes)) return;
+    if (mask.row_tokens <= 0 && cudnn->forward(p, segments_of(mask), workspace, bytes)) return;
   }
   flash_attention_forward(p, state_->stream);
 }
@@ -83,8 +89,10 @@ void CudaOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mas
   p.dk = dk.data;
   p.dv = dv.data;
   p.workspace = attention_workspace(*state_, p.fwd, &p.workspace_bytes);
-  if (CudnnAttention* cudnn = state_->cudnn_attention.get(); cudnn != nullptr && mask.row_tokens > 0)
-    if (cudnn->backward(p, mask.row_tokens)) return;
+  if (CudnnAttention* cudnn = state_->cudnn_attention.get(); cudnn != nullptr) {
+    if (mask.row_tokens > 0 && cudnn->backward(p, mask.row_tokens)) return;
+    if (mask.row_tokens <= 0 && mask.segments > 0 && cudnn->backward(p, segments_of(mask))) return;
+  }
   flash_attention_backward(p, state_->stream);
 }
 

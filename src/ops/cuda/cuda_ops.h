@@ -49,8 +49,9 @@ struct CudaOpsOptions {
   // fastest (cuda_gemm.cuh); off: the heuristic's first choice, always. The environment variable
   // FERRY_GEMM_TUNING=0 turns it off for every CudaOps made with the default.
   bool gemm_tuning = gemm_tuning_default();
-  // Attention of rows that are plain causal sequences (AttentionMask::row_tokens) runs on cuDNN's
-  // fused attention where cuDNN is installed (ops/cuda/cudnn_attention.h); off, or without cuDNN
+  // Attention of rows that are plain causal sequences (AttentionMask::row_tokens), or of causal
+  // segments (AttentionMask::segment_bounds: packed documents), runs on cuDNN's fused attention
+  // where cuDNN is installed (ops/cuda/cudnn_attention.h); off, or without cuDNN
   // (or with FERRY_CUDNN=0 in the environment): ferry's own flash attention, always.
   bool cudnn_attention = true;
   // Logits of the fused linear-cross-entropy are made this many bytes (bf16) at a time: the token

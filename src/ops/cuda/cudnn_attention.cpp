@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "ops/cuda/cudnn_attention_graphs.h"
 #include "ops/cuda/cudnn_backend.h"
 #include "ops/cuda/cudnn_library.h"
+#include "ops/cuda/ragged_attention_tables.h"
 
 namespace ferry {
 
@@ -19,11 +21,14 @@ struct CudnnAttention::Graphs {
   cudnn::AttentionShape shape;
   cudnn::AttentionGraph forward;
   cudnn::AttentionGraph backward;
-  // The statistics in cuDNN's layout, at the start of the workspace, when they are not ferry's
-  // (a batch of more than one row).
+  // A ragged batch's tables (cudnn::RaggedTables), at the start of the workspace.
+  int64_t tables_bytes = 0;
+  // The statistics in cuDNN's layout, after the tables, when they are not ferry's (a batch of more
+  // than one row, or a ragged one).
   int64_t statistics_bytes = 0;
-  int64_t forward_bytes() const { return statistics_bytes + forward.workspace_bytes(); }
-  int64_t backward_bytes() const { return statistics_bytes + backward.workspace_bytes(); }
+  int64_t ahead_bytes() const { return tables_bytes + statistics_bytes; }
+  int64_t forward_bytes() const { return ahead_bytes() + forward.workspace_bytes(); }
+  int64_t backward_bytes() const { return ahead_bytes() + backward.workspace_bytes(); }
   bool told_short_workspace = false;  // logged once that a call's workspace was too small
   bool failed = false;                // an execution failed: the shape is cuDNN's no more
 };
@@ -55,7 +60,8 @@ CudnnAttention::CudnnAttention(void* stream) : stream_(stream) {
   static bool told = false;  // once per process: which library runs attention
   if (!told) {
     told = true;
-    log_info("attention: cuDNN {} ({}) for rows that are whole sequences", lib.version, lib.path);
+    log_info("attention: cuDNN {} ({}) for rows that are whole sequences and for packed documents",
+             lib.version, lib.path);
   }
   handle_ = handle;
   const cudnnStatus_t status = lib.set_stream(handle, static_cast<cudaStream_t>(stream));
@@ -117,7 +123,8 @@ CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p, in
     refusal_ = fmt::format("{} tokens are not whole rows of {}", p.tokens, row_tokens);
     return nullptr;
   }
-  // cuDNN before 9.16 masks sequences of other lengths only with a padding mask ferry does not build.
+  // cuDNN before 9.16 masks sequences of other lengths only with a padding mask, which ferry builds
+  // for segments alone.
   if (cudnn::library()->version < 91600 && row_tokens % 128 != 0) {
     refusal_ = fmt::format("rows of {} tokens: cuDNN {} needs a multiple of 128", row_tokens,
                            cudnn::library()->version);
@@ -129,7 +136,69 @@ CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p, in
                                     p.kv_heads,
                                     p.head_dim,
                                     static_cast<int>(out_row_elements(p) / p.head_dim)};
-  const Key key{shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim, shape.out_heads};
+  return built(shape);
+}
+
+namespace {
+
+int64_t power_of_two_at_least(int64_t n) {
+  int64_t p = 1;
+  while (p < n) p *= 2;
+  return p;
+}
+
+int64_t round_to_256(int64_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+// The tables of a ragged batch of `batch` entries, carved from the start of `base`.
+cudnn::RaggedTables carve_tables(char* base, int64_t batch) {
+  cudnn::RaggedTables t;
+  const int64_t offsets = round_to_256(static_cast<int64_t>(sizeof(int64_t)) * (batch + 1));
+  t.q_offset = reinterpret_cast<int64_t*>(base);
+  t.kv_offset = reinterpret_cast<int64_t*>(base + offsets);
+  t.o_offset = reinterpret_cast<int64_t*>(base + 2 * offsets);
+  t.seq_len = reinterpret_cast<int32_t*>(base + 3 * offsets);
+  return t;
+}
+
+int64_t tables_bytes(int64_t batch) {
+  return 3 * round_to_256(static_cast<int64_t>(sizeof(int64_t)) * (batch + 1)) +
+         round_to_256(static_cast<int64_t>(sizeof(int32_t)) * batch);
+}
+
+// cuDNN's grids put the batch in a dimension of at most 65535 blocks.
+constexpr int64_t kMostEntries = 65535;
+
+}  // namespace
+
+CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p,
+                                               const AttentionSegments& segments) {
+  if (segments.count <= 0 || segments.bounds == nullptr || segments.longest <= 0) {
+    refusal_ = "no segments";
+    return nullptr;
+  }
+  const int64_t batch = power_of_two_at_least(segments.count);
+  if (batch > kMostEntries) {
+    refusal_ = fmt::format("{} segments: more than cuDNN's batch of {} takes", segments.count, kMostEntries);
+    return nullptr;
+  }
+  cudnn::AttentionShape shape{batch,      power_of_two_at_least(std::max<int64_t>(segments.longest, 128)),
+                              p.q_heads,  p.kv_heads,
+                              p.head_dim, static_cast<int>(out_row_elements(p) / p.head_dim)};
+  shape.ragged = true;
+  shape.tokens = p.tokens;
+  return built(shape);
+}
+
+CudnnAttention::Graphs* CudnnAttention::built(const cudnn::AttentionShape& shape) {
+  const Key key{shape.batch,
+                shape.seq,
+                shape.q_heads,
+                shape.kv_heads,
+                shape.head_dim,
+                shape.out_heads,
+                shape.ragged ? shape.tokens : 0};
   auto it = built_.find(key);
   if (it == built_.end()) {
     std::unique_ptr<Graphs> g;
@@ -138,18 +207,22 @@ CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p, in
       auto handle = static_cast<cudnnHandle_t>(handle_);
       g = std::make_unique<Graphs>();
       g->shape = shape;
-      g->statistics_bytes = shape.batch > 1 ? cudnn::attention_statistics_bytes(shape) : 0;
+      g->tables_bytes = shape.ragged ? tables_bytes(shape.batch) : 0;
+      g->statistics_bytes = shape.batch > 1 || shape.ragged ? cudnn::attention_statistics_bytes(shape) : 0;
       g->forward = cudnn::build_attention_forward(lib, handle, shape);
       g->backward = cudnn::build_attention_backward(lib, handle, shape);
       log_info(
-          "attention of {} x {} tokens, {}/{} heads of {}: cuDNN {} (forward: {}, {} B workspace; backward: "
-          "{}, {} B)",
-          shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim, lib.version,
-          g->forward.plan.engine, g->forward_bytes(), g->backward.plan.engine, g->backward_bytes());
+          "attention of {} {} x {} tokens, {}/{} heads of {}: cuDNN {} (forward: {}, {} B workspace; "
+          "backward: {}, {} B)",
+          shape.batch, shape.ragged ? "segments of at most" : "rows", shape.seq, shape.q_heads,
+          shape.kv_heads, shape.head_dim, lib.version, g->forward.plan.engine, g->forward_bytes(),
+          g->backward.plan.engine, g->backward_bytes());
     } catch (const cudnn::Failure& e) {
       log_warn(
-          "attention of {} x {} tokens, {}/{} heads of {}: cuDNN refused it, ferry's own kernels run it: {}",
-          shape.batch, shape.seq, shape.q_heads, shape.kv_heads, shape.head_dim, e.what());
+          "attention of {} {} x {} tokens, {}/{} heads of {}: cuDNN refused it, ferry's own kernels run it: "
+          "{}",
+          shape.batch, shape.ragged ? "segments of at most" : "rows", shape.seq, shape.q_heads,
+          shape.kv_heads, shape.head_dim, e.what());
       g.reset();
       refusal_ = e.what();
     }
@@ -207,6 +280,24 @@ bool CudnnAttention::forward(const FlashAttentionParams& p, int64_t row_tokens, 
   return true;
 }
 
+bool CudnnAttention::forward(const FlashAttentionParams& p, const AttentionSegments& segments,
+                             void* workspace, size_t workspace_bytes) {
+  refusal_.clear();
+  Graphs* g = graphs(p, segments);
+  if (g == nullptr || !workspace_fits(*g, "forward", g->forward_bytes(), workspace_bytes)) return false;
+  if (!aligned({p.q, p.k, p.v, p.out, p.lse, workspace})) {
+    refusal_ = "a tensor is not 16-byte aligned";
+    return false;
+  }
+  char* base = static_cast<char*>(workspace);
+  cudnn::AttentionTensors t = forward_tensors(p, reinterpret_cast<float*>(base + g->tables_bytes));
+  t.ragged = ragged_tables(*g, p, segments, base);
+  if (!execute(*g, g->forward, t, base + g->ahead_bytes())) return false;
+  copy_ragged_statistics(segments.bounds, segments.count, p.q_heads, p.tokens, g->shape.seq, p.lse, t.stats,
+                         false, stream_);
+  return true;
+}
+
 bool CudnnAttention::backward(const FlashAttentionBackwardParams& p, int64_t row_tokens) {
   refusal_.clear();
   Graphs* g = graphs(p.fwd, row_tokens);
@@ -225,6 +316,35 @@ bool CudnnAttention::backward(const FlashAttentionBackwardParams& p, int64_t row
   t.dk = p.dk;
   t.dv = p.dv;
   return execute(*g, g->backward, t, base + g->statistics_bytes);
+}
+
+bool CudnnAttention::backward(const FlashAttentionBackwardParams& p, const AttentionSegments& segments) {
+  refusal_.clear();
+  Graphs* g = graphs(p.fwd, segments);
+  if (g == nullptr || !workspace_fits(*g, "backward", g->backward_bytes(), p.workspace_bytes)) return false;
+  if (!aligned({p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.fwd.lse, p.dout, p.dq, p.dk, p.dv, p.workspace})) {
+    refusal_ = "a tensor is not 16-byte aligned";
+    return false;
+  }
+  char* base = static_cast<char*>(p.workspace);
+  cudnn::AttentionTensors t = forward_tensors(p.fwd, reinterpret_cast<float*>(base + g->tables_bytes));
+  t.ragged = ragged_tables(*g, p.fwd, segments, base);
+  copy_ragged_statistics(segments.bounds, segments.count, p.fwd.q_heads, p.fwd.tokens, g->shape.seq,
+                         p.fwd.lse, t.stats, true, stream_);
+  t.dout = const_cast<void*>(p.dout);
+  t.dq = p.dq;
+  t.dk = p.dk;
+  t.dv = p.dv;
+  return execute(*g, g->backward, t, base + g->ahead_bytes());
+}
+
+cudnn::RaggedTables CudnnAttention::ragged_tables(const Graphs& g, const FlashAttentionParams& p,
+                                                  const AttentionSegments& segments, char* base) {
+  const cudnn::RaggedTables t = carve_tables(base, g.shape.batch);
+  const int64_t D = p.head_dim;
+  fill_ragged_attention_tables(segments.bounds, segments.count, g.shape.batch, p.q_heads * D, p.kv_heads * D,
+                               out_row_elements(p), t.seq_len, t.q_offset, t.kv_offset, t.o_offset, stream_);
+  return t;
 }
 
 }  // namespace ferry

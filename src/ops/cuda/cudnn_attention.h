@@ -6,6 +6,11 @@
 // takes as they are, and lse (Hq, T) is its statistics tensor (natural log-sum-exp of the scaled,
 // masked scores of each query), read through strides.
 //
+// Packed rows of several documents (AttentionMask::segment_bounds: causal segments of varied
+// lengths) run as a ragged batch instead: one entry per segment, the batch rounded up to a power of
+// two (entries past the segments are empty) and the entries' most tokens to a power of two of at
+// least 128, so that a run builds few graphs however its documents fall.
+//
 // The graphs are built once per shape (batch, R, heads, head_dim) with cuDNN's heuristics and
 // kept. A shape cuDNN refuses, or whose plan needs more workspace than the caller has, is
 // remembered and answered `false` at once from then on, and so is a shape whose execution ever
@@ -29,9 +34,18 @@
 namespace ferry {
 
 namespace cudnn {
+struct AttentionShape;
 struct AttentionGraph;
 struct AttentionTensors;
+struct RaggedTables;
 }  // namespace cudnn
+
+// The segments of a call (ops.h: AttentionMask::segment_bounds, segments, longest_segment).
+struct AttentionSegments {
+  const int32_t* bounds = nullptr;  // device: count + 1 token indices, the first 0, the last T
+  int64_t count = 0;
+  int64_t longest = 0;
+};
 
 class CudnnAttention {
  public:
@@ -52,6 +66,11 @@ class CudnnAttention {
   // not 16-byte aligned).
   bool forward(const FlashAttentionParams& p, int64_t row_tokens, void* workspace, size_t workspace_bytes);
   bool backward(const FlashAttentionBackwardParams& p, int64_t row_tokens);
+  // The same for tokens that fall into segments (a ragged batch), false also when there are none or
+  // more than cuDNN's batch takes.
+  bool forward(const FlashAttentionParams& p, const AttentionSegments& segments, void* workspace,
+               size_t workspace_bytes);
+  bool backward(const FlashAttentionBackwardParams& p, const AttentionSegments& segments);
 
   // Why the last call returned false ("" after a success).
   const std::string& last_refusal() const { return refusal_; }
@@ -62,15 +81,22 @@ class CudnnAttention {
   explicit CudnnAttention(void* stream);
   // The plans of a shape, built on first use; nullptr when cuDNN refused it.
   Graphs* graphs(const FlashAttentionParams& p, int64_t row_tokens);
+  Graphs* graphs(const FlashAttentionParams& p, const AttentionSegments& segments);
+  // The plans of `shape`, built on its first call; nullptr when cuDNN refused it.
+  Graphs* built(const cudnn::AttentionShape& shape);
   // Whether `need` bytes fit in `given`; when not, the refusal says so (logged once per shape).
   bool workspace_fits(Graphs& g, const char* direction, int64_t need, size_t given);
+  // Fills a ragged batch's tables at the start of the workspace `base` (on the stream).
+  cudnn::RaggedTables ragged_tables(const Graphs& g, const FlashAttentionParams& p,
+                                    const AttentionSegments& segments, char* base);
   // Runs one of g's graphs; false (logged, and the shape given up) when cuDNN fails to.
   bool execute(Graphs& g, const cudnn::AttentionGraph& graph, const cudnn::AttentionTensors& t,
                void* workspace);
 
   void* stream_;
-  void* handle_ = nullptr;                                       // cudnnHandle_t
-  using Key = std::tuple<int64_t, int64_t, int, int, int, int>;  // batch, row_tokens, Hq, Hkv, D, Ho
+  void* handle_ = nullptr;  // cudnnHandle_t
+  // batch, row_tokens (ragged: the entries' most tokens), Hq, Hkv, D, Ho, ragged: the tokens (else 0)
+  using Key = std::tuple<int64_t, int64_t, int, int, int, int, int64_t>;
   std::map<Key, std::unique_ptr<Graphs>> built_;
   std::string refusal_;
 };

@@ -29,42 +29,106 @@ enum Uid : int64_t {
   kOne,         // by value
   kDQAccum,     // fp32 dq, in the graph's own workspace
   kSoftmaxSum,  // rowsum(dout * out), in the graph's own workspace
+  kSeqLenQ,     // ragged: each entry's tokens, as queries
+  kSeqLenKV,    // ragged: the same, as keys
+  kQOffset,     // ragged: each entry's first element in q and dq
+  kKOffset,     // ragged: in k and dk
+  kVOffset,     // ragged: in v and dv
+  kOOffset,     // ragged: in out and dout
   kFirstVirtual = 100,
 };
 
 // Builds tensors with fresh virtual ids and keeps every descriptor alive until the plan is made.
 class GraphBuilder {
  public:
-  GraphBuilder(const Library& lib, const AttentionShape& s) : lib_(lib), s_(s) {}
+  GraphBuilder(const Library& lib, const AttentionShape& s) : lib_(lib), s_(s) {
+    if (!s.ragged) return;
+    const std::vector<int64_t> per_entry = {s.batch, 1, 1, 1}, bounds = {s.batch + 1, 1, 1, 1};
+    seq_len_q_ = &tensor(kSeqLenQ, per_entry, {1, 1, 1, 1}, CUDNN_DATA_INT32);
+    seq_len_kv_ = &tensor(kSeqLenKV, per_entry, {1, 1, 1, 1}, CUDNN_DATA_INT32);
+    for (const int64_t uid : {kQOffset, kKOffset, kVOffset, kOOffset})
+      offsets_.push_back(&tensor(uid, bounds, {1, 1, 1, 1}, CUDNN_DATA_INT64));
+  }
 
   const Descriptor& tensor(int64_t uid, std::vector<int64_t> dims, std::vector<int64_t> strides,
-                           cudnnDataType_t type, bool by_value = false) {
-    return keep(
-        make_tensor(lib_, TensorSpec{uid, std::move(dims), std::move(strides), type, false, by_value}));
+                           cudnnDataType_t type, bool by_value = false, const Descriptor* ragged = nullptr) {
+    TensorSpec spec{uid, std::move(dims), std::move(strides), type, false, by_value};
+    spec.ragged_offset = ragged;
+    return keep(make_tensor(lib_, spec));
+  }
+  // The ragged offset of tensor `uid` (its own or, for a gradient, its input's); null unless ragged.
+  const Descriptor* offset_of(int64_t uid) const {
+    if (!s_.ragged) return nullptr;
+    switch (uid) {
+      case kQ:
+      case kDQ:
+      case kDQAccum:
+        return offsets_[0];
+      case kK:
+      case kDK:
+        return offsets_[1];
+      case kV:
+      case kDV:
+        return offsets_[2];
+      default:
+        return offsets_[3];  // out, dout
+    }
   }
   const Descriptor& scalar(int64_t uid) {
     return tensor(uid, {1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, true);
   }
   const Descriptor& virt(std::vector<int64_t> dims, std::vector<int64_t> strides = {},
-                         cudnnDataType_t type = CUDNN_DATA_FLOAT) {
+                         cudnnDataType_t type = CUDNN_DATA_FLOAT, const Descriptor* ragged = nullptr) {
     if (strides.empty()) strides = packed_strides(dims);
-    return keep(make_tensor(
-        lib_, TensorSpec{next_virtual_++, std::move(dims), std::move(strides), type, true, false}));
+    TensorSpec spec{next_virtual_++, std::move(dims), std::move(strides), type, true, false};
+    spec.ragged_offset = ragged;
+    return keep(make_tensor(lib_, spec));
   }
   // Ferry's (batch, seq, heads, D) tensors as cuDNN's [b, h, s, d], and transposed [b, h, d, s].
   const Descriptor& bshd(int64_t uid, int64_t heads) {
-    return tensor(uid, {s_.batch, heads, s_.seq, s_.head_dim}, bshd_strides(heads), CUDNN_DATA_BFLOAT16);
+    return tensor(uid, {s_.batch, heads, s_.seq, s_.head_dim}, bshd_strides(heads), CUDNN_DATA_BFLOAT16,
+                  false, offset_of(uid));
   }
   // out and dout: Hq heads of rows out_heads wide.
   const Descriptor& bshd_out(int64_t uid) {
     const int64_t row = static_cast<int64_t>(s_.out_heads) * s_.head_dim;
     return tensor(uid, {s_.batch, s_.q_heads, s_.seq, s_.head_dim}, {s_.seq * row, s_.head_dim, row, 1},
-                  CUDNN_DATA_BFLOAT16);
+                  CUDNN_DATA_BFLOAT16, false, offset_of(uid));
   }
   const Descriptor& bshd_transposed(int64_t uid, int64_t heads) {
     const std::vector<int64_t> st = bshd_strides(heads);
     return tensor(uid, {s_.batch, heads, s_.head_dim, s_.seq}, {st[0], st[1], st[3], st[2]},
-                  CUDNN_DATA_BFLOAT16);
+                  CUDNN_DATA_BFLOAT16, false, offset_of(uid));
+  }
+  // What a product over a ragged entry really spans: its rows, columns and inner dimension each
+  // run over the entry's queries ('q'), its keys ('k'), or neither (0: head_dim, the full extent).
+  // Empty unless ragged.
+  MatmulOverrides extents(char rows, char cols, char inner) const {
+    MatmulOverrides o;
+    if (!s_.ragged) return o;
+    auto of = [&](char c) { return c == 'q' ? seq_len_q_ : c == 'k' ? seq_len_kv_ : nullptr; };
+    o.m = of(rows);
+    o.n = of(cols);
+    o.k = of(inner);
+    return o;
+  }
+  // y = where(row < seq_len_q and col < seq_len_kv, x, -inf): the padding mask of a ragged entry,
+  // as cuDNN's frontend builds it. x itself when not ragged.
+  const Descriptor& padding_mask(const Descriptor& x, const Descriptor& neg_inf) {
+    if (!s_.ragged) return x;
+    const Descriptor& row = virt(scores(), {}, CUDNN_DATA_INT32);
+    const Descriptor& col = virt(scores(), {}, CUDNN_DATA_INT32);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, row, CUDNN_DATA_INT32, nullptr, 2);
+    pointwise(CUDNN_POINTWISE_GEN_INDEX, x, nullptr, col, CUDNN_DATA_INT32, nullptr, 3);
+    const Descriptor& row_in = virt(scores(), {}, CUDNN_DATA_BOOLEAN);
+    const Descriptor& col_in = virt(scores(), {}, CUDNN_DATA_BOOLEAN);
+    pointwise(CUDNN_POINTWISE_CMP_LT, row, seq_len_q_, row_in, CUDNN_DATA_BOOLEAN);
+    pointwise(CUDNN_POINTWISE_CMP_LT, col, seq_len_kv_, col_in, CUDNN_DATA_BOOLEAN);
+    const Descriptor& keep_mask = virt(scores(), {}, CUDNN_DATA_BOOLEAN);
+    pointwise(CUDNN_POINTWISE_LOGICAL_AND, row_in, &col_in, keep_mask, CUDNN_DATA_BOOLEAN);
+    const Descriptor& y = virt(scores());
+    pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, &neg_inf, y, CUDNN_DATA_FLOAT, &keep_mask);
+    return y;
   }
   std::vector<int64_t> bshd_strides(int64_t heads) const {
     return {s_.seq * heads * s_.head_dim, s_.head_dim, heads * s_.head_dim, 1};
@@ -84,7 +148,7 @@ class GraphBuilder {
   // scale q k^T, as [b, Hq, s, s] (kt: k seen transposed; its kv heads broadcast over the group).
   const Descriptor& scaled_scores(const Descriptor& q, const Descriptor& kt, const Descriptor& scale) {
     const Descriptor& s0 = virt(scores());
-    op(make_matmul(lib_, q, kt, s0));
+    op(make_matmul(lib_, q, kt, s0, extents('q', 'k', 0)));
     return scores_pointwise(CUDNN_POINTWISE_MUL, s0, &scale);
   }
   void pointwise(cudnnPointwiseMode_t mode, const Descriptor& x, const Descriptor* b, const Descriptor& y,
@@ -104,14 +168,16 @@ class GraphBuilder {
   }
 
   // out = a @ b over [b, Hq, ...]: written to out directly when out has Hq heads, else into full
-  // heads and summed over each group of query heads sharing out's kv head (GQA's dk and dv).
+  // heads and summed over each group of query heads sharing out's kv head (GQA's dk and dv). Rows
+  // are keys, the inner dimension queries.
   void group_matmul(const Descriptor& a, const Descriptor& b, const Descriptor& out) {
+    const MatmulOverrides e = extents('k', 0, 'q');
     if (s_.q_heads == s_.kv_heads) {
-      op(make_matmul(lib_, a, b, out));
+      op(make_matmul(lib_, a, b, out, e));
       return;
     }
     const Descriptor& full = virt({s_.batch, s_.q_heads, s_.seq, s_.head_dim}, {}, CUDNN_DATA_BFLOAT16);
-    op(make_matmul(lib_, a, b, full));
+    op(make_matmul(lib_, a, b, full, e));
     op(make_reduction(lib_, CUDNN_REDUCE_TENSOR_ADD, full, out));
   }
 
@@ -130,7 +196,14 @@ class GraphBuilder {
   AttentionShape s_;
   int64_t next_virtual_ = kFirstVirtual;
   std::vector<std::unique_ptr<Descriptor>> tensors_, ops_;
+  const Descriptor *seq_len_q_ = nullptr, *seq_len_kv_ = nullptr;  // ragged only
+  std::vector<const Descriptor*> offsets_;                         // q, k, v, out; ragged only
 };
+
+// The ids of a ragged graph's tables (after the graph's own).
+void add_ragged_uids(const AttentionShape& s, std::vector<int64_t>& uids) {
+  if (s.ragged) uids.insert(uids.end(), {kSeqLenQ, kSeqLenKV, kQOffset, kKOffset, kVOffset, kOOffset});
+}
 
 }  // namespace
 
@@ -149,7 +222,7 @@ AttentionGraph build_attention_forward(const Library& lib, cudnnHandle_t handle,
   const Descriptor& scale = g.scalar(kScale);
   const Descriptor& neg_inf = g.scalar(kNegInf);
 
-  const Descriptor& s1 = g.scaled_scores(q, kt, scale);
+  const Descriptor& s1 = g.padding_mask(g.scaled_scores(q, kt, scale), neg_inf);
   const Descriptor& s2 = g.virt(g.scores());
   g.causal_mask(s1, neg_inf, s2);
   const Descriptor& mx = g.virt(g.rows());
@@ -163,11 +236,12 @@ AttentionGraph build_attention_forward(const Library& lib, cudnnHandle_t handle,
   g.pointwise(CUDNN_POINTWISE_ADD, mx, &lz, stats);
   const Descriptor& p = g.virt(g.scores(), {}, CUDNN_DATA_BFLOAT16);
   g.pointwise(CUDNN_POINTWISE_DIV, e, &z, p);
-  g.op(make_matmul(lib, p, v, o));
+  g.op(make_matmul(lib, p, v, o, g.extents('q', 0, 'k')));
 
   AttentionGraph graph;
   graph.plan = g.plan(handle);
   graph.uids = {kQ, kK, kV, kO, kStats, kScale, kNegInf};
+  add_ragged_uids(s, graph.uids);
   return graph;
 }
 
@@ -187,7 +261,10 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   const Descriptor& one = g.scalar(kOne);
   const Descriptor& neg_inf = g.scalar(kNegInf);
   const Descriptor& softmax_sum = g.tensor(kSoftmaxSum, g.rows(), {}, CUDNN_DATA_FLOAT);
-  const Descriptor& dq_accum = g.tensor(kDQAccum, {B, Hq, S, D}, {}, CUDNN_DATA_FLOAT);
+  // fp32 dq: [b, Hq, s, d] packed, or, ragged, dq's rows (T of them) in fp32.
+  const Descriptor& dq_accum = s.ragged ? g.tensor(kDQAccum, {B, Hq, S, D}, g.bshd_strides(Hq),
+                                                   CUDNN_DATA_FLOAT, false, g.offset_of(kDQAccum))
+                                        : g.tensor(kDQAccum, {B, Hq, S, D}, {}, CUDNN_DATA_FLOAT);
   // The transposes of [b, Hq, s, s] scores: [b, Hq, s_kv, s_q] over the same memory.
   const std::vector<int64_t> transposed_dims = {B, Hq, S, S}, transposed_strides = {Hq * S * S, S * S, 1, S};
 
@@ -199,7 +276,7 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   g.pointwise(CUDNN_POINTWISE_MUL, t1, &one, softmax_sum);
 
   // P = exp(mask(scale q k^T - stats)).
-  const Descriptor& s1 = g.scaled_scores(q, kt, scale);
+  const Descriptor& s1 = g.padding_mask(g.scaled_scores(q, kt, scale), neg_inf);
   const Descriptor& s2 = g.scores_pointwise(CUDNN_POINTWISE_SUB, s1, &stats);
   const Descriptor& s3 = g.virt(g.scores());
   g.causal_mask(s2, neg_inf, s3);
@@ -212,7 +289,7 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
 
   // dS = P * (dout v^T - softmax_sum) * scale.
   const Descriptor& dp = g.virt(g.scores());
-  g.op(make_matmul(lib, dout, vt, dp));
+  g.op(make_matmul(lib, dout, vt, dp, g.extents('q', 'k', 0)));
   const Descriptor& u0 = g.scores_pointwise(CUDNN_POINTWISE_SUB, dp, &softmax_sum);
   const Descriptor& u1 = g.scores_pointwise(CUDNN_POINTWISE_MUL, u0, &p);
   const Descriptor& ds = g.scores_pointwise(CUDNN_POINTWISE_MUL, u1, &scale);
@@ -223,16 +300,17 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   g.group_matmul(dst, q, dk);
 
   // dq = dS k, accumulated in fp32, then rounded.
-  const Descriptor& k_view = g.virt({B, Hkv, S, D}, g.bshd_strides(Hkv));
+  const Descriptor& k_view = g.virt({B, Hkv, S, D}, g.bshd_strides(Hkv), CUDNN_DATA_FLOAT, g.offset_of(kK));
   g.op(make_reshape(lib, kt, k_view));
-  g.op(make_matmul(lib, ds, k_view, dq_accum));
+  g.op(make_matmul(lib, ds, k_view, dq_accum, g.extents('q', 0, 'k')));
   g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_accum, nullptr, dq);
 
   AttentionGraph graph;
   graph.plan = g.plan(handle);
   graph.uids = {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum};
+  add_ragged_uids(s, graph.uids);
   // dq_accum, then softmax_sum at a 256-byte boundary (the size of delta, of the same shape).
-  const int64_t accum = static_cast<int64_t>(sizeof(float)) * B * Hq * S * D;
+  const int64_t accum = static_cast<int64_t>(sizeof(float)) * (s.ragged ? s.tokens : B * S) * Hq * D;
   graph.softmax_sum_offset = (accum + 255) / 256 * 256;
   graph.own_bytes = graph.softmax_sum_offset + attention_statistics_bytes(s);
   return graph;
@@ -288,6 +366,20 @@ void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGrap
         break;
       case kSoftmaxSum:
         pointers.push_back(own + graph.softmax_sum_offset);
+        break;
+      case kSeqLenQ:
+      case kSeqLenKV:
+        pointers.push_back(t.ragged.seq_len);
+        break;
+      case kQOffset:
+        pointers.push_back(t.ragged.q_offset);
+        break;
+      case kKOffset:
+      case kVOffset:
+        pointers.push_back(t.ragged.kv_offset);
+        break;
+      case kOOffset:
+        pointers.push_back(t.ragged.o_offset);
         break;
       default:
         throw Failure("attention graph: a tensor id without an address");

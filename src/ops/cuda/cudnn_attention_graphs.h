@@ -7,6 +7,13 @@
 //   k, v, dk, dv      bf16 (batch, seq, Hkv, D)  -> likewise with Hkv
 //   stats             fp32 [b, Hq, s, 1] packed: the only layout cuDNN 9.x takes, so a batch of
 //                     more than one row goes through a copy to and from ferry's lse (Hq, b * s)
+//
+// A ragged batch (AttentionShape::ragged: the segments of AttentionMask::segment_bounds) is the
+// same tensors with a ragged offset each (cuDNN's THD layout): entry i of the batch starts at token
+// offset[i] of the packed (T, heads, D) rows and has seq_len[i] <= s tokens; a padding mask keeps
+// each query to its entry's keys, and the products stop at each entry's length. The statistics
+// are packed per entry ([b, Hq, s], copied to and from ferry's lse), the backward's fp32 dq is
+// ragged like dq (T rows, not b * s).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +26,17 @@ namespace ferry::cudnn {
 struct AttentionShape {
   int64_t batch = 0, seq = 0;
   int q_heads = 0, kv_heads = 0, head_dim = 0;
-  int out_heads = 0;  // heads per row of out and dout (Ho >= q_heads)
+  int out_heads = 0;    // heads per row of out and dout (Ho >= q_heads)
+  bool ragged = false;  // entries of up to `seq` tokens at offsets (the header comment)
+  int64_t tokens = 0;   // ragged: the T tokens the entries lie in
+};
+
+// The per-entry tables of a ragged batch, in device memory: seq_len int32 [b], and the element
+// offsets (int64 [b + 1]) of each entry's first token in q (and dq), k and v (and dk, dv), out
+// (and dout).
+struct RaggedTables {
+  int32_t* seq_len = nullptr;
+  int64_t *q_offset = nullptr, *kv_offset = nullptr, *o_offset = nullptr;
 };
 
 // Device addresses of the tensors of one call (the backward's own fields null in the forward).
@@ -28,6 +45,7 @@ struct AttentionTensors {
   float* stats = nullptr;
   float scale = 1.0f;
   void *dout = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  RaggedTables ragged;
 };
 
 // A plan and the unique ids of the tensors its variant pack needs. The workspace of a call holds

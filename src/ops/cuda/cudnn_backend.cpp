@@ -101,6 +101,8 @@ Descriptor make_tensor(const Library& lib, const TensorSpec& spec) {
       .set_int64(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, 16)
       .set_bool(CUDNN_ATTR_TENSOR_IS_VIRTUAL, spec.is_virtual);
   if (spec.by_value) t.set_bool(CUDNN_ATTR_TENSOR_IS_BY_VALUE, true);
+  if (spec.ragged_offset != nullptr)
+    t.set_descriptor(CUDNN_ATTR_TENSOR_RAGGED_OFFSET_DESC, *spec.ragged_offset);
   return std::move(t.finalize());
 }
 
@@ -139,7 +141,8 @@ Descriptor make_reduction(const Library& lib, cudnnReduceTensorOp_t reduce, cons
   return std::move(op.finalize());
 }
 
-Descriptor make_matmul(const Library& lib, const Descriptor& a, const Descriptor& b, const Descriptor& c) {
+Descriptor make_matmul(const Library& lib, const Descriptor& a, const Descriptor& b, const Descriptor& c,
+                       const MatmulOverrides& overrides) {
   Descriptor mm(lib, CUDNN_BACKEND_MATMUL_DESCRIPTOR);
   const double padding = 0.0;
   mm.set_data_type(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_DATA_FLOAT)
@@ -150,6 +153,12 @@ Descriptor make_matmul(const Library& lib, const Descriptor& a, const Descriptor
       .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_BDESC, b)
       .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_CDESC, c)
       .set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_DESC, mm);
+  if (overrides.m != nullptr)
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_GEMM_M_OVERRIDE_DESC, *overrides.m);
+  if (overrides.n != nullptr)
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_GEMM_N_OVERRIDE_DESC, *overrides.n);
+  if (overrides.k != nullptr)
+    op.set_descriptor(CUDNN_ATTR_OPERATION_MATMUL_GEMM_K_OVERRIDE_DESC, *overrides.k);
   return std::move(op.finalize());
 }
 

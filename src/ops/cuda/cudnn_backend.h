@@ -59,6 +59,9 @@ struct TensorSpec {
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
   bool is_virtual = false;
   bool by_value = false;
+  // A ragged batch: where each batch entry starts, an int64 [b + 1, 1, 1, 1] tensor of element
+  // offsets (the batch stride is then not used).
+  const Descriptor* ragged_offset = nullptr;
 };
 Descriptor make_tensor(const Library& lib, const TensorSpec& spec);
 
@@ -72,8 +75,14 @@ Descriptor make_pointwise(const Library& lib, cudnnPointwiseMode_t mode, cudnnDa
 // y = reduce(x) over the dimensions where y has extent 1 and x does not.
 Descriptor make_reduction(const Library& lib, cudnnReduceTensorOp_t op, const Descriptor& x,
                           const Descriptor& y);
+// Per-batch extents of a product over a ragged batch: int32 [b, 1, 1, 1] tensors of the m, n or
+// k each batch entry really has (the dims give the most); null where the dims hold for every entry.
+struct MatmulOverrides {
+  const Descriptor *m = nullptr, *n = nullptr, *k = nullptr;
+};
 // c = a @ b over the last two dimensions, batched (and broadcast) over the others; fp32 math.
-Descriptor make_matmul(const Library& lib, const Descriptor& a, const Descriptor& b, const Descriptor& c);
+Descriptor make_matmul(const Library& lib, const Descriptor& a, const Descriptor& b, const Descriptor& c,
+                       const MatmulOverrides& overrides = {});
 
 // y = x seen through other dims and strides (a transposed view), no data moved.
 Descriptor make_reshape(const Library& lib, const Descriptor& x, const Descriptor& y);

@@ -22,5 +22,11 @@ bool CudnnAttention::forward(const FlashAttentionParams&, int64_t, void*, size_t
 bool CudnnAttention::backward(const FlashAttentionBackwardParams&, int64_t) {
   return false;
 }
+bool CudnnAttention::forward(const FlashAttentionParams&, const AttentionSegments&, void*, size_t) {
+  return false;
+}
+bool CudnnAttention::backward(const FlashAttentionBackwardParams&, const AttentionSegments&) {
+  return false;
+}
 
 }  // namespace ferry
