@@ -546,12 +546,18 @@ TEST_P(CudnnSegmentsGpu, ForwardAndBackwardMatchCpuReference) {
                              static_cast<int64_t>(bounds.size()) - 1, 0};
   for (size_t i = 0; i + 1 < bounds.size(); ++i)
     segments.longest = std::max<int64_t>(segments.longest, bounds[i + 1] - bounds[i]);
-  DeviceBuffer ws(attention_workspace_bytes(c.T, c.Hq, c.D));
+  // The ragged backward's plan can need more than the ops' attention workspace (it then runs on the
+  // own kernels: CudaOps); these numerics get room enough.
+  DeviceBuffer ws(4 * attention_workspace_bytes(c.T, c.Hq, c.D));
   ASSERT_TRUE(ws.ok());
   FlashAttentionBackwardParams bp = p.backward_params();
   bp.workspace = ws.get();
   bp.workspace_bytes = ws.bytes();
   EXPECT_FALSE(cudnn->forward(p.params(), AttentionSegments{}, ws.get(), ws.bytes()));
+  // Too little workspace is refused before anything runs.
+  FlashAttentionBackwardParams short_bp = bp;
+  short_bp.workspace_bytes = 256;
+  EXPECT_FALSE(cudnn->backward(short_bp, segments));
   ASSERT_TRUE(cudnn->forward(p.params(), segments, ws.get(), ws.bytes())) << cudnn->last_refusal();
   ASSERT_TRUE(cudnn->backward(bp, segments)) << cudnn->last_refusal();
   CUDA_OK(cudaDeviceSynchronize());
