@@ -473,6 +473,24 @@ INSTANTIATE_TEST_SUITE_P(Large, FlashAttentionTensorCoreVsSimple,
 // installed; where it is, a refusal fails the test.
 class CudnnAttentionGpu : public ::testing::TestWithParam<Case> {};
 
+// cuDNN's backward (`backward`, given the params) from the statistics of ferry's own forward of a
+// fresh problem of case c, against the reference: the two may mix in a step.
+template <class Backward>
+void expect_backward_from_own_forward(const Case& c, const Reference& ref, const DeviceBuffer& ws,
+                                      const Backward& backward, const CudnnAttention& cudnn) {
+  Problem own(c);
+  ASSERT_TRUE(own.allocated());
+  flash_attention_forward(own.params(), nullptr);
+  FlashAttentionBackwardParams obp = own.backward_params();
+  obp.workspace = ws.get();
+  obp.workspace_bytes = ws.bytes();
+  ASSERT_TRUE(backward(obp)) << cudnn.last_refusal();
+  CUDA_OK(cudaDeviceSynchronize());
+  EXPECT_TRUE(grad_close("dq (own forward)", own.download_bf16(*own.d_dq), ref.dq, c.Hq, c));
+  EXPECT_TRUE(grad_close("dk (own forward)", own.download_bf16(*own.d_dk), ref.dk, c.Hkv, c));
+  EXPECT_TRUE(grad_close("dv (own forward)", own.download_bf16(*own.d_dv), ref.dv, c.Hkv, c));
+}
+
 TEST_P(CudnnAttentionGpu, ForwardAndBackwardMatchCpuReference) {
   SKIP_WITHOUT_GPU();
   std::unique_ptr<CudnnAttention> cudnn = CudnnAttention::make(nullptr);
@@ -494,16 +512,9 @@ TEST_P(CudnnAttentionGpu, ForwardAndBackwardMatchCpuReference) {
   expect_matches_reference(p, ref, c, &ws);
 
   // Statistics from ferry's own forward serve cuDNN's backward (the two may mix in a step).
-  Problem own(c);
-  ASSERT_TRUE(own.allocated());
-  flash_attention_forward(own.params(), nullptr);
-  FlashAttentionBackwardParams obp = own.backward_params();
-  obp.workspace = ws.get();
-  obp.workspace_bytes = ws.bytes();
-  ASSERT_TRUE(cudnn->backward(obp, c.row)) << cudnn->last_refusal();
-  CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_TRUE(grad_close("dq (own forward)", own.download_bf16(*own.d_dq), ref.dq, c.Hq, c));
-  EXPECT_TRUE(grad_close("dk (own forward)", own.download_bf16(*own.d_dk), ref.dk, c.Hkv, c));
+  expect_backward_from_own_forward(
+      c, ref, ws, [&](const FlashAttentionBackwardParams& obp) { return cudnn->backward(obp, c.row); },
+      *cudnn);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, CudnnAttentionGpu,
@@ -564,17 +575,9 @@ TEST_P(CudnnSegmentsGpu, ForwardAndBackwardMatchCpuReference) {
   expect_matches_reference(p, ref, c, &ws);
   EXPECT_TRUE(d_bounds.guards_intact());
 
-  Problem own(c);
-  ASSERT_TRUE(own.allocated());
-  flash_attention_forward(own.params(), nullptr);
-  FlashAttentionBackwardParams obp = own.backward_params();
-  obp.workspace = ws.get();
-  obp.workspace_bytes = ws.bytes();
-  ASSERT_TRUE(cudnn->backward(obp, segments)) << cudnn->last_refusal();
-  CUDA_OK(cudaDeviceSynchronize());
-  EXPECT_TRUE(grad_close("dq (own forward)", own.download_bf16(*own.d_dq), ref.dq, c.Hq, c));
-  EXPECT_TRUE(grad_close("dk (own forward)", own.download_bf16(*own.d_dk), ref.dk, c.Hkv, c));
-  EXPECT_TRUE(grad_close("dv (own forward)", own.download_bf16(*own.d_dv), ref.dv, c.Hkv, c));
+  expect_backward_from_own_forward(
+      c, ref, ws, [&](const FlashAttentionBackwardParams& obp) { return cudnn->backward(obp, segments); },
+      *cudnn);
 }
 
 INSTANTIATE_TEST_SUITE_P(Documents, CudnnSegmentsGpu,
