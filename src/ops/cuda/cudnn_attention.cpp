@@ -212,16 +212,16 @@ CudnnAttention::Graphs* CudnnAttention::built(const cudnn::AttentionShape& shape
       g->forward = cudnn::build_attention_forward(lib, handle, shape);
       g->backward = cudnn::build_attention_backward(lib, handle, shape);
       log_info(
-          "attention of {} {} x {} tokens, {}/{} heads of {}: cuDNN {} (forward: {}, {} B workspace; "
+          "attention of {} {} {} tokens, {}/{} heads of {}: cuDNN {} (forward: {}, {} B workspace; "
           "backward: {}, {} B)",
-          shape.batch, shape.ragged ? "segments of at most" : "rows", shape.seq, shape.q_heads,
+          shape.batch, shape.ragged ? "segments of at most" : "rows x", shape.seq, shape.q_heads,
           shape.kv_heads, shape.head_dim, lib.version, g->forward.plan.engine, g->forward_bytes(),
           g->backward.plan.engine, g->backward_bytes());
     } catch (const cudnn::Failure& e) {
       log_warn(
-          "attention of {} {} x {} tokens, {}/{} heads of {}: cuDNN refused it, ferry's own kernels run it: "
+          "attention of {} {} {} tokens, {}/{} heads of {}: cuDNN refused it, ferry's own kernels run it: "
           "{}",
-          shape.batch, shape.ragged ? "segments of at most" : "rows", shape.seq, shape.q_heads,
+          shape.batch, shape.ragged ? "segments of at most" : "rows x", shape.seq, shape.q_heads,
           shape.kv_heads, shape.head_dim, e.what());
       g.reset();
       refusal_ = e.what();
