@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "planner/boundary_groups.h"
+#include "planner/memory_model.h"
 #include "planner/slot_schedule.h"
 #include "planner/stream_simulator.h"
 
@@ -11,8 +12,6 @@ namespace ferry {
 
 namespace {
 
-// The engine's token arrays a batch uploads (ids, targets, positions, document starts).
-constexpr double kTokenArrays = 4.0;
 // The head's forward GEMM's share of its fused forward and backward (above).
 constexpr double kHeadForwardShare = 1.0 / 3.0;
 
@@ -46,8 +45,9 @@ EvalPrediction predict_evaluation(const ModelConfig& config, const ModelLayout& 
 
   TaskGraph graph;
   graph.reserve(3 * uses.size() + 2);
-  const int32_t tokens = graph.add(Lane::HostToDevice, TaskKind::TokenUpload, 0.0,
-                                   kTokenArrays * static_cast<double>(shape.tokens()) * sizeof(int32_t), {});
+  const int32_t tokens =
+      graph.add(Lane::HostToDevice, TaskKind::TokenUpload, 0.0,
+                static_cast<double>(kStepTokenArrays * shape.tokens()) * sizeof(int32_t), {});
   std::vector<int32_t> computed(head_use + 1, -1);  // per use: its forward on the compute stream
   std::vector<int32_t> loaded(head_use + 1, -1);
   std::vector<bool> resident_uploaded(layout.units.size(), false);
