@@ -529,7 +529,8 @@ INSTANTIATE_TEST_SUITE_P(Rows, CudnnAttentionGpu,
 // one segment per document, the batch rounded up to a power of two with empty entries), against
 // the same reference: documents of 1 to 150 tokens, documents across the kernels' tiles, one
 // whole sequence, GQA and MHA, head_dim 64 and 128, flat and peaked softmaxes; and cuDNN's backward
-// from the own forward's statistics. Skipped where cuDNN is not installed; a refusal fails it.
+// from the own forward's statistics. Both directions run in the ops' attention workspace.
+// Skipped where cuDNN is not installed; a refusal fails it.
 class CudnnSegmentsGpu : public ::testing::TestWithParam<Case> {};
 
 // The documents of doc_start as segment bounds: where each starts, then T.
@@ -557,27 +558,32 @@ TEST_P(CudnnSegmentsGpu, ForwardAndBackwardMatchCpuReference) {
                              static_cast<int64_t>(bounds.size()) - 1, 0};
   for (size_t i = 0; i + 1 < bounds.size(); ++i)
     segments.longest = std::max<int64_t>(segments.longest, bounds[i + 1] - bounds[i]);
-  // The ragged backward's plan can need more than the ops' attention workspace (it then runs on the
-  // own kernels: CudaOps); these numerics get room enough.
-  DeviceBuffer ws(4 * attention_workspace_bytes(c.T, c.Hq, c.D));
-  ASSERT_TRUE(ws.ok());
+  // The backward fits the working memory CudaOps gives attention, and gets exactly what it asks
+  // for: its own tensors come last, so a write past them reaches the buffer's guard.
+  const size_t need = cudnn->backward_workspace_bytes(p.params(), segments);
+  ASSERT_GT(need, 0u) << cudnn->last_refusal();
+  EXPECT_LE(need, attention_workspace_bytes(c.T, c.Hq, c.D));
+  DeviceBuffer ws(attention_workspace_bytes(c.T, c.Hq, c.D)), bws(need);
+  ASSERT_TRUE(ws.ok() && bws.ok());
   FlashAttentionBackwardParams bp = p.backward_params();
-  bp.workspace = ws.get();
-  bp.workspace_bytes = ws.bytes();
+  bp.workspace = bws.get();
+  bp.workspace_bytes = bws.bytes();
   EXPECT_FALSE(cudnn->forward(p.params(), AttentionSegments{}, ws.get(), ws.bytes()));
   // Too little workspace is refused before anything runs.
   FlashAttentionBackwardParams short_bp = bp;
-  short_bp.workspace_bytes = 256;
+  short_bp.workspace_bytes = need - 1;
   EXPECT_FALSE(cudnn->backward(short_bp, segments));
   ASSERT_TRUE(cudnn->forward(p.params(), segments, ws.get(), ws.bytes())) << cudnn->last_refusal();
   ASSERT_TRUE(cudnn->backward(bp, segments)) << cudnn->last_refusal();
   CUDA_OK(cudaDeviceSynchronize());
   expect_matches_reference(p, ref, c, &ws);
+  EXPECT_TRUE(bws.guards_intact()) << case_name(c) << ": cuDNN's backward wrote past its workspace";
   EXPECT_TRUE(d_bounds.guards_intact());
 
   expect_backward_from_own_forward(
-      c, ref, ws, [&](const FlashAttentionBackwardParams& obp) { return cudnn->backward(obp, segments); },
+      c, ref, bws, [&](const FlashAttentionBackwardParams& obp) { return cudnn->backward(obp, segments); },
       *cudnn);
+  EXPECT_TRUE(bws.guards_intact()) << case_name(c) << ": cuDNN's backward wrote past its workspace";
 }
 
 INSTANTIATE_TEST_SUITE_P(Documents, CudnnSegmentsGpu,

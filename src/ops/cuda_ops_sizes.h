@@ -50,10 +50,12 @@ constexpr size_t flash_attention_backward_workspace_bytes(int64_t tokens, int q_
 // Attention's working memory, the forward's and the backward's in turn: the larger of the flash
 // backward's and what cuDNN's fused attention (ops/cuda/cudnn_attention.h) needs when it runs
 // instead. cuDNN's backward (9.14, H200) takes its fp32 dq accumulator and rowsum(dout * out) as
-// the graph's own tensors, and its plan asks for as much again as the accumulator (measured:
-// T x Hq x D x 4 + 256 bytes); with its statistics in its own layout (fp32, T x Hq) that is two
-// fp32 dq, two deltas, and kCudnnAttentionPlanBytes kept for the plan's own needs beyond the
-// accumulator's size. A plan that needs more than this is not used.
+// the graph's own tensors, and GQA's dk and dv of every query head (bf16, together the size of
+// the accumulator: T x Hq x D x 4 bytes) either in its plan's workspace (rows; measured:
+// T x Hq x D x 4 + 256 bytes) or, for packed documents, as own tensors of T rows too. With its
+// statistics in its own layout (fp32, T x Hq) that is two fp32 dq, two deltas, and
+// kCudnnAttentionPlanBytes kept for the rest: the plan's own needs and, for packed documents,
+// statistics padded to every entry's most tokens. A plan that needs more than this is not used.
 inline constexpr size_t kCudnnAttentionPlanBytes = size_t{32} << 20;
 constexpr size_t attention_workspace_bytes(int64_t tokens, int q_heads, int head_dim) {
   const size_t dq = sizeof(float) * static_cast<size_t>(tokens) * static_cast<size_t>(q_heads) *

@@ -213,10 +213,10 @@ CudnnAttention::Graphs* CudnnAttention::built(const cudnn::AttentionShape& shape
       g->backward = cudnn::build_attention_backward(lib, handle, shape);
       log_info(
           "attention of {} {} {} tokens, {}/{} heads of {}: cuDNN {} (forward: {}, {} B workspace; "
-          "backward: {}, {} B)",
+          "backward: {}, {} B, of which the plan's {} B)",
           shape.batch, shape.ragged ? "segments of at most" : "rows x", shape.seq, shape.q_heads,
           shape.kv_heads, shape.head_dim, lib.version, g->forward.plan.engine, g->forward_bytes(),
-          g->backward.plan.engine, g->backward_bytes());
+          g->backward.plan.engine, g->backward_bytes(), g->backward.plan.workspace_bytes);
     } catch (const cudnn::Failure& e) {
       log_warn(
           "attention of {} {} {} tokens, {}/{} heads of {}: cuDNN refused it, ferry's own kernels run it: "
@@ -336,6 +336,12 @@ bool CudnnAttention::backward(const FlashAttentionBackwardParams& p, const Atten
   t.dk = p.dk;
   t.dv = p.dv;
   return execute(*g, g->backward, t, base + g->ahead_bytes());
+}
+
+size_t CudnnAttention::backward_workspace_bytes(const FlashAttentionParams& p,
+                                                const AttentionSegments& segments) {
+  const Graphs* g = graphs(p, segments);
+  return g == nullptr ? 0 : static_cast<size_t>(g->backward_bytes());
 }
 
 cudnn::RaggedTables CudnnAttention::ragged_tables(const Graphs& g, const FlashAttentionParams& p,

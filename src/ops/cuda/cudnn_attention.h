@@ -71,6 +71,8 @@ class CudnnAttention {
   bool forward(const FlashAttentionParams& p, const AttentionSegments& segments, void* workspace,
                size_t workspace_bytes);
   bool backward(const FlashAttentionBackwardParams& p, const AttentionSegments& segments);
+  // The workspace the backward over `segments` needs, 0 when cuDNN refuses the shape.
+  size_t backward_workspace_bytes(const FlashAttentionParams& p, const AttentionSegments& segments);
 
   // Why the last call returned false ("" after a success).
   const std::string& last_refusal() const { return refusal_; }

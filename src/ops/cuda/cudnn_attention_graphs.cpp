@@ -35,6 +35,8 @@ enum Uid : int64_t {
   kKOffset,     // ragged: in k and dk
   kVOffset,     // ragged: in v and dv
   kOOffset,     // ragged: in out and dout
+  kDKFull,      // ragged GQA: dk of every query head (bf16, T rows), in the graph's own workspace
+  kDVFull,      // ragged GQA: the same for dv
   kFirstVirtual = 100,
 };
 
@@ -66,9 +68,11 @@ class GraphBuilder {
         return offsets_[0];
       case kK:
       case kDK:
+      case kDKFull:
         return offsets_[1];
       case kV:
       case kDV:
+      case kDVFull:
         return offsets_[2];
       default:
         return offsets_[3];  // out, dout
@@ -169,14 +173,20 @@ class GraphBuilder {
 
   // out = a @ b over [b, Hq, ...]: written to out directly when out has Hq heads, else into full
   // heads and summed over each group of query heads sharing out's kv head (GQA's dk and dv). Rows
-  // are keys, the inner dimension queries.
-  void group_matmul(const Descriptor& a, const Descriptor& b, const Descriptor& out) {
+  // are keys, the inner dimension queries. The full heads are virtual ([b, Hq, s, d] in the plan's
+  // workspace), or, ragged, the graph's own tensor `full_uid` of T rows of Hq heads: a virtual one
+  // would be padded to every entry's most tokens. Its ragged offset is out's, which cuDNN scales by
+  // the group's size (Hq / Hkv), as its frontend declares it.
+  void group_matmul(const Descriptor& a, const Descriptor& b, const Descriptor& out, int64_t full_uid) {
     const MatmulOverrides e = extents('k', 0, 'q');
     if (s_.q_heads == s_.kv_heads) {
       op(make_matmul(lib_, a, b, out, e));
       return;
     }
-    const Descriptor& full = virt({s_.batch, s_.q_heads, s_.seq, s_.head_dim}, {}, CUDNN_DATA_BFLOAT16);
+    const std::vector<int64_t> dims = {s_.batch, s_.q_heads, s_.seq, s_.head_dim};
+    const Descriptor& full = s_.ragged ? tensor(full_uid, dims, bshd_strides(s_.q_heads), CUDNN_DATA_BFLOAT16,
+                                                false, offset_of(full_uid))
+                                       : virt(dims, {}, CUDNN_DATA_BFLOAT16);
     op(make_matmul(lib_, a, b, full, e));
     op(make_reduction(lib_, CUDNN_REDUCE_TENSOR_ADD, full, out));
   }
@@ -199,6 +209,10 @@ class GraphBuilder {
   const Descriptor *seq_len_q_ = nullptr, *seq_len_kv_ = nullptr;  // ragged only
   std::vector<const Descriptor*> offsets_;                         // q, k, v, out; ragged only
 };
+
+int64_t round_up_256(int64_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
 
 // The ids of a ragged graph's tables (after the graph's own).
 void add_ragged_uids(const AttentionShape& s, std::vector<int64_t>& uids) {
@@ -285,7 +299,7 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   // dv = P^T dout (summed over each kv head's query heads).
   const Descriptor& pt = g.virt(transposed_dims, transposed_strides, CUDNN_DATA_BFLOAT16);
   g.op(make_reshape(lib, p, pt));
-  g.group_matmul(pt, dout, dv);
+  g.group_matmul(pt, dout, dv, kDVFull);
 
   // dS = P * (dout v^T - softmax_sum) * scale.
   const Descriptor& dp = g.virt(g.scores());
@@ -297,7 +311,7 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   // dk = dS^T q (summed over the group).
   const Descriptor& dst = g.virt(transposed_dims, transposed_strides, CUDNN_DATA_BFLOAT16);
   g.op(make_reshape(lib, ds, dst));
-  g.group_matmul(dst, q, dk);
+  g.group_matmul(dst, q, dk, kDKFull);
 
   // dq = dS k, accumulated in fp32, then rounded.
   const Descriptor& k_view = g.virt({B, Hkv, S, D}, g.bshd_strides(Hkv), CUDNN_DATA_FLOAT, g.offset_of(kK));
@@ -309,10 +323,18 @@ AttentionGraph build_attention_backward(const Library& lib, cudnnHandle_t handle
   graph.plan = g.plan(handle);
   graph.uids = {kQ, kK, kV, kO, kDO, kStats, kDQ, kDK, kDV, kScale, kOne, kNegInf, kSoftmaxSum, kDQAccum};
   add_ragged_uids(s, graph.uids);
-  // dq_accum, then softmax_sum at a 256-byte boundary (the size of delta, of the same shape).
-  const int64_t accum = static_cast<int64_t>(sizeof(float)) * (s.ragged ? s.tokens : B * S) * Hq * D;
-  graph.softmax_sum_offset = (accum + 255) / 256 * 256;
+  // dq_accum, then softmax_sum (the size of delta, of the same shape), then a ragged GQA graph's
+  // full-head dk and dv, each at a 256-byte boundary.
+  const int64_t rows = s.ragged ? s.tokens : B * S;
+  graph.softmax_sum_offset = round_up_256(static_cast<int64_t>(sizeof(float)) * rows * Hq * D);
   graph.own_bytes = graph.softmax_sum_offset + attention_statistics_bytes(s);
+  if (s.ragged && Hq != Hkv) {
+    graph.uids.insert(graph.uids.end(), {kDKFull, kDVFull});
+    const int64_t full = round_up_256(static_cast<int64_t>(sizeof(uint16_t)) * s.tokens * Hq * D);
+    graph.dk_full_offset = graph.own_bytes;
+    graph.dv_full_offset = graph.own_bytes + full;
+    graph.own_bytes += 2 * full;
+  }
   return graph;
 }
 
@@ -320,7 +342,7 @@ void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGrap
                    const AttentionTensors& t, void* workspace) {
   // Host values of the by-value scalars: cuDNN reads them when the plan is launched.
   float neg_inf = -std::numeric_limits<float>::infinity(), one = 1.0f, scale = t.scale;
-  char* own = static_cast<char*>(workspace);
+  char* own = static_cast<char*>(workspace) + graph.own_offset();
   std::vector<void*> pointers;
   pointers.reserve(graph.uids.size());
   for (const int64_t uid : graph.uids) {
@@ -367,6 +389,12 @@ void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGrap
       case kSoftmaxSum:
         pointers.push_back(own + graph.softmax_sum_offset);
         break;
+      case kDKFull:
+        pointers.push_back(own + graph.dk_full_offset);
+        break;
+      case kDVFull:
+        pointers.push_back(own + graph.dv_full_offset);
+        break;
       case kSeqLenQ:
       case kSeqLenKV:
         pointers.push_back(t.ragged.seq_len);
@@ -385,7 +413,7 @@ void run_attention(const Library& lib, cudnnHandle_t handle, const AttentionGrap
         throw Failure("attention graph: a tensor id without an address");
     }
   }
-  execute(lib, handle, graph.plan, graph.uids, pointers, own + graph.own_bytes);
+  execute(lib, handle, graph.plan, graph.uids, pointers, workspace);
 }
 
 }  // namespace ferry::cudnn

@@ -13,7 +13,8 @@
 // offset[i] of the packed (T, heads, D) rows and has seq_len[i] <= s tokens; a padding mask keeps
 // each query to its entry's keys, and the products stop at each entry's length. The statistics
 // are packed per entry ([b, Hq, s], copied to and from ferry's lse), the backward's fp32 dq is
-// ragged like dq (T rows, not b * s).
+// ragged like dq (T rows, not b * s), and so are GQA's dk and dv of every query head before they
+// are summed over each group.
 #pragma once
 
 #include <cstdint>
@@ -49,14 +50,17 @@ struct AttentionTensors {
 };
 
 // A plan and the unique ids of the tensors its variant pack needs. The workspace of a call holds
-// the graph's own tensors first (the backward's fp32 dq and rowsum(dout * out): own_bytes), then
-// the plan's (plan.workspace_bytes).
+// the plan's first (plan.workspace_bytes, rounded up to 256), then the graph's own tensors
+// (own_bytes): the backward's fp32 dq and rowsum(dout * out), and a ragged GQA backward's
+// full-head dk and dv. The own tensors come last so that a write past them leaves the workspace.
 struct AttentionGraph {
   Plan plan;
   std::vector<int64_t> uids;
   int64_t own_bytes = 0;
-  int64_t softmax_sum_offset = 0;
-  int64_t workspace_bytes() const { return own_bytes + plan.workspace_bytes; }
+  // Where each own tensor starts, from the first of them (dq's fp32 accumulator at 0).
+  int64_t softmax_sum_offset = 0, dk_full_offset = 0, dv_full_offset = 0;
+  int64_t own_offset() const { return (plan.workspace_bytes + 255) / 256 * 256; }
+  int64_t workspace_bytes() const { return own_offset() + own_bytes; }
 };
 
 // Bytes of the statistics in cuDNN's layout (fp32 [b, Hq, s]), rounded up to 256.

@@ -28,5 +28,8 @@ bool CudnnAttention::forward(const FlashAttentionParams&, const AttentionSegment
 bool CudnnAttention::backward(const FlashAttentionBackwardParams&, const AttentionSegments&) {
   return false;
 }
+size_t CudnnAttention::backward_workspace_bytes(const FlashAttentionParams&, const AttentionSegments&) {
+  return 0;
+}
 
 }  // namespace ferry
