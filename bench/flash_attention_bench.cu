@@ -324,8 +324,11 @@ void time_packed(int64_t T, int64_t S, int iters, CudnnAttention* cudnn, bool pa
 
 // Times ferry's kernels and cuDNN's ragged batch (AttentionMask::segment_bounds) on T tokens of
 // packed documents of random lengths 1..2 * mean_len (a fixed seed), Hq 32, Hkv 8, D 128: what a
-// run with packing: true on short documents runs. FLOPs count each document's causal pairs.
-void time_documents(int64_t T, int64_t mean_len, int iters, CudnnAttention* cudnn) {
+// run with packing: true on short documents runs. With `row` > 0 the documents are cut at every
+// row's end, as a chunk of rows holds them. FLOPs count each document's causal pairs. Then cuDNN
+// again with as many empty entries added as the batch had (twice its entries): what the batch's
+// rounding up to a power of two costs.
+void time_documents(int64_t T, int64_t mean_len, int64_t row, int iters, CudnnAttention* cudnn) {
   const int Hq = 32, Hkv = 8, D = 128;
   std::mt19937_64 rng(static_cast<uint64_t>(mean_len));
   std::uniform_int_distribution<int64_t> length(1, 2 * mean_len);
@@ -334,7 +337,8 @@ void time_documents(int64_t T, int64_t mean_len, int iters, CudnnAttention* cudn
   double pairs = 0;
   int64_t longest = 0;
   for (int64_t t = 0; t < T;) {
-    const int64_t len = std::min(length(rng), T - t);
+    const int64_t row_end = row > 0 ? (t / row + 1) * row : T;
+    const int64_t len = std::min(length(rng), row_end - t);
     pairs += 0.5 * static_cast<double>(len) * static_cast<double>(len + 1);
     longest = std::max(longest, len);
     t += len;
@@ -385,6 +389,27 @@ void time_documents(int64_t T, int64_t mean_len, int iters, CudnnAttention* cudn
   report("cuDNN, ragged", cf, time_ms(3, iters, cudnn_bwd), time_ms(3, iters, [&] {
            cudnn_fwd();
            cudnn_bwd();
+         }));
+  int64_t entries = 1;  // the batch cuDNN ran: the segments, rounded up to a power of two
+  while (entries < segments.count) entries *= 2;
+  std::vector<int32_t> doubled = bounds;
+  doubled.insert(doubled.end(), static_cast<size_t>(entries), static_cast<int32_t>(T));
+  DeviceMem d_doubled(doubled.size() * sizeof(int32_t));
+  BENCH_CUDA(
+      cudaMemcpy(d_doubled.p, doubled.data(), doubled.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  const AttentionSegments padded{static_cast<const int32_t*>(d_doubled.p),
+                                 static_cast<int64_t>(doubled.size()) - 1, longest};
+  if (!cudnn->forward(fp, padded, ws.p, ws.bytes) || !cudnn->backward(cbp, padded)) {
+    std::printf("  %6s %5s   cuDNN refused %lld entries: %s\n", "", "", static_cast<long long>(2 * entries),
+                cudnn->last_refusal().c_str());
+    return;
+  }
+  const auto padded_fwd = [&] { cudnn->forward(fp, padded, ws.p, ws.bytes); };
+  const auto padded_bwd = [&] { cudnn->backward(cbp, padded); };
+  const std::string who = "cuDNN, ragged, " + std::to_string(2 * entries) + " entries (half empty)";
+  report(who.c_str(), time_ms(3, iters, padded_fwd), time_ms(3, iters, padded_bwd), time_ms(3, iters, [&] {
+           padded_fwd();
+           padded_bwd();
          }));
 }
 
@@ -440,7 +465,15 @@ int run(int argc, char** argv) {
         "Hkv 8, D 128, causal within each document, %d iterations\n",
         iters);
     std::printf("  %6s %5s\n", "mean", "docs");
-    for (int64_t mean : {128, 512, 2048}) time_documents(16384, mean, iters, cudnn.get());
+    for (int64_t mean : {128, 512, 2048}) time_documents(16384, mean, 0, iters, cudnn.get());
+    std::printf(
+        "timing: a chunk of 4 rows of 2048 tokens (the 8B at 24 GiB) holding documents of 1..2048 tokens, "
+        "cut at the rows' ends\n");
+    std::printf("  %6s %5s\n", "mean", "docs");
+    time_documents(8192, 1024, 2048, iters, cudnn.get());
+    std::printf("timing: the same chunk as 4 rows of one sequence each (more causal pairs)\n");
+    print_header();
+    time_packed(8192, 2048, iters, cudnn.get(), false);
   }
   return 0;
 }
