@@ -267,6 +267,38 @@ TEST_F(PlanCommandTest, NominalWithDeviceAutoPlansTheH200) {
   EXPECT_NE(out.find("BF16"), std::string::npos) << out;
 }
 
+// A disk-bound plan's advice to raise global_batch comes with the larger steps that fit the same
+// budgets, each the search's answer, in the lines `ferry plan` prints and `ferry train` logs
+// (describe_disk): at 48 GiB of host the 8B keeps 26 layers' state on disk, and a step of 256
+// sequences no longer fits though the hiding rule of thumb asks for 249.
+TEST_F(PlanCommandTest, ADiskBoundPlanListsTheLargerStepsThatFit) {
+  std::string out;
+  ASSERT_EQ(test::run_command(test::ferry_binary().string() +
+                                  " init --arch llama --preset llama-3.1-8b --config-only --out " +
+                                  (dir_ / "llama8b").string(),
+                              &out),
+            0)
+      << out;
+  int status = -1;
+  out = plan("--nominal model=" + (dir_ / "llama8b").string() +
+                 " device=cuda profile= gpu_memory=24GiB host_memory=48GiB disk_memory=1TB disk_dir=" +
+                 (dir_ / "disk").string() + " seq_len=2048 global_batch=32",
+             &status);
+  ASSERT_EQ(status, 0) << out;
+  const size_t bound = out.find("disk-bound: ");
+  ASSERT_NE(bound, std::string::npos) << out;
+  EXPECT_NE(out.find("raise global_batch", bound), std::string::npos) << out;
+  const size_t larger =
+      out.find("larger steps under the same budgets (the plan keeps global_batch 32):", bound);
+  ASSERT_NE(larger, std::string::npos) << out;
+  const size_t first = out.find("global_batch 64 (131072 tokens/step): ", larger);
+  ASSERT_NE(first, std::string::npos) << out;
+  EXPECT_NE(out.find("still disk-bound", first), std::string::npos) << out;
+  EXPECT_NE(out.find("global_batch 256 (524288 tokens/step): no plan fits these budgets", first),
+            std::string::npos)
+      << out;
+}
+
 // --preset plans a published shape without its files: the same plan as the config.json `init
 // --config-only` writes for it, and without a config file at all.
 TEST_F(PlanCommandTest, PresetPlansWithoutTheModelsFiles) {

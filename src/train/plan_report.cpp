@@ -12,7 +12,6 @@
 #include "ops/device_ops.h"
 #include "planner/boundary_groups.h"
 #include "planner/collective_cost.h"
-#include "planner/disk_batch.h"
 #include "planner/head_groups.h"
 #include "planner/memory_model.h"
 #include "planner/model_flops.h"
@@ -295,16 +294,6 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
   const std::vector<std::string> disk = describe_disk(s);
   if (!disk.empty()) std::printf("\ndisk tier\n");
   for (const std::string& line : disk) std::printf("  %s\n", line.c_str());
-  // Disk-bound: what larger steps would give under the same budgets (planner/disk_batch.h). The
-  // plan keeps the config's global_batch; changing it changes the training, so it is the user's.
-  if (!disk.empty() && s.result.best.prediction.bottleneck == Lane::Disk) {
-    const std::vector<std::string> larger =
-        describe_disk_batch_options(disk_batch_options(model, layout, s.profile, s.request), config.seq_len);
-    if (!larger.empty())
-      std::printf("  larger steps under the same budgets (the plan keeps global_batch %lld):\n",
-                  static_cast<long long>(config.global_batch));
-    for (const std::string& line : larger) std::printf("    %s\n", line.c_str());
-  }
 
   if (!s.result.alternatives.empty()) std::printf("\nnext best alternatives\n");
   for (size_t i = 0; i < s.result.alternatives.size(); ++i) {

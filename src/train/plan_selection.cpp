@@ -11,6 +11,7 @@
 #include "device/memory_ledger.h"
 #include "io/filesystem_id.h"
 #include "io/scratch_file.h"
+#include "planner/disk_batch.h"
 #include "planner/disk_spill.h"
 #include "profiler/disk_rate.h"
 #include "train/disk_rate_cache.h"
@@ -148,6 +149,17 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
   s.disk_lines = describe_disk_tier(layout, s.result.best.plan, s.profile, s.result.best.prediction,
                                     s.result.best.shape.tokens(), s.request.host_budget,
                                     s.request.disk_layers.has_value(), config.seq_len);
+  // Disk-bound: the larger steps that fit the same budgets, each the search's answer
+  // (planner/disk_batch.h), so that the advice to raise global_batch names only steps that fit.
+  // The plan keeps the config's global_batch; changing it changes the training, so it is the user's.
+  if (!s.disk_lines.empty() && s.result.best.prediction.bottleneck == Lane::Disk) {
+    const std::vector<std::string> larger =
+        describe_disk_batch_options(disk_batch_options(model, layout, s.profile, s.request), config.seq_len);
+    if (!larger.empty())
+      s.disk_lines.push_back(fmt::format(
+          "larger steps under the same budgets (the plan keeps global_batch {}):", config.global_batch));
+    for (const std::string& line : larger) s.disk_lines.push_back("  " + line);
+  }
   s.advice = idle_advice(model, layout, s.profile, s.request, s.result.best.prediction);
   s.evaluation = predict_evaluation(model, layout, s.result.best.plan, s.profile, s.result.best.shape);
   return s;
