@@ -50,6 +50,16 @@ class PlanCommandTest : public ::testing::Test {
         test::ferry_binary().string() + " plan " + (dir_ / "train.yaml").string() + " " + overrides, &out);
     return out;
   }
+  // Llama-3.1-8B's config.json alone (`init --config-only`), in dir_/llama8b.
+  void init_llama8b() {
+    std::string out;
+    ASSERT_EQ(test::run_command(test::ferry_binary().string() +
+                                    " init --arch llama --preset llama-3.1-8b --config-only --out " +
+                                    (dir_ / "llama8b").string(),
+                                &out),
+              0)
+        << out;
+  }
   test::ScratchDir dir_{"plan_cli"};
 };
 
@@ -252,12 +262,7 @@ TEST_F(PlanCommandTest, ImpossibleBudgetsNameTheSmallestThatWork) {
 // the H200 (bf16 weights, GPU AdamW), not the simulated device. Llama-3.1-8B at 24 GiB fits there.
 TEST_F(PlanCommandTest, NominalWithDeviceAutoPlansTheH200) {
   std::string out;
-  ASSERT_EQ(test::run_command(test::ferry_binary().string() +
-                                  " init --arch llama --preset llama-3.1-8b --config-only --out " +
-                                  (dir_ / "llama8b").string(),
-                              &out),
-            0)
-      << out;
+  ASSERT_NO_FATAL_FAILURE(init_llama8b());
   int status = -1;
   out = plan("--nominal model=" + (dir_ / "llama8b").string() +
                  " device=auto profile= gpu_memory=24GiB host_memory=128GiB seq_len=2048 global_batch=32",
@@ -273,12 +278,7 @@ TEST_F(PlanCommandTest, NominalWithDeviceAutoPlansTheH200) {
 // sequences no longer fits though the hiding rule of thumb asks for 249.
 TEST_F(PlanCommandTest, ADiskBoundPlanListsTheLargerStepsThatFit) {
   std::string out;
-  ASSERT_EQ(test::run_command(test::ferry_binary().string() +
-                                  " init --arch llama --preset llama-3.1-8b --config-only --out " +
-                                  (dir_ / "llama8b").string(),
-                              &out),
-            0)
-      << out;
+  ASSERT_NO_FATAL_FAILURE(init_llama8b());
   int status = -1;
   out = plan("--nominal model=" + (dir_ / "llama8b").string() +
                  " device=cuda profile= gpu_memory=24GiB host_memory=48GiB disk_memory=1TB disk_dir=" +
@@ -303,12 +303,7 @@ TEST_F(PlanCommandTest, ADiskBoundPlanListsTheLargerStepsThatFit) {
 // --config-only` writes for it, and without a config file at all.
 TEST_F(PlanCommandTest, PresetPlansWithoutTheModelsFiles) {
   std::string out;
-  ASSERT_EQ(test::run_command(test::ferry_binary().string() +
-                                  " init --arch llama --preset llama-3.1-8b --config-only --out " +
-                                  (dir_ / "llama8b").string(),
-                              &out),
-            0)
-      << out;
+  ASSERT_NO_FATAL_FAILURE(init_llama8b());
   const std::string settings =
       " device=cuda profile= gpu_memory=24GiB host_memory=128GiB seq_len=2048 global_batch=32";
   int status = -1;
