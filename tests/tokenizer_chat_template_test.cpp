@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/utf8.h"
 #include "jinja/pystr.h"
 #include "jinja/template.h"
 #include "test_util.h"
@@ -275,6 +276,24 @@ TEST(Jinja, PythonFloatRepr) {
   EXPECT_EQ(jinja::py_float_repr(0.00012), "0.00012");
   EXPECT_EQ(jinja::py_float_repr(-2.5e-7), "-2.5e-07");
   EXPECT_EQ(jinja::py_float_repr(1e300 * 10), "1e+301");
+}
+
+// Python's str.isspace is Unicode's White_Space and the information separators U+001C..U+001F
+// (what Python 3 answers for each code point below).
+TEST(Jinja, PythonIsspaceIsWhiteSpaceAndTheInformationSeparators) {
+  for (char32_t c : {U'\t', U'\n', U'\x0b', U'\x0c', U'\r', U' ', U'\x85', U'\xa0', U'\u1680', U'\u2000',
+                     U'\u200a', U'\u2028', U'\u2029', U'\u202f', U'\u205f', U'\u3000'}) {
+    EXPECT_TRUE(jinja::py_isspace(c)) << static_cast<uint32_t>(c);
+    EXPECT_TRUE(is_unicode_white_space(c)) << static_cast<uint32_t>(c);
+  }
+  for (char32_t c : {U'\x1c', U'\x1d', U'\x1e', U'\x1f'}) {
+    EXPECT_TRUE(jinja::py_isspace(c)) << static_cast<uint32_t>(c);
+    EXPECT_FALSE(is_unicode_white_space(c)) << static_cast<uint32_t>(c);
+  }
+  for (char32_t c : {U'a', U'\x1b', U'\u200b', U'\u180e', U'\ufeff'}) {
+    EXPECT_FALSE(jinja::py_isspace(c)) << static_cast<uint32_t>(c);
+    EXPECT_FALSE(is_unicode_white_space(c)) << static_cast<uint32_t>(c);
+  }
 }
 
 }  // namespace

@@ -77,8 +77,8 @@ TEST(Utf8, RepairReplacesEachMaximalInvalidSequence) {
   EXPECT_EQ(repair_utf8("\xFF"), "\uFFFD");
   EXPECT_TRUE(is_valid_utf8("\xF4\x8F\xBF\xBF"));
   EXPECT_FALSE(is_valid_utf8("\xF4\x90\x80\x80"));
-  EXPECT_TRUE(is_white_space(0x85));
-  EXPECT_FALSE(is_white_space(0x200B));
+  EXPECT_TRUE(is_unicode_white_space(0x85));
+  EXPECT_FALSE(is_unicode_white_space(0x200B));
   EXPECT_TRUE(is_word_char(0x301));  // combining acute
   EXPECT_FALSE(is_word_char('-'));
 }

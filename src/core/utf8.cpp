@@ -2,6 +2,28 @@
 
 namespace ferry {
 
+bool is_unicode_white_space(char32_t cp) {
+  switch (cp) {
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
+      return true;
+    default:
+      return cp >= 0x2000 && cp <= 0x200A;
+  }
+}
+
 char32_t next_code_point(std::string_view s, size_t& i) {
   const auto b0 = static_cast<unsigned char>(s[i]);
   const size_t n = utf8_length(b0);

@@ -28,6 +28,9 @@ void append_utf8(std::string& out, char32_t cp);
 
 bool is_valid_utf8(std::string_view s);
 
+// Unicode's White_Space property (Rust's char::is_whitespace, the tokenizers' regex \s).
+bool is_unicode_white_space(char32_t cp);
+
 // Returns s with each maximal invalid subsequence replaced by U+FFFD (Rust's from_utf8_lossy).
 std::string repair_utf8(std::string_view s);
 // Appends the repaired s to out.

@@ -72,29 +72,9 @@ int64_t py_len(std::string_view text) {
 }
 
 bool py_isspace(char32_t c) {
-  switch (c) {
-    case 0x09:
-    case 0x0A:
-    case 0x0B:
-    case 0x0C:
-    case 0x0D:
-    case 0x1C:
-    case 0x1D:
-    case 0x1E:
-    case 0x1F:
-    case 0x20:
-    case 0x85:
-    case 0xA0:
-    case 0x1680:
-    case 0x2028:
-    case 0x2029:
-    case 0x202F:
-    case 0x205F:
-    case 0x3000:
-      return true;
-    default:
-      return c >= 0x2000 && c <= 0x200A;
-  }
+  // Python's str.isspace also counts the information separators U+001C..U+001F (bidirectional
+  // class B or S), which Unicode's White_Space does not.
+  return (c >= 0x1C && c <= 0x1F) || is_unicode_white_space(c);
 }
 
 std::string py_strip(std::string_view text, const std::optional<std::string>& chars, bool left, bool right) {

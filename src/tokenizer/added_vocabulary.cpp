@@ -128,7 +128,7 @@ void AddedVocabulary::split_piece(const Piece& piece, const Trie& trie, std::vec
         size_t cp_start = s - 1;
         while (cp_start > 0 && (static_cast<unsigned char>(text[cp_start]) & 0xC0) == 0x80) --cp_start;
         size_t probe = cp_start;
-        if (!is_white_space(next_code_point(text, probe))) break;
+        if (!is_unicode_white_space(next_code_point(text, probe))) break;
         s = cp_start;
       }
       start = std::max(s, start_offset);
@@ -136,7 +136,7 @@ void AddedVocabulary::split_piece(const Piece& piece, const Trie& trie, std::vec
     if (token.rstrip) {
       while (stop < text.size()) {
         size_t probe = stop;
-        if (!is_white_space(next_code_point(text, probe))) break;
+        if (!is_unicode_white_space(next_code_point(text, probe))) break;
         stop = probe;
       }
       at = stop;

@@ -107,7 +107,7 @@ class Strip final : public Normalizer {
     if (left_) {
       while (begin < end) {
         size_t next = begin;
-        if (!is_white_space(next_code_point(text, next))) break;
+        if (!is_unicode_white_space(next_code_point(text, next))) break;
         begin = next;
       }
     }
@@ -116,7 +116,7 @@ class Strip final : public Normalizer {
         size_t start = end - 1;
         while (start > begin && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) --start;
         size_t probe = start;
-        if (!is_white_space(next_code_point(text, probe))) break;
+        if (!is_unicode_white_space(next_code_point(text, probe))) break;
         end = start;
       }
     }

@@ -188,7 +188,7 @@ class WhitespaceSplitPre final : public PreTokenizer {
     Ranges matches;
     split_each(pieces, [&](Piece& piece, std::vector<Piece>& out) {
       matches.clear();
-      char_matches(piece.text, is_white_space, matches);
+      char_matches(piece.text, is_unicode_white_space, matches);
       split_piece(piece, matches, SplitBehavior::Removed, false, out);
     });
   }

@@ -5,8 +5,6 @@
 
 namespace ferry::tok {
 
-// Unicode White_Space (Rust's char::is_whitespace, regex \s).
-bool is_white_space(char32_t cp);
 // A word character as Rust's regex \w sees it: letters, marks, decimal digits, connector
 // punctuation, letter numbers and the joiners.
 bool is_word_char(char32_t cp);
