@@ -176,6 +176,11 @@ YAML
       [ "${PEERS:-}" = none ] || run peer_gpu 600 python3 .device/peer_baselines.py ${PEERS:-llama3.2-1b:gpu:8:2048:2:4} ;;
   esac
 done
+# The machine profiles the runs measured (or found cached), so that their plans can be replayed
+# here with `ferry plan profile=...`.
+if [ -n "${FERRY_CACHE_DIR:-}" ] && [ -d "$FERRY_CACHE_DIR/profiles" ]; then
+  mkdir -p "$L/profiles" && cp "$FERRY_CACHE_DIR"/profiles/*.json "$L/profiles/" 2>/dev/null || true
+fi
 # Several sessions in one device call: all but the last set KEEP_LOGS=1 (the next one adds to the
 # same logs); each packs what has gathered so far, and the last also clears it.
 touch "$L/summary.log"
