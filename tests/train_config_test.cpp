@@ -107,6 +107,17 @@ TEST(TrainConfig, GradientAccumulationStepsGiveTheGlobalBatchAsHuggingFaceDoes) 
   EXPECT_TRUE(test::throws_with(
       [] { parse_train_config("micro_batch: auto\ngradient_accumulation_steps: 2\n", {}, "t"); },
       {"micro_batch", "auto"}));
+  EXPECT_TRUE(test::throws_with([] { parse_train_config("gradient_accumulation_steps: 2\n", {}, "t"); },
+                                {"micro_batch", "auto (the default", "set micro_batch to a number"}));
+}
+
+// Without micro_batch the planner picks it (the fastest divisor of global_batch that fits), as the
+// examples ask for; a number or per_device_train_batch_size fixes it.
+TEST(TrainConfig, MicroBatchIsThePlannersChoiceUnlessGiven) {
+  EXPECT_EQ(parse_train_config("global_batch: 32\n", {}, "t").micro_batch, 0);
+  EXPECT_EQ(parse_train_config("global_batch: 32\nmicro_batch: auto\n", {}, "t").micro_batch, 0);
+  EXPECT_EQ(parse_train_config("global_batch: 32\nmicro_batch: 8\n", {}, "t").micro_batch, 8);
+  EXPECT_EQ(parse_train_config("global_batch: 32\nper_device_train_batch_size: 2\n", {}, "t").micro_batch, 2);
 }
 
 TEST(TrainConfig, ChatTemplateKwargsAreAMappingOfTypedValues) {

@@ -467,8 +467,8 @@ void resolve_batch(TrainConfig& c, const KeysGiven& given) {
   if (!given.contains("gradient_accumulation_steps") || c.gradient_accumulation_steps == 0) return;
   FERRY_CHECK(
       c.micro_batch >= 1, kWhere,
-      "gradient_accumulation_steps multiplies per_device_train_batch_size (micro_batch), which is auto; "
-      "set micro_batch to a number, or give global_batch instead");
+      "gradient_accumulation_steps multiplies per_device_train_batch_size (micro_batch), which is auto (the "
+      "default: the planner picks it); set micro_batch to a number, or give global_batch instead");
   const int64_t global = c.micro_batch * c.gradient_accumulation_steps;
   FERRY_CHECK(
       !given.contains("global_batch") || c.global_batch == global, kWhere,

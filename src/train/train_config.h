@@ -54,7 +54,9 @@ struct TrainConfig {
   // batch geometry
   int64_t seq_len = 2048;    // tokens per sequence (cutoff_len)
   int64_t global_batch = 8;  // sequences per optimizer step
-  int64_t micro_batch = 1;   // sequences per micro-chunk inside a layer; 0 (`auto`): the planner picks
+  // Sequences per micro-chunk inside a layer; 0 (`auto`, the default): the planner picks the fastest
+  // divisor of global_batch that fits (the CPU device, which has no plan, runs 1).
+  int64_t micro_batch = 0;
   // Tokens per sequence tile inside a layer (model/decoder_layer.h: the MLP, projections, norms and
   // head run a tile at a time, attention over the whole sequence): -1 (`auto`): the planner picks;
   // 0 (`off`): untiled.
