@@ -299,6 +299,30 @@ TEST_F(PlanCommandTest, ADiskBoundPlanListsTheLargerStepsThatFit) {
       << out;
 }
 
+// A micro-batch the config fixes stands, but where the planner's own is predicted faster by more than
+// kMicroBatchAdviceMargin the plan says so, with both predictions; the planner's own choice gets no
+// such line.
+TEST_F(PlanCommandTest, AFixedMicroBatchSlowerThanThePlannersIsNamed) {
+  const std::string settings =
+      "--nominal --preset llama/llama-3.2-1b device=cuda profile= gpu_memory=139GiB host_memory=120GiB "
+      "seq_len=2048 global_batch=32";
+  int status = -1;
+  const std::string fixed = plan(settings + " micro_batch=1", &status);
+  ASSERT_EQ(status, 0) << fixed;
+  EXPECT_NE(fixed.find("micro-batch 1,"), std::string::npos) << fixed;
+  const size_t advice = fixed.find("micro_batch 1 is the config's; micro_batch: auto would run micro-batch ");
+  ASSERT_NE(advice, std::string::npos) << fixed;
+  EXPECT_NE(fixed.find("tokens/s against ", advice), std::string::npos) << fixed;
+  const std::string planners = plan(settings + " micro_batch=auto", &status);
+  ASSERT_EQ(status, 0) << planners;
+  EXPECT_EQ(planners.find("is the config's"), std::string::npos) << planners;
+  // The advice names the micro-batch the planner picks, and its prediction.
+  const size_t picked = planners.find("micro-batch ");
+  ASSERT_NE(picked, std::string::npos) << planners;
+  const std::string mb = planners.substr(picked, planners.find(',', picked) - picked);
+  EXPECT_NE(fixed.find("would run " + mb + ":"), std::string::npos) << mb << "\n" << fixed;
+}
+
 // --preset plans a published shape without its files: the same plan as the config.json `init
 // --config-only` writes for it, and without a config file at all.
 TEST_F(PlanCommandTest, PresetPlansWithoutTheModelsFiles) {

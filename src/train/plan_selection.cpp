@@ -161,6 +161,18 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
     for (const std::string& line : larger) s.disk_lines.push_back("  " + line);
   }
   s.advice = idle_advice(model, layout, s.profile, s.request, s.result.best.prediction);
+  if (s.request.micro_batch) {
+    PlanRequest free = s.request;
+    free.micro_batch.reset();
+    try {
+      SearchResult best = search_plans(model, layout, s.profile, free, 0);
+      if (best.best.prediction.tokens_per_second >
+          (1.0 + kMicroBatchAdviceMargin) * s.result.best.prediction.tokens_per_second)
+        s.auto_micro_batch = std::move(best.best);
+    } catch (const Error&) {
+      // Nothing fits without the config's micro-batch either: no advice.
+    }
+  }
   s.evaluation = predict_evaluation(model, layout, s.result.best.plan, s.profile, s.result.best.shape);
   return s;
 }
@@ -192,8 +204,15 @@ std::vector<std::string> describe_disk(const PlanSelection& s) {
 
 std::vector<std::string> describe_advice(const PlanSelection& s) {
   std::vector<std::string> lines;
-  if (s.advice.empty()) return lines;
   const Prediction& p = s.result.best.prediction;
+  if (s.auto_micro_batch)
+    lines.push_back(fmt::format(
+        "micro_batch {} is the config's; micro_batch: auto would run micro-batch {}: {:.0f} tokens/s against "
+        "{:.0f} (+{:.0f}%)",
+        s.result.best.plan.micro_batch, s.auto_micro_batch->plan.micro_batch,
+        s.auto_micro_batch->prediction.tokens_per_second, p.tokens_per_second,
+        100.0 * (s.auto_micro_batch->prediction.tokens_per_second / p.tokens_per_second - 1.0)));
+  if (s.advice.empty()) return lines;
   lines.push_back(fmt::format("GPU idle {:.0f}% of the step waits for the CPU AdamW{}; predicted with",
                               100.0 * p.gpu_idle_fraction,
                               s.request.clipping ? " after the global norm (clipping)" : ""));
