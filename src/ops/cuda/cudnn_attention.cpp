@@ -116,6 +116,16 @@ cudnn::AttentionTensors forward_tensors(const FlashAttentionParams& p, float* st
   return t;
 }
 
+// The backward's tensors: the forward's, and dout, dq, dk and dv.
+cudnn::AttentionTensors backward_tensors(const FlashAttentionBackwardParams& p, float* stats) {
+  cudnn::AttentionTensors t = forward_tensors(p.fwd, stats);
+  t.dout = const_cast<void*>(p.dout);
+  t.dq = p.dq;
+  t.dk = p.dk;
+  t.dv = p.dv;
+  return t;
+}
+
 }  // namespace
 
 CudnnAttention::Graphs* CudnnAttention::graphs(const FlashAttentionParams& p, int64_t row_tokens) {
@@ -147,14 +157,10 @@ int64_t power_of_two_at_least(int64_t n) {
   return p;
 }
 
-int64_t round_to_256(int64_t bytes) {
-  return (bytes + 255) / 256 * 256;
-}
-
 // The tables of a ragged batch of `batch` entries, carved from the start of `base`.
 cudnn::RaggedTables carve_tables(char* base, int64_t batch) {
   cudnn::RaggedTables t;
-  const int64_t offsets = round_to_256(static_cast<int64_t>(sizeof(int64_t)) * (batch + 1));
+  const int64_t offsets = cudnn::round_up_256(static_cast<int64_t>(sizeof(int64_t)) * (batch + 1));
   t.q_offset = reinterpret_cast<int64_t*>(base);
   t.kv_offset = reinterpret_cast<int64_t*>(base + offsets);
   t.o_offset = reinterpret_cast<int64_t*>(base + 2 * offsets);
@@ -163,8 +169,8 @@ cudnn::RaggedTables carve_tables(char* base, int64_t batch) {
 }
 
 int64_t tables_bytes(int64_t batch) {
-  return 3 * round_to_256(static_cast<int64_t>(sizeof(int64_t)) * (batch + 1)) +
-         round_to_256(static_cast<int64_t>(sizeof(int32_t)) * batch);
+  return 3 * cudnn::round_up_256(static_cast<int64_t>(sizeof(int64_t)) * (batch + 1)) +
+         cudnn::round_up_256(static_cast<int64_t>(sizeof(int32_t)) * batch);
 }
 
 // cuDNN's grids put the batch in a dimension of at most 65535 blocks.
@@ -251,26 +257,34 @@ bool CudnnAttention::execute(Graphs& g, const cudnn::AttentionGraph& graph, cons
   }
 }
 
-bool CudnnAttention::workspace_fits(Graphs& g, const char* direction, int64_t need, size_t given) {
-  if (static_cast<size_t>(need) <= given) return true;
-  refusal_ = fmt::format("the {} needs {} bytes of workspace, {} given", direction, need, given);
-  if (g.told_short_workspace) return false;
-  g.told_short_workspace = true;
-  log_warn(
-      "attention of {} x {} tokens: ferry's own kernels run it, cuDNN's plan needs more working memory ({})",
-      g.shape.batch, g.shape.seq, refusal_);
-  return false;
+bool CudnnAttention::can_run(Graphs* g, bool backward, size_t given,
+                             std::initializer_list<const void*> tensors) {
+  if (g == nullptr) return false;
+  const int64_t need = backward ? g->backward_bytes() : g->forward_bytes();
+  if (static_cast<size_t>(need) > given) {
+    refusal_ = fmt::format("the {} needs {} bytes of workspace, {} given", backward ? "backward" : "forward",
+                           need, given);
+    if (!g->told_short_workspace) {
+      g->told_short_workspace = true;
+      log_warn(
+          "attention of {} x {} tokens: ferry's own kernels run it, cuDNN's plan needs more working memory "
+          "({})",
+          g->shape.batch, g->shape.seq, refusal_);
+    }
+    return false;
+  }
+  if (!aligned(tensors)) {
+    refusal_ = "a tensor is not 16-byte aligned";
+    return false;
+  }
+  return true;
 }
 
 bool CudnnAttention::forward(const FlashAttentionParams& p, int64_t row_tokens, void* workspace,
                              size_t workspace_bytes) {
   refusal_.clear();
   Graphs* g = graphs(p, row_tokens);
-  if (g == nullptr || !workspace_fits(*g, "forward", g->forward_bytes(), workspace_bytes)) return false;
-  if (!aligned({p.q, p.k, p.v, p.out, p.lse, workspace})) {
-    refusal_ = "a tensor is not 16-byte aligned";
-    return false;
-  }
+  if (!can_run(g, false, workspace_bytes, {p.q, p.k, p.v, p.out, p.lse, workspace})) return false;
   auto stream = static_cast<cudaStream_t>(stream_);
   char* base = static_cast<char*>(workspace);
   const cudnn::AttentionTensors t =
@@ -284,11 +298,7 @@ bool CudnnAttention::forward(const FlashAttentionParams& p, const AttentionSegme
                              void* workspace, size_t workspace_bytes) {
   refusal_.clear();
   Graphs* g = graphs(p, segments);
-  if (g == nullptr || !workspace_fits(*g, "forward", g->forward_bytes(), workspace_bytes)) return false;
-  if (!aligned({p.q, p.k, p.v, p.out, p.lse, workspace})) {
-    refusal_ = "a tensor is not 16-byte aligned";
-    return false;
-  }
+  if (!can_run(g, false, workspace_bytes, {p.q, p.k, p.v, p.out, p.lse, workspace})) return false;
   char* base = static_cast<char*>(workspace);
   cudnn::AttentionTensors t = forward_tensors(p, reinterpret_cast<float*>(base + g->tables_bytes));
   t.ragged = ragged_tables(*g, p, segments, base);
@@ -301,40 +311,28 @@ bool CudnnAttention::forward(const FlashAttentionParams& p, const AttentionSegme
 bool CudnnAttention::backward(const FlashAttentionBackwardParams& p, int64_t row_tokens) {
   refusal_.clear();
   Graphs* g = graphs(p.fwd, row_tokens);
-  if (g == nullptr || !workspace_fits(*g, "backward", g->backward_bytes(), p.workspace_bytes)) return false;
-  if (!aligned({p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.fwd.lse, p.dout, p.dq, p.dk, p.dv, p.workspace})) {
-    refusal_ = "a tensor is not 16-byte aligned";
+  if (!can_run(g, true, p.workspace_bytes,
+               {p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.fwd.lse, p.dout, p.dq, p.dk, p.dv, p.workspace}))
     return false;
-  }
   auto stream = static_cast<cudaStream_t>(stream_);
   char* base = static_cast<char*>(p.workspace);
   cudnn::AttentionTensors t =
-      forward_tensors(p.fwd, g->statistics_bytes > 0 ? reinterpret_cast<float*>(base) : p.fwd.lse);
+      backward_tensors(p, g->statistics_bytes > 0 ? reinterpret_cast<float*>(base) : p.fwd.lse);
   if (g->statistics_bytes > 0) copy_statistics(p.fwd.lse, t.stats, g->shape, true, stream);
-  t.dout = const_cast<void*>(p.dout);
-  t.dq = p.dq;
-  t.dk = p.dk;
-  t.dv = p.dv;
   return execute(*g, g->backward, t, base + g->statistics_bytes);
 }
 
 bool CudnnAttention::backward(const FlashAttentionBackwardParams& p, const AttentionSegments& segments) {
   refusal_.clear();
   Graphs* g = graphs(p.fwd, segments);
-  if (g == nullptr || !workspace_fits(*g, "backward", g->backward_bytes(), p.workspace_bytes)) return false;
-  if (!aligned({p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.fwd.lse, p.dout, p.dq, p.dk, p.dv, p.workspace})) {
-    refusal_ = "a tensor is not 16-byte aligned";
+  if (!can_run(g, true, p.workspace_bytes,
+               {p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.fwd.lse, p.dout, p.dq, p.dk, p.dv, p.workspace}))
     return false;
-  }
   char* base = static_cast<char*>(p.workspace);
-  cudnn::AttentionTensors t = forward_tensors(p.fwd, reinterpret_cast<float*>(base + g->tables_bytes));
+  cudnn::AttentionTensors t = backward_tensors(p, reinterpret_cast<float*>(base + g->tables_bytes));
   t.ragged = ragged_tables(*g, p.fwd, segments, base);
   copy_ragged_statistics(segments.bounds, segments.count, p.fwd.q_heads, p.fwd.tokens, g->shape.seq,
                          p.fwd.lse, t.stats, true, stream_);
-  t.dout = const_cast<void*>(p.dout);
-  t.dq = p.dq;
-  t.dk = p.dk;
-  t.dv = p.dv;
   return execute(*g, g->backward, t, base + g->ahead_bytes());
 }
 

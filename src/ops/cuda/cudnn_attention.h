@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -86,8 +87,10 @@ class CudnnAttention {
   Graphs* graphs(const FlashAttentionParams& p, const AttentionSegments& segments);
   // The plans of `shape`, built on its first call; nullptr when cuDNN refused it.
   Graphs* built(const cudnn::AttentionShape& shape);
-  // Whether `need` bytes fit in `given`; when not, the refusal says so (logged once per shape).
-  bool workspace_fits(Graphs& g, const char* direction, int64_t need, size_t given);
+  // Whether g (nullptr: refused, the refusal already said why) can run its backward (else its
+  // forward) in `given` bytes of workspace with `tensors`, each 16-byte aligned as the graphs
+  // declare them. When not, the refusal says why (a short workspace logged once per shape).
+  bool can_run(Graphs* g, bool backward, size_t given, std::initializer_list<const void*> tensors);
   // Fills a ragged batch's tables at the start of the workspace `base` (on the stream).
   cudnn::RaggedTables ragged_tables(const Graphs& g, const FlashAttentionParams& p,
                                     const AttentionSegments& segments, char* base);

@@ -210,10 +210,6 @@ class GraphBuilder {
   std::vector<const Descriptor*> offsets_;                         // q, k, v, out; ragged only
 };
 
-int64_t round_up_256(int64_t bytes) {
-  return (bytes + 255) / 256 * 256;
-}
-
 // The ids of a ragged graph's tables (after the graph's own).
 void add_ragged_uids(const AttentionShape& s, std::vector<int64_t>& uids) {
   if (s.ragged) uids.insert(uids.end(), {kSeqLenQ, kSeqLenKV, kQOffset, kKOffset, kVOffset, kOOffset});

@@ -49,6 +49,11 @@ struct AttentionTensors {
   RaggedTables ragged;
 };
 
+// Bytes rounded up to the 256-byte boundary at which each region of a workspace starts.
+inline int64_t round_up_256(int64_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
 // A plan and the unique ids of the tensors its variant pack needs. The workspace of a call holds
 // the plan's first (plan.workspace_bytes, rounded up to 256), then the graph's own tensors
 // (own_bytes): the backward's fp32 dq and rowsum(dout * out), and a ragged GQA backward's
@@ -59,7 +64,7 @@ struct AttentionGraph {
   int64_t own_bytes = 0;
   // Where each own tensor starts, from the first of them (dq's fp32 accumulator at 0).
   int64_t softmax_sum_offset = 0, dk_full_offset = 0, dv_full_offset = 0;
-  int64_t own_offset() const { return (plan.workspace_bytes + 255) / 256 * 256; }
+  int64_t own_offset() const { return round_up_256(plan.workspace_bytes); }
   int64_t workspace_bytes() const { return own_offset() + own_bytes; }
 };
 
