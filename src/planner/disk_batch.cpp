@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include "core/error.h"
-
 namespace ferry {
 
 std::vector<DiskBatchOption> disk_batch_options(const ModelConfig& config, const ModelLayout& layout,
@@ -18,15 +16,13 @@ std::vector<DiskBatchOption> disk_batch_options(const ModelConfig& config, const
     r.global_batch *= 2;  // a multiple of a forced micro-batch when the request's is
     DiskBatchOption o;
     o.global_batch = r.global_batch * std::max<int64_t>(1, r.devices);  // the step's, every device's share
-    try {
-      const SearchResult s = search_plans(config, layout, profile, r, 0);
+    // No plan under these budgets: a larger step only needs more (the list ends).
+    if (const std::optional<Candidate> c = best_plan_if_any(config, layout, profile, r)) {
       o.fits = true;
-      o.disk_layers = s.best.plan.disk_units();
-      o.step_seconds = s.best.prediction.step_seconds;
-      o.tokens_per_second = s.best.prediction.tokens_per_second;
-      o.disk_bound = s.best.prediction.bottleneck == Lane::Disk;
-    } catch (const Error&) {
-      // No plan under these budgets: a larger step only needs more.
+      o.disk_layers = c->plan.disk_units();
+      o.step_seconds = c->prediction.step_seconds;
+      o.tokens_per_second = c->prediction.tokens_per_second;
+      o.disk_bound = c->prediction.bottleneck == Lane::Disk;
     }
     options.push_back(o);
     if (!o.fits || !o.disk_bound) break;

@@ -744,6 +744,15 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
   return Searcher(config, layout, &profile, request, /*host_bound=*/true).run(alternatives);
 }
 
+std::optional<Candidate> best_plan_if_any(const ModelConfig& config, const ModelLayout& layout,
+                                          const MachineProfile& profile, const PlanRequest& request) {
+  try {
+    return search_plans(config, layout, profile, request, 0).best;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 void check_device_budget(const ModelConfig& config, const ModelLayout& layout, const PlanRequest& request) {
   Searcher(config, layout, nullptr, request).check_device();
 }

@@ -180,6 +180,11 @@ struct SearchResult {
 SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, const MachineProfile& profile,
                           const PlanRequest& request, size_t alternatives = 4);
 
+// The best plan for `request`, or nothing where none fits its budgets: a what-if beside the plan
+// chosen (planner/idle_advice.h, planner/disk_batch.h, a config's fixed micro-batch).
+std::optional<Candidate> best_plan_if_any(const ModelConfig& config, const ModelLayout& layout,
+                                          const MachineProfile& profile, const PlanRequest& request);
+
 // Throws search_plans' refusal when not even the leanest plan fits the device budget. Needs no
 // profile: a caller checks this before measuring one (which needs device memory of its own).
 void check_device_budget(const ModelConfig& config, const ModelLayout& layout, const PlanRequest& request);

@@ -164,14 +164,10 @@ PlanSelection select_plan(const TrainConfig& config, const ModelConfig& model, c
   if (s.request.micro_batch) {
     PlanRequest free = s.request;
     free.micro_batch.reset();
-    try {
-      SearchResult best = search_plans(model, layout, s.profile, free, 0);
-      if (best.best.prediction.tokens_per_second >
-          (1.0 + kMicroBatchAdviceMargin) * s.result.best.prediction.tokens_per_second)
-        s.auto_micro_batch = std::move(best.best);
-    } catch (const Error&) {
-      // Nothing fits without the config's micro-batch either: no advice.
-    }
+    std::optional<Candidate> planners = best_plan_if_any(model, layout, s.profile, free);
+    if (planners && planners->prediction.tokens_per_second >
+                        (1.0 + kMicroBatchAdviceMargin) * s.result.best.prediction.tokens_per_second)
+      s.auto_micro_batch = std::move(planners);
   }
   s.evaluation = predict_evaluation(model, layout, s.result.best.plan, s.profile, s.result.best.shape);
   return s;
