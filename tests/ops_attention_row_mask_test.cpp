@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "counting_document.h"
 #include "data/packing.h"
 #include "ops/ops.h"
 #include "test_util.h"
@@ -17,10 +18,7 @@ namespace ferry {
 namespace {
 
 Document doc(int n, int first_id) {
-  Document d;
-  for (int i = 0; i < n; ++i) d.input_ids.push_back(first_id + i);
-  d.labels = d.input_ids;
-  return d;
+  return test::counting_document(n, first_id);
 }
 
 struct Result {

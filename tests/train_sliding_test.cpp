@@ -6,6 +6,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "counting_document.h"
 #include "data/packing.h"
 #include "device/device.h"
 #include "engine/model_step.h"
@@ -28,6 +29,7 @@ namespace {
 using test::all_units;
 using test::batch_for;
 using test::converting_on_upload;
+using test::counting_document;
 using test::hyper_at;
 using test::keeping_every;
 using test::keeping_internals;
@@ -455,14 +457,9 @@ TEST(DistinctIds, SortsDropsRepeatsAndRefusesIdsOutsideTheVocabulary) {
 // A step's chunks tell attention whether their rows are plain causal sequences
 // (TokenChunk::row_tokens): only when every row of the chunk is one document, then padding.
 TEST(StepBatchRows, ChunksSayWhetherEveryRowAttendsAsOneSequence) {
-  auto doc = [](int n) {
-    Document d;
-    for (int i = 0; i < n; ++i) d.input_ids.push_back(1 + i);
-    d.labels = d.input_ids;
-    return d;
-  };
   constexpr int64_t kRowTokens = 8;
-  const std::vector<PackedRow> whole = pack_documents({doc(8), doc(5), doc(20)}, kRowTokens, false);
+  const std::vector<PackedRow> whole =
+      pack_documents({counting_document(8), counting_document(5), counting_document(20)}, kRowTokens, false);
   std::vector<const PackedRow*> rows;
   for (const PackedRow& r : whole) rows.push_back(&r);
   StepBatch batch = make_step_batch(rows, kRowTokens, 1);
@@ -471,7 +468,8 @@ TEST(StepBatchRows, ChunksSayWhetherEveryRowAttendsAsOneSequence) {
 
   // The fourth row holds two documents: its chunk (rows 2 and 3) may not attend causally over
   // whole rows; the first chunk still may.
-  const std::vector<PackedRow> packed = pack_documents({doc(3), doc(4)}, kRowTokens, true);
+  const std::vector<PackedRow> packed =
+      pack_documents({counting_document(3), counting_document(4)}, kRowTokens, true);
   rows.push_back(&packed[0]);
   batch = make_step_batch(rows, kRowTokens, 2);
   ASSERT_EQ(batch.chunks(), 2);
@@ -482,17 +480,13 @@ TEST(StepBatchRows, ChunksSayWhetherEveryRowAttendsAsOneSequence) {
 // A step's chunks carry their rows' causal segments (attention_segments), as bounds relative to
 // the chunk laid out like doc_start, which a device's slice of the chunks keeps.
 TEST(StepBatchRows, ChunksCarryTheirRowsSegments) {
-  auto doc = [](int n) {
-    Document d;
-    for (int i = 0; i < n; ++i) d.input_ids.push_back(1 + i);
-    d.labels = d.input_ids;
-    return d;
-  };
   using Ids = std::vector<int32_t>;
   constexpr int64_t kRowTokens = 8, kT = 2 * kRowTokens;
   // Two documents, then padding that joins the second; one document and padding; one filling it.
-  const std::vector<PackedRow> packed = pack_documents({doc(3), doc(4)}, kRowTokens, true);
-  const std::vector<PackedRow> whole = pack_documents({doc(5), doc(8)}, kRowTokens, false);
+  const std::vector<PackedRow> packed =
+      pack_documents({counting_document(3), counting_document(4)}, kRowTokens, true);
+  const std::vector<PackedRow> whole =
+      pack_documents({counting_document(5), counting_document(8)}, kRowTokens, false);
   ASSERT_EQ(attention_segments(packed[0]), (Ids{0, 3}));
   const StepBatch batch = make_step_batch({&packed[0], &whole[0], &whole[1], &packed[0]}, kRowTokens, 2);
   ASSERT_EQ(batch.chunks(), 2);
@@ -518,7 +512,7 @@ TEST(StepBatchRows, ChunksCarryTheirRowsSegments) {
 
   // Rows of one token: a chunk of T tokens in T segments has no room for its T + 1 bounds, so it
   // keeps none and attention uses doc_start.
-  const std::vector<PackedRow> single = pack_documents({doc(4)}, 1, true);
+  const std::vector<PackedRow> single = pack_documents({counting_document(4)}, 1, true);
   for (int64_t micro : {1, 2}) {
     const StepBatch b = make_step_batch({&single[0], &single[1], &single[2], &single[3]}, 1, micro);
     for (int64_t c = 0; c < b.chunks(); ++c) {
@@ -529,7 +523,8 @@ TEST(StepBatchRows, ChunksCarryTheirRowsSegments) {
     EXPECT_EQ(b.segment_bounds, Ids(4, 0));
   }
   // Rows of two one-token documents: the second joins the first, so a row is one segment.
-  const std::vector<PackedRow> pairs = pack_documents({doc(1), doc(1), doc(1), doc(1)}, 2, true);
+  const std::vector<PackedRow> pairs = pack_documents(
+      {counting_document(1), counting_document(1), counting_document(1), counting_document(1)}, 2, true);
   const StepBatch b = make_step_batch({&pairs[0], &pairs[1]}, 2, 2);
   EXPECT_EQ(b.segment_bounds, (Ids{0, 2, 4, 0}));
   EXPECT_EQ(b.chunk(0).segments, 2);
