@@ -352,13 +352,12 @@ void SlidingEngine::upload_tokens(const StepBatch& batch, const std::vector<int3
   device_.wait(StreamKind::Compute, tokens_free_);
   device_.fill_zero(buffers_.loss.data(), sizeof(float), StreamKind::Compute);
   step_chunks_ = C;
-  step_row_tokens_.resize(static_cast<size_t>(C));
-  step_segments_.resize(static_cast<size_t>(C));
-  step_longest_segment_.resize(static_cast<size_t>(C));
+  step_chunk_layouts_.resize(static_cast<size_t>(C));
   for (int64_t c = 0; c < C; ++c) {
-    step_row_tokens_[static_cast<size_t>(c)] = batch.row_tokens(c);
-    step_segments_[static_cast<size_t>(c)] = has_segments ? batch.segments(c) : 0;
-    step_longest_segment_[static_cast<size_t>(c)] = has_segments ? batch.longest_segment(c) : 0;
+    ChunkLayout& l = step_chunk_layouts_[static_cast<size_t>(c)];
+    l.row_tokens = batch.row_tokens(c);
+    l.segments = has_segments ? batch.segments(c) : 0;
+    l.longest_segment = has_segments ? batch.longest_segment(c) : 0;
   }
   counted_tokens_ = batch.counted_tokens();
 }
@@ -398,11 +397,12 @@ TokenChunk SlidingEngine::chunk(int64_t c) const {
   t.targets = dev_tokens + stride + o;
   t.positions = dev_tokens + 2 * stride + o;
   t.doc_start = dev_tokens + 3 * stride + o;
-  t.row_tokens = step_row_tokens_[static_cast<size_t>(c)];
-  t.segments = step_segments_[static_cast<size_t>(c)];
+  const ChunkLayout& l = step_chunk_layouts_[static_cast<size_t>(c)];
+  t.row_tokens = l.row_tokens;
+  t.segments = l.segments;
   if (t.segments > 0) {
     t.segment_bounds = dev_tokens + 5 * stride + o;
-    t.longest_segment = step_longest_segment_[static_cast<size_t>(c)];
+    t.longest_segment = l.longest_segment;
   }
   return t;
 }

@@ -271,9 +271,12 @@ class SlidingEngine {
   // after whose backward gradients are complete and go to the optimizer).
   int64_t sweep_begin_ = 0, sweep_end_ = 0;
   bool last_sweep_ = true;
-  std::vector<int64_t> step_row_tokens_;  // per micro-chunk: TokenChunk::row_tokens
-  // Per micro-chunk: TokenChunk::segments and longest_segment (the bounds are on the device).
-  std::vector<int64_t> step_segments_, step_longest_segment_;
+  // What attention may assume of each micro-chunk's tokens: TokenChunk's row_tokens, segments and
+  // longest_segment (the tokens and the segments' bounds are on the device).
+  struct ChunkLayout {
+    int64_t row_tokens = 0, segments = 0, longest_segment = 0;
+  };
+  std::vector<ChunkLayout> step_chunk_layouts_;
   AdamWHyper step_hyper_;
   int64_t counted_tokens_ = 0;             // targets the step's loss counts
   int64_t step_rows_ = 0;                  // the step's distinct token ids (embedding rows touched)
