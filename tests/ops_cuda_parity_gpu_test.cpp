@@ -542,7 +542,8 @@ TEST_F(CudaParity, SwiGlu) {
     round_bf16(g), round_bf16(up), round_bf16(d);
     Vec y_ref(n), dg_ref(n), du_ref(n);
     cpu_->swiglu_forward(H2(g, T, Fd), H2(up, T, Fd), H2(y_ref, T, Fd));
-    cpu_->swiglu_backward(H2(g, T, Fd), H2(up, T, Fd), H2(d, T, Fd), H2(dg_ref, T, Fd), H2(du_ref, T, Fd));
+    cpu_->swiglu_backward(H2(g, T, Fd), H2(up, T, Fd), H2(d, T, Fd), H2(dg_ref, T, Fd), H2(du_ref, T, Fd),
+                          Tensor());
     // dgate = d u sig (1 + g (1 - sig)) cancels near g = -1.28: its magnitude is the terms'.
     Vec dg_mag(n);
     for (int64_t i = 0; i < n; ++i) {
@@ -553,17 +554,20 @@ TEST_F(CudaParity, SwiGlu) {
                  gu = upload(DType::BF16, {T, Fd}, up, c.offset);
     DeviceTensor gd = upload(DType::BF16, {T, Fd}, d, c.offset);
     DeviceTensor gy(DType::BF16, {T, Fd}, c.offset), gdg(DType::BF16, {T, Fd}, c.offset),
-        gdu(DType::BF16, {T, Fd}, c.offset), gdg_only(DType::BF16, {T, Fd}, c.offset);
+        gdu(DType::BF16, {T, Fd}, c.offset), gdg_only(DType::BF16, {T, Fd}, c.offset),
+        gy_again(DType::BF16, {T, Fd}, c.offset);
     gpu_->swiglu_forward(gg.view(), gu.view(), gy.view());
-    gpu_->swiglu_backward(gg.view(), gu.view(), gd.view(), gdg.view(), gdu.view());
-    gpu_->swiglu_backward(gg.view(), gu.view(), gd.view(), gdg_only.view(), Tensor());
+    gpu_->swiglu_backward(gg.view(), gu.view(), gd.view(), gdg.view(), gdu.view(), Tensor());
+    gpu_->swiglu_backward(gg.view(), gu.view(), gd.view(), gdg_only.view(), Tensor(), gy_again.view());
     sync();
     // exp (<= 2 ulp on CUDA), a division and products: a few F relative, then one bf16 rounding.
     EXPECT_TRUE(within("out", gy.download(), y_ref, bounds(y_ref, 2 * u + 16 * F, {}, 0.0), u));
     EXPECT_TRUE(within("dgate", gdg.download(), dg_ref, bounds(dg_ref, 2 * u, dg_mag, 32 * F), u));
     EXPECT_TRUE(within("dup", gdu.download(), du_ref, bounds(du_ref, 2 * u + 16 * F, {}, 0.0), u));
     EXPECT_EQ(gdg_only.download_raw(), gdg.download_raw());
-    EXPECT_TRUE(gy.guards() && gdg.guards() && gdu.guards() && gdg_only.guards());
+    // The activation a backward writes is the forward's, bit for bit (down_proj's dw reads it).
+    EXPECT_EQ(gy_again.download_raw(), gy.download_raw());
+    EXPECT_TRUE(gy.guards() && gdg.guards() && gdu.guards() && gdg_only.guards() && gy_again.guards());
   }
 }
 

@@ -251,7 +251,7 @@ TEST_F(OpsGradcheck, Swiglu) {
     return weighted_sum(r, out);
   };
   Vec dg(T * F), du(T * F);
-  ops->swiglu_backward(T2(g, T, F), T2(u, T, F), T2(r, T, F), T2(dg, T, F), T2(du, T, F));
+  ops->swiglu_backward(T2(g, T, F), T2(u, T, F), T2(r, T, F), T2(dg, T, F), T2(du, T, F), Tensor());
   EXPECT_TRUE(check_gradient("dgate", g, dg, objective, 63));
   EXPECT_TRUE(check_gradient("dup", u, du, objective, 64));
 }

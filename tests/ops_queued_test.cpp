@@ -144,7 +144,7 @@ void run_layer(Ops& ops, const Layout& L, float* base) {
   ops.linear_cross_entropy(t("x3"), t("head"), targets, 1.0f / 11.0f, t("dx3"), t("dhead"), t("loss"), none);
 
   ops.linear_backward(t("act"), t("wdown"), t("dx3"), t("dact"), t("dwdown"), none, false);
-  ops.swiglu_backward(t("gate"), t("up"), t("dact"), t("dgate"), t("dup"));
+  ops.swiglu_backward(t("gate"), t("up"), t("dact"), t("dgate"), t("dup"), Tensor());
   ops.linear_backward(t("h2"), t("wgate"), t("dgate"), t("dh2a"), t("dwgate"), none, false);
   ops.linear_backward(t("h2"), t("wup"), t("dup"), t("dh2b"), t("dwup"), none, false);
   ops.add(t("dh2a"), t("dh2b"), t("dh2"));

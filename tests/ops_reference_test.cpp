@@ -352,9 +352,12 @@ TEST_F(OpsReference, GqaEqualsMhaWithRepeatedKvHeads) {
 TEST_F(OpsReference, SwigluMatchesDoubleReference) {
   const int64_t T = 33, F = 127;
   Vec g = random_vector(T * F, 60, -6, 6), u = random_vector(T * F, 61), d = random_vector(T * F, 62);
-  Vec out(T * F), dg(T * F), du(T * F);
+  Vec out(T * F), dg(T * F), du(T * F), out_again(T * F);
   ops->swiglu_forward(T2(g, T, F), T2(u, T, F), T2(out, T, F));
-  ops->swiglu_backward(T2(g, T, F), T2(u, T, F), T2(d, T, F), T2(dg, T, F), T2(du, T, F));
+  ops->swiglu_backward(T2(g, T, F), T2(u, T, F), T2(d, T, F), T2(dg, T, F), T2(du, T, F),
+                       T2(out_again, T, F));
+  // The backward's activation is the forward's, bit for bit (a backward reads it instead).
+  EXPECT_EQ(out_again, out);
   DVec eo(T * F), edg(T * F), edu(T * F);
   for (int64_t i = 0; i < T * F; ++i) {
     const double sig = 1.0 / (1.0 + std::exp(-double(g[i])));
@@ -711,7 +714,7 @@ TEST_F(OpsReference, EveryOpIsBitIdenticalRunToRun) {
     ops->embedding_backward(ids.data(), T2(g, T, H), T2(demb, 50, H));
     Vec sw(T * F), dg(T * F), du(T * F);
     ops->swiglu_forward(T2(gate, T, F), T2(up, T, F), T2(sw, T, F));
-    ops->swiglu_backward(T2(gate, T, F), T2(up, T, F), T2(dmlp, T, F), T2(dg, T, F), T2(du, T, F));
+    ops->swiglu_backward(T2(gate, T, F), T2(up, T, F), T2(dmlp, T, F), T2(dg, T, F), T2(du, T, F), Tensor());
     Vec rq = q;
     ops->rope(T3(rq, T, Hq, D), pos.data(), inv.data(), false);
     for (Vec* p : {&y, &rs, &dx, &dnw, &ce_dx, &ce_dw, &lin, &lin_dx, &lin_dw, &lin_db, &emb, &demb, &sw, &dg,

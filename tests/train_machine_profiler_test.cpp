@@ -195,8 +195,8 @@ class CountingOps final : public Ops {
   void swiglu_forward(Tensor gate, Tensor up, Tensor out) override {
     count(gate).swiglu_forward(gate, up, out);
   }
-  void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) override {
-    count(gate).swiglu_backward(gate, up, dout, dgate, dup);
+  void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup, Tensor out) override {
+    count(gate).swiglu_backward(gate, up, dout, dgate, dup, out);
   }
   void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) override {
     if (++gemm_calls_[{x.shape[0], w.shape[0], w.shape[1]}] <= steady_calls_) ++tuning_calls_;

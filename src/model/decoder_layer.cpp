@@ -171,7 +171,8 @@ std::vector<Tile> tiles_of(const LayerScratch& s, int64_t T) {
 }
 
 // The passes that a backward from kept internals (Recompute::NormsActivation) runs again: one
-// function each, so that every run is the same calls and gives the same bits.
+// function each, so that every run is the same calls and gives the same bits. (The activation is
+// written again by the SwiGLU backward, bit for bit as mlp_activation writes it: ops.h.)
 void input_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t,
                 Tensor x_in, LayerScratch& s) {
   ops.rmsnorm_forward(rows(x_in, t.t0, t.n, d.H), p.input_norm, static_cast<float>(c.rms_norm_eps),
@@ -251,7 +252,7 @@ void attend(Ops& ops, const LayerContext& ctx, const TokenChunk& chunk, const Di
                         group_heads(s.attn, d, g), rows(s.lse, g * d.gHq, d.gHq, d.T));
 }
 
-// C up to the activation: x1 = x + o_proj(attn), h2 = rmsnorm(x1), gate, up, act for one tile.
+// C up to the activation's inputs: x1 = x + o_proj(attn), h2 = rmsnorm(x1), gate, up for one tile.
 void mlp_inputs(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t,
                 Tensor x_in, LayerScratch& s) {
   ops.linear_forward(rows(s.attn, t.t0, t.n, d.QD), p.o_proj, p.o_bias, rows(x_in, t.t0, t.n, d.H),
@@ -260,7 +261,6 @@ void mlp_inputs(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims
   const Tensor h2 = rows(s.h2, 0, t.n, d.H);
   ops.linear_forward(h2, p.gate_proj, p.gate_bias, Tensor(), rows(s.gate, 0, t.n, d.F));
   ops.linear_forward(h2, p.up_proj, p.up_bias, Tensor(), rows(s.up, 0, t.n, d.F));
-  mlp_activation(ops, d, t, s);
 }
 
 int64_t checked_tokens(const LayerScratch& s, const TokenChunk& chunk) {
@@ -287,6 +287,7 @@ void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& p, cons
   project_and_attend(ops, ctx, p, chunk, d, tiles, x_in, s);
   for (const Tile& t : tiles) {
     mlp_inputs(ops, *ctx.config, p, d, t, x_in, s);
+    mlp_activation(ops, d, t, s);
     ops.linear_forward(rows(s.act, 0, t.n, d.F), p.down_proj, p.down_bias, rows(s.x1, 0, t.n, d.H),
                        rows(x_out, t.t0, t.n, d.H));
   }
@@ -307,19 +308,21 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   // proj(h2), h2 = rmsnorm(x1), x1 = x + o_proj(attn). Where two gradients meet (gate and up into
   // h2; the residual and the norm into x1) the second op adds its part in its epilogue (ops.h), so
   // no temporary and no add pass. d_x1 goes to dx_in's rows (it may be dx_out's, already read).
+  // down_proj's dx comes first: the SwiGLU backward that takes it writes act again on the way,
+  // which down_proj's dw then reads.
   for (const Tile& t : tiles) {
-    if (recompute_forward) {
+    if (recompute_forward)
       mlp_inputs(ops, c, p, d, t, x_in, s);
-    } else {
+    else
       post_attention_norm(ops, c, p, d, t, s);
-      mlp_activation(ops, d, t, s);
-    }
     const Tensor d_act = rows(s.d_act, 0, t.n, d.F), d_gate = rows(s.d_gate, 0, t.n, d.F),
                  d_up = rows(s.d_up, 0, t.n, d.F), d_h2 = rows(s.d_h2, 0, t.n, d.H),
                  h2 = rows(s.h2, 0, t.n, d.H);
     const Tensor dy = rows(dx_out, t.t0, t.n, d.H), d_x1 = rows(dx_in, t.t0, t.n, d.H);
-    ops.linear_backward(rows(s.act, 0, t.n, d.F), p.down_proj, dy, d_act, g.down_proj, g.down_bias, false);
-    ops.swiglu_backward(rows(s.gate, 0, t.n, d.F), rows(s.up, 0, t.n, d.F), d_act, d_gate, d_up);
+    const Tensor act = rows(s.act, 0, t.n, d.F);
+    ops.linear_backward(act, p.down_proj, dy, d_act, Tensor(), Tensor(), false);
+    ops.swiglu_backward(rows(s.gate, 0, t.n, d.F), rows(s.up, 0, t.n, d.F), d_act, d_gate, d_up, act);
+    ops.linear_backward(act, p.down_proj, dy, Tensor(), g.down_proj, g.down_bias, false);
     ops.linear_backward(h2, p.gate_proj, d_gate, d_h2, g.gate_proj, g.gate_bias, false);
     ops.linear_backward(h2, p.up_proj, d_up, d_h2, g.up_proj, g.up_bias, true);
     ops.rmsnorm_backward(rows(s.x1, 0, t.n, d.H), p.post_norm, rows(s.rstd2, 0, t.n, 1).view({t.n}), d_h2, dy,

@@ -122,7 +122,10 @@ class Ops {
 
   // out = silu(gate) * up, all (T,F).
   virtual void swiglu_forward(Tensor gate, Tensor up, Tensor out) = 0;
-  virtual void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) = 0;
+  // dgate, dup (either may be empty) assigned. out (optional) receives silu(gate) * up, bit for bit
+  // as swiglu_forward writes it: a backward whose down_proj dw needs the activation gets it from
+  // the same pass over gate and up, instead of a forward pass of its own before (two reads fewer).
+  virtual void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup, Tensor out) = 0;
 
   // y (T,out) = residual + (x (T,in) @ w^T + bias) with w (out,in); bias (out) and residual (T,out)
   // optional. residual may be y itself; otherwise it must not overlap y.

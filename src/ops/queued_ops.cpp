@@ -47,8 +47,8 @@ void QueuedOps::swiglu_forward(Tensor gate, Tensor up, Tensor out) {
   enqueue([=](Ops& ops) { ops.swiglu_forward(gate, up, out); });
 }
 
-void QueuedOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) {
-  enqueue([=](Ops& ops) { ops.swiglu_backward(gate, up, dout, dgate, dup); });
+void QueuedOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup, Tensor out) {
+  enqueue([=](Ops& ops) { ops.swiglu_backward(gate, up, dout, dgate, dup, out); });
 }
 
 void QueuedOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) {

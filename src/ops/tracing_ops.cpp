@@ -46,8 +46,8 @@ void TracingOps::swiglu_forward(Tensor gate, Tensor up, Tensor out) {
   traced("swiglu_forward", [&](Ops& ops) { ops.swiglu_forward(gate, up, out); });
 }
 
-void TracingOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) {
-  traced("swiglu_backward", [&](Ops& ops) { ops.swiglu_backward(gate, up, dout, dgate, dup); });
+void TracingOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup, Tensor out) {
+  traced("swiglu_backward", [&](Ops& ops) { ops.swiglu_backward(gate, up, dout, dgate, dup, out); });
 }
 
 void TracingOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) {

@@ -29,19 +29,22 @@ void CpuOps::swiglu_forward(Tensor gate, Tensor up, Tensor out) {
       kGrain);
 }
 
-// dgate = dout * up * sig * (1 + g * (1 - sig)),  dup = dout * silu(g); both assigned.
-void CpuOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) {
+// dgate = dout * up * sig * (1 + g * (1 - sig)),  dup = dout * silu(g), out = silu(g) * up; each
+// assigned where given.
+void CpuOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup, Tensor out) {
   const char* op = "swiglu_backward";
   cpu::expect_f32(op, "gate", gate);
   cpu::expect_like(op, "up", up, "gate", gate);
   cpu::expect_like(op, "dout", dout, "gate", gate);
   if (!dgate.empty()) cpu::expect_like(op, "dgate", dgate, "gate", gate);
   if (!dup.empty()) cpu::expect_like(op, "dup", dup, "gate", gate);
+  if (!out.empty()) cpu::expect_like(op, "out", out, "gate", gate);
   const float* g = gate.f32();
   const float* u = up.f32();
   const float* d = dout.f32();
   float* dg = dgate.empty() ? nullptr : dgate.f32();
   float* du = dup.empty() ? nullptr : dup.f32();
+  float* y = out.empty() ? nullptr : out.f32();
   ThreadPool::global().parallel_for(
       gate.numel(),
       [&](size_t i0, size_t i1) {
@@ -49,7 +52,9 @@ void CpuOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, 
           const float e = std::exp(-g[i]);
           const float sig = 1.0f / (1.0f + e);
           if (dg) dg[i] = d[i] * u[i] * sig * (1.0f + g[i] * (1.0f - sig));
-          if (du) du[i] = d[i] * (g[i] / (1.0f + e));  // silu(g) exactly as the forward rounds it
+          const float silu = g[i] / (1.0f + e);  // exactly as the forward rounds it
+          if (du) du[i] = d[i] * silu;
+          if (y) y[i] = silu * u[i];
         }
       },
       kGrain);

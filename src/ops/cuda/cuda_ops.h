@@ -95,7 +95,7 @@ class CudaOps final : public Ops {
   void attention_cached(Tensor q, Tensor k, Tensor v, float scale, Tensor out) override;
 
   void swiglu_forward(Tensor gate, Tensor up, Tensor out) override;
-  void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) override;
+  void swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup, Tensor out) override;
 
   void linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) override;
   void linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,

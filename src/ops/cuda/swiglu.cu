@@ -33,11 +33,12 @@ __global__ void swiglu_forward_kernel(const bf16* __restrict__ gate, const bf16*
   }
 }
 
-// dgate = dout * up * sig * (1 + g * (1 - sig)),  dup = dout * silu(g); either may be null.
+// dgate = dout * up * sig * (1 + g * (1 - sig)),  dup = dout * silu(g),  out = silu(g) * up (the
+// forward kernel's expression, so the same bits); any of the three may be null.
 template <int VEC>
 __device__ __forceinline__ void swiglu_backward_at(const bf16* gate, const bf16* up, const bf16* dout,
-                                                   bf16* dgate, bf16* dup, int64_t i) {
-  float g[VEC], u[VEC], d[VEC], dg[VEC], du[VEC];
+                                                   bf16* dgate, bf16* dup, bf16* out, int64_t i) {
+  float g[VEC], u[VEC], d[VEC], dg[VEC], du[VEC], y[VEC];
   cuda::load_bf16<VEC>(gate + i, g);
   cuda::load_bf16<VEC>(up + i, u);
   cuda::load_bf16<VEC>(dout + i, d);
@@ -46,22 +47,25 @@ __device__ __forceinline__ void swiglu_backward_at(const bf16* gate, const bf16*
     const float e = expf(-g[j]);
     const float sig = 1.0f / (1.0f + e);
     dg[j] = d[j] * u[j] * sig * (1.0f + g[j] * (1.0f - sig));
-    du[j] = d[j] * (g[j] / (1.0f + e));
+    const float silu = g[j] / (1.0f + e);
+    du[j] = d[j] * silu;
+    y[j] = silu * u[j];
   }
   if (dgate != nullptr) cuda::store_bf16<VEC>(dgate + i, dg);
   if (dup != nullptr) cuda::store_bf16<VEC>(dup + i, du);
+  if (out != nullptr) cuda::store_bf16<VEC>(out + i, y);
 }
 
 template <int VEC>
 __global__ void swiglu_backward_kernel(const bf16* __restrict__ gate, const bf16* __restrict__ up,
                                        const bf16* __restrict__ dout, bf16* __restrict__ dgate,
-                                       bf16* __restrict__ dup, int64_t n) {
+                                       bf16* __restrict__ dup, bf16* __restrict__ out, int64_t n) {
   const int64_t i = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * VEC;
   if (i >= n) return;
   if (i + VEC <= n) {
-    swiglu_backward_at<VEC>(gate, up, dout, dgate, dup, i);
+    swiglu_backward_at<VEC>(gate, up, dout, dgate, dup, out, i);
   } else {
-    for (int64_t k = i; k < n; ++k) swiglu_backward_at<1>(gate, up, dout, dgate, dup, k);
+    for (int64_t k = i; k < n; ++k) swiglu_backward_at<1>(gate, up, dout, dgate, dup, out, k);
   }
 }
 
@@ -91,26 +95,28 @@ void CudaOps::swiglu_forward(Tensor gate, Tensor up, Tensor out) {
   CHECK_CUDA_LAUNCH();
 }
 
-void CudaOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup) {
+void CudaOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dgate, Tensor dup, Tensor out) {
   const char* op = "swiglu_backward";
   cuda::expect_dtype(op, "gate", gate, DType::BF16);
   cuda::expect_like(op, "up", up, "gate", gate, DType::BF16);
   cuda::expect_like(op, "dout", dout, "gate", gate, DType::BF16);
   if (!dgate.empty()) cuda::expect_like(op, "dgate", dgate, "gate", gate, DType::BF16);
   if (!dup.empty()) cuda::expect_like(op, "dup", dup, "gate", gate, DType::BF16);
+  if (!out.empty()) cuda::expect_like(op, "out", out, "gate", gate, DType::BF16);
   const int64_t n = gate.numel();
-  if (n == 0 || (dgate.empty() && dup.empty())) return;
+  if (n == 0 || (dgate.empty() && dup.empty() && out.empty())) return;
   const auto* g = static_cast<const bf16*>(gate.data);
   const auto* u = static_cast<const bf16*>(up.data);
   const auto* d = static_cast<const bf16*>(dout.data);
   auto* dg = static_cast<bf16*>(dgate.data);
   auto* du = static_cast<bf16*>(dup.data);
-  if (all_aligned16({g, u, d, dg, du}))
+  auto* y = static_cast<bf16*>(out.data);
+  if (all_aligned16({g, u, d, dg, du, y}))
     swiglu_backward_kernel<8>
-        <<<cuda::blocks_for((n + 7) / 8, kThreads), kThreads, 0, state_->stream>>>(g, u, d, dg, du, n);
+        <<<cuda::blocks_for((n + 7) / 8, kThreads), kThreads, 0, state_->stream>>>(g, u, d, dg, du, y, n);
   else
     swiglu_backward_kernel<1>
-        <<<cuda::blocks_for(n, kThreads), kThreads, 0, state_->stream>>>(g, u, d, dg, du, n);
+        <<<cuda::blocks_for(n, kThreads), kThreads, 0, state_->stream>>>(g, u, d, dg, du, y, n);
   CHECK_CUDA_LAUNCH();
 }
 
