@@ -383,7 +383,11 @@ TEST_F(CudaParity, RmsNorm) {
   uint32_t seed = 400;
   for (const Case& c : {Case{31, 8, DType::F32}, Case{257, 16, DType::BF16}, Case{127, 32, DType::F32},
                         Case{33, 64, DType::BF16}, Case{128, 128, DType::F32}, Case{31, 12, DType::BF16},
-                        Case{257, 96, DType::F32}, Case{33, 4096, DType::BF16}, Case{31, 4100, DType::F32}}) {
+                        Case{257, 96, DType::F32}, Case{33, 4096, DType::BF16}, Case{31, 4100, DType::F32},
+                        // dx and dweight in one pass (whole warps of 8 columns, D <= 4096): one row,
+                        // rows in several blocks with a partial last batch, and the largest D.
+                        Case{1, 256, DType::F32}, Case{3001, 2048, DType::BF16}, Case{1029, 3072, DType::F32},
+                        Case{517, 4096, DType::F32}, Case{33, 8192, DType::F32}}) {
     SCOPED_TRACE("R=" + std::to_string(c.R) + " D=" + std::to_string(c.D) + " dweight " +
                  std::string(dtype_name(c.grad_dtype)));
     const int64_t R = c.R, D = c.D;
@@ -434,8 +438,9 @@ TEST_F(CudaParity, RmsNorm) {
 }
 
 // dx = dresidual + the norm's gradient, in one rounding, with dresidual apart from dx and as dx
-// itself. The bound is RmsNorm's dx bound with |dresidual| added to the magnitude: the fp32 sum
-// gains one term, inside its 8 (D + 4) F margin.
+// itself (the latter also with dweight, which a layer's backward asks for: one pass for both
+// where D allows). The bound is RmsNorm's dx bound with |dresidual| added to the magnitude: the
+// fp32 sum gains one term, inside its 8 (D + 4) F margin.
 TEST_F(CudaParity, RmsNormBackwardResidual) {
   const float eps = 1e-6f;
   uint32_t seed = 450;
@@ -445,38 +450,48 @@ TEST_F(CudaParity, RmsNormBackwardResidual) {
                       {31, 12},
                       {257, 96},
                       {33, 4096},
-                      {31, 4100}}) {
+                      {31, 4100},
+                      {1029, 2048}}) {
     SCOPED_TRACE("R=" + std::to_string(R) + " D=" + std::to_string(D));
     Vec x = uniform(R * D, ++seed, -2, 2), w = uniform(D, ++seed, 0.5f, 1.5f), g = uniform(R * D, ++seed);
     Vec res = uniform(R * D, ++seed);
     round_bf16(x), round_bf16(w), round_bf16(g), round_bf16(res);
-    Vec out_ref(R * D), rstd_ref(R), dx_ref(R * D);
+    Vec out_ref(R * D), rstd_ref(R), dx_ref(R * D), dw_ref(D, 0.0f);
     cpu_->rmsnorm_forward(H2(x, R, D), H1(w, D), eps, H2(out_ref, R, D), H1(rstd_ref, R));
     cpu_->rmsnorm_backward(H2(x, R, D), H1(w, D), H1(rstd_ref, R), H2(g, R, D), H2(res, R, D),
-                           H2(dx_ref, R, D), Tensor());
-    Vec dx_mag(R * D);
+                           H2(dx_ref, R, D), H1(dw_ref, D));
+    Vec dx_mag(R * D), dw_mag(D, 0.0f);
     for (int64_t r = 0; r < R; ++r) {
       const float s = rstd_ref[r];
       double dot = 0;
       for (int64_t i = 0; i < D; ++i) dot += std::fabs(x[r * D + i] * w[i] * g[r * D + i]);
       const double cabs = dot / D * s * s * s;
-      for (int64_t i = 0; i < D; ++i)
+      for (int64_t i = 0; i < D; ++i) {
         dx_mag[r * D + i] = static_cast<float>(
             std::fabs(res[r * D + i]) + std::fabs(s * w[i] * g[r * D + i]) + std::fabs(x[r * D + i]) * cabs);
+        dw_mag[i] += std::fabs(g[r * D + i] * x[r * D + i] * s);
+      }
     }
 
     DeviceTensor gx = upload(DType::BF16, {R, D}, x), gw = upload(DType::BF16, {D}, w);
     DeviceTensor grstd = upload(DType::F32, {R}, rstd_ref), gg = upload(DType::BF16, {R, D}, g);
     DeviceTensor gres = upload(DType::BF16, {R, D}, res), gdx(DType::BF16, {R, D});
     DeviceTensor gdx_in_place = upload(DType::BF16, {R, D}, res);
+    DeviceTensor gdx_with_dw = upload(DType::BF16, {R, D}, res), gdw = upload(DType::F32, {D}, Vec(D, 0.0f));
     gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd.view(), gg.view(), gres.view(), gdx.view(), Tensor());
     gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd.view(), gg.view(), gdx_in_place.view(),
                            gdx_in_place.view(), Tensor());
+    gpu_->rmsnorm_backward(gx.view(), gw.view(), grstd.view(), gg.view(), gdx_with_dw.view(),
+                           gdx_with_dw.view(), gdw.view());
     sync();
     const Vec bound = bounds(dx_ref, 2 * u, dx_mag, 8 * (D + 4) * F);
     EXPECT_TRUE(within("dx = dresidual + grad", gdx.download(), dx_ref, bound, u));
     EXPECT_TRUE(within("dx += grad", gdx_in_place.download(), dx_ref, bound, u));
-    EXPECT_TRUE(gdx.guards() && gdx_in_place.guards() && gres.guards());
+    EXPECT_TRUE(within("dx += grad, with dweight", gdx_with_dw.download(), dx_ref, bound, u));
+    EXPECT_TRUE(within("dweight", gdw.download(), dw_ref,
+                       bounds(dw_ref, 2 * out_u(DType::F32), dw_mag, 4 * (R + 8) * F), 1e-4));
+    EXPECT_TRUE(gdx.guards() && gdx_in_place.guards() && gdx_with_dw.guards() && gdw.guards() &&
+                gres.guards());
   }
 }
 

@@ -51,12 +51,14 @@ void bench_rmsnorm(Bench& b) {
             detail_of("out", eo, kU) + ", " + detail_of("rstd", er, 1e-5) + ", " + detail_of("dx", edx, kU) +
                 ", " + detail_of("dweight", edw, 1e-4));
   }
-  const std::pair<int64_t, int64_t> shapes[] = {{16384, 4096}, {16384 * 32, 128}, {16384 * 8, 128}};
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {16384, 4096}, {65536, 2048}, {16384 * 32, 128}, {16384 * 8, 128}};
   for (auto [R, D] : shapes) {
     DeviceTensor x(DType::BF16, {R, D}), w(DType::BF16, {D}), g(DType::BF16, {R, D}),
         out(DType::BF16, {R, D});
     DeviceTensor rstd(DType::F32, {R}), dx(DType::BF16, {R, D}), dw(DType::F32, {D});
     fill_random(x, 1, -2, 2), fill_random(w, 2, 0.5f, 1.5f), fill_random(g, 3), fill_random(dw, 4);
+    fill_random(dx, 5);
     char shape[64];
     std::snprintf(shape, sizeof shape, "R=%lld D=%lld", (long long)R, (long long)D);
     const double n = static_cast<double>(R) * D;
@@ -68,7 +70,11 @@ void bench_rmsnorm(Bench& b) {
            6 * n + 4.0 * R, 0, "x, dout in, dx out"});
     b.add({"rmsnorm bwd dx+dw", shape,
            b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, Tensor(), dx.t, dw.t); }),
-           6 * n + 4.0 * R, 0, "dweight re-reads x and dout"});
+           6 * n + 4.0 * R, 0, "one pass where D is whole warps of 8 (<= 4096)"});
+    // A layer's call: the residual's gradient in dx, added to in place.
+    b.add({"rmsnorm bwd dx+=,dw", shape,
+           b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, dx.t, dx.t, dw.t); }), 8 * n + 4.0 * R,
+           0, "x, dout, dx in, dx out"});
   }
 }
 

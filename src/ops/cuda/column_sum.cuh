@@ -75,6 +75,19 @@ inline int column_splits(int64_t rows, int64_t cols, int vec, int sm_count) {
   return static_cast<int>(splits < 1 ? 1 : splits);
 }
 
+// out (cols, F32 or BF16) += the sum over `splits` rows of partials (splits, cols), in order.
+inline void reduce_column_partials(const float* partials, int splits, int64_t cols, void* out,
+                                   DType out_dtype, cudaStream_t stream) {
+  const unsigned int blocks = blocks_for(cols, 256);
+  if (out_dtype == DType::F32)
+    reduce_partials_kernel<float>
+        <<<blocks, 256, 0, stream>>>(partials, splits, cols, static_cast<float*>(out));
+  else
+    reduce_partials_kernel<__nv_bfloat16>
+        <<<blocks, 256, 0, stream>>>(partials, splits, cols, static_cast<__nv_bfloat16*>(out));
+  CHECK_CUDA_LAUNCH();
+}
+
 // out (cols) += column sums of the values `loader` gives over `rows` rows. `partials` holds at
 // least splits * cols floats (column_splits). VEC must divide cols.
 template <int VEC, typename Loader>
@@ -87,14 +100,7 @@ void column_sum(const Loader& loader, int64_t rows, int64_t cols, float* partial
   column_partials_kernel<VEC, Loader>
       <<<grid, block, 0, stream>>>(loader, rows, cols, rows_per_split, partials);
   CHECK_CUDA_LAUNCH();
-  const unsigned int blocks = blocks_for(cols, 256);
-  if (out_dtype == DType::F32)
-    reduce_partials_kernel<float>
-        <<<blocks, 256, 0, stream>>>(partials, splits, cols, static_cast<float*>(out));
-  else
-    reduce_partials_kernel<__nv_bfloat16>
-        <<<blocks, 256, 0, stream>>>(partials, splits, cols, static_cast<__nv_bfloat16*>(out));
-  CHECK_CUDA_LAUNCH();
+  reduce_column_partials(partials, splits, cols, out, out_dtype, stream);
 }
 
 }  // namespace ferry::cuda

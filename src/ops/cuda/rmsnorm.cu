@@ -6,6 +6,9 @@
 // walks its VEC-wide chunks (16-byte loads when D % 8 == 0), the group sums with shuffles. The row
 // is read twice (statistics, then output); the second read hits L1/L2.
 // dweight is a column sum (column_sum.cuh): fp32 partials per block of rows, then one reduction.
+// A backward that wants both dx and dweight of a wide row (D = 8 x a multiple of 32, up to 4096:
+// the hidden norms) runs them in one pass instead (rows_backward_kernel below), which reads x and
+// dout from memory once rather than twice.
 #include <type_traits>
 
 #include "ops/cuda/column_sum.cuh"
@@ -97,6 +100,111 @@ __global__ void __launch_bounds__(kThreads)
     }
     cuda::store_bf16<VEC>(dr + c * VEC, xv);
   }
+}
+
+// dx and dweight's partial sums in one pass. Each block takes a contiguous range of rows and
+// thread c the 8 columns 8c..8c+7 of each of them (D / 8 threads, whole warps), kRows rows at a
+// time: the row's dot product is summed over the block (each warp's lanes, then the warps in
+// order), so every thread holds its columns of x and dout in registers from load to dx and adds
+// dout * (x * rstd) to its columns' fp32 sums, which it writes as the block's partials at the end.
+// Fixed order for a given shape and grid, as column_sum's. dres may be dx (read first, same thread).
+constexpr int kRowsAtOnce = 4;
+constexpr int kMaxRowThreads = 512;  // D <= 4096
+
+__device__ __forceinline__ void bf16x8_to_float(const uint4& raw, float (&v)[8]) {
+  const auto* b = reinterpret_cast<const unsigned short*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = cuda::bf16_bits_to_float(b[j]);
+}
+
+__global__ void __launch_bounds__(kMaxRowThreads)
+    rows_backward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
+                         const float* __restrict__ rstd, const bf16* __restrict__ dout, const bf16* dres,
+                         bf16* dx, float* __restrict__ partials, int64_t R, int64_t rows_per_block, int D) {
+  __shared__ float warp_dots[2][kMaxRowThreads / 32][kRowsAtOnce];
+  const int c = threadIdx.x, warp = c / 32, lane = c % 32, warps = blockDim.x / 32;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  const int64_t r1 = r0 + rows_per_block < R ? r0 + rows_per_block : R;
+  const int64_t col = static_cast<int64_t>(c) * 8;
+  float wv[8], dw[8];
+  cuda::load_bf16<8>(w + col, wv);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) dw[j] = 0.0f;
+  int parity = 0;
+  for (int64_t r = r0; r < r1; r += kRowsAtOnce, parity ^= 1) {
+    uint4 xr[kRowsAtOnce], gr[kRowsAtOnce];
+    float dot[kRowsAtOnce];
+#pragma unroll
+    for (int i = 0; i < kRowsAtOnce; ++i) {
+      const bool valid = r + i < r1;
+      xr[i] = valid ? *reinterpret_cast<const uint4*>(x + (r + i) * D + col) : make_uint4(0, 0, 0, 0);
+      gr[i] = valid ? *reinterpret_cast<const uint4*>(dout + (r + i) * D + col) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsAtOnce; ++i) {
+      float xv[8], gv[8];
+      bf16x8_to_float(xr[i], xv);
+      bf16x8_to_float(gr[i], gv);
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s += xv[j] * wv[j] * gv[j];
+      dot[i] = cuda::group_sum<32>(s);
+    }
+    // Two sets of slots, alternating: a batch's writes cannot meet the previous batch's reads,
+    // which the one barrier between them orders.
+    if (lane == 0)
+#pragma unroll
+      for (int i = 0; i < kRowsAtOnce; ++i) warp_dots[parity][warp][i] = dot[i];
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kRowsAtOnce; ++i) {
+      float sum = 0.0f;
+      for (int k = 0; k < warps; ++k) sum += warp_dots[parity][k][i];
+      dot[i] = sum;
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsAtOnce; ++i) {
+      const int64_t row = r + i;
+      if (row >= r1) break;
+      float xv[8], gv[8];
+      bf16x8_to_float(xr[i], xv);
+      bf16x8_to_float(gr[i], gv);
+      const float s = rstd[row];
+      const float k = dot[i] / static_cast<float>(D) * s * s * s;
+      float dv[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        dv[j] = s * (wv[j] * gv[j]) - xv[j] * k;
+        dw[j] += gv[j] * (xv[j] * s);
+      }
+      if (dres != nullptr) {
+        float rv[8];
+        cuda::load_bf16<8>(dres + row * D + col, rv);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dv[j] = rv[j] + dv[j];
+      }
+      cuda::store_bf16<8>(dx + row * D + col, dv);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) partials[static_cast<int64_t>(blockIdx.x) * D + col + j] = dw[j];
+}
+
+// Whether rows_backward_kernel takes a row of D: whole warps of 8 columns each, at most
+// kMaxRowThreads of them.
+bool rows_pass_takes(int64_t D) {
+  return D % 256 == 0 && D / 8 <= kMaxRowThreads;
+}
+
+// Its blocks: one wave of them. At ~128 registers a thread an SM holds 512 of its threads (one
+// block at D = 4,096, two at 2,048), so blocks of 512 threads per SM; each block at least 32 rows,
+// at most 1024 blocks (the partials' scratch holds 1024 rows of D).
+int rows_pass_blocks(int64_t R, int64_t D, int sm_count) {
+  const int64_t per_sm = kMaxRowThreads / (D / 8) < 1 ? 1 : kMaxRowThreads / (D / 8);
+  int64_t blocks = per_sm * sm_count;
+  if (blocks > (R + 31) / 32) blocks = (R + 31) / 32;
+  if (blocks > 1024) blocks = 1024;
+  return static_cast<int>(blocks < 1 ? 1 : blocks);
 }
 
 // The value dweight sums: dout * (x * rstd), per row and column.
@@ -230,6 +338,20 @@ void CudaOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout
   const auto* rs = static_cast<const float*>(rstd.data);
   cudaStream_t stream = state_->stream;
   const bool vec_in = D % 8 == 0 && cuda::aligned16(xs) && cuda::aligned16(ws) && cuda::aligned16(gs);
+
+  if (!dx.empty() && !dweight.empty() && vec_in && rows_pass_takes(D) && cuda::aligned16(dx.data) &&
+      cuda::aligned16(dresidual.data)) {
+    const int blocks = rows_pass_blocks(R, D, state_->sm_count);
+    const int64_t rows_per_block = (R + blocks - 1) / blocks;
+    auto* partials = static_cast<float*>(state_->buffer(cuda::Scratch::kPartials, sizeof(float) * blocks * D,
+                                                        "rmsnorm's dweight partial sums"));
+    rows_backward_kernel<<<blocks, static_cast<unsigned int>(D / 8), 0, stream>>>(
+        xs, ws, rs, gs, static_cast<const bf16*>(dresidual.data), static_cast<bf16*>(dx.data), partials, R,
+        rows_per_block, static_cast<int>(D));
+    CHECK_CUDA_LAUNCH();
+    cuda::reduce_column_partials(partials, blocks, D, dweight.data, dweight.dtype, stream);
+    return;
+  }
 
   if (!dx.empty()) {
     auto* dxs = static_cast<bf16*>(dx.data);
