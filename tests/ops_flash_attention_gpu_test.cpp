@@ -471,7 +471,24 @@ INSTANTIATE_TEST_SUITE_P(Large, FlashAttentionTensorCoreVsSimple,
 // the same reference and tolerances: GQA and MHA, head_dim 64 and 128, one row and several (whose
 // statistics cuDNN keeps in its own layout), flat and peaked softmaxes. Skipped where cuDNN is not
 // installed; where it is, a refusal fails the test.
-class CudnnAttentionGpu : public ::testing::TestWithParam<Case> {};
+// What both cuDNN suites set up: cuDNN (skipped where it is not installed), the case's problem
+// and its CPU reference.
+class CudnnGpuCase : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    cudnn_ = CudnnAttention::make(nullptr);
+    if (cudnn_ == nullptr) GTEST_SKIP() << "cuDNN is not available: " << CudnnAttention::unavailable_reason();
+    problem_ = std::make_unique<Problem>(GetParam());
+    ASSERT_TRUE(problem_->allocated()) << "cudaMalloc failed";
+    ref_ = cpu_reference(*problem_);
+  }
+  std::unique_ptr<CudnnAttention> cudnn_;
+  std::unique_ptr<Problem> problem_;
+  Reference ref_;
+};
+
+class CudnnAttentionGpu : public CudnnGpuCase {};
 
 // cuDNN's backward (`backward`, given the params) from the statistics of ferry's own forward of a
 // fresh problem of case c, against the reference: the two may mix in a step.
@@ -492,13 +509,10 @@ void expect_backward_from_own_forward(const Case& c, const Reference& ref, const
 }
 
 TEST_P(CudnnAttentionGpu, ForwardAndBackwardMatchCpuReference) {
-  SKIP_WITHOUT_GPU();
-  std::unique_ptr<CudnnAttention> cudnn = CudnnAttention::make(nullptr);
-  if (cudnn == nullptr) GTEST_SKIP() << "cuDNN is not available: " << CudnnAttention::unavailable_reason();
   const Case c = GetParam();
-  Problem p(c);
-  ASSERT_TRUE(p.allocated()) << "cudaMalloc failed";
-  const Reference ref = cpu_reference(p);
+  Problem& p = *problem_;
+  const Reference& ref = ref_;
+  CudnnAttention* cudnn = cudnn_.get();
   DeviceBuffer ws(attention_workspace_bytes(c.T, c.Hq, c.D));
   ASSERT_TRUE(ws.ok());
   FlashAttentionBackwardParams bp = p.backward_params();
@@ -531,7 +545,7 @@ INSTANTIATE_TEST_SUITE_P(Rows, CudnnAttentionGpu,
 // whole sequence, GQA and MHA, head_dim 64 and 128, flat and peaked softmaxes; and cuDNN's backward
 // from the own forward's statistics. Both directions run in the ops' attention workspace.
 // Skipped where cuDNN is not installed; a refusal fails it.
-class CudnnSegmentsGpu : public ::testing::TestWithParam<Case> {};
+class CudnnSegmentsGpu : public CudnnGpuCase {};
 
 // The documents of doc_start as segment bounds: where each starts, then T.
 std::vector<int32_t> document_bounds(const std::vector<int32_t>& ds) {
@@ -543,13 +557,10 @@ std::vector<int32_t> document_bounds(const std::vector<int32_t>& ds) {
 }
 
 TEST_P(CudnnSegmentsGpu, ForwardAndBackwardMatchCpuReference) {
-  SKIP_WITHOUT_GPU();
-  std::unique_ptr<CudnnAttention> cudnn = CudnnAttention::make(nullptr);
-  if (cudnn == nullptr) GTEST_SKIP() << "cuDNN is not available: " << CudnnAttention::unavailable_reason();
   const Case c = GetParam();
-  Problem p(c);
-  ASSERT_TRUE(p.allocated()) << "cudaMalloc failed";
-  const Reference ref = cpu_reference(p);
+  Problem& p = *problem_;
+  const Reference& ref = ref_;
+  CudnnAttention* cudnn = cudnn_.get();
   const std::vector<int32_t> bounds = document_bounds(p.ds);
   DeviceBuffer d_bounds(bounds.size() * sizeof(int32_t));
   ASSERT_TRUE(d_bounds.ok());
