@@ -52,7 +52,7 @@ void bench_rmsnorm(Bench& b) {
                 ", " + detail_of("dweight", edw, 1e-4));
   }
   const std::pair<int64_t, int64_t> shapes[] = {
-      {16384, 4096}, {65536, 2048}, {16384 * 32, 128}, {16384 * 8, 128}};
+      {16384, 4096}, {65536, 2048}, {65536, 3072}, {16384 * 32, 128}, {16384 * 8, 128}};
   for (auto [R, D] : shapes) {
     DeviceTensor x(DType::BF16, {R, D}), w(DType::BF16, {D}), g(DType::BF16, {R, D}),
         out(DType::BF16, {R, D});
@@ -68,6 +68,11 @@ void bench_rmsnorm(Bench& b) {
     b.add({"rmsnorm bwd dx", shape,
            b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, Tensor(), dx.t, Tensor()); }),
            6 * n + 4.0 * R, 0, "x, dout in, dx out"});
+    // dweight alone is the column-sum pass that a backward of both ran after dx where D does not
+    // take the one pass: dx + dw alone is that two-pass backward's time.
+    b.add({"rmsnorm bwd dw", shape,
+           b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, Tensor(), Tensor(), dw.t); }),
+           4 * n + 4.0 * R, 0, "x, dout in"});
     b.add({"rmsnorm bwd dx+dw", shape,
            b.time_us([&] { ops.rmsnorm_backward(x.t, w.t, rstd.t, g.t, Tensor(), dx.t, dw.t); }),
            6 * n + 4.0 * R, 0, "one pass where D is whole warps of 8 (<= 4096)"});
