@@ -246,13 +246,20 @@ union Bf16Pack {
   unsigned short bits[N];
 };
 
+// The N bf16 values packed in raw (as load_bf16 reads them) as floats: for a kernel that keeps the
+// packed values in registers and unpacks them where it uses them.
+template <int N>
+__device__ __forceinline__ void unpack_bf16(const typename RawOf<N>::type& raw, float (&v)[N]) {
+  Bf16Pack<N> pack;
+  pack.raw = raw;
+#pragma unroll
+  for (int i = 0; i < N; ++i) v[i] = bf16_bits_to_float(pack.bits[i]);
+}
+
 // Loads N bf16 values at p (aligned to 2N bytes) as floats.
 template <int N>
 __device__ __forceinline__ void load_bf16(const __nv_bfloat16* p, float (&v)[N]) {
-  Bf16Pack<N> pack;
-  pack.raw = *reinterpret_cast<const typename RawOf<N>::type*>(p);
-#pragma unroll
-  for (int i = 0; i < N; ++i) v[i] = bf16_bits_to_float(pack.bits[i]);
+  unpack_bf16<N>(*reinterpret_cast<const typename RawOf<N>::type*>(p), v);
 }
 
 template <int N>

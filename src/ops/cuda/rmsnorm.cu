@@ -111,12 +111,6 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kRowsAtOnce = 4;
 constexpr int kMaxRowThreads = 512;  // D <= 4096
 
-__device__ __forceinline__ void bf16x8_to_float(const uint4& raw, float (&v)[8]) {
-  const auto* b = reinterpret_cast<const unsigned short*>(&raw);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = cuda::bf16_bits_to_float(b[j]);
-}
-
 __global__ void __launch_bounds__(kMaxRowThreads)
     rows_backward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
                          const float* __restrict__ rstd, const bf16* __restrict__ dout, const bf16* dres,
@@ -143,8 +137,8 @@ __global__ void __launch_bounds__(kMaxRowThreads)
 #pragma unroll
     for (int i = 0; i < kRowsAtOnce; ++i) {
       float xv[8], gv[8];
-      bf16x8_to_float(xr[i], xv);
-      bf16x8_to_float(gr[i], gv);
+      cuda::unpack_bf16<8>(xr[i], xv);
+      cuda::unpack_bf16<8>(gr[i], gv);
       float s = 0.0f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) s += xv[j] * wv[j] * gv[j];
@@ -167,8 +161,8 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       const int64_t row = r + i;
       if (row >= r1) break;
       float xv[8], gv[8];
-      bf16x8_to_float(xr[i], xv);
-      bf16x8_to_float(gr[i], gv);
+      cuda::unpack_bf16<8>(xr[i], xv);
+      cuda::unpack_bf16<8>(gr[i], gv);
       const float s = rstd[row];
       const float k = dot[i] / static_cast<float>(D) * s * s * s;
       float dv[8];
