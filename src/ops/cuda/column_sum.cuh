@@ -64,15 +64,20 @@ __global__ void reduce_partials_kernel(const float* __restrict__ partials, int s
   out[c] = from_float<Out>(to_float(out[c]) + s);
 }
 
-// How many row ranges: enough blocks to fill the GPU (4 per SM), each range at least 32 rows,
-// at most 1024 ranges.
+// `wanted` row ranges of `rows` rows, as many as make sense: each range at least 32 rows, at most
+// 1024 ranges (the partials' scratch holds 1024 rows of cols), at least one.
+inline int clamp_row_splits(int64_t wanted, int64_t rows) {
+  const int64_t max_by_rows = (rows + 31) / 32;
+  if (wanted > max_by_rows) wanted = max_by_rows;
+  if (wanted > 1024) wanted = 1024;
+  return static_cast<int>(wanted < 1 ? 1 : wanted);
+}
+
+// How many row ranges: enough blocks to fill the GPU (4 per SM), clamped as above.
 inline int column_splits(int64_t rows, int64_t cols, int vec, int sm_count) {
   const int64_t col_blocks = (cols / vec + kColumnTileX - 1) / kColumnTileX;
-  int64_t splits = (4 * static_cast<int64_t>(sm_count) + col_blocks - 1) / (col_blocks < 1 ? 1 : col_blocks);
-  const int64_t max_by_rows = (rows + 31) / 32;
-  if (splits > max_by_rows) splits = max_by_rows;
-  if (splits > 1024) splits = 1024;
-  return static_cast<int>(splits < 1 ? 1 : splits);
+  return clamp_row_splits(
+      (4 * static_cast<int64_t>(sm_count) + col_blocks - 1) / (col_blocks < 1 ? 1 : col_blocks), rows);
 }
 
 // out (cols, F32 or BF16) += the sum over `splits` rows of partials (splits, cols), in order.

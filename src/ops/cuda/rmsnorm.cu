@@ -191,14 +191,11 @@ bool rows_pass_takes(int64_t D) {
 }
 
 // Its blocks: one wave of them. At ~128 registers a thread an SM holds 512 of its threads (one
-// block at D = 4,096, two at 2,048), so blocks of 512 threads per SM; each block at least 32 rows,
-// at most 1024 blocks (the partials' scratch holds 1024 rows of D).
+// block at D = 4,096, two at 2,048), so blocks of 512 threads per SM, clamped as column_sum's
+// row ranges (each block's partials are one of them).
 int rows_pass_blocks(int64_t R, int64_t D, int sm_count) {
   const int64_t per_sm = kMaxRowThreads / (D / 8) < 1 ? 1 : kMaxRowThreads / (D / 8);
-  int64_t blocks = per_sm * sm_count;
-  if (blocks > (R + 31) / 32) blocks = (R + 31) / 32;
-  if (blocks > 1024) blocks = 1024;
-  return static_cast<int>(blocks < 1 ? 1 : blocks);
+  return cuda::clamp_row_splits(per_sm * sm_count, R);
 }
 
 // The value dweight sums: dout * (x * rstd), per row and column.
