@@ -107,10 +107,14 @@ __global__ void __launch_bounds__(kThreads)
 // time: the row's dot product is summed over the block (each warp's lanes, then the warps in
 // order), so every thread holds its columns of x and dout in registers from load to dx and adds
 // dout * (x * rstd) to its columns' fp32 sums, which it writes as the block's partials at the end.
-// Fixed order for a given shape and grid, as column_sum's. dres may be dx (read first, same thread).
+// Fixed order for a given shape and grid, as column_sum's. With kResidual, dres (which may be dx)
+// is loaded for the whole batch before the barrier, beside the dot products' sums: each element is
+// still read before the same thread writes it, and its load no longer waits for the store of the
+// row before (which it might alias) after the barrier.
 constexpr int kRowsAtOnce = 4;
 constexpr int kMaxRowThreads = 512;  // D <= 4096
 
+template <bool kResidual>
 __global__ void __launch_bounds__(kMaxRowThreads)
     rows_backward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
                          const float* __restrict__ rstd, const bf16* __restrict__ dout, const bf16* dres,
@@ -144,6 +148,12 @@ __global__ void __launch_bounds__(kMaxRowThreads)
       for (int j = 0; j < 8; ++j) s += xv[j] * wv[j] * gv[j];
       dot[i] = cuda::group_sum<32>(s);
     }
+    uint4 rr[kResidual ? kRowsAtOnce : 1];
+    if constexpr (kResidual) {
+#pragma unroll
+      for (int i = 0; i < kRowsAtOnce; ++i)
+        rr[i] = r + i < r1 ? *reinterpret_cast<const uint4*>(dres + (r + i) * D + col) : make_uint4(0, 0, 0, 0);
+    }
     // Two sets of slots, alternating: a batch's writes cannot meet the previous batch's reads,
     // which the one barrier between them orders.
     if (lane == 0)
@@ -171,9 +181,9 @@ __global__ void __launch_bounds__(kMaxRowThreads)
         dv[j] = s * (wv[j] * gv[j]) - xv[j] * k;
         dw[j] += gv[j] * (xv[j] * s);
       }
-      if (dres != nullptr) {
+      if constexpr (kResidual) {
         float rv[8];
-        cuda::load_bf16<8>(dres + row * D + col, rv);
+        cuda::unpack_bf16<8>(rr[i], rv);
 #pragma unroll
         for (int j = 0; j < 8; ++j) dv[j] = rv[j] + dv[j];
       }
@@ -336,9 +346,15 @@ void CudaOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout
     const int64_t rows_per_block = (R + blocks - 1) / blocks;
     auto* partials = static_cast<float*>(state_->buffer(cuda::Scratch::kPartials, sizeof(float) * blocks * D,
                                                         "rmsnorm's dweight partial sums"));
-    rows_backward_kernel<<<blocks, static_cast<unsigned int>(D / 8), 0, stream>>>(
-        xs, ws, rs, gs, static_cast<const bf16*>(dresidual.data), static_cast<bf16*>(dx.data), partials, R,
-        rows_per_block, static_cast<int>(D));
+    const auto* dres = static_cast<const bf16*>(dresidual.data);
+    auto launch = [&](auto kernel) {
+      kernel<<<blocks, static_cast<unsigned int>(D / 8), 0, stream>>>(
+          xs, ws, rs, gs, dres, static_cast<bf16*>(dx.data), partials, R, rows_per_block, static_cast<int>(D));
+    };
+    if (dres != nullptr)
+      launch(rows_backward_kernel<true>);
+    else
+      launch(rows_backward_kernel<false>);
     CHECK_CUDA_LAUNCH();
     cuda::reduce_column_partials(partials, blocks, D, dweight.data, dweight.dtype, stream);
     return;
