@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     if constexpr (kResidual) {
 #pragma unroll
       for (int i = 0; i < kRowsAtOnce; ++i)
-        rr[i] = r + i < r1 ? *reinterpret_cast<const uint4*>(dres + (r + i) * D + col) : make_uint4(0, 0, 0, 0);
+        rr[i] =
+            r + i < r1 ? *reinterpret_cast<const uint4*>(dres + (r + i) * D + col) : make_uint4(0, 0, 0, 0);
     }
     // Two sets of slots, alternating: a batch's writes cannot meet the previous batch's reads,
     // which the one barrier between them orders.
@@ -348,8 +349,9 @@ void CudaOps::rmsnorm_backward(Tensor x, Tensor weight, Tensor rstd, Tensor dout
                                                         "rmsnorm's dweight partial sums"));
     const auto* dres = static_cast<const bf16*>(dresidual.data);
     auto launch = [&](auto kernel) {
-      kernel<<<blocks, static_cast<unsigned int>(D / 8), 0, stream>>>(
-          xs, ws, rs, gs, dres, static_cast<bf16*>(dx.data), partials, R, rows_per_block, static_cast<int>(D));
+      kernel<<<blocks, static_cast<unsigned int>(D / 8), 0, stream>>>(xs, ws, rs, gs, dres,
+                                                                      static_cast<bf16*>(dx.data), partials,
+                                                                      R, rows_per_block, static_cast<int>(D));
     };
     if (dres != nullptr)
       launch(rows_backward_kernel<true>);
