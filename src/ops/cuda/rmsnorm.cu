@@ -114,6 +114,12 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kRowsAtOnce = 4;
 constexpr int kMaxRowThreads = 512;  // D <= 4096
 
+// Columns col..col+7 of row `row` of a D-wide bf16 matrix, raw, or zeros for a row at or past r1
+// (the block's end), so that a batch's last rows need no branch of their own.
+__device__ __forceinline__ uint4 load_row_piece(const bf16* m, int64_t row, int64_t r1, int D, int64_t col) {
+  return row < r1 ? *reinterpret_cast<const uint4*>(m + row * D + col) : make_uint4(0, 0, 0, 0);
+}
+
 template <bool kResidual>
 __global__ void __launch_bounds__(kMaxRowThreads)
     rows_backward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w,
@@ -134,9 +140,8 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     float dot[kRowsAtOnce];
 #pragma unroll
     for (int i = 0; i < kRowsAtOnce; ++i) {
-      const bool valid = r + i < r1;
-      xr[i] = valid ? *reinterpret_cast<const uint4*>(x + (r + i) * D + col) : make_uint4(0, 0, 0, 0);
-      gr[i] = valid ? *reinterpret_cast<const uint4*>(dout + (r + i) * D + col) : make_uint4(0, 0, 0, 0);
+      xr[i] = load_row_piece(x, r + i, r1, D, col);
+      gr[i] = load_row_piece(dout, r + i, r1, D, col);
     }
 #pragma unroll
     for (int i = 0; i < kRowsAtOnce; ++i) {
@@ -151,9 +156,7 @@ __global__ void __launch_bounds__(kMaxRowThreads)
     uint4 rr[kResidual ? kRowsAtOnce : 1];
     if constexpr (kResidual) {
 #pragma unroll
-      for (int i = 0; i < kRowsAtOnce; ++i)
-        rr[i] =
-            r + i < r1 ? *reinterpret_cast<const uint4*>(dres + (r + i) * D + col) : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < kRowsAtOnce; ++i) rr[i] = load_row_piece(dres, r + i, r1, D, col);
     }
     // Two sets of slots, alternating: a batch's writes cannot meet the previous batch's reads,
     // which the one barrier between them orders.
