@@ -64,6 +64,23 @@ inline std::vector<std::string> temporaries(const std::filesystem::path& dir) {
   return found;
 }
 
+// The overrides every tiny run shares: 6 steps of 4 sequences of 48 tokens of `data` with the
+// model in `model`, into `out`, saved in float32.
+inline std::vector<std::string> tiny_run_overrides(const std::filesystem::path& model,
+                                                   const std::filesystem::path& data,
+                                                   const std::filesystem::path& out) {
+  return {"model=" + model.string(),
+          "data=" + data.string(),
+          "output_dir=" + out.string(),
+          "seq_len=48",
+          "global_batch=4",
+          "micro_batch=2",
+          "max_steps=6",
+          "learning_rate=1e-3",
+          "warmup_steps=2",
+          "save_dtype=float32"};
+}
+
 class TinyRun : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -74,20 +91,10 @@ class TinyRun : public ::testing::Test {
     data_ = scratch_ / "train.jsonl";
     write_token_data(data_, 120, 320, 11);
   }
-  // 6 steps of 4 sequences of 48 tokens into scratch/OUT, saved in float32.
+  // 6 steps of 4 sequences of 48 tokens into scratch/OUT, saved in float32, on the CPU.
   TrainConfig config(const std::string& out, const std::vector<std::string>& extra = {}) const {
-    std::vector<std::string> overrides = {"model=" + model_dir_.string(),
-                                          "data=" + data_.string(),
-                                          "output_dir=" + (scratch_ / out).string(),
-                                          "seq_len=48",
-                                          "global_batch=4",
-                                          "micro_batch=2",
-                                          "max_steps=6",
-                                          "learning_rate=1e-3",
-                                          "warmup_steps=2",
-                                          "save_dtype=float32",
-                                          "device=cpu",
-                                          "threads=1"};
+    std::vector<std::string> overrides = tiny_run_overrides(model_dir_, data_, scratch_ / out);
+    overrides.insert(overrides.end(), {"device=cpu", "threads=1"});
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     return parse_train_config("", overrides, "test");
   }

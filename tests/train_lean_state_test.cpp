@@ -11,6 +11,7 @@
 #include "planner/memory_model.h"
 #include "sliding_plans.h"
 #include "test_util.h"
+#include "tiny_run.h"
 #include "train/checkpoint.h"
 #include "train/model_init.h"
 #include "train/train_config.h"
@@ -18,13 +19,6 @@
 
 namespace ferry {
 namespace {
-
-std::string read_bytes(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 class LeanTrainTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -35,20 +29,9 @@ class LeanTrainTest : public ::testing::TestWithParam<const char*> {
     test::write_token_data(data_, 120, 320, 11);
   }
   TrainConfig config(const std::string& out, std::vector<std::string> extra = {}) {
-    std::vector<std::string> overrides = {"model=" + model_dir_.string(),
-                                          "data=" + data_.string(),
-                                          "output_dir=" + (scratch_ / out).string(),
-                                          "seq_len=48",
-                                          "global_batch=4",
-                                          "micro_batch=2",
-                                          "max_steps=6",
-                                          "learning_rate=1e-3",
-                                          "warmup_steps=2",
-                                          "weight_decay=0.1",
-                                          "max_grad_norm=0.5",
-                                          "save_dtype=float32",
-                                          "threads=2",
-                                          std::string("optimizer_state=") + GetParam()};
+    std::vector<std::string> overrides = test::tiny_run_overrides(model_dir_, data_, scratch_ / out);
+    overrides.insert(overrides.end(), {"weight_decay=0.1", "max_grad_norm=0.5", "threads=2",
+                                       std::string("optimizer_state=") + GetParam()});
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     return parse_train_config("", overrides, "test");
   }
@@ -68,8 +51,8 @@ TEST_P(LeanTrainTest, SimulatedDeviceMatchesTheCpuBackendBitForBit) {
   const std::vector<double> sim = losses(config("sim", {"device=sim", "gpu_memory=3MiB", "gpu_slots=2"}));
   ASSERT_EQ(cpu.size(), 6u);
   EXPECT_EQ(cpu, sim);
-  EXPECT_EQ(read_bytes(scratch_ / "cpu" / "model.safetensors"),
-            read_bytes(scratch_ / "sim" / "model.safetensors"));
+  EXPECT_EQ(test::read_file(scratch_ / "cpu" / "model.safetensors"),
+            test::read_file(scratch_ / "sim" / "model.safetensors"));
   EXPECT_LT(cpu.back(), cpu.front());
   // The format is in effect: from step 3 on (the first update has lr 0) the losses leave fp32's.
   const std::vector<double> exact = losses(config("exact", {"device=cpu", "optimizer_state=fp32"}));
@@ -95,8 +78,8 @@ TEST_P(LeanTrainTest, ResumeIsBitExactOnBothBackends) {
     const std::vector<double> rest = losses(config("split-" + tag, {device, "resume=true"}));
     ASSERT_EQ(rest.size(), 3u);
     for (size_t i = 0; i < 3; ++i) EXPECT_EQ(rest[i], full[3 + i]) << "step " << 4 + i;
-    EXPECT_EQ(read_bytes(scratch_ / ("full-" + tag) / "model.safetensors"),
-              read_bytes(scratch_ / ("split-" + tag) / "model.safetensors"));
+    EXPECT_EQ(test::read_file(scratch_ / ("full-" + tag) / "model.safetensors"),
+              test::read_file(scratch_ / ("split-" + tag) / "model.safetensors"));
   }
 }
 

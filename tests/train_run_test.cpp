@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "model/model_weights.h"
 #include "test_util.h"
+#include "tiny_run.h"
 #include "train/checkpoint.h"
 #include "train/model_init.h"
 #include "train/train_config.h"
@@ -15,13 +16,6 @@
 
 namespace ferry {
 namespace {
-
-std::string read_bytes(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 class TrainTest : public ::testing::Test {
  protected:
@@ -35,19 +29,8 @@ class TrainTest : public ::testing::Test {
     test::write_token_data(data_, 120, 320, 11);
   }
   TrainConfig config(const std::string& out, std::vector<std::string> extra = {}) {
-    std::vector<std::string> overrides = {"model=" + model_dir_.string(),
-                                          "data=" + data_.string(),
-                                          "output_dir=" + (scratch_ / out).string(),
-                                          "seq_len=48",
-                                          "global_batch=4",
-                                          "micro_batch=2",
-                                          "max_steps=6",
-                                          "learning_rate=1e-3",
-                                          "warmup_steps=2",
-                                          "weight_decay=0.1",
-                                          "max_grad_norm=0.5",
-                                          "save_dtype=float32",
-                                          "threads=2"};
+    std::vector<std::string> overrides = test::tiny_run_overrides(model_dir_, data_, scratch_ / out);
+    overrides.insert(overrides.end(), {"weight_decay=0.1", "max_grad_norm=0.5", "threads=2"});
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     return parse_train_config("", overrides, "test");
   }
@@ -77,8 +60,8 @@ TEST_F(TrainTest, ResumeIsBitExact) {
   ASSERT_EQ(resumed.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed[i], uninterrupted[3 + i]) << "step " << 4 + i;
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(first.steps[i].loss, uninterrupted[i]) << "step " << 1 + i;
-  EXPECT_EQ(read_bytes(scratch_ / "full" / "model.safetensors"),
-            read_bytes(scratch_ / "split" / "model.safetensors"));
+  EXPECT_EQ(test::read_file(scratch_ / "full" / "model.safetensors"),
+            test::read_file(scratch_ / "split" / "model.safetensors"));
   EXPECT_LT(uninterrupted.back(), uninterrupted.front());
 }
 
@@ -121,8 +104,8 @@ TEST_F(TrainTest, OutputDirectoryRoundTrips) {
   ASSERT_TRUE(run_training(c).finished);
   const auto out = scratch_ / "out";
   // Tokenizer bytes and (unchanged dtype) config.json are copied exactly.
-  EXPECT_EQ(read_bytes(out / "tokenizer.json"), read_bytes(model_dir_ / "tokenizer.json"));
-  EXPECT_EQ(read_bytes(out / "config.json"), read_bytes(model_dir_ / "config.json"));
+  EXPECT_EQ(test::read_file(out / "tokenizer.json"), test::read_file(model_dir_ / "tokenizer.json"));
+  EXPECT_EQ(test::read_file(out / "config.json"), test::read_file(model_dir_ / "config.json"));
   SafetensorsFile weights_file = SafetensorsFile::open(out / "model.safetensors");
   EXPECT_EQ(weights_file.metadata().at("format"), "pt");
 
@@ -154,13 +137,14 @@ TEST_F(TrainTest, SavesInTheInputDtypeAndEditsOnlyThatKey) {
   ASSERT_TRUE(run_training(c).finished);
   SafetensorsFile f = SafetensorsFile::open(scratch_ / "bf16-out" / "model.safetensors");
   for (const auto& t : f.tensors()) EXPECT_EQ(t.dtype, DType::BF16) << t.name;
-  EXPECT_EQ(read_bytes(scratch_ / "bf16-out" / "config.json"), read_bytes(bf16_model / "config.json"));
+  EXPECT_EQ(test::read_file(scratch_ / "bf16-out" / "config.json"),
+            test::read_file(bf16_model / "config.json"));
 
   TrainConfig as_f32 =
       config("f32-out", {"model=" + bf16_model.string(), "max_steps=1", "save_dtype=float32"});
   ASSERT_TRUE(run_training(as_f32).finished);
-  nlohmann::json in = nlohmann::json::parse(read_bytes(bf16_model / "config.json"));
-  nlohmann::json out = nlohmann::json::parse(read_bytes(scratch_ / "f32-out" / "config.json"));
+  nlohmann::json in = nlohmann::json::parse(test::read_file(bf16_model / "config.json"));
+  nlohmann::json out = nlohmann::json::parse(test::read_file(scratch_ / "f32-out" / "config.json"));
   EXPECT_EQ(out["torch_dtype"], "float32");
   out["torch_dtype"] = in["torch_dtype"];
   EXPECT_EQ(in, out) << "only the dtype key may change";
@@ -205,8 +189,8 @@ TEST_F(TrainTest, SimulatedDeviceMatchesTheCpuBackendBitForBit) {
   ASSERT_TRUE(run_training(config("cpu", {"device=cpu"}), on_cpu).finished);
   ASSERT_TRUE(run_training(config("sim", {"device=sim", "gpu_memory=3MiB", "gpu_slots=2"}), on_sim).finished);
   ASSERT_EQ(cpu_losses, sim_losses);
-  EXPECT_EQ(read_bytes(scratch_ / "cpu" / "model.safetensors"),
-            read_bytes(scratch_ / "sim" / "model.safetensors"));
+  EXPECT_EQ(test::read_file(scratch_ / "cpu" / "model.safetensors"),
+            test::read_file(scratch_ / "sim" / "model.safetensors"));
 }
 
 TEST_F(TrainTest, SimulatedResumeIsBitExact) {
