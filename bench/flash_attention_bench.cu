@@ -8,7 +8,8 @@
 //    4096, 8192 (batch-equivalent 8, 4, 2 documents packed), Hq 32, Hkv 8, D 128, causal, and
 //    reports TFLOP/s: forward counts 4 S^2 D Hq / 2 per sequence of S tokens (two products, half
 //    the matrix), backward 2.5 times that, against the H200's ~776 TFLOP/s dense bf16 peak as
-//    measured for a large GEMM (DESIGN.md §5).
+//    measured for a large GEMM (DESIGN.md §5). Where the kernels are the wgmma ones (a compute
+//    capability 9.0 device), the mma.sync ones are timed beside them. Then the same at D 64.
 //
 // 3. Times cuDNN's fused attention (ops/cuda/cudnn_attention.h) at the same shapes when cuDNN is
 //    installed: the path CudaOps takes for rows that are causal sequences.
@@ -255,7 +256,7 @@ void print_header() {
 // Hkv 8, D 128. `packed_shapes` (the short sequences): three warm-up runs, forward+backward timed
 // as one, and the backward's main kernel alone in its two configurations; otherwise (one sequence
 // of up to 256K tokens, seconds a call) one warm-up run and forward+backward as the sum.
-void time_packed(int64_t T, int64_t S, int iters, CudnnAttention* cudnn, bool packed_shapes) {
+void time_packed(int64_t T, int64_t S, int iters, CudnnAttention* cudnn, bool packed_shapes, int D = 128) {
   const int warmup = packed_shapes ? 3 : 1;
   const auto time_both = [&](const auto& fwd_body, const auto& bwd_body, double fwd_ms, double bwd_ms) {
     if (!packed_shapes) return fwd_ms + bwd_ms;
@@ -264,7 +265,7 @@ void time_packed(int64_t T, int64_t S, int iters, CudnnAttention* cudnn, bool pa
       bwd_body();
     });
   };
-  const int Hq = 32, Hkv = 8, D = 128;
+  const int Hq = 32, Hkv = 8;
   std::vector<int64_t> starts;
   for (int64_t s = S; s < T; s += S) starts.push_back(s);
   Problem p(T, Hq, Hkv, D, doc_start(T, starts));
@@ -305,11 +306,29 @@ void time_packed(int64_t T, int64_t S, int iters, CudnnAttention* cudnn, bool pa
     std::fflush(stdout);
   }
   if (!packed_shapes) return;
+  if (flash_attention_forward_uses_wgmma(D)) {
+    // The kernels above are the wgmma ones; the mma.sync ones (sm_80's) beside them.
+    const auto sm80_fwd = [&] { flash_attention_forward_sm80(fp, nullptr); };
+    const auto sm80_bwd = [&] { flash_attention_backward_sm80(bp, nullptr); };
+    const double f = time_ms(warmup, iters, sm80_fwd), b = time_ms(warmup, iters, sm80_bwd);
+    const double fb = time_both(sm80_fwd, sm80_bwd, f, b);
+    std::printf(
+        "  %6s %5s | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%% | %9.3f %8.1f %5.1f%%  mma.sync kernels\n", "",
+        "", f, tf(fwd_flops, f), 100 * tf(fwd_flops, f) / kPeakTflops, b, tf(bwd_flops, b),
+        100 * tf(bwd_flops, b) / kPeakTflops, fb, tf(fwd_flops + bwd_flops, fb),
+        100 * tf(fwd_flops + bwd_flops, fb) / kPeakTflops);
+  }
+  if (D != 128) return;
   // The backward's main kernel alone (no delta, zeroing or dq conversion), in its two D = 128
   // configurations; the workspace already holds delta from the runs above, and dq_accum only
   // collects garbage here.
   const float* delta = static_cast<const float*>(p.ws->p);
   float* dq_accum = reinterpret_cast<float*>(static_cast<char*>(p.ws->p) + flash::delta_bytes(T, Hq));
+  if (flash_attention_forward_uses_wgmma(D)) {
+    const double ms = time_ms(3, iters, [&] { flash::backward_wgmma(bp, delta, dq_accum, nullptr); });
+    std::printf("  %6s %5s   backward kernel only, wgmma:                 %9.3f ms %8.1f TFLOP/s %5.1f%%\n",
+                "", "", ms, tf(bwd_flops, ms), 100 * tf(bwd_flops, ms) / kPeakTflops);
+  }
   for (int keys : {128, 64}) {
     try {
       const double ms =
@@ -460,6 +479,9 @@ int run(int argc, char** argv) {
                 iters);
     print_header();
     for (int64_t S : {2048, 4096, 8192}) time_packed(16384, S, iters, cudnn.get(), true);
+    std::printf("timing: the same with D 64 (Llama-3.2-1B's heads)\n");
+    print_header();
+    for (int64_t S : {2048, 4096, 8192}) time_packed(16384, S, iters, cudnn.get(), true, 64);
     std::printf(
         "timing: T 16384 tokens of packed documents of 1..2x the mean length (first column), Hq 32, "
         "Hkv 8, D 128, causal within each document, %d iterations\n",

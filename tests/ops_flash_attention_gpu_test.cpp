@@ -438,6 +438,50 @@ TEST_P(FlashAttentionGpu, ForwardAndBackwardMatchCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Cases, FlashAttentionGpu, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
+// The mma.sync kernels against the CPU reference at every case of a tensor-core head dim: a
+// compute capability 9.0 device runs the wgmma kernels in the cases above instead (next test).
+class FlashAttentionSm80 : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashAttentionSm80, ForwardAndBackwardMatchCpuReference) {
+  SKIP_WITHOUT_GPU();
+  const Case c = GetParam();
+  Problem p(c);
+  ASSERT_TRUE(p.allocated()) << "cudaMalloc failed";
+  const Reference ref = cpu_reference(p);
+  ASSERT_NO_THROW(flash_attention_forward_sm80(p.params(), nullptr));
+  ASSERT_NO_THROW(flash_attention_backward_sm80(p.backward_params(), nullptr));
+  CUDA_OK(cudaDeviceSynchronize());
+  expect_matches_reference(p, ref, c);
+}
+
+std::vector<Case> tensor_core_cases() {
+  std::vector<Case> cases;
+  for (const Case& c : all_cases())
+    if (c.D == 64 || c.D == 128) cases.push_back(c);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FlashAttentionSm80, ::testing::ValuesIn(tensor_core_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// A build that targets sm_90 runs the wgmma kernels on a compute capability 9.0 device (H100,
+// H200), so that the cases above test them there; other head dims keep their kernels.
+TEST(FlashAttentionGpuKernels, HopperRunsTheWgmmaKernels) {
+  SKIP_WITHOUT_GPU();
+  int device = 0, major = 0, minor = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  EXPECT_FALSE(flash_attention_forward_uses_wgmma(16));
+  if (!flash_attention_wgmma_built()) {
+    EXPECT_FALSE(flash_attention_forward_uses_wgmma(128));
+    GTEST_SKIP() << "this build does not target sm_90: it has no wgmma kernels";
+  }
+  const bool hopper = major == 9 && minor == 0;
+  EXPECT_EQ(flash_attention_forward_uses_wgmma(64), hopper);
+  EXPECT_EQ(flash_attention_forward_uses_wgmma(128), hopper);
+}
+
 // The tensor-core kernels against the simple ones on the GPU, at sizes where the CPU reference
 // would be slow: several tiles of queries and keys, packed documents, GQA.
 class FlashAttentionTensorCoreVsSimple : public ::testing::TestWithParam<Case> {};

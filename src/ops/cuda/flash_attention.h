@@ -10,6 +10,8 @@
 // Kernels (flash_attention.cu):
 // * head_dim 64 and 128: tensor cores (mma.sync m16n8k16 bf16 -> fp32), tiles through shared
 //   memory with cp.async. Pointers q k v out dout must be 16-byte aligned (raised otherwise).
+//   On a compute capability 9.0 device (H100, H200) of a build that targets sm_90, forward and
+//   backward use Hopper's warpgroup products (wgmma) instead, with the same schedules.
 // * any other head_dim <= 256: simple fp32 kernels, one warp per query (forward, dq) or per key
 //   (dk, dv); correct but not fast. They also serve as a second, independent oracle on the GPU.
 // All pointers are device pointers; the functions enqueue on `stream` (a cudaStream_t, nullptr for
@@ -51,6 +53,15 @@ __host__ __device__
 // out and lse assigned.
 void flash_attention_forward(const FlashAttentionParams& params, void* stream);
 
+// The mma.sync forward for head_dim 64 and 128 (what sm_80 and sm_89 run) whatever the device, the
+// simple one for other head dims: tests and the bench compare the wgmma kernels with it.
+void flash_attention_forward_sm80(const FlashAttentionParams& params, void* stream);
+
+// Whether flash_attention_forward and _backward run the wgmma kernels for `head_dim` on the
+// current device, and whether this build has them at all (it targets sm_90).
+bool flash_attention_forward_uses_wgmma(int head_dim);
+bool flash_attention_wgmma_built();
+
 struct FlashAttentionBackwardParams {
   FlashAttentionParams fwd;  // q k v doc_start and the forward's out and lse (read only here)
   const void* dout;          // bf16 (T, Hq, D), rows out_row_elements() apart (as out's)
@@ -72,6 +83,9 @@ size_t flash_attention_backward_workspace(int64_t tokens, int q_heads, int kv_he
 // varies run to run, so its fp32 sums may differ in the last bits before rounding to bf16). The simple path
 // (other head_dim) is deterministic throughout.
 void flash_attention_backward(const FlashAttentionBackwardParams& params, void* stream);
+
+// The mma.sync backward (sm_80's) whatever the device; as flash_attention_forward_sm80.
+void flash_attention_backward_sm80(const FlashAttentionBackwardParams& params, void* stream);
 
 // The simple fp32 kernels for any head_dim <= 256, whatever the tensor-core path would choose:
 // the oracle that tests and the bench use at sizes too large for the CPU reference.

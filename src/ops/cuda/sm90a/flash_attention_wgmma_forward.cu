@@ -1,0 +1,275 @@
+// The flash attention forward on Hopper's warpgroup products (wgmma), for head_dim 64 and 128:
+// FlashAttention-2's schedule (flash_attention_forward.cuh) with each warpgroup's products issued
+// by the warpgroup at once from shared memory, instead of by each warp from registers.
+//
+// One block per (query head h, tile of Br = 128 queries), two warpgroups of 64 query rows each.
+// Per key tile of Bc = 128 keys, double-buffered through shared memory with cp.async:
+//   S (64 x Bc) = Q K^T    wgmma, Q and K from shared memory (K-major);
+//   mask, online softmax   in registers, as the sm_80 kernel does (base-2 exponentials);
+//   O (64 x D) += P V      wgmma, P from the accumulator registers as bf16, V from shared memory
+//                          read transposed (MN-major).
+// The two warpgroups run the same tiles independently between the block's barriers, so one's
+// softmax overlaps the other's products.
+//
+// Shared memory (wgmma.cuh's 128-byte swizzled layout, every tile 1024-byte aligned): Q (Br x D),
+// then two stages of [K (Bc x D)][V (Bc x D)], then each warp's smallest and largest doc_start.
+// D = 128: 160 KB, one block per SM; D = 64: 80 KB, two.
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+
+#include "core/cuda_check.h"
+#include "ops/cuda/flash_attention.h"
+#include "ops/cuda/flash_attention_internal.h"
+#include "ops/cuda/flash_attention_tile.cuh"
+#include "ops/cuda/sm90a/wgmma.cuh"
+
+namespace ferry::flash {
+namespace sm90 {
+namespace {
+
+template <int D_, int MinBlocks_>
+struct ForwardTile {
+  static constexpr int D = D_, MinBlocks = MinBlocks_;
+  static constexpr int Groups = 2, Br = 64 * Groups, Bc = 128, Threads = 128 * Groups, Warps = 4 * Groups;
+  static constexpr uint32_t kQBytes = Br * D * 2;
+  static constexpr uint32_t kTileBytes = Bc * D * 2;  // one K or V tile
+  static constexpr uint32_t kStageBytes = 2 * kTileBytes;
+  static constexpr uint32_t kDocOffset = kQBytes + 2 * kStageBytes;
+  // 1024 bytes of slack to align the start; then 2 ints per warp.
+  static constexpr size_t kSmemBytes = 1024 + kDocOffset + 2 * sizeof(int) * Warps;
+  static_assert(D == 64 || D == 128, "wgmma tiles are 64 bf16 wide per swizzle block");
+};
+
+// Rows row0..row0+Rows-1 of D bf16 each (`stride` elements apart) into the swizzled layout at
+// `dst`, asynchronously; rows at or past T are zero-filled.
+template <int D, int Rows, int Threads>
+__device__ __forceinline__ void load_swizzled(unsigned char* dst, const bf16* base, int64_t stride, int row0,
+                                              int T) {
+  constexpr int kPieces = D / 8;  // 16-byte pieces a row
+  static_assert((Rows * kPieces) % Threads == 0, "every thread copies the same number of pieces");
+#pragma unroll
+  for (int it = 0; it < Rows * kPieces / Threads; ++it) {
+    const int i = threadIdx.x + it * Threads;
+    const int r = i / kPieces, c = i % kPieces;
+    const int t = row0 + r;
+    const bool valid = t < T;
+    cp_async_16(dst + swizzle_offset(Rows, r, c * 8), base + (valid ? t * stride : 0) + c * 8, valid);
+  }
+}
+
+// d (64 x N) += A B for N = 128 or 64, A from registers, B MN-major in shared memory.
+template <int N>
+__device__ __forceinline__ void product_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (N == 128)
+    wgmma_rs_n128<1>(d, a, b, 1);
+  else
+    wgmma_rs_n64<1>(d, a, b, 1);
+}
+
+template <class Tile>
+__global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
+    forward_kernel(const FlashAttentionParams p) {
+#ifdef FERRY_WGMMA
+  constexpr int D = Tile::D, Br = Tile::Br, Bc = Tile::Bc, Warps = Tile::Warps;
+  constexpr int kS = Bc / 2;  // S accumulators a thread (64 x Bc over 128 threads)
+  constexpr int kO = D / 2;   // O accumulators a thread
+
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* const smem = smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024);
+  unsigned char* const s_q = smem;
+  unsigned char* const s_kv = smem + Tile::kQBytes;
+  int* const s_doc = reinterpret_cast<int*>(smem + Tile::kDocOffset);  // [Warps] minima, [Warps] maxima
+
+  const int T = static_cast<int>(p.tokens);
+  const int h = blockIdx.x;
+  const int q0 = (gridDim.y - 1 - blockIdx.y) * Br;  // later query tiles see more keys: first
+  const int kvh = h / (p.q_heads / p.kv_heads);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = warp / 4;
+  const int g = lane / 4, tq = lane % 4;
+  const int64_t q_stride = static_cast<int64_t>(p.q_heads) * D;
+  const int64_t kv_stride = static_cast<int64_t>(p.kv_heads) * D;
+  const bf16* const q = static_cast<const bf16*>(p.q) + static_cast<int64_t>(h) * D;
+  const bf16* const k = static_cast<const bf16*>(p.k) + static_cast<int64_t>(kvh) * D;
+  const bf16* const v = static_cast<const bf16*>(p.v) + static_cast<int64_t>(kvh) * D;
+
+  load_swizzled<D, Br, Tile::Threads>(s_q, q, q_stride, q0, T);
+
+  // This warp's rows w0..w0+15 (lane i < 16 reads row w0 + i's doc_start; rows at or past T get
+  // INT_MAX, which masks every key for them), and the two rows this thread's accumulators hold.
+  const int w0 = q0 + 16 * warp;
+  const int lane_row = w0 + (lane & 15);
+  const int lane_doc = lane_row < T ? p.doc_start[lane_row] : INT_MAX;
+  const int w_doc_max = __reduce_max_sync(kFullMask, lane_row < T ? lane_doc : -1);
+  if (lane == 0) {
+    s_doc[warp] = __reduce_min_sync(kFullMask, lane_doc);
+    s_doc[Warps + warp] = w_doc_max;
+  }
+  const int row[2] = {w0 + g, w0 + g + 8};
+  const int doc[2] = {__shfl_sync(kFullMask, lane_doc, g), __shfl_sync(kFullMask, lane_doc, g + 8)};
+  __syncthreads();
+
+  int block_doc_min = INT_MAX, group_doc_min = INT_MAX;
+#pragma unroll
+  for (int w = 0; w < Warps; ++w) {
+    block_doc_min = min(block_doc_min, s_doc[w]);
+    if (w / 4 == group) group_doc_min = min(group_doc_min, s_doc[w]);
+  }
+  const int group_last = min(q0 + 64 * group + 63, T - 1);  // < the group's first row if it has none
+  const int kt_begin = block_doc_min / Bc;
+  const int kt_end = (min(q0 + Br, T) - 1) / Bc + 1;
+
+  auto load_kv = [&](int stage, int kt) {
+    unsigned char* const s_k = s_kv + stage * Tile::kStageBytes;
+    load_swizzled<D, Bc, Tile::Threads>(s_k, k, kv_stride, kt * Bc, T);
+    load_swizzled<D, Bc, Tile::Threads>(s_k + Tile::kTileBytes, v, kv_stride, kt * Bc, T);
+  };
+  load_kv(0, kt_begin);
+  cp_async_commit();
+  cp_async_wait_all();
+  fence_proxy_async();
+  __syncthreads();
+
+  float o[kO];
+#pragma unroll
+  for (int i = 0; i < kO; ++i) o[i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY};  // running max of scaled scores (log2 units)
+  float l[2] = {0.0f, 0.0f};            // this thread's share of the running sum (quad-reduced at the end)
+  const float scale_log2 = p.scale * kLog2e;
+  const unsigned char* const s_q_group = s_q + group * 64 * 128;
+
+  for (int kt = kt_begin; kt < kt_end; ++kt) {
+    const int stage = (kt - kt_begin) & 1;
+    if (kt + 1 < kt_end) load_kv(stage ^ 1, kt + 1);
+    cp_async_commit();
+    const unsigned char* const s_k = s_kv + stage * Tile::kStageBytes;
+    const unsigned char* const s_v = s_k + Tile::kTileBytes;
+    const int j0 = kt * Bc;
+    // Uniform over the warpgroup, as its products must be.
+    if (j0 <= group_last && j0 + Bc - 1 >= group_doc_min) {
+      float s[kS];
+#pragma unroll
+      for (int i = 0; i < kS; ++i) s[i] = 0.0f;
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        const uint32_t k_byte = (ks % 4) * 32;  // the k16 step inside its column block
+        const uint64_t a = smem_descriptor(s_q_group + (ks / 4) * Br * 128 + k_byte, 16, 1024);
+        const uint64_t b = smem_descriptor(s_k + (ks / 4) * Bc * 128 + k_byte, 16, 1024);
+        wgmma_ss_n128<0, 0>(s, a, b, ks > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(s);
+
+      const bool all_visible = j0 + Bc - 1 <= w0 && j0 >= w_doc_max;
+#pragma unroll
+      for (int i = 0; i < Bc / 8; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float& x = s[4 * i + e];
+          x *= scale_log2;
+          if (!all_visible) {
+            const int j = j0 + 8 * i + 2 * tq + (e & 1);
+            const int r = e >> 1;
+            if (j < doc[r] || j > row[r]) x = -INFINITY;
+          }
+        }
+      }
+      // Online softmax, row by row (a row's Bc scores are spread over the 4 lanes of a quad).
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < Bc / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+        const float m_new = fmaxf(m[r], mx);
+        // A row with no visible key yet keeps m = -inf; subtracting 0 then gives exp2(-inf) = 0, not NaN.
+        const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+        const float alpha = exp2f(m[r] - m_use);
+        m[r] = m_new;
+        l[r] *= alpha;
+#pragma unroll
+        for (int i = 0; i < D / 8; ++i) {
+          o[4 * i + 2 * r] *= alpha;
+          o[4 * i + 2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int i = 0; i < Bc / 8; ++i) {
+          s[4 * i + 2 * r] = exp2f(s[4 * i + 2 * r] - m_use);
+          s[4 * i + 2 * r + 1] = exp2f(s[4 * i + 2 * r + 1] - m_use);
+          l[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
+        }
+      }
+      // O += P V, 16 keys a product: P's columns 16kk.. are the A fragment (wgmma.cuh), and V's
+      // rows 16kk.. start 16kk * 128 bytes into each of its column blocks.
+      uint32_t pa[Bc / 16][4];
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk) {
+        pa[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
+        pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < Bc / 16; ++kk)
+        product_rs<D>(o, pa[kk], smem_descriptor(s_v + kk * 16 * 128, Bc * 128, 1024));
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(o);
+    }
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();  // tile kt+1 is in; everyone is done with stage `stage`
+  }
+
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(kFullMask, l[r], 1);
+    l[r] += __shfl_xor_sync(kFullMask, l[r], 2);
+    inv[r] = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    if (tq == 0 && row[r] < T)
+      p.lse[static_cast<int64_t>(h) * T + row[r]] = l[r] > 0.0f ? (m[r] + log2f(l[r])) * kLn2 : -INFINITY;
+  }
+  bf16* const out = static_cast<bf16*>(p.out) + static_cast<int64_t>(h) * D;
+  const int64_t out_stride = out_row_elements(p);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (row[r] >= T) continue;
+    bf16* const out_row = out + row[r] * out_stride + 2 * tq;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<uint32_t*>(out_row + 8 * i) =
+          pack_bf16(o[4 * i + 2 * r] * inv[r], o[4 * i + 2 * r + 1] * inv[r]);
+  }
+#else
+  __trap();
+#endif
+}
+
+template <class Tile>
+void launch_forward(const FlashAttentionParams& p, void* stream) {
+  const int tiles = static_cast<int>((p.tokens + Tile::Br - 1) / Tile::Br);
+  const auto kernel = forward_kernel<Tile>;
+  FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(Tile::kSmemBytes)));
+  kernel<<<dim3(p.q_heads, tiles), Tile::Threads, Tile::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
+  FERRY_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+}  // namespace sm90
+
+void forward_wgmma(const FlashAttentionParams& p, void* stream) {
+  if (p.head_dim == 64)
+    sm90::launch_forward<sm90::ForwardTile<64, 2>>(p, stream);
+  else
+    sm90::launch_forward<sm90::ForwardTile<128, 1>>(p, stream);
+}
+
+}  // namespace ferry::flash
