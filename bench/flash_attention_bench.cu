@@ -447,6 +447,9 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
+  // The wgmma kernels are opt-in (flash_attention.h); the bench times them where they run unless
+  // FERRY_FLASH_WGMMA is set otherwise.
+  setenv("FERRY_FLASH_WGMMA", "1", 0);
   cudaDeviceProp prop{};
   BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("flash attention bench on %s (sm_%d%d, %d SMs)\n", prop.name, prop.major, prop.minor,

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <sstream>
@@ -53,6 +54,10 @@ TEST(FlashAttentionGpu, NeedsCudaBuild) {
 }
 
 #else
+
+// The wgmma kernels are opt-in (flash_attention.h); this suite tests them wherever they run, and
+// the mma.sync ones through the _sm80 entry points.
+const bool kWgmmaOptIn = setenv("FERRY_FLASH_WGMMA", "1", 1) == 0;
 
 constexpr double kOutUlps = 2.0;  // |err| <= kOutUlps * 2^-8 * max|v|
 constexpr double kLseAtol = 1e-3;
@@ -477,6 +482,7 @@ TEST(FlashAttentionGpuKernels, HopperRunsTheWgmmaKernels) {
     EXPECT_FALSE(flash_attention_forward_uses_wgmma(128));
     GTEST_SKIP() << "this build does not target sm_90: it has no wgmma kernels";
   }
+  ASSERT_TRUE(kWgmmaOptIn);
   const bool hopper = major == 9 && minor == 0;
   EXPECT_EQ(flash_attention_forward_uses_wgmma(64), hopper);
   EXPECT_EQ(flash_attention_forward_uses_wgmma(128), hopper);

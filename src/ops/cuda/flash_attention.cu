@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
 
@@ -69,10 +70,13 @@ int check_tensor_core(const char* op, std::initializer_list<const void*> pointer
   return 10 * major + minor;
 }
 
-// The wgmma kernels' machine code is sm_90a's, which runs on compute capability 9.0 alone.
+// The wgmma kernels' machine code is sm_90a's, which runs on compute capability 9.0 alone. They
+// are chosen only with FERRY_FLASH_WGMMA=1 until a GPU run has measured them against the CPU
+// reference and the mma.sync kernels (docs/performance.md, twenty-second session).
 bool wgmma_runs(int compute_capability) {
 #if FERRY_HAVE_SM90A
-  return compute_capability == 90;
+  const char* opt_in = std::getenv("FERRY_FLASH_WGMMA");
+  return compute_capability == 90 && opt_in != nullptr && std::string(opt_in) == "1";
 #else
   (void)compute_capability;
   return false;
