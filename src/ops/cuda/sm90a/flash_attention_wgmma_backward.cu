@@ -29,6 +29,7 @@
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_attention_internal.h"
 #include "ops/cuda/flash_attention_tile.cuh"
+#include "ops/cuda/sm90a/flash_attention_wgmma_tile.cuh"
 #include "ops/cuda/sm90a/wgmma.cuh"
 
 namespace ferry::flash {
@@ -47,21 +48,6 @@ struct BackwardTile {
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 bf16 wide per swizzle block");
   static_assert(Bq == 64, "dS^T rows are one 128-byte swizzle block");
 };
-
-template <int D, int Rows, int Threads>
-__device__ __forceinline__ void load_swizzled(unsigned char* dst, const bf16* base, int64_t stride, int row0,
-                                              int T) {
-  constexpr int kPieces = D / 8;
-  static_assert((Rows * kPieces) % Threads == 0, "every thread copies the same number of pieces");
-#pragma unroll
-  for (int it = 0; it < Rows * kPieces / Threads; ++it) {
-    const int i = threadIdx.x + it * Threads;
-    const int r = i / kPieces, c = i % kPieces;
-    const int t = row0 + r;
-    const bool valid = t < T;
-    cp_async_16(dst + swizzle_offset(Rows, r, c * 8), base + (valid ? t * stride : 0) + c * 8, valid);
-  }
-}
 
 // d (64 x D) += A B, A from registers, B (16 rows x D) MN-major at `b`.
 template <int D>

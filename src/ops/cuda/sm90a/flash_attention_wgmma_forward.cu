@@ -23,6 +23,7 @@
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_attention_internal.h"
 #include "ops/cuda/flash_attention_tile.cuh"
+#include "ops/cuda/sm90a/flash_attention_wgmma_tile.cuh"
 #include "ops/cuda/sm90a/wgmma.cuh"
 
 namespace ferry::flash {
@@ -41,23 +42,6 @@ struct ForwardTile {
   static constexpr size_t kSmemBytes = 1024 + kDocOffset + 2 * sizeof(int) * Warps;
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 bf16 wide per swizzle block");
 };
-
-// Rows row0..row0+Rows-1 of D bf16 each (`stride` elements apart) into the swizzled layout at
-// `dst`, asynchronously; rows at or past T are zero-filled.
-template <int D, int Rows, int Threads>
-__device__ __forceinline__ void load_swizzled(unsigned char* dst, const bf16* base, int64_t stride, int row0,
-                                              int T) {
-  constexpr int kPieces = D / 8;  // 16-byte pieces a row
-  static_assert((Rows * kPieces) % Threads == 0, "every thread copies the same number of pieces");
-#pragma unroll
-  for (int it = 0; it < Rows * kPieces / Threads; ++it) {
-    const int i = threadIdx.x + it * Threads;
-    const int r = i / kPieces, c = i % kPieces;
-    const int t = row0 + r;
-    const bool valid = t < T;
-    cp_async_16(dst + swizzle_offset(Rows, r, c * 8), base + (valid ? t * stride : 0) + c * 8, valid);
-  }
-}
 
 // d (64 x N) += A B for N = 128 or 64, A from registers, B MN-major in shared memory.
 template <int N>
