@@ -3,7 +3,10 @@
 // backward, head_dim 8 and 16 (simple kernels) and 64 and 128 (tensor cores), awkward token
 // counts around the 64/128 tile edges, MHA and GQA, one document, packed documents of uneven
 // lengths, and document boundaries inside tiles. Every output buffer has guard bytes on both
-// sides and starts as NaN, so out-of-bounds writes and rows never written fail too.
+// sides and starts as NaN, so out-of-bounds writes and rows never written fail too. The wgmma
+// kernels are opt-in (flash_attention.h): with FERRY_FLASH_WGMMA=1 on a compute capability 9.0
+// device the cases of flash_attention_forward/_backward test them, the _sm80 cases the mma.sync
+// kernels.
 //
 // Tolerances, from bf16 precision (unit roundoff u = 2^-9 for round-to-nearest with 8 bits of
 // mantissa; 2^-8 is one bf16 ulp at 1):
@@ -55,8 +58,6 @@ TEST(FlashAttentionGpu, NeedsCudaBuild) {
 
 #else
 
-// The wgmma kernels are opt-in (flash_attention.h): with FERRY_FLASH_WGMMA=1 on a compute
-// capability 9.0 device the cases below test them, and the _sm80 cases the mma.sync kernels.
 constexpr double kOutUlps = 2.0;  // |err| <= kOutUlps * 2^-8 * max|v|
 constexpr double kLseAtol = 1e-3;
 constexpr double kGradMaxRel = 1.0 / 32;  // |err| <= 2^-5 max|ref|

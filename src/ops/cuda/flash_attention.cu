@@ -50,24 +50,35 @@ void check_params(const char* op, const FlashAttentionParams& p) {
     fail("tokens = " + std::to_string(p.tokens) + ": the tensor-core kernels take at most 64 * 65535 tokens");
 }
 
+// The current device and its compute capability as 10 major + minor.
+struct DeviceCapability {
+  int device = 0, major = 0, minor = 0;
+  int value() const { return 10 * major + minor; }
+};
+
+DeviceCapability current_capability() {
+  DeviceCapability c;
+  FERRY_CUDA_CHECK(cudaGetDevice(&c.device));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&c.major, cudaDevAttrComputeCapabilityMajor, c.device));
+  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&c.minor, cudaDevAttrComputeCapabilityMinor, c.device));
+  return c;
+}
+
 // The tensor-core kernels need sm_80+ and 16-byte aligned rows. Returns the device's compute
 // capability as 10 major + minor.
 int check_tensor_core(const char* op, std::initializer_list<const void*> pointers) {
-  int device = 0, major = 0, minor = 0;
-  FERRY_CUDA_CHECK(cudaGetDevice(&device));
-  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major < 8)
+  const DeviceCapability c = current_capability();
+  if (c.major < 8)
     raise(op,
           "head_dim 64 and 128 use bf16 tensor cores, which need compute capability 8.0 or newer (device " +
-              std::to_string(device) + " has " + std::to_string(major) + ".x)");
+              std::to_string(c.device) + " has " + std::to_string(c.major) + ".x)");
   for (const void* p : pointers)
     if (!aligned16(p))
       raise(op,
             "q, k, v, out (and dout, dq, dk, dv) must be 16-byte aligned for head_dim 64 and 128 (rows are "
             "read as 16-byte "
             "pieces); allocate them with cudaMalloc or at aligned offsets");
-  return 10 * major + minor;
+  return c.value();
 }
 
 // The wgmma kernels' machine code is sm_90a's, which runs on compute capability 9.0 alone. They
@@ -102,30 +113,31 @@ size_t flash_attention_backward_workspace(int64_t tokens, int q_heads, int /*kv_
   return flash_attention_backward_workspace_bytes(tokens, q_heads, head_dim);
 }
 
-void flash_attention_forward(const FlashAttentionParams& p, void* stream) {
-  const char* op = "flash_attention_forward";
+namespace {
+
+// The forward of flash_attention_forward (`allow_wgmma`) and of _sm80 (not); `op` names the caller.
+void run_forward(const char* op, const FlashAttentionParams& p, bool allow_wgmma, void* stream) {
   flash::check_params(op, p);
   if (p.tokens == 0) return;
-  if (flash::tensor_core_head_dim(p.head_dim)) {
-    if (flash::wgmma_runs(flash::check_tensor_core(op, {p.q, p.k, p.v, p.out})))
-      flash::forward_wgmma(p, stream);
-    else
-      flash::forward_tensor_core(p, stream);
-  } else {
+  if (!flash::tensor_core_head_dim(p.head_dim)) {
     flash::forward_simple(p, stream);
+    return;
   }
+  const int capability = flash::check_tensor_core(op, {p.q, p.k, p.v, p.out});
+  if (allow_wgmma && flash::wgmma_runs(capability))
+    flash::forward_wgmma(p, stream);
+  else
+    flash::forward_tensor_core(p, stream);
+}
+
+}  // namespace
+
+void flash_attention_forward(const FlashAttentionParams& p, void* stream) {
+  run_forward("flash_attention_forward", p, true, stream);
 }
 
 void flash_attention_forward_sm80(const FlashAttentionParams& p, void* stream) {
-  const char* op = "flash_attention_forward_sm80";
-  flash::check_params(op, p);
-  if (p.tokens == 0) return;
-  if (flash::tensor_core_head_dim(p.head_dim)) {
-    flash::check_tensor_core(op, {p.q, p.k, p.v, p.out});
-    flash::forward_tensor_core(p, stream);
-  } else {
-    flash::forward_simple(p, stream);
-  }
+  run_forward("flash_attention_forward_sm80", p, false, stream);
 }
 
 bool flash_attention_wgmma_built() {
@@ -137,12 +149,7 @@ bool flash_attention_wgmma_built() {
 }
 
 bool flash_attention_forward_uses_wgmma(int head_dim) {
-  if (!flash::tensor_core_head_dim(head_dim)) return false;
-  int device = 0, major = 0, minor = 0;
-  FERRY_CUDA_CHECK(cudaGetDevice(&device));
-  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FERRY_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return flash::wgmma_runs(10 * major + minor);
+  return flash::tensor_core_head_dim(head_dim) && flash::wgmma_runs(flash::current_capability().value());
 }
 
 void flash_attention_forward_simple(const FlashAttentionParams& p, void* stream) {
@@ -153,15 +160,26 @@ void flash_attention_forward_simple(const FlashAttentionParams& p, void* stream)
 
 namespace {
 
-// delta, the zeroed fp32 dq accumulator, one of the two tensor-core kernels, and dq in bf16.
-void run_tensor_core_backward(const FlashAttentionBackwardParams& p, bool wgmma, void* stream) {
+// The backward of flash_attention_backward (`allow_wgmma`) and of _sm80 (not): delta, then the
+// simple kernels, or the zeroed fp32 dq accumulator, one of the two tensor-core kernels and dq in
+// bf16. `op` names the caller.
+void run_backward(const char* op, const FlashAttentionBackwardParams& p, bool allow_wgmma, void* stream) {
+  flash::check_backward(op, p);
+  if (p.fwd.tokens == 0) return;
   float* const delta = static_cast<float*>(p.workspace);
+  if (!flash::tensor_core_head_dim(p.fwd.head_dim)) {
+    flash::compute_delta(p, delta, stream);
+    flash::backward_simple(p, delta, stream);
+    return;
+  }
+  const int capability =
+      flash::check_tensor_core(op, {p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.dout, p.dq, p.dk, p.dv});
   flash::compute_delta(p, delta, stream);
   float* const dq_accum = reinterpret_cast<float*>(static_cast<char*>(p.workspace) +
                                                    flash::delta_bytes(p.fwd.tokens, p.fwd.q_heads));
   const int64_t count = p.fwd.tokens * p.fwd.q_heads * p.fwd.head_dim;
   FERRY_CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, sizeof(float) * count, static_cast<cudaStream_t>(stream)));
-  if (wgmma)
+  if (allow_wgmma && flash::wgmma_runs(capability))
     flash::backward_wgmma(p, delta, dq_accum, stream);
   else
     flash::backward_tensor_core(p, delta, dq_accum, stream);
@@ -171,31 +189,11 @@ void run_tensor_core_backward(const FlashAttentionBackwardParams& p, bool wgmma,
 }  // namespace
 
 void flash_attention_backward(const FlashAttentionBackwardParams& p, void* stream) {
-  const char* op = "flash_attention_backward";
-  flash::check_backward(op, p);
-  if (p.fwd.tokens == 0) return;
-  float* const delta = static_cast<float*>(p.workspace);
-  if (!flash::tensor_core_head_dim(p.fwd.head_dim)) {
-    flash::compute_delta(p, delta, stream);
-    flash::backward_simple(p, delta, stream);
-    return;
-  }
-  const bool wgmma = flash::wgmma_runs(
-      flash::check_tensor_core(op, {p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.dout, p.dq, p.dk, p.dv}));
-  run_tensor_core_backward(p, wgmma, stream);
+  run_backward("flash_attention_backward", p, true, stream);
 }
 
 void flash_attention_backward_sm80(const FlashAttentionBackwardParams& p, void* stream) {
-  const char* op = "flash_attention_backward_sm80";
-  flash::check_backward(op, p);
-  if (p.fwd.tokens == 0) return;
-  if (!flash::tensor_core_head_dim(p.fwd.head_dim)) {
-    flash::compute_delta(p, static_cast<float*>(p.workspace), stream);
-    flash::backward_simple(p, static_cast<float*>(p.workspace), stream);
-    return;
-  }
-  flash::check_tensor_core(op, {p.fwd.q, p.fwd.k, p.fwd.v, p.fwd.out, p.dout, p.dq, p.dk, p.dv});
-  run_tensor_core_backward(p, false, stream);
+  run_backward("flash_attention_backward_sm80", p, false, stream);
 }
 
 void flash_attention_backward_simple(const FlashAttentionBackwardParams& p, void* stream) {
