@@ -235,6 +235,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
 #pragma unroll
     for (int i = 0; i < D / 4; ++i) dq[i] = 0.0f;
     const uint32_t k_cols = D == 128 ? group * Bc * 128 : group * (D / 2) * 2;
+    wgmma_fence();  // dq was just zeroed by ordinary instructions
 #pragma unroll
     for (int ks = 0; ks < Bc / 16; ++ks)
       product_ss_mn<D>(dq, smem_descriptor(s_ds + ks * 16 * 128, Bq * 128, 1024),

@@ -86,9 +86,12 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const int w0 = q0 + 16 * warp;
   const int lane_row = w0 + (lane & 15);
   const int lane_doc = lane_row < T ? p.doc_start[lane_row] : INT_MAX;
+  // Every lane of the warp takes part in both reductions (a full-mask reduction that some lane
+  // skips never completes).
   const int w_doc_max = __reduce_max_sync(kFullMask, lane_row < T ? lane_doc : -1);
+  const int w_doc_min = __reduce_min_sync(kFullMask, lane_doc);
   if (lane == 0) {
-    s_doc[warp] = __reduce_min_sync(kFullMask, lane_doc);
+    s_doc[warp] = w_doc_min;
     s_doc[Warps + warp] = w_doc_max;
   }
   const int row[2] = {w0 + g, w0 + g + 8};
