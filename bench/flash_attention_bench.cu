@@ -9,8 +9,8 @@
 //    reports TFLOP/s: forward counts 4 S^2 D Hq / 2 per sequence of S tokens (two products, half
 //    the matrix), backward 2.5 times that, against the H200's ~776 TFLOP/s dense bf16 peak as
 //    measured for a large GEMM (DESIGN.md §5). Where the kernels are the wgmma ones (a compute
-//    capability 9.0 device, FERRY_FLASH_WGMMA=1), the mma.sync ones are timed beside them. Then the same at
-//    D 64.
+//    capability 9.0 device, unless FERRY_FLASH_WGMMA=0), the mma.sync ones are timed beside them.
+//    Then the same at D 64.
 //
 // 3. Times cuDNN's fused attention (ops/cuda/cudnn_attention.h) at the same shapes when cuDNN is
 //    installed: the path CudaOps takes for rows that are causal sequences.

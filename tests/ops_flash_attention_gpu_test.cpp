@@ -3,10 +3,9 @@
 // backward, head_dim 8 and 16 (simple kernels) and 64 and 128 (tensor cores), awkward token
 // counts around the 64/128 tile edges, MHA and GQA, one document, packed documents of uneven
 // lengths, and document boundaries inside tiles. Every output buffer has guard bytes on both
-// sides and starts as NaN, so out-of-bounds writes and rows never written fail too. The wgmma
-// kernels are opt-in (flash_attention.h): with FERRY_FLASH_WGMMA=1 on a compute capability 9.0
-// device the cases of flash_attention_forward/_backward test them, the _sm80 cases the mma.sync
-// kernels.
+// sides and starts as NaN, so out-of-bounds writes and rows never written fail too. On a compute
+// capability 9.0 device the cases of flash_attention_forward/_backward test the wgmma kernels
+// (flash_attention.h; unless FERRY_FLASH_WGMMA=0), the _sm80 cases the mma.sync kernels.
 //
 // Tolerances, from bf16 precision (unit roundoff u = 2^-9 for round-to-nearest with 8 bits of
 // mantissa; 2^-8 is one bf16 ulp at 1):
@@ -469,7 +468,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, FlashAttentionSm80, ::testing::ValuesIn(tensor_c
                          [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
 
 // A build that targets sm_90 runs the wgmma kernels on a compute capability 9.0 device (H100,
-// H200) when FERRY_FLASH_WGMMA=1, so that the cases above test them there; other head dims keep
+// H200) unless FERRY_FLASH_WGMMA=0, so that the cases above test them there; other head dims keep
 // their kernels.
 TEST(FlashAttentionGpuKernels, HopperRunsTheWgmmaKernels) {
   SKIP_WITHOUT_GPU();
@@ -482,8 +481,9 @@ TEST(FlashAttentionGpuKernels, HopperRunsTheWgmmaKernels) {
     EXPECT_FALSE(flash_attention_forward_uses_wgmma(128));
     GTEST_SKIP() << "this build does not target sm_90: it has no wgmma kernels";
   }
-  const char* opt_in = std::getenv("FERRY_FLASH_WGMMA");
-  const bool hopper = major == 9 && minor == 0 && opt_in != nullptr && std::string(opt_in) == "1";
+  const char* env = std::getenv("FERRY_FLASH_WGMMA");
+  const bool opted_out = env != nullptr && std::string(env) == "0";
+  const bool hopper = major == 9 && minor == 0 && !opted_out;
   EXPECT_EQ(flash_attention_forward_uses_wgmma(64), hopper);
   EXPECT_EQ(flash_attention_forward_uses_wgmma(128), hopper);
 }

@@ -81,13 +81,13 @@ int check_tensor_core(const char* op, std::initializer_list<const void*> pointer
   return c.value();
 }
 
-// The wgmma kernels' machine code is sm_90a's, which runs on compute capability 9.0 alone. They
-// are chosen only with FERRY_FLASH_WGMMA=1 until a GPU run has measured them against the CPU
-// reference and the mma.sync kernels (docs/performance.md, twenty-second session).
+// The wgmma kernels' machine code is sm_90a's, which runs on compute capability 9.0 alone; there
+// they are 1.4x the mma.sync kernels at head_dim 128 (docs/performance.md, twenty-third session).
+// FERRY_FLASH_WGMMA=0 keeps the mma.sync kernels, for A/B comparisons and to rule wgmma out.
 bool wgmma_runs(int compute_capability) {
 #if FERRY_HAVE_SM90A
-  const char* opt_in = std::getenv("FERRY_FLASH_WGMMA");
-  return compute_capability == 90 && opt_in != nullptr && std::string(opt_in) == "1";
+  const char* env = std::getenv("FERRY_FLASH_WGMMA");
+  return compute_capability == 90 && !(env != nullptr && std::string(env) == "0");
 #else
   (void)compute_capability;
   return false;
