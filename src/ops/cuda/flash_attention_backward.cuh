@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
         const int t = t0 + ql;
         const int j = key[e >> 1];
         const bool visible = t < T && j >= doc[ql] && j <= t;
-        const float pr = visible ? exp2f(st[nt][e] * scale_log2 - lse[ql] * kLog2e) : 0.0f;
+        const float pr = visible ? exp2_approx(fmaf(st[nt][e], scale_log2, -lse[ql] * kLog2e)) : 0.0f;
         st[nt][e] = pr;
         dpt[nt][e] = pr * (dpt[nt][e] - dlt[ql]);
       }

@@ -164,9 +164,9 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
         const float m_new = fmaxf(m[r], mx);
-        // A row with no visible key yet keeps m = -inf; subtracting 0 then gives exp2(-inf) = 0, not NaN.
+        // A row with no visible key yet keeps m = -inf; subtracting 0 then gives 2^-inf = 0, not NaN.
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        const float alpha = exp2f(m[r] - m_use);
+        const float alpha = exp2_approx(m[r] - m_use);
         m[r] = m_new;
         l[r] *= alpha;
 #pragma unroll
@@ -176,8 +176,8 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
         }
 #pragma unroll
         for (int nt = 0; nt < kScoreTiles; ++nt) {
-          s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
-          s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
+          s[nt][2 * r] = exp2_approx(s[nt][2 * r] - m_use);
+          s[nt][2 * r + 1] = exp2_approx(s[nt][2 * r + 1] - m_use);
           l[r] += s[nt][2 * r] + s[nt][2 * r + 1];
         }
       }

@@ -102,6 +102,14 @@ __device__ __forceinline__ void cp_async_wait_all() {
 #endif
 }
 
+// 2^x, the hardware's approximation (relative error about 2^-22) with results below 2^-126
+// flushed to 0: what exp2f compiles to, without the instructions that keep such results.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Two floats -> one register of two bf16 (round to nearest even), `lo` in the low half.
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "core/cuda_check.h"
 #include "ops/cuda/flash_attention.h"
@@ -143,6 +144,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   // This thread's two key rows (of the warpgroup's 64) and their block-relative index.
   const int key_local = 64 * group + 16 * (warp % 4) + g;
   const int key[2] = {j0 + key_local, j0 + key_local + 8};
+  const int group_first_key = j0 + 64 * group;
   const unsigned char* const s_k_group = s_k + group * 64 * 128;
   const unsigned char* const s_v_group = s_v + group * 64 * 128;
 
@@ -183,19 +185,30 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     fence_registers(dpt);
 
     // P^T into st, dS^T into dpt. Element e of column group i: key key[e >> 1], query t0 + ql.
+    // Where every query of the tile sees every key of the warpgroup (the tile's queries all exist,
+    // the first comes at or after the last key, and doc_start, nondecreasing, is at or before the
+    // first key at the last query), the per-element mask is skipped.
+    auto probabilities = [&](auto masked) {
 #pragma unroll
-    for (int i = 0; i < Bq / 8; ++i) {
+      for (int i = 0; i < Bq / 8; ++i) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int ql = 8 * i + 2 * tq + (e & 1);
-        const int t = t0 + ql;
-        const int j = key[e >> 1];
-        const bool visible = t < T && j >= doc[ql] && j <= t;
-        const float pr = visible ? exp2f(st[4 * i + e] * scale_log2 - lse[ql] * kLog2e) : 0.0f;
-        st[4 * i + e] = pr;
-        dpt[4 * i + e] = pr * (dpt[4 * i + e] - dlt[ql]);
+        for (int e = 0; e < 4; ++e) {
+          const int ql = 8 * i + 2 * tq + (e & 1);
+          float pr = exp2_approx(fmaf(st[4 * i + e], scale_log2, -lse[ql] * kLog2e));
+          if constexpr (decltype(masked)::value) {
+            const int t = t0 + ql;
+            const int j = key[e >> 1];
+            if (!(t < T && j >= doc[ql] && j <= t)) pr = 0.0f;
+          }
+          st[4 * i + e] = pr;
+          dpt[4 * i + e] = pr * (dpt[4 * i + e] - dlt[ql]);
+        }
       }
-    }
+    };
+    if (t0 + Bq <= T && t0 >= group_first_key + 63 && doc[Bq - 1] <= group_first_key)
+      probabilities(std::false_type{});
+    else
+      probabilities(std::true_type{});
     // As bf16 A fragments (16 queries a product), and dS^T into shared memory for dQ: row key_local
     // (+8), queries 8i + 2tq.. in the swizzled [Bc keys][Bq queries] tile.
     uint32_t pa[Bq / 16][4], da[Bq / 16][4];

@@ -151,21 +151,22 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
       wgmma_wait<0>();
       fence_registers(s);
 
-      const bool all_visible = j0 + Bc - 1 <= w0 && j0 >= w_doc_max;
+      // Masked scores become -inf; the others stay raw (scale > 0, so the row maximum of the raw
+      // scores times the scale is that of the scaled ones).
+      if (!(j0 + Bc - 1 <= w0 && j0 >= w_doc_max)) {
 #pragma unroll
-      for (int i = 0; i < Bc / 8; ++i) {
+        for (int i = 0; i < Bc / 8; ++i) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float& x = s[4 * i + e];
-          x *= scale_log2;
-          if (!all_visible) {
+          for (int e = 0; e < 4; ++e) {
             const int j = j0 + 8 * i + 2 * tq + (e & 1);
             const int r = e >> 1;
-            if (j < doc[r] || j > row[r]) x = -INFINITY;
+            if (j < doc[r] || j > row[r]) s[4 * i + e] = -INFINITY;
           }
         }
       }
-      // Online softmax, row by row (a row's Bc scores are spread over the 4 lanes of a quad).
+      // Online softmax, row by row (a row's Bc scores are spread over the 4 lanes of a quad), in
+      // base 2: p = 2^(scale log2(e) s - m), one FFMA and one ex2 a score (the softmax, not the
+      // products, is what bounds this kernel: docs/performance.md).
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         float mx = -INFINITY;
@@ -173,23 +174,24 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
         for (int i = 0; i < Bc / 8; ++i) mx = fmaxf(mx, fmaxf(s[4 * i + 2 * r], s[4 * i + 2 * r + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-        const float m_new = fmaxf(m[r], mx);
-        // A row with no visible key yet keeps m = -inf; subtracting 0 then gives exp2(-inf) = 0, not NaN.
+        const float m_new = fmaxf(m[r], mx * scale_log2);
+        // A row with no visible key yet keeps m = -inf; subtracting 0 then gives 2^-inf = 0, not NaN.
         const float m_use = m_new == -INFINITY ? 0.0f : m_new;
-        const float alpha = exp2f(m[r] - m_use);
+        const float alpha = exp2_approx(m[r] - m_use);
         m[r] = m_new;
-        l[r] *= alpha;
 #pragma unroll
         for (int i = 0; i < D / 8; ++i) {
           o[4 * i + 2 * r] *= alpha;
           o[4 * i + 2 * r + 1] *= alpha;
         }
+        float sum = 0.0f;
 #pragma unroll
         for (int i = 0; i < Bc / 8; ++i) {
-          s[4 * i + 2 * r] = exp2f(s[4 * i + 2 * r] - m_use);
-          s[4 * i + 2 * r + 1] = exp2f(s[4 * i + 2 * r + 1] - m_use);
-          l[r] += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
+          s[4 * i + 2 * r] = exp2_approx(fmaf(s[4 * i + 2 * r], scale_log2, -m_use));
+          s[4 * i + 2 * r + 1] = exp2_approx(fmaf(s[4 * i + 2 * r + 1], scale_log2, -m_use));
+          sum += s[4 * i + 2 * r] + s[4 * i + 2 * r + 1];
         }
+        l[r] = l[r] * alpha + sum;
       }
       // O += P V, 16 keys a product: P's columns 16kk.. are the A fragment (wgmma.cuh), and V's
       // rows 16kk.. start 16kk * 128 bytes into each of its column blocks.
