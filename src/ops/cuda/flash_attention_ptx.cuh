@@ -110,6 +110,14 @@ __device__ __forceinline__ float exp2_approx(float x) {
   return y;
 }
 
+// Waits until at most N of this thread's committed groups of copies are still running.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+#ifndef FERRY_FLASH_NO_MMA
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 // Two floats -> one register of two bf16 (round to nearest even), `lo` in the low half.
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

@@ -3,7 +3,8 @@
 // by the warpgroup at once from shared memory, instead of by each warp from registers.
 //
 // One block per (query head h, tile of Br = 128 queries), two warpgroups of 64 query rows each.
-// Per key tile of Bc = 128 keys, double-buffered through shared memory with cp.async:
+// Per key tile of Bc = 128 keys, through shared memory with cp.async, 3 stages deep at D = 128 and
+// 2 at D = 64 (where a third would leave room for one block an SM instead of two):
 //   S (64 x Bc) = Q K^T    wgmma, Q and K from shared memory (K-major);
 //   mask, online softmax   in registers, as the sm_80 kernel does (base-2 exponentials);
 //   O (64 x D) += P V      wgmma, P from the accumulator registers as bf16, V from shared memory
@@ -12,8 +13,8 @@
 // softmax overlaps the other's products.
 //
 // Shared memory (wgmma.cuh's 128-byte swizzled layout, every tile 1024-byte aligned): Q (Br x D),
-// then two stages of [K (Bc x D)][V (Bc x D)], then each warp's smallest and largest doc_start.
-// D = 128: 160 KB, one block per SM; D = 64: 80 KB, two.
+// then the stages of [K (Bc x D)][V (Bc x D)], then each warp's smallest and largest doc_start.
+// D = 128: 225 KB, one block per SM; D = 64: 80 KB, two.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -30,14 +31,14 @@ namespace ferry::flash {
 namespace sm90 {
 namespace {
 
-template <int D_, int MinBlocks_>
+template <int D_, int MinBlocks_, int Stages_>
 struct ForwardTile {
-  static constexpr int D = D_, MinBlocks = MinBlocks_;
+  static constexpr int D = D_, MinBlocks = MinBlocks_, Stages = Stages_;
   static constexpr int Groups = 2, Br = 64 * Groups, Bc = 128, Threads = 128 * Groups, Warps = 4 * Groups;
   static constexpr uint32_t kQBytes = Br * D * 2;
   static constexpr uint32_t kTileBytes = Bc * D * 2;  // one K or V tile
   static constexpr uint32_t kStageBytes = 2 * kTileBytes;
-  static constexpr uint32_t kDocOffset = kQBytes + 2 * kStageBytes;
+  static constexpr uint32_t kDocOffset = kQBytes + Stages * kStageBytes;
   // 1024 bytes of slack to align the start; then 2 ints per warp.
   static constexpr size_t kSmemBytes = 1024 + kDocOffset + 2 * sizeof(int) * Warps;
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 bf16 wide per swizzle block");
@@ -113,9 +114,13 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     load_swizzled<D, Bc, Tile::Threads>(s_k, k, kv_stride, kt * Bc, T);
     load_swizzled<D, Bc, Tile::Threads>(s_k + Tile::kTileBytes, v, kv_stride, kt * Bc, T);
   };
-  load_kv(0, kt_begin);
-  cp_async_commit();
-  cp_async_wait_all();
+  // Tiles kt_begin.. fill all stages but one; each iteration then loads the tile Stages - 1
+  // ahead into the stage the previous iteration finished with.
+  for (int st = 0; st < Tile::Stages - 1; ++st) {
+    if (kt_begin + st < kt_end) load_kv(st, kt_begin + st);
+    cp_async_commit();
+  }
+  cp_async_wait_group<Tile::Stages - 2>();
   fence_proxy_async();
   __syncthreads();
 
@@ -128,8 +133,9 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const unsigned char* const s_q_group = s_q + group * 64 * 128;
 
   for (int kt = kt_begin; kt < kt_end; ++kt) {
-    const int stage = (kt - kt_begin) & 1;
-    if (kt + 1 < kt_end) load_kv(stage ^ 1, kt + 1);
+    const int stage = (kt - kt_begin) % Tile::Stages;
+    if (kt + Tile::Stages - 1 < kt_end)
+      load_kv((kt - kt_begin + Tile::Stages - 1) % Tile::Stages, kt + Tile::Stages - 1);
     cp_async_commit();
     const unsigned char* const s_k = s_kv + stage * Tile::kStageBytes;
     const unsigned char* const s_v = s_k + Tile::kTileBytes;
@@ -211,7 +217,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
       wgmma_wait<0>();
       fence_registers(o);
     }
-    cp_async_wait_all();
+    cp_async_wait_group<Tile::Stages - 2>();
     fence_proxy_async();
     __syncthreads();  // tile kt+1 is in; everyone is done with stage `stage`
   }
@@ -256,9 +262,9 @@ void launch_forward(const FlashAttentionParams& p, void* stream) {
 
 void forward_wgmma(const FlashAttentionParams& p, void* stream) {
   if (p.head_dim == 64)
-    sm90::launch_forward<sm90::ForwardTile<64, 2>>(p, stream);
+    sm90::launch_forward<sm90::ForwardTile<64, 2, 2>>(p, stream);
   else
-    sm90::launch_forward<sm90::ForwardTile<128, 1>>(p, stream);
+    sm90::launch_forward<sm90::ForwardTile<128, 1, 3>>(p, stream);
 }
 
 }  // namespace ferry::flash
