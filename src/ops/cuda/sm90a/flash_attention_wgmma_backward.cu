@@ -13,15 +13,14 @@
 //                                     transposed (MN-major);
 //   dQ[tile] += dS K                  dS^T through shared memory (read transposed), K read
 //                                     transposed; each warpgroup computes half of dQ's columns
-//                                     over all 128 keys and adds it to the fp32 workspace by
-//                                     bulk reductions from shared memory, a row each.
+//                                     over all 128 keys and adds it to the fp32 workspace with
+//                                     float2 atomics.
 // dK = scale dK and dV are written as bf16 at the end; delta = rowsum(dO * O) comes precomputed
 // and dq is scaled and converted afterwards, as for the sm_80 kernel (flash_attention.cu).
 //
 // Shared memory (wgmma.cuh's 128-byte swizzled layout; every tile 1024-byte aligned): K, V
 // (Bc x D), two stages of Q and dO (Bq x D), dS^T (Bc x Bq), then lse, delta and doc_start of the
-// query tile (Bq each) twice, then dQ's staging (fp32, two per warpgroup). D = 128: 218.5 KB;
-// D = 64: 122.5 KB.
+// query tile (Bq each) twice. D = 128: 145.5 KB; D = 64: 81.5 KB.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -46,10 +45,7 @@ struct BackwardTile {
   static constexpr uint32_t kQBytes = Bq * D * 2;   // Q or dO, one stage
   static constexpr uint32_t kK = 0, kV = kKVBytes, kQ = 2 * kKVBytes, kDo = kQ + 2 * kQBytes,
                             kDs = kDo + 2 * kQBytes, kVec = kDs + Bc * Bq * 2;
-  // dQ staging: per step parity and warpgroup, Bq rows of D/2 floats, 8 floats of padding a row so
-  // that a half-warp's float2 stores fall on distinct banks.
-  static constexpr uint32_t kDqRow = (D / 2 + 8) * 4, kDqBuffer = Bq * kDqRow, kDq = kVec + 3 * 2 * Bq * 4;
-  static constexpr size_t kSmemBytes = 1024 + kDq + 2 * Groups * kDqBuffer;
+  static constexpr size_t kSmemBytes = 1024 + kVec + 3 * 2 * Bq * 4;
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 bf16 wide per swizzle block");
   static_assert(Bq == 64, "dS^T rows are one 128-byte swizzle block");
 };
@@ -149,7 +145,6 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const int key_local = 64 * group + 16 * (warp % 4) + g;
   const int key[2] = {j0 + key_local, j0 + key_local + 8};
   const int group_first_key = j0 + 64 * group;
-  const int wg_thread = threadIdx.x % 128;
   const unsigned char* const s_k_group = s_k + group * 64 * 128;
   const unsigned char* const s_v_group = s_v + group * 64 * 128;
 
@@ -263,34 +258,21 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     fence_registers(dq);
     fence_registers(dk);
     fence_registers(dv);
-    // dQ through this warpgroup's staging buffer of this step's parity (row 16 (warp % 4) + g
-    // (+8), columns 8i + 2tq.. of its D/2), then one bulk reduction (add) a query row into the
-    // fp32 workspace, issued by the warpgroup's first Bq threads and left running while the next
-    // step computes: a quarter of the time the float2 atomics took (docs/performance.md).
-    unsigned char* const s_dq = smem + Tile::kDq + ((step & 1) * Tile::Groups + group) * Tile::kDqBuffer;
+    // Row 16 (warp % 4) + g (+8) of the tile, columns D/2 * group + 8i + 2tq..
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float* const dst =
-          reinterpret_cast<float*>(s_dq + (16 * (warp % 4) + g + 8 * r) * Tile::kDqRow) + 2 * tq;
+      const int t = t0 + 16 * (warp % 4) + g + 8 * r;
+      if (t >= T) continue;
+      float* const dst = dq_accum + (static_cast<int64_t>(t) * p.q_heads + h) * D + group * (D / 2) + 2 * tq;
 #pragma unroll
       for (int i = 0; i < D / 16; ++i)
-        *reinterpret_cast<float2*>(dst + 8 * i) = make_float2(dq[4 * i + 2 * r], dq[4 * i + 2 * r + 1]);
-    }
-    fence_proxy_async();
-    warpgroup_barrier(1 + group);
-    if (wg_thread < Bq) {
-      const int t = t0 + wg_thread;
-      if (t < T)
-        bulk_reduce_add(dq_accum + (static_cast<int64_t>(t) * p.q_heads + h) * D + group * (D / 2),
-                        s_dq + wg_thread * Tile::kDqRow, D / 2 * 4);
-      bulk_commit();
-      bulk_wait_read<1>();  // the previous step's reduction has read the buffer the next step writes
+        atomicAdd(reinterpret_cast<float2*>(dst + 8 * i),
+                  make_float2(dq[4 * i + 2 * r], dq[4 * i + 2 * r + 1]));
     }
     cp_async_wait_all();
     fence_proxy_async();
-    __syncthreads();  // step+1's tiles are in; s_ds, this stage and the next step's dQ buffer are free
+    __syncthreads();  // step+1's tiles are in; s_ds and this stage are free
   }
-  if (wg_thread < Bq) bulk_wait<0>();  // the reductions are done before the block ends
 
   bf16* const dk_out = static_cast<bf16*>(bp.dk) + kvh * D;
   bf16* const dv_out = static_cast<bf16*>(bp.dv) + kvh * D;

@@ -1,6 +1,5 @@
 // Hopper's warpgroup tensor-core products (PTX wgmma, sm_90a only) and the shared-memory layout
-// they read, warpgroup barriers and bulk reductions to global memory: the inline PTX of the
-// sm_90a kernels, beside flash_attention_ptx.cuh's sm_80 set.
+// they read: the inline PTX of the sm_90a kernels, beside flash_attention_ptx.cuh's sm_80 set.
 //
 // A warpgroup is 4 consecutive warps (128 threads, the first warp's index a multiple of 4); a
 // product D (64 x N, fp32) += A (64 x 16) B (16 x N) is issued by all 128 threads together and
@@ -191,49 +190,6 @@ __device__ __forceinline__ void wgmma_ss_n32(float (&d)[16], uint64_t a, uint64_
       : "l"(a), "l"(b), "r"(accumulate), "n"(TransA), "n"(TransB));
 #else
   __trap();
-#endif
-}
-
-// A barrier of the 128 threads of one warpgroup (`id` 1..15; 0 is __syncthreads's).
-__device__ __forceinline__ void warpgroup_barrier(int id) {
-#ifdef FERRY_WGMMA
-  asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
-#endif
-}
-
-// dst[i] += src[i] for `bytes` / 4 floats, src in shared memory, dst in global memory, each
-// element added atomically; asynchronous (the bulk copy engine), in this thread's current bulk
-// group. Both addresses and `bytes` are multiples of 16; src's writes must be fenced with
-// fence_proxy_async first.
-__device__ __forceinline__ void bulk_reduce_add(float* dst, const void* src, uint32_t bytes) {
-#ifdef FERRY_WGMMA
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-               "r"(static_cast<uint32_t>(__cvta_generic_to_shared(src))), "r"(bytes)
-               : "memory");
-#else
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ void bulk_commit() {
-#ifdef FERRY_WGMMA
-  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-#endif
-}
-
-// Waits until at most N of this thread's bulk groups still read their shared memory.
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-#ifdef FERRY_WGMMA
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-#endif
-}
-
-// Waits until at most N of this thread's bulk groups are unfinished (their writes done).
-template <int N>
-__device__ __forceinline__ void bulk_wait() {
-#ifdef FERRY_WGMMA
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
 
