@@ -82,7 +82,7 @@ int check_tensor_core(const char* op, std::initializer_list<const void*> pointer
 }
 
 // The wgmma kernels' machine code is sm_90a's, which runs on compute capability 9.0 alone; there
-// they are 1.4x the mma.sync kernels at head_dim 128 (docs/performance.md, twenty-third session).
+// they are 1.6-1.7x the mma.sync kernels at head_dim 128 (docs/performance.md, twenty-third session).
 // FERRY_FLASH_WGMMA=0 keeps the mma.sync kernels, for A/B comparisons and to rule wgmma out.
 bool wgmma_runs(int compute_capability) {
 #if FERRY_HAVE_SM90A

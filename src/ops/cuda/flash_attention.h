@@ -11,7 +11,7 @@
 // * head_dim 64 and 128: tensor cores (mma.sync m16n8k16 bf16 -> fp32), tiles through shared
 //   memory with cp.async. Pointers q k v out dout must be 16-byte aligned (raised otherwise).
 //   On a compute capability 9.0 device (H100, H200) of a build that targets sm_90, forward and
-//   backward use Hopper's warpgroup products (wgmma) instead, with the same schedules (1.4x the
+//   backward use Hopper's warpgroup products (wgmma) instead, with the same schedules (1.6x the
 //   mma.sync kernels there; FERRY_FLASH_WGMMA=0 in the environment keeps the mma.sync ones).
 // * any other head_dim <= 256: simple fp32 kernels, one warp per query (forward, dq) or per key
 //   (dk, dv); correct but not fast. They also serve as a second, independent oracle on the GPU.
