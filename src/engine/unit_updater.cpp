@@ -225,7 +225,7 @@ void UnitUpdater::assign_masters(size_t u, std::span<const float> values) {
     return;
   }
   if (is_exact(format())) {
-    s.master.assign(values);
+    s.master.assign(values, ThreadPool::global());
     return;
   }
   lean_write_masters(s.lean_view, values.data(), 0, values.size());

@@ -4,26 +4,26 @@
 // Why huge pages: the CPU AdamW streams 12+ bytes/param through these arrays every step (~100 GB
 // for an 8B model). With 4 KiB pages that is 25 million TLB entries' worth of memory, and page
 // walks cost a noticeable share of a bandwidth-bound pass; a 2 MiB page covers 512 times more.
-// Arrays of 2 MiB or more are therefore mapped at a 2 MiB-aligned address and their whole huge
-// pages advised MADV_HUGEPAGE before anything touches them, so their first-touch faults (the
-// masters' copy, the first update's writes of m and v) can take whole huge pages; the tail past
-// the last whole huge page keeps 4 KiB pages (no up-to-2-MiB round-up per array). Where the advice is refused
-// (a kernel without transparent huge pages), the array keeps 4 KiB pages: huge_pages() says so and the owner
-// logs and counts it. Smaller arrays use ordinary pages (a huge page would mostly be waste).
+// The arrays are core/host_pages.h's mappings: 2 MiB-aligned with their whole huge pages advised
+// MADV_HUGEPAGE before anything touches them, so their first-touch faults (the masters' copy, the
+// commit) can take whole huge pages. Where the advice is refused (a kernel without transparent
+// huge pages), the array keeps 4 KiB pages: huge_pages() says so and the owner logs and counts it.
 //
 // The memory comes zero-filled and is committed page by page as it is first written, or all at
 // once by commit(): the trainer commits every array before the first step, so that the first
 // update's writes of m and v do not fault 8 bytes per parameter into a step (a 3B model's first
-// CPU pass took 2.5 s longer), and a host that cannot hold the state says so before training.
+// CPU pass took 2.5 s longer), and a host that cannot hold the state fails before training, not in it.
+// Both the copy in and the commit run on a thread pool (the faults clear pages on every thread).
 #pragma once
 
 #include <cstddef>
 #include <span>
 #include <string>
 
-namespace ferry {
+#include "core/host_pages.h"
+#include "core/thread_pool.h"
 
-class ThreadPool;
+namespace ferry {
 
 class HostArray {
  public:
@@ -36,36 +36,31 @@ class HostArray {
   HostArray(const HostArray&) = delete;
   HostArray& operator=(const HostArray&) = delete;
 
-  float* data() { return data_; }
-  const float* data() const { return data_; }
+  float* data() { return static_cast<float*>(pages_.data); }
+  const float* data() const { return static_cast<const float*>(pages_.data); }
   size_t size() const { return count_; }
-  std::span<float> span() { return {data_, count_}; }
-  std::span<const float> span() const { return {data_, count_}; }
-  // Copies `values` in; their count must be size().
-  void assign(std::span<const float> values);
-  // Commits every page of the mapping now, in pieces on `pool`'s threads; the contents stay as
-  // they are (MADV_POPULATE_WRITE, or a read and a write of each page where the kernel lacks it).
+  std::span<float> span() { return {data(), count_}; }
+  std::span<const float> span() const { return {data(), count_}; }
+  // Copies `values` in on `pool`'s threads; their count must be size().
+  void assign(std::span<const float> values, ThreadPool& pool = ThreadPool::global());
+  // Commits every page of the mapping now, on `pool`'s threads; the contents stay as they are.
   void commit(ThreadPool& pool);
   // The mapping is 2 MiB-aligned and advised MADV_HUGEPAGE.
-  bool huge_pages() const { return huge_pages_; }
+  bool huge_pages() const { return pages_.huge_pages; }
 
-  static constexpr size_t kHugePage = size_t{2} << 20;
+  static constexpr size_t kHugePage = kHugePageBytes;
   // The bytes an array of `count` floats maps, whole 4 KiB pages (what the memory model counts).
   static size_t mapped_bytes(size_t count);
   // The bytes as another element type: a lean optimizer state's arrays (bf16, int8, ...) are
   // HostArrays of host_array_floats(bytes) floats.
   template <typename T>
   T* as() {
-    return reinterpret_cast<T*>(data_);
+    return static_cast<T*>(pages_.data);
   }
 
  private:
-  void release() noexcept;
-
-  float* data_ = nullptr;
+  HostPages pages_;
   size_t count_ = 0;
-  size_t mapped_bytes_ = 0;
-  bool huge_pages_ = false;
 };
 
 // Floats that hold `bytes` bytes.

@@ -10,14 +10,19 @@
 //   oldest recorded events are retired to the free list once complete, so an id older than every
 //   live one is known complete and its handle can be reused without changing what it meant.
 // * Memory: cudaMalloc counted against the capacity (the `gpu_memory` budget), so a 24 GiB budget
-//   is enforced on a 141 GB card; refused with the numbers. Pinned memory: cudaHostAlloc (portable,
-//   for several GPUs later), or memory allocated elsewhere locked in place with cudaHostRegister.
+//   is enforced on a 141 GB card; refused with the numbers. Pinned memory: blocks of a huge page or
+//   more are core/host_pages.h mappings committed on the thread pool and registered
+//   (cudaHostRegister, portable), three times as fast as cudaHostAlloc, which clears and locks
+//   its pages on one driver thread (27 GiB took ~15 s); smaller ones cudaHostAlloc. Memory
+//   allocated elsewhere is locked in place with cudaHostRegister.
 // * host_task: cudaLaunchHostFunc. CUDA runs such functions on one driver thread, in order, so a
 //   long host task delays other streams' host tasks (not their kernels or copies). An exception
 //   thrown by fn is kept and rethrown by the next synchronize*().
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -27,7 +32,9 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "core/host_pages.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "device/async_error.h"
 #include "device/device.h"
 #include "device/memory_ledger.h"
@@ -116,7 +123,7 @@ class CudaDevice final : public Device {
       if (origin == BlockOrigin::Registered)
         (void)cudaHostUnregister(pointer);
       else
-        (void)cudaFreeHost(pointer);
+        free_pinned(pointer, false);
     }
   }
 
@@ -159,16 +166,7 @@ class CudaDevice final : public Device {
     if (bytes == 0) return nullptr;
     activate();
     pinned_.admit(bytes, what);
-    void* p = nullptr;
-    const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
-    if (status != cudaSuccess) {
-      pinned_.cancel(bytes);
-      (void)cudaGetLastError();
-      fail(where_.c_str(),
-           "cudaHostAlloc of {} for {} failed: {} ({} pinned already); plan for less pinned memory",
-           format_bytes(bytes), what ? what : "?", cudaGetErrorString(status),
-           format_bytes(pinned_.stats().in_use));
-    }
+    void* p = bytes >= kHugePageBytes ? map_pinned(bytes, what) : host_alloc(bytes, what);
     pinned_.record(p, bytes, what);
     return p;
   }
@@ -176,7 +174,7 @@ class CudaDevice final : public Device {
   void release_pinned(void* pointer) override {
     if (pointer == nullptr) return;
     pinned_.forget(pointer);
-    FERRY_CUDA_CHECK(cudaFreeHost(pointer));
+    free_pinned(pointer, true);
   }
 
   void register_pinned(void* pointer, size_t bytes, const char* what) override {
@@ -397,11 +395,77 @@ class CudaDevice final : public Device {
     std::rethrow_exception(error);
   }
 
+  // A block of allocate_pinned's: mapped, committed on the pool, registered (admitted already;
+  // cancelled here on failure).
+  void* map_pinned(size_t bytes, const char* what) {
+    const HostPages pages = map_host_pages(bytes);
+    if (pages.data == nullptr) {
+      pinned_.cancel(bytes);
+      fail(where_.c_str(),
+           "the host could not map {} of pinned memory for {} ({}; {} pinned already); plan for "
+           "less pinned memory",
+           format_bytes(bytes), what ? what : "?", std::strerror(errno),
+           format_bytes(pinned_.stats().in_use));
+    }
+    commit_host_pages(pages, ThreadPool::global());
+    const cudaError_t status = cudaHostRegister(pages.data, pages.mapped, cudaHostRegisterPortable);
+    if (status != cudaSuccess) {
+      unmap_host_pages(pages);
+      pinned_.cancel(bytes);
+      (void)cudaGetLastError();
+      fail(where_.c_str(),
+           "cudaHostRegister of {} for {} failed: {} ({} pinned already); plan for less pinned memory (or "
+           "raise the locked-memory limit, ulimit -l)",
+           format_bytes(bytes), what ? what : "?", cudaGetErrorString(status),
+           format_bytes(pinned_.stats().in_use));
+    }
+    std::lock_guard<std::mutex> lock(mapped_mutex_);
+    mapped_[pages.data] = pages;
+    return pages.data;
+  }
+
+  void* host_alloc(size_t bytes, const char* what) {
+    void* p = nullptr;
+    const cudaError_t status = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (status != cudaSuccess) {
+      pinned_.cancel(bytes);
+      (void)cudaGetLastError();
+      fail(where_.c_str(),
+           "cudaHostAlloc of {} for {} failed: {} ({} pinned already); plan for less pinned memory",
+           format_bytes(bytes), what ? what : "?", cudaGetErrorString(status),
+           format_bytes(pinned_.stats().in_use));
+    }
+    return p;
+  }
+
+  // Either kind of allocate_pinned's blocks; `check` raises a failure (not at destruction).
+  void free_pinned(void* pointer, bool check) {
+    HostPages pages;
+    {
+      std::lock_guard<std::mutex> lock(mapped_mutex_);
+      const auto it = mapped_.find(pointer);
+      if (it != mapped_.end()) {
+        pages = it->second;
+        mapped_.erase(it);
+      }
+    }
+    if (pages.data == nullptr) {
+      const cudaError_t status = cudaFreeHost(pointer);
+      if (check) FERRY_CUDA_CHECK(status);
+      return;
+    }
+    const cudaError_t status = cudaHostUnregister(pages.data);
+    unmap_host_pages(pages);
+    if (check) FERRY_CUDA_CHECK(status);
+  }
+
   const int index_;
   const std::string where_;
   std::string name_;
   MemoryLedger memory_;
   MemoryLedger pinned_;
+  std::mutex mapped_mutex_;
+  std::unordered_map<void*, HostPages> mapped_;  // allocate_pinned's mapped blocks
   AsyncError errors_;
   std::array<CudaStream, kStreamCount> streams_;
 
