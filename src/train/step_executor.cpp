@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <map>
 #include <span>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "core/log.h"
@@ -112,6 +114,9 @@ class SlidingExecutor final : public StepExecutor {
         evaluation_(evaluation),
         layout_(weights.layout) {
     plan_.state_seed = config.seed;  // a lean format's stochastic rounding, as the plain trainer's
+    // What the state commit spends its time on, said once it is done: an 8B's takes tens of
+    // seconds before step 1.
+    const auto start = std::chrono::steady_clock::now();
     const int64_t chunk_tokens = plan_.micro_batch * config.seq_len,
                   chunks = config.global_batch / plan_.micro_batch;
     if (group_.devices.size() == 1) {
@@ -133,10 +138,14 @@ class SlidingExecutor final : public StepExecutor {
     // Into the huge-page masters (or, for a disk unit, through the tier's buffer into its file),
     // freeing each copy as it goes; deferred weights are read one unit at a time into one buffer
     // (HostBytes::loaded_weights counts the largest unit).
+    const double buffers_s = seconds_since(start);
+    double load_s = 0.0;
     std::vector<float> unit_values;
     for (size_t u = 0; u < layout_.units.size(); ++u) {
       if (weights.deferred()) {
+        const auto load_start = std::chrono::steady_clock::now();
         weights.loader(u, unit_values);
+        load_s += seconds_since(load_start);
         host().assign_masters(u, unit_values);
       } else {
         host().assign_masters(u, weights.units[u]);
@@ -144,8 +153,16 @@ class SlidingExecutor final : public StepExecutor {
       }
     }
     std::vector<float>().swap(unit_values);
+    const double masters_s = seconds_since(start) - buffers_s - load_s;
     host().commit_state();  // only now: the loaded copies are gone
+    const double moments_s = seconds_since(start) - buffers_s - load_s - masters_s;
     weights_changed(0);
+    const double total_s = seconds_since(start);
+    log_info(
+        "state: ready in {:.1f} s (engine buffers and pinned memory {:.1f} s, reading the weights {:.1f} s, "
+        "writing the masters {:.1f} s, committing the optimizer state {:.1f} s, upload copies {:.1f} s)",
+        total_s, buffers_s, load_s, masters_s, moments_s,
+        total_s - buffers_s - load_s - masters_s - moments_s);
   }
   ~SlidingExecutor() override {
     engine_.reset();
