@@ -182,15 +182,7 @@ class CudaDevice final : public Device {
     activate();
     pinned_.admit(bytes, what);
     const cudaError_t status = cudaHostRegister(pointer, bytes, cudaHostRegisterPortable);
-    if (status != cudaSuccess) {
-      pinned_.cancel(bytes);
-      (void)cudaGetLastError();
-      fail(where_.c_str(),
-           "cudaHostRegister of {} for {} failed: {} ({} pinned already); plan for less pinned memory "
-           "(or raise the locked-memory limit, ulimit -l)",
-           format_bytes(bytes), what ? what : "?", cudaGetErrorString(status),
-           format_bytes(pinned_.stats().in_use));
-    }
+    if (status != cudaSuccess) refuse_registration(bytes, what, status);
     pinned_.record(pointer, bytes, what, BlockOrigin::Registered);
   }
 
@@ -395,6 +387,18 @@ class CudaDevice final : public Device {
     std::rethrow_exception(error);
   }
 
+  // A failed cudaHostRegister of `bytes` (admitted): cancelled, and the error says what to do.
+  [[noreturn]] void refuse_registration(size_t bytes, const char* what, cudaError_t status) {
+    pinned_.cancel(bytes);
+    (void)cudaGetLastError();
+    fail(
+        where_.c_str(),
+        "cudaHostRegister of {} for {} failed: {} ({} pinned already); plan for less pinned memory (or raise "
+        "the locked-memory limit, ulimit -l)",
+        format_bytes(bytes), what ? what : "?", cudaGetErrorString(status),
+        format_bytes(pinned_.stats().in_use));
+  }
+
   // A block of allocate_pinned's: mapped, committed on the pool, registered (admitted already;
   // cancelled here on failure).
   void* map_pinned(size_t bytes, const char* what) {
@@ -411,13 +415,7 @@ class CudaDevice final : public Device {
     const cudaError_t status = cudaHostRegister(pages.data, pages.mapped, cudaHostRegisterPortable);
     if (status != cudaSuccess) {
       unmap_host_pages(pages);
-      pinned_.cancel(bytes);
-      (void)cudaGetLastError();
-      fail(where_.c_str(),
-           "cudaHostRegister of {} for {} failed: {} ({} pinned already); plan for less pinned memory (or "
-           "raise the locked-memory limit, ulimit -l)",
-           format_bytes(bytes), what ? what : "?", cudaGetErrorString(status),
-           format_bytes(pinned_.stats().in_use));
+      refuse_registration(bytes, what, status);
     }
     std::lock_guard<std::mutex> lock(mapped_mutex_);
     mapped_[pages.data] = pages;
