@@ -1,6 +1,8 @@
-// The small things people try first: `ferry --version`, and `ferry init --list` without --arch.
+// The small things people try first: `ferry --version`, `ferry init --list` without --arch, and
+// FERRY_LOG_LEVEL.
 #include <gtest/gtest.h>
 
+#include "core/log.h"
 #include "test_util.h"
 
 namespace ferry {
@@ -23,6 +25,23 @@ TEST(CliBasics, InitListAloneShowsEveryArchitecturesPresets) {
   EXPECT_NE(
       test::run_command(test::ferry_binary().string() + " init --preset tiny --out /nonexistent/x", &out), 0);
   EXPECT_NE(out.find("give --arch"), std::string::npos) << out;
+}
+
+TEST(CliBasics, LogLevelNamesParseAndAnUnknownOneIsSaidAndIgnored) {
+  EXPECT_EQ(parse_log_level("debug"), LogLevel::Debug);
+  EXPECT_EQ(parse_log_level("info"), LogLevel::Info);
+  EXPECT_EQ(parse_log_level("warn"), LogLevel::Warn);
+  EXPECT_EQ(parse_log_level("error"), LogLevel::Error);
+  EXPECT_EQ(parse_log_level("off"), LogLevel::Off);
+  EXPECT_FALSE(parse_log_level("DEBUG").has_value());
+  EXPECT_FALSE(parse_log_level("").has_value());
+  std::string out;
+  ASSERT_EQ(test::run_command("FERRY_LOG_LEVEL=loud " + test::ferry_binary().string() + " --version", &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("FERRY_LOG_LEVEL=loud is not one of debug, info, warn, error, off"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("ferry "), std::string::npos) << out;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -12,8 +13,30 @@
 
 namespace ferry {
 
+std::optional<LogLevel> parse_log_level(std::string_view name) {
+  if (name == "debug") return LogLevel::Debug;
+  if (name == "info") return LogLevel::Info;
+  if (name == "warn") return LogLevel::Warn;
+  if (name == "error") return LogLevel::Error;
+  if (name == "off") return LogLevel::Off;
+  return std::nullopt;
+}
+
 namespace {
-std::atomic<LogLevel> g_level{LogLevel::Info};
+
+// stderr's level: FERRY_LOG_LEVEL, else info. A value it does not know is said once and ignored:
+// a log setting should not stop a run.
+LogLevel level_from_environment() {
+  const char* value = std::getenv("FERRY_LOG_LEVEL");
+  if (value == nullptr || *value == '\0') return LogLevel::Info;
+  if (const std::optional<LogLevel> level = parse_log_level(value)) return *level;
+  std::fprintf(stderr,
+               "ferry: FERRY_LOG_LEVEL=%s is not one of debug, info, warn, error, off; logging at info\n",
+               value);
+  return LogLevel::Info;
+}
+
+std::atomic<LogLevel> g_level{level_from_environment()};
 std::mutex g_mutex;
 std::atomic<std::FILE*> g_file{nullptr};  // the open LogFile's, written under g_mutex
 const auto g_start = std::chrono::steady_clock::now();

@@ -1,17 +1,22 @@
-// Logging to stderr with a level and a timestamp. Quiet by default in tests. While a LogFile is
-// open, info lines and above also go to its file (a run's train.log), whatever stderr's level.
+// Logging to stderr with a level and a timestamp: info and above unless FERRY_LOG_LEVEL in the
+// environment says otherwise (debug, info, warn, error or off). While a LogFile is open, info
+// lines and above also go to its file (a run's train.log), whatever stderr's level.
 #pragma once
 
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace ferry {
 
 enum class LogLevel { Debug = 0, Info = 1, Warn = 2, Error = 3, Off = 4 };
 
+// "debug", "info", "warn", "error" or "off"; nothing for anything else.
+std::optional<LogLevel> parse_log_level(std::string_view name);
 void set_log_level(LogLevel level);
 LogLevel log_level();
 void log_line(LogLevel level, const std::string& message);
