@@ -20,8 +20,9 @@ TEST(HostPages, LargeBlocksAreHugePageAlignedZerosOfWholePages) {
     EXPECT_EQ(pages.mapped, host_pages_bytes(bytes));
     EXPECT_EQ(pages.mapped % 4096, 0u);
     EXPECT_GE(pages.mapped, bytes);
-    if (bytes >= kHugePageBytes)
+    if (bytes >= kHugePageBytes) {
       EXPECT_EQ(reinterpret_cast<uintptr_t>(pages.data) % kHugePageBytes, 0u) << bytes;
+    }
     const auto* p = static_cast<const unsigned char*>(pages.data);
     for (size_t i = 0; i < pages.mapped; i += 997) ASSERT_EQ(p[i], 0) << bytes << " at " << i;
     unmap_host_pages(pages);
@@ -37,12 +38,14 @@ TEST(HostPages, CommitKeepsWhatTheBlockHolds) {
   const size_t marks[] = {0, 4096 * 3 + 5, kHugePageBytes * 7 + 1, bytes - 1};
   for (size_t i = 0; i < 4; ++i) p[marks[i]] = static_cast<unsigned char>(11 + i);
   ThreadPool pool(3);
-  commit_host_pages(pages, pool);
+  EXPECT_EQ(commit_host_pages(pages, pool), 0);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(p[marks[i]], 11 + i) << marks[i];
   for (size_t i = 1; i < pages.mapped; i += 4093) {
     bool marked = false;
     for (const size_t m : marks) marked |= m == i;
-    if (!marked) ASSERT_EQ(p[i], 0) << i;
+    if (!marked) {
+      ASSERT_EQ(p[i], 0) << i;
+    }
   }
   unmap_host_pages(pages);
 }

@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 
@@ -54,14 +56,24 @@ void unmap_host_pages(const HostPages& pages) noexcept {
   if (pages.data != nullptr) munmap(pages.data, pages.mapped);
 }
 
-void commit_host_pages(const HostPages& pages, ThreadPool& pool) {
-  if (pages.data == nullptr) return;
+int commit_host_pages(const HostPages& pages, ThreadPool& pool) {
+  if (pages.data == nullptr) return 0;
   char* const base = static_cast<char*>(pages.data);
+  std::atomic<int> error{0};
   pool.for_each_piece((pages.mapped + kPiece - 1) / kPiece, [&](size_t k) {
-    const size_t end = std::min(pages.mapped, (k + 1) * kPiece);
-    for (size_t o = k * kPiece; o < end; o += 4096)
-      __atomic_fetch_add(reinterpret_cast<int*>(base + o), 0, __ATOMIC_RELAXED);
+    char* const start = base + k * kPiece;
+    const size_t bytes = std::min(kPiece, pages.mapped - k * kPiece);
+    if (madvise(start, bytes, MADV_POPULATE_WRITE) == 0) return;
+    if (errno != EINVAL) {
+      int none = 0;
+      error.compare_exchange_strong(none, errno);
+      return;
+    }
+    // Kernels before 5.14: a write a 4 KiB page (an atomic add of 0) keeps what it holds.
+    for (size_t o = 0; o < bytes; o += 4096)
+      __atomic_fetch_add(reinterpret_cast<int*>(start + o), 0, __ATOMIC_RELAXED);
   });
+  return error.load();
 }
 
 void copy_to_host_pages(void* dst, const void* src, size_t bytes, ThreadPool& pool) {

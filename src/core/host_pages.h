@@ -33,10 +33,12 @@ struct HostPages {
 HostPages map_host_pages(size_t bytes);
 void unmap_host_pages(const HostPages& pages) noexcept;
 
-// Commits every page of the mapping now, keeping what it holds: one write (an atomic add of 0)
-// a 4 KiB page, in pieces of whole huge pages on the pool's threads (so that no two threads fault
-// the same huge page). Not from inside one of the pool's own tasks.
-void commit_host_pages(const HostPages& pages, ThreadPool& pool);
+// Commits every page of the mapping now, keeping what it holds (MADV_POPULATE_WRITE, or a write
+// a 4 KiB page where the kernel lacks it), in pieces of whole huge pages on the pool's threads (so
+// that no two threads fault the same huge page). Returns 0, or the errno of a piece the kernel
+// could not commit (ENOMEM: the host cannot hold it), for the caller to say what to do. Not from
+// inside one of the pool's own tasks.
+int commit_host_pages(const HostPages& pages, ThreadPool& pool);
 
 // memcpy into host pages, in the same pieces on the pool's threads (their first-touch faults with
 // them).

@@ -51,7 +51,12 @@ void HostArray::assign(std::span<const float> values, ThreadPool& pool) {
 }
 
 void HostArray::commit(ThreadPool& pool) {
-  commit_host_pages(pages_, pool);
+  const int error = commit_host_pages(pages_, pool);
+  FERRY_CHECK(
+      error == 0, "engine",
+      "the host could not commit the {} of fp32 optimizer state ({}); it needs 12 bytes per parameter "
+      "of host memory: free host memory, or train a smaller model on this machine",
+      format_bytes(pages_.mapped), std::strerror(error));
 }
 
 std::string transparent_huge_page_mode() {

@@ -12,7 +12,7 @@
 // The memory comes zero-filled and is committed page by page as it is first written, or all at
 // once by commit(): the trainer commits every array before the first step, so that the first
 // update's writes of m and v do not fault 8 bytes per parameter into a step (a 3B model's first
-// CPU pass took 2.5 s longer), and a host that cannot hold the state fails before training, not in it.
+// CPU pass took 2.5 s longer), and a host that cannot hold the state says so before training.
 // Both the copy in and the commit run on a thread pool (the faults clear pages on every thread).
 #pragma once
 

@@ -403,15 +403,16 @@ class CudaDevice final : public Device {
   // cancelled here on failure).
   void* map_pinned(size_t bytes, const char* what) {
     const HostPages pages = map_host_pages(bytes);
-    if (pages.data == nullptr) {
+    const int error = pages.data == nullptr ? errno : commit_host_pages(pages, ThreadPool::global());
+    if (error != 0) {
+      unmap_host_pages(pages);
       pinned_.cancel(bytes);
       fail(where_.c_str(),
-           "the host could not map {} of pinned memory for {} ({}; {} pinned already); plan for "
+           "the host could not map and commit {} of pinned memory for {} ({}; {} pinned already); plan for "
            "less pinned memory",
-           format_bytes(bytes), what ? what : "?", std::strerror(errno),
+           format_bytes(bytes), what ? what : "?", std::strerror(error),
            format_bytes(pinned_.stats().in_use));
     }
-    commit_host_pages(pages, ThreadPool::global());
     const cudaError_t status = cudaHostRegister(pages.data, pages.mapped, cudaHostRegisterPortable);
     if (status != cudaSuccess) {
       unmap_host_pages(pages);
