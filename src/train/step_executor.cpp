@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <span>
+#include <utility>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -117,6 +118,11 @@ class SlidingExecutor final : public StepExecutor {
     // What the state commit spends its time on, said once it is done: an 8B's takes tens of
     // seconds before step 1.
     const auto start = std::chrono::steady_clock::now();
+    auto lap_start = start;
+    auto lap = [&lap_start] {  // seconds since the last lap
+      const auto now = std::chrono::steady_clock::now();
+      return std::chrono::duration<double>(now - std::exchange(lap_start, now)).count();
+    };
     const int64_t chunk_tokens = plan_.micro_batch * config.seq_len,
                   chunks = config.global_batch / plan_.micro_batch;
     if (group_.devices.size() == 1) {
@@ -138,31 +144,29 @@ class SlidingExecutor final : public StepExecutor {
     // Into the huge-page masters (or, for a disk unit, through the tier's buffer into its file),
     // freeing each copy as it goes; deferred weights are read one unit at a time into one buffer
     // (HostBytes::loaded_weights counts the largest unit).
-    const double buffers_s = seconds_since(start);
-    double load_s = 0.0;
+    const double buffers_s = lap();
+    double load_s = 0.0, masters_s = 0.0;
     std::vector<float> unit_values;
     for (size_t u = 0; u < layout_.units.size(); ++u) {
       if (weights.deferred()) {
-        const auto load_start = std::chrono::steady_clock::now();
         weights.loader(u, unit_values);
-        load_s += seconds_since(load_start);
+        load_s += lap();
         host().assign_masters(u, unit_values);
       } else {
         host().assign_masters(u, weights.units[u]);
         std::vector<float>().swap(weights.units[u]);
       }
+      masters_s += lap();
     }
     std::vector<float>().swap(unit_values);
-    const double masters_s = seconds_since(start) - buffers_s - load_s;
     host().commit_state();  // only now: the loaded copies are gone
-    const double moments_s = seconds_since(start) - buffers_s - load_s - masters_s;
+    const double moments_s = lap();
     weights_changed(0);
-    const double total_s = seconds_since(start);
+    const double uploads_s = lap(), total_s = seconds_since(start);
     log_info(
         "state: ready in {:.1f} s (engine buffers and pinned memory {:.1f} s, reading the weights {:.1f} s, "
         "writing the masters {:.1f} s, committing the optimizer state {:.1f} s, upload copies {:.1f} s)",
-        total_s, buffers_s, load_s, masters_s, moments_s,
-        total_s - buffers_s - load_s - masters_s - moments_s);
+        total_s, buffers_s, load_s, masters_s, moments_s, uploads_s);
   }
   ~SlidingExecutor() override {
     engine_.reset();
