@@ -14,7 +14,8 @@
 //   dQ[tile] += dS K                  dS^T through shared memory (read transposed), K read
 //                                     transposed; each warpgroup computes half of dQ's columns
 //                                     over all 128 keys and adds it to the fp32 workspace with
-//                                     float2 atomics.
+//                                     float2 atomics one step later, while the next step's dV
+//                                     and dK products run.
 // dK = scale dK and dV are written as bf16 at the end; delta = rowsum(dO * O) comes precomputed
 // and dq is scaled and converted afterwards, as for the sm_80 kernel (flash_attention.cu).
 //
@@ -66,6 +67,23 @@ __device__ __forceinline__ void product_ss_mn(float (&d)[D / 4], uint64_t a, uin
     wgmma_ss_n64<1, 1>(d, a, b, accumulate);
   else
     wgmma_ss_n32<1, 1>(d, a, b, accumulate);
+}
+
+// This thread's dQ accumulators (rows 16 (warp % 4) + g (+8) of the query tile at t0, columns
+// D/2 * group + 8i + 2tq..) into the fp32 workspace.
+template <int D>
+__device__ __forceinline__ void add_dq(float* dq_accum, const float (&dq)[D / 4], int t0, int h, int T,
+                                       int q_heads, int warp, int group, int g, int tq) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = t0 + 16 * (warp % 4) + g + 8 * r;
+    if (t >= T) continue;
+    float* const dst = dq_accum + (static_cast<int64_t>(t) * q_heads + h) * D + group * (D / 2) + 2 * tq;
+#pragma unroll
+    for (int i = 0; i < D / 16; ++i)
+      atomicAdd(reinterpret_cast<float2*>(dst + 8 * i),
+                make_float2(dq[4 * i + 2 * r], dq[4 * i + 2 * r + 1]));
+  }
 }
 
 template <class Tile>
@@ -148,10 +166,20 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const unsigned char* const s_k_group = s_k + group * 64 * 128;
   const unsigned char* const s_v_group = s_v + group * 64 * 128;
 
+  // At D = 64 the loads of step+1 are issued while step's S^T and dP^T products run (+2%); at
+  // D = 128, beside the deferred dQ, that is 1% slower than issuing them first (docs/performance.md).
+  constexpr bool kLoadUnderProducts = D == 64;
+  auto load_next = [&](int step) {
+    if (step + 1 < steps) load_step((step & 1) ^ 1, step + 1);
+    cp_async_commit();
+  };
+  // The previous step's dQ, added while this step's dV and dK products run: the atomics at the end
+  // of their own step cost 1-7% more.
+  float dq_prev[D / 4];
+  int prev_t0 = 0, prev_h = 0;
   for (int step = 0; step < steps; ++step) {
     const int stage = step & 1;
-    if (step + 1 < steps) load_step(stage ^ 1, step + 1);
-    cp_async_commit();
+    if (!kLoadUnderProducts) load_next(step);
     const int h = kvh * heads + step / qt_count;
     const int t0 = (qt_begin + step % qt_count) * Bq;
     const unsigned char* const s_q = smem + Tile::kQ + stage * Tile::kQBytes;
@@ -180,6 +208,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
                          smem_descriptor(s_do + q_off, 16, 1024), ks > 0);
     }
     wgmma_commit();
+    if (kLoadUnderProducts) load_next(step);
     wgmma_wait<0>();
     fence_registers(st);
     fence_registers(dpt);
@@ -238,6 +267,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
       product_rs<D>(dk, da[kk], smem_descriptor(s_q + kk * 16 * 128, Bq * 128, 1024));
     }
     wgmma_commit();
+    if (step > 0) add_dq<D>(dq_accum, dq_prev, prev_t0, prev_h, T, p.q_heads, warp, group, g, tq);
     fence_proxy_async();
     __syncthreads();  // both warpgroups' dS^T rows are in
 
@@ -258,21 +288,16 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     fence_registers(dq);
     fence_registers(dk);
     fence_registers(dv);
-    // Row 16 (warp % 4) + g (+8) of the tile, columns D/2 * group + 8i + 2tq..
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int t = t0 + 16 * (warp % 4) + g + 8 * r;
-      if (t >= T) continue;
-      float* const dst = dq_accum + (static_cast<int64_t>(t) * p.q_heads + h) * D + group * (D / 2) + 2 * tq;
-#pragma unroll
-      for (int i = 0; i < D / 16; ++i)
-        atomicAdd(reinterpret_cast<float2*>(dst + 8 * i),
-                  make_float2(dq[4 * i + 2 * r], dq[4 * i + 2 * r + 1]));
-    }
+    for (int i = 0; i < D / 4; ++i) dq_prev[i] = dq[i];
+    prev_t0 = t0;
+    prev_h = h;
     cp_async_wait_all();
     fence_proxy_async();
     __syncthreads();  // step+1's tiles are in; s_ds and this stage are free
   }
+
+  if (steps > 0) add_dq<D>(dq_accum, dq_prev, prev_t0, prev_h, T, p.q_heads, warp, group, g, tq);
 
   bf16* const dk_out = static_cast<bf16*>(bp.dk) + kvh * D;
   bf16* const dv_out = static_cast<bf16*>(bp.dv) + kvh * D;
