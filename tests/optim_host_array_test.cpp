@@ -66,11 +66,11 @@ TEST(HostArray, CommitMakesEveryPageResidentAndKeepsTheContents) {
 }
 
 TEST(HostArray, LargeArraysAreHugePageAlignedAndAdvised) {
-  const size_t n = 3 * (HostArray::kHugePage / 4) + 5;  // 3 huge pages and a bit
+  const size_t n = 3 * (kHugePageBytes / 4) + 5;  // 3 huge pages and a bit
   HostArray a(n, "test array");
   ASSERT_EQ(a.size(), n);
-  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % HostArray::kHugePage, 0u);
-  EXPECT_EQ(HostArray::mapped_bytes(n), 3 * HostArray::kHugePage + 4096);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.data()) % kHugePageBytes, 0u);
+  EXPECT_EQ(HostArray::mapped_bytes(n), 3 * kHugePageBytes + 4096);
   for (size_t i = 0; i < n; i += 4099) ASSERT_EQ(a.data()[i], 0.0f);
   a.data()[n - 1] = 1.5f;
   const std::string mode = transparent_huge_page_mode();

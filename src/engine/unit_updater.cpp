@@ -83,7 +83,7 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
       s.lean_view = lean_unit_view(format(), n, bases, lean_unit_seed(plan_.state_seed, u));
     }
     for (const HostArray* a : s.state(format())) {
-      if (a->size() * sizeof(float) < HostArray::kHugePage) continue;
+      if (a->size() * sizeof(float) < kHugePageBytes) continue;
       ++arrays;
       advised += a->huge_pages();
       bytes += a->size() * sizeof(float);

@@ -48,7 +48,6 @@ class HostArray {
   // The mapping is 2 MiB-aligned and advised MADV_HUGEPAGE.
   bool huge_pages() const { return pages_.huge_pages; }
 
-  static constexpr size_t kHugePage = kHugePageBytes;
   // The bytes an array of `count` floats maps, whole 4 KiB pages (what the memory model counts).
   static size_t mapped_bytes(size_t count);
   // The bytes as another element type: a lean optimizer state's arrays (bf16, int8, ...) are
