@@ -55,12 +55,21 @@ TEST(HostArray, CommitMakesEveryPageResidentAndKeepsTheContents) {
   a.data()[count - 1] = -2.0f;
   EXPECT_LT(resident_bytes(a.data()), size_t{24} << 20) << "an untouched array should not be resident yet";
   ThreadPool pool(4);
+  EXPECT_FALSE(a.committed());
   a.commit(pool);
+  EXPECT_TRUE(a.committed());
   EXPECT_GE(resident_bytes(a.data()), count * sizeof(float));
   EXPECT_EQ(a.data()[12345], 1.5f);
   EXPECT_EQ(a.data()[count - 1], -2.0f);
   for (size_t i = 0; i < count; i += 1021)
     if (i != 12345) ASSERT_EQ(a.data()[i], 0.0f) << i;
+  a.data()[7] = 3.0f;
+  a.commit(pool);  // already committed: nothing changes
+  EXPECT_EQ(a.data()[7], 3.0f);
+  EXPECT_EQ(a.data()[12345], 1.5f);
+  HostArray moved(std::move(a));
+  EXPECT_TRUE(moved.committed());
+  EXPECT_FALSE(a.committed());
   HostArray empty;
   empty.commit(pool);  // nothing to commit
 }

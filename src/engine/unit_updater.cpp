@@ -137,6 +137,7 @@ void UnitUpdater::commit_state() {
   size_t committed = 0;
   for (HostUnitState& s : units_)
     for (HostArray* a : s.state(format())) {
+      if (a->committed()) continue;  // masters committed before their registration
       a->commit(ThreadPool::global());
       committed += HostArray::mapped_bytes(a->size());
     }

@@ -31,13 +31,16 @@ HostArray::~HostArray() {
 }
 
 HostArray::HostArray(HostArray&& other) noexcept
-    : pages_(std::exchange(other.pages_, HostPages{})), count_(std::exchange(other.count_, 0)) {}
+    : pages_(std::exchange(other.pages_, HostPages{})),
+      count_(std::exchange(other.count_, 0)),
+      committed_(std::exchange(other.committed_, false)) {}
 
 HostArray& HostArray::operator=(HostArray&& other) noexcept {
   if (this != &other) {
     unmap_host_pages(pages_);
     pages_ = std::exchange(other.pages_, HostPages{});
     count_ = std::exchange(other.count_, 0);
+    committed_ = std::exchange(other.committed_, false);
   }
   return *this;
 }
@@ -51,12 +54,16 @@ void HostArray::assign(std::span<const float> values, ThreadPool& pool) {
 }
 
 void HostArray::commit(ThreadPool& pool) {
+  // A second pass would walk pages already present: masters uploaded as they are get committed
+  // before CUDA registers them, and the state's commit would go over their 32 GB (an 8B's) again.
+  if (committed_) return;
   const int error = commit_host_pages(pages_, pool);
   FERRY_CHECK(
       error == 0, "engine",
       "the host could not commit the {} of fp32 optimizer state ({}); it needs 12 bytes per parameter "
       "of host memory: free host memory, or train a smaller model on this machine",
       format_bytes(pages_.mapped), std::strerror(error));
+  committed_ = true;
 }
 
 std::string transparent_huge_page_mode() {

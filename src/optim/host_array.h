@@ -43,8 +43,10 @@ class HostArray {
   std::span<const float> span() const { return {data(), count_}; }
   // Copies `values` in on `pool`'s threads; their count must be size().
   void assign(std::span<const float> values, ThreadPool& pool = ThreadPool::global());
-  // Commits every page of the mapping now, on `pool`'s threads; the contents stay as they are.
+  // Commits every page of the mapping now, on `pool`'s threads; the contents stay as they are. Once
+  // committed, later calls return at once (the pages stay committed until the array is freed).
   void commit(ThreadPool& pool);
+  bool committed() const { return committed_; }
   // The mapping is 2 MiB-aligned and advised MADV_HUGEPAGE.
   bool huge_pages() const { return pages_.huge_pages; }
 
@@ -60,6 +62,7 @@ class HostArray {
  private:
   HostPages pages_;
   size_t count_ = 0;
+  bool committed_ = false;
 };
 
 // Floats that hold `bytes` bytes.
