@@ -19,6 +19,9 @@
 // dK = scale dK and dV are written as bf16 at the end; delta = rowsum(dO * O) comes precomputed
 // and dq is scaled and converted afterwards, as for the sm_80 kernel (flash_attention.cu).
 //
+// The second warpgroup issues each step's first products after the first has issued its own
+// (flash_attention_wgmma_tile.cuh), so that one's elementwise pass runs under the other's products.
+//
 // Shared memory (wgmma.cuh's 128-byte swizzled layout; every tile 1024-byte aligned): K, V
 // (Bc x D), two stages of Q and dO (Bq x D), dS^T (Bc x Bq), then lse, delta and doc_start of the
 // query tile (Bq each) twice. D = 128: 145.5 KB; D = 64: 81.5 KB.
@@ -192,6 +195,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     float st[kSt], dpt[kSt];
 #pragma unroll
     for (int i = 0; i < kSt; ++i) st[i] = dpt[i] = 0.0f;
+    if (group == 1) second_warpgroup_waits_its_turn();
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -208,6 +212,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
                          smem_descriptor(s_do + q_off, 16, 1024), ks > 0);
     }
     wgmma_commit();
+    if (group == 0) first_warpgroup_gives_the_turn();
     if (kLoadUnderProducts) load_next(step);
     wgmma_wait<0>();
     fence_registers(st);

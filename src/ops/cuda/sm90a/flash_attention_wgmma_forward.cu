@@ -9,8 +9,9 @@
 //   mask, online softmax   in registers, as the sm_80 kernel does (base-2 exponentials);
 //   O (64 x D) += P V      wgmma, P from the accumulator registers as bf16, V from shared memory
 //                          read transposed (MN-major).
-// The two warpgroups run the same tiles independently between the block's barriers, so one's
-// softmax overlaps the other's products.
+// The two warpgroups run the same tiles between the block's barriers, the second issuing its Q K^T
+// after the first has issued its own (flash_attention_wgmma_tile.cuh), so one's softmax overlaps
+// the other's products.
 //
 // Shared memory (wgmma.cuh's 128-byte swizzled layout, every tile 1024-byte aligned): Q (Br x D),
 // then the stages of [K (Bc x D)][V (Bc x D)], then each warp's smallest and largest doc_start.
@@ -140,6 +141,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     const unsigned char* const s_k = s_kv + stage * Tile::kStageBytes;
     const unsigned char* const s_v = s_k + Tile::kTileBytes;
     const int j0 = kt * Bc;
+    if (group == 1) second_warpgroup_waits_its_turn();
     // Uniform over the warpgroup, as its products must be.
     if (j0 <= group_last && j0 + Bc - 1 >= group_doc_min) {
       float s[kS];
@@ -154,6 +156,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
         wgmma_ss_n128<0, 0>(s, a, b, ks > 0);
       }
       wgmma_commit();
+      if (group == 0) first_warpgroup_gives_the_turn();
       wgmma_wait<0>();
       fence_registers(s);
 
@@ -216,6 +219,8 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
       wgmma_commit();
       wgmma_wait<0>();
       fence_registers(o);
+    } else if (group == 0) {
+      first_warpgroup_gives_the_turn();  // a tile it skips still passes the turn
     }
     cp_async_wait_group<Tile::Stages - 2>();
     fence_proxy_async();

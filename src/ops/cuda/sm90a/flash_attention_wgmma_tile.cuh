@@ -1,5 +1,5 @@
 // What the wgmma flash attention kernels share: the loader of tiles into wgmma.cuh's swizzled
-// layout.
+// layout, and the turn the block's two warpgroups take to issue their first products of a step.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,19 @@ __device__ __forceinline__ void load_swizzled(unsigned char* dst, const bf16* ba
     const bool valid = t < T;
     cp_async_16(dst + swizzle_offset(Rows, r, c * 8), base + (valid ? t * stride : 0) + c * 8, valid);
   }
+}
+
+// Each step, the second warpgroup issues its first products only once the first has issued its own
+// (named barrier 1 of the block's 256 threads: the first arrives, the second waits). The tensor
+// cores then finish the first's products before the second's, and each warpgroup's elementwise
+// pass runs while the other's products do, instead of both waiting on the same products at once
+// (FlashAttention-3's ping-pong; +1-4% in both kernels, docs/performance.md). Every step, each
+// warpgroup calls its side exactly once, whatever it computes in that step.
+__device__ __forceinline__ void second_warpgroup_waits_its_turn() {
+  asm volatile("bar.sync 1, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void first_warpgroup_gives_the_turn() {
+  asm volatile("bar.arrive 1, 256;\n" ::: "memory");
 }
 
 }  // namespace ferry::flash::sm90
