@@ -14,8 +14,11 @@
 //   dQ[tile] += dS K                  dS^T through shared memory (read transposed), K read
 //                                     transposed; each warpgroup computes half of dQ's columns
 //                                     over all 128 keys and adds it to the fp32 workspace with
-//                                     float2 atomics one step later, while the next step's dV
-//                                     and dK products run.
+//                                     float2 atomics.
+// dQ waits a step: both warpgroups' dS^T rows must be in before it, and a block barrier there
+// would stop both every step. So dQ of step i is issued in step i+1, behind that step's S^T and
+// dP^T (the block barrier at the end of step i has made dS^T whole), runs while the elementwise
+// pass does, and is added once step i+1's dV and dK are issued; dS^T is double-buffered.
 // dK = scale dK and dV are written as bf16 at the end; delta = rowsum(dO * O) comes precomputed
 // and dq is scaled and converted afterwards, as for the sm_80 kernel (flash_attention.cu).
 //
@@ -23,8 +26,8 @@
 // (flash_attention_wgmma_tile.cuh), so that one's elementwise pass runs under the other's products.
 //
 // Shared memory (wgmma.cuh's 128-byte swizzled layout; every tile 1024-byte aligned): K, V
-// (Bc x D), two stages of Q and dO (Bq x D), dS^T (Bc x Bq), then lse, delta and doc_start of the
-// query tile (Bq each) twice. D = 128: 145.5 KB; D = 64: 81.5 KB.
+// (Bc x D), two stages of Q and dO (Bq x D) and of dS^T (Bc x Bq), then lse, delta and doc_start
+// of the query tile (Bq each) twice. D = 128: 161.5 KB; D = 64: 97.5 KB.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -48,7 +51,7 @@ struct BackwardTile {
   static constexpr uint32_t kKVBytes = Bc * D * 2;  // K or V
   static constexpr uint32_t kQBytes = Bq * D * 2;   // Q or dO, one stage
   static constexpr uint32_t kK = 0, kV = kKVBytes, kQ = 2 * kKVBytes, kDo = kQ + 2 * kQBytes,
-                            kDs = kDo + 2 * kQBytes, kVec = kDs + Bc * Bq * 2;
+                            kDs = kDo + 2 * kQBytes, kVec = kDs + 2 * Bc * Bq * 2;
   static constexpr size_t kSmemBytes = 1024 + kVec + 3 * 2 * Bq * 4;
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 bf16 wide per swizzle block");
   static_assert(Bq == 64, "dS^T rows are one 128-byte swizzle block");
@@ -101,7 +104,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   unsigned char* const smem = smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024);
   const unsigned char* const s_k = smem + Tile::kK;
   const unsigned char* const s_v = smem + Tile::kV;
-  unsigned char* const s_ds = smem + Tile::kDs;
+  unsigned char* const s_ds_base = smem + Tile::kDs;                 // [2][Bc x Bq]
   float* const s_lse = reinterpret_cast<float*>(smem + Tile::kVec);  // [2][Bq]
   float* const s_delta = s_lse + 2 * Bq;                             // [2][Bq]
   int* const s_doc = reinterpret_cast<int*>(s_delta + 2 * Bq);       // [2][Bq]
@@ -170,16 +173,28 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const unsigned char* const s_v_group = s_v + group * 64 * 128;
 
   // At D = 64 the loads of step+1 are issued while step's S^T and dP^T products run (+2%); at
-  // D = 128, beside the deferred dQ, that is 1% slower than issuing them first (docs/performance.md).
+  // D = 128 that measured 1% slower than issuing them first (docs/performance.md).
   constexpr bool kLoadUnderProducts = D == 64;
   auto load_next = [&](int step) {
     if (step + 1 < steps) load_step((step & 1) ^ 1, step + 1);
     cp_async_commit();
   };
-  // The previous step's dQ, added while this step's dV and dK products run: the atomics at the end
-  // of their own step cost 1-7% more.
-  float dq_prev[D / 4];
-  int prev_t0 = 0, prev_h = 0;
+  // dQ (Bq x D) of the previous step's tile: this warpgroup's D/2 columns, k over the block's 128
+  // keys. dS (queries x keys) is dS^T read transposed; K's columns D/2 * group.. start that many
+  // bf16 into its rows (its second column block for D = 128).
+  float dq[D / 4];
+  int prev_t0 = T, prev_h = 0;  // no rows before the first step
+  const uint32_t k_cols = D == 128 ? group * Bc * 128 : group * (D / 2) * 2;
+  auto issue_dq = [&](const unsigned char* s_ds) {
+#pragma unroll
+    for (int i = 0; i < D / 4; ++i) dq[i] = 0.0f;
+    wgmma_fence();  // dq was just zeroed by ordinary instructions
+#pragma unroll
+    for (int ks = 0; ks < Bc / 16; ++ks)
+      product_ss_mn<D>(dq, smem_descriptor(s_ds + ks * 16 * 128, Bq * 128, 1024),
+                       smem_descriptor(s_k + k_cols + ks * 16 * 128, Bc * 128, 1024), ks > 0);
+    wgmma_commit();
+  };
   for (int step = 0; step < steps; ++step) {
     const int stage = step & 1;
     if (!kLoadUnderProducts) load_next(step);
@@ -190,6 +205,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     const float* const lse = s_lse + stage * Bq;
     const float* const dlt = s_delta + stage * Bq;
     const int* const doc = s_doc + stage * Bq;
+    unsigned char* const s_ds = s_ds_base + stage * Bc * Bq * 2;
 
     // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys.
     float st[kSt], dpt[kSt];
@@ -214,7 +230,11 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     wgmma_commit();
     if (group == 0) first_warpgroup_gives_the_turn();
     if (kLoadUnderProducts) load_next(step);
-    wgmma_wait<0>();
+    // The previous step's dQ. Step 0 issues one too, from the unused buffer, and adds no rows of
+    // it: with the same instructions every step, ptxas keeps the products in flight (where a
+    // branch skipped them it serialised them: C7514).
+    issue_dq(s_ds_base + (stage ^ 1) * Bc * Bq * 2);
+    wgmma_wait<1>();
     fence_registers(st);
     fence_registers(dpt);
 
@@ -272,37 +292,24 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
       product_rs<D>(dk, da[kk], smem_descriptor(s_q + kk * 16 * 128, Bq * 128, 1024));
     }
     wgmma_commit();
-    if (step > 0) add_dq<D>(dq_accum, dq_prev, prev_t0, prev_h, T, p.q_heads, warp, group, g, tq);
-    fence_proxy_async();
-    __syncthreads();  // both warpgroups' dS^T rows are in
-
-    // dQ (Bq x D) += dS K: this warpgroup's D/2 columns, k over the block's 128 keys. dS (queries
-    // x keys) is dS^T read transposed; K's columns D/2 * group.. start that many bf16 into its rows
-    // (its second column block for D = 128).
-    float dq[D / 4];
-#pragma unroll
-    for (int i = 0; i < D / 4; ++i) dq[i] = 0.0f;
-    const uint32_t k_cols = D == 128 ? group * Bc * 128 : group * (D / 2) * 2;
-    wgmma_fence();  // dq was just zeroed by ordinary instructions
-#pragma unroll
-    for (int ks = 0; ks < Bc / 16; ++ks)
-      product_ss_mn<D>(dq, smem_descriptor(s_ds + ks * 16 * 128, Bq * 128, 1024),
-                       smem_descriptor(s_k + k_cols + ks * 16 * 128, Bc * 128, 1024), ks > 0);
-    wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();  // the previous dQ; dV and dK may still run
     fence_registers(dq);
-    fence_registers(dk);
-    fence_registers(dv);
-#pragma unroll
-    for (int i = 0; i < D / 4; ++i) dq_prev[i] = dq[i];
+    add_dq<D>(dq_accum, dq, prev_t0, prev_h, T, p.q_heads, warp, group, g, tq);
     prev_t0 = t0;
     prev_h = h;
+    wgmma_wait<0>();
+    fence_registers(dk);
+    fence_registers(dv);
     cp_async_wait_all();
     fence_proxy_async();
-    __syncthreads();  // step+1's tiles are in; s_ds and this stage are free
+    __syncthreads();  // step+1's tiles and both warpgroups' dS^T are in; this stage is free
   }
-
-  if (steps > 0) add_dq<D>(dq_accum, dq_prev, prev_t0, prev_h, T, p.q_heads, warp, group, g, tq);
+  if (steps > 0) {
+    issue_dq(s_ds_base + ((steps - 1) & 1) * Bc * Bq * 2);
+    wgmma_wait<0>();
+    fence_registers(dq);
+    add_dq<D>(dq_accum, dq, prev_t0, prev_h, T, p.q_heads, warp, group, g, tq);
+  }
 
   bf16* const dk_out = static_cast<bf16*>(bp.dk) + kvh * D;
   bf16* const dv_out = static_cast<bf16*>(bp.dv) + kvh * D;
