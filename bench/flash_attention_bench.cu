@@ -13,7 +13,8 @@
 //    Then the same at D 64.
 //
 // 3. Times cuDNN's fused attention (ops/cuda/cudnn_attention.h) at the same shapes when cuDNN is
-//    installed: the path CudaOps takes for rows that are causal sequences.
+//    installed: the path CudaOps takes for rows that are causal sequences; and ferry's kernels'
+//    rate as a share of cuDNN's.
 //
 //    Then packed documents of random lengths (mean 128, 512, 2048): the own kernels against
 //    cuDNN's ragged batch (AttentionMask::segment_bounds), the path of packed rows.
@@ -303,6 +304,10 @@ void time_packed(int64_t T, int64_t S, int iters, CudnnAttention* cudnn, bool pa
                   "", cf, tf(fwd_flops, cf), 100 * tf(fwd_flops, cf) / kPeakTflops, cb, tf(bwd_flops, cb),
                   100 * tf(bwd_flops, cb) / kPeakTflops, cboth, tf(fwd_flops + bwd_flops, cboth),
                   100 * tf(fwd_flops + bwd_flops, cboth) / kPeakTflops);
+      // The rate of ferry's kernels as a share of cuDNN's: what a machine without cuDNN keeps.
+      std::printf(
+          "  %6s %5s   ferry's kernels / cuDNN: forward %.2fx, backward %.2fx, forward+backward %.2fx\n", "",
+          "", cf / fwd, cb / bwd, cboth / both);
     }
     std::fflush(stdout);
   }
