@@ -3,19 +3,22 @@
 // by the warpgroup at once from shared memory, instead of by each warp from registers.
 //
 // One block per (query head h, tile of Br = 128 queries), two warpgroups of 64 query rows each.
-// Per key tile of Bc = 128 keys, through shared memory with cp.async, 3 stages deep at D = 128 and
-// 2 at D = 64 (where a third would leave room for one block an SM instead of two):
+// Per key tile of Bc = 128 keys, through shared memory, 3 stages deep at D = 128 and 2 at D = 64
+// (where a third would leave room for one block an SM instead of two), copied by the TMA (tma.cuh)
+// on one thread's word and waited for on the stage's mbarrier:
 //   S (64 x Bc) = Q K^T    wgmma, Q and K from shared memory (K-major);
 //   mask, online softmax   in registers, as the sm_80 kernel does (base-2 exponentials);
 //   O (64 x D) += P V      wgmma, P from the accumulator registers as bf16, V from shared memory
 //                          read transposed (MN-major).
-// The two warpgroups run the same tiles between the block's barriers, the second issuing its Q K^T
-// after the first has issued its own (flash_attention_wgmma_tile.cuh), so one's softmax overlaps
-// the other's products.
+// No block barrier between the steps: the two warpgroups take turns to issue their Q K^T, the
+// second after the first, the first after the second's of the step before
+// (flash_attention_wgmma_tile.cuh), so one's softmax overlaps the other's products. When the
+// second warpgroup has its turn at tile kt, both are done with tile kt - 1, whose stage its first
+// thread then fills with tile kt + Stages - 1.
 //
 // Shared memory (wgmma.cuh's 128-byte swizzled layout, every tile 1024-byte aligned): Q (Br x D),
-// then the stages of [K (Bc x D)][V (Bc x D)], then each warp's smallest and largest doc_start.
-// D = 128: 225 KB, one block per SM; D = 64: 80 KB, two.
+// then the stages of [K (Bc x D)][V (Bc x D)], then each warp's smallest and largest doc_start,
+// then a barrier a stage. D = 128: 225 KB, one block per SM; D = 64: 80 KB, two.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -26,6 +29,8 @@
 #include "ops/cuda/flash_attention_internal.h"
 #include "ops/cuda/flash_attention_tile.cuh"
 #include "ops/cuda/sm90a/flash_attention_wgmma_tile.cuh"
+#include "ops/cuda/sm90a/tensor_map.h"
+#include "ops/cuda/sm90a/tma.cuh"
 #include "ops/cuda/sm90a/wgmma.cuh"
 
 namespace ferry::flash {
@@ -40,8 +45,10 @@ struct ForwardTile {
   static constexpr uint32_t kTileBytes = Bc * D * 2;  // one K or V tile
   static constexpr uint32_t kStageBytes = 2 * kTileBytes;
   static constexpr uint32_t kDocOffset = kQBytes + Stages * kStageBytes;
-  // 1024 bytes of slack to align the start; then 2 ints per warp.
-  static constexpr size_t kSmemBytes = 1024 + kDocOffset + 2 * sizeof(int) * Warps;
+  static constexpr uint32_t kBarOffset = kDocOffset + 2 * sizeof(int) * Warps;  // 8-byte aligned
+  // 1024 bytes of slack to align the start; then 2 ints per warp and a barrier per stage.
+  static constexpr size_t kSmemBytes = 1024 + kBarOffset + sizeof(uint64_t) * Stages;
+  static constexpr int kProducer = 128;  // the second warpgroup's first thread issues the copies
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 bf16 wide per swizzle block");
 };
 
@@ -56,7 +63,8 @@ __device__ __forceinline__ void product_rs(float (&d)[N / 2], const uint32_t (&a
 
 template <class Tile>
 __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
-    forward_kernel(const FlashAttentionParams p) {
+    forward_kernel(const FlashAttentionParams p, const __grid_constant__ CUtensorMap k_map,
+                   const __grid_constant__ CUtensorMap v_map) {
 #ifdef FERRY_WGMMA
   constexpr int D = Tile::D, Br = Tile::Br, Bc = Tile::Bc, Warps = Tile::Warps;
   constexpr int kS = Bc / 2;  // S accumulators a thread (64 x Bc over 128 threads)
@@ -67,6 +75,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   unsigned char* const s_q = smem;
   unsigned char* const s_kv = smem + Tile::kQBytes;
   int* const s_doc = reinterpret_cast<int*>(smem + Tile::kDocOffset);  // [Warps] minima, [Warps] maxima
+  uint64_t* const stage_full = reinterpret_cast<uint64_t*>(smem + Tile::kBarOffset);
 
   const int T = static_cast<int>(p.tokens);
   const int h = blockIdx.x;
@@ -76,12 +85,12 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const int group = warp / 4;
   const int g = lane / 4, tq = lane % 4;
   const int64_t q_stride = static_cast<int64_t>(p.q_heads) * D;
-  const int64_t kv_stride = static_cast<int64_t>(p.kv_heads) * D;
   const bf16* const q = static_cast<const bf16*>(p.q) + static_cast<int64_t>(h) * D;
-  const bf16* const k = static_cast<const bf16*>(p.k) + static_cast<int64_t>(kvh) * D;
-  const bf16* const v = static_cast<const bf16*>(p.v) + static_cast<int64_t>(kvh) * D;
 
   load_swizzled<D, Br, Tile::Threads>(s_q, q, q_stride, q0, T);
+  cp_async_commit();
+  if (threadIdx.x == 0)
+    for (int st = 0; st < Tile::Stages; ++st) mbarrier_init(stage_full + st, 1);
 
   // This warp's rows w0..w0+15 (lane i < 16 reads row w0 + i's doc_start; rows at or past T get
   // INT_MAX, which masks every key for them), and the two rows this thread's accumulators hold.
@@ -110,20 +119,24 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const int kt_begin = block_doc_min / Bc;
   const int kt_end = (min(q0 + Br, T) - 1) / Bc + 1;
 
+  // By the producer thread alone: K and V of tile kt into `stage`, D / 64 boxes of Bc rows each.
   auto load_kv = [&](int stage, int kt) {
     unsigned char* const s_k = s_kv + stage * Tile::kStageBytes;
-    load_swizzled<D, Bc, Tile::Threads>(s_k, k, kv_stride, kt * Bc, T);
-    load_swizzled<D, Bc, Tile::Threads>(s_k + Tile::kTileBytes, v, kv_stride, kt * Bc, T);
+    mbarrier_arrive_expect_bytes(stage_full + stage, Tile::kStageBytes);
+#pragma unroll
+    for (int cb = 0; cb < D / 64; ++cb) {
+      tma_load_box(s_k + cb * Bc * 128, k_map, 64 * cb, kvh, kt * Bc, stage_full + stage);
+      tma_load_box(s_k + Tile::kTileBytes + cb * Bc * 128, v_map, 64 * cb, kvh, kt * Bc, stage_full + stage);
+    }
   };
-  // Tiles kt_begin.. fill all stages but one; each iteration then loads the tile Stages - 1
-  // ahead into the stage the previous iteration finished with.
-  for (int st = 0; st < Tile::Stages - 1; ++st) {
-    if (kt_begin + st < kt_end) load_kv(st, kt_begin + st);
-    cp_async_commit();
-  }
-  cp_async_wait_group<Tile::Stages - 2>();
+  // Tiles kt_begin.. fill all stages but one; each step then loads the tile Stages - 1 ahead into
+  // the stage of the step before.
+  if (threadIdx.x == Tile::kProducer)
+    for (int st = 0; st < Tile::Stages - 1; ++st)
+      if (kt_begin + st < kt_end) load_kv(st, kt_begin + st);
+  cp_async_wait_all();
   fence_proxy_async();
-  __syncthreads();
+  __syncthreads();  // Q is in
 
   float o[kO];
 #pragma unroll
@@ -134,14 +147,20 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const unsigned char* const s_q_group = s_q + group * 64 * 128;
 
   for (int kt = kt_begin; kt < kt_end; ++kt) {
-    const int stage = (kt - kt_begin) % Tile::Stages;
-    if (kt + Tile::Stages - 1 < kt_end)
-      load_kv((kt - kt_begin + Tile::Stages - 1) % Tile::Stages, kt + Tile::Stages - 1);
-    cp_async_commit();
+    const int use = kt - kt_begin;
+    const int stage = use % Tile::Stages;
     const unsigned char* const s_k = s_kv + stage * Tile::kStageBytes;
     const unsigned char* const s_v = s_k + Tile::kTileBytes;
     const int j0 = kt * Bc;
-    if (group == 1) second_warpgroup_waits_its_turn();
+    if (group == 1) {
+      second_warpgroup_waits_its_turn();
+      if (threadIdx.x == Tile::kProducer && kt + Tile::Stages - 1 < kt_end)
+        load_kv((use + Tile::Stages - 1) % Tile::Stages, kt + Tile::Stages - 1);
+    } else if (kt > kt_begin) {
+      first_warpgroup_waits_its_turn();
+    }
+    const bool pass_back = group == 1 && kt + 1 < kt_end;  // the first warpgroup has a next step
+    mbarrier_wait(stage_full + stage, (use / Tile::Stages) & 1);
     // Uniform over the warpgroup, as its products must be.
     if (j0 <= group_last && j0 + Bc - 1 >= group_doc_min) {
       float s[kS];
@@ -157,6 +176,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
       }
       wgmma_commit();
       if (group == 0) first_warpgroup_gives_the_turn();
+      if (pass_back) second_warpgroup_gives_the_turn();
       wgmma_wait<0>();
       fence_registers(s);
 
@@ -221,10 +241,9 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
       fence_registers(o);
     } else if (group == 0) {
       first_warpgroup_gives_the_turn();  // a tile it skips still passes the turn
+    } else if (pass_back) {
+      second_warpgroup_gives_the_turn();
     }
-    cp_async_wait_group<Tile::Stages - 2>();
-    fence_proxy_async();
-    __syncthreads();  // tile kt+1 is in; everyone is done with stage `stage`
   }
 
   float inv[2];
@@ -258,7 +277,13 @@ void launch_forward(const FlashAttentionParams& p, void* stream) {
   const auto kernel = forward_kernel<Tile>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(Tile::kSmemBytes)));
-  kernel<<<dim3(p.q_heads, tiles), Tile::Threads, Tile::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(p);
+  const int64_t kv_row = static_cast<int64_t>(p.kv_heads) * Tile::D;
+  const CUtensorMap k_map =
+      head_rows_tensor_map(p.k, TensorMapElement::kBf16, p.tokens, p.kv_heads, Tile::D, kv_row, Tile::Bc);
+  const CUtensorMap v_map =
+      head_rows_tensor_map(p.v, TensorMapElement::kBf16, p.tokens, p.kv_heads, Tile::D, kv_row, Tile::Bc);
+  kernel<<<dim3(p.q_heads, tiles), Tile::Threads, Tile::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(
+      p, k_map, v_map);
   FERRY_CUDA_CHECK(cudaGetLastError());
 }
 

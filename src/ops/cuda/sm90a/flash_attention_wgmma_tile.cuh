@@ -39,4 +39,15 @@ __device__ __forceinline__ void first_warpgroup_gives_the_turn() {
   asm volatile("bar.arrive 1, 256;\n" ::: "memory");
 }
 
+// The turn back (named barrier 2), for a kernel with no block barrier between its steps: from its
+// second step on, the first warpgroup issues its first products only once the second has issued
+// its own of the step before. The two then alternate strictly, and neither barrier sees the same
+// warpgroup arrive twice before the other has waited.
+__device__ __forceinline__ void first_warpgroup_waits_its_turn() {
+  asm volatile("bar.sync 2, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void second_warpgroup_gives_the_turn() {
+  asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+}
+
 }  // namespace ferry::flash::sm90
