@@ -5,8 +5,9 @@
 // One block per (kv head, tile of Bc = 128 keys), two warpgroups of 64 keys each; each keeps its
 // keys' dK and dV (64 x D fp32) in registers for the whole block. The block walks, for every query
 // head of the GQA group, the query tiles (Bq = 64 queries) that can see its keys, Q, dO, lse,
-// delta and doc_start of tile i+1 loading (cp.async) while tile i computes. Per step and
-// warpgroup, keys as rows:
+// delta and doc_start of tile i+1 loading while tile i computes: Q and dO by the TMA, the others
+// by cp.async, all issued by one warp and waited for on the stage's mbarrier (tma.cuh). Per step
+// and warpgroup, keys as rows:
 //   S^T = K Q^T, dP^T = V dO^T        wgmma, K, V, Q, dO from shared memory (K-major);
 //   P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - delta)    in registers (masked entries 0);
 //   dV += P^T dO, dK += dS^T Q        wgmma, P^T and dS^T from registers, dO and Q read
@@ -15,19 +16,25 @@
 //                                     transposed; each warpgroup computes half of dQ's columns
 //                                     over all 128 keys and adds it to the fp32 workspace with
 //                                     float2 atomics.
-// dQ waits a step: both warpgroups' dS^T rows must be in before it, and a block barrier there
-// would stop both every step. So dQ of step i is issued in step i+1, behind that step's S^T and
-// dP^T (the block barrier at the end of step i has made dS^T whole), runs while the elementwise
-// pass does, and is added once step i+1's dV and dK are issued; dS^T is double-buffered.
+// dQ waits a step: both warpgroups' dS^T rows must be in before it. So dQ of step i is issued in
+// step i+1, behind that step's S^T and dP^T, runs while the elementwise pass does, and is added
+// once step i+1's dV and dK are issued; dS^T has three buffers (step i+3 writes the one dQ of step
+// i read, which both warpgroups have waited for by then).
 // dK = scale dK and dV are written as bf16 at the end; delta = rowsum(dO * O) comes precomputed
 // and dq is scaled and converted afterwards, as for the sm_80 kernel (flash_attention.cu).
 //
-// The second warpgroup issues each step's first products after the first has issued its own
-// (flash_attention_wgmma_tile.cuh), so that one's elementwise pass runs under the other's products.
+// No block barrier between the steps. The warpgroups take turns to issue their first products
+// (flash_attention_wgmma_tile.cuh): the second after the first, the first after the second's of
+// the step before, so that one's elementwise pass runs under the other's products. When the second
+// has its turn at step i, both are done with step i - 1, whose stage its first warp then fills with
+// step i + 1. The first, ahead, waits for the second's dS^T rows of step i - 1 (named barrier 3)
+// before its turn passes and before its dQ of step i - 1; the second's turn comes after the
+// first's rows are in.
 //
 // Shared memory (wgmma.cuh's 128-byte swizzled layout; every tile 1024-byte aligned): K, V
-// (Bc x D), two stages of Q and dO (Bq x D) and of dS^T (Bc x Bq), then lse, delta and doc_start
-// of the query tile (Bq each) twice. D = 128: 161.5 KB; D = 64: 97.5 KB.
+// (Bc x D), two stages of Q and dO (Bq x D), three buffers of dS^T (Bc x Bq), then lse, delta and
+// doc_start of the query tile (Bq each) twice, then a barrier a stage. D = 128: 178.5 KB; D = 64:
+// 106 KB.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -38,6 +45,8 @@
 #include "ops/cuda/flash_attention_internal.h"
 #include "ops/cuda/flash_attention_tile.cuh"
 #include "ops/cuda/sm90a/flash_attention_wgmma_tile.cuh"
+#include "ops/cuda/sm90a/tensor_map.h"
+#include "ops/cuda/sm90a/tma.cuh"
 #include "ops/cuda/sm90a/wgmma.cuh"
 
 namespace ferry::flash {
@@ -48,11 +57,18 @@ template <int D_, int MinBlocks_>
 struct BackwardTile {
   static constexpr int D = D_, MinBlocks = MinBlocks_;
   static constexpr int Groups = 2, Bc = 64 * Groups, Bq = 64, Threads = 128 * Groups;
+  static constexpr int DsBuffers = 3;
   static constexpr uint32_t kKVBytes = Bc * D * 2;  // K or V
   static constexpr uint32_t kQBytes = Bq * D * 2;   // Q or dO, one stage
+  static constexpr uint32_t kDsBytes = Bc * Bq * 2;
   static constexpr uint32_t kK = 0, kV = kKVBytes, kQ = 2 * kKVBytes, kDo = kQ + 2 * kQBytes,
-                            kDs = kDo + 2 * kQBytes, kVec = kDs + 2 * Bc * Bq * 2;
-  static constexpr size_t kSmemBytes = 1024 + kVec + 3 * 2 * Bq * 4;
+                            kDs = kDo + 2 * kQBytes, kVec = kDs + DsBuffers * kDsBytes,
+                            kBar = kVec + 3 * 2 * Bq * 4;
+  static constexpr size_t kSmemBytes = 1024 + kBar + 2 * sizeof(uint64_t);
+  // The second warpgroup's first warp loads the steps: its first lane announces the bytes of Q and
+  // dO, each of its lanes arrives once its copies of lse, delta and doc_start land.
+  static constexpr int kLoaderWarp = 4;
+  static constexpr uint32_t kStageArrivals = 1 + 32;
   static_assert(D == 64 || D == 128, "wgmma tiles are 64 bf16 wide per swizzle block");
   static_assert(Bq == 64, "dS^T rows are one 128-byte swizzle block");
 };
@@ -75,6 +91,15 @@ __device__ __forceinline__ void product_ss_mn(float (&d)[D / 4], uint64_t a, uin
     wgmma_ss_n32<1, 1>(d, a, b, accumulate);
 }
 
+// The second warpgroup's dS^T rows of a step are in (named barrier 3: the second arrives, the
+// first waits).
+__device__ __forceinline__ void second_warpgroup_has_written_its_rows() {
+  asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+}
+__device__ __forceinline__ void first_warpgroup_waits_for_the_seconds_rows() {
+  asm volatile("bar.sync 3, 256;\n" ::: "memory");
+}
+
 // This thread's dQ accumulators (rows 16 (warp % 4) + g (+8) of the query tile at t0, columns
 // D/2 * group + 8i + 2tq..) into the fp32 workspace.
 template <int D>
@@ -94,7 +119,8 @@ __device__ __forceinline__ void add_dq(float* dq_accum, const float (&dq)[D / 4]
 
 template <class Tile>
 __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
-    backward_kernel(const FlashAttentionBackwardParams bp, const float* __restrict__ delta, float* dq_accum) {
+    backward_kernel(const FlashAttentionBackwardParams bp, const float* __restrict__ delta, float* dq_accum,
+                    const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap do_map) {
 #ifdef FERRY_WGMMA
   constexpr int D = Tile::D, Bc = Tile::Bc, Bq = Tile::Bq;
   constexpr int kSt = Bq / 2;  // S^T accumulators a thread (64 keys x Bq queries over 128 threads)
@@ -104,10 +130,11 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   unsigned char* const smem = smem_raw + ((1024 - smem_address(smem_raw) % 1024) % 1024);
   const unsigned char* const s_k = smem + Tile::kK;
   const unsigned char* const s_v = smem + Tile::kV;
-  unsigned char* const s_ds_base = smem + Tile::kDs;                 // [2][Bc x Bq]
-  float* const s_lse = reinterpret_cast<float*>(smem + Tile::kVec);  // [2][Bq]
-  float* const s_delta = s_lse + 2 * Bq;                             // [2][Bq]
-  int* const s_doc = reinterpret_cast<int*>(s_delta + 2 * Bq);       // [2][Bq]
+  unsigned char* const s_ds_base = smem + Tile::kDs;                            // [3][Bc x Bq]
+  float* const s_lse = reinterpret_cast<float*>(smem + Tile::kVec);             // [2][Bq]
+  float* const s_delta = s_lse + 2 * Bq;                                        // [2][Bq]
+  int* const s_doc = reinterpret_cast<int*>(s_delta + 2 * Bq);                  // [2][Bq]
+  uint64_t* const stage_full = reinterpret_cast<uint64_t*>(smem + Tile::kBar);  // [2]
 
   const int T = static_cast<int>(p.tokens);
   const int kvh = blockIdx.x;
@@ -116,7 +143,6 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = warp / 4;
   const int g = lane / 4, tq = lane % 4;
-  const int64_t q_stride = static_cast<int64_t>(p.q_heads) * D;
   const int64_t kv_stride = static_cast<int64_t>(p.kv_heads) * D;
 
   // Queries that see some key of [j0, j_last]: t >= j0 with doc_start[t] <= j_last. doc_start is
@@ -137,29 +163,41 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
                                       T);
   load_swizzled<D, Bc, Tile::Threads>(smem + Tile::kV, static_cast<const bf16*>(p.v) + kvh * D, kv_stride, j0,
                                       T);
+  cp_async_commit();
+  if (threadIdx.x == 0) {
+    mbarrier_init(stage_full, Tile::kStageArrivals);
+    mbarrier_init(stage_full + 1, Tile::kStageArrivals);
+  }
+  __syncthreads();  // the barriers are initialised
+  // By the loader warp alone: the step's Q and dO (TMA, D / 64 boxes of Bq rows each) and its
+  // lse, delta and doc_start (cp.async, two rows a lane), into `stage`.
   auto load_step = [&](int stage, int step) {
     const int h = kvh * heads + step / qt_count;
     const int t0 = (qt_begin + step % qt_count) * Bq;
-    load_swizzled<D, Bq, Tile::Threads>(smem + Tile::kQ + stage * Tile::kQBytes,
-                                        static_cast<const bf16*>(p.q) + static_cast<int64_t>(h) * D, q_stride,
-                                        t0, T);
-    load_swizzled<D, Bq, Tile::Threads>(smem + Tile::kDo + stage * Tile::kQBytes,
-                                        static_cast<const bf16*>(bp.dout) + static_cast<int64_t>(h) * D,
-                                        out_row_elements(p), t0, T);
-    if (threadIdx.x < Bq) {
-      const int t = t0 + threadIdx.x;
+    uint64_t* const full = stage_full + stage;
+    if (lane == 0) {
+      mbarrier_arrive_expect_bytes(full, 2 * Tile::kQBytes);
+#pragma unroll
+      for (int cb = 0; cb < D / 64; ++cb) {
+        tma_load_box(smem + Tile::kQ + stage * Tile::kQBytes + cb * Bq * 128, q_map, 64 * cb, h, t0, full);
+        tma_load_box(smem + Tile::kDo + stage * Tile::kQBytes + cb * Bq * 128, do_map, 64 * cb, h, t0, full);
+      }
+    }
+#pragma unroll
+    for (int r = lane; r < Bq; r += 32) {
+      const int t = t0 + r;
       const bool valid = t < T;
       const int64_t i = static_cast<int64_t>(h) * T + (valid ? t : 0);
-      cp_async_4(s_lse + stage * Bq + threadIdx.x, p.lse + i, valid);
-      cp_async_4(s_delta + stage * Bq + threadIdx.x, delta + i, valid);
-      cp_async_4(s_doc + stage * Bq + threadIdx.x, p.doc_start + (valid ? t : 0), valid);
+      cp_async_4(s_lse + stage * Bq + r, p.lse + i, valid);
+      cp_async_4(s_delta + stage * Bq + r, delta + i, valid);
+      cp_async_4(s_doc + stage * Bq + r, p.doc_start + (valid ? t : 0), valid);
     }
+    mbarrier_arrive_after_copies(full);
   };
-  load_step(0, 0);
-  cp_async_commit();
+  if (warp == Tile::kLoaderWarp) load_step(0, 0);
   cp_async_wait_all();
   fence_proxy_async();
-  __syncthreads();
+  __syncthreads();  // K and V are in
 
   float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -172,13 +210,6 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const unsigned char* const s_k_group = s_k + group * 64 * 128;
   const unsigned char* const s_v_group = s_v + group * 64 * 128;
 
-  // At D = 64 the loads of step+1 are issued while step's S^T and dP^T products run (+2%); at
-  // D = 128 that measured 1% slower than issuing them first (docs/performance.md).
-  constexpr bool kLoadUnderProducts = D == 64;
-  auto load_next = [&](int step) {
-    if (step + 1 < steps) load_step((step & 1) ^ 1, step + 1);
-    cp_async_commit();
-  };
   // dQ (Bq x D) of the previous step's tile: this warpgroup's D/2 columns, k over the block's 128
   // keys. dS (queries x keys) is dS^T read transposed; K's columns D/2 * group.. start that many
   // bf16 into its rows (its second column block for D = 128).
@@ -197,7 +228,6 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   };
   for (int step = 0; step < steps; ++step) {
     const int stage = step & 1;
-    if (!kLoadUnderProducts) load_next(step);
     const int h = kvh * heads + step / qt_count;
     const int t0 = (qt_begin + step % qt_count) * Bq;
     const unsigned char* const s_q = smem + Tile::kQ + stage * Tile::kQBytes;
@@ -205,13 +235,20 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     const float* const lse = s_lse + stage * Bq;
     const float* const dlt = s_delta + stage * Bq;
     const int* const doc = s_doc + stage * Bq;
-    unsigned char* const s_ds = s_ds_base + stage * Bc * Bq * 2;
+    const int ds = step % Tile::DsBuffers;
+    unsigned char* const s_ds = s_ds_base + ds * Tile::kDsBytes;
 
     // S^T = K Q^T and dP^T = V dO^T for this warpgroup's 64 keys.
     float st[kSt], dpt[kSt];
 #pragma unroll
     for (int i = 0; i < kSt; ++i) st[i] = dpt[i] = 0.0f;
-    if (group == 1) second_warpgroup_waits_its_turn();
+    if (group == 1) {
+      second_warpgroup_waits_its_turn();
+      if (warp == Tile::kLoaderWarp && step + 1 < steps) load_step(stage ^ 1, step + 1);
+    } else if (step > 0) {
+      first_warpgroup_waits_its_turn();
+    }
+    mbarrier_wait(stage_full + stage, (step >> 1) & 1);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -228,12 +265,15 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
                          smem_descriptor(s_do + q_off, 16, 1024), ks > 0);
     }
     wgmma_commit();
-    if (group == 0) first_warpgroup_gives_the_turn();
-    if (kLoadUnderProducts) load_next(step);
-    // The previous step's dQ. Step 0 issues one too, from the unused buffer, and adds no rows of
-    // it: with the same instructions every step, ptxas keeps the products in flight (where a
-    // branch skipped them it serialised them: C7514).
-    issue_dq(s_ds_base + (stage ^ 1) * Bc * Bq * 2);
+    if (group == 1 && step + 1 < steps) second_warpgroup_gives_the_turn();
+    if (group == 0) {
+      if (step > 0) first_warpgroup_waits_for_the_seconds_rows();  // of step - 1
+      first_warpgroup_gives_the_turn();
+    }
+    // The previous step's dQ. Step 0 issues one too, from a buffer not yet written, and adds no
+    // rows of it: with the same instructions every step, ptxas keeps the products in flight (where
+    // a branch skipped them it serialised them: C7514).
+    issue_dq(s_ds_base + (ds == 0 ? Tile::DsBuffers - 1 : ds - 1) * Tile::kDsBytes);
     wgmma_wait<1>();
     fence_registers(st);
     fence_registers(dpt);
@@ -283,6 +323,8 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
         *reinterpret_cast<uint32_t*>(s_ds + swizzle_offset(Bc, row, col)) = da[kk][r];
       }
     }
+    fence_proxy_async();  // for the dQ products of both warpgroups
+    if (group == 1) second_warpgroup_has_written_its_rows();
     // dV += P^T dO and dK += dS^T Q: k runs over the tile's queries, 16 a product; dO and Q rows
     // 16kk.. start 16kk * 128 bytes into each of their column blocks.
     wgmma_fence();
@@ -300,12 +342,10 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     wgmma_wait<0>();
     fence_registers(dk);
     fence_registers(dv);
-    cp_async_wait_all();
-    fence_proxy_async();
-    __syncthreads();  // step+1's tiles and both warpgroups' dS^T are in; this stage is free
   }
   if (steps > 0) {
-    issue_dq(s_ds_base + ((steps - 1) & 1) * Bc * Bq * 2);
+    if (group == 0) first_warpgroup_waits_for_the_seconds_rows();
+    issue_dq(s_ds_base + ((steps - 1) % Tile::DsBuffers) * Tile::kDsBytes);
     wgmma_wait<0>();
     fence_registers(dq);
     add_dq<D>(dq_accum, dq, prev_t0, prev_h, T, p.q_heads, warp, group, g, tq);
@@ -337,8 +377,13 @@ void launch_backward(const FlashAttentionBackwardParams& p, const float* delta, 
   const auto kernel = backward_kernel<Tile>;
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(Tile::kSmemBytes)));
-  kernel<<<dim3(p.fwd.kv_heads, tiles), Tile::Threads, Tile::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(
-      p, delta, dq_accum);
+  const FlashAttentionParams& f = p.fwd;
+  const CUtensorMap q_map = head_rows_tensor_map(f.q, TensorMapElement::kBf16, f.tokens, f.q_heads, Tile::D,
+                                                 static_cast<int64_t>(f.q_heads) * Tile::D, Tile::Bq);
+  const CUtensorMap do_map = head_rows_tensor_map(p.dout, TensorMapElement::kBf16, f.tokens, f.q_heads,
+                                                  Tile::D, out_row_elements(f), Tile::Bq);
+  kernel<<<dim3(f.kv_heads, tiles), Tile::Threads, Tile::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(
+      p, delta, dq_accum, q_map, do_map);
   FERRY_CUDA_CHECK(cudaGetLastError());
 }
 

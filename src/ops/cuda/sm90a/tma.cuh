@@ -35,6 +35,14 @@ __device__ __forceinline__ void mbarrier_arrive_expect_bytes(uint64_t* bar, uint
 #endif
 }
 
+// An arrival on the barrier once this thread's cp.async copies issued so far have landed (counted
+// in the barrier's arrivals: .noinc).
+__device__ __forceinline__ void mbarrier_arrive_after_copies(uint64_t* bar) {
+#ifdef FERRY_WGMMA
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
+#endif
+}
+
 // Waits until the barrier's phase of this parity has completed; what it guarded is then visible.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 #ifdef FERRY_WGMMA
