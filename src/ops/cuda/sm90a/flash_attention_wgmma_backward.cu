@@ -378,10 +378,10 @@ void launch_backward(const FlashAttentionBackwardParams& p, const float* delta, 
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(Tile::kSmemBytes)));
   const FlashAttentionParams& f = p.fwd;
-  const CUtensorMap q_map = head_rows_tensor_map(f.q, TensorMapElement::kBf16, f.tokens, f.q_heads, Tile::D,
+  const CUtensorMap q_map = head_rows_tensor_map(f.q, f.tokens, f.q_heads, Tile::D,
                                                  static_cast<int64_t>(f.q_heads) * Tile::D, Tile::Bq);
-  const CUtensorMap do_map = head_rows_tensor_map(p.dout, TensorMapElement::kBf16, f.tokens, f.q_heads,
-                                                  Tile::D, out_row_elements(f), Tile::Bq);
+  const CUtensorMap do_map =
+      head_rows_tensor_map(p.dout, f.tokens, f.q_heads, Tile::D, out_row_elements(f), Tile::Bq);
   kernel<<<dim3(f.kv_heads, tiles), Tile::Threads, Tile::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(
       p, delta, dq_accum, q_map, do_map);
   FERRY_CUDA_CHECK(cudaGetLastError());

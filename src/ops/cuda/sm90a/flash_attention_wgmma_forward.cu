@@ -278,10 +278,8 @@ void launch_forward(const FlashAttentionParams& p, void* stream) {
   FERRY_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(Tile::kSmemBytes)));
   const int64_t kv_row = static_cast<int64_t>(p.kv_heads) * Tile::D;
-  const CUtensorMap k_map =
-      head_rows_tensor_map(p.k, TensorMapElement::kBf16, p.tokens, p.kv_heads, Tile::D, kv_row, Tile::Bc);
-  const CUtensorMap v_map =
-      head_rows_tensor_map(p.v, TensorMapElement::kBf16, p.tokens, p.kv_heads, Tile::D, kv_row, Tile::Bc);
+  const CUtensorMap k_map = head_rows_tensor_map(p.k, p.tokens, p.kv_heads, Tile::D, kv_row, Tile::Bc);
+  const CUtensorMap v_map = head_rows_tensor_map(p.v, p.tokens, p.kv_heads, Tile::D, kv_row, Tile::Bc);
   kernel<<<dim3(p.q_heads, tiles), Tile::Threads, Tile::kSmemBytes, static_cast<cudaStream_t>(stream)>>>(
       p, k_map, v_map);
   FERRY_CUDA_CHECK(cudaGetLastError());

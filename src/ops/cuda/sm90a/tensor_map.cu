@@ -28,26 +28,24 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 }  // namespace
 
-CUtensorMap head_rows_tensor_map(const void* base, TensorMapElement element, int64_t rows, int heads,
-                                 int head_dim, int64_t row_elements, int box_rows) {
-  const bool f32 = element == TensorMapElement::kF32;
-  const cuuint64_t bytes = f32 ? 4 : 2;
+CUtensorMap head_rows_tensor_map(const void* base, int64_t rows, int heads, int head_dim,
+                                 int64_t row_elements, int box_rows) {
   CUtensorMap map{};
   const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(rows)};
   // Byte strides of dimensions 1 and 2 (dimension 0 is contiguous).
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_dim) * bytes,
-                                 static_cast<cuuint64_t>(row_elements) * bytes};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(128 / bytes), 1, static_cast<cuuint32_t>(box_rows)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_dim) * 2,
+                                 static_cast<cuuint64_t>(row_elements) * 2};
+  const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult status = encoder()(
-      &map, f32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3,
-      const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult status =
+      encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(base), dims, strides, box,
+                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS)
     raise("cuda", "cuTensorMapEncodeTiled refused a (" + std::to_string(rows) + ", " + std::to_string(heads) +
-                      ", " + std::to_string(head_dim) + ") " + (f32 ? "fp32" : "bf16") +
-                      " tensor with rows " + std::to_string(row_elements) + " elements apart (error " +
+                      ", " + std::to_string(head_dim) + ") bf16 tensor with rows " +
+                      std::to_string(row_elements) + " elements apart (error " +
                       std::to_string(static_cast<int>(status)) + ")");
   return map;
 }
