@@ -171,9 +171,17 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   __syncthreads();  // the barriers are initialised
   // By the loader warp alone: the step's Q and dO (TMA, D / 64 boxes of Bq rows each) and its
   // lse, delta and doc_start (cp.async, two rows a lane), into `stage`.
-  auto load_step = [&](int stage, int step) {
-    const int h = kvh * heads + step / qt_count;
-    const int t0 = (qt_begin + step % qt_count) * Bq;
+  // The steps walk the query tiles t0 = first_t0, first_t0 + Bq, .. < end_t0 of each query head h
+  // in turn; next_tile moves (h, t0) one step on (no division in the loop).
+  const int first_t0 = qt_begin * Bq, end_t0 = (qt_begin + qt_count) * Bq;
+  auto next_tile = [&](int& h, int& t0) {
+    t0 += Bq;
+    if (t0 == end_t0) {
+      t0 = first_t0;
+      ++h;
+    }
+  };
+  auto load_step = [&](int stage, int h, int t0) {
     uint64_t* const full = stage_full + stage;
     if (lane == 0) {
       mbarrier_arrive_expect_bytes(full, 2 * Tile::kQBytes);
@@ -194,7 +202,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     }
     mbarrier_arrive_after_copies(full);
   };
-  if (warp == Tile::kLoaderWarp) load_step(0, 0);
+  if (warp == Tile::kLoaderWarp) load_step(0, kvh * heads, first_t0);
   cp_async_wait_all();
   fence_proxy_async();
   __syncthreads();  // K and V are in
@@ -215,6 +223,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   // bf16 into its rows (its second column block for D = 128).
   float dq[D / 4];
   int prev_t0 = T, prev_h = 0;  // no rows before the first step
+  int h = kvh * heads, t0 = first_t0;
   const uint32_t k_cols = D == 128 ? group * Bc * 128 : group * (D / 2) * 2;
   auto issue_dq = [&](const unsigned char* s_ds) {
 #pragma unroll
@@ -228,8 +237,6 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   };
   for (int step = 0; step < steps; ++step) {
     const int stage = step & 1;
-    const int h = kvh * heads + step / qt_count;
-    const int t0 = (qt_begin + step % qt_count) * Bq;
     const unsigned char* const s_q = smem + Tile::kQ + stage * Tile::kQBytes;
     const unsigned char* const s_do = smem + Tile::kDo + stage * Tile::kQBytes;
     const float* const lse = s_lse + stage * Bq;
@@ -244,11 +251,17 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     for (int i = 0; i < kSt; ++i) st[i] = dpt[i] = 0.0f;
     if (group == 1) {
       second_warpgroup_waits_its_turn();
-      if (warp == Tile::kLoaderWarp && step + 1 < steps) load_step(stage ^ 1, step + 1);
+      if (warp == Tile::kLoaderWarp && step + 1 < steps) {
+        int next_h = h, next_t0 = t0;
+        next_tile(next_h, next_t0);
+        load_step(stage ^ 1, next_h, next_t0);
+      }
     } else if (step > 0) {
       first_warpgroup_waits_its_turn();
     }
     mbarrier_wait(stage_full + stage, (step >> 1) & 1);
+    // Read before the products are issued, so that the mask's test below does not wait for it.
+    const int last_doc = doc[Bq - 1];
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -299,7 +312,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
         }
       }
     };
-    if (t0 + Bq <= T && t0 >= group_first_key + 63 && doc[Bq - 1] <= group_first_key)
+    if (t0 + Bq <= T && t0 >= group_first_key + 63 && last_doc <= group_first_key)
       probabilities(std::false_type{});
     else
       probabilities(std::true_type{});
@@ -339,6 +352,7 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     add_dq<D>(dq_accum, dq, prev_t0, prev_h, T, p.q_heads, warp, group, g, tq);
     prev_t0 = t0;
     prev_h = h;
+    next_tile(h, t0);
     wgmma_wait<0>();
     fence_registers(dk);
     fence_registers(dv);
