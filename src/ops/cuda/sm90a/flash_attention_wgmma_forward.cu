@@ -146,21 +146,22 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
   const float scale_log2 = p.scale * kLog2e;
   const unsigned char* const s_q_group = s_q + group * 64 * 128;
 
+  // The step's stage and the parity of its barrier's phase, advanced without a division by Stages.
+  int stage = 0;
+  uint32_t phase = 0;
   for (int kt = kt_begin; kt < kt_end; ++kt) {
-    const int use = kt - kt_begin;
-    const int stage = use % Tile::Stages;
     const unsigned char* const s_k = s_kv + stage * Tile::kStageBytes;
     const unsigned char* const s_v = s_k + Tile::kTileBytes;
     const int j0 = kt * Bc;
     if (group == 1) {
       second_warpgroup_waits_its_turn();
       if (threadIdx.x == Tile::kProducer && kt + Tile::Stages - 1 < kt_end)
-        load_kv((use + Tile::Stages - 1) % Tile::Stages, kt + Tile::Stages - 1);
+        load_kv(stage == 0 ? Tile::Stages - 1 : stage - 1, kt + Tile::Stages - 1);
     } else if (kt > kt_begin) {
       first_warpgroup_waits_its_turn();
     }
     const bool pass_back = group == 1 && kt + 1 < kt_end;  // the first warpgroup has a next step
-    mbarrier_wait(stage_full + stage, (use / Tile::Stages) & 1);
+    mbarrier_wait(stage_full + stage, phase);
     // Uniform over the warpgroup, as its products must be.
     if (j0 <= group_last && j0 + Bc - 1 >= group_doc_min) {
       float s[kS];
@@ -243,6 +244,10 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
       first_warpgroup_gives_the_turn();  // a tile it skips still passes the turn
     } else if (pass_back) {
       second_warpgroup_gives_the_turn();
+    }
+    if (++stage == Tile::Stages) {
+      stage = 0;
+      phase ^= 1;
     }
   }
 
