@@ -169,8 +169,6 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
     mbarrier_init(stage_full + 1, Tile::kStageArrivals);
   }
   __syncthreads();  // the barriers are initialised
-  // By the loader warp alone: the step's Q and dO (TMA, D / 64 boxes of Bq rows each) and its
-  // lse, delta and doc_start (cp.async, two rows a lane), into `stage`.
   // The steps walk the query tiles t0 = first_t0, first_t0 + Bq, .. < end_t0 of each query head h
   // in turn; next_tile moves (h, t0) one step on (no division in the loop).
   const int first_t0 = qt_begin * Bq, end_t0 = (qt_begin + qt_count) * Bq;
@@ -181,6 +179,8 @@ __global__ void __launch_bounds__(Tile::Threads, Tile::MinBlocks)
       ++h;
     }
   };
+  // By the loader warp alone: the step's Q and dO (TMA, D / 64 boxes of Bq rows each) and its
+  // lse, delta and doc_start (cp.async, two rows a lane), into `stage`.
   auto load_step = [&](int stage, int h, int t0) {
     uint64_t* const full = stage_full + stage;
     if (lane == 0) {
