@@ -13,11 +13,18 @@
 #include <vector>
 
 #include "core/error.h"
+#include "model/model_weights.h"
 #include "test_util.h"
 #include "train/model_init.h"
 #include "train/train_config.h"
 
 namespace ferry::test {
+
+// Whether the model directory `trained` holds other weights than `initial`: that a run trained at
+// all, which its losses need not show in a few steps (each is on another batch of random tokens).
+inline bool weights_moved(const std::filesystem::path& trained, const std::filesystem::path& initial) {
+  return load_model_weights(trained).units != load_model_weights(initial).units;
+}
 
 // Whether `text` holds `part`.
 inline bool contains(const std::string& text, const std::string& part) {

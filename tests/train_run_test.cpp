@@ -62,7 +62,7 @@ TEST_F(TrainTest, ResumeIsBitExact) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(first.steps[i].loss, uninterrupted[i]) << "step " << 1 + i;
   EXPECT_EQ(test::read_file(scratch_ / "full" / "model.safetensors"),
             test::read_file(scratch_ / "split" / "model.safetensors"));
-  EXPECT_LT(uninterrupted.back(), uninterrupted.front());
+  EXPECT_TRUE(test::weights_moved(scratch_ / "full", model_dir_));  // equal outputs of a run that trained
 }
 
 TEST_F(TrainTest, ResumeRefusesAChangedBatchGeometry) {
