@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "model/model_weights.h"
 #include "test_util.h"
@@ -130,6 +131,41 @@ TEST_F(PresetModelTest, DeferredUnitsAreTheWeightsReadWhole) {
   cfg["intermediate_size"] = 2 * cfg["intermediate_size"].get<int>();
   std::ofstream(dir / "config.json") << cfg.dump();
   EXPECT_THROW(deferred_model_source_weights(dir, 0), Error);
+}
+
+// `ferry init` writes the weights a piece at a time as it makes them: the directory holds the
+// preset's values (in its dtype), a tensor of several pieces too, and every unit's alignment
+// between parameters is zeros.
+TEST_F(PresetModelTest, TheDirectoryHoldsThePresetsWeightsMadeAPieceAtATime) {
+  for (const char* dtype : {"float32", "bfloat16"}) {
+    SCOPED_TRACE(dtype);
+    nlohmann::json json = preset_config("qwen2", "tiny").raw;  // k/v biases of 32 values, aligned to 64
+    json["vocab_size"] = 70000;  // an embedding of 70000 x 64: two of the writer's 4M-value pieces
+    json["tie_word_embeddings"] = false;
+    json["torch_dtype"] = dtype;
+    const ModelConfig config = parse_model_config(json, "test");
+    const std::filesystem::path dir = scratch_ / (std::string("pieces-") + dtype);
+    write_random_model(config, 11, dir);
+    const ModelWeights read = load_model_weights(dir);
+    std::vector<std::vector<float>> whole;
+    init_random_weights(config, 11, whole);
+    ASSERT_EQ(read.units.size(), whole.size());
+    for (size_t u = 0; u < whole.size(); ++u) {
+      const UnitLayout& unit = read.layout.units[u];
+      int64_t covered = 0;
+      for (const ParamSlot& p : unit.params) {
+        for (int64_t i = 0; i < p.numel; ++i) {
+          const float made = whole[u][p.offset + i];
+          const float expected = config.dtype == DType::BF16 ? bf16_to_f32(f32_to_bf16(made)) : made;
+          ASSERT_EQ(read.units[u][p.offset + i], expected) << p.hf_name << "[" << i << "]";
+        }
+        for (int64_t i = covered; i < p.offset; ++i)
+          ASSERT_EQ(whole[u][i], 0.0f) << "alignment before " << p.hf_name;
+        covered = p.offset + p.numel;
+      }
+      for (int64_t i = covered; i < unit.numel; ++i) ASSERT_EQ(whole[u][i], 0.0f) << "alignment, unit " << u;
+    }
+  }
 }
 
 TEST(PresetModel, RealShapesHaveTheirParameterCounts) {

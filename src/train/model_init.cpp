@@ -1,9 +1,10 @@
 #include "train/model_init.h"
 
+#include <algorithm>
 #include <cmath>
-#include <random>
 
 #include "core/error.h"
+#include "core/normal_fill.h"
 #include "core/thread_pool.h"
 #include "io/atomic_file.h"
 #include "model/unit_layout.h"
@@ -215,54 +216,61 @@ ModelConfig preset_config(const std::string& arch, const std::string& preset) {
 
 namespace {
 
-// One parameter's fill: its values, what they are, and its generator's seed.
+// What a parameter starts as: normal values (weights), ones (norms) or zeros (biases, and the
+// alignment between parameters).
+enum class Fill { Normal, Ones, Zeros };
+
+// A piece of one parameter's fill: where it goes, what the values are, and for normal values the
+// parameter's stream (core/normal_fill.h) and the piece's first index in it.
 struct InitJob {
   float* dst;
   int64_t count;
-  int kind;  // 0 normal, 1 ones, 2 zeros
-  uint64_t seed;
+  Fill fill;
+  uint64_t key;
+  int64_t first;
 };
 
-// Values drawn by one generator: a parameter's in pieces of this many, so that one unit's few large
-// parameters (an 8B's embedding is one of 525M values) fill on every thread.
-constexpr int64_t kInitPiece = int64_t{1} << 20;
+// A fill is cut into pieces of this many values, so that one unit's few large parameters (an 8B's
+// embedding is one of 525M values), or one piece a writer asks for, fill on every thread.
+constexpr int64_t kInitPiece = int64_t{1} << 18;
 
-// The jobs of unit u's parameters into `dst` (the unit's numel values). Each piece of each
-// parameter gets its own generator, seeded from (seed, the parameter's index in the model, the
-// piece), so that filling in parallel, or one unit at a time, gives the same values as filling in
-// order.
-void add_unit_jobs(const ModelLayout& layout, uint64_t seed, size_t u, float* dst,
+// The jobs that write values [lo, hi) of unit u (of its parameters, and the zeros of their
+// alignment) into dst[0, hi - lo). A parameter's normal values are the stream keyed by (seed, its
+// index in the model), which gives the i-th value from i alone, so filling in pieces, in parallel,
+// one unit or one range at a time gives the same values as filling in order.
+void add_unit_jobs(const ModelLayout& layout, uint64_t seed, size_t u, int64_t lo, int64_t hi, float* dst,
                    std::vector<InitJob>& jobs) {
+  // Values [a, b) of the unit, within [lo, hi): `fill`, from index a - stream_start of `key`'s.
+  const auto add = [&](int64_t a, int64_t b, Fill fill, uint64_t key, int64_t stream_start) {
+    for (int64_t at = std::max(a, lo); at < std::min(b, hi); at += kInitPiece)
+      jobs.push_back(
+          {dst + (at - lo), std::min({kInitPiece, b - at, hi - at}), fill, key, at - stream_start});
+  };
   uint64_t index = 0;
   for (size_t e = 0; e < u; ++e) index += layout.units[e].params.size();
-  for (const auto& p : layout.units[u].params) {
+  const UnitLayout& unit = layout.units[u];
+  for (size_t k = 0; k < unit.params.size(); ++k) {
+    const ParamSlot& p = unit.params[k];
     const bool is_bias = p.name.size() >= 4 && p.name.compare(p.name.size() - 4, 4, "bias") == 0;
     const bool is_norm = p.name.find("norm") != std::string::npos;
     const uint64_t param_seed = seed * 0x9E3779B97F4A7C15ull + (++index);
-    for (int64_t at = 0; at < p.numel; at += kInitPiece)
-      jobs.push_back({dst + p.offset + at, std::min(kInitPiece, p.numel - at),
-                      is_bias ? 2 : (is_norm ? 1 : 0),
-                      param_seed ^ (static_cast<uint64_t>(at / kInitPiece) * 0xD1B54A32D192ED03ull)});
+    add(p.offset, p.offset + p.numel, is_bias ? Fill::Zeros : (is_norm ? Fill::Ones : Fill::Normal),
+        param_seed, p.offset);
+    const int64_t next = k + 1 < unit.params.size() ? unit.params[k + 1].offset : unit.numel;
+    add(p.offset + p.numel, next, Fill::Zeros, 0, 0);
   }
 }
 
-// The jobs in parallel, one piece (one generator's stream) per task.
+// The jobs in parallel, one piece per task.
 void run_jobs(const ModelConfig& config, const std::vector<InitJob>& jobs) {
   const float std_dev = static_cast<float>(config.initializer_range);
   ThreadPool::global().parallel_for(jobs.size(), [&](size_t begin, size_t end) {
     for (size_t j = begin; j < end; ++j) {
       const InitJob& job = jobs[j];
-      if (job.kind == 1) std::fill(job.dst, job.dst + job.count, 1.0f);
-      if (job.kind != 0) continue;
-      std::mt19937_64 rng(job.seed);
-      // Box-Muller on 53-bit uniforms: platform-independent, unlike std::normal_distribution.
-      for (int64_t i = 0; i < job.count; i += 2) {
-        const double u1 = (static_cast<double>(rng() >> 11) + 1.0) * 0x1.0p-53;
-        const double u2 = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-        const double r = std::sqrt(-2.0 * std::log(u1));
-        job.dst[i] = std_dev * static_cast<float>(r * std::cos(2.0 * M_PI * u2));
-        if (i + 1 < job.count) job.dst[i + 1] = std_dev * static_cast<float>(r * std::sin(2.0 * M_PI * u2));
-      }
+      if (job.fill == Fill::Normal)
+        fill_normal(job.dst, job.count, job.key, std_dev, job.first);
+      else
+        std::fill(job.dst, job.dst + job.count, job.fill == Fill::Ones ? 1.0f : 0.0f);
     }
   });
 }
@@ -274,17 +282,17 @@ void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<s
   units.resize(layout.units.size());
   std::vector<InitJob> jobs;
   for (size_t u = 0; u < layout.units.size(); ++u) {
-    units[u].assign(static_cast<size_t>(layout.units[u].numel), 0.0f);
-    add_unit_jobs(layout, seed, u, units[u].data(), jobs);
+    units[u].resize(static_cast<size_t>(layout.units[u].numel));
+    add_unit_jobs(layout, seed, u, 0, layout.units[u].numel, units[u].data(), jobs);
   }
   run_jobs(config, jobs);
 }
 
 void init_random_unit(const ModelConfig& config, const ModelLayout& layout, uint64_t seed, size_t unit,
                       std::vector<float>& out) {
-  out.assign(static_cast<size_t>(layout.units[unit].numel), 0.0f);
+  out.resize(static_cast<size_t>(layout.units[unit].numel));  // the jobs write every value
   std::vector<InitJob> jobs;
-  add_unit_jobs(layout, seed, unit, out.data(), jobs);
+  add_unit_jobs(layout, seed, unit, 0, layout.units[unit].numel, out.data(), jobs);
   run_jobs(config, jobs);
 }
 
@@ -300,12 +308,21 @@ void write_generation_config(const ModelConfig& config, const std::filesystem::p
 }  // namespace
 
 void write_random_model(const ModelConfig& config, uint64_t seed, const std::filesystem::path& out_dir) {
-  std::vector<std::vector<float>> units;
-  init_random_weights(config, seed, units);
+  // Made a piece at a time as the writer converts and writes it: the memory of one piece, not of
+  // the model in fp32 (an 8B's would be 32 GB).
   const ModelLayout layout = build_model_layout(config);
-  std::vector<const float*> ptrs;
-  for (auto& u : units) ptrs.push_back(u.data());
-  write_hf_model_dir(out_dir, {}, config, layout, ptrs, config.dtype, size_t{5} << 30);
+  std::vector<float> piece;
+  std::vector<InitJob> jobs;
+  const UnitFetch fetch = [&](size_t unit, size_t offset, size_t count) -> const float* {
+    piece.resize(count);
+    jobs.clear();
+    add_unit_jobs(layout, seed, unit, static_cast<int64_t>(offset), static_cast<int64_t>(offset + count),
+                  piece.data(), jobs);
+    run_jobs(config, jobs);
+    return piece.data();
+  };
+  write_hf_model_dir(out_dir, {}, config, layout, std::vector<const float*>(layout.units.size(), nullptr),
+                     config.dtype, size_t{5} << 30, fetch);
   write_generation_config(config, out_dir);
 }
 
