@@ -81,14 +81,15 @@ constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
 
 // (cos, sin) of 2 pi t for t = b * 2^-53, b < 2^53: the quarter turn q = round(4 t) taken out in
 // integers (exact), the rest x = 2 pi (t - q / 4) in [-pi/4, pi/4] through Taylor series to x^16
-// and x^15 (the next terms are below 2^-55), then rotated by q quarter turns.
+// and x^17 (the next terms are below 3e-18), then rotated by q quarter turns.
 [[gnu::always_inline]] inline void sincos_of_turns(uint64_t b, double& c, double& s) {
   constexpr double kTurnScale = 6.283185307179586476925286766559 * 0x1.0p-53;  // 2 pi / 2^53
   const uint64_t q = (b + (uint64_t{1} << 50)) >> 51;                          // 0..4; 4 is a whole turn
   const int64_t rest = static_cast<int64_t>(b) - static_cast<int64_t>(q << 51);
   const double x = signed_to_double(rest) * kTurnScale;
   const double x2 = x * x;
-  double sp = -1.0 / 1307674368000.0;  // -1/15!
+  double sp = 1.0 / 355687428096000.0;  // 1/17!
+  sp = sp * x2 - 1.0 / 1307674368000.0;
   sp = sp * x2 + 1.0 / 6227020800.0;
   sp = sp * x2 - 1.0 / 39916800.0;
   sp = sp * x2 + 1.0 / 362880.0;
@@ -113,9 +114,17 @@ constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
   s = double_of(s0 ^ ((quarter >> 1) << 63));
 }
 
-// The pair p of stream `key`: draws 2p (the radius's uniform, 52 bits) and 2p + 1 (the angle's, 53).
-[[gnu::always_inline]] inline void normal_pair(uint64_t key, uint64_t p, double& z0, double& z1) {
-  const uint64_t d0 = mix64(key + (2 * p + 1) * kGolden), d1 = mix64(key + (2 * p + 2) * kGolden);
+// Where stream `key`'s counter starts. Hashed: keys a multiple of the increment apart (seed *
+// increment + index, as the presets' are) would otherwise give copies of one stream shifted by
+// that many values.
+[[gnu::always_inline]] inline uint64_t stream_start(uint64_t key) {
+  return mix64(key);
+}
+
+// The pair p of the stream that starts at `start`: draws 2p (the radius's uniform, 52 bits) and
+// 2p + 1 (the angle's, 53).
+[[gnu::always_inline]] inline void normal_pair(uint64_t start, uint64_t p, double& z0, double& z1) {
+  const uint64_t d0 = mix64(start + (2 * p + 1) * kGolden), d1 = mix64(start + (2 * p + 2) * kGolden);
   const double r = std::sqrt(-2.0 * log_of_uniform((d0 >> 12) + 1));
   double c, s;
   sincos_of_turns(d1 >> 11, c, s);
@@ -126,8 +135,8 @@ constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
 constexpr int64_t kBlockPairs = 256;
 
 // Pairs [p0, p0 + n) into z0 and z1 (n <= kBlockPairs).
-FERRY_NORMAL_CLONES void normal_block(uint64_t key, uint64_t p0, int64_t n, double* z0, double* z1) {
-  for (int64_t j = 0; j < n; ++j) normal_pair(key, p0 + static_cast<uint64_t>(j), z0[j], z1[j]);
+FERRY_NORMAL_CLONES void normal_block(uint64_t start, uint64_t p0, int64_t n, double* z0, double* z1) {
+  for (int64_t j = 0; j < n; ++j) normal_pair(start, p0 + static_cast<uint64_t>(j), z0[j], z1[j]);
 }
 
 }  // namespace
@@ -138,10 +147,11 @@ void fill_normal(float* dst, int64_t count, uint64_t key, float scale, int64_t f
     *dst++ = scale * static_cast<float>(normal_value(key, first++));
     --count;
   }
+  const uint64_t start = stream_start(key);
   double z0[kBlockPairs], z1[kBlockPairs];
   for (int64_t at = 0; at < count; at += 2 * kBlockPairs) {
     const int64_t values = std::min(2 * kBlockPairs, count - at), pairs = (values + 1) / 2;
-    normal_block(key, static_cast<uint64_t>((first + at) / 2), pairs, z0, z1);
+    normal_block(start, static_cast<uint64_t>((first + at) / 2), pairs, z0, z1);
     for (int64_t j = 0; j < values / 2; ++j) {
       dst[at + 2 * j] = scale * static_cast<float>(z0[j]);
       dst[at + 2 * j + 1] = scale * static_cast<float>(z1[j]);
@@ -152,7 +162,7 @@ void fill_normal(float* dst, int64_t count, uint64_t key, float scale, int64_t f
 
 double normal_value(uint64_t key, int64_t i) {
   double z0, z1;
-  normal_pair(key, static_cast<uint64_t>(i / 2), z0, z1);
+  normal_pair(stream_start(key), static_cast<uint64_t>(i / 2), z0, z1);
   return i % 2 == 0 ? z0 : z1;
 }
 

@@ -1,11 +1,11 @@
 // Normal random numbers for weight initialisation, fast and the same on every machine.
 //
 // The i-th value of a stream depends only on its key and i (a counter-based generator: SplitMix64's
-// output function over key + (i + 1) * its increment), so a stream may be filled in pieces, in any
-// order, on any number of threads. Pairs of values come from the Box-Muller transform, computed
-// with IEEE additions, multiplications, divisions and square roots alone (a logarithm and a sine
-// and cosine of this file's own, no FMA contraction): no libm and no instruction-set choice can
-// change a bit, so a preset's weights are the same on every machine and build.
+// output function over h(key) + (i + 1) * its increment, h its output function too), so a stream
+// may be filled in pieces, in any order, on any number of threads. Pairs of values come from the Box-Muller
+// transform, computed with IEEE additions, multiplications, divisions and square roots alone (a logarithm and
+// a sine and cosine of this file's own, no FMA contraction): no libm and no instruction-set choice can change
+// a bit, so a preset's weights are the same on every machine and build.
 #pragma once
 
 #include <cstdint>
