@@ -240,11 +240,11 @@ constexpr int64_t kInitPiece = int64_t{1} << 18;
 // one unit or one range at a time gives the same values as filling in order.
 void add_unit_jobs(const ModelLayout& layout, uint64_t seed, size_t u, int64_t lo, int64_t hi, float* dst,
                    std::vector<InitJob>& jobs) {
-  // Values [a, b) of the unit, within [lo, hi): `fill`, from index a - stream_start of `key`'s.
-  const auto add = [&](int64_t a, int64_t b, Fill fill, uint64_t key, int64_t stream_start) {
+  // Values [a, b) of the unit, within [lo, hi): `fill`; normal ones are values a - origin on of
+  // `key`'s stream (origin: the parameter's offset, so that its first value is the stream's first).
+  const auto add = [&](int64_t a, int64_t b, Fill fill, uint64_t key, int64_t origin) {
     for (int64_t at = std::max(a, lo); at < std::min(b, hi); at += kInitPiece)
-      jobs.push_back(
-          {dst + (at - lo), std::min({kInitPiece, b - at, hi - at}), fill, key, at - stream_start});
+      jobs.push_back({dst + (at - lo), std::min({kInitPiece, b - at, hi - at}), fill, key, at - origin});
   };
   uint64_t index = 0;
   for (size_t e = 0; e < u; ++e) index += layout.units[e].params.size();

@@ -23,14 +23,16 @@ std::vector<ModelPreset> model_presets(const std::string& arch);
 ModelConfig preset_config(const std::string& arch, const std::string& preset);
 
 // Fills parameters as transformers' _init_weights does: linear and embedding weights
-// ~ N(0, initializer_range), norm weights 1, biases 0. Deterministic in `seed`.
+// ~ N(0, initializer_range), norm weights 1, biases 0. Deterministic in `seed`: the same values on
+// every machine, build and thread count (core/normal_fill.h).
 void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<std::vector<float>>& units);
 // Unit `unit`'s values of init_random_weights(config, seed), alone, into `out`: for a run that
 // reads its weights one unit at a time.
 void init_random_unit(const ModelConfig& config, const ModelLayout& layout, uint64_t seed, size_t unit,
                       std::vector<float>& out);
 
-// Creates DIR with config.json, model.safetensors (in config.dtype) and generation_config.json.
+// Creates DIR with config.json, model.safetensors (in config.dtype) and generation_config.json; the
+// weights are made a piece at a time as they are written, so memory stays at a few pieces.
 void write_random_model(const ModelConfig& config, uint64_t seed, const std::filesystem::path& out_dir);
 
 // Creates DIR with config.json and generation_config.json alone: what `ferry plan` and `ferry
