@@ -1,11 +1,12 @@
 // A preset's random weights (train/model_init.h over core/normal_fill.h), as `ferry train` makes
-// them before step 1 (init_random_unit per unit into one buffer, on the thread pool), beside the
+// them before step 1 (init_random_unit per unit, on the thread pool), beside the
 // generator the presets used before (std::mt19937_64 with libm's double log, cos and sin per
 // Box-Muller pair), timed here on one thread for the same count:
 //   fill_normal, one thread: ns a value
 //   the previous generator, one thread: ns a value
-//   init_random_unit over every unit of the preset, the pool's threads: s and ns a value, the
-//   first unit (whose buffer is allocated then) apart
+//   every unit of the preset into fresh fp32 masters on the pool's threads, as a run's state commit
+//   makes them: straight from init_random_unit (an exact state in RAM), and through one buffer a
+//   unit copied in (a lean format, the disk tier), three times each in turn: s and ns a value
 //
 //   train_random_init_bench [--preset=llama-3.2-1b] [--threads=N]
 #include <chrono>
@@ -20,6 +21,7 @@
 #include "core/normal_fill.h"
 #include "core/thread_pool.h"
 #include "model/unit_layout.h"
+#include "optim/host_array.h"
 #include "train/model_init.h"
 
 namespace ferry {
@@ -69,20 +71,39 @@ int run(int argc, char** argv) {
 
   const ModelConfig config = preset_config("llama", preset);
   const ModelLayout layout = build_model_layout(config);
-  std::vector<float> unit;
-  double first_s = 0, rest_s = 0;
-  int64_t first_n = 0, rest_n = 0;
-  for (size_t u = 0; u < layout.units.size(); ++u) {
-    t0 = std::chrono::steady_clock::now();
-    init_random_unit(config, layout, 42, u, unit);
-    (u == 0 ? first_s : rest_s) += seconds_since(t0);
-    (u == 0 ? first_n : rest_n) += static_cast<int64_t>(unit.size());
+  int64_t values_in_all = 0;
+  for (const UnitLayout& u : layout.units) values_in_all += u.numel;
+  // The masters a run's state holds (fresh huge-page mappings, one a unit), filled as a run's
+  // state commit fills them: straight from the generator (what a run of an exact state in RAM
+  // does), or through one buffer a unit that is then copied in (what it did before, and does for
+  // a lean format or the disk tier). Then their commit, which finds the pages present.
+  const auto fill_masters = [&](bool through_buffer) {
+    std::vector<HostArray> masters;
+    for (const UnitLayout& u : layout.units) masters.emplace_back(static_cast<size_t>(u.numel), "masters");
+    std::vector<float> buffer;
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t u = 0; u < layout.units.size(); ++u) {
+      if (through_buffer) {
+        buffer.resize(masters[u].size());
+        init_random_unit(config, layout, 42, u, buffer);
+        masters[u].assign(buffer);
+      } else {
+        init_random_unit(config, layout, 42, u, masters[u].span());
+      }
+    }
+    const double filled_s = seconds_since(start);
+    const auto commit_start = std::chrono::steady_clock::now();
+    for (HostArray& m : masters) m.commit(ThreadPool::global());
+    std::printf("  %-32s %.2f s (%.2f ns a value), then committed in %.2f s\n",
+                through_buffer ? "through a buffer, then copied:" : "straight into the masters:", filled_s,
+                filled_s * 1e9 / static_cast<double>(values_in_all), seconds_since(commit_start));
+  };
+  std::printf("the masters of llama %s (%lld values) filled on %zu threads:\n", preset.c_str(),
+              static_cast<long long>(values_in_all), ThreadPool::global().size());
+  for (int round = 0; round < 3; ++round) {  // in turn, each first once (the first fill meets colder memory)
+    fill_masters(round % 2 == 1);
+    fill_masters(round % 2 == 0);
   }
-  std::printf(
-      "init_random_unit, llama %s, %zu threads: %.2f s for %lld values; the first unit %.2f s (%.2f ns a "
-      "value, its buffer allocated), the others %.2f ns a value\n",
-      preset.c_str(), ThreadPool::global().size(), first_s + rest_s, static_cast<long long>(first_n + rest_n),
-      first_s, first_s * 1e9 / static_cast<double>(first_n), rest_s * 1e9 / static_cast<double>(rest_n));
   return 0;
 }
 

@@ -137,12 +137,12 @@ TEST_F(DiskPlanTest, TheMemoryModelCountsTheBuffersNotTheDiskUnitsState) {
   EXPECT_EQ(d.file_bytes, offset);
 }
 
-// The run reads its weights one unit at a time into one fp32 buffer (ModelWeights::deferred) and
-// writes each unit's masters from it; the moments of the units in RAM come after the last
-// (HostBytes::start). The start is the steady total less those moments plus the largest unit's
-// buffer: below the total while the moments outweigh the buffer (all in RAM: 8 bytes/param
-// against one unit's 4), above it where nothing but the buffer is left to count (every unit's
-// state on disk, which the search's host budget must then hold).
+// The run reads its weights one unit at a time (ModelWeights::deferred): straight into the fp32
+// masters of an exact state in RAM, else into one fp32 buffer that the disk tier writes or a lean
+// format encodes; the moments of the units in RAM come after the last (HostBytes::start). The
+// start is the steady total less those moments plus that buffer, of the largest unit that needs
+// it: none in RAM, so the start is below the total; above it where nothing but the buffer is left
+// to count (every unit's state on disk, which the search's host budget must then hold).
 TEST_F(DiskPlanTest, TheStartHoldsOneUnitsWeightsBesideTheMastersBeforeTheMoments) {
   const SearchResult ram = search_plans(config_, layout_, with_disk(2e9), request(24));
   size_t largest = 0, moments = 0;
@@ -153,20 +153,34 @@ TEST_F(DiskPlanTest, TheStartHoldsOneUnitsWeightsBesideTheMastersBeforeTheMoment
       moments += 2 * HostArray::mapped_bytes(n);
   }
   const HostBytes in_ram = host_bytes(config_, layout_, ram.best.plan, kSeq, kGlobal);
-  EXPECT_EQ(in_ram.loaded_weights, largest);
+  EXPECT_EQ(in_ram.loaded_weights, 0u);
   EXPECT_EQ(in_ram.moments, moments);
-  EXPECT_EQ(in_ram.start(), in_ram.total() - moments + largest);
+  EXPECT_EQ(in_ram.start(), in_ram.total() - moments);
   EXPECT_EQ(in_ram.peak(), in_ram.total());
+
+  Plan lean = ram.best.plan;
+  lean.optimizer_state = OptimizerStateFormat::Bf16SrQ8;
+  for (auto& placement : lean.units)
+    if (placement == UnitPlacement::ResidentWithOptimizer) placement = UnitPlacement::Streamed;
+  EXPECT_EQ(host_bytes(config_, layout_, lean, kSeq, kGlobal).loaded_weights, largest);
 
   Plan all_on_disk = ram.best.plan;
   all_on_disk.state_on_disk.assign(layout_.units.size(), true);
-  for (size_t u = 0; u < layout_.units.size(); ++u)
-    if (all_on_disk.units[u] == UnitPlacement::ResidentWithOptimizer) all_on_disk.state_on_disk[u] = false;
+  size_t largest_on_disk = 0;
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    if (all_on_disk.units[u] == UnitPlacement::ResidentWithOptimizer)
+      all_on_disk.state_on_disk[u] = false;
+    else
+      largest_on_disk =
+          std::max(largest_on_disk, static_cast<size_t>(layout_.units[u].numel) * sizeof(float));
+  }
   const HostBytes disk = host_bytes(config_, layout_, all_on_disk, kSeq, kGlobal);
+  ASSERT_GT(largest_on_disk, 0u);
+  EXPECT_EQ(disk.loaded_weights, largest_on_disk);
   if (disk.moments == 0) {
-    EXPECT_EQ(disk.peak(), disk.total() + largest);
+    EXPECT_EQ(disk.peak(), disk.total() + largest_on_disk);
   } else {
-    EXPECT_EQ(disk.peak(), std::max(disk.total(), disk.total() - disk.moments + largest));
+    EXPECT_EQ(disk.peak(), std::max(disk.total(), disk.total() - disk.moments + largest_on_disk));
   }
 }
 

@@ -162,6 +162,15 @@ class UnitUpdater {
   // the tier without reading the file (DiskStateTier::page_new), and its staging weights are
   // converted from that slot there and then, so that refresh_staging does not read it back.
   void assign_masters(size_t u, std::span<const float> values);
+  // Where a load may write unit u's fp32 values in place of assign_masters: its fp32 masters, in
+  // RAM (exact state, not in the disk tier); empty where the values must go through assign_masters
+  // (a lean format encodes them, a disk unit writes them through the tier). Writing them there
+  // first-touches the masters' pages on the writer's threads, which is the copy assign_masters
+  // would make, without the fp32 buffer it copies from (planner/memory_model.h loaded_weights).
+  std::span<float> masters_to_load(size_t u) {
+    if (!is_exact(format()) || on_disk(u)) return {};
+    return units_[u].master.span();
+  }
   // Unit u's masters as fp32 (decoded from a lean format) into `out` (numel floats); a disk
   // unit's are read from the tier (between steps only).
   void read_masters(size_t u, float* out) {

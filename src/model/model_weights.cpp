@@ -1,5 +1,6 @@
 #include "model/model_weights.h"
 
+#include <algorithm>
 #include <memory>
 #include <set>
 
@@ -26,7 +27,14 @@ const float* ModelWeights::param(size_t unit, std::string_view short_name) const
 }
 
 void read_unit_weights(const SafetensorsModel& file, const UnitLayout& unit, float* dst) {
-  for (const auto& p : unit.params) file.read_f32(p.hf_name, p.shape, dst + p.offset);
+  int64_t written = 0;  // the unit's values before it are written (the params are in offset order)
+  for (const auto& p : unit.params) {
+    FERRY_ASSERT(p.offset >= written, "a unit's parameters are laid out in order");
+    std::fill(dst + written, dst + p.offset, 0.0f);
+    file.read_f32(p.hf_name, p.shape, dst + p.offset);
+    written = p.offset + p.numel;
+  }
+  std::fill(dst + written, dst + unit.numel, 0.0f);
 }
 
 namespace {
@@ -74,8 +82,8 @@ ModelWeights deferred_model_weights(const std::filesystem::path& model_dir) {
   w.config = load_model_config(model_dir);
   w.layout = build_model_layout(w.config);
   auto file = std::make_shared<const SafetensorsModel>(open_model_weights(model_dir, w.config, w.layout));
-  w.loader = [file, layout = w.layout](size_t unit, std::vector<float>& out) {
-    out.assign(static_cast<size_t>(layout.units[unit].numel), 0.0f);
+  w.loader = [file, layout = w.layout](size_t unit, std::span<float> out) {
+    FERRY_ASSERT(out.size() == static_cast<size_t>(layout.units[unit].numel));
     read_unit_weights(*file, layout.units[unit], out.data());
   };
   return w;
@@ -84,7 +92,10 @@ ModelWeights deferred_model_weights(const std::filesystem::path& model_dir) {
 void ModelWeights::load_all() {
   if (!deferred()) return;
   units.resize(layout.units.size());
-  for (size_t u = 0; u < units.size(); ++u) loader(u, units[u]);
+  for (size_t u = 0; u < units.size(); ++u) {
+    units[u].resize(static_cast<size_t>(layout.units[u].numel));
+    loader(u, units[u]);
+  }
   loader = nullptr;
 }
 

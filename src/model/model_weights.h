@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -14,8 +15,10 @@ namespace ferry {
 
 class SafetensorsModel;
 
-// Unit u's fp32 values into `out` (resized to the unit's numel).
-using UnitLoader = std::function<void(size_t unit, std::vector<float>& out)>;
+// Unit u's fp32 values into `out` (the unit's numel floats): every value, the zeros between its
+// parameters (their alignment) too, so that `out` may be memory never written before -- a run
+// reads its weights straight into the masters of its optimizer state (UnitUpdater::masters_to_load).
+using UnitLoader = std::function<void(size_t unit, std::span<float> out)>;
 
 struct ModelWeights {
   ModelConfig config;
@@ -46,6 +49,7 @@ ModelWeights deferred_model_weights(const std::filesystem::path& model_dir);
 // load_model_weights makes before it reads anything): for readers that convert unit by unit.
 SafetensorsModel open_model_weights(const std::filesystem::path& model_dir, const ModelConfig& config,
                                     const ModelLayout& layout);
+// Every value of `unit` into dst[0, numel): its parameters from `file`, zeros between them.
 void read_unit_weights(const SafetensorsModel& file, const UnitLayout& unit, float* dst);
 
 // `count` fp32 values of unit u from element `offset` (a piece of one tensor, at most kF32Piece

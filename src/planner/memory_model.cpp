@@ -245,8 +245,11 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   HostBytes h;
   for (size_t u = 0; u < layout.units.size(); ++u) {
     const size_t n = static_cast<size_t>(layout.units[u].numel);
-    // The run reads its weights one unit at a time into one buffer (train/step_executor.cpp).
-    h.loaded_weights = std::max(h.loaded_weights, n * sizeof(float));
+    const bool on_disk = u < plan.state_on_disk.size() && plan.state_on_disk[u];
+    // The run reads its weights one unit at a time, straight into the fp32 masters in RAM, else
+    // into one buffer that a lean format encodes or the disk tier writes (train/step_executor.cpp).
+    if (on_disk || !is_exact(plan.optimizer_state))
+      h.loaded_weights = std::max(h.loaded_weights, n * sizeof(float));
     const bool on_host = plan.units[u] != UnitPlacement::ResidentWithOptimizer;
     if (on_host && plan.weight_upload == WeightUpload::ConvertOnUpload) {
       // The fp32 masters' mappings registered as pinned (uploaded as they are), m and v pageable;
@@ -259,7 +262,6 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
     // fp32 master, m and v of every unit (for a ResidentWithOptimizer unit: the copy checkpoints
     // read), or the arrays of a lean format, each in its own huge-page mapping -- but for a unit in
     // the disk tier, whose state passes through the tier's buffers (counted below).
-    const bool on_disk = u < plan.state_on_disk.size() && plan.state_on_disk[u];
     if (!on_disk) {
       const size_t state = state_mapped_bytes(plan.optimizer_state, n);
       h.pageable += state;

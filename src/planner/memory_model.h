@@ -48,11 +48,12 @@ struct HostBytes {
   // checkpoint writing), and the device's bytes where its memory is host memory (SimDevice).
   size_t beside = 0;
   size_t device = 0;
-  // At the start, the model's weights are read one unit at a time into one fp32 buffer (of the
-  // largest unit: ModelWeights::deferred) and written into the masters unit by unit; the moments
-  // (m and v, a lean format's codes and scales) of the units in RAM are written only after the
-  // last (train/step_executor.cpp). Until then the process holds the total less those moments,
-  // plus that buffer.
+  // At the start, the model's weights are read one unit at a time (ModelWeights::deferred):
+  // straight into the fp32 masters of an exact state in RAM, and into one fp32 buffer (of the
+  // largest such unit: loaded_weights) for a unit that a lean format encodes or the disk tier
+  // writes; the moments (m and v, a lean format's codes and scales) of the units in RAM are
+  // written only after the last (train/step_executor.cpp). Until then the process holds the total
+  // less those moments, plus that buffer.
   size_t loaded_weights = 0;
   size_t moments = 0;
   size_t engine() const { return pageable + pinned; }

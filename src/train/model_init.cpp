@@ -289,9 +289,9 @@ void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<s
 }
 
 void init_random_unit(const ModelConfig& config, const ModelLayout& layout, uint64_t seed, size_t unit,
-                      std::vector<float>& out) {
-  out.resize(static_cast<size_t>(layout.units[unit].numel));  // the jobs write every value
-  std::vector<InitJob> jobs;
+                      std::span<float> out) {
+  FERRY_ASSERT(out.size() == static_cast<size_t>(layout.units[unit].numel));
+  std::vector<InitJob> jobs;  // they write every value
   add_unit_jobs(layout, seed, unit, 0, layout.units[unit].numel, out.data(), jobs);
   run_jobs(config, jobs);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,10 +27,10 @@ ModelConfig preset_config(const std::string& arch, const std::string& preset);
 // ~ N(0, initializer_range), norm weights 1, biases 0. Deterministic in `seed`: the same values on
 // every machine, build and thread count (core/normal_fill.h).
 void init_random_weights(const ModelConfig& config, uint64_t seed, std::vector<std::vector<float>>& units);
-// Unit `unit`'s values of init_random_weights(config, seed), alone, into `out`: for a run that
-// reads its weights one unit at a time.
+// Unit `unit`'s values of init_random_weights(config, seed), alone, into `out` (the unit's numel
+// floats, every one written): for a run that reads its weights one unit at a time.
 void init_random_unit(const ModelConfig& config, const ModelLayout& layout, uint64_t seed, size_t unit,
-                      std::vector<float>& out);
+                      std::span<float> out);
 
 // Creates DIR with config.json, model.safetensors (in config.dtype) and generation_config.json; the
 // weights are made a piece at a time as they are written, so memory stays at a few pieces.

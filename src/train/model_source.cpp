@@ -73,7 +73,7 @@ ModelWeights deferred_model_source_weights(const std::filesystem::path& model, u
   ModelWeights w;
   w.config = model_source_config(model, seed);
   w.layout = build_model_layout(w.config);
-  w.loader = [config = w.config, layout = w.layout, seed](size_t unit, std::vector<float>& out) {
+  w.loader = [config = w.config, layout = w.layout, seed](size_t unit, std::span<float> out) {
     init_random_unit(config, layout, seed, unit, out);
   };
   return w;

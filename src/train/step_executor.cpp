@@ -142,13 +142,20 @@ class SlidingExecutor final : public StepExecutor {
           chunk_tokens, chunks, config.decay_norms_and_biases);
     }
     // Into the huge-page masters (or, for a disk unit, through the tier's buffer into its file),
-    // freeing each copy as it goes; deferred weights are read one unit at a time into one buffer
-    // (HostBytes::loaded_weights counts the largest unit).
+    // freeing each copy as it goes. Deferred weights are read one unit at a time straight into the
+    // fp32 masters where the state has them in RAM, else into one buffer (HostBytes::loaded_weights
+    // counts the largest such unit) that assign_masters encodes or writes through the tier.
     const double buffers_s = lap();
     double load_s = 0.0, masters_s = 0.0;
     std::vector<float> unit_values;
     for (size_t u = 0; u < layout_.units.size(); ++u) {
       if (weights.deferred()) {
+        if (const std::span<float> masters = host().masters_to_load(u); !masters.empty()) {
+          weights.loader(u, masters);
+          load_s += lap();
+          continue;
+        }
+        unit_values.resize(static_cast<size_t>(layout_.units[u].numel));
         weights.loader(u, unit_values);
         load_s += lap();
         host().assign_masters(u, unit_values);
