@@ -7,15 +7,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
+#include "io/direct_file_writer.h"
 
 namespace ferry {
 
 namespace {
+std::atomic<bool> g_direct_writes{true};
+
 // Linux moves at most about 2 GiB per write(); larger tensors are written in pieces.
 constexpr size_t kMaxWrite = size_t{1} << 30;
 
@@ -34,16 +39,21 @@ bool out_of_space(int err) {
 
 // What a user needs to act on a write that ran out of space (out_of_space(err)): which limit was
 // hit, how much the file needed and how much the file system has left.
+// "; its file system has F free", or nothing where the file system cannot say.
+std::string free_space_text(const std::filesystem::path& path) {
+  struct statvfs fs {};
+  if (::statvfs(parent_or_dot(path).c_str(), &fs) != 0) return {};
+  return fmt::format("; its file system has {} free",
+                     bytes_text(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize));
+}
+
 std::string space_advice(int err, const std::filesystem::path& path, size_t written, size_t expected) {
   const char* name = err == ENOSPC ? "ENOSPC" : err == EDQUOT ? "EDQUOT" : "EFBIG";
   std::string what = fmt::format("{} ({})", std::strerror(err), name);
-  std::string sizes = expected > 0 ? fmt::format(" after {} of the {} the file needs", bytes_text(written),
-                                                 bytes_text(expected))
-                                   : fmt::format(" after {}", bytes_text(written));
-  struct statvfs fs {};
-  if (::statvfs(parent_or_dot(path).c_str(), &fs) == 0)
-    sizes += fmt::format("; its file system has {} free",
-                         bytes_text(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize));
+  const std::string sizes = (expected > 0 ? fmt::format(" after {} of the {} the file needs",
+                                                        bytes_text(written), bytes_text(expected))
+                                          : fmt::format(" after {}", bytes_text(written))) +
+                            free_space_text(path);
   const char* advice = err == EFBIG ? "raise the file size limit (ulimit -f) or write to another file system"
                                     : "free disk space or choose another output directory";
   return fmt::format("{}{}; {}", what, sizes, advice);
@@ -60,6 +70,7 @@ AtomicFile::AtomicFile(std::filesystem::path path) : path_(std::move(path)) {
 }
 
 AtomicFile::~AtomicFile() {
+  direct_.reset();  // waits for its writes in flight before the file goes
   if (fd_ >= 0) {
     ::close(fd_);
     ::unlink(temp_path_.c_str());
@@ -72,16 +83,28 @@ void AtomicFile::reserve(size_t total_bytes) {
   if (total_bytes == 0) return;
   // KEEP_SIZE: the blocks are allocated but the file's length grows only with the writes, so a
   // file written shorter than reserved has no trailing zeros.
-  if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(total_bytes)) == 0) return;
-  // Other errors (a file system that cannot reserve) leave the writes to report a full disk.
-  const int err = errno;
-  if (out_of_space(err))
-    fail("io", "{}: cannot set aside space: {}", temp_path_.string(),
-         space_advice(err, temp_path_, 0, expected_));
+  if (::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(total_bytes)) != 0) {
+    // Other errors (a file system that cannot reserve) leave the writes to report a full disk.
+    const int err = errno;
+    if (out_of_space(err))
+      fail("io", "{}: cannot set aside space: {}", temp_path_.string(),
+           space_advice(err, temp_path_, 0, expected_));
+  }
+  if (total_bytes >= kDirectWriteMinBytes && written_ == 0 && !direct_ && g_direct_writes.load())
+    direct_ = DirectFileWriter::open(temp_path_, total_bytes);
+}
+
+void AtomicFile::allow_direct_writes(bool allow) {
+  g_direct_writes.store(allow);
 }
 
 void AtomicFile::write(const void* data, size_t bytes) {
   FERRY_ASSERT(fd_ >= 0, "write after commit");
+  if (direct_) {
+    through_direct([&] { direct_->write(data, bytes); });
+    written_ += bytes;
+    return;
+  }
   const auto* p = static_cast<const char*>(data);
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, std::min(bytes, kMaxWrite));
@@ -100,8 +123,43 @@ void AtomicFile::write(const void* data, size_t bytes) {
   }
 }
 
+void AtomicFile::write_filled(size_t bytes, size_t granule,
+                              const std::function<void(std::byte* dst, size_t at, size_t count)>& fill) {
+  FERRY_ASSERT(fd_ >= 0, "write after commit");
+  if (direct_) {
+    through_direct([&] { direct_->write_filled(bytes, granule, fill); });
+    written_ += bytes;
+    return;
+  }
+  const size_t piece = std::max(granule, DirectFileWriter::kBufferBytes / granule * granule);
+  std::vector<std::byte> buffer(std::min(piece, bytes));
+  for (size_t at = 0; at < bytes; at += piece) {
+    const size_t count = std::min(piece, bytes - at);
+    fill(buffer.data(), at, count);
+    write(buffer.data(), count);
+  }
+}
+
+void AtomicFile::through_direct(const std::function<void()>& work) {
+  try {
+    work();
+  } catch (const Error& e) {
+    // The request's failure names the file, the offset, the errno and what to do; the sizes are
+    // said here.
+    fail("io", "{} (the file needs {}{})", e.what(), bytes_text(expected_), free_space_text(temp_path_));
+  }
+}
+
 void AtomicFile::commit() {
   FERRY_ASSERT(fd_ >= 0, "commit twice");
+  if (direct_) {
+    // The last block went out whole: the file is cut back to the bytes written.
+    through_direct([&] { direct_->finish(); });
+    direct_.reset();
+    if (::ftruncate(fd_, static_cast<off_t>(written_)) != 0)
+      fail("io", "{}: cannot set its length to {}: {}; check the disk and the output directory",
+           temp_path_.string(), bytes_text(written_), std::strerror(errno));
+  }
   // Errors of delayed writes surface in fsync and close; both must succeed before the rename.
   if (::fsync(fd_) != 0) {
     const int err = errno;

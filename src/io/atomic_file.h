@@ -2,14 +2,20 @@
 //
 // The bytes go to PATH.tmp; commit() fsyncs it, renames it onto PATH and fsyncs the directory.
 // A crash (or an exception) before commit() leaves PATH untouched. Saves of weights and
-// checkpoints go through here (DESIGN.md §4).
+// checkpoints go through here (DESIGN.md §4). A file reserved at kDirectWriteMinBytes or more is
+// written through O_DIRECT where the file system allows it (io/direct_file_writer.h): the same
+// bytes, without the page cache.
 #pragma once
 
 #include <cstddef>
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <string_view>
 
 namespace ferry {
+
+class DirectFileWriter;
 
 class AtomicFile {
  public:
@@ -21,10 +27,23 @@ class AtomicFile {
 
   // Sets aside disk space for a file of `total_bytes` before writing it, so that a full disk is
   // reported before a long write starts, with the size needed; the size also appears in later
-  // write errors. Where the file system cannot reserve space, the writes report it.
+  // write errors. Where the file system cannot reserve space, the writes report it. Called before
+  // the first write, for a large file it also chooses O_DIRECT (see above); the file must then
+  // not grow past `total_bytes`.
   void reserve(size_t total_bytes);
   void write(const void* data, size_t bytes);
   void write(std::string_view text) { write(text.data(), text.size()); }
+  // `bytes` made by `fill(dst, at, count)` (bytes [at, at + count) into dst) as they are written,
+  // in pieces whose sizes are multiples of `granule`, straight into the O_DIRECT staging where
+  // there is one (possibly on several threads at once, for disjoint pieces): a tensor converted
+  // from fp32 as it is saved, without a buffer of its own.
+  void write_filled(size_t bytes, size_t granule,
+                    const std::function<void(std::byte* dst, size_t at, size_t count)>& fill);
+  // Whether the writes go through O_DIRECT (reserve).
+  bool direct() const { return direct_ != nullptr; }
+  // Whether files reserved from now on may use O_DIRECT (default true): the comparisons of
+  // bench/io_save_bench.cpp and the tests of both paths.
+  static void allow_direct_writes(bool allow);
   // Bytes written so far.
   size_t size() const { return written_; }
   // Makes the file durable and visible under its final name.
@@ -34,11 +53,15 @@ class AtomicFile {
   const std::filesystem::path& temp_path() const { return temp_path_; }
 
  private:
+  // Runs a call of the O_DIRECT writer; a failure it reports gets the file's sizes added.
+  void through_direct(const std::function<void()>& work);
+
   std::filesystem::path path_;
   std::filesystem::path temp_path_;
   int fd_ = -1;
   size_t written_ = 0;
   size_t expected_ = 0;  // from reserve(); 0: unknown
+  std::unique_ptr<DirectFileWriter> direct_;
 };
 
 // The whole content at once.

@@ -132,13 +132,14 @@ void write_safetensors(const fs::path& path, const std::vector<TensorToWrite>& t
       out.write(t.fetch && bytes[i] > 0 ? t.fetch() : t.data, bytes[i]);
       continue;
     }
-    const size_t count = bytes[i] / dtype_size(t.dtype);
-    std::vector<uint8_t> piece(std::min(count, kF32Piece) * dtype_size(t.dtype));
+    // Converted as written, into the file's staging (AtomicFile::write_filled).
+    const size_t element = dtype_size(t.dtype), count = bytes[i] / element;
     for (size_t at = 0; at < count; at += kF32Piece) {
       const size_t n = std::min(kF32Piece, count - at);
       const float* f32 = t.f32_pieces ? t.f32_pieces(at, n) : t.f32_source + at;
-      convert_from_f32(f32, t.dtype, piece.data(), n);
-      out.write(piece.data(), n * dtype_size(t.dtype));
+      out.write_filled(n * element, element, [&](std::byte* dst, size_t from, size_t piece) {
+        convert_from_f32(f32 + from / element, t.dtype, dst, piece / element);
+      });
     }
   }
   out.commit();

@@ -18,7 +18,9 @@ namespace ferry {
 
 namespace {
 
-constexpr const char* kWhere = "disk tier";
+const char* where(UringUse use) {
+  return use == UringUse::DiskTier ? "disk tier" : "save";
+}
 
 bool aligned(size_t value) {
   return value % UringFile::kAlignment == 0;
@@ -48,17 +50,25 @@ struct UringFile::Operation {
 };
 
 std::string uring_failure_message(const std::filesystem::path& path, bool is_write, size_t offset,
-                                  size_t bytes, int error) {
+                                  size_t bytes, int error, UringUse use) {
   const char* name = error == 0 ? "end of file" : strerrorname_np(error);
   const char* text = error == 0 ? "the file is shorter than the state it should hold" : std::strerror(error);
+  const bool full = error == ENOSPC || error == EDQUOT || error == EFBIG;
   const char* what_to_do =
-      error == ENOSPC || error == EDQUOT || error == EFBIG
-          ? "free space on that disk, or give disk_dir on a disk with room (ferry plan shows the bytes "
-            "needed)"
+      use == UringUse::Save
+          ? (error == EFBIG
+                 ? "raise the file size limit (ulimit -f) or write to another file system; earlier "
+                   "saves are untouched"
+             : full ? "free disk space or choose another output directory; earlier saves are untouched"
+             : error == EIO ? "the disk reported a hardware or media error; check it (dmesg); earlier saves "
+                              "are untouched"
+                            : "check the disk and the output directory; earlier saves are untouched")
+      : full ? "free space on that disk, or give disk_dir on a disk with room (ferry plan shows the bytes "
+               "needed)"
       : error == EIO ? "the disk reported a hardware or media error; check it (dmesg) or give disk_dir on "
                        "another disk, and resume from the last checkpoint"
                      : "check the disk and disk_dir, and resume from the last checkpoint";
-  return fmt::format("[{}] {} {} at offset {} of {} failed: {} ({}); {}", kWhere,
+  return fmt::format("[{}] {} {} at offset {} of {} failed: {} ({}); {}", where(use),
                      is_write ? "writing" : "reading", format_bytes(bytes), offset, path.string(),
                      name ? name : "unknown error", text, what_to_do);
 }
@@ -69,7 +79,7 @@ UringFile::UringFile(std::filesystem::path path, size_t bytes, std::vector<std::
   FERRY_ASSERT(options_.queue_depth > 0 && options_.max_request_bytes > 0 &&
                aligned(options_.max_request_bytes));
   for (const auto& b : buffers_)
-    FERRY_CHECK(aligned(reinterpret_cast<uintptr_t>(b.data())) && aligned(b.size()), kWhere,
+    FERRY_CHECK(aligned(reinterpret_cast<uintptr_t>(b.data())) && aligned(b.size()), where(options_.use),
                 "a buffer for {} is not aligned to {} bytes (address and size); allocate it aligned",
                 path_.string(), kAlignment);
   const int flags = O_RDWR | O_CLOEXEC | (options_.create ? O_CREAT | O_TRUNC : 0);
@@ -77,14 +87,14 @@ UringFile::UringFile(std::filesystem::path path, size_t bytes, std::vector<std::
   direct_ = fd_ >= 0;
   if (fd_ < 0 && errno == EINVAL) {
     fd_ = ::open(path_.c_str(), flags, 0600);
-    if (fd_ >= 0)
+    if (fd_ >= 0 && options_.use == UringUse::DiskTier)
       log_info(
           "disk tier: the filesystem of {} refuses O_DIRECT; its state goes through the page cache (same "
           "bytes, one more copy, and the kernel may cache up to {} of it)",
           path_.string(), format_bytes(bytes_));
   }
-  FERRY_CHECK(fd_ >= 0, kWhere, "cannot open {}: {}; give disk_dir a directory you can write", path_.string(),
-              std::strerror(errno));
+  FERRY_CHECK(fd_ >= 0, where(options_.use), "cannot open {}: {}; give disk_dir a directory you can write",
+              path_.string(), std::strerror(errno));
   if (options_.create && bytes_ > 0) {
     // fallocate, not ftruncate: the blocks are reserved now, so a full disk is refused here, before
     // training, and not by a write-back in the middle of a step.
@@ -92,7 +102,8 @@ UringFile::UringFile(std::filesystem::path path, size_t bytes, std::vector<std::
     if (error != 0) {
       ::close(fd_);
       ::unlink(path_.c_str());
-      fail(kWhere, "cannot set aside {} for {}: {} ({}); free space on that disk or lower disk_memory",
+      fail(where(options_.use),
+           "cannot set aside {} for {}: {} ({}); free space on that disk or lower disk_memory",
            format_bytes(bytes_), path_.string(), strerrorname_np(error), std::strerror(error));
     }
   }
@@ -100,7 +111,7 @@ UringFile::UringFile(std::filesystem::path path, size_t bytes, std::vector<std::
   const int init = io_uring_queue_init(options_.queue_depth, &ring_->ring, 0);
   if (init < 0) {
     ::close(fd_);
-    fail(kWhere,
+    fail(where(options_.use),
          "io_uring is not available ({}: {}); the disk tier needs Linux 5.6 or newer with io_uring "
          "allowed (containers may forbid it): set disk_memory: 0",
          strerrorname_np(-init), std::strerror(-init));
@@ -116,7 +127,7 @@ UringFile::UringFile(std::filesystem::path path, size_t bytes, std::vector<std::
       }
     const int reg = io_uring_register_buffers(&ring_->ring, iov.data(), static_cast<unsigned>(iov.size()));
     registered_ = reg == 0;
-    if (!registered_)
+    if (!registered_ && options_.use == UringUse::DiskTier)
       log_info("disk tier: buffers not registered with io_uring ({}: {}); plain requests instead",
                strerrorname_np(-reg), std::strerror(-reg));
   }
@@ -161,10 +172,11 @@ UringFile::Ticket UringFile::write(size_t offset, std::span<const std::byte> fro
 }
 
 UringFile::Ticket UringFile::submit(bool is_write, size_t offset, std::byte* data, size_t bytes) {
-  FERRY_CHECK(aligned(offset) && aligned(bytes) && aligned(reinterpret_cast<uintptr_t>(data)), kWhere,
+  FERRY_CHECK(aligned(offset) && aligned(bytes) && aligned(reinterpret_cast<uintptr_t>(data)),
+              where(options_.use),
               "{} {} bytes at offset {} of {}: offset, size and address must be multiples of {} (O_DIRECT)",
               is_write ? "writing" : "reading", bytes, offset, path_.string(), kAlignment);
-  FERRY_CHECK(offset <= bytes_ && bytes <= bytes_ - offset, kWhere,
+  FERRY_CHECK(offset <= bytes_ && bytes <= bytes_ - offset, where(options_.use),
               "{} {} bytes at offset {} runs past the end of {} ({} bytes)", is_write ? "writing" : "reading",
               bytes, offset, path_.string(), bytes_);
   FERRY_ASSERT(span_index(buffers_, data, bytes) >= 0,
@@ -215,7 +227,7 @@ void UringFile::issue_pending() {
   int submitted;
   do submitted = io_uring_submit(&ring_->ring);
   while (submitted == -EINTR);
-  FERRY_CHECK(submitted >= 0, kWhere, "submitting requests for {} failed: {}", path_.string(),
+  FERRY_CHECK(submitted >= 0, where(options_.use), "submitting requests for {} failed: {}", path_.string(),
               std::strerror(-submitted));
 }
 
@@ -229,7 +241,8 @@ bool UringFile::reap(bool block) {
     got = io_uring_peek_cqe(&ring_->ring, &cqe);
     if (got == -EAGAIN) return false;
   }
-  FERRY_CHECK(got == 0, kWhere, "waiting for requests of {} failed: {}", path_.string(), std::strerror(-got));
+  FERRY_CHECK(got == 0, where(options_.use), "waiting for requests of {} failed: {}", path_.string(),
+              std::strerror(-got));
   Piece* piece = static_cast<Piece*>(io_uring_cqe_get_data(cqe));
   const int result = cqe->res;
   io_uring_cqe_seen(&ring_->ring, cqe);
@@ -245,7 +258,7 @@ void UringFile::finish_piece(Piece* piece, int result) {
   if (result < 0 || eof) {
     if (op.failure.empty())
       op.failure = uring_failure_message(path_, piece->is_write, piece->offset + piece->done,
-                                         piece->bytes - piece->done, eof ? 0 : -result);
+                                         piece->bytes - piece->done, eof ? 0 : -result, options_.use);
     --op.remaining;
     return;
   }
@@ -262,7 +275,7 @@ bool UringFile::done(Ticket ticket) {
   // Completions of some requests (O_DIRECT writes among them) reach the ring only when this thread
   // enters the kernel to collect them: without this, a request done long ago looks in flight.
   const int flushed = io_uring_get_events(&ring_->ring);
-  FERRY_CHECK(flushed >= 0 || flushed == -EINTR || flushed == -EAGAIN, kWhere,
+  FERRY_CHECK(flushed >= 0 || flushed == -EINTR || flushed == -EAGAIN, where(options_.use),
               "collecting completions for {} failed: {}", path_.string(), std::strerror(-flushed));
   while (reap(false)) {
   }

@@ -14,8 +14,9 @@
 // block size of NVMe and of the filesystems we meet): O_DIRECT requires it, and requiring it also
 // where O_DIRECT is missing keeps the callers' layout one layout. Where the filesystem refuses
 // O_DIRECT (EINVAL at open: older tmpfs, some FUSE and network filesystems), the file is opened
-// buffered and a line says so; where the buffers cannot be registered (RLIMIT_MEMLOCK), plain
-// requests are used and a line says so. Neither changes a byte of what is read or written.
+// buffered and, for the disk tier, a line says so (a save asks direct() and writes otherwise); where the
+// buffers cannot be registered (RLIMIT_MEMLOCK), plain requests are used and a line says so. Neither changes
+// a byte of what is read or written.
 //
 // Requests larger than max_request_bytes are cut into pieces; a short read or write (which the
 // kernel may return at any size) is resubmitted for its remainder; a read that reaches the end of
@@ -39,10 +40,15 @@
 
 namespace ferry {
 
+// What a file is for: its messages name it and say what to do (the disk tier's state, or a save:
+// io/direct_file_writer.h).
+enum class UringUse { DiskTier, Save };
+
 struct UringFileOptions {
   unsigned queue_depth = 32;                    // requests in flight at most
   size_t max_request_bytes = size_t{16} << 20;  // larger transfers are cut into pieces of this size
   bool create = true;  // create and preallocate the file; false: open an existing file (or device) as it is
+  UringUse use = UringUse::DiskTier;
 };
 
 class UringFile {
@@ -111,6 +117,6 @@ class UringFile {
 
 // "[disk tier] reading 16 MiB at offset 32 MiB of /scratch/f failed: EIO (Input/output error); ..."
 std::string uring_failure_message(const std::filesystem::path& path, bool is_write, size_t offset,
-                                  size_t bytes, int error);
+                                  size_t bytes, int error, UringUse use = UringUse::DiskTier);
 
 }  // namespace ferry
