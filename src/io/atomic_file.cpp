@@ -10,7 +10,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <vector>
 
 #include "core/error.h"
@@ -19,7 +21,14 @@
 namespace ferry {
 
 namespace {
-std::atomic<bool> g_direct_writes{true};
+// FERRY_DIRECT_SAVES=0 keeps every save on write() and the page cache: for a file system that
+// takes O_DIRECT but serves it slowly (some network and FUSE file systems).
+bool direct_writes_by_default() {
+  const char* env = std::getenv("FERRY_DIRECT_SAVES");
+  return env == nullptr || std::string_view(env) != "0";
+}
+
+std::atomic<bool> g_direct_writes{direct_writes_by_default()};
 
 // Linux moves at most about 2 GiB per write(); larger tensors are written in pieces.
 constexpr size_t kMaxWrite = size_t{1} << 30;

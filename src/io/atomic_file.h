@@ -41,8 +41,9 @@ class AtomicFile {
                     const std::function<void(std::byte* dst, size_t at, size_t count)>& fill);
   // Whether the writes go through O_DIRECT (reserve).
   bool direct() const { return direct_ != nullptr; }
-  // Whether files reserved from now on may use O_DIRECT (default true): the comparisons of
-  // bench/io_save_bench.cpp and the tests of both paths.
+  // Whether files reserved from now on may use O_DIRECT (default: true, false where the
+  // environment says FERRY_DIRECT_SAVES=0): the comparisons of bench/io_save_bench.cpp and the
+  // tests of both paths.
   static void allow_direct_writes(bool allow);
   // Bytes written so far.
   size_t size() const { return written_; }
