@@ -1,4 +1,5 @@
 // End-to-end training on the CPU: exact resume, the output directory, and bad input.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -53,10 +54,21 @@ TEST_F(TrainTest, ResumeIsBitExact) {
   ASSERT_EQ(first.final_step, 3);
   ASSERT_TRUE(find_latest_checkpoint(scratch_ / "split").has_value());
 
+  // The resume takes the state from the checkpoint alone: the model's weights are not read (NaN
+  // in them now, which reading refuses), and the run goes on exactly.
+  const std::filesystem::path weights_file = model_dir_ / "model.safetensors";
+  const std::string original = test::read_file(weights_file);
+  uint64_t header = 0;
+  std::memcpy(&header, original.data(), 8);
+  std::string poisoned = original;
+  std::fill(poisoned.begin() + 8 + static_cast<std::ptrdiff_t>(header), poisoned.end(), '\xff');
+  std::ofstream(weights_file, std::ios::binary | std::ios::trunc) << poisoned;
   std::vector<double> resumed;
   TrainHooks record_rest;
   record_rest.on_step = [&](const StepRecord& r) { resumed.push_back(r.loss); };
-  ASSERT_TRUE(run_training(config("split", {"resume=true"}), record_rest).finished);
+  const bool finished = run_training(config("split", {"resume=true"}), record_rest).finished;
+  std::ofstream(weights_file, std::ios::binary | std::ios::trunc) << original;
+  ASSERT_TRUE(finished);
   ASSERT_EQ(resumed.size(), 3u);
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(resumed[i], uninterrupted[3 + i]) << "step " << 4 + i;
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(first.steps[i].loss, uninterrupted[i]) << "step " << 1 + i;

@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <fstream>
 #include <memory>
+#include <optional>
+#include <span>
 
 #include "core/byte_size.h"
 #include "core/clock.h"
@@ -198,6 +201,12 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   const ModelConfig model_config = mc;
   const ModelLayout layout = weights.layout;
   const int64_t parameter_count = layout.parameter_count();
+  // A resume takes every value of the state from the checkpoint: the model's weights are not
+  // read (an 8B's 16 GB from its directory, or made for a preset); the masters start as zeros that
+  // load_checkpoint overwrites whole, or the run stops with its error.
+  const std::optional<std::filesystem::path> latest =
+      config.resume ? find_latest_checkpoint(config.output_dir) : std::nullopt;
+  if (latest) weights.loader = [](size_t, std::span<float> out) { std::fill(out.begin(), out.end(), 0.0f); };
   memory.enter(kPhasePlanning);
   std::unique_ptr<StepExecutor> executor = make_step_executor(config, std::move(weights), &memory);
   memory.check();
@@ -210,7 +219,6 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   int64_t step = 0;
   std::filesystem::create_directories(config.output_dir);
   if (config.resume) {
-    auto latest = find_latest_checkpoint(config.output_dir);
     if (!latest) {
       log_warn("resume: no complete checkpoint in {}; starting from the beginning",
                config.output_dir.string());
