@@ -1,16 +1,13 @@
 // Large saves through O_DIRECT (io/direct_file_writer.h behind io/atomic_file.h): the file holds
 // exactly the bytes written, whatever the sizes of the writes and of the pieces filled in place
 // (elements split across staging buffers included), the same bytes as the write() path; a
-// safetensors file so written reads back; a full disk is a clear error that leaves the earlier
-// file and no temporary.
+// safetensors file so written reads back. A full disk during such a save: io_atomic_file_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "core/error.h"
-#include "file_size_limit.h"
 #include "io/atomic_file.h"
 #include "io/direct_file_writer.h"
 #include "io/safetensors.h"
@@ -21,10 +18,6 @@ namespace ferry {
 namespace {
 
 namespace fs = std::filesystem;
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
 
 // Restores the default (O_DIRECT allowed) when a test ends, passed or not.
 struct DirectWrites {
@@ -129,38 +122,6 @@ TEST(DirectFileWriterTest, ALargeSafetensorsFileReadsBackAndEqualsTheBufferedOne
   const std::vector<uint8_t> b_bf16 = encode_f32(b.data(), b.size(), DType::BF16);
   ASSERT_EQ(b_info->bytes, b_bf16.size());
   EXPECT_EQ(std::memcmp(file.data(*b_info), b_bf16.data(), b_info->bytes), 0);
-}
-
-// A full disk in the middle of an O_DIRECT save (here the file size limit): the error names the
-// file, the errno, what to do and the sizes; the earlier save stays and no temporary is left.
-TEST(DirectFileWriterTest, AFullDiskIsAClearErrorAndTheOldFileStays) {
-  test::ScratchDir dir("direct-full");
-  if (!direct_here(dir.path())) GTEST_SKIP() << dir.path() << " takes no O_DIRECT";
-  const fs::path path = dir / "optimizer.safetensors";
-  write_file_atomic(path, "the previous save");
-  const std::vector<float> values = test::random_vector(12 << 20, 4);  // 48 MiB
-  const std::vector<TensorToWrite> tensors = {{"w", DType::F32, {12 << 20}, values.data()}};
-  std::string message;
-  {
-    test::FileSizeLimit limit(20 << 20);
-    try {
-      write_safetensors(path, tensors);
-    } catch (const Error& e) {
-      message = e.what();
-    }
-  }
-  ASSERT_FALSE(message.empty()) << "a write past the file size limit must fail";
-  EXPECT_TRUE(contains(message, path.string() + ".tmp")) << message;
-  EXPECT_TRUE(contains(message, "EFBIG")) << message;
-  EXPECT_TRUE(contains(message, "ulimit -f")) << message;
-  EXPECT_TRUE(contains(message, "the file needs")) << message;
-  EXPECT_FALSE(contains(message, "disk_dir")) << "a save is not the disk tier: " << message;
-  EXPECT_EQ(test::read_file(path), "the previous save");
-  EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
-  write_safetensors(path, tensors);  // with room again, the same save succeeds
-  const SafetensorsFile file = SafetensorsFile::open(path);
-  ASSERT_NE(file.find("w"), nullptr);
-  EXPECT_EQ(std::memcmp(file.data(*file.find("w")), values.data(), values.size() * 4), 0);
 }
 
 }  // namespace

@@ -46,8 +46,6 @@ bool out_of_space(int err) {
   return err == ENOSPC || err == EDQUOT || err == EFBIG;
 }
 
-// What a user needs to act on a write that ran out of space (out_of_space(err)): which limit was
-// hit, how much the file needed and how much the file system has left.
 // "; its file system has F free", or nothing where the file system cannot say.
 std::string free_space_text(const std::filesystem::path& path) {
   struct statvfs fs {};
@@ -56,6 +54,8 @@ std::string free_space_text(const std::filesystem::path& path) {
                      bytes_text(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize));
 }
 
+// What a user needs to act on a write that ran out of space (out_of_space(err)): which limit was
+// hit, how much the file needed and how much the file system has left.
 std::string space_advice(int err, const std::filesystem::path& path, size_t written, size_t expected) {
   const char* name = err == ENOSPC ? "ENOSPC" : err == EDQUOT ? "EDQUOT" : "EFBIG";
   std::string what = fmt::format("{} ({})", std::strerror(err), name);
