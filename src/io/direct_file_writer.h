@@ -11,7 +11,8 @@
 // copies into the buffers run on every core.
 //
 // The file's size need not be a multiple of the block size: the last block goes out padded with
-// zeros and finish() cuts the file back to the bytes written. Where the file system refuses
+// zeros, and the caller cuts the file back to the bytes it wrote (AtomicFile::commit). Where the
+// file system refuses
 // O_DIRECT or io_uring is not available, open() returns nullptr and the caller writes as before.
 #pragma once
 
@@ -50,9 +51,8 @@ class DirectFileWriter {
   // multiples of `granule` (an element's size: a conversion never splits one).
   void write_filled(size_t bytes, size_t granule, const Fill& fill);
   // Writes what is staged and waits for every request; the file is then the bytes written
-  // followed by at most a block of padding, which the caller truncates (ftruncate to size()).
+  // followed by at most a block of padding, which the caller truncates.
   void finish();
-  size_t size() const { return written_; }
 
  private:
   DirectFileWriter(std::unique_ptr<std::byte, void (*)(void*)> memory, size_t total_bytes);

@@ -14,8 +14,8 @@
 // block size of NVMe and of the filesystems we meet): O_DIRECT requires it, and requiring it also
 // where O_DIRECT is missing keeps the callers' layout one layout. Where the filesystem refuses
 // O_DIRECT (EINVAL at open: older tmpfs, some FUSE and network filesystems), the file is opened
-// buffered and, for the disk tier, a line says so (a save asks direct() and writes otherwise); where the
-// buffers cannot be registered (RLIMIT_MEMLOCK), plain requests are used and a line says so. Neither changes
+// buffered (a save asks direct() and writes otherwise); where the buffers cannot be registered
+// (RLIMIT_MEMLOCK), plain requests are used. For the disk tier a line says either. Neither changes
 // a byte of what is read or written.
 //
 // Requests larger than max_request_bytes are cut into pieces; a short read or write (which the
