@@ -4,7 +4,8 @@
 // before each timed call where the working set could sit in L2) and prints a markdown table of
 // time, bandwidth or FLOP rate, and the fraction of the H200's roofline.
 //
-//   ferry_kernel_bench --kernel all|gemm|rmsnorm|rope|swiglu|embedding|flce|adamw|attention_cached
+//   ferry_kernel_bench --kernel
+//   all|gemm|gemm_candidates|rmsnorm|rope|swiglu|embedding|flce|adamw|attention_cached
 //                      [--reps N] [--warmup N]
 //
 // Exit status 1 when a reference check failed (timings of a failed family are still printed).
@@ -24,10 +25,15 @@ struct Family {
 };
 
 const Family kFamilies[] = {
-    {"gemm", ferry::bench::bench_gemm},           {"rmsnorm", ferry::bench::bench_rmsnorm},
-    {"rope", ferry::bench::bench_rope},           {"swiglu", ferry::bench::bench_swiglu},
-    {"embedding", ferry::bench::bench_embedding}, {"flce", ferry::bench::bench_flce},
-    {"adamw", ferry::bench::bench_adamw},         {"attention_cached", ferry::bench::bench_attention_cached},
+    {"gemm", ferry::bench::bench_gemm},
+    {"gemm_candidates", ferry::bench::bench_gemm_candidates},
+    {"rmsnorm", ferry::bench::bench_rmsnorm},
+    {"rope", ferry::bench::bench_rope},
+    {"swiglu", ferry::bench::bench_swiglu},
+    {"embedding", ferry::bench::bench_embedding},
+    {"flce", ferry::bench::bench_flce},
+    {"adamw", ferry::bench::bench_adamw},
+    {"attention_cached", ferry::bench::bench_attention_cached},
 };
 
 int usage() {

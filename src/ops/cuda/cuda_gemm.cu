@@ -74,8 +74,8 @@ size_t Gemm::KeyHash::operator()(const Key& k) const {
   return h;
 }
 
-Gemm::Gemm(size_t workspace_bytes, cudaStream_t stream, const WorkspaceAllocator* allocator, bool tune)
-    : workspace_bytes_(workspace_bytes), tune_(tune) {
+Gemm::Gemm(size_t workspace_bytes, cudaStream_t stream, const WorkspaceAllocator* allocator, int candidates)
+    : workspace_bytes_(workspace_bytes), candidates_(candidates < 1 ? 1 : candidates) {
   cublasLtHandle_t h = nullptr;
   CHECK_CUBLAS(cublasLtCreate(&h));
   handle_.reset(h);
@@ -149,11 +149,11 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
                                                       &schemes, sizeof(schemes)));
   }
 
-  cublasLtMatmulHeuristicResult_t results[kTuneAlgos] = {};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(candidates_));
   int returned = 0;
   const cublasStatus_t status =
       cublasLtMatmulAlgoGetHeuristic(handle_.get(), desc, plan->a.get(), plan->b.get(), plan->d.get(),
-                                     plan->d.get(), pref_raw, tune_ ? kTuneAlgos : 1, results, &returned);
+                                     plan->d.get(), pref_raw, candidates_, results.data(), &returned);
   for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < returned; ++i)
     if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->algos.push_back(results[i].algo);
   if (plan->algos.empty()) {

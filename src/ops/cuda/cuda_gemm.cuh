@@ -11,12 +11,12 @@
 //
 // Tuning (on by default): the heuristic's first choice is not always the fastest (measured on the
 // H200: 678-697 TFLOP/s for the MLP's dx products against 783 for the attention projections). The
-// first calls of a problem -- real calls, whose results are used -- go to its first kTuneAlgos
-// candidates in turn, kTuneSamples each, timed with events read later without blocking; then the
-// problem keeps the candidate with the lowest median time, or the heuristic's first unless another
-// is kTuneMargin faster, so that two runs pick alike where candidates are close. Measured on the
-// H200 (bench_gemm, timed in turn with the heuristic's choice): +7-13% on 4096 x 4096 products and
-// +19-25% on the 1024 x 4096 dx ones, but -5 to -8% on the 8B MLP's dx products, whose trials
+// first calls of a problem -- real calls, whose results are used -- go to its first candidates
+// (kGemmTuneAlgos unless CudaOpsOptions says otherwise) in turn, kTuneSamples each, timed with events read
+// later without blocking; then the problem keeps the candidate with the lowest median time, or the
+// heuristic's first unless another is kTuneMargin faster, so that two runs pick alike where candidates are
+// close. Measured on the H200 (bench_gemm, timed in turn with the heuristic's choice): +7-13% on 4096 x 4096
+// products and +19-25% on the 1024 x 4096 dx ones, but -5 to -8% on the 8B MLP's dx products, whose trials
 // mislead at a 3% margin and 3 samples (hence 5% and 5); an 8B step moved within noise. Every candidate
 // computes the same product with fp32 accumulation (results differ in rounding order only), so
 // tuning on the training's own calls needs no scratch memory and works for in-place accumulation.
@@ -81,11 +81,13 @@ using LtPreference = CudaHandle<cublasLtMatmulPreference_t, LtPreferenceDestroy>
 
 class Gemm {
  public:
-  static constexpr int kTuneAlgos = kGemmTuneAlgos;
   static constexpr int kTuneSamples = kGemmTuneSamples;
   static constexpr float kTuneMargin = kGemmTuneMargin;
 
-  Gemm(size_t workspace_bytes, cudaStream_t stream, const WorkspaceAllocator* allocator, bool tune = true);
+  // `candidates`: how many of the heuristic's algorithms each problem's first calls time (1: no
+  // tuning, the heuristic's first always).
+  Gemm(size_t workspace_bytes, cudaStream_t stream, const WorkspaceAllocator* allocator,
+       int candidates = kGemmTuneAlgos);
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;
@@ -131,7 +133,7 @@ class Gemm {
   LtHandle handle_;
   StreamBuffer workspace_;
   size_t workspace_bytes_ = 0;
-  bool tune_ = true;
+  int candidates_ = kGemmTuneAlgos;
   std::atomic<int64_t> tuning_calls_{0};
   std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> cache_;
 };

@@ -12,10 +12,10 @@ bool gemm_tuning_default() {
 }
 
 CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator,
-                      bool gemm_tuning)
+                      int gemm_candidates)
     : stream(s),
       allocator(std::move(workspace_allocator)),
-      gemm(gemm_workspace_bytes, s, &allocator, gemm_tuning) {
+      gemm(gemm_workspace_bytes, s, &allocator, gemm_candidates) {
   for (auto& buffer : scratch) buffer.use_allocator(&allocator);
   int device = 0;
   FERRY_CUDA_CHECK(cudaGetDevice(&device));
@@ -27,8 +27,9 @@ CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllo
 CudaOps::CudaOps(void* stream, const CudaOpsOptions& options)
     : options_(options),
       state_(std::make_unique<State>(static_cast<cudaStream_t>(stream), options.gemm_workspace_bytes,
-                                     options.allocator, options.gemm_tuning)) {
+                                     options.allocator, options.gemm_tuning ? options.gemm_candidates : 1)) {
   CUDA_OPS_EXPECT(options_.flce_chunk_bytes > 0, "CudaOps", "flce_chunk_bytes must be positive");
+  CUDA_OPS_EXPECT(options_.gemm_candidates >= 1, "CudaOps", "gemm_candidates must be at least 1");
   if (options_.cudnn_attention) state_->cudnn_attention = CudnnAttention::make(stream);
 }
 

@@ -49,6 +49,8 @@ struct CudaOpsOptions {
   // fastest (cuda_gemm.cuh); off: the heuristic's first choice, always. The environment variable
   // FERRY_GEMM_TUNING=0 turns it off for every CudaOps made with the default.
   bool gemm_tuning = gemm_tuning_default();
+  // How many of cuBLASLt's candidates tuning times per problem (the heuristic's first ones).
+  int gemm_candidates = kGemmTuneAlgos;
   // Attention of rows that are plain causal sequences (AttentionMask::row_tokens), or of causal
   // segments (AttentionMask::segment_bounds: packed documents), runs on cuDNN's fused attention
   // where cuDNN is installed (ops/cuda/cudnn_attention.h); off, or without cuDNN
@@ -74,7 +76,7 @@ class CudaOps final : public Ops {
   const char* name() const override { return "cuda"; }
   std::string kernels() const override;
   int calls_to_steady_speed() const override {
-    return options_.gemm_tuning ? kGemmTuneAlgos * kGemmTuneSamples + 1 : 1;
+    return options_.gemm_tuning ? options_.gemm_candidates * kGemmTuneSamples + 1 : 1;
   }
   int64_t tuning_calls() const override;
 

@@ -43,7 +43,7 @@ struct CudaOps::State {
   std::unique_ptr<CudnnAttention> cudnn_attention;  // null: cuDNN off or not installed
 
   State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator,
-        bool gemm_tuning);
+        int gemm_candidates);
 
   void* buffer(cuda::Scratch slot, size_t bytes, const char* what) {
     return scratch[static_cast<int>(slot)].get(bytes, stream, what);

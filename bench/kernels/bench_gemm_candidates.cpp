@@ -1,0 +1,100 @@
+// The layer GEMMs of the whole-GPU Llama-3.2-1B and -3B (one micro-chunk of 65,536 tokens), each
+// as the engine calls it, with cuBLASLt's heuristic's first algorithm, tuned among kGemmTuneAlgos
+// candidates (the default) and tuned among kWideCandidates: whether timing more of the heuristic's
+// candidates finds faster algorithms for the shapes that take most of those steps.
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "ops/cuda_ops_sizes.h"
+#include "ops/ops.h"
+
+namespace ferry::bench {
+
+namespace {
+
+constexpr int kWideCandidates = 24;
+constexpr int64_t kTokens = 65536;
+
+struct Shape {
+  const char* name;
+  int64_t in, out;
+  bool residual;     // the forward adds the residual stream (o_proj, down_proj)
+  bool accumulate;   // the backward's dx adds to another product's (k, v, up)
+};
+
+struct Model {
+  const char* name;
+  Shape shapes[4];
+};
+
+}  // namespace
+
+void bench_gemm_candidates(Bench& b) {
+  std::vector<std::unique_ptr<CudaOps>> variants;
+  std::vector<std::string> labels;
+  for (const int candidates : {1, kGemmTuneAlgos, kWideCandidates}) {
+    CudaOpsOptions options;
+    options.gemm_tuning = candidates > 1;
+    options.gemm_candidates = candidates;
+    variants.push_back(std::make_unique<CudaOps>(b.stream(), options));
+    labels.push_back(candidates == 1 ? "heuristic" : "tuned among " + std::to_string(candidates));
+  }
+  const Model models[] = {
+      {"1B", {{"o", 2048, 2048, true, false},
+              {"k/v", 2048, 512, false, true},
+              {"gate/up", 2048, 8192, false, true},
+              {"down", 8192, 2048, true, false}}},
+      {"3B", {{"o", 3072, 3072, true, false},
+              {"k/v", 3072, 1024, false, true},
+              {"gate/up", 3072, 8192, false, true},
+              {"down", 8192, 3072, true, false}}},
+  };
+  const Tensor none;
+  for (const Model& m : models) {
+    for (const Shape& s : m.shapes) {
+      DeviceTensor x(DType::BF16, {kTokens, s.in}), w(DType::BF16, {s.out, s.in}), y(DType::BF16, {kTokens, s.out});
+      DeviceTensor dy(DType::BF16, {kTokens, s.out}), dx(DType::BF16, {kTokens, s.in}),
+          dw(DType::F32, {s.out, s.in});
+      fill_random(x, 1), fill_random(w, 2, -0.02f, 0.02f), fill_random(dy, 3), fill_random(dw, 4);
+      fill_random(y, 5), fill_random(dx, 6);
+      const double flops = 2.0 * kTokens * s.in * s.out;
+      struct Product {
+        const char* name;
+        std::function<void(CudaOps&)> run;
+      };
+      const Product products[] = {
+          {s.residual ? "fwd +residual" : "fwd",
+           [&](CudaOps& o) { o.linear_forward(x.t, w.t, none, s.residual ? y.t : none, y.t); }},
+          {s.accumulate ? "bwd dx +=" : "bwd dx",
+           [&](CudaOps& o) { o.linear_backward(x.t, w.t, dy.t, dx.t, none, none, s.accumulate); }},
+          {"bwd dw (F32, +=)", [&](CudaOps& o) { o.linear_backward(x.t, w.t, dy.t, none, dw.t, none, false); }},
+      };
+      for (const Product& p : products) {
+        // Tuning runs on the first calls: drive each variant through it before any timing.
+        for (size_t v = 0; v < variants.size(); ++v)
+          for (int i = 0; i < variants[v]->calls_to_steady_speed(); ++i) p.run(*variants[v]);
+        FERRY_CUDA_CHECK(cudaStreamSynchronize(b.stream()));
+        // Timed in turn and back (A B C C B A) so that no variant gets the cooler GPU.
+        std::vector<double> us(variants.size(), 0.0);
+        for (size_t v = 0; v < variants.size(); ++v) us[v] += b.time_us([&] { p.run(*variants[v]); });
+        for (size_t v = variants.size(); v-- > 0;) us[v] += b.time_us([&] { p.run(*variants[v]); });
+        char shape[96];
+        std::snprintf(shape, sizeof shape, "%s %s T=%lld %lldx%lld", m.name, s.name, (long long)kTokens,
+                      (long long)s.out, (long long)s.in);
+        for (size_t v = 0; v < variants.size(); ++v) {
+          const double t = 0.5 * us[v];
+          char note[160];
+          std::snprintf(note, sizeof note, "%s: %.0f TFLOP/s, %+.1f%% against the heuristic's", labels[v].c_str(),
+                        flops / t * 1e-6, 100.0 * (0.5 * us[0] / t - 1.0));
+          b.add({std::string("linear ") + p.name, shape, t, 0, flops, note});
+        }
+      }
+    }
+  }
+}
+
+}  // namespace ferry::bench
