@@ -106,12 +106,16 @@ Bench::~Bench() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
+void Bench::flush_l2(int value) {
+  FERRY_CUDA_CHECK(cudaMemsetAsync(flush_.get(), value & 0xff, flush_.bytes(), stream_));
+}
+
 double Bench::time_us(const std::function<void()>& fn, bool flush_l2) {
   for (int i = 0; i < warmup_; ++i) fn();
   FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
   std::vector<float> ms;
   for (int r = 0; r < reps_; ++r) {
-    if (flush_l2) FERRY_CUDA_CHECK(cudaMemsetAsync(flush_.get(), r & 0xff, flush_.bytes(), stream_));
+    if (flush_l2) this->flush_l2(r);
     FERRY_CUDA_CHECK(cudaEventRecord(start_, stream_));
     fn();
     FERRY_CUDA_CHECK(cudaEventRecord(stop_, stream_));

@@ -87,6 +87,8 @@ class Bench {
   // Median time in microseconds of `fn` (issued to stream()), after `warmup` untimed calls; with
   // flush_l2, a write of twice the L2 size precedes each timed call, outside the timed region.
   double time_us(const std::function<void()>& fn, bool flush_l2 = true);
+  // Writes twice the L2 size on stream(), so that the next call finds none of its data in L2.
+  void flush_l2(int value = 0);
   // Records a reference check: prints it, and marks the run failed when !ok.
   void check(const std::string& what, bool ok, const std::string& detail);
   void add(const Row& row);

@@ -8,6 +8,7 @@
 
 #include "bench_common.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda_ops_sizes.h"
 #include "ops/ops.h"
 
 namespace ferry::bench {
@@ -104,6 +105,29 @@ void bench_flce(Bench& b) {
   std::snprintf(note, sizeof note, "fused, default chunks (%lld tokens), bf16 weight gradient",
                 (long long)ops.flce_chunk_tokens(V));
   b.add({"flce fwd+bwd", "T=8192 H=4096 V=128256", us, 0, flops, note});
+
+  // The whole-GPU Llama-3.2-1B's head: one micro-chunk of 65,536 tokens, H 2048, its weight
+  // gradient in fp32 (updated on the GPU), at the default chunks and at chunks 4x as large.
+  const int64_t T1 = 65536, H1 = 2048;
+  DeviceTensor x1(DType::BF16, {T1, H1}), w1(DType::BF16, {V, H1}), dx1(DType::BF16, {T1, H1}),
+      dw1(DType::F32, {V, H1});
+  DeviceBuf targets1(T1 * 4);
+  fill_random(x1, 5), fill_random(w1, 6, -0.02f, 0.02f), fill_random(dw1, 7);
+  std::vector<int32_t> tg1(T1);
+  for (int64_t t = 0; t < T1; ++t) tg1[t] = static_cast<int32_t>((t * 7919) % V);
+  upload_ints(targets1, tg1);
+  for (const size_t chunk_bytes : {kCudaFlceChunkBytes, 4 * kCudaFlceChunkBytes}) {
+    CudaOpsOptions options;
+    options.flce_chunk_bytes = chunk_bytes;
+    CudaOps head(b.stream(), options);
+    const double us1 = b.time_us([&] {
+      head.linear_cross_entropy(x1.t, w1.t, targets1.as<int32_t>(), 1.0f / T1, dx1.t, dw1.t, loss.t,
+                                Tensor());
+    });
+    std::snprintf(note, sizeof note, "fused, %lld-token chunks, fp32 weight gradient",
+                  (long long)head.flce_chunk_tokens(V));
+    b.add({"flce fwd+bwd", "T=65536 H=2048 V=128256", us1, 0, 6.0 * T1 * H1 * V, note});
+  }
 }
 
 }  // namespace ferry::bench

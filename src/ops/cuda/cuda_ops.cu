@@ -11,6 +11,19 @@ bool gemm_tuning_default() {
   return value == nullptr || std::string(value) != "0";
 }
 
+int gemm_candidates_default() {
+  const char* value = std::getenv("FERRY_GEMM_CANDIDATES");
+  if (value == nullptr || *value == '\0') return kGemmTuneAlgos;
+  char* end = nullptr;
+  const long n = std::strtol(value, &end, 10);
+  if (*end != '\0' || n < 1 || n > 64)
+    raise("cuda", std::string("FERRY_GEMM_CANDIDATES=") + value +
+                      ": expected a whole number from 1 to 64 (how many of cuBLASLt's algorithms GEMM tuning "
+                      "times per product); unset it for the default, " +
+                      std::to_string(kGemmTuneAlgos));
+  return static_cast<int>(n);
+}
+
 CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator,
                       int gemm_candidates)
     : stream(s),

@@ -42,6 +42,8 @@ namespace ferry {
 
 // false when the environment sets FERRY_GEMM_TUNING=0.
 bool gemm_tuning_default();
+// FERRY_GEMM_CANDIDATES from the environment (1-64), else kGemmTuneAlgos.
+int gemm_candidates_default();
 
 struct CudaOpsOptions {
   size_t gemm_workspace_bytes = kCudaGemmWorkspaceBytes;
@@ -49,8 +51,9 @@ struct CudaOpsOptions {
   // fastest (cuda_gemm.cuh); off: the heuristic's first choice, always. The environment variable
   // FERRY_GEMM_TUNING=0 turns it off for every CudaOps made with the default.
   bool gemm_tuning = gemm_tuning_default();
-  // How many of cuBLASLt's candidates tuning times per problem (the heuristic's first ones).
-  int gemm_candidates = kGemmTuneAlgos;
+  // How many of cuBLASLt's candidates tuning times per problem (the heuristic's first ones); the
+  // environment variable FERRY_GEMM_CANDIDATES sets it for every CudaOps made with the default.
+  int gemm_candidates = gemm_candidates_default();
   // Attention of rows that are plain causal sequences (AttentionMask::row_tokens), or of causal
   // segments (AttentionMask::segment_bounds: packed documents), runs on cuDNN's fused attention
   // where cuDNN is installed (ops/cuda/cudnn_attention.h); off, or without cuDNN
