@@ -59,7 +59,7 @@ void bench_gemm(Bench& b) {
   CudaOps heuristic(b.stream(), heuristic_only);
   CudaOps tuned(b.stream());
   const auto tuned_time = [&](const std::function<void()>& fn) {
-    for (int i = 0; i < kGemmTuneAlgos * kGemmTuneSamples; ++i) fn();
+    for (int i = 0; i < tuned.calls_to_steady_speed(); ++i) fn();
     FERRY_CUDA_CHECK(cudaStreamSynchronize(b.stream()));
     return b.time_us(fn);
   };

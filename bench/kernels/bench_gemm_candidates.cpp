@@ -1,7 +1,8 @@
-// The layer GEMMs of the whole-GPU Llama-3.2-1B and -3B (one micro-chunk of 65,536 tokens), each
-// as the engine calls it, with cuBLASLt's heuristic's first algorithm, tuned among kGemmTuneAlgos
-// candidates (the default) and tuned among kWideCandidates: whether timing more of the heuristic's
-// candidates finds faster algorithms for the shapes that take most of those steps.
+// The layer GEMMs of the whole-GPU Llama-3.2-1B and -3B (one micro-chunk of 65,536 tokens) and of
+// the Llama-3.1-8B at 24 GiB (micro-chunks of 4 x 2,048 tokens), each as the engine calls it, with cuBLASLt's
+// heuristic's first algorithm, tuned among kGemmTuneAlgos candidates (the default) and tuned among
+// kWideCandidates: whether timing more of the heuristic's candidates finds faster algorithms for the shapes
+// that take most of those steps.
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -17,7 +18,6 @@ namespace ferry::bench {
 namespace {
 
 constexpr int kWideCandidates = 24;
-constexpr int64_t kTokens = 65536;
 
 struct Shape {
   const char* name;
@@ -28,6 +28,7 @@ struct Shape {
 
 struct Model {
   const char* name;
+  int64_t tokens;
   Shape shapes[4];
 };
 
@@ -45,26 +46,35 @@ void bench_gemm_candidates(Bench& b) {
   }
   const Model models[] = {
       {"1B",
+       65536,
        {{"o", 2048, 2048, true, false},
         {"k/v", 2048, 512, false, true},
         {"gate/up", 2048, 8192, false, true},
         {"down", 8192, 2048, true, false}}},
       {"3B",
+       65536,
        {{"o", 3072, 3072, true, false},
         {"k/v", 3072, 1024, false, true},
         {"gate/up", 3072, 8192, false, true},
         {"down", 8192, 3072, true, false}}},
+      {"8B",
+       8192,
+       {{"o", 4096, 4096, true, false},
+        {"k/v", 4096, 1024, false, true},
+        {"gate/up", 4096, 14336, false, true},
+        {"down", 14336, 4096, true, false}}},
   };
   const Tensor none;
   for (const Model& m : models) {
+    const int64_t tokens = m.tokens;
     for (const Shape& s : m.shapes) {
-      DeviceTensor x(DType::BF16, {kTokens, s.in}), w(DType::BF16, {s.out, s.in}),
-          y(DType::BF16, {kTokens, s.out});
-      DeviceTensor dy(DType::BF16, {kTokens, s.out}), dx(DType::BF16, {kTokens, s.in}),
+      DeviceTensor x(DType::BF16, {tokens, s.in}), w(DType::BF16, {s.out, s.in}),
+          y(DType::BF16, {tokens, s.out});
+      DeviceTensor dy(DType::BF16, {tokens, s.out}), dx(DType::BF16, {tokens, s.in}),
           dw(DType::F32, {s.out, s.in});
       fill_random(x, 1), fill_random(w, 2, -0.02f, 0.02f), fill_random(dy, 3), fill_random(dw, 4);
       fill_random(y, 5), fill_random(dx, 6);
-      const double flops = 2.0 * kTokens * s.in * s.out;
+      const double flops = 2.0 * tokens * s.in * s.out;
       struct Product {
         const char* name;
         std::function<void(CudaOps&)> run;
@@ -92,7 +102,7 @@ void bench_gemm_candidates(Bench& b) {
         for (size_t v = 0; v < variants.size(); ++v) us[v] += b.time_us([&] { p.run(*variants[v]); });
         for (size_t v = variants.size(); v-- > 0;) us[v] += b.time_us([&] { p.run(*variants[v]); });
         char shape[96];
-        std::snprintf(shape, sizeof shape, "%s %s T=%lld %lldx%lld", m.name, s.name, (long long)kTokens,
+        std::snprintf(shape, sizeof shape, "%s %s T=%lld %lldx%lld", m.name, s.name, (long long)tokens,
                       (long long)s.out, (long long)s.in);
         for (size_t v = 0; v < variants.size(); ++v) {
           const double t = 0.5 * us[v];

@@ -15,10 +15,14 @@ inline constexpr size_t kCudaGemmWorkspaceBytes = size_t{32} << 20;
 // all logits at once (bench_flce). The planner counts the bytes; at 24 GiB they cost at most 0.2%
 // of a step.
 inline constexpr size_t kCudaFlceChunkBytes = size_t{512} << 20;
-// GEMM tuning (CudaOpsOptions::gemm_tuning, ops/cuda/cuda_gemm.cuh): candidates per problem, timed
-// calls of each, and how much faster than the heuristic's first a candidate must be to be kept.
+// GEMM tuning (CudaOpsOptions::gemm_tuning, ops/cuda/cuda_gemm.cuh, ops/gemm_tuning.h): candidates
+// per problem (the heuristic's first ones), timed calls of each in the screening round, how many
+// go on to the final round, its timed calls of each, and how much faster than the heuristic's
+// first a candidate must be to be kept.
 inline constexpr int kGemmTuneAlgos = 6;
-inline constexpr int kGemmTuneSamples = 5;
+inline constexpr size_t kGemmScreenSamples = 2;
+inline constexpr size_t kGemmFinalists = 4;
+inline constexpr size_t kGemmTuneSamples = 5;
 inline constexpr float kGemmTuneMargin = 0.05f;
 
 // Tokens per chunk of the fused linear-cross-entropy for a vocabulary of V: as many bf16 logits
