@@ -54,8 +54,9 @@ TEST(GemmTuning, TheFinalRoundLeavesOutCandidatesThatNeverRanAndKeepsTheOrderOnT
 
 TEST(GemmTuning, CallsOfBothRounds) {
   EXPECT_EQ(gemm_tuning_calls(1), 0u);
-  // Up to kGemmFinalists candidates: the final round alone.
-  EXPECT_EQ(gemm_tuning_calls(kGemmFinalists), kGemmFinalists * kGemmTuneSamples);
+  // Up to kGemmOneRoundCandidates candidates (the default's 6): one round of every candidate.
+  EXPECT_EQ(gemm_tuning_calls(kGemmTuneAlgos), static_cast<size_t>(kGemmTuneAlgos) * kGemmTuneSamples);
+  EXPECT_EQ(gemm_tuning_calls(kGemmOneRoundCandidates), kGemmOneRoundCandidates * kGemmTuneSamples);
   EXPECT_EQ(gemm_tuning_calls(24), 24 * kGemmScreenSamples + kGemmFinalists * kGemmTuneSamples);
 }
 

@@ -1,10 +1,10 @@
 // GEMM tuning's schedule and choices (ops/cuda/cuda_gemm.cuh), as plain arithmetic so that they
 // are tested without a GPU.
 //
-// Two rounds: where there are more candidates than kGemmFinalists, each is first timed
-// kGemmScreenSamples times (screening); the heuristic's first and the kGemmFinalists - 1 others
-// with the fastest screening sample then go on to the final round, kGemmTuneSamples calls each,
-// whose medians choose. With kGemmFinalists or fewer candidates only the final round runs.
+// Up to kGemmOneRoundCandidates candidates, one round: each timed kGemmTuneSamples times, in
+// turn, and the medians choose. With more, two: each is first timed kGemmScreenSamples times
+// (screening); the heuristic's first and the kGemmFinalists - 1 others with the fastest screening
+// sample then go on to the final round, kGemmTuneSamples calls each, whose medians choose.
 #pragma once
 
 #include <algorithm>
@@ -19,9 +19,10 @@ namespace ferry {
 
 // The calls a problem's tuning times with `candidates` candidates (both rounds).
 constexpr size_t gemm_tuning_calls(size_t candidates) {
-  return candidates <= 1                ? 0
-         : candidates <= kGemmFinalists ? candidates * kGemmTuneSamples
-                                        : candidates * kGemmScreenSamples + kGemmFinalists * kGemmTuneSamples;
+  return candidates <= 1 ? 0
+         : candidates <= kGemmOneRoundCandidates
+             ? candidates * kGemmTuneSamples
+             : candidates * kGemmScreenSamples + kGemmFinalists * kGemmTuneSamples;
 }
 
 // The final round's candidates from the screening's samples (per candidate, in the heuristic's

@@ -174,7 +174,7 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
   if (!plan->tuned) {
     std::vector<size_t> all(n);
     std::iota(all.begin(), all.end(), size_t{0});
-    plan->final_round = n <= kGemmFinalists;
+    plan->final_round = n <= kGemmOneRoundCandidates;
     if (plan->final_round) plan->finalists = all;
     schedule_round(*plan, all, plan->final_round ? kGemmTuneSamples : kGemmScreenSamples);
   }

@@ -12,16 +12,16 @@
 // Tuning (on by default): the heuristic's first choice is not always the fastest (measured on the
 // H200: 678-697 TFLOP/s for the MLP's dx products against 783 for the attention projections). The
 // first calls of a problem -- real calls, whose results are used -- time its first candidates
-// (CudaOpsOptions::gemm_candidates) with events read later without blocking, in two rounds
-// (ops/gemm_tuning.h): each candidate a few times, then the heuristic's first and the fastest
-// others kGemmTuneSamples times each, in turn; the problem keeps the finalist with the lowest
-// median time, or the heuristic's first unless another is kGemmTuneMargin faster, so that two runs
-// pick alike where candidates are close. Measured on the H200 (bench_gemm, timed in turn with the
-// heuristic's choice): +7-13% on 4096 x 4096 products and +19-25% on the 1024 x 4096 dx ones, but
-// -5 to -8% on the 8B MLP's dx products, whose trials mislead at a 3% margin and 3 samples (hence
-// 5% and 5); an 8B step moved within noise. Every candidate computes the same product with fp32
-// accumulation (results differ in rounding order only), so tuning on the training's own calls
-// needs no scratch memory and works for in-place accumulation.
+// (CudaOpsOptions::gemm_candidates) with events read later without blocking (ops/gemm_tuning.h):
+// each kGemmTuneSamples times, in turn, or, with many candidates, each a few times and then the
+// heuristic's first and the fastest others kGemmTuneSamples times each; the problem keeps the
+// finalist with the lowest median time, or the heuristic's first unless another is kGemmTuneMargin faster, so
+// that two runs pick alike where candidates are close. Measured on the H200 (bench_gemm, timed in turn with
+// the heuristic's choice): +7-13% on 4096 x 4096 products and +19-25% on the 1024 x 4096 dx ones, but -5 to
+// -8% on the 8B MLP's dx products, whose trials mislead at a 3% margin and 3 samples (hence 5% and 5); an 8B
+// step moved within noise. Every candidate computes the same product with fp32 accumulation (results differ
+// in rounding order only), so tuning on the training's own calls needs no scratch memory and works for
+// in-place accumulation.
 #pragma once
 
 #include <cublasLt.h>
