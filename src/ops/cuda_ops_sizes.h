@@ -15,18 +15,12 @@ inline constexpr size_t kCudaGemmWorkspaceBytes = size_t{32} << 20;
 // all logits at once (bench_flce). The planner counts the bytes; at 24 GiB they cost at most 0.2%
 // of a step.
 inline constexpr size_t kCudaFlceChunkBytes = size_t{512} << 20;
-// GEMM tuning (CudaOpsOptions::gemm_tuning, ops/cuda/cuda_gemm.cuh, ops/gemm_tuning.h): candidates
-// per problem by default (the heuristic's first ones); up to how many candidates one round times
-// them all kGemmTuneSamples times each; beyond that, the screening round's calls of each, how many
-// go on to the final round, and how much faster than the heuristic's first a candidate must be to
-// be kept. The H200's bench (bench_gemm_candidates) found algorithms 8-15% faster than the first
-// 6 hold among the first 24 for the 1B's MLP products at 65,536 tokens; a run with 24
-// (FERRY_GEMM_CANDIDATES=24) is not yet measured end to end, so the default stays 6.
+// GEMM tuning (CudaOpsOptions::gemm_tuning, ops/cuda/cuda_gemm.cuh): candidates per problem, timed
+// calls of each, and how much faster than the heuristic's first a candidate must be to be kept.
+// On the H200 the first 24 held algorithms 8-15% faster than the first 6 for the 1B's MLP products
+// at 65,536 tokens (bench_gemm_candidates); FERRY_GEMM_CANDIDATES=24 is not yet measured end to end.
 inline constexpr int kGemmTuneAlgos = 6;
-inline constexpr size_t kGemmOneRoundCandidates = 6;
-inline constexpr size_t kGemmScreenSamples = 2;
-inline constexpr size_t kGemmFinalists = 4;
-inline constexpr size_t kGemmTuneSamples = 5;
+inline constexpr int kGemmTuneSamples = 5;
 inline constexpr float kGemmTuneMargin = 0.05f;
 
 // Tokens per chunk of the fused linear-cross-entropy for a vocabulary of V: as many bf16 logits

@@ -465,9 +465,8 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   ComputeProfile c;
   // The layer and the head are timed at the speed training reaches, after the ops' warm-up (GEMM
   // tuning: timed in the middle of it, a 1B layer's backward measured 60% slow), which runs until
-  // a run tunes nothing: a problem called once a run is tuned in ~31 runs (~69 with
-  // FERRY_GEMM_CANDIDATES=24), one called in every tile of a long sequence (or every head group) in as many
-  // times fewer.
+  // a run tunes nothing: a problem called once a run is tuned in ~31 runs, one called in every
+  // tile of a long sequence (or every head group) in as many times fewer.
   TimingOptions steady = options.timing;
   steady.tuning_calls = [&ops] { return ops.tuning_calls(); };
   steady.max_warmup_runs = std::max(steady.warmup_runs, ops.calls_to_steady_speed());

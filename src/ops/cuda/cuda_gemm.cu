@@ -167,23 +167,10 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
                       "/" + std::to_string(key.align_b) + "/" + std::to_string(key.align_c) + "/" +
                       std::to_string(key.align_d) + " bytes): " + cublasLtGetStatusString(status));
   }
-  const size_t n = plan->algos.size();
-  plan->tuned = n == 1;
-  plan->milliseconds.resize(n);
-  plan->failed.assign(n, false);
-  if (!plan->tuned) {
-    std::vector<size_t> all(n);
-    std::iota(all.begin(), all.end(), size_t{0});
-    plan->final_round = n <= kGemmOneRoundCandidates;
-    if (plan->final_round) plan->finalists = all;
-    schedule_round(*plan, all, plan->final_round ? kGemmTuneSamples : kGemmScreenSamples);
-  }
+  plan->tuned = plan->algos.size() == 1;
+  plan->milliseconds.resize(plan->algos.size());
+  plan->failed.assign(plan->algos.size(), false);
   return plan;
-}
-
-void Gemm::schedule_round(Plan& plan, const std::vector<size_t>& candidates, size_t rounds) {
-  for (size_t r = 0; r < rounds; ++r)
-    plan.schedule.insert(plan.schedule.end(), candidates.begin(), candidates.end());
 }
 
 void Gemm::collect_trials(Plan& plan) {
@@ -200,25 +187,14 @@ void Gemm::collect_trials(Plan& plan) {
     FERRY_CUDA_CHECK(cudaEventDestroy(done->stop));
   }
   plan.pending.erase(plan.pending.begin(), done);
-  if (!plan.pending.empty() || plan.trials_issued < plan.schedule.size()) return;
-  if (!plan.final_round) {
-    plan.finalists = gemm_finalists(plan.milliseconds, kGemmFinalists);
-    for (auto& samples : plan.milliseconds) samples.clear();
-    plan.final_round = true;
-    if (plan.finalists.size() > 1) {
-      schedule_round(plan, plan.finalists, kGemmTuneSamples);
-      return;
-    }
-  }
-  std::vector<std::vector<float>> finals;
-  for (const size_t i : plan.finalists) finals.push_back(plan.milliseconds[i]);
-  plan.chosen = plan.finalists[choose_gemm_candidate(std::move(finals), kGemmTuneMargin)];
+  if (!plan.pending.empty() || plan.trials_issued < plan.algos.size() * kTuneSamples) return;
+  plan.chosen = choose_gemm_candidate(plan.milliseconds, kTuneMargin);
   plan.tuned = true;
 }
 
 size_t Gemm::algo_for_call(Plan& plan) const {
-  if (plan.tuned || plan.trials_issued >= plan.schedule.size()) return plan.chosen;
-  const size_t candidate = plan.schedule[plan.trials_issued];
+  if (plan.tuned || plan.trials_issued >= plan.algos.size() * kTuneSamples) return plan.chosen;
+  const size_t candidate = plan.trials_issued % plan.algos.size();
   return plan.failed[candidate] ? 0 : candidate;
 }
 
@@ -249,9 +225,9 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   Plan& plan = *it->second;
   if (!plan.tuned) collect_trials(plan);
   if (!plan.tuned) tuning_calls_.fetch_add(1, std::memory_order_relaxed);
-  const bool tuning = !plan.tuned && plan.trials_issued < plan.schedule.size();
+  const bool tuning = !plan.tuned && plan.trials_issued < plan.algos.size() * kTuneSamples;
   size_t algo = algo_for_call(plan);
-  const bool trial = tuning && !plan.failed[plan.schedule[plan.trials_issued]];
+  const bool trial = tuning && !plan.failed[plan.trials_issued % plan.algos.size()];
   Trial timed{algo, nullptr, nullptr};
   if (trial) {
     FERRY_CUDA_CHECK(cudaEventCreate(&timed.start));

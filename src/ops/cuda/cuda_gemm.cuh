@@ -11,17 +11,15 @@
 //
 // Tuning (on by default): the heuristic's first choice is not always the fastest (measured on the
 // H200: 678-697 TFLOP/s for the MLP's dx products against 783 for the attention projections). The
-// first calls of a problem -- real calls, whose results are used -- time its first candidates
-// (CudaOpsOptions::gemm_candidates) with events read later without blocking (ops/gemm_tuning.h):
-// each kGemmTuneSamples times, in turn, or, with many candidates, each a few times and then the
-// heuristic's first and the fastest others kGemmTuneSamples times each; the problem keeps the
-// finalist with the lowest median time, or the heuristic's first unless another is kGemmTuneMargin faster, so
-// that two runs pick alike where candidates are close. Measured on the H200 (bench_gemm, timed in turn with
-// the heuristic's choice): +7-13% on 4096 x 4096 products and +19-25% on the 1024 x 4096 dx ones, but -5 to
-// -8% on the 8B MLP's dx products, whose trials mislead at a 3% margin and 3 samples (hence 5% and 5); an 8B
-// step moved within noise. Every candidate computes the same product with fp32 accumulation (results differ
-// in rounding order only), so tuning on the training's own calls needs no scratch memory and works for
-// in-place accumulation.
+// first calls of a problem -- real calls, whose results are used -- go to its first candidates
+// (kGemmTuneAlgos unless CudaOpsOptions says otherwise) in turn, kTuneSamples each, timed with events read
+// later without blocking; then the problem keeps the candidate with the lowest median time, or the
+// heuristic's first unless another is kTuneMargin faster, so that two runs pick alike where candidates are
+// close. Measured on the H200 (bench_gemm, timed in turn with the heuristic's choice): +7-13% on 4096 x 4096
+// products and +19-25% on the 1024 x 4096 dx ones, but -5 to -8% on the 8B MLP's dx products, whose trials
+// mislead at a 3% margin and 3 samples (hence 5% and 5); an 8B step moved within noise. Every candidate
+// computes the same product with fp32 accumulation (results differ in rounding order only), so
+// tuning on the training's own calls needs no scratch memory and works for in-place accumulation.
 #pragma once
 
 #include <cublasLt.h>
@@ -83,6 +81,9 @@ using LtPreference = CudaHandle<cublasLtMatmulPreference_t, LtPreferenceDestroy>
 
 class Gemm {
  public:
+  static constexpr int kTuneSamples = kGemmTuneSamples;
+  static constexpr float kTuneMargin = kGemmTuneMargin;
+
   // `candidates`: how many of the heuristic's algorithms each problem's first calls time (1: no
   // tuning, the heuristic's first always).
   Gemm(size_t workspace_bytes, cudaStream_t stream, const WorkspaceAllocator* allocator,
@@ -118,20 +119,14 @@ class Gemm {
     std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's candidates, best guess first
     size_t chosen = 0;
     bool tuned = false;
-    std::vector<size_t> schedule;  // the candidates to time, in call order (the rounds so far)
-    size_t trials_issued = 0;      // calls of the schedule issued
-    bool final_round = false;
-    std::vector<size_t> finalists;  // the final round's candidates, the heuristic's first first
+    size_t trials_issued = 0;
     std::vector<Trial> pending;
-    std::vector<std::vector<float>> milliseconds;  // per candidate, this round's
+    std::vector<std::vector<float>> milliseconds;  // per candidate
     std::vector<bool> failed;                      // per candidate: cuBLASLt refused to run it
   };
   std::unique_ptr<Plan> make_plan(const Key& key) const;
-  // Files the trials that have completed; once a round's samples are all in, schedules the final
-  // round or chooses. Never blocks.
+  // Files the trials that have completed; once every sample is in, chooses. Never blocks.
   void collect_trials(Plan& plan);
-  // Appends `rounds` calls of each of `candidates`, in turn, to the schedule.
-  static void schedule_round(Plan& plan, const std::vector<size_t>& candidates, size_t rounds);
   // The candidate this call runs (during tuning: the next in turn).
   size_t algo_for_call(Plan& plan) const;
 

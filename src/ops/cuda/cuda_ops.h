@@ -36,7 +36,6 @@
 #include <string>
 
 #include "ops/cuda_ops_sizes.h"
-#include "ops/gemm_tuning.h"
 #include "ops/ops.h"
 
 namespace ferry {
@@ -80,9 +79,7 @@ class CudaOps final : public Ops {
   const char* name() const override { return "cuda"; }
   std::string kernels() const override;
   int calls_to_steady_speed() const override {
-    return options_.gemm_tuning
-               ? static_cast<int>(gemm_tuning_calls(static_cast<size_t>(options_.gemm_candidates))) + 1
-               : 1;
+    return options_.gemm_tuning ? options_.gemm_candidates * kGemmTuneSamples + 1 : 1;
   }
   int64_t tuning_calls() const override;
 
