@@ -1,6 +1,7 @@
 // The choice that ends GEMM tuning (ops/gemm_tuning.h): the heuristic's first candidate is kept
 // unless another's median is faster by the margin; medians ignore a disturbed sample; a candidate
-// that never ran is never chosen.
+// that never ran is never chosen. The environment's settings: FERRY_GEMM_TUNING=0 turns it off,
+// FERRY_GEMM_CANDIDATES takes 1 to 64 and refuses anything else with a message that says so.
 #include <gtest/gtest.h>
 
 #include "ops/cuda_ops_sizes.h"
@@ -33,6 +34,35 @@ TEST(GemmTuning, ACandidateThatNeverRanIsNeverChosen) {
   EXPECT_EQ(choose_gemm_candidate({{1.0f, 1.0f, 1.0f}, {}, {1.1f}}, 0.05f), 0u);
   EXPECT_EQ(choose_gemm_candidate({{1.0f}, {}, {0.5f}}, 0.05f), 2u);
   EXPECT_EQ(choose_gemm_candidate({{1.0f}}, kGemmTuneMargin), 0u);
+}
+
+TEST(GemmTuning, TheEnvironmentTurnsTuningOffOnlyWithZero) {
+  EXPECT_TRUE(gemm_tuning_from_env(nullptr));
+  EXPECT_TRUE(gemm_tuning_from_env("1"));
+  EXPECT_TRUE(gemm_tuning_from_env(""));
+  EXPECT_FALSE(gemm_tuning_from_env("0"));
+}
+
+TEST(GemmTuning, TheEnvironmentSetsTheCandidateCount) {
+  EXPECT_EQ(gemm_candidates_from_env(nullptr), kGemmTuneAlgos);
+  EXPECT_EQ(gemm_candidates_from_env(""), kGemmTuneAlgos);
+  EXPECT_EQ(gemm_candidates_from_env("1"), 1);
+  EXPECT_EQ(gemm_candidates_from_env("24"), 24);
+  EXPECT_EQ(gemm_candidates_from_env("64"), 64);
+}
+
+TEST(GemmTuning, TheEnvironmentsBadCandidateCountsAreRefusedWithTheRange) {
+  for (const char* bad : {"0", "65", "-3", "24x", "six", "6 "}) {
+    try {
+      gemm_candidates_from_env(bad);
+      ADD_FAILURE() << "FERRY_GEMM_CANDIDATES=" << bad << " was accepted";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(std::string("FERRY_GEMM_CANDIDATES=") + bad + ":"), std::string::npos) << what;
+      EXPECT_NE(what.find("from 1 to 64"), std::string::npos) << what;
+      EXPECT_NE(what.find("the default, " + std::to_string(kGemmTuneAlgos)), std::string::npos) << what;
+    }
+  }
 }
 
 }  // namespace

@@ -1,13 +1,37 @@
-// The choice that ends GEMM tuning (ops/cuda/cuda_gemm.cuh), as plain arithmetic so that it is
-// tested without a GPU.
+// The choice that ends GEMM tuning (ops/cuda/cuda_gemm.cuh) and the environment's settings of it,
+// as plain arithmetic so that they are tested without a GPU.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "core/check.h"
+#include "ops/cuda_ops_sizes.h"
+
 namespace ferry {
+
+// FERRY_GEMM_TUNING's value (nullptr: unset): tuning is on unless it is "0".
+inline bool gemm_tuning_from_env(const char* value) {
+  return value == nullptr || std::string(value) != "0";
+}
+
+// FERRY_GEMM_CANDIDATES's value (nullptr or empty: unset, kGemmTuneAlgos): a whole number from 1 to
+// 64; anything else is a user's mistake, refused with the range and the default.
+inline int gemm_candidates_from_env(const char* value) {
+  if (value == nullptr || *value == '\0') return kGemmTuneAlgos;
+  char* end = nullptr;
+  const long n = std::strtol(value, &end, 10);
+  if (*end != '\0' || n < 1 || n > 64)
+    raise("cuda", std::string("FERRY_GEMM_CANDIDATES=") + value +
+                      ": expected a whole number from 1 to 64 (how many of cuBLASLt's algorithms GEMM tuning "
+                      "times per product); unset it for the default, " +
+                      std::to_string(kGemmTuneAlgos));
+  return static_cast<int>(n);
+}
 
 // `milliseconds`: per candidate, best guess (cuBLASLt's heuristic's first) first, the times of its
 // timed calls. Keeps the candidate with the lowest median time when that median is at least

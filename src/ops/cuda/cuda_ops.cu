@@ -3,26 +3,28 @@
 #include <string>
 
 #include "ops/cuda/cuda_ops_state.cuh"
+#include "ops/gemm_tuning.h"
 
 namespace ferry {
 
 bool gemm_tuning_default() {
-  const char* value = std::getenv("FERRY_GEMM_TUNING");
-  return value == nullptr || std::string(value) != "0";
+  return gemm_tuning_from_env(std::getenv("FERRY_GEMM_TUNING"));
 }
 
 int gemm_candidates_default() {
-  const char* value = std::getenv("FERRY_GEMM_CANDIDATES");
-  if (value == nullptr || *value == '\0') return kGemmTuneAlgos;
-  char* end = nullptr;
-  const long n = std::strtol(value, &end, 10);
-  if (*end != '\0' || n < 1 || n > 64)
-    raise("cuda", std::string("FERRY_GEMM_CANDIDATES=") + value +
-                      ": expected a whole number from 1 to 64 (how many of cuBLASLt's algorithms GEMM tuning "
-                      "times per product); unset it for the default, " +
-                      std::to_string(kGemmTuneAlgos));
-  return static_cast<int>(n);
+  return gemm_candidates_from_env(std::getenv("FERRY_GEMM_CANDIDATES"));
 }
+
+namespace {
+
+// The options' invariants, checked before anything is built from them.
+const CudaOpsOptions& checked(const CudaOpsOptions& options) {
+  CUDA_OPS_EXPECT(options.flce_chunk_bytes > 0, "CudaOps", "flce_chunk_bytes must be positive");
+  CUDA_OPS_EXPECT(options.gemm_candidates >= 1, "CudaOps", "gemm_candidates must be at least 1");
+  return options;
+}
+
+}  // namespace
 
 CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator,
                       int gemm_candidates)
@@ -38,11 +40,9 @@ CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllo
 }
 
 CudaOps::CudaOps(void* stream, const CudaOpsOptions& options)
-    : options_(options),
+    : options_(checked(options)),
       state_(std::make_unique<State>(static_cast<cudaStream_t>(stream), options.gemm_workspace_bytes,
                                      options.allocator, options.gemm_tuning ? options.gemm_candidates : 1)) {
-  CUDA_OPS_EXPECT(options_.flce_chunk_bytes > 0, "CudaOps", "flce_chunk_bytes must be positive");
-  CUDA_OPS_EXPECT(options_.gemm_candidates >= 1, "CudaOps", "gemm_candidates must be at least 1");
   if (options_.cudnn_attention) state_->cudnn_attention = CudnnAttention::make(stream);
 }
 
