@@ -19,6 +19,15 @@ inline bool gemm_tuning_from_env(const char* value) {
   return value == nullptr || std::string(value) != "0";
 }
 
+// What the tuning settings add to CudaOps::kernels(), which a machine profile records (a cached
+// profile measured with other settings is measured again: the GEMMs' speed depends on them):
+// nothing for the default, so that profiles measured with it stay valid.
+inline std::string gemm_tuning_label(bool tuning, int candidates) {
+  if (!tuning) return ", GEMMs untuned";
+  if (candidates == kGemmTuneAlgos) return "";
+  return ", GEMMs tuned among " + std::to_string(candidates);
+}
+
 // FERRY_GEMM_CANDIDATES's value (nullptr or empty: unset, kGemmTuneAlgos): a whole number from 1 to
 // 64; anything else is a user's mistake, refused with the range and the default.
 inline int gemm_candidates_from_env(const char* value) {

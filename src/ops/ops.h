@@ -81,8 +81,9 @@ class Ops {
   // at most calls_to_steady_speed() runs reach. 0 for a backend without tuning.
   virtual int64_t tuning_calls() const { return 0; }
   // What a measurement of the ops' speed depends on besides the device: the backend and any
-  // library it hands ops to ("cuda", "cuda, cuDNN 91400 attention"). A machine profile records it,
-  // and a cached one measured with other kernels is measured again.
+  // library it hands ops to, and settings that change their speed ("cuda", "cuda, cuDNN 91400
+  // attention", "cuda, GEMMs tuned among 24"). A machine profile records it, and a cached one
+  // measured with other kernels is measured again.
   virtual std::string kernels() const { return name(); }
 
   // out (T,H) = table[ids] with table (V,H).

@@ -49,8 +49,9 @@ CudaOps::CudaOps(void* stream, const CudaOpsOptions& options)
 CudaOps::~CudaOps() = default;
 
 std::string CudaOps::kernels() const {
-  if (state_->cudnn_attention == nullptr) return name();
-  return "cuda, cuDNN " + std::to_string(CudnnAttention::library_version()) + " attention";
+  const std::string gemms = gemm_tuning_label(options_.gemm_tuning, options_.gemm_candidates);
+  if (state_->cudnn_attention == nullptr) return name() + gemms;
+  return "cuda, cuDNN " + std::to_string(CudnnAttention::library_version()) + " attention" + gemms;
 }
 
 int64_t CudaOps::tuning_calls() const {

@@ -42,7 +42,8 @@ namespace ferry {
 
 // false when the environment sets FERRY_GEMM_TUNING=0.
 bool gemm_tuning_default();
-// FERRY_GEMM_CANDIDATES from the environment (1-64), else kGemmTuneAlgos.
+// FERRY_GEMM_CANDIDATES from the environment (1-64), else kGemmTuneAlgos. Settings other than
+// the default show in kernels(), so a profile measured with others is measured again.
 int gemm_candidates_default();
 
 struct CudaOpsOptions {
