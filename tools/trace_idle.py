@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Reads a ferry timeline trace (config `trace:`) and says where the GPU waited.
 
-    tools/trace_idle.py TRACE.json [--gaps N]
+    tools/trace_idle.py TRACE.json [--gaps N] [--ops]
 
 For each traced step: the numbers ferry logged (GPU idle over the step's wall time, and between its
 first and last kernel; h2d, d2h and CPU-update busy), recomputed from the spans as a check, then the
 N longest gaps of the compute stream: when, how long, the compute scope before and after, and what
-the other tracks ran meanwhile (their scopes, with the share of the gap each covers). Python's
-standard library only, so it runs wherever the trace is.
+the other tracks ran meanwhile (their scopes, with the share of the gap each covers). With --ops,
+then the compute stream's time by kernel (span name): milliseconds, calls and share of the step,
+longest first, which is where docs/performance.md's tables of where a step goes come from.
+Python's standard library only, so it runs wherever the trace is.
 """
 import argparse
 import json
@@ -29,6 +31,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("trace")
     parser.add_argument("--gaps", type=int, default=10, help="longest compute gaps to list per step")
+    parser.add_argument("--ops", action="store_true", help="also sum each step's compute time by kernel")
     args = parser.parse_args()
     with open(args.trace) as f:
         trace = json.load(f)
@@ -81,6 +84,21 @@ def main():
                 if work:
                     top = sorted(work.items(), key=lambda kv: -kv[1])[:4]
                     print(f"      {track:10s} " + ", ".join(f"{k} {100 * v / length:.0f}%" for k, v in top))
+
+        if args.ops:
+            print_op_sums(inside, lo, hi, step["dur"])
+
+
+def print_op_sums(inside, lo, hi, step_us):
+    """The compute stream's spans within [lo, hi] summed by name: ms, calls, share of the step."""
+    sums = {}
+    for e in inside:
+        total = sums.setdefault(e["name"], [0.0, 0])
+        total[0] += union([(e["ts"], e["ts"] + e["dur"])], lo, hi)
+        total[1] += 1
+    print(f"  compute time by kernel ({sum(v[0] for v in sums.values()) / 1e3:.1f} ms in all):")
+    for name, (us, calls) in sorted(sums.items(), key=lambda kv: -kv[1][0]):
+        print(f"  {name:48s} {us / 1e3:9.2f} ms {calls:6d} calls {100 * us / step_us:6.2f}%")
 
 
 if __name__ == "__main__":
