@@ -74,5 +74,15 @@ TEST(GemmTuning, OnlyTheDefaultSettingsLeaveTheKernelsNameAlone) {
   EXPECT_EQ(gemm_tuning_label(false, 24), ", GEMMs untuned");
 }
 
+TEST(GemmTuning, TheLogLineNamesTheChoiceAndEveryCandidatesMedian) {
+  const std::string line = gemm_tuning_summary({"algo 21 tile 18", "algo 66 tile 40", "algo 31 tile 5"},
+                                               {{0.5f, 0.4f, 0.6f}, {0.3f, 0.9f, 0.32f}, {}}, 1);
+  EXPECT_EQ(line,
+            "chose [1], -36.0% against the first; candidates: [0] algo 21 tile 18: 500.0 us (3) | "
+            "[1] algo 66 tile 40: 320.0 us (3) | [2] algo 31 tile 5: refused");
+  EXPECT_EQ(gemm_tuning_summary({"a", "b"}, {{1.0f}, {1.02f}}, 0),
+            "chose [0]; candidates: [0] a: 1000.0 us (1) | [1] b: 1020.0 us (1)");
+}
+
 }  // namespace
 }  // namespace ferry

@@ -169,7 +169,7 @@ YAML
         fi
         # The traced step's GPU idle is in the train log; where the GPU waited, from the trace:
         [ -f "$L/trace-$name.json" ] &&
-          python3 tools/trace_idle.py "$L/trace-$name.json" > "$L/idle-$name.log" 2>&1
+          python3 tools/trace_idle.py --ops "$L/trace-$name.json" > "$L/idle-$name.log" 2>&1
         rm -rf "/tmp/out-$model-$budget"
       done
       done

@@ -7,21 +7,11 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <string>
-#include <string_view>
+
+#include "core/log_line.h"
 
 namespace ferry {
-
-enum class LogLevel { Debug = 0, Info = 1, Warn = 2, Error = 3, Off = 4 };
-
-// "debug", "info", "warn", "error" or "off"; nothing for anything else.
-std::optional<LogLevel> parse_log_level(std::string_view name);
-void set_log_level(LogLevel level);
-LogLevel log_level();
-void log_line(LogLevel level, const std::string& message);
-// Whether a line of `level` goes anywhere (stderr or an open LogFile).
-bool log_enabled(LogLevel level);
 
 // Writes every logged line of level info and above to `path` while it lives, each with the UTC
 // date and time; `append` keeps what the file holds (a resumed run's log goes on), else it starts

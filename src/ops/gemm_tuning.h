@@ -3,7 +3,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -47,17 +49,53 @@ inline int gemm_candidates_from_env(const char* value) {
 // `margin` (a fraction) below the first candidate's; else the first, so that two runs choose alike
 // where candidates are close. A candidate without samples (one cuBLASLt refused to run) never
 // wins; the first always has samples.
-inline size_t choose_gemm_candidate(std::vector<std::vector<float>> milliseconds, float margin) {
+// Per candidate, the median of its timed calls (the upper one of an even count); infinity for a
+// candidate without samples.
+inline std::vector<float> gemm_candidate_medians(std::vector<std::vector<float>> milliseconds) {
   std::vector<float> medians;
   for (auto& samples : milliseconds) {
     std::sort(samples.begin(), samples.end());
     medians.push_back(samples.empty() ? std::numeric_limits<float>::infinity() : samples[samples.size() / 2]);
   }
+  return medians;
+}
+
+inline size_t choose_gemm_candidate(const std::vector<std::vector<float>>& milliseconds, float margin) {
+  const std::vector<float> medians = gemm_candidate_medians(milliseconds);
   if (medians.empty()) return 0;
   size_t best = 0;
   for (size_t i = 1; i < medians.size(); ++i)
     if (medians[i] < medians[best]) best = i;
   return medians[best] < (1.0f - margin) * medians[0] ? best : 0;
+}
+
+// The debug log's line for a problem whose tuning ended: the candidate chosen, then every
+// candidate's name (`names[i]`, cuBLASLt's configuration), the median of its trials in
+// microseconds and how many there were, or that cuBLASLt refused to run it. It is what sets a
+// step's choices beside a benchmark's for the same product.
+inline std::string gemm_tuning_summary(const std::vector<std::string>& names,
+                                       const std::vector<std::vector<float>>& milliseconds, size_t chosen) {
+  FERRY_ASSERT(names.size() == milliseconds.size() && chosen < names.size(),
+               "one name and one list of times per candidate, and the chosen one among them");
+  const std::vector<float> medians = gemm_candidate_medians(milliseconds);
+  char buffer[64];
+  std::string line = "chose [" + std::to_string(chosen) + "]";
+  if (chosen != 0 && std::isfinite(medians[chosen])) {
+    std::snprintf(buffer, sizeof buffer, ", %+.1f%% against the first",
+                  100.0 * (medians[chosen] / medians[0] - 1.0));
+    line += buffer;
+  }
+  line += "; candidates:";
+  for (size_t i = 0; i < names.size(); ++i) {
+    line += (i == 0 ? " [" : " | [") + std::to_string(i) + "] " + names[i] + ": ";
+    if (milliseconds[i].empty()) {
+      line += "refused";
+      continue;
+    }
+    std::snprintf(buffer, sizeof buffer, "%.1f us (%zu)", 1000.0 * medians[i], milliseconds[i].size());
+    line += buffer;
+  }
+  return line;
 }
 
 }  // namespace ferry

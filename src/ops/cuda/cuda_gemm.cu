@@ -1,6 +1,7 @@
 #include <functional>
 #include <string>
 
+#include "core/log_line.h"
 #include "ops/cuda/cuda_gemm.cuh"
 #include "ops/gemm_tuning.h"
 
@@ -34,6 +35,26 @@ const char* type_name(int t) {
     default:
       return "?";
   }
+}
+
+// An algorithm's configuration as cuBLASLt numbers it (cublasLt.h's enums), for the debug log.
+std::string lt_algo_name(const cublasLtMatmulAlgo_t& algo) {
+  const auto get = [&algo](cublasLtMatmulAlgoConfigAttributes_t attribute, auto value) {
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attribute, &value, sizeof(value), &written) !=
+        CUBLAS_STATUS_SUCCESS)
+      return std::string("?");
+    return std::to_string(value);
+  };
+  return "algo " + get(CUBLASLT_ALGO_CONFIG_ID, int32_t{0}) + " tile " +
+         get(CUBLASLT_ALGO_CONFIG_TILE_ID, uint32_t{0}) + " stages " +
+         get(CUBLASLT_ALGO_CONFIG_STAGES_ID, uint32_t{0}) + " splitK " +
+         get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, int32_t{0}) + " reduction " +
+         get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, uint32_t{0}) + " swizzle " +
+         get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, uint32_t{0}) + " custom " +
+         get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, uint32_t{0}) + " inner " +
+         get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, uint16_t{0}) + " cluster " +
+         get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, uint16_t{0});
 }
 
 }  // namespace
@@ -72,6 +93,16 @@ size_t Gemm::KeyHash::operator()(const Key& k) const {
   mix((k.trans_a ? 1 : 0) | (k.trans_b ? 2 : 0) | (k.bias ? 4 : 0) | (k.accumulate ? 8 : 0));
   mix(k.align_a | (k.align_b << 10) | (k.align_c << 20) | (static_cast<int64_t>(k.align_d) << 30));
   return h;
+}
+
+std::string Gemm::problem_name(const Key& key) {
+  return "m=" + std::to_string(key.m) + " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k) +
+         " (A " + type_name(key.a_type) + (key.trans_a ? "^T" : "") + " lda=" + std::to_string(key.lda) +
+         ", B " + type_name(key.b_type) + (key.trans_b ? "^T" : "") + " ldb=" + std::to_string(key.ldb) +
+         ", D " + type_name(key.d_type) + " ldd=" + std::to_string(key.ldd) + (key.bias ? ", bias" : "") +
+         (key.accumulate ? ", beta != 0" : "") + ", alignments " + std::to_string(key.align_a) + "/" +
+         std::to_string(key.align_b) + "/" + std::to_string(key.align_c) + "/" + std::to_string(key.align_d) +
+         " bytes)";
 }
 
 Gemm::Gemm(size_t workspace_bytes, cudaStream_t stream, const WorkspaceAllocator* allocator, int candidates)
@@ -157,15 +188,8 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
   for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < returned; ++i)
     if (results[i].state == CUBLAS_STATUS_SUCCESS) plan->algos.push_back(results[i].algo);
   if (plan->algos.empty()) {
-    raise("cuda", std::string("cuBLASLt has no algorithm for the product m=") + std::to_string(key.m) +
-                      " n=" + std::to_string(key.n) + " k=" + std::to_string(key.k) + " (A " +
-                      type_name(key.a_type) + (key.trans_a ? "^T" : "") + " lda=" + std::to_string(key.lda) +
-                      ", B " + type_name(key.b_type) + (key.trans_b ? "^T" : "") +
-                      " ldb=" + std::to_string(key.ldb) + ", D " + type_name(key.d_type) +
-                      " ldd=" + std::to_string(key.ldd) + (key.bias ? ", bias" : "") +
-                      (key.accumulate ? ", beta != 0" : "") + ", alignments " + std::to_string(key.align_a) +
-                      "/" + std::to_string(key.align_b) + "/" + std::to_string(key.align_c) + "/" +
-                      std::to_string(key.align_d) + " bytes): " + cublasLtGetStatusString(status));
+    raise("cuda", "cuBLASLt has no algorithm for the product " + problem_name(key) + ": " +
+                      cublasLtGetStatusString(status));
   }
   plan->tuned = plan->algos.size() == 1;
   plan->milliseconds.resize(plan->algos.size());
@@ -173,7 +197,7 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
   return plan;
 }
 
-void Gemm::collect_trials(Plan& plan) {
+void Gemm::collect_trials(const Key& key, Plan& plan) {
   auto done = plan.pending.begin();
   for (; done != plan.pending.end(); ++done) {
     // Calls on one stream complete in order: the first trial still running ends the scan.
@@ -190,6 +214,12 @@ void Gemm::collect_trials(Plan& plan) {
   if (!plan.pending.empty() || plan.trials_issued < plan.algos.size() * kTuneSamples) return;
   plan.chosen = choose_gemm_candidate(plan.milliseconds, kTuneMargin);
   plan.tuned = true;
+  if (log_enabled(LogLevel::Debug)) {
+    std::vector<std::string> names;
+    for (const cublasLtMatmulAlgo_t& algo : plan.algos) names.push_back(lt_algo_name(algo));
+    log_line(LogLevel::Debug, "GEMM tuned, " + problem_name(key) + ": " +
+                                  gemm_tuning_summary(names, plan.milliseconds, plan.chosen));
+  }
 }
 
 size_t Gemm::algo_for_call(Plan& plan) const {
@@ -223,7 +253,7 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   auto it = cache_.find(key);
   if (it == cache_.end()) it = cache_.emplace(key, make_plan(key)).first;
   Plan& plan = *it->second;
-  if (!plan.tuned) collect_trials(plan);
+  if (!plan.tuned) collect_trials(it->first, plan);
   if (!plan.tuned) tuning_calls_.fetch_add(1, std::memory_order_relaxed);
   const bool tuning = !plan.tuned && plan.trials_issued < plan.algos.size() * kTuneSamples;
   size_t algo = algo_for_call(plan);

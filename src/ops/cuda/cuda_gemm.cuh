@@ -28,6 +28,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -125,8 +126,11 @@ class Gemm {
     std::vector<bool> failed;                      // per candidate: cuBLASLt refused to run it
   };
   std::unique_ptr<Plan> make_plan(const Key& key) const;
-  // Files the trials that have completed; once every sample is in, chooses. Never blocks.
-  void collect_trials(Plan& plan);
+  // The problem in words, for errors and the debug log.
+  static std::string problem_name(const Key& key);
+  // Files the trials that have completed; once every sample is in, chooses (and with
+  // FERRY_LOG_LEVEL=debug logs the choice and every candidate's median). Never blocks.
+  void collect_trials(const Key& key, Plan& plan);
   // The candidate this call runs (during tuning: the next in turn).
   size_t algo_for_call(Plan& plan) const;
 
