@@ -35,6 +35,7 @@
 
 #include "core/check.h"
 #include "core/dtype.h"
+#include "core/env_switch.h"
 #include "ops/ops.h"
 #include "test_util.h"
 
@@ -481,9 +482,7 @@ TEST(FlashAttentionGpuKernels, HopperRunsTheWgmmaKernels) {
     EXPECT_FALSE(flash_attention_forward_uses_wgmma(128));
     GTEST_SKIP() << "this build does not target sm_90: it has no wgmma kernels";
   }
-  const char* env = std::getenv("FERRY_FLASH_WGMMA");
-  const bool opted_out = env != nullptr && std::string(env) == "0";
-  const bool hopper = major == 9 && minor == 0 && !opted_out;
+  const bool hopper = major == 9 && minor == 0 && env_switch_on("FERRY_FLASH_WGMMA");
   EXPECT_EQ(flash_attention_forward_uses_wgmma(64), hopper);
   EXPECT_EQ(flash_attention_forward_uses_wgmma(128), hopper);
 }

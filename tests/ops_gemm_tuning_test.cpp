@@ -1,7 +1,7 @@
 // The choice that ends GEMM tuning (ops/gemm_tuning.h): the heuristic's first candidate is kept
 // unless another's median is faster by the margin; medians ignore a disturbed sample; a candidate
-// that never ran is never chosen. The environment's settings: FERRY_GEMM_TUNING=0 turns it off,
-// FERRY_GEMM_CANDIDATES takes 1 to 64 and refuses anything else with a message that says so.
+// that never ran is never chosen. The environment's candidate count, FERRY_GEMM_CANDIDATES, takes
+// 1 to 64 and refuses anything else with a message that says so; the debug log's line.
 #include <gtest/gtest.h>
 
 #include "ops/cuda_ops_sizes.h"
@@ -34,13 +34,6 @@ TEST(GemmTuning, ACandidateThatNeverRanIsNeverChosen) {
   EXPECT_EQ(choose_gemm_candidate({{1.0f, 1.0f, 1.0f}, {}, {1.1f}}, 0.05f), 0u);
   EXPECT_EQ(choose_gemm_candidate({{1.0f}, {}, {0.5f}}, 0.05f), 2u);
   EXPECT_EQ(choose_gemm_candidate({{1.0f}}, kGemmTuneMargin), 0u);
-}
-
-TEST(GemmTuning, TheEnvironmentTurnsTuningOffOnlyWithZero) {
-  EXPECT_TRUE(gemm_tuning_from_env(nullptr));
-  EXPECT_TRUE(gemm_tuning_from_env("1"));
-  EXPECT_TRUE(gemm_tuning_from_env(""));
-  EXPECT_FALSE(gemm_tuning_from_env("0"));
 }
 
 TEST(GemmTuning, TheEnvironmentSetsTheCandidateCount) {

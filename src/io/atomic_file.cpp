@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "io/direct_file_writer.h"
 
@@ -23,12 +24,7 @@ namespace ferry {
 namespace {
 // FERRY_DIRECT_SAVES=0 keeps every save on write() and the page cache: for a file system that
 // takes O_DIRECT but serves it slowly (some network and FUSE file systems).
-bool direct_writes_by_default() {
-  const char* env = std::getenv("FERRY_DIRECT_SAVES");
-  return env == nullptr || std::string_view(env) != "0";
-}
-
-std::atomic<bool> g_direct_writes{direct_writes_by_default()};
+std::atomic<bool> g_direct_writes{env_switch_on("FERRY_DIRECT_SAVES")};
 
 // Linux moves at most about 2 GiB per write(); larger tensors are written in pieces.
 constexpr size_t kMaxWrite = size_t{1} << 30;

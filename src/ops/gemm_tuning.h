@@ -16,11 +16,6 @@
 
 namespace ferry {
 
-// FERRY_GEMM_TUNING's value (nullptr: unset): tuning is on unless it is "0".
-inline bool gemm_tuning_from_env(const char* value) {
-  return value == nullptr || std::string(value) != "0";
-}
-
 // What the tuning settings add to CudaOps::kernels(), which a machine profile records (a cached
 // profile measured with other settings is measured again: the GEMMs' speed depends on them):
 // nothing for the default, so that profiles measured with it stay valid.

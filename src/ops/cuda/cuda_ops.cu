@@ -2,13 +2,14 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env_switch.h"
 #include "ops/cuda/cuda_ops_state.cuh"
 #include "ops/gemm_tuning.h"
 
 namespace ferry {
 
 bool gemm_tuning_default() {
-  return gemm_tuning_from_env(std::getenv("FERRY_GEMM_TUNING"));
+  return env_switch_on("FERRY_GEMM_TUNING");
 }
 
 int gemm_candidates_default() {

@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "core/env_switch.h"
 #include "ops/cudnn_search_paths.h"
 
 namespace ferry::cudnn {
@@ -30,9 +31,8 @@ bool resolve(void* handle, const char* name, F& out, std::string& reason) {
 
 Loaded load() {
   Loaded loaded;
-  const char* env = std::getenv("FERRY_CUDNN");
-  if (env != nullptr && std::string(env) == "0") {
-    loaded.reason = "FERRY_CUDNN=0";
+  if (!env_switch_on("FERRY_CUDNN")) {
+    loaded.reason = std::string("FERRY_CUDNN=") + std::getenv("FERRY_CUDNN");
     return loaded;
   }
   // Kept open for the life of the process: plans and handles made from it outlive any one user.

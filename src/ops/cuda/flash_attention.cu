@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/cuda_check.h"
+#include "core/env_switch.h"
 #include "ops/cuda/flash_attention.h"
 #include "ops/cuda/flash_attention_internal.h"
 #include "ops/cuda_ops_sizes.h"
@@ -86,8 +87,7 @@ int check_tensor_core(const char* op, std::initializer_list<const void*> pointer
 // FERRY_FLASH_WGMMA=0 keeps the mma.sync kernels, for A/B comparisons and to rule wgmma out.
 bool wgmma_runs(int compute_capability) {
 #if FERRY_HAVE_SM90A
-  const char* env = std::getenv("FERRY_FLASH_WGMMA");
-  return compute_capability == 90 && !(env != nullptr && std::string(env) == "0");
+  return compute_capability == 90 && env_switch_on("FERRY_FLASH_WGMMA");
 #else
   (void)compute_capability;
   return false;
