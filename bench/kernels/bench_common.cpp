@@ -87,6 +87,25 @@ double rel_rms(const Vec& got, const Vec& ref) {
   return r2 > 0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
 }
 
+double Bench::time_us_back_to_back(const std::function<void()>& fn) {
+  for (int i = 0; i < warmup_; ++i) fn();
+  std::vector<cudaEvent_t> events(2 * static_cast<size_t>(reps_));
+  for (cudaEvent_t& e : events) FERRY_CUDA_CHECK(cudaEventCreate(&e));
+  for (int r = 0; r < reps_; ++r) {
+    flush_l2(r);
+    FERRY_CUDA_CHECK(cudaEventRecord(events[2 * r], stream_));
+    fn();
+    FERRY_CUDA_CHECK(cudaEventRecord(events[2 * r + 1], stream_));
+  }
+  FERRY_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  std::vector<float> ms(static_cast<size_t>(reps_));
+  for (int r = 0; r < reps_; ++r)
+    FERRY_CUDA_CHECK(cudaEventElapsedTime(&ms[r], events[2 * r], events[2 * r + 1]));
+  for (cudaEvent_t e : events) FERRY_CUDA_CHECK(cudaEventDestroy(e));
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[ms.size() / 2];
+}
+
 Bench::Bench(int reps, int warmup) : reps_(reps), warmup_(warmup) {
   int device = 0;
   FERRY_CUDA_CHECK(cudaGetDevice(&device));

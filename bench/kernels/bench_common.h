@@ -87,6 +87,10 @@ class Bench {
   // Median time in microseconds of `fn` (issued to stream()), after `warmup` untimed calls; with
   // flush_l2, a write of twice the L2 size precedes each timed call, outside the timed region.
   double time_us(const std::function<void()>& fn, bool flush_l2 = true);
+  // The same, with the timed calls and their flushes queued back to back and read after one
+  // synchronization: the GPU never idles between calls, as in a training step, where clocks settle
+  // under the power cap. time_us waits for each call, so each starts on a GPU that just rested.
+  double time_us_back_to_back(const std::function<void()>& fn);
   // Writes twice the L2 size on stream(), so that the next call finds none of its data in L2.
   void flush_l2(int value = 0);
   // Records a reference check: prints it, and marks the run failed when !ok.

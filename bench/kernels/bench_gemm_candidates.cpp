@@ -2,7 +2,8 @@
 // the Llama-3.1-8B at 24 GiB (micro-chunks of 4 x 2,048 tokens), each as the engine calls it, with cuBLASLt's
 // heuristic's first algorithm, tuned among kGemmTuneAlgos candidates (the default) and tuned among
 // kWideCandidates: whether timing more of the heuristic's candidates finds faster algorithms for the shapes
-// that take most of those steps.
+// that take most of those steps. Each is timed with the GPU resting between calls and back to back (a
+// step's condition): an algorithm's lead in one need not hold in the other.
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -97,19 +98,27 @@ void bench_gemm_candidates(Bench& b) {
             p.run(*variants[v]);
           }
         FERRY_CUDA_CHECK(cudaStreamSynchronize(b.stream()));
-        // Timed in turn and back (A B C C B A) so that no variant gets the cooler GPU.
-        std::vector<double> us(variants.size(), 0.0);
-        for (size_t v = 0; v < variants.size(); ++v) us[v] += b.time_us([&] { p.run(*variants[v]); });
-        for (size_t v = variants.size(); v-- > 0;) us[v] += b.time_us([&] { p.run(*variants[v]); });
+        // Timed in turn and back (A B C C B A) so that no variant gets the cooler GPU; each call
+        // alone (the GPU rests between calls), then back to back (as in a step).
         char shape[96];
         std::snprintf(shape, sizeof shape, "%s %s T=%lld %lldx%lld", m.name, s.name, (long long)tokens,
                       (long long)s.out, (long long)s.in);
-        for (size_t v = 0; v < variants.size(); ++v) {
-          const double t = 0.5 * us[v];
-          char note[160];
-          std::snprintf(note, sizeof note, "%s: %.0f TFLOP/s, %+.1f%% against the heuristic's",
-                        labels[v].c_str(), flops / t * 1e-6, 100.0 * (0.5 * us[0] / t - 1.0));
-          b.add({std::string("linear ") + p.name, shape, t, 0, flops, note});
+        for (const bool back_to_back : {false, true}) {
+          const auto time = [&](size_t v) {
+            const auto call = [&] { p.run(*variants[v]); };
+            return back_to_back ? b.time_us_back_to_back(call) : b.time_us(call);
+          };
+          std::vector<double> us(variants.size(), 0.0);
+          for (size_t v = 0; v < variants.size(); ++v) us[v] += time(v);
+          for (size_t v = variants.size(); v-- > 0;) us[v] += time(v);
+          for (size_t v = 0; v < variants.size(); ++v) {
+            const double t = 0.5 * us[v];
+            char note[160];
+            std::snprintf(note, sizeof note, "%s%s: %.0f TFLOP/s, %+.1f%% against the heuristic's",
+                          labels[v].c_str(), back_to_back ? ", back to back" : "", flops / t * 1e-6,
+                          100.0 * (0.5 * us[0] / t - 1.0));
+            b.add({std::string("linear ") + p.name, shape, t, 0, flops, note});
+          }
         }
       }
     }
