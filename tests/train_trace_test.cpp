@@ -144,6 +144,18 @@ TEST_F(TraceTest, TracedStepIsAValidTimelineOfEveryTrack) {
   // before the step ends (which spans besides depends on the threads' timing).
   EXPECT_FALSE(names["cpu update"].empty());
 
+  // The matrix products and attention carry their operands' shapes, by which a step's time is
+  // summed per shape (tools/trace_idle.py --ops).
+  std::map<std::string, std::string> details;
+  for (const auto& e : trace["traceEvents"])
+    if (e.contains("args") && e["args"].contains("detail"))
+      details[e["name"].get<std::string>()] = e["args"]["detail"].get<std::string>();
+  EXPECT_EQ(details["linear_forward"].rfind("x (", 0), 0u) << details["linear_forward"];
+  EXPECT_NE(details["linear_forward"].find(", w ("), std::string::npos) << details["linear_forward"];
+  EXPECT_NE(details["linear_backward"].find(", dw "), std::string::npos) << details["linear_backward"];
+  EXPECT_EQ(details["attention_backward"].rfind("q (", 0), 0u) << details["attention_backward"];
+  EXPECT_EQ(details.count("copy_to_device"), 0u) << "copies have bytes, not shapes";
+
   const auto& steps = trace["otherData"]["steps"];
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_EQ(steps[0]["step"], 3);

@@ -8,11 +8,14 @@ first and last kernel; h2d, d2h and CPU-update busy), recomputed from the spans 
 N longest gaps of the compute stream: when, how long, the compute scope before and after, and what
 the other tracks ran meanwhile (their scopes, with the share of the gap each covers). With --ops,
 then the compute stream's time by kernel (span name): milliseconds, calls and share of the step,
-longest first, which is where docs/performance.md's tables of where a step goes come from.
+longest first, which is where docs/performance.md's tables of where a step goes come from; then the
+matrix products and attention by shape (the spans' detail), with their rate where the FLOPs follow
+from the shapes.
 Python's standard library only, so it runs wherever the trace is.
 """
 import argparse
 import json
+import re
 import sys
 
 
@@ -99,6 +102,37 @@ def print_op_sums(inside, lo, hi, step_us):
     print(f"  compute time by kernel ({sum(v[0] for v in sums.values()) / 1e3:.1f} ms in all):")
     for name, (us, calls) in sorted(sums.items(), key=lambda kv: -kv[1][0]):
         print(f"  {name:48s} {us / 1e3:9.2f} ms {calls:6d} calls {100 * us / step_us:6.2f}%")
+    shaped = {}
+    for e in inside:
+        detail = e.get("args", {}).get("detail")
+        if detail:
+            total = shaped.setdefault((e["name"], detail), [0.0, 0])
+            total[0] += union([(e["ts"], e["ts"] + e["dur"])], lo, hi)
+            total[1] += 1
+    if shaped:
+        print("  by shape:")
+    for (name, detail), (us, calls) in sorted(shaped.items(), key=lambda kv: -kv[1][0]):
+        flops = product_flops(name, detail) * calls
+        rate = f" {flops / us * 1e-6:6.0f} TFLOP/s" if flops and us > 0 else ""
+        print(f"  {us / 1e3:9.2f} ms {calls:6d} calls{rate}  {name} {detail}")
+
+
+def product_flops(name, detail):
+    """FLOPs of one linear_forward / linear_backward call from its detail ("x (T, K), w (N, K), dx,
+    dw F32"): 2*T*K*N per product (forward: one; backward: one per gradient asked); 0 otherwise."""
+    if name not in ("linear_forward", "linear_backward"):
+        return 0
+    dims = {label: [int(v) for v in shape.split(",")] for label, shape in re.findall(r"(\w+) \(([\d, ]+)\)", detail)}
+    x, w = dims.get("x"), dims.get("w")
+    if not x or not w or len(w) != 2:
+        return 0
+    tokens = 1
+    for v in x[:-1]:
+        tokens *= v
+    one = 2 * tokens * w[0] * w[1]
+    if name == "linear_forward":
+        return one
+    return one * ((" dx" in detail) + (" dw " in detail))
 
 
 if __name__ == "__main__":

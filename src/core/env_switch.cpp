@@ -27,7 +27,8 @@ bool env_switch_on(const char* name) {
   static std::set<std::string> said;
   std::lock_guard<std::mutex> lock(mutex);
   if (said.insert(name).second)
-    std::fprintf(stderr, "ferry: %s=%s is not one of 0, off, false, no (off) or 1, on, true, yes (on); it stays on\n",
+    std::fprintf(stderr,
+                 "ferry: %s=%s is not one of 0, off, false, no (off) or 1, on, true, yes (on); it stays on\n",
                  name, value);
   return true;
 }

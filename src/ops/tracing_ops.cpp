@@ -2,6 +2,18 @@
 
 namespace ferry {
 
+namespace {
+// "x (65536, 2048), w (8192, 2048)": the operands that are given, by name.
+std::string operands(std::initializer_list<std::pair<const char*, const Tensor*>> named) {
+  std::string out;
+  for (const auto& [name, tensor] : named) {
+    if (tensor->empty()) continue;
+    out += (out.empty() ? "" : ", ") + std::string(name) + " " + tensor->shape_string();
+  }
+  return out;
+}
+}  // namespace
+
 TracingOps::TracingOps(std::unique_ptr<Ops> inner, Tracer& tracer, StreamKind stream)
     : inner_(std::move(inner)), tracer_(tracer), stream_(stream) {}
 
@@ -29,13 +41,22 @@ void TracingOps::rope(Tensor x, const int32_t* positions, const float* inv_freq,
 
 void TracingOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                    Tensor lse) {
-  traced("attention_forward", [&](Ops& ops) { ops.attention_forward(q, k, v, mask, scale, out, lse); });
+  traced(
+      "attention_forward",
+      [&] {
+        return operands({{"q", &q}, {"k", &k}});
+      },
+      [&](Ops& ops) { ops.attention_forward(q, k, v, mask, scale, out, lse); });
 }
 
 void TracingOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                     Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) {
-  traced("attention_backward",
-         [&](Ops& ops) { ops.attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv); });
+  traced(
+      "attention_backward",
+      [&] {
+        return operands({{"q", &q}, {"k", &k}});
+      },
+      [&](Ops& ops) { ops.attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv); });
 }
 
 void TracingOps::attention_cached(Tensor q, Tensor k, Tensor v, float scale, Tensor out) {
@@ -51,18 +72,36 @@ void TracingOps::swiglu_backward(Tensor gate, Tensor up, Tensor dout, Tensor dga
 }
 
 void TracingOps::linear_forward(Tensor x, Tensor w, Tensor bias, Tensor residual, Tensor y) {
-  traced("linear_forward", [&](Ops& ops) { ops.linear_forward(x, w, bias, residual, y); });
+  traced(
+      "linear_forward",
+      [&] {
+        return operands({{"x", &x}, {"w", &w}}) + (residual.empty() ? "" : ", + residual");
+      },
+      [&](Ops& ops) { ops.linear_forward(x, w, bias, residual, y); });
 }
 
 void TracingOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor dw, Tensor dbias,
                                  bool accumulate_dx) {
-  traced("linear_backward", [&](Ops& ops) { ops.linear_backward(x, w, dy, dx, dw, dbias, accumulate_dx); });
+  traced(
+      "linear_backward",
+      [&] {
+        return operands({{"x", &x}, {"w", &w}}) +
+               (dx.empty()      ? ""
+                : accumulate_dx ? ", dx +="
+                                : ", dx") +
+               (dw.empty() ? "" : std::string(", dw ") + std::string(dtype_name(dw.dtype)));
+      },
+      [&](Ops& ops) { ops.linear_backward(x, w, dy, dx, dw, dbias, accumulate_dx); });
 }
 
 void TracingOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
                                       Tensor dw, Tensor loss_sum, Tensor logits) {
-  traced("linear_cross_entropy",
-         [&](Ops& ops) { ops.linear_cross_entropy(x, w, targets, grad_scale, dx, dw, loss_sum, logits); });
+  traced(
+      "linear_cross_entropy",
+      [&] {
+        return operands({{"x", &x}, {"w", &w}});
+      },
+      [&](Ops& ops) { ops.linear_cross_entropy(x, w, targets, grad_scale, dx, dw, loss_sum, logits); });
 }
 
 void TracingOps::add(Tensor a, Tensor b, Tensor out) {

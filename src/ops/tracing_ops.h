@@ -56,6 +56,12 @@ class TracingOps final : public Ops {
   void traced(const char* op, Issue&& issue) {
     tracer_.device_work(stream_, op, -1, [&] { issue(*inner_); });
   }
+  // With the operands' shapes as the span's detail, for the ops whose time depends on more than
+  // their size (the matrix products, attention): a trace then sums a step's time by shape.
+  template <typename Describe, typename Issue>
+  void traced(const char* op, Describe&& describe, Issue&& issue) {
+    tracer_.device_work_described(stream_, op, describe, [&] { issue(*inner_); });
+  }
 
   std::unique_ptr<Ops> inner_;
   Tracer& tracer_;

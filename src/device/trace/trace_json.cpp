@@ -98,6 +98,7 @@ nlohmann::json chrome_trace(const std::vector<TraceSpan>& spans, const std::vect
       nlohmann::json args = nlohmann::json::object();
       if (!s.scope.empty()) args["scope"] = s.scope;
       if (s.bytes >= 0) args["bytes"] = s.bytes;
+      if (!s.detail.empty()) args["detail"] = s.detail;
       if (!args.empty()) e["args"] = std::move(args);
       events.push_back(std::move(e));
     }

@@ -33,6 +33,7 @@ struct TraceSpan {
   double begin = 0.0;  // seconds, steady_seconds()
   double end = 0.0;
   int64_t bytes = -1;  // copies and fills; -1 otherwise
+  std::string detail;  // an op's operands ("x (65536, 2048), w (8192, 2048)"), or empty
 };
 
 }  // namespace ferry

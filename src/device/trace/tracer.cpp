@@ -71,7 +71,7 @@ StepActivity Tracer::end_step() {
   for (PendingSpan& p : pending) {
     const double b = device_.take_stamp(p.begin);
     const double e = device_.take_stamp(p.end);
-    taken.push_back({p.track, std::move(p.name), std::move(p.scope), b, e, p.bytes});
+    taken.push_back({p.track, std::move(p.name), std::move(p.scope), b, e, p.bytes, std::move(p.detail)});
   }
 
   StepActivity activity;
@@ -90,14 +90,16 @@ StepActivity Tracer::end_step() {
   return activity;
 }
 
-void Tracer::add_device_span(StreamKind stream, std::string name, int64_t bytes, StampId begin, StampId end) {
+void Tracer::add_device_span(StreamKind stream, std::string name, int64_t bytes, StampId begin, StampId end,
+                             std::string detail) {
   FERRY_ASSERT(on_host_thread(), "device work traced from a thread other than the one issuing the step");
   PendingSpan p{stream_track(stream),
                 std::move(name),
                 scopes_.empty() ? std::string() : scopes_.back(),
                 bytes,
                 begin,
-                end};
+                end,
+                std::move(detail)};
   std::lock_guard<std::mutex> lock(mutex_);
   pending_.push_back(std::move(p));
 }

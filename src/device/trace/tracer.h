@@ -64,6 +64,19 @@ class Tracer {
     add_device_span(stream, name, bytes, begin, device_.record_stamp(stream));
   }
 
+  // The same, with `describe()` as the span's detail (what the op ran on); called only while recording,
+  // so that an untraced step builds no strings.
+  template <typename Describe, typename Issue>
+  void device_work_described(StreamKind stream, const char* name, Describe&& describe, Issue&& issue) {
+    if (!recording()) {
+      issue();
+      return;
+    }
+    const StampId begin = device_.record_stamp(stream);
+    issue();
+    add_device_span(stream, name, -1, begin, device_.record_stamp(stream), describe());
+  }
+
   // Host work on `track` from now until close_host_span(id); any thread.
   uint64_t open_host_span(TraceTrack track, std::string name);
   void close_host_span(uint64_t id);
@@ -80,7 +93,8 @@ class Tracer {
   std::vector<StepActivity> steps() const;
 
  private:
-  void add_device_span(StreamKind stream, std::string name, int64_t bytes, StampId begin, StampId end);
+  void add_device_span(StreamKind stream, std::string name, int64_t bytes, StampId begin, StampId end,
+                       std::string detail = {});
 
   static constexpr double kOpen = std::numeric_limits<double>::infinity();
   struct Window {
@@ -92,6 +106,7 @@ class Tracer {
     std::string name, scope;
     int64_t bytes;
     StampId begin, end;
+    std::string detail;
   };
   struct OpenSpan {
     TraceTrack track;
