@@ -89,11 +89,12 @@ def main():
                     print(f"      {track:10s} " + ", ".join(f"{k} {100 * v / length:.0f}%" for k, v in top))
 
         if args.ops:
-            print_op_sums(inside, lo, hi, step["dur"])
+            print_op_sums(inside, lo, hi)
 
 
-def print_op_sums(inside, lo, hi, step_us):
-    """The compute stream's spans within [lo, hi] summed by name: ms, calls, share of the step."""
+def print_op_sums(inside, lo, hi):
+    """The compute stream's spans within [lo, hi] (the step) summed by name: ms, calls, share of the step."""
+    step_us = hi - lo
     sums = {}
     for e in inside:
         total = sums.setdefault(e["name"], [0.0, 0])
