@@ -1,5 +1,5 @@
-// The choice that ends GEMM tuning (ops/cuda/cuda_gemm.cuh) and the environment's settings of it,
-// as plain arithmetic so that they are tested without a GPU.
+// The choice that ends GEMM tuning (ops/cuda/cuda_gemm.cuh), the debug log's line about it, and the
+// environment's candidate count, as plain arithmetic so that they are tested without a GPU.
 #pragma once
 
 #include <algorithm>
@@ -39,11 +39,6 @@ inline int gemm_candidates_from_env(const char* value) {
   return static_cast<int>(n);
 }
 
-// `milliseconds`: per candidate, best guess (cuBLASLt's heuristic's first) first, the times of its
-// timed calls. Keeps the candidate with the lowest median time when that median is at least
-// `margin` (a fraction) below the first candidate's; else the first, so that two runs choose alike
-// where candidates are close. A candidate without samples (one cuBLASLt refused to run) never
-// wins; the first always has samples.
 // Per candidate, the median of its timed calls (the upper one of an even count); infinity for a
 // candidate without samples.
 inline std::vector<float> gemm_candidate_medians(std::vector<std::vector<float>> milliseconds) {
@@ -55,6 +50,11 @@ inline std::vector<float> gemm_candidate_medians(std::vector<std::vector<float>>
   return medians;
 }
 
+// `milliseconds`: per candidate, best guess (cuBLASLt's heuristic's first) first, the times of its
+// timed calls. Keeps the candidate with the lowest median time when that median is at least
+// `margin` (a fraction) below the first candidate's; else the first, so that two runs choose alike
+// where candidates are close. A candidate without samples (one cuBLASLt refused to run) never
+// wins; the first always has samples.
 inline size_t choose_gemm_candidate(const std::vector<std::vector<float>>& milliseconds, float margin) {
   const std::vector<float> medians = gemm_candidate_medians(milliseconds);
   if (medians.empty()) return 0;
