@@ -22,7 +22,7 @@ namespace ferry {
 namespace {
 
 TraceSpan span(TraceTrack track, double begin, double end, std::string scope = {}) {
-  return {track, "work", std::move(scope), begin, end, -1};
+  return {track, "work", std::move(scope), begin, end, -1, {}};
 }
 
 TEST(StepActivity, IdleIsTheShareOfTheWindowWithNothingOnTheComputeStream) {
@@ -66,10 +66,10 @@ TEST(StepActivity, EdgesNestingAndEmptyTracks) {
 TEST(ChromeTrace, TracksStepsAndScopeParents) {
   const double t0 = 100.0;
   std::vector<TraceSpan> spans = {
-      {TraceTrack::Compute, "linear_forward", "layer.0 forward", t0 + 0.001, t0 + 0.002, -1},
-      {TraceTrack::Compute, "swiglu_forward", "layer.0 forward", t0 + 0.002, t0 + 0.003, -1},
-      {TraceTrack::Compute, "linear_forward", "layer.1 forward", t0 + 0.004, t0 + 0.005, -1},
-      {TraceTrack::HostToDevice, "copy_to_device", "", t0 + 0.0, t0 + 0.004, 4096},
+      {TraceTrack::Compute, "linear_forward", "layer.0 forward", t0 + 0.001, t0 + 0.002, -1, {}},
+      {TraceTrack::Compute, "swiglu_forward", "layer.0 forward", t0 + 0.002, t0 + 0.003, -1, {}},
+      {TraceTrack::Compute, "linear_forward", "layer.1 forward", t0 + 0.004, t0 + 0.005, -1, {}},
+      {TraceTrack::HostToDevice, "copy_to_device", "", t0 + 0.0, t0 + 0.004, 4096, {}},
   };
   StepActivity a = measure_step(spans, 7, t0, t0 + 0.006);
   const nlohmann::json trace = chrome_trace(spans, {a}, "sim");

@@ -128,7 +128,7 @@ void Tracer::close_host_span(uint64_t id) {
 void Tracer::emit_clipped(TraceTrack track, const std::string& name, double begin, double end,
                           const Window& w) {
   const double b = std::max(begin, w.begin), e = std::min(end, w.end);
-  if (e > b) spans_.push_back({track, name, std::string(), b, e, -1});
+  if (e > b) spans_.push_back({track, name, std::string(), b, e, -1, {}});
 }
 
 void Tracer::push_scope(std::string name) {
