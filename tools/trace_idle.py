@@ -95,21 +95,21 @@ def main():
 def print_op_sums(inside, lo, hi):
     """The compute stream's spans within [lo, hi] (the step) summed by name: ms, calls, share of the step."""
     step_us = hi - lo
-    sums = {}
-    for e in inside:
-        total = sums.setdefault(e["name"], [0.0, 0])
-        total[0] += union([(e["ts"], e["ts"] + e["dur"])], lo, hi)
+    sums, shaped = {}, {}  # by name; by name and shape (the spans that carry one)
+
+    def add(table, key, us):
+        total = table.setdefault(key, [0.0, 0])
+        total[0] += us
         total[1] += 1
+
+    for e in inside:
+        us = union([(e["ts"], e["ts"] + e["dur"])], lo, hi)
+        add(sums, e["name"], us)
+        if detail := e.get("args", {}).get("detail"):
+            add(shaped, (e["name"], detail), us)
     print(f"  compute time by kernel ({sum(v[0] for v in sums.values()) / 1e3:.1f} ms in all):")
     for name, (us, calls) in sorted(sums.items(), key=lambda kv: -kv[1][0]):
         print(f"  {name:48s} {us / 1e3:9.2f} ms {calls:6d} calls {100 * us / step_us:6.2f}%")
-    shaped = {}
-    for e in inside:
-        detail = e.get("args", {}).get("detail")
-        if detail:
-            total = shaped.setdefault((e["name"], detail), [0.0, 0])
-            total[0] += union([(e["ts"], e["ts"] + e["dur"])], lo, hi)
-            total[1] += 1
     if shaped:
         print("  by shape:")
     for (name, detail), (us, calls) in sorted(shaped.items(), key=lambda kv: -kv[1][0]):

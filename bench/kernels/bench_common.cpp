@@ -87,6 +87,14 @@ double rel_rms(const Vec& got, const Vec& ref) {
   return r2 > 0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
 }
 
+namespace {
+// The median of timed calls given in milliseconds, in microseconds.
+double median_us(std::vector<float> ms) {
+  std::sort(ms.begin(), ms.end());
+  return 1000.0 * ms[ms.size() / 2];
+}
+}  // namespace
+
 double Bench::time_us_back_to_back(const std::function<void()>& fn) {
   for (int i = 0; i < warmup_; ++i) fn();
   std::vector<cudaEvent_t> events(2 * static_cast<size_t>(reps_));
@@ -102,8 +110,7 @@ double Bench::time_us_back_to_back(const std::function<void()>& fn) {
   for (int r = 0; r < reps_; ++r)
     FERRY_CUDA_CHECK(cudaEventElapsedTime(&ms[r], events[2 * r], events[2 * r + 1]));
   for (cudaEvent_t e : events) FERRY_CUDA_CHECK(cudaEventDestroy(e));
-  std::sort(ms.begin(), ms.end());
-  return 1000.0 * ms[ms.size() / 2];
+  return median_us(std::move(ms));
 }
 
 Bench::Bench(int reps, int warmup) : reps_(reps), warmup_(warmup) {
@@ -143,8 +150,7 @@ double Bench::time_us(const std::function<void()>& fn, bool flush_l2) {
     FERRY_CUDA_CHECK(cudaEventElapsedTime(&t, start_, stop_));
     ms.push_back(t);
   }
-  std::sort(ms.begin(), ms.end());
-  return 1000.0 * ms[ms.size() / 2];
+  return median_us(std::move(ms));
 }
 
 void Bench::check(const std::string& what, bool ok, const std::string& detail) {

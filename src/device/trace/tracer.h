@@ -55,26 +55,15 @@ class Tracer {
   // Issues device work on `stream`; while recording, between two stamps, as a span named `name`.
   template <typename Issue>
   void device_work(StreamKind stream, const char* name, int64_t bytes, Issue&& issue) {
-    if (!recording()) {
-      issue();
-      return;
-    }
-    const StampId begin = device_.record_stamp(stream);
-    issue();
-    add_device_span(stream, name, bytes, begin, device_.record_stamp(stream));
+    record_device_work(
+        stream, name, bytes, [] { return std::string(); }, issue);
   }
 
   // The same, with `describe()` as the span's detail (what the op ran on); called only while recording,
   // so that an untraced step builds no strings.
   template <typename Describe, typename Issue>
   void device_work_described(StreamKind stream, const char* name, Describe&& describe, Issue&& issue) {
-    if (!recording()) {
-      issue();
-      return;
-    }
-    const StampId begin = device_.record_stamp(stream);
-    issue();
-    add_device_span(stream, name, -1, begin, device_.record_stamp(stream), describe());
+    record_device_work(stream, name, -1, describe, issue);
   }
 
   // Host work on `track` from now until close_host_span(id); any thread.
@@ -93,8 +82,19 @@ class Tracer {
   std::vector<StepActivity> steps() const;
 
  private:
+  template <typename Describe, typename Issue>
+  void record_device_work(StreamKind stream, const char* name, int64_t bytes, Describe&& describe,
+                          Issue&& issue) {
+    if (!recording()) {
+      issue();
+      return;
+    }
+    const StampId begin = device_.record_stamp(stream);
+    issue();
+    add_device_span(stream, name, bytes, begin, device_.record_stamp(stream), describe());
+  }
   void add_device_span(StreamKind stream, std::string name, int64_t bytes, StampId begin, StampId end,
-                       std::string detail = {});
+                       std::string detail);
 
   static constexpr double kOpen = std::numeric_limits<double>::infinity();
   struct Window {
