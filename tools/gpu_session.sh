@@ -181,6 +181,10 @@ done
 if [ -n "${FERRY_CACHE_DIR:-}" ] && [ -d "$FERRY_CACHE_DIR/profiles" ]; then
   mkdir -p "$L/profiles" && cp "$FERRY_CACHE_DIR"/profiles/*.json "$L/profiles/" 2>/dev/null || true
 fi
+# The GEMM choices the runs kept (train/gemm_choice_cache.h), to see what each shape runs on.
+if [ -n "${FERRY_CACHE_DIR:-}" ] && [ -d "$FERRY_CACHE_DIR/gemm-choices" ]; then
+  mkdir -p "$L/gemm-choices" && cp "$FERRY_CACHE_DIR"/gemm-choices/*.json "$L/gemm-choices/" 2>/dev/null || true
+fi
 # Several sessions in one device call: all but the last set KEEP_LOGS=1 (the next one adds to the
 # same logs); each packs what has gathered so far, and the last also clears it.
 touch "$L/summary.log"

@@ -12,6 +12,7 @@
 #include "profiler/machine_profiler.h"
 #include "profiler/profile_report.h"
 #include "train/device_choice.h"
+#include "train/gemm_choice_cache.h"
 #include "train/model_init.h"
 #include "train/model_source.h"
 #include "train/profile_cache.h"
@@ -75,7 +76,12 @@ void add_profile_command(CLI::App& app) {
           "profile: no directory for the disk measurement (set FERRY_CACHE_DIR or give --disk-dir); skipped");
       options.measure_disk = false;
     }
+    // The GEMM algorithms this machine's runs chose before are the ones timed, and any it chooses
+    // now are kept for the runs after (train/gemm_choice_cache.h).
+    GemmChoiceCache gemm_choices;
+    gemm_choices.lend(*ops);
     const MachineProfile profile = measure_profile(*device, *ops, model, config.seq_len, options);
+    gemm_choices.keep(*ops);
     print_profile(profile, model);
     // --out first: it is what was asked for; a cache that cannot be written only costs a later measurement.
     if (!a->out.empty()) {

@@ -36,9 +36,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/ignore_index.h"
 #include "core/tensor.h"
+#include "ops/gemm_choice.h"
 
 namespace ferry {
 
@@ -85,6 +87,15 @@ class Ops {
   // attention", "cuda, GEMMs tuned among 24"). A machine profile records it, and a cached one
   // measured with other kernels is measured again.
   virtual std::string kernels() const { return name(); }
+  // Tuned GEMM algorithms (ops/gemm_choice.h), for a backend that tunes them; nothing otherwise.
+  // gemm_choice_scope(): where the choices hold (the GPU, the library's version, the tuning's
+  // settings), empty when the backend makes none; gemm_choices(): those settled so far, one per
+  // problem (safe to call while another thread issues ops); adopt_gemm_choices(): choices of
+  // this scope made before, taken by each problem when it is first called instead of timing its
+  // candidates (call before the first op).
+  virtual std::string gemm_choice_scope() const { return ""; }
+  virtual std::vector<GemmChoice> gemm_choices() const { return {}; }
+  virtual void adopt_gemm_choices(const std::vector<GemmChoice>& /*choices*/) {}
 
   // out (T,H) = table[ids] with table (V,H).
   virtual void embedding_forward(const int32_t* ids, Tensor table, Tensor out) = 0;

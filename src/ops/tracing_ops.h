@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "device/trace/tracer.h"
 #include "ops/ops.h"
@@ -20,6 +21,11 @@ class TracingOps final : public Ops {
   int calls_to_steady_speed() const override { return inner_->calls_to_steady_speed(); }
   int64_t tuning_calls() const override { return inner_->tuning_calls(); }
   std::string kernels() const override { return inner_->kernels(); }
+  std::string gemm_choice_scope() const override { return inner_->gemm_choice_scope(); }
+  std::vector<GemmChoice> gemm_choices() const override { return inner_->gemm_choices(); }
+  void adopt_gemm_choices(const std::vector<GemmChoice>& choices) override {
+    inner_->adopt_gemm_choices(choices);
+  }
 
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override;
   void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override;

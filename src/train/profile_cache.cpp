@@ -7,25 +7,13 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "train/gemm_choice_cache.h"
 
 namespace ferry {
 
 namespace {
 
 constexpr const char* kWhere = "profile";
-
-std::string file_name_part(const std::string& name) {
-  std::string out;
-  for (const char ch : name) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (std::isalnum(c) || c == '.')
-      out += static_cast<char>(std::tolower(c));
-    else if (!out.empty() && out.back() != '-')
-      out += '-';
-  }
-  while (!out.empty() && out.back() == '-') out.pop_back();
-  return out.empty() ? "device" : out;
-}
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -91,13 +79,26 @@ std::filesystem::path default_cache_dir(const std::string& what) {
   return {};
 }
 
+std::string cache_file_name_part(const std::string& name) {
+  std::string out;
+  for (const char ch : name) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '.')
+      out += static_cast<char>(std::tolower(c));
+    else if (!out.empty() && out.back() != '-')
+      out += '-';
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.empty() ? "device" : out;
+}
+
 std::filesystem::path default_profile_cache_dir() {
   return default_cache_dir("profiles");
 }
 
 std::filesystem::path profile_cache_path(const std::filesystem::path& dir, const std::string& device_name,
                                          const std::string& shape_key) {
-  return dir / (file_name_part(device_name) + "-" + shape_key + ".json");
+  return dir / (cache_file_name_part(device_name) + "-" + shape_key + ".json");
 }
 
 void check_profile_matches_model(const MachineProfile& profile, const ModelConfig& model, int64_t seq_len,
@@ -162,7 +163,12 @@ MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& mode
   ProfileOptions measure = options.measure ? *options.measure : default_profile_options(device);
   if (measure.measure_disk && measure.disk_dir.empty()) measure.disk_dir = options.cache_dir;
   if (measure.disk_dir.empty()) measure.measure_disk = false;
+  // The GEMM algorithms this machine's runs chose before are the ones timed, and any chosen now are
+  // kept for the run's steps and the runs after.
+  GemmChoiceCache gemm_choices;
+  gemm_choices.lend(ops);
   MachineProfile p = measure_profile(device, ops, model, config.seq_len, measure);
+  gemm_choices.keep(ops);
   if (!path.empty()) save_to_cache(path, p);
   if (origin != nullptr) *origin = ProfileOrigin::Measured;
   return p;

@@ -30,6 +30,9 @@ enum class ProfileOrigin { File, Cache, Measured };
 // $FERRY_CACHE_DIR/<what>, else ${XDG_CACHE_HOME:-$HOME/.cache}/ferry/<what>; empty when none of
 // these variables is set (nothing is cached then).
 std::filesystem::path default_cache_dir(const std::string& what);
+// `name` as part of a cache file's name: lower case, letters, digits and '.' kept, every other run
+// of characters one '-' ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3"); "device" if nothing is left.
+std::string cache_file_name_part(const std::string& name);
 // default_cache_dir("profiles").
 std::filesystem::path default_profile_cache_dir();
 
@@ -54,7 +57,8 @@ struct ObtainProfileOptions {
 };
 
 // The profile for a run of `model` with `config` (its seq_len, `profile`, `threads`) on `device`,
-// from the three sources above in that order. A cached file that cannot be read, is corrupt, or was
+// from the three sources above in that order. A measurement times the GEMM algorithms kept for
+// `ops` (train/gemm_choice_cache.h) and keeps those it chooses. A cached file that cannot be read, is corrupt, or was
 // measured with another CPU thread count is reported and measured again, never fatal; a cache that
 // cannot be written is reported. `origin`, when given, receives where the profile came from.
 MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& model, Device& device, Ops& ops,

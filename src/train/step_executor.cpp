@@ -25,6 +25,7 @@
 #include "profiler/collective_profiler.h"
 #include "train/device_choice.h"
 #include "train/device_group.h"
+#include "train/gemm_choice_cache.h"
 #include "train/plan_selection.h"
 #include "train/profile_cache.h"
 
@@ -127,6 +128,7 @@ class SlidingExecutor final : public StepExecutor {
                   chunks = config.global_batch / plan_.micro_batch;
     if (group_.devices.size() == 1) {
       ops_.push_back(make_device_ops(trace_ ? trace_->device() : *device_));
+      gemm_choices_.lend(*ops_.back());
       engine_ = std::make_unique<SlidingEngine>(weights.config, weights.layout,
                                                 trace_ ? trace_->device() : *device_, *ops_.front(), plan_,
                                                 chunk_tokens, chunks, config.decay_norms_and_biases);
@@ -135,6 +137,7 @@ class SlidingExecutor final : public StepExecutor {
       for (auto& d : group_.devices) {
         d->bind_thread();  // the ops' library handles belong to the thread's current device
         ops_.push_back(make_device_ops(*d));
+        gemm_choices_.lend(*ops_.back());
         ops.push_back(ops_.back().get());
       }
       group_engine_ = std::make_unique<DeviceGroupEngine>(
@@ -203,6 +206,7 @@ class SlidingExecutor final : public StepExecutor {
                                         : group_engine_->step(step, batch, hyper, max_grad_norm);
     if (trace_) trace_->end();
     if (step == kMemoryReportStep) log_memory();
+    for (const auto& ops : ops_) gemm_choices_.keep(*ops);
     return {r.loss, r.counted_tokens, r.grad_norm};
   }
   void finish_updates() override {
@@ -308,6 +312,7 @@ class SlidingExecutor final : public StepExecutor {
   Device* device_;                         // the first
   std::unique_ptr<StepTrace> trace_;       // config `trace:`; nullptr without
   std::vector<std::unique_ptr<Ops>> ops_;  // per device
+  GemmChoiceCache gemm_choices_;           // the GEMM algorithms runs before chose, and this run's
   Plan plan_;
   Prediction predicted_;
   EvalPrediction evaluation_;

@@ -214,12 +214,49 @@ void Gemm::collect_trials(const Key& key, Plan& plan) {
   if (!plan.pending.empty() || plan.trials_issued < plan.algos.size() * kTuneSamples) return;
   plan.chosen = choose_gemm_candidate(plan.milliseconds, kTuneMargin);
   plan.tuned = true;
+  settle(key, plan);
   if (log_enabled(LogLevel::Debug)) {
     std::vector<std::string> names;
     for (const cublasLtMatmulAlgo_t& algo : plan.algos) names.push_back(lt_algo_name(algo));
     log_line(LogLevel::Debug, "GEMM tuned, " + problem_name(key) + ": " +
                                   gemm_tuning_summary(names, plan.milliseconds, plan.chosen));
   }
+}
+
+void Gemm::take_adopted(const Key& key, Plan& plan) {
+  if (plan.tuned || adopted_.empty()) return;
+  const auto found = adopted_.find(problem_name(key));
+  if (found == adopted_.end()) return;
+  const GemmChoice& choice = found->second;
+  if (choice.candidate >= plan.algos.size() || lt_algo_name(plan.algos[choice.candidate]) != choice.config) {
+    log_line(LogLevel::Debug, "GEMM choice made before for " + choice.problem + " (candidate " +
+                                  std::to_string(choice.candidate) + ", " + choice.config +
+                                  ") is not among cuBLASLt's candidates now; tuning it again");
+    return;
+  }
+  plan.chosen = choice.candidate;
+  plan.tuned = true;
+  settle(key, plan);
+}
+
+void Gemm::settle(const Key& key, const Plan& plan) {
+  if (plan.algos.size() < 2) return;
+  GemmChoice choice{problem_name(key), plan.chosen, lt_algo_name(plan.algos[plan.chosen])};
+  const std::lock_guard<std::mutex> lock(settled_mutex_);
+  std::string problem = choice.problem;
+  settled_[std::move(problem)] = std::move(choice);
+}
+
+std::vector<GemmChoice> Gemm::settled_choices() const {
+  const std::lock_guard<std::mutex> lock(settled_mutex_);
+  std::vector<GemmChoice> choices;
+  choices.reserve(settled_.size());
+  for (const auto& entry : settled_) choices.push_back(entry.second);
+  return choices;
+}
+
+void Gemm::adopt(const std::vector<GemmChoice>& choices) {
+  for (const GemmChoice& choice : choices) adopted_[choice.problem] = choice;
 }
 
 size_t Gemm::algo_for_call(Plan& plan) const {
@@ -251,7 +288,10 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
           alignment_of(c),
           alignment_of(args.d)};
   auto it = cache_.find(key);
-  if (it == cache_.end()) it = cache_.emplace(key, make_plan(key)).first;
+  if (it == cache_.end()) {
+    it = cache_.emplace(key, make_plan(key)).first;
+    take_adopted(it->first, *it->second);
+  }
   Plan& plan = *it->second;
   if (!plan.tuned) collect_trials(it->first, plan);
   if (!plan.tuned) tuning_calls_.fetch_add(1, std::memory_order_relaxed);
@@ -281,7 +321,10 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
     // A candidate the heuristic offered that cuBLASLt then refuses to run: it leaves the tuning,
     // and this call runs on the heuristic's first choice (the one used without tuning).
     plan.failed[algo] = true;
-    if (plan.chosen == algo) plan.chosen = 0;
+    if (plan.chosen == algo) {
+      plan.chosen = 0;
+      if (plan.tuned) settle(key, plan);
+    }
     algo = 0;
     timed.algo = 0;
     status = launch(0);

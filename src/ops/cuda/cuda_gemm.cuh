@@ -15,7 +15,8 @@
 // (kGemmTuneAlgos unless CudaOpsOptions says otherwise) in turn, kTuneSamples each, timed with events read
 // later without blocking; then the problem keeps the candidate with the lowest median time, or the
 // heuristic's first unless another is kTuneMargin faster, so that two runs pick alike where candidates are
-// close. Measured on the H200 (bench_gemm, timed in turn with the heuristic's choice): +7-13% on 4096 x 4096
+// close. A problem whose choice a run before made (ops/gemm_choice.h, adopted) takes it without trials.
+// Measured on the H200 (bench_gemm, timed in turn with the heuristic's choice): +7-13% on 4096 x 4096
 // products and +19-25% on the 1024 x 4096 dx ones, but -5 to -8% on the 8B MLP's dx products, whose trials
 // mislead at a 3% margin and 3 samples (hence 5% and 5); an 8B step moved within noise. Every candidate
 // computes the same product with fp32 accumulation (results differ in rounding order only), so
@@ -27,13 +28,16 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda_ops_sizes.h"
+#include "ops/gemm_choice.h"
 
 namespace ferry::cuda {
 
@@ -97,6 +101,13 @@ class Gemm {
   size_t workspace_bytes() const { return workspace_bytes_; }
   // Calls so far that ran while their problem's tuning was not finished (Ops::tuning_calls).
   int64_t tuning_calls() const { return tuning_calls_.load(std::memory_order_relaxed); }
+  // Ops::gemm_choices: the problems with more than one candidate whose choice is made (by their
+  // trials or adopted), one per problem. Any thread.
+  std::vector<GemmChoice> settled_choices() const;
+  // Ops::adopt_gemm_choices: each problem named here takes its choice when it is first called,
+  // without trials, where cuBLASLt still lists the same configuration at that place; others tune.
+  // Before the first matmul.
+  void adopt(const std::vector<GemmChoice>& choices);
 
  private:
   struct Key {
@@ -133,6 +144,10 @@ class Gemm {
   void collect_trials(const Key& key, Plan& plan);
   // The candidate this call runs (during tuning: the next in turn).
   size_t algo_for_call(Plan& plan) const;
+  // A new plan takes its problem's adopted choice, if any still matches its candidates.
+  void take_adopted(const Key& key, Plan& plan);
+  // Records the plan's choice among settled_choices().
+  void settle(const Key& key, const Plan& plan);
 
   LtHandle handle_;
   StreamBuffer workspace_;
@@ -140,6 +155,9 @@ class Gemm {
   int candidates_ = kGemmTuneAlgos;
   std::atomic<int64_t> tuning_calls_{0};
   std::unordered_map<Key, std::unique_ptr<Plan>, KeyHash> cache_;
+  std::unordered_map<std::string, GemmChoice> adopted_;  // by problem_name
+  mutable std::mutex settled_mutex_;
+  std::map<std::string, GemmChoice> settled_;  // by problem_name
 };
 
 // ferry dtype -> cuBLASLt dtype (F32, BF16, F16).

@@ -59,6 +59,27 @@ int64_t CudaOps::tuning_calls() const {
   return state_->gemm.tuning_calls();
 }
 
+std::string CudaOps::gemm_choice_scope() const {
+  if (!options_.gemm_tuning || options_.gemm_candidates < 2) return "";
+  int device = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp properties{};
+  FERRY_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return std::string(properties.name) + ", sm_" + std::to_string(properties.major) +
+         std::to_string(properties.minor) + ", " + std::to_string(properties.multiProcessorCount) +
+         " SMs, cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", " +
+         std::to_string(options_.gemm_workspace_bytes >> 20) + " MiB workspace, tuned among " +
+         std::to_string(options_.gemm_candidates);
+}
+
+std::vector<GemmChoice> CudaOps::gemm_choices() const {
+  return state_->gemm.settled_choices();
+}
+
+void CudaOps::adopt_gemm_choices(const std::vector<GemmChoice>& choices) {
+  state_->gemm.adopt(choices);
+}
+
 void* CudaOps::stream() const {
   return state_->stream;
 }

@@ -34,6 +34,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ops/cuda_ops_sizes.h"
 #include "ops/ops.h"
@@ -83,6 +84,10 @@ class CudaOps final : public Ops {
     return options_.gemm_tuning ? options_.gemm_candidates * kGemmTuneSamples + 1 : 1;
   }
   int64_t tuning_calls() const override;
+  // "<GPU name>, sm_XY, N SMs, cuBLASLt V, W MiB workspace, tuned among C"; empty without tuning.
+  std::string gemm_choice_scope() const override;
+  std::vector<GemmChoice> gemm_choices() const override;
+  void adopt_gemm_choices(const std::vector<GemmChoice>& choices) override;
 
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override;
   void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override;
