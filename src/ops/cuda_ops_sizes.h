@@ -18,9 +18,13 @@ inline constexpr size_t kCudaFlceChunkBytes = size_t{512} << 20;
 // GEMM tuning (CudaOpsOptions::gemm_tuning, ops/cuda/cuda_gemm.cuh): candidates per problem, timed
 // calls of each, and how much faster than the heuristic's first a candidate must be to be kept.
 // On the H200 the first 24 held algorithms 8-15% faster than the first 6 for the 1B's MLP products
-// at 65,536 tokens (bench_gemm_candidates), but end to end (the whole-GPU 1B on an H100, 20 steps)
-// tuning among 24 ran as fast as among 6, and both 0.8% faster than untuned: 6 stays.
-inline constexpr int kGemmTuneAlgos = 6;
+// at 65,536 tokens (bench_gemm_candidates); cuBLASLt lists 8 there, the first 6 the same. In a step
+// the wider choice gained nothing while each run chose anew (thirtieth and thirty-first sessions:
+// runs chose differently within the trials' noise); with the choices kept per machine
+// (train/gemm_choice_cache.h), the whole-GPU 1B on an H100 ran 1.1% faster on choices made among 24
+// than among 6 (70,577-71,134 against 69,417-70,312 tok/s, one call). The tuning's extra trials (4-8
+// steps of the 1B) are then spent once per machine.
+inline constexpr int kGemmTuneAlgos = 24;
 inline constexpr int kGemmTuneSamples = 5;
 inline constexpr float kGemmTuneMargin = 0.05f;
 
