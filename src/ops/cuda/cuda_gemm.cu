@@ -241,10 +241,9 @@ void Gemm::take_adopted(const Key& key, Plan& plan) {
 
 void Gemm::settle(const Key& key, const Plan& plan) {
   if (plan.algos.size() < 2) return;
-  GemmChoice choice{problem_name(key), plan.chosen, lt_algo_name(plan.algos[plan.chosen])};
+  const GemmChoice choice{problem_name(key), plan.chosen, lt_algo_name(plan.algos[plan.chosen])};
   const std::lock_guard<std::mutex> lock(settled_mutex_);
-  std::string problem = choice.problem;
-  settled_[std::move(problem)] = std::move(choice);
+  settled_[choice.problem] = choice;
 }
 
 std::vector<GemmChoice> Gemm::settled_choices() const {

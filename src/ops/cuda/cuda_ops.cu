@@ -18,6 +18,20 @@ int gemm_candidates_default() {
 
 namespace {
 
+// What CudaOps::gemm_choice_scope says for the current device; empty without tuning.
+std::string gemm_choice_scope_of(const CudaOpsOptions& options) {
+  if (!options.gemm_tuning || options.gemm_candidates < 2) return "";
+  int device = 0;
+  FERRY_CUDA_CHECK(cudaGetDevice(&device));
+  cudaDeviceProp properties{};
+  FERRY_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+  return std::string(properties.name) + ", sm_" + std::to_string(properties.major) +
+         std::to_string(properties.minor) + ", " + std::to_string(properties.multiProcessorCount) +
+         " SMs, cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", " +
+         std::to_string(options.gemm_workspace_bytes >> 20) + " MiB workspace, tuned among " +
+         std::to_string(options.gemm_candidates);
+}
+
 // The options' invariants, checked before anything is built from them.
 const CudaOpsOptions& checked(const CudaOpsOptions& options) {
   CUDA_OPS_EXPECT(options.flce_chunk_bytes > 0, "CudaOps", "flce_chunk_bytes must be positive");
@@ -43,7 +57,8 @@ CudaOps::State::State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllo
 CudaOps::CudaOps(void* stream, const CudaOpsOptions& options)
     : options_(checked(options)),
       state_(std::make_unique<State>(static_cast<cudaStream_t>(stream), options.gemm_workspace_bytes,
-                                     options.allocator, options.gemm_tuning ? options.gemm_candidates : 1)) {
+                                     options.allocator, options.gemm_tuning ? options.gemm_candidates : 1)),
+      gemm_choice_scope_(gemm_choice_scope_of(options)) {
   if (options_.cudnn_attention) state_->cudnn_attention = CudnnAttention::make(stream);
 }
 
@@ -60,16 +75,7 @@ int64_t CudaOps::tuning_calls() const {
 }
 
 std::string CudaOps::gemm_choice_scope() const {
-  if (!options_.gemm_tuning || options_.gemm_candidates < 2) return "";
-  int device = 0;
-  FERRY_CUDA_CHECK(cudaGetDevice(&device));
-  cudaDeviceProp properties{};
-  FERRY_CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
-  return std::string(properties.name) + ", sm_" + std::to_string(properties.major) +
-         std::to_string(properties.minor) + ", " + std::to_string(properties.multiProcessorCount) +
-         " SMs, cuBLASLt " + std::to_string(cublasLtGetVersion()) + ", " +
-         std::to_string(options_.gemm_workspace_bytes >> 20) + " MiB workspace, tuned among " +
-         std::to_string(options_.gemm_candidates);
+  return gemm_choice_scope_;
 }
 
 std::vector<GemmChoice> CudaOps::gemm_choices() const {

@@ -84,7 +84,8 @@ class CudaOps final : public Ops {
     return options_.gemm_tuning ? options_.gemm_candidates * kGemmTuneSamples + 1 : 1;
   }
   int64_t tuning_calls() const override;
-  // "<GPU name>, sm_XY, N SMs, cuBLASLt V, W MiB workspace, tuned among C"; empty without tuning.
+  // "<GPU name>, sm_XY, N SMs, cuBLASLt V, W MiB workspace, tuned among C" of the device current
+  // at construction (the stream's); empty without tuning.
   std::string gemm_choice_scope() const override;
   std::vector<GemmChoice> gemm_choices() const override;
   void adopt_gemm_choices(const std::vector<GemmChoice>& choices) override;
@@ -134,6 +135,7 @@ class CudaOps final : public Ops {
  private:
   CudaOpsOptions options_;
   std::unique_ptr<State> state_;
+  std::string gemm_choice_scope_;
 };
 
 }  // namespace ferry
