@@ -58,9 +58,9 @@ struct ObtainProfileOptions {
 
 // The profile for a run of `model` with `config` (its seq_len, `profile`, `threads`) on `device`,
 // from the three sources above in that order. A measurement times the GEMM algorithms kept for
-// `ops` (train/gemm_choice_cache.h) and keeps those it chooses. A cached file that cannot be read, is corrupt, or was
-// measured with another CPU thread count is reported and measured again, never fatal; a cache that
-// cannot be written is reported. `origin`, when given, receives where the profile came from.
+// `ops` (train/gemm_choice_cache.h) and keeps those it chooses. A cached file that cannot be read, is
+// corrupt, or was measured with another CPU thread count is reported and measured again, never fatal; a cache
+// that cannot be written is reported. `origin`, when given, receives where the profile came from.
 MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& model, Device& device, Ops& ops,
                               const ObtainProfileOptions& options = {}, ProfileOrigin* origin = nullptr);
 
