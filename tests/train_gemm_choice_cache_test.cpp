@@ -105,6 +105,9 @@ TEST(GemmChoiceCache, ABadOrForeignFileIsReportedAndWrittenAnew) {
            std::string("not json"),
            std::string(R"([1, 2])"),
            std::string(R"({"scope": "NVIDIA H200, another", "choices": []})"),
+           std::string(R"({"scope": "no choices"})"),
+           std::string(R"({"scope": 5, "choices": []})"),
+           std::string(R"({"scope": ")" + kScope + R"(", "choices": [7]})"),
            std::string(R"({"scope": ")" + kScope +
                        R"(", "choices": [{"problem": "m=1", "candidate": -1, "config": "x"}]})"),
            std::string(R"({"scope": ")" + kScope + R"(", "choices": [{"problem": "m=1", "config": "x"}]})"),

@@ -17,6 +17,14 @@ namespace {
 
 constexpr const char* kWhere = "GEMM choices";
 
+// Whether `object` is an object with `key` of the kind `is` tests (nlohmann's const operator[]
+// must not be asked for a key that is missing).
+bool has(const nlohmann::json& object, const char* key, bool (nlohmann::json::*is)() const noexcept) {
+  if (!object.is_object()) return false;
+  const auto found = object.find(key);
+  return found != object.end() && ((*found).*is)();
+}
+
 // The file's choices for `scope`: none for a missing file; nullopt, with *why_not set, for one
 // that cannot be used.
 std::optional<std::vector<GemmChoice>> try_read(const std::filesystem::path& file, const std::string& scope,
@@ -36,25 +44,27 @@ std::optional<std::vector<GemmChoice>> try_read(const std::filesystem::path& fil
     *why_not = file.string() + ": " + error;
     return std::nullopt;
   }
-  if (!json->is_object() || !(*json)["choices"].is_array()) {
+  if (!has(*json, "choices", &nlohmann::json::is_array)) {
     *why_not = file.string() + " is not a GEMM-choice file (no \"choices\" list)";
     return std::nullopt;
   }
-  const std::string its_scope = json->value("scope", std::string());
+  const std::string its_scope =
+      has(*json, "scope", &nlohmann::json::is_string) ? json->at("scope").get<std::string>() : std::string();
   if (its_scope != scope) {
     *why_not = file.string() + " holds the choices of \"" + its_scope + "\", not of \"" + scope + "\"";
     return std::nullopt;
   }
   std::vector<GemmChoice> choices;
-  for (const nlohmann::json& entry : (*json)["choices"]) {
-    if (!entry.is_object() || !entry["problem"].is_string() || !entry["candidate"].is_number_unsigned() ||
-        !entry["config"].is_string()) {
+  for (const nlohmann::json& entry : json->at("choices")) {
+    if (!has(entry, "problem", &nlohmann::json::is_string) ||
+        !has(entry, "candidate", &nlohmann::json::is_number_unsigned) ||
+        !has(entry, "config", &nlohmann::json::is_string)) {
       *why_not =
           file.string() + " has a choice without a problem, a candidate or a config: " + json_excerpt(entry);
       return std::nullopt;
     }
-    choices.push_back({entry["problem"].get<std::string>(), entry["candidate"].get<size_t>(),
-                       entry["config"].get<std::string>()});
+    choices.push_back({entry.at("problem").get<std::string>(), entry.at("candidate").get<size_t>(),
+                       entry.at("config").get<std::string>()});
   }
   return merge_gemm_choices({}, choices);
 }
