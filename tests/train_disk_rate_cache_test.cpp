@@ -46,11 +46,13 @@ TEST(DiskRateCache, ABadOrForeignFileIsMeasuredOver) {
   fs::create_directories(disk);
   fs::create_directories(cache);
   const fs::path file = disk_rate_cache_path(cache, "fs-a");
-  for (const std::string text :
+  for (const std::string& text :
        {std::string("not json"),
         std::string(R"({"filesystem": "fs-b", "read_bytes_per_s": 1e9, "write_bytes_per_s": 1e9})"),
         std::string(R"({"filesystem": "fs-a", "read_bytes_per_s": 0, "write_bytes_per_s": 1e9})"),
-        std::string(R"({"filesystem": "fs-a", "read_bytes_per_s": "fast"})")}) {
+        std::string(R"({"filesystem": "fs-a", "read_bytes_per_s": "fast"})"),
+        std::string(R"({"filesystem": "fs-a", "read_bytes_per_s": 1e9})"),
+        std::string(R"({"filesystem": 5, "read_bytes_per_s": 1e9, "write_bytes_per_s": 1e9})")}) {
     SCOPED_TRACE(text);
     std::ofstream(file) << text;
     EXPECT_FALSE(read_cached_disk_rates(file, "fs-a").has_value());

@@ -168,4 +168,10 @@ std::string json_key_list(const nlohmann::ordered_json& object) {
   return key_list(object);
 }
 
+bool json_has(const nlohmann::json& object, const char* key, bool (nlohmann::json::*is)() const noexcept) {
+  if (!object.is_object()) return false;
+  const auto found = object.find(key);
+  return found != object.end() && ((*found).*is)();
+}
+
 }  // namespace ferry

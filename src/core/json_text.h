@@ -29,6 +29,11 @@ std::string json_nesting_problem(std::string_view text, size_t limit = kMaxJsonN
 std::optional<nlohmann::json> try_parse_json(std::string_view text, std::string* error);
 std::optional<nlohmann::ordered_json> try_parse_ordered_json(std::string_view text, std::string* error);
 
+// Whether `object` is an object holding `key` with a value that `is` accepts
+// (&nlohmann::json::is_string, ...): the check before reading a key of a const value, whose
+// operator[] must not be asked for a missing key and whose value() throws on another type.
+bool json_has(const nlohmann::json& object, const char* key, bool (nlohmann::json::*is)() const noexcept);
+
 // Parses a whole file's text; throws ferry::Error "[where] SOURCE: not valid JSON (...); ADVICE".
 nlohmann::json parse_json(std::string_view text, const char* where, const std::string& source,
                           std::string_view advice);

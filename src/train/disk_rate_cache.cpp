@@ -33,15 +33,17 @@ std::optional<DiskRates> read_cached_disk_rates(const std::filesystem::path& fil
   }
   std::string error;
   const std::optional<nlohmann::json> json = try_parse_json(text, &error);
-  if (!json || !json->is_object() || json->value(kFilesystemKey, std::string()) != filesystem ||
-      !(*json)["read_bytes_per_s"].is_number() || !(*json)["write_bytes_per_s"].is_number()) {
+  if (!json || !json_has(*json, kFilesystemKey, &nlohmann::json::is_string) ||
+      json->at(kFilesystemKey).get<std::string>() != filesystem ||
+      !json_has(*json, "read_bytes_per_s", &nlohmann::json::is_number) ||
+      !json_has(*json, "write_bytes_per_s", &nlohmann::json::is_number)) {
     log_warn("disk tier: {} is not a disk-rate file of filesystem {}{}; measuring the disk again",
              file.string(), filesystem, error.empty() ? "" : " (" + error + ")");
     return std::nullopt;
   }
   DiskRates r;
-  r.read_bytes_per_s = (*json)["read_bytes_per_s"].get<double>();
-  r.write_bytes_per_s = (*json)["write_bytes_per_s"].get<double>();
+  r.read_bytes_per_s = json->at("read_bytes_per_s").get<double>();
+  r.write_bytes_per_s = json->at("write_bytes_per_s").get<double>();
   if (!(r.read_bytes_per_s > 0) || !(r.write_bytes_per_s > 0)) return std::nullopt;
   return r;
 }

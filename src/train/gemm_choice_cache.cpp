@@ -17,14 +17,6 @@ namespace {
 
 constexpr const char* kWhere = "GEMM choices";
 
-// Whether `object` is an object with `key` of the kind `is` tests (nlohmann's const operator[]
-// must not be asked for a key that is missing).
-bool has(const nlohmann::json& object, const char* key, bool (nlohmann::json::*is)() const noexcept) {
-  if (!object.is_object()) return false;
-  const auto found = object.find(key);
-  return found != object.end() && ((*found).*is)();
-}
-
 // The file's choices for `scope`: none for a missing file; nullopt, with *why_not set, for one
 // that cannot be used.
 std::optional<std::vector<GemmChoice>> try_read(const std::filesystem::path& file, const std::string& scope,
@@ -44,21 +36,22 @@ std::optional<std::vector<GemmChoice>> try_read(const std::filesystem::path& fil
     *why_not = file.string() + ": " + error;
     return std::nullopt;
   }
-  if (!has(*json, "choices", &nlohmann::json::is_array)) {
+  if (!json_has(*json, "choices", &nlohmann::json::is_array)) {
     *why_not = file.string() + " is not a GEMM-choice file (no \"choices\" list)";
     return std::nullopt;
   }
-  const std::string its_scope =
-      has(*json, "scope", &nlohmann::json::is_string) ? json->at("scope").get<std::string>() : std::string();
+  const std::string its_scope = json_has(*json, "scope", &nlohmann::json::is_string)
+                                    ? json->at("scope").get<std::string>()
+                                    : std::string();
   if (its_scope != scope) {
     *why_not = file.string() + " holds the choices of \"" + its_scope + "\", not of \"" + scope + "\"";
     return std::nullopt;
   }
   std::vector<GemmChoice> choices;
   for (const nlohmann::json& entry : json->at("choices")) {
-    if (!has(entry, "problem", &nlohmann::json::is_string) ||
-        !has(entry, "candidate", &nlohmann::json::is_number_unsigned) ||
-        !has(entry, "config", &nlohmann::json::is_string)) {
+    if (!json_has(entry, "problem", &nlohmann::json::is_string) ||
+        !json_has(entry, "candidate", &nlohmann::json::is_number_unsigned) ||
+        !json_has(entry, "config", &nlohmann::json::is_string)) {
       *why_not =
           file.string() + " has a choice without a problem, a candidate or a config: " + json_excerpt(entry);
       return std::nullopt;
