@@ -27,6 +27,9 @@ inline constexpr size_t kCudaFlceChunkBytes = size_t{512} << 20;
 inline constexpr int kGemmTuneAlgos = 24;
 inline constexpr int kGemmTuneSamples = 5;
 inline constexpr float kGemmTuneMargin = 0.05f;
+// A candidate whose faster of two trials is this many times the fastest trial of any leaves the
+// tuning (GemmTrials, ops/gemm_tuning.h).
+inline constexpr float kGemmTuneDropRatio = 1.2f;
 
 // Tokens per chunk of the fused linear-cross-entropy for a vocabulary of V: as many bf16 logits
 // rows (padded to a multiple of 8) as fit in chunk_bytes, rounded down to a multiple of 128 tokens

@@ -192,8 +192,7 @@ std::unique_ptr<Gemm::Plan> Gemm::make_plan(const Key& key) const {
                       cublasLtGetStatusString(status));
   }
   plan->tuned = plan->algos.size() == 1;
-  plan->milliseconds.resize(plan->algos.size());
-  plan->failed.assign(plan->algos.size(), false);
+  plan->trials = GemmTrials(plan->algos.size(), kTuneSamples);
   return plan;
 }
 
@@ -206,20 +205,20 @@ void Gemm::collect_trials(const Key& key, Plan& plan) {
     FERRY_CUDA_CHECK(state);
     float ms = 0.0f;
     FERRY_CUDA_CHECK(cudaEventElapsedTime(&ms, done->start, done->stop));
-    plan.milliseconds[done->algo].push_back(ms);
+    plan.trials.filed(done->algo, ms);
     FERRY_CUDA_CHECK(cudaEventDestroy(done->start));
     FERRY_CUDA_CHECK(cudaEventDestroy(done->stop));
   }
   plan.pending.erase(plan.pending.begin(), done);
-  if (!plan.pending.empty() || plan.trials_issued < plan.algos.size() * kTuneSamples) return;
-  plan.chosen = choose_gemm_candidate(plan.milliseconds, kTuneMargin);
+  if (!plan.pending.empty() || !plan.trials.complete()) return;
+  plan.chosen = plan.trials.choose(kTuneMargin);
   plan.tuned = true;
   settle(key, plan);
   if (log_enabled(LogLevel::Debug)) {
     std::vector<std::string> names;
     for (const cublasLtMatmulAlgo_t& algo : plan.algos) names.push_back(lt_algo_name(algo));
     log_line(LogLevel::Debug, "GEMM tuned, " + problem_name(key) + ": " +
-                                  gemm_tuning_summary(names, plan.milliseconds, plan.chosen));
+                                  gemm_tuning_summary(names, plan.trials, plan.chosen));
   }
 }
 
@@ -258,12 +257,6 @@ void Gemm::adopt(const std::vector<GemmChoice>& choices) {
   for (const GemmChoice& choice : choices) adopted_[choice.problem] = choice;
 }
 
-size_t Gemm::algo_for_call(Plan& plan) const {
-  if (plan.tuned || plan.trials_issued >= plan.algos.size() * kTuneSamples) return plan.chosen;
-  const size_t candidate = plan.trials_issued % plan.algos.size();
-  return plan.failed[candidate] ? 0 : candidate;
-}
-
 void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   FERRY_ASSERT(args.m > 0 && args.n > 0 && args.k > 0, "empty products are handled by the caller");
   FERRY_ASSERT(args.bias == nullptr || aligned16(args.bias),
@@ -294,9 +287,11 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   Plan& plan = *it->second;
   if (!plan.tuned) collect_trials(it->first, plan);
   if (!plan.tuned) tuning_calls_.fetch_add(1, std::memory_order_relaxed);
-  const bool tuning = !plan.tuned && plan.trials_issued < plan.algos.size() * kTuneSamples;
-  size_t algo = algo_for_call(plan);
-  const bool trial = tuning && !plan.failed[plan.trials_issued % plan.algos.size()];
+  // During tuning, the next candidate's trial; once every trial is issued (their times still to
+  // come), the heuristic's first.
+  const size_t next = plan.tuned ? GemmTrials::kNone : plan.trials.next();
+  const bool trial = next != GemmTrials::kNone;
+  size_t algo = trial ? next : plan.chosen;
   Trial timed{algo, nullptr, nullptr};
   if (trial) {
     FERRY_CUDA_CHECK(cudaEventCreate(&timed.start));
@@ -318,8 +313,9 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
   cublasStatus_t status = launch(algo);
   if (status != CUBLAS_STATUS_SUCCESS && algo != 0) {
     // A candidate the heuristic offered that cuBLASLt then refuses to run: it leaves the tuning,
-    // and this call runs on the heuristic's first choice (the one used without tuning).
-    plan.failed[algo] = true;
+    // and this call runs on the heuristic's first choice (the one used without tuning), timed as
+    // one of its trials when this call was one.
+    if (!plan.tuned) plan.trials.refused(algo);
     if (plan.chosen == algo) {
       plan.chosen = 0;
       if (plan.tuned) settle(key, plan);
@@ -329,11 +325,10 @@ void Gemm::matmul(const MatmulArgs& args, cudaStream_t stream) {
     status = launch(0);
   }
   CHECK_CUBLAS(status);
-  if (tuning && !trial) ++plan.trials_issued;
   if (trial) {
     FERRY_CUDA_CHECK(cudaEventRecord(timed.stop, stream));
     plan.pending.push_back(timed);
-    ++plan.trials_issued;
+    plan.trials.issued(timed.algo);
   }
 }
 

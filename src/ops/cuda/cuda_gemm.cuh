@@ -13,7 +13,8 @@
 // H200: 678-697 TFLOP/s for the MLP's dx products against 783 for the attention projections). The
 // first calls of a problem -- real calls, whose results are used -- go to its first candidates
 // (kGemmTuneAlgos unless CudaOpsOptions says otherwise) in turn, kTuneSamples each, timed with events read
-// later without blocking; then the problem keeps the candidate with the lowest median time, or the
+// later without blocking (a candidate far slower than the fastest leaves after two: GemmTrials,
+// ops/gemm_tuning.h); then the problem keeps the candidate with the lowest median time, or the
 // heuristic's first unless another is kTuneMargin faster, so that two runs pick alike where candidates are
 // close. A problem whose choice a run before made (ops/gemm_choice.h, adopted) takes it without trials.
 // Measured on the H200 (bench_gemm, timed in turn with the heuristic's choice): +7-13% on 4096 x 4096
@@ -38,6 +39,7 @@
 #include "ops/cuda/cuda_common.cuh"
 #include "ops/cuda_ops_sizes.h"
 #include "ops/gemm_choice.h"
+#include "ops/gemm_tuning.h"
 
 namespace ferry::cuda {
 
@@ -131,10 +133,8 @@ class Gemm {
     std::vector<cublasLtMatmulAlgo_t> algos;  // the heuristic's candidates, best guess first
     size_t chosen = 0;
     bool tuned = false;
-    size_t trials_issued = 0;
+    GemmTrials trials;  // per candidate: trials issued, times filed, in or out
     std::vector<Trial> pending;
-    std::vector<std::vector<float>> milliseconds;  // per candidate
-    std::vector<bool> failed;                      // per candidate: cuBLASLt refused to run it
   };
   std::unique_ptr<Plan> make_plan(const Key& key) const;
   // The problem in words, for errors and the debug log.
@@ -142,8 +142,6 @@ class Gemm {
   // Files the trials that have completed; once every sample is in, chooses (and with
   // FERRY_LOG_LEVEL=debug logs the choice and every candidate's median). Never blocks.
   void collect_trials(const Key& key, Plan& plan);
-  // The candidate this call runs (during tuning: the next in turn).
-  size_t algo_for_call(Plan& plan) const;
   // A new plan takes its problem's adopted choice, if any still matches its candidates.
   void take_adopted(const Key& key, Plan& plan);
   // Records the plan's choice among settled_choices().
