@@ -174,6 +174,11 @@ TEST(ProfileJson, WrongVersionOrTypeIsRefused) {
   nlohmann::json j = profile_to_json(sample_profile());
   j["version"] = MachineProfile::kVersion + 1;
   EXPECT_NE(load_error(j).find("version"), std::string::npos) << load_error(j);
+  // A version that is missing or not a whole number is no version: measured again, not read.
+  j["version"] = "2";
+  EXPECT_NE(load_error(j).find("format version"), std::string::npos) << load_error(j);
+  j.erase("version");
+  EXPECT_NE(load_error(j).find("format version"), std::string::npos) << load_error(j);
 
   j = profile_to_json(sample_profile());
   j["seq_len"] = "2048";

@@ -132,7 +132,7 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   FERRY_CHECK(j.is_object(), "profile", "{}: not a JSON object", source);
   constexpr int kOldestReadable = 2;
   const int version =
-      j.contains("version") && j.at("version").is_number_integer() ? j.at("version").get<int>() : -1;
+      json_has(j, "version", &nlohmann::json::is_number_integer) ? j.at("version").get<int>() : -1;
   FERRY_CHECK(version >= kOldestReadable && version <= MachineProfile::kVersion, "profile",
               "{}: profile format version {} to {} expected; measure the profile again (ferry profile)",
               source, kOldestReadable, MachineProfile::kVersion);
