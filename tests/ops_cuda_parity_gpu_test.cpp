@@ -387,7 +387,9 @@ TEST_F(CudaParity, RmsNorm) {
                         // dx and dweight in one pass (whole warps of 8 columns, D <= 4096): one row,
                         // rows in several blocks with a partial last batch, and the largest D.
                         Case{1, 256, DType::F32}, Case{3001, 2048, DType::BF16}, Case{1029, 3072, DType::F32},
-                        Case{517, 4096, DType::F32}, Case{33, 8192, DType::F32}}) {
+                        Case{517, 4096, DType::F32}, Case{33, 8192, DType::F32},
+                        // The forward's row in registers: 2, 4, 8 and 16 chunks a lane (above).
+                        Case{9, 512, DType::F32}, Case{65, 1024, DType::BF16}}) {
     SCOPED_TRACE("R=" + std::to_string(c.R) + " D=" + std::to_string(c.D) + " dweight " +
                  std::string(dtype_name(c.grad_dtype)));
     const int64_t R = c.R, D = c.D;

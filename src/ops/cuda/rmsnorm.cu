@@ -3,8 +3,11 @@
 //
 // One group of G lanes of a warp per row, G = the power of two (<= 32) nearest above D / VEC, so a
 // q/k-norm row of D = 8..128 takes 1..16 lanes and a hidden row (D = 4096) a whole warp; each lane
-// walks its VEC-wide chunks (16-byte loads when D % 8 == 0), the group sums with shuffles. The row
-// is read twice (statistics, then output); the second read hits L1/L2.
+// walks its VEC-wide chunks (16-byte loads when D % 8 == 0), the group sums with shuffles. Where a
+// lane's 16-byte chunks number 16 or fewer (D % 8 == 0, D <= 4096), the forward holds them in
+// registers (rmsnorm_forward_held_kernel): all its loads in flight at once, x read once, the same
+// sums in the same order. Otherwise the row is read twice (statistics, then output; the second
+// read hits L1/L2).
 // dweight is a column sum (column_sum.cuh): fp32 partials per block of rows, then one reduction.
 // A backward that wants both dx and dweight of a wide row (D = 8 x a multiple of 32, up to 4096:
 // the hidden norms) runs them in one pass instead (rows_backward_kernel below), which reads x and
@@ -47,6 +50,53 @@ __global__ void __launch_bounds__(kThreads)
   for (int c = lane; c < chunks; c += G) {
     float v[VEC], wv[VEC];
     cuda::load_bf16<VEC>(xr + c * VEC, v);
+    cuda::load_bf16<VEC>(w + c * VEC, wv);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) v[j] = (v[j] * s) * wv[j];
+    cuda::store_bf16<VEC>(yr + c * VEC, v);
+  }
+}
+
+// rmsnorm_forward_kernel<G, 8> with each lane's chunks (at most PER) held in registers from one
+// load to the output: every load is issued before the first is used, and x is read once. The
+// squares are summed in the order the two-pass kernel sums them, and the output is the same
+// expression of the same values.
+template <int G, int PER>
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_forward_held_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, float eps,
+                                bf16* __restrict__ out, float* __restrict__ rstd, int64_t R, int D) {
+  constexpr int VEC = 8;
+  const int lane = threadIdx.x % G;
+  const int64_t row = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / G;
+  const bool valid = row < R;  // all lanes stay for the shuffles
+  const int chunks = D / VEC;
+  const bf16* xr = x + (valid ? row : 0) * D;
+  uint4 raw[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int c = lane + k * G;
+    raw[k] = valid && c < chunks ? *reinterpret_cast<const uint4*>(xr + c * VEC) : make_uint4(0, 0, 0, 0);
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    if (!valid || lane + k * G >= chunks) continue;
+    float v[VEC];
+    cuda::unpack_bf16<VEC>(raw[k], v);
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) ss += v[j] * v[j];
+  }
+  ss = cuda::group_sum<G>(ss);
+  if (!valid) return;
+  const float s = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  if (lane == 0) rstd[row] = s;
+  bf16* yr = out + row * D;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int c = lane + k * G;
+    if (c >= chunks) continue;
+    float v[VEC], wv[VEC];
+    cuda::unpack_bf16<VEC>(raw[k], v);
     cuda::load_bf16<VEC>(w + c * VEC, wv);
 #pragma unroll
     for (int j = 0; j < VEC; ++j) v[j] = (v[j] * s) * wv[j];
@@ -239,8 +289,26 @@ struct ForwardLaunch {
   int64_t R;
   int D;
   cudaStream_t stream;
+  template <int G, int PER>
+  void held() const {
+    rmsnorm_forward_held_kernel<G, PER>
+        <<<cuda::blocks_for(R * G, kThreads), kThreads, 0, stream>>>(x, w, eps, out, rstd, R, D);
+  }
   template <int G, int VEC>
   void operator()() const {
+    if constexpr (VEC == 8) {
+      // G < 32 is the next power of two above the row's chunks: one each. A whole warp's lanes
+      // hold up to 16 (D <= 4096).
+      const int per_lane = (D / VEC + G - 1) / G;
+      if constexpr (G < 32) {
+        return held<G, 1>();
+      } else if (per_lane <= 16) {
+        if (per_lane <= 2) return held<G, 2>();
+        if (per_lane <= 4) return held<G, 4>();
+        if (per_lane <= 8) return held<G, 8>();
+        return held<G, 16>();
+      }
+    }
     rmsnorm_forward_kernel<G, VEC>
         <<<cuda::blocks_for(R * G, kThreads), kThreads, 0, stream>>>(x, w, eps, out, rstd, R, D);
   }
