@@ -24,6 +24,28 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
 
+// What both forward kernels do with a row: sum its values' squares, lane by lane in chunk order;
+// turn the group's sums into the row's rstd (every lane of the group, valid row or not, takes part
+// in the shuffles); write a chunk of the output, (x * rstd) * weight.
+template <int VEC>
+__device__ __forceinline__ void add_squares(const float (&v)[VEC], float& ss) {
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) ss += v[j] * v[j];
+}
+template <int G>
+__device__ __forceinline__ float row_rstd(float ss, int D, float eps) {
+  ss = cuda::group_sum<G>(ss);
+  return 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+}
+template <int VEC>
+__device__ __forceinline__ void write_normed(bf16* yr, const bf16* w, int c, float (&v)[VEC], float s) {
+  float wv[VEC];
+  cuda::load_bf16<VEC>(w + c * VEC, wv);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) v[j] = (v[j] * s) * wv[j];
+  cuda::store_bf16<VEC>(yr + c * VEC, v);
+}
+
 template <int G, int VEC>
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_forward_kernel(const bf16* __restrict__ x, const bf16* __restrict__ w, float eps,
@@ -38,22 +60,17 @@ __global__ void __launch_bounds__(kThreads)
     for (int c = lane; c < chunks; c += G) {
       float v[VEC];
       cuda::load_bf16<VEC>(xr + c * VEC, v);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) ss += v[j] * v[j];
+      add_squares(v, ss);
     }
   }
-  ss = cuda::group_sum<G>(ss);
+  const float s = row_rstd<G>(ss, D, eps);
   if (!valid) return;
-  const float s = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
   if (lane == 0) rstd[row] = s;
   bf16* yr = out + row * D;
   for (int c = lane; c < chunks; c += G) {
-    float v[VEC], wv[VEC];
+    float v[VEC];
     cuda::load_bf16<VEC>(xr + c * VEC, v);
-    cuda::load_bf16<VEC>(w + c * VEC, wv);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) v[j] = (v[j] * s) * wv[j];
-    cuda::store_bf16<VEC>(yr + c * VEC, v);
+    write_normed(yr, w, c, v, s);
   }
 }
 
@@ -83,24 +100,19 @@ __global__ void __launch_bounds__(kThreads)
     if (!valid || lane + k * G >= chunks) continue;
     float v[VEC];
     cuda::unpack_bf16<VEC>(raw[k], v);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) ss += v[j] * v[j];
+    add_squares(v, ss);
   }
-  ss = cuda::group_sum<G>(ss);
+  const float s = row_rstd<G>(ss, D, eps);
   if (!valid) return;
-  const float s = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
   if (lane == 0) rstd[row] = s;
   bf16* yr = out + row * D;
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     const int c = lane + k * G;
     if (c >= chunks) continue;
-    float v[VEC], wv[VEC];
+    float v[VEC];
     cuda::unpack_bf16<VEC>(raw[k], v);
-    cuda::load_bf16<VEC>(w + c * VEC, wv);
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) v[j] = (v[j] * s) * wv[j];
-    cuda::store_bf16<VEC>(yr + c * VEC, v);
+    write_normed(yr, w, c, v, s);
   }
 }
 
