@@ -168,8 +168,8 @@ def table(rows):
             host += f", {f['rss_peak_gib']:.2f}"
         gpu = (f"{f['gpu_peak_gib']:.2f} ({f['gpu_plan_gib']:.2f}) GiB" if f["gpu_peak_gib"] is not None else "-")
         predicted = f"{f['predicted']:,}" if f["predicted"] else "-"
-        lines.append(f"| {r['row']} | {r['gpu']} | {fmt_range(steady)}{median} | {predicted} | {peer} | {ratio} | {host} "
-                     f"| {gpu} |")
+        lines.append(f"| {r['row']} | {r['gpu']} | {fmt_range(steady)}{median} | {predicted} | {peer} | {ratio} "
+                     f"| {host} | {gpu} |")
     worst = [r["ferry"]["host_worst_phase"] for r in rows if "ferry" in r and r["ferry"]["host_worst_phase"]]
     if worst:
         lines.append("")
