@@ -41,14 +41,16 @@ GLOBAL_BATCH, SEQ = 32, 2048
 
 STEP_RE = re.compile(r"\| (\d+) tok/s \|")
 PREDICTED_RE = re.compile(r"predicted step time [0-9.]+ s \((\d+) tokens/s\)")
-HOST_PHASE_RE = re.compile(r"host memory, ([a-z ]+): peak ([0-9.]+) (GiB|MiB) of ([0-9.]+) (GiB|MiB) planned")
-GPU_PEAK_RE = re.compile(r"peak memory: GPU ([0-9.]+) GiB")
-GPU_PLAN_RE = re.compile(r"device memory plan: ([0-9.]+) GiB")
+SIZE = r"([0-9.]+) (GiB|MiB|KiB|bytes)"
+HOST_PHASE_RE = re.compile(r"host memory, ([a-z ]+): peak " + SIZE + " of " + SIZE + " planned")
+GPU_PEAK_RE = re.compile(r"peak memory: GPU " + SIZE)
+GPU_PLAN_RE = re.compile(r"device memory plan: " + SIZE)
 RSS_RE = re.compile(r"peak RssAnon\+RssShmem \d+ MiB \(([0-9.]+) GiB\)")
 
 
 def gib(value, unit):
-    return float(value) / (1024.0 if unit == "MiB" else 1.0)
+    """A size as ferry's logs write it (core/byte_size.h), in GiB."""
+    return float(value) / {"GiB": 1.0, "MiB": 1024.0, "KiB": 1048576.0, "bytes": 1073741824.0}[unit]
 
 
 def read_ferry_log(text, rss_text=""):
@@ -68,8 +70,8 @@ def read_ferry_log(text, rss_text=""):
         "host_peak_gib": max((p[1] for p in phases), default=None),
         "host_worst_phase": max((p[1] / p[2] for p in phases if p[2] > 0), default=None),
         "rss_peak_gib": float(rss.group(1)) if rss else None,
-        "gpu_peak_gib": float(gpu_peak.group(1)) if gpu_peak else None,
-        "gpu_plan_gib": float(gpu_plan.group(1)) if gpu_plan else None,
+        "gpu_peak_gib": gib(*gpu_peak.groups()) if gpu_peak else None,
+        "gpu_plan_gib": gib(*gpu_plan.groups()) if gpu_plan else None,
     }
 
 

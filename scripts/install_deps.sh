@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenblas-dev libhwy-dev liburing-dev libpcre2-dev libutf8proc-dev
   clang-format
+  python3
   libopenmpi-dev openmpi-bin
   chromium
 )
