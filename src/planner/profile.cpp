@@ -23,14 +23,14 @@ class Reader {
   explicit Reader(std::string source) : source_(std::move(source)) {}
 
   const nlohmann::json& object(const nlohmann::json& j, const char* key) const {
-    FERRY_CHECK(j.is_object() && j.contains(key) && j.at(key).is_object(), "profile",
+    FERRY_CHECK(json_has(j, key, &nlohmann::json::is_object), "profile",
                 "{}: \"{}\" is missing or not an object; measure the profile again (ferry profile)", source_,
                 key);
     return j.at(key);
   }
   // A finite number >= 0 (rates may be 0 where something was not measured).
   double number(const nlohmann::json& j, const char* key) const {
-    FERRY_CHECK(j.contains(key) && j.at(key).is_number(), "profile",
+    FERRY_CHECK(json_has(j, key, &nlohmann::json::is_number), "profile",
                 "{}: \"{}\" is missing or not a number; measure the profile again (ferry profile)", source_,
                 key);
     const double v = j.at(key).get<double>();
@@ -50,8 +50,8 @@ class Reader {
     return v;
   }
   std::string string(const nlohmann::json& j, const char* key) const {
-    FERRY_CHECK(j.contains(key) && j.at(key).is_string(), "profile", "{}: \"{}\" is missing or not a string",
-                source_, key);
+    FERRY_CHECK(json_has(j, key, &nlohmann::json::is_string), "profile",
+                "{}: \"{}\" is missing or not a string", source_, key);
     return j.at(key).get<std::string>();
   }
   LinearTime linear(const nlohmann::json& j, const char* key) const {
