@@ -114,7 +114,7 @@ def read_text(path):
         return f.read()
 
 
-def run_row(name, args, gpu, logs_root):
+def run_row(name, args, gpu, logs_root, peer_runs):
     preset, whole, micro_batch, clip, peer_model, peer_mb_large, peer_mb_small = ROWS[name]
     mib, gpu_name = gpu
     peer_mb = peer_mb_large if mib >= 100000 else peer_mb_small
@@ -134,15 +134,20 @@ def run_row(name, args, gpu, logs_root):
                            read_text(os.path.join(logs, f"rss-{run_name}.log")))
 
     spec = f"{peer_model}:gpucn:{peer_mb}:{SEQ}:{GLOBAL_BATCH // peer_mb}:3"
-    peer_env = dict(os.environ, PEER_CLIP="1" if clip else "0")
-    try:
-        peer_run = subprocess.run([sys.executable, args.peer, spec], env=peer_env, capture_output=True, text=True,
-                                  timeout=args.peer_timeout)
-        peer_text = peer_run.stdout + peer_run.stderr
-    except subprocess.TimeoutExpired as e:
-        peer_text = f"timed out after {args.peer_timeout} s: {e}"
-    with open(os.path.join(logs, f"peer-{name}.log"), "w") as f:
-        f.write(peer_text)
+    peer_text = peer_runs.get((spec, clip))
+    if peer_text is None:
+        # One run per peer setting and call: the 8B rows at 24 GiB and on the whole GPU (with
+        # clipping) compare with the same run.
+        peer_env = dict(os.environ, PEER_CLIP="1" if clip else "0")
+        try:
+            peer_run = subprocess.run([sys.executable, args.peer, spec], env=peer_env, capture_output=True,
+                                      text=True, timeout=args.peer_timeout)
+            peer_text = peer_run.stdout + peer_run.stderr
+        except subprocess.TimeoutExpired as e:
+            peer_text = f"timed out after {args.peer_timeout} s: {e}"
+        peer_runs[(spec, clip)] = peer_text
+        with open(os.path.join(logs, f"peer-{name}.log"), "w") as f:
+            f.write(peer_text)
     subprocess.run(["tar", "-czf", os.path.join(args.out, "logs.tgz"), "-C", logs_root, "logs"], check=False)
     return {"row": name, "gpu": gpu_name, "budget": budget, "micro_batch": micro_batch, "clip": clip,
             "ferry": ferry, "peer_spec": spec, "peer": read_peer_output(peer_text),
@@ -216,8 +221,9 @@ def main():
         parser.error(f"{args.peer}: no peer script there (copy ../shared/bench/peer_baselines.py, or give --peer)")
     os.makedirs(args.out, exist_ok=True)
     gpu = card()
+    peer_runs = {}  # (spec, clip): the peer's output
     for name in names:
-        row = run_row(name, args, gpu, args.logs)
+        row = run_row(name, args, gpu, args.logs, peer_runs)
         with open(os.path.join(args.out, "speed_rows.jsonl"), "a") as f:
             f.write(json.dumps(row) + "\n")
         print(table([row]).splitlines()[2], flush=True)
