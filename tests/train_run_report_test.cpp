@@ -3,6 +3,7 @@
 // browser, whose layout must give every curve a length).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -120,6 +121,46 @@ TEST_F(RunReportTest, TensorBoardGetsEveryStepAndEvaluation) {
     EXPECT_EQ(at.count("eval/loss"), s % 3 == 0 ? 1u : 0u) << "step " << s;
   }
   EXPECT_EQ(scalars.at(6).at("eval/loss"), static_cast<float>(summary.evals.back().loss));
+}
+
+// metrics.jsonl as a run that was stopped or edited may leave it: lines that are not JSON objects,
+// and keys of another type, are passed over; every well-formed point is drawn.
+TEST(RunReport, PassesOverDamagedMetricsLines) {
+  test::ScratchDir dir("report-damaged");
+  {
+    std::ofstream out(dir / kMetricsFile);
+    out << R"({"step": 1, "loss": 2.0, "tokens": 100, "seconds": 1.0}
+{"step": 2, "loss": 1.5, "tokens": "many", "seconds": 1.0}
+{"step": "3", "loss": 9.0}
+[1, 2]
+{"step": 5, "loss": 1.0, "tok
+{"step": 4, "loss": 1.25, "lr": "high", "tokens": 100, "seconds": 0.5}
+)";
+  }
+  ASSERT_NO_THROW(write_run_report(dir.path(), "damaged", {}));
+  const std::string html = test::read_file(dir / kRunReport);
+  auto chart_of = [&](const std::string& title) {
+    const size_t at = html.find("aria-label=\"" + title + "\"");
+    EXPECT_NE(at, std::string::npos) << title;
+    return html.substr(at, html.find("</svg>", at) - at);
+  };
+  auto points_in = [](const std::string& chart) {  // of its first curve
+    const size_t from = chart.find("points=\"") + 8;
+    const std::string list = chart.substr(from, chart.find('"', from) - from);
+    return std::count(list.begin(), list.end(), ',');
+  };
+  const std::string loss = chart_of("loss"), speed = chart_of("throughput");
+  // Loss at steps 1, 2 and 4 (2, 1.5, 1.25); step "3" is not a number, step 5's line is cut short.
+  EXPECT_EQ(points_in(loss), 3) << loss;
+  EXPECT_NE(loss.find(">2</text>"), std::string::npos) << loss;
+  EXPECT_NE(loss.find(">1.25</text>"), std::string::npos) << loss;
+  EXPECT_NE(loss.find("step 1"), std::string::npos) << loss;
+  EXPECT_NE(loss.find(">4</text>"), std::string::npos) << loss;
+  // Tokens/s at steps 1 and 4 only (100 and 200); step 2's tokens are not a number.
+  EXPECT_EQ(points_in(speed), 2) << speed;
+  EXPECT_NE(speed.find(">200</text>"), std::string::npos) << speed;
+  EXPECT_NE(speed.find(">100</text>"), std::string::npos) << speed;
+  EXPECT_NE(chart_of("learning rate").find("no data"), std::string::npos);
 }
 
 // A headless Chromium where one is installed (Debian's `chromium`, which `make test` installs).

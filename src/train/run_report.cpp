@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.h"
 #include "io/atomic_file.h"
 #include "train/metrics_log.h"
 
@@ -118,17 +119,17 @@ void write_run_report(const std::filesystem::path& output_dir, const std::string
   std::ifstream in(output_dir / kMetricsFile);
   for (std::string line; std::getline(in, line);) {
     const nlohmann::json r = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!r.is_object() || !r.contains("step") || !r["step"].is_number()) continue;
+    if (!json_has(r, "step", &nlohmann::json::is_number)) continue;
     const double step = r["step"].get<double>();
     auto add = [&](Series& s, const char* key) {
-      if (r.contains(key) && r[key].is_number()) s.points.emplace_back(step, r[key].get<double>());
+      if (json_has(r, key, &nlohmann::json::is_number)) s.points.emplace_back(step, r[key].get<double>());
     };
     add(loss, "loss");
     add(eval, "eval_loss");
     add(lr, "lr");
     add(norm, "grad_norm");
-    if (r.contains("tokens") && r.contains("seconds") && r["seconds"].is_number() &&
-        r["seconds"].get<double>() > 0)
+    if (json_has(r, "tokens", &nlohmann::json::is_number) &&
+        json_has(r, "seconds", &nlohmann::json::is_number) && r["seconds"].get<double>() > 0)
       speed.points.emplace_back(step, r["tokens"].get<double>() / r["seconds"].get<double>());
   }
   std::string html = fmt::format(
