@@ -7,6 +7,7 @@
 
 #include "core/byte_size.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/log.h"
 #include "core/text_file.h"
 #include "data/sha256.h"
@@ -61,7 +62,7 @@ std::string remembered_file_sha256(const std::filesystem::path& path, const std:
   const auto it = entries.find(key);
   if (it != entries.end() && it->is_object() && it->value("size", int64_t{-1}) == id.size &&
       it->value("mtime_ns", int64_t{-1}) == id.mtime_ns && it->value("inode", int64_t{-1}) == id.inode &&
-      it->contains("sha256") && (*it)["sha256"].is_string()) {
+      json_has(*it, "sha256", &nlohmann::json::is_string)) {
     if (reused) *reused = true;
     return (*it)["sha256"].get<std::string>();
   }

@@ -44,7 +44,7 @@ std::vector<int32_t> PromptBuilder::conversation(const nlohmann::ordered_json& m
   FERRY_CHECK(messages.is_array() && !messages.empty(), kWhere,
               "a conversation must be a non-empty list of {{\"role\": ..., \"content\": ...}} messages");
   for (const auto& m : messages)
-    FERRY_CHECK(m.is_object() && m.contains("role") && m["role"].is_string(), kWhere,
+    FERRY_CHECK(json_has(m, "role", &nlohmann::json::is_string), kWhere,
                 "message {} has no \"role\"; each message is {{\"role\": ..., \"content\": ...}}", m.dump());
   const std::string text = chat_template_->render(jinja::from_json(messages), render_).text;
   return tokenizer_->encode(text, false);

@@ -22,8 +22,7 @@ nlohmann::json read_json(const std::filesystem::path& path) {
 // A special token entry: "text", {"content": "text", ...} (a serialized AddedToken), or null.
 std::optional<std::string> token_text(const nlohmann::json& value) {
   if (value.is_string()) return value.get<std::string>();
-  if (value.is_object() && value.contains("content") && value["content"].is_string())
-    return value["content"].get<std::string>();
+  if (json_has(value, "content", &nlohmann::json::is_string)) return value["content"].get<std::string>();
   return std::nullopt;
 }
 
@@ -45,8 +44,8 @@ std::optional<std::string> ChatTemplate::template_from_config(const nlohmann::js
     // transformers: a list of {"name": ..., "template": ...}; without an explicit choice it uses "default".
     std::string names;
     for (const auto& entry : *it) {
-      FERRY_CHECK(entry.is_object() && entry.contains("name") && entry.contains("template") &&
-                      entry["name"].is_string() && entry["template"].is_string(),
+      FERRY_CHECK(json_has(entry, "name", &nlohmann::json::is_string) &&
+                      json_has(entry, "template", &nlohmann::json::is_string),
                   kWhere, "{}: chat_template list entries must be {{\"name\": ..., \"template\": ...}}",
                   source);
       if (entry["name"] == "default") return entry["template"].get<std::string>();

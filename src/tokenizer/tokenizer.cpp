@@ -45,8 +45,7 @@ std::optional<std::string> config_token(const nlohmann::json& config, const char
   const auto it = config.find(key);
   if (it == config.end() || it->is_null()) return std::nullopt;
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
-    return (*it)["content"].get<std::string>();
+  if (json_has(*it, "content", &nlohmann::json::is_string)) return (*it)["content"].get<std::string>();
   fail("Tokenizer::load", "\"{}\" in tokenizer_config.json is {}; expected a string or {{\"content\": ...}}",
        key, json_excerpt(*it));
 }
