@@ -308,21 +308,22 @@ struct ForwardLaunch {
   }
   template <int G, int VEC>
   void operator()() const {
-    if constexpr (VEC == 8) {
-      // G < 32 is the next power of two above the row's chunks: one each. A whole warp's lanes
-      // hold up to 16 (D <= 4096).
-      const int per_lane = (D / VEC + G - 1) / G;
-      if constexpr (G < 32) {
-        return held<G, 1>();
-      } else if (per_lane <= 16) {
+    if constexpr (VEC == 8 && G < 32) {
+      // G < 32 is the next power of two above the row's chunks: one each (the two-pass kernel is
+      // not instantiated for these).
+      held<G, 1>();
+    } else {
+      if constexpr (VEC == 8) {
+        // A whole warp's lanes hold up to 16 chunks each (D <= 4096).
+        const int per_lane = (D / VEC + G - 1) / G;
         if (per_lane <= 2) return held<G, 2>();
         if (per_lane <= 4) return held<G, 4>();
         if (per_lane <= 8) return held<G, 8>();
-        return held<G, 16>();
+        if (per_lane <= 16) return held<G, 16>();
       }
+      rmsnorm_forward_kernel<G, VEC>
+          <<<cuda::blocks_for(R * G, kThreads), kThreads, 0, stream>>>(x, w, eps, out, rstd, R, D);
     }
-    rmsnorm_forward_kernel<G, VEC>
-        <<<cuda::blocks_for(R * G, kThreads), kThreads, 0, stream>>>(x, w, eps, out, rstd, R, D);
   }
 };
 
