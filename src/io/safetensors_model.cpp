@@ -125,7 +125,7 @@ SafetensorsModel SafetensorsModel::open(const fs::path& path) {
 void SafetensorsModel::open_shards(const fs::path& index_path) {
   const json index = parse_json(read_text_file(index_path, "safetensors"), "safetensors", index_path.string(),
                                 "re-download the model's index file");
-  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+  if (!json_has(index, "weight_map", &nlohmann::json::is_object))
     fail("safetensors", "{}: has no \"weight_map\" object; re-download the model's index file",
          index_path.string());
   const json& weight_map = index["weight_map"];

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
 
@@ -29,7 +30,7 @@ void cut_metrics_after(const std::filesystem::path& metrics_file, int64_t step) 
     const std::string line = original.substr(begin, end - begin);
     begin = end + 1;
     const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) continue;
+    if (!json_has(record, "step", &nlohmann::json::is_number_integer)) continue;
     const int64_t s = record["step"].get<int64_t>();
     if (s >= 1 && s <= step) kept[{s, record.contains("eval_loss")}] = line;
   }

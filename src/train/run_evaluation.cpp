@@ -28,7 +28,7 @@ std::optional<double> saved_best_loss(const std::filesystem::path& output_dir) {
   if (!std::filesystem::exists(path)) return std::nullopt;
   const nlohmann::json record = parse_json(read_text_file(path, kWhere), kWhere, path.string(),
                                            "remove the best/ folder to start the best model afresh");
-  if (!record.contains("eval_loss") || !record["eval_loss"].is_number()) return std::nullopt;
+  if (!json_has(record, "eval_loss", &nlohmann::json::is_number)) return std::nullopt;
   return record["eval_loss"].get<double>();
 }
 
