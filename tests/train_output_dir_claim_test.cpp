@@ -7,9 +7,11 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "io/completion_marker.h"
 #include "tiny_run.h"
 #include "train/checkpoint.h"
 #include "train/output_dir_claim.h"
+#include "train/run_evaluation.h"
 #include "train/trainer.h"
 
 namespace ferry {
@@ -68,6 +70,37 @@ TEST_F(OutputDirClaimTest, AUsersOtherFilesAlsoMakeADirectoryNonEmpty) {
   // Overwriting replaces the run's files and leaves the user's.
   ASSERT_TRUE(run_training(config("mine", {"overwrite_output_dir=true", "max_steps=1"})).finished);
   EXPECT_EQ(test::read_file(scratch_ / "mine" / "notes.txt"), "keep me");
+}
+
+// What saves that a stop interrupted leave beside the checkpoints and best/ is put right when the
+// run resumes: the complete copy kept under its name, the partial ones removed (before they fill
+// the disk run after run).
+TEST_F(OutputDirClaimTest, AResumePutsRightWhatInterruptedSavesLeft) {
+  TrainHooks stop;
+  stop.stop_after_steps = 2;
+  const std::vector<std::string> settings = {"val_split=0.1", "eval_steps=1", "save_best=true"};
+  run_training(config("out", settings), stop);
+  const fs::path out = scratch_ / "out";
+  ASSERT_TRUE(is_marked_complete(out / "checkpoint-2"));
+  ASSERT_TRUE(is_marked_complete(out / "best"));
+  // A save of checkpoint-4 stopped halfway; a save of best/ stopped between its two renames.
+  fs::copy(out / "checkpoint-2", out / "checkpoint-4.tmp", fs::copy_options::recursive);
+  fs::remove(out / "checkpoint-4.tmp" / kCompleteMarker);
+  fs::rename(out / "best", out / "best.old");
+  fs::copy(out / "best.old", out / "best.tmp", fs::copy_options::recursive);
+  fs::remove(out / "best.tmp" / kCompleteMarker);
+
+  { const OutputDirLock lock = claim_output_dir(config("out", {"resume=true"})); }
+  EXPECT_FALSE(fs::exists(out / "checkpoint-4.tmp"));
+  EXPECT_TRUE(is_marked_complete(out / "best"));
+  EXPECT_TRUE(fs::exists(out / "best" / kBestModelRecord));
+  EXPECT_FALSE(fs::exists(out / "best.old"));
+  EXPECT_FALSE(fs::exists(out / "best.tmp"));
+  EXPECT_EQ(find_latest_checkpoint(out), out / "checkpoint-2");
+  // The run goes on from checkpoint-2 to the end.
+  std::vector<std::string> resume = settings;
+  resume.push_back("resume=true");
+  EXPECT_TRUE(run_training(config("out", resume)).finished);
 }
 
 TEST_F(OutputDirClaimTest, ResumeAndOverwriteTogetherAreRefused) {

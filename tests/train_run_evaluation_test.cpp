@@ -3,6 +3,7 @@
 // early stopping, and the settings it refuses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -96,6 +97,26 @@ TEST_F(RunEvaluationTest, TheBestModelIsKeptBesideTheFinalOne) {
   const nlohmann::json record = nlohmann::json::parse(test::read_file(dir / kBestModelRecord));
   EXPECT_EQ(record["step"].get<int64_t>(), best->step);
   EXPECT_EQ(record["eval_loss"].get<double>(), best->loss);
+}
+
+TEST_F(RunEvaluationTest, TheBestModelOfAPresetIsSavedAndReplacedWhole) {
+  // A preset has no model directory to copy files from; each better evaluation replaces best/
+  // whole, and nothing is left beside it.
+  TrainConfig c = config("preset-best", {"val_split=0.1", "eval_steps=1", "save_best=true"});
+  c.model = "preset:qwen3/tiny";
+  const TrainSummary summary = run_training(c);
+  ASSERT_TRUE(summary.finished);
+  const std::filesystem::path out = scratch_ / "preset-best", dir = out / kBestModelDir;
+  EXPECT_TRUE(std::filesystem::exists(dir / "model.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "COMPLETE"));
+  const nlohmann::json record = nlohmann::json::parse(test::read_file(dir / kBestModelRecord));
+  const auto best =
+      std::min_element(summary.evals.begin(), summary.evals.end(),
+                       [](const EvalRecord& a, const EvalRecord& b) { return a.loss < b.loss; });
+  ASSERT_NE(best, summary.evals.end());
+  EXPECT_EQ(record["eval_loss"].get<double>(), best->loss);
+  EXPECT_FALSE(std::filesystem::exists(out / "best.tmp"));
+  EXPECT_FALSE(std::filesystem::exists(out / "best.old"));
 }
 
 TEST_F(RunEvaluationTest, PatienceEndsARunThatStopsImprovingAndWritesItsModel) {

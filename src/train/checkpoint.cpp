@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "io/atomic_file.h"
 #include "io/completion_marker.h"
+#include "io/replace_directory.h"
 #include "io/safetensors.h"
 #include "io/safetensors_writer.h"
 #include "optim/state_arrays.h"
@@ -46,31 +47,6 @@ std::vector<std::pair<int64_t, std::filesystem::path>> complete_checkpoints(
   }
   std::sort(found.begin(), found.end());
   return found;
-}
-
-// Removes a checkpoint's temporary directory unless the save got as far as renaming it: a save
-// that fails (a full disk) leaves no half-written directory behind.
-class TempDirCleanup {
- public:
-  explicit TempDirCleanup(std::filesystem::path dir) : dir_(std::move(dir)) {}
-  ~TempDirCleanup() {
-    std::error_code ec;
-    if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
-  }
-  TempDirCleanup(const TempDirCleanup&) = delete;
-  TempDirCleanup& operator=(const TempDirCleanup&) = delete;
-  void release() { dir_.clear(); }
-
- private:
-  std::filesystem::path dir_;
-};
-
-// Deletes a checkpoint directory, its completion marker first: remove_all's order is the
-// directory's, and a kill partway through must not leave a directory marked complete that has
-// lost its weights or optimizer state.
-void remove_checkpoint(const std::filesystem::path& dir) {
-  unmark_complete(dir);
-  std::filesystem::remove_all(dir);
 }
 
 // An integer field of trainer_state.json: a float (1e15 parses as one), a negative number or a
@@ -166,48 +142,26 @@ void write_checkpoint_files(const std::filesystem::path& temp_dir, const Checkpo
 std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, const CheckpointView& view,
                                       int64_t keep) {
   const auto final_dir = output_dir / fmt::format("checkpoint-{}", view.state.step);
-  const auto temp_dir = output_dir / fmt::format("checkpoint-{}.tmp", view.state.step);
-  std::filesystem::remove_all(temp_dir);
-  std::filesystem::create_directories(temp_dir);
-  TempDirCleanup cleanup(temp_dir);
+  StagedDirectory staged(final_dir);
 
   try {
-    write_checkpoint_files(temp_dir, view);
+    write_checkpoint_files(staged.path(), view);
   } catch (const std::exception& e) {
     // Error (a full disk, from AtomicFile) or filesystem_error (a directory operation).
-    const auto previous = find_latest_checkpoint(output_dir);
-    fail(
-        kWhere,
-        "saving {} failed, and its partial files were removed: {}; {} and the input model are untouched: "
-        "free disk space, then continue with resume=true",
-        final_dir.string(), e.what(),
-        previous ? "the newest complete checkpoint, " + previous->string() + "," : std::string("output_dir"));
+    fail(kWhere, "saving {} failed, and its partial files were removed: {}; {}", final_dir.string(), e.what(),
+         what_survives_a_failed_save(output_dir));
   }
 
   // Replace an older checkpoint of the same step only once the new one is complete, and in one
-  // step: two renames (old aside, new in) leave a moment with no checkpoint of this step, and a
-  // kill there resumes from an earlier one, or from none.
-  if (std::filesystem::exists(final_dir)) {
-    if (exchange_paths(temp_dir, final_dir)) {
-      remove_checkpoint(temp_dir);  // the old one, under the temporary name no resume reads
-    } else {
-      const auto old_dir = output_dir / fmt::format("checkpoint-{}.old", view.state.step);
-      std::filesystem::remove_all(old_dir);
-      std::filesystem::rename(final_dir, old_dir);
-      std::filesystem::rename(temp_dir, final_dir);
-      remove_checkpoint(old_dir);
-    }
-  } else {
-    std::filesystem::rename(temp_dir, final_dir);
-  }
-  cleanup.release();
-  sync_directory(output_dir);
+  // step where the file system can (io/replace_directory.h): two renames (old aside, new in) leave
+  // a moment with no checkpoint of this step, which the next run's recovery puts right.
+  staged.replace();
 
   if (keep > 0) {
     auto all = complete_checkpoints(output_dir);
     for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
       if (all[i].second == final_dir) continue;
-      remove_checkpoint(all[i].second);
+      remove_marked_directory(all[i].second);
     }
   }
   return final_dir;
@@ -217,6 +171,18 @@ std::optional<std::filesystem::path> find_latest_checkpoint(const std::filesyste
   auto all = complete_checkpoints(output_dir);
   if (all.empty()) return std::nullopt;
   return all.back().second;
+}
+
+std::string what_survives_a_failed_save(const std::filesystem::path& output_dir) {
+  const auto latest = find_latest_checkpoint(output_dir);
+  if (latest)
+    return fmt::format(
+        "the input model and the newest complete checkpoint, {}, are untouched: free disk space, then "
+        "continue from that checkpoint with resume=true",
+        latest->string());
+  return "the input model is untouched, but this run has no complete checkpoint to resume from, so what it "
+         "trained ends with it: free disk space (or choose an output_dir on a larger disk) and train again; "
+         "save_steps: N keeps checkpoints to resume from";
 }
 
 namespace {

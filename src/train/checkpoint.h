@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "model/model_config.h"
@@ -70,6 +71,11 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& output_dir, c
 
 // The newest complete checkpoint in output_dir, if any.
 std::optional<std::filesystem::path> find_latest_checkpoint(const std::filesystem::path& output_dir);
+
+// For the message of a save that failed (a checkpoint, the best model, the final model): what of
+// the run is left to continue from, and what to do ("the input model and the newest complete
+// checkpoint, ..., are untouched: free disk space, then continue ...", or that there is none).
+std::string what_survives_a_failed_save(const std::filesystem::path& output_dir);
 
 // Reads a checkpoint into masters/m/v (fp32 buffers laid out by `layout`; a unit whose buffers are
 // nullptr into `streamed`'s arrays, then stored); returns its state.

@@ -126,17 +126,15 @@ void write_final_model_dir(const std::filesystem::path& out_dir, const std::file
                            const ModelConfig& config, const ModelLayout& layout,
                            const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes,
                            const std::filesystem::path& tokenizer, const std::filesystem::path& chat_template,
-                           const UnitFetch& fetch, const UnitBytes& encoded) {
+                           const std::string& if_it_fails, const UnitFetch& fetch, const UnitBytes& encoded) {
   unmark_complete(out_dir);
   try {
     write_hf_model_dir(out_dir, source_dir, config, layout, units, dtype, max_shard_bytes, fetch, encoded);
     write_tokenizer_overrides(out_dir, tokenizer, chat_template);
   } catch (const std::exception& e) {
     // Error (a full disk, from AtomicFile) or filesystem_error (a directory operation).
-    fail("output",
-         "writing the final model into {} failed: {}; the directory is not marked complete, and its "
-         "checkpoints and the input model are untouched: free disk space, then run again with resume=true",
-         out_dir.string(), e.what());
+    fail("output", "writing the model into {} failed: {}; the directory is not marked complete; {}",
+         out_dir.string(), e.what(), if_it_fails);
   }
   mark_complete(out_dir);
 }

@@ -33,12 +33,15 @@ void write_tokenizer_overrides(const std::filesystem::path& out_dir, const std::
 // The run's final model directory: its completion marker (io/completion_marker.h) is removed
 // first, then the weights, config.json, the model's files and the tokenizer overrides are
 // written (each fsynced), and the marker is written last. A kill or a full disk at any point
-// leaves a directory without the marker, never one that looks complete and is not.
+// leaves a directory without the marker, never one that looks complete and is not. A failure
+// throws ferry::Error naming the directory and the cause, followed by `if_it_fails` (what of the
+// run survives, and what to do: checkpoint.h's what_survives_a_failed_save).
 void write_final_model_dir(const std::filesystem::path& out_dir, const std::filesystem::path& source_dir,
                            const ModelConfig& config, const ModelLayout& layout,
                            const std::vector<const float*>& units, DType dtype, size_t max_shard_bytes,
                            const std::filesystem::path& tokenizer, const std::filesystem::path& chat_template,
-                           const UnitFetch& fetch = {}, const UnitBytes& encoded = {});
+                           const std::string& if_it_fails, const UnitFetch& fetch = {},
+                           const UnitBytes& encoded = {});
 
 // The config.json text for `config` saved in `dtype`: the input's bytes when nothing changed,
 // else the input's keys with the dtype keys edited.

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "io/completion_marker.h"
+#include "io/replace_directory.h"
 #include "train/host_memory_watch.h"
 #include "train/metrics_log.h"
 #include "train/resolved_config.h"
@@ -84,7 +85,9 @@ void clear_earlier_run(const fs::path& dir) {
   int checkpoints = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && (is_checkpoint_name(name) || name == kBestModelDir || name == "runs")) {
+    const std::string best = kBestModelDir;  // and best.tmp, best.old: an interrupted save's
+    if (entry.is_directory() && (is_checkpoint_name(name) || name == best || name == best + ".tmp" ||
+                                 name == best + ".old" || name == "runs")) {
       fs::remove_all(entry.path());
       ++checkpoints;
     }
@@ -95,6 +98,25 @@ void clear_earlier_run(const fs::path& dir) {
   if (checkpoints > 0 || had_metrics)
     log_info("overwrite_output_dir: removed the earlier run's {}{} checkpoint(s) from {}",
              had_metrics ? "metrics.jsonl and " : "", checkpoints, dir.string());
+}
+
+// What a save that a kill (or a full disk) interrupted left beside a checkpoint or best/: the
+// complete one of them kept under its name, the rest removed (io/replace_directory.h).
+void recover_interrupted_saves(const fs::path& dir) {
+  std::vector<fs::path> bases;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (!entry.is_directory()) continue;
+    const fs::path name = entry.path().filename();
+    if (name.extension() != ".tmp" && name.extension() != ".old") continue;
+    const std::string base = name.stem().string();
+    if (is_checkpoint_name(base) || base == kBestModelDir) bases.push_back(dir / base);
+  }
+  std::sort(bases.begin(), bases.end());
+  bases.erase(std::unique(bases.begin(), bases.end()), bases.end());
+  for (const fs::path& base : bases) {
+    const std::string done = recover_replaced_directory(base);
+    if (!done.empty()) log_info("{}: {}", dir.string(), done);
+  }
 }
 
 std::string read_holder(int fd) {
@@ -178,6 +200,8 @@ OutputDirLock claim_output_dir(const TrainConfig& config) {
            "resume=true; to replace it, add overwrite_output_dir=true; or choose another output_dir",
            config.output_dir.string(), some_names(found));
     if (!found.empty()) clear_earlier_run(config.output_dir);
+  } else {
+    recover_interrupted_saves(config.output_dir);
   }
   return lock;
 }

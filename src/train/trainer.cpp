@@ -24,6 +24,7 @@
 #include "engine/step_batch.h"
 #include "engine/unit_optimizer.h"
 #include "io/atomic_file.h"
+#include "io/replace_directory.h"
 #include "model/model_weights.h"
 #include "ops/ops.h"
 #include "train/checkpoint.h"
@@ -439,14 +440,21 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
       if (tensorboard) tensorboard->scalars(step, {{"eval/loss", e.loss}, {"eval/perplexity", e.perplexity}});
       if (e.best && config.save_best) {
         executor->finish_updates();
+        // Written beside the previous best (best.tmp) and put in its place in one step, so that a
+        // full disk or a kill keeps it (io/replace_directory.h).
         const std::filesystem::path best = config.output_dir / kBestModelDir;
+        StagedDirectory staged(best);
+        write_best_record(staged.path(), e);  // before the model's files, whose completion marker is last
         std::vector<const float*> masters;
         for (float* b : executor->masters()) masters.push_back(b);
         const StreamedState streamed = executor->streamed_state();
-        write_final_model_dir(best, config.model, model_config, layout, masters, save_dtype,
-                              static_cast<size_t>(config.max_shard_bytes), config.tokenizer,
-                              config.chat_template, streamed.masters, streamed.encoded);
-        write_best_record(best, e);
+        write_final_model_dir(staged.path(), model_source_dir(config.model), model_config, layout, masters,
+                              save_dtype, static_cast<size_t>(config.max_shard_bytes), config.tokenizer,
+                              config.chat_template,
+                              fmt::format("{} keeps the previous best model, if any; {}", best.string(),
+                                          what_survives_a_failed_save(config.output_dir)),
+                              streamed.masters, streamed.encoded);
+        staged.replace();
         log_info("saved the best model so far (eval loss {:.4f}, step {}) to {}", e.loss, step,
                  best.string());
       }
@@ -466,7 +474,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   const StreamedState streamed = executor->streamed_state();
   write_final_model_dir(config.output_dir, model_source_dir(config.model), model_config, layout, masters,
                         save_dtype, static_cast<size_t>(config.max_shard_bytes), config.tokenizer,
-                        config.chat_template, streamed.masters, streamed.encoded);
+                        config.chat_template, what_survives_a_failed_save(config.output_dir),
+                        streamed.masters, streamed.encoded);
   log_info("wrote {} ({})", config.output_dir.string(), torch_dtype_name(save_dtype));
   memory.check();
   for (const std::string& line : memory.describe()) log_info("host memory, {}", line);
