@@ -103,6 +103,28 @@ TEST_F(OutputDirClaimTest, AResumePutsRightWhatInterruptedSavesLeft) {
   EXPECT_TRUE(run_training(config("out", resume)).finished);
 }
 
+// The tokenizer and template a run writes beside its model at the end are checked before it
+// trains (pre-tokenized data reads neither), and before an earlier run's results are cleared.
+TEST_F(OutputDirClaimTest, TokenizerAndTemplateOverridesAreCheckedBeforeTraining) {
+  TrainHooks stop;
+  stop.stop_after_steps = 2;
+  run_training(config("out"), stop);
+  const auto before = test::tree_bytes(scratch_ / "out");
+  std::ofstream(scratch_ / "broken.jinja") << "{% for m in messages %}{{ m.content }}";  // no endfor
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"chat_template=" + (scratch_ / "missing.jinja").string(), "does not exist"},
+      {"chat_template=" + (scratch_ / "broken.jinja").string(), "broken.jinja"},
+      {"tokenizer=" + (scratch_ / "nowhere").string(), "neither a tokenizer.json nor a directory"},
+  };
+  for (const auto& [setting, expected] : cases) {
+    const std::string message = error_of([&] {
+      run_training(config("out", {"overwrite_output_dir=true", setting}));
+    });
+    EXPECT_TRUE(contains(message, expected)) << setting << ": " << message;
+    EXPECT_TRUE(test::tree_bytes(scratch_ / "out") == before) << setting << ": the earlier run must stay";
+  }
+}
+
 TEST_F(OutputDirClaimTest, ResumeAndOverwriteTogetherAreRefused) {
   EXPECT_TRUE(contains(error_of([&] {
                          config("out", {"resume=true", "overwrite_output_dir=true"});

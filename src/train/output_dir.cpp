@@ -139,6 +139,22 @@ void write_final_model_dir(const std::filesystem::path& out_dir, const std::file
   mark_complete(out_dir);
 }
 
+void check_tokenizer_overrides(const std::filesystem::path& tokenizer,
+                               const std::filesystem::path& chat_template) {
+  std::error_code ec;
+  if (!tokenizer.empty()) {
+    const bool file = std::filesystem::is_regular_file(tokenizer, ec);
+    const std::filesystem::path json = file ? tokenizer : tokenizer / "tokenizer.json";
+    FERRY_CHECK(std::filesystem::is_regular_file(json, ec), "output",
+                "tokenizer: {} is neither a tokenizer.json nor a directory holding one; the trained model's "
+                "directory gets its tokenizer files from there: give the tokenizer's directory (or its "
+                "tokenizer.json), or leave tokenizer: out to use the model's",
+                tokenizer.string());
+  }
+  // Parsed as the end of the run parses it (special tokens do not matter to whether it parses).
+  if (!chat_template.empty()) ChatTemplate::from_file(chat_template, nlohmann::json::object());
+}
+
 void write_tokenizer_overrides(const std::filesystem::path& out_dir, const std::filesystem::path& tokenizer,
                                const std::filesystem::path& chat_template) {
   std::error_code ec;

@@ -30,6 +30,12 @@ void write_hf_model_dir(const std::filesystem::path& out_dir, const std::filesys
 void write_tokenizer_overrides(const std::filesystem::path& out_dir, const std::filesystem::path& tokenizer,
                                const std::filesystem::path& chat_template);
 
+// Checks at a run's start what write_tokenizer_overrides() reads at its end, so that a wrong path
+// or a template that does not parse is refused before the run trains: a `tokenizer` given is a
+// tokenizer.json or a directory holding one, a `chat_template` given is a file that parses.
+void check_tokenizer_overrides(const std::filesystem::path& tokenizer,
+                               const std::filesystem::path& chat_template);
+
 // The run's final model directory: its completion marker (io/completion_marker.h) is removed
 // first, then the weights, config.json, the model's files and the tokenizer overrides are
 // written (each fsynced), and the marker is written last. A kill or a full disk at any point

@@ -151,6 +151,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   FERRY_CHECK(!config.data.empty(), kWhere, "no data given; set `data:` to one or more JSONL files");
   FERRY_CHECK(!config.output_dir.empty(), kWhere, "no output_dir given; set `output_dir:`");
   if (config.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(config.threads));
+  // Before the claim, which may clear an earlier run's results (overwrite_output_dir).
+  check_tokenizer_overrides(config.tokenizer, config.chat_template);
   const OutputDirLock output_lock = claim_output_dir(config);
   // The log lines go to train.log too (a resumed run's continue it), and the settings this run uses,
   // defaults included, to config.yaml: what a run did can be read back after the terminal is gone.
