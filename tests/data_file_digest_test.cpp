@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "data/file_digest.h"
 #include "data/sha256.h"
@@ -41,6 +42,27 @@ TEST(FileDigest, RememberedWhileTheFileIsUnchanged) {
   EXPECT_FALSE(reused);
   EXPECT_EQ(remembered_file_sha256(data, memo, &reused), changed);
   EXPECT_TRUE(reused);
+}
+
+// An entry whose fields are not integers (a hand-edited or damaged memo) is not believed: the file
+// is hashed again and the entry written anew.
+TEST(FileDigest, DamagedEntryIsHashedAgain) {
+  test::ScratchDir dir("file-digest-entry");
+  const auto data = dir / "train.jsonl";
+  const auto memo = dir / "file-digests.json";
+  std::ofstream(data) << "{\"text\": \"one\"}\n";
+  const std::string digest = remembered_file_sha256(data, memo);
+  for (const char* field : {"size", "mtime_ns", "inode"}) {
+    nlohmann::json entries = nlohmann::json::parse(test::read_file(memo));
+    nlohmann::json& entry = entries.begin().value();
+    entry[field] = std::to_string(entry[field].get<int64_t>());
+    std::ofstream(memo) << entries.dump();
+    bool reused = true;
+    EXPECT_EQ(remembered_file_sha256(data, memo, &reused), digest) << field;
+    EXPECT_FALSE(reused) << field;
+    EXPECT_EQ(remembered_file_sha256(data, memo, &reused), digest) << field;
+    EXPECT_TRUE(reused) << field;
+  }
 }
 
 }  // namespace

@@ -91,6 +91,32 @@ TEST(TokenCache, DamageAndMismatchAreErrors) {
   EXPECT_NE(error_of(dir, "fp").find("not valid JSON"), std::string::npos);
 }
 
+// Numbers in a damaged cache are never trusted: a count is checked against the files' sizes before
+// anything is allocated for it, and every offset against the shard's tokens before it is read.
+TEST(TokenCache, ImpossibleCountsAndOffsetsAreDamageNotACrash) {
+  test::ScratchDir scratch("cache-corrupt");
+  const auto dir = scratch / "fp";
+  write_token_cache(dir, "fp", sample_documents(), {});
+  const std::string index_text = test::read_file(dir / "index.json");
+  for (const char* documents : {"1e18", "-1", "18446744073709551615", "\"7\""}) {
+    nlohmann::json index = nlohmann::json::parse(index_text);
+    index["documents"] = nlohmann::json::parse(documents);
+    std::ofstream(dir / "index.json") << index.dump();
+    const std::string error = error_of(dir, "fp");
+    EXPECT_NE(error.find("is damaged"), std::string::npos) << documents << ": " << error;
+  }
+  std::ofstream(dir / "index.json") << index_text;
+  expect_same(*read_token_cache(dir, "fp"), sample_documents());
+  // The first document's end far beyond the shard's tokens, header and file size intact.
+  {
+    std::fstream shard(dir / "shard-00000.bin", std::ios::in | std::ios::out | std::ios::binary);
+    const int64_t far = int64_t{1} << 20;
+    shard.seekp(32 + 8);
+    shard.write(reinterpret_cast<const char*>(&far), sizeof(far));
+  }
+  EXPECT_NE(error_of(dir, "fp").find("bad document offsets"), std::string::npos) << error_of(dir, "fp");
+}
+
 TEST(Sha256, FipsVectors) {
   EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");

@@ -438,6 +438,18 @@ TEST(ModelConfigErrors, UnsupportedRope) {
   EXPECT_TRUE(throws_with([&] { parse_model_config(j, "config.json"); }, {"partial_rotary_factor 0.5"}));
 }
 
+TEST(ModelConfigErrors, YarnTruncateMustBeABoolean) {
+  json j = json::parse(kQwen25_7B);
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2}, {"truncate", "yes"}};
+  EXPECT_TRUE(
+      throws_with([&] { parse_model_config(j, "config.json"); },
+                  {"config.json", "key 'rope_scaling.truncate' must be true or false", "\"yes\" (string)"}));
+  j["rope_scaling"]["truncate"] = false;
+  EXPECT_FALSE(parse_model_config(j, "config.json").rope_scaling.truncate);
+  j["rope_scaling"]["truncate"] = nullptr;  // transformers' default
+  EXPECT_TRUE(parse_model_config(j, "config.json").rope_scaling.truncate);
+}
+
 TEST(ModelConfigErrors, HeadsThatDoNotDivide) {
   EXPECT_TRUE(
       throws_with([&] { parse_model_config(with(kMistral7B_v01, "hidden_size", 4100), "config.json"); },

@@ -215,6 +215,16 @@ TEST(ChatTemplateErrors, NameTheLineAndTheConstruct) {
       std::string::npos);
 }
 
+// A digit-only part of an attribute path is an item index, as in jinja2; one beyond 64 bits is
+// refused with the template's line, not a crash.
+TEST(ChatTemplateErrors, AttributeIndexBeyond64BitsIsAnError) {
+  const std::string messages = R"([{"role": "user", "content": "hi"}])";
+  const std::string error = error_of("\n{{ messages|map(attribute='99999999999999999999')|list }}", messages);
+  EXPECT_NE(error.find("t.jinja:2:"), std::string::npos) << error;
+  EXPECT_NE(error.find("99999999999999999999"), std::string::npos) << error;
+  EXPECT_EQ(error_of("{{ messages|map(attribute='0')|list }}", R"([["a", "b"]])"), "");
+}
+
 // Nesting that would overflow the stack while parsing, evaluating or destroying the syntax tree
 // is refused with the template's name, line and column; the limit is far above real templates.
 TEST(ChatTemplateErrors, DeepNestingIsRefusedNotACrash) {

@@ -47,6 +47,17 @@ nlohmann::json read_memo(const std::filesystem::path& memo) {
   return nlohmann::json::object();
 }
 
+// Whether the memo entry holds a digest for exactly this identity. A damaged entry (a field
+// missing or not an integer, e.g. hand-edited to "5165") remembers nothing: the file is hashed
+// again and the entry rewritten, as for a damaged memo.
+bool remembers(const nlohmann::json& entry, const FileIdentity& id) {
+  const auto field_is = [&](const char* key, int64_t value) {
+    return json_has(entry, key, &nlohmann::json::is_number_integer) && entry[key] == value;
+  };
+  return field_is("size", id.size) && field_is("mtime_ns", id.mtime_ns) && field_is("inode", id.inode) &&
+         json_has(entry, "sha256", &nlohmann::json::is_string);
+}
+
 }  // namespace
 
 std::string remembered_file_sha256(const std::filesystem::path& path, const std::filesystem::path& memo,
@@ -60,9 +71,7 @@ std::string remembered_file_sha256(const std::filesystem::path& path, const std:
   const FileIdentity id = identity_of(path);
   nlohmann::json entries = read_memo(memo);
   const auto it = entries.find(key);
-  if (it != entries.end() && it->is_object() && it->value("size", int64_t{-1}) == id.size &&
-      it->value("mtime_ns", int64_t{-1}) == id.mtime_ns && it->value("inode", int64_t{-1}) == id.inode &&
-      json_has(*it, "sha256", &nlohmann::json::is_string)) {
+  if (it != entries.end() && remembers(*it, id)) {
     if (reused) *reused = true;
     return (*it)["sha256"].get<std::string>();
   }

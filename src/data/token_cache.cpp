@@ -75,6 +75,75 @@ nlohmann::json write_shard(const std::filesystem::path& path, const std::vector<
        what);
 }
 
+// index.json's count under `key`: a non-negative integer, or the cache is damaged (a float or a
+// negative number would convert to a huge size_t).
+uint64_t index_count(const std::filesystem::path& dir, const nlohmann::json& object, const char* key) {
+  if (!json_has(object, key, &nlohmann::json::is_number_unsigned))
+    damaged(dir, fmt::format(
+                     "index.json's '{}' is {}, not a count", key,
+                     object.is_object() && object.contains(key) ? json_excerpt(object.at(key)) : "missing"));
+  return object.at(key).get<uint64_t>();
+}
+
+// Offsets start at 0, never decrease and end at the shard's tokens: then every document lies
+// inside the token arrays, and nothing is read beyond the file.
+bool offsets_valid(const std::vector<int64_t>& offsets, uint64_t tokens) {
+  if (offsets.front() != 0 || offsets.back() != static_cast<int64_t>(tokens)) return false;
+  for (size_t d = 0; d + 1 < offsets.size(); ++d)
+    if (offsets[d + 1] < offsets[d]) return false;
+  return true;
+}
+
+struct Shard {
+  std::string name;
+  MappedFile map;
+  ShardHeader header;
+};
+
+// The shard of `entry` in index.json, mapped, its header's counts checked against the file's size
+// and against the entry.
+Shard open_shard(const std::filesystem::path& dir, const nlohmann::json& entry) {
+  const auto path = dir / entry.at("file").get<std::string>();
+  Shard shard{path.filename().string(), {}, {}};
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) damaged(dir, fmt::format("{} is missing", shard.name));
+  shard.map = MappedFile::open(path);
+  const MappedFile& map = shard.map;
+  ShardHeader& header = shard.header;
+  if (map.size() < kHeaderBytes) damaged(dir, fmt::format("{} is truncated", shard.name));
+  std::memcpy(&header, map.data(), sizeof(header));
+  if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0 || header.version != kVersion)
+    damaged(dir, fmt::format("{} is not a ferry token shard", shard.name));
+  // Counts no larger than the file first, so that shard_bytes cannot overflow.
+  if (header.documents > map.size() || header.tokens > map.size() ||
+      map.size() != shard_bytes(header.documents, header.tokens) ||
+      header.documents != index_count(dir, entry, "documents") ||
+      header.tokens != index_count(dir, entry, "tokens"))
+    damaged(dir, fmt::format("{} has the wrong size for its header", shard.name));
+  return shard;
+}
+
+// Appends the documents of `shard` to `docs`, once its offsets are known to stay inside it.
+void append_documents(const std::filesystem::path& dir, const Shard& shard, std::vector<Document>& docs) {
+  const ShardHeader& header = shard.header;
+  std::vector<int64_t> offsets(header.documents + 1);
+  std::memcpy(offsets.data(), shard.map.data() + kHeaderBytes, offsets.size() * sizeof(int64_t));
+  if (!offsets_valid(offsets, header.tokens))
+    damaged(dir, fmt::format("{} has bad document offsets", shard.name));
+  const uint8_t* ids = shard.map.data() + kHeaderBytes + offsets.size() * sizeof(int64_t);
+  const uint8_t* labels = ids + header.tokens * sizeof(int32_t);
+  shard.map.will_read(0, shard.map.size());
+  for (uint64_t d = 0; d < header.documents; ++d) {
+    const int64_t b = offsets[d], e = offsets[d + 1];
+    Document doc;
+    doc.input_ids.resize(static_cast<size_t>(e - b));
+    doc.labels.resize(static_cast<size_t>(e - b));
+    std::memcpy(doc.input_ids.data(), ids + b * 4, static_cast<size_t>(e - b) * 4);
+    std::memcpy(doc.labels.data(), labels + b * 4, static_cast<size_t>(e - b) * 4);
+    docs.push_back(std::move(doc));
+  }
+}
+
 }  // namespace
 
 void write_token_cache(const std::filesystem::path& dir, const std::string& fingerprint,
@@ -153,43 +222,16 @@ std::optional<std::vector<Document>> read_token_cache(const std::filesystem::pat
     if (index.at("fingerprint") != fingerprint)
       damaged(dir, fmt::format("it was made for fingerprint {}, not {}",
                                json_excerpt(index.at("fingerprint")), fingerprint));
-    std::vector<Document> docs;
-    docs.reserve(index.at("documents").get<size_t>());
-    for (const auto& entry : index.at("shards")) {
-      const auto path = dir / entry.at("file").get<std::string>();
-      if (!std::filesystem::exists(path, ec))
-        damaged(dir, fmt::format("{} is missing", path.filename().string()));
-      const MappedFile map = MappedFile::open(path);
-      if (map.size() < kHeaderBytes) damaged(dir, fmt::format("{} is truncated", path.filename().string()));
-      ShardHeader header;
-      std::memcpy(&header, map.data(), sizeof(header));
-      if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0 || header.version != kVersion)
-        damaged(dir, fmt::format("{} is not a ferry token shard", path.filename().string()));
-      if (header.documents > map.size() || header.tokens > map.size() ||
-          map.size() != shard_bytes(header.documents, header.tokens) ||
-          header.documents != entry.at("documents").get<uint64_t>() ||
-          header.tokens != entry.at("tokens").get<uint64_t>())
-        damaged(dir, fmt::format("{} has the wrong size for its header", path.filename().string()));
-      std::vector<int64_t> offsets(header.documents + 1);
-      std::memcpy(offsets.data(), map.data() + kHeaderBytes, offsets.size() * sizeof(int64_t));
-      const uint8_t* ids = map.data() + kHeaderBytes + offsets.size() * sizeof(int64_t);
-      const uint8_t* labels = ids + header.tokens * sizeof(int32_t);
-      if (offsets.front() != 0 || offsets.back() != static_cast<int64_t>(header.tokens))
-        damaged(dir, fmt::format("{} has bad document offsets", path.filename().string()));
-      map.will_read(0, map.size());
-      for (uint64_t d = 0; d < header.documents; ++d) {
-        const int64_t b = offsets[d], e = offsets[d + 1];
-        if (e < b) damaged(dir, fmt::format("{} has bad document offsets", path.filename().string()));
-        Document doc;
-        doc.input_ids.resize(static_cast<size_t>(e - b));
-        doc.labels.resize(static_cast<size_t>(e - b));
-        std::memcpy(doc.input_ids.data(), ids + b * 4, static_cast<size_t>(e - b) * 4);
-        std::memcpy(doc.labels.data(), labels + b * 4, static_cast<size_t>(e - b) * 4);
-        docs.push_back(std::move(doc));
-      }
-    }
-    if (docs.size() != index.at("documents").get<size_t>())
+    // index.json's count is checked against the shards' headers (each checked against its file's
+    // size) before anything is reserved for it: a damaged count must not become a huge allocation.
+    // Each shard is mapped again to be read, so that only one is mapped at a time.
+    uint64_t held = 0;
+    for (const auto& entry : index.at("shards")) held += open_shard(dir, entry).header.documents;
+    if (held != index_count(dir, index, "documents"))
       damaged(dir, "the shards hold another number of documents");
+    std::vector<Document> docs;
+    docs.reserve(held);
+    for (const auto& entry : index.at("shards")) append_documents(dir, open_shard(dir, entry), docs);
     if (index_out) *index_out = std::move(index);
     return docs;
   } catch (const nlohmann::json::exception& e) {

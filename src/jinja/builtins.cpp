@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cfenv>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -650,6 +651,18 @@ Value call_value(const Value& callee, CallArgs& args) {
 
 namespace {
 
+// A part of an attribute path that is all digits, as the integer jinja makes of it. jinja2 takes
+// any size; ferry's integers are 64-bit (as elsewhere), so a larger one is refused by name.
+Value index_part(const std::string& part, const std::string& path) {
+  int64_t index = 0;
+  const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+  if (ec != std::errc() || end != part.data() + part.size())
+    throw TemplateError(fmt::format(
+        "attribute '{}': the index {} is beyond 64 bits, which ferry's Jinja interpreter does not support",
+        path, part));
+  return Value(index);
+}
+
 // jinja's make_attrgetter: "a.b.0" looks up a, then b, then item 0, each with getitem semantics.
 Value attribute_path(const Value& item, const std::string& path) {
   Value v = item;
@@ -659,7 +672,7 @@ Value attribute_path(const Value& item, const std::string& path) {
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const bool digits =
         !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    v = get_item(v, digits ? Value(static_cast<int64_t>(std::stoll(part))) : Value(part));
+    v = get_item(v, digits ? index_part(part, path) : Value(part));
     if (dot == std::string::npos) return v;
     start = dot + 1;
   }

@@ -261,7 +261,7 @@ void parse_rope_type(const Keys& keys, const char* where, const std::string& typ
     if (s.beta_slow == 0) s.beta_slow = 1.0;
     if (!(s.beta_fast > 0) || !(s.beta_slow > 0))
       keys.error("{} needs positive beta_fast and beta_slow, got {} and {}", where, s.beta_fast, s.beta_slow);
-    s.truncate = !keys.has("truncate") || keys.at("truncate").is_null() || keys.at("truncate").get<bool>();
+    s.truncate = keys.boolean("truncate", true);  // absent or null: transformers' default
     const auto mscale_of = [](double scale, double mscale) {
       return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
     };
