@@ -2,7 +2,7 @@
 // requests in flight; misaligned requests, reads past the end, full disks and unopenable paths are
 // clear errors; a run's scratch file is removed at exit and a dead run's is cleaned up.
 #include <fcntl.h>
-#include <sys/wait.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -185,30 +185,51 @@ TEST(UringFileTest, TmpfsWorksWithOrWithoutODirect) {
   EXPECT_EQ(std::memcmp(out.data.get(), in.data.get(), out.size), 0);
 }
 
-TEST(ScratchFileTest, RemovedAtExitAndADeadRunsFileIsCleaned) {
+// Whether a process (this one, through another open file) can take the lock a run holds.
+bool lockable(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << path;
+  const bool ok = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(fd);
+  return ok;
+}
+
+TEST(ScratchFileTest, EachRunHasItsOwnLockedFileRemovedAtExit) {
   test::ScratchDir dir("scratch");
   fs::path mine;
   {
     ScratchFile scratch(dir.path());
+    // Runs in two containers may have one pid: the same process's second file is another file.
+    ScratchFile same_pid(dir.path());
     mine = scratch.path();
+    EXPECT_NE(same_pid.path(), mine);
+    EXPECT_TRUE(fs::exists(mine) && fs::exists(same_pid.path()));
+    EXPECT_FALSE(lockable(mine)) << "held while the run lives";
     AlignedBytes b(kAlign);
     UringFile file(mine, kAlign, {b.span()});
-    EXPECT_TRUE(fs::exists(mine));
+    EXPECT_EQ(fs::file_size(mine), kAlign);
+    EXPECT_TRUE(fs::exists(same_pid.path())) << "one run's file never touches another's";
   }
   EXPECT_FALSE(fs::exists(mine));
+}
 
-  // A child that exits at once: its pid is gone, and a file named for it is stale.
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  ::waitpid(child, nullptr, 0);
-  const fs::path stale = dir / ("ferry-state-" + std::to_string(child) + ".bin");
-  const fs::path live = dir / ("ferry-state-" + std::to_string(::getppid()) + ".bin");
+TEST(ScratchFileTest, OnlyFilesNoProcessHoldsAreCleaned) {
+  test::ScratchDir dir("scratch");
+  const fs::path stale = dir / "ferry-state-12345-0badcafe.bin";
+  const fs::path old_name = dir / "ferry-state-12346.bin";  // runs before the tag
+  const fs::path held = dir / "ferry-state-12347-00c0ffee.bin";
   const fs::path other = dir / "ferry-state-notes.bin";
-  for (const auto& p : {stale, live, other}) std::ofstream(p) << "x";
+  for (const auto& p : {stale, old_name, held, other}) std::ofstream(p) << "x";
+  // Held by a run whose pid means nothing here (another container or host).
+  const int holder = ::open(held.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_EQ(::flock(holder, LOCK_EX | LOCK_NB), 0);
   { ScratchFile scratch(dir.path()); }
   EXPECT_FALSE(fs::exists(stale));
-  EXPECT_TRUE(fs::exists(live)) << "a running process's file stays";
+  EXPECT_FALSE(fs::exists(old_name));
+  EXPECT_TRUE(fs::exists(held)) << "a held file stays, whatever its pid";
   EXPECT_TRUE(fs::exists(other)) << "a name that is not ours stays";
+  ::close(holder);
+  EXPECT_EQ(remove_stale_scratch_files(dir.path()), std::vector<fs::path>{held});
 }
 
 TEST(ScratchFileTest, FreeSpaceIsKnown) {
