@@ -67,6 +67,20 @@ TEST_F(RunFilesTest, TheLogAndTheResolvedConfigAreWritten) {
   EXPECT_TRUE(written.resume);
 }
 
+// A resume its checkpoint refuses (another batch geometry) leaves config.yaml as the run that
+// made the checkpoint wrote it: the record of how to resume it.
+TEST_F(RunFilesTest, ARefusedResumeKeepsTheSavedSettings) {
+  TrainHooks stop;
+  stop.stop_after_steps = 2;
+  run_training(config("out"), stop);
+  const std::string saved = test::read_file(scratch_ / "out" / "config.yaml");
+  const std::string message = test::error_of([&] {
+    run_training(config("out", {"global_batch=8", "resume=true"}));
+  });
+  EXPECT_TRUE(contains(message, "restore the setting")) << message;
+  EXPECT_EQ(test::read_file(scratch_ / "out" / "config.yaml"), saved);
+}
+
 TEST_F(RunFilesTest, AnAbsurdTrainerStateIsRefused) {
   TrainHooks stop;
   stop.stop_after_steps = 2;
@@ -168,7 +182,8 @@ TEST_F(RunFilesTest, ADiskFullCheckpointLeavesThePreviousOneIntact) {
     message = error_of([&] { run_training(config("out", {"save_steps=2", "resume=true"})); });
   }
   EXPECT_TRUE(contains(message, "checkpoint-4") && contains(message, "EFBIG")) << message;
-  EXPECT_TRUE(contains(message, (out / "checkpoint-2").string() + ", and the input model are untouched"))
+  EXPECT_TRUE(contains(
+      message, "the newest complete checkpoint, " + (out / "checkpoint-2").string() + ", are untouched"))
       << message;
   EXPECT_TRUE(test::tree_bytes(out / "checkpoint-2") == checkpoint_bytes);
   EXPECT_TRUE(test::tree_bytes(model_dir_) == model_bytes);
@@ -189,7 +204,10 @@ TEST_F(RunFilesTest, ADiskFullFinalSaveIsNotMarkedComplete) {
     test::FileSizeLimit limit(64 * 1024);  // the tiny model's weights are ~0.5 MB in float32
     message = error_of([&] { run_training(config("out", {"max_steps=1"})); });
   }
-  EXPECT_TRUE(contains(message, "writing the final model") && contains(message, "EFBIG")) << message;
+  EXPECT_TRUE(contains(message, "writing the model into") && contains(message, "EFBIG")) << message;
+  // The run saved no checkpoint: the message must not send the user to resume=true.
+  EXPECT_TRUE(contains(message, "no complete checkpoint to resume from")) << message;
+  EXPECT_FALSE(contains(message, "resume=true")) << message;
   EXPECT_FALSE(is_marked_complete(scratch_ / "out"));
   EXPECT_FALSE(fs::exists(scratch_ / "out" / "model.safetensors"));
   EXPECT_TRUE(test::temporaries(scratch_ / "out").empty());

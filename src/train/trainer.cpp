@@ -157,7 +157,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   // The log lines go to train.log too (a resumed run's continue it), and the settings this run uses,
   // defaults included, to config.yaml: what a run did can be read back after the terminal is gone.
   const LogFile log_file(config.output_dir / kTrainLogFile, config.resume);
-  write_file_atomic(config.output_dir / kResolvedConfigFile, resolved_config_yaml(config));
+  // A resume's settings replace the saved ones only once its checkpoint has accepted them (below).
+  if (!config.resume)
+    write_file_atomic(config.output_dir / kResolvedConfigFile, resolved_config_yaml(config));
   warn_if_unfinished_output(config.model);
 
   // Host memory held to the plan phase by phase; the report is written however the run ends.
@@ -250,6 +252,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
       sampler.seek(DataPosition{state.data_epoch, state.data_index});
       log_info("resumed from {} at step {}", latest->string(), step);
     }
+    write_file_atomic(config.output_dir / kResolvedConfigFile, resolved_config_yaml(config));
   }
 
   log_info("model {} ({} layers, hidden {}, {:.1f}M parameters, {})", model_config.architecture_name,
