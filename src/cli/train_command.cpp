@@ -53,7 +53,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("overrides", *overrides, "key=value settings that override the file");
   cmd->callback([config_path, overrides] {
     const TrainConfig config = load_train_config(*config_path, *overrides);
-    // SIGINT/SIGTERM stop the run at the next step boundary, with a checkpoint.
+    // SIGINT/SIGTERM/SIGHUP stop the run at the next step boundary, with a checkpoint.
     StopSignals signals;
     TrainHooks hooks;
     hooks.stop_signal = &signals.received();

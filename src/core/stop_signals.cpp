@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <iterator>
 
 #include "core/check.h"
 
@@ -16,9 +17,12 @@ namespace {
 std::atomic<int> g_received{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 
+// The signals that ask for a stop: Ctrl-C, a scheduler's or a preemption's TERM, and the hangup
+// of a terminal or ssh session that went away.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
 bool g_installed = false;
-struct sigaction g_previous_int {};
-struct sigaction g_previous_term {};
+struct sigaction g_previous[std::size(kStopSignals)]{};
+struct sigaction g_previous_pipe {};
 
 void write_stderr(const char* text, size_t length) {
   // Best effort: there is nothing to do in a handler when stderr is gone.
@@ -53,17 +57,23 @@ StopSignals::StopSignals() {
   // the run continues until the loop looks at the flag.
   action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
-  sigaddset(&action.sa_mask, SIGINT);
-  sigaddset(&action.sa_mask, SIGTERM);
-  const int int_rc = ::sigaction(SIGINT, &action, &g_previous_int);
-  const int term_rc = ::sigaction(SIGTERM, &action, &g_previous_term);
-  FERRY_ASSERT(int_rc == 0 && term_rc == 0, "sigaction with valid arguments cannot fail");
+  for (int signal : kStopSignals) sigaddset(&action.sa_mask, signal);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i)
+    FERRY_ASSERT(::sigaction(kStopSignals[i], &action, &g_previous[i]) == 0,
+                 "sigaction with valid arguments cannot fail");
+  // A hangup often takes the reader of ferry's output with it (`ferry train | tee log`): writing
+  // to the closed pipe must fail quietly, not end the run before the checkpoint it is saving.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  FERRY_ASSERT(::sigaction(SIGPIPE, &ignore, &g_previous_pipe) == 0,
+               "sigaction with valid arguments cannot fail");
   g_installed = true;
 }
 
 StopSignals::~StopSignals() {
-  ::sigaction(SIGINT, &g_previous_int, nullptr);
-  ::sigaction(SIGTERM, &g_previous_term, nullptr);
+  for (size_t i = 0; i < std::size(kStopSignals); ++i) ::sigaction(kStopSignals[i], &g_previous[i], nullptr);
+  ::sigaction(SIGPIPE, &g_previous_pipe, nullptr);
   g_installed = false;
 }
 

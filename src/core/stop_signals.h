@@ -1,10 +1,12 @@
-// SIGINT and SIGTERM as a request to stop at the next safe point rather than at once.
+// SIGINT, SIGTERM and SIGHUP as a request to stop at the next safe point rather than at once.
 //
 // A preemptible cloud or a Slurm time limit sends SIGTERM and waits a while before SIGKILL; a user
-// presses Ctrl-C. The first such signal only sets a flag (the handler is async-signal-safe: an
-// atomic store and a write(2) to stderr); the training loop reads it between steps, saves a
-// complete checkpoint and exits. A second signal exits at once (_exit(128 + signal)), as a user
-// who presses Ctrl-C twice expects; that is as safe as a kill -9, which checkpoints survive.
+// presses Ctrl-C; a dropped ssh session sends SIGHUP (and SIGPIPE to the writes into a pipe whose
+// reader went with it, which are ignored while the handlers are installed). The first such signal only sets a
+// flag (the handler is async-signal-safe: an atomic store and a write(2) to stderr); the training loop reads
+// it between steps, saves a complete checkpoint and exits. A second signal exits at once (_exit(128 +
+// signal)), as a user who presses Ctrl-C twice expects; that is as safe as a kill -9, which checkpoints
+// survive.
 #pragma once
 
 #include <atomic>
@@ -20,7 +22,7 @@ class StopSignals {
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
-  // The first signal received (SIGINT or SIGTERM), or 0; set from the handler.
+  // The first signal received (SIGINT, SIGTERM or SIGHUP), or 0; set from the handler.
   const std::atomic<int>& received() const;
 };
 
