@@ -198,8 +198,15 @@ void sync_directory(const std::filesystem::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   // Some file systems cannot open or fsync directories; the data itself is already durable.
   if (fd < 0) return;
-  ::fsync(fd);
+  const int rc = ::fsync(fd);
+  const int error = errno;
   ::close(fd);
+  // EINVAL, ENOTSUP: a file system that cannot sync a directory (its renames are as durable as it
+  // makes them). Anything else (EIO) means a rename may not survive a crash: a save must not be
+  // taken for durable then.
+  if (rc != 0 && error != EINVAL && error != ENOTSUP && error != EROFS)
+    fail("io", "cannot make the entries of {} durable (fsync): {}; check the disk (dmesg)", dir.string(),
+         std::strerror(error));
 }
 
 bool exchange_paths(const std::filesystem::path& a, const std::filesystem::path& b) {

@@ -68,7 +68,8 @@ class AtomicFile {
 // The whole content at once.
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
 
-// fsyncs a directory so that a rename or unlink inside it survives a crash.
+// fsyncs a directory so that a rename or unlink inside it survives a crash; throws ferry::Error when
+// the disk reports an error (a file system that cannot sync directories is let be).
 void sync_directory(const std::filesystem::path& dir);
 
 // Swaps two existing paths in one step (renameat2 with RENAME_EXCHANGE), so that no moment sees

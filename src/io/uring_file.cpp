@@ -254,11 +254,13 @@ bool UringFile::reap(bool block) {
 
 void UringFile::finish_piece(Piece* piece, int result) {
   Operation& op = *operations_.at(piece->ticket);
-  const bool eof = result == 0 && !piece->is_write;
-  if (result < 0 || eof) {
+  // A transfer of nothing makes no progress and would go again forever: a read at the end of the
+  // file, or a write the file system took none of (a full disk: writes report ENOSPC otherwise).
+  if (result <= 0) {
+    const int error = result < 0 ? -result : piece->is_write ? ENOSPC : 0;
     if (op.failure.empty())
       op.failure = uring_failure_message(path_, piece->is_write, piece->offset + piece->done,
-                                         piece->bytes - piece->done, eof ? 0 : -result, options_.use);
+                                         piece->bytes - piece->done, error, options_.use);
     --op.remaining;
     return;
   }
