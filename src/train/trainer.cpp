@@ -25,6 +25,7 @@
 #include "engine/unit_optimizer.h"
 #include "io/atomic_file.h"
 #include "io/replace_directory.h"
+#include "io/scratch_file.h"
 #include "model/model_weights.h"
 #include "ops/ops.h"
 #include "train/checkpoint.h"
@@ -33,6 +34,7 @@
 #include "train/model_source.h"
 #include "train/output_dir.h"
 #include "train/output_dir_claim.h"
+#include "train/output_space.h"
 #include "train/progress.h"
 #include "train/resolved_config.h"
 #include "train/run_evaluation.h"
@@ -107,6 +109,24 @@ std::string memory_now(const StepExecutor& executor) {
 
 // A stop requested by a signal is taken between steps; the steps done since the newest checkpoint
 // are then saved, so that resume=true loses nothing.
+// Before training: room on the output directory's disk for what the run will save (after the
+// executor, whose disk tier may share that disk and has reserved its file by now).
+void check_output_space(const TrainConfig& config, int64_t parameters, DType save_dtype,
+                        OptimizerStateFormat format, int64_t total_steps, std::optional<uint64_t> free) {
+  uint64_t replaced = 0;  // the weights of an earlier save of the model, which the final save replaces
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(config.output_dir, ec))
+    if (entry.path().extension() == ".safetensors" && entry.is_regular_file(ec))
+      replaced += entry.file_size(ec);
+  const OutputWrites writes = output_writes(parameters, save_dtype, format, total_steps, config.save_steps,
+                                            config.save_total_limit, config.save_best);
+  std::string warning;
+  const std::string problem =
+      output_space_problem(free ? *free : free_disk_bytes(config.output_dir), replaced, writes, &warning);
+  FERRY_CHECK(problem.empty(), kWhere, "output_dir {}: {}", config.output_dir.string(), problem);
+  if (!warning.empty()) log_warn("output_dir {}: {}", config.output_dir.string(), warning);
+}
+
 void log_stop(int signal, int64_t step, int64_t total_steps, int64_t saved_step) {
   const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
   if (step == 0)
@@ -254,6 +274,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
     }
     write_file_atomic(config.output_dir / kResolvedConfigFile, resolved_config_yaml(config));
   }
+  check_output_space(config, parameter_count, save_dtype, executor->state_format(), total_steps,
+                     hooks.output_free_bytes);
 
   log_info("model {} ({} layers, hidden {}, {:.1f}M parameters, {})", model_config.architecture_name,
            model_config.num_layers, model_config.hidden_size, static_cast<double>(parameter_count) / 1e6,

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "train/run_evaluation.h"
@@ -29,6 +30,9 @@ struct TrainHooks {
   // Read between steps: nonzero (the signal, e.g. SIGTERM from core/stop_signals.h) stops the run
   // after saving a checkpoint of the last finished step.
   const std::atomic<int>* stop_signal = nullptr;
+  // The free bytes of output_dir's file system as the run's start sees them (tests of a full
+  // disk); unset: measured (statvfs).
+  std::optional<uint64_t> output_free_bytes;
 };
 
 struct TrainSummary {
