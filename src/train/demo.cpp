@@ -6,7 +6,10 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
 
+#include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "device/device.h"
@@ -98,10 +101,34 @@ double exact_match(const std::filesystem::path& model_dir, const std::vector<Exa
   return static_cast<double>(correct) / static_cast<double>(examples.size());
 }
 
+// The demo rewrites these in its directory; anything else there is not its to overwrite.
+constexpr const char* kDemoEntries[] = {"base-model", "finetuned", "train.jsonl"};
+
+void check_demo_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return;
+  FERRY_CHECK(std::filesystem::is_directory(dir, ec), "demo", "--out {} is a file; give a directory",
+              dir.string());
+  std::vector<std::string> others;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (std::find(std::begin(kDemoEntries), std::end(kDemoEntries), name) == std::end(kDemoEntries))
+      others.push_back(name);
+  }
+  std::sort(others.begin(), others.end());
+  std::string list;
+  for (const std::string& name : others) list += (list.empty() ? "" : ", ") + name;
+  FERRY_CHECK(others.empty(), "demo",
+              "--out {} holds {} besides a demo's files; the demo writes base-model/, finetuned/ and "
+              "train.jsonl there, over what is there: give a new or empty directory, or an earlier demo's",
+              dir.string(), list);
+}
+
 }  // namespace
 
 DemoResult run_demo(const DemoOptions& options) {
   if (options.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(options.threads));
+  check_demo_dir(options.out_dir);
   const auto base_dir = options.out_dir / "base-model";
   const auto tuned_dir = options.out_dir / "finetuned";
   const auto data_path = options.out_dir / "train.jsonl";
