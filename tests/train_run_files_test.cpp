@@ -81,6 +81,17 @@ TEST_F(RunFilesTest, ARefusedResumeKeepsTheSavedSettings) {
   EXPECT_EQ(test::read_file(scratch_ / "out" / "config.yaml"), saved);
 }
 
+// The input model deleted while the run trains: its trained weights are still saved.
+TEST_F(RunFilesTest, AnInputModelDeletedDuringTheRunDoesNotLoseIt) {
+  TrainHooks hooks;
+  hooks.on_step = [&](const StepRecord&) { fs::remove_all(model_dir_); };
+  ASSERT_TRUE(run_training(config("out", {"save_steps=2"}), hooks).finished);
+  EXPECT_TRUE(is_marked_complete(scratch_ / "out"));
+  EXPECT_TRUE(fs::exists(scratch_ / "out" / "model.safetensors"));
+  EXPECT_TRUE(fs::exists(scratch_ / "out" / "config.json"));
+  EXPECT_TRUE(is_marked_complete(scratch_ / "out" / "checkpoint-6"));
+}
+
 TEST_F(RunFilesTest, AnAbsurdTrainerStateIsRefused) {
   TrainHooks stop;
   stop.stop_after_steps = 2;

@@ -118,7 +118,16 @@ void write_hf_model_dir(const std::filesystem::path& out_dir, const std::filesys
   std::filesystem::create_directories(out_dir);
   save_model_weights(out_dir, layout, units, dtype, max_shard_bytes, fetch, encoded);
   write_file_atomic(out_dir / "config.json", config_json_text(config, dtype, source_dir));
-  if (!source_dir.empty()) copy_model_files(source_dir, out_dir);
+  if (!source_dir.empty() && std::filesystem::is_directory(source_dir, ec)) {
+    copy_model_files(source_dir, out_dir);
+  } else if (!source_dir.empty()) {
+    // The input went away while the run trained (deleted, or another run's rotated checkpoint):
+    // the trained weights are worth more than the files that would have come with them.
+    log_warn(
+        "the input model directory {} is gone: {} is written without the tokenizer, template and model "
+        "card files it would have copied from there; copy them in from another copy of the model",
+        source_dir.string(), out_dir.string());
+  }
   sync_directory(out_dir);
 }
 
