@@ -39,7 +39,13 @@ TEST(BatchSampler, GoldenOrder) {
 
 TEST(BatchSampler, DeterministicGivenTheSeed) {
   BatchSampler a(37, 7), b(37, 7), c(37, 8);
-  const Rows ra = a.next_rows(100), rb = b.next_rows(100), rc = c.next_rows(100);
+  Rows ra, rb, rc;
+  for (int batch = 0; batch < 4; ++batch) {  // 100 rows, across epochs
+    for (auto [sampler, rows] : {std::pair{&a, &ra}, {&b, &rb}, {&c, &rc}}) {
+      const Rows r = sampler->next_rows(25);
+      rows->insert(rows->end(), r.begin(), r.end());
+    }
+  }
   EXPECT_EQ(ra, rb);
   EXPECT_NE(ra, rc);
 }
@@ -69,10 +75,24 @@ TEST(BatchSampler, BatchesCrossEpochBoundaries) {
   expected.insert(expected.end(), e1.begin(), e1.begin() + 4);
   EXPECT_EQ(sampler.next_rows(7), expected);
   EXPECT_EQ(sampler.position(), (DataPosition{1, 4}));
-  // A batch larger than the dataset spans several epochs.
-  EXPECT_EQ(sampler.next_rows(25).size(), 25u);
-  EXPECT_EQ(sampler.position(), (DataPosition{3, 9}));
+  // A batch of the whole dataset spans two epochs from the middle of one.
+  EXPECT_EQ(sampler.next_rows(10).size(), 10u);
+  EXPECT_EQ(sampler.position(), (DataPosition{2, 4}));
   EXPECT_TRUE(sampler.next_rows(0).empty());
+}
+
+// A step larger than the data would hold some rows several times in every step (and epochs would
+// count no whole passes): refused with the data's row count, before anything is sized by it. A
+// global_batch of 10^6 on 10 rows grew memory until std::bad_alloc.
+TEST(BatchSampler, ABatchLargerThanTheDataIsRefused) {
+  EXPECT_TRUE(test::throws_with([] { check_global_batch(1000000, 10); },
+                                {"global_batch is 1000000 sequences", "more than the 10 the data packs into",
+                                 "lower global_batch to at most 10"}));
+  EXPECT_NO_THROW(check_global_batch(10, 10));
+  BatchSampler sampler(10, 5);
+  EXPECT_TRUE(test::throws_with([&] { sampler.next_rows(11); }, {"global_batch is 11", "at most 10"}));
+  EXPECT_TRUE(test::throws_with([&] { sampler.next_rows(int64_t{1} << 40); }, {"at most 10"}));
+  EXPECT_EQ(sampler.position(), (DataPosition{0, 0}));  // nothing drawn
 }
 
 TEST(BatchSampler, ResumeEqualsAnUninterruptedRun) {
@@ -117,7 +137,8 @@ TEST(BatchSampler, SeekToTheEndOfAnEpochIsTheStartOfTheNext) {
 
 TEST(BatchSampler, WithoutShuffleRowsComeInOrder) {
   BatchSampler sampler(4, 123, /*shuffle=*/false);
-  EXPECT_EQ(sampler.next_rows(6), (Rows{0, 1, 2, 3, 0, 1}));
+  EXPECT_EQ(sampler.next_rows(3), (Rows{0, 1, 2}));
+  EXPECT_EQ(sampler.next_rows(3), (Rows{3, 0, 1}));
 }
 
 TEST(BatchSampler, ShufflesAreUnbiased) {

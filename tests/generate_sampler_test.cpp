@@ -86,13 +86,13 @@ TEST(Sampler, TheSeedFixesTheDraws) {
 TEST(Sampler, RefusesNonsense) {
   SamplingOptions o;
   o.temperature = -1.0;
-  EXPECT_TRUE(test::throws_with([&] { Sampler s(o); }, {"temperature -1 is invalid"}));
+  EXPECT_TRUE(test::throws_with([&] { Sampler s(o); }, {"temperature -1 is invalid (--temperature)"}));
   o = {};
   o.top_p = 1.5;
-  EXPECT_TRUE(test::throws_with([&] { Sampler s(o); }, {"top_p 1.5 is invalid"}));
+  EXPECT_TRUE(test::throws_with([&] { Sampler s(o); }, {"top_p 1.5 is invalid (--top-p)"}));
   o = {};
   o.top_k = -2;
-  EXPECT_TRUE(test::throws_with([&] { Sampler s(o); }, {"top_k -2 is invalid"}));
+  EXPECT_TRUE(test::throws_with([&] { Sampler s(o); }, {"top_k -2 is invalid (--top-k)"}));
 }
 
 TEST(GenerationDefaults, EosIdsAndSamplingFromTheModelDirectory) {
@@ -125,6 +125,47 @@ TEST(GenerationDefaults, EosIdsAndSamplingFromTheModelDirectory) {
   std::ofstream(dir / "generation_config.json") << R"({"eos_token_id": 1000})";
   EXPECT_TRUE(test::throws_with([&] { load_generation_defaults(dir.path(), config); },
                                 {"generation_config.json", "eos_token_id 1000", "vocabulary of 96"}));
+}
+
+// generation_config.json's sampling values are checked where they are read, naming the file and
+// the key: top_k 1e30 was cast to -2^63 and temperature -1 read as a --temperature never passed.
+TEST(GenerationDefaults, SamplingValuesAreCheckedAsTheFileIsRead) {
+  test::ScratchDir dir("generation-values");
+  std::ofstream(dir / "config.json") << test::read_file(test::fixtures_dir() / "hf" / "llama3" /
+                                                        "config.json");
+  const ModelConfig config = load_model_config(dir.path());
+  const auto defaults_of = [&](const std::string& json) {
+    std::ofstream(dir / "generation_config.json") << json;
+    return load_generation_defaults(dir.path(), config).sampling;
+  };
+  const auto refused = [&](const std::string& json, std::initializer_list<std::string> parts) {
+    return test::throws_with([&] { defaults_of(json); }, parts);
+  };
+  EXPECT_TRUE(refused(R"({"do_sample": true, "top_k": 1e30})",
+                      {"generation_config.json: top_k is 1e+30", "whole number of tokens"}));
+  EXPECT_TRUE(refused(R"({"do_sample": true, "top_k": 2.5})", {"generation_config.json: top_k is 2.5"}));
+  EXPECT_TRUE(refused(R"({"do_sample": true, "top_k": -1})", {"generation_config.json: top_k is -1"}));
+  EXPECT_TRUE(
+      refused(R"({"do_sample": true, "top_k": 18446744073709551615})", {"top_k is 18446744073709551615"}));
+  EXPECT_TRUE(refused(R"({"do_sample": true, "top_k": "40"})", {"generation_config.json: top_k is \"40\""}));
+  EXPECT_TRUE(refused(R"({"do_sample": true, "temperature": -1})",
+                      {"generation_config.json: temperature is -1", "a number >= 0", "fix the file"}));
+  EXPECT_FALSE(test::throws_with([&] { defaults_of(R"({"do_sample": true, "temperature": -1})"); },
+                                 {"--temperature"}));
+  EXPECT_TRUE(
+      refused(R"({"do_sample": true, "top_p": 0})", {"generation_config.json: top_p is 0", "(0, 1]"}));
+  EXPECT_TRUE(refused(R"({"do_sample": true, "top_p": 1.5})", {"top_p is 1.5"}));
+  EXPECT_TRUE(refused(R"({"do_sample": true, "temperature": "hot"})", {"temperature is \"hot\""}));
+
+  // Whole numbers written as floats, and nulls (the default), are fine; without do_sample nothing
+  // of it is read.
+  SamplingOptions s = defaults_of(R"({"do_sample": true, "top_k": 40.0, "top_p": null, "temperature": 0})");
+  EXPECT_EQ(s.top_k, 40);
+  EXPECT_EQ(s.top_p, 1.0);
+  EXPECT_EQ(s.temperature, 0.0);
+  EXPECT_EQ(defaults_of(R"({"do_sample": true, "top_k": 4611686018427387904})").top_k, int64_t{1} << 62);
+  s = defaults_of(R"({"do_sample": false, "top_k": 1e30, "temperature": -1})");
+  EXPECT_EQ(s.temperature, 0.0);
 }
 
 TEST(TextStream, HoldsBackSplitCharactersAndJoinsUpToTheWholeReply) {

@@ -1,6 +1,7 @@
 // The machine profile's JSON: a saved profile loads back equal, and a bad one is refused with a
 // message that names the file and the field.
 #include <fstream>
+#include <functional>
 
 #include "core/error.h"
 #include "optim/state_format.h"
@@ -134,11 +135,59 @@ TEST(ProfileJson, TheMeasuringMethodIsZeroWhereUnrecordedAndACountElsewhere) {
   nlohmann::json j = profile_to_json(sample_profile());
   j.erase("method");
   EXPECT_EQ(profile_from_json(j, "old.json").method, 0);
-  for (const nlohmann::json& bad : {nlohmann::json(-1), nlohmann::json(1.5), nlohmann::json("2")}) {
+  for (const nlohmann::json& bad : {nlohmann::json(-1), nlohmann::json(1.5), nlohmann::json(4294967296)}) {
     j["method"] = bad;
-    EXPECT_NE(load_error(j).find("h200.json: method must be a non-negative integer"), std::string::npos)
-        << load_error(j);
+    EXPECT_TRUE(test::throws_with([&] { profile_from_json(j, "h200.json"); }, {"h200.json: \"method\""}));
   }
+  j["method"] = "2";
+  EXPECT_NE(load_error(j).find("\"method\" is missing or not a number"), std::string::npos) << load_error(j);
+  j["method"] = 6.0;  // whole, written as a float
+  EXPECT_EQ(profile_from_json(j, "h200.json").method, 6);
+}
+
+// Numbers that become integers (counts, byte sizes) are whole and within what the integer holds:
+// host.memory_bytes 1e299 was cast to "the 1 bytes host budget", method 4294967296 read as 0, and
+// a version of 2^32 + 2 as 2.
+TEST(ProfileJson, IntegersAreWholeAndInRange) {
+  const auto refused = [](const std::function<void(nlohmann::json&)>& edit,
+                          std::initializer_list<std::string> parts) {
+    nlohmann::json j = profile_to_json(sample_profile());
+    edit(j);
+    return test::throws_with([&] { profile_from_json(j, "h200.json"); }, parts);
+  };
+  EXPECT_TRUE(
+      refused([](nlohmann::json& j) { j["host"]["memory_bytes"] = 1e299; },
+              {"h200.json: \"memory_bytes\" = 1e+299 must be a whole number from 1 to 4611686018427387904",
+               "measure the profile again"}));
+  EXPECT_TRUE(
+      refused([](nlohmann::json& j) { j["host"]["memory_bytes"] = 1.5e9 + 0.5; }, {"\"memory_bytes\""}));
+  EXPECT_TRUE(
+      refused([](nlohmann::json& j) { j["device_memory_bytes"] = 1e20; }, {"\"device_memory_bytes\""}));
+  EXPECT_TRUE(refused([](nlohmann::json& j) { j["method"] = 4294967296; },
+                      {"\"method\" = 4294967296 must be a whole number from 0 to 2147483647"}));
+  EXPECT_TRUE(refused([](nlohmann::json& j) { j["seq_len"] = 2048.5; }, {"\"seq_len\" = 2048.5"}));
+  EXPECT_TRUE(refused([](nlohmann::json& j) { j["seq_len"] = 1e300 / 2; }, {"\"seq_len\""}));
+  EXPECT_TRUE(refused([](nlohmann::json& j) { j["host"]["threads"] = 4294967312.0; }, {"\"threads\""}));
+  EXPECT_TRUE(refused([](nlohmann::json& j) { j["compute"]["layer_tile_tokens"] = 1e19; },
+                      {"\"layer_tile_tokens\""}));
+  EXPECT_TRUE(
+      refused([](nlohmann::json& j) { j["compute"]["layer_head_groups"] = 0.5; }, {"\"layer_head_groups\""}));
+  EXPECT_TRUE(refused(
+      [](nlohmann::json& j) {
+        j["collective"] = {{"bus_bytes_per_s", 1e11}, {"latency_s", 1e-5}, {"devices", 4294967298.0}};
+      },
+      {"\"devices\" = 4294967298"}));
+  EXPECT_TRUE(refused([](nlohmann::json& j) { j["version"] = 4294967298; }, {"format version"}));
+
+  // Whole numbers written as floats (as profiles save byte sizes) load as they are.
+  nlohmann::json j = profile_to_json(sample_profile());
+  j["seq_len"] = 2048.0;
+  j["host"]["threads"] = 16.0;
+  j["host"]["memory_bytes"] = 4611686018427387904.0;
+  const MachineProfile p = profile_from_json(j, "h200.json");
+  EXPECT_EQ(p.seq_len, 2048);
+  EXPECT_EQ(p.host.threads, 16);
+  EXPECT_EQ(p.host.memory_bytes, 4611686018427387904.0);
 }
 
 TEST(ProfileJson, MissingFieldIsNamed) {

@@ -165,5 +165,74 @@ TEST(TrainConfig, TheDiskTierHoldsEveryFormat) {
   EXPECT_NO_THROW(parse_train_config("", {"disk_memory=100GiB", "disk_dir=/tmp"}, "test"));
 }
 
+// Batch counts are bounded (2^31 - 1 sequences, 1024 devices) and their products checked: values
+// near 2^32 or 2^62 wrapped to a micro_batch x gpus of 0 (a division by zero, SIGFPE) or a global
+// batch of 0.
+TEST(TrainConfig, BatchCountsAreBoundedAndTheirProductsChecked) {
+  const auto config = [](std::vector<std::string> overrides) {
+    return parse_train_config("", overrides, "t");
+  };
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        config({"micro_batch=4294967296", "global_batch=4294967296", "gpus=4294967296", "device=sim"});
+      },
+      {"global_batch must be between 1 and 2147483647", "got 4294967296"}));
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        config({"micro_batch=4611686018427387904", "gradient_accumulation_steps=4"});
+      },
+      {"micro_batch) 4611686018427387904", "gradient_accumulation_steps 4", "more than 2147483647"}));
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        config({"micro_batch=65536", "gradient_accumulation_steps=65536"});
+      },
+      {"gradient_accumulation_steps 65536", "more than 2147483647"}));
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        config({"micro_batch=4294967296", "global_batch=8"});
+      },
+      {"micro_batch must be between 1 and 2147483647", "got 4294967296"}));
+  EXPECT_TRUE(test::throws_with(
+      [&] {
+        config({"gpus=1025", "global_batch=1025", "device=sim"});
+      },
+      {"gpus must be between 1 and 1024", "got 1025"}));
+  EXPECT_TRUE(test::throws_with([&] { config({"seq_len=2147483648"}); },
+                                {"seq_len must be between 2 and 2147483647", "got 2147483648"}));
+  // The bounds themselves are fine.
+  EXPECT_EQ(config({"global_batch=2147483647", "micro_batch=2147483647"}).global_batch, 2147483647);
+  EXPECT_EQ(config({"micro_batch=2", "gradient_accumulation_steps=4", "gpus=4", "device=sim"}).global_batch,
+            8);
+  EXPECT_EQ(config({"global_batch=1024", "micro_batch=1", "gpus=1024", "device=sim"}).gpus, 1024);
+}
+
+// epochs becomes a step count (epochs x rows / global_batch, cast to an integer): a value that is
+// not finite, negative or absurdly large is refused here, since 1e300 trained one step.
+TEST(TrainConfig, EpochsAreAFiniteBoundedNumberOfPasses) {
+  const auto config = [](std::vector<std::string> overrides) {
+    return parse_train_config("", overrides, "t");
+  };
+  EXPECT_TRUE(
+      test::throws_with([&] { config({"epochs=1e300"}); }, {"epochs", "between 0 and 1000000", "1e+300"}));
+  EXPECT_TRUE(test::throws_with([&] { config({"epochs=1e300", "max_steps=10"}); }, {"epochs", "1000000"}));
+  EXPECT_TRUE(test::throws_with([&] { config({"epochs=-1", "max_steps=10"}); }, {"epochs", "got -1"}));
+  EXPECT_TRUE(test::throws_with([&] { config({"epochs=.inf"}); }, {"epochs", "got inf"}));
+  EXPECT_TRUE(test::throws_with([&] { config({"epochs=.nan"}); }, {"epochs", "got nan"}));
+  EXPECT_TRUE(test::throws_with([&] { config({"epochs=0"}); }, {"set max_steps or epochs"}));
+  EXPECT_DOUBLE_EQ(config({"epochs=1e6"}).epochs, 1e6);
+  EXPECT_DOUBLE_EQ(config({"epochs=0", "max_steps=5"}).epochs, 0.0);
+}
+
+// A GPU slot holds one streamed layer; the planner searches 2 to 4. A billion slots kept `ferry plan`
+// scheduling for minutes (and 7 GB): at most 64.
+TEST(TrainConfig, GpuSlotsAreBounded) {
+  EXPECT_TRUE(test::throws_with([] { parse_train_config("", {"gpu_slots=1000000000"}, "t"); },
+                                {"gpu_slots must be between 1 and 64", "resident_layers", "got 1000000000"}));
+  EXPECT_TRUE(
+      test::throws_with([] { parse_train_config("", {"gpu_slots=-1"}, "t"); }, {"gpu_slots", "got -1"}));
+  EXPECT_EQ(parse_train_config("", {"gpu_slots=64"}, "t").gpu_slots, 64);
+  EXPECT_EQ(parse_train_config("", {}, "t").gpu_slots, 0);
+}
+
 }  // namespace
 }  // namespace ferry

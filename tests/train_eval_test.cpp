@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "data_test_tokenizer.h"
@@ -138,6 +139,48 @@ TEST_F(EvalTest, OnADeviceItRunsThePlannedEngine) {
               std::string::npos)
         << e.what();
   }
+}
+
+// The command line's counts are refused by their flags: a negative --max-rows or --dump-rows was
+// taken for "all rows" or "none".
+TEST_F(EvalTest, NegativeCountsAreRefusedByTheirFlags) {
+  const auto with = [&](auto set) {
+    EvalOptions o = options({chat_});
+    o.device = "cpu";
+    set(o);
+    return o;
+  };
+  EXPECT_TRUE(test::throws_with([&] { run_eval(with([](EvalOptions& o) { o.micro_batch = 0; })); },
+                                {"--micro-batch must be at least 1", "got 0"}));
+  EXPECT_TRUE(test::throws_with([&] { run_eval(with([](EvalOptions& o) { o.micro_batch = -3; })); },
+                                {"--micro-batch", "got -3"}));
+  EXPECT_TRUE(test::throws_with([&] { run_eval(with([](EvalOptions& o) { o.max_rows = -1; })); },
+                                {"--max-rows", "got -1"}));
+  EXPECT_TRUE(test::throws_with([&] { run_eval(with([](EvalOptions& o) { o.dump_rows = -1; })); },
+                                {"--dump-rows", "got -1"}));
+  EXPECT_TRUE(test::throws_with([&] { run_eval(with([](EvalOptions& o) { o.seq_len = int64_t{1} << 40; })); },
+                                {"--seq-len must be between 2 and 2147483647"}));
+}
+
+// A micro-batch larger than the data is the data's size: the same loss, without buffers of
+// micro_batch x seq_len tokens (10^12 sequences died of std::bad_alloc), on the reference and on a
+// device.
+TEST_F(EvalTest, AMicroBatchLargerThanTheDataIsTheWholeData) {
+  EvalOptions cpu = options({as_tokens(true)});
+  cpu.device = "cpu";
+  const EvalResult one = run_eval(cpu);
+  cpu.micro_batch = 1000000000000;
+  const EvalResult huge = run_eval(cpu);
+  EXPECT_EQ(huge.rows, one.rows);
+  EXPECT_EQ(huge.counted_tokens, one.counted_tokens);
+  EXPECT_NEAR(huge.loss, one.loss, 1e-6 * one.loss);
+  EvalOptions sim = cpu;
+  sim.device = "sim";
+  sim.gpu_memory = "64MiB";
+  sim.micro_batch = std::numeric_limits<int64_t>::max();  // rows + micro_batch - 1 overflowed
+  const EvalResult engine = run_eval(sim);
+  EXPECT_EQ(engine.counted_tokens, one.counted_tokens);
+  EXPECT_NEAR(engine.loss, one.loss, 1e-6 * one.loss);
 }
 
 }  // namespace

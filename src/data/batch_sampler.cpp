@@ -43,6 +43,13 @@ void from_json(const nlohmann::json& in, DataPosition& position) {
   position.index = in.at("index").get<int64_t>();
 }
 
+void check_global_batch(int64_t global_batch, int64_t num_rows) {
+  FERRY_CHECK(global_batch <= num_rows, "data",
+              "global_batch is {} sequences, more than the {} the data packs into: every step would repeat "
+              "sequences; lower global_batch to at most {}, or give more data",
+              global_batch, num_rows, num_rows);
+}
+
 BatchSampler::BatchSampler(int64_t num_rows, uint64_t seed, bool shuffle)
     : num_rows_(num_rows), seed_(seed), shuffle_(shuffle) {
   FERRY_CHECK(num_rows >= 1, "data", "the dataset has {} rows; there is nothing to train on", num_rows);
@@ -68,6 +75,8 @@ void BatchSampler::enter_epoch(int64_t epoch) {
 
 std::vector<int64_t> BatchSampler::next_rows(int64_t count) {
   FERRY_ASSERT(count >= 0);
+  // Bounded by the data: the reserve below is never larger than the dataset's order.
+  check_global_batch(count, num_rows_);
   std::vector<int64_t> rows;
   rows.reserve(static_cast<size_t>(count));
   while (static_cast<int64_t>(rows.size()) < count) {

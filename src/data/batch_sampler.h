@@ -29,12 +29,21 @@ void to_json(nlohmann::json& out, const DataPosition& position);
 // Throws ferry::Error when a key is missing or not a non-negative integer.
 void from_json(const nlohmann::json& in, DataPosition& position);
 
+// Throws ferry::Error when a step of `global_batch` rows is more than the `num_rows` rows of the
+// data: every step would then hold some rows several times (a global_batch of 10^6 on 10 rows
+// planned and allocated a step of 10^6 sequences before failing for memory), and `epochs` would
+// count no whole passes. A step may still hold a row twice where it spans the end of one epoch
+// and the start of the next, as an epoch is a fresh order of every row. Call it once the rows are
+// packed, before anything is sized by global_batch; next_rows checks it too.
+void check_global_batch(int64_t global_batch, int64_t num_rows);
+
 class BatchSampler {
  public:
   // shuffle = false visits rows in order every epoch. Throws ferry::Error when num_rows < 1.
   BatchSampler(int64_t num_rows, uint64_t seed, bool shuffle = true);
 
   // The next `count` row indices, continuing into the next epoch (reshuffled) when this one ends.
+  // Throws ferry::Error when count > num_rows (check_global_batch).
   std::vector<int64_t> next_rows(int64_t count);
 
   // Where the next call to next_rows starts; index is always < num_rows (a finished epoch reads as

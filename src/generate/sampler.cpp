@@ -7,14 +7,16 @@
 
 namespace ferry {
 
+// generation_config.json's values are checked where they are read (generation_config.cpp, naming
+// the file): what fails here came from the command line, so the message names its flag.
 Sampler::Sampler(const SamplingOptions& options) : options_(options), rng_(options.seed) {
   FERRY_CHECK(options.temperature >= 0.0 && std::isfinite(options.temperature), "generate",
-              "temperature {} is invalid; give 0 for greedy decoding or a positive value",
+              "temperature {} is invalid (--temperature); give 0 for greedy decoding or a positive value",
               options.temperature);
-  FERRY_CHECK(options.top_k >= 0, "generate", "top_k {} is invalid; give 0 (no cut) or a positive count",
-              options.top_k);
+  FERRY_CHECK(options.top_k >= 0, "generate",
+              "top_k {} is invalid (--top-k); give 0 (no cut) or a positive count", options.top_k);
   FERRY_CHECK(options.top_p > 0.0 && options.top_p <= 1.0, "generate",
-              "top_p {} is invalid; give a value in (0, 1] (1: no cut)", options.top_p);
+              "top_p {} is invalid (--top-p); give a value in (0, 1] (1: no cut)", options.top_p);
 }
 
 int32_t Sampler::next(const float* logits, int64_t vocab) {

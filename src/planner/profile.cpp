@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -13,6 +15,11 @@
 namespace ferry {
 
 namespace {
+
+// Bounds of the whole numbers a profile holds: counts that are int32 or int where they are used
+// (sequence length, tokens, threads, devices, method), and byte counts (4 EiB, past any machine).
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxBytes = int64_t{1} << 62;
 
 nlohmann::json linear_json(const LinearTime& t) {
   return {{"fixed_s", t.fixed_s}, {"per_token_s", t.per_token_s}};
@@ -42,6 +49,23 @@ class Reader {
     const double v = number(j, key);
     FERRY_CHECK(v > 0.0, "profile", "{}: \"{}\" must be positive", source_, key);
     return v;
+  }
+  // A whole number in [min, max] (files write some as 2048.0): a fraction, or a value beyond what
+  // the integer it becomes holds (1e299 bytes became 1, method 4294967296 became 0), is refused
+  // rather than cast. `max` is at most 2^62, which a double holds exactly.
+  int64_t whole(const nlohmann::json& j, const char* key, int64_t min, int64_t max) const {
+    FERRY_ASSERT(min >= 0 && max <= kMaxBytes);
+    const double v = number(j, key);
+    FERRY_CHECK(v == std::trunc(v) && v >= static_cast<double>(min) && v <= static_cast<double>(max),
+                "profile",
+                "{}: \"{}\" = {} must be a whole number from {} to {}; measure the profile again (ferry "
+                "profile)",
+                source_, key, v, min, max);
+    return static_cast<int64_t>(v);
+  }
+  // A size in bytes, kept as a double as the cost model takes it.
+  double bytes(const nlohmann::json& j, const char* key) const {
+    return static_cast<double>(whole(j, key, 1, kMaxBytes));
   }
   // A share of a rate: in (0, 1].
   double fraction(const nlohmann::json& j, const char* key) const {
@@ -131,22 +155,19 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   const Reader r(source);
   FERRY_CHECK(j.is_object(), "profile", "{}: not a JSON object", source);
   constexpr int kOldestReadable = 2;
-  const int version =
-      json_has(j, "version", &nlohmann::json::is_number_integer) ? j.at("version").get<int>() : -1;
+  // As int64: get<int> would wrap 4294967298 to 2.
+  const int64_t version =
+      json_has(j, "version", &nlohmann::json::is_number_integer) ? j.at("version").get<int64_t>() : -1;
   FERRY_CHECK(version >= kOldestReadable && version <= MachineProfile::kVersion, "profile",
               "{}: profile format version {} to {} expected; measure the profile again (ferry profile)",
               source, kOldestReadable, MachineProfile::kVersion);
   MachineProfile p;
   p.device_name = r.string(j, "device_name");
-  p.device_memory_bytes = r.positive(j, "device_memory_bytes");
+  p.device_memory_bytes = r.bytes(j, "device_memory_bytes");
   p.shape_key = r.string(j, "shape_key");
   if (j.contains("kernels")) p.kernels = r.string(j, "kernels");
-  if (j.contains("method")) {
-    FERRY_CHECK(j.at("method").is_number_integer() && j.at("method").get<int>() >= 0, "profile",
-                "{}: method must be a non-negative integer", source);
-    p.method = j.at("method").get<int>();
-  }
-  p.seq_len = static_cast<int64_t>(r.positive(j, "seq_len"));
+  if (j.contains("method")) p.method = static_cast<int>(r.whole(j, "method", 0, kMaxInt));
+  p.seq_len = r.whole(j, "seq_len", 1, kMaxInt);
   FERRY_CHECK(parse_dtype(r.string(j, "weight_dtype"), &p.weight_dtype), "profile",
               "{}: unknown weight_dtype", source);
   const auto& c = r.object(j, "compute");
@@ -156,9 +177,9 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   p.compute.layer_backward = r.linear(c, "layer_backward");
   if (c.contains("layer_backward_kept")) p.compute.layer_backward_kept = r.linear(c, "layer_backward_kept");
   if (c.contains("layer_tile_tokens"))
-    p.compute.layer_tile_tokens = static_cast<int64_t>(r.number(c, "layer_tile_tokens"));
+    p.compute.layer_tile_tokens = r.whole(c, "layer_tile_tokens", 0, kMaxInt);
   if (c.contains("layer_head_groups"))
-    p.compute.layer_head_groups = static_cast<int64_t>(r.number(c, "layer_head_groups"));
+    p.compute.layer_head_groups = r.whole(c, "layer_head_groups", 1, kMaxInt);
   p.compute.head = r.linear(c, "head");
   p.compute.head_f32_grads = c.contains("head_f32_grads") ? r.linear(c, "head_f32_grads") : p.compute.head;
   p.compute.gpu_adamw_params_per_s = r.number(c, "gpu_adamw_params_per_s");
@@ -172,9 +193,9 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   p.transfer.duplex_d2h_bytes_per_s = r.positive(t, "duplex_d2h_bytes_per_s");
   p.transfer.latency_s = r.number(t, "latency_s");
   const auto& h = r.object(j, "host");
-  p.host.threads = static_cast<int>(r.positive(h, "threads"));
+  p.host.threads = static_cast<int>(r.whole(h, "threads", 1, kMaxInt));
   p.host.cpu_adamw_params_per_s = r.positive(h, "cpu_adamw_params_per_s");
-  p.host.memory_bytes = r.positive(h, "memory_bytes");
+  p.host.memory_bytes = r.bytes(h, "memory_bytes");
   // Optional in every version: profiles measured before it lack it.
   if (h.contains("lean_adamw_params_per_s")) {
     const auto& lean = r.object(h, "lean_adamw_params_per_s");
@@ -198,7 +219,7 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
     const auto& c = r.object(j, "collective");
     p.collective.bus_bytes_per_s = r.positive(c, "bus_bytes_per_s");
     p.collective.latency_s = r.number(c, "latency_s");
-    p.collective.devices = static_cast<int>(r.positive(c, "devices"));
+    p.collective.devices = static_cast<int>(r.whole(c, "devices", 1, kMaxInt));
   }
   return p;
 }

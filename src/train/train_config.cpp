@@ -8,6 +8,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -26,6 +27,21 @@ constexpr const char* kWhere = "config";
 // More CPU threads than any machine has cores: a larger count is a typo, and would make the thread
 // pool try to start that many threads.
 constexpr int64_t kMaxThreads = 4096;
+// Sequences (global_batch, micro_batch, gradient_accumulation_steps) and tokens (seq_len): 2^31 - 1
+// at most, far past any real step (a row's positions are int32). The bound keeps the product of two
+// of them, such as a step's tokens (global_batch x seq_len), inside int64.
+constexpr int64_t kMaxCount = std::numeric_limits<int32_t>::max();
+static_assert(kMaxCount <= std::numeric_limits<int64_t>::max() / kMaxCount);
+// Devices that train together share one host (8 GPUs in a usual server, 16 in the largest): more is
+// a typo, and would make the sim device group create that many devices.
+constexpr int64_t kMaxDevices = 1024;
+// A GPU slot holds one streamed unit's weights, and the planner searches 2 to 4 of them (more
+// prefetch no further usefully; keeping a layer on the GPU is resident_layers' job). The schedule's
+// cost grows with the slots: a billion of them kept `ferry plan` busy for minutes.
+constexpr int64_t kMaxGpuSlots = 64;
+// Passes over the data: more than a million is a typo. The trainer turns epochs x rows into a step
+// count, which must stay a finite int64.
+constexpr double kMaxEpochs = 1e6;
 
 template <typename T>
 T scalar_as(const YAML::Node& node, const std::string& key, const char* kind) {
@@ -469,7 +485,14 @@ void resolve_batch(TrainConfig& c, const KeysGiven& given) {
       c.micro_batch >= 1, kWhere,
       "gradient_accumulation_steps multiplies per_device_train_batch_size (micro_batch), which is auto (the "
       "default: the planner picks it); set micro_batch to a number, or give global_batch instead");
-  const int64_t global = c.micro_batch * c.gradient_accumulation_steps;
+  // Checked: two values near 2^62 would wrap to a small (or zero) batch.
+  int64_t global = 0;
+  FERRY_CHECK(
+      !__builtin_mul_overflow(c.micro_batch, c.gradient_accumulation_steps, &global) && global <= kMaxCount,
+      kWhere,
+      "per_device_train_batch_size (micro_batch) {} × gradient_accumulation_steps {} is more than "
+      "{} sequences a step; lower them",
+      c.micro_batch, c.gradient_accumulation_steps, kMaxCount);
   FERRY_CHECK(
       !given.contains("global_batch") || c.global_batch == global, kWhere,
       "global_batch is {}, but per_device_train_batch_size (micro_batch) {} × gradient_accumulation_steps "
@@ -537,12 +560,49 @@ std::vector<std::string> train_config_keys() {
   return keys;
 }
 
-void validate_train_config(const TrainConfig& c) {
-  FERRY_CHECK(c.seq_len >= 2, kWhere, "seq_len must be at least 2, got {}", c.seq_len);
-  FERRY_CHECK(c.global_batch >= 1, kWhere, "global_batch must be at least 1, got {}", c.global_batch);
-  FERRY_CHECK(c.gradient_accumulation_steps >= 0, kWhere,
-              "gradient_accumulation_steps must be at least 1 (or 0: not given), got {}",
+namespace {
+
+// The batch geometry: counts within their bounds first, so that the products checked after them
+// cannot wrap (a wrapped micro_batch x gpus of 0 was a division by zero).
+void validate_batch(const TrainConfig& c) {
+  FERRY_CHECK(c.seq_len >= 2 && c.seq_len <= kMaxCount, kWhere,
+              "seq_len must be between 2 and {} tokens, got {}", kMaxCount, c.seq_len);
+  FERRY_CHECK(c.gradient_accumulation_steps >= 0 && c.gradient_accumulation_steps <= kMaxCount, kWhere,
+              "gradient_accumulation_steps must be between 1 and {} (or 0: not given), got {}", kMaxCount,
               c.gradient_accumulation_steps);
+  FERRY_CHECK(c.global_batch >= 1 && c.global_batch <= kMaxCount, kWhere,
+              "global_batch must be between 1 and {} sequences, got {}", kMaxCount, c.global_batch);
+  FERRY_CHECK(c.micro_batch >= 0 && c.micro_batch <= kMaxCount, kWhere,
+              "micro_batch must be between 1 and {} sequences, or auto (the planner picks), got {}",
+              kMaxCount, c.micro_batch);
+  FERRY_CHECK(c.gpus >= 0 && c.gpus <= kMaxDevices, kWhere,
+              "gpus must be between 1 and {} (the devices of one host), or auto, got {}", kMaxDevices,
+              c.gpus);
+  FERRY_CHECK(c.micro_batch == 0 || c.global_batch % c.micro_batch == 0, kWhere,
+              "global_batch ({}) must be a multiple of micro_batch ({})", c.global_batch, c.micro_batch);
+  int64_t per_round = 0;  // sequences of one micro-batch on every device
+  const bool fits = !__builtin_mul_overflow(c.micro_batch, c.gpus, &per_round);
+  FERRY_CHECK(c.gpus == 0 || c.micro_batch == 0 || (fits && c.global_batch % per_round == 0), kWhere,
+              "global_batch ({}) must be a multiple of micro_batch x gpus ({} x {}): each device runs an "
+              "equal share of a step's micro-batches",
+              c.global_batch, c.micro_batch, c.gpus);
+}
+
+// How long the run is: epochs is finite, not negative and at most kMaxEpochs whether or not
+// max_steps overrides it, so that a later max_steps: 0 never meets a bad one.
+void validate_length(const TrainConfig& c) {
+  FERRY_CHECK(c.max_steps >= 0, kWhere, "max_steps must be >= 0");
+  FERRY_CHECK(std::isfinite(c.epochs) && c.epochs >= 0 && c.epochs <= kMaxEpochs, kWhere,
+              "epochs must be a number of passes over the data between 0 and {:.0f}, got {}", kMaxEpochs,
+              c.epochs);
+  FERRY_CHECK(c.max_steps > 0 || c.epochs > 0, kWhere, "set max_steps or epochs to a positive value");
+}
+
+}  // namespace
+
+void validate_train_config(const TrainConfig& c) {
+  validate_batch(c);
+  validate_length(c);
   FERRY_CHECK(c.chat_template_kwargs.is_object(), kWhere, "chat_template_kwargs must be a mapping");
   FERRY_CHECK(c.seq_tile >= -1, kWhere,
               "seq_tile must be a number of tokens, auto (the planner picks) or off (untiled), got {}",
@@ -560,20 +620,10 @@ void validate_train_config(const TrainConfig& c) {
               "head_groups must be a number of groups of KV heads (1: all heads at once; a divisor of the "
               "model's num_key_value_heads) or auto (the planner picks), got {}",
               c.head_groups);
-  FERRY_CHECK(c.micro_batch >= 0, kWhere,
-              "micro_batch must be at least 1, or auto (the planner picks), got {}", c.micro_batch);
-  FERRY_CHECK(c.micro_batch == 0 || c.global_batch % c.micro_batch == 0, kWhere,
-              "global_batch ({}) must be a multiple of micro_batch ({})", c.global_batch, c.micro_batch);
-  FERRY_CHECK(c.gpus == 0 || c.micro_batch == 0 || c.global_batch % (c.micro_batch * c.gpus) == 0, kWhere,
-              "global_batch ({}) must be a multiple of micro_batch x gpus ({} x {}): each device runs an "
-              "equal share of a step's micro-batches",
-              c.global_batch, c.micro_batch, c.gpus);
   FERRY_CHECK(c.gpus == 1 || c.device != DeviceKind::Cpu, kWhere,
               "gpus: {} trains on several devices; device: cpu is the one-process reference (use device: "
               "sim or cuda)",
               c.gpus);
-  FERRY_CHECK(c.max_steps >= 0, kWhere, "max_steps must be >= 0");
-  FERRY_CHECK(c.max_steps > 0 || c.epochs > 0, kWhere, "set max_steps or epochs to a positive value");
   FERRY_CHECK(c.learning_rate >= 0, kWhere, "learning_rate must be >= 0, got {}", c.learning_rate);
   FERRY_CHECK(c.warmup_steps >= 0, kWhere, "warmup_steps must be >= 0");
   FERRY_CHECK(c.warmup_ratio >= 0 && c.warmup_ratio <= 1, kWhere, "warmup_ratio must be in [0, 1]");
@@ -592,8 +642,7 @@ void validate_train_config(const TrainConfig& c) {
               "threads must be between 0 (one per core) and {} (it counts CPU threads), got {}", kMaxThreads,
               c.threads);
   FERRY_CHECK(c.max_shard_bytes > 0, kWhere, "max_shard_size must be a positive size such as 5GB");
-  for (const auto& [name, value] : {std::pair<const char*, double>{"epochs", c.epochs},
-                                    {"learning_rate", c.learning_rate},
+  for (const auto& [name, value] : {std::pair<const char*, double>{"learning_rate", c.learning_rate},
                                     {"warmup_ratio", c.warmup_ratio},
                                     {"min_lr_ratio", c.min_lr_ratio},
                                     {"weight_decay", c.weight_decay},
@@ -605,7 +654,11 @@ void validate_train_config(const TrainConfig& c) {
   FERRY_CHECK(
       !(c.resume && c.overwrite_output_dir), kWhere,
       "resume=true continues the run in output_dir and overwrite_output_dir=true discards it; set only one");
-  FERRY_CHECK(c.gpu_slots >= 0, kWhere, "gpu_slots must be >= 0 (0: the planner chooses)");
+  FERRY_CHECK(
+      c.gpu_slots >= 0 && c.gpu_slots <= kMaxGpuSlots, kWhere,
+      "gpu_slots must be between 1 and {} (each holds one streamed layer's weights; to keep layers on "
+      "the GPU set resident_layers), or 0: the planner chooses; got {}",
+      kMaxGpuSlots, c.gpu_slots);
   FERRY_CHECK(c.resident_layers >= -1, kWhere,
               "resident_layers must be >= 0, or -1 for the planner's choice");
   FERRY_CHECK(

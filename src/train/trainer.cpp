@@ -210,6 +210,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   const std::vector<PackedRow> rows = pack_documents(documents, config.seq_len, packing);
   check_positions(rows, mc);
   FERRY_CHECK(!rows.empty(), kWhere, "packing produced no sequences");
+  check_global_batch(config.global_batch,
+                     static_cast<int64_t>(rows.size()));  // before anything is sized by it
 
   const int64_t total_steps =
       config.max_steps > 0

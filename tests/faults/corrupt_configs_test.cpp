@@ -212,7 +212,7 @@ std::vector<YamlCase> yaml_cases() {
        {},
        {"threads must be between 0 (one per core) and 4096", "100000"}},
       {"an infinite learning rate", "learning_rate: .inf\n", {}, {"learning_rate must be a finite number"}},
-      {"infinite epochs", "epochs: .inf\n", {}, {"epochs must be a finite number"}},
+      {"infinite epochs", "epochs: .inf\n", {}, {"epochs must be a number of passes over the data"}},
       {"a negative seed", "seed: -1\n", {}, {"'seed' must be a non-negative integer"}},
       {"data nested 100,000 deep", "data: " + std::string(100000, '[') + "\n", {}, {"train.yaml"}},
   };
