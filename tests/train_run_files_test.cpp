@@ -108,6 +108,35 @@ TEST_F(RunFilesTest, AnAbsurdTrainerStateIsRefused) {
     EXPECT_FALSE(fs::exists(scratch_ / "out" / "model.safetensors"))
         << step << ": nothing may be written as final";
   }
+  // Fields missing or of another type: named, with what to do (a fingerprint of another type would
+  // compare nothing, so the run would resume unchecked).
+  const std::vector<std::pair<std::string, nlohmann::json>> bad_fields = {
+      {"data_position.index",
+       [&] {
+         nlohmann::json s = good;
+         s["data_position"].erase("index");
+         return s;
+       }()},
+      {"data_position",
+       [&] {
+         nlohmann::json s = good;
+         s["data_position"] = 3;
+         return s;
+       }()},
+      {"fingerprint",
+       [&] {
+         nlohmann::json s = good;
+         s["fingerprint"] = "x";
+         return s;
+       }()},
+  };
+  for (const auto& [name, bad] : bad_fields) {
+    std::ofstream(state_file, std::ios::trunc) << bad.dump();
+    const std::string message = error_of([&] { run_training(config("out", {"resume=true"})); });
+    EXPECT_TRUE(contains(message, "'" + name + "' is missing or of another type") &&
+                contains(message, "resume from an earlier checkpoint"))
+        << name << ": " << message;
+  }
   // A step past the run's end, under its own name, is a different mistake with its own advice.
   nlohmann::json state = good;
   state["step"] = int64_t{1000000000000000};

@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/log.h"
 #include "io/atomic_file.h"
 #include "io/completion_marker.h"
@@ -208,16 +209,28 @@ TrainerState read_trainer_state(const std::filesystem::path& dir) {
               "{}: checkpoint format version {} is not the one this ferry reads ({})", dir.string(),
               version.dump(), kFormatVersion);
 
+  // Each field present and of its type, or the state is corrupt (named, with what to do).
+  const auto field = [&](const nlohmann::json& object, const char* key, const char* name,
+                         bool (nlohmann::json::*is)() const noexcept) -> const nlohmann::json& {
+    FERRY_CHECK(
+        json_has(object, key, is), kWhere,
+        "{}/{}: '{}' is missing or of another type; the checkpoint is corrupt: resume from an earlier "
+        "checkpoint (delete this one) or start a new output_dir",
+        dir.string(), kStateFile, name);
+    return object[key];
+  };
   TrainerState s;
-  try {
-    s.step = state_integer(state.at("step"), dir, "step");
-    s.data_epoch = state_integer(state.at("data_position").at("epoch"), dir, "data_position.epoch");
-    s.data_index = state_integer(state.at("data_position").at("index"), dir, "data_position.index");
-    s.fingerprint = state.value("fingerprint", nlohmann::json::object());
-  } catch (const nlohmann::json::exception& e) {
-    fail(kWhere, "{}/{}: missing or malformed field ({}); the checkpoint is corrupt", dir.string(),
-         kStateFile, e.what());
-  }
+  const nlohmann::json& position = field(state, "data_position", "data_position", &nlohmann::json::is_object);
+  s.step = state_integer(field(state, "step", "step", &nlohmann::json::is_number), dir, "step");
+  s.data_epoch = state_integer(field(position, "epoch", "data_position.epoch", &nlohmann::json::is_number),
+                               dir, "data_position.epoch");
+  s.data_index = state_integer(field(position, "index", "data_position.index", &nlohmann::json::is_number),
+                               dir, "data_position.index");
+  // Without a fingerprint (null, or absent in an early format) nothing is compared; one of another
+  // type would compare nothing either, so it is refused.
+  const bool fingerprinted = state.contains("fingerprint") && !state["fingerprint"].is_null();
+  s.fingerprint = fingerprinted ? field(state, "fingerprint", "fingerprint", &nlohmann::json::is_object)
+                                : nlohmann::json::object();
   // The directory's name is the step it was saved at; a state that disagrees was not written by
   // this checkpoint's save.
   const std::optional<int64_t> named = checkpoint_step(dir);
