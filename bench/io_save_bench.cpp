@@ -59,7 +59,8 @@ int run(int argc, char** argv) {
     std::vector<TensorToWrite> list;
     for (size_t t = 0; t < tensors; ++t) {
       TensorToWrite w;
-      w.name = "t" + std::to_string(t);
+      w.name = "t";  // appended, not "t" + ...: GCC 12 warns falsely (-Wrestrict) on that operator+
+      w.name += std::to_string(t);
       w.dtype = convert ? DType::BF16 : DType::F32;
       w.shape = {per_tensor};
       (convert ? w.f32_source : reinterpret_cast<const float*&>(w.data)) = values.data() + t * per_tensor;
