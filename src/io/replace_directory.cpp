@@ -25,6 +25,11 @@ fs::path aside_directory(const fs::path& dir) {
   return with_suffix(dir, ".old");
 }
 
+// The directory whose entries a rename of `dir` changes (synced after it).
+fs::path parent_of(const fs::path& dir) {
+  return dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
+}
+
 void rename_or_fail(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   fs::rename(from, to, ec);
@@ -53,7 +58,7 @@ fs::path replace_directory(const fs::path& dir) {
     rename_or_fail(dir, old);
     rename_or_fail(staged, dir);
   }
-  sync_directory(dir.parent_path().empty() ? fs::path(".") : dir.parent_path());
+  sync_directory(parent_of(dir));
   return old;
 }
 
@@ -77,7 +82,7 @@ std::string recover_replaced_directory(const fs::path& dir) {
     remove_marked_directory(leftover);
     note(fmt::format("removed {}, left by an interrupted save", leftover.filename().string()));
   }
-  if (!done.empty()) sync_directory(dir.parent_path().empty() ? fs::path(".") : dir.parent_path());
+  if (!done.empty()) sync_directory(parent_of(dir));
   return done;
 }
 
@@ -91,7 +96,11 @@ StagedDirectory::StagedDirectory(fs::path dir) : dir_(std::move(dir)), staged_(s
 
 StagedDirectory::~StagedDirectory() {
   if (replaced_) return;
+  // The marker first, as remove_marked_directory does (which may throw, and a destructor must
+  // not): a kill during the removal must not leave a partial directory that recovery would take
+  // for a complete one.
   std::error_code ec;
+  fs::remove(staged_ / kCompleteMarker, ec);
   fs::remove_all(staged_, ec);
 }
 

@@ -107,8 +107,6 @@ std::string memory_now(const StepExecutor& executor) {
   return out;
 }
 
-// A stop requested by a signal is taken between steps; the steps done since the newest checkpoint
-// are then saved, so that resume=true loses nothing.
 // Before training: room on the output directory's disk for what the run will save (after the
 // executor, whose disk tier may share that disk and has reserved its file by now).
 void check_output_space(const TrainConfig& config, int64_t parameters, DType save_dtype,
@@ -127,8 +125,13 @@ void check_output_space(const TrainConfig& config, int64_t parameters, DType sav
   if (!warning.empty()) log_warn("output_dir {}: {}", config.output_dir.string(), warning);
 }
 
+// A stop requested by a signal is taken between steps; the steps done since the newest checkpoint
+// are then saved, so that resume=true loses nothing.
 void log_stop(int signal, int64_t step, int64_t total_steps, int64_t saved_step) {
-  const char* name = signal == SIGINT ? "SIGINT" : signal == SIGTERM ? "SIGTERM" : "a signal";
+  const char* name = signal == SIGINT    ? "SIGINT"
+                     : signal == SIGTERM ? "SIGTERM"
+                     : signal == SIGHUP  ? "SIGHUP"
+                                         : "a signal";
   if (step == 0)
     log_warn("stopped by {} before the first step; nothing to save", name);
   else if (step == saved_step)
