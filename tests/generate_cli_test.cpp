@@ -136,6 +136,14 @@ TEST_F(GenerateCommand, ErrorsSayWhatToDo) {
   EXPECT_EQ(run("generate --device cpu --model " + model() + " --context 4096 --prompt hi", &out, &err), 2);
   EXPECT_NE(err.find("--context 4096 is beyond what the model takes"), std::string::npos) << err;
 
+  EXPECT_EQ(run("generate --device cpu --model " + model() + " --context -5 --prompt hi", &out, &err), 2);
+  EXPECT_NE(err.find("--context -5 is invalid"), std::string::npos) << err;
+  EXPECT_EQ(run("generate --device cpu --model " + model() + " --max-new-tokens -1 --prompt hi", &out, &err),
+            2);
+  EXPECT_NE(err.find("--max-new-tokens -1 is invalid"), std::string::npos) << err;
+  EXPECT_EQ(run("chat --device cpu --model " + model() + " --threads -2", &out, &err, "hi\n"), 2);
+  EXPECT_NE(err.find("--threads -2 is invalid"), std::string::npos) << err;
+
   EXPECT_EQ(
       run("generate --device cpu --model " + model() + " --prompt hi --temperature 1 --top-p 0", &out, &err),
       2);

@@ -96,6 +96,33 @@ TEST_F(KeepEveryTest, AForcedKHoldsAndShortSequencesKeepEveryBoundary) {
   EXPECT_THROW(search(zero), Error);
 }
 
+// A K past the model's layers or a tile past a micro-chunk would plan as a smaller one would: refused,
+// naming the bound.
+TEST_F(KeepEveryTest, AKPastTheLayersAndATilePastTheChunkAreRefused) {
+  PlanRequest r = request(65536);
+  r.keep_every = 33;
+  try {
+    search(r);
+    ADD_FAILURE() << "keep_every 33 planned for a model of 32 layers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("give 1 to 32"), std::string::npos) << e.what();
+  }
+  r.keep_every = 16;
+  EXPECT_EQ(boundary_group_size(search(r).best.plan.activations), 16);
+
+  PlanRequest tiled = request(65536);
+  tiled.seq_tile = 65536;
+  try {
+    search(tiled);
+    ADD_FAILURE() << "a tile of the whole 65,536-token sequence was planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no tile of a micro-chunk of 65536 tokens"), std::string::npos)
+        << e.what();
+  }
+  tiled.seq_tile = 16384;
+  EXPECT_EQ(search(tiled).best.plan.seq_tile, 16384);
+}
+
 // 65,536 tokens a step in rows of 2048: the step's boundaries weigh 512 MiB a layer, as one long
 // row's. With a host that holds the state but not every boundary beside it, every boundary kept
 // needs the disk tier (disk-bound, the state streamed each step) or does not fit; one boundary in K

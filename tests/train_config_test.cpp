@@ -234,5 +234,16 @@ TEST(TrainConfig, GpuSlotsAreBounded) {
   EXPECT_EQ(parse_train_config("", {}, "t").gpu_slots, 0);
 }
 
+// A key with nothing after its colon, or a list where one value goes: the message says what is
+// missing and what the key takes.
+TEST(TrainConfig, AnEmptyValueOrAListIsNamed) {
+  EXPECT_TRUE(test::throws_with([] { parse_train_config("seq_len:\n", {}, "t"); },
+                                {"'seq_len' has no value", "an integer", "remove the line"}));
+  EXPECT_TRUE(test::throws_with([] { parse_train_config("learning_rate: [1, 2]\n", {}, "t"); },
+                                {"'learning_rate' must be a number, got a list"}));
+  EXPECT_TRUE(test::throws_with([] { parse_train_config("seq_len: many\n", {}, "t"); },
+                                {"'seq_len' must be an integer, got 'many'"}));
+}
+
 }  // namespace
 }  // namespace ferry

@@ -1,5 +1,5 @@
 // `ferry demo --out DIR` writes base-model/, finetuned/ and train.jsonl over what DIR holds: a
-// directory with anything else in it is refused, untouched.
+// directory with anything else in it is refused, untouched; so are counts no demo can use.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -33,6 +33,18 @@ TEST(DemoDirTest, AFileIsRefused) {
   DemoOptions options;
   options.out_dir = dir / "out";
   EXPECT_TRUE(test::contains(test::error_of([&] { run_demo(options); }), "is a file"));
+}
+
+TEST(DemoDirTest, StepsAndThreadsOutOfRangeAreRefusedBeforeAnythingIsWritten) {
+  test::ScratchDir dir("demo-steps");
+  DemoOptions options;
+  options.out_dir = dir / "out";
+  options.steps = 0;
+  EXPECT_TRUE(test::contains(test::error_of([&] { run_demo(options); }), "--steps 0 is invalid"));
+  options.steps = 10;
+  options.threads = -1;
+  EXPECT_TRUE(test::contains(test::error_of([&] { run_demo(options); }), "--threads -1 is invalid"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
 }
 
 }  // namespace

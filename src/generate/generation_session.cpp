@@ -53,9 +53,24 @@ struct Session {
   PromptBuilder prompts;
   ModelConfig config;
 
-  explicit Session(const GenerateOptions& o) : options(o), prompts(checked_model(o.model), o.prompt) {
+  explicit Session(const GenerateOptions& o)
+      : options(checked_options(o)), prompts(checked_model(o.model), o.prompt) {
     if (o.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(o.threads));
     config = load_model_config(o.model);
+  }
+
+  // Counts no run can use, refused before the model loads (a negative --context would otherwise
+  // read as 0, the automatic size).
+  static const GenerateOptions& checked_options(const GenerateOptions& o) {
+    FERRY_CHECK(o.context >= 0, kWhere,
+                "--context {} is invalid; give a number of tokens, or 0 for what the prompts and "
+                "--max-new-tokens need",
+                o.context);
+    FERRY_CHECK(o.max_new_tokens >= 0, kWhere, "--max-new-tokens {} is invalid; give 0 or more",
+                o.max_new_tokens);
+    FERRY_CHECK(o.threads >= 0, kWhere, "--threads {} is invalid; give a number of threads, or 0 for all",
+                o.threads);
+    return o;
   }
 
   static const std::filesystem::path& checked_model(const std::filesystem::path& dir) {

@@ -687,6 +687,20 @@ SearchResult search_plans(const ModelConfig& config, const ModelLayout& layout, 
   FERRY_CHECK(!request.keep_every || *request.keep_every >= 1, "plan",
               "keep_every must be at least 1 (every boundary activation kept), got {}",
               request.keep_every.value_or(0));
+  // Beyond these the choice means what a smaller one does (one boundary kept, one tile): a typo for
+  // another number, refused rather than planned as something the user did not write.
+  FERRY_CHECK(
+      !request.keep_every || *request.keep_every <= config.num_layers, "plan",
+      "keep_every: {} keeps one boundary activation in {} layers, and the model has {}: give 1 to {}, "
+      "or auto",
+      request.keep_every.value_or(0), request.keep_every.value_or(0), config.num_layers, config.num_layers);
+  // Tiles cut a micro-chunk (micro_batch x seq_len tokens; the whole step's at most).
+  const int64_t most_chunk_tokens = request.micro_batch.value_or(request.global_batch) * request.seq_len;
+  FERRY_CHECK(!request.seq_tile || *request.seq_tile < most_chunk_tokens, "plan",
+              "seq_tile: {} tokens is no tile of a micro-chunk of {} tokens ({} x seq_len {}): give fewer "
+              "tokens, off (untiled) or auto",
+              request.seq_tile.value_or(0), most_chunk_tokens,
+              request.micro_batch ? "micro_batch" : "global_batch", request.seq_len);
   if (request.head_groups) check_head_groups(config, *request.head_groups);
   if (request.sweeps) {
     FERRY_CHECK(*request.sweeps >= 1, "plan", "sweeps must be at least 1 (1: none), got {}", *request.sweeps);

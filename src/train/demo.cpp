@@ -127,6 +127,11 @@ void check_demo_dir(const std::filesystem::path& dir) {
 }  // namespace
 
 DemoResult run_demo(const DemoOptions& options) {
+  // A run's max_steps of 0 means "train the epochs"; the demo's steps are always counted.
+  FERRY_CHECK(options.steps >= 1, "demo", "--steps {} is invalid; give 1 or more optimizer steps",
+              options.steps);
+  FERRY_CHECK(options.threads >= 0, "demo", "--threads {} is invalid; give a number of threads, or 0 for all",
+              options.threads);
   if (options.threads > 0) ThreadPool::set_global_threads(static_cast<size_t>(options.threads));
   check_demo_dir(options.out_dir);
   const auto base_dir = options.out_dir / "base-model";

@@ -48,8 +48,12 @@ T scalar_as(const YAML::Node& node, const std::string& key, const char* kind) {
   try {
     return node.as<T>();
   } catch (const YAML::Exception&) {
-    fail(kWhere, "'{}' must be {}, got '{}'", key, kind,
-         node.IsScalar() ? node.Scalar() : std::string("(not a scalar)"));
+    FERRY_CHECK(!node.IsNull(), kWhere, "'{}' has no value; give {}, or remove the line", key, kind);
+    fail(kWhere, "'{}' must be {}, got {}", key, kind,
+         node.IsScalar() ? "'" + node.Scalar() + "'"
+                         : std::string(node.IsSequence() ? "a list" : "a mapping") +
+                               " (in YAML, one value is written "
+                               "after the colon)");
   }
 }
 
