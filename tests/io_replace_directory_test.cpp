@@ -134,5 +134,14 @@ TEST_F(ReplaceDirectoryTest, AFileUnderAStagedNameIsLeftAlone) {
   EXPECT_EQ(test::read_file(staged_), "a user's file");
 }
 
+// The names a replacement writes and sets aside lead back to the directory it replaces; others do not.
+TEST(ReplacedDirectoryName, TheStagedAndTheAsideNameTheirDirectory) {
+  EXPECT_EQ(directory_replaced_by(staged_directory("out/checkpoint-40")),
+            std::filesystem::path("out/checkpoint-40"));
+  EXPECT_EQ(directory_replaced_by("best.old"), std::filesystem::path("best"));
+  EXPECT_EQ(directory_replaced_by("best"), std::filesystem::path());
+  EXPECT_EQ(directory_replaced_by("notes.txt"), std::filesystem::path());
+}
+
 }  // namespace
 }  // namespace ferry

@@ -42,6 +42,13 @@ fs::path staged_directory(const fs::path& dir) {
   return with_suffix(dir, ".tmp");
 }
 
+fs::path directory_replaced_by(const fs::path& path) {
+  const fs::path ext = path.extension();
+  if (ext != ".tmp" && ext != ".old") return {};
+  fs::path dir = path;
+  return dir.replace_extension();
+}
+
 fs::path replace_directory(const fs::path& dir) {
   const fs::path staged = staged_directory(dir);
   std::error_code ec;

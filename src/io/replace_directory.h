@@ -16,6 +16,9 @@ namespace ferry {
 
 // DIR.tmp: where the directory that replaces DIR is written.
 std::filesystem::path staged_directory(const std::filesystem::path& dir);
+// DIR where `path` is what a replacement of DIR writes or sets aside (DIR.tmp, DIR.old), else an
+// empty path.
+std::filesystem::path directory_replaced_by(const std::filesystem::path& path);
 
 // Puts the complete staged_directory(dir) in place of dir, and syncs their parent. Where dir
 // existed, its old content is returned, under a name no reader takes for dir (DIR.tmp after an

@@ -52,6 +52,18 @@ bool is_checkpoint_name(const std::string& name) {
   return name.rfind("checkpoint-", 0) == 0;
 }
 
+// checkpoint-N or best/, the directories a run saves by replacing them whole.
+bool is_replaced_save_name(const std::string& name) {
+  return is_checkpoint_name(name) || name == kBestModelDir;
+}
+
+// What an interrupted replacement of such a save left (NAME.tmp, NAME.old: io/replace_directory.h):
+// the save's name, else "".
+std::string interrupted_save_of(const std::string& name) {
+  const std::string base = directory_replaced_by(name).string();
+  return is_replaced_save_name(base) ? base : std::string();
+}
+
 // Entries that hold no result of a run: the lock, the tokenized-data cache (keyed by its inputs'
 // fingerprint, so any run may reuse it), and what a run refused before its first step leaves and
 // the next run rewrites: the host memory report, the log and the resolved config.
@@ -85,9 +97,8 @@ void clear_earlier_run(const fs::path& dir) {
   int checkpoints = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    const std::string best = kBestModelDir;  // and best.tmp, best.old: an interrupted save's
-    if (entry.is_directory() && (is_checkpoint_name(name) || name == best || name == best + ".tmp" ||
-                                 name == best + ".old" || name == "runs")) {
+    if (entry.is_directory() &&
+        (is_replaced_save_name(name) || !interrupted_save_of(name).empty() || name == "runs")) {
       fs::remove_all(entry.path());
       ++checkpoints;
     }
@@ -106,10 +117,8 @@ void recover_interrupted_saves(const fs::path& dir) {
   std::vector<fs::path> bases;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (!entry.is_directory()) continue;
-    const fs::path name = entry.path().filename();
-    if (name.extension() != ".tmp" && name.extension() != ".old") continue;
-    const std::string base = name.stem().string();
-    if (is_checkpoint_name(base) || base == kBestModelDir) bases.push_back(dir / base);
+    const std::string base = interrupted_save_of(entry.path().filename().string());
+    if (!base.empty()) bases.push_back(dir / base);
   }
   std::sort(bases.begin(), bases.end());
   bases.erase(std::unique(bases.begin(), bases.end()), bases.end());
