@@ -1,5 +1,8 @@
 // Atomic files when the disk fills up: a clear error naming the file, the errno and the sizes;
-// the file's earlier content untouched and no temporary left behind.
+// the file's earlier content untouched and no temporary left behind. Two writers of one file, and
+// a temporary a killed writer left.
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -80,6 +83,44 @@ TEST(AtomicFileTest, ReserveDoesNotChangeTheFilesLength) {
   file.write("12345");
   file.commit();
   EXPECT_EQ(test::read_file(dir / "a.bin"), "12345");
+}
+
+// Two writers of one file at once (runs sharing a cache directory): each publishes its whole
+// content, the second beside the first's locked temporary rather than over it; nothing is left.
+TEST(AtomicFileTest, TwoWritersOfOneFileEachPublishAWholeFile) {
+  test::ScratchDir dir("atomic-two");
+  const fs::path path = dir / "choices.json";
+  AtomicFile first(path);
+  first.write("the first writer's content");
+  AtomicFile second(path);
+  EXPECT_NE(second.temp_path(), first.temp_path());
+  second.write("the second's");
+  first.commit();
+  EXPECT_EQ(test::read_file(path), "the first writer's content");
+  second.commit();
+  EXPECT_EQ(test::read_file(path), "the second's");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
+// A temporary that a killed writer left is nobody's: the next writer takes it and empties it.
+TEST(AtomicFileTest, ATemporaryAKilledWriterLeftIsTakenAndEmptied) {
+  test::ScratchDir dir("atomic-stale");
+  const fs::path path = dir / "weights.safetensors";
+  std::ofstream(path.string() + ".tmp") << "half of an earlier save, much longer than the next one";
+  {
+    AtomicFile file(path);
+    EXPECT_EQ(file.temp_path(), fs::path(path.string() + ".tmp"));
+    file.write("whole");
+    file.commit();
+  }
+  EXPECT_EQ(test::read_file(path), "whole");
+  EXPECT_FALSE(fs::exists(path.string() + ".tmp"));
+  {
+    AtomicFile abandoned(path);  // an exception before commit: the temporary goes with it
+    abandoned.write("never published");
+  }
+  EXPECT_EQ(test::read_file(path), "whole");
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
 }
 
 TEST(CompletionMarkerTest, MarksAndUnmarks) {

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2 (glibc 2.28)
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -63,15 +64,53 @@ std::string space_advice(int err, const std::filesystem::path& path, size_t writ
                                     : "free disk space or choose another output directory";
   return fmt::format("{}{}; {}", what, sizes, advice);
 }
+
+int open_or_fail(const std::filesystem::path& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+  if (fd < 0)
+    fail("io", "{}: cannot create: {}; check that the directory exists and is writable", path.string(),
+         std::strerror(errno));
+  return fd;
+}
+
+bool same_file(int fd, const std::filesystem::path& path) {
+  struct stat held {
+  }, named{};
+  return ::fstat(fd, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+         held.st_ino == named.st_ino;
+}
+
+std::atomic<uint64_t> g_own_temp_names{0};
 }  // namespace
 
+// PATH.tmp is locked (flock, on a descriptor of its own that stays open until after the rename)
+// while it is written: a second process writing the same PATH at once, such as two runs sharing a
+// cache directory, finds it locked and writes beside it under a name of its own instead of
+// truncating a file about to be published. A PATH.tmp that a killed writer left is unlocked: it is
+// taken and emptied, so a crash leaves at most one such file per PATH. Where the file system
+// cannot lock, PATH.tmp is used as it is.
 AtomicFile::AtomicFile(std::filesystem::path path) : path_(std::move(path)) {
   temp_path_ = path_;
   temp_path_ += ".tmp";
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0)
-    fail("io", "{}: cannot create: {}; check that the directory exists and is writable", temp_path_.string(),
-         std::strerror(errno));
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const int lock = open_or_fail(temp_path_, O_RDONLY | O_CREAT);
+    if (::flock(lock, LOCK_EX | LOCK_NB) != 0) {
+      const int err = errno;
+      ::close(lock);
+      if (err != EWOULDBLOCK) break;  // no locks here
+      temp_path_ = path_;
+      temp_path_ += fmt::format(".tmp.{}.{}", ::getpid(), g_own_temp_names.fetch_add(1));
+      fd_ = open_or_fail(temp_path_, O_WRONLY | O_CREAT | O_EXCL);
+      return;
+    }
+    // Its writer may have published it (renamed it onto PATH) between the open and the lock.
+    if (same_file(lock, temp_path_)) {
+      lock_fd_ = lock;
+      break;
+    }
+    ::close(lock);
+  }
+  fd_ = open_or_fail(temp_path_, O_WRONLY | O_CREAT | O_TRUNC);
 }
 
 AtomicFile::~AtomicFile() {
@@ -80,6 +119,7 @@ AtomicFile::~AtomicFile() {
     ::close(fd_);
     ::unlink(temp_path_.c_str());
   }
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 void AtomicFile::reserve(size_t total_bytes) {
@@ -184,6 +224,10 @@ void AtomicFile::commit() {
     const int err = errno;
     ::unlink(temp_path_.c_str());
     fail("io", "cannot rename {} to {}: {}", temp_path_.string(), path_.string(), std::strerror(err));
+  }
+  if (lock_fd_ >= 0) {
+    ::close(lock_fd_);
+    lock_fd_ = -1;
   }
   sync_directory(parent_or_dot(path_));
 }

@@ -1,7 +1,9 @@
 // Writing a file so that readers see either the old content or the complete new one.
 //
 // The bytes go to PATH.tmp; commit() fsyncs it, renames it onto PATH and fsyncs the directory.
-// A crash (or an exception) before commit() leaves PATH untouched. Saves of weights and
+// A crash (or an exception) before commit() leaves PATH untouched. Two writers of one PATH at once
+// (processes sharing a cache) each publish a whole file: the second writes beside the first's
+// locked PATH.tmp under a name of its own (PATH.tmp.PID.N). Saves of weights and
 // checkpoints go through here (DESIGN.md §4). A file reserved at kDirectWriteMinBytes or more is
 // written through O_DIRECT where the file system allows it (io/direct_file_writer.h): the same
 // bytes, without the page cache.
@@ -60,6 +62,7 @@ class AtomicFile {
   std::filesystem::path path_;
   std::filesystem::path temp_path_;
   int fd_ = -1;
+  int lock_fd_ = -1;  // holds PATH.tmp's flock until it is renamed (or removed)
   size_t written_ = 0;
   size_t expected_ = 0;  // from reserve(); 0: unknown
   std::unique_ptr<DirectFileWriter> direct_;
