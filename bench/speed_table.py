@@ -14,7 +14,9 @@ third step on), its plan's prediction, the peer, their ratio, and the host and G
 against the plan.
 
 Rows: 1b and 3b on the whole GPU (3b needs a card of 100 GB or more), 8b on the whole GPU (likewise),
-8b-24gib and 8b-24gib-noclip (gpu_memory: 24GiB, micro-batch 4, with and without clipping). Run
+8b-24gib and 8b-24gib-noclip (gpu_memory: 24GiB, micro-batch 4, with and without clipping: the
+recipe every session has run), 8b-24gib-auto and 8b-24gib-auto-noclip (the same with the planner's
+micro-batch, `micro_batch: auto`, what a config of examples/ runs). Run
 from the repository root on the GPU machine, with the bundle unpacked in .device/bundle
 (tools/make_gpu_bundle.sh) and the peer script at --peer (default .device/peer_baselines.py).
 Python's standard library only.
@@ -36,6 +38,8 @@ ROWS = {
     "8b": ("llama-3.1-8b", True, "auto", True, "llama3-8b", 2, 0),
     "8b-24gib": ("llama-3.1-8b", False, "4", True, "llama3-8b", 2, 1),
     "8b-24gib-noclip": ("llama-3.1-8b", False, "4", False, "llama3-8b", 2, 1),
+    "8b-24gib-auto": ("llama-3.1-8b", False, "auto", True, "llama3-8b", 2, 1),
+    "8b-24gib-auto-noclip": ("llama-3.1-8b", False, "auto", False, "llama3-8b", 2, 1),
 }
 GLOBAL_BATCH, SEQ = 32, 2048
 
