@@ -21,8 +21,12 @@ fs::path with_suffix(const fs::path& dir, const char* suffix) {
   return p;
 }
 
+// The names a replacement writes the new directory under and sets the old one aside under.
+constexpr const char* kStagedSuffix = ".tmp";
+constexpr const char* kAsideSuffix = ".old";
+
 fs::path aside_directory(const fs::path& dir) {
-  return with_suffix(dir, ".old");
+  return with_suffix(dir, kAsideSuffix);
 }
 
 // The directory whose entries a rename of `dir` changes (synced after it).
@@ -39,12 +43,12 @@ void rename_or_fail(const fs::path& from, const fs::path& to) {
 }  // namespace
 
 fs::path staged_directory(const fs::path& dir) {
-  return with_suffix(dir, ".tmp");
+  return with_suffix(dir, kStagedSuffix);
 }
 
 fs::path directory_replaced_by(const fs::path& path) {
   const fs::path ext = path.extension();
-  if (ext != ".tmp" && ext != ".old") return {};
+  if (ext != kStagedSuffix && ext != kAsideSuffix) return {};
   fs::path dir = path;
   return dir.replace_extension();
 }
