@@ -123,6 +123,13 @@ TEST(AtomicFileTest, ATemporaryAKilledWriterLeftIsTakenAndEmptied) {
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
 }
 
+TEST(AtomicFileTest, ContainingDirectoryIsWhatARenameChanges) {
+  EXPECT_EQ(containing_directory("model.safetensors"), std::filesystem::path("."));
+  EXPECT_EQ(containing_directory("out/model.safetensors"), std::filesystem::path("out"));
+  EXPECT_EQ(containing_directory("/runs/a/step-10"), std::filesystem::path("/runs/a"));
+  EXPECT_EQ(containing_directory("/model"), std::filesystem::path("/"));
+}
+
 TEST(CompletionMarkerTest, MarksAndUnmarks) {
   test::ScratchDir dir("marker");
   EXPECT_FALSE(is_marked_complete(dir.path()));

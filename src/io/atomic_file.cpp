@@ -30,11 +30,6 @@ std::atomic<bool> g_direct_writes{env_switch_on("FERRY_DIRECT_SAVES")};
 // Linux moves at most about 2 GiB per write(); larger tensors are written in pieces.
 constexpr size_t kMaxWrite = size_t{1} << 30;
 
-std::filesystem::path parent_or_dot(const std::filesystem::path& path) {
-  auto parent = path.parent_path();
-  return parent.empty() ? std::filesystem::path(".") : parent;
-}
-
 std::string bytes_text(uint64_t bytes) {
   return fmt::format("{} bytes ({:.2f} MiB)", bytes, static_cast<double>(bytes) / 1048576.0);
 }
@@ -46,7 +41,7 @@ bool out_of_space(int err) {
 // "; its file system has F free", or nothing where the file system cannot say.
 std::string free_space_text(const std::filesystem::path& path) {
   struct statvfs fs {};
-  if (::statvfs(parent_or_dot(path).c_str(), &fs) != 0) return {};
+  if (::statvfs(containing_directory(path).c_str(), &fs) != 0) return {};
   return fmt::format("; its file system has {} free",
                      bytes_text(static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize));
 }
@@ -229,13 +224,18 @@ void AtomicFile::commit() {
     ::close(lock_fd_);
     lock_fd_ = -1;
   }
-  sync_directory(parent_or_dot(path_));
+  sync_directory(containing_directory(path_));
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
   AtomicFile file(path);
   file.write(content);
   file.commit();
+}
+
+std::filesystem::path containing_directory(const std::filesystem::path& path) {
+  const std::filesystem::path parent = path.parent_path();
+  return parent.empty() ? std::filesystem::path(".") : parent;
 }
 
 void sync_directory(const std::filesystem::path& dir) {

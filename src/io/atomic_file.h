@@ -75,6 +75,9 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
 // the disk reports an error (a file system that cannot sync directories is let be).
 void sync_directory(const std::filesystem::path& dir);
 
+// The directory whose entries a rename or unlink of `path` changes: its parent, "." for a bare name.
+std::filesystem::path containing_directory(const std::filesystem::path& path);
+
 // Swaps two existing paths in one step (renameat2 with RENAME_EXCHANGE), so that no moment sees
 // neither: a directory replaced this way is always there, old or new. Returns false where the
 // file system cannot exchange (the caller replaces in two renames instead); throws on other errors.

@@ -29,11 +29,6 @@ fs::path aside_directory(const fs::path& dir) {
   return with_suffix(dir, kAsideSuffix);
 }
 
-// The directory whose entries a rename of `dir` changes (synced after it).
-fs::path parent_of(const fs::path& dir) {
-  return dir.parent_path().empty() ? fs::path(".") : dir.parent_path();
-}
-
 void rename_or_fail(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   fs::rename(from, to, ec);
@@ -69,7 +64,7 @@ fs::path replace_directory(const fs::path& dir) {
     rename_or_fail(dir, old);
     rename_or_fail(staged, dir);
   }
-  sync_directory(parent_of(dir));
+  sync_directory(containing_directory(dir));
   return old;
 }
 
@@ -93,7 +88,7 @@ std::string recover_replaced_directory(const fs::path& dir) {
     remove_marked_directory(leftover);
     note(fmt::format("removed {}, left by an interrupted save", leftover.filename().string()));
   }
-  if (!done.empty()) sync_directory(parent_of(dir));
+  if (!done.empty()) sync_directory(containing_directory(dir));
   return done;
 }
 
