@@ -163,6 +163,22 @@ TEST(UringFileTest, ErrorMessagesNameTheErrnoAndWhatToDo) {
   EXPECT_TRUE(contains(enospc, "free space")) << enospc;
 }
 
+// A completion of nothing would be issued again forever; what each kind of result fails with.
+TEST(UringFileTest, ATransferOfNothingIsAFailureNotARetry) {
+  EXPECT_EQ(transfer_failure(4096, true), std::nullopt);
+  EXPECT_EQ(transfer_failure(1, false), std::nullopt);  // short: the rest goes again
+  EXPECT_EQ(transfer_failure(0, true), ENOSPC);         // a write the file system took none of
+  EXPECT_EQ(transfer_failure(0, false), 0);             // a read at the end of the file
+  EXPECT_EQ(transfer_failure(-EIO, true), EIO);
+  EXPECT_EQ(transfer_failure(-EFBIG, true), EFBIG);
+  const std::string full =
+      uring_failure_message("/out/m.safetensors", true, 0, 4096, *transfer_failure(0, true), UringUse::Save);
+  EXPECT_TRUE(contains(full, "free disk space")) << full;
+  const std::string short_file =
+      uring_failure_message("/scratch/f", false, 0, 4096, *transfer_failure(0, false));
+  EXPECT_TRUE(contains(short_file, "end of file")) << short_file;
+}
+
 TEST(UringFileTest, AnUnopenablePathSaysWhatToDo) {
   AlignedBytes buffer(kAlign);
   const std::string message =

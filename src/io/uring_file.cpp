@@ -73,6 +73,11 @@ std::string uring_failure_message(const std::filesystem::path& path, bool is_wri
                      name ? name : "unknown error", text, what_to_do);
 }
 
+std::optional<int> transfer_failure(int result, bool is_write) {
+  if (result > 0) return std::nullopt;
+  return result < 0 ? -result : is_write ? ENOSPC : 0;
+}
+
 UringFile::UringFile(std::filesystem::path path, size_t bytes, std::vector<std::span<std::byte>> buffers,
                      UringFileOptions options)
     : path_(std::move(path)), bytes_(bytes), options_(options), buffers_(std::move(buffers)) {
@@ -254,13 +259,10 @@ bool UringFile::reap(bool block) {
 
 void UringFile::finish_piece(Piece* piece, int result) {
   Operation& op = *operations_.at(piece->ticket);
-  // A transfer of nothing makes no progress and would go again forever: a read at the end of the
-  // file, or a write the file system took none of (a full disk: writes report ENOSPC otherwise).
-  if (result <= 0) {
-    const int error = result < 0 ? -result : piece->is_write ? ENOSPC : 0;
+  if (const std::optional<int> error = transfer_failure(result, piece->is_write)) {
     if (op.failure.empty())
       op.failure = uring_failure_message(path_, piece->is_write, piece->offset + piece->done,
-                                         piece->bytes - piece->done, error, options_.use);
+                                         piece->bytes - piece->done, *error, options_.use);
     --op.remaining;
     return;
   }

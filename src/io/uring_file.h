@@ -33,6 +33,7 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -114,6 +115,12 @@ class UringFile {
   size_t in_flight_ = 0;
   size_t peak_in_flight_ = 0;
 };
+
+// The error a completed request of `result` (io_uring's res: bytes moved, or -errno) fails with;
+// nullopt when it moved something. A transfer of nothing makes no progress and would go again
+// forever: a read then met the end of the file (0, which uring_failure_message names so), a write
+// the file system took none of (a full disk: ENOSPC).
+std::optional<int> transfer_failure(int result, bool is_write);
 
 // "[disk tier] reading 16 MiB at offset 32 MiB of /scratch/f failed: EIO (Input/output error); ..."
 std::string uring_failure_message(const std::filesystem::path& path, bool is_write, size_t offset,
