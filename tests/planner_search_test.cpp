@@ -212,6 +212,32 @@ TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
   }
 }
 
+// Where memory is left over after the internals, the norms' outputs are kept beside them: two
+// memory-bound passes fewer in each such backward (at the GPU AdamW's memory rate). Turned off
+// (config keep_norm_outputs: false), the same budget recomputes them, predicted slower, and the
+// plan says which it does.
+TEST_F(SearchTest, MemoryLeftOverKeepsTheNormOutputsWithTheInternals) {
+  PlanRequest r = request(400);
+  const SearchResult with = search_plans(config_, layout_, slow_cpu_fast_link(), r);
+  ASSERT_TRUE(keeps_any_internals(with.best.plan)) << with.best.plan.describe();
+  EXPECT_TRUE(with.best.plan.internals_with_norms) << with.best.plan.describe();
+  EXPECT_NE(with.best.plan.describe().find("with the norms' outputs"), std::string::npos);
+  r.space.norms_with_internals = false;
+  const SearchResult without = search_plans(config_, layout_, slow_cpu_fast_link(), r);
+  EXPECT_FALSE(without.best.plan.internals_with_norms);
+  EXPECT_EQ(without.best.plan.describe().find("norms"), std::string::npos);
+  EXPECT_LT(with.best.prediction.step_seconds, without.best.prediction.step_seconds);
+  // Where the internals take the whole budget, keeping the norms too would not fit: not chosen.
+  Plan full = without.best.plan;
+  const size_t limit =
+      device_bytes(config_, layout_, full, without.best.shape.chunk_tokens, without.best.shape.chunks)
+          .total();
+  full.internals_with_norms = true;
+  EXPECT_GT(device_bytes(config_, layout_, full, without.best.shape.chunk_tokens, without.best.shape.chunks)
+                .total(),
+            limit);
+}
+
 // Where every boundary fits the GPU but no layer's internals do, a fast link makes offloading the
 // first boundaries cheap, and the memory they free keeps the last layers' internals: the search
 // trades them, offloading no more boundaries than the kept layers need, and the plan is predicted

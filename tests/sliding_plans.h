@@ -80,6 +80,12 @@ inline Plan keeping_internals(Plan p, std::vector<int64_t> layers) {
   return p;
 }
 
+// The plan whose layers keeping internals keep the norms' outputs too (no norm recomputed).
+inline Plan with_norm_outputs(Plan p) {
+  p.internals_with_norms = true;
+  return p;
+}
+
 // The plan with these layers' boundaries and internals offloaded to the host (no recompute).
 inline Plan offloading_internals(Plan p, std::vector<int64_t> layers) {
   for (int64_t l : layers) p.activations[static_cast<size_t>(l)] = ActivationPlacement::OffloadWithInternals;

@@ -44,14 +44,23 @@ void carve_mlp_inputs(Arena& a, const ModelConfig& c, int64_t rows, DType dt, La
   s.up = a.take(dt, {rows, c.intermediate_size});
 }
 
+// The two norms' outputs and statistics.
+void carve_norm_outputs(Arena& a, const ModelConfig& c, int64_t rows, DType dt, LayerScratch& s) {
+  s.h = a.take(dt, {rows, c.hidden_size});
+  s.rstd1 = a.take(DType::F32, {rows});
+  s.h2 = a.take(dt, {rows, c.hidden_size});
+  s.rstd2 = a.take(DType::F32, {rows});
+}
+
 }  // namespace
 
-LayerScratch carve_kept_internals(Arena& a, const ModelConfig& c, int64_t T, DType dt) {
+LayerScratch carve_kept_internals(Arena& a, const ModelConfig& c, int64_t T, DType dt, bool with_norms) {
   LayerScratch s;
   s.tile_tokens = T;
   carve_qk_norm_inputs(a, c, T, dt, 1, s);
   carve_full_length(a, c, T, dt, 1, s);
   carve_mlp_inputs(a, c, T, dt, s);
+  if (with_norms) carve_norm_outputs(a, c, T, dt, s);
   return s;
 }
 
@@ -67,10 +76,7 @@ LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DTyp
   carve_qk_norm_inputs(a, c, n, dt, head_groups, s);
   carve_full_length(a, c, T, dt, head_groups, s);
   carve_mlp_inputs(a, c, n, dt, s);
-  s.h = a.take(dt, {n, H});
-  s.rstd1 = a.take(DType::F32, {n});
-  s.h2 = a.take(dt, {n, H});
-  s.rstd2 = a.take(DType::F32, {n});
+  carve_norm_outputs(a, c, n, dt, s);
   s.act = a.take(dt, {n, F});
   if (with_backward) {
     s.d_act = a.take(dt, {n, F});
@@ -105,6 +111,12 @@ LayerScratch with_kept_internals(const LayerScratch& kept, const LayerScratch& w
   s.x1 = kept.x1;
   s.gate = kept.gate;
   s.up = kept.up;
+  if (kept.h.data != nullptr) {  // carved with_norms
+    s.h = kept.h;
+    s.rstd1 = kept.rstd1;
+    s.h2 = kept.h2;
+    s.rstd2 = kept.rstd2;
+  }
   return s;
 }
 
@@ -172,7 +184,8 @@ std::vector<Tile> tiles_of(const LayerScratch& s, int64_t T) {
 
 // The passes that a backward from kept internals (Recompute::NormsActivation) runs again: one
 // function each, so that every run is the same calls and gives the same bits. (The activation is
-// written again by the SwiGLU backward, bit for bit as mlp_activation writes it: ops.h.)
+// written again by the SwiGLU backward, bit for bit as mlp_activation writes it: ops.h; where the
+// norms' outputs were kept too, Recompute::Activation, that is all it runs again.)
 void input_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t,
                 Tensor x_in, LayerScratch& s) {
   ops.rmsnorm_forward(rows(x_in, t.t0, t.n, d.H), p.input_norm, static_cast<float>(c.rms_norm_eps),
@@ -300,6 +313,7 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   const Dims d = dims_of(c, checked_tokens(s, chunk), s.head_groups);
   const std::vector<Tile> tiles = tiles_of(s, d.T);
   const bool recompute_forward = recompute == Recompute::Forward;
+  const bool recompute_norms = recompute != Recompute::Activation;
   FERRY_ASSERT(recompute_forward || (tiles.size() == 1 && d.G == 1),
                "kept internals are whole chunks of every head: untiled scratch of one head group only");
   if (recompute_forward) project_and_attend(ops, ctx, p, chunk, d, tiles, x_in, s);
@@ -313,7 +327,7 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   for (const Tile& t : tiles) {
     if (recompute_forward)
       mlp_inputs(ops, c, p, d, t, x_in, s);
-    else
+    else if (recompute_norms)
       post_attention_norm(ops, c, p, d, t, s);
     const Tensor d_act = rows(s.d_act, 0, t.n, d.F), d_gate = rows(s.d_gate, 0, t.n, d.F),
                  d_up = rows(s.d_up, 0, t.n, d.F), d_h2 = rows(s.d_h2, 0, t.n, d.H),
@@ -336,9 +350,9 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   // With more than one tile, h (and q_pre, k_pre with their statistics) hold the last tile's
   // values, so they are computed again; q and k are dead after the attention backward, so the q/k
   // norms' outputs may land there. Kept internals hold neither h nor (for its rows) anything else
-  // to trust but q_pre, k_pre.
+  // to trust but q_pre, k_pre, unless they were kept with the norms' outputs.
   const float scale = attention_scale(c);  // 1/sqrt(head_dim), with YaRN's temperature
-  const bool h_is_stale = tiles.size() > 1 || !recompute_forward;
+  const bool h_is_stale = tiles.size() > 1 || (!recompute_forward && recompute_norms);
   const bool qk_pre_is_stale = tiles.size() > 1;
   for (int64_t grp = d.G - 1; grp >= 0; --grp) {
     if (grp != d.G - 1) project_group(ops, ctx, p, chunk, d, grp, tiles, /*h_is_fresh=*/true, x_in, s);

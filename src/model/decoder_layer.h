@@ -9,8 +9,10 @@
 // again only the three passes that are cheap to run and dear to keep: the two norms' outputs and
 // the MLP's activation. They are memory-bound passes over 2H + F values per token, which keeping
 // would add to the H + 2(Hq + Hkv)D + 2F kept (Llama-3.2-3B: a third more memory per kept layer,
-// to save a few percent of the recompute). Parameter gradients are accumulated (+=) into the
-// layer's gradient views.
+// to save a few percent of the recompute). The norms' outputs (2H of them) may be kept as well
+// where memory is left over (a whole GPU: ~0.7% of a 1B step), the activation never: the SwiGLU
+// backward writes it on its way at no extra pass. Parameter gradients are accumulated (+=) into
+// the layer's gradient views.
 //
 // Sequence tiles (issue 22, long context): everything but attention is token-local, so it runs
 // over tiles of `tile_tokens` tokens in turn, and no (T, F)-sized intermediate exists -- at 32K
@@ -89,18 +91,23 @@ LayerScratch carve_layer_scratch(Arena& arena, const ModelConfig& config, int64_
                                  bool with_backward, int64_t tile_tokens = 0, int64_t head_groups = 1);
 // Carves what a layer keeps from its forward to skip the backward's recompute: the outputs of the
 // GEMMs and the attention (q_pre, k_pre and their norms' rstd for qk_norm models; q, k, v, attn,
-// lse, x1, gate, up). The other fields stay empty.
-LayerScratch carve_kept_internals(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype);
+// lse, x1, gate, up), and `with_norms` the two norms' outputs and statistics too (h, rstd1, h2,
+// rstd2: 2H values and two floats a token more, which a whole GPU has room for, and the backward
+// then runs neither norm again). The other fields stay empty.
+LayerScratch carve_kept_internals(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype,
+                                  bool with_norms = false);
 // `work` (a full scratch, with_backward) with the fields of `kept` (carve_kept_internals) in place
 // of its own: the scratch a forward that keeps its internals, and the backward that reads them,
-// run in. The norms' outputs, the activation and the backward temporaries stay `work`'s. Kept
-// internals are whole chunks of every head, so `work` must be untiled, of one head group.
+// run in. The norms' outputs (unless kept), the activation and the backward temporaries stay
+// `work`'s. Kept internals are whole chunks of every head, so `work` must be untiled, of one head
+// group.
 LayerScratch with_kept_internals(const LayerScratch& kept, const LayerScratch& work);
 
 // What layer_backward computes again before the backward proper.
 enum class Recompute {
   Forward,          // the whole forward from x_in (s holds nothing of it)
   NormsActivation,  // h, h2 and act, from x_in and the kept x1, gate, up (with_kept_internals)
+  Activation,       // act only, the norms' outputs kept too (carve_kept_internals with_norms)
 };
 
 struct LayerContext {

@@ -85,10 +85,10 @@ std::string Plan::describe() const {
   for (auto a : activations) internals += keeps_internals(a);
   for (auto a : activations) on_host += (a == ActivationPlacement::OffloadWithInternals);
   const std::string no_recompute =
-      internals > 0
-          ? fmt::format(", {} of {} layers not recomputed (internals kept{})", internals, activations.size(),
-                        on_host > 0 ? fmt::format(", {} on the host", on_host) : std::string())
-          : std::string();
+      internals > 0 ? fmt::format(", {} of {} layers not recomputed (internals kept{}{})", internals,
+                                  activations.size(), internals_with_norms ? ", with the norms' outputs" : "",
+                                  on_host > 0 ? fmt::format(", {} on the host", on_host) : std::string())
+                    : std::string();
   const std::string tile =
       (sweeps > 1 ? fmt::format(", in {} sweeps (gradients summed on the GPU)", sweeps) : std::string()) +
       (seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string()) +

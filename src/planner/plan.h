@@ -88,6 +88,9 @@ struct Plan {
   // offloaded (planner/boundary_groups.h): a boundary-sized buffer less, for reloads that wait for
   // the use reading the buffer. false: two in turn, whatever the placement.
   bool one_staging_buffer = true;
+  // Layers keeping their internals keep the two norms' outputs too (carve_kept_internals
+  // with_norms): 2H values a token more each, and their backward runs neither norm again.
+  bool internals_with_norms = false;
   int64_t gpu_slots = 2;                         // slots for streamed units (>= 2 for overlap)
   std::vector<UnitPlacement> units;              // one per unit of the model layout
   std::vector<ActivationPlacement> activations;  // one per decoder layer (+1: the head's input)

@@ -36,6 +36,9 @@
 //     ring of one or two layers' internals on the GPU, made where needed by offloading the first
 //     boundaries kept on the GPU, then by un-keeping the first layers' GPU internals; the cost
 //     model weighs the copies (a layer's internals are ten boundaries) against the recompute.
+//     Every plan that keeps internals is also weighed with the norms' outputs kept beside them
+//     (Plan::internals_with_norms: a sixth more per kept layer) where that still fits: two
+//     memory-bound passes fewer in each such backward, which pays where memory is left over.
 //   * every K-th boundary kept, the others recomputed in the backward (planner/boundary_groups.h):
 //     K is a family axis like the sequence tile, tried for long sequences (keep_every_candidates),
 //     and for short ones where keeping every boundary costs the host's RAM: the best plan with
@@ -94,6 +97,9 @@ struct SearchSpace {
   bool convert_on_upload = true;
   // ActivationPlacement::KeepWithInternals for the last layers where memory is left.
   bool keep_internals = true;
+  // Plan::internals_with_norms where the memory holds the norms' outputs beside the internals
+  // (config keep_norm_outputs).
+  bool norms_with_internals = true;
   // ActivationPlacement::OffloadWithInternals for some of the other layers where the host has room.
   // Off unless asked for (config internals_on_host): on the H200 the plans it chose ran 2.8-3.6%
   // slower than without it, where the cost model predicted them up to 1.6% faster

@@ -125,6 +125,7 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
     r.weight_upload = WeightUpload::HostShadow;
   }
   r.space.keep_internals = config.recompute == RecomputePolicy::Auto;
+  r.space.norms_with_internals = config.keep_norm_outputs;
   return r;
 }
 

@@ -143,6 +143,9 @@ struct TrainConfig {
   // Whether the planner may send layers' forward internals to pinned host memory instead of
   // recomputing them (ActivationPlacement::OffloadWithInternals); false (the default): never.
   bool internals_on_host = false;
+  // Whether layers that keep their forward internals may keep the norms' outputs too
+  // (Plan::internals_with_norms), where memory is left; false: the norms run again in their backward.
+  bool keep_norm_outputs = true;
   RecomputePolicy recompute = RecomputePolicy::Auto;
   int64_t resident_layers = -1;  // layers kept on the GPU; -1: the planner chooses
   // When the CPU updates a unit; empty (auto): the planner's choice. During-backward is exact only
