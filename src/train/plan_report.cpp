@@ -209,6 +209,10 @@ void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout
                   }
                   return "?";
                 }).c_str());
+  if (p.internals_with_norms && keeps_any_internals(p))
+    std::printf(
+        "  layers keeping their internals keep the norms' outputs too: their backward runs neither norm "
+        "again (keep_norm_outputs)\n");
   std::printf("  micro-chunks of %lld tokens (micro-batch %lld), %lld per step\n",
               static_cast<long long>(c.shape.chunk_tokens), static_cast<long long>(p.micro_batch),
               static_cast<long long>(c.shape.chunks));
