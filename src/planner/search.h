@@ -37,7 +37,7 @@
 //     boundaries kept on the GPU, then by un-keeping the first layers' GPU internals; the cost
 //     model weighs the copies (a layer's internals are ten boundaries) against the recompute.
 //     Every plan that keeps internals is also weighed with the norms' outputs kept beside them
-//     (Plan::internals_with_norms: a sixth more per kept layer) where that still fits: two
+//     (Plan::internals_with_norms: 17-19% more per kept layer) where that still fits: two
 //     memory-bound passes fewer in each such backward, which pays where memory is left over.
 //   * every K-th boundary kept, the others recomputed in the backward (planner/boundary_groups.h):
 //     K is a family axis like the sequence tile, tried for long sequences (keep_every_candidates),
