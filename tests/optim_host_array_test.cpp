@@ -61,8 +61,11 @@ TEST(HostArray, CommitMakesEveryPageResidentAndKeepsTheContents) {
   EXPECT_GE(resident_bytes(a.data()), count * sizeof(float));
   EXPECT_EQ(a.data()[12345], 1.5f);
   EXPECT_EQ(a.data()[count - 1], -2.0f);
-  for (size_t i = 0; i < count; i += 1021)
-    if (i != 12345) ASSERT_EQ(a.data()[i], 0.0f) << i;
+  for (size_t i = 0; i < count; i += 1021) {
+    if (i != 12345) {
+      ASSERT_EQ(a.data()[i], 0.0f) << i;
+    }
+  }
   a.data()[7] = 3.0f;
   a.commit(pool);  // already committed: nothing changes
   EXPECT_EQ(a.data()[7], 3.0f);

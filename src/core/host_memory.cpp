@@ -84,7 +84,9 @@ std::optional<CgroupBound> tightest_cgroup(const fs::path& root, const std::stri
     } else {
       room = cgroup_v1_headroom(dir);
     }
-    if (room && (!best || *room < best->headroom)) best = CgroupBound{*room, "/" + rel.string()};
+    // Appended, not "/" + string: GCC 12 warns falsely (-Wrestrict) on that operator+ inlined.
+    if (room && (!best || *room < best->headroom))
+      best = CgroupBound{*room, std::string("/").append(rel.string())};
     if (rel.empty()) break;
     rel = rel.parent_path();
   }

@@ -711,7 +711,7 @@ class Parser {
       nesting.deeper();
       const int line = current().line;
       std::string name = expect_name();
-      while (skip_op(".")) name += "." + expect_name();
+      while (skip_op(".")) name.append(".").append(expect_name());
       if (!is_jinja_filter(name)) fail_at(line, "no filter named '" + name + "'");
       auto e = std::make_unique<Expr>(ExprKind::Filter, line);
       e->a = std::move(node);
