@@ -63,7 +63,8 @@ class ByteLevelPre final : public PreTokenizer {
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     Ranges matches;
     split_each(pieces, [&](Piece& piece, std::vector<Piece>& out) {
-      if (add_prefix_space_ && (piece.text.empty() || piece.text[0] != ' ')) piece.text.insert(0, " ");
+      if (add_prefix_space_ && (piece.text.empty() || piece.text[0] != ' '))
+        piece.text.insert(piece.text.begin(), ' ');
       if (!use_regex_) {
         if (!piece.text.empty()) out.push_back(std::move(piece));
         return;
