@@ -95,7 +95,7 @@ LayerScratch carve_layer_scratch(Arena& arena, const ModelConfig& config, int64_
 // rstd2: 2H values and two floats a token more, which a whole GPU has room for, and the backward
 // then runs neither norm again). The other fields stay empty.
 LayerScratch carve_kept_internals(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype,
-                                  bool with_norms = false);
+                                  bool with_norms);
 // `work` (a full scratch, with_backward) with the fields of `kept` (carve_kept_internals) in place
 // of its own: the scratch a forward that keeps its internals, and the backward that reads them,
 // run in. The norms' outputs (unless kept), the activation and the backward temporaries stay
