@@ -113,6 +113,7 @@ class Bench {
 // The kernel families (one file each).
 void bench_gemm(Bench& b);
 void bench_gemm_candidates(Bench& b);
+void bench_head_gemms(Bench& b);
 void bench_rmsnorm(Bench& b);
 void bench_rope(Bench& b);
 void bench_swiglu(Bench& b);

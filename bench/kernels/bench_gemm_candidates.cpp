@@ -5,6 +5,12 @@
 // candidates finds faster algorithms for the shapes that take most of those steps. Each is timed with the GPU
 // resting between calls and back to back (a step's condition): an algorithm's lead in one need not hold in
 // the other.
+//
+// head_gemms: the same for the three products of one logits chunk of the fused linear-cross-entropy
+// (CudaOps::linear_cross_entropy: 2,048 tokens of a 128,256 vocabulary at 512 MiB chunks): logits =
+// x w^T, dx = dlogits w (the vocabulary as the inner dimension) and dw += dlogits^T x (fp32, the
+// chunk's tokens as the inner dimension), which take all of the head's time but its cross-entropy
+// pass: which of them runs under the layer products' rate.
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -31,12 +37,12 @@ struct Shape {
 struct Model {
   const char* name;
   int64_t tokens;
-  Shape shapes[4];
+  std::vector<Shape> shapes;
 };
 
-}  // namespace
-
-void bench_gemm_candidates(Bench& b) {
+// Every product of every shape of `models`, with each of three CudaOps: the heuristic's first
+// algorithm, tuned among kNarrowCandidates and among kGemmTuneAlgos.
+void time_products(Bench& b, const std::vector<Model>& models) {
   std::vector<std::unique_ptr<CudaOps>> variants;
   std::vector<std::string> labels;
   for (const int candidates : {1, kNarrowCandidates, kGemmTuneAlgos}) {
@@ -46,26 +52,6 @@ void bench_gemm_candidates(Bench& b) {
     variants.push_back(std::make_unique<CudaOps>(b.stream(), options));
     labels.push_back(candidates == 1 ? "heuristic" : "tuned among " + std::to_string(candidates));
   }
-  const Model models[] = {
-      {"1B",
-       65536,
-       {{"o", 2048, 2048, true, false},
-        {"k/v", 2048, 512, false, true},
-        {"gate/up", 2048, 8192, false, true},
-        {"down", 8192, 2048, true, false}}},
-      {"3B",
-       65536,
-       {{"o", 3072, 3072, true, false},
-        {"k/v", 3072, 1024, false, true},
-        {"gate/up", 3072, 8192, false, true},
-        {"down", 8192, 3072, true, false}}},
-      {"8B",
-       8192,
-       {{"o", 4096, 4096, true, false},
-        {"k/v", 4096, 1024, false, true},
-        {"gate/up", 4096, 14336, false, true},
-        {"down", 14336, 4096, true, false}}},
-  };
   const Tensor none;
   for (const Model& m : models) {
     const int64_t tokens = m.tokens;
@@ -124,6 +110,39 @@ void bench_gemm_candidates(Bench& b) {
       }
     }
   }
+}
+
+}  // namespace
+
+void bench_gemm_candidates(Bench& b) {
+  time_products(b, {
+                       {"1B",
+                        65536,
+                        {{"o", 2048, 2048, true, false},
+                         {"k/v", 2048, 512, false, true},
+                         {"gate/up", 2048, 8192, false, true},
+                         {"down", 8192, 2048, true, false}}},
+                       {"3B",
+                        65536,
+                        {{"o", 3072, 3072, true, false},
+                         {"k/v", 3072, 1024, false, true},
+                         {"gate/up", 3072, 8192, false, true},
+                         {"down", 8192, 3072, true, false}}},
+                       {"8B",
+                        8192,
+                        {{"o", 4096, 4096, true, false},
+                         {"k/v", 4096, 1024, false, true},
+                         {"gate/up", 4096, 14336, false, true},
+                         {"down", 14336, 4096, true, false}}},
+                   });
+}
+
+void bench_head_gemms(Bench& b) {
+  // One logits chunk (kCudaFlceChunkBytes of bf16 logits) of the 1B's head (tied to its embedding:
+  // its weight gradient in fp32, updated on the GPU) and of the 8B's.
+  const int64_t V = 128256, chunk = fused_cross_entropy_chunk_tokens(kCudaFlceChunkBytes, V);
+  time_products(b, {{"1B head chunk", chunk, {{"head", 2048, V, false, false}}},
+                    {"8B head chunk", chunk, {{"head", 4096, V, false, false}}}});
 }
 
 }  // namespace ferry::bench

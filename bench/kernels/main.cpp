@@ -5,7 +5,7 @@
 // time, bandwidth or FLOP rate, and the fraction of the H200's roofline.
 //
 //   ferry_kernel_bench --kernel
-//   all|gemm|gemm_candidates|rmsnorm|rope|swiglu|embedding|flce|adamw|attention_cached
+//   all|gemm|gemm_candidates|head_gemms|rmsnorm|rope|swiglu|embedding|flce|adamw|attention_cached
 //                      [--reps N] [--warmup N]
 //
 // Exit status 1 when a reference check failed (timings of a failed family are still printed).
@@ -27,6 +27,7 @@ struct Family {
 const Family kFamilies[] = {
     {"gemm", ferry::bench::bench_gemm},
     {"gemm_candidates", ferry::bench::bench_gemm_candidates},
+    {"head_gemms", ferry::bench::bench_head_gemms},
     {"rmsnorm", ferry::bench::bench_rmsnorm},
     {"rope", ferry::bench::bench_rope},
     {"swiglu", ferry::bench::bench_swiglu},
