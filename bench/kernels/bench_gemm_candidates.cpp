@@ -139,10 +139,12 @@ void bench_gemm_candidates(Bench& b) {
 
 void bench_head_gemms(Bench& b) {
   // One logits chunk (kCudaFlceChunkBytes of bf16 logits) of the 1B's head (tied to its embedding:
-  // its weight gradient in fp32, updated on the GPU) and of the 8B's.
+  // its weight gradient in fp32, updated on the GPU) and of the 8B's, and the 1B's at chunks 4x as
+  // long (the weight gradient read and written a quarter as often).
   const int64_t V = 128256, chunk = fused_cross_entropy_chunk_tokens(kCudaFlceChunkBytes, V);
   time_products(b, {{"1B head chunk", chunk, {{"head", 2048, V, false, false}}},
-                    {"8B head chunk", chunk, {{"head", 4096, V, false, false}}}});
+                    {"8B head chunk", chunk, {{"head", 4096, V, false, false}}},
+                    {"1B head 4x chunk", 4 * chunk, {{"head", 2048, V, false, false}}}});
 }
 
 }  // namespace ferry::bench
