@@ -66,11 +66,12 @@ TEST_P(HfGoldenGpu, ThreeStepsTrackTransformers) {
       plan.grad_dtype = DType::F32;
       plan.units.assign(w.layout.units.size(), UnitPlacement::ResidentWithOptimizer);
       // The first layer recomputes from its kept boundary, the others keep their intermediates
-      // and the norms' outputs (a whole GPU's plan; the last layer above keeps them without).
+      // with the norms' outputs and the activation (a whole GPU's plan; the last layer above keeps
+      // them alone).
       plan.activations.assign(static_cast<size_t>(w.config.num_layers),
                               ActivationPlacement::KeepWithInternals);
       plan.activations.front() = ActivationPlacement::KeepOnGpu;
-      plan.internals_with_norms = true;
+      plan.kept_internals = KeptInternals::WithActivation;
     }
     SlidingEngine engine(w.config, w.layout, *device, *ops, plan, S, B, false);
     for (size_t u = 0; u < w.units.size(); ++u) engine.host().unit(u).master.assign(w.units[u]);

@@ -34,16 +34,21 @@ TEST(MemoryModel, KeptInternalsAreTheGemmAndAttentionOutputs) {
   ASSERT_EQ(static_cast<size_t>(c.kv_dim()), KD);
   ASSERT_FALSE(c.qk_norm);
   const size_t kept = T * (H + 2 * QD + 2 * KD + 2 * F) * 2 + heads * T * 4;
-  EXPECT_EQ(layer_internals_bytes(c, static_cast<int64_t>(T), DType::BF16, false), kept + 256);
+  EXPECT_EQ(layer_internals_bytes(c, static_cast<int64_t>(T), DType::BF16, KeptInternals::Products),
+            kept + 256);
   // 84.1 KiB per token; the norms' outputs and the activation (2H + F values) would add 44 KiB.
   EXPECT_NEAR(static_cast<double>(kept) / T / 1024, 84.1, 0.05);
-  // With the norms' outputs (Plan::internals_with_norms): h and h2 (H each, bf16) and their fp32
-  // rstd per token, 16 KiB a token more.
-  const size_t norms = T * (2 * H * 2 + 2 * 4);
-  EXPECT_EQ(layer_internals_bytes(c, static_cast<int64_t>(T), DType::BF16, true), kept + norms + 256);
+  // With the norms' outputs (KeptInternals::WithNorms): h and h2 (H each, bf16) and their fp32
+  // rstd per token, 16 KiB a token more; with the activation as well, F bf16 values more.
+  const size_t norms = T * (2 * H * 2 + 2 * 4), act = T * F * 2;
+  EXPECT_EQ(layer_internals_bytes(c, static_cast<int64_t>(T), DType::BF16, KeptInternals::WithNorms),
+            kept + norms + 256);
+  EXPECT_EQ(layer_internals_bytes(c, static_cast<int64_t>(T), DType::BF16, KeptInternals::WithActivation),
+            kept + norms + act + 256);
 }
 
-// The planner's device total grows by the norms' outputs of every layer keeping internals.
+// The planner's device total grows by the norms' outputs (and the activation) of every layer
+// keeping internals.
 TEST(MemoryModel, NormOutputsWithTheInternalsAreCounted) {
   const ModelConfig c = test::llama_8b();
   const ModelLayout layout = build_model_layout(c);
@@ -52,12 +57,14 @@ TEST(MemoryModel, NormOutputsWithTheInternalsAreCounted) {
   p.units.assign(layout.units.size(), UnitPlacement::ResidentParams);
   p.activations.assign(static_cast<size_t>(c.num_layers), ActivationPlacement::KeepOnGpu);
   for (size_t l : {29, 30, 31}) p.activations[l] = ActivationPlacement::KeepWithInternals;
-  Plan with_norms = p;
-  with_norms.internals_with_norms = true;
-  const size_t more =
-      layer_internals_bytes(c, T, DType::BF16, true) - layer_internals_bytes(c, T, DType::BF16, false);
-  EXPECT_EQ(device_bytes(c, layout, with_norms, T, chunks).activations,
-            device_bytes(c, layout, p, T, chunks).activations + 3 * chunks * more);
+  for (const KeptInternals kept : {KeptInternals::WithNorms, KeptInternals::WithActivation}) {
+    Plan more_kept = p;
+    more_kept.kept_internals = kept;
+    const size_t more = layer_internals_bytes(c, T, DType::BF16, kept) -
+                        layer_internals_bytes(c, T, DType::BF16, KeptInternals::Products);
+    EXPECT_EQ(device_bytes(c, layout, more_kept, T, chunks).activations,
+              device_bytes(c, layout, p, T, chunks).activations + 3 * chunks * more);
+  }
 }
 
 class MemoryModelPlans : public ::testing::Test {
@@ -98,7 +105,7 @@ TEST_F(MemoryModelPlans, TheWeightGradientProductServesBf16LayerGradientsOnly) {
 TEST_F(MemoryModelPlans, InternalsOnTheHostArePinnedAndStagedThroughARing) {
   const int64_t T = 8192, chunks = 8;
   const size_t internals =
-      static_cast<size_t>(chunks) * layer_internals_bytes(config_, T, DType::BF16, false);
+      static_cast<size_t>(chunks) * layer_internals_bytes(config_, T, DType::BF16, KeptInternals::Products);
   const Plan base = plan(UnitPlacement::Streamed);
   Plan one = base, three = base;
   one.activations[0] = ActivationPlacement::OffloadWithInternals;
@@ -128,7 +135,7 @@ TEST_F(MemoryModelPlans, SweepsHoldOneSweepsActivationsAndTheStepsTokens) {
   EXPECT_EQ(sweep_chunks(three, chunks), 3);
   EXPECT_EQ(sweep_chunks(eight, chunks), 1);
   const auto boundary = [&](int64_t c) { return round_to_256(static_cast<size_t>(c * T) * H * 2); };
-  const size_t internals = layer_internals_bytes(config_, T, DType::BF16, false);
+  const size_t internals = layer_internals_bytes(config_, T, DType::BF16, KeptInternals::Products);
   const int64_t L = config_.num_layers;
   const auto expected_activations = [&](int64_t held, size_t gradients) {
     // every boundary, every other layer's internals, the head input, the activation gradients

@@ -212,30 +212,38 @@ TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
   }
 }
 
-// Where memory is left over after the internals, the norms' outputs are kept beside them: two
-// memory-bound passes fewer in each such backward (at the GPU AdamW's memory rate). Turned off
-// (config keep_norm_outputs: false), the same budget recomputes them, predicted slower, and the
-// plan says which it does.
+// Where memory is left over after the internals, the norms' outputs and the activation are kept
+// beside them: memory-bound passes fewer in each such backward (at the GPU AdamW's memory rate).
+// Turned off in turn (config keep_activation: false, then keep_norm_outputs: false), the same
+// budget runs them again, each predicted slower, and the plan says which it does.
 TEST_F(SearchTest, MemoryLeftOverKeepsTheNormOutputsWithTheInternals) {
   PlanRequest r = request(400);
-  const SearchResult with = search_plans(config_, layout_, slow_cpu_fast_link(), r);
-  ASSERT_TRUE(keeps_any_internals(with.best.plan)) << with.best.plan.describe();
-  EXPECT_TRUE(with.best.plan.internals_with_norms) << with.best.plan.describe();
-  EXPECT_NE(with.best.plan.describe().find("with the norms' outputs"), std::string::npos);
-  r.space.norms_with_internals = false;
+  const SearchResult all = search_plans(config_, layout_, slow_cpu_fast_link(), r);
+  ASSERT_TRUE(keeps_any_internals(all.best.plan)) << all.best.plan.describe();
+  EXPECT_EQ(all.best.plan.kept_internals, KeptInternals::WithActivation) << all.best.plan.describe();
+  EXPECT_NE(all.best.plan.describe().find("with the norms' outputs and the activation"), std::string::npos);
+  r.space.most_kept_internals = KeptInternals::WithNorms;
+  const SearchResult norms = search_plans(config_, layout_, slow_cpu_fast_link(), r);
+  EXPECT_EQ(norms.best.plan.kept_internals, KeptInternals::WithNorms) << norms.best.plan.describe();
+  EXPECT_NE(norms.best.plan.describe().find("with the norms' outputs"), std::string::npos);
+  EXPECT_EQ(norms.best.plan.describe().find("and the activation"), std::string::npos);
+  EXPECT_LT(all.best.prediction.step_seconds, norms.best.prediction.step_seconds);
+  r.space.most_kept_internals = KeptInternals::Products;
   const SearchResult without = search_plans(config_, layout_, slow_cpu_fast_link(), r);
-  EXPECT_FALSE(without.best.plan.internals_with_norms);
+  EXPECT_EQ(without.best.plan.kept_internals, KeptInternals::Products);
   EXPECT_EQ(without.best.plan.describe().find("norms"), std::string::npos);
-  EXPECT_LT(with.best.prediction.step_seconds, without.best.prediction.step_seconds);
-  // Where the internals take the whole budget, keeping the norms too would not fit: not chosen.
-  Plan full = without.best.plan;
-  const size_t limit =
-      device_bytes(config_, layout_, full, without.best.shape.chunk_tokens, without.best.shape.chunks)
-          .total();
-  full.internals_with_norms = true;
-  EXPECT_GT(device_bytes(config_, layout_, full, without.best.shape.chunk_tokens, without.best.shape.chunks)
-                .total(),
-            limit);
+  EXPECT_LT(norms.best.prediction.step_seconds, without.best.prediction.step_seconds);
+  // Where the internals take the whole budget, keeping more would not fit: not chosen.
+  for (const KeptInternals kept : {KeptInternals::WithNorms, KeptInternals::WithActivation}) {
+    Plan full = without.best.plan;
+    const size_t limit =
+        device_bytes(config_, layout_, full, without.best.shape.chunk_tokens, without.best.shape.chunks)
+            .total();
+    full.kept_internals = kept;
+    EXPECT_GT(device_bytes(config_, layout_, full, without.best.shape.chunk_tokens, without.best.shape.chunks)
+                  .total(),
+              limit);
+  }
 }
 
 // Where every boundary fits the GPU but no layer's internals do, a fast link makes offloading the

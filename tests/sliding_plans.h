@@ -80,9 +80,10 @@ inline Plan keeping_internals(Plan p, std::vector<int64_t> layers) {
   return p;
 }
 
-// The plan whose layers keeping internals keep the norms' outputs too (no norm recomputed).
-inline Plan with_norm_outputs(Plan p) {
-  p.internals_with_norms = true;
+// The plan whose layers keeping internals keep `kept` of their forward: the norms' outputs too
+// (no norm recomputed), or the activation as well (nothing recomputed).
+inline Plan keeping_more(Plan p, KeptInternals kept) {
+  p.kept_internals = kept;
   return p;
 }
 

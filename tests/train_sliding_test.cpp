@@ -33,6 +33,7 @@ using test::counting_document;
 using test::hyper_at;
 using test::keeping_every;
 using test::keeping_internals;
+using test::keeping_more;
 using test::kGlobal;
 using test::kMicro;
 using test::kSeq;
@@ -40,7 +41,6 @@ using test::kSteps;
 using test::make_plan;
 using test::make_rows;
 using test::offloading_internals;
-using test::with_norm_outputs;
 
 using test::plain_run;
 using test::plain_state;
@@ -325,27 +325,37 @@ TEST_F(SlidingEngineTest, LayersThatKeepTheirInternalsSkipTheRecomputeExactly) {
 }
 
 // With the norms' outputs kept beside the internals, the backward runs neither norm again and
-// reads what the forward wrote: the same bits. On the GPU and on the host (its internals'
-// copies carry the norms too), with both update schedules.
+// reads what the forward wrote: the same bits; with the activation kept as well it runs nothing
+// of the forward again, and the same holds. On the GPU and on the host (its internals' copies
+// carry the norms and the activation too), with both update schedules.
 TEST_F(SlidingEngineTest, LayersThatKeepTheNormOutputsTooSkipThemExactly) {
-  expect_identical(
-      reference_,
-      sliding_run(config_, 9, rows_, 0.5,
-                  with_norm_outputs(keeping_internals(
-                      make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward), {2, 3}))));
   const RunResult plain = plain_run(config_, 9, rows_, 0.0);
-  expect_identical(
-      plain, sliding_run(
-                 config_, 9, rows_, 0.0,
-                 with_norm_outputs(offloading_internals(
-                     keeping_internals(make_plan(layout_, 4, 3, {}, {}, UpdateSchedule::DuringBackward), {3}),
-                     {0, 1}))));
-  expect_identical(
-      reference_,
-      sliding_run(config_, 9, rows_, 0.5,
-                  with_norm_outputs(keeping_internals(
-                      make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, all_units(layout_)),
-                      {0, 1, 2, 3}))));
+  for (const KeptInternals kept : {KeptInternals::WithNorms, KeptInternals::WithActivation}) {
+    SCOPED_TRACE(static_cast<int>(kept));
+    expect_identical(
+        reference_,
+        sliding_run(
+            config_, 9, rows_, 0.5,
+            keeping_more(
+                keeping_internals(make_plan(layout_, 4, 2, {}, {0}, UpdateSchedule::AfterBackward), {2, 3}),
+                kept)));
+    expect_identical(
+        plain,
+        sliding_run(
+            config_, 9, rows_, 0.0,
+            keeping_more(
+                offloading_internals(
+                    keeping_internals(make_plan(layout_, 4, 3, {}, {}, UpdateSchedule::DuringBackward), {3}),
+                    {0, 1}),
+                kept)));
+    expect_identical(
+        reference_, sliding_run(config_, 9, rows_, 0.5,
+                                keeping_more(keeping_internals(
+                                                 make_plan(layout_, 4, 2, {}, {},
+                                                           UpdateSchedule::AfterBackward, all_units(layout_)),
+                                                 {0, 1, 2, 3}),
+                                             kept)));
+  }
 }
 
 // Internals sent to the host after the forward and fetched back before the backward are the bits

@@ -107,7 +107,7 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   }
   // KeepWithInternals: each micro-chunk's kept intermediates in a slice of their own, sized as the
   // memory model sizes them (layer_internals_bytes).
-  internals_bytes = layer_internals_bytes(config, chunk_tokens, wd, plan.internals_with_norms);
+  internals_bytes = layer_internals_bytes(config, chunk_tokens, wd, plan.kept_internals);
   const bool any_internals = keeps_any_internals(plan);
   FERRY_ASSERT(plan.seq_tile <= 0 || plan.seq_tile >= chunk_tokens || !any_internals,
                "a plan with sequence tiles keeps no layer internals (whole chunks)");
@@ -116,7 +116,7 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   const auto carve_chunks = [&](void* base, std::vector<LayerScratch>& out) {
     for (size_t c = 0; c < C; ++c) {
       Arena slice(static_cast<char*>(base) + c * internals_bytes, internals_bytes);
-      out.push_back(carve_kept_internals(slice, config, chunk_tokens, wd, plan.internals_with_norms));
+      out.push_back(carve_kept_internals(slice, config, chunk_tokens, wd, plan.kept_internals));
     }
   };
   internals_buffers.resize(static_cast<size_t>(L));

@@ -648,9 +648,7 @@ void SlidingEngine::decoder_backward(size_t u, void* params, void* grads, EventI
   const LayerParams g = layer_params(layout_.units[u], grads, unit_grad_dtype(u));
   await_internals(l, before);
   const LayerContext ctx{&config_, static_cast<const float*>(buffers_.inv_freq.data())};
-  const Recompute recompute = !keeps_internals(l)          ? Recompute::Forward
-                              : plan_.internals_with_norms ? Recompute::Activation
-                                                           : Recompute::NormsActivation;
+  const Recompute recompute = keeps_internals(l) ? recompute_after(plan_.kept_internals) : Recompute::Forward;
   for (int64_t c = sweep_begin_; c < sweep_end_; ++c) {
     LayerScratch s = layer_scratch(l, c);
     layer_backward(ops_, ctx, p, g, chunk(c), activation(l, c), activation_grad(c), activation_grad(c), s,

@@ -38,11 +38,11 @@
 //    moves it to pinned host memory (the same bytes) and back (2 × its bytes over PCIe per step),
 //    with a 2-buffer staging ring on the GPU. KeepWithInternals also keeps the layer's forward
 //    intermediates that GEMMs and the attention wrote, per micro-chunk (layer_internals_bytes
-//    each): its backward runs again only the norms and the activation (decoder_layer.h), or only
-//    the activation where the plan keeps the norms' outputs too (Plan::internals_with_norms),
-//    which gives the same bits. Recompute keeps the boundary nowhere: the backward runs the forward of
-//    the layers of its group again from the group's kept boundary (planner/boundary_groups.h),
-//    which gives the same bits too.
+//    each): its backward runs again only the norms and the activation (decoder_layer.h), only
+//    the activation where the plan keeps the norms' outputs too, or nothing where it keeps the
+//    activation as well (Plan::kept_internals), which gives the same bits. Recompute keeps the boundary
+//    nowhere: the backward runs the forward of the layers of its group again from the group's kept boundary
+//    (planner/boundary_groups.h), which gives the same bits too.
 //  * UpdateSchedule: AfterBackward (clipping needs the global norm) updates the host units after
 //    the backward, embedding first, overlapped with the next step's forward, and the device units
 //    at the step's end; DuringBackward (no clipping) updates each unit as its gradient lands.

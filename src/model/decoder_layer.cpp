@@ -54,14 +54,28 @@ void carve_norm_outputs(Arena& a, const ModelConfig& c, int64_t rows, DType dt, 
 
 }  // namespace
 
-LayerScratch carve_kept_internals(Arena& a, const ModelConfig& c, int64_t T, DType dt, bool with_norms) {
+LayerScratch carve_kept_internals(Arena& a, const ModelConfig& c, int64_t T, DType dt, KeptInternals kept) {
   LayerScratch s;
   s.tile_tokens = T;
   carve_qk_norm_inputs(a, c, T, dt, 1, s);
   carve_full_length(a, c, T, dt, 1, s);
   carve_mlp_inputs(a, c, T, dt, s);
-  if (with_norms) carve_norm_outputs(a, c, T, dt, s);
+  if (keeps_norm_outputs(kept)) carve_norm_outputs(a, c, T, dt, s);
+  if (keeps_activation(kept)) s.act = a.take(dt, {T, c.intermediate_size});
   return s;
+}
+
+Recompute recompute_after(KeptInternals kept) {
+  switch (kept) {
+    case KeptInternals::Products:
+      return Recompute::NormsActivation;
+    case KeptInternals::WithNorms:
+      return Recompute::Activation;
+    case KeptInternals::WithActivation:
+      return Recompute::Nothing;
+  }
+  FERRY_ASSERT(false, "unknown KeptInternals");
+  return Recompute::NormsActivation;
 }
 
 LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DType dt, bool with_backward,
@@ -111,12 +125,13 @@ LayerScratch with_kept_internals(const LayerScratch& kept, const LayerScratch& w
   s.x1 = kept.x1;
   s.gate = kept.gate;
   s.up = kept.up;
-  if (kept.h.data != nullptr) {  // carved with_norms
+  if (kept.h.data != nullptr) {  // carved WithNorms or WithActivation
     s.h = kept.h;
     s.rstd1 = kept.rstd1;
     s.h2 = kept.h2;
     s.rstd2 = kept.rstd2;
   }
+  if (kept.act.data != nullptr) s.act = kept.act;  // carved WithActivation
   return s;
 }
 
@@ -185,7 +200,8 @@ std::vector<Tile> tiles_of(const LayerScratch& s, int64_t T) {
 // The passes that a backward from kept internals (Recompute::NormsActivation) runs again: one
 // function each, so that every run is the same calls and gives the same bits. (The activation is
 // written again by the SwiGLU backward, bit for bit as mlp_activation writes it: ops.h; where the
-// norms' outputs were kept too, Recompute::Activation, that is all it runs again.)
+// norms' outputs were kept too, Recompute::Activation, that is all it runs again, and where the
+// activation was kept as well, Recompute::Nothing, not even that.)
 void input_norm(Ops& ops, const ModelConfig& c, const LayerParams& p, const Dims& d, const Tile& t,
                 Tensor x_in, LayerScratch& s) {
   ops.rmsnorm_forward(rows(x_in, t.t0, t.n, d.H), p.input_norm, static_cast<float>(c.rms_norm_eps),
@@ -313,7 +329,9 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   const Dims d = dims_of(c, checked_tokens(s, chunk), s.head_groups);
   const std::vector<Tile> tiles = tiles_of(s, d.T);
   const bool recompute_forward = recompute == Recompute::Forward;
-  const bool recompute_norms = recompute != Recompute::Activation;
+  const bool recompute_norms = recompute == Recompute::NormsActivation;
+  // The SwiGLU backward writes the activation again on its way unless the forward's was kept.
+  const bool recompute_activation = recompute != Recompute::Nothing;
   FERRY_ASSERT(recompute_forward || (tiles.size() == 1 && d.G == 1),
                "kept internals are whole chunks of every head: untiled scratch of one head group only");
   if (recompute_forward) project_and_attend(ops, ctx, p, chunk, d, tiles, x_in, s);
@@ -322,8 +340,8 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
   // proj(h2), h2 = rmsnorm(x1), x1 = x + o_proj(attn). Where two gradients meet (gate and up into
   // h2; the residual and the norm into x1) the second op adds its part in its epilogue (ops.h), so
   // no temporary and no add pass. d_x1 goes to dx_in's rows (it may be dx_out's, already read).
-  // down_proj's dx comes first: the SwiGLU backward that takes it writes act again on the way,
-  // which down_proj's dw then reads.
+  // down_proj's dx comes first: the SwiGLU backward that takes it writes act again on the way
+  // (unless the forward's was kept), which down_proj's dw then reads.
   for (const Tile& t : tiles) {
     if (recompute_forward)
       mlp_inputs(ops, c, p, d, t, x_in, s);
@@ -335,7 +353,8 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
     const Tensor dy = rows(dx_out, t.t0, t.n, d.H), d_x1 = rows(dx_in, t.t0, t.n, d.H);
     const Tensor act = rows(s.act, 0, t.n, d.F);
     ops.linear_backward(act, p.down_proj, dy, d_act, Tensor(), Tensor(), false);
-    ops.swiglu_backward(rows(s.gate, 0, t.n, d.F), rows(s.up, 0, t.n, d.F), d_act, d_gate, d_up, act);
+    ops.swiglu_backward(rows(s.gate, 0, t.n, d.F), rows(s.up, 0, t.n, d.F), d_act, d_gate, d_up,
+                        recompute_activation ? act : Tensor());
     ops.linear_backward(act, p.down_proj, dy, Tensor(), g.down_proj, g.down_bias, false);
     ops.linear_backward(h2, p.gate_proj, d_gate, d_h2, g.gate_proj, g.gate_bias, false);
     ops.linear_backward(h2, p.up_proj, d_up, d_h2, g.up_proj, g.up_bias, true);

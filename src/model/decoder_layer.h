@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "core/arena.h"
+#include "model/kept_internals.h"
 #include "model/model_config.h"
 #include "model/token_chunk.h"
 #include "model/unit_params.h"
@@ -91,11 +92,12 @@ LayerScratch carve_layer_scratch(Arena& arena, const ModelConfig& config, int64_
                                  bool with_backward, int64_t tile_tokens = 0, int64_t head_groups = 1);
 // Carves what a layer keeps from its forward to skip the backward's recompute: the outputs of the
 // GEMMs and the attention (q_pre, k_pre and their norms' rstd for qk_norm models; q, k, v, attn,
-// lse, x1, gate, up), and `with_norms` the two norms' outputs and statistics too (h, rstd1, h2,
-// rstd2: 2H values and two floats a token more, which a whole GPU has room for, and the backward
-// then runs neither norm again). The other fields stay empty.
+// lse, x1, gate, up); with KeptInternals::WithNorms the two norms' outputs and statistics too (h,
+// rstd1, h2, rstd2: 2H values and two floats a token more, which a whole GPU has room for, and the
+// backward then runs neither norm again), and with WithActivation act as well (F values a token:
+// the backward runs nothing again). The other fields stay empty.
 LayerScratch carve_kept_internals(Arena& arena, const ModelConfig& config, int64_t tokens, DType dtype,
-                                  bool with_norms);
+                                  KeptInternals kept);
 // `work` (a full scratch, with_backward) with the fields of `kept` (carve_kept_internals) in place
 // of its own: the scratch a forward that keeps its internals, and the backward that reads them,
 // run in. The norms' outputs (unless kept), the activation and the backward temporaries stay
@@ -107,8 +109,12 @@ LayerScratch with_kept_internals(const LayerScratch& kept, const LayerScratch& w
 enum class Recompute {
   Forward,          // the whole forward from x_in (s holds nothing of it)
   NormsActivation,  // h, h2 and act, from x_in and the kept x1, gate, up (with_kept_internals)
-  Activation,       // act only, the norms' outputs kept too (carve_kept_internals with_norms)
+  Activation,       // act only, the norms' outputs kept too (KeptInternals::WithNorms)
+  Nothing,          // every tensor the backward reads was kept (KeptInternals::WithActivation)
 };
+
+// What the backward of a layer that kept `kept` of its forward runs again.
+Recompute recompute_after(KeptInternals kept);
 
 struct LayerContext {
   const ModelConfig* config = nullptr;

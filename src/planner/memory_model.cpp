@@ -46,9 +46,9 @@ size_t grad_norm_partials(const UnitLayout& unit) {
 }
 
 size_t layer_internals_bytes(const ModelConfig& config, int64_t chunk_tokens, DType weight_dtype,
-                             bool with_norms) {
+                             KeptInternals kept) {
   Arena measure = Arena::measuring();
-  carve_kept_internals(measure, config, chunk_tokens, weight_dtype, with_norms);
+  carve_kept_internals(measure, config, chunk_tokens, weight_dtype, kept);
   return round_to_256(measure.used() + Arena::kAlignment);
 }
 
@@ -190,7 +190,7 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   const int64_t held = sweep_chunks(plan, chunks);
   const size_t act = round_to_256(static_cast<size_t>(held * chunk_tokens * config.hidden_size) * wd);
   const size_t layer_internals =
-      layer_internals_bytes(config, chunk_tokens, plan.weight_dtype, plan.internals_with_norms);
+      layer_internals_bytes(config, chunk_tokens, plan.weight_dtype, plan.kept_internals);
   for (auto a : plan.activations) {
     if (boundary_on_gpu(a)) b.activations += act;
     if (a == ActivationPlacement::KeepWithInternals)
@@ -286,7 +286,7 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
   const size_t act = round_to_256(static_cast<size_t>(held * chunk_tokens * config.hidden_size) * wd);
   const size_t internals =
       static_cast<size_t>(held) *
-      layer_internals_bytes(config, chunk_tokens, plan.weight_dtype, plan.internals_with_norms);
+      layer_internals_bytes(config, chunk_tokens, plan.weight_dtype, plan.kept_internals);
   for (auto a : plan.activations) {
     if (boundary_on_host(a)) h.pinned += act * devices;
     if (a == ActivationPlacement::OffloadWithInternals) h.pinned += internals * devices;

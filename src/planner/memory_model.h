@@ -77,9 +77,9 @@ struct GpuOptimizerBytes {
 };
 GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& plan);
 // What a layer keeps of its forward for one micro-chunk (carve_kept_internals), as the engine
-// allocates it for ActivationPlacement::KeepWithInternals; `with_norms`: Plan::internals_with_norms.
+// allocates it for ActivationPlacement::KeepWithInternals; `kept`: Plan::kept_internals.
 size_t layer_internals_bytes(const ModelConfig& config, int64_t chunk_tokens, DType weight_dtype,
-                             bool with_norms);
+                             KeptInternals kept);
 // Norm partials of one unit: grad_sumsq_chunks of each of its parameters.
 size_t grad_norm_partials(const UnitLayout& unit);
 // Norm partials of the host-updated units together: the engine computes them on the device before

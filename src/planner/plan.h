@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/kept_internals.h"
 #include "optim/state_format.h"
 
 namespace ferry {
@@ -88,9 +89,10 @@ struct Plan {
   // offloaded (planner/boundary_groups.h): a boundary-sized buffer less, for reloads that wait for
   // the use reading the buffer. false: two in turn, whatever the placement.
   bool one_staging_buffer = true;
-  // Layers keeping their internals keep the two norms' outputs too (carve_kept_internals
-  // with_norms): 2H values a token more each, and their backward runs neither norm again.
-  bool internals_with_norms = false;
+  // What layers keeping their internals keep besides the products' outputs (carve_kept_internals):
+  // WithNorms the two norms' outputs too (2H values a token more each: their backward runs neither
+  // norm again), WithActivation the SwiGLU activation as well (F values more: it runs nothing again).
+  KeptInternals kept_internals = KeptInternals::Products;
   int64_t gpu_slots = 2;                         // slots for streamed units (>= 2 for overlap)
   std::vector<UnitPlacement> units;              // one per unit of the model layout
   std::vector<ActivationPlacement> activations;  // one per decoder layer (+1: the head's input)

@@ -99,10 +99,10 @@ int64_t resident_layer_count(const Plan& plan, UnitPlacement* kind) {
 bool same_plan(const Plan& a, const Plan& b) {
   return a.micro_batch == b.micro_batch && a.sweeps == b.sweeps && a.seq_tile == b.seq_tile &&
          a.head_groups == b.head_groups && a.one_staging_buffer == b.one_staging_buffer &&
-         a.internals_with_norms == b.internals_with_norms && a.gpu_slots == b.gpu_slots &&
-         a.units == b.units && a.activations == b.activations && a.update == b.update &&
-         a.weight_upload == b.weight_upload && a.weight_dtype == b.weight_dtype &&
-         a.grad_dtype == b.grad_dtype && a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
+         a.kept_internals == b.kept_internals && a.gpu_slots == b.gpu_slots && a.units == b.units &&
+         a.activations == b.activations && a.update == b.update && a.weight_upload == b.weight_upload &&
+         a.weight_dtype == b.weight_dtype && a.grad_dtype == b.grad_dtype &&
+         a.state_on_disk == b.state_on_disk && a.disk_slots == b.disk_slots;
 }
 
 bool better(const Candidate& a, const Candidate& b) {
@@ -377,7 +377,7 @@ class Searcher {
     if (!r_.space.keep_internals || tiled(plan, shape) || recomputes_boundaries(plan)) return;
     const size_t per_layer =
         static_cast<size_t>(sweep_chunks(plan, shape.chunks)) *
-        layer_internals_bytes(config_, shape.chunk_tokens, plan.weight_dtype, plan.internals_with_norms);
+        layer_internals_bytes(config_, shape.chunk_tokens, plan.weight_dtype, plan.kept_internals);
     const size_t base = device_total(plan, shape);
     if (base > device_limit_) return;
     const int64_t room = static_cast<int64_t>((device_limit_ - base) / per_layer);
@@ -444,22 +444,27 @@ class Searcher {
     if (f.upload == WeightUpload::ConvertOnUpload && !r_.weight_upload && shadow_fits_host(plan, shape))
       return;
     if (!profile_) return;
-    std::optional<Plan> with_norms = with_norm_outputs(plan, shape);
+    std::vector<Plan> keeping_more = keeping_more_internals(plan, shape);
     rank(std::move(plan), shape);
-    if (with_norms) rank(std::move(*with_norms), shape);
+    for (Plan& p : keeping_more) rank(std::move(p), shape);
   }
 
-  // `plan`, whose layers keep internals, with the norms' outputs kept beside them, where the device
-  // (and, for internals on the host, the host) has room for them; the cost model weighs the two
-  // norm passes each such layer's backward no longer runs.
-  std::optional<Plan> with_norm_outputs(const Plan& plan, const StepShape& shape) const {
-    if (!r_.space.norms_with_internals || plan.internals_with_norms || !keeps_any_internals(plan))
-      return std::nullopt;
-    Plan p = plan;
-    p.internals_with_norms = true;
-    if (device_total(p, shape) > device_limit_) return std::nullopt;
-    if (r_.host_budget > 0 && host_total(p, shape) > r_.host_budget) return std::nullopt;
-    return p;
+  // `plan`, whose layers keep the products' internals, with the norms' outputs kept beside them,
+  // and with the activation as well, each where the device (and, for internals on the host, the
+  // host) has room for it and the search space allows it; the cost model weighs the passes each
+  // such layer's backward no longer runs.
+  std::vector<Plan> keeping_more_internals(const Plan& plan, const StepShape& shape) const {
+    std::vector<Plan> out;
+    if (plan.kept_internals != KeptInternals::Products || !keeps_any_internals(plan)) return out;
+    for (const KeptInternals kept : {KeptInternals::WithNorms, KeptInternals::WithActivation}) {
+      if (static_cast<int>(kept) > static_cast<int>(r_.space.most_kept_internals)) break;
+      Plan p = plan;
+      p.kept_internals = kept;
+      if (device_total(p, shape) > device_limit_) break;
+      if (r_.host_budget > 0 && host_total(p, shape) > r_.host_budget) break;
+      out.push_back(std::move(p));
+    }
+    return out;
   }
 
   void rank(Plan plan, const StepShape& shape) {
@@ -551,7 +556,7 @@ class Searcher {
       if (!keeps_internals(plan.activations[static_cast<size_t>(l)])) candidates.push_back(l);
     const size_t per_layer =
         static_cast<size_t>(shape.chunks) *
-        layer_internals_bytes(config_, shape.chunk_tokens, plan.weight_dtype, plan.internals_with_norms);
+        layer_internals_bytes(config_, shape.chunk_tokens, plan.weight_dtype, plan.kept_internals);
     int64_t most = static_cast<int64_t>(candidates.size());
     if (r_.host_budget > 0) {
       const size_t host = host_total(plan, shape);
@@ -683,6 +688,19 @@ class Searcher {
   // The least disk with which a plan fits the host budget (past the disk budget).
   size_t min_disk_for_host_ = std::numeric_limits<size_t>::max();
 };
+
+// How layers that keep their internals keep them (Plan::kept_internals), after "internals kept".
+const char* kept_internals_manner(KeptInternals kept) {
+  switch (kept) {
+    case KeptInternals::Products:
+      return "alone";
+    case KeptInternals::WithNorms:
+      return "with the norms' outputs";
+    case KeptInternals::WithActivation:
+      return "with the norms' outputs and the activation";
+  }
+  return "?";
+}
 
 const char* unit_choice(UnitPlacement p) {
   switch (p) {
@@ -866,10 +884,9 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
   const int64_t internals = kept_internals(plan), reference_internals = kept_internals(reference);
   if (internals != reference_internals)
     parts.push_back(fmt::format("{} layers not recomputed instead of {}", internals, reference_internals));
-  if (internals > 0 && reference_internals > 0 && plan.internals_with_norms != reference.internals_with_norms)
-    parts.push_back(plan.internals_with_norms
-                        ? "the norms' outputs kept with the internals instead of recomputed"
-                        : "the norms' outputs recomputed instead of kept with the internals");
+  if (internals > 0 && reference_internals > 0 && plan.kept_internals != reference.kept_internals)
+    parts.push_back(fmt::format("internals kept {} instead of {}", kept_internals_manner(plan.kept_internals),
+                                kept_internals_manner(reference.kept_internals)));
   const auto on_host = [](const Plan& p) {
     return std::count(p.activations.begin(), p.activations.end(), ActivationPlacement::OffloadWithInternals);
   };

@@ -49,12 +49,15 @@ class ProgramBuilder {
     // activation, memory-bound passes moving (4H + 3F) values and two rstd per token, at the
     // device memory's rate as the GPU AdamW's shows it (it moves about 30 bytes per parameter).
     // Without a GPU AdamW rate they are taken as free (a few percent of the recompute they replace).
-    // The norms' share (4H values and the two rstd) is what Plan::internals_with_norms saves.
+    // The norms' share (4H values and the two rstd) is what Plan::kept_internals WithNorms saves;
+    // WithActivation saves the activation's write too (F values: the SwiGLU backward reads gate
+    // and up either way, and writes the activation on its way unless it was kept).
     if (profile_.compute.gpu_adamw_params_per_s > 0) {
       const double tokens = static_cast<double>(shape_.chunk_tokens),
                    value = static_cast<double>(dtype_size(plan_.weight_dtype));
       const double rate = kGpuAdamWBytesPerParam * profile_.compute.gpu_adamw_params_per_s;
       kept_norms_recompute_per_chunk_s_ = tokens * (4.0 * H * value + 8.0) / rate;
+      kept_activation_write_per_chunk_s_ = tokens * F * value / rate;
       kept_layer_recompute_per_chunk_s_ = kept_norms_recompute_per_chunk_s_ + tokens * 3.0 * F * value / rate;
     }
     sweep_chunks_ = sweep_chunks(plan_, shape_.chunks);
@@ -68,8 +71,8 @@ class ProgramBuilder {
     activation_bytes_ = static_cast<double>(sweep_chunks_ * shape_.chunk_tokens * config.hidden_size) *
                         static_cast<double>(dtype_size(plan_.weight_dtype));
     internals_bytes_ = static_cast<double>(sweep_chunks_) *
-                       static_cast<double>(layer_internals_bytes(
-                           config, shape_.chunk_tokens, plan_.weight_dtype, plan_.internals_with_norms));
+                       static_cast<double>(layer_internals_bytes(config, shape_.chunk_tokens,
+                                                                 plan_.weight_dtype, plan_.kept_internals));
     reloads_ = internals_reloads(groups_.internals_on_host, uses_, passes_);
     upload_bytes_per_param_ = plan_.weight_upload == WeightUpload::ConvertOnUpload
                                   ? static_cast<double>(sizeof(float))
@@ -121,19 +124,21 @@ class ProgramBuilder {
   // internals skips most of it. Measured where the profile has it (layer_backward_kept); else the
   // forward less its last GEMM (down_proj, which the recompute does not run), that GEMM's share
   // taken as its share of the layer's weight-matrix FLOPs, and less the norms and activation it
-  // runs again. Where it kept the norms' outputs as well, their passes are taken off too.
+  // runs again. Where it kept the norms' outputs (and the activation) as well, their passes (and
+  // the activation's write) are taken off too.
   double layer_backward_seconds(int64_t layer) const {
     const ComputeProfile& compute = profile_.compute;
     const double backward = tiled_chunks_of(compute.layer_backward) +
                             (tiled_extra_share_ + grouped_extra_share_) * chunks_of(compute.layer_forward);
     if (!keeps_internals(plan_.activations[static_cast<size_t>(layer)])) return backward;
-    const double norms_kept = plan_.internals_with_norms
-                                  ? static_cast<double>(chunks_now_) * kept_norms_recompute_per_chunk_s_
-                                  : 0.0;
+    const double chunks = static_cast<double>(chunks_now_);
+    const double more_kept =
+        (keeps_norm_outputs(plan_.kept_internals) ? chunks * kept_norms_recompute_per_chunk_s_ : 0.0) +
+        (keeps_activation(plan_.kept_internals) ? chunks * kept_activation_write_per_chunk_s_ : 0.0);
     if (compute.layer_backward_kept.per_token_s > 0)
-      return std::max(0.0, chunks_of(compute.layer_backward_kept) - norms_kept);
+      return std::max(0.0, chunks_of(compute.layer_backward_kept) - more_kept);
     const double skipped = recompute_share_ * chunks_of(compute.layer_forward) -
-                           static_cast<double>(chunks_now_) * kept_layer_recompute_per_chunk_s_ + norms_kept;
+                           chunks * kept_layer_recompute_per_chunk_s_ + more_kept;
     return std::max(0.0, backward - std::max(0.0, skipped));
   }
   // A use's compute over the micro-chunks of the sweep being built (the step's, in one sweep).
@@ -530,16 +535,17 @@ class ProgramBuilder {
   double recompute_share_ = 1.0;      // of a layer forward's time, what the backward's recompute takes
   // per micro-chunk: the passes a layer that kept its internals runs again
   double kept_layer_recompute_per_chunk_s_ = 0.0;
-  double kept_norms_recompute_per_chunk_s_ = 0.0;  // its share of the two norms
-  int64_t sweep_chunks_ = 1;                       // micro-chunks per sweep (Plan::sweeps)
-  int64_t chunks_now_ = 1;                         // micro-chunks of the sweep being built
-  bool sparse_embedding_ = false;                  // row_sparse_embedding()
-  DiskTierLayout disk_;                            // the disk tier's units and their bytes (none: empty)
-  int64_t disk_ahead_ = 0;                         // reads in flight ahead of the update, at most
-  int64_t disk_sequence_ = 0;                      // the next disk update's position in the repeating order
-  std::vector<int32_t> disk_read_, disk_write_;    // per position: its read and its write-back
-  double embedding_row_params_ = 0;                // its expected token rows' parameters per step
-  int64_t devices_ = 1;                            // Plan::devices: this program is one device's
+  double kept_norms_recompute_per_chunk_s_ = 0.0;   // its share of the two norms
+  double kept_activation_write_per_chunk_s_ = 0.0;  // the activation's write in the SwiGLU backward
+  int64_t sweep_chunks_ = 1;                        // micro-chunks per sweep (Plan::sweeps)
+  int64_t chunks_now_ = 1;                          // micro-chunks of the sweep being built
+  bool sparse_embedding_ = false;                   // row_sparse_embedding()
+  DiskTierLayout disk_;                             // the disk tier's units and their bytes (none: empty)
+  int64_t disk_ahead_ = 0;                          // reads in flight ahead of the update, at most
+  int64_t disk_sequence_ = 0;                       // the next disk update's position in the repeating order
+  std::vector<int32_t> disk_read_, disk_write_;     // per position: its read and its write-back
+  double embedding_row_params_ = 0;                 // its expected token rows' parameters per step
+  int64_t devices_ = 1;                             // Plan::devices: this program is one device's
   CollectiveRate collective_;
 
   StepProgram program_;

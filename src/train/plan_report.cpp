@@ -209,10 +209,14 @@ void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout
                   }
                   return "?";
                 }).c_str());
-  if (p.internals_with_norms && keeps_any_internals(p))
+  if (keeps_any_internals(p) && p.kept_internals == KeptInternals::WithNorms)
     std::printf(
         "  layers keeping their internals keep the norms' outputs too: their backward runs neither norm "
         "again (keep_norm_outputs)\n");
+  if (keeps_any_internals(p) && p.kept_internals == KeptInternals::WithActivation)
+    std::printf(
+        "  layers keeping their internals keep the norms' outputs and the activation too: their backward "
+        "runs nothing of the forward again (keep_norm_outputs, keep_activation)\n");
   std::printf("  micro-chunks of %lld tokens (micro-batch %lld), %lld per step\n",
               static_cast<long long>(c.shape.chunk_tokens), static_cast<long long>(p.micro_batch),
               static_cast<long long>(c.shape.chunks));

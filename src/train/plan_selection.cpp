@@ -125,7 +125,9 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
     r.weight_upload = WeightUpload::HostShadow;
   }
   r.space.keep_internals = config.recompute == RecomputePolicy::Auto;
-  r.space.norms_with_internals = config.keep_norm_outputs;
+  r.space.most_kept_internals = !config.keep_norm_outputs ? KeptInternals::Products
+                                : !config.keep_activation ? KeptInternals::WithNorms
+                                                          : KeptInternals::WithActivation;
   return r;
 }
 

@@ -180,6 +180,7 @@ const std::map<std::string, Writer>& writers() {
        [](YAML::Emitter& o, const TrainConfig& c) { o << offload_name(c.offload_activations); }},
       {"internals_on_host", value(&TrainConfig::internals_on_host)},
       {"keep_norm_outputs", value(&TrainConfig::keep_norm_outputs)},
+      {"keep_activation", value(&TrainConfig::keep_activation)},
       {"recompute",
        [](YAML::Emitter& o, const TrainConfig& c) {
          o << (c.recompute == RecomputePolicy::All ? "all" : "auto");

@@ -144,8 +144,11 @@ struct TrainConfig {
   // recomputing them (ActivationPlacement::OffloadWithInternals); false (the default): never.
   bool internals_on_host = false;
   // Whether layers that keep their forward internals may keep the norms' outputs too
-  // (Plan::internals_with_norms), where memory is left; false: the norms run again in their backward.
+  // (Plan::kept_internals), where memory is left; false: the norms run again in their backward.
   bool keep_norm_outputs = true;
+  // Whether such layers that keep the norms' outputs may keep the SwiGLU activation as well, where
+  // memory is left; false: their SwiGLU backward writes it again.
+  bool keep_activation = true;
   RecomputePolicy recompute = RecomputePolicy::Auto;
   int64_t resident_layers = -1;  // layers kept on the GPU; -1: the planner chooses
   // When the CPU updates a unit; empty (auto): the planner's choice. During-backward is exact only
