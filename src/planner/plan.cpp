@@ -80,29 +80,16 @@ std::string sweeps_refusal(const Plan& plan) {
   return std::string();
 }
 
-namespace {
-
-const char* kept_internals_words(KeptInternals kept) {
-  switch (kept) {
-    case KeptInternals::Products:
-      return "";
-    case KeptInternals::WithNorms:
-      return ", with the norms' outputs";
-    case KeptInternals::WithActivation:
-      return ", with the norms' outputs and the activation";
-  }
-  return "";
-}
-
-}  // namespace
-
 std::string Plan::describe() const {
   int64_t internals = 0, on_host = 0;
   for (auto a : activations) internals += keeps_internals(a);
   for (auto a : activations) on_host += (a == ActivationPlacement::OffloadWithInternals);
   const std::string no_recompute =
       internals > 0 ? fmt::format(", {} of {} layers not recomputed (internals kept{}{})", internals,
-                                  activations.size(), kept_internals_words(kept_internals),
+                                  activations.size(),
+                                  kept_internals == KeptInternals::Products
+                                      ? std::string()
+                                      : fmt::format(", {}", kept_internals_manner(kept_internals)),
                                   on_host > 0 ? fmt::format(", {} on the host", on_host) : std::string())
                     : std::string();
   const std::string tile =

@@ -689,19 +689,6 @@ class Searcher {
   size_t min_disk_for_host_ = std::numeric_limits<size_t>::max();
 };
 
-// How layers that keep their internals keep them (Plan::kept_internals), after "internals kept".
-const char* kept_internals_manner(KeptInternals kept) {
-  switch (kept) {
-    case KeptInternals::Products:
-      return "alone";
-    case KeptInternals::WithNorms:
-      return "with the norms' outputs";
-    case KeptInternals::WithActivation:
-      return "with the norms' outputs and the activation";
-  }
-  return "?";
-}
-
 const char* unit_choice(UnitPlacement p) {
   switch (p) {
     case UnitPlacement::Streamed:
