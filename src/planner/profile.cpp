@@ -113,6 +113,7 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
         {"layer_forward", linear_json(p.compute.layer_forward)},
         {"layer_backward", linear_json(p.compute.layer_backward)},
         {"layer_backward_kept", linear_json(p.compute.layer_backward_kept)},
+        {"layer_backward_kept_all", linear_json(p.compute.layer_backward_kept_all)},
         {"layer_tile_tokens", p.compute.layer_tile_tokens},
         {"layer_head_groups", p.compute.layer_head_groups},
         {"head", linear_json(p.compute.head)},
@@ -176,6 +177,8 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   p.compute.layer_forward = r.linear(c, "layer_forward");
   p.compute.layer_backward = r.linear(c, "layer_backward");
   if (c.contains("layer_backward_kept")) p.compute.layer_backward_kept = r.linear(c, "layer_backward_kept");
+  if (c.contains("layer_backward_kept_all"))
+    p.compute.layer_backward_kept_all = r.linear(c, "layer_backward_kept_all");
   if (c.contains("layer_tile_tokens"))
     p.compute.layer_tile_tokens = r.whole(c, "layer_tile_tokens", 0, kMaxInt);
   if (c.contains("layer_head_groups"))

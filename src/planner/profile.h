@@ -34,6 +34,10 @@ struct ComputeProfile {
   // that did not measure it: the cost model then takes layer_backward less the recompute's share of
   // layer_forward.
   LinearTime layer_backward_kept;
+  // The backward of a layer that kept everything its backward reads (Recompute::Nothing: the
+  // norms' outputs and the activation too). Zero in files that did not measure it: the cost model
+  // then takes the passes it skips at the device memory's rate.
+  LinearTime layer_backward_kept_all;
   // Where no micro-chunk of whole sequences fit the device, the layer was timed with its token-local
   // tensors in tiles of this many tokens, and its times taken back to the untiled layer's as the
   // planner charges a tile (planner/sequence_tile.h); 0: timed untiled.

@@ -35,6 +35,8 @@ MachineProfile scale_profile(const MachineProfile& measured, const ModelConfig& 
   // The nominal profile has no kept-internals backward; it scales as the backward's GEMMs do.
   if (m.layer_backward_kept.per_token_s > 0)
     c.layer_backward_kept = scaled(m.layer_backward_kept, f.layer_backward, t.layer_backward);
+  if (m.layer_backward_kept_all.per_token_s > 0)
+    c.layer_backward_kept_all = scaled(m.layer_backward_kept_all, f.layer_backward, t.layer_backward);
   c.head = scaled(m.head, f.head, t.head);
   c.head_f32_grads = scaled(m.head_f32_grads, f.head, t.head);
   return p;

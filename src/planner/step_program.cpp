@@ -52,12 +52,14 @@ class ProgramBuilder {
     // The norms' share (4H values and the two rstd) is what Plan::kept_internals WithNorms saves;
     // WithActivation saves the activation's write too (F values: the SwiGLU backward reads gate
     // and up either way, and writes the activation on its way unless it was kept).
+    const double value = static_cast<double>(dtype_size(plan_.weight_dtype));
+    const double norms_bytes = 4.0 * H * value + 8.0, activation_bytes = F * value;  // a token's
+    kept_norms_share_ = norms_bytes / (norms_bytes + activation_bytes);
     if (profile_.compute.gpu_adamw_params_per_s > 0) {
-      const double tokens = static_cast<double>(shape_.chunk_tokens),
-                   value = static_cast<double>(dtype_size(plan_.weight_dtype));
+      const double tokens = static_cast<double>(shape_.chunk_tokens);
       const double rate = kGpuAdamWBytesPerParam * profile_.compute.gpu_adamw_params_per_s;
-      kept_norms_recompute_per_chunk_s_ = tokens * (4.0 * H * value + 8.0) / rate;
-      kept_activation_write_per_chunk_s_ = tokens * F * value / rate;
+      kept_norms_recompute_per_chunk_s_ = tokens * norms_bytes / rate;
+      kept_activation_write_per_chunk_s_ = tokens * activation_bytes / rate;
       kept_layer_recompute_per_chunk_s_ = kept_norms_recompute_per_chunk_s_ + tokens * 3.0 * F * value / rate;
     }
     sweep_chunks_ = sweep_chunks(plan_, shape_.chunks);
@@ -135,6 +137,15 @@ class ProgramBuilder {
     const double more_kept =
         (keeps_norm_outputs(plan_.kept_internals) ? chunks * kept_norms_recompute_per_chunk_s_ : 0.0) +
         (keeps_activation(plan_.kept_internals) ? chunks * kept_activation_write_per_chunk_s_ : 0.0);
+    if (compute.layer_backward_kept.per_token_s > 0 && compute.layer_backward_kept_all.per_token_s > 0) {
+      // Both ends measured: the passes between them shared out by the bytes each moves.
+      const double kept = chunks_of(compute.layer_backward_kept),
+                   all = chunks_of(compute.layer_backward_kept_all);
+      const double share = keeps_activation(plan_.kept_internals)     ? 1.0
+                           : keeps_norm_outputs(plan_.kept_internals) ? kept_norms_share_
+                                                                      : 0.0;
+      return std::max(0.0, kept - share * std::max(0.0, kept - all));
+    }
     if (compute.layer_backward_kept.per_token_s > 0)
       return std::max(0.0, chunks_of(compute.layer_backward_kept) - more_kept);
     const double skipped = recompute_share_ * chunks_of(compute.layer_forward) -
@@ -537,15 +548,18 @@ class ProgramBuilder {
   double kept_layer_recompute_per_chunk_s_ = 0.0;
   double kept_norms_recompute_per_chunk_s_ = 0.0;   // its share of the two norms
   double kept_activation_write_per_chunk_s_ = 0.0;  // the activation's write in the SwiGLU backward
-  int64_t sweep_chunks_ = 1;                        // micro-chunks per sweep (Plan::sweeps)
-  int64_t chunks_now_ = 1;                          // micro-chunks of the sweep being built
-  bool sparse_embedding_ = false;                   // row_sparse_embedding()
-  DiskTierLayout disk_;                             // the disk tier's units and their bytes (none: empty)
-  int64_t disk_ahead_ = 0;                          // reads in flight ahead of the update, at most
-  int64_t disk_sequence_ = 0;                       // the next disk update's position in the repeating order
-  std::vector<int32_t> disk_read_, disk_write_;     // per position: its read and its write-back
-  double embedding_row_params_ = 0;                 // its expected token rows' parameters per step
-  int64_t devices_ = 1;                             // Plan::devices: this program is one device's
+  // of what a layer keeping everything skips beyond one keeping the products' outputs, the norms'
+  // share by the bytes (measured where the profile times both: layer_backward_kept_all)
+  double kept_norms_share_ = 0.0;
+  int64_t sweep_chunks_ = 1;                     // micro-chunks per sweep (Plan::sweeps)
+  int64_t chunks_now_ = 1;                       // micro-chunks of the sweep being built
+  bool sparse_embedding_ = false;                // row_sparse_embedding()
+  DiskTierLayout disk_;                          // the disk tier's units and their bytes (none: empty)
+  int64_t disk_ahead_ = 0;                       // reads in flight ahead of the update, at most
+  int64_t disk_sequence_ = 0;                    // the next disk update's position in the repeating order
+  std::vector<int32_t> disk_read_, disk_write_;  // per position: its read and its write-back
+  double embedding_row_params_ = 0;              // its expected token rows' parameters per step
+  int64_t devices_ = 1;                          // Plan::devices: this program is one device's
   CollectiveRate collective_;
 
   StepProgram program_;

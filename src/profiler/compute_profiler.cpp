@@ -118,7 +118,7 @@ Tensor rows(const DeviceBuffer& buffer, DType dtype, int64_t tokens, int64_t hid
 }
 
 struct LayerTimes {
-  LinearTime forward, backward, backward_kept;
+  LinearTime forward, backward, backward_kept, backward_kept_all;
 };
 
 // The layer's times at each of `tokens`; with `tile` > 0 its token-local tensors run in tiles of
@@ -161,8 +161,9 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
   const LayerParams g = layer_params(unit, grads.data(), s.gd);
 
   // The backward from kept internals reads what the forward left in the scratch (the full
-  // backward recomputes the same values into it, so every repeat reads a forward's output).
-  std::vector<TimedTokens> forward, backward, backward_kept;
+  // backward recomputes the same values into it, so every repeat reads a forward's output), and so
+  // does the one that recomputes nothing (the norms' outputs and the activation there too).
+  std::vector<TimedTokens> forward, backward, backward_kept, backward_kept_all;
   for (const int64_t T : tokens) {
     Arena arena(scratch.data(), scratch.bytes());
     LayerScratch ls = carve_layer_scratch(arena, s.config, T, s.wd, true, tile, head_groups);
@@ -175,9 +176,11 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
     // Kept internals are whole chunks of every head (decoder_layer.h): a tiled or grouped layer has
     // no such backward.
     const bool plain = tile == 0 && head_groups == 1;
-    if (plain)
+    if (plain) {
       runs.push_back(
           [&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls, Recompute::NormsActivation); });
+      runs.push_back([&] { layer_backward(ops, ctx, p, g, chunk, in, d_out, d_in, ls, Recompute::Nothing); });
+    }
     const std::vector<double> seconds = time_each_on_device(device, runs, timing);
     // A tiled pass as the planner charges it (planner/sequence_tile.h, step_program.cpp): the
     // untiled per-token time over T plus kTileTailTokens a tile, the backward plus the shares of a
@@ -195,9 +198,11 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
     // Without the kept-internals run, its time is the full backward's: an upper bound that no plan at
     // this length uses, since the kept internals of a chunk that needs tiles do not fit either.
     backward_kept.push_back({T, plain ? seconds[2] : b});
+    backward_kept_all.push_back({T, plain ? seconds[3] : b});
   }
   return {fit_linear_time(forward, "layer forward"), fit_linear_time(backward, "layer backward"),
-          fit_linear_time(backward_kept, "layer backward from kept internals")};
+          fit_linear_time(backward_kept, "layer backward from kept internals"),
+          fit_linear_time(backward_kept_all, "layer backward recomputing nothing")};
 }
 
 struct EndTimes {
@@ -479,13 +484,15 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   };
   const LayerTimes layer = time_layer(device, ops, shape, tokens, tile, head_groups, fill, steady);
   log_info(
-      "profile: one layer at {} tokens: forward {:.4g} s, backward {:.4g} s (from kept internals {:.4g} s); "
-      "measured in {:.1f} s",
+      "profile: one layer at {} tokens: forward {:.4g} s, backward {:.4g} s (from kept internals {:.4g} s, "
+      "recomputing nothing {:.4g} s); measured in {:.1f} s",
       tokens.back(), layer.forward.at(tokens.back()), layer.backward.at(tokens.back()),
-      layer.backward_kept.at(tokens.back()), seconds_since(part_start));
+      layer.backward_kept.at(tokens.back()), layer.backward_kept_all.at(tokens.back()),
+      seconds_since(part_start));
   c.layer_forward = layer.forward;
   c.layer_backward = layer.backward;
   c.layer_backward_kept = layer.backward_kept;
+  c.layer_backward_kept_all = layer.backward_kept_all;
   c.layer_tile_tokens = tile;
   c.layer_head_groups = head_groups;
   const auto ends_start = std::chrono::steady_clock::now();

@@ -80,8 +80,9 @@ struct ProfileOptions {
 //   3: the head with 512 MiB logits chunks (kCudaFlceChunkBytes), 2048 tokens of a 128k vocabulary;
 //   4: the head timed on its own, not in turn with the embedding's passes;
 //   5: the backward of a layer that kept its internals (compute.layer_backward_kept);
-//   6: the lean AdamW's rate per format (host.lean_adamw_params_per_s).
-inline constexpr int kProfilerMethod = 6;
+//   6: the lean AdamW's rate per format (host.lean_adamw_params_per_s);
+//   7: the backward of a layer that recomputes nothing (compute.layer_backward_kept_all).
+inline constexpr int kProfilerMethod = 7;
 
 // ProfileOptions' defaults on a device with native (CUDA) streams. On the simulated device, smaller
 // arrays and shorter samples: its profile plans test runs on this host, and measuring it must take
