@@ -218,6 +218,7 @@ TEST_F(SearchTest, SpareMemoryKeepsTheLastLayersInternals) {
 // budget runs them again, each predicted slower, and the plan says which it does.
 TEST_F(SearchTest, MemoryLeftOverKeepsTheNormOutputsWithTheInternals) {
   PlanRequest r = request(400);
+  r.space.most_kept_internals = KeptInternals::WithActivation;
   const SearchResult all = search_plans(config_, layout_, slow_cpu_fast_link(), r);
   ASSERT_TRUE(keeps_any_internals(all.best.plan)) << all.best.plan.describe();
   EXPECT_EQ(all.best.plan.kept_internals, KeptInternals::WithActivation) << all.best.plan.describe();

@@ -99,8 +99,8 @@ struct SearchSpace {
   // ActivationPlacement::KeepWithInternals for the last layers where memory is left.
   bool keep_internals = true;
   // The most Plan::kept_internals may keep where the memory holds it beside the products' outputs
-  // (config keep_norm_outputs, keep_activation).
-  KeptInternals most_kept_internals = KeptInternals::WithActivation;
+  // (config keep_norm_outputs, keep_activation; the latter off by default).
+  KeptInternals most_kept_internals = KeptInternals::WithNorms;
   // ActivationPlacement::OffloadWithInternals for some of the other layers where the host has room.
   // Off unless asked for (config internals_on_host): on the H200 the plans it chose ran 2.8-3.6%
   // slower than without it, where the cost model predicted them up to 1.6% faster
