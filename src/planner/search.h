@@ -37,9 +37,9 @@
 //     boundaries kept on the GPU, then by un-keeping the first layers' GPU internals; the cost
 //     model weighs the copies (a layer's internals are ten boundaries) against the recompute.
 //     Every plan that keeps internals is also weighed with the norms' outputs kept beside them
-//     (Plan::kept_internals: 17-19% more per kept layer), and with the activation as well (~30%
-//     more again), where that still fits: memory-bound passes fewer in each such backward, which
-//     pays where memory is left over.
+//     (Plan::kept_internals: 17-19% more per kept layer) where that still fits: two memory-bound
+//     passes fewer in each such backward, which pays where memory is left over. The best plan
+//     then keeps the activation as well (~30% more again) where it has the room as it stands.
 //   * every K-th boundary kept, the others recomputed in the backward (planner/boundary_groups.h):
 //     K is a family axis like the sequence tile, tried for long sequences (keep_every_candidates),
 //     and for short ones where keeping every boundary costs the host's RAM: the best plan with
@@ -99,8 +99,8 @@ struct SearchSpace {
   // ActivationPlacement::KeepWithInternals for the last layers where memory is left.
   bool keep_internals = true;
   // The most Plan::kept_internals may keep where the memory holds it beside the products' outputs
-  // (config keep_norm_outputs, keep_activation; the latter off by default).
-  KeptInternals most_kept_internals = KeptInternals::WithNorms;
+  // (config keep_norm_outputs, keep_activation).
+  KeptInternals most_kept_internals = KeptInternals::WithActivation;
   // ActivationPlacement::OffloadWithInternals for some of the other layers where the host has room.
   // Off unless asked for (config internals_on_host): on the H200 the plans it chose ran 2.8-3.6%
   // slower than without it, where the cost model predicted them up to 1.6% faster

@@ -147,10 +147,8 @@ struct TrainConfig {
   // (Plan::kept_internals), where memory is left; false: the norms run again in their backward.
   bool keep_norm_outputs = true;
   // Whether such layers that keep the norms' outputs may keep the SwiGLU activation as well, where
-  // memory is left; false (the default): their SwiGLU backward writes it again. Off by default: on
-  // an H100 the whole-GPU 1B's plan that made room for it (two sweeps) ran 1-1.6% slower than the
-  // one sweep without it, which the cost model had put 0.5% behind (docs/performance.md).
-  bool keep_activation = false;
+  // the best plan has the room for it as it stands; false: their SwiGLU backward writes it again.
+  bool keep_activation = true;
   RecomputePolicy recompute = RecomputePolicy::Auto;
   int64_t resident_layers = -1;  // layers kept on the GPU; -1: the planner chooses
   // When the CPU updates a unit; empty (auto): the planner's choice. During-backward is exact only
