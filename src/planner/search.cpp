@@ -445,21 +445,18 @@ class Searcher {
     if (f.upload == WeightUpload::ConvertOnUpload && !r_.weight_upload && shadow_fits_host(plan, shape))
       return;
     if (!profile_) return;
-    std::vector<Plan> keeping_more = keeping_more_internals(plan, shape);
+    std::optional<Plan> with_norms = with_norm_outputs(plan, shape);
     rank(std::move(plan), shape);
-    for (Plan& p : keeping_more) rank(std::move(p), shape);
+    if (with_norms) rank(std::move(*with_norms), shape);
   }
 
   // `plan`, whose layers keep the products' internals, with the norms' outputs kept beside them
   // where the device (and, for internals on the host, the host) has room for them and the search
   // space allows it; the cost model weighs the two norm passes each such layer's backward no
   // longer runs.
-  std::vector<Plan> keeping_more_internals(const Plan& plan, const StepShape& shape) const {
-    std::vector<Plan> out;
-    if (plan.kept_internals != KeptInternals::Products || !keeps_any_internals(plan)) return out;
-    std::optional<Plan> p = keeping(plan, KeptInternals::WithNorms, shape);
-    if (p) out.push_back(std::move(*p));
-    return out;
+  std::optional<Plan> with_norm_outputs(const Plan& plan, const StepShape& shape) const {
+    if (plan.kept_internals != KeptInternals::Products || !keeps_any_internals(plan)) return std::nullopt;
+    return keeping(plan, KeptInternals::WithNorms, shape);
   }
 
   // `plan` keeping `kept` of its layers' internals, where the space allows it and it fits.
