@@ -479,23 +479,24 @@ class Searcher {
     if (best.plan.kept_internals != KeptInternals::WithNorms || !keeps_any_internals(best.plan)) return;
     std::optional<Plan> p = keeping(best.plan, KeptInternals::WithActivation, best.shape);
     if (!p) return;
-    Candidate c;
-    c.plan = std::move(*p);
-    c.shape = best.shape;
-    c.prediction = predict(config_, layout_, c.plan, *profile_, c.shape);
-    c.prediction.host = host_of(c.plan, c.shape);
-    ++simulated_;
+    Candidate c = simulated(std::move(*p), best.shape);
     if (better(c, best)) bests_.insert(bests_.begin(), std::move(c));
   }
 
   void rank(Plan plan, const StepShape& shape) {
+    Candidate c = simulated(std::move(plan), shape);
+    if (!family_best_ || better(c, *family_best_)) family_best_ = std::move(c);
+  }
+
+  // `plan` with its predicted step and host bytes, counted among the plans simulated.
+  Candidate simulated(Plan plan, const StepShape& shape) {
     Candidate c;
     c.plan = std::move(plan);
     c.shape = shape;
     c.prediction = predict(config_, layout_, c.plan, *profile_, shape);
     c.prediction.host = host_of(c.plan, shape);
     ++simulated_;
-    if (!family_best_ || better(c, *family_best_)) family_best_ = std::move(c);
+    return c;
   }
 
   // The fewest layers' state on disk that brings `plan` under the host budget, within the disk
