@@ -679,6 +679,7 @@ struct FlceCase {
   int64_t T, H, V;
   DType grad_dtype;
   int64_t chunk_tokens;  // 0: the default budget
+  int64_t weight_grad_chunks = 1;
 };
 
 TEST_F(CudaParity, LinearCrossEntropy) {
@@ -686,9 +687,14 @@ TEST_F(CudaParity, LinearCrossEntropy) {
   for (const FlceCase& c :
        {FlceCase{127, 64, 1000, DType::F32, 0}, FlceCase{127, 64, 1000, DType::BF16, 40},
         FlceCase{257, 96, 32003, DType::F32, 0}, FlceCase{257, 96, 32003, DType::BF16, 3},
-        FlceCase{33, 4096, 1000, DType::F32, 0}, FlceCase{31, 96, 32003, DType::F32, 1}}) {
+        FlceCase{33, 4096, 1000, DType::F32, 0}, FlceCase{31, 96, 32003, DType::F32, 1},
+        // dw's product over groups of chunks: whole groups and a last one short (7 chunks in 3s),
+        // a group longer than the tokens, and in bf16.
+        FlceCase{257, 96, 32003, DType::F32, 40, 3}, FlceCase{127, 64, 1000, DType::F32, 40, 8},
+        FlceCase{257, 96, 32003, DType::BF16, 3, 4}}) {
     SCOPED_TRACE("T=" + std::to_string(c.T) + " H=" + std::to_string(c.H) + " V=" + std::to_string(c.V) +
-                 " dw " + std::string(dtype_name(c.grad_dtype)) + " chunk=" + std::to_string(c.chunk_tokens));
+                 " dw " + std::string(dtype_name(c.grad_dtype)) + " chunk=" + std::to_string(c.chunk_tokens) +
+                 " dw over " + std::to_string(c.weight_grad_chunks) + " chunks");
     const int64_t T = c.T, Hd = c.H, V = c.V, Vp = (V + 7) / 8 * 8;
     CudaOpsOptions options;
     if (c.chunk_tokens > 0) options.flce_chunk_bytes = static_cast<size_t>(c.chunk_tokens * Vp * 2);
@@ -757,10 +763,10 @@ TEST_F(CudaParity, LinearCrossEntropy) {
     DeviceTensor glogits(DType::F32, {T, V}), gloss = upload(DType::F32, {1}, Vec{1.5f});
     DeviceTensor gloss2 = upload(DType::F32, {1}, Vec{0.0f});
     ops.linear_cross_entropy(gx.view(), gw.view(), gt.get(), grad_scale, gdx.view(), gdw.view(), gloss.view(),
-                             glogits.view());
+                             glogits.view(), c.weight_grad_chunks);
     // Without gradients: the same losses.
     ops.linear_cross_entropy(gx.view(), gw.view(), gt.get(), grad_scale, Tensor(), Tensor(), gloss2.view(),
-                             Tensor());
+                             Tensor(), c.weight_grad_chunks);
     sync();
     EXPECT_EQ(ops.device_error(), "");
 
@@ -797,8 +803,8 @@ TEST_F(CudaParity, LinearCrossEntropyBadTargetIsFlagged) {
   DeviceInts gt(std::vector<int32_t>{1, static_cast<int32_t>(V), kIgnoreIndex});
   DeviceTensor gx = upload(DType::BF16, {T, Hd}, x), gw = upload(DType::BF16, {V, Hd}, w);
   DeviceTensor gloss = upload(DType::F32, {1}, Vec{0.0f});
-  gpu_->linear_cross_entropy(gx.view(), gw.view(), gt.get(), 1.0f, Tensor(), Tensor(), gloss.view(),
-                             Tensor());
+  gpu_->linear_cross_entropy(gx.view(), gw.view(), gt.get(), 1.0f, Tensor(), Tensor(), gloss.view(), Tensor(),
+                             1);
   sync();
   EXPECT_TRUE(std::isnan(gloss.download()[0]));
   const std::string error = gpu_->device_error();

@@ -141,7 +141,8 @@ void run_layer(Ops& ops, const Layout& L, float* base) {
   ops.add(t("x2"), t("down"), t("x3"));
   ops.copy(t("x3"), t("xcopy"));
 
-  ops.linear_cross_entropy(t("x3"), t("head"), targets, 1.0f / 11.0f, t("dx3"), t("dhead"), t("loss"), none);
+  ops.linear_cross_entropy(t("x3"), t("head"), targets, 1.0f / 11.0f, t("dx3"), t("dhead"), t("loss"), none,
+                           1);
 
   ops.linear_backward(t("act"), t("wdown"), t("dx3"), t("dact"), t("dwdown"), none, false);
   ops.swiglu_backward(t("gate"), t("up"), t("dact"), t("dgate"), t("dup"), Tensor());

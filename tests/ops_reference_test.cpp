@@ -607,7 +607,7 @@ TEST_F(OpsReference, CrossEntropyLossSumAddsEachTokenInOrder) {
     if (tg[t] != kIgnoreIndex) expected += static_cast<float>(rows[static_cast<size_t>(t)]);
   float acc = 1.25f;
   ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx2, T, H), T2(dw2, V, H),
-                            Tensor::f32(&acc, {1}), Tensor());
+                            Tensor::f32(&acc, {1}), Tensor(), 1);
   EXPECT_EQ(acc, expected);
   EXPECT_EQ(dx1, dx2);
   EXPECT_EQ(dw1, dw2);
@@ -616,18 +616,22 @@ TEST_F(OpsReference, CrossEntropyLossSumAddsEachTokenInOrder) {
   Vec dx4(T * H), dw4(V * H, 0);
   float split = 1.25f;
   ops->linear_cross_entropy(T2(x, A, H), T2(w, V, H), tg.data(), 0.5f, T2(dx4, A, H), T2(dw4, V, H),
-                            Tensor::f32(&split, {1}), Tensor());
+                            Tensor::f32(&split, {1}), Tensor(), 1);
   ops->linear_cross_entropy(Tensor::f32(x.data() + A * H, {T - A, H}), T2(w, V, H), tg.data() + A, 0.5f,
                             Tensor::f32(dx4.data() + A * H, {T - A, H}), T2(dw4, V, H),
-                            Tensor::f32(&split, {1}), Tensor());
+                            Tensor::f32(&split, {1}), Tensor(), 3);
   EXPECT_EQ(split, acc);
   EXPECT_EQ(dx4, dx2);
   EXPECT_EQ(dw4, dw2);
   // No accumulator: gradients only.
   Vec dx3(T * H);
   ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx3, T, H), Tensor(), Tensor(),
-                            Tensor());
+                            Tensor(), 1);
   EXPECT_EQ(dx3, dx1);
+  // The weight gradient over fewer than one chunk at a time means nothing: refused.
+  EXPECT_THROW(ops->linear_cross_entropy(T2(x, T, H), T2(w, V, H), tg.data(), 0.5f, T2(dx3, T, H), Tensor(),
+                                         Tensor(), Tensor(), 0),
+               Error);
 }
 
 TEST_F(OpsReference, CrossEntropyRejectsTargetsOutsideTheVocabulary) {

@@ -22,6 +22,22 @@ TEST(MemoryModel, CudaOpsWorkspaceOfTheWorkedExample) {
   EXPECT_EQ(bf16 - cuda_ops_workspace_bytes(c, 8192, DType::F32), size_t{14336} * 4096 * 2);
 }
 
+// The head's weight gradient over four logits chunks (Plan::head_weight_grad_chunks) holds four
+// chunks' bf16 logits (2048 tokens of the 128k vocabulary each), or the micro-chunk's where it has
+// fewer tokens; one chunk's without it.
+TEST(MemoryModel, TheHeadsWeightGradientOverSeveralChunksHoldsTheirLogits) {
+  const ModelConfig c = test::llama_8b();
+  const size_t Vp = 128256, chunk = 2048;
+  ASSERT_EQ(static_cast<size_t>(c.vocab_size), Vp);
+  const auto workspace = [&](int64_t tokens, int64_t chunks) {
+    return cuda_ops_workspace_bytes(c, tokens, DType::BF16, 1, chunks);
+  };
+  EXPECT_EQ(workspace(65536, 4) - workspace(65536, 1), 3 * chunk * Vp * 2);
+  EXPECT_EQ(workspace(65536, 8) - workspace(65536, 1), 7 * chunk * Vp * 2);
+  EXPECT_EQ(workspace(5000, 4) - workspace(5000, 1), (5000 - chunk) * Vp * 2);
+  EXPECT_EQ(workspace(1024, 4), workspace(1024, 1));
+}
+
 // A layer that keeps its internals keeps the GEMMs' and the attention's outputs, not the norms'
 // outputs or the activation (decoder_layer.h): per token x1 (H), q and the attention output (QD
 // each), k and v (KD each), gate and up (F each) in bf16, and the attention's fp32 statistics per

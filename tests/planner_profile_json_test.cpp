@@ -26,6 +26,9 @@ MachineProfile sample_profile() {
   p.compute.layer_backward = {1.2e-4, 9.3e-7};
   p.compute.layer_backward_kept = {1.1e-4, 6.6e-7};
   p.compute.head = {1e-4, 1.1e-6};
+  p.compute.head_f32_grads = {1e-4, 1.2e-6};
+  p.compute.head_grouped = {1e-4, 1.05e-6};
+  p.compute.head_f32_grads_grouped = {1e-4, 1.1e-6};
   p.compute.gpu_adamw_params_per_s = 1.5e11;
   p.compute.grad_norm_params_per_s = 1.6e12;
   p.transfer.h2d_bytes_per_s = 55e9;
@@ -67,6 +70,8 @@ TEST(ProfileJson, RoundTripsThroughAFile) {
   EXPECT_EQ(back.compute.layer_backward.per_token_s, 9.3e-7);
   EXPECT_EQ(back.compute.layer_backward_kept.fixed_s, 1.1e-4);
   EXPECT_EQ(back.compute.layer_backward_kept.per_token_s, 6.6e-7);
+  EXPECT_EQ(back.compute.head_grouped.per_token_s, 1.05e-6);
+  EXPECT_EQ(back.compute.head_f32_grads_grouped.per_token_s, 1.1e-6);
   EXPECT_EQ(back.host.threads, 16);
   EXPECT_EQ(back.kernels, "cuda, cuDNN 91400 attention");
   EXPECT_EQ(back.method, 2);
@@ -74,6 +79,17 @@ TEST(ProfileJson, RoundTripsThroughAFile) {
   EXPECT_EQ(back.host.memory_sharing.cpu_beside_duplex, 0.75);
   EXPECT_EQ(back.host.memory_sharing.duplex_beside_cpu, 0.70);
   EXPECT_EQ(back.host.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Bf16C8Q8)], 4.5e9);
+}
+
+// Files from before method 8 did not time the head's weight gradient over several logits chunks:
+// it loads as the head's time with one product per chunk (which the planner then never prefers).
+TEST(ProfileJson, AFileWithoutTheGroupedHeadTakesTheHeadsTimes) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j["compute"].erase("head_grouped");
+  j["compute"].erase("head_f32_grads_grouped");
+  const MachineProfile p = profile_from_json(j, "h200.json");
+  EXPECT_EQ(p.compute.head_grouped.per_token_s, 1.1e-6);
+  EXPECT_EQ(p.compute.head_f32_grads_grouped.per_token_s, 1.2e-6);
 }
 
 // Files from before method 6 have no lean AdamW rates: they load as zero ("not measured"); a rate

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "ops/cuda_ops_sizes.h"
 #include "planner/boundary_groups.h"
 #include "planner/memory_model.h"
 #include "planner/search.h"
@@ -257,6 +258,59 @@ TEST_F(SearchTest, MemoryLeftOverKeepsTheNormOutputsWithTheInternals) {
                   .total(),
               limit);
   }
+}
+
+// Where the profile times the head faster with its weight gradient over several logits chunks, the
+// best plan takes it so where its device has the room for those chunks' logits as it stands
+// (never reshaped for it), and says so; the plan without it is the first alternative, predicted
+// slower. Not where the profile times it no faster (a file that did not measure it), and not when
+// turned off (config group_head_weight_grad: false).
+TEST_F(SearchTest, TheHeadsWeightGradientGoesOverSeveralChunksWhereTheBestPlanHasTheRoom) {
+  MachineProfile faster = slow_cpu_fast_link();
+  const auto quicker = [](const LinearTime& t) { return LinearTime{t.fixed_s, 0.9 * t.per_token_s}; };
+  faster.compute.head_grouped = quicker(faster.compute.head);
+  faster.compute.head_f32_grads_grouped = quicker(faster.compute.head_f32_grads);
+  PlanRequest r = request(1000);
+  const SearchResult grouped = search_plans(config_, layout_, faster, r);
+  const Plan& best = grouped.best.plan;
+  EXPECT_EQ(best.head_weight_grad_chunks, kHeadWeightGradChunks) << best.describe();
+  EXPECT_NE(best.describe().find("the head's weight gradient over 4 logits chunks at once"),
+            std::string::npos)
+      << best.describe();
+  ASSERT_FALSE(grouped.alternatives.empty());
+  EXPECT_EQ(plan_difference(grouped.alternatives.front().plan, best),
+            "the head's weight gradient over 1 logits chunks at once instead of 4");
+  EXPECT_LT(grouped.best.prediction.step_seconds, grouped.alternatives.front().prediction.step_seconds);
+  // It costs the device the chunks' logits, as the memory model counts them.
+  const auto device = [&](const Plan& p, const StepShape& shape) {
+    return device_bytes(config_, layout_, p, shape.chunk_tokens, shape.chunks);
+  };
+  EXPECT_EQ(device(best, grouped.best.shape).ops_workspace,
+            cuda_ops_workspace_bytes(config_, grouped.best.shape.chunk_tokens,
+                                     best.optimizer_on_gpu() ? DType::F32 : best.grad_dtype, best.head_groups,
+                                     kHeadWeightGradChunks));
+  // No faster by the profile (as a file of an older method loads): one product per chunk.
+  const SearchResult same = search_plans(config_, layout_, slow_cpu_fast_link(), r);
+  EXPECT_EQ(same.best.plan.head_weight_grad_chunks, 1) << same.best.plan.describe();
+  EXPECT_EQ(same.best.plan.describe().find("logits chunks"), std::string::npos);
+  r.space.group_head_weight_grad = false;
+  const SearchResult off = search_plans(config_, layout_, faster, r);
+  EXPECT_EQ(off.best.plan.head_weight_grad_chunks, 1) << off.best.plan.describe();
+  EXPECT_EQ(plan_difference(off.best.plan, grouped.alternatives.front().plan), "the same plan");
+  // Over budgets from a tight one up: the best plan takes the chunks exactly where they fit it as it
+  // stands, and some budget leaves no room for them.
+  int without_room = 0;
+  for (size_t gib : {16, 20, 24, 32, 48, 1000}) {
+    const SearchResult result = search_plans(config_, layout_, faster, request(gib));
+    Plan p = result.best.plan;
+    const size_t limit = static_cast<size_t>(0.95 * static_cast<double>(gib * kGiB));
+    p.head_weight_grad_chunks = kHeadWeightGradChunks;
+    const bool fits = device(p, result.best.shape).total() <= limit;
+    EXPECT_EQ(result.best.plan.head_weight_grad_chunks, fits ? kHeadWeightGradChunks : 1)
+        << gib << " GiB: " << result.best.plan.describe();
+    without_room += !fits;
+  }
+  EXPECT_GT(without_room, 0);
 }
 
 // Where every boundary fits the GPU but no layer's internals do, a fast link makes offloading the

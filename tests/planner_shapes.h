@@ -57,6 +57,8 @@ inline MachineProfile round_profile(const ModelConfig& config, int64_t seq_len, 
   p.compute.layer_backward = {0.0, 2 * per_token};
   p.compute.head = {0.0, 2 * per_token};
   p.compute.head_f32_grads = p.compute.head;
+  p.compute.head_grouped = p.compute.head;
+  p.compute.head_f32_grads_grouped = p.compute.head;
   p.compute.gpu_adamw_params_per_s = gpu_adamw;
   p.compute.grad_norm_params_per_s = 1e30;
   p.transfer = {pcie, pcie, pcie, pcie, 0.0};

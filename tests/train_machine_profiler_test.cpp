@@ -207,9 +207,9 @@ class CountingOps final : public Ops {
     count(x, w.shape[0]).linear_backward(x, w, dy, dx, dw, dbias, accumulate_dx);
   }
   void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
-                            Tensor dw, Tensor loss_sum, Tensor logits) override {
+                            Tensor dw, Tensor loss_sum, Tensor logits, int64_t weight_grad_chunks) override {
     head_weight_gradients_.insert(dw.data);
-    count(x).linear_cross_entropy(x, w, targets, grad_scale, dx, dw, loss_sum, logits);
+    count(x).linear_cross_entropy(x, w, targets, grad_scale, dx, dw, loss_sum, logits, weight_grad_chunks);
   }
   void add(Tensor a, Tensor b, Tensor out) override { count(a).add(a, b, out); }
   void zero(Tensor x) override { count(x).zero(x); }
@@ -251,6 +251,8 @@ TEST(MachineProfiler, ComputeProfileTimesEachPassAsTheEngineRunsIt) {
     EXPECT_GT(c.head.at(T), c.embedding_forward.at(T)) << T << " tokens";
     EXPECT_EQ(c.head_f32_grads.at(T), c.head.at(T))
         << "the same work on the simulated device (fp32 gradients)";
+    EXPECT_EQ(c.head_grouped.at(T), c.head.at(T)) << "the CPU ops make no logits chunks: not timed";
+    EXPECT_EQ(c.head_f32_grads_grouped.at(T), c.head_f32_grads.at(T));
   }
   EXPECT_EQ(ops.head_weight_gradients().size(), 2u) << "the head with fp32 gradients has buffers of its own";
   EXPECT_EQ(rig.device->memory().in_use, 0u);

@@ -37,7 +37,7 @@ void check(Bench& b, int64_t T, int64_t H, int64_t V, size_t chunk_bytes) {
   DeviceBuf gt(T * 4);
   upload(gx, x), upload(gw, w), upload(gdw, Vec(V * H, 0.0f)), upload(gloss, Vec{0.0f}),
       upload_ints(gt, targets);
-  ops.linear_cross_entropy(gx.t, gw.t, gt.as<int32_t>(), gs, gdx.t, gdw.t, gloss.t, Tensor());
+  ops.linear_cross_entropy(gx.t, gw.t, gt.as<int32_t>(), gs, gdx.t, gdw.t, gloss.t, Tensor(), 1);
   const double loss = download(gloss)[0];
   const double el = std::abs(loss - loss_ref) / std::abs(loss_ref);
   const double edx = rel_rms(download(gdx), dx_ref), edw = rel_rms(download(gdw), dw_ref);
@@ -82,14 +82,15 @@ void bench_flce(Bench& b) {
     size_t free0 = 0, total = 0;
     FERRY_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
     const double us = b.time_us([&] {
-      ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f / T, dx.t, dw.t, loss.t, Tensor());
+      ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f / T, dx.t, dw.t, loss.t, Tensor(), 1);
     });
     char note[160];
     std::snprintf(note, sizeof note, "%s: %lld-token chunks, working memory %.0f MiB", v.name,
                   (long long)ops.flce_chunk_tokens(V), ops.workspace_bytes() / 1048576.0);
     b.add({"flce fwd+bwd", "T=8192 H=4096 V=128256", us, 0, flops, note});
     const double us_fwd = b.time_us([&] {
-      ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f, Tensor(), Tensor(), loss.t, Tensor());
+      ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f, Tensor(), Tensor(), loss.t, Tensor(),
+                               1);
     });
     b.add({"flce loss only", "T=8192 H=4096 V=128256", us_fwd, 0, 2.0 * T * H * V, v.name});
   }
@@ -99,7 +100,7 @@ void bench_flce(Bench& b) {
   fill_random(dw16, 4, -1e-3f, 1e-3f);
   CudaOps ops(b.stream(), CudaOpsOptions{});
   const double us = b.time_us([&] {
-    ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f / T, dx.t, dw16.t, loss.t, Tensor());
+    ops.linear_cross_entropy(x.t, w.t, targets.as<int32_t>(), 1.0f / T, dx.t, dw16.t, loss.t, Tensor(), 1);
   });
   char note[160];
   std::snprintf(note, sizeof note, "fused, default chunks (%lld tokens), bf16 weight gradient",
@@ -107,7 +108,8 @@ void bench_flce(Bench& b) {
   b.add({"flce fwd+bwd", "T=8192 H=4096 V=128256", us, 0, flops, note});
 
   // The whole-GPU Llama-3.2-1B's head: one micro-chunk of 65,536 tokens, H 2048, its weight
-  // gradient in fp32 (updated on the GPU), at the default chunks and at chunks 4x as large.
+  // gradient in fp32 (updated on the GPU), at the default chunks, with the weight gradient's
+  // product over kHeadWeightGradChunks of them, and at chunks that many times as large.
   const int64_t T1 = 65536, H1 = 2048;
   DeviceTensor x1(DType::BF16, {T1, H1}), w1(DType::BF16, {V, H1}), dx1(DType::BF16, {T1, H1}),
       dw1(DType::F32, {V, H1});
@@ -116,16 +118,23 @@ void bench_flce(Bench& b) {
   std::vector<int32_t> tg1(T1);
   for (int64_t t = 0; t < T1; ++t) tg1[t] = static_cast<int32_t>((t * 7919) % V);
   upload_ints(targets1, tg1);
-  for (const size_t chunk_bytes : {kCudaFlceChunkBytes, 4 * kCudaFlceChunkBytes}) {
+  struct HeadVariant {
+    size_t chunk_bytes;
+    int64_t weight_grad_chunks;
+  };
+  for (const HeadVariant& hv :
+       {HeadVariant{kCudaFlceChunkBytes, 1}, HeadVariant{kCudaFlceChunkBytes, kHeadWeightGradChunks},
+        HeadVariant{kHeadWeightGradChunks * kCudaFlceChunkBytes, 1}}) {
     CudaOpsOptions options;
-    options.flce_chunk_bytes = chunk_bytes;
+    options.flce_chunk_bytes = hv.chunk_bytes;
     CudaOps head(b.stream(), options);
     const double us1 = b.time_us([&] {
-      head.linear_cross_entropy(x1.t, w1.t, targets1.as<int32_t>(), 1.0f / T1, dx1.t, dw1.t, loss.t,
-                                Tensor());
+      head.linear_cross_entropy(x1.t, w1.t, targets1.as<int32_t>(), 1.0f / T1, dx1.t, dw1.t, loss.t, Tensor(),
+                                hv.weight_grad_chunks);
     });
-    std::snprintf(note, sizeof note, "fused, %lld-token chunks, fp32 weight gradient",
-                  (long long)head.flce_chunk_tokens(V));
+    std::snprintf(note, sizeof note,
+                  "fused, %lld-token chunks, fp32 weight gradient over %lld chunks at once",
+                  (long long)head.flce_chunk_tokens(V), (long long)hv.weight_grad_chunks);
     b.add({"flce fwd+bwd", "T=65536 H=2048 V=128256", us1, 0, 6.0 * T1 * H1 * V, note});
   }
 }

@@ -147,6 +147,7 @@ EngineBuffers::EngineBuffers(Device& device, const ModelConfig& config, const Mo
   Arena arena(scratch.data(), scratch_bytes);
   layer_scratch = carve_layer_scratch(arena, config, chunk_tokens, wd, true, plan.seq_tile, plan.head_groups);
   head_scratch = carve_head_scratch(arena, config, chunk_tokens, wd, plan.seq_tile);
+  head_scratch.weight_grad_chunks = plan.head_weight_grad_chunks;
   tokens = DeviceBuffer(device, token_bytes, "token ids");
   tokens_host = PinnedBuffer(device, token_bytes, "token staging");
   loss = DeviceBuffer(device, 256, "loss");

@@ -40,12 +40,12 @@ void head_forward_backward(Ops& ops, const ModelConfig& c, const HeadParams& p, 
     ops.rmsnorm_forward(x_t, p.norm, eps, normed, rstd);
     if (g == nullptr) {
       ops.linear_cross_entropy(normed, p.lm_head, chunk.targets + t0, grad_scale, Tensor(), Tensor(),
-                               loss_sum, logits_t);
+                               loss_sum, logits_t, 1);
       continue;
     }
     const Tensor d_normed = rows(s.d_normed, 0, n, H);
     ops.linear_cross_entropy(normed, p.lm_head, chunk.targets + t0, grad_scale, d_normed, g->lm_head,
-                             loss_sum, logits_t);
+                             loss_sum, logits_t, s.weight_grad_chunks);
     ops.rmsnorm_backward(x_t, p.norm, rstd, d_normed, Tensor(), rows(dx, t0, n, H), g->norm);
   }
 }

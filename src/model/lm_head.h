@@ -18,6 +18,9 @@ struct HeadScratch {
   Tensor normed;            // (tile,H)
   Tensor rstd;              // (tile)
   Tensor d_normed;          // (tile,H)
+  // The logits chunks whose dlogits one product of the head's weight gradient takes
+  // (Plan::head_weight_grad_chunks; Ops::linear_cross_entropy): held in the ops' working memory.
+  int64_t weight_grad_chunks = 1;
 };
 
 // tile_tokens 0 or >= tokens: untiled.

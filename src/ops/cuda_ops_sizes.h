@@ -41,6 +41,23 @@ constexpr int64_t fused_cross_entropy_chunk_tokens(size_t chunk_bytes, int64_t V
   return C < 1 ? 1 : C;
 }
 
+// Rows of bf16 logits (each padded to a multiple of 8) the fused linear-cross-entropy holds for T
+// tokens: one chunk's, or, with the weight gradient's product taken over `weight_grad_chunks`
+// chunks' dlogits at once (Ops::linear_cross_entropy), that many chunks'.
+constexpr int64_t fused_cross_entropy_logits_rows(size_t chunk_bytes, int64_t V, int64_t T,
+                                                  int64_t weight_grad_chunks) {
+  const int64_t rows =
+      fused_cross_entropy_chunk_tokens(chunk_bytes, V) * (weight_grad_chunks < 1 ? 1 : weight_grad_chunks);
+  return T < rows ? T : rows;
+}
+
+// The logits chunks whose dlogits one weight-gradient product of the head takes where the plan
+// has the room (Plan::head_weight_grad_chunks). At one 2,048-token chunk of a 128k vocabulary the
+// product accumulates into the whole V x H gradient (1 GB in fp32) per chunk and runs at 624
+// TFLOP/s on an H100 against the logits product's 745; over 8,192 tokens at 707 (thirty-seventh
+// session, ferry_kernel_bench --kernel head_gemms).
+inline constexpr int64_t kHeadWeightGradChunks = 4;
+
 // Flash attention's backward workspace: delta (fp32, tokens x query heads, rounded up to 256
 // bytes, first), then on the tensor-core path (head_dim 64 or 128) dq accumulated in fp32.
 constexpr size_t flash_attention_delta_bytes(int64_t tokens, int q_heads) {

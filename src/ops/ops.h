@@ -152,8 +152,13 @@ class Ops {
   // (logsumexp(logits_t) - logits_t[target]); accumulating on the device avoids a host sync per chunk.
   // When dx is given: dx (T,H) = grad_scale * d(sum)/dx (assigned) and dw (V,H) += grad_scale * d(sum)/dw.
   // When logits is given, it receives the full (T,V) logits (tests and evaluation only).
+  // weight_grad_chunks (>= 1): a backend that makes the logits a chunk of tokens at a time may form
+  // dw's product over this many chunks' dlogits at once, holding them all in its working memory
+  // (cuda_ops_sizes.h: fused_cross_entropy_logits_rows): a longer product, which runs faster where
+  // dw's accumulation costs more than the product. The sums are the same ones either way.
   virtual void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
-                                    Tensor dw, Tensor loss_sum, Tensor logits) = 0;
+                                    Tensor dw, Tensor loss_sum, Tensor logits,
+                                    int64_t weight_grad_chunks) = 0;
 
   // out = a + b (elementwise; out may alias a or b).
   virtual void add(Tensor a, Tensor b, Tensor out) = 0;

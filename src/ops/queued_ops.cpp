@@ -61,8 +61,10 @@ void QueuedOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tensor
 }
 
 void QueuedOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
-                                     Tensor dw, Tensor loss_sum, Tensor logits) {
-  enqueue([=](Ops& ops) { ops.linear_cross_entropy(x, w, targets, grad_scale, dx, dw, loss_sum, logits); });
+                                     Tensor dw, Tensor loss_sum, Tensor logits, int64_t weight_grad_chunks) {
+  enqueue([=](Ops& ops) {
+    ops.linear_cross_entropy(x, w, targets, grad_scale, dx, dw, loss_sum, logits, weight_grad_chunks);
+  });
 }
 
 void QueuedOps::add(Tensor a, Tensor b, Tensor out) {

@@ -57,7 +57,7 @@ class QueuedOps final : public Ops {
                        bool accumulate_dx) override;
 
   void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
-                            Tensor dw, Tensor loss_sum, Tensor logits) override;
+                            Tensor dw, Tensor loss_sum, Tensor logits, int64_t weight_grad_chunks) override;
 
   void add(Tensor a, Tensor b, Tensor out) override;
   void zero(Tensor x) override;

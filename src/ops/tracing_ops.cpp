@@ -95,13 +95,15 @@ void TracingOps::linear_backward(Tensor x, Tensor w, Tensor dy, Tensor dx, Tenso
 }
 
 void TracingOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
-                                      Tensor dw, Tensor loss_sum, Tensor logits) {
+                                      Tensor dw, Tensor loss_sum, Tensor logits, int64_t weight_grad_chunks) {
   traced(
       "linear_cross_entropy",
       [&] {
         return operands({{"x", &x}, {"w", &w}});
       },
-      [&](Ops& ops) { ops.linear_cross_entropy(x, w, targets, grad_scale, dx, dw, loss_sum, logits); });
+      [&](Ops& ops) {
+        ops.linear_cross_entropy(x, w, targets, grad_scale, dx, dw, loss_sum, logits, weight_grad_chunks);
+      });
 }
 
 void TracingOps::add(Tensor a, Tensor b, Tensor out) {

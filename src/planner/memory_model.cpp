@@ -19,16 +19,17 @@ size_t round_to_256(size_t bytes) {
 }
 
 size_t cuda_ops_workspace_bytes(const ModelConfig& c, int64_t chunk_tokens, DType grad_dtype,
-                                int64_t head_groups) {
+                                int64_t head_groups, int64_t head_weight_grad_chunks) {
   const size_t T = static_cast<size_t>(chunk_tokens);
   const size_t H = static_cast<size_t>(c.hidden_size), F = static_cast<size_t>(c.intermediate_size);
   const size_t q_dim = static_cast<size_t>(c.q_dim());
   const size_t kv_dim = static_cast<size_t>(c.kv_dim());
   size_t bytes = kCudaGemmWorkspaceBytes;  // cuBLASLt workspace
-  // Cross-entropy: bf16 logits of one chunk of tokens, rows padded to Vp.
+  // Cross-entropy: bf16 logits of one chunk of tokens (or of a group of chunks for the weight
+  // gradient's product), rows padded to Vp.
   const size_t Vp = (static_cast<size_t>(c.vocab_size) + 7) / 8 * 8;
-  const size_t flce_tokens =
-      std::min(static_cast<size_t>(fused_cross_entropy_chunk_tokens(kCudaFlceChunkBytes, c.vocab_size)), T);
+  const size_t flce_tokens = static_cast<size_t>(fused_cross_entropy_logits_rows(
+      kCudaFlceChunkBytes, c.vocab_size, chunk_tokens, head_weight_grad_chunks));
   bytes += round_to_256(2 * flce_tokens * Vp) + round_to_256(4 * T);
   // Attention: the flash backward's delta and fp32 dq, or cuDNN's fused attention's, for one
   // group's query heads (decoder_layer.h: head groups).
@@ -228,8 +229,9 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
     bf16_layer_grads |= plan.grad_dtype != DType::F32 &&
                         plan.units[layout.layer_unit(l)] != UnitPlacement::ResidentWithOptimizer;
   if (plan.weight_dtype == DType::BF16)
-    b.ops_workspace = cuda_ops_workspace_bytes(
-        config, chunk_tokens, bf16_layer_grads ? plan.grad_dtype : DType::F32, plan.head_groups);
+    b.ops_workspace =
+        cuda_ops_workspace_bytes(config, chunk_tokens, bf16_layer_grads ? plan.grad_dtype : DType::F32,
+                                 plan.head_groups, plan.head_weight_grad_chunks);
   return b;
 }
 

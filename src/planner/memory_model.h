@@ -145,9 +145,11 @@ bool row_gradients_share_an_offloaded_boundary(const Plan& plan);
 // (2048 tokens x 128256 x 2 bytes of logits) + 290 MiB (attention: 8192 x 32 heads x (2 + 256) x 4
 // bytes + 32 MiB) + 16 MiB (partials: 1024 x 4096 x 4) + 112 MiB (14336 x 4096 x 2 bytes) + <1 MiB
 // ≈ 951 MiB. Attention in `head_groups` groups of KV heads (decoder_layer.h) runs on 1/head_groups
-// of the query heads at a time, and its workspace is sized for them.
+// of the query heads at a time, and its workspace is sized for them. With the head's weight
+// gradient taken over `head_weight_grad_chunks` logits chunks (Plan::head_weight_grad_chunks), that
+// many chunks' logits.
 size_t cuda_ops_workspace_bytes(const ModelConfig& config, int64_t chunk_tokens, DType grad_dtype,
-                                int64_t head_groups = 1);
+                                int64_t head_groups = 1, int64_t head_weight_grad_chunks = 1);
 
 // The activation-gradient buffer: one sweep's micro-chunks of (tokens, hidden) (Plan::sweeps), and
 // at least the step's embedding rows where their gradients are gathered in it (the row-sparse

@@ -24,6 +24,8 @@ MachineProfile nominal_profile(const ModelConfig& c, int64_t seq_len, DType weig
   p.compute.layer_backward = {60 * r.launch_s, 3 * forward_flops / r.gemm_flops_per_s};
   p.compute.head = {10 * r.launch_s, 6 * H * V / r.gemm_flops_per_s + 10 * r.launch_s / 1024};
   p.compute.head_f32_grads = p.compute.head;
+  p.compute.head_grouped = p.compute.head;
+  p.compute.head_f32_grads_grouped = p.compute.head;
   // The embedding moves a row in and out per token (forward), and sorts and accumulates (backward).
   p.compute.embedding_forward = {r.launch_s, 2 * H * wd / r.hbm_bytes_per_s};
   p.compute.embedding_backward = {4 * r.launch_s, 4 * H * wd / r.hbm_bytes_per_s};

@@ -95,7 +95,10 @@ std::string Plan::describe() const {
   const std::string tile =
       (sweeps > 1 ? fmt::format(", in {} sweeps (gradients summed on the GPU)", sweeps) : std::string()) +
       (seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string()) +
-      (head_groups > 1 ? fmt::format(", attention in {} groups of KV heads", head_groups) : std::string());
+      (head_groups > 1 ? fmt::format(", attention in {} groups of KV heads", head_groups) : std::string()) +
+      (head_weight_grad_chunks > 1 ? fmt::format(", the head's weight gradient over {} logits chunks at once",
+                                                 head_weight_grad_chunks)
+                                   : std::string());
   int64_t recomputed = 0;
   for (auto a : activations) recomputed += (a == ActivationPlacement::Recompute);
   const std::string groups =

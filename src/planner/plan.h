@@ -93,6 +93,10 @@ struct Plan {
   // WithNorms the two norms' outputs too (2H values a token more each: their backward runs neither
   // norm again), WithActivation the SwiGLU activation as well (F values more: it runs nothing again).
   KeptInternals kept_internals = KeptInternals::Products;
+  // The logits chunks whose dlogits one product of the head's weight gradient takes
+  // (Ops::linear_cross_entropy): that many chunks' logits held in the ops' working memory for a
+  // longer product, which accumulates into the V x H gradient less often. 1: each chunk's own.
+  int64_t head_weight_grad_chunks = 1;
   int64_t gpu_slots = 2;                         // slots for streamed units (>= 2 for overlap)
   std::vector<UnitPlacement> units;              // one per unit of the model layout
   std::vector<ActivationPlacement> activations;  // one per decoder layer (+1: the head's input)

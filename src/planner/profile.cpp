@@ -118,6 +118,8 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
         {"layer_head_groups", p.compute.layer_head_groups},
         {"head", linear_json(p.compute.head)},
         {"head_f32_grads", linear_json(p.compute.head_f32_grads)},
+        {"head_grouped", linear_json(p.compute.head_grouped)},
+        {"head_f32_grads_grouped", linear_json(p.compute.head_f32_grads_grouped)},
         {"gpu_adamw_params_per_s", p.compute.gpu_adamw_params_per_s},
         {"grad_norm_params_per_s", p.compute.grad_norm_params_per_s}}},
       {"transfer",
@@ -185,6 +187,9 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
     p.compute.layer_head_groups = r.whole(c, "layer_head_groups", 1, kMaxInt);
   p.compute.head = r.linear(c, "head");
   p.compute.head_f32_grads = c.contains("head_f32_grads") ? r.linear(c, "head_f32_grads") : p.compute.head;
+  p.compute.head_grouped = c.contains("head_grouped") ? r.linear(c, "head_grouped") : p.compute.head;
+  p.compute.head_f32_grads_grouped =
+      c.contains("head_f32_grads_grouped") ? r.linear(c, "head_f32_grads_grouped") : p.compute.head_f32_grads;
   p.compute.gpu_adamw_params_per_s = r.number(c, "gpu_adamw_params_per_s");
   p.compute.grad_norm_params_per_s = r.positive(c, "grad_norm_params_per_s");
   FERRY_CHECK(p.compute.layer_forward.per_token_s > 0 && p.compute.layer_backward.per_token_s > 0, "profile",

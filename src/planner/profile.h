@@ -50,6 +50,12 @@ struct ComputeProfile {
   // keeps its optimizer on the device, or everything does. Equal to `head` where gradients are
   // fp32 anyway (the simulated device) and in files that did not measure it.
   LinearTime head_f32_grads;
+  // The two above with the weight gradient's product taken over kHeadWeightGradChunks logits
+  // chunks at once (Plan::head_weight_grad_chunks). Equal to them where not measured: on the
+  // simulated device (its ops have no logits chunks), where the device had no room for the chunks'
+  // logits, and in files of profiler methods before 8.
+  LinearTime head_grouped;
+  LinearTime head_f32_grads_grouped;
   double gpu_adamw_params_per_s = 0.0;  // GPU AdamW (with its share of the gradient-norm pass)
   // The squared-norm partials of a bf16 gradient on the device (clip.h's chunks), which the engine
   // computes for every host-updated unit before its gradient leaves.

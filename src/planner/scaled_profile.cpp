@@ -39,6 +39,8 @@ MachineProfile scale_profile(const MachineProfile& measured, const ModelConfig& 
     c.layer_backward_kept_all = scaled(m.layer_backward_kept_all, f.layer_backward, t.layer_backward);
   c.head = scaled(m.head, f.head, t.head);
   c.head_f32_grads = scaled(m.head_f32_grads, f.head, t.head);
+  c.head_grouped = scaled(m.head_grouped, f.head, t.head);
+  c.head_f32_grads_grouped = scaled(m.head_f32_grads_grouped, f.head, t.head);
   return p;
 }
 

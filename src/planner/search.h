@@ -101,6 +101,9 @@ struct SearchSpace {
   // The most Plan::kept_internals may keep where the memory holds it beside the products' outputs
   // (config keep_norm_outputs, keep_activation).
   KeptInternals most_kept_internals = KeptInternals::WithActivation;
+  // Plan::head_weight_grad_chunks above 1 on the best plan where its device has the room (config
+  // group_head_weight_grad).
+  bool group_head_weight_grad = true;
   // ActivationPlacement::OffloadWithInternals for some of the other layers where the host has room.
   // Off unless asked for (config internals_on_host): on the H200 the plans it chose ran 2.8-3.6%
   // slower than without it, where the cost model predicted them up to 1.6% faster

@@ -187,6 +187,14 @@ class ProgramBuilder {
     const size_t E = layout_.embedding_unit(), Hd = layout_.head_unit();
     return all_on_gpu_ || gpu_optimizer_[Hd] || (layout_.tied && gpu_optimizer_[E]);
   }
+  // The head's fused pass as the profile timed it for this plan's gradients and weight-gradient
+  // product (Plan::head_weight_grad_chunks).
+  const LinearTime& head_time() const {
+    const ComputeProfile& c = profile_.compute;
+    if (plan_.head_weight_grad_chunks > 1)
+      return head_has_f32_grads() ? c.head_f32_grads_grouped : c.head_grouped;
+    return head_has_f32_grads() ? c.head_f32_grads : c.head;
+  }
 
   bool boundary_offloaded(int64_t b) const {
     return b < L_ && boundary_on_host(plan_.activations[static_cast<size_t>(b)]);
@@ -422,8 +430,7 @@ class ProgramBuilder {
         add(Lane::Compute, TaskKind::EmbeddingForward, E, chunks_of(compute.embedding_forward), 0.0);
         if (boundary_offloaded(0)) offload_boundary(0);
       } else if (u == Hd) {
-        add(Lane::Compute, TaskKind::Head, Hd,
-            tiled_chunks_of(head_has_f32_grads() ? compute.head_f32_grads : compute.head), 0.0);
+        add(Lane::Compute, TaskKind::Head, Hd, tiled_chunks_of(head_time()), 0.0);
         sends = last_sweep;
       } else if (u != E) {
         const int64_t l = static_cast<int64_t>(u) - 1;

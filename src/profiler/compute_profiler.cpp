@@ -10,6 +10,7 @@
 #include "model/decoder_layer.h"
 #include "model/lm_head.h"
 #include "model/unit_params.h"
+#include "ops/cuda_ops_sizes.h"
 #include "optim/clip.h"
 #include "optim/device_adamw.h"
 #include "planner/head_groups.h"
@@ -206,7 +207,8 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
 }
 
 struct EndTimes {
-  LinearTime embedding_forward, embedding_backward, head, head_f32_grads;
+  LinearTime embedding_forward, embedding_backward, head, head_f32_grads, head_grouped,
+      head_f32_grads_grouped;
 };
 
 // The head's weight gradient in fp32, as the engine keeps it for a head (or, tied, an embedding)
@@ -283,10 +285,11 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
   // The head with weight gradients `grads`, on its own, run after run as a step runs its chunks:
   // timed in turn with the light embedding passes, its samples began with the clocks those left the
   // power-capped GPU, and the 8B's head came out 12% faster than in its steps.
-  auto time_head = [&](const HeadParams& grads, const std::string& what) {
+  auto time_head = [&](const HeadParams& grads, int64_t weight_grad_chunks, const std::string& what) {
     std::vector<TimedTokens> times;
     for (const int64_t T : tokens) {
       Chunk c = chunk_of(T);
+      c.scratch.weight_grad_chunks = weight_grad_chunks;
       const std::function<void()> run = [&] {
         head_forward_backward(ops, s.config, hp, &grads, c.tokens, c.in, c.grad_scale, c.d_in, c.scratch,
                               loss_sum);
@@ -308,15 +311,42 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
   }
   EndTimes times{fit_linear_time(emb_forward, "embedding forward"),
                  fit_linear_time(emb_backward, "embedding backward"),
-                 time_head(hg, "head"),
+                 time_head(hg, 1, "head"),
+                 {},
+                 {},
                  {}};
   times.head_f32_grads = times.head;
   // (With fp32 gradients already, as on the simulated device, this times the same work again.)
   // After the runs above, whose first calls took the ops' workspaces, what is free is free.
   const F32HeadGradients f32(device, s);
+  const HeadParams f32_grads =
+      f32.allocated ? head_params(s.layout, f32.head.data(), f32.embedding.data(), DType::F32) : HeadParams{};
+  if (f32.allocated) times.head_f32_grads = time_head(f32_grads, 1, "head with fp32 gradients");
+  times.head_grouped = times.head;
+  times.head_f32_grads_grouped = times.head_f32_grads;
+  // The weight gradient's product over several logits chunks: only the CUDA ops (bf16) make the
+  // logits in chunks, and only where the device has room for that many chunks' logits beside the
+  // one chunk's the ops hold already, with an eighth to spare.
+  if (s.wd != DType::BF16) return times;
+  const int64_t V = s.config.vocab_size, Vp = (V + 7) / 8 * 8;
+  const size_t more_logits =
+      2 * static_cast<size_t>(Vp) *
+      static_cast<size_t>(
+          fused_cross_entropy_logits_rows(kCudaFlceChunkBytes, V, most, kHeadWeightGradChunks) -
+          fused_cross_entropy_logits_rows(kCudaFlceChunkBytes, V, most, 1));
+  if (more_logits == 0) return times;  // the largest micro-chunk is one logits chunk
+  if (more_logits / 7 * 8 > free_device_bytes(device)) {
+    log_info(
+        "profile: the head's weight gradient over {} logits chunks needs {} more device memory than is free; "
+        "not timed",
+        kHeadWeightGradChunks, format_bytes(more_logits));
+    return times;
+  }
+  times.head_grouped =
+      time_head(hg, kHeadWeightGradChunks, "head, weight gradient over several logits chunks");
   if (f32.allocated)
-    times.head_f32_grads = time_head(head_params(s.layout, f32.head.data(), f32.embedding.data(), DType::F32),
-                                     "head with fp32 gradients");
+    times.head_f32_grads_grouped =
+        time_head(f32_grads, kHeadWeightGradChunks, "head with fp32 gradients over several logits chunks");
   return times;
 }
 
@@ -503,6 +533,8 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   c.embedding_backward = ends.embedding_backward;
   c.head = ends.head;
   c.head_f32_grads = ends.head_f32_grads;
+  c.head_grouped = ends.head_grouped;
+  c.head_f32_grads_grouped = ends.head_f32_grads_grouped;
   c.gpu_adamw_params_per_s = device_adamw_rate(device, ops, shape.wd, fill, options);
   c.grad_norm_params_per_s = grad_norm_rate(device, shape.wd, fill, options);
   return c;

@@ -50,6 +50,8 @@ void print_profile(const MachineProfile& p, const ModelConfig& model) {
   std::printf("  layer backward      %s\n", linear(p.compute.layer_backward, T, 3 * layer_flops).c_str());
   std::printf("  head fwd+bwd        %s\n", linear(p.compute.head, T, head_flops).c_str());
   std::printf("  head, fp32 grads    %s\n", linear(p.compute.head_f32_grads, T, head_flops).c_str());
+  std::printf("  head, dw grouped    %s\n", linear(p.compute.head_grouped, T, head_flops).c_str());
+  std::printf("  ... and fp32 grads  %s\n", linear(p.compute.head_f32_grads_grouped, T, head_flops).c_str());
   std::printf("  embedding forward   %s\n", linear(p.compute.embedding_forward, T).c_str());
   std::printf("  embedding backward  %s\n", linear(p.compute.embedding_backward, T).c_str());
   std::printf("  device AdamW        %s\n", params_rate(p.compute.gpu_adamw_params_per_s).c_str());

@@ -128,6 +128,7 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
   r.space.most_kept_internals = !config.keep_norm_outputs ? KeptInternals::Products
                                 : !config.keep_activation ? KeptInternals::WithNorms
                                                           : KeptInternals::WithActivation;
+  r.space.group_head_weight_grad = config.group_head_weight_grad;
   return r;
 }
 

@@ -181,6 +181,7 @@ const std::map<std::string, Writer>& writers() {
       {"internals_on_host", value(&TrainConfig::internals_on_host)},
       {"keep_norm_outputs", value(&TrainConfig::keep_norm_outputs)},
       {"keep_activation", value(&TrainConfig::keep_activation)},
+      {"group_head_weight_grad", value(&TrainConfig::group_head_weight_grad)},
       {"recompute",
        [](YAML::Emitter& o, const TrainConfig& c) {
          o << (c.recompute == RecomputePolicy::All ? "all" : "auto");

@@ -300,6 +300,10 @@ const std::map<std::string, Setter>& setters() {
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.keep_norm_outputs = parse_bool(n, k); }},
       {"keep_activation",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.keep_activation = parse_bool(n, k); }},
+      {"group_head_weight_grad",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
+         c.group_head_weight_grad = parse_bool(n, k);
+       }},
       {"recompute",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) {
          c.recompute = parse_choice<RecomputePolicy>(n, k, {{"auto", RecomputePolicy::Auto}, {"all", RecomputePolicy::All}});

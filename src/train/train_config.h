@@ -149,6 +149,10 @@ struct TrainConfig {
   // Whether such layers that keep the norms' outputs may keep the SwiGLU activation as well, where
   // the best plan has the room for it as it stands; false: their SwiGLU backward writes it again.
   bool keep_activation = true;
+  // Whether the head's weight gradient may be taken over several logits chunks at once
+  // (Plan::head_weight_grad_chunks), where the best plan has the device memory for them as it
+  // stands; false: one product per chunk.
+  bool group_head_weight_grad = true;
   RecomputePolicy recompute = RecomputePolicy::Auto;
   int64_t resident_layers = -1;  // layers kept on the GPU; -1: the planner chooses
   // When the CPU updates a unit; empty (auto): the planner's choice. During-backward is exact only

@@ -46,7 +46,7 @@ class CpuOps final : public Ops {
                        bool accumulate_dx) override;
 
   void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
-                            Tensor dw, Tensor loss_sum, Tensor logits) override;
+                            Tensor dw, Tensor loss_sum, Tensor logits, int64_t weight_grad_chunks) override;
   // The summed loss in double (the reference computation behind linear_cross_entropy).
   double linear_cross_entropy_sum(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
                                   Tensor dw, Tensor logits);

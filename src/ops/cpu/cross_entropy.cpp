@@ -47,7 +47,9 @@ FERRY_VECTOR_CLONES double softmax_row(float* row, int64_t V, int32_t target, co
 // loss_sum (1) += each counted token's loss (computed in double, rounded to fp32), in token order:
 // a sum over tokens that does not depend on where the caller cut them.
 void CpuOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
-                                  Tensor dw, Tensor loss_sum, Tensor logits) {
+                                  Tensor dw, Tensor loss_sum, Tensor logits, int64_t weight_grad_chunks) {
+  cpu::expect(weight_grad_chunks >= 1, "linear_cross_entropy",
+              fmt::format("weight_grad_chunks is {}, expected at least 1", weight_grad_chunks));
   if (!loss_sum.empty()) cpu::expect_numel("linear_cross_entropy", "loss_sum", loss_sum, 1);
   std::vector<double> row_loss;
   linear_cross_entropy_rows(x, w, targets, grad_scale, dx, dw, logits, row_loss);

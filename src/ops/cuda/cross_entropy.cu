@@ -7,7 +7,10 @@
 //      per-token fp32 buffer, and, when gradients are asked, the row is overwritten in place with
 //      dlogits = grad_scale * (softmax - onehot) (bf16); ignored rows (-100) get 0
 //   3. dx_chunk (n,H) = dlogits @ w           (assigned)
-//      dw (V,H)      += dlogits^T @ x_chunk   (beta = 1, F32 or BF16 gradient)
+//      dw (V,H)      += dlogits^T @ x_group   (beta = 1, F32 or BF16 gradient)
+//      where a group is weight_grad_chunks consecutive chunks, whose dlogits lie one after another
+//      in the buffer: the product runs once per group, over its tokens, so the gradient is read and
+//      written once per group instead of once per chunk
 // and at the end one block adds the per-token losses in a fixed order (double) to loss_sum, so
 // the result is deterministic and the host never waits.
 //
@@ -154,8 +157,10 @@ int64_t CudaOps::flce_chunk_tokens(int64_t V) const {
 }
 
 void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
-                                   Tensor dw, Tensor loss_sum, Tensor logits) {
+                                   Tensor dw, Tensor loss_sum, Tensor logits, int64_t weight_grad_chunks) {
   const char* op = "linear_cross_entropy";
+  CUDA_OPS_EXPECT(weight_grad_chunks >= 1, op,
+                  "weight_grad_chunks is " + std::to_string(weight_grad_chunks) + ", expected at least 1");
   cuda::expect_dtype(op, "w", w, DType::BF16);
   CUDA_OPS_EXPECT(w.ndim == 2, op, cuda::describe("w", w) + ": expected (V, H)");
   const int64_t V = w.shape[0], H = w.shape[1];
@@ -187,8 +192,11 @@ void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, f
   const bool want_grad = !dx.empty() || !dw.empty();
   const int64_t Vp = (V + 7) / 8 * 8;
   const int64_t C = std::min<int64_t>(T, flce_chunk_tokens(V));
+  // Chunks grouped for dw's product; without dw, one chunk's logits are all that is held.
+  const int64_t group = dw.empty() || H == 0 ? 1 : weight_grad_chunks;
+  const int64_t rows = fused_cross_entropy_logits_rows(options_.flce_chunk_bytes, V, T, group);
   auto* buf = static_cast<bf16*>(state_->buffer(
-      cuda::Scratch::kLogits, sizeof(bf16) * static_cast<size_t>(C * Vp), "the cross-entropy's logits"));
+      cuda::Scratch::kLogits, sizeof(bf16) * static_cast<size_t>(rows * Vp), "the cross-entropy's logits"));
   float* row_loss = nullptr;
   if (!loss_sum.empty())
     row_loss = static_cast<float*>(state_->buffer(
@@ -198,6 +206,9 @@ void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, f
   for (int64_t t0 = 0; t0 < T; t0 += C) {
     const int64_t n = std::min(C, T - t0);
     const bf16* xc = xs + t0 * H;
+    // The chunk's place in its group: its logits, then its dlogits, follow the group's earlier ones.
+    const int64_t place = (t0 / C) % group;
+    bf16* chunk = buf + place * C * Vp;
     if (H > 0) {
       cuda::MatmulArgs a;  // logits^T (V,n) = op_T(w: H x V) * x_chunk^T (H x n)
       a.trans_a = true;
@@ -208,24 +219,24 @@ void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, f
       a.lda = H;
       a.b = xc;
       a.ldb = H;
-      a.d = buf;
+      a.d = chunk;
       a.ldd = Vp;
       state_->gemm.matmul(a, stream);
     } else {
-      FERRY_CUDA_CHECK(cudaMemsetAsync(buf, 0, sizeof(bf16) * static_cast<size_t>(n * Vp), stream));
+      FERRY_CUDA_CHECK(cudaMemsetAsync(chunk, 0, sizeof(bf16) * static_cast<size_t>(n * Vp), stream));
     }
     if (!logits.empty()) {
       const int64_t blocks = std::min<int64_t>((n * V + 255) / 256, 65536);
       if (logits.dtype == DType::F32)
         copy_logits_kernel<<<static_cast<unsigned int>(blocks), 256, 0, stream>>>(
-            buf, Vp, n, V, static_cast<float*>(logits.data) + t0 * V);
+            chunk, Vp, n, V, static_cast<float*>(logits.data) + t0 * V);
       else
         copy_logits_kernel<<<static_cast<unsigned int>(blocks), 256, 0, stream>>>(
-            buf, Vp, n, V, static_cast<bf16*>(logits.data) + t0 * V);
+            chunk, Vp, n, V, static_cast<bf16*>(logits.data) + t0 * V);
       CHECK_CUDA_LAUNCH();
     }
     cross_entropy_rows_kernel<<<static_cast<unsigned int>(n), kRowThreads, 0, stream>>>(
-        buf, Vp, V, targets + t0, grad_scale, want_grad, row_loss == nullptr ? nullptr : row_loss + t0,
+        chunk, Vp, V, targets + t0, grad_scale, want_grad, row_loss == nullptr ? nullptr : row_loss + t0,
         state_->error_flag_ptr());
     CHECK_CUDA_LAUNCH();
     if (!want_grad || H == 0) continue;
@@ -237,19 +248,21 @@ void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, f
       a.k = V;
       a.a = w.data;
       a.lda = H;
-      a.b = buf;
+      a.b = chunk;
       a.ldb = Vp;
       a.d = static_cast<bf16*>(dx.data) + t0 * H;
       a.ldd = H;
       state_->gemm.matmul(a, stream);
     }
-    if (!dw.empty()) {
-      cuda::MatmulArgs a;  // dw^T (H,V) += x_chunk^T (H x n) * op_T(dlogits^T: V x n)
+    const bool group_ends = place == group - 1 || t0 + n == T;
+    if (!dw.empty() && group_ends) {
+      const int64_t g0 = t0 - place * C, k = t0 + n - g0;  // the group's first token, its tokens
+      cuda::MatmulArgs a;  // dw^T (H,V) += x_group^T (H x k) * op_T(dlogits^T: V x k)
       a.trans_b = true;
       a.m = H;
       a.n = V;
-      a.k = n;
-      a.a = xc;
+      a.k = k;
+      a.a = xs + g0 * H;
       a.lda = H;
       a.b = buf;
       a.ldb = Vp;
