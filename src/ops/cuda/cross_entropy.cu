@@ -3,10 +3,9 @@
 // per chunk
 //   1. logits (n,V) = x_chunk @ w^T          cuBLASLt, fp32 accumulation, bf16 logits (as the
 //                                            bf16 lm_head of transformers produces them)
-//   2. one block per SM, a row at a time: max and sum of exp in fp32 (online), loss = lse -
-//      logit[target] into a per-token fp32 buffer, and, when gradients are asked, the row is
-//      overwritten in place with dlogits = grad_scale * (softmax - onehot) (bf16); ignored rows
-//      (-100) get 0
+//   2. one block per row: max and sum of exp in fp32 (online), loss = lse - logit[target] into a
+//      per-token fp32 buffer, and, when gradients are asked, the row is overwritten in place with
+//      dlogits = grad_scale * (softmax - onehot) (bf16); ignored rows (-100) get 0
 //   3. dx_chunk (n,H) = dlogits @ w           (assigned)
 //      dw (V,H)      += dlogits^T @ x_group   (beta = 1, F32 or BF16 gradient)
 //      where a group is weight_grad_chunks consecutive chunks, whose dlogits lie one after another
@@ -26,7 +25,7 @@ namespace ferry {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kRowThreads = 1024;
+constexpr int kRowThreads = 256;
 
 __device__ __forceinline__ void combine(float& m, float& s, float m2, float s2) {
   const float M = fmaxf(m, m2);
@@ -37,111 +36,90 @@ __device__ __forceinline__ void combine(float& m, float& s, float m2, float s2) 
   s = a + b;
 }
 
-// One block per SM, each taking rows of the chunk in turn (ld % 8 == 0, 16-byte aligned). A row
-// of a 128k vocabulary is 256 KB of bf16; the second pass reads it again, and with one row in
-// flight per SM (33 MB on 132 SMs) that read comes from L2 instead of DRAM: the pass moves the
-// row in and out of DRAM once each instead of reading it twice (with a block per row, a thousand
-// rows in flight outgrew the 50 MB L2).
-__device__ __forceinline__ void online_max_sum(const float (&v)[8], int64_t first, int64_t V, float& m, float& s) {
-  float cm = -INFINITY;
-  float x[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    x[j] = first + j >= V ? -INFINITY : v[j];  // padding
-    cm = fmaxf(cm, x[j]);
-  }
-  if (cm > m) {
-    s = m == -INFINITY ? 0.0f : s * expf(m - cm);
-    m = cm;
-  }
-  if (m != -INFINITY) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) s += expf(x[j] - m);
-  }
-}
-
+// One block per row of the chunk. logits rows are `ld` apart (ld % 8 == 0, 16-byte aligned).
 __global__ void __launch_bounds__(kRowThreads)
-    cross_entropy_rows_kernel(bf16* __restrict__ logits, int64_t n, int64_t ld, int64_t V,
+    cross_entropy_rows_kernel(bf16* __restrict__ logits, int64_t ld, int64_t V,
                               const int32_t* __restrict__ targets, float grad_scale, bool want_grad,
                               float* __restrict__ row_loss, int* error_flag) {
-  __shared__ float warp_m[kRowThreads / 32], warp_s[kRowThreads / 32];
-  __shared__ float row_m, row_s;
+  const int64_t r = blockIdx.x;
+  bf16* row = logits + r * ld;
+  const int32_t target = targets[r];
   const int64_t chunks = ld / 8;
   const int tid = threadIdx.x;
-  for (int64_t r = blockIdx.x; r < n; r += gridDim.x) {
-    bf16* row = logits + r * ld;
-    const int32_t target = targets[r];
 
-    if (target == kIgnoreIndex || target < 0 || target >= V) {
-      if (tid == 0) {
-        const bool ignored = target == kIgnoreIndex;
-        if (!ignored) atomicOr(error_flag, cuda::kBadTarget);
-        if (row_loss != nullptr) row_loss[r] = ignored ? 0.0f : __int_as_float(0x7fc00000);
-      }
-      if (want_grad) {
-        for (int64_t c = tid; c < chunks; c += kRowThreads)
-          *reinterpret_cast<uint4*>(row + c * 8) = make_uint4(0, 0, 0, 0);
-      }
-      continue;
-    }
-
-    // Pass 1: running max and sum of exp per thread (two loads in flight), then over the block in
-    // a fixed tree.
-    float m = -INFINITY, s = 0.0f;
-    int64_t c = tid;
-    for (; c + kRowThreads < chunks; c += 2 * kRowThreads) {
-      float a[8], b[8];
-      cuda::load_bf16<8>(row + c * 8, a);
-      cuda::load_bf16<8>(row + (c + kRowThreads) * 8, b);
-      online_max_sum(a, c * 8, V, m, s);
-      online_max_sum(b, (c + kRowThreads) * 8, V, m, s);
-    }
-    if (c < chunks) {
-      float a[8];
-      cuda::load_bf16<8>(row + c * 8, a);
-      online_max_sum(a, c * 8, V, m, s);
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m, offset);
-      const float s2 = __shfl_xor_sync(0xffffffffu, s, offset);
-      combine(m, s, m2, s2);
-    }
-    if (tid % 32 == 0) {
-      warp_m[tid / 32] = m;
-      warp_s[tid / 32] = s;
-    }
-    __syncthreads();
+  if (target == kIgnoreIndex || target < 0 || target >= V) {
     if (tid == 0) {
-      float M = warp_m[0], S = warp_s[0];
-      for (int w = 1; w < kRowThreads / 32; ++w) combine(M, S, warp_m[w], warp_s[w]);
-      row_m = M;
-      row_s = S;
-      if (row_loss != nullptr) {
-        const float logit = cuda::bf16_bits_to_float(__bfloat16_as_ushort(row[target]));
-        row_loss[r] = (M + logf(S)) - logit;
-      }
+      const bool ignored = target == kIgnoreIndex;
+      if (!ignored) atomicOr(error_flag, cuda::kBadTarget);
+      if (row_loss != nullptr) row_loss[r] = ignored ? 0.0f : __int_as_float(0x7fc00000);
     }
-    __syncthreads();
-    if (!want_grad) continue;
+    if (want_grad) {
+      for (int64_t c = tid; c < chunks; c += kRowThreads)
+        *reinterpret_cast<uint4*>(row + c * 8) = make_uint4(0, 0, 0, 0);
+    }
+    return;
+  }
 
-    // Pass 2: dlogits = softmax * grad_scale - grad_scale * onehot, as the CPU reference forms it.
-    // (The next row's pass 1 writes warp_m only after every thread has read row_m here: the
-    // barrier after those writes orders them before thread 0 writes row_m again.)
-    const float M = row_m;
-    const float c_scale = grad_scale / row_s;
-    for (int64_t k = tid; k < chunks; k += kRowThreads) {
-      float v[8];
-      cuda::load_bf16<8>(row + k * 8, v);
+  // Pass 1: running max and sum of exp per thread, then over the block in a fixed tree.
+  float m = -INFINITY, s = 0.0f;
+  for (int64_t c = tid; c < chunks; c += kRowThreads) {
+    float v[8];
+    cuda::load_bf16<8>(row + c * 8, v);
+    float cm = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const int64_t idx = k * 8 + j;
-        float d = idx < V ? expf(v[j] - M) * c_scale : 0.0f;
-        if (idx == target) d -= grad_scale;
-        v[j] = d;
-      }
-      cuda::store_bf16<8>(row + k * 8, v);
+    for (int j = 0; j < 8; ++j) {
+      if (c * 8 + j >= V) v[j] = -INFINITY;  // padding
+      cm = fmaxf(cm, v[j]);
     }
+    if (cm > m) {
+      s = m == -INFINITY ? 0.0f : s * expf(m - cm);
+      m = cm;
+    }
+    if (m != -INFINITY) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s += expf(v[j] - m);
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, offset);
+    const float s2 = __shfl_xor_sync(0xffffffffu, s, offset);
+    combine(m, s, m2, s2);
+  }
+  __shared__ float warp_m[kRowThreads / 32], warp_s[kRowThreads / 32];
+  __shared__ float row_m, row_s;
+  if (tid % 32 == 0) {
+    warp_m[tid / 32] = m;
+    warp_s[tid / 32] = s;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    float M = warp_m[0], S = warp_s[0];
+    for (int w = 1; w < kRowThreads / 32; ++w) combine(M, S, warp_m[w], warp_s[w]);
+    row_m = M;
+    row_s = S;
+    if (row_loss != nullptr) {
+      const float logit = cuda::bf16_bits_to_float(__bfloat16_as_ushort(row[target]));
+      row_loss[r] = (M + logf(S)) - logit;
+    }
+  }
+  __syncthreads();
+  if (!want_grad) return;
+
+  // Pass 2: dlogits = softmax * grad_scale - grad_scale * onehot, as the CPU reference forms it.
+  const float M = row_m;
+  const float c_scale = grad_scale / row_s;
+  for (int64_t c = tid; c < chunks; c += kRowThreads) {
+    float v[8];
+    cuda::load_bf16<8>(row + c * 8, v);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int64_t idx = c * 8 + j;
+      float d = idx < V ? expf(v[j] - M) * c_scale : 0.0f;
+      if (idx == target) d -= grad_scale;
+      v[j] = d;
+    }
+    cuda::store_bf16<8>(row + c * 8, v);
   }
 }
 
@@ -257,10 +235,9 @@ void CudaOps::linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, f
             chunk, Vp, n, V, static_cast<bf16*>(logits.data) + t0 * V);
       CHECK_CUDA_LAUNCH();
     }
-    cross_entropy_rows_kernel<<<static_cast<unsigned int>(std::min<int64_t>(n, state_->sm_count)), kRowThreads,
-                                0, stream>>>(chunk, n, Vp, V, targets + t0, grad_scale, want_grad,
-                                             row_loss == nullptr ? nullptr : row_loss + t0,
-                                             state_->error_flag_ptr());
+    cross_entropy_rows_kernel<<<static_cast<unsigned int>(n), kRowThreads, 0, stream>>>(
+        chunk, Vp, V, targets + t0, grad_scale, want_grad, row_loss == nullptr ? nullptr : row_loss + t0,
+        state_->error_flag_ptr());
     CHECK_CUDA_LAUNCH();
     if (!want_grad || H == 0) continue;
 
