@@ -278,8 +278,9 @@ TEST_F(SearchTest, TheHeadsWeightGradientGoesOverSeveralChunksWhereTheBestPlanHa
             std::string::npos)
       << best.describe();
   ASSERT_FALSE(grouped.alternatives.empty());
-  EXPECT_EQ(plan_difference(grouped.alternatives.front().plan, best),
-            "the head's weight gradient over 1 logits chunks at once instead of 4");
+  EXPECT_EQ(
+      plan_difference(grouped.alternatives.front().plan, best),
+      "the head's weight gradient one product per logits chunk instead of over 4 logits chunks at once");
   EXPECT_LT(grouped.best.prediction.step_seconds, grouped.alternatives.front().prediction.step_seconds);
   // It costs the device the chunks' logits, as the memory model counts them.
   const auto device = [&](const Plan& p, const StepShape& shape) {

@@ -155,7 +155,7 @@ class Ops {
   // weight_grad_chunks (>= 1): a backend that makes the logits a chunk of tokens at a time may form
   // dw's product over this many chunks' dlogits at once, holding them all in its working memory
   // (cuda_ops_sizes.h: fused_cross_entropy_logits_rows): a longer product, which runs faster where
-  // dw's accumulation costs more than the product. The sums are the same ones either way.
+  // dw's accumulation costs more than the product. The same sums either way, in another order.
   virtual void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
                                     Tensor dw, Tensor loss_sum, Tensor logits,
                                     int64_t weight_grad_chunks) = 0;

@@ -80,6 +80,10 @@ std::string sweeps_refusal(const Plan& plan) {
   return std::string();
 }
 
+std::string head_weight_grad_manner(int64_t chunks) {
+  return chunks > 1 ? fmt::format("over {} logits chunks at once", chunks) : "one product per logits chunk";
+}
+
 std::string Plan::describe() const {
   int64_t internals = 0, on_host = 0;
   for (auto a : activations) internals += keeps_internals(a);
@@ -96,9 +100,9 @@ std::string Plan::describe() const {
       (sweeps > 1 ? fmt::format(", in {} sweeps (gradients summed on the GPU)", sweeps) : std::string()) +
       (seq_tile > 0 ? fmt::format(", sequence tiles of {} tokens", seq_tile) : std::string()) +
       (head_groups > 1 ? fmt::format(", attention in {} groups of KV heads", head_groups) : std::string()) +
-      (head_weight_grad_chunks > 1 ? fmt::format(", the head's weight gradient over {} logits chunks at once",
-                                                 head_weight_grad_chunks)
-                                   : std::string());
+      (head_weight_grad_chunks > 1
+           ? fmt::format(", the head's weight gradient {}", head_weight_grad_manner(head_weight_grad_chunks))
+           : std::string());
   int64_t recomputed = 0;
   for (auto a : activations) recomputed += (a == ActivationPlacement::Recompute);
   const std::string groups =

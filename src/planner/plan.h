@@ -157,6 +157,10 @@ bool keeps_any_internals(const Plan& plan);
 // Why `plan` cannot run in sweeps (a sentence), or empty when it can (or has one sweep).
 std::string sweeps_refusal(const Plan& plan);
 
+// How the head's weight gradient is formed (Plan::head_weight_grad_chunks), in words: "one product
+// per logits chunk", or "over N logits chunks at once".
+std::string head_weight_grad_manner(int64_t chunks);
+
 const char* placement_name(UnitPlacement placement);
 const char* activation_name(ActivationPlacement placement);
 const char* update_name(UpdateSchedule schedule);

@@ -919,8 +919,9 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
     parts.push_back(
         fmt::format("{} layers' internals on the host instead of {}", on_host(plan), on_host(reference)));
   if (plan.head_weight_grad_chunks != reference.head_weight_grad_chunks)
-    parts.push_back(fmt::format("the head's weight gradient over {} logits chunks at once instead of {}",
-                                plan.head_weight_grad_chunks, reference.head_weight_grad_chunks));
+    parts.push_back(fmt::format("the head's weight gradient {} instead of {}",
+                                head_weight_grad_manner(plan.head_weight_grad_chunks),
+                                head_weight_grad_manner(reference.head_weight_grad_chunks)));
   if (parts.empty()) return "the same plan";
   return fmt::format("{}", fmt::join(parts, ", "));
 }
