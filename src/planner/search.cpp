@@ -466,23 +466,33 @@ class Searcher {
     if (static_cast<int>(kept) > static_cast<int>(r_.space.most_kept_internals)) return std::nullopt;
     Plan p = plan;
     p.kept_internals = kept;
-    if (device_total(p, shape) > device_limit_) return std::nullopt;
-    if (r_.host_budget > 0 && host_total(p, shape) > r_.host_budget) return std::nullopt;
+    if (!fits(p, shape)) return std::nullopt;
     return p;
+  }
+
+  // Whether `plan` fits the device's and the host's budgets.
+  bool fits(const Plan& plan, const StepShape& shape) const {
+    return device_total(plan, shape) <= device_limit_ &&
+           (r_.host_budget == 0 || host_total(plan, shape) <= r_.host_budget);
+  }
+
+  // `plan`, the best plan with one thing more, put in front where it is predicted faster: the best
+  // before becomes the first alternative.
+  void prefer_on_the_best(Plan plan) {
+    Candidate c = simulated(std::move(plan), bests_.front().shape);
+    if (better(c, bests_.front())) bests_.insert(bests_.begin(), std::move(c));
   }
 
   // The activation kept too on the best plan as it stands, where it has the room and is predicted
   // faster; never a plan of another shape made to have the room: on an H100 the whole-GPU 1B's
   // plan in two sweeps that kept it ran ~1% slower than the one sweep without it, which the cost
   // model had put 0.5% behind, while on one plan the activation alone gained 1.1-1.3% (thirty-
-  // seventh session). The best before becomes the first alternative.
+  // seventh session).
   void keep_the_activation_on_the_best() {
     const Candidate& best = bests_.front();
     if (best.plan.kept_internals != KeptInternals::WithNorms || !keeps_any_internals(best.plan)) return;
-    std::optional<Plan> p = keeping(best.plan, KeptInternals::WithActivation, best.shape);
-    if (!p) return;
-    Candidate c = simulated(std::move(*p), best.shape);
-    if (better(c, best)) bests_.insert(bests_.begin(), std::move(c));
+    if (std::optional<Plan> p = keeping(best.plan, KeptInternals::WithActivation, best.shape))
+      prefer_on_the_best(std::move(*p));
   }
 
   // The head's weight gradient taken over several logits chunks on the best plan as it stands
@@ -490,13 +500,9 @@ class Searcher {
   // profile times the head faster so; as with the activation, no plan is reshaped to make the room.
   void group_the_head_weight_gradient_on_the_best() {
     if (!r_.space.group_head_weight_grad) return;
-    const Candidate& best = bests_.front();
-    Plan p = best.plan;
+    Plan p = bests_.front().plan;
     p.head_weight_grad_chunks = kHeadWeightGradChunks;
-    if (device_total(p, best.shape) > device_limit_) return;
-    if (r_.host_budget > 0 && host_total(p, best.shape) > r_.host_budget) return;
-    Candidate c = simulated(std::move(p), best.shape);
-    if (better(c, best)) bests_.insert(bests_.begin(), std::move(c));
+    if (fits(p, bests_.front().shape)) prefer_on_the_best(std::move(p));
   }
 
   void rank(Plan plan, const StepShape& shape) {

@@ -39,7 +39,9 @@
 //     Every plan that keeps internals is also weighed with the norms' outputs kept beside them
 //     (Plan::kept_internals: 17-19% more per kept layer) where that still fits: two memory-bound
 //     passes fewer in each such backward, which pays where memory is left over. The best plan
-//     then keeps the activation as well (~30% more again) where it has the room as it stands.
+//     then keeps the activation as well (~30% more again) where it has the room as it stands,
+//     and takes the head's weight gradient over several logits chunks
+//     (Plan::head_weight_grad_chunks) where it still has the room for their logits.
 //   * every K-th boundary kept, the others recomputed in the backward (planner/boundary_groups.h):
 //     K is a family axis like the sequence tile, tried for long sequences (keep_every_candidates),
 //     and for short ones where keeping every boundary costs the host's RAM: the best plan with

@@ -328,12 +328,8 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
   // logits in chunks, and only where the device has room for that many chunks' logits beside the
   // one chunk's the ops hold already, with an eighth to spare.
   if (s.wd != DType::BF16) return times;
-  const int64_t V = s.config.vocab_size, Vp = (V + 7) / 8 * 8;
-  const size_t more_logits =
-      2 * static_cast<size_t>(Vp) *
-      static_cast<size_t>(
-          fused_cross_entropy_logits_rows(kCudaFlceChunkBytes, V, most, kHeadWeightGradChunks) -
-          fused_cross_entropy_logits_rows(kCudaFlceChunkBytes, V, most, 1));
+  const size_t more_logits = cuda_ops_workspace_bytes(s.config, most, s.gd, 1, kHeadWeightGradChunks) -
+                             cuda_ops_workspace_bytes(s.config, most, s.gd, 1, 1);
   if (more_logits == 0) return times;  // the largest micro-chunk is one logits chunk
   if (more_logits / 7 * 8 > free_device_bytes(device)) {
     log_info(
