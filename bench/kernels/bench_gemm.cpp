@@ -1,6 +1,8 @@
 // Linear layer GEMMs through cuBLASLt (CudaOps::linear_forward / linear_backward) at the shapes of
-// an 8B Llama layer, 16k tokens: q/o (4096 x 4096), k/v with GQA (1024 x 4096), MLP up/gate
-// (14336 x 4096) and down (4096 x 14336). Compute-bound: reported in TFLOP/s (2 T in out per product).
+// an 8B Llama layer, 16k tokens: q/o (4096 x 4096), k/v with GQA (1024 x 4096), q, k and v as one
+// product (6144 x 4096), MLP up/gate (14336 x 4096) and down (4096 x 14336); and a 1B layer's
+// attention projections (2048 x 2048, 512 x 2048, 3072 x 2048), whose k/v products are the
+// narrowest of any preset. Compute-bound: reported in TFLOP/s (2 T in out per product).
 #include <cstdio>
 #include <functional>
 
@@ -74,8 +76,10 @@ void bench_gemm(Bench& b) {
     const char* name;
     int64_t in, out;
   };
-  for (const Shape& s : {Shape{"q/o proj", 4096, 4096}, Shape{"k/v proj", 4096, 1024},
-                         Shape{"gate/up", 4096, 14336}, Shape{"down", 14336, 4096}}) {
+  for (const Shape& s :
+       {Shape{"q/o proj", 4096, 4096}, Shape{"k/v proj", 4096, 1024}, Shape{"qkv proj", 4096, 6144},
+        Shape{"gate/up", 4096, 14336}, Shape{"down", 14336, 4096}, Shape{"1B q/o proj", 2048, 2048},
+        Shape{"1B k/v proj", 2048, 512}, Shape{"1B qkv proj", 2048, 3072}}) {
     DeviceTensor x(DType::BF16, {T, s.in}), w(DType::BF16, {s.out, s.in}), y(DType::BF16, {T, s.out});
     DeviceTensor dy(DType::BF16, {T, s.out}), dx(DType::BF16, {T, s.in}), dw(DType::F32, {s.out, s.in});
     DeviceTensor dw16(DType::BF16, {s.out, s.in});
