@@ -542,6 +542,77 @@ TEST_F(CudaParity, Rope) {
   }
 }
 
+// rope_qkv against rope() on the device: the same bits for q and k, v copied, both ways, at every
+// vector width (D/2 a multiple of 8 with aligned tensors, of 2, of 1, and misaligned tensors).
+TEST_F(CudaParity, RopeQkv) {
+  struct Case {
+    int64_t T, Hq, Hkv, D;
+    size_t offset;  // elements off 16-byte alignment, of every tensor
+  };
+  uint32_t seed = 550;
+  for (const Case& c : {Case{31, 8, 2, 64, 0}, Case{33, 4, 4, 128, 0}, Case{17, 6, 2, 12, 0},
+                        Case{19, 2, 1, 10, 0}, Case{29, 8, 2, 64, 1}, Case{65, 32, 8, 64, 0}}) {
+    SCOPED_TRACE("T=" + std::to_string(c.T) + " Hq=" + std::to_string(c.Hq) + " Hkv=" +
+                 std::to_string(c.Hkv) + " D=" + std::to_string(c.D) + " offset=" + std::to_string(c.offset));
+    const int64_t T = c.T, Hq = c.Hq, Hkv = c.Hkv, D = c.D, half = D / 2;
+    const int64_t QD = Hq * D, KD = Hkv * D, W = QD + 2 * KD;
+    std::mt19937 gen(++seed);
+    std::vector<int32_t> pos(T);
+    for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(gen() % 8192);
+    Vec inv_freq(half);
+    for (int64_t i = 0; i < half; ++i)
+      inv_freq[i] = 1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(D));
+    DeviceInts gpos(pos);
+    DeviceTensor gf = upload(DType::F32, {half}, inv_freq);
+    const auto* freq = static_cast<const float*>(gf.data());
+    const auto columns = [&](const Vec& rows_of, int64_t width, int64_t c0, int64_t n) {
+      Vec out(static_cast<size_t>(T * n));
+      for (int64_t t = 0; t < T; ++t)
+        std::copy(rows_of.begin() + t * width + c0, rows_of.begin() + t * width + c0 + n,
+                  out.begin() + t * n);
+      return out;
+    };
+
+    // Forward: packed -> q, k, v; against rope() on q's and k's columns copied out.
+    Vec packed = uniform(T * W, ++seed, -2, 2);
+    round_bf16(packed);
+    DeviceTensor gpacked = upload(DType::BF16, {T, Hq + 2 * Hkv, D}, packed, c.offset);
+    DeviceTensor gq(DType::BF16, {T, Hq, D}, c.offset), gk(DType::BF16, {T, Hkv, D}, c.offset),
+        gv(DType::BF16, {T, Hkv, D}, c.offset);
+    gpu_->rope_qkv(gpacked.view(), gq.view(), gk.view(), gv.view(), gpos.get(), freq, false);
+    DeviceTensor q_ref = upload(DType::BF16, {T, Hq, D}, columns(packed, W, 0, QD));
+    DeviceTensor k_ref = upload(DType::BF16, {T, Hkv, D}, columns(packed, W, QD, KD));
+    gpu_->rope(q_ref.view(), gpos.get(), freq, false);
+    gpu_->rope(k_ref.view(), gpos.get(), freq, false);
+    sync();
+    EXPECT_EQ(gq.download_raw(), q_ref.download_raw()) << "q";
+    EXPECT_EQ(gk.download_raw(), k_ref.download_raw()) << "k";
+    EXPECT_EQ(gv.download(), columns(packed, W, QD + KD, KD)) << "v";
+    EXPECT_NE(gq.download(), columns(packed, W, 0, QD)) << "q was not rotated";
+    EXPECT_TRUE(gpacked.guards() && gq.guards() && gk.guards() && gv.guards());
+
+    // Inverse: dq, dk, dv -> packed; against rope(inverse) on dq and dk.
+    Vec dq = uniform(T * QD, ++seed, -2, 2), dk = uniform(T * KD, ++seed, -2, 2),
+        dv = uniform(T * KD, ++seed, -2, 2);
+    round_bf16(dq), round_bf16(dk), round_bf16(dv);
+    DeviceTensor gdq = upload(DType::BF16, {T, Hq, D}, dq, c.offset),
+                 gdk = upload(DType::BF16, {T, Hkv, D}, dk, c.offset),
+                 gdv = upload(DType::BF16, {T, Hkv, D}, dv, c.offset);
+    DeviceTensor gdpacked(DType::BF16, {T, Hq + 2 * Hkv, D}, c.offset);
+    gpu_->rope_qkv(gdpacked.view(), gdq.view(), gdk.view(), gdv.view(), gpos.get(), freq, true);
+    DeviceTensor dq_ref = upload(DType::BF16, {T, Hq, D}, dq), dk_ref = upload(DType::BF16, {T, Hkv, D}, dk);
+    gpu_->rope(dq_ref.view(), gpos.get(), freq, true);
+    gpu_->rope(dk_ref.view(), gpos.get(), freq, true);
+    sync();
+    const Vec got = gdpacked.download();
+    EXPECT_EQ(columns(got, W, 0, QD), dq_ref.download()) << "dq's columns";
+    EXPECT_EQ(columns(got, W, QD, KD), dk_ref.download()) << "dk's columns";
+    EXPECT_EQ(columns(got, W, QD + KD, KD), dv) << "dv's columns";
+    EXPECT_EQ(gdq.download(), dq) << "dq is read only";
+    EXPECT_TRUE(gdpacked.guards() && gdq.guards() && gdk.guards() && gdv.guards());
+  }
+}
+
 // ------------------------------------------------------------------------------------ swiglu
 
 TEST_F(CudaParity, SwiGlu) {
