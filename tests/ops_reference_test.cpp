@@ -197,45 +197,6 @@ TEST_F(OpsReference, RopeMatchesRotateHalfConvention) {
   EXPECT_TRUE(all_close(y, to_float(expected), kRtol, 2e-6, "rope"));
 }
 
-// rope_qkv is rope() between the packed rows of one q/k/v product and q, k, v: the same bits, v
-// copied, both ways.
-TEST_F(OpsReference, RopeQkvIsRopeBetweenThePackedRowsAndQkv) {
-  const int64_t T = 9, Hq = 4, Hkv = 2, D = 16, QD = Hq * D, KD = Hkv * D, W = QD + 2 * KD;
-  const std::vector<int32_t> pos = {0, 1, 2, 3, 0, 1, 700, 4095, 31};
-  Vec inv = hf_inv_freq(D, 500000.0f);
-  const auto part = [&](const Vec& packed, int64_t c0, int64_t width) {
-    Vec out(static_cast<size_t>(T * width));
-    for (int64_t t = 0; t < T; ++t)
-      std::copy(packed.begin() + t * W + c0, packed.begin() + t * W + c0 + width, out.begin() + t * width);
-    return out;
-  };
-  const auto same_bits = [](const Vec& a, const Vec& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
-
-  Vec packed = random_vector(T * W, 21), q(T * QD), k(T * KD), v(T * KD);
-  ops->rope_qkv(T3(packed, T, Hq + 2 * Hkv, D), T3(q, T, Hq, D), T3(k, T, Hkv, D), T3(v, T, Hkv, D),
-                pos.data(), inv.data(), false);
-  Vec q_ref = part(packed, 0, QD), k_ref = part(packed, QD, KD);
-  ops->rope(T3(q_ref, T, Hq, D), pos.data(), inv.data(), false);
-  ops->rope(T3(k_ref, T, Hkv, D), pos.data(), inv.data(), false);
-  EXPECT_TRUE(same_bits(q, q_ref)) << "q";
-  EXPECT_TRUE(same_bits(k, k_ref)) << "k";
-  EXPECT_TRUE(same_bits(v, part(packed, QD + KD, KD))) << "v";
-  EXPECT_FALSE(same_bits(q, part(packed, 0, QD))) << "q was not rotated";
-
-  Vec dq = random_vector(T * QD, 22), dk = random_vector(T * KD, 23), dv = random_vector(T * KD, 24);
-  Vec dpacked(T * W, 0.0f);
-  ops->rope_qkv(T3(dpacked, T, Hq + 2 * Hkv, D), T3(dq, T, Hq, D), T3(dk, T, Hkv, D), T3(dv, T, Hkv, D),
-                pos.data(), inv.data(), true);
-  Vec dq_ref = dq, dk_ref = dk;
-  ops->rope(T3(dq_ref, T, Hq, D), pos.data(), inv.data(), true);
-  ops->rope(T3(dk_ref, T, Hkv, D), pos.data(), inv.data(), true);
-  EXPECT_TRUE(same_bits(part(dpacked, 0, QD), dq_ref)) << "dq's columns";
-  EXPECT_TRUE(same_bits(part(dpacked, QD, KD), dk_ref)) << "dk's columns";
-  EXPECT_TRUE(same_bits(part(dpacked, QD + KD, KD), dv)) << "dv's columns";
-}
-
 // ---------------------------------------------------------------- attention
 
 struct AttnRef {

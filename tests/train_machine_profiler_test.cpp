@@ -181,10 +181,6 @@ class CountingOps final : public Ops {
   void rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) override {
     count(x).rope(x, positions, inv_freq, inverse);
   }
-  void rope_qkv(Tensor qkv, Tensor q, Tensor k, Tensor v, const int32_t* positions, const float* inv_freq,
-                bool inverse) override {
-    count(qkv).rope_qkv(qkv, q, k, v, positions, inv_freq, inverse);
-  }
   void attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                          Tensor lse) override {
     count(q).attention_forward(q, k, v, mask, scale, out, lse);

@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "core/env_switch.h"
 #include "core/error.h"
 
 namespace ferry {
@@ -93,18 +92,9 @@ LayerScratch carve_layer_scratch(Arena& a, const ModelConfig& c, int64_t T, DTyp
   carve_mlp_inputs(a, c, n, dt, s);
   carve_norm_outputs(a, c, n, dt, s);
   s.act = a.take(dt, {n, F});
-  // q, k, v side by side where they may be one product: in act's memory (and their gradient in
-  // d_gate's), which the layer writes only after it has used them, where a row fits.
-  const bool packs_qkv = head_groups == 1 && !c.qk_norm && !c.qkv_bias;
-  const int64_t W = QD + 2 * c.kv_dim();
-  const auto over = [&](const Tensor& wide) {
-    return W <= F ? Tensor(wide.data, dt, {n, W}) : a.take(dt, {n, W});
-  };
-  if (packs_qkv) s.qkv = over(s.act);
   if (with_backward) {
     s.d_act = a.take(dt, {n, F});
     s.d_gate = a.take(dt, {n, F});
-    if (packs_qkv) s.d_qkv = over(s.d_gate);
     s.d_up = a.take(dt, {n, F});
     s.d_h2 = a.take(dt, {n, H});
     s.d_h = a.take(dt, {n, H});
@@ -193,29 +183,6 @@ QkvRows qkv_rows(const LayerParams& p, const Dims& d, int64_t g) {
           weight_rows(p.v_proj, g * d.gKD, d.gKD), weight_rows(p.v_bias, g * d.gKD, d.gKD)};
 }
 
-// Whether b starts where a ends.
-bool adjacent(const Tensor& a, const Tensor& b) {
-  return a.dtype == b.dtype && static_cast<const char*>(a.data) + a.bytes() == b.data;
-}
-bool adjacent_qkv(const LayerParams& p) {
-  return adjacent(p.q_proj, p.k_proj) && adjacent(p.k_proj, p.v_proj);
-}
-
-// q_proj, k_proj and v_proj (or their gradients) as one (QD + 2 KD, H) weight.
-Tensor qkv_weight(const LayerParams& p, const Dims& d) {
-  return Tensor(p.q_proj.data, p.q_proj.dtype, {d.QD + 2 * d.KD, d.H});
-}
-
-// Rows [t0, t0 + n) of q, k, v and their packed rows (n of them, from the start of `packed`) as
-// rope_qkv takes them.
-void rope_qkv_rows(Ops& ops, const LayerContext& ctx, const TokenChunk& chunk, const Dims& d, const Tile& t,
-                   Tensor packed, Tensor q, Tensor k, Tensor v, bool inverse) {
-  ops.rope_qkv(
-      rows(packed, 0, t.n, d.QD + 2 * d.KD).view({t.n, d.Hq + 2 * d.Hkv, d.D}),
-      rows(q, t.t0, t.n, d.QD).view({t.n, d.Hq, d.D}), rows(k, t.t0, t.n, d.KD).view({t.n, d.Hkv, d.D}),
-      rows(v, t.t0, t.n, d.KD).view({t.n, d.Hkv, d.D}), chunk.positions + t.t0, ctx.inv_freq, inverse);
-}
-
 // The layer's full (T, Hq, D) attention output (or its gradient) seen from group g's first head:
 // the wider out/dout view of ops.h attention_forward, whose first gHq heads are the group's.
 Tensor group_heads(Tensor full, const Dims& d, int64_t g) {
@@ -277,13 +244,6 @@ void project_qkv(Ops& ops, const LayerContext& ctx, const LayerParams& p, const 
   const ModelConfig& c = *ctx.config;
   const QkvRows w = qkv_rows(p, d, g);
   if (norm_input) input_norm(ops, c, p, d, t, x_in, s);
-  if (one_qkv_product(c, p, d.G)) {
-    FERRY_ASSERT(!s.qkv.empty(), "one q/k/v product in a scratch carved without its packed rows");
-    ops.linear_forward(rows(s.h, 0, t.n, d.H), qkv_weight(p, d), Tensor(), Tensor(),
-                       rows(s.qkv, 0, t.n, d.QD + 2 * d.KD));
-    rope_qkv_rows(ops, ctx, chunk, d, t, s.qkv, s.q, s.k, s.v, false);
-    return;
-  }
   qk_before_rope(ops, c, p, w, d, t, s);
   ops.linear_forward(rows(s.h, 0, t.n, d.H), w.v_proj, w.v_bias, Tensor(), rows(s.v, t.t0, t.n, d.gKD));
   const int32_t* positions = chunk.positions + t.t0;
@@ -347,56 +307,7 @@ void project_and_attend(Ops& ops, const LayerContext& ctx, const LayerParams& p,
   }
 }
 
-// E for one tile of group g: d_h (this group's share of d/dh) and the q/k/v projections'
-// gradients (and the q/k norms') from the attention backward's dq, dk, dv rows, through RoPE's
-// backward (and the q/k norms'), three products.
-void projections_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, const LayerParams& g,
-                          const TokenChunk& chunk, const Dims& d, int64_t grp, const Tile& t,
-                          bool qk_pre_is_stale, LayerScratch& s) {
-  const ModelConfig& c = *ctx.config;
-  const QkvRows w = qkv_rows(p, d, grp), gw = qkv_rows(g, d, grp);
-  if (c.qk_norm && qk_pre_is_stale) qk_before_rope(ops, c, p, w, d, t, s);
-  Tensor dq = rows(s.dq, t.t0, t.n, d.gQD), dk = rows(s.dk, t.t0, t.n, d.gKD);
-  const Tensor dv = rows(s.dv, t.t0, t.n, d.gKD);
-  const int32_t* positions = chunk.positions + t.t0;
-  ops.rope(dq.view({t.n, d.gHq, d.D}), positions, ctx.inv_freq, true);
-  ops.rope(dk.view({t.n, d.gHkv, d.D}), positions, ctx.inv_freq, true);
-  if (c.qk_norm) {
-    const Tensor dq_pre = rows(s.dq_pre, 0, t.n, d.gQD), dk_pre = rows(s.dk_pre, 0, t.n, d.gKD);
-    ops.rmsnorm_backward(rows(s.q_pre, 0, t.n, d.gQD).view({t.n * d.gHq, d.D}), p.q_norm,
-                         rows(s.rstd_q, 0, t.n * d.gHq, 1).view({t.n * d.gHq}), dq.view({t.n * d.gHq, d.D}),
-                         Tensor(), dq_pre.view({t.n * d.gHq, d.D}), g.q_norm);
-    ops.rmsnorm_backward(rows(s.k_pre, 0, t.n, d.gKD).view({t.n * d.gHkv, d.D}), p.k_norm,
-                         rows(s.rstd_k, 0, t.n * d.gHkv, 1).view({t.n * d.gHkv}),
-                         dk.view({t.n * d.gHkv, d.D}), Tensor(), dk_pre.view({t.n * d.gHkv, d.D}), g.k_norm);
-    dq = dq_pre;
-    dk = dk_pre;
-  }
-  const Tensor h = rows(s.h, 0, t.n, d.H), d_h = rows(s.d_h, 0, t.n, d.H);
-  ops.linear_backward(h, w.q_proj, dq, d_h, gw.q_proj, gw.q_bias, false);
-  ops.linear_backward(h, w.k_proj, dk, d_h, gw.k_proj, gw.k_bias, true);
-  ops.linear_backward(h, w.v_proj, dv, d_h, gw.v_proj, gw.v_bias, true);
-}
-
-// The same as one product (one_qkv_product): dq, dk rotated back and dv into the packed gradient,
-// then d_h and the three weights' gradients from it at once.
-void projections_backward_as_one(Ops& ops, const LayerContext& ctx, const LayerParams& p,
-                                 const LayerParams& g, const TokenChunk& chunk, const Dims& d, const Tile& t,
-                                 LayerScratch& s) {
-  FERRY_ASSERT(!s.d_qkv.empty(), "one q/k/v product in a scratch carved without its packed gradient");
-  rope_qkv_rows(ops, ctx, chunk, d, t, s.d_qkv, s.dq, s.dk, s.dv, true);
-  ops.linear_backward(rows(s.h, 0, t.n, d.H), qkv_weight(p, d), rows(s.d_qkv, 0, t.n, d.QD + 2 * d.KD),
-                      rows(s.d_h, 0, t.n, d.H), qkv_weight(g, d), Tensor(), false);
-}
-
 }  // namespace
-
-bool one_qkv_product(const ModelConfig& c, const LayerParams& p, int64_t head_groups,
-                     const LayerParams* grads) {
-  static const bool allowed = env_switch_on("FERRY_QKV_PRODUCT");  // 0: three products, as before
-  return allowed && head_groups == 1 && !c.qk_norm && p.q_bias.empty() && p.k_bias.empty() &&
-         p.v_bias.empty() && adjacent_qkv(p) && (grads == nullptr || adjacent_qkv(*grads));
-}
 
 void layer_forward(Ops& ops, const LayerContext& ctx, const LayerParams& p, const TokenChunk& chunk,
                    Tensor x_in, Tensor x_out, LayerScratch& s) {
@@ -471,18 +382,37 @@ void layer_backward(Ops& ops, const LayerContext& ctx, const LayerParams& p, con
         rows(s.dq, 0, d.T, d.gQD).view({d.T, d.gHq, d.D}), rows(s.dk, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}),
         rows(s.dv, 0, d.T, d.gKD).view({d.T, d.gHkv, d.D}));
 
-    const bool one_product = one_qkv_product(c, p, d.G, &g);
+    const QkvRows w = qkv_rows(p, d, grp), gw = qkv_rows(g, d, grp);
     for (const Tile& t : tiles) {
       if (h_is_stale) input_norm(ops, c, p, d, t, x_in, s);
-      if (one_product)
-        projections_backward_as_one(ops, ctx, p, g, chunk, d, t, s);
-      else
-        projections_backward(ops, ctx, p, g, chunk, d, grp, t, qk_pre_is_stale, s);
+      if (c.qk_norm && qk_pre_is_stale) qk_before_rope(ops, c, p, w, d, t, s);
+      Tensor dq = rows(s.dq, t.t0, t.n, d.gQD), dk = rows(s.dk, t.t0, t.n, d.gKD);
+      const Tensor dv = rows(s.dv, t.t0, t.n, d.gKD);
+      const int32_t* positions = chunk.positions + t.t0;
+      ops.rope(dq.view({t.n, d.gHq, d.D}), positions, ctx.inv_freq, true);
+      ops.rope(dk.view({t.n, d.gHkv, d.D}), positions, ctx.inv_freq, true);
+      if (c.qk_norm) {
+        const Tensor dq_pre = rows(s.dq_pre, 0, t.n, d.gQD), dk_pre = rows(s.dk_pre, 0, t.n, d.gKD);
+        ops.rmsnorm_backward(rows(s.q_pre, 0, t.n, d.gQD).view({t.n * d.gHq, d.D}), p.q_norm,
+                             rows(s.rstd_q, 0, t.n * d.gHq, 1).view({t.n * d.gHq}),
+                             dq.view({t.n * d.gHq, d.D}), Tensor(), dq_pre.view({t.n * d.gHq, d.D}),
+                             g.q_norm);
+        ops.rmsnorm_backward(rows(s.k_pre, 0, t.n, d.gKD).view({t.n * d.gHkv, d.D}), p.k_norm,
+                             rows(s.rstd_k, 0, t.n * d.gHkv, 1).view({t.n * d.gHkv}),
+                             dk.view({t.n * d.gHkv, d.D}), Tensor(), dk_pre.view({t.n * d.gHkv, d.D}),
+                             g.k_norm);
+        dq = dq_pre;
+        dk = dk_pre;
+      }
       // d_h is this group's share of d/dh; the input norm's backward is linear in it, so each
       // group adds its share to d_x1 (and to the norm's weight gradient) in turn.
+      const Tensor h = rows(s.h, 0, t.n, d.H), d_h = rows(s.d_h, 0, t.n, d.H);
       const Tensor d_x1 = rows(dx_in, t.t0, t.n, d.H);
+      ops.linear_backward(h, w.q_proj, dq, d_h, gw.q_proj, gw.q_bias, false);
+      ops.linear_backward(h, w.k_proj, dk, d_h, gw.k_proj, gw.k_bias, true);
+      ops.linear_backward(h, w.v_proj, dv, d_h, gw.v_proj, gw.v_bias, true);
       ops.rmsnorm_backward(rows(x_in, t.t0, t.n, d.H), p.input_norm, rows(s.rstd1, 0, t.n, 1).view({t.n}),
-                           rows(s.d_h, 0, t.n, d.H), d_x1, d_x1, g.input_norm);
+                           d_h, d_x1, d_x1, g.input_norm);
     }
   }
 }

@@ -3,8 +3,6 @@
 //   h  = rmsnorm(x)                    x1 = x + o_proj(attention(rope(q), rope(k), v))
 //   q, k, v = proj(h) [+ q/k norm]     x' = x1 + down(silu(gate(h2)) * up(h2)),  h2 = rmsnorm(x1)
 //
-// q, k, v are one product where the layer can (one_qkv_product below), three otherwise.
-//
 // Training keeps each layer's input (the boundary activation). The backward pass recomputes the
 // layer's forward from it into the scratch, then runs the backward -- or, where the forward's
 // intermediates were kept (carve_kept_internals: every GEMM's and the attention's output), runs
@@ -77,26 +75,12 @@ struct LayerScratch {
   Tensor attn, lse;         // (T,Hq*D), (Hq,T) of every head
   Tensor x1, h2, rstd2;     // (T,H), (T,H), (T)
   Tensor gate, up, act;     // (T,F) each
-  // (T,(Hq+2Hkv)*D): q, k, v side by side, the output of their one product (one_qkv_product), in
-  // act's memory (free until the MLP) where a row of act is as wide, else its own
-  Tensor qkv;
   // backward only
   Tensor d_act, d_gate, d_up;  // (T,F)
   Tensor d_h2, d_h;            // (T,H)
   Tensor d_attn, dq, dk, dv;   // (T,Hq*D) of every head, (T,Hq*D), (T,Hkv*D), (T,Hkv*D)
   Tensor dq_pre, dk_pre;       // (T,Hq*D), (T,Hkv*D) (qk_norm models only)
-  Tensor d_qkv;                // qkv's gradient, in d_gate's memory (free after the MLP) or its own
 };
-
-// Whether a layer of `config` with these parameters, attending its heads in `head_groups` groups,
-// runs its q, k and v projections as one product (of the three weights one after another, as the
-// unit layout lays them: model/unit_layout.h) and RoPE between that product's rows and q, k, v
-// (Ops::rope_qkv): one group of heads, no q/k norms, no biases. One product of (Hq + 2 Hkv) D
-// columns runs at the rate of the wide q product where k's and v's narrow ones ran slower, and its
-// data gradient sums the three in one pass over d/dh instead of three. `grads`, when given, must
-// lie one after another too (the backward's weight gradient is one product then).
-bool one_qkv_product(const ModelConfig& config, const LayerParams& params, int64_t head_groups,
-                     const LayerParams* grads = nullptr);
 
 // Raises ferry::Error unless `head_groups` splits the model's KV heads evenly.
 void check_head_groups(const ModelConfig& config, int64_t head_groups);

@@ -113,14 +113,6 @@ class Ops {
   //   x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin.
   // inverse = true rotates by -angle, which is the backward of the forward rotation.
   virtual void rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) = 0;
-  // q, k and v side by side in each row (the output of their projections as one product, and its
-  // gradient): qkv (T, Hq + 2 Hkv, D) holds q's Hq heads, then k's Hkv, then v's Hkv.
-  //   inverse = false: q (T,Hq,D) = rope(qkv's q heads), k (T,Hkv,D) = rope(its k heads), v = its v
-  //   heads, copied; inverse = true (the backward): qkv = dq and dk rotated by -angle, and dv, side
-  //   by side (q, k, v read).
-  // The rotation is rope()'s, bit for bit; qkv and q, k, v must not overlap.
-  virtual void rope_qkv(Tensor qkv, Tensor q, Tensor k, Tensor v, const int32_t* positions,
-                        const float* inv_freq, bool inverse) = 0;
 
   // Causal attention with grouped query heads (Hq a multiple of Hkv) and document masking.
   // q (T,Hq,D), k v (T,Hkv,D), out (T,Ho,D), lse (Hq,T) fp32 = log-sum-exp of scaled scores.

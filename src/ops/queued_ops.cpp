@@ -29,11 +29,6 @@ void QueuedOps::rope(Tensor x, const int32_t* positions, const float* inv_freq, 
   enqueue([=](Ops& ops) { ops.rope(x, positions, inv_freq, inverse); });
 }
 
-void QueuedOps::rope_qkv(Tensor qkv, Tensor q, Tensor k, Tensor v, const int32_t* positions,
-                         const float* inv_freq, bool inverse) {
-  enqueue([=](Ops& ops) { ops.rope_qkv(qkv, q, k, v, positions, inv_freq, inverse); });
-}
-
 void QueuedOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                   Tensor lse) {
   enqueue([=](Ops& ops) { ops.attention_forward(q, k, v, mask, scale, out, lse); });

@@ -39,12 +39,6 @@ void TracingOps::rope(Tensor x, const int32_t* positions, const float* inv_freq,
   traced(inverse ? "rope_inverse" : "rope", [&](Ops& ops) { ops.rope(x, positions, inv_freq, inverse); });
 }
 
-void TracingOps::rope_qkv(Tensor qkv, Tensor q, Tensor k, Tensor v, const int32_t* positions,
-                          const float* inv_freq, bool inverse) {
-  traced(inverse ? "rope_qkv_inverse" : "rope_qkv",
-         [&](Ops& ops) { ops.rope_qkv(qkv, q, k, v, positions, inv_freq, inverse); });
-}
-
 void TracingOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                                    Tensor lse) {
   traced(

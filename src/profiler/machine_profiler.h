@@ -83,9 +83,8 @@ struct ProfileOptions {
 //   6: the lean AdamW's rate per format (host.lean_adamw_params_per_s);
 //   7: the backward of a layer that recomputes nothing (compute.layer_backward_kept_all);
 //   8: the head with its weight gradient's product over several logits chunks (compute.head_grouped,
-//      head_f32_grads_grouped);
-//   9: layers whose q, k and v projections are one product (model/decoder_layer.h, one_qkv_product).
-inline constexpr int kProfilerMethod = 9;
+//      head_f32_grads_grouped).
+inline constexpr int kProfilerMethod = 8;
 
 // ProfileOptions' defaults on a device with native (CUDA) streams. On the simulated device, smaller
 // arrays and shorter samples: its profile plans test runs on this host, and measuring it must take

@@ -30,8 +30,6 @@ class CpuOps final : public Ops {
                         Tensor dweight) override;
 
   void rope(Tensor x, const int32_t* positions, const float* inv_freq, bool inverse) override;
-  void rope_qkv(Tensor qkv, Tensor q, Tensor k, Tensor v, const int32_t* positions, const float* inv_freq,
-                bool inverse) override;
 
   void attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                          Tensor lse) override;
