@@ -2,7 +2,9 @@
 // an 8B Llama layer, 16k tokens: q/o (4096 x 4096), k/v with GQA (1024 x 4096), q, k and v as one
 // product (6144 x 4096), MLP up/gate (14336 x 4096) and down (4096 x 14336); and a 1B layer's
 // attention projections (2048 x 2048, 512 x 2048, 3072 x 2048), whose k/v products are the
-// narrowest of any preset. Compute-bound: reported in TFLOP/s (2 T in out per product).
+// narrowest of any preset, and its MLP products (8192 x 2048, 2048 x 8192); a 3B layer's q/o and
+// MLP products (3072 x 3072, 8192 x 3072, 3072 x 8192). Compute-bound:
+// reported in TFLOP/s (2 T in out per product).
 #include <cstdio>
 #include <functional>
 
@@ -79,7 +81,9 @@ void bench_gemm(Bench& b) {
   for (const Shape& s :
        {Shape{"q/o proj", 4096, 4096}, Shape{"k/v proj", 4096, 1024}, Shape{"qkv proj", 4096, 6144},
         Shape{"gate/up", 4096, 14336}, Shape{"down", 14336, 4096}, Shape{"1B q/o proj", 2048, 2048},
-        Shape{"1B k/v proj", 2048, 512}, Shape{"1B qkv proj", 2048, 3072}}) {
+        Shape{"1B k/v proj", 2048, 512}, Shape{"1B qkv proj", 2048, 3072}, Shape{"1B gate/up", 2048, 8192},
+        Shape{"1B down", 8192, 2048}, Shape{"3B q/o proj", 3072, 3072}, Shape{"3B gate/up", 3072, 8192},
+        Shape{"3B down", 8192, 3072}}) {
     DeviceTensor x(DType::BF16, {T, s.in}), w(DType::BF16, {s.out, s.in}), y(DType::BF16, {T, s.out});
     DeviceTensor dy(DType::BF16, {T, s.out}), dx(DType::BF16, {T, s.in}), dw(DType::F32, {s.out, s.in});
     DeviceTensor dw16(DType::BF16, {s.out, s.in});
