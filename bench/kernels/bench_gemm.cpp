@@ -3,8 +3,8 @@
 // product (6144 x 4096), MLP up/gate (14336 x 4096) and down (4096 x 14336); and a 1B layer's
 // attention projections (2048 x 2048, 512 x 2048, 3072 x 2048), whose k/v products are the
 // narrowest of any preset, and its MLP products (8192 x 2048, 2048 x 8192); a 3B layer's q/o and
-// MLP products (3072 x 3072, 8192 x 3072, 3072 x 8192). Compute-bound:
-// reported in TFLOP/s (2 T in out per product).
+// MLP products (3072 x 3072, 8192 x 3072, 3072 x 8192). Compute-bound: reported in TFLOP/s (2 T in
+// out per product).
 #include <cstdio>
 #include <functional>
 
