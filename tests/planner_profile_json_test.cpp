@@ -29,6 +29,7 @@ MachineProfile sample_profile() {
   p.compute.head_f32_grads = {1e-4, 1.2e-6};
   p.compute.head_grouped = {1e-4, 1.05e-6};
   p.compute.head_f32_grads_grouped = {1e-4, 1.1e-6};
+  p.compute.own_attention = true;
   p.compute.gpu_adamw_params_per_s = 1.5e11;
   p.compute.grad_norm_params_per_s = 1.6e12;
   p.transfer.h2d_bytes_per_s = 55e9;
@@ -72,6 +73,7 @@ TEST(ProfileJson, RoundTripsThroughAFile) {
   EXPECT_EQ(back.compute.layer_backward_kept.per_token_s, 6.6e-7);
   EXPECT_EQ(back.compute.head_grouped.per_token_s, 1.05e-6);
   EXPECT_EQ(back.compute.head_f32_grads_grouped.per_token_s, 1.1e-6);
+  EXPECT_TRUE(back.compute.own_attention);
   EXPECT_EQ(back.host.threads, 16);
   EXPECT_EQ(back.kernels, "cuda, cuDNN 91400 attention");
   EXPECT_EQ(back.method, 2);
@@ -90,6 +92,17 @@ TEST(ProfileJson, AFileWithoutTheGroupedHeadTakesTheHeadsTimes) {
   const MachineProfile p = profile_from_json(j, "h200.json");
   EXPECT_EQ(p.compute.head_grouped.per_token_s, 1.1e-6);
   EXPECT_EQ(p.compute.head_f32_grads_grouped.per_token_s, 1.2e-6);
+}
+
+// Files from before method 9 did not time the layer with the own attention kernels: they load as
+// the library's (what those runs used); a value that is there must be true or false.
+TEST(ProfileJson, AFileWithoutTheAttentionChoiceLoadsTheLibrarys) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j["compute"].erase("own_attention");
+  EXPECT_FALSE(profile_from_json(j, "h200.json").compute.own_attention);
+  j["compute"]["own_attention"] = 1;
+  EXPECT_NE(load_error(j).find("\"own_attention\" is missing or not true or false"), std::string::npos)
+      << load_error(j);
 }
 
 // Files from before method 6 have no lean AdamW rates: they load as zero ("not measured"); a rate

@@ -165,6 +165,19 @@ class CountingOps final : public Ops {
     return fewest;
   }
   std::string kernels() const override { return inner_.kernels(); }
+  // As if the backend had a library's attention beside its own: while it is on (from the start, as
+  // on the CUDA ops), an attention call counts `library_work` per element of q, else `own_work`.
+  void give_library_attention(int64_t library_work, int64_t own_work) {
+    library_work_ = library_work;
+    own_work_ = own_work;
+  }
+  bool has_library_attention() const override { return library_work_ > 0; }
+  void use_library_attention(bool on) override {
+    library_on_ = on;
+    ++attention_switches_;
+  }
+  bool library_attention_on() const { return library_on_; }
+  int attention_switches() const { return attention_switches_; }
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override {
     count(out).embedding_forward(ids, table, out);
   }
@@ -183,11 +196,11 @@ class CountingOps final : public Ops {
   }
   void attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                          Tensor lse) override {
-    count(q).attention_forward(q, k, v, mask, scale, out, lse);
+    count_attention(q).attention_forward(q, k, v, mask, scale, out, lse);
   }
   void attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                           Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) override {
-    count(q).attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv);
+    count_attention(q).attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv);
   }
   void attention_cached(Tensor q, Tensor k, Tensor v, float scale, Tensor out) override {
     count(q).attention_cached(q, k, v, scale, out);
@@ -220,6 +233,11 @@ class CountingOps final : public Ops {
     work_ += elements_of.numel();
     return inner_;
   }
+  Ops& count_attention(const Tensor& q) {
+    if (library_work_ == 0) return count(q);
+    work_ += q.numel() * (library_on_ ? library_work_ : own_work_);
+    return inner_;
+  }
   Ops& count(const Tensor& x, int64_t out_features) {
     work_ += x.shape[0] * out_features;
     return inner_;
@@ -231,7 +249,57 @@ class CountingOps final : public Ops {
   int64_t tuning_calls_ = 0;
   std::map<std::array<int64_t, 3>, int64_t> gemm_calls_;
   std::set<const void*> head_weight_gradients_;
+  int64_t library_work_ = 0, own_work_ = 0;  // give_library_attention; 0: no library
+  bool library_on_ = true;
+  int attention_switches_ = 0;
 };
+
+// measure_compute of the tiny llama on the counting clock, with a library's attention whose calls
+// count `library_work` per element of q against the own kernels' `own_work` (0: no library); `ops`
+// gets the counting ops' state after it.
+ComputeProfile measure_with_library_attention(int64_t library_work, int64_t own_work, bool* library_on_after,
+                                              int* switches) {
+  SimRig rig;
+  CountingOps ops(*rig.ops);
+  ops.give_library_attention(library_work, own_work);
+  ProfileOptions options = quick_options();
+  options.timing.clock = [&ops] { return ops.seconds(); };
+  options.gpu_adamw_params = 64 * 64;
+  const ComputeProfile c = measure_compute(*rig.device, ops, preset_config("llama", "tiny"), kSeq, options);
+  *library_on_after = ops.library_attention_on();
+  *switches = ops.attention_switches();
+  return c;
+}
+
+// Where the ops have a library's attention beside their own, the layer is timed with each: the
+// faster one's times are the profile's, the profile says which (own_attention), and the ops are
+// left running it. Within the margin the library's stays. Without a library nothing is switched.
+TEST(MachineProfiler, TimesTheLayerWithEachAttentionAndKeepsTheFaster) {
+  bool library_on = true;
+  int switches = 0;
+  const ComputeProfile slow_library = measure_with_library_attention(3, 1, &library_on, &switches);
+  EXPECT_TRUE(slow_library.own_attention);
+  EXPECT_FALSE(library_on) << "the ops run the faster attention after the profile";
+  EXPECT_EQ(switches, 2);
+  const ComputeProfile fast_library = measure_with_library_attention(1, 3, &library_on, &switches);
+  EXPECT_FALSE(fast_library.own_attention);
+  EXPECT_TRUE(library_on);
+  EXPECT_EQ(switches, 2);
+  const ComputeProfile same = measure_with_library_attention(2, 2, &library_on, &switches);
+  EXPECT_FALSE(same.own_attention) << "no faster: the library's stays";
+  EXPECT_TRUE(library_on);
+  const ComputeProfile none = measure_with_library_attention(0, 0, &library_on, &switches);
+  EXPECT_FALSE(none.own_attention);
+  EXPECT_EQ(switches, 0) << "nothing to choose without a library";
+  for (const int64_t T : {kSeq, 2 * kSeq, 4 * kSeq}) {
+    // The kept times are the faster attention's: the own kernels' (1 a q element) where the library
+    // was slower, the library's (1) where it was faster; the same work either way.
+    EXPECT_DOUBLE_EQ(slow_library.layer_forward.at(T), fast_library.layer_forward.at(T)) << T << " tokens";
+    EXPECT_DOUBLE_EQ(slow_library.layer_backward_kept_all.at(T), fast_library.layer_backward_kept_all.at(T));
+    EXPECT_LT(slow_library.layer_forward.at(T), same.layer_forward.at(T)) << T << " tokens";
+    EXPECT_LT(none.layer_forward.at(T), same.layer_forward.at(T)) << "one q element each, unswitched";
+  }
+}
 
 // Each pass is timed as the engine runs it, and each on its own: the backward recomputes the
 // forward and then runs its own ops, the backward from kept internals skips the recompute of the
@@ -622,6 +690,29 @@ TEST_F(ProfileSelection, ProfileFileForAnotherModelShapeIsRefused) {
     EXPECT_NE(message.find("measured for the model shape " + p.shape_key), std::string::npos) << message;
     EXPECT_NE(message.find("ferry profile"), std::string::npos) << message;
   }
+}
+
+// A run takes ferry's own attention where its profile found it faster on this device with these
+// kernels, and only there: a profile of another machine, of other kernels, or of ops without a
+// library's attention leaves the library's.
+TEST_F(ProfileSelection, TheRunTakesTheOwnAttentionWhereItsProfileFoundItFasterHere) {
+  CountingOps ops(*rig_.ops);
+  ops.give_library_attention(2, 1);
+  MachineProfile p;
+  p.device_name = rig_.device->name();
+  p.kernels = ops.kernels();
+  p.compute.own_attention = true;
+  EXPECT_TRUE(runs_own_attention(p, *rig_.device, ops));
+  MachineProfile other = p;
+  other.device_name = "cuda:0 NVIDIA H200";
+  EXPECT_FALSE(runs_own_attention(other, *rig_.device, ops)) << "measured on another machine";
+  other = p;
+  other.kernels = "cuda, cuDNN 91400 attention";
+  EXPECT_FALSE(runs_own_attention(other, *rig_.device, ops)) << "measured with other kernels";
+  other = p;
+  other.compute.own_attention = false;
+  EXPECT_FALSE(runs_own_attention(other, *rig_.device, ops)) << "the library's was the faster";
+  EXPECT_FALSE(runs_own_attention(p, *rig_.device, *rig_.ops)) << "no library's attention to set aside";
 }
 
 TEST(ProfileCachePath, NamesTheDeviceAndTheShape) {

@@ -96,6 +96,14 @@ class Ops {
   virtual std::string gemm_choice_scope() const { return ""; }
   virtual std::vector<GemmChoice> gemm_choices() const { return {}; }
   virtual void adopt_gemm_choices(const std::vector<GemmChoice>& /*choices*/) {}
+  // Attention of whole sequences and packed documents runs on a library's fused attention where
+  // the backend has one (cuDNN), else on ferry's own kernels. has_library_attention(): the backend
+  // has one; use_library_attention(false): ferry's own kernels run every attention from the next
+  // call on (true: the library again, where it takes the call). Both write the same lse (the
+  // log-sum-exp of the scaled scores), so either direction may follow the other. The machine
+  // profile times a layer both ways and the run takes the faster (ComputeProfile::own_attention).
+  virtual bool has_library_attention() const { return false; }
+  virtual void use_library_attention(bool /*on*/) {}
 
   // out (T,H) = table[ids] with table (V,H).
   virtual void embedding_forward(const int32_t* ids, Tensor table, Tensor out) = 0;

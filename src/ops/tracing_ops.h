@@ -26,6 +26,8 @@ class TracingOps final : public Ops {
   void adopt_gemm_choices(const std::vector<GemmChoice>& choices) override {
     inner_->adopt_gemm_choices(choices);
   }
+  bool has_library_attention() const override { return inner_->has_library_attention(); }
+  void use_library_attention(bool on) override { inner_->use_library_attention(on); }
 
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override;
   void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override;

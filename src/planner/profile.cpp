@@ -73,6 +73,11 @@ class Reader {
     FERRY_CHECK(v > 0.0 && v <= 1.0, "profile", "{}: \"{}\" = {} must be in (0, 1]", source_, key, v);
     return v;
   }
+  bool boolean(const nlohmann::json& j, const char* key) const {
+    FERRY_CHECK(json_has(j, key, &nlohmann::json::is_boolean), "profile",
+                "{}: \"{}\" is missing or not true or false", source_, key);
+    return j.at(key).get<bool>();
+  }
   std::string string(const nlohmann::json& j, const char* key) const {
     FERRY_CHECK(json_has(j, key, &nlohmann::json::is_string), "profile",
                 "{}: \"{}\" is missing or not a string", source_, key);
@@ -116,6 +121,7 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
         {"layer_backward_kept_all", linear_json(p.compute.layer_backward_kept_all)},
         {"layer_tile_tokens", p.compute.layer_tile_tokens},
         {"layer_head_groups", p.compute.layer_head_groups},
+        {"own_attention", p.compute.own_attention},
         {"head", linear_json(p.compute.head)},
         {"head_f32_grads", linear_json(p.compute.head_f32_grads)},
         {"head_grouped", linear_json(p.compute.head_grouped)},
@@ -185,6 +191,7 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
     p.compute.layer_tile_tokens = r.whole(c, "layer_tile_tokens", 0, kMaxInt);
   if (c.contains("layer_head_groups"))
     p.compute.layer_head_groups = r.whole(c, "layer_head_groups", 1, kMaxInt);
+  if (c.contains("own_attention")) p.compute.own_attention = r.boolean(c, "own_attention");
   p.compute.head = r.linear(c, "head");
   p.compute.head_f32_grads = c.contains("head_f32_grads") ? r.linear(c, "head_f32_grads") : p.compute.head;
   p.compute.head_grouped = c.contains("head_grouped") ? r.linear(c, "head_grouped") : p.compute.head;

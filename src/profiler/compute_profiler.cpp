@@ -206,6 +206,18 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
           fit_linear_time(backward_kept_all, "layer backward recomputing nothing")};
 }
 
+// The own kernels are taken where a layer's forward and its backward recomputing nothing (the
+// whole-GPU plans' pass; the others run the same attention) are faster with them by more than
+// kOwnAttentionMargin at `tokens`: within it the library's stays, so that noise between two
+// measurements of the same machine does not move a run between them.
+constexpr double kOwnAttentionMargin = 0.005;
+
+bool own_attention_is_faster(const LayerTimes& library, const LayerTimes& own, int64_t tokens) {
+  const double lib = library.forward.at(tokens) + library.backward_kept_all.at(tokens);
+  const double mine = own.forward.at(tokens) + own.backward_kept_all.at(tokens);
+  return mine < lib * (1.0 - kOwnAttentionMargin);
+}
+
 struct EndTimes {
   LinearTime embedding_forward, embedding_backward, head, head_f32_grads, head_grouped,
       head_f32_grads_grouped;
@@ -508,7 +520,24 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  const LayerTimes layer = time_layer(device, ops, shape, tokens, tile, head_groups, fill, steady);
+  LayerTimes layer = time_layer(device, ops, shape, tokens, tile, head_groups, fill, steady);
+  // Where the ops have a library's attention beside ferry's own, the layer is timed with each and
+  // the faster kept (a step's attention is 5-13% of it: the own kernels ran a 1B layer, D 64, ~1%
+  // faster than cuDNN's on an H100, where the bench had them within a few percent either way).
+  bool own_attention = false;
+  if (ops.has_library_attention()) {
+    ops.use_library_attention(false);
+    const LayerTimes own = time_layer(device, ops, shape, tokens, tile, head_groups, fill, steady);
+    own_attention = own_attention_is_faster(layer, own, tokens.back());
+    ops.use_library_attention(!own_attention);
+    log_info(
+        "profile: one layer at {} tokens with ferry's attention kernels: forward {:.4g} s, backward {:.4g} s "
+        "(recomputing nothing {:.4g} s); {}",
+        tokens.back(), own.forward.at(tokens.back()), own.backward.at(tokens.back()),
+        own.backward_kept_all.at(tokens.back()),
+        own_attention ? "faster: the run uses them" : "the library's attention is kept");
+    if (own_attention) layer = own;
+  }
   log_info(
       "profile: one layer at {} tokens: forward {:.4g} s, backward {:.4g} s (from kept internals {:.4g} s, "
       "recomputing nothing {:.4g} s); measured in {:.1f} s",
@@ -521,6 +550,7 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   c.layer_backward_kept_all = layer.backward_kept_all;
   c.layer_tile_tokens = tile;
   c.layer_head_groups = head_groups;
+  c.own_attention = own_attention;
   const auto ends_start = std::chrono::steady_clock::now();
   const EndTimes ends = time_ends(device, ops, shape, tokens, fill, steady);
   log_info("profile: the head at {} tokens: {:.4g} s forward+backward; measured in {:.1f} s", tokens.back(),

@@ -83,8 +83,10 @@ struct ProfileOptions {
 //   6: the lean AdamW's rate per format (host.lean_adamw_params_per_s);
 //   7: the backward of a layer that recomputes nothing (compute.layer_backward_kept_all);
 //   8: the head with its weight gradient's product over several logits chunks (compute.head_grouped,
-//      head_f32_grads_grouped).
-inline constexpr int kProfilerMethod = 8;
+//      head_f32_grads_grouped);
+//   9: the layer also timed with ferry's own attention kernels where a library's are loaded, and
+//      the faster kept (compute.own_attention).
+inline constexpr int kProfilerMethod = 9;
 
 // ProfileOptions' defaults on a device with native (CUDA) streams. On the simulated device, smaller
 // arrays and shorter samples: its profile plans test runs on this host, and measuring it must take

@@ -130,6 +130,11 @@ MachineProfile load_profile_file(const TrainConfig& config, const ModelConfig& m
   return p;
 }
 
+bool runs_own_attention(const MachineProfile& profile, const Device& device, const Ops& ops) {
+  return ops.has_library_attention() && profile.compute.own_attention &&
+         profile.device_name == device.name() && profile.kernels == ops.kernels();
+}
+
 MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& model, Device& device, Ops& ops,
                               const ObtainProfileOptions& options, ProfileOrigin* origin) {
   if (!config.profile.empty()) {

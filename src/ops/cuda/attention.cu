@@ -1,5 +1,6 @@
 // Attention on the GPU: CudaOps' two methods hand the views to cuDNN's fused attention where the
-// mask allows it and cuDNN is there (ops/cuda/cudnn_attention.h), else to ferry's own flash
+// mask allows it, cuDNN is there (ops/cuda/cudnn_attention.h) and it is not set aside
+// (Ops::use_library_attention: the profile found the own kernels faster), else to ferry's own flash
 // attention (ops/cuda/flash_attention.h). Both directions, either implementation, share one
 // working memory of the planner's size (attention_workspace_bytes); a cuDNN plan that needs more
 // is not used.
@@ -57,6 +58,11 @@ void* attention_workspace(CudaOps::State& state, const FlashAttentionParams& p, 
   return state.buffer(cuda::Scratch::kAttention, *bytes, "attention");
 }
 
+// cuDNN's attention where it is loaded and not set aside (Ops::use_library_attention), else null.
+CudnnAttention* library_attention(const CudaOps::State& state) {
+  return state.use_cudnn_attention ? state.cudnn_attention.get() : nullptr;
+}
+
 }  // namespace
 
 void CudaOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
@@ -64,7 +70,7 @@ void CudaOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask
   const FlashAttentionParams p =
       attention_params("attention_forward", q, k, v, mask.doc_start, scale, out, lse);
   if (p.tokens == 0 || p.q_heads == 0) return;
-  if (CudnnAttention* cudnn = state_->cudnn_attention.get();
+  if (CudnnAttention* cudnn = library_attention(*state_);
       cudnn != nullptr && (mask.row_tokens > 0 || mask.segments > 0)) {
     size_t bytes = 0;
     void* workspace = attention_workspace(*state_, p, &bytes);
@@ -89,7 +95,7 @@ void CudaOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mas
   p.dk = dk.data;
   p.dv = dv.data;
   p.workspace = attention_workspace(*state_, p.fwd, &p.workspace_bytes);
-  if (CudnnAttention* cudnn = state_->cudnn_attention.get(); cudnn != nullptr) {
+  if (CudnnAttention* cudnn = library_attention(*state_); cudnn != nullptr) {
     if (mask.row_tokens > 0 && cudnn->backward(p, mask.row_tokens)) return;
     if (mask.row_tokens <= 0 && mask.segments > 0 && cudnn->backward(p, segments_of(mask))) return;
   }

@@ -86,6 +86,14 @@ void CudaOps::adopt_gemm_choices(const std::vector<GemmChoice>& choices) {
   state_->gemm.adopt(choices);
 }
 
+bool CudaOps::has_library_attention() const {
+  return state_->cudnn_attention != nullptr;
+}
+
+void CudaOps::use_library_attention(bool on) {
+  state_->use_cudnn_attention = on;
+}
+
 void* CudaOps::stream() const {
   return state_->stream;
 }

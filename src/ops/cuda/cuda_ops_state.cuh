@@ -41,6 +41,7 @@ struct CudaOps::State {
   cuda::StreamBuffer scratch[static_cast<int>(cuda::Scratch::kCount)];
   cuda::DeviceMemory error_flag;                    // one int, bits of DeviceErrorBits
   std::unique_ptr<CudnnAttention> cudnn_attention;  // null: cuDNN off or not installed
+  bool use_cudnn_attention = true;                  // Ops::use_library_attention
 
   State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator,
         int gemm_candidates);
