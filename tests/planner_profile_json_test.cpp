@@ -29,7 +29,7 @@ MachineProfile sample_profile() {
   p.compute.head_f32_grads = {1e-4, 1.2e-6};
   p.compute.head_grouped = {1e-4, 1.05e-6};
   p.compute.head_f32_grads_grouped = {1e-4, 1.1e-6};
-  p.compute.own_attention = true;
+  p.compute.own_attention_backward = true;
   p.compute.gpu_adamw_params_per_s = 1.5e11;
   p.compute.grad_norm_params_per_s = 1.6e12;
   p.transfer.h2d_bytes_per_s = 55e9;
@@ -73,7 +73,8 @@ TEST(ProfileJson, RoundTripsThroughAFile) {
   EXPECT_EQ(back.compute.layer_backward_kept.per_token_s, 6.6e-7);
   EXPECT_EQ(back.compute.head_grouped.per_token_s, 1.05e-6);
   EXPECT_EQ(back.compute.head_f32_grads_grouped.per_token_s, 1.1e-6);
-  EXPECT_TRUE(back.compute.own_attention);
+  EXPECT_FALSE(back.compute.own_attention_forward);
+  EXPECT_TRUE(back.compute.own_attention_backward);
   EXPECT_EQ(back.host.threads, 16);
   EXPECT_EQ(back.kernels, "cuda, cuDNN 91400 attention");
   EXPECT_EQ(back.method, 2);
@@ -98,10 +99,14 @@ TEST(ProfileJson, AFileWithoutTheGroupedHeadTakesTheHeadsTimes) {
 // the library's (what those runs used); a value that is there must be true or false.
 TEST(ProfileJson, AFileWithoutTheAttentionChoiceLoadsTheLibrarys) {
   nlohmann::json j = profile_to_json(sample_profile());
-  j["compute"].erase("own_attention");
-  EXPECT_FALSE(profile_from_json(j, "h200.json").compute.own_attention);
-  j["compute"]["own_attention"] = 1;
-  EXPECT_NE(load_error(j).find("\"own_attention\" is missing or not true or false"), std::string::npos)
+  j["compute"].erase("own_attention_forward");
+  j["compute"].erase("own_attention_backward");
+  const MachineProfile p = profile_from_json(j, "h200.json");
+  EXPECT_FALSE(p.compute.own_attention_forward);
+  EXPECT_FALSE(p.compute.own_attention_backward);
+  j["compute"]["own_attention_backward"] = 1;
+  EXPECT_NE(load_error(j).find("\"own_attention_backward\" is missing or not true or false"),
+            std::string::npos)
       << load_error(j);
 }
 

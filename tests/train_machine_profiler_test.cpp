@@ -165,18 +165,21 @@ class CountingOps final : public Ops {
     return fewest;
   }
   std::string kernels() const override { return inner_.kernels(); }
-  // As if the backend had a library's attention beside its own: while it is on (from the start, as
-  // on the CUDA ops), an attention call counts `library_work` per element of q, else `own_work`.
-  void give_library_attention(int64_t library_work, int64_t own_work) {
-    library_work_ = library_work;
-    own_work_ = own_work;
-  }
-  bool has_library_attention() const override { return library_work_ > 0; }
-  void use_library_attention(bool on) override {
-    library_on_ = on;
+  // As if the backend had a library's attention beside its own: while it is on for a direction
+  // (from the start, as on the CUDA ops), an attention call of that direction counts the
+  // library's work per element of q, else the own kernels'.
+  struct AttentionWork {
+    int64_t library_forward = 0, library_backward = 0, own_forward = 0, own_backward = 0;
+  };
+  void give_library_attention(const AttentionWork& work) { attention_work_ = work; }
+  bool has_library_attention() const override { return attention_work_.library_forward > 0; }
+  void use_library_attention(bool forward, bool backward) override {
+    library_forward_ = forward;
+    library_backward_ = backward;
     ++attention_switches_;
   }
-  bool library_attention_on() const { return library_on_; }
+  bool library_forward() const { return library_forward_; }
+  bool library_backward() const { return library_backward_; }
   int attention_switches() const { return attention_switches_; }
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override {
     count(out).embedding_forward(ids, table, out);
@@ -196,11 +199,11 @@ class CountingOps final : public Ops {
   }
   void attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                          Tensor lse) override {
-    count_attention(q).attention_forward(q, k, v, mask, scale, out, lse);
+    count_attention(q, true).attention_forward(q, k, v, mask, scale, out, lse);
   }
   void attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mask, float scale, Tensor out,
                           Tensor lse, Tensor dout, Tensor dq, Tensor dk, Tensor dv) override {
-    count_attention(q).attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv);
+    count_attention(q, false).attention_backward(q, k, v, mask, scale, out, lse, dout, dq, dk, dv);
   }
   void attention_cached(Tensor q, Tensor k, Tensor v, float scale, Tensor out) override {
     count(q).attention_cached(q, k, v, scale, out);
@@ -233,9 +236,12 @@ class CountingOps final : public Ops {
     work_ += elements_of.numel();
     return inner_;
   }
-  Ops& count_attention(const Tensor& q) {
-    if (library_work_ == 0) return count(q);
-    work_ += q.numel() * (library_on_ ? library_work_ : own_work_);
+  Ops& count_attention(const Tensor& q, bool forward) {
+    if (!has_library_attention()) return count(q);
+    const AttentionWork& w = attention_work_;
+    const int64_t per_element = forward ? (library_forward_ ? w.library_forward : w.own_forward)
+                                        : (library_backward_ ? w.library_backward : w.own_backward);
+    work_ += q.numel() * per_element;
     return inner_;
   }
   Ops& count(const Tensor& x, int64_t out_features) {
@@ -249,55 +255,76 @@ class CountingOps final : public Ops {
   int64_t tuning_calls_ = 0;
   std::map<std::array<int64_t, 3>, int64_t> gemm_calls_;
   std::set<const void*> head_weight_gradients_;
-  int64_t library_work_ = 0, own_work_ = 0;  // give_library_attention; 0: no library
-  bool library_on_ = true;
+  AttentionWork attention_work_;  // give_library_attention; library_forward 0: no library
+  bool library_forward_ = true, library_backward_ = true;
   int attention_switches_ = 0;
 };
 
-// measure_compute of the tiny llama on the counting clock, with a library's attention whose calls
-// count `library_work` per element of q against the own kernels' `own_work` (0: no library); `ops`
-// gets the counting ops' state after it.
-ComputeProfile measure_with_library_attention(int64_t library_work, int64_t own_work, bool* library_on_after,
-                                              int* switches) {
+// measure_compute of the tiny llama on the counting clock, with a library's attention beside the
+// own kernels doing `work` (none where work.library_forward is 0): the profile, and which
+// attention the ops run after it.
+struct AttentionRun {
+  ComputeProfile profile;
+  bool library_forward = true, library_backward = true;
+  int switches = 0;
+};
+AttentionRun measure_with_library_attention(const CountingOps::AttentionWork& work) {
   SimRig rig;
   CountingOps ops(*rig.ops);
-  ops.give_library_attention(library_work, own_work);
+  ops.give_library_attention(work);
   ProfileOptions options = quick_options();
   options.timing.clock = [&ops] { return ops.seconds(); };
   options.gpu_adamw_params = 64 * 64;
-  const ComputeProfile c = measure_compute(*rig.device, ops, preset_config("llama", "tiny"), kSeq, options);
-  *library_on_after = ops.library_attention_on();
-  *switches = ops.attention_switches();
-  return c;
+  AttentionRun r;
+  r.profile = measure_compute(*rig.device, ops, preset_config("llama", "tiny"), kSeq, options);
+  r.library_forward = ops.library_forward();
+  r.library_backward = ops.library_backward();
+  r.switches = ops.attention_switches();
+  return r;
 }
 
-// Where the ops have a library's attention beside their own, the layer is timed with each: the
-// faster one's times are the profile's, the profile says which (own_attention), and the ops are
-// left running it. Within the margin the library's stays. Without a library nothing is switched.
-TEST(MachineProfiler, TimesTheLayerWithEachAttentionAndKeepsTheFaster) {
-  bool library_on = true;
-  int switches = 0;
-  const ComputeProfile slow_library = measure_with_library_attention(3, 1, &library_on, &switches);
-  EXPECT_TRUE(slow_library.own_attention);
-  EXPECT_FALSE(library_on) << "the ops run the faster attention after the profile";
-  EXPECT_EQ(switches, 2);
-  const ComputeProfile fast_library = measure_with_library_attention(1, 3, &library_on, &switches);
-  EXPECT_FALSE(fast_library.own_attention);
-  EXPECT_TRUE(library_on);
-  EXPECT_EQ(switches, 2);
-  const ComputeProfile same = measure_with_library_attention(2, 2, &library_on, &switches);
-  EXPECT_FALSE(same.own_attention) << "no faster: the library's stays";
-  EXPECT_TRUE(library_on);
-  const ComputeProfile none = measure_with_library_attention(0, 0, &library_on, &switches);
-  EXPECT_FALSE(none.own_attention);
-  EXPECT_EQ(switches, 0) << "nothing to choose without a library";
+// Where the ops have a library's attention beside their own, the layer is timed with each: for each
+// direction the faster is chosen, the profile says which, its times are those of the choice (timed
+// once more where the two directions choose differently), and the ops are left running it. Within
+// the margin the library's stays. Without a library nothing is switched.
+TEST(MachineProfiler, TimesTheLayerWithEachAttentionAndKeepsTheFasterForEachDirection) {
+  const AttentionRun slow_library = measure_with_library_attention({3, 3, 1, 1});
+  EXPECT_TRUE(slow_library.profile.own_attention_forward);
+  EXPECT_TRUE(slow_library.profile.own_attention_backward);
+  EXPECT_FALSE(slow_library.library_forward) << "the ops run the faster attention after the profile";
+  EXPECT_FALSE(slow_library.library_backward);
+  EXPECT_EQ(slow_library.switches, 2);
+  const AttentionRun fast_library = measure_with_library_attention({1, 1, 3, 3});
+  EXPECT_FALSE(fast_library.profile.own_attention_forward);
+  EXPECT_FALSE(fast_library.profile.own_attention_backward);
+  EXPECT_TRUE(fast_library.library_forward && fast_library.library_backward);
+  EXPECT_EQ(fast_library.switches, 2);
+  // The library's forward, the own backward: each direction its faster, timed together once more.
+  const AttentionRun mixed = measure_with_library_attention({1, 3, 3, 1});
+  EXPECT_FALSE(mixed.profile.own_attention_forward);
+  EXPECT_TRUE(mixed.profile.own_attention_backward);
+  EXPECT_TRUE(mixed.library_forward);
+  EXPECT_FALSE(mixed.library_backward);
+  const AttentionRun same = measure_with_library_attention({2, 2, 2, 2});
+  EXPECT_FALSE(same.profile.own_attention_forward || same.profile.own_attention_backward)
+      << "no faster: the library's stays";
+  EXPECT_TRUE(same.library_forward && same.library_backward);
+  const AttentionRun none = measure_with_library_attention({});
+  EXPECT_FALSE(none.profile.own_attention_forward || none.profile.own_attention_backward);
+  EXPECT_EQ(none.switches, 0) << "nothing to choose without a library";
   for (const int64_t T : {kSeq, 2 * kSeq, 4 * kSeq}) {
-    // The kept times are the faster attention's: the own kernels' (1 a q element) where the library
-    // was slower, the library's (1) where it was faster; the same work either way.
-    EXPECT_DOUBLE_EQ(slow_library.layer_forward.at(T), fast_library.layer_forward.at(T)) << T << " tokens";
-    EXPECT_DOUBLE_EQ(slow_library.layer_backward_kept_all.at(T), fast_library.layer_backward_kept_all.at(T));
-    EXPECT_LT(slow_library.layer_forward.at(T), same.layer_forward.at(T)) << T << " tokens";
-    EXPECT_LT(none.layer_forward.at(T), same.layer_forward.at(T)) << "one q element each, unswitched";
+    // The kept times are those of the faster attention in each direction: one unit of work a q
+    // element in every case but `same` (two), the same work either way.
+    for (const AttentionRun* r : {&fast_library, &mixed}) {
+      EXPECT_DOUBLE_EQ(r->profile.layer_forward.at(T), slow_library.profile.layer_forward.at(T)) << T;
+      EXPECT_DOUBLE_EQ(r->profile.layer_backward_kept_all.at(T),
+                       slow_library.profile.layer_backward_kept_all.at(T))
+          << T;
+      EXPECT_DOUBLE_EQ(r->profile.layer_backward.at(T), slow_library.profile.layer_backward.at(T)) << T;
+    }
+    EXPECT_LT(slow_library.profile.layer_forward.at(T), same.profile.layer_forward.at(T)) << T << " tokens";
+    EXPECT_LT(none.profile.layer_forward.at(T), same.profile.layer_forward.at(T))
+        << "one unit each, unswitched";
   }
 }
 
@@ -697,22 +724,24 @@ TEST_F(ProfileSelection, ProfileFileForAnotherModelShapeIsRefused) {
 // library's attention leaves the library's.
 TEST_F(ProfileSelection, TheRunTakesTheOwnAttentionWhereItsProfileFoundItFasterHere) {
   CountingOps ops(*rig_.ops);
-  ops.give_library_attention(2, 1);
+  ops.give_library_attention({2, 2, 1, 1});
   MachineProfile p;
   p.device_name = rig_.device->name();
   p.kernels = ops.kernels();
-  p.compute.own_attention = true;
-  EXPECT_TRUE(runs_own_attention(p, *rig_.device, ops));
+  p.compute.own_attention_backward = true;
+  const AttentionChoice here = attention_choice(p, *rig_.device, ops);
+  EXPECT_FALSE(here.own_forward);
+  EXPECT_TRUE(here.own_backward);
   MachineProfile other = p;
   other.device_name = "cuda:0 NVIDIA H200";
-  EXPECT_FALSE(runs_own_attention(other, *rig_.device, ops)) << "measured on another machine";
+  EXPECT_FALSE(attention_choice(other, *rig_.device, ops).any()) << "measured on another machine";
   other = p;
   other.kernels = "cuda, cuDNN 91400 attention";
-  EXPECT_FALSE(runs_own_attention(other, *rig_.device, ops)) << "measured with other kernels";
+  EXPECT_FALSE(attention_choice(other, *rig_.device, ops).any()) << "measured with other kernels";
   other = p;
-  other.compute.own_attention = false;
-  EXPECT_FALSE(runs_own_attention(other, *rig_.device, ops)) << "the library's was the faster";
-  EXPECT_FALSE(runs_own_attention(p, *rig_.device, *rig_.ops)) << "no library's attention to set aside";
+  other.compute.own_attention_backward = false;
+  EXPECT_FALSE(attention_choice(other, *rig_.device, ops).any()) << "the library's was the faster";
+  EXPECT_FALSE(attention_choice(p, *rig_.device, *rig_.ops).any()) << "no library's attention to set aside";
 }
 
 TEST(ProfileCachePath, NamesTheDeviceAndTheShape) {

@@ -98,12 +98,14 @@ class Ops {
   virtual void adopt_gemm_choices(const std::vector<GemmChoice>& /*choices*/) {}
   // Attention of whole sequences and packed documents runs on a library's fused attention where
   // the backend has one (cuDNN), else on ferry's own kernels. has_library_attention(): the backend
-  // has one; use_library_attention(false): ferry's own kernels run every attention from the next
-  // call on (true: the library again, where it takes the call). Both write the same lse (the
-  // log-sum-exp of the scaled scores), so either direction may follow the other. The machine
-  // profile times a layer both ways and the run takes the faster (ComputeProfile::own_attention).
+  // has one; use_library_attention(forward, backward): from the next call on, each direction runs
+  // on the library (true, where it takes the call) or on ferry's own kernels (false). Both write
+  // and read the same lse (the log-sum-exp of the scaled scores), so either direction may follow
+  // the other. The machine profile times a layer each way and the run takes the faster for each
+  // direction (ComputeProfile::own_attention_forward, own_attention_backward). Call while no op is
+  // pending on the ops.
   virtual bool has_library_attention() const { return false; }
-  virtual void use_library_attention(bool /*on*/) {}
+  virtual void use_library_attention(bool /*forward*/, bool /*backward*/) {}
 
   // out (T,H) = table[ids] with table (V,H).
   virtual void embedding_forward(const int32_t* ids, Tensor table, Tensor out) = 0;

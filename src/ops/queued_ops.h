@@ -33,7 +33,9 @@ class QueuedOps final : public Ops {
     inner_->adopt_gemm_choices(choices);
   }
   bool has_library_attention() const override { return inner_->has_library_attention(); }
-  void use_library_attention(bool on) override { inner_->use_library_attention(on); }
+  void use_library_attention(bool forward, bool backward) override {
+    inner_->use_library_attention(forward, backward);
+  }
 
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override;
   void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override;

@@ -121,7 +121,8 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
         {"layer_backward_kept_all", linear_json(p.compute.layer_backward_kept_all)},
         {"layer_tile_tokens", p.compute.layer_tile_tokens},
         {"layer_head_groups", p.compute.layer_head_groups},
-        {"own_attention", p.compute.own_attention},
+        {"own_attention_forward", p.compute.own_attention_forward},
+        {"own_attention_backward", p.compute.own_attention_backward},
         {"head", linear_json(p.compute.head)},
         {"head_f32_grads", linear_json(p.compute.head_f32_grads)},
         {"head_grouped", linear_json(p.compute.head_grouped)},
@@ -191,7 +192,10 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
     p.compute.layer_tile_tokens = r.whole(c, "layer_tile_tokens", 0, kMaxInt);
   if (c.contains("layer_head_groups"))
     p.compute.layer_head_groups = r.whole(c, "layer_head_groups", 1, kMaxInt);
-  if (c.contains("own_attention")) p.compute.own_attention = r.boolean(c, "own_attention");
+  if (c.contains("own_attention_forward"))
+    p.compute.own_attention_forward = r.boolean(c, "own_attention_forward");
+  if (c.contains("own_attention_backward"))
+    p.compute.own_attention_backward = r.boolean(c, "own_attention_backward");
   p.compute.head = r.linear(c, "head");
   p.compute.head_f32_grads = c.contains("head_f32_grads") ? r.linear(c, "head_f32_grads") : p.compute.head;
   p.compute.head_grouped = c.contains("head_grouped") ? r.linear(c, "head_grouped") : p.compute.head;

@@ -45,11 +45,13 @@ struct ComputeProfile {
   // ... and with its attention in this many groups of KV heads, its times taken back to one
   // group's as the planner charges groups (planner/head_groups.h); 1: one group.
   int64_t layer_head_groups = 1;
-  // The layer ran faster with ferry's own attention kernels than with the library's fused
-  // attention (Ops::has_library_attention), so its times are theirs and a run on this machine
-  // uses them (train/profile_cache.h). false: the library's, or no library to choose (the
+  // The layer's forward (its backward) ran faster with ferry's own attention kernels than with the
+  // library's fused attention (Ops::has_library_attention), so its times are those of the
+  // attention chosen for each direction, and a run on this machine takes the same
+  // (train/profile_cache.h attention_choice). false: the library's, or no library to choose (the
   // simulated device, a machine without cuDNN, files of profiler methods before 9).
-  bool own_attention = false;
+  bool own_attention_forward = false;
+  bool own_attention_backward = false;
   LinearTime head;  // final norm + LM head + loss, forward and backward in one fused pass
   // The head when its weight gradient accumulates in fp32: where the head (or, tied, the embedding)
   // keeps its optimizer on the device, or everything does. Equal to `head` where gradients are

@@ -206,16 +206,44 @@ LayerTimes time_layer(Device& device, Ops& ops, const Shape& s, const std::vecto
           fit_linear_time(backward_kept_all, "layer backward recomputing nothing")};
 }
 
-// The own kernels are taken where a layer's forward and its backward recomputing nothing (the
-// whole-GPU plans' pass; the others run the same attention) are faster with them by more than
-// kOwnAttentionMargin at `tokens`: within it the library's stays, so that noise between two
-// measurements of the same machine does not move a run between them.
+// For each direction, the own kernels are taken where the layer's pass that runs it (the forward;
+// the backward recomputing nothing, which runs attention's backward and no forward) is faster with
+// them by more than kOwnAttentionMargin at `tokens`: within it the library's stays, so that noise
+// between two measurements of the same machine does not move a run between them.
 constexpr double kOwnAttentionMargin = 0.005;
 
-bool own_attention_is_faster(const LayerTimes& library, const LayerTimes& own, int64_t tokens) {
-  const double lib = library.forward.at(tokens) + library.backward_kept_all.at(tokens);
-  const double mine = own.forward.at(tokens) + own.backward_kept_all.at(tokens);
-  return mine < lib * (1.0 - kOwnAttentionMargin);
+struct OwnAttention {
+  bool forward = false, backward = false;
+};
+
+OwnAttention faster_attention(const LayerTimes& library, const LayerTimes& own, int64_t tokens) {
+  const auto faster = [&](const LinearTime& mine, const LinearTime& lib) {
+    return mine.at(tokens) < lib.at(tokens) * (1.0 - kOwnAttentionMargin);
+  };
+  return {faster(own.forward, library.forward), faster(own.backward_kept_all, library.backward_kept_all)};
+}
+
+// Where the ops have a library's attention beside ferry's own, the layer timed with each and,
+// where each direction takes another, once more with the two as chosen; `layer` (the library's
+// times) becomes those of the choice, which the ops are left running.
+OwnAttention choose_attention(Ops& ops, LayerTimes& layer, const std::function<LayerTimes()>& time,
+                              int64_t tokens) {
+  if (!ops.has_library_attention()) return {};
+  ops.use_library_attention(false, false);
+  const LayerTimes own = time();
+  const OwnAttention pick = faster_attention(layer, own, tokens);
+  ops.use_library_attention(!pick.forward, !pick.backward);
+  log_info(
+      "profile: one layer at {} tokens with ferry's attention kernels: forward {:.4g} s, backward "
+      "recomputing "
+      "nothing {:.4g} s; attention's forward on {}, its backward on {}",
+      tokens, own.forward.at(tokens), own.backward_kept_all.at(tokens),
+      pick.forward ? "ferry's kernels" : "the library", pick.backward ? "ferry's kernels" : "the library");
+  if (pick.forward && pick.backward)
+    layer = own;
+  else if (pick.forward || pick.backward)
+    layer = time();
+  return pick;
 }
 
 struct EndTimes {
@@ -520,24 +548,14 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   const auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  LayerTimes layer = time_layer(device, ops, shape, tokens, tile, head_groups, fill, steady);
-  // Where the ops have a library's attention beside ferry's own, the layer is timed with each and
-  // the faster kept (a step's attention is 5-13% of it: the own kernels ran a 1B layer, D 64, ~1%
-  // faster than cuDNN's on an H100, where the bench had them within a few percent either way).
-  bool own_attention = false;
-  if (ops.has_library_attention()) {
-    ops.use_library_attention(false);
-    const LayerTimes own = time_layer(device, ops, shape, tokens, tile, head_groups, fill, steady);
-    own_attention = own_attention_is_faster(layer, own, tokens.back());
-    ops.use_library_attention(!own_attention);
-    log_info(
-        "profile: one layer at {} tokens with ferry's attention kernels: forward {:.4g} s, backward {:.4g} s "
-        "(recomputing nothing {:.4g} s); {}",
-        tokens.back(), own.forward.at(tokens.back()), own.backward.at(tokens.back()),
-        own.backward_kept_all.at(tokens.back()),
-        own_attention ? "faster: the run uses them" : "the library's attention is kept");
-    if (own_attention) layer = own;
-  }
+  const std::function<LayerTimes()> time_the_layer = [&] {
+    return time_layer(device, ops, shape, tokens, tile, head_groups, fill, steady);
+  };
+  LayerTimes layer = time_the_layer();
+  // Attention is 5-13% of a step: on an H100 ferry's kernels ran the 1B's (D 64) ~1% faster than
+  // cuDNN's in a layer, and the 3B's (D 128) as fast in a step, with cuDNN's forward faster and its
+  // backward slower than theirs there.
+  const OwnAttention own_attention = choose_attention(ops, layer, time_the_layer, tokens.back());
   log_info(
       "profile: one layer at {} tokens: forward {:.4g} s, backward {:.4g} s (from kept internals {:.4g} s, "
       "recomputing nothing {:.4g} s); measured in {:.1f} s",
@@ -550,7 +568,8 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
   c.layer_backward_kept_all = layer.backward_kept_all;
   c.layer_tile_tokens = tile;
   c.layer_head_groups = head_groups;
-  c.own_attention = own_attention;
+  c.own_attention_forward = own_attention.forward;
+  c.own_attention_backward = own_attention.backward;
   const auto ends_start = std::chrono::steady_clock::now();
   const EndTimes ends = time_ends(device, ops, shape, tokens, fill, steady);
   log_info("profile: the head at {} tokens: {:.4g} s forward+backward; measured in {:.1f} s", tokens.back(),

@@ -85,7 +85,7 @@ struct ProfileOptions {
 //   8: the head with its weight gradient's product over several logits chunks (compute.head_grouped,
 //      head_f32_grads_grouped);
 //   9: the layer also timed with ferry's own attention kernels where a library's are loaded, and
-//      the faster kept (compute.own_attention).
+//      the faster kept for each direction (compute.own_attention_forward, own_attention_backward).
 inline constexpr int kProfilerMethod = 9;
 
 // ProfileOptions' defaults on a device with native (CUDA) streams. On the simulated device, smaller

@@ -130,9 +130,11 @@ MachineProfile load_profile_file(const TrainConfig& config, const ModelConfig& m
   return p;
 }
 
-bool runs_own_attention(const MachineProfile& profile, const Device& device, const Ops& ops) {
-  return ops.has_library_attention() && profile.compute.own_attention &&
-         profile.device_name == device.name() && profile.kernels == ops.kernels();
+AttentionChoice attention_choice(const MachineProfile& profile, const Device& device, const Ops& ops) {
+  if (!ops.has_library_attention() || profile.device_name != device.name() ||
+      profile.kernels != ops.kernels())
+    return {};
+  return {profile.compute.own_attention_forward, profile.compute.own_attention_backward};
 }
 
 MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& model, Device& device, Ops& ops,

@@ -64,10 +64,15 @@ struct ObtainProfileOptions {
 MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& model, Device& device, Ops& ops,
                               const ObtainProfileOptions& options = {}, ProfileOrigin* origin = nullptr);
 
-// Whether a run's ops (`ops`, or others of the same kernels) on `device` take ferry's own attention
-// kernels by `profile`: it found them faster (ComputeProfile::own_attention) on this device, with
-// these kernels. A profile of another machine says nothing of this one's; without a library's
-// attention there is nothing to choose.
-bool runs_own_attention(const MachineProfile& profile, const Device& device, const Ops& ops);
+// Which directions of attention a run's ops (`ops`, or others of the same kernels) on `device` run
+// on ferry's own kernels by `profile`: those it found faster with them (ComputeProfile::
+// own_attention_forward, own_attention_backward) on this device, with these kernels. A profile of
+// another machine says nothing of this one's; without a library's attention there is nothing to
+// choose.
+struct AttentionChoice {
+  bool own_forward = false, own_backward = false;
+  bool any() const { return own_forward || own_backward; }
+};
+AttentionChoice attention_choice(const MachineProfile& profile, const Device& device, const Ops& ops);
 
 }  // namespace ferry

@@ -104,10 +104,10 @@ class PlainExecutor final : public StepExecutor {
 // engine/device_group_engine.h).
 class SlidingExecutor final : public StepExecutor {
  public:
-  // `own_attention`: the engine's ops run ferry's own attention kernels, which the profile found
-  // faster on this machine (runs_own_attention).
+  // `attention`: the directions in which the engine's ops run ferry's own attention kernels, which
+  // the profile found faster on this machine (attention_choice).
   SlidingExecutor(DeviceGroup group, const TrainConfig& config, ModelWeights weights, const Plan& plan,
-                  const Prediction& predicted, const EvalPrediction& evaluation, bool own_attention)
+                  const Prediction& predicted, const EvalPrediction& evaluation, AttentionChoice attention)
       : group_(std::move(group)),
         device_(group_.devices.front().get()),
         trace_(config.trace.empty()
@@ -130,7 +130,8 @@ class SlidingExecutor final : public StepExecutor {
                   chunks = config.global_batch / plan_.micro_batch;
     if (group_.devices.size() == 1) {
       ops_.push_back(make_device_ops(trace_ ? trace_->device() : *device_));
-      if (own_attention) ops_.back()->use_library_attention(false);
+      if (attention.any())
+        ops_.back()->use_library_attention(!attention.own_forward, !attention.own_backward);
       gemm_choices_.lend(*ops_.back());
       engine_ = std::make_unique<SlidingEngine>(weights.config, weights.layout,
                                                 trace_ ? trace_->device() : *device_, *ops_.front(), plan_,
@@ -140,7 +141,8 @@ class SlidingExecutor final : public StepExecutor {
       for (auto& d : group_.devices) {
         d->bind_thread();  // the ops' library handles belong to the thread's current device
         ops_.push_back(make_device_ops(*d));
-        if (own_attention) ops_.back()->use_library_attention(false);
+        if (attention.any())
+          ops_.back()->use_library_attention(!attention.own_forward, !attention.own_backward);
         gemm_choices_.lend(*ops_.back());
         ops.push_back(ops_.back().get());
       }
@@ -350,18 +352,20 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
   check_device_budget(weights.config, weights.layout, plan_request(config, target, 0.0));
   MachineProfile profile;
   std::string source;
-  bool own_attention = false;
+  AttentionChoice attention;
   {
     // Ops for measuring only, released (with their working memory) before the engine's.
     const std::unique_ptr<Ops> measuring = make_device_ops(*dev);
     ProfileOrigin origin = ProfileOrigin::Measured;
     profile = obtain_profile(config, weights.config, *dev, *measuring, {}, &origin);
-    own_attention = runs_own_attention(profile, *dev, *measuring);
-    if (own_attention)
-      log_info("attention: ferry's own kernels, which ran a layer faster than the library's on this machine");
-    source = origin == ProfileOrigin::File    ? config.profile.string()
-             : origin == ProfileOrigin::Cache ? fmt::format("{}, cached", profile.device_name)
-                                              : fmt::format("{}, measured now", profile.device_name);
+    attention = attention_choice(profile, *dev, *measuring);
+    if (attention.any())
+      log_info(
+          "attention: {} on ferry's own kernels, which ran it faster in a layer than the library on this "
+          "machine (the profile)",
+          attention.own_forward && attention.own_backward ? "both directions"
+          : attention.own_forward                         ? "the forward"
+                                                          : "the backward");
   }
   if (group.devices.size() > 1 && profile.collective.bus_bytes_per_s <= 0) {
     // Measured here, with the devices at hand, where the profile has no rate: the planner charges
@@ -416,7 +420,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     watch->enter(kPhaseStateCommit);
   }
   return std::make_unique<SlidingExecutor>(std::move(group), config, std::move(weights), chosen.plan,
-                                           chosen.prediction, selection.evaluation, own_attention);
+                                           chosen.prediction, selection.evaluation, attention);
 }
 
 }  // namespace ferry

@@ -1,9 +1,9 @@
 // Attention on the GPU: CudaOps' two methods hand the views to cuDNN's fused attention where the
 // mask allows it, cuDNN is there (ops/cuda/cudnn_attention.h) and it is not set aside
-// (Ops::use_library_attention: the profile found the own kernels faster), else to ferry's own flash
-// attention (ops/cuda/flash_attention.h). Both directions, either implementation, share one
-// working memory of the planner's size (attention_workspace_bytes); a cuDNN plan that needs more
-// is not used.
+// (Ops::use_library_attention: the profile found the own kernels faster in that direction), else
+// to ferry's own flash attention (ops/cuda/flash_attention.h). Both directions, either
+// implementation, share one working memory of the planner's size (attention_workspace_bytes); a cuDNN plan
+// that needs more is not used.
 #include "ops/cuda/cuda_ops_state.cuh"
 #include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/flash_attention.h"
@@ -58,9 +58,10 @@ void* attention_workspace(CudaOps::State& state, const FlashAttentionParams& p, 
   return state.buffer(cuda::Scratch::kAttention, *bytes, "attention");
 }
 
-// cuDNN's attention where it is loaded and not set aside (Ops::use_library_attention), else null.
-CudnnAttention* library_attention(const CudaOps::State& state) {
-  return state.use_cudnn_attention ? state.cudnn_attention.get() : nullptr;
+// cuDNN's attention for one direction where it is loaded and not set aside for that direction
+// (Ops::use_library_attention), else null.
+CudnnAttention* library_attention(const CudaOps::State& state, bool forward) {
+  return (forward ? state.cudnn_forward : state.cudnn_backward) ? state.cudnn_attention.get() : nullptr;
 }
 
 }  // namespace
@@ -70,7 +71,7 @@ void CudaOps::attention_forward(Tensor q, Tensor k, Tensor v, AttentionMask mask
   const FlashAttentionParams p =
       attention_params("attention_forward", q, k, v, mask.doc_start, scale, out, lse);
   if (p.tokens == 0 || p.q_heads == 0) return;
-  if (CudnnAttention* cudnn = library_attention(*state_);
+  if (CudnnAttention* cudnn = library_attention(*state_, true);
       cudnn != nullptr && (mask.row_tokens > 0 || mask.segments > 0)) {
     size_t bytes = 0;
     void* workspace = attention_workspace(*state_, p, &bytes);
@@ -95,7 +96,7 @@ void CudaOps::attention_backward(Tensor q, Tensor k, Tensor v, AttentionMask mas
   p.dk = dk.data;
   p.dv = dv.data;
   p.workspace = attention_workspace(*state_, p.fwd, &p.workspace_bytes);
-  if (CudnnAttention* cudnn = library_attention(*state_); cudnn != nullptr) {
+  if (CudnnAttention* cudnn = library_attention(*state_, false); cudnn != nullptr) {
     if (mask.row_tokens > 0 && cudnn->backward(p, mask.row_tokens)) return;
     if (mask.row_tokens <= 0 && mask.segments > 0 && cudnn->backward(p, segments_of(mask))) return;
   }

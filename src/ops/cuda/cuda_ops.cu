@@ -90,8 +90,9 @@ bool CudaOps::has_library_attention() const {
   return state_->cudnn_attention != nullptr;
 }
 
-void CudaOps::use_library_attention(bool on) {
-  state_->use_cudnn_attention = on;
+void CudaOps::use_library_attention(bool forward, bool backward) {
+  state_->cudnn_forward = forward;
+  state_->cudnn_backward = backward;
 }
 
 void* CudaOps::stream() const {

@@ -90,7 +90,7 @@ class CudaOps final : public Ops {
   std::vector<GemmChoice> gemm_choices() const override;
   void adopt_gemm_choices(const std::vector<GemmChoice>& choices) override;
   bool has_library_attention() const override;
-  void use_library_attention(bool on) override;
+  void use_library_attention(bool forward, bool backward) override;
 
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override;
   void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override;

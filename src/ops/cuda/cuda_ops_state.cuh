@@ -39,9 +39,9 @@ struct CudaOps::State {
   int sm_count = 1;
   cuda::Gemm gemm;
   cuda::StreamBuffer scratch[static_cast<int>(cuda::Scratch::kCount)];
-  cuda::DeviceMemory error_flag;                    // one int, bits of DeviceErrorBits
-  std::unique_ptr<CudnnAttention> cudnn_attention;  // null: cuDNN off or not installed
-  bool use_cudnn_attention = true;                  // Ops::use_library_attention
+  cuda::DeviceMemory error_flag;                     // one int, bits of DeviceErrorBits
+  std::unique_ptr<CudnnAttention> cudnn_attention;   // null: cuDNN off or not installed
+  bool cudnn_forward = true, cudnn_backward = true;  // Ops::use_library_attention
 
   State(cudaStream_t s, size_t gemm_workspace_bytes, WorkspaceAllocator workspace_allocator,
         int gemm_candidates);
