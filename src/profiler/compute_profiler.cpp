@@ -235,8 +235,7 @@ OwnAttention choose_attention(Ops& ops, LayerTimes& layer, const std::function<L
   ops.use_library_attention(!pick.forward, !pick.backward);
   log_info(
       "profile: one layer at {} tokens with ferry's attention kernels: forward {:.4g} s, backward "
-      "recomputing "
-      "nothing {:.4g} s; attention's forward on {}, its backward on {}",
+      "recomputing nothing {:.4g} s; attention's forward on {}, its backward on {}",
       tokens, own.forward.at(tokens), own.backward_kept_all.at(tokens),
       pick.forward ? "ferry's kernels" : "the library", pick.backward ? "ferry's kernels" : "the library");
   if (pick.forward && pick.backward)

@@ -130,8 +130,7 @@ class SlidingExecutor final : public StepExecutor {
                   chunks = config.global_batch / plan_.micro_batch;
     if (group_.devices.size() == 1) {
       ops_.push_back(make_device_ops(trace_ ? trace_->device() : *device_));
-      if (attention.any())
-        ops_.back()->use_library_attention(!attention.own_forward, !attention.own_backward);
+      ops_.back()->use_library_attention(!attention.own_forward, !attention.own_backward);
       gemm_choices_.lend(*ops_.back());
       engine_ = std::make_unique<SlidingEngine>(weights.config, weights.layout,
                                                 trace_ ? trace_->device() : *device_, *ops_.front(), plan_,
@@ -141,8 +140,7 @@ class SlidingExecutor final : public StepExecutor {
       for (auto& d : group_.devices) {
         d->bind_thread();  // the ops' library handles belong to the thread's current device
         ops_.push_back(make_device_ops(*d));
-        if (attention.any())
-          ops_.back()->use_library_attention(!attention.own_forward, !attention.own_backward);
+        ops_.back()->use_library_attention(!attention.own_forward, !attention.own_backward);
         gemm_choices_.lend(*ops_.back());
         ops.push_back(ops_.back().get());
       }
@@ -358,6 +356,9 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     const std::unique_ptr<Ops> measuring = make_device_ops(*dev);
     ProfileOrigin origin = ProfileOrigin::Measured;
     profile = obtain_profile(config, weights.config, *dev, *measuring, {}, &origin);
+    source = origin == ProfileOrigin::File    ? config.profile.string()
+             : origin == ProfileOrigin::Cache ? fmt::format("{}, cached", profile.device_name)
+                                              : fmt::format("{}, measured now", profile.device_name);
     attention = attention_choice(profile, *dev, *measuring);
     if (attention.any())
       log_info(

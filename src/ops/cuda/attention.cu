@@ -2,8 +2,8 @@
 // mask allows it, cuDNN is there (ops/cuda/cudnn_attention.h) and it is not set aside
 // (Ops::use_library_attention: the profile found the own kernels faster in that direction), else
 // to ferry's own flash attention (ops/cuda/flash_attention.h). Both directions, either
-// implementation, share one working memory of the planner's size (attention_workspace_bytes); a cuDNN plan
-// that needs more is not used.
+// implementation, share one working memory of the planner's size (attention_workspace_bytes); a
+// cuDNN plan that needs more is not used.
 #include "ops/cuda/cuda_ops_state.cuh"
 #include "ops/cuda/cudnn_attention.h"
 #include "ops/cuda/flash_attention.h"
