@@ -1,6 +1,7 @@
 // End-to-end training on the CPU: exact resume, the output directory, and bad input.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -231,6 +232,32 @@ TEST_F(TrainTest, MicroBatchAutoIsThePlannersChoice) {
     ASSERT_FALSE(losses.empty());
     for (double loss : losses) EXPECT_TRUE(std::isfinite(loss)) << device;
   }
+}
+
+// The plan's line in train.log names the profile it was planned with: measured now by the first
+// run on this machine, then the cached one, which the second run reads instead of measuring again.
+TEST_F(TrainTest, ThePlansLineNamesAProfileMeasuredNowThenTheCachedOne) {
+  const char* previous = std::getenv("FERRY_CACHE_DIR");
+  const std::string restore = previous ? previous : "";
+  setenv("FERRY_CACHE_DIR", (scratch_ / "cache").c_str(), 1);
+  auto plan_line = [&](const std::string& out) {
+    if (!run_training(config(out, {"device=sim", "gpu_memory=3MiB", "gpu_slots=2", "max_steps=1"})).finished)
+      return out + " did not finish";
+    std::istringstream log(test::read_file(scratch_ / out / "train.log"));
+    std::string line, found;
+    while (std::getline(log, line))
+      if (line.find("plan: ") != std::string::npos && line.find("predicted step") != std::string::npos)
+        found = line;
+    return found;
+  };
+  const std::string first = plan_line("first");
+  const std::string second = plan_line("second");
+  if (previous)
+    setenv("FERRY_CACHE_DIR", restore.c_str(), 1);
+  else
+    unsetenv("FERRY_CACHE_DIR");
+  EXPECT_NE(first.find("(profile: sim, measured now)"), std::string::npos) << first;
+  EXPECT_NE(second.find("(profile: sim, cached)"), std::string::npos) << second;
 }
 
 TEST_F(TrainTest, AnImpossibleBudgetIsRefusedUpFront) {
