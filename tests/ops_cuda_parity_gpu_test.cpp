@@ -853,6 +853,62 @@ TEST_F(CudaParity, AttentionThroughOps) {
   EXPECT_TRUE(gout.guards() && glse.guards() && gdq.guards() && gdk.guards() && gdv.guards());
 }
 
+// Attention as a profile may choose it for each direction (Ops::use_library_attention): the
+// library's (cuDNN, where it runs: rows of whole sequences) or ferry's own kernels for the forward
+// and for the backward, each pair against the reference; the backward reads the forward's lse
+// whichever wrote it.
+TEST_F(CudaParity, AttentionChosenForEachDirectionMatchesTheReference) {
+  const int64_t T = 256, Hq = 4, Hkv = 2;
+  const bool library = gpu_->has_library_attention();
+  for (const int64_t D : {64, 128}) {
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    Vec q = uniform(T * Hq * D, 31), k = uniform(T * Hkv * D, 32), v = uniform(T * Hkv * D, 33);
+    Vec dout = uniform(T * Hq * D, 34);
+    round_bf16(q), round_bf16(k), round_bf16(v), round_bf16(dout);
+    const std::vector<int32_t> doc(T, 0);
+    Vec out_ref(T * Hq * D), lse_ref(Hq * T), dq_ref(q.size()), dk_ref(k.size()), dv_ref(v.size());
+    cpu_->attention_forward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
+                            H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T));
+    cpu_->attention_backward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
+                             H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T), H3(dout, T, Hq, D),
+                             H3(dq_ref, T, Hq, D), H3(dk_ref, T, Hkv, D), H3(dv_ref, T, Hkv, D));
+    double vmax = 0;
+    for (float x : v) vmax = std::max<double>(vmax, std::fabs(x));
+    for (const bool library_forward : {false, true})
+      for (const bool library_backward : {false, true}) {
+        if (!library && (library_forward || library_backward)) continue;
+        SCOPED_TRACE(::testing::Message()
+                     << "head_dim " << D << ", forward on "
+                     << (library_forward ? "the library" : "ferry's kernels") << ", backward on "
+                     << (library_backward ? "the library" : "ferry's kernels"));
+        gpu_->use_library_attention(library_forward, library_backward);
+        DeviceInts gdoc(doc);
+        DeviceTensor gq = upload(DType::BF16, {T, Hq, D}, q), gk = upload(DType::BF16, {T, Hkv, D}, k);
+        DeviceTensor gv = upload(DType::BF16, {T, Hkv, D}, v), gdo = upload(DType::BF16, {T, Hq, D}, dout);
+        DeviceTensor gout(DType::BF16, {T, Hq, D}), glse(DType::F32, {Hq, T});
+        DeviceTensor gdq(DType::BF16, {T, Hq, D}), gdk(DType::BF16, {T, Hkv, D}),
+            gdv(DType::BF16, {T, Hkv, D});
+        const AttentionMask mask(gdoc.get(), T);
+        gpu_->attention_forward(gq.view(), gk.view(), gv.view(), mask, scale, gout.view(), glse.view());
+        gpu_->attention_backward(gq.view(), gk.view(), gv.view(), mask, scale, gout.view(), glse.view(),
+                                 gdo.view(), gdq.view(), gdk.view(), gdv.view());
+        sync();
+        EXPECT_TRUE(within("out", gout.download(), out_ref, bounds(out_ref, 0.0, {}, 2 * 2 * u * vmax)));
+        EXPECT_TRUE(within("lse", glse.download(), lse_ref, bounds(lse_ref, 0.0, {}, 1e-3)));
+        auto grad_check = [](const char* name, const Vec& got, const Vec& ref) {
+          double m = 0;
+          for (float x : ref) m = std::max<double>(m, std::fabs(x));
+          return within(name, got, ref, bounds(ref, 0.0, {}, m / 32), 1.0 / 64);
+        };
+        EXPECT_TRUE(grad_check("dq", gdq.download(), dq_ref));
+        EXPECT_TRUE(grad_check("dk", gdk.download(), dk_ref));
+        EXPECT_TRUE(grad_check("dv", gdv.download(), dv_ref));
+        EXPECT_TRUE(gout.guards() && glse.guards() && gdq.guards() && gdk.guards() && gdv.guards());
+      }
+  }
+  gpu_->use_library_attention(true, true);
+}
+
 // One group of KV heads' attention (decoder_layer.h, head_groups): q, k, v hold the group's heads
 // only, out and dout are the layer's full (T, Hq, D) tensors seen from the group's first head
 // (ops.h). The group's columns must match the ungrouped reference's, every other column keep what
