@@ -813,67 +813,89 @@ TEST_F(CudaParity, LinearCrossEntropyBadTargetIsFlagged) {
 
 // --------------------------------------------------------------------------------- attention
 
-// CudaOps' attention is flash_attention.h's (tested in ops_flash_attention_gpu_test); this checks
-// the wrapper's views (shapes, lse layout, GQA, documents) with that test's tolerances.
-TEST_F(CudaParity, AttentionThroughOps) {
-  const int64_t T = 77, Hq = 4, Hkv = 2, D = 64;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  Vec q = uniform(T * Hq * D, 11), k = uniform(T * Hkv * D, 12), v = uniform(T * Hkv * D, 13);
-  Vec dout = uniform(T * Hq * D, 14);
-  round_bf16(q), round_bf16(k), round_bf16(v), round_bf16(dout);
-  std::vector<int32_t> doc(T);
-  for (int64_t t = 0; t < T; ++t) doc[t] = t < 30 ? 0 : (t < 31 ? 30 : 31);
-  Vec out_ref(T * Hq * D), lse_ref(Hq * T), dq_ref(q.size()), dk_ref(k.size()), dv_ref(v.size());
-  cpu_->attention_forward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
-                          H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T));
-  cpu_->attention_backward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
-                           H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T), H3(dout, T, Hq, D),
-                           H3(dq_ref, T, Hq, D), H3(dk_ref, T, Hkv, D), H3(dv_ref, T, Hkv, D));
-  DeviceInts gdoc(doc);
-  DeviceTensor gq = upload(DType::BF16, {T, Hq, D}, q), gk = upload(DType::BF16, {T, Hkv, D}, k);
-  DeviceTensor gv = upload(DType::BF16, {T, Hkv, D}, v), gdo = upload(DType::BF16, {T, Hq, D}, dout);
-  DeviceTensor gout(DType::BF16, {T, Hq, D}), glse(DType::F32, {Hq, T});
-  DeviceTensor gdq(DType::BF16, {T, Hq, D}), gdk(DType::BF16, {T, Hkv, D}), gdv(DType::BF16, {T, Hkv, D});
-  gpu_->attention_forward(gq.view(), gk.view(), gv.view(), gdoc.get(), scale, gout.view(), glse.view());
-  gpu_->attention_backward(gq.view(), gk.view(), gv.view(), gdoc.get(), scale, gout.view(), glse.view(),
-                           gdo.view(), gdq.view(), gdk.view(), gdv.view());
-  sync();
-  double vmax = 0;
-  for (float x : v) vmax = std::max<double>(vmax, std::fabs(x));
-  EXPECT_TRUE(within("out", gout.download(), out_ref, bounds(out_ref, 0.0, {}, 2 * 2 * u * vmax)));
-  EXPECT_TRUE(within("lse", glse.download(), lse_ref, bounds(lse_ref, 0.0, {}, 1e-3)));
-  auto grad_check = [](const char* name, const Vec& got, const Vec& ref) {
+// An attention problem in bf16-exact inputs from seeds seed..seed+3 (q, k, v, dout) and the CPU
+// reference's forward and backward of it over the documents `doc`.
+struct AttentionReference {
+  Vec q, k, v, dout, out, lse, dq, dk, dv;
+  AttentionReference(Ops& cpu, int64_t Hq, int64_t Hkv, int64_t D, const std::vector<int32_t>& doc,
+                     uint32_t seed)
+      : q(uniform(doc.size() * Hq * D, seed)),
+        k(uniform(doc.size() * Hkv * D, seed + 1)),
+        v(uniform(doc.size() * Hkv * D, seed + 2)),
+        dout(uniform(doc.size() * Hq * D, seed + 3)),
+        out(q.size()),
+        lse(doc.size() * Hq),
+        dq(q.size()),
+        dk(k.size()),
+        dv(v.size()) {
+    const int64_t T = static_cast<int64_t>(doc.size());
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    round_bf16(q), round_bf16(k), round_bf16(v), round_bf16(dout);
+    cpu.attention_forward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
+                          H3(out, T, Hq, D), H2(lse, Hq, T));
+    cpu.attention_backward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
+                           H3(out, T, Hq, D), H2(lse, Hq, T), H3(dout, T, Hq, D), H3(dq, T, Hq, D),
+                           H3(dk, T, Hkv, D), H3(dv, T, Hkv, D));
+  }
+  double v_max() const {
     double m = 0;
-    for (float x : ref) m = std::max<double>(m, std::fabs(x));
-    return within(name, got, ref, bounds(ref, 0.0, {}, m / 32), 1.0 / 64);
-  };
-  EXPECT_TRUE(grad_check("dq", gdq.download(), dq_ref));
-  EXPECT_TRUE(grad_check("dk", gdk.download(), dk_ref));
-  EXPECT_TRUE(grad_check("dv", gdv.download(), dv_ref));
-  EXPECT_TRUE(gout.guards() && glse.guards() && gdq.guards() && gdk.guards() && gdv.guards());
+    for (float x : v) m = std::max<double>(m, std::fabs(x));
+    return m;
+  }
+};
+
+// A gradient against its reference: within 1/32 of the reference's largest magnitude, or 1/64
+// relative.
+::testing::AssertionResult gradient_close(const char* name, const Vec& got, const Vec& ref) {
+  double m = 0;
+  for (float x : ref) m = std::max<double>(m, std::fabs(x));
+  return within(name, got, ref, bounds(ref, 0.0, {}, m / 32), 1.0 / 64);
+}
+
+// Attention through the CUDA ops, forward then backward, against the CPU reference: tokens of the
+// documents `doc`, `row_tokens` as AttentionMask says, inputs from seeds seed..seed+3; with that
+// test's tolerances (ops_flash_attention_gpu_test tests the kernels themselves).
+class CudaAttentionParity : public CudaParity {
+ protected:
+  void expect_matches_reference(int64_t Hq, int64_t Hkv, int64_t D, const std::vector<int32_t>& doc,
+                                int64_t row_tokens, uint32_t seed) {
+    const int64_t T = static_cast<int64_t>(doc.size());
+    const AttentionReference r(*cpu_, Hq, Hkv, D, doc, seed);
+    DeviceInts gdoc(doc);
+    DeviceTensor gq = upload(DType::BF16, {T, Hq, D}, r.q), gk = upload(DType::BF16, {T, Hkv, D}, r.k);
+    DeviceTensor gv = upload(DType::BF16, {T, Hkv, D}, r.v), gdo = upload(DType::BF16, {T, Hq, D}, r.dout);
+    DeviceTensor gout(DType::BF16, {T, Hq, D}), glse(DType::F32, {Hq, T});
+    DeviceTensor gdq(DType::BF16, {T, Hq, D}), gdk(DType::BF16, {T, Hkv, D}), gdv(DType::BF16, {T, Hkv, D});
+    const AttentionMask mask(gdoc.get(), row_tokens);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    gpu_->attention_forward(gq.view(), gk.view(), gv.view(), mask, scale, gout.view(), glse.view());
+    gpu_->attention_backward(gq.view(), gk.view(), gv.view(), mask, scale, gout.view(), glse.view(),
+                             gdo.view(), gdq.view(), gdk.view(), gdv.view());
+    sync();
+    EXPECT_TRUE(within("out", gout.download(), r.out, bounds(r.out, 0.0, {}, 2 * 2 * u * r.v_max())));
+    EXPECT_TRUE(within("lse", glse.download(), r.lse, bounds(r.lse, 0.0, {}, 1e-3)));
+    EXPECT_TRUE(gradient_close("dq", gdq.download(), r.dq));
+    EXPECT_TRUE(gradient_close("dk", gdk.download(), r.dk));
+    EXPECT_TRUE(gradient_close("dv", gdv.download(), r.dv));
+    EXPECT_TRUE(gout.guards() && glse.guards() && gdq.guards() && gdk.guards() && gdv.guards());
+  }
+};
+
+// CudaOps' attention is flash_attention.h's (tested in ops_flash_attention_gpu_test); this checks
+// the wrapper's views (shapes, lse layout, GQA, documents).
+TEST_F(CudaAttentionParity, AttentionThroughOps) {
+  std::vector<int32_t> doc(77);
+  for (int32_t t = 0; t < 77; ++t) doc[static_cast<size_t>(t)] = t < 30 ? 0 : (t < 31 ? 30 : 31);
+  expect_matches_reference(4, 2, 64, doc, 0, 11);
 }
 
 // Attention as a profile may choose it for each direction (Ops::use_library_attention): the
 // library's (cuDNN, where it runs: rows of whole sequences) or ferry's own kernels for the forward
 // and for the backward, each pair against the reference; the backward reads the forward's lse
 // whichever wrote it.
-TEST_F(CudaParity, AttentionChosenForEachDirectionMatchesTheReference) {
-  const int64_t T = 256, Hq = 4, Hkv = 2;
+TEST_F(CudaAttentionParity, AttentionChosenForEachDirectionMatchesTheReference) {
   const bool library = gpu_->has_library_attention();
-  for (const int64_t D : {64, 128}) {
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    Vec q = uniform(T * Hq * D, 31), k = uniform(T * Hkv * D, 32), v = uniform(T * Hkv * D, 33);
-    Vec dout = uniform(T * Hq * D, 34);
-    round_bf16(q), round_bf16(k), round_bf16(v), round_bf16(dout);
-    const std::vector<int32_t> doc(T, 0);
-    Vec out_ref(T * Hq * D), lse_ref(Hq * T), dq_ref(q.size()), dk_ref(k.size()), dv_ref(v.size());
-    cpu_->attention_forward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
-                            H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T));
-    cpu_->attention_backward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
-                             H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T), H3(dout, T, Hq, D),
-                             H3(dq_ref, T, Hq, D), H3(dk_ref, T, Hkv, D), H3(dv_ref, T, Hkv, D));
-    double vmax = 0;
-    for (float x : v) vmax = std::max<double>(vmax, std::fabs(x));
+  for (const int64_t D : {64, 128})
     for (const bool library_forward : {false, true})
       for (const bool library_backward : {false, true}) {
         if (!library && (library_forward || library_backward)) continue;
@@ -882,30 +904,8 @@ TEST_F(CudaParity, AttentionChosenForEachDirectionMatchesTheReference) {
                      << (library_forward ? "the library" : "ferry's kernels") << ", backward on "
                      << (library_backward ? "the library" : "ferry's kernels"));
         gpu_->use_library_attention(library_forward, library_backward);
-        DeviceInts gdoc(doc);
-        DeviceTensor gq = upload(DType::BF16, {T, Hq, D}, q), gk = upload(DType::BF16, {T, Hkv, D}, k);
-        DeviceTensor gv = upload(DType::BF16, {T, Hkv, D}, v), gdo = upload(DType::BF16, {T, Hq, D}, dout);
-        DeviceTensor gout(DType::BF16, {T, Hq, D}), glse(DType::F32, {Hq, T});
-        DeviceTensor gdq(DType::BF16, {T, Hq, D}), gdk(DType::BF16, {T, Hkv, D}),
-            gdv(DType::BF16, {T, Hkv, D});
-        const AttentionMask mask(gdoc.get(), T);
-        gpu_->attention_forward(gq.view(), gk.view(), gv.view(), mask, scale, gout.view(), glse.view());
-        gpu_->attention_backward(gq.view(), gk.view(), gv.view(), mask, scale, gout.view(), glse.view(),
-                                 gdo.view(), gdq.view(), gdk.view(), gdv.view());
-        sync();
-        EXPECT_TRUE(within("out", gout.download(), out_ref, bounds(out_ref, 0.0, {}, 2 * 2 * u * vmax)));
-        EXPECT_TRUE(within("lse", glse.download(), lse_ref, bounds(lse_ref, 0.0, {}, 1e-3)));
-        auto grad_check = [](const char* name, const Vec& got, const Vec& ref) {
-          double m = 0;
-          for (float x : ref) m = std::max<double>(m, std::fabs(x));
-          return within(name, got, ref, bounds(ref, 0.0, {}, m / 32), 1.0 / 64);
-        };
-        EXPECT_TRUE(grad_check("dq", gdq.download(), dq_ref));
-        EXPECT_TRUE(grad_check("dk", gdk.download(), dk_ref));
-        EXPECT_TRUE(grad_check("dv", gdv.download(), dv_ref));
-        EXPECT_TRUE(gout.guards() && glse.guards() && gdq.guards() && gdk.guards() && gdv.guards());
+        expect_matches_reference(4, 2, D, std::vector<int32_t>(256, 0), 256, 31);
       }
-  }
   gpu_->use_library_attention(true, true);
 }
 
@@ -921,17 +921,11 @@ TEST_F(CudaParity, AttentionOfOneHeadGroupWritesItsColumns) {
       SCOPED_TRACE(::testing::Message()
                    << "head_dim " << D << (whole_rows ? ", rows of whole sequences" : ""));
       const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-      Vec q = uniform(T * Hq * D, 21), k = uniform(T * Hkv * D, 22), v = uniform(T * Hkv * D, 23);
-      Vec dout = uniform(T * Hq * D, 24);
-      round_bf16(q), round_bf16(k), round_bf16(v), round_bf16(dout);
       std::vector<int32_t> doc(T);
       for (int64_t t = 0; t < T; ++t) doc[t] = whole_rows ? 0 : (t < 100 ? 0 : 100);
-      Vec out_ref(T * Hq * D), lse_ref(Hq * T), dq_ref(q.size()), dk_ref(k.size()), dv_ref(v.size());
-      cpu_->attention_forward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
-                              H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T));
-      cpu_->attention_backward(H3(q, T, Hq, D), H3(k, T, Hkv, D), H3(v, T, Hkv, D), doc.data(), scale,
-                               H3(out_ref, T, Hq, D), H2(lse_ref, Hq, T), H3(dout, T, Hq, D),
-                               H3(dq_ref, T, Hq, D), H3(dk_ref, T, Hkv, D), H3(dv_ref, T, Hkv, D));
+      const AttentionReference r(*cpu_, Hq, Hkv, D, doc, 21);
+      const Vec &q = r.q, &k = r.k, &v = r.v, &dout = r.dout, &out_ref = r.out, &lse_ref = r.lse;
+      const Vec &dq_ref = r.dq, &dk_ref = r.dk, &dv_ref = r.dv;
       const int64_t g = 2;  // heads 4..5 of q, KV head 2
       // Columns [c0, c0 + width) of every row of a (T, row) array.
       auto columns = [&](const Vec& x, int64_t row, int64_t c0, int64_t width) {
@@ -965,20 +959,14 @@ TEST_F(CudaParity, AttentionOfOneHeadGroupWritesItsColumns) {
           if (c < g * gHq * D || c >= (g + 1) * gHq * D) {
             ASSERT_EQ(out[static_cast<size_t>(t * Hq * D + c)], 7.0f) << "token " << t << ", column " << c;
           }
-      double vmax = 0;
-      for (float x : v) vmax = std::max<double>(vmax, std::fabs(x));
+      const double vmax = r.v_max();
       const Vec out_g_ref = columns(out_ref, Hq * D, g * gHq * D, gHq * D);
       EXPECT_TRUE(within("out", columns(out, Hq * D, g * gHq * D, gHq * D), out_g_ref,
                          bounds(out_g_ref, 0.0, {}, 2 * 2 * u * vmax)));
       EXPECT_TRUE(within("lse", glse.download(), lse_g, bounds(lse_g, 0.0, {}, 1e-3)));
-      auto grad_check = [](const char* name, const Vec& got, const Vec& ref) {
-        double m = 0;
-        for (float x : ref) m = std::max<double>(m, std::fabs(x));
-        return within(name, got, ref, bounds(ref, 0.0, {}, m / 32), 1.0 / 64);
-      };
-      EXPECT_TRUE(grad_check("dq", gdq.download(), columns(dq_ref, Hq * D, g * gHq * D, gHq * D)));
-      EXPECT_TRUE(grad_check("dk", gdk.download(), columns(dk_ref, Hkv * D, g * gHkv * D, gHkv * D)));
-      EXPECT_TRUE(grad_check("dv", gdv.download(), columns(dv_ref, Hkv * D, g * gHkv * D, gHkv * D)));
+      EXPECT_TRUE(gradient_close("dq", gdq.download(), columns(dq_ref, Hq * D, g * gHq * D, gHq * D)));
+      EXPECT_TRUE(gradient_close("dk", gdk.download(), columns(dk_ref, Hkv * D, g * gHkv * D, gHkv * D)));
+      EXPECT_TRUE(gradient_close("dv", gdv.download(), columns(dv_ref, Hkv * D, g * gHkv * D, gHkv * D)));
       EXPECT_TRUE(gout.guards() && glse.guards() && gdq.guards() && gdk.guards() && gdv.guards());
     }
   }
