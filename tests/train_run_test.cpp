@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -237,9 +238,20 @@ TEST_F(TrainTest, MicroBatchAutoIsThePlannersChoice) {
 // The plan's line in train.log names the profile it was planned with: measured now by the first
 // run on this machine, then the cached one, which the second run reads instead of measuring again.
 TEST_F(TrainTest, ThePlansLineNamesAProfileMeasuredNowThenTheCachedOne) {
-  const char* previous = std::getenv("FERRY_CACHE_DIR");
-  const std::string restore = previous ? previous : "";
-  setenv("FERRY_CACHE_DIR", (scratch_ / "cache").c_str(), 1);
+  // This test's own cache, the suite's restored however the test ends.
+  struct CacheDir {
+    std::optional<std::string> previous;
+    explicit CacheDir(const std::filesystem::path& dir) {
+      if (const char* p = std::getenv("FERRY_CACHE_DIR")) previous = p;
+      setenv("FERRY_CACHE_DIR", dir.c_str(), 1);
+    }
+    ~CacheDir() {
+      if (previous)
+        setenv("FERRY_CACHE_DIR", previous->c_str(), 1);
+      else
+        unsetenv("FERRY_CACHE_DIR");
+    }
+  } cache(scratch_ / "cache");
   auto plan_line = [&](const std::string& out) {
     if (!run_training(config(out, {"device=sim", "gpu_memory=3MiB", "gpu_slots=2", "max_steps=1"})).finished)
       return out + " did not finish";
@@ -252,10 +264,6 @@ TEST_F(TrainTest, ThePlansLineNamesAProfileMeasuredNowThenTheCachedOne) {
   };
   const std::string first = plan_line("first");
   const std::string second = plan_line("second");
-  if (previous)
-    setenv("FERRY_CACHE_DIR", restore.c_str(), 1);
-  else
-    unsetenv("FERRY_CACHE_DIR");
   EXPECT_NE(first.find("(profile: sim, measured now)"), std::string::npos) << first;
   EXPECT_NE(second.find("(profile: sim, cached)"), std::string::npos) << second;
 }
