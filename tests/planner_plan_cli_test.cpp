@@ -148,6 +148,20 @@ TEST_F(PlanCommandTest, AProfileFromAnOlderFerryPlansWithAWarning) {
   EXPECT_EQ(plan("", &status).find("older ferry"), std::string::npos);
 }
 
+// A profile that took ferry's own attention kernels for a direction says so in the plan; one that
+// kept the library's says nothing of attention.
+TEST_F(PlanCommandTest, TheProfilesAttentionChoiceIsSaid) {
+  MachineProfile own = load_profile(dir_ / "profile.json");
+  own.compute.own_attention_forward = false;
+  own.compute.own_attention_backward = true;
+  save_profile(dir_ / "own_backward.json", own);
+  int status = -1;
+  const std::string out = plan("profile=" + (dir_ / "own_backward.json").string(), &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("attention: the backward on ferry's own kernels"), std::string::npos) << out;
+  EXPECT_EQ(plan("", &status).find("attention:"), std::string::npos);
+}
+
 // `ferry plan gpus=N` plans each device's share from the stored profile, without the devices; a
 // profile that never measured collectives plans them with the fallback rate, and says so.
 TEST_F(PlanCommandTest, SeveralDevicesArePlannedFromTheProfileWithTheCollectivesFallbackMarked) {

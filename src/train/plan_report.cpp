@@ -242,6 +242,14 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
               static_cast<long long>(config.global_batch), static_cast<long long>(config.seq_len),
               static_cast<long long>(config.global_batch * config.seq_len));
   std::printf("device:    %s; profile: %s\n", target.device.c_str(), s.profile_source.c_str());
+  // The profile's attention choice (ComputeProfile::own_attention_*), which a run on the machine it
+  // measured takes; said only where it set the library's aside.
+  const ComputeProfile& compute = s.profile.compute;
+  if (compute.own_attention_forward || compute.own_attention_backward)
+    std::printf("attention: %s on ferry's own kernels (the profile found them faster than the library's)\n",
+                compute.own_attention_forward && compute.own_attention_backward ? "both directions"
+                : compute.own_attention_forward                                 ? "the forward"
+                                                                                : "the backward");
   if (target.devices > 1)
     std::printf(
         "devices:   %lld, each running %lld sequences of every step with its own slots; one host state\n"
