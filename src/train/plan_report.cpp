@@ -244,12 +244,11 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
   std::printf("device:    %s; profile: %s\n", target.device.c_str(), s.profile_source.c_str());
   // The profile's attention choice (ComputeProfile::own_attention_*), which a run on the machine it
   // measured takes; said only where it set the library's aside.
-  const ComputeProfile& compute = s.profile.compute;
-  if (compute.own_attention_forward || compute.own_attention_backward)
+  const AttentionChoice attention{s.profile.compute.own_attention_forward,
+                                  s.profile.compute.own_attention_backward};
+  if (attention.any())
     std::printf("attention: %s on ferry's own kernels (the profile found them faster than the library's)\n",
-                compute.own_attention_forward && compute.own_attention_backward ? "both directions"
-                : compute.own_attention_forward                                 ? "the forward"
-                                                                                : "the backward");
+                attention.own_directions());
   if (target.devices > 1)
     std::printf(
         "devices:   %lld, each running %lld sequences of every step with its own slots; one host state\n"

@@ -72,6 +72,10 @@ MachineProfile obtain_profile(const TrainConfig& config, const ModelConfig& mode
 struct AttentionChoice {
   bool own_forward = false, own_backward = false;
   bool any() const { return own_forward || own_backward; }
+  // "both directions", "the forward" or "the backward": those on ferry's own kernels (any()).
+  const char* own_directions() const {
+    return own_forward && own_backward ? "both directions" : own_forward ? "the forward" : "the backward";
+  }
 };
 AttentionChoice attention_choice(const MachineProfile& profile, const Device& device, const Ops& ops);
 

@@ -364,9 +364,7 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
       log_info(
           "attention: {} on ferry's own kernels, which ran it faster in a layer than the library on this "
           "machine (the profile)",
-          attention.own_forward && attention.own_backward ? "both directions"
-          : attention.own_forward                         ? "the forward"
-                                                          : "the backward");
+          attention.own_directions());
   }
   if (group.devices.size() > 1 && profile.collective.bus_bytes_per_s <= 0) {
     // Measured here, with the devices at hand, where the profile has no rate: the planner charges
