@@ -3,8 +3,8 @@
 namespace ferry {
 
 QueuedOps::QueuedOps(Device& device, std::unique_ptr<Ops> inner, StreamKind stream)
-    : device_(device),
-      inner_(std::move(inner)),
+    : WrappingOps(std::move(inner)),
+      device_(device),
       stream_(stream),
       name_(std::string("queued ") + inner_->name()) {}
 

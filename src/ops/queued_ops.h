@@ -15,27 +15,15 @@
 #include <vector>
 
 #include "device/device.h"
-#include "ops/ops.h"
+#include "ops/wrapping_ops.h"
 
 namespace ferry {
 
-class QueuedOps final : public Ops {
+class QueuedOps final : public WrappingOps {
  public:
   QueuedOps(Device& device, std::unique_ptr<Ops> inner, StreamKind stream = StreamKind::Compute);
 
   const char* name() const override { return name_.c_str(); }
-  int calls_to_steady_speed() const override { return inner_->calls_to_steady_speed(); }
-  int64_t tuning_calls() const override { return inner_->tuning_calls(); }
-  std::string kernels() const override { return inner_->kernels(); }
-  std::string gemm_choice_scope() const override { return inner_->gemm_choice_scope(); }
-  std::vector<GemmChoice> gemm_choices() const override { return inner_->gemm_choices(); }
-  void adopt_gemm_choices(const std::vector<GemmChoice>& choices) override {
-    inner_->adopt_gemm_choices(choices);
-  }
-  bool has_library_attention() const override { return inner_->has_library_attention(); }
-  void use_library_attention(bool forward, bool backward) override {
-    inner_->use_library_attention(forward, backward);
-  }
 
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override;
   void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override;
@@ -75,7 +63,6 @@ class QueuedOps final : public Ops {
   }
 
   Device& device_;
-  std::shared_ptr<Ops> inner_;
   StreamKind stream_;
   std::string name_;
 };

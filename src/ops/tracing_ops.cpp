@@ -15,7 +15,7 @@ std::string operands(std::initializer_list<std::pair<const char*, const Tensor*>
 }  // namespace
 
 TracingOps::TracingOps(std::unique_ptr<Ops> inner, Tracer& tracer, StreamKind stream)
-    : inner_(std::move(inner)), tracer_(tracer), stream_(stream) {}
+    : WrappingOps(std::move(inner)), tracer_(tracer), stream_(stream) {}
 
 void TracingOps::embedding_forward(const int32_t* ids, Tensor table, Tensor out) {
   traced("embedding_forward", [&](Ops& ops) { ops.embedding_forward(ids, table, out); });

@@ -8,28 +8,14 @@
 #include <vector>
 
 #include "device/trace/tracer.h"
-#include "ops/ops.h"
+#include "ops/wrapping_ops.h"
 
 namespace ferry {
 
-class TracingOps final : public Ops {
+class TracingOps final : public WrappingOps {
  public:
   // `inner` issues its work to `stream` of the device `tracer` records; the tracer must outlive this.
   TracingOps(std::unique_ptr<Ops> inner, Tracer& tracer, StreamKind stream = StreamKind::Compute);
-
-  const char* name() const override { return inner_->name(); }
-  int calls_to_steady_speed() const override { return inner_->calls_to_steady_speed(); }
-  int64_t tuning_calls() const override { return inner_->tuning_calls(); }
-  std::string kernels() const override { return inner_->kernels(); }
-  std::string gemm_choice_scope() const override { return inner_->gemm_choice_scope(); }
-  std::vector<GemmChoice> gemm_choices() const override { return inner_->gemm_choices(); }
-  void adopt_gemm_choices(const std::vector<GemmChoice>& choices) override {
-    inner_->adopt_gemm_choices(choices);
-  }
-  bool has_library_attention() const override { return inner_->has_library_attention(); }
-  void use_library_attention(bool forward, bool backward) override {
-    inner_->use_library_attention(forward, backward);
-  }
 
   void embedding_forward(const int32_t* ids, Tensor table, Tensor out) override;
   void embedding_backward(const int32_t* ids, Tensor dout, Tensor dtable) override;
@@ -73,7 +59,6 @@ class TracingOps final : public Ops {
     tracer_.device_work_described(stream_, op, describe, [&] { issue(*inner_); });
   }
 
-  std::unique_ptr<Ops> inner_;
   Tracer& tracer_;
   StreamKind stream_;
 };
