@@ -37,7 +37,6 @@ namespace ferry::test {
 constexpr const char* kMemsets = "memsets";
 constexpr const char* kDeviceNormPartials = "device units' norm partials";
 constexpr const char* kDeviceNormSum = "device norm sum and clip coefficient";
-constexpr const char* kClipUpload = "clip coefficient upload";
 constexpr const char* kRowGather = "embedding row gather";
 
 inline Lane stream_lane(int stream) {
@@ -167,7 +166,6 @@ class EngineReading {
           return op == "grad_sumsq_partials" ? Named{TaskKind::GpuGradNorm, u} : not_modelled(kRowGather);
         if (scope.empty() && (op == "grad_norm_accumulate" || op == "clip_coefficient"))
           return not_modelled(kDeviceNormSum);
-        if (scope.empty() && op == "copy_to_device") return not_modelled(kClipUpload);
         if (use < 0) break;
         if (op == "grad_sumsq_partials") return not_modelled(kDeviceNormPartials);
         const UnitKind kind = layout_.units[static_cast<size_t>(use)].kind;

@@ -17,10 +17,9 @@
 //   * kDeviceNormPartials: a unit updated on the device gets its gradient-norm partials computed
 //     on the compute stream after its backward (DeviceOptimizer::gradient_done: its gradient read
 //     once more), which the program charges for host units (GpuGradNorm) but not for these;
-//   * kDeviceNormSum: every unit on the device: the partials' sum and the clip coefficient
+//   * kDeviceNormSum: device units after the backward (every unit on the device, or beside host
+//     units with the after-backward schedule): the partials' sum and the clip coefficient
 //     (DeviceOptimizer::update_all: a memset, an accumulate per unit, a clip kernel);
-//   * kClipUpload: device units beside host units, clipped: the clip coefficient's 4-byte upload
-//     on the compute stream before their updates (DeviceOptimizer::update_with_norm);
 //   * kRowGather: the row-sparse embedding's gather of its token rows' gradients on the compute
 //     stream before they go down (SlidingEngine::send_gradients).
 // Apart from these the two agree on every plan below.
@@ -45,7 +44,6 @@ namespace ferry {
 namespace {
 
 using test::EngineReading;
-using test::kClipUpload;
 using test::kDeviceNormPartials;
 using test::kDeviceNormSum;
 using test::kMemsets;
@@ -200,7 +198,7 @@ TEST_F(StepProgramMirrorTest, OptimizerOnTheDevice) {
   check({"layer 1 and the head updated on the device, clipped",
          test::make_plan(layout_, 4, 2, {3}, {0, 2}, UpdateSchedule::AfterBackward, {2, 5}),
          0.5,
-         {kRowGather, kDeviceNormPartials, kClipUpload}});
+         {kRowGather, kDeviceNormPartials, kDeviceNormSum}});
   check({"the embedding and layer 2 updated on the device during the backward",
          test::make_plan(layout_, 4, 2, {1}, {3}, UpdateSchedule::DuringBackward, {0, 3}),
          0.0,
@@ -222,7 +220,7 @@ TEST_F(StepProgramMirrorTest, Sweeps) {
                                                  {1, 3}),
                          3),
          0.5,
-         {kRowGather, kDeviceNormPartials, kClipUpload}});
+         {kRowGather, kDeviceNormPartials, kDeviceNormSum}});
   check({"two sweeps of two and one micro-chunks, updates during the last one's backward",
          test::in_sweeps(
              test::make_plan(layout_, 4, 2, test::all_units(layout_), {}, UpdateSchedule::DuringBackward), 2),
@@ -246,7 +244,7 @@ TEST_F(StepProgramMirrorTest, TiedEmbeddings) {
   check({"tied table and head updated on the device",
          test::make_plan(layout_, 2, 2, {}, {}, UpdateSchedule::AfterBackward, {0, 3}),
          1.0,
-         {kDeviceNormPartials, kClipUpload}});
+         {kDeviceNormPartials, kDeviceNormSum}});
 }
 
 }  // namespace

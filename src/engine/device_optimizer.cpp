@@ -155,39 +155,37 @@ void DeviceOptimizer::gradient_done(size_t u, int64_t step, const AdamWHyper& hy
   if (plan_.update == UpdateSchedule::DuringBackward) update(u, step, hyper, nullptr);
 }
 
-void DeviceOptimizer::update_all(int64_t step, const AdamWHyper& hyper, double max_grad_norm) {
-  FERRY_ASSERT(plan_.optimizer_on_gpu());
+void DeviceOptimizer::update_all(int64_t step, const AdamWHyper& hyper, double max_grad_norm,
+                                 HostUnitPartials host_units) {
+  FERRY_ASSERT(plan_.optimizer_on_gpu() || plan_.update == UpdateSchedule::AfterBackward);
   char* scalars = static_cast<char*>(scalars_.data());
   double* sum = reinterpret_cast<double*>(scalars + kSumOffset);
   float* clip = reinterpret_cast<float*>(scalars + kClipOffset);
   device_.fill_zero(sum, sizeof(double), StreamKind::Compute);
-  for (size_t u : units_)
-    adamw_->accumulate(partials_.as<double>() + partial_offset_[u], partial_count_[u], sum);
+  // Every unit's partials in unit order, the order the UnitUpdater concatenates them in.
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    if (plan_.units[u] == UnitPlacement::ResidentWithOptimizer) {
+      adamw_->accumulate(partials_.as<double>() + partial_offset_[u], partial_count_[u], sum);
+    } else {
+      FERRY_ASSERT(host_units.data != nullptr && host_units.offset != nullptr,
+                   "the host units' norm partials are needed to clip beside them");
+      adamw_->accumulate(host_units.data + (*host_units.offset)[u], grad_norm_partials(layout_.units[u]),
+                         sum);
+    }
+  }
   adamw_->clip_coefficient(sum, max_grad_norm, clip);
   for (size_t u : units_) update(u, step, hyper, clip);
+  if (!plan_.optimizer_on_gpu()) return;  // the host has the norm from the same partials
   device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
   device_.copy_to_host(static_cast<char*>(scalars_host_.data()) + kSumOffset, sum, sizeof(double),
                        StreamKind::DeviceToHost);
 }
 
 double DeviceOptimizer::read_norm() const {
+  FERRY_ASSERT(plan_.optimizer_on_gpu());
   double sum;
   std::memcpy(&sum, static_cast<const char*>(scalars_host_.data()) + kSumOffset, sizeof(double));
   return std::sqrt(sum);
-}
-
-void DeviceOptimizer::update_with_norm(int64_t step, const AdamWHyper& hyper, double norm,
-                                       double max_grad_norm) {
-  FERRY_ASSERT(!plan_.optimizer_on_gpu() && plan_.update == UpdateSchedule::AfterBackward);
-  // The coefficient the UnitUpdater applies to the host units, from the same norm. The pinned
-  // value is rewritten only at the next step's end, after the host has waited for that step's
-  // backward, which the compute stream runs after this copy.
-  const float coefficient = clip_coefficient(norm, max_grad_norm);
-  char* host = static_cast<char*>(scalars_host_.data()) + kClipOffset;
-  std::memcpy(host, &coefficient, sizeof(float));
-  float* clip = reinterpret_cast<float*>(static_cast<char*>(scalars_.data()) + kClipOffset);
-  device_.copy_to_device(clip, host, sizeof(float), StreamKind::Compute);
-  for (size_t u : units_) update(u, step, hyper, clip);
 }
 
 }  // namespace ferry

@@ -10,12 +10,15 @@
 //    are added on the device in unit order, the clip coefficient is computed there, and every unit
 //    is updated; the host never waits (it reads the norm with the loss);
 //  * some units on the host: the partials are copied to the host and join the host units' partials
-//    in the UnitUpdater, which computes the norm. With clipping, the engine hands that norm back
-//    (update_with_norm) at the end of the step, the clip coefficient is uploaded (4 bytes) and the
-//    device units are updated, ahead of the next step's forward on the same stream. Without
-//    clipping each unit is updated right after its backward (update_unscaled).
-// Either way the device units' update reads the clip coefficient computed from the same norm as the
-// host units', so a step is the plain trainer's step whatever the split.
+//    in the UnitUpdater, which computes the norm the step returns. With the after-backward
+//    schedule (clipping) the device does not wait for it: the host units' partials are on the
+//    device too (the engine computes them there before their gradients go down), so at the end of
+//    the backward update_all sums every unit's partials there in the same order and updates the
+//    device units, while the last gradients are still going down. Without clipping each unit is
+//    updated right after its backward, unscaled.
+// Either way the device units' update reads a clip coefficient bit-equal to the host units' (the
+// same doubles added in the same order; the clip kernel is clip.cpp's arithmetic), so a step is
+// the plain trainer's step whatever the split.
 //
 // The host's copies of master, m and v (UnitUpdater) are what checkpoints read and loads write:
 // upload_state() after a load, download_state() before a checkpoint.
@@ -40,6 +43,14 @@ namespace ferry {
 size_t issue_unit_norm_partials(DeviceAdamW& kernels, const UnitLayout& unit, const void* grads,
                                 DType grad_dtype, double* partials);
 
+// Where the host updates some units: their norm partials on the device, as the engine computed
+// them before each unit's gradient went down (EngineBuffers::host_unit_partials), unit u's at
+// (*offset)[u].
+struct HostUnitPartials {
+  const double* data = nullptr;
+  const std::vector<size_t>* offset = nullptr;
+};
+
 class DeviceOptimizer {
  public:
   // `weights` and `grads`: the engine's resident buffers, indexed by unit; those of the
@@ -57,14 +68,15 @@ class DeviceOptimizer {
 
   // Unit u's gradient of step `step` is complete on the compute stream (its backward is issued).
   void gradient_done(size_t u, int64_t step, const AdamWHyper& hyper);
-  // Every unit on the device: the norm, the clip coefficient and every unit's update, on the
-  // device, after the step's last backward; then the norm's readback to the host (d2h stream).
-  void update_all(int64_t step, const AdamWHyper& hyper, double max_grad_norm);
-  // The norm update_all computed; valid once the d2h stream has passed the readback.
+  // After the step's last backward, on the device: the global norm from every unit's partials in
+  // unit order (`host_units` for the units the host updates), the clip coefficient, and every
+  // device unit's update; with every unit on the device, the norm's readback to the host too (d2h
+  // stream). With some units on the host only for the after-backward schedule.
+  void update_all(int64_t step, const AdamWHyper& hyper, double max_grad_norm,
+                  HostUnitPartials host_units = {});
+  // The norm update_all computed with every unit on the device; valid once the d2h stream has
+  // passed the readback.
   double read_norm() const;
-  // Some units on the host, with the after-backward schedule: the device units' update with the
-  // clip coefficient of the global norm the UnitUpdater computed.
-  void update_with_norm(int64_t step, const AdamWHyper& hyper, double norm, double max_grad_norm);
 
  private:
   void update(size_t u, int64_t step, const AdamWHyper& hyper, const float* grad_scale);
@@ -86,7 +98,7 @@ class DeviceOptimizer {
   DeviceBuffer partials_;                               // (all partials) doubles
   DeviceBuffer scalars_;        // [0, 8): sum of squares (double); [8, 12): clip (float)
   PinnedBuffer partials_host_;  // the partials' copy for the UnitUpdater
-  PinnedBuffer scalars_host_;   // [0, 8): norm readback; [8, 12): clip to upload
+  PinnedBuffer scalars_host_;   // [0, 8): norm readback
   PinnedBuffer staging_;        // state transfers, in pieces
   bool host_behind_ = false;    // an update since the last download or upload
 };

@@ -682,12 +682,22 @@ void SlidingEngine::release_use(size_t i, bool sends) {
 SlidingStepResult SlidingEngine::end_step(double max_grad_norm) {
   const AdamWHyper& hyper = step_hyper_;
   const bool all_on_device = plan_.optimizer_on_gpu();
-  if (all_on_device) device_optimizer_->update_all(step_, hyper, max_grad_norm);
+  // Device units beside host units: clipped by the norm of every unit's partials summed on the
+  // device, ahead of the next forward, without waiting for the host units' gradients to land; the
+  // loss, complete with the backward, is read without waiting for those updates.
+  const bool beside_host =
+      device_optimizer_ && !all_on_device && plan_.update == UpdateSchedule::AfterBackward;
+  const EventId backward_done = beside_host ? device_.record(StreamKind::Compute) : EventId{};
+  if (all_on_device)
+    device_optimizer_->update_all(step_, hyper, max_grad_norm);
+  else if (beside_host)
+    device_optimizer_->update_all(step_, hyper, max_grad_norm,
+                                  {buffers_.host_unit_partials.as<double>(), &buffers_.host_partial_offset});
   if (share_) {  // the group's summed loss (in rank order)
     share_->on(StreamKind::Compute)
         .all_reduce(buffers_.loss.data(), buffers_.loss.data(), 1, DType::F32, StreamKind::Compute);
   }
-  device_.wait(StreamKind::DeviceToHost, device_.record(StreamKind::Compute));
+  device_.wait(StreamKind::DeviceToHost, beside_host ? backward_done : device_.record(StreamKind::Compute));
   device_.copy_to_host(buffers_.loss_host.data(), buffers_.loss.data(), sizeof(float),
                        StreamKind::DeviceToHost);
   device_.synchronize(device_.record(StreamKind::DeviceToHost));
@@ -697,9 +707,6 @@ SlidingStepResult SlidingEngine::end_step(double max_grad_norm) {
                     ? *buffers_.loss_host.as<float>() / static_cast<double>(result.counted_tokens)
                     : 0.0;
   result.grad_norm = all_on_device ? device_optimizer_->read_norm() : updater_->grad_norm(step_);
-  // Device units beside host units: updated from the host's norm, ahead of the next forward.
-  if (device_optimizer_ && !all_on_device && plan_.update == UpdateSchedule::AfterBackward)
-    device_optimizer_->update_with_norm(step_, hyper, result.grad_norm, max_grad_norm);
   return result;
 }
 

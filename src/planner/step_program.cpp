@@ -512,24 +512,24 @@ class ProgramBuilder {
     }
   }
 
-  // After the last sweep: the GPU optimizer of a plan with everything there, the loss and the norm
-  // read, the device units' updates beside host units.
+  // After the last sweep: the GPU optimizer's updates (DeviceOptimizer::update_all: the norm and
+  // the clip from every unit's partials on the device, then its units), the loss and the norm read.
   void finish_step() {
     const size_t units = layout_.units.size();
-    if (all_on_gpu_) {  // DeviceOptimizer::update_all: norm, clip and every unit, on the device
-      for (size_t u = 0; u < units; ++u) gpu_adamw(u);
-    }
-    wait(Lane::DeviceToHost, last_compute_);
+    const int32_t backward_done = last_compute_;
+    // Every unit on the device: the loss is read after the updates (with the norm). Device units
+    // beside host units, after the backward: updated ahead of the next step's forward without
+    // waiting for the host's norm, the loss read once the backward is done.
+    const bool beside_host = !all_on_gpu_ && plan_.update == UpdateSchedule::AfterBackward;
+    if (all_on_gpu_ || beside_host)
+      for (size_t u = 0; u < units; ++u)
+        if (gpu_optimizer_[u]) gpu_adamw(u);
+    wait(Lane::DeviceToHost, all_on_gpu_ ? last_compute_ : backward_done);
     const int32_t loss =
         add(Lane::DeviceToHost, TaskKind::LossReadback, kNoSubject, 0.0, sizeof(float) + sizeof(double));
     host_wait(loss);
     if (!all_on_gpu_) host_wait(norm_known_);  // the step returns the global norm (UnitUpdater::grad_norm)
     program_.step_end.push_back(host_last_);
-    // Device units beside host units, after the backward: updated with the norm's clip
-    // coefficient, issued once the host has the norm, ahead of the next step's forward.
-    if (!all_on_gpu_ && plan_.update == UpdateSchedule::AfterBackward)
-      for (size_t u = 0; u < units; ++u)
-        if (gpu_optimizer_[u]) gpu_adamw(u);
     update_done_ = next_update_done_;
   }
 
