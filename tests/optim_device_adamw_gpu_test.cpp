@@ -86,6 +86,39 @@ TEST_P(DeviceAdamWTest, NormPartialsAccumulationAndClipAreTheHostsBits) {
   }
 }
 
+// The sum of many partials (a 3B layer has ~12k; the kernel reads them in tiles of 4096): the
+// host's bits, in the host's order, from an earlier unit's sum; magnitudes over twelve decades so
+// that another order would round differently.
+TEST_P(DeviceAdamWTest, ManyPartialsAddUpToTheHostsBits) {
+  for (size_t count : {size_t{4095}, size_t{4096}, size_t{4097}, size_t{12289}, size_t{50000}}) {
+    SCOPED_TRACE(::testing::Message() << "count=" << count);
+    const auto mantissas = test::random_vector(count, 7 + count, 1.0f, 2.0f);
+    std::vector<double> partials(count);
+    for (size_t k = 0; k < count; ++k)
+      partials[k] = static_cast<double>(mantissas[k]) * std::ldexp(1.0, static_cast<int>(k * 7919 % 41) - 20);
+    const double earlier = 3.0625;
+    std::vector<double> all{earlier};
+    all.insert(all.end(), partials.begin(), partials.end());
+    // Pairwise, as a parallel reduction would add them, the sum rounds differently.
+    std::vector<double> level(all);
+    while (level.size() > 1) {
+      std::vector<double> next;
+      for (size_t k = 0; k < level.size(); k += 2)
+        next.push_back(k + 1 < level.size() ? level[k] + level[k + 1] : level[k]);
+      level = std::move(next);
+    }
+    double in_order = 0.0;
+    for (double p : all) in_order += p;  // clip.cpp's norm_from_partials, before its square root
+    ASSERT_NE(level[0], in_order);
+    DeviceBuffer on_device = upload(partials.data(), count * sizeof(double));
+    DeviceBuffer sum = upload(&earlier, sizeof(double));
+    adamw_->accumulate(on_device.as<double>(), count, sum.as<double>());
+    const double got = download<double>(sum, 1)[0];
+    EXPECT_EQ(got, in_order);
+    EXPECT_EQ(std::sqrt(got), norm_from_partials(all));
+  }
+}
+
 TEST_P(DeviceAdamWTest, StepIsTheReferenceWithItsBf16Copy) {
   const size_t n = 100003;
   const std::vector<AdamWSegment> segments{{0, 40000, true}, {40000, 17, false}, {40017, n - 40017, true}};
