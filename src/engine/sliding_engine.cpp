@@ -177,13 +177,37 @@ Tensor SlidingEngine::activation_grad(int64_t step_chunk) const {
       dt, {T, H});
 }
 
+void SlidingEngine::upload_when_updated(size_t u, void* device_dst) {
+  if (!updater_->row_sparse(u) || share_) {
+    updater_->wait_updated(u, weights_step());
+    upload_weights(u, device_dst);
+    return;
+  }
+  // The row-sparse embedding: each range of the table goes up as soon as the CPU has updated its
+  // token rows (UnitUpdater::kRowRanges), the first ranges' copies beside the last ones' update.
+  const int64_t rows = updater_->table_rows();
+  const size_t row_len = static_cast<size_t>(layout_.units[u].numel / rows);
+  int64_t begin = 0;
+  for (int64_t r = 0; r < UnitUpdater::kRowRanges; ++r) {
+    const int64_t end = UnitUpdater::row_range_end(rows, r);
+    updater_->wait_rows_updated(weights_step(), end);
+    upload_weights(u, device_dst, static_cast<size_t>(begin) * row_len, static_cast<size_t>(end) * row_len);
+    begin = end;
+  }
+}
+
 void SlidingEngine::upload_weights(size_t u, void* device_dst) {
   if (share_ && !evaluating_) return upload_weight_shard(u, device_dst);
-  const size_t n = static_cast<size_t>(layout_.units[u].numel);
+  upload_weights(u, device_dst, 0, static_cast<size_t>(layout_.units[u].numel));
+}
+
+void SlidingEngine::upload_weights(size_t u, void* device_dst, size_t begin, size_t end) {
   const DType wd = plan_.weight_dtype;
+  char* dst = static_cast<char*>(device_dst);
   if (!updater_->converts_on_upload()) {
-    device_.copy_to_device(device_dst, updater_->unit(u).staging.data(), n * dtype_size(wd),
-                           StreamKind::HostToDevice);
+    const char* staging = static_cast<const char*>(updater_->unit(u).staging.data());
+    device_.copy_to_device(dst + begin * dtype_size(wd), staging + begin * dtype_size(wd),
+                           (end - begin) * dtype_size(wd), StreamKind::HostToDevice);
     return;
   }
   // The fp32 masters go up piece by piece through the staging, each written as weights before the
@@ -191,12 +215,12 @@ void SlidingEngine::upload_weights(size_t u, void* device_dst) {
   // 64 MiB piece.
   const float* master = updater_->unit(u).master.data();
   const size_t piece = buffers_.conversion_staging.bytes() / sizeof(float);
-  for (size_t done = 0; done < n; done += piece) {
-    const size_t k = std::min(piece, n - done);
+  for (size_t done = begin; done < end; done += piece) {
+    const size_t k = std::min(piece, end - done);
     device_.copy_to_device(buffers_.conversion_staging.data(), master + done, k * sizeof(float),
                            StreamKind::HostToDevice);
-    weight_writer_->write_weights(buffers_.conversion_staging.as<float>(),
-                                  static_cast<char*>(device_dst) + done * dtype_size(wd), wd, k);
+    weight_writer_->write_weights(buffers_.conversion_staging.as<float>(), dst + done * dtype_size(wd), wd,
+                                  k);
   }
 }
 
@@ -207,10 +231,7 @@ void SlidingEngine::issue_load(size_t j) {
     device_.wait(StreamKind::HostToDevice, events_.released[static_cast<size_t>(use.previous_use)]);
   // The embedding's backward claims its slot (after the previous occupant's release) unfilled.
   const bool weights_read = use_reads_weights(uses_, j);
-  if (weights_read) {
-    updater_->wait_updated(use.unit, weights_step());
-    upload_weights(use.unit, buffers_.slot_params[static_cast<size_t>(use.slot)].data());
-  }
+  if (weights_read) upload_when_updated(use.unit, buffers_.slot_params[static_cast<size_t>(use.slot)].data());
   events_.loaded[j] = device_.record(StreamKind::HostToDevice);
   if (weights_read && !evaluating_ && owns_host()) updater_->weights_uploaded(use.unit, events_.loaded[j]);
 }
@@ -409,11 +430,10 @@ TokenChunk SlidingEngine::chunk(int64_t c) const {
 
 void SlidingEngine::ensure_resident(size_t u) {
   if (!roles_.resident[u] || events_.resident_uploaded[u] || roles_.device_updated[u]) return;
-  updater_->wait_updated(u, weights_step());
   // Overwrite the weights once the previous step's last reader is done, not after everything
   // issued so far: the upload then overlaps the compute of the units before this one.
   if (last_read_[u] >= 0) device_.wait(StreamKind::HostToDevice, last_read_[u]);
-  upload_weights(u, buffers_.resident_params[u].data());
+  upload_when_updated(u, buffers_.resident_params[u].data());
   const EventId uploaded = device_.record(StreamKind::HostToDevice);
   device_.wait(StreamKind::Compute, uploaded);
   if (!evaluating_ && owns_host()) updater_->weights_uploaded(u, uploaded);

@@ -200,9 +200,15 @@ class SlidingEngine {
   // Copies the unit's gradient to the host and hands it to the updater; returns the event after
   // which the slot's gradient buffer may be reused.
   EventId send_gradients(size_t unit, int64_t slot);
+  // Issues the upload of unit u's weights into device_dst (h2d stream) once the CPU holds them
+  // updated for the step the uses read (weights_step()); the row-sparse embedding's range by range
+  // as its token pass gets through them (UnitUpdater::wait_rows_updated).
+  void upload_when_updated(size_t u, void* device_dst);
   // Issues the upload of unit u's current weights into device_dst (h2d stream): its staging
-  // buffer, or its masters converted on the device (WeightUpload::ConvertOnUpload).
+  // buffer, or its masters converted on the device (WeightUpload::ConvertOnUpload); elements
+  // [begin, end) of it alone.
   void upload_weights(size_t u, void* device_dst);
+  void upload_weights(size_t u, void* device_dst, size_t begin, size_t end);
   // In a group (sliding_engine_group.cpp): whether this engine holds the group's host state and
   // talks to its updater (alone: always); the device share's uploads and gradients.
   bool owns_host() const { return !share_ || share_->rank == 0; }

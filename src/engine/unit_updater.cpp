@@ -1,5 +1,6 @@
 #include "engine/unit_updater.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -294,6 +295,7 @@ void UnitUpdater::refresh_staging(int64_t step) {
     }
     updated_step_[u] = step;
   }
+  rows_step_ = rows_done_ = 0;  // a token pass of an earlier run of these step numbers is not this one's
   current_step_ = step;
   norm_step_ = step;
 }
@@ -425,51 +427,97 @@ void UnitUpdater::update_rows(const std::vector<int32_t>& rows, bool zero_gradie
   const HostSpan traced(
       device_, TraceTrack::CpuUpdate, "adamw",
       layout_.units[u].name + (zero_gradient ? " (rows without gradient)" : " (token rows)"));
-  std::vector<int32_t> complement;
+  const int64_t table = table_rows();
   if (zero_gradient) {
-    const size_t table_rows = static_cast<size_t>(layout_.units[u].params[0].shape[0]);
-    complement.reserve(table_rows - rows.size());
+    std::vector<int32_t> complement;
+    complement.reserve(static_cast<size_t>(table) - rows.size());
     size_t k = 0;
-    for (size_t r = 0; r < table_rows; ++r) {
-      if (k < rows.size() && static_cast<size_t>(rows[k]) == r)
+    for (int64_t r = 0; r < table; ++r) {
+      if (k < rows.size() && rows[k] == r)
         ++k;
       else
         complement.push_back(static_cast<int32_t>(r));
     }
+    note_lost_updates(update_row_list(complement, nullptr, step, hyper, clip), u, step);
+    return;
   }
-  const std::vector<int32_t>& updated = zero_gradient ? complement : rows;
+  // Range by range of the table, each said to be done for the next step's upload to follow.
+  rows_updated(step, 0);
+  const char* grad = static_cast<const char*>(inbox_->row_gradients());
+  const size_t grad_row_bytes = row_len_ * dtype_size(plan_.grad_dtype);
+  LeanStepStats stats;
+  size_t k = 0;
+  for (int64_t r = 0; r < kRowRanges; ++r) {
+    const int64_t end = row_range_end(table, r);
+    const size_t k_end = static_cast<size_t>(
+        std::lower_bound(rows.begin() + static_cast<std::ptrdiff_t>(k), rows.end(), end) - rows.begin());
+    const LeanStepStats range = update_row_list(std::span<const int32_t>(rows).subspan(k, k_end - k),
+                                                grad + k * grad_row_bytes, step, hyper, clip);
+    stats.updated += range.updated;
+    stats.lost += range.lost;
+    rows_updated(step, end);
+    k = k_end;
+  }
+  FERRY_ASSERT(k == rows.size(), "the step's rows are rows of the embedding table");
+  note_lost_updates(stats, u, step);
+}
+
+LeanStepStats UnitUpdater::update_row_list(std::span<const int32_t> rows, const void* grad, int64_t step,
+                                           const AdamWHyper& hyper, float clip) {
+  const size_t u = sparse_unit_;
   HostUnitState& s = units_[u];
   const bool bf16_staging = !converts_on_upload() && plan_.weight_dtype == DType::BF16;
   if (!is_exact(format())) {
     const LeanStepStats stats =
-        lean_adamw_rows(s.lean_view, row_len_, updated, segments_[u][0].decay,
-                        zero_gradient ? nullptr : inbox_->row_gradients(), plan_.grad_dtype,
+        lean_adamw_rows(s.lean_view, row_len_, rows, segments_[u][0].decay, grad, plan_.grad_dtype,
                         bf16_staging ? s.staging.as<uint16_t>() : nullptr, hyper, step, clip);
-    note_lost_updates(stats, u, step);
     if (!bf16_staging)
-      for (int32_t r : updated)
+      for (int32_t r : rows)
         refresh_staging_range(u, s.lean_view, static_cast<size_t>(r) * row_len_,
                               static_cast<size_t>(r + 1) * row_len_);
-    return;
+    return stats;
   }
   AdamWUnitBuffers buffers;
   buffers.master = s.master.data();
   buffers.m = s.m.data();
   buffers.v = s.v.data();
-  buffers.grad = zero_gradient ? nullptr : inbox_->row_gradients();
+  buffers.grad = grad;
   buffers.grad_dtype = plan_.grad_dtype;
   // The weights to upload: written in the pass (bf16), or converted after it; with ConvertOnUpload
   // the masters themselves.
   const bool shadow = !converts_on_upload();
   const bool bf16_weights = plan_.weight_dtype == DType::BF16;
   if (shadow && bf16_weights) buffers.bf16_out = s.staging.as<uint16_t>();
-  cpu_adamw_rows(buffers, row_len_, updated, segments_[u][0].decay, hyper, step, clip);
+  cpu_adamw_rows(buffers, row_len_, rows, segments_[u][0].decay, hyper, step, clip);
   if (shadow && !bf16_weights) {
     const size_t row_bytes = row_len_ * dtype_size(plan_.weight_dtype);
-    for (int32_t r : updated)
+    for (int32_t r : rows)
       convert_from_f32(s.master.data() + static_cast<size_t>(r) * row_len_, plan_.weight_dtype,
                        static_cast<char*>(s.staging.data()) + static_cast<size_t>(r) * row_bytes, row_len_);
   }
+  return {};
+}
+
+void UnitUpdater::rows_updated(int64_t step, int64_t end) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rows_step_ = step;
+    rows_done_ = end;
+  }
+  changed_.notify_all();
+}
+
+int64_t UnitUpdater::table_rows() const {
+  FERRY_ASSERT(sparse_unit_ != SIZE_MAX, "the model has a row-sparse embedding");
+  return layout_.units[sparse_unit_].params[0].shape[0];
+}
+
+void UnitUpdater::wait_rows_updated(int64_t step, int64_t end) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] {
+    return error_ || updated_step_[sparse_unit_] >= step || (rows_step_ == step && rows_done_ >= end);
+  });
+  rethrow_if_failed();
 }
 
 void UnitUpdater::update_rows_without_gradient(const std::vector<int32_t>& rows, int64_t step,

@@ -67,6 +67,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -211,6 +212,17 @@ class UnitUpdater {
   // Blocks until host-updated unit u holds the update of step `step` (step 0: the initial
   // weights). Returns at once for a unit updated on the device.
   void wait_updated(size_t u, int64_t step);
+  // The row-sparse embedding's token rows are updated range by range of the table, in row order
+  // (kRowRanges ranges), and each range is said to be done as soon as it is: the next step's
+  // upload of a range (SlidingEngine::upload_when_updated) follows it there instead of waiting for
+  // the whole table, so the first ranges cross PCIe while the CPU updates the last.
+  static constexpr int64_t kRowRanges = 16;
+  // The end of range r (0-based) of a table of `rows` rows; range r is [end(r - 1), end(r)).
+  static int64_t row_range_end(int64_t rows, int64_t r) { return rows * (r + 1) / kRowRanges; }
+  // The row-sparse embedding's rows.
+  int64_t table_rows() const;
+  // Blocks until rows [0, end) of the row-sparse embedding hold the update of step `step`.
+  void wait_rows_updated(int64_t step, int64_t end);
   // Blocks until every host-updated unit holds the update of step `step`.
   void wait_all_updated(int64_t step);
   // The global gradient norm of step `step` (before clipping); blocks until known.
@@ -238,6 +250,11 @@ class UnitUpdater {
   // gradient) the complement of `rows` with a zero gradient.
   void update_rows(const std::vector<int32_t>& rows, bool zero_gradient, int64_t step,
                    const AdamWHyper& hyper, float clip);
+  // The AdamW pass over table rows `rows`, row k's gradient row k of `grad` (null: zero).
+  LeanStepStats update_row_list(std::span<const int32_t> rows, const void* grad, int64_t step,
+                                const AdamWHyper& hyper, float clip);
+  // The token pass of step `step` has updated rows [0, end) of the row-sparse embedding.
+  void rows_updated(int64_t step, int64_t end);
   // The pass of step `step` over the rows without a gradient, once per step (worker only).
   void update_rows_without_gradient(const std::vector<int32_t>& rows, int64_t step, const AdamWHyper& hyper);
   // The unit's staging weights from its masters: `master` (fp32 state), or the lean arrays `lean`
@@ -281,6 +298,8 @@ class UnitUpdater {
   std::unique_ptr<DiskStateTier> disk_;                    // the disk tier, when the plan has one
   std::shared_ptr<const std::vector<int32_t>> step_rows_;  // the current step's rows
   int64_t zero_rows_step_ = 0;        // the last step whose rows without a gradient are updated (worker only)
+  int64_t rows_step_ = 0;             // the token pass of this step has updated the rows [0, rows_done_)
+  int64_t rows_done_ = 0;             // (both under mutex_; 0 before any token pass and after a load)
   bool warned_lost_updates_ = false;  // worker only
 
   std::mutex mutex_;

@@ -28,12 +28,15 @@
 //     forward; every unit on the GPU: all of them at the end of the backward.
 //   * a plan in sweeps (Plan::sweeps) repeats the uses once per sweep, over its micro-chunks; the
 //     gradients leave (and the updater hears of them) only after the last sweep's.
-// Not modelled, because they are below the profile's resolution: the memsets of gradient
-// buffers, the host's batch assembly between steps, event bookkeeping.
 //   * the untied embedding updated on the host is row-sparse (unit_updater.h): its rows without a
 //     gradient are updated on the CPU after the step's upload of it, and at the step's end only
 //     the token rows go down and are updated (their expected count for uniformly drawn ids);
 //     its backward claims a slot without uploading weights.
+// Not modelled, because they are below the profile's resolution: the memsets of gradient
+// buffers, the host's batch assembly between steps, event bookkeeping; and the row-sparse
+// embedding's upload range by range as its token pass gets through the table
+// (UnitUpdater::kRowRanges): the program uploads it after the whole pass, so it errs long by up to
+// the shorter of the two (the flagship 8B: ~20 ms of a 6 s step).
 //
 // A layer's backward includes the recompute of its forward (the profile's layer_backward), except
 // for a layer that keeps its internals (ActivationPlacement::KeepWithInternals). A recomputed
