@@ -9,15 +9,18 @@
 #include "counting_document.h"
 #include "data/packing.h"
 #include "device/device.h"
+#include "device/trace/tracer.h"
 #include "engine/model_step.h"
 #include "engine/sliding_engine.h"
 #include "engine/unit_optimizer.h"
+#include "engine/unit_updater.h"
 #include "ops/device_ops.h"
 #include "optim/lr_schedule.h"
 #include "packed_batch.h"
 #include "planner/memory_model.h"
 #include "planner/nominal_profile.h"
 #include "planner/search.h"
+#include "schedule_recorder.h"
 #include "sliding_plans.h"
 #include "sliding_runs.h"
 #include "test_util.h"
@@ -439,6 +442,59 @@ TEST_F(SlidingEngineTest, EveryStepLeavesEmbeddingRowsWithoutAGradient) {
     EXPECT_LT(rows.size(), static_cast<size_t>(config_.vocab_size) * 3 / 4) << "step " << s + 1;
     EXPECT_TRUE(std::is_sorted(rows.begin(), rows.end()));
     EXPECT_EQ(std::adjacent_find(rows.begin(), rows.end()), rows.end());
+  }
+}
+
+// The untied embedding's weights go up range by range of its table (UnitUpdater::kRowRanges), each
+// range once the CPU's token pass has updated it: every upload of the table is the ranges' copies,
+// in row order, covering it once. (That each copy waits for its range's update is what the plans
+// above hold to the plain trainer's bits: without the wait they differ.)
+TEST_F(SlidingEngineTest, TheEmbeddingGoesUpRangeByRangeInRowOrder) {
+  const size_t E = layout_.embedding_unit();
+  const int64_t table_rows = layout_.units[E].params[0].shape[0];
+  const size_t numel = static_cast<size_t>(layout_.units[E].numel);
+  ASSERT_GE(table_rows, UnitUpdater::kRowRanges);
+  for (const Plan& plan :
+       {make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward),
+        converting_on_upload(make_plan(layout_, 4, 2, {E}, {}, UpdateSchedule::AfterBackward))}) {
+    SCOPED_TRACE(plan.describe());
+    auto sim = make_sim_device({});
+    test::ScheduleRecorder recorder(*sim);
+    const test::ScratchDir scratch("ranges");
+    Tracer tracer(recorder, scratch / "trace.json", {});
+    auto ops = make_device_ops(recorder);
+    SlidingEngine engine(config_, layout_, recorder, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+    std::vector<std::vector<float>> weights;
+    init_random_weights(config_, 9, weights);
+    for (size_t u = 0; u < weights.size(); ++u) engine.host().unit(u).master.assign(weights[u]);
+    engine.weights_changed(0);
+    recorder.start(tracer);
+    for (int64_t s = 0; s < kSteps; ++s) engine.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5);
+    engine.finish_updates();
+    recorder.stop();
+    // The copies out of the embedding's weights on the host: its staging buffer, or its masters.
+    const bool converts = plan.weight_upload == WeightUpload::ConvertOnUpload;
+    const size_t element = converts ? sizeof(float) : dtype_size(plan.weight_dtype);
+    const char* host = converts ? reinterpret_cast<const char*>(engine.host().unit(E).master.data())
+                                : static_cast<const char*>(engine.host().unit(E).staging.data());
+    std::vector<std::pair<size_t, size_t>> copies;  // (first element, elements)
+    for (const auto& e : recorder.entries()) {
+      const char* src = static_cast<const char*>(e.src);
+      if (e.call != test::ScheduleRecorder::Call::Copy || src < host || src >= host + numel * element)
+        continue;
+      EXPECT_EQ(e.stream, static_cast<int>(StreamKind::HostToDevice));
+      copies.emplace_back(static_cast<size_t>(src - host) / element, e.bytes / element);
+    }
+    const size_t row_len = numel / static_cast<size_t>(table_rows);
+    ASSERT_EQ(copies.size(), static_cast<size_t>(kSteps * UnitUpdater::kRowRanges)) << "one upload a step";
+    for (size_t k = 0; k < copies.size(); ++k) {
+      const int64_t r = static_cast<int64_t>(k) % UnitUpdater::kRowRanges;
+      const int64_t begin = r == 0 ? 0 : UnitUpdater::row_range_end(table_rows, r - 1);
+      EXPECT_EQ(copies[k].first, static_cast<size_t>(begin) * row_len) << "copy " << k;
+      EXPECT_EQ(copies[k].second,
+                static_cast<size_t>(UnitUpdater::row_range_end(table_rows, r) - begin) * row_len)
+          << "copy " << k;
+    }
   }
 }
 
