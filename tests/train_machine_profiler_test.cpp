@@ -148,6 +148,8 @@ class CountingOps final : public Ops {
   explicit CountingOps(Ops& inner) : inner_(inner) {}
   double seconds() const { return static_cast<double>(work_) / 1024.0; }
   const std::set<const void*>& head_weight_gradients() const { return head_weight_gradients_; }
+  // How often a head call's weight-gradient buffer differed from the call's before it.
+  int head_gradient_switches() const { return head_gradient_switches_; }
 
   const char* name() const override { return inner_.name(); }
   int calls_to_steady_speed() const override {
@@ -225,6 +227,8 @@ class CountingOps final : public Ops {
   void linear_cross_entropy(Tensor x, Tensor w, const int32_t* targets, float grad_scale, Tensor dx,
                             Tensor dw, Tensor loss_sum, Tensor logits, int64_t weight_grad_chunks) override {
     head_weight_gradients_.insert(dw.data);
+    if (last_head_gradient_ != nullptr && dw.data != last_head_gradient_) ++head_gradient_switches_;
+    last_head_gradient_ = dw.data;
     count(x).linear_cross_entropy(x, w, targets, grad_scale, dx, dw, loss_sum, logits, weight_grad_chunks);
   }
   void add(Tensor a, Tensor b, Tensor out) override { count(a).add(a, b, out); }
@@ -255,6 +259,8 @@ class CountingOps final : public Ops {
   int64_t tuning_calls_ = 0;
   std::map<std::array<int64_t, 3>, int64_t> gemm_calls_;
   std::set<const void*> head_weight_gradients_;
+  const void* last_head_gradient_ = nullptr;
+  int head_gradient_switches_ = 0;
   AttentionWork attention_work_;  // give_library_attention; library_forward 0: no library
   bool library_forward_ = true, library_backward_ = true;
   int attention_switches_ = 0;
@@ -351,6 +357,23 @@ TEST(MachineProfiler, ComputeProfileTimesEachPassAsTheEngineRunsIt) {
   }
   EXPECT_EQ(ops.head_weight_gradients().size(), 2u) << "the head with fp32 gradients has buffers of its own";
   EXPECT_EQ(rig.device->memory().in_use, 0u);
+}
+
+// The head's variants are timed in turn at each size (their samples interleaved after one soak of
+// them all), not one variant at every size and then the next: each variant's soak took ~1.5 s of
+// a first profile on a GPU, and a slow phase of the machine falls on every variant alike.
+TEST(MachineProfiler, TheHeadsVariantsAreTimedInTurn) {
+  const ModelConfig config = preset_config("llama", "tiny");
+  SimRig rig;
+  CountingOps ops(*rig.ops);
+  ProfileOptions options = quick_options();
+  options.timing.clock = [&ops] { return ops.seconds(); };
+  options.timing.repeats = 3;
+  options.gpu_adamw_params = 64 * 64;
+  measure_compute(*rig.device, ops, config, kSeq, options);
+  ASSERT_EQ(ops.head_weight_gradients().size(), 2u) << "the head in gd and with fp32 gradients";
+  // Three sizes of micro-chunk, each sampled 3 times in turn: at least two switches a sample.
+  EXPECT_GE(ops.head_gradient_switches(), 3 * 3 * 2 - 1);
 }
 
 // measure_compute of a tiny llama's layer at kLongSequence tokens in one micro-chunk, on the

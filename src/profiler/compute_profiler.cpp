@@ -323,22 +323,6 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
     return Chunk{chunk_tokens.chunk(T), carve_head_scratch(arena, s.config, T, s.wd), rows(x, s.wd, T, H),
                  rows(dx, s.wd, T, H), 1.0f / static_cast<float>(T)};
   };
-  // The head with weight gradients `grads`, on its own, run after run as a step runs its chunks:
-  // timed in turn with the light embedding passes, its samples began with the clocks those left the
-  // power-capped GPU, and the 8B's head came out 12% faster than in its steps.
-  auto time_head = [&](const HeadParams& grads, int64_t weight_grad_chunks, const std::string& what) {
-    std::vector<TimedTokens> times;
-    for (const int64_t T : tokens) {
-      Chunk c = chunk_of(T);
-      c.scratch.weight_grad_chunks = weight_grad_chunks;
-      const std::function<void()> run = [&] {
-        head_forward_backward(ops, s.config, hp, &grads, c.tokens, c.in, c.grad_scale, c.d_in, c.scratch,
-                              loss_sum);
-      };
-      times.push_back({T, time_on_device(device, run, timing)});
-    }
-    return fit_linear_time(times, what);
-  };
   std::vector<TimedTokens> emb_forward, emb_backward;
   for (const int64_t T : tokens) {
     Chunk c = chunk_of(T);
@@ -350,40 +334,93 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
     emb_forward.push_back({T, seconds[0]});
     emb_backward.push_back({T, seconds[1]});
   }
-  EndTimes times{fit_linear_time(emb_forward, "embedding forward"),
-                 fit_linear_time(emb_backward, "embedding backward"),
-                 time_head(hg, 1, "head"),
-                 {},
-                 {},
-                 {}};
-  times.head_f32_grads = times.head;
+
+  // The head's variants: its weight gradient in `gd` or in fp32, its product over one logits chunk
+  // or several. The head's first call at the most tokens takes the ops' workspace for it, so that
+  // what is free after it is what the variants' own buffers can take.
+  {
+    Chunk c = chunk_of(most);
+    head_forward_backward(ops, s.config, hp, &hg, c.tokens, c.in, c.grad_scale, c.d_in, c.scratch, loss_sum);
+    device.synchronize_all();
+  }
   // (With fp32 gradients already, as on the simulated device, this times the same work again.)
-  // After the runs above, whose first calls took the ops' workspaces, what is free is free.
   const F32HeadGradients f32(device, s);
   const HeadParams f32_grads =
       f32.allocated ? head_params(s.layout, f32.head.data(), f32.embedding.data(), DType::F32) : HeadParams{};
-  if (f32.allocated) times.head_f32_grads = time_head(f32_grads, 1, "head with fp32 gradients");
-  times.head_grouped = times.head;
-  times.head_f32_grads_grouped = times.head_f32_grads;
   // The weight gradient's product over several logits chunks: only the CUDA ops (bf16) make the
   // logits in chunks, and only where the device has room for that many chunks' logits beside the
   // one chunk's the ops hold already, with an eighth to spare.
-  if (s.wd != DType::BF16) return times;
-  const size_t more_logits = cuda_ops_workspace_bytes(s.config, most, s.gd, 1, kHeadWeightGradChunks) -
-                             cuda_ops_workspace_bytes(s.config, most, s.gd, 1, 1);
-  if (more_logits == 0) return times;  // the largest micro-chunk is one logits chunk
-  if (more_logits / 7 * 8 > free_device_bytes(device)) {
-    log_info(
-        "profile: the head's weight gradient over {} logits chunks needs {} more device memory than is free; "
-        "not timed",
-        kHeadWeightGradChunks, format_bytes(more_logits));
-    return times;
+  bool grouped = false;
+  if (s.wd == DType::BF16) {
+    const size_t more_logits = cuda_ops_workspace_bytes(s.config, most, s.gd, 1, kHeadWeightGradChunks) -
+                               cuda_ops_workspace_bytes(s.config, most, s.gd, 1, 1);
+    grouped = more_logits > 0;  // else the largest micro-chunk is one logits chunk
+    if (grouped && more_logits / 7 * 8 > free_device_bytes(device)) {
+      grouped = false;
+      log_info(
+          "profile: the head's weight gradient over {} logits chunks needs {} more device memory than is "
+          "free; not timed",
+          kHeadWeightGradChunks, format_bytes(more_logits));
+    }
   }
-  times.head_grouped =
-      time_head(hg, kHeadWeightGradChunks, "head, weight gradient over several logits chunks");
+  struct HeadVariant {
+    const HeadParams* grads;
+    int64_t weight_grad_chunks;
+    std::string what;
+    LinearTime* time;
+    std::vector<TimedTokens> points;
+  };
+  EndTimes times{fit_linear_time(emb_forward, "embedding forward"),
+                 fit_linear_time(emb_backward, "embedding backward"),
+                 {},
+                 {},
+                 {},
+                 {}};
+  std::vector<HeadVariant> variants = {{&hg, 1, "head", &times.head, {}}};
   if (f32.allocated)
-    times.head_f32_grads_grouped =
-        time_head(f32_grads, kHeadWeightGradChunks, "head with fp32 gradients over several logits chunks");
+    variants.push_back({&f32_grads, 1, "head with fp32 gradients", &times.head_f32_grads, {}});
+  if (grouped) {
+    variants.push_back({&hg,
+                        kHeadWeightGradChunks,
+                        "head, weight gradient over several logits chunks",
+                        &times.head_grouped,
+                        {}});
+    if (f32.allocated)
+      variants.push_back({&f32_grads,
+                          kHeadWeightGradChunks,
+                          "head with fp32 gradients over several logits chunks",
+                          &times.head_f32_grads_grouped,
+                          {}});
+  }
+  // The head run after run as a step runs its chunks, its variants in turn with each other (all
+  // heavy) and not with the light embedding passes: timed in turn with those, its samples began
+  // with the clocks they left the power-capped GPU, and the 8B's head came out 12% faster than in
+  // its steps. One soak for every variant at a size, as for the layer's passes.
+  for (const int64_t T : tokens) {
+    std::vector<Chunk> chunks;
+    for (const HeadVariant& v : variants) {
+      chunks.push_back(chunk_of(T));  // the same scratch: the variants run one at a time
+      chunks.back().scratch.weight_grad_chunks = v.weight_grad_chunks;
+    }
+    std::vector<std::function<void()>> runs;
+    for (size_t i = 0; i < variants.size(); ++i)
+      runs.push_back([&, i] {
+        Chunk& c = chunks[i];
+        head_forward_backward(ops, s.config, hp, variants[i].grads, c.tokens, c.in, c.grad_scale, c.d_in,
+                              c.scratch, loss_sum);
+      });
+    const std::vector<double> seconds = time_each_on_device(device, runs, timing);
+    for (size_t i = 0; i < variants.size(); ++i) variants[i].points.push_back({T, seconds[i]});
+  }
+  for (HeadVariant& v : variants) *v.time = fit_linear_time(v.points, v.what);
+  // A variant not timed is taken at the time of the one it would refine.
+  if (!f32.allocated) times.head_f32_grads = times.head;
+  if (!grouped) {
+    times.head_grouped = times.head;
+    times.head_f32_grads_grouped = times.head_f32_grads;
+  } else if (!f32.allocated) {
+    times.head_f32_grads_grouped = times.head_f32_grads;
+  }
   return times;
 }
 
