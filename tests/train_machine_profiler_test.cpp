@@ -266,6 +266,15 @@ class CountingOps final : public Ops {
   int attention_switches_ = 0;
 };
 
+// quick_options() timed on `ops`'s counting clock. The device AdamW issues no ops: its time on
+// that clock is 0, so its array is kept small.
+ProfileOptions counting_options(const CountingOps& ops) {
+  ProfileOptions options = quick_options();
+  options.timing.clock = [&ops] { return ops.seconds(); };
+  options.gpu_adamw_params = 64 * 64;
+  return options;
+}
+
 // measure_compute of the tiny llama on the counting clock, with a library's attention beside the
 // own kernels doing `work` (none where work.library_forward is 0): the profile, and which
 // attention the ops run after it.
@@ -278,9 +287,7 @@ AttentionRun measure_with_library_attention(const CountingOps::AttentionWork& wo
   SimRig rig;
   CountingOps ops(*rig.ops);
   ops.give_library_attention(work);
-  ProfileOptions options = quick_options();
-  options.timing.clock = [&ops] { return ops.seconds(); };
-  options.gpu_adamw_params = 64 * 64;
+  const ProfileOptions options = counting_options(ops);
   AttentionRun r;
   r.profile = measure_compute(*rig.device, ops, preset_config("llama", "tiny"), kSeq, options);
   r.library_forward = ops.library_forward();
@@ -342,9 +349,7 @@ TEST(MachineProfiler, ComputeProfileTimesEachPassAsTheEngineRunsIt) {
   const ModelConfig config = preset_config("llama", "tiny");
   SimRig rig;
   CountingOps ops(*rig.ops);
-  ProfileOptions options = quick_options();
-  options.timing.clock = [&ops] { return ops.seconds(); };
-  options.gpu_adamw_params = 64 * 64;  // the device AdamW issues no ops: its time on this clock is 0
+  const ProfileOptions options = counting_options(ops);
   const ComputeProfile c = measure_compute(*rig.device, ops, config, kSeq, options);
   for (const int64_t T : {kSeq, 2 * kSeq, 4 * kSeq}) {
     EXPECT_GT(c.layer_backward.at(T), c.layer_forward.at(T)) << T << " tokens";
@@ -366,10 +371,8 @@ TEST(MachineProfiler, TheHeadsVariantsAreTimedInTurn) {
   const ModelConfig config = preset_config("llama", "tiny");
   SimRig rig;
   CountingOps ops(*rig.ops);
-  ProfileOptions options = quick_options();
-  options.timing.clock = [&ops] { return ops.seconds(); };
+  ProfileOptions options = counting_options(ops);
   options.timing.repeats = 3;
-  options.gpu_adamw_params = 64 * 64;
   measure_compute(*rig.device, ops, config, kSeq, options);
   ASSERT_EQ(ops.head_weight_gradients().size(), 2u) << "the head in gd and with fp32 gradients";
   // Three sizes of micro-chunk, each sampled 3 times in turn: at least two switches a sample.
@@ -388,9 +391,7 @@ ComputeProfile measure_long(const ModelConfig& config, size_t capacity, int stea
   SimRig rig(sim);
   CountingOps ops(*rig.ops);
   ops.reach_steady_speed_after(steady_calls);
-  ProfileOptions options = quick_options();
-  options.timing.clock = [&ops] { return ops.seconds(); };
-  options.gpu_adamw_params = 64 * 64;
+  ProfileOptions options = counting_options(ops);
   options.micro_batches = {1, 2};
   options.one_chunk_tokens = kLongSequence;
   const ComputeProfile c = measure_compute(*rig.device, ops, config, kLongSequence, options);
