@@ -91,6 +91,25 @@ TEST(RunSummary, SaysTimeSpeedPlanLossMemoryAndWhere) {
                                       "final loss: 1.2346", "best evaluation loss: 1.5000",
                                       "peak memory: GPU 3.00 GiB, pinned 1.00 GiB, host 5.00 GiB",
                                       "model: /runs/out"}));
+  // The steps' CPU AdamW beside the profile's rates; well above its rate alone, the profile (this
+  // machine's) was measured on a busy machine, and the run says so.
+  RunEnd rates;
+  rates.steps = 1;
+  rates.step_seconds = 1;
+  rates.tokens = 10;
+  rates.cpu_adamw = CpuAdamWRates{5.8e9, 5.77e9, 4.1e9, true};
+  const std::string rate_line =
+      "CPU AdamW: 5.80 G params/s in the steps (the profile: 5.77 alone, 4.10 beside copies both ways)";
+  EXPECT_EQ(describe_run_end(rates),
+            (std::vector<std::string>{"done: 1 steps in 0s (10 tok/s over the steps)", rate_line}));
+  rates.cpu_adamw = CpuAdamWRates{5.8e9, 4.21e9, 2.77e9, true};
+  const std::vector<std::string> low = describe_run_end(rates);
+  ASSERT_EQ(low.size(), 3u);
+  EXPECT_NE(low[2].find("the profile's CPU AdamW rate is too low"), std::string::npos) << low[2];
+  EXPECT_NE(low[2].find("ferry profile"), std::string::npos) << low[2];
+  rates.cpu_adamw->profile_of_this_machine = false;
+  EXPECT_EQ(describe_run_end(rates).size(), 2u) << "another machine's profile: its rates are that machine's";
+
   RunEnd cpu;
   cpu.steps = 1;
   cpu.step_seconds = 2;

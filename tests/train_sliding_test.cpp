@@ -498,6 +498,39 @@ TEST_F(SlidingEngineTest, TheEmbeddingGoesUpRangeByRangeInRowOrder) {
   }
 }
 
+// The CPU AdamW's passes are timed over whole host-updated units from the second step on: their
+// parameters (not the units' padding) counted once a step, the row-sparse embedding's token rows and the
+// device-updated units not at all, with and without clipping.
+TEST_F(SlidingEngineTest, TheCpuUpdatesAreTimedOverWholeUnitsAfterTheFirstStep) {
+  const size_t E = layout_.embedding_unit();
+  for (const Plan& plan : {make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward),
+                           make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::DuringBackward)}) {
+    SCOPED_TRACE(plan.describe());
+    auto device = make_sim_device({});
+    auto ops = make_device_ops(*device);
+    SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
+    std::vector<std::vector<float>> weights;
+    init_random_weights(config_, 9, weights);
+    for (size_t u = 0; u < weights.size(); ++u) engine.host().unit(u).master.assign(weights[u]);
+    engine.weights_changed(0);
+    const double clip = plan.update == UpdateSchedule::AfterBackward ? 0.5 : 0.0;
+    engine.step(1, batch_for(rows_, 0), hyper_at(0), clip);
+    engine.finish_updates();
+    EXPECT_EQ(engine.host().cpu_update_rate().params, 0.0) << "the first step is not timed";
+    double per_step = 0.0;
+    for (size_t u = 0; u < layout_.units.size(); ++u)
+      if (engine.host().on_host(u) && !engine.host().row_sparse(u))
+        for (const ParamSlot& param : layout_.units[u].params) per_step += static_cast<double>(param.numel);
+    ASSERT_TRUE(engine.host().row_sparse(E));
+    ASSERT_GT(per_step, 0.0);
+    for (int64_t s = 1; s < kSteps; ++s) engine.step(s + 1, batch_for(rows_, s), hyper_at(s), clip);
+    engine.finish_updates();
+    const UnitUpdater::CpuUpdateRate rate = engine.host().cpu_update_rate();
+    EXPECT_EQ(rate.params, per_step * static_cast<double>(kSteps - 1));
+    EXPECT_GT(rate.seconds, 0.0);
+  }
+}
+
 // Evaluation between steps runs the forward uses of the same slots and buffers with the weights of
 // the last update: the plain trainer's loss bit for bit, and the steps around it unchanged, for
 // streamed, offloaded, resident, device-updated, kept-internals and converted-upload plans.

@@ -562,9 +562,24 @@ void UnitUpdater::update_unit(size_t u, const void* grad, int64_t step, const Ad
   buffers.grad = grad;
   buffers.grad_dtype = plan_.grad_dtype;
   if (bf16_weights && !converts_on_upload()) buffers.bf16_out = s.staging.as<uint16_t>();
+  const auto began = std::chrono::steady_clock::now();
   cpu_adamw_step(buffers, segments_[u], hyper, step, clip);
+  if (first_timed_step_ == 0) first_timed_step_ = step;
+  if (step != first_timed_step_ && !on_disk(u)) {
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    double params = 0.0;
+    for (const AdamWSegment& segment : segments_[u]) params += static_cast<double>(segment.count);
+    std::lock_guard<std::mutex> lock(mutex_);
+    update_rate_.params += params;
+    update_rate_.seconds += seconds;
+  }
   if (!bf16_weights) refresh_staging(u, state.master, nullptr);
   state_updated(u);
+}
+
+UnitUpdater::CpuUpdateRate UnitUpdater::cpu_update_rate() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return update_rate_;
 }
 
 void UnitUpdater::run() {

@@ -228,6 +228,17 @@ class UnitUpdater {
   // The global gradient norm of step `step` (before clipping); blocks until known.
   double grad_norm(int64_t step);
 
+  // The exact CPU AdamW's passes over whole units held in RAM, timed: the parameters they updated
+  // and the seconds they took, from the second step this updater ran on (the first one's pages and
+  // caches are cold). Not the embedding's token rows (a pass over scattered rows), nor a lean
+  // format's or a disk unit's passes. What a run's updates actually ran at, beside the copies of a
+  // step, to hold against the rate its plan took from the machine profile.
+  struct CpuUpdateRate {
+    double params = 0.0;
+    double seconds = 0.0;
+  };
+  CpuUpdateRate cpu_update_rate() const;
+
  private:
   // Everything the worker needs travels with the landing: begin_step() of the next step may run
   // while this step's updates are still going.
@@ -301,8 +312,10 @@ class UnitUpdater {
   int64_t rows_step_ = 0;             // the token pass of this step has updated the rows [0, rows_done_)
   int64_t rows_done_ = 0;             // (both under mutex_; 0 before any token pass and after a load)
   bool warned_lost_updates_ = false;  // worker only
+  int64_t first_timed_step_ = 0;      // worker only: the step of the first update this updater ran
+  CpuUpdateRate update_rate_;         // under mutex_
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Landing> queue_;
   std::vector<int64_t> updated_step_;  // per unit: the last step whose update it holds

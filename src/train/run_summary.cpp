@@ -20,6 +20,25 @@ std::vector<std::string> describe_run_end(const RunEnd& e) {
     else
       lines.push_back(fmt::format("step time: {:.4g} s measured", *e.measured_step_seconds));
   }
+  if (e.cpu_adamw) {
+    const CpuAdamWRates& r = *e.cpu_adamw;
+    lines.push_back(
+        fmt::format("CPU AdamW: {:.2f} G params/s in the steps (the profile: {:.2f} alone, {:.2f} beside "
+                    "copies both ways)",
+                    r.measured_params_per_s / 1e9, r.profile_alone_params_per_s / 1e9,
+                    r.profile_beside_params_per_s / 1e9));
+    // The steps' passes run beside the step's copies, so at most about the profile's rate alone
+    // (the passes of a convert-on-upload plan, which write no bf16 copy, ran up to 5% above it on
+    // an H100 host). Well above it, the profile was measured while the machine was slow, and the
+    // plans it gives leave the CPU too little to do: one such profile cost its runs ~2%.
+    if (r.profile_of_this_machine && r.profile_alone_params_per_s > 0 &&
+        r.measured_params_per_s > kProfileUndervaluesCpu * r.profile_alone_params_per_s)
+      lines.push_back(
+          "the profile's CPU AdamW rate is too low: it was measured while other work loaded this machine's "
+          "CPUs "
+          "or memory, and the plans it gives are slower than this machine allows; `ferry profile CONFIG` "
+          "measures it again (about a minute)");
+  }
   if (e.final_loss) lines.push_back(fmt::format("final loss: {:.4f}", *e.final_loss));
   if (e.best_eval_loss) lines.push_back(fmt::format("best evaluation loss: {:.4f}", *e.best_eval_loss));
   std::string memory;

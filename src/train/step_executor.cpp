@@ -107,7 +107,8 @@ class SlidingExecutor final : public StepExecutor {
   // `attention`: the directions in which the engine's ops run ferry's own attention kernels, which
   // the profile found faster on this machine (attention_choice).
   SlidingExecutor(DeviceGroup group, const TrainConfig& config, ModelWeights weights, const Plan& plan,
-                  const Prediction& predicted, const EvalPrediction& evaluation, AttentionChoice attention)
+                  const Prediction& predicted, const EvalPrediction& evaluation, AttentionChoice attention,
+                  const HostProfile& host_profile, bool profile_of_this_machine)
       : group_(std::move(group)),
         device_(group_.devices.front().get()),
         trace_(config.trace.empty()
@@ -116,6 +117,8 @@ class SlidingExecutor final : public StepExecutor {
         plan_(plan),
         predicted_(predicted),
         evaluation_(evaluation),
+        host_profile_(host_profile),
+        profile_of_this_machine_(profile_of_this_machine),
         layout_(weights.layout) {
     plan_.state_seed = config.seed;  // a lean format's stochastic rounding, as the plain trainer's
     // What the state commit spends its time on, said once it is done: an 8B's takes tens of
@@ -222,6 +225,14 @@ class SlidingExecutor final : public StepExecutor {
   StepLoss evaluate(const StepBatch& batch) override {
     return engine_ ? engine_->evaluate(batch) : group_engine_->evaluate(batch);
   }
+  std::optional<CpuAdamWRates> cpu_adamw_rates() override {
+    if (!is_exact(host().format())) return std::nullopt;
+    const UnitUpdater::CpuUpdateRate r = host().cpu_update_rate();
+    if (r.seconds < 1.0) return std::nullopt;
+    const double alone = host_profile_.cpu_adamw_params_per_s;
+    return CpuAdamWRates{r.params / r.seconds, alone, alone * host_profile_.memory_sharing.cpu_beside_duplex,
+                         profile_of_this_machine_};
+  }
   std::vector<float*> masters() override {
     UnitUpdater& host = this->host();
     if (is_exact(host.format())) return collect(&HostUnitState::master);
@@ -320,6 +331,8 @@ class SlidingExecutor final : public StepExecutor {
   Plan plan_;
   Prediction predicted_;
   EvalPrediction evaluation_;
+  HostProfile host_profile_;  // the rates the plan took for the CPU AdamW
+  bool profile_of_this_machine_ = true;
   ModelLayout layout_;
   std::unique_ptr<SlidingEngine> engine_;            // one device
   std::unique_ptr<DeviceGroupEngine> group_engine_;  // several
@@ -350,12 +363,14 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
   check_device_budget(weights.config, weights.layout, plan_request(config, target, 0.0));
   MachineProfile profile;
   std::string source;
+  bool from_file = false;
   AttentionChoice attention;
   {
     // Ops for measuring only, released (with their working memory) before the engine's.
     const std::unique_ptr<Ops> measuring = make_device_ops(*dev);
     ProfileOrigin origin = ProfileOrigin::Measured;
     profile = obtain_profile(config, weights.config, *dev, *measuring, {}, &origin);
+    from_file = origin == ProfileOrigin::File;
     source = origin == ProfileOrigin::File    ? config.profile.string()
              : origin == ProfileOrigin::Cache ? fmt::format("{}, cached", profile.device_name)
                                               : fmt::format("{}, measured now", profile.device_name);
@@ -419,7 +434,8 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
     watch->enter(kPhaseStateCommit);
   }
   return std::make_unique<SlidingExecutor>(std::move(group), config, std::move(weights), chosen.plan,
-                                           chosen.prediction, selection.evaluation, attention);
+                                           chosen.prediction, selection.evaluation, attention,
+                                           selection.profile.host, !from_file);
 }
 
 }  // namespace ferry

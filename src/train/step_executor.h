@@ -18,6 +18,7 @@
 #include "planner/eval_cost.h"
 #include "train/checkpoint.h"
 #include "train/host_memory_watch.h"
+#include "train/run_summary.h"
 #include "train/train_config.h"
 
 namespace ferry {
@@ -69,6 +70,10 @@ class StepExecutor {
   virtual EvalPrediction predicted_evaluation() const { return {}; }
   // The device's memory and the pinned host memory it holds (in use and peak); none on cpu.
   virtual std::optional<DeviceMemoryUse> device_memory() const { return std::nullopt; }
+  // The exact CPU AdamW's rate in the steps so far beside the profile's (run_summary.h); none
+  // without a plan, with a lean state, or before a second of whole-unit passes was timed (small
+  // units' passes run from the caches, faster than a step of a model that needs ferry can).
+  virtual std::optional<CpuAdamWRates> cpu_adamw_rates() { return std::nullopt; }
 };
 
 // Chooses the executor from `device` (cpu | sim | cuda | auto); on a device, the plan comes from

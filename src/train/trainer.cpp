@@ -520,6 +520,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainHooks& hooks) {
   }
   end.predicted_step_seconds = executor->predicted_step_seconds();
   end.measured_step_seconds = progress.measured_step_seconds();
+  end.cpu_adamw = executor->cpu_adamw_rates();
   if (!summary.steps.empty()) end.final_loss = summary.steps.back().loss;
   end.best_eval_loss = evaluation.best_loss();
   if (const auto d = executor->device_memory()) {
