@@ -96,6 +96,14 @@ RunResult sliding_run_evaluating(const ModelConfig& config, uint64_t seed, const
   return run;
 }
 
+// The engine's masters set to init_random_weights(config, seed), as the weights of step 0.
+void assign_random_weights(SlidingEngine& engine, const ModelConfig& config, uint64_t seed) {
+  std::vector<std::vector<float>> weights;
+  init_random_weights(config, seed, weights);
+  for (size_t u = 0; u < weights.size(); ++u) engine.host().unit(u).master.assign(weights[u]);
+  engine.weights_changed(0);
+}
+
 void expect_identical(const RunResult& a, const RunResult& b) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
   for (size_t i = 0; i < a.losses.size(); ++i) {
@@ -464,10 +472,7 @@ TEST_F(SlidingEngineTest, TheEmbeddingGoesUpRangeByRangeInRowOrder) {
     Tracer tracer(recorder, scratch / "trace.json", {});
     auto ops = make_device_ops(recorder);
     SlidingEngine engine(config_, layout_, recorder, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
-    std::vector<std::vector<float>> weights;
-    init_random_weights(config_, 9, weights);
-    for (size_t u = 0; u < weights.size(); ++u) engine.host().unit(u).master.assign(weights[u]);
-    engine.weights_changed(0);
+    assign_random_weights(engine, config_, 9);
     recorder.start(tracer);
     for (int64_t s = 0; s < kSteps; ++s) engine.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5);
     engine.finish_updates();
@@ -509,10 +514,7 @@ TEST_F(SlidingEngineTest, TheCpuUpdatesAreTimedOverWholeUnitsAfterTheFirstStep) 
     auto device = make_sim_device({});
     auto ops = make_device_ops(*device);
     SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
-    std::vector<std::vector<float>> weights;
-    init_random_weights(config_, 9, weights);
-    for (size_t u = 0; u < weights.size(); ++u) engine.host().unit(u).master.assign(weights[u]);
-    engine.weights_changed(0);
+    assign_random_weights(engine, config_, 9);
     const double clip = plan.update == UpdateSchedule::AfterBackward ? 0.5 : 0.0;
     engine.step(1, batch_for(rows_, 0), hyper_at(0), clip);
     engine.finish_updates();
@@ -737,10 +739,7 @@ TEST_F(SlidingEngineTest, CheckpointStateAndResumeWithDeviceUnits) {
     auto ops = make_device_ops(*device);
     {
       SlidingEngine engine(config_, layout_, *device, *ops, plan, kMicro * kSeq, kGlobal / kMicro, false);
-      std::vector<std::vector<float>> init;
-      init_random_weights(config_, 9, init);
-      for (size_t u = 0; u < init.size(); ++u) engine.host().unit(u).master.assign(init[u]);
-      engine.weights_changed(0);
+      assign_random_weights(engine, config_, 9);
       for (int64_t s = 0; s < 2; ++s) engine.step(s + 1, batch_for(rows_, s), hyper_at(s), 0.5);
       engine.finish_updates();
       for (size_t u = 0; u < layout_.units.size(); ++u) {
