@@ -519,16 +519,21 @@ TEST_F(SlidingEngineTest, TheCpuUpdatesAreTimedOverWholeUnitsAfterTheFirstStep) 
     engine.step(1, batch_for(rows_, 0), hyper_at(0), clip);
     engine.finish_updates();
     EXPECT_EQ(engine.host().cpu_update_rate().params, 0.0) << "the first step is not timed";
-    double per_step = 0.0;
-    for (size_t u = 0; u < layout_.units.size(); ++u)
-      if (engine.host().on_host(u) && !engine.host().row_sparse(u))
-        for (const ParamSlot& param : layout_.units[u].params) per_step += static_cast<double>(param.numel);
+    double per_step = 0.0, smallest = 0.0;
+    for (size_t u = 0; u < layout_.units.size(); ++u) {
+      if (!engine.host().on_host(u) || engine.host().row_sparse(u)) continue;
+      double params = 0.0;
+      for (const ParamSlot& param : layout_.units[u].params) params += static_cast<double>(param.numel);
+      per_step += params;
+      smallest = smallest == 0.0 ? params : std::min(smallest, params);
+    }
     ASSERT_TRUE(engine.host().row_sparse(E));
     ASSERT_GT(per_step, 0.0);
     for (int64_t s = 1; s < kSteps; ++s) engine.step(s + 1, batch_for(rows_, s), hyper_at(s), clip);
     engine.finish_updates();
     const UnitUpdater::CpuUpdateRate rate = engine.host().cpu_update_rate();
     EXPECT_EQ(rate.params, per_step * static_cast<double>(kSteps - 1));
+    EXPECT_EQ(rate.smallest_unit_params, smallest);
     EXPECT_GT(rate.seconds, 0.0);
   }
 }

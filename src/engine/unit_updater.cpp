@@ -572,6 +572,8 @@ void UnitUpdater::update_unit(size_t u, const void* grad, int64_t step, const Ad
     std::lock_guard<std::mutex> lock(mutex_);
     update_rate_.params += params;
     update_rate_.seconds += seconds;
+    if (update_rate_.smallest_unit_params == 0.0 || params < update_rate_.smallest_unit_params)
+      update_rate_.smallest_unit_params = params;
   }
   if (!bf16_weights) refresh_staging(u, state.master, nullptr);
   state_updated(u);

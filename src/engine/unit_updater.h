@@ -236,6 +236,7 @@ class UnitUpdater {
   struct CpuUpdateRate {
     double params = 0.0;
     double seconds = 0.0;
+    double smallest_unit_params = 0.0;  // of the units timed: a small unit's pass runs in the caches
   };
   CpuUpdateRate cpu_update_rate() const;
 

@@ -35,9 +35,8 @@ std::vector<std::string> describe_run_end(const RunEnd& e) {
         r.measured_params_per_s > kProfileUndervaluesCpu * r.profile_alone_params_per_s)
       lines.push_back(
           "the profile's CPU AdamW rate is too low: it was measured while other work loaded this machine's "
-          "CPUs "
-          "or memory, and the plans it gives are slower than this machine allows; `ferry profile CONFIG` "
-          "measures it again (about a minute)");
+          "CPUs or memory, and the plans it gives are slower than this machine allows; `ferry profile "
+          "CONFIG` measures it again (about a minute)");
   }
   if (e.final_loss) lines.push_back(fmt::format("final loss: {:.4f}", *e.final_loss));
   if (e.best_eval_loss) lines.push_back(fmt::format("best evaluation loss: {:.4f}", *e.best_eval_loss));

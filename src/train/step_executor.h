@@ -71,8 +71,8 @@ class StepExecutor {
   // The device's memory and the pinned host memory it holds (in use and peak); none on cpu.
   virtual std::optional<DeviceMemoryUse> device_memory() const { return std::nullopt; }
   // The exact CPU AdamW's rate in the steps so far beside the profile's (run_summary.h); none
-  // without a plan, with a lean state, or before a second of whole-unit passes was timed (small
-  // units' passes run from the caches, faster than a step of a model that needs ferry can).
+  // without a plan, with a lean state, before a second of whole-unit passes was timed, or where a
+  // unit timed is small enough for its pass to run from the CPU's caches.
   virtual std::optional<CpuAdamWRates> cpu_adamw_rates() { return std::nullopt; }
 };
 
