@@ -415,12 +415,8 @@ EndTimes time_ends(Device& device, Ops& ops, const Shape& s, const std::vector<i
   for (HeadVariant& v : variants) *v.time = fit_linear_time(v.points, v.what);
   // A variant not timed is taken at the time of the one it would refine.
   if (!f32.allocated) times.head_f32_grads = times.head;
-  if (!grouped) {
-    times.head_grouped = times.head;
-    times.head_f32_grads_grouped = times.head_f32_grads;
-  } else if (!f32.allocated) {
-    times.head_f32_grads_grouped = times.head_f32_grads;
-  }
+  if (!grouped) times.head_grouped = times.head;
+  if (!grouped || !f32.allocated) times.head_f32_grads_grouped = times.head_f32_grads;
   return times;
 }
 
