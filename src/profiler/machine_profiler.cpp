@@ -51,13 +51,18 @@ MachineProfile measure_profile(Device& device, Ops& ops, const ModelConfig& conf
     const MemorySharingRates rates = measure_memory_sharing(device, options, p.host.memory_bytes);
     p.host.memory_sharing = rates.shares();
     p.host.memory_sharing_measured = true;
+    // The rates a plan takes: the host part's rate alone times each share. The shares' own samples
+    // alone (a shorter pass, beside the copies' pinned buffers) differ from it by a few percent, and
+    // a run's end compares its steps with the former (describe_run_end).
+    const double alone = p.host.cpu_adamw_params_per_s;
     log_info(
-        "profile: CPU AdamW {:.2f} G params/s alone, {:.2f} beside h2d, {:.2f} beside h2d+d2h; copies {:.1f} "
-        "GB/s "
-        "alone, {:.1f} beside it; duplex {:.1f} GB/s each way alone, {:.1f} beside it",
-        rates.cpu_alone / 1e9, rates.cpu_beside_copy / 1e9, rates.cpu_beside_duplex / 1e9,
-        rates.copy_alone / 1e9, rates.copy_beside_cpu / 1e9, rates.duplex_alone / 1e9,
-        rates.duplex_beside_cpu / 1e9);
+        "profile: CPU AdamW {:.2f} G params/s alone, {:.2f} beside h2d, {:.2f} beside h2d+d2h (shares "
+        "{:.2f} and {:.2f} of {:.2f} alone in the same samples); copies {:.1f} GB/s alone, {:.1f} beside it; "
+        "duplex {:.1f} GB/s each way alone, {:.1f} beside it",
+        alone / 1e9, alone * p.host.memory_sharing.cpu_beside_copy / 1e9,
+        alone * p.host.memory_sharing.cpu_beside_duplex / 1e9, p.host.memory_sharing.cpu_beside_copy,
+        p.host.memory_sharing.cpu_beside_duplex, rates.cpu_alone / 1e9, rates.copy_alone / 1e9,
+        rates.copy_beside_cpu / 1e9, rates.duplex_alone / 1e9, rates.duplex_beside_cpu / 1e9);
   });
   // What is saved must load: the reader's validation names a measurement that came out unusable.
   p = profile_from_json(profile_to_json(p), "the profile just measured on " + p.device_name);
