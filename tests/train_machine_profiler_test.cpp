@@ -3,6 +3,7 @@
 // profile comes from (profile file, cache, measurement) with its failure modes.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <fstream>
 #include <map>
@@ -509,6 +510,48 @@ TEST(MachineProfiler, MemorySharingSharesAreRatesBesideOverAlone) {
   EXPECT_DOUBLE_EQ(s.cpu_beside_duplex, 0.7);
   EXPECT_DOUBLE_EQ(s.copy_beside_cpu, 1.0);
   EXPECT_DOUBLE_EQ(s.duplex_beside_cpu, 0.7);
+}
+
+// The memory-sharing part's samples of the CPU AdamW alone are a second measurement of the host
+// part's rate: where they run faster by more than kCpuUpdateRatesAgree, the host part was slowed,
+// and is measured again. Here the host part's clock runs eight times as fast as the wall's, so its
+// passes seem eight times as slow.
+TEST(MachineProfiler, MeasuresTheCpuRatesAgainWhereTheCopiesPartRanThemFaster) {
+  const ModelConfig config = preset_config("llama", "tiny");
+  SimRig rig;
+  ProfileOptions options = quick_options();
+  options.cpu_adamw_timing.clock = [] {
+    return 8.0 * std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  LogCapture log;
+  const MachineProfile p = measure_profile(*rig.device, *rig.ops, config, kSeq, options);
+  const std::string text = log.take();
+  EXPECT_NE(text.find("the host was busy then"), std::string::npos) << text;
+  EXPECT_NE(text.find("measuring the CPU's rates again"), std::string::npos) << text;
+  expect_positive(p.host.cpu_adamw_params_per_s, "cpu adamw");
+}
+
+TEST(MachineProfiler, TheCpuRatesAgreeWithinTheirMargin) {
+  EXPECT_FALSE(cpu_updates_ran_slow(5.42e9, 5.18e9));  // a quiet H100 machine's two parts
+  EXPECT_FALSE(cpu_updates_ran_slow(5.0e9, 5.0e9 * kCpuUpdateRatesAgree));
+  EXPECT_TRUE(cpu_updates_ran_slow(4.21e9, 5.2e9));
+}
+
+TEST(MachineProfiler, KeepsTheFasterOfEachCpuRate) {
+  HostProfile kept, again;
+  kept.cpu_adamw_params_per_s = 4.2e9;
+  again.cpu_adamw_params_per_s = 5.4e9;
+  kept.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Bf16SrQ8)] = 5.0e9;
+  again.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Bf16SrQ8)] = 4.0e9;
+  kept.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Fp32Q8)] = 3.0e9;
+  again.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Fp32Q8)] = 4.5e9;
+  kept.memory_bytes = 1e11;
+  again.memory_bytes = 2e11;
+  keep_faster_cpu_updates(kept, again);
+  EXPECT_EQ(kept.cpu_adamw_params_per_s, 5.4e9);
+  EXPECT_EQ(kept.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Bf16SrQ8)], 5.0e9);
+  EXPECT_EQ(kept.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Fp32Q8)], 4.5e9);
+  EXPECT_EQ(kept.memory_bytes, 1e11);  // not a rate: the kept profile's
 }
 
 // Virtual time for the simulated device's copies: each copy stream runs its copies one after the

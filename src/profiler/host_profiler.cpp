@@ -47,15 +47,33 @@ size_t cpu_adamw_probe_params(const ProfileOptions& options, double memory_bytes
   return std::max<size_t>(64, std::min(static_cast<size_t>(options.cpu_adamw_params), at_most) / 64 * 64);
 }
 
-HostProfile measure_host(const ProfileOptions& options) {
+constexpr OptimizerStateFormat kLeanFormats[] = {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8,
+                                                 OptimizerStateFormat::Bf16SrQ8};
+
+void measure_cpu_updates(const ProfileOptions& options, HostProfile& h) {
   ThreadPool& pool = ThreadPool::global();
-  HostProfile h;
-  h.threads = static_cast<int>(pool.size());
-  h.memory_bytes = physical_memory_bytes();
   h.cpu_adamw_params_per_s = cpu_adamw_rate(options, h.memory_bytes, pool);
-  for (auto f :
-       {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8})
+  for (const auto f : kLeanFormats)
     h.lean_adamw_params_per_s[static_cast<int>(f)] = lean_adamw_rate(f, options, h.memory_bytes, pool);
+}
+
+bool cpu_updates_ran_slow(double host_part_alone, double sharing_part_alone) {
+  return sharing_part_alone > host_part_alone * kCpuUpdateRatesAgree;
+}
+
+void keep_faster_cpu_updates(HostProfile& kept, const HostProfile& again) {
+  kept.cpu_adamw_params_per_s = std::max(kept.cpu_adamw_params_per_s, again.cpu_adamw_params_per_s);
+  for (const auto f : kLeanFormats) {
+    double& rate = kept.lean_adamw_params_per_s[static_cast<int>(f)];
+    rate = std::max(rate, again.lean_adamw_params_per_s[static_cast<int>(f)]);
+  }
+}
+
+HostProfile measure_host(const ProfileOptions& options) {
+  HostProfile h;
+  h.threads = static_cast<int>(ThreadPool::global().size());
+  h.memory_bytes = physical_memory_bytes();
+  measure_cpu_updates(options, h);
   if (options.measure_disk) {
     FERRY_CHECK(!options.disk_dir.empty(), "profile",
                 "measuring the disk needs a directory to write a probe file in");

@@ -108,6 +108,23 @@ ComputeProfile measure_compute(Device& device, Ops& ops, const ModelConfig& conf
 TransferProfile measure_transfers(Device& device, const ProfileOptions& options);
 HostProfile measure_host(const ProfileOptions& options);
 
+// The host part's CPU rates alone (the fused AdamW's and each lean format's) into `h`, whose
+// memory_bytes sizes their arrays (measure_host's first half).
+void measure_cpu_updates(const ProfileOptions& options, HostProfile& h);
+
+// A memory-bound pass runs slower when something else uses the CPUs or DRAM, never faster, and a
+// cached profile keeps what it measured for every later run on the machine: a rate taken in a busy
+// moment steers them all (a fresh H100 machine's profile measured its CPU AdamW at 4.21 G params/s
+// where the machine's steps then ran ~5.8; its plans ran ~2% slower than this machine's own
+// profile's). The memory-sharing part measures the same pass alone again seconds later (its
+// samples alone sit 2-5% below the host part's on a quiet machine, being shorter): where they
+// exceed the host part's by more than this factor, the host part was slowed, and is measured again.
+inline constexpr double kCpuUpdateRatesAgree = 1.10;
+bool cpu_updates_ran_slow(double host_part_alone, double sharing_part_alone);
+
+// Each CPU rate of `kept` the larger of its own and `again`'s (noise only slows a pass).
+void keep_faster_cpu_updates(HostProfile& kept, const HostProfile& again);
+
 // Rates of the CPU AdamW (params/s) and of pinned copies (bytes/s of each direction), each alone
 // and beside the other.
 struct MemorySharingRates {
