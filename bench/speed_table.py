@@ -53,6 +53,9 @@ HOST_PHASE_RE = re.compile(r"host memory, ([a-z ]+): peak " + SIZE + " of " + SI
 GPU_PEAK_RE = re.compile(r"peak memory: GPU " + SIZE)
 GPU_PLAN_RE = re.compile(r"device memory plan: " + SIZE)
 RSS_RE = re.compile(r"peak RssAnon\+RssShmem \d+ MiB \(([0-9.]+) GiB\)")
+# The run end's line (train/run_summary.h): the CPU AdamW's rate in the steps against the profile's.
+CPU_ADAMW_RE = re.compile(r"CPU AdamW: ([0-9.]+) G params/s in the steps \(the profile: ([0-9.]+) alone, "
+                          r"([0-9.]+) beside copies both ways\)")
 
 
 def gib(value, unit):
@@ -69,6 +72,7 @@ def read_ferry_log(text, rss_text=""):
               for m in HOST_PHASE_RE.finditer(text)]
     gpu_peak, gpu_plan = GPU_PEAK_RE.search(text), GPU_PLAN_RE.search(text)
     rss = RSS_RE.search(rss_text)
+    cpu = CPU_ADAMW_RE.search(text)
     return {
         "steps": steps,
         "steady": steady,
@@ -79,6 +83,8 @@ def read_ferry_log(text, rss_text=""):
         "rss_peak_gib": float(rss.group(1)) if rss else None,
         "gpu_peak_gib": gib(*gpu_peak.groups()) if gpu_peak else None,
         "gpu_plan_gib": gib(*gpu_plan.groups()) if gpu_plan else None,
+        # G params/s: in the steps, and the profile's alone and beside copies both ways
+        "cpu_adamw": [float(v) for v in cpu.groups()] if cpu else None,
     }
 
 
@@ -188,6 +194,11 @@ def table(rows):
     if worst:
         lines.append("")
         lines.append(f"Host memory: every phase of every run peaked at {100 * max(worst):.1f}% of its plan or less.")
+    cpu = [(r["row"], r["ferry"]["cpu_adamw"]) for r in rows if "ferry" in r and r["ferry"].get("cpu_adamw")]
+    if cpu:
+        lines.append("")
+        lines.append("CPU AdamW in the steps against the profile's rate alone (G params/s): " + "; ".join(
+            f"{row} {steps:.2f} of {alone:.2f} ({steps / alone:.2f}x)" for row, (steps, alone, _) in cpu) + ".")
     return "\n".join(lines)
 
 

@@ -86,6 +86,8 @@ class ReadsThePeerAndPrintsTheTable(unittest.TestCase):
         log += "predicted step time 6.0 s (10923 tokens/s): bound by GPU compute\n"
         log += "device memory plan: 22.50 GiB of 24.00 GiB (slots 1 GiB)\npeak memory: GPU 22.40 GiB, pinned\n"
         log += "host memory, steady state: peak 117.50 GiB of 118.00 GiB planned (99.6%)\n"
+        log += "[   48.96s info] CPU AdamW: 4.88 G params/s in the steps (the profile: 5.42 alone, 3.69 beside " \
+               "copies both ways)\n"
         row = {"row": "8b-24gib", "gpu": "H200", "clip": True, "ferry": speed_table.read_ferry_log(log),
                "peer": speed_table.read_peer_output(self.PEER)}
         skipped = {"row": "3b", "gpu": "H100", "clip": True, "skipped": "needs a card of 100 GB or more"}
@@ -94,7 +96,12 @@ class ReadsThePeerAndPrintsTheTable(unittest.TestCase):
         self.assertIn("117.50 (118.00) GiB", lines[2])
         self.assertIn("22.40 (22.50) GiB", lines[2])
         self.assertIn("skipped: needs a card of 100 GB or more", lines[3])
-        self.assertIn("99.6% of its plan", lines[-1])
+        self.assertIn("99.6% of its plan", lines[-3])
+        self.assertEqual(lines[-1], "CPU AdamW in the steps against the profile's rate alone (G params/s): "
+                                    "8b-24gib 4.88 of 5.42 (0.90x).")
+
+    def test_a_log_without_the_run_ends_cpu_line_has_none(self):
+        self.assertIsNone(speed_table.read_ferry_log("step 1/5 | loss 1.0 | 9000 tok/s | GPU\n")["cpu_adamw"])
 
 
 if __name__ == "__main__":
