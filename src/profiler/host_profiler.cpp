@@ -17,6 +17,9 @@ namespace ferry {
 
 namespace {
 
+constexpr OptimizerStateFormat kLeanFormats[] = {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8,
+                                                 OptimizerStateFormat::Bf16SrQ8};
+
 double physical_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   FERRY_CHECK(pages > 0 && page > 0, "profile", "cannot read the size of physical memory (sysconf)");
@@ -46,9 +49,6 @@ size_t cpu_adamw_probe_params(const ProfileOptions& options, double memory_bytes
   const size_t at_most = static_cast<size_t>(memory_bytes / 16.0) / kHostBytesPerParam;
   return std::max<size_t>(64, std::min(static_cast<size_t>(options.cpu_adamw_params), at_most) / 64 * 64);
 }
-
-constexpr OptimizerStateFormat kLeanFormats[] = {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8,
-                                                 OptimizerStateFormat::Bf16SrQ8};
 
 void measure_cpu_updates(const ProfileOptions& options, HostProfile& h) {
   ThreadPool& pool = ThreadPool::global();

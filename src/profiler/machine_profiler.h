@@ -114,9 +114,9 @@ void measure_cpu_updates(const ProfileOptions& options, HostProfile& h);
 
 // A memory-bound pass runs slower when something else uses the CPUs or DRAM, never faster, and a
 // cached profile keeps what it measured for every later run on the machine: a rate taken in a busy
-// moment steers them all (a fresh H100 machine's profile measured its CPU AdamW at 4.21 G params/s
-// where the machine's steps then ran ~5.8; its plans ran ~2% slower than this machine's own
-// profile's). The memory-sharing part measures the same pass alone again seconds later (its
+// moment steers them all (a freshly started H100 machine's profile measured its CPU AdamW at 4.21 G
+// params/s where such machines run it at 5.4-5.8; the plans it chose ran ~2% slower than those of
+// a right profile). The memory-sharing part measures the same pass alone again seconds later (its
 // samples alone sit 2-5% below the host part's on a quiet machine, being shorter): where they
 // exceed the host part's by more than this factor, the host part was slowed, and is measured again.
 inline constexpr double kCpuUpdateRatesAgree = 1.10;
