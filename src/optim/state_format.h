@@ -31,6 +31,10 @@ enum class OptimizerStateFormat {
   Bf16SrQ8,  // bf16 master, stochastically rounded; m, v 8-bit
 };
 
+// The lean formats, in the enum's order: what a profile measures a rate for and stores.
+inline constexpr OptimizerStateFormat kLeanStateFormats[] = {
+    OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8};
+
 // Elements per quantization block of the 8-bit moments, counted from the unit's first element.
 // 64 divides the hidden size of every model family ferry trains, so an embedding row is whole
 // blocks and the row-sparse embedding update touches no block it does not own.

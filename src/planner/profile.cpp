@@ -142,8 +142,7 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
         {"disk_read_bytes_per_s", p.host.disk_read_bytes_per_s},
         {"disk_write_bytes_per_s", p.host.disk_write_bytes_per_s}}},
   };
-  for (auto f :
-       {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
+  for (const auto f : kLeanStateFormats) {
     const double rate = p.host.lean_adamw_params_per_s[static_cast<int>(f)];
     if (rate > 0) j["host"]["lean_adamw_params_per_s"][state_format_name(f)] = rate;
   }
@@ -218,8 +217,7 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   // Optional in every version: profiles measured before it lack it.
   if (h.contains("lean_adamw_params_per_s")) {
     const auto& lean = r.object(h, "lean_adamw_params_per_s");
-    for (auto f :
-         {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8})
+    for (const auto f : kLeanStateFormats)
       if (lean.contains(state_format_name(f)))
         p.host.lean_adamw_params_per_s[static_cast<int>(f)] = r.positive(lean, state_format_name(f));
   }

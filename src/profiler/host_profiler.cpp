@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "optim/state_format.h"
 #include "profiler/cpu_adamw_probe.h"
 #include "profiler/disk_rate.h"
 #include "profiler/lean_adamw_probe.h"
@@ -16,9 +17,6 @@
 namespace ferry {
 
 namespace {
-
-constexpr OptimizerStateFormat kLeanFormats[] = {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8,
-                                                 OptimizerStateFormat::Bf16SrQ8};
 
 double physical_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
@@ -53,7 +51,7 @@ size_t cpu_adamw_probe_params(const ProfileOptions& options, double memory_bytes
 void measure_cpu_updates(const ProfileOptions& options, HostProfile& h) {
   ThreadPool& pool = ThreadPool::global();
   h.cpu_adamw_params_per_s = cpu_adamw_rate(options, h.memory_bytes, pool);
-  for (const auto f : kLeanFormats)
+  for (const auto f : kLeanStateFormats)
     h.lean_adamw_params_per_s[static_cast<int>(f)] = lean_adamw_rate(f, options, h.memory_bytes, pool);
 }
 
@@ -63,7 +61,7 @@ bool cpu_updates_ran_slow(double host_part_alone, double sharing_part_alone) {
 
 void keep_faster_cpu_updates(HostProfile& kept, const HostProfile& again) {
   kept.cpu_adamw_params_per_s = std::max(kept.cpu_adamw_params_per_s, again.cpu_adamw_params_per_s);
-  for (const auto f : kLeanFormats) {
+  for (const auto f : kLeanStateFormats) {
     double& rate = kept.lean_adamw_params_per_s[static_cast<int>(f)];
     rate = std::max(rate, again.lean_adamw_params_per_s[static_cast<int>(f)]);
   }

@@ -65,8 +65,7 @@ void print_profile(const MachineProfile& p, const ModelConfig& model) {
   std::printf("host\n");
   std::printf("  CPU AdamW           %s on %d threads\n", params_rate(p.host.cpu_adamw_params_per_s).c_str(),
               p.host.threads);
-  for (auto f :
-       {OptimizerStateFormat::Fp32Q8, OptimizerStateFormat::Bf16C8Q8, OptimizerStateFormat::Bf16SrQ8}) {
+  for (const auto f : kLeanStateFormats) {
     const double rate = p.host.lean_adamw_params_per_s[static_cast<int>(f)];
     if (rate > 0) std::printf("  lean AdamW %-9s %s\n", state_format_name(f), params_rate(rate).c_str());
   }
