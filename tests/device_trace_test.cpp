@@ -33,7 +33,7 @@ TEST(StepActivity, IdleIsTheShareOfTheWindowWithNothingOnTheComputeStream) {
       span(TraceTrack::CpuUpdate, -3, 1),    span(TraceTrack::CpuUpdate, 4, 5),
       span(TraceTrack::Host, 0, 10),  // the host track counts for nothing
   };
-  const StepActivity a = measure_step(spans, 3, 0.0, 10.0);
+  const StepActivity a = measure_step(SpanStore::of(spans), 3, 0.0, 10.0);
   EXPECT_EQ(a.step, 3);
   EXPECT_DOUBLE_EQ(a.wall(), 10.0);
   EXPECT_DOUBLE_EQ(a.compute_idle, 0.4);         // covered [1,4] and [6,9]: 6 of 10
@@ -47,18 +47,20 @@ TEST(StepActivity, IdleIsTheShareOfTheWindowWithNothingOnTheComputeStream) {
 }
 
 TEST(StepActivity, EdgesNestingAndEmptyTracks) {
-  EXPECT_DOUBLE_EQ(covered_seconds({span(TraceTrack::Compute, 0, 10), span(TraceTrack::Compute, 2, 3)},
-                                   TraceTrack::Compute, 0, 10),
-                   10.0);  // a span inside another adds nothing
-  EXPECT_DOUBLE_EQ(covered_seconds({span(TraceTrack::Compute, 0, 1), span(TraceTrack::Compute, 1, 2)},
-                                   TraceTrack::Compute, 0, 2),
-                   2.0);  // spans that touch
-  const StepActivity idle = measure_step({span(TraceTrack::HostToDevice, 0, 1)}, 1, 0.0, 2.0);
+  EXPECT_DOUBLE_EQ(
+      covered_seconds(SpanStore::of({span(TraceTrack::Compute, 0, 10), span(TraceTrack::Compute, 2, 3)}),
+                      TraceTrack::Compute, 0, 10),
+      10.0);  // a span inside another adds nothing
+  EXPECT_DOUBLE_EQ(
+      covered_seconds(SpanStore::of({span(TraceTrack::Compute, 0, 1), span(TraceTrack::Compute, 1, 2)}),
+                      TraceTrack::Compute, 0, 2),
+      2.0);  // spans that touch
+  const StepActivity idle = measure_step(SpanStore::of({span(TraceTrack::HostToDevice, 0, 1)}), 1, 0.0, 2.0);
   EXPECT_DOUBLE_EQ(idle.compute_idle, 1.0);
   EXPECT_DOUBLE_EQ(idle.compute_idle_inner, 0.0);
-  const StepActivity outside = measure_step({span(TraceTrack::Compute, 5, 6)}, 1, 0.0, 2.0);
+  const StepActivity outside = measure_step(SpanStore::of({span(TraceTrack::Compute, 5, 6)}), 1, 0.0, 2.0);
   EXPECT_DOUBLE_EQ(outside.compute_idle, 1.0);
-  const StepActivity full = measure_step({span(TraceTrack::Compute, -1, 3)}, 1, 0.0, 2.0);
+  const StepActivity full = measure_step(SpanStore::of({span(TraceTrack::Compute, -1, 3)}), 1, 0.0, 2.0);
   EXPECT_DOUBLE_EQ(full.compute_idle, 0.0);
   EXPECT_DOUBLE_EQ(full.compute_idle_inner, 0.0);
 }
@@ -71,8 +73,11 @@ TEST(ChromeTrace, TracksStepsAndScopeParents) {
       {TraceTrack::Compute, "linear_forward", "layer.1 forward", t0 + 0.004, t0 + 0.005, -1, {}},
       {TraceTrack::HostToDevice, "copy_to_device", "", t0 + 0.0, t0 + 0.004, 4096, {}},
   };
-  StepActivity a = measure_step(spans, 7, t0, t0 + 0.006);
-  const nlohmann::json trace = chrome_trace(spans, {a}, "sim");
+  const SpanStore store = SpanStore::of(spans);
+  StepActivity a = measure_step(store, 7, t0, t0 + 0.006);
+  std::string text;
+  write_chrome_trace(store, {a}, "sim", [&text](std::string_view piece) { text += piece; });
+  const nlohmann::json trace = nlohmann::json::parse(text);
   int metadata = 0, parents = 0, leaves = 0, steps = 0;
   for (const auto& e : trace["traceEvents"]) {
     if (e["ph"] == "M") {
@@ -237,6 +242,103 @@ TEST(Tracer, RecordsTheTracedStepOnly) {
   EXPECT_EQ(trace["otherData"]["steps"].size(), 1u);
   EXPECT_EQ(trace["otherData"]["steps"][0]["step"], 2);
   EXPECT_EQ(trace["otherData"]["device"], "sim");
+}
+
+TEST(SpanStore, HoldsEachStringOnceAndGivesTheSpansBack) {
+  std::vector<TraceSpan> spans;
+  for (int i = 0; i < 10000; ++i)
+    spans.push_back(
+        {i % 2 ? TraceTrack::Compute : TraceTrack::HostToDevice, i % 2 ? "linear_forward" : "copy_to_device",
+         "layer." + std::to_string(i % 32) + " forward of the sequence tile", static_cast<double>(i), i + 0.5,
+         i % 2 ? -1 : i, i % 2 ? "x (65536, 4096), w (14336, 4096) in bf16" : ""});
+  SpanStore store = SpanStore::of(spans);
+  ASSERT_EQ(store.size(), spans.size());
+  const std::vector<TraceSpan> back = store.expanded();
+  for (size_t i = 0; i < spans.size(); ++i) {
+    EXPECT_EQ(back[i].track, spans[i].track);
+    EXPECT_EQ(back[i].name, spans[i].name);
+    EXPECT_EQ(back[i].scope, spans[i].scope);
+    EXPECT_EQ(back[i].detail, spans[i].detail);
+    EXPECT_EQ(back[i].begin, spans[i].begin);
+    EXPECT_EQ(back[i].end, spans[i].end);
+    EXPECT_EQ(back[i].bytes, spans[i].bytes);
+  }
+  // 40 bytes a span in chunks of 4,096 (3 chunks), and 36 distinct strings: far below the
+  // strings' ~100 bytes a span.
+  EXPECT_GE(store.bytes(), 10000 * 40u);
+  EXPECT_LE(store.bytes(), 3 * 4096 * 40u + 36 * 256u);
+  // The third chunk has room; new strings are counted at most 3 * 1,136 bytes.
+  EXPECT_LE(store.bytes_with(12288 - 10000), store.bytes() + 3 * 1136 + 64 * 8);
+  EXPECT_GE(store.bytes_with(12288 - 10000 + 1), store.bytes() + 4096 * 40u);
+  store.set_times(7, 1.0, 2.0);
+  EXPECT_EQ(store[7].begin, 1.0);
+  EXPECT_EQ(store[7].end, 2.0);
+  EXPECT_EQ(store[7].name, "linear_forward");
+}
+
+// A step of `ops` fills on the compute stream, traced when the tracer wants it.
+void run_fill_step(Tracer& tracer, Device& device, void* buffer, int64_t step, int ops) {
+  if (tracer.wants(step) && !tracer.begin_step(step)) return;
+  {
+    const TraceScope scope(device, "layer.0", "forward");
+    for (int i = 0; i < ops; ++i) device.fill_zero(buffer, 64, StreamKind::Compute);
+  }
+  device.synchronize(device.record(StreamKind::Compute));
+  if (tracer.recording()) tracer.end_step();
+}
+
+TEST(Tracer, HoldsNoMoreThanItsHostBytesAndDropsWhatWouldNot) {
+  test::ScratchDir dir("trace-bytes");
+  auto sim = make_sim_device({});
+  const LogLevel saved = log_level();
+  set_log_level(LogLevel::Error);
+  // How much one step of 200 fills holds, from a trace with room to spare.
+  size_t one_step = 0, all = 0;
+  {
+    Tracer roomy(*sim, dir / "roomy.json", {1});
+    TracingDevice device(*sim, roomy);
+    DeviceBuffer buffer(device, 64, "buffer");
+    run_fill_step(roomy, device, buffer.data(), 1, 200);
+    all = roomy.spans().size();  // the fills, the scope and the host's wait
+    EXPECT_GE(all, 202u);
+    EXPECT_EQ(roomy.dropped(), 0u);
+    one_step = roomy.held_bytes();
+  }
+  // Room for that step and not for a second as large: step 2 is not traced.
+  {
+    Tracer tracer(*sim, dir / "two.json", {1, 2}, one_step + 4096);
+    TracingDevice device(*sim, tracer);
+    DeviceBuffer buffer(device, 64, "buffer");
+    run_fill_step(tracer, device, buffer.data(), 1, 200);
+    EXPECT_EQ(tracer.dropped(), 0u);
+    EXPECT_FALSE(tracer.begin_step(2));
+    EXPECT_FALSE(tracer.recording());
+    run_fill_step(tracer, device, buffer.data(), 3, 200);
+    ASSERT_EQ(tracer.steps().size(), 1u);
+    EXPECT_LE(tracer.held_bytes(), one_step + 4096);
+  }
+  // Room for half the step: the rest is dropped, and the file still holds what was kept.
+  {
+    const size_t half = one_step - 100 * (24 + 2 * 256);
+    Tracer tracer(*sim, dir / "half.json", {1}, half);
+    TracingDevice device(*sim, tracer);
+    DeviceBuffer buffer(device, 64, "buffer");
+    run_fill_step(tracer, device, buffer.data(), 1, 200);
+    EXPECT_GT(tracer.dropped(), 80u);
+    EXPECT_LT(tracer.dropped(), 120u);
+    EXPECT_LE(tracer.held_bytes(), half);
+    ASSERT_EQ(tracer.steps().size(), 1u);
+    EXPECT_EQ(tracer.spans().size() + tracer.dropped(), all);
+    size_t kept = 0;
+    for (const TraceSpan& span : tracer.spans()) kept += span.name == "fill_zero";
+    std::ifstream in(dir / "half.json");
+    const nlohmann::json trace = nlohmann::json::parse(in);
+    size_t written = 0;
+    for (const auto& e : trace["traceEvents"]) written += e.value("name", "") == "fill_zero";
+    EXPECT_EQ(written, kept);
+    EXPECT_GT(kept, 90u);
+  }
+  set_log_level(saved);
 }
 
 }  // namespace

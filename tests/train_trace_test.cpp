@@ -13,12 +13,14 @@
 #include "core/log.h"
 #include "data/packing.h"
 #include "device/trace/trace_span.h"
+#include "device/trace/tracer.h"
 #include "engine/sliding_engine.h"
 #include "engine/step_batch.h"
 #include "engine/step_trace.h"
 #include "ops/device_ops.h"
 #include "test_util.h"
 #include "train/model_init.h"
+#include "train/plan_selection.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
 
@@ -245,6 +247,16 @@ TEST_F(TraceTest, ConfigKeysAndRefusals) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("device: sim or cuda"), std::string::npos) << e.what();
   }
+}
+
+// The plan gives a trace its host memory beside the engine (device/trace/tracer.h), and only a
+// traced run.
+TEST_F(TraceTest, ThePlanCountsTheTracesHostMemory) {
+  PlanTarget target;
+  target.host_beside_engine = size_t{300} << 20;
+  EXPECT_EQ(plan_request(config("a"), target, 0.0).host_beside_engine, size_t{300} << 20);
+  const TrainConfig traced = config("b", {"trace=" + (scratch_ / "t.json").string()});
+  EXPECT_EQ(plan_request(traced, target, 0.0).host_beside_engine, (size_t{300} << 20) + kTraceHostBytes);
 }
 
 }  // namespace

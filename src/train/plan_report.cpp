@@ -8,6 +8,7 @@
 #include "core/host_memory.h"
 #include "device/device.h"
 #include "device/memory_ledger.h"
+#include "device/trace/tracer.h"
 #include "model/unit_layout.h"
 #include "ops/device_ops.h"
 #include "planner/boundary_groups.h"
@@ -287,8 +288,10 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
   std::printf("  pinned    %s\n", share(p.host.pinned, 0).c_str());
   std::printf("  pageable  %s  (%s)\n", share(p.host.pageable, 0).c_str(),
               describe_state_format(best.plan.optimizer_state).c_str());
-  std::printf("  beside    %s  (the process beside the engine: runtime, data, an allowance)\n",
-              share(p.host.beside, 0).c_str());
+  std::printf(
+      "  beside    %s  (the process beside the engine: runtime, data, an allowance%s)\n",
+      share(p.host.beside, 0).c_str(),
+      config.trace.empty() ? "" : fmt::format(", the trace's {}", format_bytes(kTraceHostBytes)).c_str());
   if (p.host.device > 0)
     std::printf("  device    %s  (the simulated device's memory is host memory)\n",
                 share(p.host.device, 0).c_str());

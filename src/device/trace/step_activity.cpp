@@ -16,9 +16,10 @@ double fraction(double part, double whole) {
 
 }  // namespace
 
-double covered_seconds(const std::vector<TraceSpan>& spans, TraceTrack track, double begin, double end) {
+double covered_seconds(const SpanStore& spans, TraceTrack track, double begin, double end) {
   std::vector<std::pair<double, double>> pieces;
-  for (const TraceSpan& s : spans) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const SpanView s = spans[i];
     if (s.track != track) continue;
     const double b = std::max(s.begin, begin), e = std::min(s.end, end);
     if (e > b) pieces.emplace_back(b, e);
@@ -33,7 +34,7 @@ double covered_seconds(const std::vector<TraceSpan>& spans, TraceTrack track, do
   return covered;
 }
 
-StepActivity measure_step(const std::vector<TraceSpan>& spans, int64_t step, double begin, double end) {
+StepActivity measure_step(const SpanStore& spans, int64_t step, double begin, double end) {
   StepActivity a;
   a.step = step;
   a.begin = begin;
@@ -41,7 +42,8 @@ StepActivity measure_step(const std::vector<TraceSpan>& spans, int64_t step, dou
   const double wall = end - begin;
   a.compute_idle = 1.0 - fraction(covered_seconds(spans, TraceTrack::Compute, begin, end), wall);
   double first = std::numeric_limits<double>::infinity(), last = -first;
-  for (const TraceSpan& s : spans) {
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const SpanView s = spans[i];
     if (s.track != TraceTrack::Compute || s.end <= begin || s.begin >= end) continue;
     first = std::min(first, std::max(s.begin, begin));
     last = std::max(last, std::min(s.end, end));

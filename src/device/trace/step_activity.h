@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "device/trace/trace_span.h"
+#include "device/trace/span_store.h"
 
 namespace ferry {
 
@@ -32,10 +32,10 @@ struct StepActivity {
 };
 
 // Seconds of [begin, end] covered by at least one span of `track` (overlapping spans count once).
-double covered_seconds(const std::vector<TraceSpan>& spans, TraceTrack track, double begin, double end);
+double covered_seconds(const SpanStore& spans, TraceTrack track, double begin, double end);
 
 // The step's numbers from every span of its window [begin, end] (spans outside are clipped away).
-StepActivity measure_step(const std::vector<TraceSpan>& spans, int64_t step, double begin, double end);
+StepActivity measure_step(const SpanStore& spans, int64_t step, double begin, double end);
 
 // "step 3: GPU idle 2.1% of 812.0 ms (0.4% between its first and last kernel); h2d busy 40%, d2h 12%,
 // cpu update 70%"

@@ -1,7 +1,9 @@
 #include "device/trace/trace_json.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 namespace ferry {
 
@@ -27,7 +29,7 @@ nlohmann::json activity_json(const StepActivity& a, double origin) {
 
 // A complete event; "ts" and "dur" come from the same converted end points, so spans that touch
 // on the clock still touch in the file.
-nlohmann::json complete_event(const std::string& name, const char* category, TraceTrack track, double begin,
+nlohmann::json complete_event(std::string_view name, const char* category, TraceTrack track, double begin,
                               double end, double origin) {
   const double ts = (begin - origin) * 1e6, te = (end - origin) * 1e6;
   return {{"name", name}, {"cat", category}, {"ph", "X"}, {"pid", kPid}, {"tid", track_tid(track)},
@@ -40,59 +42,80 @@ bool on_stream(TraceTrack track) {
          track == TraceTrack::BulkDeviceToHost;
 }
 
-}  // namespace
-
-nlohmann::json chrome_trace(const std::vector<TraceSpan>& spans, const std::vector<StepActivity>& steps,
-                            const std::string& device_name) {
-  double origin = std::numeric_limits<double>::infinity();
-  for (const StepActivity& a : steps) origin = std::min(origin, a.begin);
-  for (const TraceSpan& s : spans) origin = std::min(origin, s.begin);
-  if (steps.empty() && spans.empty()) origin = 0.0;
-
-  nlohmann::json events = nlohmann::json::array();
-  events.push_back(
-      {{"name", "process_name"}, {"ph", "M"}, {"pid", kPid}, {"args", {{"name", "ferry " + device_name}}}});
-  for (int t = 0; t < kTraceTrackCount; ++t) {
-    const TraceTrack track = static_cast<TraceTrack>(t);
-    events.push_back({{"name", "thread_name"},
-                      {"ph", "M"},
-                      {"pid", kPid},
-                      {"tid", track_tid(track)},
-                      {"args", {{"name", trace_track_name(track)}}}});
-    events.push_back({{"name", "thread_sort_index"},
-                      {"ph", "M"},
-                      {"pid", kPid},
-                      {"tid", track_tid(track)},
-                      {"args", {{"sort_index", t}}}});
+// The "traceEvents" array's elements, comma-separated as they come.
+class EventWriter {
+ public:
+  explicit EventWriter(const std::function<void(std::string_view)>& write) : write_(write) {}
+  void operator()(const nlohmann::json& event) {
+    write_(first_ ? "\n" : ",\n");
+    first_ = false;
+    write_(event.dump());
   }
 
-  nlohmann::json step_numbers = nlohmann::json::array();
+ private:
+  const std::function<void(std::string_view)>& write_;
+  bool first_ = true;
+};
+
+}  // namespace
+
+size_t chrome_trace_working_bytes(size_t spans) {
+  return spans * sizeof(uint32_t);
+}
+
+void write_chrome_trace(const SpanStore& spans, const std::vector<StepActivity>& steps,
+                        const std::string& device_name, const std::function<void(std::string_view)>& write) {
+  double origin = std::numeric_limits<double>::infinity();
+  for (const StepActivity& a : steps) origin = std::min(origin, a.begin);
+  for (size_t i = 0; i < spans.size(); ++i) origin = std::min(origin, spans[i].begin);
+  if (steps.empty() && spans.empty()) origin = 0.0;
+
+  write("{\"traceEvents\": [");
+  EventWriter event(write);
+  event({{"name", "process_name"}, {"ph", "M"}, {"pid", kPid}, {"args", {{"name", "ferry " + device_name}}}});
+  for (int t = 0; t < kTraceTrackCount; ++t) {
+    const TraceTrack track = static_cast<TraceTrack>(t);
+    event({{"name", "thread_name"},
+           {"ph", "M"},
+           {"pid", kPid},
+           {"tid", track_tid(track)},
+           {"args", {{"name", trace_track_name(track)}}}});
+    event({{"name", "thread_sort_index"},
+           {"ph", "M"},
+           {"pid", kPid},
+           {"tid", track_tid(track)},
+           {"args", {{"sort_index", t}}}});
+  }
+
   for (const StepActivity& a : steps) {
     nlohmann::json e =
         complete_event("step " + std::to_string(a.step), "step", TraceTrack::Host, a.begin, a.end, origin);
     e["args"] = activity_json(a, origin);
-    events.push_back(std::move(e));
-    step_numbers.push_back(activity_json(a, origin));
+    event(e);
   }
 
   // Parents are written before their children: viewers nest complete events of one thread by
   // containment and, where two begin together, read them in file order.
-  std::vector<const TraceSpan*> ordered;
-  for (const TraceSpan& s : spans) ordered.push_back(&s);
-  std::stable_sort(ordered.begin(), ordered.end(), [](const TraceSpan* a, const TraceSpan* b) {
-    return a->track != b->track ? a->track < b->track : a->begin < b->begin;
+  std::vector<uint32_t> ordered(spans.size());
+  for (size_t i = 0; i < spans.size(); ++i) ordered[i] = static_cast<uint32_t>(i);
+  std::stable_sort(ordered.begin(), ordered.end(), [&spans](uint32_t a, uint32_t b) {
+    const SpanView x = spans[a], y = spans[b];
+    return x.track != y.track ? x.track < y.track : x.begin < y.begin;
   });
   for (size_t i = 0; i < ordered.size();) {
     size_t j = i + 1;
-    const TraceSpan& first = *ordered[i];
+    const SpanView first = spans[ordered[i]];
     if (on_stream(first.track) && !first.scope.empty()) {
       double end = first.end;
-      while (j < ordered.size() && ordered[j]->track == first.track && ordered[j]->scope == first.scope)
-        end = std::max(end, ordered[j++]->end);
-      events.push_back(complete_event(first.scope, "scope", first.track, first.begin, end, origin));
+      for (; j < ordered.size(); ++j) {
+        const SpanView next = spans[ordered[j]];
+        if (next.track != first.track || next.scope != first.scope) break;
+        end = std::max(end, next.end);
+      }
+      event(complete_event(first.scope, "scope", first.track, first.begin, end, origin));
     }
     for (size_t k = i; k < j; ++k) {
-      const TraceSpan& s = *ordered[k];
+      const SpanView s = spans[ordered[k]];
       nlohmann::json e =
           complete_event(s.name, on_stream(s.track) ? "device" : "host", s.track, s.begin, s.end, origin);
       nlohmann::json args = nlohmann::json::object();
@@ -100,20 +123,23 @@ nlohmann::json chrome_trace(const std::vector<TraceSpan>& spans, const std::vect
       if (s.bytes >= 0) args["bytes"] = s.bytes;
       if (!s.detail.empty()) args["detail"] = s.detail;
       if (!args.empty()) e["args"] = std::move(args);
-      events.push_back(std::move(e));
+      event(e);
     }
     i = j;
   }
 
-  return {{"traceEvents", std::move(events)},
-          {"displayTimeUnit", "ms"},
-          {"otherData",
-           {{"device", device_name},
-            {"clock", "microseconds from the first traced step's begin (host steady clock)"},
-            {"gpu_idle",
-             "fraction of the step's wall time (host enters the step .. host holds its loss) "
-             "with nothing on the compute stream"},
-            {"steps", std::move(step_numbers)}}}};
+  nlohmann::json step_numbers = nlohmann::json::array();
+  for (const StepActivity& a : steps) step_numbers.push_back(activity_json(a, origin));
+  const nlohmann::json other = {
+      {"device", device_name},
+      {"clock", "microseconds from the first traced step's begin (host steady clock)"},
+      {"gpu_idle",
+       "fraction of the step's wall time (host enters the step .. host holds its loss) "
+       "with nothing on the compute stream"},
+      {"steps", std::move(step_numbers)}};
+  write("\n], \"displayTimeUnit\": \"ms\", \"otherData\": ");
+  write(other.dump());
+  write("}\n");
 }
 
 }  // namespace ferry

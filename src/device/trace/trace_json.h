@@ -8,18 +8,26 @@
 //   (device/trace/step_activity.h), which "otherData" repeats for scripts;
 // * on the stream tracks, every run of consecutive spans with the same scope under a parent span
 //   named by the scope (category "scope"), so the view reads unit by unit, op by op inside.
+//
+// The document is written as it is made, event by event, through `write` (a few hundred bytes at a
+// time): a trace of several steps is tens of MB of JSON, which a document built in memory first
+// would hold several times over (device/trace/span_store.h).
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "device/trace/span_store.h"
 #include "device/trace/step_activity.h"
-#include "device/trace/trace_span.h"
 
 namespace ferry {
 
-nlohmann::json chrome_trace(const std::vector<TraceSpan>& spans, const std::vector<StepActivity>& steps,
-                            const std::string& device_name);
+// Host memory the writer holds while it writes `spans`: the order it writes them in.
+size_t chrome_trace_working_bytes(size_t spans);
+
+void write_chrome_trace(const SpanStore& spans, const std::vector<StepActivity>& steps,
+                        const std::string& device_name, const std::function<void(std::string_view)>& write);
 
 }  // namespace ferry

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/byte_size.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "device/trace/trace_json.h"
@@ -13,10 +14,18 @@ namespace {
 
 constexpr const char* kWhere = "trace";
 
+// Host memory of one stamp in flight: the device's timing event (the driver's object) and its
+// entry in the device's table. An estimate; the device keeps a step's stamps for the next.
+constexpr size_t kStampBytes = 256;
+// The file is written through a buffer of this size.
+constexpr size_t kWriteBufferBytes = size_t{1} << 20;
+// What measuring a step takes for each span held: one track's pieces (step_activity.cpp).
+constexpr size_t kMeasureBytesPerSpan = 2 * sizeof(double);
+
 }  // namespace
 
-Tracer::Tracer(Device& device, std::filesystem::path path, std::vector<int64_t> steps)
-    : device_(device), path_(std::move(path)), trace_steps_(std::move(steps)) {
+Tracer::Tracer(Device& device, std::filesystem::path path, std::vector<int64_t> steps, size_t host_bytes)
+    : device_(device), path_(std::move(path)), trace_steps_(std::move(steps)), host_bytes_(host_bytes) {
   FERRY_CHECK(!path_.empty(), kWhere,
               "no file given for the trace; set `trace:` to a path such as trace.json");
   for (int64_t s : trace_steps_)
@@ -35,14 +44,23 @@ bool Tracer::wants(int64_t step) const {
   return std::find(trace_steps_.begin(), trace_steps_.end(), step) != trace_steps_.end();
 }
 
-void Tracer::begin_step(int64_t step) {
+bool Tracer::begin_step(int64_t step) {
   FERRY_ASSERT(!recording(), "a traced step began inside another");
   host_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (largest_step_ > 0 && held_bytes_locked(largest_step_, largest_step_) > host_bytes_) {
+      log_warn(
+          "[{}] step {} is not traced: the trace holds {} of the {} the host plan gives it, and a step "
+          "takes up to {} spans; trace fewer steps (trace_steps)",
+          kWhere, step, format_bytes(held_bytes_locked(0, 0)), format_bytes(host_bytes_), largest_step_);
+      return false;
+    }
     windows_.push_back({step, steady_seconds(), kOpen});
+    step_first_span_ = spans_.size();
   }
   recording_.store(true, std::memory_order_release);
+  return true;
 }
 
 StepActivity Tracer::end_step() {
@@ -51,7 +69,7 @@ StepActivity Tracer::end_step() {
   recording_.store(false, std::memory_order_release);
   // The window closes at one instant for every thread: host spans still open are cut there, and
   // spans that close or open later see the window closed.
-  std::vector<PendingSpan> pending;
+  std::deque<PendingSpan> pending;
   const size_t index = windows_.size() - 1;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -63,45 +81,94 @@ StepActivity Tracer::end_step() {
       open.next_window = index + 1;
     }
     pending.swap(pending_);
+    peak_pending_ = std::max(peak_pending_, pending.size());
   }
 
   // Taking a stamp may wait for its stream, so the stamps are taken outside the lock.
-  std::vector<TraceSpan> taken;
-  taken.reserve(pending.size());
-  for (PendingSpan& p : pending) {
+  for (const PendingSpan& p : pending) {
     const double b = device_.take_stamp(p.begin);
     const double e = device_.take_stamp(p.end);
-    taken.push_back({p.track, std::move(p.name), std::move(p.scope), b, e, p.bytes, std::move(p.detail)});
+    std::lock_guard<std::mutex> lock(mutex_);
+    spans_.set_times(p.index, b, e);
   }
 
+  if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
+  AtomicFile file(path_);
+  std::string buffer;
   StepActivity activity;
-  nlohmann::json trace;
+  size_t held = 0, step_spans = 0, dropped = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    step_spans = spans_.size() - step_first_span_;
+    largest_step_ = std::max(largest_step_, step_spans);
     const Window& w = windows_[index];
-    spans_.insert(spans_.end(), std::make_move_iterator(taken.begin()), std::make_move_iterator(taken.end()));
     activity = measure_step(spans_, w.step, w.begin, w.end);
     activities_.push_back(activity);
-    trace = chrome_trace(spans_, activities_, device_.name());
+    // Written under the lock: a host span that overlapped the window may still close meanwhile.
+    buffer.reserve(kWriteBufferBytes);
+    write_chrome_trace(spans_, activities_, device_.name(), [&](std::string_view text) {
+      if (buffer.size() + text.size() > kWriteBufferBytes) {
+        file.write(buffer);
+        buffer.clear();
+      }
+      if (text.size() > kWriteBufferBytes)
+        file.write(text);
+      else
+        buffer.append(text);
+    });
+    held = held_bytes_locked(0, 0);
+    dropped = dropped_ - dropped_reported_;
+    dropped_reported_ = dropped_;
   }
-  if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
-  write_file_atomic(path_, trace.dump());
-  log_info("{} (trace: {})", describe(activity), path_.string());
+  file.write(buffer);
+  file.commit();
+  log_info("{} (trace: {}, {} spans of this step, {} held of the trace's {})", describe(activity),
+           path_.string(), step_spans, format_bytes(held), format_bytes(host_bytes_));
+  if (dropped > 0)
+    log_warn(
+        "[{}] step {}: {} spans were not recorded: the trace's {} of host memory were full, so the "
+        "step's numbers above miss them; trace fewer steps (trace_steps)",
+        kWhere, activity.step, dropped, format_bytes(host_bytes_));
   return activity;
 }
 
-void Tracer::add_device_span(StreamKind stream, std::string name, int64_t bytes, StampId begin, StampId end,
-                             std::string detail) {
-  FERRY_ASSERT(on_host_thread(), "device work traced from a thread other than the one issuing the step");
-  PendingSpan p{stream_track(stream),
-                std::move(name),
-                scopes_.empty() ? std::string() : scopes_.back(),
-                bytes,
-                begin,
-                end,
-                std::move(detail)};
+size_t Tracer::held_bytes_locked(size_t spans, size_t pending) const {
+  const size_t n = spans_.size() + spans;
+  const size_t in_flight = pending_.size() + pending;
+  const size_t store = spans_.bytes_with(spans);
+  // The stamps' records and the device's stamps: the step's in flight, or the largest step's,
+  // which the device keeps for reuse (and end_step holds while it takes them).
+  const size_t stamped = std::max(peak_pending_, in_flight);
+  const size_t working =
+      std::max(n * kMeasureBytesPerSpan, chrome_trace_working_bytes(n)) + kWriteBufferBytes;
+  return store + stamped * (sizeof(PendingSpan) + 2 * kStampBytes) + working;
+}
+
+size_t Tracer::held_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  pending_.push_back(std::move(p));
+  return held_bytes_locked(0, 0);
+}
+
+size_t Tracer::dropped() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return dropped_;
+}
+
+bool Tracer::room_for_device_span() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (held_bytes_locked(1, 1) <= host_bytes_) return true;
+  ++dropped_;
+  return false;
+}
+
+void Tracer::add_device_span(StreamKind stream, const char* name, int64_t bytes, StampId begin, StampId end,
+                             const std::string& detail) {
+  FERRY_ASSERT(on_host_thread(), "device work traced from a thread other than the one issuing the step");
+  const std::string_view scope = scopes_.empty() ? std::string_view() : std::string_view(scopes_.back());
+  std::lock_guard<std::mutex> lock(mutex_);
+  // The times are the stamps', taken when the step ends.
+  spans_.add(stream_track(stream), name, scope, 0.0, 0.0, bytes, detail);
+  pending_.push_back({spans_.size() - 1, begin, end});
 }
 
 uint64_t Tracer::open_host_span(TraceTrack track, std::string name) {
@@ -128,7 +195,12 @@ void Tracer::close_host_span(uint64_t id) {
 void Tracer::emit_clipped(TraceTrack track, const std::string& name, double begin, double end,
                           const Window& w) {
   const double b = std::max(begin, w.begin), e = std::min(end, w.end);
-  if (e > b) spans_.push_back({track, name, std::string(), b, e, -1, {}});
+  if (e <= b) return;
+  if (held_bytes_locked(1, 0) > host_bytes_) {
+    ++dropped_;
+    return;
+  }
+  spans_.add(track, name, {}, b, e, -1, {});
 }
 
 void Tracer::push_scope(std::string name) {
@@ -143,7 +215,7 @@ void Tracer::pop_scope() {
 
 std::vector<TraceSpan> Tracer::spans() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return spans_;
+  return spans_.expanded();
 }
 
 std::vector<StepActivity> Tracer::steps() const {

@@ -17,11 +17,17 @@
 //   pays that), measures the step, logs the numbers, and rewrites the trace file atomically with
 //   every window so far.
 //
+// * What the trace holds in host memory stays within kTraceHostBytes, which the host plan counts
+//   beside the engine when a trace is asked for: its spans (device/trace/span_store.h), the
+//   device's stamps of the step in flight, and what writing the file takes. A step that would not
+//   fit is not traced, and spans past the limit inside a step are dropped, each with a warning.
+//
 // Threads: begin_step, end_step, device work and scopes belong to the host thread that issues the
 // device's work (checked); host spans may come from any thread.
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <mutex>
@@ -31,16 +37,21 @@
 #include <vector>
 
 #include "device/device.h"
+#include "device/trace/span_store.h"
 #include "device/trace/step_activity.h"
 #include "device/trace/trace_span.h"
 
 namespace ferry {
 
+// Host memory a trace may hold (see above); train/plan_selection.h adds it to the host plan.
+inline constexpr size_t kTraceHostBytes = size_t{64} << 20;
+
 class Tracer {
  public:
   // Stamps are recorded on and taken from `device` (the undecorated one); the trace of `steps`
   // (1-based optimizer steps) goes to `path`.
-  Tracer(Device& device, std::filesystem::path path, std::vector<int64_t> steps);
+  Tracer(Device& device, std::filesystem::path path, std::vector<int64_t> steps,
+         size_t host_bytes = kTraceHostBytes);
   // Warns when none of the steps ran (nothing was written).
   ~Tracer();
   Tracer(const Tracer&) = delete;
@@ -48,7 +59,9 @@ class Tracer {
 
   const std::filesystem::path& path() const { return path_; }
   bool wants(int64_t step) const;
-  void begin_step(int64_t step);
+  // Opens the step's window; returns false, with a warning, where a step as large as the largest
+  // traced so far would not fit in what is left of the trace's host memory.
+  bool begin_step(int64_t step);
   StepActivity end_step();
   bool recording() const { return recording_.load(std::memory_order_acquire); }
 
@@ -80,12 +93,15 @@ class Tracer {
   // What was recorded so far (tests).
   std::vector<TraceSpan> spans() const;
   std::vector<StepActivity> steps() const;
+  // Host memory the trace holds now, by its count (see above), and the spans it dropped.
+  size_t held_bytes() const;
+  size_t dropped() const;
 
  private:
   template <typename Describe, typename Issue>
   void record_device_work(StreamKind stream, const char* name, int64_t bytes, Describe&& describe,
                           Issue&& issue) {
-    if (!recording()) {
+    if (!recording() || !room_for_device_span()) {
       issue();
       return;
     }
@@ -93,20 +109,23 @@ class Tracer {
     issue();
     add_device_span(stream, name, bytes, begin, device_.record_stamp(stream), describe());
   }
-  void add_device_span(StreamKind stream, std::string name, int64_t bytes, StampId begin, StampId end,
-                       std::string detail);
+  // Whether one more device span fits; counts the span as dropped where it does not.
+  bool room_for_device_span();
+  void add_device_span(StreamKind stream, const char* name, int64_t bytes, StampId begin, StampId end,
+                       const std::string& detail);
+  // Bytes held by the count above, with `spans` more spans in the store and `pending` more
+  // device spans in flight. Caller holds mutex_.
+  size_t held_bytes_locked(size_t spans, size_t pending) const;
 
   static constexpr double kOpen = std::numeric_limits<double>::infinity();
   struct Window {
     int64_t step;
     double begin, end;  // end is kOpen while the window is
   };
+  // A device span in the store whose times are its stamps', taken when the step ends.
   struct PendingSpan {
-    TraceTrack track;
-    std::string name, scope;
-    int64_t bytes;
+    size_t index;
     StampId begin, end;
-    std::string detail;
   };
   struct OpenSpan {
     TraceTrack track;
@@ -120,14 +139,20 @@ class Tracer {
   Device& device_;
   const std::filesystem::path path_;
   const std::vector<int64_t> trace_steps_;
+  const size_t host_bytes_;
   std::atomic<bool> recording_{false};
   std::atomic<std::thread::id> host_thread_{};  // read by other threads' synchronize()
   std::vector<std::string> scopes_;             // host thread only
 
   mutable std::mutex mutex_;
   std::vector<Window> windows_;
-  std::vector<PendingSpan> pending_;
-  std::vector<TraceSpan> spans_;
+  std::deque<PendingSpan> pending_;
+  size_t peak_pending_ = 0;  // the device keeps the stamps of the largest step for reuse
+  size_t largest_step_ = 0;  // spans of the largest traced step
+  size_t step_first_span_ = 0;
+  size_t dropped_ = 0;  // spans dropped for room, this run
+  size_t dropped_reported_ = 0;
+  SpanStore spans_;
   std::vector<StepActivity> activities_;
   std::unordered_map<uint64_t, OpenSpan> open_;
   uint64_t next_open_ = 1;
