@@ -211,7 +211,7 @@ TEST_F(TraceTest, DeviceOptimizerWorkIsOnTheComputeTrack) {
 
   auto sim = make_sim_device({});
   const auto path = scratch_ / "engine.json";
-  StepTrace trace(*sim, path, {2});
+  StepTrace trace(*sim, path, {2}, kTraceHostBytes);
   auto ops = make_device_ops(trace.device());
   SlidingEngine engine(model, layout, trace.device(), *ops, plan, 64, 2, false);
   for (size_t u = 0; u < units.size(); ++u) engine.host().unit(u).master.assign(units[u]);
@@ -255,8 +255,20 @@ TEST_F(TraceTest, ThePlanCountsTheTracesHostMemory) {
   PlanTarget target;
   target.host_beside_engine = size_t{300} << 20;
   EXPECT_EQ(plan_request(config("a"), target, 0.0).host_beside_engine, size_t{300} << 20);
-  const TrainConfig traced = config("b", {"trace=" + (scratch_ / "t.json").string()});
-  EXPECT_EQ(plan_request(traced, target, 0.0).host_beside_engine, (size_t{300} << 20) + kTraceHostBytes);
+  const std::string trace = "trace=" + (scratch_ / "t.json").string();
+  EXPECT_EQ(plan_request(config("b", {trace}), target, 0.0).host_beside_engine,
+            (size_t{300} << 20) + kTraceHostBytes);
+  EXPECT_EQ(plan_request(config("c", {trace, "trace_memory=16MiB"}), target, 0.0).host_beside_engine,
+            size_t{316} << 20);
+  EXPECT_EQ(config("d", {"trace_memory=auto"}).trace_memory, static_cast<int64_t>(kTraceHostBytes));
+  try {
+    config("e", {trace, "trace_memory=1MiB"});
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("trace_memory: 1.00 MiB is less than the 4.00 MiB"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -14,8 +14,9 @@ namespace ferry {
 
 class StepTrace {
  public:
-  // Traces `device` (which must outlive this) during the optimizer steps `steps` into `path`.
-  StepTrace(Device& device, const std::filesystem::path& path, std::vector<int64_t> steps);
+  // Traces `device` (which must outlive this) during the optimizer steps `steps` into `path`, in
+  // at most `host_bytes` of host memory.
+  StepTrace(Device& device, const std::filesystem::path& path, std::vector<int64_t> steps, size_t host_bytes);
 
   // The device for the engine: the real one, timed while a traced step runs.
   Device& device() { return device_; }

@@ -8,7 +8,6 @@
 #include "core/host_memory.h"
 #include "device/device.h"
 #include "device/memory_ledger.h"
-#include "device/trace/tracer.h"
 #include "model/unit_layout.h"
 #include "ops/device_ops.h"
 #include "planner/boundary_groups.h"
@@ -291,7 +290,9 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
   std::printf(
       "  beside    %s  (the process beside the engine: runtime, data, an allowance%s)\n",
       share(p.host.beside, 0).c_str(),
-      config.trace.empty() ? "" : fmt::format(", the trace's {}", format_bytes(kTraceHostBytes)).c_str());
+      config.trace.empty()
+          ? ""
+          : fmt::format(", the trace's {}", format_bytes(static_cast<size_t>(config.trace_memory))).c_str());
   if (p.host.device > 0)
     std::printf("  device    %s  (the simulated device's memory is host memory)\n",
                 share(p.host.device, 0).c_str());

@@ -9,7 +9,6 @@
 #include "core/host_memory.h"
 #include "core/log.h"
 #include "device/memory_ledger.h"
-#include "device/trace/tracer.h"
 #include "io/filesystem_id.h"
 #include "io/scratch_file.h"
 #include "planner/disk_batch.h"
@@ -95,7 +94,8 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
                                        format_bytes(static_cast<size_t>(ram_bytes)));
   }
   // A trace holds its spans beside the engine, within what it is given (device/trace/tracer.h).
-  r.host_beside_engine = target.host_beside_engine + (config.trace.empty() ? 0 : kTraceHostBytes);
+  r.host_beside_engine =
+      target.host_beside_engine + (config.trace.empty() ? 0 : static_cast<size_t>(config.trace_memory));
   r.disk_budget = static_cast<size_t>(config.disk_memory);
   if (config.disk_layers >= 0) r.disk_layers = config.disk_layers;
   if (target.disk_free && *target.disk_free < r.disk_budget) {

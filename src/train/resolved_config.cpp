@@ -201,6 +201,7 @@ const std::map<std::string, Writer>& writers() {
       {"disk_dir", path(&TrainConfig::disk_dir)},
       {"disk_layers", value(&TrainConfig::disk_layers)},
       {"trace", path(&TrainConfig::trace)},
+      {"trace_memory", value(&TrainConfig::trace_memory)},
       {"trace_steps",
        [](YAML::Emitter& o, const TrainConfig& c) {
          o << YAML::Flow << YAML::BeginSeq;

@@ -111,9 +111,9 @@ class SlidingExecutor final : public StepExecutor {
                   const HostProfile& host_profile, bool profile_of_this_machine)
       : group_(std::move(group)),
         device_(group_.devices.front().get()),
-        trace_(config.trace.empty()
-                   ? nullptr
-                   : std::make_unique<StepTrace>(*device_, config.trace, config.trace_steps)),
+        trace_(config.trace.empty() ? nullptr
+                                    : std::make_unique<StepTrace>(*device_, config.trace, config.trace_steps,
+                                                                  static_cast<size_t>(config.trace_memory))),
         plan_(plan),
         predicted_(predicted),
         evaluation_(evaluation),
@@ -416,9 +416,12 @@ std::unique_ptr<StepExecutor> make_step_executor(const TrainConfig& config, Mode
       format_bytes(d.ops_workspace));
   log_info(
       "host memory plan: {} in all = optimizer state {} + pinned {} + beside the engine {} (runtime and data "
-      "{} measured, {} allowed for later growth){}; budget {} ({})",
+      "{} measured, {} allowed for later growth{}){}; budget {} ({})",
       format_bytes(h.total()), format_bytes(h.pageable), format_bytes(h.pinned), format_bytes(h.beside),
       format_bytes(beside.bytes - kHostGrowthAllowance), format_bytes(kHostGrowthAllowance),
+      config.trace.empty()
+          ? std::string()
+          : fmt::format(", {} for the trace", format_bytes(static_cast<size_t>(config.trace_memory))),
       h.device > 0 ? fmt::format(" + the simulated device's {}", format_bytes(h.device)) : std::string(),
       format_bytes(selection.request.host_budget), selection.request.host_budget_source);
   if (h.start() > h.total())

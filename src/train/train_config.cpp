@@ -330,6 +330,7 @@ const std::map<std::string, Setter>& setters() {
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.resident_layers = parse_int(n, k); }},
       {"trace", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.trace = parse_string(n, k); }},
       {"trace_steps", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.trace_steps = parse_int_list(n, k); }},
+      {"trace_memory", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.trace_memory = parse_optional_size(n, k).value_or(c.trace_memory); }},
       {"profile", [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.profile = parse_string(n, k); }},
   };
   return table;
@@ -704,6 +705,12 @@ void validate_train_config(const TrainConfig& c) {
               "trace_steps must name at least one step to trace");
   for (int64_t s : c.trace_steps)
     FERRY_CHECK(s >= 1, kWhere, "trace_steps are optimizer steps, counted from 1; got {}", s);
+  FERRY_CHECK(
+      c.trace_memory >= kMinTraceHostBytes, kWhere,
+      "trace_memory: {} is less than the {} a trace needs for its file's writing and first spans; give "
+      "more, such as the default {}",
+      format_bytes(static_cast<size_t>(std::max<int64_t>(c.trace_memory, 0))),
+      format_bytes(kMinTraceHostBytes), format_bytes(kTraceHostBytes));
 }
 
 }  // namespace ferry

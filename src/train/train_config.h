@@ -13,6 +13,7 @@
 #include "core/byte_size.h"
 #include "core/dtype.h"
 #include "data/record_formats.h"
+#include "device/trace/trace_budget.h"
 #include "optim/lr_schedule.h"
 #include "planner/plan.h"
 
@@ -166,6 +167,8 @@ struct TrainConfig {
   // default step 3 comes after the first steps' one-time work (first touches, GEMM heuristics).
   std::filesystem::path trace;
   std::vector<int64_t> trace_steps = {3};
+  // The host memory the trace may hold, which the host plan counts beside the engine.
+  int64_t trace_memory = static_cast<int64_t>(kTraceHostBytes);
   // A machine profile saved by `ferry profile` (planner/profile.h), to plan for the machine it was
   // measured on; empty: this machine's, measured once per model shape and cached.
   std::filesystem::path profile;

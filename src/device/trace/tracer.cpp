@@ -51,9 +51,10 @@ bool Tracer::begin_step(int64_t step) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (largest_step_ > 0 && held_bytes_locked(largest_step_, largest_step_) > host_bytes_) {
       log_warn(
-          "[{}] step {} is not traced: the trace holds {} of the {} the host plan gives it, and a step "
-          "takes up to {} spans; trace fewer steps (trace_steps)",
-          kWhere, step, format_bytes(held_bytes_locked(0, 0)), format_bytes(host_bytes_), largest_step_);
+          "[{}] step {} is not traced: the trace holds {} of the {} the host plan gives it (trace_memory), "
+          "and a step of {} spans would take it to {}; trace fewer steps (trace_steps) or give it more",
+          kWhere, step, format_bytes(held_bytes_locked(0, 0)), format_bytes(host_bytes_), largest_step_,
+          format_bytes(held_bytes_locked(largest_step_, largest_step_)));
       return false;
     }
     windows_.push_back({step, steady_seconds(), kOpen});
@@ -96,7 +97,7 @@ StepActivity Tracer::end_step() {
   AtomicFile file(path_);
   std::string buffer;
   StepActivity activity;
-  size_t held = 0, step_spans = 0, dropped = 0;
+  size_t held = 0, step_spans = 0, dropped = 0, needed = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     step_spans = spans_.size() - step_first_span_;
@@ -118,6 +119,7 @@ StepActivity Tracer::end_step() {
     });
     held = held_bytes_locked(0, 0);
     dropped = dropped_ - dropped_reported_;
+    needed = held_bytes_locked(dropped, peak_pending_ + dropped);
     dropped_reported_ = dropped_;
   }
   file.write(buffer);
@@ -126,9 +128,10 @@ StepActivity Tracer::end_step() {
            path_.string(), step_spans, format_bytes(held), format_bytes(host_bytes_));
   if (dropped > 0)
     log_warn(
-        "[{}] step {}: {} spans were not recorded: the trace's {} of host memory were full, so the "
-        "step's numbers above miss them; trace fewer steps (trace_steps)",
-        kWhere, activity.step, dropped, format_bytes(host_bytes_));
+        "[{}] step {}: {} spans were not recorded: the {} of host memory the plan gives the trace "
+        "(trace_memory) were full, so the step's numbers above miss them; all of them would have taken "
+        "about {}: give the trace that much, or trace fewer steps (trace_steps)",
+        kWhere, activity.step, dropped, format_bytes(host_bytes_), format_bytes(needed));
   return activity;
 }
 

@@ -17,10 +17,11 @@
 //   pays that), measures the step, logs the numbers, and rewrites the trace file atomically with
 //   every window so far.
 //
-// * What the trace holds in host memory stays within kTraceHostBytes, which the host plan counts
-//   beside the engine when a trace is asked for: its spans (device/trace/span_store.h), the
-//   device's stamps of the step in flight, and what writing the file takes. A step that would not
-//   fit is not traced, and spans past the limit inside a step are dropped, each with a warning.
+// * What the trace holds in host memory stays within what it is given (config `trace_memory`,
+//   device/trace/trace_budget.h), which the host plan counts beside the engine when a trace is
+//   asked for: its spans (device/trace/span_store.h), the device's stamps of the step in flight,
+//   and what writing the file takes. A step that would not fit is not traced, and spans past the
+//   limit inside a step are dropped, each with a warning that says how much the step needed.
 //
 // Threads: begin_step, end_step, device work and scopes belong to the host thread that issues the
 // device's work (checked); host spans may come from any thread.
@@ -39,17 +40,15 @@
 #include "device/device.h"
 #include "device/trace/span_store.h"
 #include "device/trace/step_activity.h"
+#include "device/trace/trace_budget.h"
 #include "device/trace/trace_span.h"
 
 namespace ferry {
 
-// Host memory a trace may hold (see above); train/plan_selection.h adds it to the host plan.
-inline constexpr size_t kTraceHostBytes = size_t{64} << 20;
-
 class Tracer {
  public:
   // Stamps are recorded on and taken from `device` (the undecorated one); the trace of `steps`
-  // (1-based optimizer steps) goes to `path`.
+  // (1-based optimizer steps) goes to `path`, holding at most `host_bytes` of host memory.
   Tracer(Device& device, std::filesystem::path path, std::vector<int64_t> steps,
          size_t host_bytes = kTraceHostBytes);
   // Warns when none of the steps ran (nothing was written).
