@@ -9,8 +9,8 @@ namespace ferry {
 namespace {
 
 // An estimate of an unordered_map node of (string_view, id) with its bucket, and of a string's
-// heap block beside its control block; the index is a small share of the store (a few thousand
-// distinct strings against tens of thousands of spans a step).
+// heap block beside its control block; the index is a small share of the store (its distinct
+// strings are few against a step's spans, which repeat them layer after layer).
 constexpr size_t kIndexEntryBytes = 64;
 constexpr size_t kStringOverheadBytes = 48;
 // A string longer than this is held cut to it (an op's operands run to a few hundred bytes), so
