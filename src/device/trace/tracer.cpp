@@ -87,6 +87,12 @@ StepActivity Tracer::end_step() {
 
   // Taking a stamp may wait for its stream, so the stamps are taken outside the lock.
   for (const PendingSpan& p : pending) {
+    if (p.begin < 0 || p.end < 0) {
+      // Held, but its work was never issued (the device failed meanwhile): an empty span.
+      std::lock_guard<std::mutex> lock(mutex_);
+      spans_.set_times(p.index, windows_[index].begin, windows_[index].begin);
+      continue;
+    }
     const double b = device_.take_stamp(p.begin);
     const double e = device_.take_stamp(p.end);
     std::lock_guard<std::mutex> lock(mutex_);
@@ -157,21 +163,25 @@ size_t Tracer::dropped() const {
   return dropped_;
 }
 
-bool Tracer::room_for_device_span() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (held_bytes_locked(1, 1) <= host_bytes_) return true;
-  ++dropped_;
-  return false;
-}
-
-void Tracer::add_device_span(StreamKind stream, const char* name, int64_t bytes, StampId begin, StampId end,
-                             const std::string& detail) {
+size_t Tracer::hold_device_span(StreamKind stream, const char* name, int64_t bytes,
+                                const std::string& detail) {
   FERRY_ASSERT(on_host_thread(), "device work traced from a thread other than the one issuing the step");
   const std::string_view scope = scopes_.empty() ? std::string_view() : std::string_view(scopes_.back());
   std::lock_guard<std::mutex> lock(mutex_);
+  if (held_bytes_locked(1, 1) > host_bytes_) {
+    ++dropped_;
+    return kNotHeld;
+  }
   // The times are the stamps', taken when the step ends.
   spans_.add(stream_track(stream), name, scope, 0.0, 0.0, bytes, detail);
-  pending_.push_back({spans_.size() - 1, begin, end});
+  pending_.push_back({spans_.size() - 1, -1, -1});
+  return pending_.size() - 1;
+}
+
+void Tracer::stamp_device_span(size_t pending, StampId begin, StampId end) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  pending_[pending].begin = begin;
+  pending_[pending].end = end;
 }
 
 uint64_t Tracer::open_host_span(TraceTrack track, std::string name) {

@@ -100,18 +100,26 @@ class Tracer {
   template <typename Describe, typename Issue>
   void record_device_work(StreamKind stream, const char* name, int64_t bytes, Describe&& describe,
                           Issue&& issue) {
-    if (!recording() || !room_for_device_span()) {
+    const size_t held = recording() ? hold_device_span(stream, name, bytes, describe()) : kNotHeld;
+    if (held == kNotHeld) {
       issue();
       return;
     }
     const StampId begin = device_.record_stamp(stream);
-    issue();
-    add_device_span(stream, name, bytes, begin, device_.record_stamp(stream), describe());
+    try {
+      issue();
+    } catch (...) {
+      stamp_device_span(held, begin, device_.record_stamp(stream));
+      throw;
+    }
+    stamp_device_span(held, begin, device_.record_stamp(stream));
   }
-  // Whether one more device span fits; counts the span as dropped where it does not.
-  bool room_for_device_span();
-  void add_device_span(StreamKind stream, const char* name, int64_t bytes, StampId begin, StampId end,
-                       const std::string& detail);
+  // Adds the span where it fits (checked and added under one lock, so that host spans added
+  // meanwhile cannot take its room) and returns its place among the step's pending spans, for
+  // stamp_device_span to give it its stamps; else counts it as dropped and returns kNotHeld.
+  static constexpr size_t kNotHeld = std::numeric_limits<size_t>::max();
+  size_t hold_device_span(StreamKind stream, const char* name, int64_t bytes, const std::string& detail);
+  void stamp_device_span(size_t pending, StampId begin, StampId end);
   // Bytes held by the count above, with `spans` more spans in the store and `pending` more
   // device spans in flight. Caller holds mutex_.
   size_t held_bytes_locked(size_t spans, size_t pending) const;
