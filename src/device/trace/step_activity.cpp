@@ -10,6 +10,8 @@ namespace ferry {
 
 namespace {
 
+using Piece = std::pair<double, double>;
+
 double fraction(double part, double whole) {
   return whole > 0.0 ? part / whole : 0.0;
 }
@@ -17,12 +19,18 @@ double fraction(double part, double whole) {
 }  // namespace
 
 double covered_seconds(const SpanStore& spans, TraceTrack track, double begin, double end) {
-  std::vector<std::pair<double, double>> pieces;
+  // Counted first and reserved, so that what this holds is what measure_step_working_bytes says
+  // (a growing vector would hold up to three times its pieces while it moves them).
+  const auto overlaps = [&](const SpanView& s) {
+    return s.track == track && std::min(s.end, end) > std::max(s.begin, begin);
+  };
+  size_t count = 0;
+  for (size_t i = 0; i < spans.size(); ++i) count += overlaps(spans[i]) ? 1 : 0;
+  std::vector<Piece> pieces;
+  pieces.reserve(count);
   for (size_t i = 0; i < spans.size(); ++i) {
     const SpanView s = spans[i];
-    if (s.track != track) continue;
-    const double b = std::max(s.begin, begin), e = std::min(s.end, end);
-    if (e > b) pieces.emplace_back(b, e);
+    if (overlaps(s)) pieces.emplace_back(std::max(s.begin, begin), std::min(s.end, end));
   }
   std::sort(pieces.begin(), pieces.end());
   double covered = 0.0, reach = begin;
@@ -55,6 +63,10 @@ StepActivity measure_step(const SpanStore& spans, int64_t step, double begin, do
   a.d2h_busy = fraction(covered_seconds(spans, TraceTrack::DeviceToHost, begin, end), wall);
   a.cpu_update_busy = fraction(covered_seconds(spans, TraceTrack::CpuUpdate, begin, end), wall);
   return a;
+}
+
+size_t measure_step_working_bytes(size_t spans) {
+  return spans * sizeof(Piece);
 }
 
 std::string describe(const StepActivity& a) {

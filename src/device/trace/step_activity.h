@@ -37,6 +37,10 @@ double covered_seconds(const SpanStore& spans, TraceTrack track, double begin, d
 // The step's numbers from every span of its window [begin, end] (spans outside are clipped away).
 StepActivity measure_step(const SpanStore& spans, int64_t step, double begin, double end);
 
+// The most host memory measure_step (and covered_seconds) allocate for a store of `spans` spans:
+// one track's pieces, where every span could be on that track (device/trace/tracer.h counts it).
+size_t measure_step_working_bytes(size_t spans);
+
 // "step 3: GPU idle 2.1% of 812.0 ms (0.4% between its first and last kernel); h2d busy 40%, d2h 12%,
 // cpu update 70%"
 std::string describe(const StepActivity& activity);

@@ -19,8 +19,6 @@ constexpr const char* kWhere = "trace";
 constexpr size_t kStampBytes = 256;
 // The file is written through a buffer of this size.
 constexpr size_t kWriteBufferBytes = size_t{1} << 20;
-// What measuring a step takes for each span held: one track's pieces (step_activity.cpp).
-constexpr size_t kMeasureBytesPerSpan = 2 * sizeof(double);
 
 }  // namespace
 
@@ -149,7 +147,7 @@ size_t Tracer::held_bytes_locked(size_t spans, size_t pending) const {
   // which the device keeps for reuse (and end_step holds while it takes them).
   const size_t stamped = std::max(peak_pending_, in_flight);
   const size_t working =
-      std::max(n * kMeasureBytesPerSpan, chrome_trace_working_bytes(n)) + kWriteBufferBytes;
+      std::max(measure_step_working_bytes(n), chrome_trace_working_bytes(n)) + kWriteBufferBytes;
   return store + stamped * (sizeof(PendingSpan) + 2 * kStampBytes) + working;
 }
 
