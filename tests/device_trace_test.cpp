@@ -1,6 +1,7 @@
 // The timeline trace below the engine: the idle and busy numbers over synthetic spans, SimDevice's
 // stamps against the host clock, the recorder's windows (work outside a traced step is not
 // recorded; host spans straddling a window are clipped to it), and the Chrome trace JSON.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -220,7 +221,10 @@ TEST(Tracer, RecordsTheTracedStepOnly) {
   EXPECT_EQ(by_name["copy_to_host"].scope, "");
   EXPECT_EQ(by_name["layer.0 forward"].track, TraceTrack::Host);
   EXPECT_EQ(by_name["synchronize"].track, TraceTrack::Host);
-  // The CPU work covers the whole window, clipped to it.
+  // The CPU work covers the whole window, clipped to it, once: closing after the window added nothing.
+  EXPECT_EQ(
+      std::count_if(spans.begin(), spans.end(), [](const TraceSpan& s) { return s.name == "adamw layer.0"; }),
+      1);
   EXPECT_EQ(by_name["adamw layer.0"].track, TraceTrack::CpuUpdate);
   EXPECT_DOUBLE_EQ(by_name["adamw layer.0"].begin, a.begin);
   EXPECT_DOUBLE_EQ(by_name["adamw layer.0"].end, a.end);

@@ -97,11 +97,11 @@ StepActivity Tracer::end_step() {
     spans_.set_times(p.index, b, e);
   }
 
-  if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
-  AtomicFile file(path_);
-  std::string buffer;
+  // With the window closed no other thread adds spans (a host span still open was cut at the
+  // window's end above, and one closing later overlaps no open window), so the spans are read
+  // outside the lock: a host span closing meanwhile does not wait for the file.
   StepActivity activity;
-  size_t held = 0, step_spans = 0, dropped = 0, needed = 0;
+  size_t step_spans = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     step_spans = spans_.size() - step_first_span_;
@@ -109,25 +109,24 @@ StepActivity Tracer::end_step() {
     const Window& w = windows_[index];
     activity = measure_step(spans_, w.step, w.begin, w.end);
     activities_.push_back(activity);
-    // Written under the lock: a host span that overlapped the window may still close meanwhile.
-    buffer.reserve(kWriteBufferBytes);
-    write_chrome_trace(spans_, activities_, device_.name(), [&](std::string_view text) {
-      if (buffer.size() + text.size() > kWriteBufferBytes) {
-        file.write(buffer);
-        buffer.clear();
-      }
-      if (text.size() > kWriteBufferBytes)
-        file.write(text);
-      else
-        buffer.append(text);
-    });
+    writing_ = true;
+  }
+  try {
+    write_file();
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    writing_ = false;
+    throw;
+  }
+  size_t held = 0, dropped = 0, needed = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    writing_ = false;
     held = held_bytes_locked(0, 0);
     dropped = dropped_ - dropped_reported_;
     needed = held_bytes_locked(dropped, peak_pending_ + dropped);
     dropped_reported_ = dropped_;
   }
-  file.write(buffer);
-  file.commit();
   log_info("{} (trace: {}, {} spans of this step, {} held of the trace's {})", describe(activity),
            path_.string(), step_spans, format_bytes(held), format_bytes(host_bytes_));
   if (dropped > 0)
@@ -137,6 +136,25 @@ StepActivity Tracer::end_step() {
         "about {}: give the trace that much, or trace fewer steps (trace_steps)",
         kWhere, activity.step, dropped, format_bytes(host_bytes_), format_bytes(needed));
   return activity;
+}
+
+void Tracer::write_file() const {
+  if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
+  AtomicFile file(path_);
+  std::string buffer;
+  buffer.reserve(kWriteBufferBytes);
+  write_chrome_trace(spans_, activities_, device_.name(), [&](std::string_view text) {
+    if (buffer.size() + text.size() > kWriteBufferBytes) {
+      file.write(buffer);
+      buffer.clear();
+    }
+    if (text.size() > kWriteBufferBytes)
+      file.write(text);
+    else
+      buffer.append(text);
+  });
+  file.write(buffer);
+  file.commit();
 }
 
 size_t Tracer::held_bytes_locked(size_t spans, size_t pending) const {
@@ -166,6 +184,7 @@ size_t Tracer::hold_device_span(StreamKind stream, const char* name, int64_t byt
   FERRY_ASSERT(on_host_thread(), "device work traced from a thread other than the one issuing the step");
   const std::string_view scope = scopes_.empty() ? std::string_view() : std::string_view(scopes_.back());
   std::lock_guard<std::mutex> lock(mutex_);
+  FERRY_ASSERT(!writing_, "device work traced while the trace is written");
   if (held_bytes_locked(1, 1) > host_bytes_) {
     ++dropped_;
     return kNotHeld;
@@ -207,6 +226,7 @@ void Tracer::emit_clipped(TraceTrack track, const std::string& name, double begi
                           const Window& w) {
   const double b = std::max(begin, w.begin), e = std::min(end, w.end);
   if (e <= b) return;
+  FERRY_ASSERT(!writing_, "a span added to a closed window while its trace is written");
   if (held_bytes_locked(1, 0) > host_bytes_) {
     ++dropped_;
     return;

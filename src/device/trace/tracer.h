@@ -120,6 +120,9 @@ class Tracer {
   static constexpr size_t kNotHeld = std::numeric_limits<size_t>::max();
   size_t hold_device_span(StreamKind stream, const char* name, int64_t bytes, const std::string& detail);
   void stamp_device_span(size_t pending, StampId begin, StampId end);
+  // Rewrites the file with every window so far, through a buffer of its own (end_step, with
+  // writing_ set: the spans are read outside the lock).
+  void write_file() const;
   // Bytes held by the count above, with `spans` more spans in the store and `pending` more
   // device spans in flight. Caller holds mutex_.
   size_t held_bytes_locked(size_t spans, size_t pending) const;
@@ -159,6 +162,7 @@ class Tracer {
   size_t step_first_span_ = 0;
   size_t dropped_ = 0;  // spans dropped for room, this run
   size_t dropped_reported_ = 0;
+  bool writing_ = false;  // end_step reads the spans outside the lock while it writes the file
   SpanStore spans_;
   std::vector<StepActivity> activities_;
   std::unordered_map<uint64_t, OpenSpan> open_;
