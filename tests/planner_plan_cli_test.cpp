@@ -110,6 +110,21 @@ TEST_F(PlanCommandTest, PrintsThePlanItsPredictionAndTheAlternatives) {
     EXPECT_NE(out.find(expected), std::string::npos) << "missing '" << expected << "' in\n" << out;
 }
 
+// Without gpu_memory the plan is for the memory the profile recorded, and says so: a profile
+// measured in a capped run recorded the cap, not the card.
+TEST_F(PlanCommandTest, WithoutGpuMemoryTheBudgetIsTheProfilesAndSaysSo) {
+  int status = -1;
+  const std::string out = plan("gpu_memory=auto", &status);
+  ASSERT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("budgets:   device 953.67 MiB (no gpu_memory: the device memory the profile recorded"),
+            std::string::npos)
+      << out;
+  const std::string capped = plan("", &status);
+  ASSERT_EQ(status, 0) << capped;
+  EXPECT_NE(capped.find("budgets:   device 64.00 MiB (gpu_memory, 5% kept free)"), std::string::npos)
+      << capped;
+}
+
 // A CPU AdamW whose pass over the whole model takes 0.7x the step's layer forwards: with clipping
 // the next forward waits for it (the embedding's update comes first), and `plan` says which setting
 // would not: for this tiny model, whose steps have large fixed parts, four times the tokens.

@@ -97,9 +97,13 @@ void add_plan_command(CLI::App& app) {
     if (!beside->empty())
       target.host_beside_engine = static_cast<size_t>(parse_byte_size(*beside, "--host-beside", kWhere));
     fill_disk_target(target, config, !*nominal && config.profile.empty());
-    // Without gpu_memory: the memory of the device the profile describes.
+    // Without gpu_memory: the memory of the device the profile describes, which for a profile
+    // measured in a run that set gpu_memory is that run's budget, not the card's.
     target.device_budget =
         choice.gpu_memory > 0 ? choice.gpu_memory : static_cast<size_t>(profile.device_memory_bytes);
+    if (choice.gpu_memory == 0)
+      target.device_budget_source =
+          "no gpu_memory: the device memory the profile recorded, its run's gpu_memory where that set one";
     const PlanSelection s =
         select_plan(config, model, layout, target, std::move(profile), std::move(source), *alternatives);
     print_selection(config, model, layout, target, s);

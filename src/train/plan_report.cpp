@@ -255,8 +255,9 @@ void print_selection(const TrainConfig& config, const ModelConfig& model, const 
         "           %s\n",
         static_cast<long long>(target.devices), static_cast<long long>(config.global_batch / target.devices),
         describe_collectives(s.profile, target.devices).c_str());
-  std::printf("budgets:   device %s (gpu_memory, %.0f%% kept free), host %s (%s)\n\n",
-              format_bytes(s.request.device_budget).c_str(), 100.0 * s.request.headroom,
+  std::printf("budgets:   device %s (%s, %.0f%% kept free), host %s (%s)\n\n",
+              format_bytes(s.request.device_budget).c_str(), target.device_budget_source.c_str(),
+              100.0 * s.request.headroom,
               s.request.host_budget > 0 ? format_bytes(s.request.host_budget).c_str() : "unlimited",
               s.request.host_budget > 0 ? s.request.host_budget_source.c_str() : "no host_memory");
 

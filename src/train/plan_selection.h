@@ -31,7 +31,9 @@ struct PlanTarget {
   std::string device;                // "cuda" | "sim"
   DType weight_dtype = DType::BF16;  // what the engine holds on that device (bf16 on CUDA, fp32 on sim)
   size_t device_budget = 0;          // bytes the engine may allocate
-  bool gpu_adamw = false;            // the device runs AdamW (CUDA)
+  // Where device_budget came from, as the plan's report names it.
+  std::string device_budget_source = "gpu_memory";
+  bool gpu_adamw = false;  // the device runs AdamW (CUDA)
   // Host memory this machine can give the run now, its own included (core/host_memory.h); 0:
   // unknown (planning for a machine known by a profile), the default budget then comes from the
   // profile's physical RAM.
