@@ -11,7 +11,7 @@ largest micro-batch that fits the card; clipping at 1.0 when the row clips, PEER
 records both in DIR/speed_rows.jsonl. --report prints the table of every row recorded in the given
 directories (several calls' rows in one table): ferry's steady steps (min-max and median, from the
 third step on), its plan's prediction, the peer, their ratio, and the host and GPU memory's peaks
-against the plan.
+against the plan. Whole-GPU rows run at a fixed gpu_memory by default (--whole-gpu).
 
 Rows: 1b and 3b on the whole GPU (below 100 GB the 3B's peer runs micro-batch 4, the most that fits),
 8b on the whole GPU (needs a card of 100 GB or more),
@@ -120,6 +120,14 @@ def whole_gpu_budget(mib):
     return f"{int(mib * 0.93 / 1024)}GiB"
 
 
+def row_budget(whole, mib, whole_gpu):
+    """A row's gpu_memory: 24GiB for the flagship rows; for whole-GPU rows the fixed budget above, or
+    with whole_gpu "card", auto (ferry's default: the card's memory, 5% kept free)."""
+    if not whole:
+        return "24GiB"
+    return whole_gpu_budget(mib) if whole_gpu == "fixed" else "auto"
+
+
 def read_text(path):
     if not os.path.exists(path):
         return ""
@@ -134,7 +142,7 @@ def run_row(name, args, gpu, logs_root, peer_runs):
     if peer_mb == 0:
         return {"row": name, "gpu": gpu_name, "clip": clip,
                 "skipped": f"needs a card of 100 GB or more ({mib / 1024:.0f} GiB here)"}
-    budget = whole_gpu_budget(mib) if whole else "24GiB"
+    budget = row_budget(whole, mib, args.whole_gpu)
     env = dict(os.environ, PARTS="train", MODELS=f"preset:llama/{preset}", BUDGETS=budget,
                GLOBAL_BATCH=str(GLOBAL_BATCH), MICRO_BATCH=micro_batch, STEPS=str(args.steps), TRACE="0",
                MAX_GRAD_NORM="1.0" if clip else "0", TAG=name, PEERS="none", KEEP_LOGS="1",
@@ -221,6 +229,10 @@ def main():
                         help=f"comma-separated, of {', '.join(ROWS)}")
     parser.add_argument("--steps", type=int, default=6, help="ferry's steps a row (the first two are warm-up)")
     parser.add_argument("--peer", default=".device/peer_baselines.py", help="the peer script")
+    parser.add_argument("--whole-gpu", choices=("fixed", "card"), default="fixed",
+                        help="whole-GPU rows' gpu_memory: fixed (130GiB of an H200, 76GiB of an 80 GB card, as "
+                        "docs/performance.md's rows ran) or card (left to ferry's default, the card's memory: "
+                        "what a config without gpu_memory gets)")
     parser.add_argument("--train-timeout", type=int, default=300)
     parser.add_argument("--peer-timeout", type=int, default=300)
     parser.add_argument("--logs", default="/tmp/ferry-speed-table",

@@ -103,6 +103,13 @@ class ReadsThePeerAndPrintsTheTable(unittest.TestCase):
     def test_a_log_without_the_run_ends_cpu_line_has_none(self):
         self.assertIsNone(speed_table.read_ferry_log("step 1/5 | loss 1.0 | 9000 tok/s | GPU\n")["cpu_adamw"])
 
+    def test_a_rows_budget(self):
+        h200, h100 = 143771, 81559  # MiB, as nvidia-smi gives them
+        self.assertEqual(speed_table.row_budget(False, h200, "card"), "24GiB")
+        self.assertEqual(speed_table.row_budget(True, h200, "fixed"), "130GiB")
+        self.assertEqual(speed_table.row_budget(True, h100, "fixed"), "76GiB")
+        self.assertEqual(speed_table.row_budget(True, h200, "card"), "auto")
+
 
 if __name__ == "__main__":
     if len(sys.argv) < 2:
