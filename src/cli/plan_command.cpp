@@ -102,8 +102,9 @@ void add_plan_command(CLI::App& app) {
     target.device_budget =
         choice.gpu_memory > 0 ? choice.gpu_memory : static_cast<size_t>(profile.device_memory_bytes);
     if (choice.gpu_memory == 0)
-      target.device_budget_source =
-          "no gpu_memory: the device memory the profile recorded, its run's gpu_memory where that set one";
+      target.device_budget_source = *nominal ? "no gpu_memory: the nominal H200's"
+                                             : "no gpu_memory: the device memory the profile recorded, its "
+                                               "run's gpu_memory where that set one";
     const PlanSelection s =
         select_plan(config, model, layout, target, std::move(profile), std::move(source), *alternatives);
     print_selection(config, model, layout, target, s);
