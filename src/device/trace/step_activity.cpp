@@ -19,18 +19,15 @@ double fraction(double part, double whole) {
 }  // namespace
 
 double covered_seconds(const SpanStore& spans, TraceTrack track, double begin, double end) {
-  // Counted first and reserved, so that what this holds is what measure_step_working_bytes says
-  // (a growing vector would hold up to three times its pieces while it moves them).
-  const auto overlaps = [&](const SpanView& s) {
-    return s.track == track && std::min(s.end, end) > std::max(s.begin, begin);
-  };
-  size_t count = 0;
-  for (size_t i = 0; i < spans.size(); ++i) count += overlaps(spans[i]) ? 1 : 0;
+  // Reserved for every span, what measure_step_working_bytes counts (a growing vector would hold
+  // up to three times its pieces while it moves them).
   std::vector<Piece> pieces;
-  pieces.reserve(count);
+  pieces.reserve(spans.size());
   for (size_t i = 0; i < spans.size(); ++i) {
     const SpanView s = spans[i];
-    if (overlaps(s)) pieces.emplace_back(std::max(s.begin, begin), std::min(s.end, end));
+    if (s.track != track) continue;
+    const double b = std::max(s.begin, begin), e = std::min(s.end, end);
+    if (e > b) pieces.emplace_back(b, e);
   }
   std::sort(pieces.begin(), pieces.end());
   double covered = 0.0, reach = begin;
