@@ -15,6 +15,7 @@ namespace ferry {
 namespace {
 
 constexpr size_t kGiB = size_t{1} << 30;
+constexpr size_t kMiB = size_t{1} << 20;
 
 #define REQUIRE_GPU() \
   if (!cuda_available()) GTEST_SKIP() << "no CUDA GPU here"
@@ -33,6 +34,11 @@ TEST(CudaDevice, EnforcesTheMemoryBudgetWithTheNumbers) {
   auto device = make_cuda_device(0, 24 * kGiB);
   std::printf("device: %s\n", device->name().c_str());
   EXPECT_EQ(device->memory().capacity, 24 * kGiB);
+  // The card's free memory, which a device opened without the budget would get (another device of
+  // the same process finds as much free, less what this one's streams hold).
+  const size_t uncapped = make_cuda_device(0, 0)->memory().capacity;
+  EXPECT_GE(device->uncapped_memory(), uncapped);
+  EXPECT_LE(device->uncapped_memory(), uncapped + 256 * kMiB);
   DeviceBuffer a(*device, 20 * kGiB, "layer slots");
   const std::string text = error_text([&] { DeviceBuffer b(*device, 8 * kGiB, "workspace"); });
   EXPECT_NE(

@@ -113,6 +113,8 @@ TEST(SimDevice, ErrorTextUsesReadableUnits) {
 TEST(SimDevice, CountsBytesInUseAndThePeak) {
   auto device = sim(1 << 20);
   EXPECT_EQ(device->memory().capacity, size_t{1} << 20);
+  // A budget is this device's; one opened without it would get the default.
+  EXPECT_EQ(device->uncapped_memory(), SimDeviceOptions{}.memory_capacity);
   {
     DeviceBuffer a(*device, 1000, "a");
     DeviceBuffer b(*device, 3000, "b");

@@ -110,19 +110,32 @@ TEST_F(PlanCommandTest, PrintsThePlanItsPredictionAndTheAlternatives) {
     EXPECT_NE(out.find(expected), std::string::npos) << "missing '" << expected << "' in\n" << out;
 }
 
-// Without gpu_memory the plan is for the memory the profile recorded, and says so: a profile
-// measured in a capped run recorded the cap, not the card.
+// Without gpu_memory the plan is for what a run without it gets on the profiled device, which a
+// profile measured under a budget records beside that budget, and says so; a profile from before
+// that was recorded knows only its run's budget, and the plan says that too.
 TEST_F(PlanCommandTest, WithoutGpuMemoryTheBudgetIsTheProfilesAndSaysSo) {
   int status = -1;
-  const std::string out = plan("gpu_memory=auto", &status);
-  ASSERT_EQ(status, 0) << out;
-  EXPECT_NE(out.find("budgets:   device 953.67 MiB (no gpu_memory: the device memory the profile recorded"),
+  const std::string old = plan("gpu_memory=auto", &status);
+  ASSERT_EQ(status, 0) << old;
+  EXPECT_NE(old.find("budgets:   device 953.67 MiB (no gpu_memory: the device memory the profile recorded, "
+                     "its run's gpu_memory where that set one (a profile from before ferry recorded the "
+                     "card's"),
             std::string::npos)
-      << out;
-  const std::string capped = plan("", &status);
-  ASSERT_EQ(status, 0) << capped;
-  EXPECT_NE(capped.find("budgets:   device 64.00 MiB (gpu_memory, 5% kept free)"), std::string::npos)
-      << capped;
+      << old;
+  MachineProfile capped = load_profile(dir_ / "profile.json");
+  capped.device_uncapped_memory_bytes = 2e9;  // measured in a run of gpu_memory 1e9 on a 2e9 card
+  save_profile(dir_ / "capped.json", capped);
+  EXPECT_EQ(load_profile(dir_ / "capped.json").device_uncapped_memory_bytes, 2e9);
+  const std::string card = plan("gpu_memory=auto profile=" + (dir_ / "capped.json").string(), &status);
+  ASSERT_EQ(status, 0) << card;
+  EXPECT_NE(card.find("budgets:   device 1.86 GiB (no gpu_memory: the profiled device's free memory, what a "
+                      "run without gpu_memory gets there"),
+            std::string::npos)
+      << card;
+  const std::string budget = plan("", &status);
+  ASSERT_EQ(status, 0) << budget;
+  EXPECT_NE(budget.find("budgets:   device 64.00 MiB (gpu_memory, 5% kept free)"), std::string::npos)
+      << budget;
 }
 
 // A CPU AdamW whose pass over the whole model takes 0.7x the step's layer forwards: with clipping

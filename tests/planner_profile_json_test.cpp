@@ -14,7 +14,8 @@ namespace {
 MachineProfile sample_profile() {
   MachineProfile p;
   p.device_name = "cuda:0 NVIDIA H200";
-  p.device_memory_bytes = 150e9;
+  p.device_memory_bytes = 24e9;  // measured in a run of gpu_memory 24GB
+  p.device_uncapped_memory_bytes = 150e9;
   p.shape_key = "llama-h4096-i14336-L32-q32x128-kv8-v128256-s2048-BF16";
   p.kernels = "cuda, cuDNN 91400 attention";
   p.method = 2;
@@ -69,6 +70,8 @@ TEST(ProfileJson, RoundTripsThroughAFile) {
   EXPECT_EQ(back.weight_dtype, DType::BF16);
   EXPECT_EQ(back.seq_len, 2048);
   EXPECT_EQ(back.compute.layer_backward.per_token_s, 9.3e-7);
+  EXPECT_EQ(back.device_memory_bytes, 24e9);
+  EXPECT_EQ(back.device_uncapped_memory_bytes, 150e9);
   EXPECT_EQ(back.compute.layer_backward_kept.fixed_s, 1.1e-4);
   EXPECT_EQ(back.compute.layer_backward_kept.per_token_s, 6.6e-7);
   EXPECT_EQ(back.compute.head_grouped.per_token_s, 1.05e-6);
@@ -82,6 +85,18 @@ TEST(ProfileJson, RoundTripsThroughAFile) {
   EXPECT_EQ(back.host.memory_sharing.cpu_beside_duplex, 0.75);
   EXPECT_EQ(back.host.memory_sharing.duplex_beside_cpu, 0.70);
   EXPECT_EQ(back.host.lean_adamw_params_per_s[static_cast<int>(OptimizerStateFormat::Bf16C8Q8)], 4.5e9);
+}
+
+// Files from before the uncapped device memory was recorded load without it (0), which `ferry
+// plan` then says; a recorded one is a byte count.
+TEST(ProfileJson, AFileWithoutTheUncappedDeviceMemoryLoadsWithoutIt) {
+  nlohmann::json j = profile_to_json(sample_profile());
+  j.erase("device_uncapped_memory_bytes");
+  const MachineProfile p = profile_from_json(j, "h200.json");
+  EXPECT_EQ(p.device_uncapped_memory_bytes, 0.0);
+  EXPECT_EQ(p.device_memory_bytes, 24e9);
+  j["device_uncapped_memory_bytes"] = -1;
+  EXPECT_NE(load_error(j).find("\"device_uncapped_memory_bytes\""), std::string::npos) << load_error(j);
 }
 
 // Files from before method 8 did not time the head's weight gradient over several logits chunks:

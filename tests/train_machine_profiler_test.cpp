@@ -102,6 +102,8 @@ TEST(MachineProfiler, SimProfileIsCompleteAndPlausible) {
   EXPECT_EQ(p.shape_key, model_shape_key(config, kSeq, DType::F32));
   EXPECT_EQ(p.seq_len, kSeq);
   EXPECT_EQ(p.device_memory_bytes, static_cast<double>(rig.device->memory().capacity));
+  // What a run without gpu_memory would get, whatever this one's budget (the sim's default).
+  EXPECT_EQ(p.device_uncapped_memory_bytes, static_cast<double>(SimDeviceOptions{}.memory_capacity));
   expect_usable(p.compute.layer_forward, "layer_forward");
   expect_usable(p.compute.layer_backward, "layer_backward");
   expect_usable(p.compute.layer_backward_kept, "layer_backward_kept");

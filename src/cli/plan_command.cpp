@@ -97,14 +97,21 @@ void add_plan_command(CLI::App& app) {
     if (!beside->empty())
       target.host_beside_engine = static_cast<size_t>(parse_byte_size(*beside, "--host-beside", kWhere));
     fill_disk_target(target, config, !*nominal && config.profile.empty());
-    // Without gpu_memory: the memory of the device the profile describes, which for a profile
-    // measured in a run that set gpu_memory is that run's budget, not the card's.
-    target.device_budget =
-        choice.gpu_memory > 0 ? choice.gpu_memory : static_cast<size_t>(profile.device_memory_bytes);
-    if (choice.gpu_memory == 0)
-      target.device_budget_source = *nominal ? "no gpu_memory: the nominal H200's"
-                                             : "no gpu_memory: the device memory the profile recorded, its "
-                                               "run's gpu_memory where that set one";
+    // Without gpu_memory: what a run without it gets on the device the profile describes (its free
+    // memory), recorded even where the profile was measured in a run with a budget; a profile from
+    // before that was recorded knows only its run's budget.
+    target.device_budget = choice.gpu_memory;
+    if (choice.gpu_memory == 0) {
+      const bool uncapped = !*nominal && profile.device_uncapped_memory_bytes > 0;
+      target.device_budget =
+          static_cast<size_t>(uncapped ? profile.device_uncapped_memory_bytes : profile.device_memory_bytes);
+      target.device_budget_source =
+          *nominal ? "no gpu_memory: the nominal H200's"
+          : uncapped
+              ? "no gpu_memory: the profiled device's free memory, what a run without gpu_memory gets there"
+              : "no gpu_memory: the device memory the profile recorded, its run's gpu_memory where that "
+                "set one (a profile from before ferry recorded the card's; measure it again for that)";
+    }
     const PlanSelection s =
         select_plan(config, model, layout, target, std::move(profile), std::move(source), *alternatives);
     print_selection(config, model, layout, target, s);

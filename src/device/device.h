@@ -61,6 +61,11 @@ class Device {
   virtual void* allocate(size_t bytes, const char* what) = 0;
   virtual void release(void* pointer) = 0;
   virtual MemoryStats memory() const = 0;
+  // The capacity a device opened here without a budget (`gpu_memory` unset) gets: the card's free
+  // memory when this one was opened (CUDA), the default capacity (simulated). What a profile
+  // measured under a budget records beside it, so that a plan without one can still be made for the
+  // whole card (`ferry plan profile=FILE`).
+  virtual size_t uncapped_memory() const = 0;
 
   // Page-locked host memory for asynchronous copies (allocated once, at exact size).
   virtual void* allocate_pinned(size_t bytes, const char* what) = 0;

@@ -45,6 +45,7 @@ class SimDevice final : public Device {
   void* allocate(size_t bytes, const char* what) override;
   void release(void* pointer) override;
   MemoryStats memory() const override { return memory_.stats(); }
+  size_t uncapped_memory() const override { return SimDeviceOptions{}.memory_capacity; }
 
   void* allocate_pinned(size_t bytes, const char* what) override;
   void release_pinned(void* pointer) override;

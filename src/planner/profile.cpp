@@ -146,6 +146,7 @@ nlohmann::json profile_to_json(const MachineProfile& p) {
     const double rate = p.host.lean_adamw_params_per_s[static_cast<int>(f)];
     if (rate > 0) j["host"]["lean_adamw_params_per_s"][state_format_name(f)] = rate;
   }
+  if (p.device_uncapped_memory_bytes > 0) j["device_uncapped_memory_bytes"] = p.device_uncapped_memory_bytes;
   if (p.collective.bus_bytes_per_s > 0)
     j["collective"] = {{"bus_bytes_per_s", p.collective.bus_bytes_per_s},
                        {"latency_s", p.collective.latency_s},
@@ -173,6 +174,8 @@ MachineProfile profile_from_json(const nlohmann::json& j, const std::string& sou
   MachineProfile p;
   p.device_name = r.string(j, "device_name");
   p.device_memory_bytes = r.bytes(j, "device_memory_bytes");
+  if (j.contains("device_uncapped_memory_bytes"))
+    p.device_uncapped_memory_bytes = r.bytes(j, "device_uncapped_memory_bytes");
   p.shape_key = r.string(j, "shape_key");
   if (j.contains("kernels")) p.kernels = r.string(j, "kernels");
   if (j.contains("method")) p.method = static_cast<int>(r.whole(j, "method", 0, kMaxInt));

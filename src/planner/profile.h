@@ -117,7 +117,13 @@ struct MachineProfile {
   // still loads, without it).
   static constexpr int kVersion = 3;
   std::string device_name;  // "NVIDIA H200", "sim"
+  // The device memory the measuring run had: its `gpu_memory` budget where it set one. A cached
+  // profile takes the loading run's (profile_cache.h).
   double device_memory_bytes = 0.0;
+  // What a run without `gpu_memory` gets on the measured machine (Device::uncapped_memory): the
+  // whole card's free memory even when the measuring run had a budget. 0: not recorded (files from
+  // before it was).
+  double device_uncapped_memory_bytes = 0.0;
   std::string shape_key;  // model_shape_key() of the shape the compute times were measured for
   std::string kernels;    // Ops::kernels() of the measurement ("" in files from before it was recorded)
   // How the measurement was taken (profiler/machine_profiler.h's kProfilerMethod; 0 in files from

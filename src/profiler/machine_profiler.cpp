@@ -33,6 +33,7 @@ MachineProfile measure_profile(Device& device, Ops& ops, const ModelConfig& conf
   p.kernels = ops.kernels();
   p.method = kProfilerMethod;
   p.device_memory_bytes = static_cast<double>(device.memory().capacity);
+  p.device_uncapped_memory_bytes = static_cast<double>(device.uncapped_memory());
   p.seq_len = seq_len;
   p.weight_dtype = engine_weight_dtype(device);
   p.shape_key = model_shape_key(config, seq_len, p.weight_dtype);

@@ -40,8 +40,13 @@ void print_profile(const MachineProfile& p, const ModelConfig& model) {
                              2.0 * static_cast<double>(p.seq_len * model.q_dim());
   const double head_flops = 6.0 * static_cast<double>(model.vocab_size * model.hidden_size);
   const int64_t T = p.seq_len;
-  std::printf("machine profile: %s, %s of device memory\n", p.device_name.c_str(),
+  std::printf("machine profile: %s, %s of device memory", p.device_name.c_str(),
               format_bytes(static_cast<size_t>(p.device_memory_bytes)).c_str());
+  // Measured under a gpu_memory budget: what the device has without one, too.
+  if (p.device_uncapped_memory_bytes > 0 && p.device_uncapped_memory_bytes != p.device_memory_bytes)
+    std::printf(" (its budget; %s without one)",
+                format_bytes(static_cast<size_t>(p.device_uncapped_memory_bytes)).c_str());
+  std::printf("\n");
   std::printf("model shape:     %s\n", p.shape_key.c_str());
   std::printf("measured by:     %s, method %d\n\n",
               p.kernels.empty() ? "(kernels not recorded)" : p.kernels.c_str(), p.method);

@@ -55,6 +55,7 @@ std::optional<MachineProfile> read_cached(const std::filesystem::path& path, con
   }
   // The memory budget is a setting of this run (gpu_memory), not a measurement: the current one holds.
   p.device_memory_bytes = static_cast<double>(device.memory().capacity);
+  p.device_uncapped_memory_bytes = static_cast<double>(device.uncapped_memory());
   return p;
 }
 

@@ -89,8 +89,10 @@ void CUDART_CB run_host_task(void* data) {
 
 class CudaDevice final : public Device {
  public:
-  CudaDevice(int index, size_t capacity)
+  // `free_bytes`: the card's free memory as the device is opened (what a device without a budget gets).
+  CudaDevice(int index, size_t capacity, size_t free_bytes)
       : index_(index),
+        free_when_opened_(free_bytes),
         where_(fmt::format("cuda device {}", index)),
         memory_(where_, "GPU memory", capacity),
         pinned_(where_, "pinned memory", pinned_limit()) {
@@ -161,6 +163,7 @@ class CudaDevice final : public Device {
   }
 
   MemoryStats memory() const override { return memory_.stats(); }
+  size_t uncapped_memory() const override { return free_when_opened_; }
 
   void* allocate_pinned(size_t bytes, const char* what) override {
     if (bytes == 0) return nullptr;
@@ -459,6 +462,7 @@ class CudaDevice final : public Device {
   }
 
   const int index_;
+  const size_t free_when_opened_;
   const std::string where_;
   std::string name_;
   MemoryLedger memory_;
@@ -517,7 +521,7 @@ std::unique_ptr<Device> make_cuda_device(int index, size_t memory_capacity) {
         "[cuda device {}] the memory budget {} exceeds the {} free on the card; allocations past that fail",
         index, format_bytes(memory_capacity), format_bytes(free_bytes));
   }
-  return std::make_unique<CudaDevice>(index, memory_capacity);
+  return std::make_unique<CudaDevice>(index, memory_capacity, free_bytes);
 }
 
 }  // namespace ferry

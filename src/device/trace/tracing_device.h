@@ -20,6 +20,7 @@ class TracingDevice final : public Device {
   void* allocate(size_t bytes, const char* what) override { return inner_.allocate(bytes, what); }
   void release(void* pointer) override { inner_.release(pointer); }
   MemoryStats memory() const override { return inner_.memory(); }
+  size_t uncapped_memory() const override { return inner_.uncapped_memory(); }
   void* allocate_pinned(size_t bytes, const char* what) override {
     return inner_.allocate_pinned(bytes, what);
   }
