@@ -107,6 +107,14 @@ inline Plan converting_on_upload(Plan p) {
   return p;
 }
 
+// The plan with these layers' AdamW on the device over their state streamed from the host
+// (ResidentWithStreamedOptimizer), in pieces of `piece` parameters.
+inline Plan streaming_optimizer(Plan p, const ModelLayout& layout, std::vector<int64_t> layers, int64_t piece) {
+  for (int64_t l : layers) p.units[layout.layer_unit(l)] = UnitPlacement::ResidentWithStreamedOptimizer;
+  p.streamed_state_piece = piece;
+  return p;
+}
+
 // The plan running each step in `sweeps` sweeps of its micro-chunks (Plan::sweeps).
 inline Plan in_sweeps(Plan p, int64_t sweeps) {
   p.sweeps = sweeps;

@@ -558,6 +558,8 @@ TEST_F(SlidingEngineTest, EvaluationBetweenStepsGivesThePlainLossAndChangesNoSte
                                                   UpdateSchedule::AfterBackward, {2, 3}),
                                         {0, 3}),
                       2),
+      test::streaming_optimizer(make_plan(layout_, 4, 2, {0, 5}, {}, UpdateSchedule::AfterBackward, {4}),
+                                layout_, {0, 1}, 1000),
   };
   for (size_t k = 0; k < plans.size(); ++k) {
     SCOPED_TRACE("plan " + std::to_string(k) + ": " + plans[k].describe());
@@ -717,6 +719,43 @@ TEST_F(SlidingEngineTest, SomeUnitsWithTheirOptimizerOnTheDeviceWithoutClipping)
                                make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, {4, 5})));
 }
 
+// Layers placed ResidentWithStreamedOptimizer are updated on the device over their master, m and v
+// in the host's pinned arrays, a piece at a time through the ring (pieces that cut parameters in
+// two, more pieces than slots): the plain trainer's step beside host-updated, device-updated and
+// streamed units, in sweeps or not, with clipping or without.
+TEST_F(SlidingEngineTest, LayersWithTheirOptimizerStateStreamedThroughTheDevice) {
+  using test::in_sweeps;
+  using test::streaming_optimizer;
+  const std::vector<size_t> everything = all_units(layout_);
+  const std::vector<Plan> clipped = {
+      streaming_optimizer(make_plan(layout_, 4, 2, {0, 3, 4, 5}, {0, 2}, UpdateSchedule::AfterBackward, {2}),
+                          layout_, {0, 3}, 1000),
+      in_sweeps(streaming_optimizer(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward,
+                                              {1, 5}),
+                                    layout_, {1, 2, 3}, 777),
+                3),
+      streaming_optimizer(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward), layout_,
+                          {0, 1, 2, 3}, 0),  // one piece a layer
+  };
+  for (const Plan& plan : clipped) {
+    SCOPED_TRACE(plan.describe());
+    expect_identical(reference_, sliding_run(config_, 9, rows_, 0.5, plan));
+  }
+  const RunResult plain = plain_run(config_, 9, rows_, 0.0);
+  for (int64_t sweeps : {1, 2}) {
+    const Plan plan = in_sweeps(streaming_optimizer(make_plan(layout_, 4, 2, everything, {},
+                                                              UpdateSchedule::DuringBackward, {1}),
+                                                    layout_, {2, 3}, 1000),
+                                sweeps);
+    SCOPED_TRACE(plan.describe());
+    expect_identical(plain, sliding_run(config_, 9, rows_, 0.0, plan));
+  }
+  // The embedding and the head are not decoder layers: refused.
+  Plan embedding = make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward);
+  embedding.units[layout_.embedding_unit()] = UnitPlacement::ResidentWithStreamedOptimizer;
+  EXPECT_THROW(sliding_run(config_, 9, rows_, 0.5, embedding), Error);
+}
+
 // Plan::optimizer_on_gpu(): the norm and the clip coefficient are computed on the device too.
 TEST_F(SlidingEngineTest, EverythingOnTheDevice) {
   Plan all = make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, all_units(layout_));
@@ -737,6 +776,8 @@ TEST_F(SlidingEngineTest, CheckpointStateAndResumeWithDeviceUnits) {
       make_plan(layout_, 4, 2, {2}, {0}, UpdateSchedule::AfterBackward, {1, 4}),
       make_plan(layout_, 4, 2, {2}, {0}, UpdateSchedule::AfterBackward, all_units(layout_)),
       converting_on_upload(make_plan(layout_, 4, 2, {2}, {0}, UpdateSchedule::AfterBackward, {4})),
+      test::streaming_optimizer(make_plan(layout_, 4, 2, {2, 5}, {0}, UpdateSchedule::AfterBackward, {4}),
+                                layout_, {0, 1}, 1000),
   };
   for (const Plan& plan : plans) {
     SCOPED_TRACE(::testing::Message() << plan.describe());
@@ -791,6 +832,13 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
               make_plan(layout_, 4, 2, all_units(layout_), {}, UpdateSchedule::AfterBackward, {2}), {1, 3}),
           3),
       test::in_sweeps(make_plan(layout_, 4, 2, {}, {}, UpdateSchedule::AfterBackward, all_units(layout_)), 2),
+      // The streamed optimizer's ring on the device, its units' state pinned.
+      test::in_sweeps(test::streaming_optimizer(make_plan(layout_, 4, 2, all_units(layout_), {},
+                                                          UpdateSchedule::AfterBackward, {1}),
+                                                layout_, {1, 3}, 1000),
+                      3),
+      test::streaming_optimizer(make_plan(layout_, 4, 2, {5}, {1}, UpdateSchedule::DuringBackward), layout_,
+                                {2}, 0),
   };
   Plan two_staging =
       keeping_every(make_plan(layout_, 4, 2, {}, {0, 1, 2, 3}, UpdateSchedule::AfterBackward), 2);
@@ -818,7 +866,10 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
       // Converting on upload, a host-updated unit's masters are pinned (counted above).
       const bool pinned_masters =
           plans[k].weight_upload == WeightUpload::ConvertOnUpload && engine.host().on_host(u);
-      pageable += (pinned_masters ? 2 : 3) * HostArray::mapped_bytes(engine.host().unit(u).master.size());
+      // A streamed optimizer's master, m and v are all pinned.
+      const bool all_pinned = plans[k].units[u] == UnitPlacement::ResidentWithStreamedOptimizer;
+      pageable += (all_pinned ? 0 : pinned_masters ? 2 : 3) *
+                  HostArray::mapped_bytes(engine.host().unit(u).master.size());
     }
     EXPECT_EQ(pageable, h.pageable);
   }

@@ -22,6 +22,17 @@
 //
 // The host's copies of master, m and v (UnitUpdater) are what checkpoints read and loads write:
 // upload_state() after a load, download_state() before a checkpoint.
+//
+// Units placed ResidentWithStreamedOptimizer keep no state here: their master, m and v stay in the
+// UnitUpdater's pinned arrays, and each update streams them through a ring of kStreamedStateSlots
+// device slots in pieces of kStreamedStatePiece parameters (planner/memory_model.h), on the bulk
+// copy streams: a piece goes up on the bulk h2d stream once its slot's previous piece has gone
+// down, the GPU AdamW updates it there (writing the piece's new weights into the resident ones),
+// and it goes down on the bulk d2h stream. The main copy streams stay free for the host units'
+// uploads, and the copy engine of each direction alternates between them. Units are streamed in
+// unit order, after the clip coefficient (or, without clipping, after their own backward); the
+// compute stream waits for a unit's last piece before the next forward reads its weights
+// (streamed_update_done). Their gradients stay in the plan's gradient dtype, as a host unit's.
 #pragma once
 
 #include <memory>
@@ -77,9 +88,18 @@ class DeviceOptimizer {
   // The norm update_all computed with every unit on the device; valid once the d2h stream has
   // passed the readback.
   double read_norm() const;
+  // The event after which the last update issued for streamed-state unit u has written its weights
+  // (bulk h2d stream); -1 when none was issued, or u is no such unit.
+  EventId streamed_update_done(size_t u) const { return streamed_done_[u]; }
 
  private:
   void update(size_t u, int64_t step, const AdamWHyper& hyper, const float* grad_scale);
+  // A streamed-state unit's update, piece by piece through the ring (see the top), after what the
+  // bulk h2d stream was told to wait for.
+  void stream_update(size_t u, int64_t step, const AdamWHyper& hyper, const float* grad_scale);
+  // Streamed-state unit u's weights from its host masters, through the ring. Blocks.
+  void upload_streamed_weights(size_t u);
+  DType grad_dtype(size_t u) const;
   // Moves n floats between a host array and device memory through the pinned staging buffer.
   void copy_in(void* device_dst, const float* host_src, size_t n);
   void copy_out(float* host_dst, const void* device_src, size_t n);
@@ -101,6 +121,14 @@ class DeviceOptimizer {
   PinnedBuffer scalars_host_;   // [0, 8): norm readback
   PinnedBuffer staging_;        // state transfers, in pieces
   bool host_behind_ = false;    // an update since the last download or upload
+  // ResidentWithStreamedOptimizer units, in unit order; their ring and its kernels' stream.
+  std::vector<size_t> streamed_;
+  std::unique_ptr<DeviceAdamW> streamed_adamw_;  // on the bulk h2d stream
+  size_t piece_ = 0;                             // parameters of a slot's piece
+  std::vector<DeviceBuffer> ring_;               // per slot: master, m, v of a piece, one after the other
+  std::vector<EventId> slot_free_;               // per slot: its last piece went down (bulk d2h)
+  size_t next_slot_ = 0;
+  std::vector<EventId> streamed_done_;  // per unit: streamed_update_done
 };
 
 }  // namespace ferry

@@ -25,12 +25,12 @@ UnitRoles::UnitRoles(const ModelLayout& layout, const Plan& plan) {
   device_updated.assign(units, false);
   for (size_t u = 0; u < units; ++u) {
     resident[u] = plan.units[u] != UnitPlacement::Streamed;
-    device_updated[u] = plan.units[u] == UnitPlacement::ResidentWithOptimizer;
+    device_updated[u] = updated_on_device(plan.units[u]);
   }
 }
 
 DType UnitRoles::grad_dtype(size_t unit, const Plan& plan) const {
-  return device_updated[unit] ? DType::F32 : plan.grad_dtype;
+  return plan.units[unit] == UnitPlacement::ResidentWithOptimizer ? DType::F32 : plan.grad_dtype;
 }
 
 bool UnitRoles::any_device_updated() const {

@@ -20,9 +20,10 @@ namespace ferry {
 // What the plan says of each unit, looked up by every part of the engine.
 struct UnitRoles {
   std::vector<bool> resident;        // per unit: not Streamed
-  std::vector<bool> device_updated;  // per unit: ResidentWithOptimizer
+  std::vector<bool> device_updated;  // per unit: updated_on_device (its state there or streamed)
   UnitRoles(const ModelLayout& layout, const Plan& plan);
-  // ResidentWithOptimizer units accumulate fp32 gradients; the others the plan's grad dtype.
+  // ResidentWithOptimizer units accumulate fp32 gradients; the others (streamed-optimizer units
+  // too) the plan's grad dtype.
   DType grad_dtype(size_t unit, const Plan& plan) const;
   bool any_device_updated() const;
 };

@@ -31,6 +31,13 @@ const Plan& checked_plan(const Plan& plan, const ModelConfig& config, const Mode
       !(keeps_any_internals(plan) && recomputes_boundaries(plan)), "engine",
       "the plan keeps some layers' internals and recomputes some boundaries (keep_every > 1): a "
       "plan does one or the other; keep every boundary (keep_every: 1) or no internals (recompute: all)");
+  // The streamed optimizer's pieces are a decoder layer's (the head and the embedding have a
+  // gradient layout of their own: the row-sparse update, a tied head's gradient).
+  for (size_t u = 0; u < layout.units.size(); ++u)
+    FERRY_CHECK(plan.units[u] != UnitPlacement::ResidentWithStreamedOptimizer ||
+                    layout.units[u].kind == UnitKind::Layer,
+                "engine", "the plan streams the optimizer state of {} through the device: only decoder layers'",
+                layout.units[u].name);
   const std::string sweeps = sweeps_refusal(plan);
   FERRY_CHECK(sweeps.empty(), "engine", "the plan runs {} sweeps, but {}", plan.sweeps, sweeps);
   return plan;
@@ -342,8 +349,10 @@ void SlidingEngine::begin_step(const StepBatch& batch, GroupStep group, const Ad
   counted_tokens_ = group.counted_tokens;
   if (owns_host()) updater_->begin_step(step_, hyper, max_grad_norm, std::move(group.rows));
   step_row_ids_ = buffers_.tokens.as<int32_t>() + 4 * stride;
+  // A streamed-state unit's gradient is read by its last update until the compute stream waits
+  // for it before the unit's first use: zeroed there (ensure_resident).
   for (size_t u = 0; u < roles_.resident.size(); ++u)
-    if (roles_.resident[u])
+    if (roles_.resident[u] && plan_.units[u] != UnitPlacement::ResidentWithStreamedOptimizer)
       device_.fill_zero(buffers_.resident_grads[u].data(),
                         static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
                         StreamKind::Compute);
@@ -429,7 +438,18 @@ TokenChunk SlidingEngine::chunk(int64_t c) const {
 }
 
 void SlidingEngine::ensure_resident(size_t u) {
-  if (!roles_.resident[u] || events_.resident_uploaded[u] || roles_.device_updated[u]) return;
+  if (!roles_.resident[u] || events_.resident_uploaded[u]) return;
+  if (roles_.device_updated[u]) {
+    // Its weights are written on the device by its update; a streamed-state one's on a copy stream.
+    const EventId updated = device_optimizer_->streamed_update_done(u);
+    if (updated >= 0) device_.wait(StreamKind::Compute, updated);
+    if (plan_.units[u] == UnitPlacement::ResidentWithStreamedOptimizer && !evaluating_)
+      device_.fill_zero(buffers_.resident_grads[u].data(),
+                        static_cast<size_t>(layout_.units[u].numel) * dtype_size(unit_grad_dtype(u)),
+                        StreamKind::Compute);
+    events_.resident_uploaded[u] = true;
+    return;
+  }
   // Overwrite the weights once the previous step's last reader is done, not after everything
   // issued so far: the upload then overlaps the compute of the units before this one.
   if (last_read_[u] >= 0) device_.wait(StreamKind::HostToDevice, last_read_[u]);

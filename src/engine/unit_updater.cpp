@@ -52,7 +52,7 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
                 "RAM at every upload); set weight_upload: auto");
     for (size_t u = 0; u < layout_.units.size(); ++u)
       FERRY_CHECK(!plan_.state_on_disk[u] || (layout_.units[u].kind == UnitKind::Layer &&
-                                              plan_.units[u] != UnitPlacement::ResidentWithOptimizer),
+                                              !updated_on_device(plan_.units[u])),
                   "engine", "the disk tier holds the state of host-updated decoder layers only, not of {}",
                   layout_.units[u].name);
     disk_ = std::make_unique<DiskStateTier>(layout_, plan_);
@@ -70,7 +70,7 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
       }
     } else {
       FERRY_CHECK(
-          plan_.units[u] != UnitPlacement::ResidentWithOptimizer && !converts_on_upload(), "engine",
+          !updated_on_device(plan_.units[u]) && !converts_on_upload(), "engine",
           "optimizer_state: {} keeps every unit's state on the host with a bf16 upload copy; the plan "
           "places {} otherwise: plan it with this optimizer_state",
           state_format_name(format()), unit.name);
@@ -89,7 +89,7 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
       advised += a->huge_pages();
       bytes += a->size() * sizeof(float);
     }
-    on_host_.push_back(plan_.units[u] != UnitPlacement::ResidentWithOptimizer);
+    on_host_.push_back(!updated_on_device(plan_.units[u]));
     if (on_host_.back() && !converts_on_upload())
       s.staging = PinnedBuffer(device_, n * dtype_size(plan_.weight_dtype), "weight and gradient staging");
     // Uploaded as they are: the whole mapping, so the memory model counts what it counts for the
@@ -99,6 +99,15 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
       s.master.commit(ThreadPool::global());
       s.pinned_master =
           PinnedRegistration(device_, s.master.data(), HostArray::mapped_bytes(n), "fp32 masters (uploaded)");
+    }
+    // Its state crosses to the device and back every step (DeviceOptimizer): all three arrays
+    // pinned, committed first as the masters above.
+    if (plan_.units[u] == UnitPlacement::ResidentWithStreamedOptimizer && n > 0) {
+      for (HostArray* a : {&s.master, &s.m, &s.v}) a->commit(ThreadPool::global());
+      s.pinned_master = PinnedRegistration(device_, s.master.data(), HostArray::mapped_bytes(n),
+                                           "fp32 masters (streamed through the device)");
+      s.pinned_m = PinnedRegistration(device_, s.m.data(), HostArray::mapped_bytes(n), "AdamW m (streamed)");
+      s.pinned_v = PinnedRegistration(device_, s.v.data(), HostArray::mapped_bytes(n), "AdamW v (streamed)");
     }
     units_.push_back(std::move(s));
     std::vector<AdamWSegment> segments;

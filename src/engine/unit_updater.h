@@ -30,7 +30,9 @@
 // gradient landed, and that gradient was computed after the last upload of the step read it.
 //
 // Units placed ResidentWithOptimizer are updated on the device (DeviceOptimizer); here they keep
-// only the fp32 master, m and v that checkpoints read and loads write, and, when host-updated
+// only the fp32 master, m and v that checkpoints read and loads write. Those placed
+// ResidentWithStreamedOptimizer are updated on the device too, from and into their master, m and v
+// here (pinned: the device copies them in pieces every step). For both, when host-updated
 // units share the step, their norm partials arrive (computed on the device) through
 // partials_landed() so that the global norm covers every unit.
 //
@@ -94,8 +96,8 @@ struct HostUnitState {
   // update, the gradient (plan's grad dtype, same size). None for a unit updated on the device.
   PinnedBuffer staging;
   // ConvertOnUpload: the registration of its masters as pinned memory (released before the
-  // masters are unmapped).
-  PinnedRegistration pinned_master;
+  // masters are unmapped); ResidentWithStreamedOptimizer: of its masters, m and v.
+  PinnedRegistration pinned_master, pinned_m, pinned_v;
 
   // The unit's optimizer state as its arrays, in state_arrays(format) order: fp32's master, m, v,
   // or a lean format's; each a contiguous mapping whose size depends on the format and numel only.
@@ -126,7 +128,7 @@ class UnitUpdater {
   const std::vector<AdamWSegment>& segments(size_t u) const { return segments_[u]; }
   size_t unit_count() const { return units_.size(); }
 
-  // Whether unit u is updated here (not ResidentWithOptimizer).
+  // Whether unit u is updated here (not updated_on_device).
   bool on_host(size_t u) const { return on_host_[u]; }
   // Whether unit u's state is in the disk tier (its HostUnitState arrays are empty).
   bool on_disk(size_t u) const { return disk_ && disk_->holds(u); }

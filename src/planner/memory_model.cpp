@@ -98,7 +98,7 @@ bool row_gradients_share_an_offloaded_boundary(const Plan& plan) {
 size_t host_unit_norm_partials(const ModelLayout& layout, const Plan& plan) {
   size_t count = 0;
   for (size_t u = 0; u < layout.units.size(); ++u)
-    if (plan.units[u] != UnitPlacement::ResidentWithOptimizer) count += grad_norm_partials(layout.units[u]);
+    if (!updated_on_device(plan.units[u])) count += grad_norm_partials(layout.units[u]);
   return count;
 }
 
@@ -110,7 +110,7 @@ GradientLanding gradient_landing(const ModelLayout& layout, const Plan& plan) {
   if (plan.weight_upload != WeightUpload::ConvertOnUpload) return g;
   const bool sparse = row_sparse_embedding(layout, plan);
   auto lands_whole = [&](size_t u) {
-    return plan.units[u] != UnitPlacement::ResidentWithOptimizer && !(sparse && u == layout.embedding_unit());
+    return !updated_on_device(plan.units[u]) && !(sparse && u == layout.embedding_unit());
   };
   if (plan.update == UpdateSchedule::DuringBackward) {
     for (size_t u = 0; u < units; ++u)
@@ -135,20 +135,30 @@ size_t conversion_staging_elements(const ModelLayout& layout, const Plan& plan) 
   if (plan.weight_upload != WeightUpload::ConvertOnUpload) return 0;
   size_t largest = 0;
   for (size_t u = 0; u < layout.units.size(); ++u)
-    if (plan.units[u] != UnitPlacement::ResidentWithOptimizer)
-      largest = std::max(largest, static_cast<size_t>(layout.units[u].numel));
+    if (!updated_on_device(plan.units[u])) largest = std::max(largest, static_cast<size_t>(layout.units[u].numel));
   return std::min(largest, kConversionStagingElements);
+}
+
+size_t GpuOptimizerBytes::streamed_ring_bytes() const {
+  return kStreamedStateSlots * 3 * round_to_256(streamed_piece * sizeof(float));
 }
 
 GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& plan) {
   GpuOptimizerBytes g;
-  size_t largest = 0;
+  size_t largest = 0, largest_streamed = 0;
   for (size_t u = 0; u < layout.units.size(); ++u) {
-    if (plan.units[u] != UnitPlacement::ResidentWithOptimizer) continue;
+    if (!updated_on_device(plan.units[u])) continue;
     g.partials += grad_norm_partials(layout.units[u]);
-    largest = std::max(largest, static_cast<size_t>(layout.units[u].numel));
+    const size_t n = static_cast<size_t>(layout.units[u].numel);
+    if (plan.units[u] == UnitPlacement::ResidentWithOptimizer)
+      largest = std::max(largest, n);
+    else
+      largest_streamed = std::max(largest_streamed, n);
   }
   g.staging_elements = std::min(largest, kStateStagingElements);
+  const size_t piece =
+      plan.streamed_state_piece > 0 ? static_cast<size_t>(plan.streamed_state_piece) : kStreamedStatePiece;
+  g.streamed_piece = std::min(largest_streamed, piece);
   return g;
 }
 
@@ -176,6 +186,7 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
         largest_streamed = std::max(largest_streamed, n);
         break;
       case UnitPlacement::ResidentParams:
+      case UnitPlacement::ResidentWithStreamedOptimizer:  // the state's ring below
         b.resident += round_to_256(n * wd) + round_to_256(n * gd);
         break;
       case UnitPlacement::ResidentWithOptimizer:  // weights, fp32 gradients, fp32 master, m, v
@@ -214,8 +225,8 @@ DeviceBytes device_bytes(const ModelConfig& config, const ModelLayout& layout, c
   b.other = round_to_256(kStepTokenArrays * static_cast<size_t>(chunks * chunk_tokens) * sizeof(int32_t)) +
             round_to_256(static_cast<size_t>(config.head_dim) * 2) + 256;
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
-  if (g.staging_elements > 0)
-    b.other += round_to_256(g.partials * sizeof(double)) + 256;  // partials; norm, clip
+  if (g.partials > 0) b.other += round_to_256(g.partials * sizeof(double)) + 256;  // partials; norm, clip
+  b.other += g.streamed_ring_bytes();
   const size_t conversion = conversion_staging_elements(layout, plan);
   if (conversion > 0) b.other += round_to_256(conversion * sizeof(float));  // ConvertOnUpload's fp32 pieces
   const size_t host_partials = host_unit_norm_partials(layout, plan);
@@ -254,6 +265,12 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
     // into one buffer that a lean format encodes or the disk tier writes (train/step_executor.cpp).
     if (on_disk || !is_exact(plan.optimizer_state))
       h.loaded_weights = std::max(h.loaded_weights, n * sizeof(float));
+    if (plan.units[u] == UnitPlacement::ResidentWithStreamedOptimizer) {
+      // fp32 master, m and v registered as pinned (the GPU reads and writes them), committed before
+      // they are: none of them waits for the state commit.
+      h.pinned += 3 * HostArray::mapped_bytes(n);
+      continue;
+    }
     const bool on_host = plan.units[u] != UnitPlacement::ResidentWithOptimizer;
     if (on_host && plan.weight_upload == WeightUpload::ConvertOnUpload) {
       // The fp32 masters' mappings registered as pinned (uploaded as they are), m and v pageable;
@@ -305,7 +322,7 @@ HostBytes host_bytes(const ModelConfig& config, const ModelLayout& layout, const
                 gd;
   h.pinned += host_unit_norm_partials(layout, plan) * sizeof(double) * devices;  // their readback
   const GpuOptimizerBytes g = gpu_optimizer_bytes(layout, plan);
-  if (g.staging_elements > 0) {
+  if (g.partials > 0) {
     h.pinned += g.staging_elements * sizeof(float) + 256;                   // state transfers; clip and norm
     if (!plan.optimizer_on_gpu()) h.pinned += g.partials * sizeof(double);  // norm partials for the host
   }

@@ -71,9 +71,18 @@ struct HostBytes {
 // pinned buffer checkpoints and loads move master, m and v through, at most
 // kStateStagingElements floats (16 MiB) at a time.
 constexpr size_t kStateStagingElements = size_t{4} << 20;
+// ResidentWithStreamedOptimizer units' master, m and v pass through a ring of
+// kStreamedStateSlots device slots, each holding those three arrays of one piece of at most
+// kStreamedStatePiece parameters (3 x 32 MiB; Plan::streamed_state_piece where set): a piece's
+// h2d, update and d2h overlap the next pieces' (engine/device_optimizer.h).
+inline constexpr size_t kStreamedStateSlots = 3;
+inline constexpr size_t kStreamedStatePiece = size_t{8} << 20;
 struct GpuOptimizerBytes {
-  size_t partials = 0;          // norm partials of all such units
+  size_t partials = 0;          // norm partials of all units updated on the device
   size_t staging_elements = 0;  // floats of state staging; 0 when no unit has its optimizer on the GPU
+  size_t streamed_piece = 0;    // parameters of a streamed-state slot's piece; 0: no such unit
+  // The device ring of the streamed units' state: kStreamedStateSlots x 3 arrays of a piece.
+  size_t streamed_ring_bytes() const;
 };
 GpuOptimizerBytes gpu_optimizer_bytes(const ModelLayout& layout, const Plan& plan);
 // What a layer keeps of its forward for one micro-chunk (carve_kept_internals), as the engine

@@ -16,6 +16,8 @@ const char* placement_name(UnitPlacement p) {
       return "resident";
     case UnitPlacement::ResidentWithOptimizer:
       return "resident+optimizer";
+    case UnitPlacement::ResidentWithStreamedOptimizer:
+      return "resident+streamed-optimizer";
   }
   return "?";
 }
@@ -49,6 +51,10 @@ bool Plan::optimizer_on_gpu() const {
   for (auto u : units)
     if (u != UnitPlacement::ResidentWithOptimizer) return false;
   return true;
+}
+
+int64_t Plan::streamed_optimizer_units() const {
+  return std::count(units.begin(), units.end(), UnitPlacement::ResidentWithStreamedOptimizer);
 }
 
 int64_t Plan::disk_units() const {
@@ -118,11 +124,16 @@ std::string Plan::describe() const {
   for (auto u : units) resident += (u != UnitPlacement::Streamed);
   for (auto u : units) with_optimizer += (u == UnitPlacement::ResidentWithOptimizer);
   for (auto a : activations) offloaded += boundary_on_host(a);
+  const int64_t streamed_optimizer = streamed_optimizer_units();
+  const std::string optimizers =
+      streamed_optimizer > 0
+          ? fmt::format("{} with their optimizer, {} with it streamed", with_optimizer, streamed_optimizer)
+          : fmt::format("{} with their optimizer", with_optimizer);
   return fmt::format(
-      "{} slots, {} of {} units resident ({} with their optimizer), {} of {} boundary activations on "
+      "{} slots, {} of {} units resident ({}), {} of {} boundary activations on "
       "the host{}{}, micro-batch {}{}, updates {}, weights {} / gradients {} on the GPU, weights uploaded "
       "{}{}{}{}",
-      gpu_slots, resident, units.size(), with_optimizer, offloaded, activations.size(), no_recompute, groups,
+      gpu_slots, resident, units.size(), optimizers, offloaded, activations.size(), no_recompute, groups,
       micro_batch, tile, update_name(update), dtype_name(weight_dtype), dtype_name(grad_dtype),
       weight_upload_name(weight_upload),
       is_exact(optimizer_state)

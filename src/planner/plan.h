@@ -20,7 +20,17 @@ enum class UnitPlacement {
   // no PCIe traffic and no CPU work for this unit; the host keeps a copy of its master, m and v
   // only for checkpoints. (Every unit so placed = Plan::optimizer_on_gpu().)
   ResidentWithOptimizer,
+  // Weights and gradients stay on the GPU (as ResidentParams) and the GPU AdamW updates them, with
+  // the fp32 master, m and v kept in pinned host memory and passing through the GPU once a step in
+  // pieces (12 bytes a parameter each way, on the bulk copy streams): the link's share of the update
+  // beside the CPU's, where the CPU's alone would keep the next forward waiting. Decoder layers only.
+  ResidentWithStreamedOptimizer,
 };
+// Whether the unit's AdamW runs on the device (its state there or streamed through it): no CPU
+// update and no gradient download, its norm partials computed on the device.
+inline bool updated_on_device(UnitPlacement p) {
+  return p == UnitPlacement::ResidentWithOptimizer || p == UnitPlacement::ResidentWithStreamedOptimizer;
+}
 
 // How a streamed or resident unit's new weights reach the GPU after a CPU update.
 enum class WeightUpload {
@@ -97,6 +107,9 @@ struct Plan {
   // (Ops::linear_cross_entropy): that many chunks' logits held in the ops' working memory for a
   // longer product, which accumulates into the V x H gradient less often. 1: each chunk's own.
   int64_t head_weight_grad_chunks = 1;
+  // Parameters a ResidentWithStreamedOptimizer unit's update moves a piece at a time through its
+  // ring of device slots (planner/memory_model.h); 0: kStreamedStatePiece.
+  int64_t streamed_state_piece = 0;
   int64_t gpu_slots = 2;                         // slots for streamed units (>= 2 for overlap)
   std::vector<UnitPlacement> units;              // one per unit of the model layout
   std::vector<ActivationPlacement> activations;  // one per decoder layer (+1: the head's input)
@@ -136,6 +149,8 @@ struct Plan {
   // one sweep's (bit for bit). 1: layer-major over the whole step.
   int64_t sweeps = 1;
 
+  // Units placed ResidentWithStreamedOptimizer.
+  int64_t streamed_optimizer_units() const;
   // Every unit ResidentWithOptimizer: the whole model and its optimizer on the GPU, the norm and
   // the clip coefficient computed there too; the host only reads the loss.
   bool optimizer_on_gpu() const;

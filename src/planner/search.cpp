@@ -741,6 +741,8 @@ const char* unit_choice(UnitPlacement p) {
       return "resident";
     case UnitPlacement::ResidentWithOptimizer:
       return "resident with GPU AdamW";
+    case UnitPlacement::ResidentWithStreamedOptimizer:
+      return "resident with GPU AdamW over streamed state";
   }
   return "?";
 }

@@ -32,10 +32,15 @@ class ProgramBuilder {
     const size_t units = layout_.units.size();
     resident_.assign(units, false);
     gpu_optimizer_.assign(units, false);
+    device_updated_.assign(units, false);
+    streamed_state_.assign(units, false);
     for (size_t u = 0; u < units; ++u) {
       resident_[u] = plan_.units[u] != UnitPlacement::Streamed;
       gpu_optimizer_[u] = plan_.units[u] == UnitPlacement::ResidentWithOptimizer;
+      device_updated_[u] = updated_on_device(plan_.units[u]);
+      streamed_state_[u] = plan_.units[u] == UnitPlacement::ResidentWithStreamedOptimizer;
     }
+    streamed_piece_ = static_cast<double>(gpu_optimizer_bytes(layout_, plan_).streamed_piece);
     all_on_gpu_ = plan_.optimizer_on_gpu();
     const double H = static_cast<double>(config.hidden_size),
                  F = static_cast<double>(config.intermediate_size);
@@ -81,7 +86,7 @@ class ProgramBuilder {
                                   : static_cast<double>(dtype_size(plan_.weight_dtype));
     cpu_adamw_rate_ = host_adamw_params_per_s(profile_.host, plan_);
     bool any_gpu_optimizer = false;
-    for (bool g : gpu_optimizer_) any_gpu_optimizer |= g;
+    for (bool g : device_updated_) any_gpu_optimizer |= g;
     FERRY_CHECK(
         !any_gpu_optimizer || profile_.compute.gpu_adamw_params_per_s > 0, "cost model",
         "the plan runs AdamW on the GPU but the profile of {} has no GPU AdamW rate (a device without one); "
@@ -249,6 +254,11 @@ class ProgramBuilder {
   }
   void ensure_resident(size_t u) {
     if (!resident_[u] || resident_uploaded_[u] || gpu_optimizer_[u]) return;
+    if (streamed_state_[u]) {  // DeviceOptimizer::streamed_update_done
+      wait(Lane::Compute, update_done_[u]);
+      resident_uploaded_[u] = true;
+      return;
+    }
     host_wait(update_done_[u]);
     wait(Lane::HostToDevice, last_read_[u]);
     const int32_t uploaded = gather_weights(u, add(Lane::HostToDevice, TaskKind::ResidentUpload, u, 0.0,
@@ -321,7 +331,7 @@ class ProgramBuilder {
   // backward, that landing's update); after the backward, the host units' updates follow in unit
   // order.
   void landing(size_t u, int32_t landed) {
-    const bool host_unit = !gpu_optimizer_[u];
+    const bool host_unit = !device_updated_[u];
     int32_t last = add(Lane::Cpu, TaskKind::GradientLanded, u, 0.0, 0.0, landed);
     if (host_unit && plan_.update == UpdateSchedule::DuringBackward) {
       last = cpu_update(u, landed_update_params(u));
@@ -331,7 +341,7 @@ class ProgramBuilder {
     norm_known_ = last;
     if (++landed_ < layout_.units.size() || plan_.update != UpdateSchedule::AfterBackward) return;
     for (size_t v = 0; v < layout_.units.size(); ++v)
-      if (!gpu_optimizer_[v]) next_update_done_[v] = cpu_update(v, landed_update_params(v));
+      if (!device_updated_[v]) next_update_done_[v] = cpu_update(v, landed_update_params(v));
   }
   // The CPU AdamW of host unit u, after `dep`. A disk unit's update (DiskStateTier::acquire) waits
   // for its state's read, issued as far ahead as the tier's buffers allow -- a buffer is read into
@@ -371,6 +381,20 @@ class ProgramBuilder {
   void gpu_adamw(size_t u) {
     next_update_done_[u] =
         add(Lane::Compute, TaskKind::GpuAdamW, u, numel(u) / profile_.compute.gpu_adamw_params_per_s, 0.0);
+  }
+  // DeviceOptimizer::stream_update, after what the bulk h2d lane was told to wait for: each piece's
+  // master, m and v up once its ring slot's previous piece is down, updated there, and down.
+  void stream_update(size_t u) {
+    for (double begin = 0.0; begin < numel(u); begin += streamed_piece_) {
+      const double count = std::min(streamed_piece_, numel(u) - begin), bytes = 3.0 * sizeof(float) * count;
+      const size_t slot = next_state_slot_++ % kStreamedStateSlots;
+      wait(Lane::BulkHostToDevice, state_slot_free_[slot]);
+      const int32_t updated = add(Lane::BulkHostToDevice, TaskKind::StateUpload, u,
+                                  count / profile_.compute.gpu_adamw_params_per_s, bytes);
+      wait(Lane::BulkDeviceToHost, updated);
+      state_slot_free_[slot] = add(Lane::BulkDeviceToHost, TaskKind::StateDownload, u, 0.0, bytes);
+      next_update_done_[u] = updated;
+    }
   }
 
   void step() {
@@ -456,7 +480,7 @@ class ProgramBuilder {
       if (resident_[u]) last_read_[u] = last_compute_;
       if (layout_.tied && u == Hd) last_read_[E] = last_compute_;
       // A tied head's lm_head gradient sits in the embedding's buffer, sent with the embedding's.
-      if (sends && gpu_optimizer_[u]) {
+      if (sends && device_updated_[u]) {
         // DeviceOptimizer::gradient_done: norm partials on the device (one double per 8Ki
         // elements); beside host units they go to the updater, and without clipping the unit is
         // updated at once.
@@ -464,7 +488,12 @@ class ProgramBuilder {
           wait(Lane::DeviceToHost, last_compute_);
           landing(u, add(Lane::DeviceToHost, TaskKind::GradientDownload, u, 0.0,
                          numel(u) / static_cast<double>(kGradNormChunk) * sizeof(double)));
-          if (plan_.update == UpdateSchedule::DuringBackward) gpu_adamw(u);
+          if (plan_.update == UpdateSchedule::DuringBackward && streamed_state_[u]) {
+            wait(Lane::BulkHostToDevice, last_compute_);
+            stream_update(u);
+          } else if (plan_.update == UpdateSchedule::DuringBackward) {
+            gpu_adamw(u);
+          }
         }
         released_[i] = last_compute_;
       } else if (sends) {
@@ -524,6 +553,13 @@ class ProgramBuilder {
     if (all_on_gpu_ || beside_host)
       for (size_t u = 0; u < units; ++u)
         if (gpu_optimizer_[u]) gpu_adamw(u);
+    // The streamed units after the clip coefficient (its sum and kernel are not modelled), in unit
+    // order on the bulk lanes.
+    if (beside_host && plan_.streamed_optimizer_units() > 0) {
+      wait(Lane::BulkHostToDevice, backward_done);
+      for (size_t u = 0; u < units; ++u)
+        if (streamed_state_[u]) stream_update(u);
+    }
     wait(Lane::DeviceToHost, all_on_gpu_ ? last_compute_ : backward_done);
     const int32_t loss =
         add(Lane::DeviceToHost, TaskKind::LossReadback, kNoSubject, 0.0, sizeof(float) + sizeof(double));
@@ -539,6 +575,9 @@ class ProgramBuilder {
   const StepShape shape_;
   const int64_t L_;
   std::vector<bool> resident_, gpu_optimizer_;
+  // per unit: its AdamW on the device (updated_on_device); its state streamed through it
+  std::vector<bool> device_updated_, streamed_state_;
+  double streamed_piece_ = 0.0;  // parameters of a streamed-state piece (gpu_optimizer_bytes)
   bool all_on_gpu_ = false;
   std::vector<SlotUse> uses_;
   std::vector<UsePass> passes_;  // per use (step_sequence)
@@ -579,6 +618,8 @@ class ProgramBuilder {
   std::vector<int32_t> ring_updates_;  // the CPU updates of the gradients that landed in the ring, in order
   int32_t staging_free_[2] = {-1, -1};
   int32_t internals_staging_free_[2] = {-1, -1};
+  int32_t state_slot_free_[kStreamedStateSlots] = {-1, -1, -1};  // the ring's slots, as the engine's
+  size_t next_state_slot_ = 0;
   int32_t tokens_free_ = -1;
   // per step
   std::vector<int32_t> loaded_, released_, activation_back_, offload_done_, next_update_done_;

@@ -77,6 +77,10 @@ const char* task_kind_name(TaskKind kind) {
       return "internals offloads";
     case TaskKind::InternalsReload:
       return "internals reloads";
+    case TaskKind::StateUpload:
+      return "streamed optimizer state up and updated";
+    case TaskKind::StateDownload:
+      return "streamed optimizer state down";
   }
   return "?";
 }
@@ -102,8 +106,10 @@ Lane task_lane(TaskKind kind) {
     case TaskKind::DiskWrite:
       return Lane::Disk;
     case TaskKind::InternalsReload:
+    case TaskKind::StateUpload:
       return Lane::BulkHostToDevice;
     case TaskKind::InternalsOffload:
+    case TaskKind::StateDownload:
       return Lane::BulkDeviceToHost;
     default:
       return Lane::Compute;

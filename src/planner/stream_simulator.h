@@ -76,8 +76,12 @@ enum class TaskKind : int {
   // A layer's internals to the host after its forward and back before its backward (bulk lanes).
   InternalsOffload,
   InternalsReload,
+  // A streamed-state unit's update (engine/device_optimizer.h), a piece at a time: its master, m
+  // and v up and the GPU AdamW over them (bulk h2d lane), and back down (bulk d2h lane).
+  StateUpload,
+  StateDownload,
 };
-constexpr int kTaskKindCount = 23;
+constexpr int kTaskKindCount = 25;
 const char* task_kind_name(TaskKind kind);
 // The lane a kind of task runs on.
 Lane task_lane(TaskKind kind);

@@ -59,6 +59,8 @@ const char* unit_words(UnitPlacement p) {
       return "resident";
     case UnitPlacement::ResidentWithOptimizer:
       return "resident with GPU AdamW";
+    case UnitPlacement::ResidentWithStreamedOptimizer:
+      return "resident with GPU AdamW over state streamed from the host";
   }
   return "?";
 }
