@@ -414,6 +414,41 @@ TEST_F(SearchTest, AWholeModelThatFitsRunsTheStepInSweeps) {
   EXPECT_EQ(search_plans(config_, layout_, h200_like, r).best.plan.sweeps, 1);
 }
 
+// A plan in sweeps whose last layers the CPU updates: with clipping their update waits for the
+// global norm and the next forward waits for it, so some of them are updated on the GPU over their
+// state streamed from the host (the link's share beside the CPU's), spread among the CPU's, after
+// the layers keeping their state on the GPU; predicted faster than without. A CPU that hides its
+// pass keeps them all, and the search space's switch keeps them off.
+TEST_F(SearchTest, SomeCpuLayersStreamTheirStateThroughTheGpuWhereTheNextForwardWaitsForThem) {
+  PlanRequest r = request(120);
+  r.micro_batch.reset();
+  const MachineProfile h200_like = machine(55e9, 4.5e9);
+  const SearchResult with = search_plans(config_, layout_, h200_like, r);
+  const Plan& best = with.best.plan;
+  ASSERT_GT(best.sweeps, 1) << best.describe();
+  const int64_t streamed = best.streamed_optimizer_units();
+  EXPECT_GT(streamed, 0) << best.describe();
+  int64_t first_streamed = -1, last_gpu = -1, cpu_after = 0;
+  for (int64_t l = 0; l < config_.num_layers; ++l) {
+    const UnitPlacement p = best.units[layout_.layer_unit(l)];
+    if (p == UnitPlacement::ResidentWithOptimizer) last_gpu = l;
+    if (p == UnitPlacement::ResidentWithStreamedOptimizer && first_streamed < 0) first_streamed = l;
+    if (p == UnitPlacement::ResidentParams && first_streamed >= 0) ++cpu_after;
+  }
+  EXPECT_GT(first_streamed, last_gpu) << best.describe();
+  EXPECT_GT(cpu_after, 0) << "the CPU's layers among the streamed ones: " << best.describe();
+  r.space.streamed_optimizer = false;
+  const SearchResult without = search_plans(config_, layout_, h200_like, r);
+  EXPECT_EQ(without.best.plan.streamed_optimizer_units(), 0);
+  EXPECT_LT(with.best.prediction.step_seconds, without.best.prediction.step_seconds);
+  // The CPU's busy time is what the link took off it.
+  EXPECT_LT(with.best.prediction.busy[static_cast<int>(Lane::Cpu)],
+            without.best.prediction.busy[static_cast<int>(Lane::Cpu)]);
+  r.space.streamed_optimizer = true;
+  const SearchResult fast_cpu = search_plans(config_, layout_, machine(55e9, 200e9), r);
+  EXPECT_EQ(fast_cpu.best.plan.streamed_optimizer_units(), 0) << fast_cpu.best.plan.describe();
+}
+
 TEST_F(SearchTest, EverythingOnTheGpuWhenItFitsAndTheDeviceCan) {
   const ModelConfig toy = test::toy_shape();
   const ModelLayout layout = build_model_layout(toy);

@@ -156,9 +156,12 @@ class EngineReading {
         break;
       case StreamKind::BulkHostToDevice:
         if (scope == "reload internals" && copy) return {TaskKind::InternalsReload, boundary(copy->src)};
+        // A streamed-state unit's piece: its master, m and v up and the AdamW over them.
+        if ((u = unit_after(scope, "update ")) >= 0) return {TaskKind::StateUpload, u};
         break;
       case StreamKind::BulkDeviceToHost:
         if (scope == "offload internals" && copy) return {TaskKind::InternalsOffload, boundary(copy->dst)};
+        if ((u = unit_after(scope, "update ")) >= 0) return {TaskKind::StateDownload, u};
         break;
       case StreamKind::Compute: {
         if ((u = unit_after(scope, "update ")) >= 0) return {TaskKind::GpuAdamW, u};

@@ -230,6 +230,26 @@ TEST_F(StepProgramMirrorTest, Sweeps) {
 
 // The tied table is used by the first unit and the last: resident, and the head's gradient lands
 // in the embedding's buffer.
+// Layers whose AdamW runs on the device over state streamed from the host: each piece up and
+// updated on the bulk h2d stream, down on the bulk d2h stream, through a ring of three slots; the
+// next forward of the layer waits for its last piece.
+TEST_F(StepProgramMirrorTest, OptimizerStateStreamedThroughTheDevice) {
+  using test::make_plan;
+  using test::streaming_optimizer;
+  check({"layers 1 and 3 streamed beside layer 2 on the device and host units, clipped, in pieces",
+         streaming_optimizer(make_plan(layout_, 4, 2, {0, 1, 5}, {0}, UpdateSchedule::AfterBackward, {3}),
+                             layout_, {0, 2}, 1000),
+         0.5,
+         {kRowGather, kDeviceNormPartials, kDeviceNormSum}});
+  check({"three sweeps, layers 2 and 3 streamed in one piece each, updates during the backward",
+         test::in_sweeps(streaming_optimizer(make_plan(layout_, 4, 2, test::all_units(layout_), {},
+                                                       UpdateSchedule::DuringBackward),
+                                             layout_, {2, 3}, 0),
+                         3),
+         0.0,
+         {kRowGather, kDeviceNormPartials}});
+}
+
 TEST_F(StepProgramMirrorTest, TiedEmbeddings) {
   nlohmann::json json = preset_config("llama", "tiny").raw;
   json["tie_word_embeddings"] = true;

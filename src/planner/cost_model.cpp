@@ -45,7 +45,7 @@ std::string Prediction::explain() const {
       busy[static_cast<int>(Lane::Compute)], busy[static_cast<int>(Lane::HostToDevice)],
       busy[static_cast<int>(Lane::DeviceToHost)],
       busy[static_cast<int>(Lane::BulkHostToDevice)] + busy[static_cast<int>(Lane::BulkDeviceToHost)] > 0
-          ? fmt::format(", internals h2d {:.4g} s, d2h {:.4g} s",
+          ? fmt::format(", bulk h2d {:.4g} s, d2h {:.4g} s (layers' internals, streamed optimizer state)",
                         busy[static_cast<int>(Lane::BulkHostToDevice)],
                         busy[static_cast<int>(Lane::BulkDeviceToHost)])
           : std::string(),

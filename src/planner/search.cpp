@@ -428,6 +428,7 @@ class Searcher {
     if (family_best_) {
       const Plan best = family_best_->plan;
       for (Plan& p : internals_on_host(best, shape)) consider(f, std::move(p), shape);
+      for (Plan& p : streamed_optimizer_plans(best, shape)) consider(f, std::move(p), shape);
     }
     if (family_best_) bests_.push_back(std::move(*family_best_));
     family_best_.reset();
@@ -590,6 +591,47 @@ class Searcher {
   // holds. Their staging ring takes device memory, made where needed by offloading the first
   // boundaries kept on the GPU, then by un-keeping the first GPU internals; the cost model weighs
   // what is left.
+  // Of a family's best plan in sweeps with host-updated layers: k of those layers
+  // (ResidentWithStreamedOptimizer, k = 1 .. all of them, spread evenly over them so that the CPU
+  // and the link each take every other few in the update's order) updated on the device over their
+  // state streamed from the host, the ring's device memory taken from the layers' kept internals;
+  // and the same with its last GPU-optimizer layer turned host-updated first (its state's room for
+  // the ring and the internals). The cost model weighs the link's share of the update, which runs
+  // beside the CPU's, against the CPU's alone.
+  std::vector<Plan> streamed_optimizer_plans(const Plan& plan, const StepShape& shape) const {
+    std::vector<Plan> out;
+    if (!r_.space.streamed_optimizer || plan.sweeps <= 1 || !is_exact(plan.optimizer_state) ||
+        plan.devices > 1 || plan.optimizer_on_gpu())
+      return out;
+    for (const bool demote : {false, true}) {
+      Plan base = plan;
+      if (demote) {
+        int64_t last = -1;
+        for (int64_t l = 0; l < L_; ++l)
+          if (base.units[layout_.layer_unit(l)] == UnitPlacement::ResidentWithOptimizer) last = l;
+        if (last < 0) continue;
+        base.units[layout_.layer_unit(last)] = UnitPlacement::ResidentParams;
+      }
+      std::vector<size_t> host_layers;
+      for (int64_t l = 0; l < L_; ++l)
+        if (base.units[layout_.layer_unit(l)] == UnitPlacement::ResidentParams)
+          host_layers.push_back(layout_.layer_unit(l));
+      const size_t m = host_layers.size();
+      for (auto& a : base.activations)
+        if (a == ActivationPlacement::KeepWithInternals) a = ActivationPlacement::KeepOnGpu;
+      for (size_t k = 1; k <= m; ++k) {
+        Plan p = base;
+        for (size_t i = 0; i < m; ++i)
+          if ((i + 1) * k / m > i * k / m)
+            p.units[host_layers[i]] = UnitPlacement::ResidentWithStreamedOptimizer;
+        if (device_total(p, shape) > device_limit_) continue;
+        keep_internals(p, shape);
+        out.push_back(std::move(p));
+      }
+    }
+    return out;
+  }
+
   std::vector<Plan> internals_on_host(const Plan& plan, const StepShape& shape) const {
     std::vector<Plan> out;
     if (!r_.space.internals_on_host || !r_.space.keep_internals || r_.offload_activations.has_value() ||
@@ -898,6 +940,9 @@ std::string plan_difference(const Plan& plan, const Plan& reference) {
   if (layers != reference_layers || (layers > 0 && kind != reference_kind))
     parts.push_back(fmt::format("{} layers {} instead of {} {}", layers, unit_choice(kind), reference_layers,
                                 unit_choice(reference_kind)));
+  if (plan.streamed_optimizer_units() != reference.streamed_optimizer_units())
+    parts.push_back(fmt::format("{} layers with their optimizer state streamed through the GPU instead of {}",
+                                plan.streamed_optimizer_units(), reference.streamed_optimizer_units()));
   if (layers > 0 && layers == reference_layers &&
       resident_from_the_first(plan) != resident_from_the_first(reference))
     parts.push_back(resident_from_the_first(plan) ? "the first layers resident instead of the last"

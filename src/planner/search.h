@@ -113,6 +113,9 @@ struct SearchSpace {
   bool internals_on_host = false;
   // Plan::sweeps above 1 where the whole model can be resident.
   bool sweeps = true;
+  // UnitPlacement::ResidentWithStreamedOptimizer for some host-updated layers of a plan in sweeps
+  // (config streamed_optimizer).
+  bool streamed_optimizer = true;
 };
 
 struct PlanRequest {

@@ -115,6 +115,7 @@ PlanRequest plan_request(const TrainConfig& config, const PlanTarget& target, do
     r.offload_activations = config.offload_activations == ActivationOffload::All;
   if (config.resident_layers >= 0) r.resident_layers = config.resident_layers;
   r.space.internals_on_host = config.internals_on_host;
+  r.space.streamed_optimizer = config.streamed_optimizer;
   r.update = config.update_schedule;
   r.weight_upload = config.weight_upload;
   r.optimizer_state = config.optimizer_state;

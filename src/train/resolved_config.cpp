@@ -179,6 +179,7 @@ const std::map<std::string, Writer>& writers() {
       {"offload_activations",
        [](YAML::Emitter& o, const TrainConfig& c) { o << offload_name(c.offload_activations); }},
       {"internals_on_host", value(&TrainConfig::internals_on_host)},
+      {"streamed_optimizer", value(&TrainConfig::streamed_optimizer)},
       {"keep_norm_outputs", value(&TrainConfig::keep_norm_outputs)},
       {"keep_activation", value(&TrainConfig::keep_activation)},
       {"group_head_weight_grad", value(&TrainConfig::group_head_weight_grad)},

@@ -296,6 +296,8 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"internals_on_host",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.internals_on_host = parse_bool(n, k); }},
+      {"streamed_optimizer",
+       [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.streamed_optimizer = parse_bool(n, k); }},
       {"keep_norm_outputs",
        [](TrainConfig& c, const YAML::Node& n, const std::string& k) { c.keep_norm_outputs = parse_bool(n, k); }},
       {"keep_activation",

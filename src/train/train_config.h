@@ -144,6 +144,9 @@ struct TrainConfig {
   // Whether the planner may send layers' forward internals to pinned host memory instead of
   // recomputing them (ActivationPlacement::OffloadWithInternals); false (the default): never.
   bool internals_on_host = false;
+  // The planner may stream some host-updated layers' optimizer state through the GPU for its AdamW
+  // in a plan in sweeps (UnitPlacement::ResidentWithStreamedOptimizer).
+  bool streamed_optimizer = true;
   // Whether layers that keep their forward internals may keep the norms' outputs too
   // (Plan::kept_internals), where memory is left; false: the norms run again in their backward.
   bool keep_norm_outputs = true;
