@@ -109,7 +109,8 @@ inline Plan converting_on_upload(Plan p) {
 
 // The plan with these layers' AdamW on the device over their state streamed from the host
 // (ResidentWithStreamedOptimizer), in pieces of `piece` parameters.
-inline Plan streaming_optimizer(Plan p, const ModelLayout& layout, std::vector<int64_t> layers, int64_t piece) {
+inline Plan streaming_optimizer(Plan p, const ModelLayout& layout, std::vector<int64_t> layers,
+                                int64_t piece) {
   for (int64_t l : layers) p.units[layout.layer_unit(l)] = UnitPlacement::ResidentWithStreamedOptimizer;
   p.streamed_state_piece = piece;
   return p;

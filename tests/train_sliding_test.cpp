@@ -730,10 +730,10 @@ TEST_F(SlidingEngineTest, LayersWithTheirOptimizerStateStreamedThroughTheDevice)
   const std::vector<Plan> clipped = {
       streaming_optimizer(make_plan(layout_, 4, 2, {0, 3, 4, 5}, {0, 2}, UpdateSchedule::AfterBackward, {2}),
                           layout_, {0, 3}, 1000),
-      in_sweeps(streaming_optimizer(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward,
-                                              {1, 5}),
-                                    layout_, {1, 2, 3}, 777),
-                3),
+      in_sweeps(
+          streaming_optimizer(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward, {1, 5}),
+                              layout_, {1, 2, 3}, 777),
+          3),
       streaming_optimizer(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::AfterBackward), layout_,
                           {0, 1, 2, 3}, 0),  // one piece a layer
   };
@@ -743,10 +743,10 @@ TEST_F(SlidingEngineTest, LayersWithTheirOptimizerStateStreamedThroughTheDevice)
   }
   const RunResult plain = plain_run(config_, 9, rows_, 0.0);
   for (int64_t sweeps : {1, 2}) {
-    const Plan plan = in_sweeps(streaming_optimizer(make_plan(layout_, 4, 2, everything, {},
-                                                              UpdateSchedule::DuringBackward, {1}),
-                                                    layout_, {2, 3}, 1000),
-                                sweeps);
+    const Plan plan = in_sweeps(
+        streaming_optimizer(make_plan(layout_, 4, 2, everything, {}, UpdateSchedule::DuringBackward, {1}),
+                            layout_, {2, 3}, 1000),
+        sweeps);
     SCOPED_TRACE(plan.describe());
     expect_identical(plain, sliding_run(config_, 9, rows_, 0.0, plan));
   }
@@ -868,7 +868,9 @@ TEST_F(SlidingEngineTest, AllocatesWhatTheMemoryModelSays) {
           plans[k].weight_upload == WeightUpload::ConvertOnUpload && engine.host().on_host(u);
       // A streamed optimizer's master, m and v are all pinned.
       const bool all_pinned = plans[k].units[u] == UnitPlacement::ResidentWithStreamedOptimizer;
-      pageable += (all_pinned ? 0 : pinned_masters ? 2 : 3) *
+      pageable += (all_pinned       ? 0
+                   : pinned_masters ? 2
+                                    : 3) *
                   HostArray::mapped_bytes(engine.host().unit(u).master.size());
     }
     EXPECT_EQ(pageable, h.pageable);

@@ -99,7 +99,8 @@ DType DeviceOptimizer::grad_dtype(size_t u) const {
 namespace {
 
 // The segments of [begin, begin + count) of a unit, as offsets into that piece.
-std::vector<AdamWSegment> piece_segments(const std::vector<AdamWSegment>& segments, size_t begin, size_t count) {
+std::vector<AdamWSegment> piece_segments(const std::vector<AdamWSegment>& segments, size_t begin,
+                                         size_t count) {
   std::vector<AdamWSegment> out;
   for (const AdamWSegment& s : segments) {
     const size_t lo = std::max(s.offset, begin), hi = std::min(s.offset + s.count, begin + count);
@@ -110,10 +111,12 @@ std::vector<AdamWSegment> piece_segments(const std::vector<AdamWSegment>& segmen
 
 }  // namespace
 
-void DeviceOptimizer::stream_update(size_t u, int64_t step, const AdamWHyper& hyper, const float* grad_scale) {
+void DeviceOptimizer::stream_update(size_t u, int64_t step, const AdamWHyper& hyper,
+                                    const float* grad_scale) {
   const TraceScope scope(device_, "update", layout_.units[u].name);
   HostUnitState& h = host_.unit(u);
-  const size_t n = static_cast<size_t>(layout_.units[u].numel), slot_stride = round_to_256(piece_ * sizeof(float));
+  const size_t n = static_cast<size_t>(layout_.units[u].numel),
+               slot_stride = round_to_256(piece_ * sizeof(float));
   const size_t grad_size = dtype_size(grad_dtype(u)), weight_size = dtype_size(plan_.weight_dtype);
   const bool bf16 = plan_.weight_dtype == DType::BF16;
   for (size_t begin = 0; begin < n; begin += piece_) {

@@ -36,7 +36,8 @@ const Plan& checked_plan(const Plan& plan, const ModelConfig& config, const Mode
   for (size_t u = 0; u < layout.units.size(); ++u)
     FERRY_CHECK(plan.units[u] != UnitPlacement::ResidentWithStreamedOptimizer ||
                     layout.units[u].kind == UnitKind::Layer,
-                "engine", "the plan streams the optimizer state of {} through the device: only decoder layers'",
+                "engine",
+                "the plan streams the optimizer state of {} through the device: only decoder layers'",
                 layout.units[u].name);
   const std::string sweeps = sweeps_refusal(plan);
   FERRY_CHECK(sweeps.empty(), "engine", "the plan runs {} sweeps, but {}", plan.sweeps, sweeps);

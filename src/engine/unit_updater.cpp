@@ -51,8 +51,8 @@ UnitUpdater::UnitUpdater(Device& device, const ModelLayout& layout, const Plan& 
                 "the disk tier needs bf16 host-shadow uploads (converting on upload reads the masters from "
                 "RAM at every upload); set weight_upload: auto");
     for (size_t u = 0; u < layout_.units.size(); ++u)
-      FERRY_CHECK(!plan_.state_on_disk[u] || (layout_.units[u].kind == UnitKind::Layer &&
-                                              !updated_on_device(plan_.units[u])),
+      FERRY_CHECK(!plan_.state_on_disk[u] ||
+                      (layout_.units[u].kind == UnitKind::Layer && !updated_on_device(plan_.units[u])),
                   "engine", "the disk tier holds the state of host-updated decoder layers only, not of {}",
                   layout_.units[u].name);
     disk_ = std::make_unique<DiskStateTier>(layout_, plan_);

@@ -15,8 +15,7 @@ std::vector<size_t> disk_eligible_units(const ModelLayout& layout, const Plan& p
   std::vector<size_t> units;
   if (plan.optimizer_on_gpu() || plan.weight_upload != WeightUpload::HostShadow) return units;
   for (size_t u = 0; u < layout.units.size(); ++u)
-    if (layout.units[u].kind == UnitKind::Layer && !updated_on_device(plan.units[u]))
-      units.push_back(u);
+    if (layout.units[u].kind == UnitKind::Layer && !updated_on_device(plan.units[u])) units.push_back(u);
   return units;
 }
 

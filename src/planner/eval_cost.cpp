@@ -67,8 +67,7 @@ EvalPrediction predict_evaluation(const ModelConfig& config, const ModelLayout& 
     }
   };
   const auto resident_upload = [&](size_t u) -> int32_t {
-    if (!resident[u] || resident_uploaded[u] || updated_on_device(plan.units[u]))
-      return -1;
+    if (!resident[u] || resident_uploaded[u] || updated_on_device(plan.units[u])) return -1;
     resident_uploaded[u] = true;
     return graph.add(Lane::HostToDevice, TaskKind::ResidentUpload, 0.0, numel(u) * bytes_per_param, {},
                      static_cast<int32_t>(u));

@@ -135,7 +135,8 @@ size_t conversion_staging_elements(const ModelLayout& layout, const Plan& plan) 
   if (plan.weight_upload != WeightUpload::ConvertOnUpload) return 0;
   size_t largest = 0;
   for (size_t u = 0; u < layout.units.size(); ++u)
-    if (!updated_on_device(plan.units[u])) largest = std::max(largest, static_cast<size_t>(layout.units[u].numel));
+    if (!updated_on_device(plan.units[u]))
+      largest = std::max(largest, static_cast<size_t>(layout.units[u].numel));
   return std::min(largest, kConversionStagingElements);
 }
 
