@@ -600,11 +600,14 @@ class Searcher {
   // beside the CPU's, against the CPU's alone.
   std::vector<Plan> streamed_optimizer_plans(const Plan& plan, const StepShape& shape) const {
     std::vector<Plan> out;
-    if (!r_.space.streamed_optimizer || plan.sweeps <= 1 || !is_exact(plan.optimizer_state) ||
-        plan.devices > 1 || plan.optimizer_on_gpu())
+    // As the GPU-optimizer layers: a device with a GPU AdamW, and the search space allowing it.
+    const bool gpu_adamw = profile_ && profile_->compute.gpu_adamw_params_per_s > 0;
+    if (!r_.space.streamed_optimizer || !r_.space.per_unit_gpu_optimizer || !gpu_adamw || plan.sweeps <= 1 ||
+        !is_exact(plan.optimizer_state) || plan.devices > 1 || plan.optimizer_on_gpu())
       return out;
     for (const bool demote : {false, true}) {
       Plan base = plan;
+      if (demote && r_.gpu_optimizer_layers) continue;  // a forced count of GPU-optimizer layers holds
       if (demote) {
         int64_t last = -1;
         for (int64_t l = 0; l < L_; ++l)
