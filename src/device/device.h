@@ -18,8 +18,9 @@
 namespace ferry {
 
 // The compute stream, the copy streams, and a second copy stream per direction for bulk copies
-// (a layer's internals, ten boundaries' worth) that would otherwise queue in front of the weights
-// and boundaries the next compute waits for; two streams of one direction share its link.
+// (a layer's internals, ten boundaries' worth; the streamed optimizer state's pieces) that would
+// otherwise queue in front of the weights and boundaries the next compute waits for; two streams of
+// one direction share its link.
 enum class StreamKind : int {
   Compute = 0,
   HostToDevice = 1,

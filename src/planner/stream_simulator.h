@@ -6,7 +6,8 @@
 //             it blocks (waiting for a CPU update before an upload, reading the loss);
 //   Compute   the GPU's compute stream;
 //   H2D, D2H  the copy streams (pinned host memory <-> device);
-//   bulk H2D, bulk D2H  the second copy stream of each direction (layers' internals on the host);
+//   bulk H2D, bulk D2H  the second copy stream of each direction (layers' internals on the host,
+//             the streamed optimizer state's pieces and their AdamW);
 //   Cpu       the UnitUpdater's worker thread (filing landed norm partials, AdamW on the thread pool);
 //   Disk      the disk tier's reads and write-backs of optimizer state (engine/disk_state_tier.h),
 //             timed by the caller from the disk's rates (one request stream: reads and writes
