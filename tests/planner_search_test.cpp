@@ -45,6 +45,13 @@ class SearchTest : public test::Llama8BSearchTest {
   Prediction predict_on(const Candidate& c, const MachineProfile& machine) const {
     return predict(config_, layout_, c.plan, machine, c.shape);
   }
+  // The planner's micro-batch on a device of `device_gib`, and an H200-like machine.
+  PlanRequest any_micro_batch(size_t device_gib) const {
+    PlanRequest r = request(device_gib);
+    r.micro_batch.reset();
+    return r;
+  }
+  MachineProfile h200_like() const { return machine(55e9, 4.5e9); }
 };
 
 TEST_F(SearchTest, FastCpuSlowLinkAndSlowCpuFastLinkChooseDifferently) {
@@ -386,10 +393,8 @@ TEST_F(SearchTest, SpareHostMemoryTakesLayersInternals) {
 // keeping their internals than the best plan without sweeps, and predicted faster than it. A
 // budget that cannot hold the whole model gets no sweeps.
 TEST_F(SearchTest, AWholeModelThatFitsRunsTheStepInSweeps) {
-  PlanRequest r = request(139);
-  r.micro_batch.reset();
-  const MachineProfile h200_like = machine(55e9, 4.5e9);
-  const SearchResult with = search_plans(config_, layout_, h200_like, r);
+  PlanRequest r = any_micro_batch(139);
+  const SearchResult with = search_plans(config_, layout_, h200_like(), r);
   const Plan& best = with.best.plan;
   ASSERT_GT(best.sweeps, 1) << best.describe();
   EXPECT_EQ(with.best.shape.chunks % best.sweeps, 0);
@@ -405,13 +410,13 @@ TEST_F(SearchTest, AWholeModelThatFitsRunsTheStepInSweeps) {
                          [](ActivationPlacement a) { return keeps_internals(a); });
   };
   r.space.sweeps = false;
-  const SearchResult without = search_plans(config_, layout_, h200_like, r);
+  const SearchResult without = search_plans(config_, layout_, h200_like(), r);
   EXPECT_EQ(without.best.plan.sweeps, 1);
   EXPECT_GT(kept(best), kept(without.best.plan));
   EXPECT_LT(with.best.prediction.step_seconds, without.best.prediction.step_seconds);
   r.space.sweeps = true;
   r.device_budget = 24 * kGiB;
-  EXPECT_EQ(search_plans(config_, layout_, h200_like, r).best.plan.sweeps, 1);
+  EXPECT_EQ(search_plans(config_, layout_, h200_like(), r).best.plan.sweeps, 1);
 }
 
 // A plan in sweeps whose last layers the CPU updates: with clipping their update waits for the
@@ -420,10 +425,8 @@ TEST_F(SearchTest, AWholeModelThatFitsRunsTheStepInSweeps) {
 // the layers keeping their state on the GPU; predicted faster than without. A CPU that hides its
 // pass keeps them all, and the search space's switch keeps them off.
 TEST_F(SearchTest, SomeCpuLayersStreamTheirStateThroughTheGpuWhereTheNextForwardWaitsForThem) {
-  PlanRequest r = request(120);
-  r.micro_batch.reset();
-  const MachineProfile h200_like = machine(55e9, 4.5e9);
-  const SearchResult with = search_plans(config_, layout_, h200_like, r);
+  PlanRequest r = any_micro_batch(120);
+  const SearchResult with = search_plans(config_, layout_, h200_like(), r);
   const Plan& best = with.best.plan;
   ASSERT_GT(best.sweeps, 1) << best.describe();
   const int64_t streamed = best.streamed_optimizer_units();
@@ -438,7 +441,7 @@ TEST_F(SearchTest, SomeCpuLayersStreamTheirStateThroughTheGpuWhereTheNextForward
   EXPECT_GT(first_streamed, last_gpu) << best.describe();
   EXPECT_GT(cpu_after, 0) << "the CPU's layers among the streamed ones: " << best.describe();
   r.space.streamed_optimizer = false;
-  const SearchResult without = search_plans(config_, layout_, h200_like, r);
+  const SearchResult without = search_plans(config_, layout_, h200_like(), r);
   EXPECT_EQ(without.best.plan.streamed_optimizer_units(), 0);
   EXPECT_LT(with.best.prediction.step_seconds, without.best.prediction.step_seconds);
   // The CPU's busy time is what the link took off it.
