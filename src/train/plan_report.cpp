@@ -1,5 +1,6 @@
 #include "train/plan_report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -175,6 +176,34 @@ void print_head_groups_reason(const ModelConfig& model, const ModelLayout& layou
       static_cast<long long>(p.head_groups), extra_s);
 }
 
+// "0-20 resident with GPU AdamW; 21-22, 24, 26 resident; 23, 25 resident with ...": each value's
+// runs together, where some value has several runs (interleaved placements); else runs().
+template <typename T, typename Name>
+std::string grouped_runs(const std::vector<T>& values, Name name) {
+  std::vector<T> order;
+  std::vector<std::string> spans;
+  bool interleaved = false;
+  for (size_t begin = 0; begin < values.size();) {
+    size_t end = begin;
+    while (end + 1 < values.size() && values[end + 1] == values[begin]) ++end;
+    const std::string span = begin == end ? fmt::format("{}", begin) : fmt::format("{}-{}", begin, end);
+    const auto seen = std::find(order.begin(), order.end(), values[begin]);
+    if (seen == order.end()) {
+      order.push_back(values[begin]);
+      spans.push_back(span);
+    } else {
+      interleaved = true;
+      spans[static_cast<size_t>(seen - order.begin())] += ", " + span;
+    }
+    begin = end + 1;
+  }
+  if (!interleaved) return runs(values, name);
+  std::string out;
+  for (size_t k = 0; k < order.size(); ++k)
+    out += fmt::format("{}{} {}", out.empty() ? "" : "; ", spans[k], name(order[k]));
+  return out;
+}
+
 void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout, const Candidate& c,
                              size_t host_budget) {
   const Plan& p = c.plan;
@@ -184,7 +213,7 @@ void print_candidate_summary(const ModelConfig& model, const ModelLayout& layout
   std::vector<UnitPlacement> layers(p.units.begin() + 1, p.units.end() - 1);
   std::printf("  embedding %s; head %s\n", unit_words(p.units[layout.embedding_unit()]),
               unit_words(p.units[layout.head_unit()]));
-  std::printf("  layers %s\n", runs(layers, unit_words).c_str());
+  std::printf("  layers %s\n", grouped_runs(layers, unit_words).c_str());
   if (recomputes_any(p))
     std::printf(
         "  boundary activations: one in %lld kept, the others recomputed in the backward from the kept one "

@@ -708,7 +708,7 @@ void validate_train_config(const TrainConfig& c) {
   for (int64_t s : c.trace_steps)
     FERRY_CHECK(s >= 1, kWhere, "trace_steps are optimizer steps, counted from 1; got {}", s);
   FERRY_CHECK(
-      c.trace_memory >= kMinTraceHostBytes, kWhere,
+      c.trace_memory >= static_cast<int64_t>(kMinTraceHostBytes), kWhere,
       "trace_memory: {} is less than the {} a trace needs for its file's writing and first spans; give "
       "more, such as the default {}",
       format_bytes(static_cast<size_t>(std::max<int64_t>(c.trace_memory, 0))),
