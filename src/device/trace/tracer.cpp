@@ -202,8 +202,12 @@ void Tracer::stamp_device_span(size_t pending, StampId begin, StampId end) {
 }
 
 uint64_t Tracer::open_host_span(TraceTrack track, std::string name) {
-  const double begin = steady_seconds();
   std::lock_guard<std::mutex> lock(mutex_);
+  // Read under the lock: a span that begins before a window's end is in open_ when end_step closes
+  // the window (cut there), and one that comes after begins after the end; a begin read before the
+  // lock could precede the end and reach open_ only after the closing, adding to the closed window
+  // while its trace is written.
+  const double begin = steady_seconds();
   size_t next = windows_.size();  // the first window that ends after the span begins
   while (next > 0 && windows_[next - 1].end > begin) --next;
   const uint64_t id = next_open_++;
